@@ -134,7 +134,9 @@ func PlanPass(in Input) (Outcome, error) {
 				return Outcome{}, fmt.Errorf("machines %q and %q both claim etcd member %q", other, m.Name, m.Member)
 			}
 			claimed[m.Member] = m.Name
-			if j, ok := memberAt[m.Member]; ok && m.InFlight && work.Members[j].Disruption == NotDisrupted {
+			// A reboot or fence in flight may have the member down at any moment. A replace in flight
+			// keeps its old member a voter until the plan removes it; it is guarded by membershipChange.
+			if j, ok := memberAt[m.Member]; ok && m.InFlight && m.Strategy != Replace && work.Members[j].Disruption == NotDisrupted {
 				work.Members[j].Disruption = InFlight
 			}
 			membershipChange = membershipChange || (m.InFlight && m.Strategy == Replace)
@@ -214,13 +216,20 @@ func admitMember(d *Decision, work *Cluster, memberAt map[string]int, p Policy, 
 		return
 	}
 	d.Start, d.Plan = true, plan
-	if plan.Cost == 0 {
-		d.Reason = fmt.Sprintf("free: %s is not a healthy voter", m.Member)
-	} else {
+	switch {
+	case plan.Cost > 0:
 		d.Reason = fmt.Sprintf("costs %d of a budget of %d", plan.Cost, work.Budget(p).Available)
+	case !work.Members[j].CountsHealthy():
+		d.Reason = fmt.Sprintf("free: %s is not a healthy voter", m.Member)
+	default:
+		d.Reason = "free: the fault tolerance never drops below where it is now"
 	}
-	work.Members[j].Disruption = InFlight
-	*membershipChange = *membershipChange || m.Strategy == Replace
+	if m.Strategy == Replace {
+		// Later candidates in this pass may only be free disruptions, which no step of this plan counts on.
+		*membershipChange = true
+	} else {
+		work.Members[j].Disruption = InFlight
+	}
 }
 
 func admitPoolMachine(d *Decision, pc *poolCount, l PoolLimits) {
