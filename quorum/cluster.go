@@ -123,16 +123,16 @@ func (c Cluster) Clone() Cluster {
 
 // Budget is how much disruption the cluster can take now.
 type Budget struct {
-	Voters        int
-	Learners      int
-	HealthyVoters int
-	Quorum        int
+	Voters        int `json:"voters"`
+	Learners      int `json:"learners"`
+	HealthyVoters int `json:"healthyVoters"`
+	Quorum        int `json:"quorum"`
 	// FaultTolerance is HealthyVoters − Quorum: how many more healthy voters may be lost before quorum
 	// is. Negative when quorum is already lost.
-	FaultTolerance int
+	FaultTolerance int `json:"faultTolerance"`
 	// Available is how many more healthy voters Hale may disrupt now: FaultTolerance minus the policy's
 	// MinFaultTolerance, never below 0.
-	Available int
+	Available int `json:"available"`
 }
 
 // QuorumLost reports whether fewer voters are healthy than quorum needs.

@@ -53,6 +53,12 @@ func (v Violation) String() string {
 	return fmt.Sprintf("Violation(%d)", uint8(v))
 }
 
+// countsShape reports whether the violation depends on the way a replace proceeds (and so is worth
+// giving per way) rather than on the cluster alone.
+func (v Violation) countsShape() bool {
+	return v != QuorumLost && v != AlreadyInFlight && v != NotAVoter
+}
+
 // Refusal says why a step may not be taken, with the numbers that forbid it.
 type Refusal struct {
 	Violation Violation
@@ -104,6 +110,10 @@ type ReplaceRefusal struct {
 }
 
 func (r *ReplaceRefusal) Error() string {
+	if len(r.Shapes) > 0 && !r.Shapes[0].Reason.Violation.countsShape() {
+		// Quorum lost, an in-flight member, a learner: the same for every way, so say it once.
+		return fmt.Sprintf("no safe way to replace %s now: %v", r.Member, r.Shapes[0].Reason)
+	}
 	parts := make([]string, len(r.Shapes))
 	for i, s := range r.Shapes {
 		parts[i] = s.Shape.String() + ": " + s.Reason.Error()

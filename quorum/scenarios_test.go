@@ -180,7 +180,10 @@ func TestStructuralErrorsNameTheMember(t *testing.T) {
 			`replacing etcd-1: the new member needs a name of its own (got "")`},
 		{"add an existing member", func() error { _, err := c.Apply(Step{OpAddVoter, "etcd-2"}); return err },
 			"adding voter etcd-2: member etcd-2 already exists"},
-		{"unknown strategy", func() error { _, err := c.PlanFor(DefaultPolicy(), Strategy(9), "etcd-1", ReplaceOptions{}); return err },
+		{"unknown strategy", func() error {
+			_, err := c.PlanFor(DefaultPolicy(), Strategy(9), "etcd-1", ReplaceOptions{})
+			return err
+		},
 			"planning etcd-1: unknown strategy Strategy(9)"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,31 @@
+// Command hub is Hale's decision maker and its operator tool. This build carries `hub plan`, the
+// offline what-if planner; the daemon (`hub run`) and the other operator commands land with the hub.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRootCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "hub:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "hub",
+		Short:         "Hale keeps Kubernetes control planes and their etcd healthy without ever costing quorum",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newPlanCommand())
+	return root
+}
