@@ -1,0 +1,115 @@
+// Package bmc controls machine power through baseboard management controllers, Redfish (gofish) or
+// IPMI (bmclib's ipmitool provider), and verifies every change by polling the BMC until the expected
+// state is observed.
+package bmc
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Driver names.
+const (
+	DriverRedfish = "redfish"
+	DriverIPMI    = "ipmi"
+)
+
+// Endpoint is where a BMC is and how to speak to it. It never holds credentials.
+type Endpoint struct {
+	// Driver is DriverRedfish or DriverIPMI.
+	Driver string
+	Host   string
+	Port   int
+	// PlainHTTP is set by redfish+http:// (only when explicitly asked; Redfish is HTTPS by default).
+	PlainHTTP bool
+	// SystemID picks one ComputerSystem of a Redfish service; empty means "the only one".
+	SystemID string
+}
+
+// ParseEndpoint reads redfish://host[:port][/systems/ID], redfish+http://…, or ipmi://host[:port].
+// The Redfish path may also be the full resource path, /redfish/v1/Systems/ID, as metal3 writes it.
+func ParseEndpoint(s string) (Endpoint, error) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil || u.Host == "" {
+		return Endpoint{}, fmt.Errorf("BMC endpoint %q: want redfish://host[:port][/systems/ID], redfish+http://… or ipmi://host[:port]", redactURL(s))
+	}
+	if u.User != nil {
+		return Endpoint{}, fmt.Errorf("BMC endpoint %q: credentials in the URL are not accepted (they would show in ps and logs); "+
+			"put them in a credentials file", redactURL(s))
+	}
+	ep := Endpoint{Host: u.Hostname()}
+	defPort := 443
+	switch u.Scheme {
+	case "redfish", "redfish+https":
+		ep.Driver = DriverRedfish
+	case "redfish+http":
+		ep.Driver, ep.PlainHTTP, defPort = DriverRedfish, true, 80
+	case "ipmi":
+		ep.Driver, defPort = DriverIPMI, 623
+	default:
+		return Endpoint{}, fmt.Errorf("BMC endpoint %q: unknown scheme %q; want redfish, redfish+http or ipmi", s, u.Scheme)
+	}
+	ep.Port = defPort
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return Endpoint{}, fmt.Errorf("BMC endpoint %q: port %q is not a number from 1 to 65535", s, p)
+		}
+		ep.Port = n
+	}
+	path := strings.Trim(u.Path, "/")
+	switch {
+	case path == "":
+	case ep.Driver == DriverIPMI:
+		return Endpoint{}, fmt.Errorf("BMC endpoint %q: an ipmi endpoint has no path", s)
+	default:
+		id, ok := strings.CutPrefix(path, "systems/")
+		if !ok {
+			id, ok = strings.CutPrefix(path, "redfish/v1/Systems/")
+		}
+		if !ok || id == "" || strings.Contains(id, "/") {
+			return Endpoint{}, fmt.Errorf("BMC endpoint %q: path %q: want /systems/ID or /redfish/v1/Systems/ID", s, u.Path)
+		}
+		ep.SystemID = id
+	}
+	return ep, nil
+}
+
+func (e Endpoint) String() string {
+	scheme := e.Driver
+	if e.PlainHTTP {
+		scheme = "redfish+http"
+	}
+	s := scheme + "://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
+	if e.SystemID != "" {
+		s += "/systems/" + e.SystemID
+	}
+	return s
+}
+
+// baseURL is the HTTP(S) root of a Redfish service.
+func (e Endpoint) baseURL() string {
+	scheme := "https"
+	if e.PlainHTTP {
+		scheme = "http"
+	}
+	return scheme + "://" + net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
+}
+
+// redactURL drops any user information from a URL-like string before it is shown.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	if i := strings.Index(s, "@"); i >= 0 {
+		if j := strings.Index(s, "://"); j >= 0 && j < i {
+			return s[:j+3] + "…" + s[i:]
+		}
+		return "…" + s[i:]
+	}
+	return s
+}
