@@ -93,6 +93,7 @@ func (c *redfishConn) pickSystem(id string) error {
 			c.system = s
 		}
 	}
+	slices.Sort(ids) // gofish fetches members concurrently: their order varies
 	switch {
 	case c.system != nil:
 		return nil
@@ -181,7 +182,8 @@ func classifyRedfish(err error) errClass {
 		return classRefused
 	case errors.As(err, &syntax), errors.As(err, &typeErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return classTransient // a truncated or garbled answer: worth another try
-	case isTLSVerification(err), strings.Contains(err.Error(), "is not supported by this service"):
+	case isTLSVerification(err), strings.Contains(err.Error(), "is not supported by this service"),
+		strings.Contains(err.Error(), "no target provided"): // gofish: the service lacks a link it needs
 		return classRefused
 	case errors.As(err, &netErr):
 		return classTransient

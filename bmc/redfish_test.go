@@ -1,0 +1,288 @@
+package bmc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/bmc/bmcsim"
+)
+
+// secret is the simulator's password in these tests; secretScanner asserts it never shows up.
+const secret = "Hunter2-never-log-me"
+
+// syncBuffer is a log sink shared by the controllers of a test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type rig struct {
+	t    *testing.T
+	sim  *bmcsim.Server
+	logs *syncBuffer
+	ca   string
+}
+
+// newRig starts a simulated Redfish BMC over HTTPS and checks at the end that the password never
+// reached the logs.
+func newRig(t *testing.T, cfg bmcsim.Config) *rig {
+	t.Helper()
+	cfg.Username, cfg.Password = "admin", secret
+	sim, err := bmcsim.Start(cfg)
+	require.NoError(t, err)
+	r := &rig{t: t, sim: sim, logs: &syncBuffer{}}
+	if pem := sim.CertPEM(); pem != nil {
+		r.ca = filepath.Join(t.TempDir(), "ca.pem")
+		require.NoError(t, os.WriteFile(r.ca, pem, 0o600))
+	}
+	t.Cleanup(func() {
+		_ = sim.Close()
+		assert.NotContains(t, r.logs.String(), secret, "the password reached the logs")
+	})
+	return r
+}
+
+// fast are options for a simulator with short delays.
+func (r *rig) opts() Options {
+	return Options{CAFile: r.ca, PollInterval: 20 * time.Millisecond, VerifyTimeout: 3 * time.Second,
+		GracefulTimeout: 2 * time.Second, RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+}
+
+func (r *rig) controller(endpoint string, opts Options, password string) *Controller {
+	r.t.Helper()
+	ep, err := ParseEndpoint(endpoint)
+	require.NoError(r.t, err)
+	c, err := New(ep, NewCredentials("admin", password), opts)
+	require.NoError(r.t, err)
+	return c
+}
+
+func noSecret(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		assert.NotContains(t, err.Error(), secret)
+		assert.NotContains(t, fmt.Sprintf("%+v %#v", err, err), secret)
+	}
+}
+
+func TestRedfishPowerOperations(t *testing.T) {
+	delays := bmcsim.SystemConfig{ID: "1", PowerOnDelay: 50 * time.Millisecond, ShutdownDelay: 100 * time.Millisecond,
+		CycleOffDuration: 80 * time.Millisecond}
+	tests := []struct {
+		name         string
+		system       bmcsim.SystemConfig
+		do           func(*Controller, context.Context) (Result, error)
+		wantRequests []string
+		wantAfter    PowerState
+		wantAlready  bool
+		wantEvidence string
+	}{
+		{name: "graceful off", system: delays, do: (*Controller).PowerOff,
+			wantRequests: []string{"GracefulShutdown"}, wantAfter: PowerOff, wantEvidence: "Off observed after GracefulShutdown"},
+		{name: "off when already off is success, said so", system: bmcsim.SystemConfig{ID: "1", PowerState: "Off"}, do: (*Controller).PowerOff,
+			wantAfter: PowerOff, wantAlready: true, wantEvidence: "already Off: nothing sent"},
+		{name: "on", system: bmcsim.SystemConfig{ID: "1", PowerState: "Off", PowerOnDelay: 50 * time.Millisecond}, do: (*Controller).PowerOn,
+			wantRequests: []string{"On"}, wantAfter: PowerOn, wantEvidence: "On observed after On"},
+		{name: "on when already on", system: delays, do: (*Controller).PowerOn, wantAfter: PowerOn, wantAlready: true},
+		{name: "cycle prefers PowerCycle", system: delays, do: (*Controller).PowerCycle,
+			wantRequests: []string{"PowerCycle"}, wantAfter: PowerOn, wantEvidence: "Off then On observed after PowerCycle"},
+		{name: "cycle falls back to ForceRestart, proven by LastResetTime",
+			system: bmcsim.SystemConfig{ID: "1", ResetTypes: []string{"On", "ForceOff", "ForceRestart"}}, do: (*Controller).PowerCycle,
+			wantRequests: []string{"ForceRestart"}, wantAfter: PowerOn, wantEvidence: "On, and LastResetTime moved"},
+		{name: "cycle falls back to ForceOff then On",
+			system: bmcsim.SystemConfig{ID: "1", ResetTypes: []string{"On", "ForceOff"}}, do: (*Controller).PowerCycle,
+			wantRequests: []string{"ForceOff", "On"}, wantAfter: PowerOn, wantEvidence: "On observed after On"},
+		{name: "cycle of a machine that is off powers it on", system: bmcsim.SystemConfig{ID: "1", PowerState: "Off"}, do: (*Controller).PowerCycle,
+			wantRequests: []string{"On"}, wantAfter: PowerOn},
+		{name: "reboot is graceful first", system: delays, do: (*Controller).Reboot,
+			wantRequests: []string{"GracefulRestart"}, wantAfter: PowerOn, wantEvidence: "Off then On observed after GracefulRestart"},
+		{name: "reboot without GracefulRestart is a hard cycle",
+			system: bmcsim.SystemConfig{ID: "1", ResetTypes: []string{"On", "ForceOff", "PowerCycle"}}, do: (*Controller).Reboot,
+			wantRequests: []string{"PowerCycle"}, wantAfter: PowerOn},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, bmcsim.Config{Systems: []bmcsim.SystemConfig{tt.system}})
+			c := r.controller(r.sim.Endpoint(), r.opts(), secret)
+			res, err := tt.do(c, context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantRequests, res.Requests)
+			assert.Equal(t, tt.wantAfter, res.After)
+			assert.Equal(t, string(tt.wantAfter), r.sim.PowerState("1"), "the simulator agrees")
+			assert.Equal(t, tt.wantAlready, res.Already)
+			assert.Contains(t, res.Evidence, tt.wantEvidence)
+			assert.Equal(t, 0, r.sim.Sessions(), "every session is logged out")
+		})
+	}
+}
+
+func TestRedfishFaults(t *testing.T) {
+	t.Run("wrong password: one login, ErrAuth, says check credentials", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		c := r.controller(r.sim.Endpoint(), r.opts(), "wrong-"+secret)
+		before := r.sim.Requests()
+		_, err := c.PowerOff(context.Background())
+		require.ErrorIs(t, err, ErrAuth)
+		assert.Contains(t, err.Error(), "check the credentials")
+		assert.LessOrEqual(t, r.sim.Requests()-before, 2, "service root and one login: no retry loop")
+		assert.Equal(t, "On", r.sim.PowerState("1"))
+		noSecret(t, err)
+	})
+	t.Run("credentials revoked mid-way are not retried", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{RejectAuth: true})
+		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
+		require.ErrorIs(t, err, ErrAuth)
+	})
+	t.Run("500s are retried", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{Fail500: 3})
+		st, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, PowerOn, st)
+		assert.Contains(t, r.logs.String(), "transient BMC failure; retrying")
+	})
+	t.Run("500s past the retries fail as refused", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{Fail500: 1000})
+		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
+		require.ErrorIs(t, err, ErrRefused)
+		assert.Contains(t, err.Error(), "500")
+	})
+	t.Run("malformed JSON is retried, not a panic", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{Malformed: 2})
+		res, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerOff(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, PowerOff, res.After)
+	})
+	t.Run("malformed JSON for good fails with an error", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{Malformed: 1000})
+		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
+		require.ErrorIs(t, err, ErrRefused)
+	})
+	t.Run("a BMC that accepts a reset but never acts: could not verify", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{IgnoreResets: true})
+		opts := r.opts()
+		opts.VerifyTimeout, opts.GracefulTimeout = 300*time.Millisecond, 200*time.Millisecond
+		res, err := r.controller(r.sim.Endpoint(), opts, secret).PowerOff(context.Background())
+		require.ErrorIs(t, err, ErrUnverified)
+		assert.Contains(t, err.Error(), "the BMC accepted ForceOff but reports On after 300ms")
+		assert.Equal(t, []string{"GracefulShutdown", "ForceOff"}, res.Requests, "graceful first, then forced")
+		assert.Equal(t, []string{"GracefulShutdown (ignored)", "ForceOff (ignored)"}, r.sim.Resets("1"))
+	})
+	t.Run("reboot unproven: graceful, then hard, then could not verify", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{IgnoreResets: true})
+		opts := r.opts()
+		opts.VerifyTimeout, opts.GracefulTimeout = 200*time.Millisecond, 200*time.Millisecond
+		res, err := r.controller(r.sim.Endpoint(), opts, secret).Reboot(context.Background())
+		require.ErrorIs(t, err, ErrUnverified)
+		assert.Equal(t, []string{"GracefulRestart", "PowerCycle"}, res.Requests)
+	})
+	t.Run("slow answers within the deadline still work", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{Latency: 30 * time.Millisecond})
+		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
+		require.NoError(t, err)
+	})
+	t.Run("slow answers past the caller's deadline stop, not retried", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{Latency: 2 * time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(ctx)
+		require.Error(t, err)
+		assert.Less(t, time.Since(start), 1500*time.Millisecond)
+	})
+	t.Run("no session service: basic auth", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{NoSessionService: true})
+		res, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerCycle(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, PowerOn, res.After)
+	})
+}
+
+func TestRedfishTLSAndSystems(t *testing.T) {
+	r := newRig(t, bmcsim.Config{Systems: []bmcsim.SystemConfig{{ID: "a"}, {ID: "b", PowerState: "Off"}}})
+	ctx := context.Background()
+
+	noCA := r.opts()
+	noCA.CAFile = ""
+	_, err := r.controller(r.sim.Endpoint()+"/systems/a", noCA, secret).PowerState(ctx)
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "--ca-file")
+
+	insecure := noCA
+	insecure.Insecure = true
+	st, err := r.controller(r.sim.Endpoint()+"/systems/b", insecure, secret).PowerState(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, PowerOff, st)
+
+	st, err = r.controller(r.sim.Endpoint()+"/redfish/v1/Systems/a", r.opts(), secret).PowerState(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, PowerOn, st)
+
+	_, err = r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(ctx)
+	require.EqualError(t, err, fmt.Sprintf("%s status: %v: the BMC has 2 systems (a, b): name one in the endpoint as /systems/ID",
+		strings.TrimPrefix(r.sim.Endpoint(), ""), ErrRefused))
+
+	_, err = r.controller(r.sim.Endpoint()+"/systems/zz", r.opts(), secret).PowerState(ctx)
+	require.ErrorContains(t, err, `no system "zz"; the BMC has 2 systems (a, b)`)
+}
+
+func TestRedfishPlainHTTPAndMetrics(t *testing.T) {
+	r := newRig(t, bmcsim.Config{PlainHTTP: true})
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	opts := r.opts()
+	opts.Metrics = m
+	c := r.controller(r.sim.Endpoint(), opts, secret)
+	_, err = c.PowerCycle(context.Background())
+	require.NoError(t, err)
+	bad := r.controller(r.sim.Endpoint(), opts, "nope")
+	_, err = bad.PowerState(context.Background())
+	require.ErrorIs(t, err, ErrAuth)
+
+	assert.InDelta(t, 1, testutil.ToFloat64(m.calls.WithLabelValues("redfish", "cycle", "ok")), 0)
+	assert.InDelta(t, 1, testutil.ToFloat64(m.calls.WithLabelValues("redfish", "status", "auth")), 0)
+	out, err := testutil.CollectAndLint(m.duration)
+	require.NoError(t, err)
+	assert.Empty(t, out)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		assert.NotContains(t, f.String(), secret)
+	}
+}
