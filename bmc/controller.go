@@ -121,7 +121,7 @@ type Options struct {
 	GracefulTimeout time.Duration
 	// PollInterval is the time between power-state reads while verifying (default 500 ms).
 	PollInterval time.Duration
-	// Retries is how many times a transient failure is retried (default 4); RetryBase and RetryMax
+	// Retries is how many times a transient failure is retried (default 4, negative for none); RetryBase and RetryMax
 	// bound the exponential backoff with jitter (defaults 250 ms and 5 s).
 	Retries   int
 	RetryBase time.Duration
@@ -149,8 +149,11 @@ func (o Options) withDefaults() Options {
 	def(&o.PollInterval, 500*time.Millisecond)
 	def(&o.RetryBase, 250*time.Millisecond)
 	def(&o.RetryMax, 5*time.Second)
-	if o.Retries == 0 {
+	switch {
+	case o.Retries == 0:
 		o.Retries = 4
+	case o.Retries < 0:
+		o.Retries = 0
 	}
 	if o.IPMICipherSuite == "" {
 		o.IPMICipherSuite = "3"

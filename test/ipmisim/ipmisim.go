@@ -1,0 +1,192 @@
+// Package ipmisim starts Debian's ipmi_sim (OpenIPMI's LAN BMC simulator) on 127.0.0.1 for tests and
+// benchmarks: a generated lan.conf with one admin user, an emulator command file that makes MC 0x20
+// the BMC, and a chassis_control program that keeps the power state in a file and logs every call,
+// so a test can count the power actions a BMC received.
+package ipmisim
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Sim is a running ipmi_sim.
+type Sim struct {
+	// Host and Port to give ipmitool; Username and Password of its admin user.
+	Host               string
+	Port               int
+	Username, Password string
+	dir                string
+	cmd                *exec.Cmd
+}
+
+// chassisControl is called by ipmi_sim as PROG <mc> get <parm>... or PROG <mc> set <parm> <value>....
+// It keeps the power in $DIR/power and logs each call to $DIR/calls. "shutdown 1" (chassis power soft)
+// is an OS shutting down: power goes to 0 after 200 ms. "reset 1" is a warm reset: logged only.
+const chassisControl = `#!/bin/sh
+dir=$(dirname "$0")
+echo "$*" >> "$dir/calls"
+shift
+op=$1; shift
+case $op in
+get)
+	for p in "$@"; do
+		[ "$p" = power ] && echo "power:$(cat "$dir/power")"
+	done ;;
+set)
+	while [ $# -ge 2 ]; do
+		case $1 in
+		power) echo "$2" > "$dir/power" ;;
+		shutdown) [ "$2" = 1 ] && (sleep 0.2; echo 0 > "$dir/power") >/dev/null 2>&1 & ;;
+		esac
+		shift 2
+	done ;;
+esac
+exit 0
+`
+
+// Start starts ipmi_sim with the machine powered on, and stops it when the test ends. It fails the
+// test, naming the package to install, when ipmi_sim or ipmitool is missing.
+func Start(tb testing.TB) *Sim {
+	tb.Helper()
+	s, err := start(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func start(dir string) (*Sim, error) {
+	for _, bin := range []struct{ name, pkg string }{{"ipmi_sim", "openipmi"}, {"ipmitool", "ipmitool"}} {
+		if _, err := exec.LookPath(bin.name); err != nil {
+			return nil, fmt.Errorf("%s is not on PATH: install Debian's %s (test/run installs it)", bin.name, bin.pkg)
+		}
+	}
+	port, err := freeUDPPort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sim{Host: "127.0.0.1", Port: port, Username: "admin", Password: "ipmi-" + strconv.Itoa(os.Getpid()), dir: dir}
+	lan := fmt.Sprintf(`name "hale"
+set_working_mc 0x20
+  startlan 1
+    addr 127.0.0.1 %d
+    priv_limit admin
+    allowed_auths_callback none md2 md5 straight
+    allowed_auths_user none md2 md5 straight
+    allowed_auths_operator none md2 md5 straight
+    allowed_auths_admin none md2 md5 straight
+    guid a123456789abcdefa123456789abcdef
+  endlan
+  chassis_control "%s 0x20"
+  user 2 true "%s" "%s" admin 10 none md2 md5 straight
+`, port, filepath.Join(dir, "chassis_control"), s.Username, s.Password)
+	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nmc_enable 0x20\n"
+	for name, body := range map[string]string{"lan.conf": lan, "cmd.emu": emu, "chassis_control": chassisControl, "power": "1\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o700); err != nil {
+			return nil, fmt.Errorf("ipmisim: %w", err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
+		return nil, fmt.Errorf("ipmisim: %w", err)
+	}
+	s.cmd = exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "cmd.emu"),
+		"-s", filepath.Join(dir, "state"), "-n")
+	s.cmd.Dir = dir
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("ipmisim: starting ipmi_sim: %w", err)
+	}
+	// Ready when it answers a power status.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := s.Ipmitool(context.Background(), "chassis", "power", "status")
+		if err == nil && strings.Contains(out, "Chassis Power is") {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("ipmisim: ipmi_sim on port %d did not answer in 10 s: %v %s", port, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop stops ipmi_sim.
+func (s *Sim) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Endpoint is the ipmi:// endpoint of the simulator.
+func (s *Sim) Endpoint() string { return fmt.Sprintf("ipmi://%s:%d", s.Host, s.Port) }
+
+// Ipmitool runs plain ipmitool -I lanplus -C 3 against the simulator, password through the environment.
+func (s *Sim) Ipmitool(ctx context.Context, args ...string) (string, error) {
+	base := []string{"-I", "lanplus", "-C", "3", "-H", s.Host, "-p", strconv.Itoa(s.Port), "-U", s.Username, "-E", "-N", "1", "-R", "2"}
+	cmd := exec.CommandContext(ctx, "ipmitool", append(base, args...)...)
+	cmd.Env = append(os.Environ(), "IPMITOOL_PASSWORD="+s.Password)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Power is the simulated machine's power: true when on.
+func (s *Sim) Power() bool {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "power"))
+	return strings.TrimSpace(string(b)) == "1"
+}
+
+// SetPower changes the machine's power from outside (a crash, a pulled plug).
+func (s *Sim) SetPower(on bool) {
+	v := "0\n"
+	if on {
+		v = "1\n"
+	}
+	_ = os.WriteFile(filepath.Join(s.dir, "power"), []byte(v), 0o600)
+}
+
+// Actions returns every state-changing call the BMC made to the machine ("power 0", "power 1",
+// "shutdown 1", "reset 1"), in order.
+func (s *Sim) Actions() []string {
+	f, err := os.Open(filepath.Join(s.dir, "calls"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text()) // <mc> set <parm> <value>
+		if len(fields) >= 4 && fields[1] == "set" {
+			out = append(out, fields[2]+" "+fields[3])
+		}
+	}
+	return out
+}
+
+func freeUDPPort() (int, error) {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("ipmisim: finding a free UDP port: %w", err)
+	}
+	defer c.Close()
+	addr, ok := c.LocalAddr().(*net.UDPAddr)
+	if !ok {
+		return 0, errors.New("ipmisim: not a UDP address")
+	}
+	return addr.Port, nil
+}
