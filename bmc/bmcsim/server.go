@@ -449,6 +449,10 @@ func (s *Server) systemJSON(id string, sy *system) map[string]any {
 		"Id": id, "Name": "System " + id, "SystemType": "Physical", "Manufacturer": "Hale", "Model": "bmcsim",
 		"SerialNumber": "SIM-" + id, "UUID": fmt.Sprintf("8d7a4c1e-0000-4000-8000-%012x", len(id)*7919+int(id[0])),
 		"PowerState": st, "Status": status(),
+		"Boot": map[string]any{
+			"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "UEFI",
+			"BootSourceOverrideTarget@Redfish.AllowableValues": []string{"None", "Pxe", "Hdd", "Cd", "BiosSetup"},
+		},
 		"Actions": map[string]any{"#ComputerSystem.Reset": reset},
 		"Links": map[string]any{
 			"Chassis":   refs([]string{"/redfish/v1/Chassis/" + id}),

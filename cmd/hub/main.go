@@ -1,8 +1,10 @@
-// Command hub is Hale's decision maker and its operator tool. This build carries `hub plan`, the
-// offline what-if planner; the daemon (`hub run`) and the other operator commands land with the hub.
+// Command hub is Hale's decision maker and its operator tool. This build carries `hub plan` (the
+// offline what-if planner) and `hub bmc` (raw, verified BMC power control and a Redfish simulator);
+// the daemon (`hub run`) and the quorum-checked operator commands land with the hub.
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,9 +13,9 @@ import (
 )
 
 func main() {
-	if err := newRootCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+	if err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "hub:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -26,6 +28,6 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newPlanCommand())
+	root.AddCommand(newPlanCommand(), newBMCCommand())
 	return root
 }
