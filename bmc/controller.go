@@ -293,12 +293,19 @@ func (c *Controller) operate(ctx context.Context, name string, body func(*operat
 
 // session opens a conn, runs f, records metrics, and turns the error into one that names the endpoint
 // and says what to do.
-func (c *Controller) session(ctx context.Context, call string, f func(conn) error) error {
+func (c *Controller) session(ctx context.Context, call string, f func(conn) error) (err error) {
 	start := time.Now()
+	defer func() {
+		// A driver library choking on a BMC's answer must not take the daemon down.
+		if r := recover(); r != nil {
+			err = c.explain(call, refused(fmt.Errorf("the BMC driver failed on the BMC's answer: %v", r)))
+			c.opts.Metrics.observe(c.drv.name(), call, err, time.Since(start))
+		}
+	}()
 	cn, err := retry(ctx, c, "connect", func() (conn, error) { return c.drv.open(ctx) })
 	if err == nil {
+		defer cn.close()
 		err = f(cn)
-		cn.close()
 	}
 	err = c.explain(call, err)
 	c.opts.Metrics.observe(c.drv.name(), call, err, time.Since(start))
