@@ -54,7 +54,9 @@ func TestBMCPower(t *testing.T) {
 	r := startSimRig(t)
 	ep := r.sim.Endpoint()
 	flags := []string{"--credentials", r.creds, "--ca-file", r.ca, "--timeout", "20s", "--graceful-timeout", "5s"}
-	run := func(args ...string) (string, string, int) { return hubRun(t, append(append([]string{"bmc", "power"}, args...), flags...)...) }
+	run := func(args ...string) (string, string, int) {
+		return hubRun(t, append(append([]string{"bmc", "power"}, args...), flags...)...)
+	}
 
 	out, _, code := run("status", ep)
 	assert.Equal(t, exitOK, code)
