@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/ipmisim"
 )
 
-func ipmiController(t *testing.T, sim *ipmisim.Sim, password string, logs *syncBuffer) *Controller {
+func ipmiController(t *testing.T, sim *ipmisim.Sim, password string, logs *capture.Buffer) *Controller {
 	t.Helper()
 	ep, err := ParseEndpoint(sim.Endpoint())
 	require.NoError(t, err)
@@ -28,7 +29,7 @@ func ipmiController(t *testing.T, sim *ipmisim.Sim, password string, logs *syncB
 // (graceful), on, cycle, reboot, each verified, and counts the power actions the BMC received.
 func TestIPMIAgainstIPMISim(t *testing.T) {
 	sim := ipmisim.Start(t)
-	logs := &syncBuffer{}
+	logs := &capture.Buffer{}
 	c := ipmiController(t, sim, sim.Password, logs)
 	ctx := context.Background()
 
@@ -70,7 +71,7 @@ func TestIPMIErrors(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("wrong password is an auth failure, not retried", func(t *testing.T) {
-		logs := &syncBuffer{}
+		logs := &capture.Buffer{}
 		start := time.Now()
 		_, err := ipmiController(t, sim, "wrong-password", logs).PowerOff(ctx)
 		require.ErrorIs(t, err, ErrAuth)

@@ -1,14 +1,12 @@
 package bmc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,33 +16,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/test/capture"
 )
 
 // secret is the simulator's password in these tests; secretScanner asserts it never shows up.
 const secret = "Hunter2-never-log-me"
 
-// syncBuffer is a log sink shared by the controllers of a test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type rig struct {
 	t    *testing.T
 	sim  *bmcsim.Server
-	logs *syncBuffer
+	logs *capture.Buffer
 	ca   string
 }
 
@@ -55,7 +36,7 @@ func newRig(t *testing.T, cfg bmcsim.Config) *rig {
 	cfg.Username, cfg.Password = "admin", secret
 	sim, err := bmcsim.Start(cfg)
 	require.NoError(t, err)
-	r := &rig{t: t, sim: sim, logs: &syncBuffer{}}
+	r := &rig{t: t, sim: sim, logs: &capture.Buffer{}}
 	if pem := sim.CertPEM(); pem != nil {
 		r.ca = filepath.Join(t.TempDir(), "ca.pem")
 		require.NoError(t, os.WriteFile(r.ca, pem, 0o600))

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/test/capture"
 )
 
 type simRig struct {
@@ -146,7 +146,7 @@ func TestBMCPowerExitCodes(t *testing.T) {
 
 func TestBMCSimulate(t *testing.T) {
 	dir := t.TempDir()
-	out := &syncWriter{}
+	out := &capture.Buffer{}
 	var errOut bytes.Buffer
 	cmd := newRootCommand(out, &errOut)
 	cmd.SetArgs([]string{"bmc", "simulate", "--listen", "127.0.0.1:0", "--state-dir", dir, "--system", "a,b"})
@@ -168,22 +168,4 @@ func TestBMCSimulate(t *testing.T) {
 	assert.Contains(t, o, "/systems/a: On")
 	cancel()
 	require.NoError(t, <-done)
-}
-
-// syncWriter lets a test read what a command running in another goroutine writes.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
