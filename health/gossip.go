@@ -1,0 +1,402 @@
+package health
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Timing is the failure-detection tuning of the gossip pool.
+type Timing struct {
+	// ProbeInterval is how often each member probes a random peer; ProbeTimeout how long it waits for
+	// the ack before asking others to probe indirectly.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	// SuspicionMult: a suspect is declared dead after SuspicionMult × ProbeInterval (scaled by
+	// log10 of the pool size, which is 1 below 10 members) unless it refutes.
+	SuspicionMult int
+	// GossipInterval is how often queued broadcasts (new reports, suspicions) are sent.
+	GossipInterval time.Duration
+	// PushPullInterval is how often full state is exchanged with one peer over TCP.
+	PushPullInterval time.Duration
+}
+
+// DefaultTiming is Hale's tuning for control planes of 3 to 7 nodes on one LAN: a dead peer is probed
+// within ~150 ms, its ack missed after 75 ms, and it is declared dead after 2 × 150 ms of suspicion
+// unless it refutes, for detection well under a second. The price: ~7 small UDP packets per second per
+// member, and a member that cannot answer within 75 ms (a saturated link, a stalled process) is
+// suspected sooner; it refutes the suspicion as soon as it hears of it, and its peers' indirect and
+// TCP probes keep a lossy link from being taken for a dead one.
+func DefaultTiming() Timing {
+	return Timing{ProbeInterval: 150 * time.Millisecond, ProbeTimeout: 75 * time.Millisecond, SuspicionMult: 2,
+		GossipInterval: 50 * time.Millisecond, PushPullInterval: 10 * time.Second}
+}
+
+// LANTiming is memberlist's DefaultLANConfig tuning (1 s probes, 4× suspicion), for comparison.
+func LANTiming() Timing {
+	c := memberlist.DefaultLANConfig()
+	return Timing{ProbeInterval: c.ProbeInterval, ProbeTimeout: c.ProbeTimeout, SuspicionMult: c.SuspicionMult,
+		GossipInterval: c.GossipInterval, PushPullInterval: c.PushPullInterval}
+}
+
+// GossipConfig configures a member of the gossip pool.
+type GossipConfig struct {
+	// Node is this member's name (the node name for agents).
+	Node string
+	// Cluster names the pool; it is memberlist's label, so two clusters on one network never merge.
+	Cluster string
+	// Role is "agent" or "hub", gossiped as node metadata.
+	Role string
+	// BindAddr and BindPort to listen on (UDP and TCP); AdvertiseAddr/Port when they differ.
+	BindAddr      string
+	BindPort      int
+	AdvertiseAddr string
+	AdvertisePort int
+	// Keys encrypt the gossip: 16, 24 or 32 bytes each; the first encrypts, all decrypt. Required.
+	Keys   [][]byte
+	Timing Timing
+	Logger *slog.Logger
+	// Transport replaces memberlist's network transport (tests wrap it to drop packets).
+	Transport memberlist.Transport
+}
+
+// Gossip is one member of the encrypted gossip pool: it spreads this member's latest report, keeps
+// the newest report of every other member, and tracks peer liveness.
+type Gossip struct {
+	cfg     GossipConfig
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring
+	queue   *memberlist.TransmitLimitedQueue
+	log     *slog.Logger
+	dedup   *logDedup
+
+	mu      sync.Mutex
+	version uint64
+	reports map[string]*Report
+	encoded map[string][]byte
+	peers   map[string]PeerView
+	badMsgs int
+}
+
+// StartGossip starts a member. Join connects it to a pool.
+func StartGossip(cfg GossipConfig) (*Gossip, error) {
+	if cfg.Node == "" || cfg.Cluster == "" {
+		return nil, errors.New("gossip: node and cluster names are required")
+	}
+	if len(cfg.Keys) == 0 {
+		return nil, errors.New("gossip: encryption is mandatory: give a key file (make one with: head -c 32 /dev/urandom | base64)")
+	}
+	keyring, err := memberlist.NewKeyring(cfg.Keys[1:], cfg.Keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("gossip keys: %w", err)
+	}
+	if cfg.Timing == (Timing{}) {
+		cfg.Timing = DefaultTiming()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gossip{cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
+		encoded: map[string][]byte{}, peers: map[string]PeerView{}}
+	g.dedup = newLogDedup(g.log)
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Node
+	mc.Label = cfg.Cluster
+	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort
+	mc.AdvertiseAddr, mc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
+	mc.Keyring = keyring
+	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	mc.ProbeInterval, mc.ProbeTimeout = cfg.Timing.ProbeInterval, cfg.Timing.ProbeTimeout
+	mc.SuspicionMult = cfg.Timing.SuspicionMult
+	mc.GossipInterval = cfg.Timing.GossipInterval
+	mc.PushPullInterval = cfg.Timing.PushPullInterval
+	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
+	mc.Logger = log.New(g.dedup, "", 0)
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+	}
+	g.queue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return g.ml.NumMembers() }, RetransmitMult: mc.RetransmitMult}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
+	}
+	g.ml = ml
+	return g, nil
+}
+
+// Join contacts the given peers (host:port) and returns how many answered.
+func (g *Gossip) Join(peers []string) (int, error) {
+	n, err := g.ml.Join(peers)
+	if err != nil && n == 0 {
+		return 0, fmt.Errorf("gossip: joining %v: %w", peers, err)
+	}
+	return n, nil
+}
+
+// Addr is where this member listens.
+func (g *Gossip) Addr() string {
+	n := g.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Publish makes r this member's latest report and spreads it. It sets Node, Cluster, Version and
+// SentAt.
+func (g *Gossip) Publish(r Report) error {
+	g.mu.Lock()
+	g.version = max(g.version+1, uint64(time.Now().UnixNano()))
+	r.Node, r.Cluster, r.Version, r.SentAt = g.cfg.Node, g.cfg.Cluster, g.version, time.Now().UTC()
+	msg, err := r.Encode()
+	if err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	g.reports[r.Node], g.encoded[r.Node] = &r, msg
+	g.mu.Unlock()
+
+	if len(msg) <= maxBroadcast {
+		g.queue.QueueBroadcast(&reportBroadcast{node: r.Node, msg: msg})
+		return nil
+	}
+	// Too large for a UDP packet even compressed: send it to every member over TCP.
+	var errs []error
+	for _, m := range g.ml.Members() {
+		if m.Name != g.cfg.Node {
+			if err := g.ml.SendReliable(m, msg); err != nil {
+				errs = append(errs, fmt.Errorf("sending report to %s: %w", m.Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// maxBroadcast is the largest message sent as a UDP broadcast; larger ones go over TCP.
+const maxBroadcast = 1200
+
+// Reports returns the newest report of every member (this one included), by node name.
+func (g *Gossip) Reports() map[string]Report {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]Report, len(g.reports))
+	for k, r := range g.reports {
+		out[k] = *r
+	}
+	return out
+}
+
+// Peers returns every peer this member has seen, with its liveness and since when, sorted by name.
+func (g *Gossip) Peers() []PeerView {
+	now := time.Now().UTC()
+	current := map[string]PeerState{}
+	for _, n := range g.ml.Members() {
+		if n.Name == g.cfg.Node {
+			continue
+		}
+		current[n.Name] = PeerAlive // memberlist does not expose suspicion: alive until declared dead
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, st := range current {
+		if pv, ok := g.peers[name]; !ok || pv.State != st {
+			g.peers[name] = PeerView{Name: name, State: st, Since: now}
+		}
+	}
+	return slices.SortedFunc(maps.Values(g.peers), func(a, b PeerView) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+}
+
+// BadMessages counts gossip messages that could not be decoded.
+func (g *Gossip) BadMessages() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.badMsgs
+}
+
+// SetKeys replaces the keyring for a rotation: the first key encrypts from now on, all decrypt. To
+// rotate without a partition, first add the new key everywhere as a second key, then make it first
+// everywhere, then drop the old one.
+func (g *Gossip) SetKeys(keys [][]byte) error {
+	if len(keys) == 0 {
+		return errors.New("gossip keys: none given; encryption is mandatory")
+	}
+	kr := g.keyring
+	for _, k := range keys {
+		if err := kr.AddKey(k); err != nil {
+			return fmt.Errorf("gossip keys: %w", err)
+		}
+	}
+	if err := kr.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("gossip keys: %w", err)
+	}
+	for _, old := range kr.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return string(k) == string(old) }) {
+			if err := kr.RemoveKey(old); err != nil {
+				return fmt.Errorf("gossip keys: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Leave tells the pool this member is leaving, so that peers record it as "left", not "dead", and
+// stops it. (memberlist does not tell its event delegate a leave from a death, so the member first
+// gossips a last report marked Leaving.)
+func (g *Gossip) Leave(timeout time.Duration) error {
+	g.mu.Lock()
+	last := Report{}
+	if r, ok := g.reports[g.cfg.Node]; ok {
+		last = *r
+	}
+	g.mu.Unlock()
+	last.Leaving = true
+	if err := g.Publish(last); err != nil {
+		g.log.Warn("could not announce leaving; peers may record this member as dead", "err", err)
+	}
+	for end := time.Now().Add(timeout / 2); time.Now().Before(end) && g.queue.NumQueued() > 0; {
+		time.Sleep(g.cfg.Timing.GossipInterval)
+	}
+	err := g.ml.Leave(timeout)
+	if serr := g.ml.Shutdown(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Shutdown stops the member without a word (peers will find it dead): what a crash looks like.
+func (g *Gossip) Shutdown() error { return g.ml.Shutdown() }
+
+// merge keeps the report in msg if it is newer than what is known of its node, and says so.
+func (g *Gossip) merge(msg []byte) (*Report, bool) {
+	r, err := DecodeReport(msg)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case err != nil:
+		g.badMsgs++
+		g.dedup.once("bad-report", "", "dropping an undecodable gossip message", "err", err)
+		return nil, false
+	case r.Cluster != g.cfg.Cluster:
+		g.badMsgs++
+		g.dedup.once("cluster", r.Node, "dropping a report of another cluster", "node", r.Node, "cluster", r.Cluster)
+		return nil, false
+	case r.Node == g.cfg.Node:
+		return nil, false // our own, echoed back
+	}
+	if old, ok := g.reports[r.Node]; ok && old.Version >= r.Version {
+		return nil, false
+	}
+	g.reports[r.Node], g.encoded[r.Node] = r, msg
+	return r, true
+}
+
+// delegate is memberlist's Delegate: report dissemination.
+type delegate Gossip
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	meta := []byte(d.cfg.Role)
+	if len(meta) > limit {
+		return meta[:limit]
+	}
+	return meta
+}
+
+// NotifyMsg takes a report broadcast by a peer and, when it is news, passes it on (epidemic
+// dissemination: a report reaches every member even when its sender's own retransmissions miss one).
+func (d *delegate) NotifyMsg(msg []byte) {
+	if len(msg) == 0 {
+		return
+	}
+	msg = slices.Clone(msg)
+	if r, fresh := (*Gossip)(d).merge(msg); fresh && len(msg) <= maxBroadcast {
+		d.queue.QueueBroadcast(&reportBroadcast{node: r.Node, msg: msg})
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState is every known report, each length-prefixed, for a push/pull exchange.
+func (d *delegate) LocalState(bool) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []byte
+	for _, msg := range d.encoded {
+		out = binary.AppendUvarint(out, uint64(len(msg)))
+		out = append(out, msg...)
+	}
+	return out
+}
+
+func (d *delegate) MergeRemoteState(buf []byte, _ bool) {
+	g := (*Gossip)(d)
+	for len(buf) > 0 {
+		n, k := binary.Uvarint(buf)
+		if k <= 0 || n > uint64(len(buf)-k) {
+			g.mu.Lock()
+			g.badMsgs++
+			g.mu.Unlock()
+			g.dedup.once("bad-state", "", "dropping an undecodable push/pull state")
+			return
+		}
+		g.merge(slices.Clone(buf[k : k+int(n)]))
+		buf = buf[k+int(n):]
+	}
+}
+
+// events is memberlist's EventDelegate: peer liveness transitions.
+type events Gossip
+
+func (e *events) set(n *memberlist.Node, st PeerState) {
+	if n.Name == e.cfg.Node {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if pv, ok := e.peers[n.Name]; !ok || pv.State != st {
+		e.peers[n.Name] = PeerView{Name: n.Name, State: st, Since: time.Now().UTC()}
+	}
+}
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { e.set(n, PeerAlive) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n, PeerAlive) }
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	st := PeerDead
+	e.mu.Lock()
+	if r, ok := e.reports[n.Name]; ok && r.Leaving {
+		st = PeerLeft
+	}
+	e.mu.Unlock()
+	e.set(n, st)
+}
+
+// reportBroadcast is one queued report; a newer one of the same node replaces it.
+type reportBroadcast struct {
+	node string
+	msg  []byte
+}
+
+func (b *reportBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*reportBroadcast)
+	return ok && o.node == b.node
+}
+func (b *reportBroadcast) Message() []byte { return b.msg }
+func (b *reportBroadcast) Finished()       {}

@@ -1,0 +1,68 @@
+package health
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+)
+
+// logDedup takes memberlist's log lines and the gossip's own complaints and passes them to slog,
+// warning only once per kind of problem and peer address: a peer with the wrong key or another
+// cluster's label would otherwise fill the log several times a second.
+type logDedup struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// maxDedup bounds the memory of what was already said; past it, everything may be said once more.
+const maxDedup = 1024
+
+func newLogDedup(l *slog.Logger) *logDedup { return &logDedup{log: l, seen: map[string]struct{}{}} }
+
+// Write receives one memberlist log line.
+func (d *logDedup) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	level, msg := slog.LevelDebug, line
+	for tag, l := range map[string]slog.Level{"[ERR] ": slog.LevelWarn, "[WARN] ": slog.LevelWarn, "[INFO] ": slog.LevelInfo, "[DEBUG] ": slog.LevelDebug} {
+		if i := strings.Index(line, tag); i >= 0 {
+			level, msg = l, line[i+len(tag):]
+			break
+		}
+	}
+	msg = strings.TrimPrefix(msg, "memberlist: ")
+	if level < slog.LevelWarn {
+		d.log.Log(nil, level, msg) //nolint:staticcheck // no context here: memberlist logs through an io.Writer
+		return len(p), nil
+	}
+	peer := ""
+	if i := strings.Index(msg, "from="); i >= 0 {
+		peer = strings.Fields(msg[i+len("from="):] + " ")[0]
+	}
+	kind := msg
+	if i := strings.IndexAny(kind, ":0123456789"); i > 0 {
+		kind = kind[:i]
+	}
+	d.once(kind, peer, msg)
+	return len(p), nil
+}
+
+// once logs msg as a warning the first time kind and peer are seen together.
+func (d *logDedup) once(kind, peer, msg string, args ...any) {
+	d.mu.Lock()
+	key := kind + "\x00" + peer
+	_, dup := d.seen[key]
+	if !dup {
+		if len(d.seen) >= maxDedup {
+			clear(d.seen)
+		}
+		d.seen[key] = struct{}{}
+	}
+	d.mu.Unlock()
+	if !dup {
+		if peer != "" {
+			args = append(args, "peer", peer)
+		}
+		d.log.Warn(msg+" (said once per peer)", args...)
+	}
+}

@@ -1,0 +1,147 @@
+// Package health is what the agent knows about its node and how it tells everyone: probes (one file
+// per check, run by a Runner), the agent's etcd membership view, the versioned Report, and the
+// encrypted memberlist gossip that spreads reports and peer liveness.
+package health
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// ProbeResult is one probe's latest outcome.
+type ProbeResult struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+	// Since is when the probe entered its current state (OK or failing), so the hub can apply timeouts.
+	Since     time.Time `json:"since"`
+	CheckedAt time.Time `json:"checkedAt"`
+}
+
+// EtcdMember is one member of the etcd membership as the local member reports it.
+type EtcdMember struct {
+	ID         string   `json:"id"` // hex, as etcdctl prints it
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs,omitempty"`
+	ClientURLs []string `json:"clientURLs,omitempty"`
+	Learner    bool     `json:"learner,omitempty"`
+	// Reachable says whether this agent could reach the member's client URL (nil: not checked).
+	Reachable *bool `json:"reachable,omitempty"`
+}
+
+// EtcdView is the etcd membership and raft state as seen from this node's local member.
+type EtcdView struct {
+	LocalID   string       `json:"localID,omitempty"`
+	LocalName string       `json:"localName,omitempty"`
+	Members   []EtcdMember `json:"members,omitempty"`
+	LeaderID  string       `json:"leaderID,omitempty"`
+	RaftTerm  uint64       `json:"raftTerm,omitempty"`
+	RaftIndex uint64       `json:"raftIndex,omitempty"`
+	Alarms    []string     `json:"alarms,omitempty"`
+	// Error says why the view is incomplete (the local member did not answer, …).
+	Error      string    `json:"error,omitempty"`
+	ObservedAt time.Time `json:"observedAt"`
+}
+
+// PeerState is how this agent's memberlist sees a peer.
+type PeerState string
+
+// Peer states.
+const (
+	PeerAlive PeerState = "alive"
+	PeerDead  PeerState = "dead"
+	PeerLeft  PeerState = "left"
+)
+
+// PeerView is one peer's liveness as seen from here.
+type PeerView struct {
+	Name  string    `json:"name"`
+	State PeerState `json:"state"`
+	Since time.Time `json:"since"`
+}
+
+// Report is one agent's view at one time. Version grows with every report a node sends (even across
+// restarts: it is taken from the clock), so a receiver keeps the newest.
+type Report struct {
+	Node    string        `json:"node"`
+	Cluster string        `json:"cluster"`
+	Version uint64        `json:"version"`
+	SentAt  time.Time     `json:"sentAt"`
+	Probes  []ProbeResult `json:"probes,omitempty"`
+	Etcd    *EtcdView     `json:"etcd,omitempty"`
+	Peers   []PeerView    `json:"peers,omitempty"`
+	// Leaving marks a member's last report before it leaves the pool on purpose.
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// Wire format: one format byte, then the body.
+const (
+	formatJSON byte = 1
+	formatGzip byte = 2
+	// compressAbove is the size past which a report is gzipped before it is gossiped.
+	compressAbove = 512
+	// maxDecoded bounds a decoded report (a gzip bomb stops here).
+	maxDecoded = 1 << 20
+)
+
+// Encode writes r in the wire format, gzipped when large.
+func (r *Report) Encode() ([]byte, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encoding report of %s: %w", r.Node, err)
+	}
+	if len(body) <= compressAbove {
+		return append([]byte{formatJSON}, body...), nil
+	}
+	var buf bytes.Buffer
+	buf.WriteByte(formatGzip)
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(body); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeReport reads a report in the wire format. Garbage gives an error, never a panic.
+func DecodeReport(b []byte) (*Report, error) {
+	if len(b) == 0 {
+		return nil, errors.New("empty report")
+	}
+	body := b[1:]
+	switch b[0] {
+	case formatJSON:
+	case formatGzip:
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		body, err = io.ReadAll(io.LimitReader(zr, maxDecoded+1))
+		if err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+		if len(body) > maxDecoded {
+			return nil, fmt.Errorf("report: larger than %d bytes decoded", maxDecoded)
+		}
+	default:
+		return nil, fmt.Errorf("report: unknown format %d", b[0])
+	}
+	var r Report
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	if r.Node == "" {
+		return nil, errors.New("report: no node name")
+	}
+	if r.Version == 0 {
+		return nil, fmt.Errorf("report from %s: no version", r.Node)
+	}
+	return &r, nil
+}
