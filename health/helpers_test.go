@@ -1,6 +1,7 @@
 package health
 
 import (
+	"encoding/pem"
 	"log"
 	"log/slog"
 	"os"
@@ -40,3 +41,7 @@ func durationFromEnv(t testing.TB, name string, def time.Duration) time.Duration
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func pemOf(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

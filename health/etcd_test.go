@@ -1,0 +1,86 @@
+package health
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/test/etcdcluster"
+)
+
+func localEtcd(t *testing.T, endpoint string) *Etcd {
+	t.Helper()
+	e, err := NewEtcd(EtcdConfig{Endpoint: endpoint})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func check(t *testing.T, p Probe, timeout time.Duration) (bool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return p.Check(ctx)
+}
+
+// TestEtcdViewAndProbe reads membership and health from each member of a real 3-member cluster,
+// then stops members one by one.
+func TestEtcdViewAndProbe(t *testing.T) {
+	c := etcdcluster.Start(t, 3)
+	eps := c.Endpoints()
+	e0, e2 := localEtcd(t, eps[0]), localEtcd(t, eps[2])
+	ctx := context.Background()
+
+	ok, detail := check(t, e0.Probe(), 2*time.Second)
+	assert.True(t, ok, detail)
+	assert.Contains(t, detail, "leader")
+
+	v := e0.View(ctx)
+	assert.Empty(t, v.Error)
+	assert.Equal(t, "etcd-0", v.LocalName)
+	require.Len(t, v.Members, 3)
+	assert.NotEmpty(t, v.LeaderID)
+	assert.Positive(t, v.RaftTerm)
+	for i, m := range v.Members {
+		assert.Equal(t, c.Name(i), m.Name)
+		require.NotNil(t, m.Reachable)
+		assert.True(t, *m.Reachable, m.Name)
+		assert.False(t, m.Learner)
+	}
+	// Every member reports the same membership.
+	v2 := e2.View(ctx)
+	assert.Equal(t, "etcd-2", v2.LocalName)
+	assert.Equal(t, memberIDs(v), memberIDs(v2))
+
+	// One member down: the others still have quorum and see it unreachable.
+	c.Stop(2)
+	ok, detail = check(t, e2.Probe(), time.Second)
+	assert.False(t, ok)
+	assert.Contains(t, detail, "status of "+eps[2])
+	ok, detail = check(t, e0.Probe(), 2*time.Second)
+	assert.True(t, ok, detail)
+	v = e0.View(ctx)
+	assert.False(t, *v.Members[2].Reachable)
+	assert.True(t, *v.Members[1].Reachable)
+
+	// Two down: quorum lost; the last one answers Status but cannot serve a linearizable read.
+	c.Stop(1)
+	ok, detail = check(t, e0.Probe(), 3*time.Second)
+	assert.False(t, ok)
+	assert.Contains(t, detail, "linearizable read")
+
+	// Power restored: it heals.
+	require.NoError(t, c.Restart(1))
+	require.Eventually(t, func() bool { ok, _ := check(t, e0.Probe(), time.Second); return ok }, 15*time.Second, 100*time.Millisecond)
+}
+
+func memberIDs(v EtcdView) []string {
+	var out []string
+	for _, m := range v.Members {
+		out = append(out, m.ID)
+	}
+	return out
+}
