@@ -152,9 +152,10 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 	return v
 }
 
-// reachable asks a member's client URL for its status, through this client (same TLS).
+// reachable asks a member's client URL for its status, through this client (same TLS), for at most
+// half a second: on a LAN a member that takes longer is as good as unreachable.
 func (e *Etcd) reachable(ctx context.Context, url string) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	_, err := e.cli.Status(ctx, url)
 	return err == nil

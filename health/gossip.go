@@ -71,6 +71,9 @@ type GossipConfig struct {
 	Logger *slog.Logger
 	// Transport replaces memberlist's network transport (tests wrap it to drop packets).
 	Transport memberlist.Transport
+	// OnPeerChange, when set, is called after a peer joins, dies or leaves (from memberlist's event
+	// loop: it must not block).
+	OnPeerChange func()
 }
 
 // Gossip is one member of the encrypted gossip pool: it spreads this member's latest report, keeps
@@ -90,6 +93,7 @@ type Gossip struct {
 	peers   map[string]PeerView
 	clock   map[string]clockSample
 	badMsgs int
+	stopped bool
 }
 
 // clockSample is a peer's clock offset (its send time minus our receive time) and when it was taken.
@@ -289,6 +293,10 @@ func (g *Gossip) SetKeys(keys [][]byte) error {
 // gossips a last report marked Leaving.)
 func (g *Gossip) Leave(timeout time.Duration) error {
 	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return nil // memberlist panics on a leave after shutdown
+	}
 	last := Report{}
 	if r, ok := g.reports[g.cfg.Node]; ok {
 		last = *r
@@ -302,14 +310,19 @@ func (g *Gossip) Leave(timeout time.Duration) error {
 		time.Sleep(g.cfg.Timing.GossipInterval)
 	}
 	err := g.ml.Leave(timeout)
-	if serr := g.ml.Shutdown(); err == nil {
+	if serr := g.Shutdown(); err == nil {
 		err = serr
 	}
 	return err
 }
 
 // Shutdown stops the member without a word (peers will find it dead): what a crash looks like.
-func (g *Gossip) Shutdown() error { return g.ml.Shutdown() }
+func (g *Gossip) Shutdown() error {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	return g.ml.Shutdown()
+}
 
 // merge keeps the report in msg if it is newer than what is known of its node, and says so.
 func (g *Gossip) merge(msg []byte) (*Report, bool) {
@@ -407,9 +420,14 @@ func (e *events) set(n *memberlist.Node, st PeerState) {
 		return
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if pv, ok := e.peers[n.Name]; !ok || pv.State != st {
+	pv, ok := e.peers[n.Name]
+	changed := !ok || pv.State != st
+	if changed {
 		e.peers[n.Name] = PeerView{Name: n.Name, State: st, Since: time.Now().UTC()}
+	}
+	e.mu.Unlock()
+	if changed && e.cfg.OnPeerChange != nil {
+		e.cfg.OnPeerChange()
 	}
 }
 
