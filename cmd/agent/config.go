@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/hale-dev/hale/health"
+)
+
+// Duration reads "100ms", "2s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration like \"500ms\" or \"2s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration like \"500ms\" or \"2s\", got %q", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Config is the agent's configuration file. Every field has a default but cluster and keyFile.
+type Config struct {
+	// Node names this agent in the pool (default: the host name).
+	Node string `json:"node"`
+	// Cluster names the gossip pool; nodes of another cluster never merge.
+	Cluster string       `json:"cluster"`
+	Gossip  GossipConfig `json:"gossip"`
+	// ReportInterval is the longest time between two reports (changes are sent at once).
+	ReportInterval Duration `json:"reportInterval"`
+	// Listen serves /healthz, /readyz and /metrics (default 127.0.0.1:9101).
+	Listen string            `json:"listen"`
+	Etcd   health.EtcdConfig `json:"etcd"`
+	Probes ProbesConfig      `json:"probes"`
+}
+
+// GossipConfig is the gossip section.
+type GossipConfig struct {
+	// Bind is host:port for UDP and TCP gossip (default 0.0.0.0:7946).
+	Bind      string   `json:"bind"`
+	Advertise string   `json:"advertise"`
+	Join      []string `json:"join"`
+	// KeyFile holds the base64 gossip keys, one a line, the first used to encrypt. Required.
+	KeyFile       string   `json:"keyFile"`
+	ProbeInterval Duration `json:"probeInterval"`
+	ProbeTimeout  Duration `json:"probeTimeout"`
+	SuspicionMult int      `json:"suspicionMult"`
+}
+
+// ProbeConfig is what every probe shares.
+type ProbeConfig struct {
+	// Enabled defaults to true; set false to drop a probe (a node without etcd drops etcd and etcdDisk).
+	Enabled  *bool    `json:"enabled"`
+	Interval Duration `json:"interval"`
+	Timeout  Duration `json:"timeout"`
+}
+
+// ProbesConfig configures each probe.
+type ProbesConfig struct {
+	Kubelet struct {
+		ProbeConfig
+		URL         string `json:"url"`
+	} `json:"kubelet"`
+	APIServer struct {
+		ProbeConfig
+		URL         string          `json:"url"`
+		TLS         health.TLSFiles `json:"tls"`
+	} `json:"apiserver"`
+	Etcd     ProbeConfig `json:"etcd"`
+	EtcdDisk struct {
+		ProbeConfig
+		DataDir        string  `json:"dataDir"`
+		MinFreeBytes   uint64  `json:"minFreeBytes"`
+		MinFreePercent float64 `json:"minFreePercent"`
+	} `json:"etcdDisk"`
+	Clock struct {
+		ProbeConfig
+		MaxOffset   Duration `json:"maxOffset"`
+	} `json:"clock"`
+}
+
+// loadConfig reads path strictly: an unknown field is an error that names it.
+func loadConfig(path string) (Config, error) {
+	var c Config
+	if path == "" {
+		return c, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// withDefaults fills what is left empty.
+func (c Config) withDefaults() Config {
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
+	if c.Gossip.Bind == "" {
+		c.Gossip.Bind = "0.0.0.0:7946"
+	}
+	t := health.DefaultTiming()
+	setDur(&c.Gossip.ProbeInterval, t.ProbeInterval)
+	setDur(&c.Gossip.ProbeTimeout, t.ProbeTimeout)
+	if c.Gossip.SuspicionMult == 0 {
+		c.Gossip.SuspicionMult = t.SuspicionMult
+	}
+	setDur(&c.ReportInterval, time.Second)
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:9101"
+	}
+	c.Etcd = c.Etcd.WithDefaults()
+	p := &c.Probes
+	for _, pc := range []*ProbeConfig{&p.Kubelet.ProbeConfig, &p.APIServer.ProbeConfig, &p.Etcd, &p.EtcdDisk.ProbeConfig, &p.Clock.ProbeConfig} {
+		if pc.Enabled == nil {
+			yes := true
+			pc.Enabled = &yes
+		}
+		setDur(&pc.Interval, time.Second)
+		setDur(&pc.Timeout, min(800*time.Millisecond, pc.Interval.Duration))
+	}
+	setDur(&p.EtcdDisk.Interval, 10*time.Second)
+	return c
+}
+
+func setDur(d *Duration, v time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = v
+	}
+}
+
+// validate names the first field that is wrong.
+func (c Config) validate() error {
+	switch {
+	case c.Cluster == "":
+		return errors.New("cluster: required (the gossip pool's name; use the same on every node of a cluster)")
+	case c.Gossip.KeyFile == "":
+		return errors.New("gossip.keyFile: required: gossip is always encrypted (make a key with: head -c 32 /dev/urandom | base64)")
+	case c.Node == "":
+		return errors.New("node: empty and the host name is unknown; set it")
+	}
+	if _, _, err := splitHostPort(c.Gossip.Bind); err != nil {
+		return fmt.Errorf("gossip.bind: %w", err)
+	}
+	if c.Gossip.Advertise != "" {
+		if _, _, err := splitHostPort(c.Gossip.Advertise); err != nil {
+			return fmt.Errorf("gossip.advertise: %w", err)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen %q: %w", c.Listen, err)
+	}
+	if c.Gossip.ProbeTimeout.Duration >= c.Gossip.ProbeInterval.Duration {
+		return fmt.Errorf("gossip.probeTimeout %v: must be shorter than gossip.probeInterval %v", c.Gossip.ProbeTimeout, c.Gossip.ProbeInterval)
+	}
+	if c.Gossip.SuspicionMult < 1 {
+		return fmt.Errorf("gossip.suspicionMult %d: must be at least 1", c.Gossip.SuspicionMult)
+	}
+	return nil
+}
+
+func splitHostPort(s string) (string, int, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: want host:port", s)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("%q: port must be a number from 0 to 65535", s)
+	}
+	return host, p, nil
+}

@@ -1,0 +1,229 @@
+// Command agent runs on every control-plane node: it probes the node, reads etcd membership from the
+// local member, and gossips a versioned report to its peers over encrypted memberlist. It never acts.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hale-dev/hale/health"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses flags and config and runs the agent until ctx ends. ready, when set, receives the
+// address of the HTTP endpoint once everything is up (tests use it).
+func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML config file (flags below override it)")
+	node := fs.String("node", "", "this node's name in the pool (default: host name)")
+	cluster := fs.String("cluster", "", "the pool's name, the same on every node of a cluster")
+	bind := fs.String("bind", "", "gossip host:port (default 0.0.0.0:7946)")
+	join := fs.String("join", "", "comma-separated host:port of peers to join")
+	keyFile := fs.String("key-file", "", "gossip key file (base64 keys, one a line)")
+	listen := fs.String("listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		flag string
+		dst  *string
+	}{{*node, &cfg.Node}, {*cluster, &cfg.Cluster}, {*bind, &cfg.Gossip.Bind}, {*keyFile, &cfg.Gossip.KeyFile}, {*listen, &cfg.Listen}} {
+		if f.flag != "" {
+			*f.dst = f.flag
+		}
+	}
+	if *join != "" {
+		cfg.Gossip.Join = strings.Split(*join, ",")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return runAgent(ctx, cfg, log, ready)
+}
+
+func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string) error {
+	keys, err := health.LoadGossipKeys(cfg.Gossip.KeyFile)
+	if err != nil {
+		return err
+	}
+	bindHost, bindPort, _ := splitHostPort(cfg.Gossip.Bind)
+	gc := health.GossipConfig{Node: cfg.Node, Cluster: cfg.Cluster, Role: "agent", BindAddr: bindHost, BindPort: bindPort,
+		Keys: keys, Logger: log, Timing: health.DefaultTiming()}
+	gc.Timing.ProbeInterval, gc.Timing.ProbeTimeout = cfg.Gossip.ProbeInterval.Duration, cfg.Gossip.ProbeTimeout.Duration
+	gc.Timing.SuspicionMult = cfg.Gossip.SuspicionMult
+	if cfg.Gossip.Advertise != "" {
+		gc.AdvertiseAddr, gc.AdvertisePort, _ = splitHostPort(cfg.Gossip.Advertise)
+	}
+	var agent *health.Agent
+	poke := func() {
+		if agent != nil {
+			agent.Poke()
+		}
+	}
+	gc.OnPeerChange = poke
+	g, err := health.StartGossip(gc)
+	if err != nil {
+		return err
+	}
+
+	var etcd *health.Etcd
+	if *cfg.Probes.Etcd.Enabled {
+		if etcd, err = health.NewEtcd(cfg.Etcd); err != nil {
+			_ = g.Shutdown()
+			return err
+		}
+		defer etcd.Close()
+	}
+	specs, err := probeSpecs(cfg, etcd, g)
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	runner, err := health.NewRunner(specs, log, poke)
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	agent = health.NewAgent(g, runner, etcd, cfg.ReportInterval.Duration, log)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newAgentCollector(agent))
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = g.Shutdown()
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: httpHandler(agent, cfg, reg), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	if len(cfg.Gossip.Join) > 0 {
+		go joinLoop(ctx, g, cfg.Gossip.Join, log)
+	}
+	log.Info("agent started", "node", cfg.Node, "cluster", cfg.Cluster, "gossip", g.Addr(), "http", ln.Addr().String(), "probes", len(specs))
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	err = agent.Run(ctx, 5*time.Second)
+	log.Info("agent stopped")
+	return err
+}
+
+// joinLoop joins the configured peers, retrying with backoff until one answers: at boot the peers may
+// not be up yet.
+func joinLoop(ctx context.Context, g *health.Gossip, peers []string, log *slog.Logger) {
+	wait := time.Second
+	for {
+		n, err := g.Join(peers)
+		if err == nil {
+			log.Info("joined the gossip pool", "answered", n)
+			return
+		}
+		log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+func probeSpecs(cfg Config, etcd *health.Etcd, clock health.ClockSource) ([]health.ProbeSpec, error) {
+	p := cfg.Probes
+	var specs []health.ProbeSpec
+	add := func(pc health.ProbeSpec, c ProbeConfig) {
+		if *c.Enabled {
+			pc.Interval, pc.Timeout = c.Interval.Duration, c.Timeout.Duration
+			specs = append(specs, pc)
+		}
+	}
+	kubelet, err := health.NewKubeletProbe(p.Kubelet.URL)
+	if err != nil {
+		return nil, err
+	}
+	add(health.ProbeSpec{Probe: kubelet}, p.Kubelet.ProbeConfig)
+	if *p.APIServer.Enabled {
+		api, err := health.NewAPIServerProbe(p.APIServer.URL, p.APIServer.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("probes.apiserver: %w", err)
+		}
+		add(health.ProbeSpec{Probe: api}, p.APIServer.ProbeConfig)
+	}
+	if etcd != nil {
+		add(health.ProbeSpec{Probe: etcd.Probe()}, p.Etcd)
+	}
+	disk, err := health.NewDiskProbe(p.EtcdDisk.DataDir, p.EtcdDisk.MinFreeBytes, p.EtcdDisk.MinFreePercent)
+	if err != nil {
+		return nil, fmt.Errorf("probes.etcdDisk: %w", err)
+	}
+	add(health.ProbeSpec{Probe: disk}, p.EtcdDisk.ProbeConfig)
+	add(health.ProbeSpec{Probe: health.NewClockProbe(clock, p.Clock.MaxOffset.Duration)}, p.Clock.ProbeConfig)
+	return specs, nil
+}
+
+// httpHandler serves /healthz (the agent loop publishes), /readyz (it has published and, when peers
+// are configured, sees at least one) and /metrics.
+func httpHandler(a *health.Agent, cfg Config, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, last := a.Status()
+		if time.Since(last) > 3*cfg.ReportInterval.Duration+5*time.Second {
+			http.Error(w, fmt.Sprintf("no report published since %v", last.Format(time.RFC3339)), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		n, _ := a.Status()
+		var problems []string
+		if n == 0 {
+			problems = append(problems, "no report published yet")
+		}
+		if len(cfg.Gossip.Join) > 0 && len(a.Gossip().Reports()) < 2 {
+			problems = append(problems, "no peer's report received yet")
+		}
+		if len(problems) > 0 {
+			http.Error(w, strings.Join(problems, "; "), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
