@@ -1,7 +1,6 @@
 package health
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -54,7 +53,7 @@ func detectOnce(b *testing.B, timing Timing) time.Duration {
 				break
 			}
 			if time.Now().After(deadline) {
-				b.Fatal(fmt.Sprintf("%s never declared %s dead", g.cfg.Node, name))
+				b.Fatalf("%s never declared %s dead", g.cfg.Node, name)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

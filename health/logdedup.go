@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -32,7 +33,7 @@ func (d *logDedup) Write(p []byte) (int, error) {
 	}
 	msg = strings.TrimPrefix(msg, "memberlist: ")
 	if level < slog.LevelWarn {
-		d.log.Log(nil, level, msg) //nolint:staticcheck // no context here: memberlist logs through an io.Writer
+		d.log.Log(context.Background(), level, msg) // memberlist logs through an io.Writer: no context to pass
 		return len(p), nil
 	}
 	peer := ""

@@ -74,12 +74,12 @@ type ProbeConfig struct {
 type ProbesConfig struct {
 	Kubelet struct {
 		ProbeConfig
-		URL         string `json:"url"`
+		URL string `json:"url"`
 	} `json:"kubelet"`
 	APIServer struct {
 		ProbeConfig
-		URL         string          `json:"url"`
-		TLS         health.TLSFiles `json:"tls"`
+		URL string          `json:"url"`
+		TLS health.TLSFiles `json:"tls"`
 	} `json:"apiserver"`
 	Etcd     ProbeConfig `json:"etcd"`
 	EtcdDisk struct {
@@ -90,7 +90,7 @@ type ProbesConfig struct {
 	} `json:"etcdDisk"`
 	Clock struct {
 		ProbeConfig
-		MaxOffset   Duration `json:"maxOffset"`
+		MaxOffset Duration `json:"maxOffset"`
 	} `json:"clock"`
 }
 
