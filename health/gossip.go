@@ -1,9 +1,11 @@
 package health
 
 import (
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"maps"
@@ -42,7 +44,7 @@ type Timing struct {
 // nobody declared dead). Slower, noisier networks should raise ProbeInterval and SuspicionMult.
 func DefaultTiming() Timing {
 	return Timing{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond, SuspicionMult: 2,
-		GossipInterval: 50 * time.Millisecond, PushPullInterval: 10 * time.Second}
+		GossipInterval: 100 * time.Millisecond, PushPullInterval: 30 * time.Second}
 }
 
 // LANTiming is memberlist's DefaultLANConfig tuning (1 s probes, 4× suspicion), for comparison.
@@ -82,7 +84,7 @@ type Gossip struct {
 	cfg     GossipConfig
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring
-	queue   *memberlist.TransmitLimitedQueue
+	relay   *memberlist.TransmitLimitedQueue // others' reports, passed on once
 	log     *slog.Logger
 	dedup   *logDedup
 
@@ -94,6 +96,7 @@ type Gossip struct {
 	clock   map[string]clockSample
 	badMsgs int
 	stopped bool
+	zw      *gzip.Writer // reused by Publish, under mu
 }
 
 // clockSample is a peer's clock offset (its send time minus our receive time) and when it was taken.
@@ -131,9 +134,17 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.AdvertiseAddr, mc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
 	mc.Keyring = keyring
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	// Reports are gzipped already; memberlist's LZW pass would cost an allocation-heavy writer per
+	// message for nothing.
+	mc.EnableCompression = false
 	mc.ProbeInterval, mc.ProbeTimeout = cfg.Timing.ProbeInterval, cfg.Timing.ProbeTimeout
 	mc.SuspicionMult = cfg.Timing.SuspicionMult
 	mc.GossipInterval = cfg.Timing.GossipInterval
+	// memberlist counts every send of a broadcast against its retransmit limit and sends each round to
+	// GossipNodes random peers; with its defaults (3 peers, limit 4 for small pools) a membership change
+	// can miss a peer until the next push/pull. Control planes are small: gossip to every peer (up to 6,
+	// a 7-node pool) and allow two full rounds.
+	mc.GossipNodes, mc.RetransmitMult = 6, 8
 	mc.PushPullInterval = cfg.Timing.PushPullInterval
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
@@ -141,7 +152,8 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if cfg.Transport != nil {
 		mc.Transport = cfg.Transport
 	}
-	g.queue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return g.ml.NumMembers() }, RetransmitMult: mc.RetransmitMult}
+	numNodes := func() int { return g.ml.NumMembers() }
+	g.relay = &memberlist.TransmitLimitedQueue{NumNodes: numNodes, RetransmitMult: 1}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
@@ -171,7 +183,10 @@ func (g *Gossip) Publish(r Report) error {
 	g.mu.Lock()
 	g.version = max(g.version+1, uint64(time.Now().UnixNano()))
 	r.Node, r.Cluster, r.Version, r.SentAt = g.cfg.Node, g.cfg.Cluster, g.version, time.Now().UTC()
-	msg, err := r.Encode()
+	if g.zw == nil {
+		g.zw, _ = gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	}
+	msg, err := r.encode(g.zw)
 	if err != nil {
 		g.mu.Unlock()
 		return err
@@ -179,17 +194,20 @@ func (g *Gossip) Publish(r Report) error {
 	g.reports[r.Node], g.encoded[r.Node] = &r, msg
 	g.mu.Unlock()
 
-	if len(msg) <= maxBroadcast {
-		g.queue.QueueBroadcast(&reportBroadcast{node: r.Node, msg: msg})
-		return nil
-	}
-	// Too large for a UDP packet even compressed: send it to every member over TCP.
+	// A control plane has a handful of members: send the report to each of them directly, over UDP
+	// (TCP when it is too large for a packet even compressed), and let each receiver pass it on once
+	// (the relay queue) in case a packet was lost; push/pull catches up whatever is left.
 	var errs []error
 	for _, m := range g.ml.Members() {
-		if m.Name != g.cfg.Node {
-			if err := g.ml.SendReliable(m, msg); err != nil {
-				errs = append(errs, fmt.Errorf("sending report to %s: %w", m.Name, err))
-			}
+		if m.Name == g.cfg.Node {
+			continue
+		}
+		send := g.ml.SendBestEffort
+		if len(msg) > maxBroadcast {
+			send = g.ml.SendReliable
+		}
+		if err := send(m, msg); err != nil {
+			errs = append(errs, fmt.Errorf("sending report to %s: %w", m.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -306,9 +324,6 @@ func (g *Gossip) Leave(timeout time.Duration) error {
 	if err := g.Publish(last); err != nil {
 		g.log.Warn("could not announce leaving; peers may record this member as dead", "err", err)
 	}
-	for end := time.Now().Add(timeout / 2); time.Now().Before(end) && g.queue.NumQueued() > 0; {
-		time.Sleep(g.cfg.Timing.GossipInterval)
-	}
 	err := g.ml.Leave(timeout)
 	if serr := g.Shutdown(); err == nil {
 		err = serr
@@ -359,8 +374,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return meta
 }
 
-// NotifyMsg takes a report broadcast by a peer and, when it is news, passes it on (epidemic
-// dissemination: a report reaches every member even when its sender's own retransmissions miss one).
+// NotifyMsg takes a report broadcast by a peer and, when it is news, passes it on once (so a report
+// reaches every member even when its sender's own retransmissions happen to miss one, at a fraction of
+// the packets a full epidemic would cost).
 func (d *delegate) NotifyMsg(msg []byte) {
 	if len(msg) == 0 {
 		return
@@ -376,12 +392,12 @@ func (d *delegate) NotifyMsg(msg []byte) {
 	d.clock[r.Node] = clockSample{offset: r.SentAt.Sub(now), at: now}
 	d.mu.Unlock()
 	if len(msg) <= maxBroadcast {
-		d.queue.QueueBroadcast(&reportBroadcast{node: r.Node, msg: msg})
+		d.relay.QueueBroadcast(&reportBroadcast{node: r.Node, msg: msg})
 	}
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
-	return d.queue.GetBroadcasts(overhead, limit)
+	return d.relay.GetBroadcasts(overhead, limit)
 }
 
 // LocalState is every known report, each length-prefixed, for a push/pull exchange.

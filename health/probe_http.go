@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 )
 
 // TLSFiles are the PEM files of a TLS client: the CA to verify the server with and, optionally, a
@@ -54,7 +55,9 @@ type httpProbe struct {
 }
 
 func newHTTPProbe(name, url, want string, files TLSFiles) (*httpProbe, error) {
-	transport := &http.Transport{Proxy: nil, DisableKeepAlives: true}
+	// Keep-alive: a TLS handshake every second would cost more than the check itself. A connection to
+	// a server that died fails the next check, and the one after dials afresh.
+	transport := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: 30 * time.Second}
 	if strings.HasPrefix(url, "https://") {
 		c, err := files.Config()
 		if err != nil {

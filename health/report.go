@@ -90,7 +90,11 @@ const (
 )
 
 // Encode writes r in the wire format, gzipped when large.
-func (r *Report) Encode() ([]byte, error) {
+func (r *Report) Encode() ([]byte, error) { return r.encode(nil) }
+
+// encode is Encode with a gzip writer to reuse (nil: a new one; allocating one per report costs
+// more than everything else an idle agent does).
+func (r *Report) encode(zw *gzip.Writer) ([]byte, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding report of %s: %w", r.Node, err)
@@ -100,7 +104,11 @@ func (r *Report) Encode() ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	buf.WriteByte(formatGzip)
-	zw := gzip.NewWriter(&buf)
+	if zw == nil {
+		zw = gzip.NewWriter(&buf)
+	} else {
+		zw.Reset(&buf)
+	}
 	if _, err := zw.Write(body); err != nil {
 		return nil, err
 	}

@@ -41,7 +41,8 @@ type Config struct {
 	// Cluster names the gossip pool; nodes of another cluster never merge.
 	Cluster string       `json:"cluster"`
 	Gossip  GossipConfig `json:"gossip"`
-	// ReportInterval is the longest time between two reports (changes are sent at once).
+	// ReportInterval is the longest time between two reports (default 5 s; a probe or peer that
+	// changes state is reported at once, and liveness itself comes from the gossip's probes).
 	ReportInterval Duration `json:"reportInterval"`
 	// Listen serves /healthz, /readyz and /metrics (default 127.0.0.1:9101).
 	Listen string            `json:"listen"`
@@ -124,7 +125,7 @@ func (c Config) withDefaults() Config {
 	if c.Gossip.SuspicionMult == 0 {
 		c.Gossip.SuspicionMult = t.SuspicionMult
 	}
-	setDur(&c.ReportInterval, time.Second)
+	setDur(&c.ReportInterval, 5*time.Second)
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:9101"
 	}
