@@ -1,0 +1,268 @@
+// Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
+// quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// Verdict is the hub's judgement of a machine.
+type Verdict string
+
+// Verdicts.
+const (
+	Healthy   Verdict = "Healthy"
+	Suspect   Verdict = "Suspect"
+	Unhealthy Verdict = "Unhealthy"
+)
+
+// MachineRef is what the assessor needs of an inventory machine.
+type MachineRef struct {
+	Name string
+	// Node is the machine's name in the gossip pool (its agent's node name).
+	Node string
+	// Member is its etcd member name; empty when it is not an etcd member.
+	Member string
+}
+
+// AssessPolicy holds the timeouts that turn observations into verdicts, like a MachineHealthCheck's
+// unhealthyConditions.
+type AssessPolicy struct {
+	// ProbeTimeouts: how long a probe must fail before the machine is Unhealthy. Probes not listed are
+	// reported but never make a machine unhealthy (a clock offset or a filling disk is not healed by a
+	// reboot).
+	ProbeTimeouts map[string]time.Duration
+	// DeadTimeout: how long a machine must have been declared dead, by the hub and a majority of live
+	// observers, before it is Unhealthy (0: at once; memberlist's suspicion already had its say).
+	DeadTimeout time.Duration
+	// EtcdUnreachableTimeout: how long a majority of observers must fail to reach a member.
+	EtcdUnreachableTimeout time.Duration
+	// StaleAfter: a report older than this is no evidence of anything (the agent may be stuck).
+	StaleAfter time.Duration
+}
+
+// DefaultAssessPolicy: kubelet, apiserver and etcd failing for 10 s; dead at once; etcd unreachable
+// from a majority for 5 s; reports stale after 20 s (four missed 5 s reports).
+func DefaultAssessPolicy() AssessPolicy {
+	return AssessPolicy{
+		ProbeTimeouts:          map[string]time.Duration{"kubelet": 10 * time.Second, "apiserver": 10 * time.Second, "etcd": 10 * time.Second},
+		EtcdUnreachableTimeout: 5 * time.Second,
+		StaleAfter:             20 * time.Second,
+	}
+}
+
+// Assessment is a machine's verdict with its reasons, and its etcd member's health for the planner.
+type Assessment struct {
+	Machine string
+	Verdict Verdict
+	// Since is when the evidence behind the verdict began (for Unhealthy: the earliest qualifying).
+	Since   time.Time
+	Reasons []string
+	// EtcdHealth is the member's health as quorum counts it: Healthy only when a majority of live
+	// observers reach it and its own etcd probe (when reported) passes.
+	EtcdHealth quorum.Health
+}
+
+// Assessor turns reports into verdicts. It remembers when conditions without a since of their own
+// (a member unreachable from a majority) were first seen.
+type Assessor struct {
+	policy    AssessPolicy
+	firstSeen map[string]time.Time
+}
+
+// NewAssessor returns an assessor with policy p.
+func NewAssessor(p AssessPolicy) *Assessor {
+	return &Assessor{policy: p, firstSeen: map[string]time.Time{}}
+}
+
+// Observations is what the hub sees at one moment.
+type Observations struct {
+	Now time.Time
+	// Reports are the agents' latest reports, by node.
+	Reports map[string]health.Report
+	// HubPeers is the hub's own gossip view of each node.
+	HubPeers map[string]health.PeerView
+}
+
+// Assess judges every machine. Rule 6 of DESIGN.md: the hub losing sight of a machine is never enough;
+// dead needs a majority of the live observers (agents the hub hears from, with fresh reports) to agree.
+func (a *Assessor) Assess(machines []MachineRef, obs Observations) []Assessment {
+	observers := a.liveObservers(obs)
+	seen := map[string]bool{}
+	out := make([]Assessment, 0, len(machines))
+	for _, m := range machines {
+		out = append(out, a.assessOne(m, obs, observers, seen))
+	}
+	for k := range a.firstSeen {
+		if !seen[k] {
+			delete(a.firstSeen, k) // the condition cleared
+		}
+	}
+	return out
+}
+
+// liveObservers are the nodes the hub sees alive whose latest report is fresh.
+func (a *Assessor) liveObservers(obs Observations) []health.Report {
+	var out []health.Report
+	for node, r := range obs.Reports {
+		if pv, ok := obs.HubPeers[node]; ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= a.policy.StaleAfter {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(x, y health.Report) int { return strings.Compare(x.Node, y.Node) })
+	return out
+}
+
+type evidence struct {
+	unhealthy, suspect []string
+	since              time.Time
+}
+
+func (e *evidence) bad(since time.Time, format string, args ...any) {
+	e.unhealthy = append(e.unhealthy, fmt.Sprintf(format, args...))
+	if e.since.IsZero() || since.Before(e.since) {
+		e.since = since
+	}
+}
+
+func (e *evidence) doubt(format string, args ...any) { e.suspect = append(e.suspect, fmt.Sprintf(format, args...)) }
+
+func (a *Assessor) assessOne(m MachineRef, obs Observations, observers []health.Report, seen map[string]bool) Assessment {
+	var ev evidence
+	others := slices.DeleteFunc(slices.Clone(observers), func(r health.Report) bool { return r.Node == m.Node })
+	dead := a.liveness(m, obs, others, &ev)
+	own, fresh := obs.Reports[m.Node]
+	fresh = fresh && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
+	if fresh {
+		a.probes(own, obs.Now, &ev)
+	} else if !dead {
+		ev.doubt("no fresh report from %s (stale after %v)", m.Node, a.policy.StaleAfter)
+	}
+	etcd := quorum.HealthUnknown
+	if m.Member != "" {
+		etcd = a.etcdHealth(m, obs.Now, own, fresh, dead, others, seen, &ev)
+	}
+	res := Assessment{Machine: m.Name, Verdict: Healthy, EtcdHealth: etcd}
+	switch {
+	case len(ev.unhealthy) > 0:
+		res.Verdict, res.Since, res.Reasons = Unhealthy, ev.since, append(ev.unhealthy, ev.suspect...)
+	case len(ev.suspect) > 0:
+		res.Verdict, res.Reasons = Suspect, ev.suspect
+	}
+	return res
+}
+
+// liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead.
+func (a *Assessor) liveness(m MachineRef, obs Observations, others []health.Report, ev *evidence) bool {
+	hub, known := obs.HubPeers[m.Node]
+	if !known || hub.State == health.PeerAlive {
+		return false
+	}
+	if hub.State == health.PeerLeft {
+		ev.doubt("%s left the gossip pool on purpose (agent stopped) at %s", m.Node, hub.Since.Format(time.RFC3339))
+		return false
+	}
+	agree, earliest := 0, hub.Since
+	for _, r := range others {
+		for _, p := range r.Peers {
+			if p.Name == m.Node && p.State == health.PeerDead {
+				agree++
+				earliest = minTime(earliest, p.Since)
+			}
+		}
+	}
+	if len(others) == 0 || 2*agree <= len(others) {
+		ev.doubt("the hub lost sight of %s, but only %d of %d live observers see it dead: not corroborated", m.Node, agree, len(others))
+		return false
+	}
+	if d := obs.Now.Sub(earliest); d < a.policy.DeadTimeout {
+		ev.doubt("%s dead for %v per the hub and %d of %d live observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), agree, len(others), a.policy.DeadTimeout)
+		return false
+	}
+	ev.bad(earliest, "%s dead since %s per the hub and %d of %d live observers", m.Node, earliest.Format(time.RFC3339Nano), agree, len(others))
+	return true
+}
+
+// probes weighs m's own probe results against the policy's timeouts.
+func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
+	for _, p := range own.Probes {
+		timeout, counts := a.policy.ProbeTimeouts[p.Name]
+		if p.OK || !counts {
+			continue
+		}
+		if d := now.Sub(p.Since); d >= timeout {
+			ev.bad(p.Since, "%s failing for %v (unhealthy at %v): %s", p.Name, d.Round(time.Second), timeout, p.Detail)
+		} else {
+			ev.doubt("%s failing for %v (unhealthy at %v): %s", p.Name, d.Round(time.Millisecond), timeout, p.Detail)
+		}
+	}
+}
+
+// etcdHealth says how quorum should count m's member: from its own etcd probe and from whether a
+// majority of the other observers reach it.
+func (a *Assessor) etcdHealth(m MachineRef, now time.Time, own health.Report, fresh, dead bool, others []health.Report,
+	seen map[string]bool, ev *evidence) quorum.Health {
+	if dead {
+		return quorum.Unhealthy
+	}
+	reach, unreach := 0, 0
+	for _, r := range others {
+		if r.Etcd == nil {
+			continue
+		}
+		for _, em := range r.Etcd.Members {
+			if em.Name == m.Member && em.Reachable != nil {
+				if *em.Reachable {
+					reach++
+				} else {
+					unreach++
+				}
+			}
+		}
+	}
+	ownOK, ownKnown := true, false
+	if fresh {
+		for _, p := range own.Probes {
+			if p.Name == "etcd" {
+				ownOK, ownKnown = p.OK, true
+			}
+		}
+	}
+	voters := reach + unreach
+	switch {
+	case voters > 0 && 2*unreach > voters:
+		key := "unreachable/" + m.Member
+		seen[key] = true
+		first, ok := a.firstSeen[key]
+		if !ok {
+			first, a.firstSeen[key] = now, now
+		}
+		if d := now.Sub(first); d >= a.policy.EtcdUnreachableTimeout {
+			ev.bad(first, "etcd member %s unreachable from %d of %d observers for %v", m.Member, unreach, voters, d.Round(time.Second))
+		} else {
+			ev.doubt("etcd member %s unreachable from %d of %d observers for %v (unhealthy at %v)", m.Member, unreach, voters,
+				d.Round(time.Millisecond), a.policy.EtcdUnreachableTimeout)
+		}
+		return quorum.Unhealthy
+	case ownKnown && !ownOK:
+		return quorum.Unhealthy
+	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
+		return quorum.Healthy
+	case voters == 0 && ownKnown && ownOK:
+		return quorum.Healthy // no other observer (a one-member cluster): its own word is all there is
+	}
+	return quorum.HealthUnknown
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
