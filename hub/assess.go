@@ -131,7 +131,9 @@ func (e *evidence) bad(since time.Time, format string, args ...any) {
 	}
 }
 
-func (e *evidence) doubt(format string, args ...any) { e.suspect = append(e.suspect, fmt.Sprintf(format, args...)) }
+func (e *evidence) doubt(format string, args ...any) {
+	e.suspect = append(e.suspect, fmt.Sprintf(format, args...))
+}
 
 func (a *Assessor) assessOne(m MachineRef, obs Observations, observers []health.Report, seen map[string]bool) Assessment {
 	var ev evidence
