@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -9,30 +8,12 @@ import (
 	"strconv"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/hale-dev/hale/config"
 	"github.com/hale-dev/hale/health"
 )
 
-// Duration reads "100ms", "2s" in YAML.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON reads a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration like \"500ms\" or \"2s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration like \"500ms\" or \"2s\", got %q", s)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON writes a Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+// Duration is config.Duration.
+type Duration = config.Duration
 
 // Config is the agent's configuration file. Every field has a default but cluster and keyFile.
 type Config struct {
@@ -101,14 +82,7 @@ func loadConfig(path string) (Config, error) {
 	if path == "" {
 		return c, nil
 	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return c, fmt.Errorf("config: %w", err)
-	}
-	if err := yaml.UnmarshalStrict(raw, &c); err != nil {
-		return c, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return c, config.Load(path, &c)
 }
 
 // withDefaults fills what is left empty.
