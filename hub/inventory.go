@@ -1,0 +1,262 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/config"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// InventoryFile is the standalone hub's inventory and policy, as written in YAML.
+type InventoryFile struct {
+	// Cluster names the gossip pool the hub joins (the agents' cluster).
+	Cluster  string           `json:"cluster"`
+	Policy   PolicyFile       `json:"policy"`
+	Classes  map[string]Class `json:"classes"`
+	Machines []MachineFile    `json:"machines"`
+}
+
+// PolicyFile is the policy section.
+type PolicyFile struct {
+	MinFaultTolerance int    `json:"minFaultTolerance"`
+	MaxLearners       *int   `json:"maxLearners"`
+	MaxInFlight       string `json:"maxInFlight"`
+	MaxUnhealthy      string `json:"maxUnhealthy"`
+	// ProbeTimeouts: how long each probe must fail before its machine is Unhealthy.
+	ProbeTimeouts map[string]config.Duration `json:"probeTimeouts"`
+	// RateLimit stops a remediation storm: at most Max remediations started in any Per window.
+	RateLimit struct {
+		Max int             `json:"max"`
+		Per config.Duration `json:"per"`
+	} `json:"rateLimit"`
+	// Cooldown: a machine that recovered is not remediated again before this (min healthy period).
+	Cooldown config.Duration `json:"cooldown"`
+	// MaxAttempts per remediation before it is given up and said so.
+	MaxAttempts int `json:"maxAttempts"`
+}
+
+// Class is a machine class: how its machines are healed.
+type Class struct {
+	Strategy string `json:"strategy"`
+	// Pool groups machines that are not etcd members for maxInFlight/maxUnhealthy (default: the class name).
+	Pool string `json:"pool"`
+}
+
+// MachineFile is one machine of the inventory.
+type MachineFile struct {
+	Name string `json:"name"`
+	// Node is its agent's node name (default: name).
+	Node string `json:"node"`
+	// Member is its etcd member name; empty when it is not an etcd member.
+	Member string  `json:"member"`
+	Class  string  `json:"class"`
+	BMC    BMCFile `json:"bmc"`
+}
+
+// BMCFile says how to reach a machine's BMC.
+type BMCFile struct {
+	Endpoint    string `json:"endpoint"`
+	Credentials string `json:"credentials"`
+	CAFile      string `json:"caFile"`
+	Insecure    bool   `json:"insecure"`
+}
+
+// Inventory is a validated inventory.
+type Inventory struct {
+	Cluster  string
+	Policy   Policy
+	Machines []Machine
+}
+
+// Policy is the validated policy.
+type Policy struct {
+	Quorum      quorum.Policy
+	Assess      AssessPolicy
+	RateMax     int
+	RatePer     time.Duration
+	Cooldown    time.Duration
+	MaxAttempts int
+}
+
+// Machine is a validated inventory machine.
+type Machine struct {
+	MachineRef
+	Class    string
+	Strategy quorum.Strategy
+	Pool     string
+	Endpoint bmc.Endpoint
+	// Credentials, CAFile, Insecure: how to log in to the BMC.
+	Credentials bmc.Credentials
+	CAFile      string
+	Insecure    bool
+}
+
+// LoadInventory reads and validates an inventory file. Every error names the file and the field.
+func LoadInventory(path string) (Inventory, error) {
+	var f InventoryFile
+	if err := config.Load(path, &f); err != nil {
+		return Inventory{}, err
+	}
+	inv, err := f.validate()
+	if err != nil {
+		return Inventory{}, fmt.Errorf("inventory %s: %w", path, err)
+	}
+	return inv, nil
+}
+
+func (f InventoryFile) validate() (Inventory, error) {
+	inv := Inventory{Cluster: f.Cluster}
+	if f.Cluster == "" {
+		return inv, errors.New("cluster: required (the agents' gossip cluster name)")
+	}
+	p, err := f.Policy.validate()
+	if err != nil {
+		return inv, err
+	}
+	inv.Policy = p
+	for name, c := range f.Classes {
+		if _, err := quorum.ParseStrategy(c.Strategy); err != nil {
+			return inv, fmt.Errorf("classes.%s.strategy: %w", name, err)
+		}
+	}
+	if len(f.Machines) == 0 {
+		return inv, errors.New("machines: none listed")
+	}
+	names, nodes, members := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for i, mf := range f.Machines {
+		at := fmt.Sprintf("machines[%d]", i)
+		m := Machine{MachineRef: MachineRef{Name: mf.Name, Node: mf.Node, Member: mf.Member}, Class: mf.Class,
+			CAFile: mf.BMC.CAFile, Insecure: mf.BMC.Insecure}
+		switch {
+		case mf.Name == "" || strings.Contains(mf.Name, "/"):
+			return inv, fmt.Errorf("%s.name: %q must be non-empty and without /", at, mf.Name)
+		case names[mf.Name]:
+			return inv, fmt.Errorf("%s.name: %q is listed twice", at, mf.Name)
+		}
+		if m.Node == "" {
+			m.Node = m.Name
+		}
+		if nodes[m.Node] {
+			return inv, fmt.Errorf("%s (%s).node: %q belongs to another machine too", at, mf.Name, m.Node)
+		}
+		if m.Member != "" && members[m.Member] {
+			return inv, fmt.Errorf("%s (%s).member: etcd member %q belongs to another machine too", at, mf.Name, m.Member)
+		}
+		names[mf.Name], nodes[m.Node], members[m.Member] = true, true, m.Member != ""
+		class, ok := f.Classes[mf.Class]
+		if !ok {
+			return inv, fmt.Errorf("%s (%s).class: %q is not defined under classes", at, mf.Name, mf.Class)
+		}
+		m.Strategy, _ = quorum.ParseStrategy(class.Strategy)
+		m.Pool = class.Pool
+		if m.Pool == "" {
+			m.Pool = mf.Class
+		}
+		if mf.BMC.Endpoint == "" {
+			return inv, fmt.Errorf("%s (%s).bmc.endpoint: required", at, mf.Name)
+		}
+		if m.Endpoint, err = bmc.ParseEndpoint(mf.BMC.Endpoint); err != nil {
+			return inv, fmt.Errorf("%s (%s).bmc.endpoint: %w", at, mf.Name, err)
+		}
+		if mf.BMC.Credentials == "" {
+			return inv, fmt.Errorf("%s (%s).bmc.credentials: required (a file or a Secret-style directory)", at, mf.Name)
+		}
+		if m.Credentials, err = bmc.LoadCredentials(mf.BMC.Credentials); err != nil {
+			return inv, fmt.Errorf("%s (%s).bmc.credentials: %w", at, mf.Name, err)
+		}
+		if mf.BMC.CAFile != "" {
+			if _, err := os.Stat(mf.BMC.CAFile); err != nil {
+				return inv, fmt.Errorf("%s (%s).bmc.caFile: %w", at, mf.Name, err)
+			}
+		}
+		inv.Machines = append(inv.Machines, m)
+	}
+	return inv, nil
+}
+
+func (pf PolicyFile) validate() (Policy, error) {
+	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: DefaultAssessPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
+		Cooldown: pf.Cooldown.Or(5 * time.Minute), MaxAttempts: 3}
+	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
+	if pf.MaxLearners != nil {
+		p.Quorum.MaxLearners = *pf.MaxLearners
+	}
+	if err := p.Quorum.Validate(); err != nil {
+		return p, fmt.Errorf("policy.%w", err)
+	}
+	for _, l := range []struct {
+		field, value string
+		dst          *quorum.Limit
+	}{{"maxInFlight", pf.MaxInFlight, &p.Quorum.Pools.MaxInFlight}, {"maxUnhealthy", pf.MaxUnhealthy, &p.Quorum.Pools.MaxUnhealthy}} {
+		if l.value == "" {
+			continue
+		}
+		v, err := quorum.ParseLimit(l.value)
+		if err != nil {
+			return p, fmt.Errorf("policy.%s: %w", l.field, err)
+		}
+		*l.dst = v
+	}
+	for probe, d := range pf.ProbeTimeouts {
+		if d.Duration <= 0 {
+			return p, fmt.Errorf("policy.probeTimeouts.%s: %v must be positive", probe, d)
+		}
+		p.Assess.ProbeTimeouts[probe] = d.Duration
+	}
+	if pf.RateLimit.Max < 0 || pf.RateLimit.Per.Duration < 0 {
+		return p, errors.New("policy.rateLimit: max and per must not be negative")
+	}
+	if pf.RateLimit.Max > 0 {
+		p.RateMax = pf.RateLimit.Max
+	}
+	p.RatePer = pf.RateLimit.Per.Or(p.RatePer)
+	if pf.MaxAttempts < 0 {
+		return p, fmt.Errorf("policy.maxAttempts: %d must not be negative", pf.MaxAttempts)
+	}
+	if pf.MaxAttempts > 0 {
+		p.MaxAttempts = pf.MaxAttempts
+	}
+	return p, nil
+}
+
+// InventoryReloader keeps the last good inventory: a bad file on reload is reported and the previous
+// inventory stays in force (DESIGN.md rule 7).
+type InventoryReloader struct {
+	path string
+	mu   sync.Mutex
+	cur  Inventory
+}
+
+// NewInventoryReloader loads path; the first load must succeed.
+func NewInventoryReloader(path string) (*InventoryReloader, error) {
+	inv, err := LoadInventory(path)
+	if err != nil {
+		return nil, err
+	}
+	return &InventoryReloader{path: path, cur: inv}, nil
+}
+
+// Reload reads the file again; on error the previous inventory is kept and the error returned.
+func (r *InventoryReloader) Reload() error {
+	inv, err := LoadInventory(r.path)
+	if err != nil {
+		return fmt.Errorf("%w; keeping the previous inventory", err)
+	}
+	r.mu.Lock()
+	r.cur = inv
+	r.mu.Unlock()
+	return nil
+}
+
+// Current returns the inventory in force.
+func (r *InventoryReloader) Current() Inventory {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}

@@ -1,0 +1,90 @@
+package hub
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+func TestLoadExampleInventory(t *testing.T) {
+	t.Chdir("..") // the example names its credentials relative to the repository
+	inv, err := LoadInventory("examples/inventory.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "prod-eu1", inv.Cluster)
+	require.Len(t, inv.Machines, 4)
+	cp2 := inv.Machines[1]
+	assert.Equal(t, "cp-2", cp2.Node, "node defaults to the name")
+	assert.Equal(t, "etcd-2", cp2.Member)
+	assert.Equal(t, "1", cp2.Endpoint.SystemID)
+	assert.Equal(t, quorum.Reboot, cp2.Strategy)
+	assert.Equal(t, "admin", cp2.Credentials.Username)
+	assert.Equal(t, "workers", inv.Machines[3].Pool)
+	assert.Equal(t, "control-plane", cp2.Pool)
+	assert.Equal(t, 10*time.Second, inv.Policy.Assess.ProbeTimeouts["etcd"])
+	assert.Equal(t, quorum.Percent(40), inv.Policy.Quorum.Pools.MaxUnhealthy)
+	assert.Equal(t, 3, inv.Policy.RateMax)
+	assert.Equal(t, 5*time.Minute, inv.Policy.Cooldown)
+}
+
+func TestInventoryErrorsNameTheField(t *testing.T) {
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "creds")
+	require.NoError(t, os.WriteFile(creds, []byte("username=a\npassword=b\n"), 0o600))
+	head := "cluster: c\nclasses: {cp: {strategy: reboot}}\n"
+	machine := func(extra string) string {
+		return "machines:\n  - {name: m1, member: e1, class: cp, bmc: {endpoint: \"redfish://10.0.0.1\", credentials: " + creds + "}" + extra + "}\n"
+	}
+	tests := []struct{ name, body, want string }{
+		{"unknown field", head + machine(", rack: 7"), `unknown field "rack"`},
+		{"no cluster", "classes: {}\n", "cluster: required"},
+		{"bad strategy", "cluster: c\nclasses: {cp: {strategy: nuke}}\n" + machine(""), `classes.cp.strategy: strategy "nuke": want reboot, fence or replace`},
+		{"unknown class", "cluster: c\nclasses: {}\n" + machine(""), `machines[0] (m1).class: "cp" is not defined under classes`},
+		{"duplicate name", head + machine("") + "  - {name: m1, class: cp, bmc: {endpoint: \"ipmi://h\", credentials: " + creds + "}}\n",
+			`machines[1].name: "m1" is listed twice`},
+		{"duplicate member", head + machine("") + "  - {name: m2, member: e1, class: cp, bmc: {endpoint: \"ipmi://h\", credentials: " + creds + "}}\n",
+			`machines[1] (m2).member: etcd member "e1" belongs to another machine too`},
+		{"bad endpoint", head + "machines:\n  - {name: m1, class: cp, bmc: {endpoint: \"bmc.local\", credentials: " + creds + "}}\n",
+			"machines[0] (m1).bmc.endpoint: BMC endpoint"},
+		{"no credentials", head + "machines:\n  - {name: m1, class: cp, bmc: {endpoint: \"ipmi://h\"}}\n", "machines[0] (m1).bmc.credentials: required"},
+		{"missing credentials file", head + "machines:\n  - {name: m1, class: cp, bmc: {endpoint: \"ipmi://h\", credentials: /nonexistent}}\n",
+			"machines[0] (m1).bmc.credentials: BMC credentials: stat /nonexistent"},
+		{"bad limit", "cluster: c\npolicy: {maxInFlight: lots}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), `policy.maxInFlight: limit "lots"`},
+		{"bad timeout", "cluster: c\npolicy: {probeTimeouts: {kubelet: 0s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), "policy.probeTimeouts.kubelet: 0s must be positive"},
+		{"no machines", head, "machines: none listed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "inv.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tt.body), 0o600))
+			_, err := LoadInventory(path)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.Contains(t, err.Error(), path, "the error names the file")
+			assert.NotContains(t, err.Error(), "password=b")
+		})
+	}
+}
+
+func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
+	t.Chdir("..")
+	good, err := os.ReadFile("examples/inventory.yaml")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "inv.yaml")
+	require.NoError(t, os.WriteFile(path, good, 0o600))
+	r, err := NewInventoryReloader(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(good), "class: workers", "class: nowhere", 1)), 0o600))
+	err = r.Reload()
+	require.ErrorContains(t, err, `machines[3] (worker-1).class: "nowhere" is not defined under classes; keeping the previous inventory`)
+	assert.Len(t, r.Current().Machines, 4)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(good), "cluster: prod-eu1", "cluster: prod-eu2", 1)), 0o600))
+	require.NoError(t, r.Reload())
+	assert.Equal(t, "prod-eu2", r.Current().Cluster)
+}
