@@ -198,13 +198,21 @@ func (c *Controller) Endpoint() Endpoint { return c.ep }
 
 // PowerState reads the power state.
 func (c *Controller) PowerState(ctx context.Context) (PowerState, error) {
+	st, _, err := c.Status(ctx)
+	return st, err
+}
+
+// Status reads the power state and, when the BMC reports it, when the system last came out of a reset
+// (zero otherwise): what a restarted hub reads to learn whether a power action it intended happened.
+func (c *Controller) Status(ctx context.Context) (PowerState, time.Time, error) {
 	var st PowerState
+	var lastReset time.Time
 	err := c.session(ctx, "status", func(cn conn) error {
 		var err error
-		st, _, err = c.read(ctx, cn)
+		st, lastReset, err = c.read(ctx, cn)
 		return err
 	})
-	return st, err
+	return st, lastReset, err
 }
 
 // PowerOn powers the machine on and waits until the BMC reports On.

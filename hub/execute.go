@@ -1,0 +1,229 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// Power is what the executor needs of a machine's BMC (bmc.Controller has it).
+type Power interface {
+	Status(ctx context.Context) (bmc.PowerState, time.Time, error)
+	Reboot(ctx context.Context) (bmc.Result, error)
+	PowerCycle(ctx context.Context) (bmc.Result, error)
+	PowerOff(ctx context.Context) (bmc.Result, error)
+}
+
+// Live returns the etcd membership as it is now, with other remediations in flight marked InFlight:
+// what every irreversible step is checked against just before it is taken (DESIGN.md rule 1).
+type Live func(ctx context.Context) (quorum.Cluster, error)
+
+// Recovered reports whether a machine is back: its agent in the gossip pool and, for an etcd member,
+// the member healthy again. The BMC saying "On" is not enough.
+type Recovered func(ctx context.Context) bool
+
+// Executor carries out one remediation's plan, step by step, with the journal written before and
+// after every side effect.
+type Executor struct {
+	Journal      *Journal
+	Policy       quorum.Policy
+	Live         Live
+	Log          *slog.Logger
+	PollInterval time.Duration
+	// RecoveryTimeout bounds an await-healthy step (default 10 min).
+	RecoveryTimeout time.Duration
+	// Hard makes a reboot a hard power cycle from the start (`hub reboot --hard`).
+	Hard bool
+}
+
+// Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
+func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, from int, power Power, recovered Recovered) error {
+	for i := from; i < len(plan.Steps); i++ {
+		step := plan.Steps[i]
+		switch step.Op {
+		case quorum.OpPowerCycle, quorum.OpPowerOff:
+			if err := e.recheck(ctx, rem, step); err != nil {
+				return err
+			}
+			if err := e.Journal.Intent(rem.ID, i, e.describe(step)); err != nil {
+				return err
+			}
+			res, err := e.act(ctx, step, power)
+			if err != nil {
+				_ = e.Journal.Outcome(rem.ID, i, "failed: "+err.Error())
+				_ = e.Journal.Finish(rem.ID, Failed, err.Error())
+				return err
+			}
+			if err := e.Journal.Outcome(rem.ID, i, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))); err != nil {
+				return err
+			}
+		case quorum.OpAwaitHealthy:
+			if err := e.await(ctx, rem, i, recovered); err != nil {
+				return err
+			}
+		default:
+			err := fmt.Errorf("step %v: membership changes are the owner controller's (Kubernetes mode), not the standalone hub's", step)
+			_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
+			return err
+		}
+	}
+	return e.Journal.Finish(rem.ID, Succeeded, "every step done")
+}
+
+func (e *Executor) describe(step quorum.Step) string {
+	if step.Op == quorum.OpPowerOff {
+		return "power off " + step.Member + " (fence)"
+	}
+	if e.Hard {
+		return "power-cycle " + step.Member + " (hard)"
+	}
+	return "reboot " + step.Member + " (graceful, then hard)"
+}
+
+func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.Result, error) {
+	switch {
+	case step.Op == quorum.OpPowerOff:
+		return power.PowerOff(ctx)
+	case e.Hard:
+		return power.PowerCycle(ctx)
+	}
+	return power.Reboot(ctx)
+}
+
+// recheck checks step against the live membership just before it is taken; a refusal aborts the
+// remediation with the reason.
+func (e *Executor) recheck(ctx context.Context, rem Remediation, step quorum.Step) error {
+	live, err := e.Live(ctx)
+	if err != nil {
+		err = fmt.Errorf("re-checking quorum before %v: %w", step, err)
+		_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
+		return err
+	}
+	// This remediation's own member is not disrupted yet: the step is what disrupts it.
+	if i := live.Index(step.Member); i >= 0 && live.Members[i].Disruption == quorum.InFlight {
+		live = live.Clone()
+		live.Members[i].Disruption = quorum.NotDisrupted
+	}
+	if _, err := live.Check(e.Policy, step); err != nil {
+		err = fmt.Errorf("re-check before %v refused: %w", step, err)
+		_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
+		return err
+	}
+	return nil
+}
+
+func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered Recovered) error {
+	timeout := e.RecoveryTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	poll := e.PollInterval
+	if poll <= 0 {
+		poll = 250 * time.Millisecond
+	}
+	deadline := time.Now().Add(timeout)
+	for !recovered(ctx) {
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("%s not recovered (agent in the pool, member healthy) within %v", rem.Machine, timeout)
+			_ = e.Journal.Finish(rem.ID, Failed, err.Error())
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err() // the hub is stopping: the journal still says InProgress, to resume
+		case <-time.After(poll):
+		}
+	}
+	return e.Journal.Outcome(rem.ID, i, "recovered: agent back in the pool, member healthy")
+}
+
+// Resume decides where an unfinished remediation found in the journal goes on. A step whose intent has
+// no outcome (the hub died in between) is not repeated blindly: the BMC is read first, and the step
+// counts as done when the machine shows it (power off: Off; a reboot: LastResetTime after the intent,
+// or the machine recovered already). Only a step that evidently did not happen is taken again, after
+// the same quorum re-check as the first time.
+func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan, power Power, recovered Recovered) (int, error) {
+	pending, ok := rem.Pending()
+	if !ok {
+		return nextStep(rem), nil
+	}
+	step := plan.Steps[pending.Step]
+	st, lastReset, err := power.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("resuming %s: reading the BMC before anything else: %w", rem.ID, err)
+	}
+	done := false
+	var why string
+	switch {
+	case step.Op == quorum.OpPowerOff:
+		done, why = st == bmc.PowerOff, fmt.Sprintf("the BMC reports %s", st)
+	case !lastReset.IsZero() && lastReset.After(pending.At):
+		done, why = st == bmc.PowerOn, fmt.Sprintf("the BMC reports %s, last reset at %s, after the intent", st, lastReset.Format(time.RFC3339Nano))
+	case recovered(ctx):
+		done, why = true, "the machine is back already"
+	default:
+		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
+	}
+	if done {
+		if err := e.Journal.Outcome(rem.ID, pending.Step, "after a hub restart: "+why+": not repeated"); err != nil {
+			return 0, err
+		}
+		return pending.Step + 1, nil
+	}
+	if err := e.Journal.Outcome(rem.ID, pending.Step, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+		return 0, err
+	}
+	return pending.Step, nil
+}
+
+// nextStep is the step after the last one with an outcome.
+func nextStep(rem Remediation) int {
+	next := 0
+	for _, ev := range rem.History {
+		if ev.Kind == EventOutcome && ev.Step+1 > next {
+			next = ev.Step + 1
+		}
+	}
+	return next
+}
+
+// stepsOf writes a plan's steps for the journal; planFromSteps reads them back.
+func stepsOf(p quorum.Plan) []string {
+	out := make([]string, len(p.Steps))
+	for i, s := range p.Steps {
+		out[i] = s.String()
+	}
+	return out
+}
+
+// planFromSteps rebuilds a plan from the journal's step strings ("power-cycle etcd-2").
+func planFromSteps(strategy string, steps []string) (quorum.Plan, error) {
+	s, err := quorum.ParseStrategy(strategy)
+	if err != nil {
+		return quorum.Plan{}, err
+	}
+	p := quorum.Plan{Strategy: s}
+	for i, text := range steps {
+		op, member, ok := strings.Cut(text, " ")
+		found := false
+		for o := quorum.OpPowerCycle; o <= quorum.OpRemove; o++ {
+			if o.String() == op {
+				p.Steps = append(p.Steps, quorum.Step{Op: o, Member: member})
+				found = true
+			}
+		}
+		if !ok || !found {
+			return quorum.Plan{}, fmt.Errorf("journal step %s %q: not a step", strconv.Itoa(i), text)
+		}
+	}
+	if len(p.Steps) > 0 {
+		p.Member = p.Steps[0].Member
+	}
+	return p, nil
+}

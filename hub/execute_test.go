@@ -1,0 +1,157 @@
+package hub
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/quorum"
+)
+
+func members(desc string) quorum.Cluster {
+	var c quorum.Cluster
+	for i, r := range desc {
+		h := quorum.Healthy
+		if r == 'D' {
+			h = quorum.Unhealthy
+		}
+		c.Members = append(c.Members, quorum.Member{Name: "etcd-" + string(rune('0'+i)), Health: h})
+	}
+	return c
+}
+
+type execRig struct {
+	sim     *bmcsim.Server
+	power   *bmc.Controller
+	path    string
+	journal *Journal
+}
+
+func newExecRig(t *testing.T) *execRig {
+	t.Helper()
+	sim, err := bmcsim.Start(bmcsim.Config{Username: "admin", Password: "pw", PlainHTTP: true,
+		Systems: []bmcsim.SystemConfig{{ID: "1", ShutdownDelay: 30 * time.Millisecond, CycleOffDuration: 30 * time.Millisecond}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	ep, err := bmc.ParseEndpoint(sim.Endpoint())
+	require.NoError(t, err)
+	power, err := bmc.New(ep, bmc.NewCredentials("admin", "pw"), bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	r := &execRig{sim: sim, power: power, path: filepath.Join(t.TempDir(), "journal.db")}
+	r.journal = openJournal(t, r.path)
+	t.Cleanup(func() { _ = r.journal.Close() })
+	return r
+}
+
+func (r *execRig) executor(live quorum.Cluster) *Executor {
+	return &Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, RecoveryTimeout: 5 * time.Second,
+		Live: func(context.Context) (quorum.Cluster, error) { return live, nil }}
+}
+
+// recovered: the simulated machine is on and has been reset at least once.
+func (r *execRig) recovered(context.Context) bool {
+	return r.sim.PowerState("1") == "On" && len(r.sim.Resets("1")) > 0
+}
+
+func (r *execRig) begin(t *testing.T, plan quorum.Plan) Remediation {
+	t.Helper()
+	rem, err := r.journal.Begin(Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: stepsOf(plan)})
+	require.NoError(t, err)
+	return rem
+}
+
+func TestExecutorReboots(t *testing.T) {
+	r := newExecRig(t)
+	live := members("HHH")
+	plan, err := live.PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+	require.NoError(t, err)
+	rem := r.begin(t, plan)
+	require.NoError(t, r.executor(live).Run(context.Background(), rem, plan, 0, r.power, r.recovered))
+	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
+	h := mustGet(t, r.journal, "cp-2")
+	assert.Equal(t, Succeeded, h.State)
+	var kinds []string
+	for _, ev := range h.History {
+		kinds = append(kinds, string(ev.Kind))
+	}
+	assert.Equal(t, []string{"note", "intent", "outcome", "outcome", "note"}, kinds, "intent before the BMC call, outcome after")
+}
+
+func TestExecutorRechecksQuorumBeforeActing(t *testing.T) {
+	r := newExecRig(t)
+	plan, err := members("HHH").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+	require.NoError(t, err)
+	rem := r.begin(t, plan)
+	// Between planning and acting, another member died: rebooting a healthy one now costs quorum.
+	err = r.executor(members("DHH")).Run(context.Background(), rem, plan, 0, r.power, r.recovered)
+	require.ErrorContains(t, err, "re-check before power-cycle etcd-2 refused: rebooting etcd-2 leaves 1 of 3 voters healthy; quorum needs 2")
+	assert.Empty(t, r.sim.Resets("1"), "no BMC call")
+	assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
+}
+
+// The hub dies between intent and outcome. The restarted hub (a new journal epoch) reads the BMC,
+// sees the reset happened after the intent, does not repeat it, and finishes: exactly one power action.
+func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sentFirst bool // whether the dying hub got the BMC call out
+	}{{"the call went out before the crash", true}, {"the hub died before the call", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newExecRig(t)
+			live := members("HHD")
+			plan, err := live.PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			require.NoError(t, r.journal.Intent(rem.ID, 0, "reboot etcd-2"))
+			if tc.sentFirst {
+				_, err := r.power.Reboot(context.Background())
+				require.NoError(t, err)
+			}
+			require.NoError(t, r.journal.Close()) // crash
+
+			r.journal = openJournal(t, r.path)
+			active, err := r.journal.Active()
+			require.NoError(t, err)
+			require.Len(t, active, 1)
+			restored, err := planFromSteps(active[0].Strategy, active[0].Steps)
+			require.NoError(t, err)
+			assert.Equal(t, plan.Steps, restored.Steps)
+			e := r.executor(live)
+			from, err := e.Resume(context.Background(), active[0], restored, r.power, r.recovered)
+			require.NoError(t, err)
+			if tc.sentFirst {
+				assert.Equal(t, 1, from, "the reboot happened: go on with waiting")
+			} else {
+				assert.Equal(t, 0, from, "the reboot did not happen: take it again")
+			}
+			require.NoError(t, e.Run(context.Background(), active[0], restored, from, r.power, r.recovered))
+			assert.Len(t, r.sim.Resets("1"), 1, "exactly one power action at the BMC: %v", r.sim.Resets("1"))
+			h := mustGet(t, r.journal, "cp-2")
+			assert.Equal(t, Succeeded, h.State)
+			joined := ""
+			for _, ev := range h.History {
+				joined += ev.Detail + "\n"
+			}
+			if tc.sentFirst {
+				assert.Contains(t, joined, "after a hub restart: the BMC reports On, last reset at")
+				assert.Contains(t, joined, "not repeated")
+			} else {
+				assert.True(t, strings.Contains(joined, "the step did not happen; taking it again"), joined)
+			}
+		})
+	}
+}
+
+func TestPlanFromStepsRejectsGarbage(t *testing.T) {
+	_, err := planFromSteps("reboot", []string{"explode etcd-1"})
+	assert.ErrorContains(t, err, `journal step 0 "explode etcd-1": not a step`)
+	_, err = planFromSteps("nuke", nil)
+	assert.Error(t, err)
+}
