@@ -145,6 +145,9 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	// can miss a peer until the next push/pull. Control planes are small: gossip to every peer (up to 6,
 	// a 7-node pool) and allow two full rounds.
 	mc.GossipNodes, mc.RetransmitMult = 6, 8
+	// A node that was declared dead and comes back from another address (a re-provisioned machine, a
+	// new pod IP) may take its name back after a second instead of never.
+	mc.DeadNodeReclaimTime = time.Second
 	mc.PushPullInterval = cfg.Timing.PushPullInterval
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
