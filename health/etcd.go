@@ -117,7 +117,9 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 		v.LocalID, v.LeaderID = hexID(st.Header.MemberId), hexID(st.Leader)
 		v.RaftTerm, v.RaftIndex = st.RaftTerm, st.RaftIndex
 	}
-	ml, err := e.cli.MemberList(ctx)
+	// Serializable: the member's own view, which it can give even when quorum is lost (exactly when
+	// the hub needs the membership to know which dead members to power-cycle).
+	ml, err := e.cli.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("member list: %v", err))
 	} else {

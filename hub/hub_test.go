@@ -218,3 +218,35 @@ func TestHubHealsAHungMachine(t *testing.T) {
 	tb.waitHealthy(20*time.Second, "m2")
 	assert.True(t, tb.etcd.Running(2))
 }
+
+// Scenario 2 of the demo: two of three machines hang, quorum is lost; both dead members are
+// power-cycled at once (free: neither is a healthy voter) and quorum comes back. The survivor, whose
+// etcd probe fails while quorum is lost, is not rebooted: its probe recovers before its timeout.
+func TestHubRestoresALostQuorum(t *testing.T) {
+	tb := newTestbed(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb.startHub(ctx, filepath.Join(t.TempDir(), "journal.db"))
+	tb.waitHealthy(20*time.Second, "m0", "m1", "m2")
+
+	lost := time.Now()
+	go tb.hang(1)
+	tb.hang(2)
+	tb.waitFor(60*time.Second, func() bool {
+		for _, m := range []string{"m1", "m2"} {
+			h, err := tb.hub.cfg.Journal.History(m)
+			if err != nil || len(h) != 1 || h[0].State != Succeeded {
+				return false
+			}
+		}
+		return true
+	})
+	tb.waitHealthy(30*time.Second, "m0", "m1", "m2")
+	t.Logf("quorum lost → restored in %v; events:\n%s", time.Since(lost).Round(time.Millisecond), strings.Join(tb.hub.Events(), "\n"))
+	assert.Len(t, tb.sim.Resets("cp-1"), 1)
+	assert.Len(t, tb.sim.Resets("cp-2"), 1)
+	assert.Empty(t, tb.sim.Resets("cp-0"), "the survivor is never power-cycled")
+	h, err := tb.hub.cfg.Journal.History("m0")
+	require.NoError(t, err)
+	assert.Empty(t, h)
+}
