@@ -40,6 +40,11 @@ type Executor struct {
 	RecoveryTimeout time.Duration
 	// Hard makes a reboot a hard power cycle from the start (`hub reboot --hard`).
 	Hard bool
+	// Gate, when set, is called before every irreversible step: a safe checkpoint. It blocks while the
+	// hub is paused and returns an error when the remediation must stop.
+	Gate func(ctx context.Context) error
+	// Checkpoint, when set, is called when an irreversible step has its outcome written: a safe point.
+	Checkpoint func()
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
@@ -48,6 +53,11 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 		step := plan.Steps[i]
 		switch step.Op {
 		case quorum.OpPowerCycle, quorum.OpPowerOff:
+			if e.Gate != nil {
+				if err := e.Gate(ctx); err != nil {
+					return err
+				}
+			}
 			if err := e.recheck(ctx, rem, step); err != nil {
 				return err
 			}
@@ -62,6 +72,9 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			}
 			if err := e.Journal.Outcome(rem.ID, i, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))); err != nil {
 				return err
+			}
+			if e.Checkpoint != nil {
+				e.Checkpoint()
 			}
 		case quorum.OpAwaitHealthy:
 			if err := e.await(ctx, rem, i, recovered); err != nil {

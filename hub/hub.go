@@ -44,11 +44,110 @@ type Hub struct {
 	starts      []time.Time
 	recoveredAt map[string]time.Time
 	events      []string
+	paused      bool
+	suspended   bool
+	detached    map[string]bool
+	resumed     chan struct{} // closed and replaced when the hub is resumed
 }
 
 type running struct {
 	rem    Remediation
 	cancel context.CancelFunc
+	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
+	busy bool
+}
+
+// PauseState is what `hub status` says about pausing.
+type PauseState string
+
+// Pause states: Pausing lasts until every remediation in flight has reached a safe checkpoint.
+const (
+	Running PauseState = "Running"
+	Pausing PauseState = "Pausing"
+	Paused  PauseState = "Paused"
+)
+
+// SetPaused pauses (no new step starts; steps in progress finish) or resumes the hub.
+func (h *Hub) SetPaused(p bool) {
+	h.mu.Lock()
+	changed := h.paused != p
+	h.paused = p
+	if changed && !p {
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
+	h.mu.Unlock()
+	if changed {
+		h.event("paused: %v", p)
+	}
+}
+
+// PauseState says whether the pause is acknowledged: Paused only once no remediation is inside an
+// irreversible step.
+func (h *Hub) PauseState() PauseState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.paused {
+		return Running
+	}
+	for _, r := range h.running {
+		if r.busy {
+			return Pausing
+		}
+	}
+	return Paused
+}
+
+// SetSuspended makes the hub observe-only: everything is assessed and planned and what it would start
+// is logged, but nothing is executed.
+func (h *Hub) SetSuspended(s bool) {
+	h.mu.Lock()
+	changed := h.suspended != s
+	h.suspended = s
+	h.mu.Unlock()
+	if changed {
+		h.event("suspended: %v", s)
+	}
+}
+
+// SetDetached detaches a machine (no probe-driven action and no BMC call for it) or attaches it again.
+func (h *Hub) SetDetached(machine string, d bool) error {
+	if _, ok := h.machine(machine); !ok {
+		return fmt.Errorf("no machine %q in the inventory", machine)
+	}
+	h.mu.Lock()
+	h.detached[machine] = d
+	h.mu.Unlock()
+	h.event("%s detached: %v", machine, d)
+	return nil
+}
+
+// gate is the executors' checkpoint: it marks the remediation busy for the step that follows, or
+// holds it while the hub is paused.
+func (h *Hub) gate(machine string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		for {
+			h.mu.Lock()
+			r := h.running[machine]
+			if r != nil {
+				r.busy = false
+			}
+			if !h.paused {
+				if r != nil {
+					r.busy = true
+				}
+				h.mu.Unlock()
+				return nil
+			}
+			wait := h.resumed
+			h.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-wait:
+			}
+		}
+	}
 }
 
 // New returns a hub.
@@ -68,7 +167,8 @@ func New(cfg Config) (*Hub, error) {
 		}
 	}
 	return &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess),
-		assessments: map[string]Assessment{}, running: map[string]*running{}, recoveredAt: map[string]time.Time{}}, nil
+		assessments: map[string]Assessment{}, running: map[string]*running{}, recoveredAt: map[string]time.Time{},
+		detached: map[string]bool{}, resumed: make(chan struct{})}, nil
 }
 
 // Run resumes what the journal says was in progress, then runs passes until ctx ends.
@@ -259,8 +359,14 @@ func (h *Hub) start(ctx context.Context, d quorum.Decision) {
 	now := time.Now()
 	p := h.cfg.Inventory.Policy
 	h.mu.Lock()
-	if t, ok := h.recoveredAt[m.Name]; ok && now.Sub(t) < p.Cooldown {
+	paused, suspended, detached := h.paused, h.suspended, h.detached[m.Name]
+	if t, ok := h.recoveredAt[m.Name]; ok && now.Sub(t) < p.Cooldown || paused || detached {
 		h.mu.Unlock()
+		return
+	}
+	if suspended {
+		h.mu.Unlock()
+		h.setPlanErr(fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, stepList(d.Plan)))
 		return
 	}
 	h.starts = slices.DeleteFunc(h.starts, func(t time.Time) bool { return now.Sub(t) > p.RatePer })
@@ -291,6 +397,14 @@ func (h *Hub) start(ctx context.Context, d quorum.Decision) {
 	h.launch(ctx, m, rem, plan, 0, power)
 }
 
+func stepList(p quorum.Plan) string {
+	steps := make([]string, len(p.Steps))
+	for i, s := range p.Steps {
+		steps[i] = s.String()
+	}
+	return strings.Join(steps, " → ")
+}
+
 func machinePlan(s quorum.Strategy, name string) quorum.Plan {
 	if s == quorum.Fence {
 		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerOff, Member: name}}}
@@ -305,7 +419,13 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 	h.mu.Unlock()
 	h.event("%s: remediation %s started (%s): %s", m.Name, rem.ID, rem.Strategy, strings.Join(rem.Steps, " → "))
 	exec := &Executor{Journal: h.cfg.Journal, Policy: h.cfg.Inventory.Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
-		Live: h.live(m.Name)}
+		Live: h.live(m.Name), Gate: h.gate(m.Name), Checkpoint: func() {
+			h.mu.Lock()
+			if r := h.running[m.Name]; r != nil {
+				r.busy = false
+			}
+			h.mu.Unlock()
+		}}
 	go func() {
 		defer cancel()
 		err := exec.Run(rctx, rem, plan, from, power, h.recovered(m))

@@ -250,3 +250,86 @@ func TestHubRestoresALostQuorum(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, h)
 }
+
+func (tb *testbed) succeeded(machine string, n int) func() bool {
+	return func() bool {
+		h, err := tb.hub.cfg.Journal.History(machine)
+		if err != nil || len(h) < n {
+			return false
+		}
+		return h[n-1].State == Succeeded
+	}
+}
+
+func hasEvent(h *Hub, substr string) bool {
+	for _, e := range h.Events() {
+		if strings.Contains(e, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// Suspend, detach and pause: no BMC call while they hold, the would-do is said, and healing resumes
+// when they are lifted. Then a pause during a remediation is Pausing until its BMC step is done, then
+// Paused (scenario 4 of the demo).
+func TestHubOperatorBrakes(t *testing.T) {
+	tb := newTestbed(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tb.startHub(ctx, filepath.Join(t.TempDir(), "journal.db"))
+	tb.waitHealthy(20*time.Second, "m0", "m1", "m2")
+	h := tb.hub
+
+	// Suspended: everything computed, nothing executed.
+	h.SetSuspended(true)
+	tb.hang(2)
+	tb.waitFor(10*time.Second, func() bool { return hasEvent(h, "suspended: would start reboot of m2") })
+	time.Sleep(time.Second)
+	assert.Empty(t, tb.sim.Resets("cp-2"), "suspended: no BMC call")
+	h.SetSuspended(false)
+	tb.waitFor(30*time.Second, tb.succeeded("m2", 1))
+	tb.waitHealthy(20*time.Second, "m0", "m1", "m2")
+
+	// Detached: no action for that machine.
+	require.NoError(t, h.SetDetached("m1", true))
+	require.ErrorContains(t, h.SetDetached("m9", true), `no machine "m9" in the inventory`)
+	tb.hang(1)
+	tb.waitFor(10*time.Second, func() bool { a, _ := h.Assessment("m1"); return a.Verdict == Unhealthy })
+	time.Sleep(time.Second)
+	assert.Empty(t, tb.sim.Resets("cp-1"), "detached: no BMC call")
+	require.NoError(t, h.SetDetached("m1", false))
+	tb.waitFor(30*time.Second, tb.succeeded("m1", 1))
+	tb.waitHealthy(20*time.Second, "m0", "m1", "m2")
+
+	// Paused with nothing in flight: acknowledged at once; no new step starts.
+	h.SetPaused(true)
+	assert.Equal(t, Paused, h.PauseState())
+	time.Sleep(1100 * time.Millisecond) // past m2's cooldown
+	tb.hang(2)
+	tb.waitFor(10*time.Second, func() bool { a, _ := h.Assessment("m2"); return a.Verdict == Unhealthy })
+	time.Sleep(time.Second)
+	assert.Len(t, tb.sim.Resets("cp-2"), 1, "paused: no new BMC call")
+	h.SetPaused(false)
+	tb.waitFor(30*time.Second, tb.succeeded("m2", 2))
+	tb.waitHealthy(20*time.Second, "m0", "m1", "m2")
+
+	// Paused while a remediation is inside its BMC step (a slow BMC): Pausing until the step's outcome
+	// is written, then Paused, with the remediation waiting for the machine to come back.
+	tb.sim.SetFaults(bmcsim.Faults{Latency: 150 * time.Millisecond})
+	time.Sleep(1100 * time.Millisecond) // past m2's cooldown
+	tb.hang(2)
+	tb.waitFor(10*time.Second, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		r := h.running["m2"]
+		return r != nil && r.busy
+	})
+	h.SetPaused(true)
+	assert.Equal(t, Pausing, h.PauseState(), "a BMC step is in progress")
+	tb.waitFor(20*time.Second, func() bool { return h.PauseState() == Paused })
+	tb.sim.SetFaults(bmcsim.Faults{})
+	h.SetPaused(false)
+	tb.waitFor(30*time.Second, tb.succeeded("m2", 3))
+	assert.Len(t, tb.sim.Resets("cp-2"), 3)
+}
