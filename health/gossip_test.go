@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/seed"
 )
 
 var (
@@ -255,7 +256,7 @@ func TestGossipLossyLink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("60 s run; not in -short")
 	}
-	seed := seedFromEnv(t)
+	seed := seed.FromEnv(t)
 	duration := durationFromEnv(t, "HALE_LOSS_SECONDS", 60*time.Second)
 	p := &pool{t: t}
 	for i := range 5 {

@@ -16,19 +16,6 @@ func slogLogger(l *slog.Logger) *log.Logger { return log.New(newLogDedup(l), "",
 
 func writeFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o600) }
 
-// seedFromEnv returns HALE_SEED when set (to replay a failure), else a fresh seed that is logged.
-func seedFromEnv(t testing.TB) uint64 {
-	t.Helper()
-	if s := os.Getenv("HALE_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "HALE_SEED")
-		return seed
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (replay with HALE_SEED=%d)", seed, seed)
-	return seed
-}
-
 // durationFromEnv reads a number of seconds from the environment variable name, else def.
 func durationFromEnv(t testing.TB, name string, def time.Duration) time.Duration {
 	t.Helper()

@@ -2,11 +2,9 @@ package quorum
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -459,17 +457,4 @@ func TestModelCheck(t *testing.T) {
 	t.Log(msg)
 	require.Positive(t, counts.plans)
 	require.Positive(t, counts.refusals)
-}
-
-// seedFromEnv returns HALE_SEED when set (to replay a failure), else a fresh seed that is logged.
-func seedFromEnv(t *testing.T) uint64 {
-	t.Helper()
-	if s := os.Getenv("HALE_SEED"); s != "" {
-		seed, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "HALE_SEED")
-		return seed
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (replay with HALE_SEED=%d)", seed, seed)
-	return seed
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/test/seed"
 )
 
 var t0 = time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
@@ -190,7 +192,7 @@ func TestPlanPassRejectsBadInput(t *testing.T) {
 // failure prints its seed; replay it with HALE_SEED.
 func TestPlanPassRandomized(t *testing.T) {
 	const runs = 20000
-	seed := seedFromEnv(t)
+	seed := seed.FromEnv(t)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	started := 0
 	for i := range runs {
