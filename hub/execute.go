@@ -206,15 +206,6 @@ func nextStep(rem Remediation) int {
 	return next
 }
 
-// stepsOf writes a plan's steps for the journal; planFromSteps reads them back.
-func stepsOf(p quorum.Plan) []string {
-	out := make([]string, len(p.Steps))
-	for i, s := range p.Steps {
-		out[i] = s.String()
-	}
-	return out
-}
-
 // planFromSteps rebuilds a plan from the journal's step strings ("power-cycle etcd-2").
 func planFromSteps(strategy string, steps []string) (quorum.Plan, error) {
 	s, err := quorum.ParseStrategy(strategy)

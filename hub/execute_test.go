@@ -62,7 +62,7 @@ func (r *execRig) recovered(context.Context) bool {
 
 func (r *execRig) begin(t *testing.T, plan quorum.Plan) Remediation {
 	t.Helper()
-	rem, err := r.journal.Begin(Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: stepsOf(plan)})
+	rem, err := r.journal.Begin(Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.StepStrings()})
 	require.NoError(t, err)
 	return rem
 }

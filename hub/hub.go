@@ -366,7 +366,7 @@ func (h *Hub) start(ctx context.Context, d quorum.Decision) {
 	}
 	if suspended {
 		h.mu.Unlock()
-		h.setPlanErr(fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, stepList(d.Plan)))
+		h.setPlanErr(fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList()))
 		return
 	}
 	h.starts = slices.DeleteFunc(h.starts, func(t time.Time) bool { return now.Sub(t) > p.RatePer })
@@ -389,20 +389,12 @@ func (h *Hub) start(ctx context.Context, d quorum.Decision) {
 		plan = machinePlan(d.Strategy, m.Name)
 	}
 	rem, err := h.cfg.Journal.Begin(Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub",
-		Reason: d.Reason, Steps: stepsOf(plan)})
+		Reason: d.Reason, Steps: plan.StepStrings()})
 	if err != nil {
 		h.event("cannot remediate %s: %v", m.Name, err)
 		return
 	}
 	h.launch(ctx, m, rem, plan, 0, power)
-}
-
-func stepList(p quorum.Plan) string {
-	steps := make([]string, len(p.Steps))
-	for i, s := range p.Steps {
-		steps[i] = s.String()
-	}
-	return strings.Join(steps, " → ")
 }
 
 func machinePlan(s quorum.Strategy, name string) quorum.Plan {

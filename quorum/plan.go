@@ -129,12 +129,20 @@ type Plan struct {
 }
 
 func (p Plan) String() string {
-	steps := make([]string, len(p.Steps))
-	for i, s := range p.Steps {
-		steps[i] = s.String()
-	}
-	return fmt.Sprintf("%s %s (cost %d): %s", p.Strategy, p.Member, p.Cost, strings.Join(steps, " → "))
+	return fmt.Sprintf("%s %s (cost %d): %s", p.Strategy, p.Member, p.Cost, p.StepList())
 }
+
+// StepStrings returns each step as text ("power-cycle etcd-2"), as the journal keeps them.
+func (p Plan) StepStrings() []string {
+	out := make([]string, len(p.Steps))
+	for i, s := range p.Steps {
+		out[i] = s.String()
+	}
+	return out
+}
+
+// StepList returns the steps as one line: "power-cycle etcd-2 → await-healthy etcd-2".
+func (p Plan) StepList() string { return strings.Join(p.StepStrings(), " → ") }
 
 // Simulate checks every step of steps in order from c under policy p and returns the cost: how far the
 // fault tolerance drops below its starting value at the worst point. The first refused step is returned
@@ -170,8 +178,7 @@ func (c Cluster) planFor(p Policy, strategy Strategy, member string, steps []Ste
 		return Plan{}, err
 	}
 	if m.Disruption == InFlight {
-		b := c.Budget(p)
-		return Plan{}, &Refusal{Violation: AlreadyInFlight, Step: Step{steps[0].Op, member}, Before: b, After: b, Policy: p}
+		return Plan{}, c.refusal(p, AlreadyInFlight, Step{steps[0].Op, member})
 	}
 	cost, err := c.Simulate(p, steps)
 	if err != nil {
@@ -222,16 +229,14 @@ func (c Cluster) PlanReplace(p Policy, old string, opts ReplaceOptions) (Plan, e
 		}
 	}
 	if m.Disruption == InFlight {
-		b := c.Budget(p)
-		return Plan{}, &Refusal{Violation: AlreadyInFlight, Step: Step{OpRemove, old}, Before: b, After: b, Policy: p}
+		return Plan{}, c.refusal(p, AlreadyInFlight, Step{OpRemove, old})
 	}
 	refused := &ReplaceRefusal{Member: old}
 	for _, order := range orders {
 		shape := Shape{Order: order, Join: join}
 		steps := shape.Steps(old, opts.NewMember)
 		if m.Learner {
-			b := c.Budget(p)
-			refused.Shapes = append(refused.Shapes, ShapeRefusal{shape, &Refusal{Violation: NotAVoter, Step: Step{OpRemove, old}, Before: b, After: b, Policy: p}})
+			refused.Shapes = append(refused.Shapes, ShapeRefusal{shape, c.refusal(p, NotAVoter, Step{OpRemove, old})})
 			continue
 		}
 		plan, err := c.planFor(p, Replace, old, steps)

@@ -205,8 +205,7 @@ func admitMember(d *Decision, work *Cluster, memberAt map[string]int, p Policy, 
 		return
 	}
 	if *membershipChange && (m.Strategy == Replace || work.Members[j].CountsHealthy()) {
-		b := work.Budget(p)
-		d.Err = &Refusal{Violation: MembershipChangeInFlight, Step: Step{m.Strategy.firstOp(), m.Member}, Before: b, After: b, Policy: p}
+		d.Err = work.refusal(p, MembershipChangeInFlight, Step{m.Strategy.firstOp(), m.Member})
 		d.Reason = d.Err.Error()
 		return
 	}

@@ -69,6 +69,13 @@ type Refusal struct {
 	Policy        Policy
 }
 
+// refusal is a refusal for a rule that is not about the counts after the step: Before and After are
+// both c's budget.
+func (c Cluster) refusal(p Policy, v Violation, s Step) *Refusal {
+	b := c.Budget(p)
+	return &Refusal{Violation: v, Step: s, Before: b, After: b, Policy: p}
+}
+
 func (r *Refusal) Error() string {
 	what := r.Step.describe()
 	b, a := r.Before, r.After

@@ -242,21 +242,10 @@ func writePlanText(w io.Writer, out quorum.Outcome) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Machine, member, d.Strategy, decisionWord(d), d.Reason)
 		if d.Start && len(d.Plan.Steps) > 0 {
-			fmt.Fprintf(tw, "\t\t\t\tsteps: %s\n", stepList(d.Plan.Steps))
+			fmt.Fprintf(tw, "\t\t\t\tsteps: %s\n", d.Plan.StepList())
 		}
 	}
 	return tw.Flush()
-}
-
-func stepList(steps []quorum.Step) string {
-	s := ""
-	for i, st := range steps {
-		if i > 0 {
-			s += " → "
-		}
-		s += st.String()
-	}
-	return s
 }
 
 type decisionJSON struct {
@@ -279,8 +268,8 @@ func writePlanJSON(w io.Writer, out quorum.Outcome) error {
 	for _, d := range out.Decisions {
 		dj := decisionJSON{Machine: d.Machine, Member: d.Member, Pool: d.Pool, Strategy: d.Strategy.String(),
 			Decision: decisionWord(d), Reason: d.Reason, Cost: d.Plan.Cost}
-		for _, s := range d.Plan.Steps {
-			dj.Steps = append(dj.Steps, s.String())
+		if len(d.Plan.Steps) > 0 {
+			dj.Steps = d.Plan.StepStrings()
 		}
 		doc.Decisions = append(doc.Decisions, dj)
 	}
