@@ -239,21 +239,22 @@ func (h *Hub) refs() []MachineRef {
 func (h *Hub) pass(ctx context.Context) {
 	obs := h.observe()
 	assessments := h.assessor.Assess(h.refs(), obs)
+	var changed []Assessment
 	h.mu.Lock()
 	for _, a := range assessments {
-		prev, seen := h.assessments[a.Machine]
-		if !seen || prev.Verdict != a.Verdict {
-			h.mu.Unlock()
-			if len(a.Reasons) == 0 {
-				h.event("%s is %s", a.Machine, a.Verdict)
-			} else {
-				h.event("%s is %s: %s", a.Machine, a.Verdict, strings.Join(a.Reasons, "; "))
-			}
-			h.mu.Lock()
+		if prev, seen := h.assessments[a.Machine]; !seen || prev.Verdict != a.Verdict {
+			changed = append(changed, a)
 		}
 		h.assessments[a.Machine] = a
 	}
 	h.mu.Unlock()
+	for _, a := range changed {
+		if len(a.Reasons) == 0 {
+			h.event("%s is %s", a.Machine, a.Verdict)
+		} else {
+			h.event("%s is %s: %s", a.Machine, a.Verdict, strings.Join(a.Reasons, "; "))
+		}
+	}
 
 	cluster, why := h.membership(obs, assessments)
 	if why != "" {
