@@ -82,6 +82,7 @@ type GossipConfig struct {
 // Gossip is one member of the encrypted gossip pool: it spreads this member's latest report, keeps
 // the newest report of every other member, and tracks peer liveness.
 type Gossip struct {
+	started time.Time
 	cfg     GossipConfig
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring
@@ -124,7 +125,7 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gossip{cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
+	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
 		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{}}
 	g.dedup = newLogDedup(g.log)
 
@@ -181,12 +182,12 @@ func (g *Gossip) Addr() string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
-// Publish makes r this member's latest report and spreads it. It sets Node, Cluster, Version and
-// SentAt.
+// Publish makes r this member's latest report and spreads it. It sets Node, Cluster, Version, SentAt
+// and Started.
 func (g *Gossip) Publish(r Report) error {
 	g.mu.Lock()
 	g.version = max(g.version+1, uint64(time.Now().UnixNano()))
-	r.Node, r.Cluster, r.Version, r.SentAt = g.cfg.Node, g.cfg.Cluster, g.version, time.Now().UTC()
+	r.Node, r.Cluster, r.Version, r.SentAt, r.Started = g.cfg.Node, g.cfg.Cluster, g.version, time.Now().UTC(), g.started
 	if g.zw == nil {
 		g.zw, _ = gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/lossy"
 	"github.com/hale-dev/hale/test/seed"
 )
 
@@ -21,54 +21,6 @@ var (
 	keyA = []byte("0123456789abcdef0123456789abcdef")
 	keyB = []byte("fedcba9876543210fedcba9876543210")
 )
-
-// lossyTransport drops a share of the UDP packets a member sends and receives, seeded so that a
-// failing run can be replayed. TCP (push/pull, TCP probes) is left alone, as on a real lossy link
-// where TCP retransmits.
-type lossyTransport struct {
-	*memberlist.NetTransport
-	mu   sync.Mutex
-	rng  *rand.Rand
-	loss float64
-	in   chan *memberlist.Packet
-}
-
-func newLossyTransport(t testing.TB, loss float64, seed uint64) *lossyTransport {
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"},
-		Logger: slogLogger(slog.New(slog.DiscardHandler))})
-	require.NoError(t, err)
-	lt := &lossyTransport{NetTransport: nt, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss, in: make(chan *memberlist.Packet, 256)}
-	go func() {
-		for p := range nt.PacketCh() {
-			if !lt.drop() {
-				lt.in <- p
-			}
-		}
-	}()
-	return lt
-}
-
-func (t *lossyTransport) drop() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.rng.Float64() < t.loss
-}
-
-func (t *lossyTransport) PacketCh() <-chan *memberlist.Packet { return t.in }
-
-func (t *lossyTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	if t.drop() {
-		return time.Now(), nil
-	}
-	return t.NetTransport.WriteTo(b, addr)
-}
-
-func (t *lossyTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
-	if t.drop() {
-		return time.Now(), nil
-	}
-	return t.NetTransport.WriteToAddress(b, a)
-}
 
 // pool is n gossip members on 127.0.0.1.
 type pool struct {
@@ -262,7 +214,9 @@ func TestGossipLossyLink(t *testing.T) {
 	for i := range 5 {
 		var opts []memberOpt
 		if i == 0 {
-			opts = append(opts, func(c *GossipConfig) { c.Transport = newLossyTransport(t, 0.20, seed) })
+			lt, err := lossy.New("127.0.0.1", 0, 0.20, seed)
+			require.NoError(t, err)
+			opts = append(opts, func(c *GossipConfig) { c.Transport = lt })
 		}
 		g, logs := startMember(t, fmt.Sprintf("node-%d", i), opts...)
 		p.members, p.logs = append(p.members, g), append(p.logs, logs)

@@ -68,10 +68,13 @@ type PeerView struct {
 // Report is one agent's view at one time. Version grows with every report a node sends (even across
 // restarts: it is taken from the clock), so a receiver keeps the newest.
 type Report struct {
-	Node    string        `json:"node"`
-	Cluster string        `json:"cluster"`
-	Version uint64        `json:"version"`
-	SentAt  time.Time     `json:"sentAt"`
+	Node    string    `json:"node"`
+	Cluster string    `json:"cluster"`
+	Version uint64    `json:"version"`
+	SentAt  time.Time `json:"sentAt"`
+	// Started is when this member joined the pool (its clock): a new value means the agent restarted,
+	// which is how the hub knows a rebooted machine really came back.
+	Started time.Time     `json:"started,omitzero"`
 	Probes  []ProbeResult `json:"probes,omitempty"`
 	Etcd    *EtcdView     `json:"etcd,omitempty"`
 	Peers   []PeerView    `json:"peers,omitempty"`

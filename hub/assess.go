@@ -90,6 +90,9 @@ type Observations struct {
 	HubPeers map[string]health.PeerView
 }
 
+// SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
+func (a *Assessor) SetPolicy(p AssessPolicy) { a.policy = p }
+
 // Assess judges every machine. Rule 6 of DESIGN.md: the hub losing sight of a machine is never enough;
 // dead needs a majority of the live observers (agents the hub hears from, with fresh reports) to agree.
 func (a *Assessor) Assess(machines []MachineRef, obs Observations) []Assessment {

@@ -38,13 +38,17 @@ type Executor struct {
 	PollInterval time.Duration
 	// RecoveryTimeout bounds an await-healthy step (default 10 min).
 	RecoveryTimeout time.Duration
-	// Hard makes a reboot a hard power cycle from the start (`hub reboot --hard`).
+	// Hard makes a reboot a hard power cycle from the start (`hub reboot --hard`, or an escalation).
 	Hard bool
+	// Force: the operator overrode the quorum check; a refusal is written to the journal, not obeyed.
+	Force bool
 	// Gate, when set, is called before every irreversible step: a safe checkpoint. It blocks while the
 	// hub is paused and returns an error when the remediation must stop.
 	Gate func(ctx context.Context) error
 	// Checkpoint, when set, is called when an irreversible step has its outcome written: a safe point.
 	Checkpoint func()
+	// BeforeAct, when set, is called with the intent written, just before the BMC call.
+	BeforeAct func(quorum.Step)
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
@@ -63,6 +67,9 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			}
 			if err := e.Journal.Intent(rem.ID, i, e.describe(step)); err != nil {
 				return err
+			}
+			if e.BeforeAct != nil {
+				e.BeforeAct(step)
 			}
 			res, err := e.act(ctx, step, power)
 			if err != nil {
@@ -113,7 +120,9 @@ func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.
 // remediation with the reason.
 func (e *Executor) recheck(ctx context.Context, rem Remediation, step quorum.Step) error {
 	live, err := e.Live(ctx)
-	if err != nil {
+	if err != nil && e.Force {
+		return e.Journal.Note(rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
+	} else if err != nil {
 		err = fmt.Errorf("re-checking quorum before %v: %w", step, err)
 		_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
 		return err
@@ -123,7 +132,9 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, step quorum.Ste
 		live = live.Clone()
 		live.Members[i].Disruption = quorum.NotDisrupted
 	}
-	if _, err := live.Check(e.Policy, step); err != nil {
+	if _, err := live.Check(e.Policy, step); err != nil && e.Force {
+		return e.Journal.Note(rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
+	} else if err != nil {
 		err = fmt.Errorf("re-check before %v refused: %w", step, err)
 		_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
 		return err

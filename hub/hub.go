@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/quorum"
@@ -27,6 +29,11 @@ type Config struct {
 	PowerFor func(Machine) (Power, error)
 	// RecoveryTimeout bounds how long a remediated machine may take to come back (default 10 min).
 	RecoveryTimeout time.Duration
+	// Metrics, when set, receives the hub's metrics.
+	Metrics prometheus.Registerer
+	// OnEvent, when set, is called with every event as it happens (the demo's timeline). It must not
+	// block or call back into the hub.
+	OnEvent func(at time.Time, msg string)
 }
 
 // Hub runs the pipeline: observe, assess, plan, act, record. Only one goroutine runs passes; each
@@ -34,15 +41,21 @@ type Config struct {
 type Hub struct {
 	cfg      Config
 	log      *slog.Logger
-	assessor *Assessor
+	assessor *Assessor // the pass goroutine's only
+	metrics  *metrics
 
 	mu          sync.Mutex
+	ctx         context.Context // Run's, once it runs
+	inv         Inventory
 	assessments map[string]Assessment
+	unhealthyAt map[string]time.Time // when each machine's verdict last became Unhealthy
+	healthyAt   map[string]time.Time // when each machine was last seen Healthy: resets its attempts
+	cluster     quorum.Cluster       // the membership of the latest pass
 	outcome     quorum.Outcome
-	planErr     string
+	planErr     string // why the latest pass did not plan; empty when it did
 	running     map[string]*running
 	starts      []time.Time
-	recoveredAt map[string]time.Time
+	endedAt     map[string]time.Time // a machine's cooldown runs from its last remediation's end
 	events      []string
 	paused      bool
 	suspended   bool
@@ -55,99 +68,6 @@ type running struct {
 	cancel context.CancelFunc
 	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
 	busy bool
-}
-
-// PauseState is what `hub status` says about pausing.
-type PauseState string
-
-// Pause states: Pausing lasts until every remediation in flight has reached a safe checkpoint.
-const (
-	Running PauseState = "Running"
-	Pausing PauseState = "Pausing"
-	Paused  PauseState = "Paused"
-)
-
-// SetPaused pauses (no new step starts; steps in progress finish) or resumes the hub.
-func (h *Hub) SetPaused(p bool) {
-	h.mu.Lock()
-	changed := h.paused != p
-	h.paused = p
-	if changed && !p {
-		close(h.resumed)
-		h.resumed = make(chan struct{})
-	}
-	h.mu.Unlock()
-	if changed {
-		h.event("paused: %v", p)
-	}
-}
-
-// PauseState says whether the pause is acknowledged: Paused only once no remediation is inside an
-// irreversible step.
-func (h *Hub) PauseState() PauseState {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.paused {
-		return Running
-	}
-	for _, r := range h.running {
-		if r.busy {
-			return Pausing
-		}
-	}
-	return Paused
-}
-
-// SetSuspended makes the hub observe-only: everything is assessed and planned and what it would start
-// is logged, but nothing is executed.
-func (h *Hub) SetSuspended(s bool) {
-	h.mu.Lock()
-	changed := h.suspended != s
-	h.suspended = s
-	h.mu.Unlock()
-	if changed {
-		h.event("suspended: %v", s)
-	}
-}
-
-// SetDetached detaches a machine (no probe-driven action and no BMC call for it) or attaches it again.
-func (h *Hub) SetDetached(machine string, d bool) error {
-	if _, ok := h.machine(machine); !ok {
-		return fmt.Errorf("no machine %q in the inventory", machine)
-	}
-	h.mu.Lock()
-	h.detached[machine] = d
-	h.mu.Unlock()
-	h.event("%s detached: %v", machine, d)
-	return nil
-}
-
-// gate is the executors' checkpoint: it marks the remediation busy for the step that follows, or
-// holds it while the hub is paused.
-func (h *Hub) gate(machine string) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		for {
-			h.mu.Lock()
-			r := h.running[machine]
-			if r != nil {
-				r.busy = false
-			}
-			if !h.paused {
-				if r != nil {
-					r.busy = true
-				}
-				h.mu.Unlock()
-				return nil
-			}
-			wait := h.resumed
-			h.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-wait:
-			}
-		}
-	}
 }
 
 // New returns a hub.
@@ -166,13 +86,28 @@ func New(cfg Config) (*Hub, error) {
 			return bmc.New(m.Endpoint, m.Credentials, bmc.Options{CAFile: m.CAFile, Insecure: m.Insecure, Logger: cfg.Log})
 		}
 	}
-	return &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess),
-		assessments: map[string]Assessment{}, running: map[string]*running{}, recoveredAt: map[string]time.Time{},
-		detached: map[string]bool{}, resumed: make(chan struct{})}, nil
+	met, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
+		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
+		running: map[string]*running{}, endedAt: map[string]time.Time{}, detached: map[string]bool{},
+		resumed: make(chan struct{})}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
 }
 
 // Run resumes what the journal says was in progress, then runs passes until ctx ends.
 func (h *Hub) Run(ctx context.Context) error {
+	h.mu.Lock()
+	h.ctx = ctx
+	h.mu.Unlock()
+	h.warmUp(ctx)
 	if err := h.resume(ctx); err != nil {
 		return err
 	}
@@ -208,15 +143,30 @@ func (h *Hub) Assessment(machine string) (Assessment, bool) {
 	return a, ok
 }
 
+// History returns a machine's remediations from the journal, oldest first.
+func (h *Hub) History(machine string) ([]Remediation, error) {
+	return h.cfg.Journal.History(machine)
+}
+
 func (h *Hub) event(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	now := time.Now()
 	h.log.Info(msg)
+	if h.cfg.OnEvent != nil {
+		h.cfg.OnEvent(now, msg)
+	}
 	h.mu.Lock()
-	h.events = append(h.events, time.Now().UTC().Format("15:04:05.000")+" "+msg)
+	h.events = append(h.events, now.UTC().Format("15:04:05.000")+" "+msg)
 	if len(h.events) > 1000 {
 		h.events = h.events[len(h.events)-1000:]
 	}
 	h.mu.Unlock()
+}
+
+func (h *Hub) inventory() Inventory {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inv
 }
 
 func (h *Hub) observe() Observations {
@@ -227,23 +177,31 @@ func (h *Hub) observe() Observations {
 	return obs
 }
 
-func (h *Hub) refs() []MachineRef {
-	out := make([]MachineRef, len(h.cfg.Inventory.Machines))
-	for i, m := range h.cfg.Inventory.Machines {
+func refs(inv Inventory) []MachineRef {
+	out := make([]MachineRef, len(inv.Machines))
+	for i, m := range inv.Machines {
 		out[i] = m.MachineRef
 	}
 	return out
 }
 
-// pass is one observe → assess → plan → act round.
-func (h *Hub) pass(ctx context.Context) {
+// assess observes and judges every machine, and records verdict changes.
+func (h *Hub) assess(inv Inventory) (Observations, []Assessment) {
+	h.assessor.SetPolicy(inv.Policy.Assess)
 	obs := h.observe()
-	assessments := h.assessor.Assess(h.refs(), obs)
+	assessments := h.assessor.Assess(refs(inv), obs)
 	var changed []Assessment
 	h.mu.Lock()
 	for _, a := range assessments {
-		if prev, seen := h.assessments[a.Machine]; !seen || prev.Verdict != a.Verdict {
+		prev, seen := h.assessments[a.Machine]
+		if !seen || prev.Verdict != a.Verdict {
 			changed = append(changed, a)
+			if a.Verdict == Unhealthy {
+				h.unhealthyAt[a.Machine] = obs.Now
+			}
+		}
+		if a.Verdict == Healthy {
+			h.healthyAt[a.Machine] = obs.Now
 		}
 		h.assessments[a.Machine] = a
 	}
@@ -255,32 +213,101 @@ func (h *Hub) pass(ctx context.Context) {
 			h.event("%s is %s: %s", a.Machine, a.Verdict, strings.Join(a.Reasons, "; "))
 		}
 	}
+	return obs, assessments
+}
 
-	cluster, why := h.membership(obs, assessments)
+// warmUp assesses, without planning or acting, until the agents' reports give a membership to plan
+// with (at most StaleAfter): a restarted hub listens before it resumes or starts anything.
+func (h *Hub) warmUp(ctx context.Context) {
+	inv := h.inventory()
+	deadline := time.Now().Add(inv.Policy.Assess.StaleAfter)
+	for {
+		obs, assessments := h.assess(inv)
+		_, why := h.membership(inv, obs, assessments)
+		if why == "" || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.cfg.Tick):
+		}
+	}
+}
+
+// pass is one observe → assess → plan → act round.
+func (h *Hub) pass(ctx context.Context) {
+	inv := h.inventory()
+	obs, assessments := h.assess(inv)
+	cluster, why := h.membership(inv, obs, assessments)
 	if why != "" {
 		h.setPlanErr(why)
 		return
 	}
-	in := quorum.Input{Cluster: cluster, Policy: h.cfg.Inventory.Policy.Quorum}
-	h.mu.Lock()
-	for _, m := range h.cfg.Inventory.Machines {
-		a := h.assessments[m.Name]
-		_, inFlight := h.running[m.Name]
-		in.Machines = append(in.Machines, quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
-			Unhealthy: a.Verdict == Unhealthy, Since: a.Since, InFlight: inFlight})
+	in := quorum.Input{Cluster: cluster, Policy: inv.Policy.Quorum}
+	for _, m := range inv.Machines {
+		a, _ := h.Assessment(m.Name)
+		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
+			Unhealthy: a.Verdict == Unhealthy, Since: a.Since}
+		qm.InFlight, qm.Held = h.hold(m, qm.Unhealthy, inv.Policy, obs.Now)
+		in.Machines = append(in.Machines, qm)
 	}
-	h.mu.Unlock()
 	out, err := quorum.PlanPass(in)
 	if err != nil {
 		h.setPlanErr(err.Error())
 		return
 	}
 	h.mu.Lock()
-	h.outcome, h.planErr = out, ""
+	h.outcome, h.cluster, h.planErr = out, cluster, ""
 	h.mu.Unlock()
 	for _, d := range out.Started() {
-		h.start(ctx, d)
+		h.start(ctx, inv, d)
 	}
+}
+
+// hold says whether a machine has a remediation in flight and, for an unhealthy one, why the hub
+// will not start one now: detached, cooling down after its last remediation, or given up after
+// maxAttempts failed ones since it was last healthy.
+func (h *Hub) hold(m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string) {
+	h.mu.Lock()
+	_, inFlight = h.running[m.Name]
+	detached, ended, healthy := h.detached[m.Name], h.endedAt[m.Name], h.healthyAt[m.Name]
+	h.mu.Unlock()
+	switch {
+	case inFlight || !unhealthy:
+		return inFlight, ""
+	case detached:
+		return false, fmt.Sprintf("detached by the operator: no action until `hub attach %s`", m.Name)
+	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
+		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly))
+	}
+	if n := h.failures(m.Name, healthy); n >= p.MaxAttempts {
+		return false, fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name)
+	}
+	return false, ""
+}
+
+// failures counts the machine's remediations that ended without success after it was last seen
+// healthy (all of the latest unsuccessful run when the hub never saw it healthy).
+func (h *Hub) failures(machine string, healthy time.Time) int {
+	hist, err := h.cfg.Journal.History(machine)
+	if err != nil {
+		h.log.Warn("reading the journal", "machine", machine, "err", err)
+		return 0
+	}
+	n := 0
+	for i := len(hist) - 1; i >= 0; i-- {
+		r := hist[i]
+		if r.State == InProgress {
+			continue
+		}
+		if r.State == Succeeded || !r.Updated.After(healthy) {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 func (h *Hub) setPlanErr(why string) {
@@ -296,13 +323,13 @@ func (h *Hub) setPlanErr(why string) {
 // membership builds the cluster the planner sees: the membership a majority of fresh agent views
 // agree on, each member's health from the assessments, in-flight remediations marked. When the views
 // disagree it returns why instead.
-func (h *Hub) membership(obs Observations, assessments []Assessment) (quorum.Cluster, string) {
+func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessment) (quorum.Cluster, string) {
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0
 	for node, r := range obs.Reports {
 		if pv, ok := obs.HubPeers[node]; !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
-			obs.Now.Sub(r.SentAt) > h.cfg.Inventory.Policy.Assess.StaleAfter {
+			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
 			continue
 		}
 		var keys []string
@@ -329,7 +356,7 @@ func (h *Hub) membership(obs Observations, assessments []Assessment) (quorum.Clu
 	}
 	healthOf := map[string]quorum.Health{}
 	member := map[string]string{}
-	for _, m := range h.cfg.Inventory.Machines {
+	for _, m := range inv.Machines {
 		member[m.Member] = m.Name
 	}
 	for _, a := range assessments {
@@ -351,21 +378,21 @@ func (h *Hub) membership(obs Observations, assessments []Assessment) (quorum.Clu
 	return c, ""
 }
 
-// start begins a remediation the planner admitted, after the hub's own brakes: cooldown and rate limit.
-func (h *Hub) start(ctx context.Context, d quorum.Decision) {
-	m, ok := h.machine(d.Machine)
+// start begins a remediation the planner admitted, after the hub's own brakes: pause, suspend and the
+// rate limit. A machine whose last remediation failed is escalated to a hard power cycle.
+func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) {
+	m, ok := inv.machine(d.Machine)
 	if !ok {
 		return
 	}
 	now := time.Now()
-	p := h.cfg.Inventory.Policy
+	p := inv.Policy
 	h.mu.Lock()
-	paused, suspended, detached := h.paused, h.suspended, h.detached[m.Name]
-	if t, ok := h.recoveredAt[m.Name]; ok && now.Sub(t) < p.Cooldown || paused || detached {
+	if h.paused {
 		h.mu.Unlock()
 		return
 	}
-	if suspended {
+	if h.suspended {
 		h.mu.Unlock()
 		h.setPlanErr(fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList()))
 		return
@@ -378,24 +405,39 @@ func (h *Hub) start(ctx context.Context, d quorum.Decision) {
 		return
 	}
 	h.starts = append(h.starts, now)
+	healthy := h.healthyAt[m.Name]
 	h.mu.Unlock()
 
-	power, err := h.cfg.PowerFor(m)
-	if err != nil {
-		h.event("cannot remediate %s: %v", m.Name, err)
-		return
-	}
 	plan := d.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(d.Strategy, m.Name)
 	}
-	rem, err := h.cfg.Journal.Begin(Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub",
-		Reason: d.Reason, Steps: plan.StepStrings()})
+	failed := h.failures(m.Name, healthy)
+	rem := Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub", Reason: d.Reason,
+		Steps: plan.StepStrings(), Attempt: failed + 1, Hard: failed > 0}
+	if rem.Hard {
+		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, p.MaxAttempts, failed)
+	}
+	h.begin(ctx, m, rem, plan)
+}
+
+// begin journals a new remediation and launches it.
+func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan) (Remediation, error) {
+	if r, ok := h.cfg.Gossip.Reports()[m.Node]; ok {
+		rem.AgentStarted = r.Started
+	}
+	power, err := h.cfg.PowerFor(m)
 	if err != nil {
 		h.event("cannot remediate %s: %v", m.Name, err)
-		return
+		return rem, err
+	}
+	rem, err = h.cfg.Journal.Begin(rem)
+	if err != nil {
+		h.event("cannot remediate %s: %v", m.Name, err)
+		return rem, err
 	}
 	h.launch(ctx, m, rem, plan, 0, power)
+	return rem, nil
 }
 
 func machinePlan(s quorum.Strategy, name string) quorum.Plan {
@@ -408,60 +450,85 @@ func machinePlan(s quorum.Strategy, name string) quorum.Plan {
 func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, from int, power Power) {
 	rctx, cancel := context.WithCancel(ctx)
 	h.mu.Lock()
-	h.running[m.Name] = &running{rem: rem, cancel: cancel}
+	r := &running{rem: rem, cancel: cancel}
+	h.running[m.Name] = r
+	detected := h.unhealthyAt[m.Name]
 	h.mu.Unlock()
-	h.event("%s: remediation %s started (%s): %s", m.Name, rem.ID, rem.Strategy, strings.Join(rem.Steps, " → "))
-	exec := &Executor{Journal: h.cfg.Journal, Policy: h.cfg.Inventory.Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
-		Live: h.live(m.Name), Gate: h.gate(m.Name), Checkpoint: func() {
-			h.mu.Lock()
-			if r := h.running[m.Name]; r != nil {
-				r.busy = false
+	how := rem.Strategy
+	if rem.Hard {
+		how += ", hard"
+	}
+	if rem.Forced {
+		how += ", forced"
+	}
+	h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, strings.Join(rem.Steps, " → "))
+	acted := false
+	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
+		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name),
+		BeforeAct: func(step quorum.Step) {
+			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
+				h.metrics.detectionToAction(time.Since(detected))
 			}
+			acted = true
+		},
+		Checkpoint: func() {
+			h.mu.Lock()
+			r.busy = false
 			h.mu.Unlock()
 		}}
 	go func() {
 		defer cancel()
-		err := exec.Run(rctx, rem, plan, from, power, h.recovered(m))
+		err := exec.Run(rctx, rem, plan, from, power, h.recovered(m, rem))
 		h.mu.Lock()
 		delete(h.running, m.Name)
-		if err == nil {
-			h.recoveredAt[m.Name] = time.Now()
+		stopping := ctx.Err() != nil
+		if !stopping {
+			h.endedAt[m.Name] = time.Now()
 		}
 		h.mu.Unlock()
-		if err != nil {
+		switch {
+		case stopping:
+			h.event("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m.Name, rem.ID)
+		case err != nil:
+			h.metrics.remediation(rem, "failed")
 			h.event("%s: remediation %s ended: %v", m.Name, rem.ID, err)
-		} else {
+		default:
+			h.metrics.remediation(rem, "succeeded")
 			h.event("%s: remediation %s succeeded: the machine is back", m.Name, rem.ID)
 		}
 	}()
 }
 
-// live gives the executor the membership as it is now, this remediation's own member not yet counted
-// as disrupted by itself (the Executor clears its own InFlight mark).
-func (h *Hub) live(machine string) Live {
-	return func(context.Context) (quorum.Cluster, error) {
-		// Fresh reports for the membership; the latest pass's assessments for each member's health (the
-		// assessor belongs to the pass loop).
-		h.mu.Lock()
-		assessments := make([]Assessment, 0, len(h.assessments))
-		for _, a := range h.assessments {
-			assessments = append(assessments, a)
-		}
-		h.mu.Unlock()
-		c, why := h.membership(h.observe(), assessments)
-		if why != "" {
-			return c, fmt.Errorf("%s", why)
-		}
-		return c, nil
+// live gives the executor the membership as it is now, remediations in flight marked (the Executor
+// clears its own member's mark: the step it is about to take is what disrupts it).
+func (h *Hub) live(context.Context) (quorum.Cluster, error) {
+	// Fresh reports for the membership; the latest pass's assessments for each member's health (the
+	// assessor belongs to the pass loop).
+	h.mu.Lock()
+	assessments := make([]Assessment, 0, len(h.assessments))
+	for _, a := range h.assessments {
+		assessments = append(assessments, a)
 	}
+	inv := h.inv
+	h.mu.Unlock()
+	c, why := h.membership(inv, h.observe(), assessments)
+	if why != "" {
+		return c, fmt.Errorf("%s", why)
+	}
+	return c, nil
 }
 
-// recovered: the machine's agent is alive in the hub's view with a fresh report, and for an etcd
-// member, the member is healthy.
-func (h *Hub) recovered(m Machine) Recovered {
+// recovered: the machine's agent restarted since the remediation began (a report from an agent
+// started later than the one before), is alive in the hub's view and not Unhealthy, and for an etcd
+// member, the member is healthy. Without the restart, a machine the hub has not yet seen go down
+// would count as back the moment it was rebooted.
+func (h *Hub) recovered(m Machine, rem Remediation) Recovered {
 	return func(context.Context) bool {
 		a, ok := h.Assessment(m.Name)
 		if !ok || a.Verdict == Unhealthy {
+			return false
+		}
+		if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !r.Started.After(rem.AgentStarted) {
 			return false
 		}
 		pv, alive := h.observePeer(m.Node)
@@ -481,8 +548,8 @@ func (h *Hub) observePeer(node string) (health.PeerView, bool) {
 	return health.PeerView{}, false
 }
 
-func (h *Hub) machine(name string) (Machine, bool) {
-	for _, m := range h.cfg.Inventory.Machines {
+func (inv Inventory) machine(name string) (Machine, bool) {
+	for _, m := range inv.Machines {
 		if m.Name == name {
 			return m, true
 		}
@@ -496,8 +563,9 @@ func (h *Hub) resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	inv := h.inventory()
 	for _, rem := range active {
-		m, ok := h.machine(rem.Machine)
+		m, ok := inv.machine(rem.Machine)
 		if !ok {
 			_ = h.cfg.Journal.Finish(rem.ID, Aborted, "the machine is no longer in the inventory")
 			continue
@@ -511,8 +579,8 @@ func (h *Hub) resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
-		exec := &Executor{Journal: h.cfg.Journal, Policy: h.cfg.Inventory.Policy.Quorum, Log: h.log}
-		from, err := exec.Resume(ctx, rem, plan, power, h.recovered(m))
+		exec := &Executor{Journal: h.cfg.Journal, Policy: inv.Policy.Quorum, Log: h.log}
+		from, err := exec.Resume(ctx, rem, plan, power, h.recovered(m, rem))
 		if err != nil {
 			return err
 		}

@@ -47,16 +47,25 @@ type Event struct {
 
 // Remediation is one persisted operation on one machine.
 type Remediation struct {
-	ID          string           `json:"id"`
-	Machine     string           `json:"machine"`
-	Strategy    string           `json:"strategy"`
-	RequestedBy string           `json:"requestedBy"`
-	Reason      string           `json:"reason"`
-	Steps       []string         `json:"steps"`
-	State       RemediationState `json:"state"`
-	Created     time.Time        `json:"created"`
-	Updated     time.Time        `json:"updated"`
-	History     []Event          `json:"history"`
+	ID          string   `json:"id"`
+	Machine     string   `json:"machine"`
+	Strategy    string   `json:"strategy"`
+	RequestedBy string   `json:"requestedBy"`
+	Reason      string   `json:"reason"`
+	Steps       []string `json:"steps"`
+	// Hard: power-cycle from the start (an escalation after a failed attempt, or `hub reboot --hard`).
+	Hard bool `json:"hard,omitempty"`
+	// Forced: an operator overrode the quorum check (`hub reboot --force`); the refusal is in History.
+	Forced bool `json:"forced,omitempty"`
+	// Attempt counts this machine's remediations since it was last healthy, this one included.
+	Attempt int `json:"attempt,omitempty"`
+	// AgentStarted is when the machine's agent had started, as last reported before the remediation
+	// (zero: no report): the machine counts as back only with a report from an agent started later.
+	AgentStarted time.Time        `json:"agentStarted,omitzero"`
+	State        RemediationState `json:"state"`
+	Created      time.Time        `json:"created"`
+	Updated      time.Time        `json:"updated"`
+	History      []Event          `json:"history"`
 }
 
 // Pending returns the last intent that has no outcome yet (ok false when there is none).
@@ -178,6 +187,11 @@ func (j *Journal) Outcome(id string, step int, detail string) error {
 	return j.event(id, Event{Step: step, Kind: EventOutcome, Detail: detail}, "")
 }
 
+// Note records something worth knowing that is neither an intent nor an outcome (step -1).
+func (j *Journal) Note(id string, detail string) error {
+	return j.event(id, Event{Step: -1, Kind: EventNote, Detail: detail}, "")
+}
+
 // Finish ends a remediation and prunes the machine's finished history to the bound.
 func (j *Journal) Finish(id string, state RemediationState, detail string) error {
 	if state == InProgress {
@@ -214,6 +228,17 @@ func (j *Journal) event(id string, e Event, finish RemediationState) error {
 // Active returns every remediation in progress, oldest first: what a restarted hub must resume.
 func (j *Journal) Active() ([]Remediation, error) {
 	return j.list(func(r Remediation) bool { return r.State == InProgress })
+}
+
+// Get returns one remediation.
+func (j *Journal) Get(id string) (Remediation, error) {
+	var r Remediation
+	err := j.db.View(func(tx *bolt.Tx) error {
+		var err error
+		r, err = get(tx.Bucket(bucketRems), id)
+		return err
+	})
+	return r, err
 }
 
 // History returns a machine's remediations, oldest first.

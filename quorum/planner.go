@@ -26,6 +26,10 @@ type Machine struct {
 	Replace ReplaceOptions
 	// InFlight says a remediation of this machine is already under way (with Strategy).
 	InFlight bool
+	// Held, when set, says why the caller will not start a remediation of this machine now (detached,
+	// cooling down, given up): it still counts as unhealthy in its pool, gets a decision with this
+	// reason, and is never started or admitted against the budget.
+	Held string
 }
 
 func (m Machine) pool() string {
@@ -170,9 +174,12 @@ func PlanPass(in Input) (Outcome, error) {
 	for _, c := range cands {
 		m := c.m
 		d := Decision{Machine: m.Name, Member: m.Member, Pool: poolOf(m), Strategy: m.Strategy}
-		if m.Member == "" {
+		switch {
+		case m.Held != "":
+			d.Reason = m.Held
+		case m.Member == "":
 			admitPoolMachine(&d, pools[m.pool()], in.Policy.Pools)
-		} else {
+		default:
 			admitMember(&d, &work, memberAt, in.Policy, m, &membershipChange)
 		}
 		out.Decisions = append(out.Decisions, d)

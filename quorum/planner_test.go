@@ -230,11 +230,15 @@ func randomInput(rng intner) Input {
 			mc.InFlight = true
 			inFlightReplace = inFlightReplace || mc.Strategy == Replace
 		}
+		if rng.IntN(6) == 0 {
+			mc.Held = "detached"
+		}
 		ms = append(ms, mc)
 	}
 	for i := range rng.IntN(13) {
 		ms = append(ms, Machine{Name: fmt.Sprintf("w-%d", i), Pool: []string{"", "gpu"}[rng.IntN(2)],
-			Unhealthy: rng.IntN(3) == 0, InFlight: rng.IntN(8) == 0, Strategy: Strategy(1 + rng.IntN(3))})
+			Unhealthy: rng.IntN(3) == 0, InFlight: rng.IntN(8) == 0, Strategy: Strategy(1 + rng.IntN(3)),
+			Held: []string{"", "", "", "cooling down"}[rng.IntN(4)]})
 	}
 	limits := []Limit{{}, Count(0), Count(1), Count(3), Percent(10), Percent(50)}
 	return Input{Cluster: c, Machines: ms, Policy: Policy{
@@ -269,9 +273,18 @@ func checkPass(in Input, out Outcome) string {
 			}
 		}
 	}
+	held := map[string]string{}
+	for _, m := range in.Machines {
+		if m.Held != "" && !m.InFlight {
+			held[m.Name] = m.Held
+		}
+	}
 	worst := observed
 	var replace *Decision
 	for i, d := range out.Decisions {
+		if why, ok := held[d.Machine]; ok && (d.Start || d.Reason != why) {
+			return fmt.Sprintf("%s is held (%s) yet decided %+v", d.Machine, why, d)
+		}
 		if !d.Start || d.Member == "" {
 			continue
 		}

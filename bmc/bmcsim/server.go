@@ -37,6 +37,9 @@ type Config struct {
 	// OnPower, when set, is called whenever a system starts or stops running (the demo ties it to a
 	// simulated machine's processes). It is called outside the simulator's locks.
 	OnPower func(systemID string, running bool)
+	// OnRequest, when set, is called at the start of every request (benchmarks time the first BMC call
+	// with it). It must not block.
+	OnRequest func(r *http.Request)
 }
 
 // Faults are misbehaviours injected on demand.
@@ -197,6 +200,9 @@ func (s *Server) system(id string) *system {
 
 // ServeHTTP routes a Redfish request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.OnRequest != nil {
+		s.cfg.OnRequest(r)
+	}
 	s.mu.Lock()
 	s.requests++
 	f := s.faults

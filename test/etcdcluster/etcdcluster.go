@@ -4,9 +4,11 @@
 package etcdcluster
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +20,6 @@ import (
 
 // Cluster is a running embedded etcd cluster.
 type Cluster struct {
-	tb      testing.TB
 	mu      sync.Mutex
 	members []*member
 }
@@ -36,12 +37,30 @@ type member struct {
 // Start starts an n-member cluster and stops it when the test ends.
 func Start(tb testing.TB, n int) *Cluster {
 	tb.Helper()
-	c := &Cluster{tb: tb}
+	c, err := New(tb.TempDir(), n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// New starts an n-member cluster with its data under dir; Close stops it.
+func New(dir string, n int) (*Cluster, error) {
+	c := &Cluster{}
 	var initial []string
 	for i := range n {
-		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: tb.TempDir()}
-		m.clientURL = url.URL{Scheme: "http", Host: freeAddr(tb)}
-		m.peerURL = url.URL{Scheme: "http", Host: freeAddr(tb)}
+		m := &member{name: fmt.Sprintf("etcd-%d", i), dir: filepath.Join(dir, fmt.Sprintf("etcd-%d", i))}
+		client, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		peer, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		m.clientURL = url.URL{Scheme: "http", Host: client}
+		m.peerURL = url.URL{Scheme: "http", Host: peer}
 		m.clientAddr = m.clientURL.String()
 		initial = append(initial, m.name+"="+m.peerURL.String())
 		c.members = append(c.members, m)
@@ -57,14 +76,11 @@ func Start(tb testing.TB, n int) *Cluster {
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			c.Close()
-			tb.Fatal(err)
-		}
+	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, err
 	}
-	tb.Cleanup(c.Close)
-	return c
+	return c, nil
 }
 
 func (m *member) start(state string) error {
@@ -139,11 +155,11 @@ func (c *Cluster) Close() {
 	}
 }
 
-func freeAddr(tb testing.TB) string {
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatal(err)
+		return "", fmt.Errorf("etcdcluster: finding a free port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }

@@ -1,0 +1,224 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// Errors of the operator controls, for the API to map to a status.
+var (
+	// ErrNotFound: the machine is not in the inventory.
+	ErrNotFound = errors.New("not in the inventory")
+	// ErrRefused: the request is understood and unsafe or not allowed now; the message says why.
+	ErrRefused = errors.New("refused")
+)
+
+// PauseState is what `hub status` says about pausing.
+type PauseState string
+
+// Pause states: Pausing lasts until every remediation in flight has reached a safe checkpoint.
+const (
+	Running PauseState = "Running"
+	Pausing PauseState = "Pausing"
+	Paused  PauseState = "Paused"
+)
+
+// SetPaused pauses (no new step starts; steps in progress finish) or resumes the hub.
+func (h *Hub) SetPaused(p bool) {
+	h.mu.Lock()
+	changed := h.paused != p
+	h.paused = p
+	if changed && !p {
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
+	h.mu.Unlock()
+	if changed {
+		h.event("paused: %v", p)
+	}
+}
+
+// PauseState says whether the pause is acknowledged: Paused only once no remediation is inside an
+// irreversible step.
+func (h *Hub) PauseState() PauseState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pauseState()
+}
+
+func (h *Hub) pauseState() PauseState {
+	if !h.paused {
+		return Running
+	}
+	for _, r := range h.running {
+		if r.busy {
+			return Pausing
+		}
+	}
+	return Paused
+}
+
+// SetSuspended makes the hub observe-only: everything is assessed and planned and what it would start
+// is logged, but nothing is executed.
+func (h *Hub) SetSuspended(s bool) {
+	h.mu.Lock()
+	changed := h.suspended != s
+	h.suspended = s
+	h.mu.Unlock()
+	if changed {
+		h.event("suspended: %v", s)
+	}
+}
+
+// SetDetached detaches a machine (no probe-driven action and no BMC call for it) or attaches it again.
+func (h *Hub) SetDetached(machine string, d bool) error {
+	if _, ok := h.inventory().machine(machine); !ok {
+		return fmt.Errorf("machine %q: %w", machine, ErrNotFound)
+	}
+	h.mu.Lock()
+	changed := h.detached[machine] != d
+	h.detached[machine] = d
+	h.mu.Unlock()
+	if changed {
+		h.event("%s detached: %v", machine, d)
+	}
+	return nil
+}
+
+// SetInventory puts a reloaded inventory in force. The gossip cluster cannot change without a
+// restart; remediations in flight go on with the machine as they started with it.
+func (h *Hub) SetInventory(inv Inventory) error {
+	h.mu.Lock()
+	if inv.Cluster != h.inv.Cluster {
+		h.mu.Unlock()
+		return fmt.Errorf("cluster: %q → %q needs a restart of the hub (it names the gossip pool); keeping the previous inventory", h.inv.Cluster, inv.Cluster)
+	}
+	h.inv = inv
+	h.mu.Unlock()
+	h.event("inventory reloaded: %d machines", len(inv.Machines))
+	return nil
+}
+
+// gate is the executors' checkpoint: it marks the remediation busy for the step that follows, or
+// holds it while the hub is paused.
+func (h *Hub) gate(machine string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		for {
+			h.mu.Lock()
+			r := h.running[machine]
+			if r != nil {
+				r.busy = false
+			}
+			if !h.paused {
+				if r != nil {
+					r.busy = true
+				}
+				h.mu.Unlock()
+				return nil
+			}
+			wait := h.resumed
+			h.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-wait:
+			}
+		}
+	}
+}
+
+// RebootRequest is a manual reboot (`hub reboot MACHINE`).
+type RebootRequest struct {
+	Machine string `json:"machine"`
+	// Hard: power-cycle at once instead of a graceful restart first.
+	Hard bool `json:"hard,omitempty"`
+	// DryRun: check and plan, change nothing.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Force: go ahead when the quorum check refuses (or cannot be made); the refusal is journaled.
+	Force bool `json:"force,omitempty"`
+	// By names who asked, for the journal.
+	By string `json:"by,omitempty"`
+}
+
+// RebootResult says what a manual reboot did or would do.
+type RebootResult struct {
+	Steps []string `json:"steps"`
+	// Remediation is the journal ID of the remediation started (empty for a dry run).
+	Remediation string `json:"remediation,omitempty"`
+	// Overrides is the refusal that --force overrode, if any.
+	Overrides string `json:"overrides,omitempty"`
+	DryRun    bool   `json:"dryRun,omitempty"`
+}
+
+// Reboot reboots a machine on an operator's request, through the same quorum check and journal as the
+// hub's own remediations. Refusals wrap ErrRefused and say why and what to do.
+func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, error) {
+	inv := h.inventory()
+	m, ok := inv.machine(req.Machine)
+	if !ok {
+		return RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
+	}
+	h.mu.Lock()
+	paused, suspended, detached := h.paused, h.suspended, h.detached[m.Name]
+	r, inFlight := h.running[m.Name]
+	h.mu.Unlock()
+	switch {
+	case inFlight:
+		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, r.rem.ID, m.Name)
+	case detached && !req.DryRun:
+		return RebootResult{}, fmt.Errorf("%w: %s is detached: no BMC call for it until `hub attach %s`", ErrRefused, m.Name, m.Name)
+	case paused && !req.DryRun:
+		return RebootResult{}, fmt.Errorf("%w: the hub is paused: nothing starts until `hub resume`", ErrRefused)
+	case suspended && !req.DryRun:
+		return RebootResult{}, fmt.Errorf("%w: the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`", ErrRefused)
+	}
+
+	plan, refusal := machinePlan(quorum.Reboot, m.Name), error(nil)
+	if m.Member != "" {
+		live, err := h.live(ctx)
+		if err == nil {
+			plan, err = live.PlanReboot(inv.Policy.Quorum, m.Member)
+		} else {
+			err = fmt.Errorf("cannot check quorum: %w", err)
+		}
+		if err != nil {
+			plan, refusal = quorum.Plan{Strategy: quorum.Reboot, Member: m.Member,
+				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, err
+		}
+	}
+	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
+	if refusal != nil {
+		if !req.Force {
+			return res, fmt.Errorf("%w: rebooting %s: %v (--force overrides this; you would be acting against quorum)", ErrRefused, m.Name, refusal)
+		}
+		res.Overrides = refusal.Error()
+	}
+	if req.DryRun {
+		return res, nil
+	}
+	by := req.By
+	if by == "" {
+		by = "operator"
+	}
+	rem := Remediation{Machine: m.Name, Strategy: quorum.Reboot.String(), RequestedBy: by, Reason: "manual reboot",
+		Steps: plan.StepStrings(), Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
+	if refusal != nil {
+		rem.Reason += "; forced over: " + refusal.Error()
+	}
+	// A manual remediation outlives the request that started it: it stops with the hub, not the caller.
+	h.mu.Lock()
+	hubCtx := h.ctx
+	h.mu.Unlock()
+	if hubCtx == nil {
+		return res, fmt.Errorf("%w: the hub is not running yet", ErrRefused)
+	}
+	rem, err := h.begin(hubCtx, m, rem, plan)
+	if err != nil {
+		return res, err
+	}
+	res.Remediation = rem.ID
+	return res, nil
+}

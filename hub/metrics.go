@@ -1,0 +1,139 @@
+package hub
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds what must be counted as it happens; everything else is read from Status at scrape
+// time (hubCollector), so there is no second bookkeeping. A nil *metrics records nothing.
+type metrics struct {
+	remediations *prometheus.CounterVec
+	toAction     prometheus.Histogram
+}
+
+// newMetrics registers the hub's metrics with reg (nil: none):
+//
+//	hale_hub_machines{verdict}                             machines by verdict
+//	hale_hub_etcd_voters, _healthy_voters, _quorum         the membership the hub plans with
+//	hale_hub_etcd_fault_tolerance, hale_hub_budget         healthy voters beyond quorum; what Hale may disrupt now
+//	hale_hub_planning                                      1 when the latest pass planned, 0 when it waited
+//	hale_hub_remediations_in_flight                        remediations under way
+//	hale_hub_paused{state}, hale_hub_suspended             the operator's brakes (state: Running, Pausing, Paused)
+//	hale_hub_detached_machines                             machines detached by the operator
+//	hale_hub_remediations_total{strategy,requested_by,result}  finished remediations (succeeded, failed)
+//	hale_hub_detection_to_action_seconds                   from Unhealthy to the first BMC call of the hub's own remediations
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hale_hub_remediations_total",
+			Help: "Finished remediations by strategy, who asked (hub or an operator) and result.",
+		}, []string{"strategy", "requested_by", "result"}),
+		toAction: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hale_hub_detection_to_action_seconds",
+			Help:    "Time from a machine's verdict turning Unhealthy to the first BMC call of its remediation.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.remediations, m.toAction} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) remediation(rem Remediation, result string) {
+	if m != nil {
+		requestedBy := "operator"
+		if rem.RequestedBy == "hub" {
+			requestedBy = "hub"
+		}
+		m.remediations.WithLabelValues(rem.Strategy, requestedBy, result).Inc()
+	}
+}
+
+func (m *metrics) detectionToAction(d time.Duration) {
+	if m != nil {
+		m.toAction.Observe(d.Seconds())
+	}
+}
+
+// hubCollector reads the hub's Status at scrape time.
+type hubCollector struct {
+	hub                                                     *Hub
+	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
+	planning, inFlight, paused, suspended, detached         *prometheus.Desc
+}
+
+func newHubCollector(h *Hub) *hubCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &hubCollector{hub: h,
+		machines:  d("hale_hub_machines", "Machines by verdict.", "verdict"),
+		voters:    d("hale_hub_etcd_voters", "Voting etcd members in the membership the hub plans with."),
+		healthy:   d("hale_hub_etcd_healthy_voters", "Healthy, undisrupted voters."),
+		quorum:    d("hale_hub_etcd_quorum", "Voters etcd needs for quorum."),
+		tolerance: d("hale_hub_etcd_fault_tolerance", "Healthy voters beyond quorum (negative: quorum lost)."),
+		available: d("hale_hub_budget", "Healthy voters Hale may disrupt now (fault tolerance minus minFaultTolerance)."),
+		planning:  d("hale_hub_planning", "1 when the latest pass planned, 0 when it waited (see hub status)."),
+		inFlight:  d("hale_hub_remediations_in_flight", "Remediations under way."),
+		paused:    d("hale_hub_paused", "1 for the hub's pause state.", "state"),
+		suspended: d("hale_hub_suspended", "1 while the hub is observe-only."),
+		detached:  d("hale_hub_detached_machines", "Machines detached by the operator."),
+	}
+}
+
+func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.machines, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
+		c.inFlight, c.paused, c.suspended, c.detached} {
+		ch <- d
+	}
+}
+
+func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.hub.Status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	verdicts := map[Verdict]float64{Healthy: 0, Suspect: 0, Unhealthy: 0, "Unknown": 0}
+	inFlight, detached := 0.0, 0.0
+	for _, m := range st.Machines {
+		verdicts[m.Verdict]++
+		if m.Remediation != nil {
+			inFlight++
+		}
+		if m.Detached {
+			detached++
+		}
+	}
+	for v, n := range verdicts {
+		gauge(c.machines, n, string(v))
+	}
+	if b := st.Budget; b != nil {
+		gauge(c.voters, float64(b.Voters))
+		gauge(c.healthy, float64(b.HealthyVoters))
+		gauge(c.quorum, float64(b.Quorum))
+		gauge(c.tolerance, float64(b.FaultTolerance))
+		gauge(c.available, float64(b.Available))
+	}
+	gauge(c.planning, boolGauge(st.NotPlanning == ""))
+	gauge(c.inFlight, inFlight)
+	for _, s := range []PauseState{Running, Pausing, Paused} {
+		gauge(c.paused, boolGauge(st.Pause == s), string(s))
+	}
+	gauge(c.suspended, boolGauge(st.Suspended))
+	gauge(c.detached, detached)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,186 @@
+package hub
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// Status is what `hub status` shows: the hub's brakes, the etcd budget and every machine.
+type Status struct {
+	Cluster   string     `json:"cluster"`
+	Time      time.Time  `json:"time"`
+	Epoch     uint64     `json:"epoch"`
+	Pause     PauseState `json:"pause"`
+	Suspended bool       `json:"suspended"`
+	// NotPlanning says why the latest pass did not plan (agents disagree, suspended would-do, rate
+	// limit); empty when it planned.
+	NotPlanning string          `json:"notPlanning,omitempty"`
+	Budget      *quorum.Budget  `json:"budget,omitempty"`
+	Machines    []MachineStatus `json:"machines"`
+}
+
+// MachineStatus is one machine's line of `hub status`.
+type MachineStatus struct {
+	Name   string `json:"name"`
+	Node   string `json:"node"`
+	Member string `json:"member,omitempty"`
+	// Role: voter or learner in the membership the hub plans with, "absent" when the member is not in
+	// it, empty for a machine that is not an etcd member.
+	Role        string             `json:"role,omitempty"`
+	EtcdHealth  string             `json:"etcdHealth,omitempty"`
+	Verdict     Verdict            `json:"verdict"`
+	Since       time.Time          `json:"since,omitzero"`
+	Reasons     []string           `json:"reasons,omitempty"`
+	Detached    bool               `json:"detached,omitempty"`
+	Decision    string             `json:"decision,omitempty"`
+	Remediation *RemediationStatus `json:"remediation,omitempty"`
+}
+
+// RemediationStatus is a remediation in flight.
+type RemediationStatus struct {
+	ID          string   `json:"id"`
+	Strategy    string   `json:"strategy"`
+	RequestedBy string   `json:"requestedBy"`
+	Steps       []string `json:"steps"`
+	// Step is the index of the step under way (len(Steps) when all are done).
+	Step int `json:"step"`
+	// Busy: inside an irreversible step (a BMC call): a pause waits for it.
+	Busy    bool `json:"busy"`
+	Hard    bool `json:"hard,omitempty"`
+	Forced  bool `json:"forced,omitempty"`
+	Attempt int  `json:"attempt,omitempty"`
+}
+
+// Status returns the hub's status now.
+func (h *Hub) Status() Status {
+	type flight struct {
+		id   string
+		busy bool
+	}
+	h.mu.Lock()
+	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
+		Suspended: h.suspended, NotPlanning: h.planErr}
+	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
+		b := h.outcome.Budget
+		st.Budget = &b
+	}
+	decisions := map[string]string{}
+	for _, d := range h.outcome.Decisions {
+		decisions[d.Machine] = d.Reason
+	}
+	flights := map[string]flight{}
+	for name, r := range h.running {
+		flights[name] = flight{r.rem.ID, r.busy}
+	}
+	for _, m := range h.inv.Machines {
+		a := h.assessments[m.Name]
+		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
+			Detached: h.detached[m.Name], Decision: decisions[m.Name]}
+		if ms.Verdict == "" {
+			ms.Verdict = "Unknown"
+		}
+		if m.Member != "" {
+			ms.Role, ms.EtcdHealth = "absent", a.EtcdHealth.String()
+			if i := h.cluster.Index(m.Member); i >= 0 {
+				ms.Role = "voter"
+				if h.cluster.Members[i].Learner {
+					ms.Role = "learner"
+				}
+			}
+		}
+		st.Machines = append(st.Machines, ms)
+	}
+	h.mu.Unlock()
+
+	// The journal is read outside the lock.
+	for i := range st.Machines {
+		f, ok := flights[st.Machines[i].Name]
+		if !ok {
+			continue
+		}
+		rem, err := h.cfg.Journal.Get(f.id)
+		if err != nil {
+			continue
+		}
+		st.Machines[i].Remediation = &RemediationStatus{ID: rem.ID, Strategy: rem.Strategy, RequestedBy: rem.RequestedBy, Steps: rem.Steps,
+			Step: nextStep(rem), Busy: f.busy, Hard: rem.Hard, Forced: rem.Forced, Attempt: rem.Attempt}
+	}
+	return st
+}
+
+// Explain says why the hub does or does not act on a machine: its verdict and evidence, its etcd
+// role, the planner's decision, the brakes that hold, and its recent remediations.
+func (h *Hub) Explain(machine string) (string, error) {
+	inv := h.inventory()
+	m, ok := inv.machine(machine)
+	if !ok {
+		return "", fmt.Errorf("machine %q: %w", machine, ErrNotFound)
+	}
+	st := h.Status()
+	var ms MachineStatus
+	for _, x := range st.Machines {
+		if x.Name == machine {
+			ms = x
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (node %s", m.Name, m.Node)
+	if m.Member != "" {
+		fmt.Fprintf(&b, ", etcd member %s: %s, %s", m.Member, ms.Role, ms.EtcdHealth)
+	}
+	fmt.Fprintf(&b, "; strategy %s, BMC %s)\n", m.Strategy, m.Endpoint)
+	fmt.Fprintf(&b, "verdict: %s", ms.Verdict)
+	if !ms.Since.IsZero() {
+		fmt.Fprintf(&b, " since %s (%s ago)", ms.Since.Format(time.TimeOnly), time.Since(ms.Since).Round(100*time.Millisecond))
+	}
+	b.WriteString("\n")
+	for _, r := range ms.Reasons {
+		fmt.Fprintf(&b, "  - %s\n", r)
+	}
+	switch {
+	case st.NotPlanning != "":
+		fmt.Fprintf(&b, "planner: not planning: %s\n", st.NotPlanning)
+	case ms.Decision != "":
+		fmt.Fprintf(&b, "planner: %s\n", ms.Decision)
+	case ms.Verdict == Healthy:
+		b.WriteString("planner: nothing to do: the machine is healthy\n")
+	default:
+		fmt.Fprintf(&b, "planner: nothing to do: %s is not Unhealthy (only Unhealthy machines are remediated)\n", m.Name)
+	}
+	if st.Budget != nil {
+		fmt.Fprintf(&b, "budget: %s\n", st.Budget)
+	}
+	var brakes []string
+	if st.Pause != Running {
+		brakes = append(brakes, fmt.Sprintf("the hub is %s (`hub resume`)", st.Pause))
+	}
+	if st.Suspended {
+		brakes = append(brakes, "the hub is suspended: observe-only (`hub unsuspend`)")
+	}
+	if ms.Detached {
+		brakes = append(brakes, fmt.Sprintf("%s is detached (`hub attach %s`)", m.Name, m.Name))
+	}
+	if len(brakes) > 0 {
+		fmt.Fprintf(&b, "brakes: %s\n", strings.Join(brakes, "; "))
+	}
+	if r := ms.Remediation; r != nil {
+		fmt.Fprintf(&b, "in flight: %s (%s, attempt %d, requested by %s), step %d of %d\n", r.ID, r.Strategy, r.Attempt, r.RequestedBy, r.Step+1, len(r.Steps))
+	}
+	hist, err := h.cfg.Journal.History(machine)
+	if err != nil {
+		return "", err
+	}
+	if len(hist) > 5 {
+		hist = hist[len(hist)-5:]
+	}
+	for _, rem := range hist {
+		fmt.Fprintf(&b, "remediation %s: %s, %s, requested by %s: %s\n", rem.ID, rem.State, rem.Strategy, rem.RequestedBy, rem.Reason)
+		for _, ev := range rem.History {
+			fmt.Fprintf(&b, "  %s %-7s %s\n", ev.At.Local().Format("15:04:05.000"), ev.Kind, ev.Detail)
+		}
+	}
+	return b.String(), nil
+}

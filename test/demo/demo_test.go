@@ -1,0 +1,296 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/seed"
+)
+
+// newBed starts a testbed and its hub; the timeline is printed when the test fails (or with -v).
+func newBed(t *testing.T, o Options) *Testbed {
+	t.Helper()
+	timeline := &capture.Buffer{}
+	o.Dir, o.Timeline = t.TempDir(), timeline
+	tb, err := Start(o)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		tb.Close()
+		if t.Failed() || testing.Verbose() {
+			t.Logf("timeline:\n%s", timeline)
+		}
+	})
+	require.NoError(t, tb.StartHub(HubOptions{}))
+	require.NoError(t, tb.Settle(t.Context()))
+	return tb
+}
+
+func (tb *Testbed) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	require.NoError(t, tb.WaitFor(t.Context(), 60*time.Second, what, cond))
+}
+
+func (tb *Testbed) unhealthy(i int) func() bool {
+	return func() bool {
+		a, _ := tb.Hub().Assessment(Name(i))
+		return a.Verdict == hub.Unhealthy
+	}
+}
+
+func hasEvent(h *hub.Hub, substr string) func() bool {
+	return func() bool {
+		for _, e := range h.Events() {
+			if strings.Contains(e, substr) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// The demo's four scenarios, on real components; each must end as expected.
+func TestScenarios(t *testing.T) {
+	tb := newBed(t, Options{})
+	for _, s := range Scenarios() {
+		t.Run(s.Name, func(t *testing.T) {
+			require.NoError(t, Run(t.Context(), tb, []Scenario{s}))
+		})
+	}
+}
+
+// Suspended, detached and paused: no BMC call while they hold (the would-do is said when
+// suspended), and healing resumes when they are lifted.
+func TestBrakesMakeNoBMCCall(t *testing.T) {
+	tb := newBed(t, Options{})
+	h := tb.Hub()
+	ctx := t.Context()
+
+	h.SetSuspended(true)
+	tb.Hang(2)
+	tb.wait(t, "the would-do", hasEvent(h, "suspended: would start reboot of cp-2"))
+	time.Sleep(time.Second)
+	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
+	assert.True(t, h.Status().Suspended)
+	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2)})
+	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot is refused while suspended")
+	h.SetSuspended(false)
+	before := snapshot{}
+	tb.wait(t, "cp-2 healed", tb.succeeded(before, 2))
+	require.NoError(t, tb.Settle(ctx))
+
+	require.NoError(t, h.SetDetached(Name(1), true))
+	require.ErrorIs(t, h.SetDetached("cp-9", true), hub.ErrNotFound)
+	tb.Hang(1)
+	tb.wait(t, "cp-1 Unhealthy", tb.unhealthy(1))
+	time.Sleep(time.Second)
+	assert.Empty(t, tb.Resets(1), "detached: no BMC call")
+	st := h.Status()
+	assert.True(t, st.Machines[1].Detached)
+	assert.Contains(t, st.Machines[1].Decision, "detached by the operator")
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
+	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot of a detached machine is refused")
+	require.NoError(t, h.SetDetached(Name(1), false))
+	tb.wait(t, "cp-1 healed", tb.succeeded(before, 1))
+	require.NoError(t, tb.Settle(ctx))
+
+	h.SetPaused(true)
+	assert.Equal(t, hub.Paused, h.PauseState(), "nothing in flight: acknowledged at once")
+	tb.Hang(0)
+	tb.wait(t, "cp-0 Unhealthy", tb.unhealthy(0))
+	time.Sleep(time.Second)
+	assert.Empty(t, tb.Resets(0), "paused: no BMC call")
+	h.SetPaused(false)
+	tb.wait(t, "cp-0 healed", tb.succeeded(before, 0))
+}
+
+// The hub dies between a step's intent and its outcome; the next hub reads the BMC and finishes the
+// remediation with exactly one power action in all, whether the BMC call happened before the crash
+// or not.
+func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
+	for _, acted := range []bool{true, false} {
+		t.Run("bmc acted "+strconv.FormatBool(acted), func(t *testing.T) {
+			tb := newBed(t, Options{})
+			tb.StopHub()
+			crashed := make(chan struct{})
+			require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(_ hub.Machine, p hub.Power) hub.Power {
+				return &crashingPower{Power: p, tb: tb, acted: acted, crashed: crashed}
+			}}))
+			tb.Hang(2)
+			select {
+			case <-crashed:
+			case <-time.After(60 * time.Second):
+				t.Fatal("no BMC step within 60 s")
+			}
+			if acted {
+				require.Len(t, tb.Resets(2), 1)
+			} else {
+				require.Empty(t, tb.Resets(2))
+			}
+			require.NoError(t, tb.StartHub(HubOptions{}))
+			tb.wait(t, "cp-2's remediation to succeed", tb.succeeded(snapshot{}, 2))
+			tb.wait(t, "every machine healthy", tb.AllHealthy)
+			assert.Len(t, tb.Resets(2), 1, "exactly one power action in all")
+			hist, err := tb.Hub().History(Name(2))
+			require.NoError(t, err)
+			require.Len(t, hist, 1, "the same remediation resumed, not a second one")
+			var outcomes []string
+			for _, ev := range hist[0].History {
+				if ev.Kind == hub.EventOutcome {
+					outcomes = append(outcomes, ev.Detail)
+				}
+			}
+			want := "the step did not happen; taking it again"
+			if acted {
+				want = "after the intent: not repeated"
+			}
+			assert.Contains(t, outcomes[0], want)
+		})
+	}
+}
+
+// crashingPower crashes the hub at its first reboot, after or before passing it to the BMC.
+type crashingPower struct {
+	hub.Power
+	tb      *Testbed
+	acted   bool
+	crashed chan struct{}
+}
+
+func (c *crashingPower) Reboot(ctx context.Context) (bmc.Result, error) {
+	var res bmc.Result
+	var err error
+	if c.acted {
+		res, err = c.Power.Reboot(ctx)
+	}
+	c.tb.CrashHub()
+	close(c.crashed)
+	if err == nil {
+		err = errors.New("the hub crashed")
+	}
+	return res, err
+}
+
+// A machine whose remediations keep failing is escalated to a hard power cycle and given up after
+// maxAttempts, which status and explain say; an operator's reboot then heals it.
+func TestEscalationAndGivingUp(t *testing.T) {
+	tb := newBed(t, Options{})
+	h := tb.Hub()
+	tb.Sim().SetFaults(bmcsim.Faults{RejectAuth: true})
+	tb.Hang(2)
+	tb.wait(t, "the hub to give up", func() bool {
+		for _, m := range h.Status().Machines {
+			if m.Name == Name(2) && strings.Contains(m.Decision, "gave up after 3 failed remediations") {
+				return true
+			}
+		}
+		return false
+	})
+	hist, err := h.History(Name(2))
+	require.NoError(t, err)
+	require.Len(t, hist, 3)
+	for i, r := range hist {
+		assert.Equal(t, hub.Failed, r.State)
+		assert.Equal(t, i+1, r.Attempt)
+		assert.Equal(t, i > 0, r.Hard, "attempts after the first are hard power cycles")
+	}
+	why, err := h.Explain(Name(2))
+	require.NoError(t, err)
+	assert.Contains(t, why, "gave up after 3 failed remediations")
+	assert.Contains(t, why, "authentication")
+	time.Sleep(1500 * time.Millisecond)
+	n, _ := tb.Remediations(2)
+	assert.Equal(t, 3, n, "no fourth attempt")
+
+	tb.Sim().SetFaults(bmcsim.Faults{})
+	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "test"})
+	require.NoError(t, err)
+	tb.wait(t, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == hub.Succeeded })
+	hist, _ = h.History(Name(2))
+	assert.Equal(t, res.Remediation, hist[3].ID)
+	assert.Equal(t, "test", hist[3].RequestedBy)
+}
+
+// Manual reboots: a healthy member may be rebooted when the budget allows; --hard power-cycles;
+// --dry-run changes nothing; --force goes ahead over a refusal and the journal says so.
+func TestManualReboot(t *testing.T) {
+	tb := newBed(t, Options{})
+	h := tb.Hub()
+	ctx := t.Context()
+
+	res, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"power-cycle etcd-0", "await-healthy etcd-0"}, res.Steps)
+	assert.Empty(t, res.Remediation)
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: "nope"})
+	assert.ErrorIs(t, err, hub.ErrNotFound)
+
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(0)})
+	require.NoError(t, err)
+	tb.wait(t, "cp-0 rebooted", tb.succeeded(snapshot{}, 0))
+	assert.Equal(t, []string{"GracefulRestart"}, tb.Resets(0))
+	require.NoError(t, tb.Settle(ctx))
+
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), Hard: true})
+	require.NoError(t, err)
+	tb.wait(t, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == hub.Succeeded })
+	assert.NotEqual(t, "GracefulRestart", tb.Resets(0)[1])
+	require.NoError(t, tb.Settle(ctx))
+
+	// cp-2 down and detached: rebooting cp-1 costs quorum; --force overrides and is journaled.
+	require.NoError(t, h.SetDetached(Name(2), true))
+	tb.Hang(2)
+	tb.wait(t, "cp-2 Unhealthy", tb.unhealthy(2))
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
+	require.ErrorIs(t, err, hub.ErrRefused)
+	res, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1), Force: true})
+	require.NoError(t, err)
+	assert.Contains(t, res.Overrides, "quorum needs 2")
+	tb.wait(t, "cp-1's forced reboot to succeed", tb.succeeded(snapshot{}, 1))
+	hist, err := h.History(Name(1))
+	require.NoError(t, err)
+	assert.True(t, hist[0].Forced)
+	assert.True(t, slices.ContainsFunc(hist[0].History, func(e hub.Event) bool {
+		return strings.Contains(e.Detail, "forced by the operator over the quorum check")
+	}), "the override is journaled: %+v", hist[0].History)
+	require.NoError(t, h.SetDetached(Name(2), false))
+	tb.wait(t, "every machine healthy", tb.AllHealthy)
+}
+
+// A 20 %-loss link on one machine's gossip (HALE_LOSS_SECONDS, default 30 s): nobody is remediated.
+func TestLossyLinkNoRemediation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 30 s run; not in -short")
+	}
+	d := 30 * time.Second
+	if s := os.Getenv("HALE_LOSS_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "HALE_LOSS_SECONDS")
+		d = time.Duration(n) * time.Second
+	}
+	tb := newBed(t, Options{Loss: 0.20, LossyMachine: 2, Seed: seed.FromEnv(t)})
+	h := tb.Hub()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		for _, m := range h.Status().Machines {
+			require.NotEqual(t, hub.Unhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
+			require.Nil(t, m.Remediation, m.Name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := range Machines {
+		assert.Empty(t, tb.Resets(i), Name(i))
+	}
+}

@@ -1,0 +1,234 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub"
+)
+
+// Scenario is one story the demo tells, with the ending it must reach.
+type Scenario struct {
+	Name  string
+	Title string
+	Run   func(ctx context.Context, tb *Testbed) error
+}
+
+// Scenarios returns the demo's scenarios, in the order they run.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{"hang", "one machine hangs → detected → power-cycled → rejoins", hangScenario},
+		{"quorum-lost", "two of three machines hang (quorum lost) → both dead members power-cycled → quorum restored", quorumLostScenario},
+		{"refused-reboot", "a manual reboot of a healthy member while another is down → refused with the reason", refusedRebootScenario},
+		{"pause", "pause while a remediation is in flight → Pausing until its BMC step is done, then Paused", pauseScenario},
+	}
+}
+
+// Select returns the scenarios named (all when names is empty), or an error naming the unknown one.
+func Select(names []string) ([]Scenario, error) {
+	all := Scenarios()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []Scenario
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(s Scenario) bool { return s.Name == n })
+		if i < 0 {
+			var known []string
+			for _, s := range all {
+				known = append(known, s.Name)
+			}
+			return nil, fmt.Errorf("no scenario %q; known: %s", n, strings.Join(known, ", "))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
+
+// Settle waits until every machine is healthy with nothing in flight, and past the cooldown of the
+// last remediation, so that a scenario starts from a calm cluster.
+func (tb *Testbed) Settle(ctx context.Context) error {
+	if err := tb.WaitFor(ctx, 60*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	inv, err := tb.Inventory()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(inv.Policy.Cooldown + 100*time.Millisecond):
+	}
+	return nil
+}
+
+// snapshot counts every machine's BMC resets and journal entries, to check what a scenario added.
+type snapshot struct {
+	resets, remediations [Machines]int
+}
+
+func (tb *Testbed) snapshot() snapshot {
+	var s snapshot
+	for i := range Machines {
+		s.resets[i] = len(tb.Resets(i))
+		s.remediations[i], _ = tb.Remediations(i)
+	}
+	return s
+}
+
+// expectResets checks that each machine got exactly want[i] more BMC resets than in before.
+func (tb *Testbed) expectResets(before snapshot, want [Machines]int) error {
+	var errs []error
+	for i := range Machines {
+		if got := len(tb.Resets(i)) - before.resets[i]; got != want[i] {
+			errs = append(errs, fmt.Errorf("%s: %d power actions, want %d (%v)", Name(i), got, want[i], tb.Resets(i)[before.resets[i]:]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// succeeded: machine i has a new remediation since before and it succeeded.
+func (tb *Testbed) succeeded(before snapshot, i int) func() bool {
+	return func() bool {
+		n, st := tb.Remediations(i)
+		return n > before.remediations[i] && st == hub.Succeeded
+	}
+}
+
+func hangScenario(ctx context.Context, tb *Testbed) error {
+	before := tb.snapshot()
+	t0 := time.Now()
+	tb.Hang(2)
+	if err := tb.WaitFor(ctx, 60*time.Second, "cp-2's remediation to succeed", tb.succeeded(before, 2)); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	tb.Say("demo", "cp-2 hung → healed and healthy again in %v", time.Since(t0).Round(time.Millisecond))
+	return tb.expectResets(before, [Machines]int{0, 0, 1})
+}
+
+func quorumLostScenario(ctx context.Context, tb *Testbed) error {
+	before := tb.snapshot()
+	t0 := time.Now()
+	done := make(chan struct{})
+	go func() { tb.Hang(1); close(done) }()
+	tb.Hang(2)
+	<-done
+	for _, i := range []int{1, 2} {
+		if err := tb.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's remediation to succeed", Name(i)), tb.succeeded(before, i)); err != nil {
+			return err
+		}
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	tb.Say("demo", "quorum lost → restored, every machine healthy in %v", time.Since(t0).Round(time.Millisecond))
+	return tb.expectResets(before, [Machines]int{0, 1, 1})
+}
+
+func refusedRebootScenario(ctx context.Context, tb *Testbed) error {
+	h := tb.Hub()
+	before := tb.snapshot()
+	// Detach cp-2 first so that it stays down while the operator tries the reboot.
+	if err := h.SetDetached(Name(2), true); err != nil {
+		return err
+	}
+	tb.Hang(2)
+	if err := tb.WaitFor(ctx, 30*time.Second, "cp-2 Unhealthy", func() bool {
+		a, _ := h.Assessment(Name(2))
+		return a.Verdict == hub.Unhealthy
+	}); err != nil {
+		return err
+	}
+	tb.Say("demo", "operator: hub reboot cp-0 (a healthy member, while cp-2 is down)")
+	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), By: "demo"})
+	if !errors.Is(err, hub.ErrRefused) || !strings.Contains(err.Error(), "quorum needs 2") {
+		return fmt.Errorf("rebooting cp-0 with cp-2 down: want a refusal that names quorum, got %v", err)
+	}
+	tb.Say("demo", "the hub says: %v", err)
+	tb.Say("demo", "operator: hub reboot cp-2 --dry-run (the member that is down)")
+	res, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2), DryRun: true})
+	if err != nil {
+		return fmt.Errorf("a dry-run reboot of the dead member: want a plan, got %w", err)
+	}
+	tb.Say("demo", "allowed (free: cp-2 is not a healthy voter): %s", strings.Join(res.Steps, " → "))
+	tb.Say("demo", "operator: hub attach cp-2")
+	if err := h.SetDetached(Name(2), false); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, 60*time.Second, "cp-2's remediation to succeed", tb.succeeded(before, 2)); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	return tb.expectResets(before, [Machines]int{0, 0, 1})
+}
+
+func pauseScenario(ctx context.Context, tb *Testbed) error {
+	h := tb.Hub()
+	before := tb.snapshot()
+	tb.Say("demo", "the BMC gets slow (every request takes 300 ms), so the power step takes a while")
+	tb.Sim().SetFaults(bmcsim.Faults{Latency: 300 * time.Millisecond})
+	defer tb.Sim().SetFaults(bmcsim.Faults{})
+	tb.Hang(1)
+	busy := func() bool {
+		for _, m := range h.Status().Machines {
+			if m.Name == Name(1) && m.Remediation != nil && m.Remediation.Busy {
+				return true
+			}
+		}
+		return false
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "cp-1's BMC step to start", busy); err != nil {
+		return err
+	}
+	tb.Say("demo", "operator: hub pause --wait (a BMC step is in flight)")
+	h.SetPaused(true)
+	if st := h.PauseState(); st != hub.Pausing {
+		return fmt.Errorf("paused during a BMC step: state %s, want Pausing", st)
+	}
+	tb.Say("demo", "pause state: %s", hub.Pausing)
+	t0 := time.Now()
+	if err := tb.WaitFor(ctx, 30*time.Second, "the pause to be acknowledged", func() bool { return h.PauseState() == hub.Paused }); err != nil {
+		return err
+	}
+	tb.Say("demo", "pause state: %s after %v: the BMC step finished and nothing new starts", hub.Paused, time.Since(t0).Round(time.Millisecond))
+	tb.Sim().SetFaults(bmcsim.Faults{})
+	tb.Say("demo", "operator: hub resume")
+	h.SetPaused(false)
+	if err := tb.WaitFor(ctx, 60*time.Second, "cp-1's remediation to succeed", tb.succeeded(before, 1)); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	return tb.expectResets(before, [Machines]int{0, 1, 0})
+}
+
+// Run runs scenarios in order on tb (its hub started), settling before each. It returns one error
+// per failed scenario; a scenario's failure does not stop the next.
+func Run(ctx context.Context, tb *Testbed, scenarios []Scenario) error {
+	var errs []error
+	for n, s := range scenarios {
+		if err := tb.Settle(ctx); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("before scenario %s: %w", s.Name, err))...)
+		}
+		tb.Say("demo", "━━ scenario %d/%d %s: %s", n+1, len(scenarios), s.Name, s.Title)
+		if err := s.Run(ctx, tb); err != nil {
+			tb.Say("demo", "✗ scenario %s FAILED: %v", s.Name, err)
+			errs = append(errs, fmt.Errorf("scenario %s: %w", s.Name, err))
+			continue
+		}
+		tb.Say("demo", "✓ scenario %s passed", s.Name)
+	}
+	return errors.Join(errs...)
+}

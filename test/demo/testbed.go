@@ -1,0 +1,441 @@
+// Package demo is `hub demo` and the hub's end-to-end tests: a 3-member embedded etcd cluster, three
+// simulated machines each with a real agent (real probes, real gossip) and a simulated Redfish BMC
+// whose power starts and stops that machine's etcd member and agent, and a real hub with a bbolt
+// journal. Scenarios run on it and narrate a timeline.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/test/etcdcluster"
+	"github.com/hale-dev/hale/test/lossy"
+)
+
+// Machines is how many machines the testbed has.
+const Machines = 3
+
+// Options configure a testbed.
+type Options struct {
+	// Dir holds the etcd data and the journal. Required.
+	Dir string
+	// Timeline receives the narrated timeline (nil: none).
+	Timeline io.Writer
+	// Log receives the hub's and the BMC clients' structured logs (nil: none).
+	Log *slog.Logger
+	// Metrics receives the hub's metrics (nil: none).
+	Metrics prometheus.Registerer
+	// Loss drops this share (0..1) of the UDP gossip packets of LossyMachine's agent, both ways.
+	Loss         float64
+	LossyMachine int
+	Seed         uint64
+	// OnRequest is called at the start of every request the simulated BMC serves.
+	OnRequest func(system string, r *http.Request)
+}
+
+// Testbed is the demo topology.
+type Testbed struct {
+	opts  Options
+	etcd  *etcdcluster.Cluster
+	sim   *bmcsim.Server
+	key   []byte
+	start time.Time
+
+	mu      sync.Mutex
+	agents  map[int]*agentProc
+	ports   map[int]int // a rebooted machine comes back on the same gossip port
+	hub     *hub.Hub
+	journal *hub.Journal
+	hubStop func()
+}
+
+type agentProc struct {
+	gossip *health.Gossip
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Name returns machine i's name (also its node name and BMC system ID).
+func Name(i int) string { return fmt.Sprintf("cp-%d", i) }
+
+// Start brings up etcd, the BMC simulator and the agents (not the hub: StartHub).
+func Start(opts Options) (*Testbed, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("demo: Options.Dir is required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	tb := &Testbed{opts: opts, key: []byte("hale-demo-gossip-key-32-bytes!!!"), start: time.Now(),
+		agents: map[int]*agentProc{}, ports: map[int]int{}}
+	tb.Say("demo", "starting a %d-member etcd cluster (embedded, on 127.0.0.1)", Machines)
+	var err error
+	if tb.etcd, err = etcdcluster.New(filepath.Join(opts.Dir, "etcd"), Machines); err != nil {
+		return nil, err
+	}
+	var systems []bmcsim.SystemConfig
+	for i := range Machines {
+		systems = append(systems, bmcsim.SystemConfig{ID: Name(i), ShutdownDelay: 50 * time.Millisecond, CycleOffDuration: 100 * time.Millisecond})
+	}
+	simCfg := bmcsim.Config{Username: "admin", Password: "demo-password", PlainHTTP: true, Systems: systems,
+		OnPower: func(id string, running bool) {
+			var i int
+			_, _ = fmt.Sscanf(id, "cp-%d", &i)
+			if running {
+				tb.Say("bmc", "%s powered on: its etcd member and agent start", id)
+				go tb.powerOn(i)
+			} else {
+				tb.Say("bmc", "%s powered off", id)
+				tb.stop(i)
+			}
+		}}
+	if opts.OnRequest != nil {
+		simCfg.OnRequest = func(r *http.Request) {
+			_, rest, _ := strings.Cut(r.URL.Path, "/Systems/")
+			system, _, _ := strings.Cut(rest, "/")
+			opts.OnRequest(system, r)
+		}
+	}
+	if tb.sim, err = bmcsim.Start(simCfg); err != nil {
+		tb.etcd.Close()
+		return nil, err
+	}
+	tb.Say("demo", "simulated Redfish BMC at %s, systems cp-0..cp-%d", tb.sim.Endpoint(), Machines-1)
+	for i := range Machines {
+		if err := tb.startAgent(i); err != nil {
+			tb.Close()
+			return nil, err
+		}
+	}
+	return tb, nil
+}
+
+// Say adds a line to the timeline: time since the start, who, what.
+func (tb *Testbed) Say(who, format string, args ...any) {
+	tb.sayAt(time.Now(), who, fmt.Sprintf(format, args...))
+}
+
+func (tb *Testbed) sayAt(at time.Time, who, msg string) {
+	if tb.opts.Timeline != nil {
+		fmt.Fprintf(tb.opts.Timeline, "%8.3fs  %-5s %s\n", at.Sub(tb.start).Seconds(), who, msg)
+	}
+}
+
+func (tb *Testbed) startAgent(i int) error {
+	var ag *health.Agent
+	var agMu sync.Mutex
+	poke := func() {
+		agMu.Lock()
+		defer agMu.Unlock()
+		if ag != nil {
+			ag.Poke()
+		}
+	}
+	tb.mu.Lock()
+	port := tb.ports[i]
+	tb.mu.Unlock()
+	cfg := health.GossipConfig{Node: Name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
+		Keys: [][]byte{tb.key}, OnPeerChange: poke}
+	if tb.opts.Loss > 0 && i == tb.opts.LossyMachine {
+		t, err := lossy.New("127.0.0.1", port, tb.opts.Loss, tb.opts.Seed)
+		if err != nil {
+			return err
+		}
+		cfg.Transport = t
+	}
+	g, err := health.StartGossip(cfg)
+	if err != nil {
+		return fmt.Errorf("demo: agent %s: %w", Name(i), err)
+	}
+	_, portText, _ := strings.Cut(g.Addr(), "127.0.0.1:")
+	_, _ = fmt.Sscan(portText, &port)
+	etcd, err := health.NewEtcd(health.EtcdConfig{Endpoint: tb.etcd.Endpoints()[i]})
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	r, err := health.NewRunner([]health.ProbeSpec{{Probe: etcd.Probe(), Interval: 200 * time.Millisecond, Timeout: 150 * time.Millisecond}}, nil, poke)
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	agMu.Lock()
+	ag = health.NewAgent(g, r, etcd, 250*time.Millisecond, nil)
+	agMu.Unlock()
+	tb.mu.Lock()
+	for _, other := range tb.agents { // join anyone alive
+		if _, err := g.Join([]string{other.gossip.Addr()}); err == nil {
+			break
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &agentProc{gossip: g, cancel: cancel, done: make(chan struct{})}
+	tb.agents[i], tb.ports[i] = p, port
+	tb.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		_ = ag.Run(ctx, time.Second)
+		_ = etcd.Close()
+	}()
+	return nil
+}
+
+// Hang makes machine i stop answering: its agent and its etcd member die, its power stays on.
+func (tb *Testbed) Hang(i int) {
+	tb.Say("demo", "%s hangs: its agent and etcd member stop answering, its power stays on", Name(i))
+	tb.stop(i)
+}
+
+// stop ends machine i's processes the way a power cut does: no goodbye in the gossip pool.
+func (tb *Testbed) stop(i int) {
+	tb.mu.Lock()
+	p := tb.agents[i]
+	delete(tb.agents, i)
+	tb.mu.Unlock()
+	if p != nil {
+		_ = p.gossip.Shutdown()
+		p.cancel()
+		<-p.done
+	}
+	tb.etcd.Stop(i)
+}
+
+func (tb *Testbed) powerOn(i int) {
+	if err := tb.etcd.Restart(i); err != nil {
+		tb.Say("demo", "restarting etcd member of %s: %v", Name(i), err)
+	}
+	if err := tb.startAgent(i); err != nil {
+		tb.Say("demo", "restarting the agent of %s: %v", Name(i), err)
+	}
+}
+
+// Inventory is the hub's inventory for the testbed: every machine a control-plane etcd member,
+// healed by reboot; short timeouts so that the demo moves at a human pace.
+func (tb *Testbed) Inventory() (hub.Inventory, error) {
+	inv := hub.Inventory{Cluster: "demo", Policy: hub.Policy{Quorum: quorum.DefaultPolicy(), Assess: hub.DefaultAssessPolicy(),
+		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3}}
+	inv.Policy.Assess.EtcdUnreachableTimeout = time.Second
+	for i := range Machines {
+		ep, err := bmc.ParseEndpoint(fmt.Sprintf("%s/systems/%s", tb.sim.Endpoint(), Name(i)))
+		if err != nil {
+			return inv, err
+		}
+		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: Name(i), Node: Name(i),
+			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
+			Credentials: bmc.NewCredentials("admin", "demo-password")})
+	}
+	return inv, nil
+}
+
+// HubOptions adjust the hub StartHub starts.
+type HubOptions struct {
+	// Journal path (default Dir/journal.db).
+	Journal string
+	// WrapPower wraps each machine's BMC controller (crash tests cut the hub off around a BMC call).
+	WrapPower func(m hub.Machine, p hub.Power) hub.Power
+}
+
+// StartHub starts a hub on the testbed; StopHub (or Close) stops it.
+func (tb *Testbed) StartHub(o HubOptions) error {
+	if o.Journal == "" {
+		o.Journal = filepath.Join(tb.opts.Dir, "journal.db")
+	}
+	g, err := health.StartGossip(health.GossipConfig{Node: "hub", Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1", Keys: [][]byte{tb.key}})
+	if err != nil {
+		return err
+	}
+	tb.mu.Lock()
+	var seeds []string
+	for _, a := range tb.agents {
+		seeds = append(seeds, a.gossip.Addr())
+	}
+	tb.mu.Unlock()
+	if _, err := g.Join(seeds); err != nil {
+		_ = g.Shutdown()
+		return fmt.Errorf("demo: the hub cannot join the agents: %w", err)
+	}
+	j, err := hub.OpenJournal(o.Journal, 0)
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	inv, err := tb.Inventory()
+	if err != nil {
+		return err
+	}
+	log := tb.opts.Log
+	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: j, Log: log, Tick: 100 * time.Millisecond,
+		RecoveryTimeout: 30 * time.Second, Metrics: tb.opts.Metrics,
+		OnEvent: func(at time.Time, msg string) { tb.sayAt(at, "hub", msg) },
+		PowerFor: func(m hub.Machine) (hub.Power, error) {
+			c, err := bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second,
+				GracefulTimeout: 2 * time.Second, Logger: log})
+			if err != nil || o.WrapPower == nil {
+				return c, err
+			}
+			return o.WrapPower(m, c), nil
+		}})
+	if err != nil {
+		_ = j.Close()
+		_ = g.Shutdown()
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := h.Run(ctx); err != nil {
+			tb.Say("hub", "stopped: %v", err)
+		}
+	}()
+	tb.mu.Lock()
+	tb.hub, tb.journal = h, j
+	tb.hubStop = func() {
+		cancel()
+		<-done
+		_ = g.Shutdown()
+		_ = j.Close()
+	}
+	tb.mu.Unlock()
+	tb.Say("demo", "hub started (journal %s, epoch %d)", o.Journal, j.Epoch())
+	return nil
+}
+
+// StopHub stops the hub as a crash would leave it: remediations in flight stay InProgress in the
+// journal for the next hub to resume.
+func (tb *Testbed) StopHub() {
+	tb.mu.Lock()
+	stop := tb.hubStop
+	tb.hubStop, tb.hub, tb.journal = nil, nil, nil
+	tb.mu.Unlock()
+	if stop != nil {
+		stop()
+		tb.Say("demo", "hub stopped")
+	}
+}
+
+// CrashHub kills the hub as a crash would, at this very instant: its journal takes no more writes
+// (whatever it was about to record is lost), then it stops.
+func (tb *Testbed) CrashHub() {
+	tb.mu.Lock()
+	j := tb.journal
+	tb.mu.Unlock()
+	if j != nil {
+		_ = j.Close()
+		tb.Say("demo", "the hub crashes")
+	}
+	tb.StopHub()
+}
+
+// Hub returns the running hub (nil when none runs).
+func (tb *Testbed) Hub() *hub.Hub {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.hub
+}
+
+// Sim returns the BMC simulator.
+func (tb *Testbed) Sim() *bmcsim.Server { return tb.sim }
+
+// EtcdRunning reports whether machine i's etcd member runs.
+func (tb *Testbed) EtcdRunning(i int) bool { return tb.etcd.Running(i) }
+
+// Close stops everything.
+func (tb *Testbed) Close() {
+	tb.StopHub()
+	tb.mu.Lock()
+	agents := tb.agents
+	tb.agents = map[int]*agentProc{}
+	tb.mu.Unlock()
+	for _, p := range agents {
+		_ = p.gossip.Shutdown()
+		p.cancel()
+		<-p.done
+	}
+	_ = tb.sim.Close()
+	tb.etcd.Close()
+}
+
+// WaitFor polls cond every 50 ms; on timeout it returns an error with the hub's events and journal.
+func (tb *Testbed) WaitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v waiting for %s\n%s", timeout, what, tb.dump())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (tb *Testbed) dump() string {
+	h := tb.Hub()
+	if h == nil {
+		return "(no hub running)"
+	}
+	var b strings.Builder
+	b.WriteString("hub events:\n")
+	for _, e := range h.Events() {
+		b.WriteString("  " + e + "\n")
+	}
+	b.WriteString("journal:\n")
+	for i := range Machines {
+		hist, _ := h.History(Name(i))
+		for _, r := range hist {
+			fmt.Fprintf(&b, "  %s %s\n", r.ID, r.State)
+			for _, ev := range r.History {
+				fmt.Fprintf(&b, "    %s step %d %s: %s\n", ev.At.Format("15:04:05.000"), ev.Step, ev.Kind, ev.Detail)
+			}
+		}
+	}
+	return b.String()
+}
+
+// AllHealthy: every machine Healthy with a healthy etcd member, and no remediation in flight.
+func (tb *Testbed) AllHealthy() bool {
+	h := tb.Hub()
+	if h == nil {
+		return false
+	}
+	for _, m := range h.Status().Machines {
+		if m.Verdict != hub.Healthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Remediations returns how many remediations of machine i the journal holds, and the state of the latest.
+func (tb *Testbed) Remediations(i int) (int, hub.RemediationState) {
+	h := tb.Hub()
+	if h == nil {
+		return 0, ""
+	}
+	hist, err := h.History(Name(i))
+	if err != nil || len(hist) == 0 {
+		return 0, ""
+	}
+	return len(hist), hist[len(hist)-1].State
+}
+
+// Resets returns the reset requests machine i's BMC has served.
+func (tb *Testbed) Resets(i int) []string { return tb.sim.Resets(Name(i)) }
