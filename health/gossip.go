@@ -2,6 +2,7 @@ package health
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -174,6 +175,26 @@ func (g *Gossip) Join(peers []string) (int, error) {
 		return 0, fmt.Errorf("gossip: joining %v: %w", peers, err)
 	}
 	return n, nil
+}
+
+// JoinLoop joins peers, retrying with backoff (1 s doubling to 30 s) until one answers or ctx ends:
+// at boot the peers may not be up yet.
+func (g *Gossip) JoinLoop(ctx context.Context, peers []string) {
+	wait := time.Second
+	for {
+		n, err := g.Join(peers)
+		if err == nil {
+			g.log.Info("joined the gossip pool", "answered", n)
+			return
+		}
+		g.log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
 }
 
 // Addr is where this member listens.

@@ -25,8 +25,10 @@ type Config struct {
 	Log     *slog.Logger
 	// Tick is the time between passes (default 200 ms).
 	Tick time.Duration
-	// PowerFor returns a machine's BMC controller (default: bmc.New from the inventory).
+	// PowerFor returns a machine's BMC controller (default: bmc.New from the inventory, with BMC as
+	// the options: timeouts, metrics).
 	PowerFor func(Machine) (Power, error)
+	BMC      bmc.Options
 	// RecoveryTimeout bounds how long a remediated machine may take to come back (default 10 min).
 	RecoveryTimeout time.Duration
 	// Metrics, when set, receives the hub's metrics.
@@ -83,7 +85,12 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.PowerFor == nil {
 		cfg.PowerFor = func(m Machine) (Power, error) {
-			return bmc.New(m.Endpoint, m.Credentials, bmc.Options{CAFile: m.CAFile, Insecure: m.Insecure, Logger: cfg.Log})
+			o := cfg.BMC
+			o.CAFile, o.Insecure = m.CAFile, m.Insecure
+			if o.Logger == nil {
+				o.Logger = cfg.Log
+			}
+			return bmc.New(m.Endpoint, m.Credentials, o)
 		}
 	}
 	met, err := newMetrics(cfg.Metrics)

@@ -37,8 +37,13 @@ type PolicyFile struct {
 	} `json:"rateLimit"`
 	// Cooldown: a machine that recovered is not remediated again before this (min healthy period).
 	Cooldown config.Duration `json:"cooldown"`
-	// MaxAttempts per remediation before it is given up and said so.
+	// MaxAttempts: failed remediations of a machine (since it was last healthy) before the hub gives
+	// up on it and says so; attempts after the first are hard power cycles.
 	MaxAttempts int `json:"maxAttempts"`
+	// DeadTimeout, EtcdUnreachableTimeout, StaleAfter: see AssessPolicy.
+	DeadTimeout            config.Duration `json:"deadTimeout"`
+	EtcdUnreachableTimeout config.Duration `json:"etcdUnreachableTimeout"`
+	StaleAfter             config.Duration `json:"staleAfter"`
 }
 
 // Class is a machine class: how its machines are healed.
@@ -216,6 +221,17 @@ func (pf PolicyFile) validate() (Policy, error) {
 		p.RateMax = pf.RateLimit.Max
 	}
 	p.RatePer = pf.RateLimit.Per.Or(p.RatePer)
+	for _, d := range []struct {
+		field string
+		value config.Duration
+		dst   *time.Duration
+	}{{"deadTimeout", pf.DeadTimeout, &p.Assess.DeadTimeout}, {"etcdUnreachableTimeout", pf.EtcdUnreachableTimeout, &p.Assess.EtcdUnreachableTimeout},
+		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}} {
+		if d.value.Duration < 0 {
+			return p, fmt.Errorf("policy.%s: %v must not be negative", d.field, d.value)
+		}
+		*d.dst = d.value.Or(*d.dst)
+	}
 	if pf.MaxAttempts < 0 {
 		return p, fmt.Errorf("policy.maxAttempts: %d must not be negative", pf.MaxAttempts)
 	}

@@ -140,7 +140,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	defer srv.Close()
 
 	if len(cfg.Gossip.Join) > 0 {
-		go joinLoop(ctx, g, cfg.Gossip.Join, log)
+		go g.JoinLoop(ctx, cfg.Gossip.Join)
 	}
 	log.Info("agent started", "node", cfg.Node, "cluster", cfg.Cluster, "gossip", g.Addr(), "http", ln.Addr().String(), "probes", len(specs))
 	if ready != nil {
@@ -149,26 +149,6 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	err = agent.Run(ctx, 5*time.Second)
 	log.Info("agent stopped")
 	return err
-}
-
-// joinLoop joins the configured peers, retrying with backoff until one answers: at boot the peers may
-// not be up yet.
-func joinLoop(ctx context.Context, g *health.Gossip, peers []string, log *slog.Logger) {
-	wait := time.Second
-	for {
-		n, err := g.Join(peers)
-		if err == nil {
-			log.Info("joined the gossip pool", "answered", n)
-			return
-		}
-		log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 30*time.Second)
-	}
 }
 
 func probeSpecs(cfg Config, etcd *health.Etcd, clock health.ClockSource) ([]health.ProbeSpec, error) {

@@ -1,6 +1,7 @@
-// Command hub is Hale's decision maker and its operator tool. This build carries `hub plan` (the
-// offline what-if planner) and `hub bmc` (raw, verified BMC power control and a Redfish simulator);
-// the daemon (`hub run`) and the quorum-checked operator commands land with the hub.
+// Command hub is Hale's decision maker and its operator tool: `hub run` (the standalone daemon),
+// the operator commands that talk to it (status, explain, reboot, pause/resume, suspend/unsuspend,
+// detach/attach), `hub demo`, `hub plan` (the offline what-if planner) and `hub bmc` (raw, verified
+// BMC power control and a Redfish simulator).
 package main
 
 import (
@@ -28,6 +29,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newPlanCommand(), newBMCCommand())
+	root.AddCommand(newRunCommand(), newDemoCommand(), newPlanCommand(), newBMCCommand())
+	root.AddCommand(operatorCommands()...)
 	return root
 }

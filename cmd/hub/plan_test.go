@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func runHub(t *testing.T, args ...string) (string, error) {
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := newRootCommand(&out, &errOut)
@@ -46,7 +46,7 @@ func TestPlanExamples(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(filepath.Base(tt.file), func(t *testing.T) {
-			out, err := runHub(t, "plan", "-f", tt.file)
+			out, err := runCLI(t, "plan", "-f", tt.file)
 			require.NoError(t, err)
 			for _, want := range tt.want {
 				assert.Contains(t, out, want)
@@ -56,7 +56,7 @@ func TestPlanExamples(t *testing.T) {
 }
 
 func TestPlanJSON(t *testing.T) {
-	out, err := runHub(t, "plan", "-f", "../../examples/fleet.yaml", "-o", "json")
+	out, err := runCLI(t, "plan", "-f", "../../examples/fleet.yaml", "-o", "json")
 	require.NoError(t, err)
 	var doc struct {
 		Budget    struct{ Available int }
@@ -108,7 +108,7 @@ func TestPlanBadInput(t *testing.T) {
 				path = writeState(t, tt.body)
 				args = []string{"plan", "-f", path}
 			}
-			_, err := runHub(t, args...)
+			_, err := runCLI(t, args...)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 			if path != "" && tt.name != "no file" {

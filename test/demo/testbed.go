@@ -6,11 +6,14 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -50,11 +53,12 @@ type Options struct {
 
 // Testbed is the demo topology.
 type Testbed struct {
-	opts  Options
-	etcd  *etcdcluster.Cluster
-	sim   *bmcsim.Server
-	key   []byte
-	start time.Time
+	opts     Options
+	password string // the simulated BMCs' (random), also in Dir/bmc-credentials
+	etcd     *etcdcluster.Cluster
+	sim      *bmcsim.Server
+	key      []byte
+	start    time.Time
 
 	mu      sync.Mutex
 	agents  map[int]*agentProc
@@ -81,8 +85,18 @@ func Start(opts Options) (*Testbed, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	tb := &Testbed{opts: opts, key: []byte("hale-demo-gossip-key-32-bytes!!!"), start: time.Now(),
-		agents: map[int]*agentProc{}, ports: map[int]int{}}
+	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}}
+	_, _ = rand.Read(tb.key)
+	tb.password = rand.Text()
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(tb.CredentialsFile(), []byte("username=admin\npassword="+tb.password+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(tb.GossipKeyFile(), []byte(base64.StdEncoding.EncodeToString(tb.key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	tb.Say("demo", "starting a %d-member etcd cluster (embedded, on 127.0.0.1)", Machines)
 	var err error
 	if tb.etcd, err = etcdcluster.New(filepath.Join(opts.Dir, "etcd"), Machines); err != nil {
@@ -92,7 +106,7 @@ func Start(opts Options) (*Testbed, error) {
 	for i := range Machines {
 		systems = append(systems, bmcsim.SystemConfig{ID: Name(i), ShutdownDelay: 50 * time.Millisecond, CycleOffDuration: 100 * time.Millisecond})
 	}
-	simCfg := bmcsim.Config{Username: "admin", Password: "demo-password", PlainHTTP: true, Systems: systems,
+	simCfg := bmcsim.Config{Username: "admin", Password: tb.password, PlainHTTP: true, Systems: systems,
 		OnPower: func(id string, running bool) {
 			var i int
 			_, _ = fmt.Sscanf(id, "cp-%d", &i)
@@ -123,6 +137,23 @@ func Start(opts Options) (*Testbed, error) {
 		}
 	}
 	return tb, nil
+}
+
+// CredentialsFile is the simulated BMCs' credentials file (for `hub bmc power --credentials`).
+func (tb *Testbed) CredentialsFile() string { return filepath.Join(tb.opts.Dir, "bmc-credentials") }
+
+// GossipKeyFile is the agents' gossip key file (for `hub run --gossip-key-file`).
+func (tb *Testbed) GossipKeyFile() string { return filepath.Join(tb.opts.Dir, "gossip-key") }
+
+// Seeds returns the gossip addresses of the agents running now (for `hub run --join`).
+func (tb *Testbed) Seeds() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var out []string
+	for _, a := range tb.agents {
+		out = append(out, a.gossip.Addr())
+	}
+	return out
 }
 
 // Say adds a line to the timeline: time since the start, who, what.
@@ -237,7 +268,7 @@ func (tb *Testbed) Inventory() (hub.Inventory, error) {
 		}
 		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: Name(i), Node: Name(i),
 			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
-			Credentials: bmc.NewCredentials("admin", "demo-password")})
+			Credentials: bmc.NewCredentials("admin", tb.password)})
 	}
 	return inv, nil
 }
@@ -259,13 +290,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	if err != nil {
 		return err
 	}
-	tb.mu.Lock()
-	var seeds []string
-	for _, a := range tb.agents {
-		seeds = append(seeds, a.gossip.Addr())
-	}
-	tb.mu.Unlock()
-	if _, err := g.Join(seeds); err != nil {
+	if _, err := g.Join(tb.Seeds()); err != nil {
 		_ = g.Shutdown()
 		return fmt.Errorf("demo: the hub cannot join the agents: %w", err)
 	}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hale-dev/hale/test/demo"
+)
+
+type demoOptions struct {
+	scenarios []string
+	keep      bool
+	dir       string
+	logLevel  string
+}
+
+func newDemoCommand() *cobra.Command {
+	var o demoOptions
+	var names []string
+	for _, s := range demo.Scenarios() {
+		names = append(names, s.Name)
+	}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run Hale on a simulated 3-machine control plane and watch it heal (no setup needed)",
+		Long: `Run Hale end to end on this machine: a 3-member etcd cluster (embedded), three simulated machines
+each with a real agent and a simulated Redfish BMC whose power starts and stops that machine's etcd
+member and agent, and the hub. The scenarios run in order and print a timeline:
+
+  hang            one machine hangs → detected → power-cycled → rejoins
+  quorum-lost     two of three hang (quorum lost) → dead members power-cycled → quorum restored
+  refused-reboot  a manual reboot of a healthy member while another is down → refused with the reason
+  pause           a pause while a remediation is in flight → Pausing, then Paused once its BMC step is done
+
+It exits 0 only if every scenario ended as expected. --keep leaves everything running afterwards and
+serves the operator API, so that hub status, explain, reboot, pause … can be tried in another terminal.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runDemo(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringSliceVar(&o.scenarios, "scenario", nil, "run only these scenarios (comma-separated): "+strings.Join(names, ", "))
+	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep running after the scenarios, serving the operator API (Ctrl-C stops)")
+	cmd.Flags().StringVar(&o.dir, "dir", "", "where to keep etcd data, the journal and the API socket (default: a new temporary directory, removed at the end)")
+	cmd.Flags().StringVar(&o.logLevel, "log-level", "", "also print the hub's structured logs at this level to stderr (debug, info, warn, error)")
+	return cmd
+}
+
+func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
+	scenarios, err := demo.Select(o.scenarios)
+	if err != nil {
+		return fmt.Errorf("--scenario: %w", err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if o.logLevel != "" {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+			return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+		}
+		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	}
+	dir := o.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "hale-demo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	started := time.Now()
+	tb, err := demo.Start(demo.Options{Dir: dir, Timeline: stdout, Log: log})
+	if err != nil {
+		return err
+	}
+	defer tb.Close()
+	if err := tb.StartHub(demo.HubOptions{}); err != nil {
+		return err
+	}
+	runErr := demo.Run(ctx, tb, scenarios)
+	failed := 0
+	if runErr != nil {
+		failed = strings.Count(runErr.Error(), "scenario ")
+	}
+	fmt.Fprintf(stdout, "\nsummary: %d of %d scenarios passed in %v\n", len(scenarios)-min(failed, len(scenarios)), len(scenarios),
+		time.Since(started).Round(100*time.Millisecond))
+	if o.keep && ctx.Err() == nil {
+		if err := keepServing(ctx, tb, dir, stdout); err != nil {
+			return err
+		}
+	}
+	if runErr != nil {
+		return fmt.Errorf("the demo did not end as expected:\n%w", runErr)
+	}
+	return nil
+}
+
+// keepServing serves the operator API on a socket in dir until ctx ends.
+func keepServing(ctx context.Context, tb *demo.Testbed, dir string, stdout io.Writer) error {
+	socket := filepath.Join(dir, "hub.sock")
+	lns, err := listenAPI(apiListen{socket: socket})
+	if err != nil {
+		return err
+	}
+	defer closeAPI(lns, apiListen{socket: socket})
+	srv := &http.Server{Handler: tb.Hub().APIHandler(""), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(lns[0].ln) }()
+	defer srv.Close()
+	fmt.Fprintf(stdout, `
+The demo keeps running (Ctrl-C stops it). In another terminal:
+  export HALE_HUB_SOCKET=%s
+  hub status
+  hub explain cp-1
+  hub reboot cp-1 --dry-run
+  hub pause --wait; hub resume
+  hub bmc power off --credentials %s %s/systems/cp-2    # cut a machine's power: the hub heals it
+`, socket, tb.CredentialsFile(), tb.Sim().Endpoint())
+	<-ctx.Done()
+	return nil
+}

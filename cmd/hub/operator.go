@@ -1,0 +1,371 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hale-dev/hale/hub"
+)
+
+// Exit codes of the operator commands (status, explain, reboot, pause, …).
+const (
+	exitRefused     = 2 // the hub refused: unsafe or not allowed now; the message says why
+	exitUnreachable = 4 // the hub's API could not be reached
+)
+
+// apiClient talks to a running hub's operator API.
+type apiClient struct {
+	http  *http.Client
+	base  string
+	token string
+	where string // for error messages
+}
+
+// apiFlags are the operator commands' flags to find the hub.
+type apiFlags struct {
+	socket, address, tokenFile string
+	timeout                    time.Duration
+}
+
+func (f *apiFlags) register(cmd *cobra.Command) {
+	socket := os.Getenv("HALE_HUB_SOCKET")
+	if socket == "" {
+		socket = defaultSocket
+	}
+	cmd.PersistentFlags().StringVar(&f.socket, "socket", socket, "the hub's operator API socket ($HALE_HUB_SOCKET)")
+	cmd.PersistentFlags().StringVar(&f.address, "api-address", "", "the hub's loopback API address instead of the socket (needs --token-file)")
+	cmd.PersistentFlags().StringVar(&f.tokenFile, "token-file", "", "the API token file, with --api-address")
+	cmd.PersistentFlags().DurationVar(&f.timeout, "request-timeout", 10*time.Second, "how long one API request may take")
+}
+
+func (f *apiFlags) client() (*apiClient, error) {
+	if f.address != "" {
+		token, err := readToken(f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		return &apiClient{http: &http.Client{Timeout: f.timeout}, base: "http://" + f.address, token: token, where: f.address}, nil
+	}
+	socket := f.socket
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}
+	return &apiClient{http: &http.Client{Timeout: f.timeout, Transport: tr}, base: "http://hub", where: socket}, nil
+}
+
+// do sends a request; out is a *string for text answers or a value to decode JSON into.
+func (c *apiClient) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return &codedError{exitUnreachable, fmt.Errorf("cannot reach the hub at %s (is `hub run` running, and may you open its socket?): %w", c.where, err)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return &codedError{exitUnreachable, fmt.Errorf("reading the hub's answer: %w", err)}
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e hub.APIError
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		code := exitUsage
+		if resp.StatusCode == http.StatusConflict {
+			code = exitRefused
+		}
+		return &codedError{code, errors.New(e.Error)}
+	}
+	if s, ok := out.(*string); ok {
+		*s = string(b)
+		return nil
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("the hub's answer to %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// operatorCommands are the commands that talk to a running hub.
+func operatorCommands() []*cobra.Command {
+	f := &apiFlags{}
+	var cmds []*cobra.Command
+
+	var output string
+	status := &cobra.Command{Use: "status", Short: "Show every machine's verdict, etcd role, remediation and the budget", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			var st hub.Status
+			if err := c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st); err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		}}
+	status.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmds = append(cmds, status)
+
+	cmds = append(cmds, &cobra.Command{Use: "explain MACHINE", Short: "Say why the hub does (or does not) act on a machine", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			var text string
+			if err := c.do(cmd.Context(), http.MethodGet, "/v1/machines/"+url.PathEscape(args[0])+"/explain", nil, &text); err != nil {
+				return err
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), text)
+			return err
+		}})
+
+	cmds = append(cmds, newRebootCommand(f))
+
+	var wait bool
+	var waitFor time.Duration
+	pause := &cobra.Command{Use: "pause", Short: "Pause the hub: no new step starts; acknowledged (Paused) once steps in flight reached a checkpoint",
+		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			var st hub.Status
+			if err := c.do(cmd.Context(), http.MethodPost, "/v1/pause", nil, &st); err != nil {
+				return err
+			}
+			deadline := time.Now().Add(waitFor)
+			for wait && st.Pause != hub.Paused {
+				if time.Now().After(deadline) {
+					return &codedError{exitRefused, fmt.Errorf("still %s after %v: a step in flight has not reached a checkpoint (`hub status`)", st.Pause, waitFor)}
+				}
+				time.Sleep(200 * time.Millisecond)
+				if err := c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), st.Pause)
+			return nil
+		}}
+	pause.Flags().BoolVar(&wait, "wait", false, "block until the pause is acknowledged (Paused)")
+	pause.Flags().DurationVar(&waitFor, "timeout", 10*time.Minute, "with --wait: give up after this long (exit 2)")
+	cmds = append(cmds, pause)
+
+	for _, v := range []struct{ use, short, path string }{
+		{"resume", "Resume after a pause", "/v1/resume"},
+		{"suspend", "Make the hub observe-only: it computes and explains, it executes nothing", "/v1/suspend"},
+		{"unsuspend", "End observe-only mode", "/v1/unsuspend"},
+	} {
+		cmds = append(cmds, &cobra.Command{Use: v.use, Short: v.short, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			var st hub.Status
+			if err := c.do(cmd.Context(), http.MethodPost, v.path, nil, &st); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s, suspended: %v\n", st.Pause, st.Suspended)
+			return nil
+		}})
+	}
+	for _, v := range []struct{ use, short string }{
+		{"detach", "Detach a machine: no action and no BMC call for it until attached"},
+		{"attach", "Attach a detached machine again"},
+	} {
+		cmds = append(cmds, &cobra.Command{Use: v.use + " MACHINE", Short: v.short, Args: cobra.ExactArgs(1), RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			if err := c.do(cmd.Context(), http.MethodPost, "/v1/machines/"+url.PathEscape(args[0])+"/"+v.use, nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %sed\n", args[0], v.use)
+			return nil
+		}})
+	}
+	for _, c := range cmds {
+		f.register(c)
+	}
+	return cmds
+}
+
+func newRebootCommand(f *apiFlags) *cobra.Command {
+	var req hub.RebootRequest
+	var yes, wait bool
+	cmd := &cobra.Command{
+		Use:   "reboot MACHINE",
+		Short: "Reboot a machine through its BMC, checked against etcd's quorum and journaled like the hub's own remediations",
+		Long: `Reboot a machine through its BMC. The reboot goes through the same quorum check and journal as the
+hub's own remediations: it is refused, with the reason, when it would cost quorum (or the budget the
+policy keeps). --force goes ahead anyway; it asks you to type the machine's name again (or --yes),
+and the journal records the refusal it overrode.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Machine = args[0]
+			if host, err := os.Hostname(); err == nil {
+				req.By = "operator@" + host
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			path := "/v1/machines/" + url.PathEscape(req.Machine) + "/reboot"
+			out := cmd.OutOrStdout()
+			if req.Force && !req.DryRun && !yes {
+				dry := req
+				dry.DryRun = true
+				var res hub.RebootResult
+				if err := c.do(cmd.Context(), http.MethodPost, path, dry, &res); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "plan: %s\n", strings.Join(res.Steps, " → "))
+				if res.Overrides != "" {
+					fmt.Fprintf(out, "this overrides: %s\n", res.Overrides)
+				}
+				fmt.Fprintf(out, "type the machine's name (%s) to go ahead: ", req.Machine)
+				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if strings.TrimSpace(line) != req.Machine {
+					return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
+				}
+			}
+			var res hub.RebootResult
+			if err := c.do(cmd.Context(), http.MethodPost, path, req, &res); err != nil {
+				return err
+			}
+			if res.DryRun {
+				fmt.Fprintf(out, "dry run: would %s\n", strings.Join(res.Steps, " → "))
+				if res.Overrides != "" {
+					fmt.Fprintf(out, "only with --force, over: %s\n", res.Overrides)
+				}
+				return nil
+			}
+			fmt.Fprintf(out, "remediation %s started: %s\n", res.Remediation, strings.Join(res.Steps, " → "))
+			if !wait {
+				return nil
+			}
+			return waitRemediation(cmd.Context(), c, req.Machine, res.Remediation, out)
+		},
+	}
+	cmd.Flags().BoolVar(&req.Hard, "hard", false, "power-cycle at once instead of a graceful restart first")
+	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "check and show the plan; change nothing")
+	cmd.Flags().BoolVar(&req.Force, "force", false, "go ahead even when the quorum check refuses (asks for confirmation)")
+	cmd.Flags().BoolVar(&yes, "yes", false, "with --force: do not ask for confirmation")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the machine is back (or the remediation failed)")
+	return cmd
+}
+
+// waitRemediation polls explain until the remediation is no longer in flight, then prints the end.
+func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out io.Writer) error {
+	for {
+		var st hub.Status
+		if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+			return err
+		}
+		inFlight := false
+		for _, m := range st.Machines {
+			inFlight = inFlight || (m.Name == machine && m.Remediation != nil && m.Remediation.ID == id)
+		}
+		if !inFlight {
+			var text string
+			if err := c.do(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(machine)+"/explain", nil, &text); err != nil {
+				return err
+			}
+			_, _ = io.WriteString(out, text)
+			if !strings.Contains(text, "remediation "+id+": "+string(hub.Succeeded)) {
+				return &codedError{exitRefused, fmt.Errorf("remediation %s did not succeed", id)}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func printStatus(w io.Writer, st hub.Status) {
+	fmt.Fprintf(w, "cluster %s · journal epoch %d · %s", st.Cluster, st.Epoch, st.Pause)
+	if st.Suspended {
+		fmt.Fprint(w, " · SUSPENDED (observe-only)")
+	}
+	fmt.Fprintln(w)
+	if st.Budget != nil {
+		fmt.Fprintf(w, "etcd: %s\n", st.Budget)
+	}
+	if st.NotPlanning != "" {
+		fmt.Fprintf(w, "not planning: %s\n", st.NotPlanning)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MACHINE\tVERDICT\tSINCE\tETCD\tREMEDIATION\tREASONS")
+	for _, m := range st.Machines {
+		since := "-"
+		if !m.Since.IsZero() {
+			since = st.Time.Sub(m.Since).Round(time.Second).String()
+		}
+		etcd := "-"
+		if m.Member != "" {
+			etcd = fmt.Sprintf("%s %s %s", m.Member, m.Role, m.EtcdHealth)
+		}
+		rem := "-"
+		if r := m.Remediation; r != nil {
+			step := "done"
+			if r.Step < len(r.Steps) {
+				step = r.Steps[r.Step]
+			}
+			rem = fmt.Sprintf("%s: %s (step %d/%d)", r.Strategy, step, min(r.Step+1, len(r.Steps)), len(r.Steps))
+		}
+		verdict := string(m.Verdict)
+		if m.Detached {
+			verdict += " (Detached)"
+		}
+		reasons := strings.Join(m.Reasons, "; ")
+		if m.Decision != "" && m.Remediation == nil {
+			reasons = strings.TrimPrefix(reasons+"; "+m.Decision, "; ")
+		}
+		if reasons == "" {
+			reasons = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, verdict, since, etcd, rem, reasons)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub"
+)
+
+// defaultSocket is where `hub run` serves the operator API and the operator commands look for it.
+const defaultSocket = "/run/hale/hub.sock"
+
+type runOptions struct {
+	inventory, journal, node, bind, advertise, keyFile string
+	join                                               []string
+	api                                                apiListen
+	metrics, logLevel                                  string
+	keep                                               int
+}
+
+// apiListen says where the operator API is served: a Unix socket, or loopback TCP with a token.
+type apiListen struct {
+	socket, address, tokenFile string
+}
+
+func newRunCommand() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run --inventory FILE --gossip-key-file FILE --join HOST:PORT,...",
+		Short: "Run the standalone hub: watch the agents, heal machines through their BMCs, serve the operator API",
+		Long: `Run the standalone hub. It joins the agents' gossip pool, judges every machine of the inventory,
+plans with etcd's quorum and heals through the machines' BMCs, recording every step in a bbolt journal
+so that a restarted hub resumes exactly where the last one stopped.
+
+SIGHUP reloads the inventory: a bad file is reported and the previous inventory stays in force.
+SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next hub resumes them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runHub(ctx, o, cmd.ErrOrStderr(), nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.inventory, "inventory", "", "inventory and policy file (YAML; see examples/inventory.yaml) (required)")
+	f.StringVar(&o.journal, "journal", "/var/lib/hale/journal.db", "journal file (bbolt); its directory must exist")
+	host, _ := os.Hostname()
+	f.StringVar(&o.node, "node", "hub-"+host, "the hub's name in the gossip pool")
+	f.StringVar(&o.bind, "gossip-bind", "0.0.0.0:7947", "gossip address to listen on (UDP and TCP)")
+	f.StringVar(&o.advertise, "gossip-advertise", "", "gossip address to advertise, when it differs from the bind address")
+	f.StringSliceVar(&o.join, "join", nil, "agents to join (host:port, comma-separated); retried until one answers")
+	f.StringVar(&o.keyFile, "gossip-key-file", "", "gossip key file, the agents' (base64 keys, one a line) (required)")
+	f.StringVar(&o.api.socket, "socket", defaultSocket, "Unix socket for the operator API (mode 0600; empty: none)")
+	f.StringVar(&o.api.address, "api-address", "", "also serve the operator API on this loopback TCP address (needs --api-token-file)")
+	f.StringVar(&o.api.tokenFile, "api-token-file", "", "file holding the bearer token for --api-address")
+	f.StringVar(&o.metrics, "metrics-address", ":9357", "address for /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.IntVar(&o.keep, "history", 20, "finished remediations kept per machine in the journal")
+	return cmd
+}
+
+// runAddrs are where a running hub serves: its API listeners (socket path, TCP address) and metrics.
+type runAddrs struct {
+	API     []string
+	Metrics string
+}
+
+// runHub runs the standalone hub until ctx ends. ready, when set, receives the addresses once they
+// serve.
+func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- runAddrs) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.inventory == "" || o.keyFile == "" {
+		return errors.New("--inventory and --gossip-key-file are required")
+	}
+	inventory, err := hub.NewInventoryReloader(o.inventory)
+	if err != nil {
+		return err
+	}
+	keys, err := health.LoadGossipKeys(o.keyFile)
+	if err != nil {
+		return err
+	}
+	gc := health.GossipConfig{Node: o.node, Cluster: inventory.Current().Cluster, Role: "hub", Keys: keys, Logger: log, Timing: health.DefaultTiming()}
+	if gc.BindAddr, gc.BindPort, err = splitHostPort("--gossip-bind", o.bind); err != nil {
+		return err
+	}
+	if o.advertise != "" {
+		if gc.AdvertiseAddr, gc.AdvertisePort, err = splitHostPort("--gossip-advertise", o.advertise); err != nil {
+			return err
+		}
+	}
+	apiLns, err := listenAPI(o.api)
+	if err != nil {
+		return err
+	}
+	defer closeAPI(apiLns, o.api)
+	journal, err := hub.OpenJournal(o.journal, o.keep)
+	if err != nil {
+		return err
+	}
+	defer journal.Close()
+	g, err := health.StartGossip(gc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := g.Leave(2 * time.Second); err != nil {
+			log.Warn("leaving the gossip pool", "err", err)
+		}
+		_ = g.Shutdown()
+	}()
+	if len(o.join) > 0 {
+		go g.JoinLoop(ctx, o.join)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bmcMetrics, err := bmc.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	h, err := hub.New(hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: journal, Log: log, Metrics: reg,
+		BMC: bmc.Options{Metrics: bmcMetrics, Logger: log}})
+	if err != nil {
+		return err
+	}
+	var servers []*http.Server
+	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	}()
+	var addrs runAddrs
+	for _, l := range apiLns {
+		s := &http.Server{Handler: h.APIHandler(l.token), ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, s)
+		go func() { _ = s.Serve(l.ln) }()
+		addrs.API = append(addrs.API, l.ln.Addr().String())
+	}
+	if o.metrics != "" {
+		ln, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-address %s: %w", o.metrics, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if st := h.Status(); st.NotPlanning != "" && !strings.HasPrefix(st.NotPlanning, "suspended") {
+				http.Error(w, "not planning: "+st.NotPlanning, http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		})
+		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, s)
+		go func() { _ = s.Serve(ln) }()
+		addrs.Metrics = ln.Addr().String()
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := inventory.Reload(); err != nil {
+					log.Error("inventory reload failed", "err", err)
+					continue
+				}
+				if err := h.SetInventory(inventory.Current()); err != nil {
+					log.Error("inventory reload refused", "err", err)
+				}
+			}
+		}
+	}()
+	log.Info("hub started", "node", o.node, "cluster", gc.Cluster, "gossip", g.Addr(), "api", addrs.API, "metrics", addrs.Metrics,
+		"journal", o.journal, "epoch", journal.Epoch(), "machines", len(inventory.Current().Machines))
+	if ready != nil {
+		ready <- addrs
+	}
+	err = h.Run(ctx)
+	log.Info("hub stopped")
+	return err
+}
+
+func splitHostPort(flag, s string) (string, int, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err == nil {
+		var p int
+		if p, err = strconv.Atoi(port); err == nil && p >= 0 && p < 65536 {
+			return host, p, nil
+		}
+	}
+	return "", 0, fmt.Errorf("%s %q: want host:port", flag, s)
+}
+
+// apiListener is one listener of the operator API and the token it requires (none on the socket,
+// whose file mode is the access control).
+type apiListener struct {
+	ln    net.Listener
+	token string
+}
+
+// listenAPI opens the operator API's listeners: the Unix socket (mode 0600, its directory created
+// 0750; a stale socket left by a crash is replaced, a live one is an error) and the loopback TCP
+// address, which requires a token file.
+func listenAPI(a apiListen) ([]apiListener, error) {
+	var lns []apiListener
+	if a.socket != "" {
+		if err := os.MkdirAll(filepath.Dir(a.socket), 0o750); err != nil {
+			return nil, fmt.Errorf("--socket %s: %w", a.socket, err)
+		}
+		if c, err := net.DialTimeout("unix", a.socket, time.Second); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("--socket %s: another hub is serving on it", a.socket)
+		}
+		_ = os.Remove(a.socket)
+		old := syscall.Umask(0o177)
+		ln, err := net.Listen("unix", a.socket)
+		syscall.Umask(old)
+		if err != nil {
+			return nil, fmt.Errorf("--socket %s: %w", a.socket, err)
+		}
+		lns = append(lns, apiListener{ln: ln})
+	}
+	if a.address != "" {
+		fail := func(err error) ([]apiListener, error) {
+			closeAll(lns)
+			return nil, err
+		}
+		host, _, err := net.SplitHostPort(a.address)
+		if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			return fail(fmt.Errorf("--api-address %q: must be a loopback host:port (the API can reboot machines)", a.address))
+		}
+		token, err := readToken(a.tokenFile)
+		if err != nil {
+			return fail(err)
+		}
+		ln, err := net.Listen("tcp", a.address)
+		if err != nil {
+			return fail(fmt.Errorf("--api-address %s: %w", a.address, err))
+		}
+		lns = append(lns, apiListener{ln: ln, token: token})
+	}
+	return lns, nil
+}
+
+func closeAll(lns []apiListener) {
+	for _, l := range lns {
+		_ = l.ln.Close()
+	}
+}
+
+func closeAPI(lns []apiListener, a apiListen) {
+	closeAll(lns)
+	if a.socket != "" {
+		_ = os.Remove(a.socket)
+	}
+}
+
+// readToken reads an API token file: one line of at least 16 characters.
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("--api-token-file is required with --api-address (make one with: head -c 24 /dev/urandom | base64 > token)")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--api-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 16 || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--api-token-file %s: want one line of at least 16 characters without spaces", path)
+	}
+	return token, nil
+}

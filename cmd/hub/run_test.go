@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/demo"
+)
+
+func writeInventory(t *testing.T, path string, tb *demo.Testbed, extra string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "cluster: demo\npolicy: {cooldown: 1s, etcdUnreachableTimeout: 1s%s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n", extra)
+	for i := range demo.Machines {
+		fmt.Fprintf(&b, "  - {name: %s, member: etcd-%d, class: cp, bmc: {endpoint: %q, credentials: %s}}\n",
+			demo.Name(i), i, tb.Sim().Endpoint()+"/systems/"+demo.Name(i), tb.CredentialsFile())
+	}
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
+}
+
+// `hub run` on the demo topology, driven by the operator commands over its socket and its token-
+// guarded TCP API: status, explain, dry-run reboot, detach, pause --wait, a hung machine healed, a bad
+// inventory reload refused with the field named and the previous inventory kept, metrics served.
+func TestRunAndOperatorCommands(t *testing.T) {
+	dir := t.TempDir()
+	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
+	require.NoError(t, err)
+	t.Cleanup(tb.Close)
+	inv := filepath.Join(dir, "inventory.yaml")
+	writeInventory(t, inv, tb, "")
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte("0123456789abcdef0123\n"), 0o600))
+	socket := filepath.Join(dir, "run", "hub.sock")
+
+	logs := &capture.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan runAddrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runHub(ctx, runOptions{inventory: inv, journal: filepath.Join(dir, "journal.db"), node: "hub", bind: "127.0.0.1:0",
+			join: tb.Seeds(), keyFile: tb.GossipKeyFile(), api: apiListen{socket: socket, address: "127.0.0.1:0", tokenFile: token},
+			metrics: "127.0.0.1:0", logLevel: "info", keep: 20}, logs, ready)
+	}()
+	var addrs runAddrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatalf("hub run: %v\n%s", err, logs)
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		if t.Failed() {
+			t.Logf("hub logs:\n%s", logs)
+		}
+	})
+	fi, err := os.Stat(socket)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the socket is the owner's only")
+
+	cli := func(args ...string) (string, int) {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetIn(strings.NewReader(""))
+		root.SetArgs(append(args, "--socket", socket))
+		err := root.ExecuteContext(context.Background())
+		if err != nil {
+			out.WriteString(err.Error())
+		}
+		return out.String(), exitCode(err)
+	}
+	require.Eventually(t, func() bool {
+		out, code := cli("status")
+		return code == 0 && strings.Count(out, "Healthy") == 3 && strings.Contains(out, "budget 1")
+	}, 30*time.Second, 100*time.Millisecond)
+
+	out, code := cli("status", "-o", "json")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, `"pause": "Running"`)
+	out, code = cli("explain", "cp-1")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "etcd member etcd-1: voter, healthy")
+	out, code = cli("explain", "cp-9")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, out, `machine "cp-9": not in the inventory`)
+	out, code = cli("reboot", "cp-1", "--dry-run")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "dry run: would power-cycle etcd-1 → await-healthy etcd-1")
+	out, code = cli("reboot", "cp-1", "--force")
+	assert.Equal(t, exitUsage, code, "--force without typing the name: not confirmed")
+	assert.Contains(t, out, "not confirmed: nothing done")
+
+	_, code = cli("detach", "cp-1")
+	require.Equal(t, 0, code)
+	out, code = cli("reboot", "cp-1")
+	assert.Equal(t, exitRefused, code)
+	assert.Contains(t, out, "cp-1 is detached")
+	out, _ = cli("status")
+	assert.Contains(t, out, "Healthy (Detached)")
+	_, code = cli("attach", "cp-1")
+	require.Equal(t, 0, code)
+
+	out, code = cli("pause", "--wait", "--timeout", "10s")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "Paused")
+	_, code = cli("resume")
+	require.Equal(t, 0, code)
+
+	// The TCP API wants the token.
+	require.Len(t, addrs.API, 2)
+	resp, err := http.Get("http://" + addrs.API[1] + "/v1/status")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	var tcpOut bytes.Buffer
+	root := newRootCommand(&tcpOut, &tcpOut)
+	root.SetArgs([]string{"status", "--api-address", addrs.API[1], "--token-file", token})
+	require.NoError(t, root.Execute())
+	assert.Contains(t, tcpOut.String(), "cluster demo")
+
+	// A hung machine is healed by the daemon.
+	tb.Hang(2)
+	require.Eventually(t, func() bool {
+		out, _ := cli("explain", "cp-2")
+		return strings.Contains(out, "Succeeded, reboot, requested by hub")
+	}, 60*time.Second, 200*time.Millisecond)
+	assert.Len(t, tb.Resets(2), 1)
+
+	// A bad inventory on SIGHUP: the error names the field; the previous inventory stays in force.
+	require.NoError(t, os.WriteFile(inv, []byte("cluster: demo\nmachines:\n  - {name: cp-0, class: nope}\n"), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "inventory reload failed") }, 5*time.Second, 50*time.Millisecond)
+	assert.Contains(t, logs.String(), `machines[0] (cp-0).class: \"nope\" is not defined under classes; keeping the previous inventory`)
+	out, _ = cli("status")
+	assert.Equal(t, 3, strings.Count(out, "etcd-"), "the previous inventory is in force:\n%s", out)
+	// A good one is put in force.
+	writeInventory(t, inv, tb, ", maxAttempts: 5")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "inventory reloaded: 3 machines") }, 5*time.Second, 50*time.Millisecond)
+
+	// Metrics.
+	resp, err = http.Get("http://" + addrs.Metrics + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`hale_hub_machines{verdict="Healthy"}`, "hale_hub_etcd_voters 3", `hale_hub_remediations_total{requested_by="hub",result="succeeded",strategy="reboot"} 1`,
+		"hale_hub_detection_to_action_seconds_count 1", `hale_bmc_calls_total{call="reboot",driver="redfish",result="ok"} 1`, `hale_hub_paused{state="Running"} 1`} {
+		assert.Contains(t, string(body), want)
+	}
+	assert.NotContains(t, string(body), "password")
+	assert.NotContains(t, logs.String(), "password=")
+}
+
+// `hub demo` runs a scenario end to end and says so; an unknown scenario is named.
+func TestDemoCommand(t *testing.T) {
+	out, err := runCLI(t, "demo", "--scenario", "nope")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: hang, quorum-lost, refused-reboot, pause`)
+	out, err = runCLI(t, "demo", "--scenario", "hang")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "✓ scenario hang passed")
+	assert.Contains(t, out, "summary: 1 of 1 scenarios passed")
+}

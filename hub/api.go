@@ -1,0 +1,113 @@
+package hub
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// The operator API: JSON over HTTP, served on a Unix socket (access by file permissions) or on
+// localhost TCP with a bearer token. `hub status`, `hub reboot` and the other operator commands are
+// its clients.
+//
+//	GET  /v1/status                       Status
+//	GET  /v1/machines/{name}/explain      text
+//	POST /v1/machines/{name}/reboot       RebootRequest (machine from the path) → RebootResult
+//	POST /v1/machines/{name}/detach       Status
+//	POST /v1/machines/{name}/attach       Status
+//	POST /v1/pause, /v1/resume            Status (pause: poll status until Pause is Paused)
+//	POST /v1/suspend, /v1/unsuspend       Status
+//
+// Errors are {"error": "..."} with 400 (bad request), 401 (token), 404 (no such machine) or 409
+// (refused: unsafe or not allowed now).
+
+// APIError is the body of an error answer.
+type APIError struct {
+	Error string `json:"error"`
+}
+
+// APIHandler returns the operator API; a non-empty token is required as "Authorization: Bearer".
+func (h *Hub) APIHandler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status()) })
+	mux.HandleFunc("GET /v1/machines/{name}/explain", func(w http.ResponseWriter, r *http.Request) {
+		text, err := h.Explain(r.PathValue("name"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(text))
+	})
+	mux.HandleFunc("POST /v1/machines/{name}/reboot", func(w http.ResponseWriter, r *http.Request) {
+		var req RebootRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("reboot request body: %v", err)})
+			return
+		}
+		if req.Machine != "" && req.Machine != r.PathValue("name") {
+			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("body names machine %q, path %q", req.Machine, r.PathValue("name"))})
+			return
+		}
+		req.Machine = r.PathValue("name")
+		res, err := h.Reboot(r.Context(), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	for verb, detached := range map[string]bool{"detach": true, "attach": false} {
+		mux.HandleFunc("POST /v1/machines/{name}/"+verb, func(w http.ResponseWriter, r *http.Request) {
+			if err := h.SetDetached(r.PathValue("name"), detached); err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, h.Status())
+		})
+	}
+	for verb, set := range map[string]func(){
+		"pause": func() { h.SetPaused(true) }, "resume": func() { h.SetPaused(false) },
+		"suspend": func() { h.SetSuspended(true) }, "unsuspend": func() { h.SetSuspended(false) },
+	} {
+		mux.HandleFunc("POST /v1/"+verb, func(w http.ResponseWriter, r *http.Request) {
+			set()
+			writeJSON(w, http.StatusOK, h.Status())
+		})
+	}
+	if token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeJSON(w, http.StatusUnauthorized, APIError{"missing or wrong token: pass the hub's API token file with --token-file"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrRefused):
+		code = http.StatusConflict
+	}
+	writeJSON(w, code, APIError{strings.TrimSpace(err.Error())})
+}
