@@ -47,8 +47,11 @@ type Options struct {
 	Loss         float64
 	LossyMachine int
 	Seed         uint64
-	// OnRequest is called at the start of every request the simulated BMC serves.
+	// OnRequest is called at the start of every request the simulated BMC serves (system: the system
+	// ID in the path; empty for the service root and sessions).
 	OnRequest func(system string, r *http.Request)
+	// OnEvent is called with every hub event as it happens.
+	OnEvent func(at time.Time, msg string)
 }
 
 // Testbed is the demo topology.
@@ -306,7 +309,12 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	log := tb.opts.Log
 	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: j, Log: log, Tick: 100 * time.Millisecond,
 		RecoveryTimeout: 30 * time.Second, Metrics: tb.opts.Metrics,
-		OnEvent: func(at time.Time, msg string) { tb.sayAt(at, "hub", msg) },
+		OnEvent: func(at time.Time, msg string) {
+			tb.sayAt(at, "hub", msg)
+			if tb.opts.OnEvent != nil {
+				tb.opts.OnEvent(at, msg)
+			}
+		},
 		PowerFor: func(m hub.Machine) (hub.Power, error) {
 			c, err := bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second,
 				GracefulTimeout: 2 * time.Second, Logger: log})
