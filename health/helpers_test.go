@@ -2,7 +2,6 @@ package health
 
 import (
 	"encoding/pem"
-	"log"
 	"log/slog"
 	"os"
 	"strconv"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-func slogLogger(l *slog.Logger) *log.Logger { return log.New(newLogDedup(l), "", 0) }
 
 func writeFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o600) }
 

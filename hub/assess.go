@@ -190,7 +190,7 @@ func (a *Assessor) liveness(m MachineRef, obs Observations, others []health.Repo
 		ev.doubt("%s dead for %v per the hub and %d of %d live observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), agree, len(others), a.policy.DeadTimeout)
 		return false
 	}
-	ev.bad(earliest, "%s dead since %s per the hub and %d of %d live observers", m.Node, earliest.Format(time.RFC3339Nano), agree, len(others))
+	ev.bad(earliest, "%s dead since %s per the hub and %d of %d live observers", m.Node, earliest.UTC().Format("15:04:05.000Z07:00"), agree, len(others))
 	return true
 }
 

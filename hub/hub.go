@@ -55,6 +55,7 @@ type Hub struct {
 	cluster     quorum.Cluster       // the membership of the latest pass
 	outcome     quorum.Outcome
 	planErr     string // why the latest pass did not plan; empty when it did
+	holding     string // what the latest pass would have started but held (suspended, rate limit)
 	running     map[string]*running
 	starts      []time.Time
 	endedAt     map[string]time.Time // a machine's cooldown runs from its last remediation's end
@@ -267,9 +268,13 @@ func (h *Hub) pass(ctx context.Context) {
 	h.mu.Lock()
 	h.outcome, h.cluster, h.planErr = out, cluster, ""
 	h.mu.Unlock()
+	var held []string
 	for _, d := range out.Started() {
-		h.start(ctx, inv, d)
+		if why := h.start(ctx, inv, d); why != "" {
+			held = append(held, why)
+		}
 	}
+	h.setHolding(strings.Join(held, "; "))
 }
 
 // hold says whether a machine has a remediation in flight and, for an unhealthy one, why the hub
@@ -315,6 +320,17 @@ func (h *Hub) failures(machine string, healthy time.Time) int {
 		n++
 	}
 	return n
+}
+
+// setHolding records what the pass held back; it is an event only when it changes.
+func (h *Hub) setHolding(why string) {
+	h.mu.Lock()
+	changed := h.holding != why
+	h.holding = why
+	h.mu.Unlock()
+	if changed && why != "" {
+		h.event("holding: %s", why)
+	}
 }
 
 func (h *Hub) setPlanErr(why string) {
@@ -386,30 +402,29 @@ func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessme
 }
 
 // start begins a remediation the planner admitted, after the hub's own brakes: pause, suspend and the
-// rate limit. A machine whose last remediation failed is escalated to a hard power cycle.
-func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) {
+// rate limit; it returns what it held back and why. A machine whose last remediation failed is
+// escalated to a hard power cycle.
+func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) (held string) {
 	m, ok := inv.machine(d.Machine)
 	if !ok {
-		return
+		return ""
 	}
 	now := time.Now()
 	p := inv.Policy
 	h.mu.Lock()
 	if h.paused {
 		h.mu.Unlock()
-		return
+		return fmt.Sprintf("paused: %s of %s waits for `hub resume`", d.Strategy, m.Name)
 	}
 	if h.suspended {
 		h.mu.Unlock()
-		h.setPlanErr(fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList()))
-		return
+		return fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList())
 	}
 	h.starts = slices.DeleteFunc(h.starts, func(t time.Time) bool { return now.Sub(t) > p.RatePer })
 	if len(h.starts) >= p.RateMax {
 		h.mu.Unlock()
-		h.setPlanErr(fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): holding %s to stop a remediation storm",
-			len(h.starts), p.RatePer, p.RateMax, m.Name))
-		return
+		return fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
+			len(h.starts), p.RatePer, p.RateMax, m.Name)
 	}
 	h.starts = append(h.starts, now)
 	healthy := h.healthyAt[m.Name]
@@ -425,7 +440,8 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) {
 	if rem.Hard {
 		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, p.MaxAttempts, failed)
 	}
-	h.begin(ctx, m, rem, plan)
+	_, _ = h.begin(ctx, m, rem, plan) // begin reports its own failure as an event
+	return ""
 }
 
 // begin journals a new remediation and launches it.

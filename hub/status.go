@@ -17,9 +17,12 @@ type Status struct {
 	Suspended bool       `json:"suspended"`
 	// NotPlanning says why the latest pass did not plan (agents disagree, suspended would-do, rate
 	// limit); empty when it planned.
-	NotPlanning string          `json:"notPlanning,omitempty"`
-	Budget      *quorum.Budget  `json:"budget,omitempty"`
-	Machines    []MachineStatus `json:"machines"`
+	NotPlanning string `json:"notPlanning,omitempty"`
+	// Holding says what the latest pass would have started but held back (paused, suspended, rate
+	// limit).
+	Holding  string          `json:"holding,omitempty"`
+	Budget   *quorum.Budget  `json:"budget,omitempty"`
+	Machines []MachineStatus `json:"machines"`
 }
 
 // MachineStatus is one machine's line of `hub status`.
@@ -62,7 +65,7 @@ func (h *Hub) Status() Status {
 	}
 	h.mu.Lock()
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
-		Suspended: h.suspended, NotPlanning: h.planErr}
+		Suspended: h.suspended, NotPlanning: h.planErr, Holding: h.holding}
 	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
 		b := h.outcome.Budget
 		st.Budget = &b
@@ -152,6 +155,9 @@ func (h *Hub) Explain(machine string) (string, error) {
 	}
 	if st.Budget != nil {
 		fmt.Fprintf(&b, "budget: %s\n", st.Budget)
+	}
+	if strings.Contains(st.Holding, " "+m.Name+" ") {
+		fmt.Fprintf(&b, "holding: %s\n", st.Holding)
 	}
 	var brakes []string
 	if st.Pause != Running {

@@ -335,6 +335,9 @@ func printStatus(w io.Writer, st hub.Status) {
 	if st.NotPlanning != "" {
 		fmt.Fprintf(w, "not planning: %s\n", st.NotPlanning)
 	}
+	if st.Holding != "" {
+		fmt.Fprintf(w, "holding: %s\n", st.Holding)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MACHINE\tVERDICT\tSINCE\tETCD\tREMEDIATION\tREASONS")
 	for _, m := range st.Machines {

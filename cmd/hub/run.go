@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -63,8 +64,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f := cmd.Flags()
 	f.StringVar(&o.inventory, "inventory", "", "inventory and policy file (YAML; see examples/inventory.yaml) (required)")
 	f.StringVar(&o.journal, "journal", "/var/lib/hale/journal.db", "journal file (bbolt); its directory must exist")
-	host, _ := os.Hostname()
-	f.StringVar(&o.node, "node", "hub-"+host, "the hub's name in the gossip pool")
+	f.StringVar(&o.node, "node", "", "the hub's name in the gossip pool (default: hub-HOSTNAME-RANDOM, new at every start)")
 	f.StringVar(&o.bind, "gossip-bind", "0.0.0.0:7947", "gossip address to listen on (UDP and TCP)")
 	f.StringVar(&o.advertise, "gossip-advertise", "", "gossip address to advertise, when it differs from the bind address")
 	f.StringSliceVar(&o.join, "join", nil, "agents to join (host:port, comma-separated); retried until one answers")
@@ -94,6 +94,13 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if o.inventory == "" || o.keyFile == "" {
 		return errors.New("--inventory and --gossip-key-file are required")
+	}
+	if o.node == "" {
+		// A new name at every start: a hub that comes back under its old name from another address
+		// conflicts with its own ghost in the agents' member lists, and while it does their failure
+		// detection slows to memberlist's longest suspicion timeout (15-22 s measured, instead of < 1 s).
+		host, _ := os.Hostname()
+		o.node = "hub-" + host + "-" + strings.ToLower(rand.Text()[:6])
 	}
 	inventory, err := hub.NewInventoryReloader(o.inventory)
 	if err != nil {
@@ -169,7 +176,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if st := h.Status(); st.NotPlanning != "" && !strings.HasPrefix(st.NotPlanning, "suspended") {
+			if st := h.Status(); st.NotPlanning != "" {
 				http.Error(w, "not planning: "+st.NotPlanning, http.StatusServiceUnavailable)
 				return
 			}

@@ -160,16 +160,24 @@ func TestRunAndOperatorCommands(t *testing.T) {
 		"hale_hub_detection_to_action_seconds_count 1", `hale_bmc_calls_total{call="reboot",driver="redfish",result="ok"} 1`, `hale_hub_paused{state="Running"} 1`} {
 		assert.Contains(t, string(body), want)
 	}
-	assert.NotContains(t, string(body), "password")
-	assert.NotContains(t, logs.String(), "password=")
+	// The BMC password reaches neither logs, metrics, status nor explain.
+	creds, err := os.ReadFile(tb.CredentialsFile())
+	require.NoError(t, err)
+	_, password, _ := strings.Cut(strings.TrimSpace(string(creds)), "password=")
+	require.NotEmpty(t, password)
+	status, _ := cli("status", "-o", "json")
+	explain, _ := cli("explain", "cp-2")
+	for what, text := range map[string]string{"metrics": string(body), "logs": logs.String(), "status": status, "explain": explain} {
+		assert.NotContains(t, text, password, what)
+	}
 }
 
 // `hub demo` runs a scenario end to end and says so; an unknown scenario is named.
 func TestDemoCommand(t *testing.T) {
-	out, err := runCLI(t, "demo", "--scenario", "nope")
+	_, err := runCLI(t, "demo", "--scenario", "nope")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: hang, quorum-lost, refused-reboot, pause`)
-	out, err = runCLI(t, "demo", "--scenario", "hang")
+	out, err := runCLI(t, "demo", "--scenario", "hang")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "✓ scenario hang passed")
 	assert.Contains(t, out, "summary: 1 of 1 scenarios passed")

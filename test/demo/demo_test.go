@@ -80,7 +80,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 
 	h.SetSuspended(true)
 	tb.Hang(2)
-	tb.wait(t, "the would-do", hasEvent(h, "suspended: would start reboot of cp-2"))
+	tb.wait(t, "the would-do", hasEvent(h, "holding: suspended: would start reboot of cp-2"))
 	time.Sleep(time.Second)
 	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
 	assert.True(t, h.Status().Suspended)
@@ -293,4 +293,32 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 	for i := range Machines {
 		assert.Empty(t, tb.Resets(i), Name(i))
 	}
+}
+
+// The rate limit stops a remediation storm and says so once (not every pass); nothing reaches the
+// held machine's BMC until the window has room again.
+func TestRateLimitHoldsAndSaysSo(t *testing.T) {
+	tb := newBed(t, Options{})
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Policy: func(p *hub.Policy) { p.RateMax, p.RatePer = 1, 6*time.Second }}))
+	require.NoError(t, tb.Settle(t.Context()))
+	h := tb.Hub()
+	tb.Hang(1)
+	tb.wait(t, "cp-1 healed", tb.succeeded(snapshot{}, 1))
+	require.NoError(t, tb.Settle(t.Context()))
+	held := time.Now()
+	tb.Hang(2)
+	tb.wait(t, "the rate limit to hold cp-2", hasEvent(h, "holding: rate limit: 1 remediations started in the last 6s (max 1): cp-2 waits"))
+	time.Sleep(time.Second)
+	assert.Empty(t, tb.Resets(2), "held: no BMC call")
+	n := 0
+	for _, e := range h.Events() {
+		if strings.Contains(e, "holding: rate limit") {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "said once, not every pass")
+	assert.Contains(t, h.Status().Holding, "cp-2 waits")
+	tb.wait(t, "cp-2 healed once the window has room", tb.succeeded(snapshot{}, 2))
+	t.Logf("held for %v", time.Since(held).Round(100*time.Millisecond))
 }

@@ -282,6 +282,8 @@ type HubOptions struct {
 	Journal string
 	// WrapPower wraps each machine's BMC controller (crash tests cut the hub off around a BMC call).
 	WrapPower func(m hub.Machine, p hub.Power) hub.Power
+	// Policy, when set, adjusts the inventory's policy.
+	Policy func(*hub.Policy)
 }
 
 // StartHub starts a hub on the testbed; StopHub (or Close) stops it.
@@ -289,7 +291,8 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	if o.Journal == "" {
 		o.Journal = filepath.Join(tb.opts.Dir, "journal.db")
 	}
-	g, err := health.StartGossip(health.GossipConfig{Node: "hub", Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1", Keys: [][]byte{tb.key}})
+	// A new gossip name at every start, as `hub run` does: see there.
+	g, err := health.StartGossip(health.GossipConfig{Node: "hub-" + rand.Text()[:6], Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1", Keys: [][]byte{tb.key}})
 	if err != nil {
 		return err
 	}
@@ -305,6 +308,9 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	inv, err := tb.Inventory()
 	if err != nil {
 		return err
+	}
+	if o.Policy != nil {
+		o.Policy(&inv.Policy)
 	}
 	log := tb.opts.Log
 	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: j, Log: log, Tick: 100 * time.Millisecond,
