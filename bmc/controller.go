@@ -247,6 +247,19 @@ func (c *Controller) PowerOff(ctx context.Context) (Result, error) {
 	})
 }
 
+// ForceOff powers the machine off at once, without asking its OS (a fence: the machine may be hung or
+// must not touch shared state again), and returns when the BMC reports Off.
+func (c *Controller) ForceOff(ctx context.Context) (Result, error) {
+	return c.operate(ctx, "force-off", func(op *operation) error {
+		if op.res.Before == PowerOff {
+			op.res.Already = true
+			op.res.Evidence = "already Off: nothing sent"
+			return nil
+		}
+		return op.sendAndWait(actForceOff, PowerOff, c.opts.VerifyTimeout)
+	})
+}
+
 // PowerCycle power-cycles the machine hard: PowerCycle, else ForceRestart, else ForceOff then On, as
 // the BMC allows. A machine that is off is powered on. It returns when the BMC reports On again and
 // the reset is proven (Off observed on the way, or the BMC's LastResetTime moved).

@@ -17,7 +17,7 @@ type Power interface {
 	Status(ctx context.Context) (bmc.PowerState, time.Time, error)
 	Reboot(ctx context.Context) (bmc.Result, error)
 	PowerCycle(ctx context.Context) (bmc.Result, error)
-	PowerOff(ctx context.Context) (bmc.Result, error)
+	ForceOff(ctx context.Context) (bmc.Result, error)
 }
 
 // Live returns the etcd membership as it is now, with other remediations in flight marked InFlight:
@@ -109,7 +109,7 @@ func (e *Executor) describe(step quorum.Step) string {
 func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.Result, error) {
 	switch {
 	case step.Op == quorum.OpPowerOff:
-		return power.PowerOff(ctx)
+		return power.ForceOff(ctx)
 	case e.Hard:
 		return power.PowerCycle(ctx)
 	}

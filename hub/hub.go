@@ -293,21 +293,23 @@ func (h *Hub) hold(m Machine, unhealthy bool, p Policy, now time.Time) (inFlight
 	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
 		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly))
 	}
-	if n := h.failures(m.Name, healthy); n >= p.MaxAttempts {
+	hist, err := h.cfg.Journal.History(m.Name)
+	if err != nil {
+		h.log.Warn("reading the journal", "machine", m.Name, "err", err)
+	}
+	if last := len(hist) - 1; last >= 0 && hist[last].Strategy == quorum.Fence.String() && hist[last].State == Succeeded {
+		return false, fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name)
+	}
+	if n := failures(hist, healthy); n >= p.MaxAttempts {
 		return false, fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name)
 	}
 	return false, ""
 }
 
-// failures counts the machine's remediations that ended without success after it was last seen
-// healthy (all of the latest unsuccessful run when the hub never saw it healthy).
-func (h *Hub) failures(machine string, healthy time.Time) int {
-	hist, err := h.cfg.Journal.History(machine)
-	if err != nil {
-		h.log.Warn("reading the journal", "machine", machine, "err", err)
-		return 0
-	}
+// failures counts the remediations in a machine's history that ended without success after it was
+// last seen healthy (all of the latest unsuccessful run when the hub never saw it healthy).
+func failures(hist []Remediation, healthy time.Time) int {
 	n := 0
 	for i := len(hist) - 1; i >= 0; i-- {
 		r := hist[i]
@@ -322,24 +324,18 @@ func (h *Hub) failures(machine string, healthy time.Time) int {
 	return n
 }
 
-// setHolding records what the pass held back; it is an event only when it changes.
-func (h *Hub) setHolding(why string) {
+// setHolding records what the pass held back; setPlanErr why it did not plan. Each is an event only
+// when it changes to something, not every pass.
+func (h *Hub) setHolding(why string) { h.setNote(&h.holding, why, "holding: ") }
+func (h *Hub) setPlanErr(why string) { h.setNote(&h.planErr, why, "not planning: ") }
+
+func (h *Hub) setNote(field *string, why, prefix string) {
 	h.mu.Lock()
-	changed := h.holding != why
-	h.holding = why
+	changed := *field != why
+	*field = why
 	h.mu.Unlock()
 	if changed && why != "" {
-		h.event("holding: %s", why)
-	}
-}
-
-func (h *Hub) setPlanErr(why string) {
-	h.mu.Lock()
-	changed := h.planErr != why
-	h.planErr = why
-	h.mu.Unlock()
-	if changed {
-		h.event("not planning: %s", why)
+		h.event("%s%s", prefix, why)
 	}
 }
 
@@ -434,9 +430,14 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) (held
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(d.Strategy, m.Name)
 	}
-	failed := h.failures(m.Name, healthy)
+	hist, err := h.cfg.Journal.History(m.Name)
+	if err != nil {
+		h.event("cannot remediate %s: %v", m.Name, err)
+		return ""
+	}
+	failed := failures(hist, healthy)
 	rem := Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub", Reason: d.Reason,
-		Steps: plan.StepStrings(), Attempt: failed + 1, Hard: failed > 0}
+		Steps: plan.StepStrings(), Attempt: failed + 1, Hard: failed > 0 && d.Strategy == quorum.Reboot}
 	if rem.Hard {
 		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, p.MaxAttempts, failed)
 	}

@@ -73,7 +73,7 @@ type powerFlags struct {
 func newPowerCommand() *cobra.Command {
 	var f powerFlags
 	cmd := &cobra.Command{
-		Use:   "power status|on|off|cycle|reboot ENDPOINT",
+		Use:   "power status|on|off|force-off|cycle|reboot ENDPOINT",
 		Short: "Read or change a machine's power through its BMC, verified by polling",
 		Long: `power reads or changes a machine's power through its BMC and waits until the BMC reports the
 expected state.
@@ -81,6 +81,7 @@ expected state.
   status   print the power state
   on       power on
   off      graceful shutdown, forced off after --graceful-timeout
+  force-off  power off at once, without asking the OS (what a fence does)
   cycle    hard power cycle (PowerCycle, else ForceRestart, else ForceOff + On)
   reboot   graceful restart, hard cycle when it is not supported or not proven in time
 
@@ -110,11 +111,11 @@ Exit codes: 0 done, 1 bad input (nothing sent), 2 the BMC refused or failed the 
 func runPower(cmd *cobra.Command, f powerFlags, op, endpoint string) error {
 	usage := func(err error) error { return &codedError{exitUsage, err} }
 	calls := map[string]func(*bmc.Controller, context.Context) (bmc.Result, error){
-		"on": (*bmc.Controller).PowerOn, "off": (*bmc.Controller).PowerOff,
+		"on": (*bmc.Controller).PowerOn, "off": (*bmc.Controller).PowerOff, "force-off": (*bmc.Controller).ForceOff,
 		"cycle": (*bmc.Controller).PowerCycle, "reboot": (*bmc.Controller).Reboot,
 	}
 	if _, ok := calls[op]; !ok && op != "status" {
-		return usage(fmt.Errorf("power %q: want status, on, off, cycle or reboot", op))
+		return usage(fmt.Errorf("power %q: want status, on, off, force-off, cycle or reboot", op))
 	}
 	if f.output != "text" && f.output != "json" {
 		return usage(fmt.Errorf("-o %q: want text or json", f.output))

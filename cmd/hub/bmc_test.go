@@ -105,7 +105,7 @@ func TestBMCPowerExitCodes(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"bmc", "power", "explode", ep, "--credentials", r.creds}, `power "explode": want status, on, off, cycle or reboot`},
+			{[]string{"bmc", "power", "explode", ep, "--credentials", r.creds}, `power "explode": want status, on, off, force-off, cycle or reboot`},
 			{[]string{"bmc", "power", "status", "bmc.example", "--credentials", r.creds}, "want redfish://host[:port]"},
 			{[]string{"bmc", "power", "status", ep}, "no BMC credentials: give --credentials FILE, or set HALE_BMC_USERNAME and HALE_BMC_PASSWORD"},
 			{[]string{"bmc", "power", "status", ep, "--credentials", filepath.Join(dir, "missing")}, "BMC credentials: stat"},

@@ -50,7 +50,7 @@ func BenchmarkDetectionToAction(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(tb.Close)
 	// 30 remediations in ~80 s is a storm by design: lift the rate limit, which is not what is measured.
-	require.NoError(b, tb.StartHub(HubOptions{Policy: func(p *hub.Policy) { p.RateMax = 1000 }}))
+	require.NoError(b, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Policy.RateMax = 1000 }}))
 	ctx := b.Context()
 
 	var toUnhealthy, toBMC, total []time.Duration

@@ -16,6 +16,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/seed"
 )
@@ -300,7 +301,7 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	tb := newBed(t, Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Policy: func(p *hub.Policy) { p.RateMax, p.RatePer = 1, 6*time.Second }}))
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Policy.RateMax, inv.Policy.RatePer = 1, 6*time.Second }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
 	tb.Hang(1)
@@ -321,4 +322,28 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	assert.Contains(t, h.Status().Holding, "cp-2 waits")
 	tb.wait(t, "cp-2 healed once the window has room", tb.succeeded(snapshot{}, 2))
 	t.Logf("held for %v", time.Since(held).Round(100*time.Millisecond))
+}
+
+// A machine whose class says fence is powered off at once (ForceOff, no graceful shutdown), stays off
+// and is held there (no new remediation every cooldown) until an operator's reboot powers it on.
+func TestFence(t *testing.T) {
+	tb := newBed(t, Options{})
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Machines[2].Strategy = quorum.Fence }}))
+	require.NoError(t, tb.Settle(t.Context()))
+	h := tb.Hub()
+	tb.Hang(2)
+	tb.wait(t, "cp-2 fenced", tb.succeeded(snapshot{}, 2))
+	assert.Equal(t, []string{"ForceOff"}, tb.Resets(2))
+	assert.Equal(t, "Off", tb.Sim().PowerState(Name(2)))
+	tb.wait(t, "the fence to hold cp-2", func() bool { return strings.Contains(h.Status().Machines[2].Decision, "fenced by remediation") })
+	time.Sleep(2 * time.Second) // past the 1 s cooldown
+	n, _ := tb.Remediations(2)
+	assert.Equal(t, 1, n, "a fenced machine is not remediated again")
+	assert.Len(t, tb.Resets(2), 1)
+	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2)})
+	require.NoError(t, err)
+	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 2 && st == hub.Succeeded })
+	tb.wait(t, "every machine healthy", tb.AllHealthy)
+	assert.Equal(t, []string{"ForceOff", "On"}, tb.Resets(2))
 }

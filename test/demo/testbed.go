@@ -282,8 +282,8 @@ type HubOptions struct {
 	Journal string
 	// WrapPower wraps each machine's BMC controller (crash tests cut the hub off around a BMC call).
 	WrapPower func(m hub.Machine, p hub.Power) hub.Power
-	// Policy, when set, adjusts the inventory's policy.
-	Policy func(*hub.Policy)
+	// Inventory, when set, adjusts the inventory (policy, strategies).
+	Inventory func(*hub.Inventory)
 }
 
 // StartHub starts a hub on the testbed; StopHub (or Close) stops it.
@@ -309,8 +309,8 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.Policy != nil {
-		o.Policy(&inv.Policy)
+	if o.Inventory != nil {
+		o.Inventory(&inv)
 	}
 	log := tb.opts.Log
 	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: j, Log: log, Tick: 100 * time.Millisecond,
