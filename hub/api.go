@@ -32,9 +32,9 @@ type APIError struct {
 // APIHandler returns the operator API; a non-empty token is required as "Authorization: Bearer".
 func (h *Hub) APIHandler(token string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status()) })
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status(r.Context())) })
 	mux.HandleFunc("GET /v1/machines/{name}/explain", func(w http.ResponseWriter, r *http.Request) {
-		text, err := h.Explain(r.PathValue("name"))
+		text, err := h.Explain(r.Context(), r.PathValue("name"))
 		if err != nil {
 			writeError(w, err)
 			return
@@ -68,7 +68,7 @@ func (h *Hub) APIHandler(token string) http.Handler {
 				writeError(w, err)
 				return
 			}
-			writeJSON(w, http.StatusOK, h.Status())
+			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
 	for verb, set := range map[string]func(){
@@ -77,7 +77,7 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	} {
 		mux.HandleFunc("POST /v1/"+verb, func(w http.ResponseWriter, r *http.Request) {
 			set()
-			writeJSON(w, http.StatusOK, h.Status())
+			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
 	if token == "" {

@@ -31,7 +31,7 @@ type Recovered func(ctx context.Context) bool
 // Executor carries out one remediation's plan, step by step, with the journal written before and
 // after every side effect.
 type Executor struct {
-	Journal      *Journal
+	Journal      Store
 	Policy       quorum.Policy
 	Live         Live
 	Log          *slog.Logger
@@ -65,7 +65,7 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			if err := e.recheck(ctx, rem, step); err != nil {
 				return err
 			}
-			if err := e.Journal.Intent(rem.ID, i, e.describe(step)); err != nil {
+			if err := e.Journal.Intent(ctx, rem.ID, i, e.describe(step)); err != nil {
 				return err
 			}
 			if e.BeforeAct != nil {
@@ -73,11 +73,11 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			}
 			res, err := e.act(ctx, step, power)
 			if err != nil {
-				_ = e.Journal.Outcome(rem.ID, i, "failed: "+err.Error())
-				_ = e.Journal.Finish(rem.ID, Failed, err.Error())
+				_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
+				_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
 				return err
 			}
-			if err := e.Journal.Outcome(rem.ID, i, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))); err != nil {
+			if err := e.Journal.Outcome(ctx, rem.ID, i, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))); err != nil {
 				return err
 			}
 			if e.Checkpoint != nil {
@@ -89,11 +89,11 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			}
 		default:
 			err := fmt.Errorf("step %v: membership changes are the owner controller's (Kubernetes mode), not the standalone hub's", step)
-			_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
+			_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
 			return err
 		}
 	}
-	return e.Journal.Finish(rem.ID, Succeeded, "every step done")
+	return e.Journal.Finish(ctx, rem.ID, Succeeded, "every step done")
 }
 
 func (e *Executor) describe(step quorum.Step) string {
@@ -121,10 +121,10 @@ func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.
 func (e *Executor) recheck(ctx context.Context, rem Remediation, step quorum.Step) error {
 	live, err := e.Live(ctx)
 	if err != nil && e.Force {
-		return e.Journal.Note(rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
+		return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
 		err = fmt.Errorf("re-checking quorum before %v: %w", step, err)
-		_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
+		_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
 		return err
 	}
 	// This remediation's own member is not disrupted yet: the step is what disrupts it.
@@ -133,10 +133,10 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, step quorum.Ste
 		live.Members[i].Disruption = quorum.NotDisrupted
 	}
 	if _, err := live.Check(e.Policy, step); err != nil && e.Force {
-		return e.Journal.Note(rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
+		return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
 	} else if err != nil {
 		err = fmt.Errorf("re-check before %v refused: %w", step, err)
-		_ = e.Journal.Finish(rem.ID, Aborted, err.Error())
+		_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
 		return err
 	}
 	return nil
@@ -155,7 +155,7 @@ func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered 
 	for !recovered(ctx) {
 		if time.Now().After(deadline) {
 			err := fmt.Errorf("%s not recovered (agent in the pool, member healthy) within %v", rem.Machine, timeout)
-			_ = e.Journal.Finish(rem.ID, Failed, err.Error())
+			_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
 			return err
 		}
 		select {
@@ -164,7 +164,7 @@ func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered 
 		case <-time.After(poll):
 		}
 	}
-	return e.Journal.Outcome(rem.ID, i, "recovered: agent back in the pool, member healthy")
+	return e.Journal.Outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
 }
 
 // Resume decides where an unfinished remediation found in the journal goes on. A step whose intent has
@@ -195,12 +195,12 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
 	if done {
-		if err := e.Journal.Outcome(rem.ID, pending.Step, "after a hub restart: "+why+": not repeated"); err != nil {
+		if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": not repeated"); err != nil {
 			return 0, err
 		}
 		return pending.Step + 1, nil
 	}
-	if err := e.Journal.Outcome(rem.ID, pending.Step, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+	if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
 		return 0, err
 	}
 	return pending.Step, nil

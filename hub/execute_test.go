@@ -62,7 +62,7 @@ func (r *execRig) recovered(context.Context) bool {
 
 func (r *execRig) begin(t *testing.T, plan quorum.Plan) Remediation {
 	t.Helper()
-	rem, err := r.journal.Begin(Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.StepStrings()})
+	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.StepStrings()})
 	require.NoError(t, err)
 	return rem
 }
@@ -109,7 +109,7 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 			plan, err := live.PlanReboot(quorum.DefaultPolicy(), "etcd-2")
 			require.NoError(t, err)
 			rem := r.begin(t, plan)
-			require.NoError(t, r.journal.Intent(rem.ID, 0, "reboot etcd-2"))
+			require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "reboot etcd-2"))
 			if tc.sentFirst {
 				_, err := r.power.Reboot(context.Background())
 				require.NoError(t, err)
@@ -117,7 +117,7 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 			require.NoError(t, r.journal.Close()) // crash
 
 			r.journal = openJournal(t, r.path)
-			active, err := r.journal.Active()
+			active, err := r.journal.Active(t.Context())
 			require.NoError(t, err)
 			require.Len(t, active, 1)
 			restored, err := planFromSteps(active[0].Strategy, active[0].Steps)

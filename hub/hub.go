@@ -21,7 +21,7 @@ type Config struct {
 	Inventory Inventory
 	// Gossip is the hub's own membership of the agents' pool.
 	Gossip  *health.Gossip
-	Journal *Journal
+	Journal Store
 	Log     *slog.Logger
 	// Tick is the time between passes (default 200 ms).
 	Tick time.Duration
@@ -152,8 +152,8 @@ func (h *Hub) Assessment(machine string) (Assessment, bool) {
 }
 
 // History returns a machine's remediations from the journal, oldest first.
-func (h *Hub) History(machine string) ([]Remediation, error) {
-	return h.cfg.Journal.History(machine)
+func (h *Hub) History(ctx context.Context, machine string) ([]Remediation, error) {
+	return h.cfg.Journal.History(ctx, machine)
 }
 
 func (h *Hub) event(format string, args ...any) {
@@ -257,7 +257,7 @@ func (h *Hub) pass(ctx context.Context) {
 		a, _ := h.Assessment(m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
 			Unhealthy: a.Verdict == Unhealthy, Since: a.Since}
-		qm.InFlight, qm.Held = h.hold(m, qm.Unhealthy, inv.Policy, obs.Now)
+		qm.InFlight, qm.Held = h.hold(ctx, m, qm.Unhealthy, inv.Policy, obs.Now)
 		in.Machines = append(in.Machines, qm)
 	}
 	out, err := quorum.PlanPass(in)
@@ -280,7 +280,7 @@ func (h *Hub) pass(ctx context.Context) {
 // hold says whether a machine has a remediation in flight and, for an unhealthy one, why the hub
 // will not start one now: detached, cooling down after its last remediation, or given up after
 // maxAttempts failed ones since it was last healthy.
-func (h *Hub) hold(m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string) {
+func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string) {
 	h.mu.Lock()
 	_, inFlight = h.running[m.Name]
 	detached, ended, healthy := h.detached[m.Name], h.endedAt[m.Name], h.healthyAt[m.Name]
@@ -293,7 +293,7 @@ func (h *Hub) hold(m Machine, unhealthy bool, p Policy, now time.Time) (inFlight
 	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
 		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly))
 	}
-	hist, err := h.cfg.Journal.History(m.Name)
+	hist, err := h.cfg.Journal.History(ctx, m.Name)
 	if err != nil {
 		h.log.Warn("reading the journal", "machine", m.Name, "err", err)
 	}
@@ -430,7 +430,7 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) (held
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(d.Strategy, m.Name)
 	}
-	hist, err := h.cfg.Journal.History(m.Name)
+	hist, err := h.cfg.Journal.History(ctx, m.Name)
 	if err != nil {
 		h.event("cannot remediate %s: %v", m.Name, err)
 		return ""
@@ -455,7 +455,7 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 		h.event("cannot remediate %s: %v", m.Name, err)
 		return rem, err
 	}
-	rem, err = h.cfg.Journal.Begin(rem)
+	rem, err = h.cfg.Journal.Begin(ctx, rem)
 	if err != nil {
 		h.event("cannot remediate %s: %v", m.Name, err)
 		return rem, err
@@ -583,7 +583,7 @@ func (inv Inventory) machine(name string) (Machine, bool) {
 
 // resume picks up every remediation the journal says is in progress.
 func (h *Hub) resume(ctx context.Context) error {
-	active, err := h.cfg.Journal.Active()
+	active, err := h.cfg.Journal.Active(ctx)
 	if err != nil {
 		return err
 	}
@@ -591,12 +591,12 @@ func (h *Hub) resume(ctx context.Context) error {
 	for _, rem := range active {
 		m, ok := inv.machine(rem.Machine)
 		if !ok {
-			_ = h.cfg.Journal.Finish(rem.ID, Aborted, "the machine is no longer in the inventory")
+			_ = h.cfg.Journal.Finish(ctx, rem.ID, Aborted, "the machine is no longer in the inventory")
 			continue
 		}
 		plan, err := planFromSteps(rem.Strategy, rem.Steps)
 		if err != nil {
-			_ = h.cfg.Journal.Finish(rem.ID, Aborted, err.Error())
+			_ = h.cfg.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
 			continue
 		}
 		power, err := h.cfg.PowerFor(m)

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -81,6 +82,24 @@ func (r Remediation) Pending() (Event, bool) {
 	return Event{}, false
 }
 
+// Store records remediations: intent before each side effect, outcome after. Journal (a bbolt file)
+// is the standalone hub's; Kubernetes mode keeps them in Remediation objects. Every write fails with
+// ErrStaleEpoch once a newer hub has taken over, and Begin with ErrActive when the machine already has
+// a remediation in progress.
+type Store interface {
+	Begin(ctx context.Context, r Remediation) (Remediation, error)
+	Intent(ctx context.Context, id string, step int, detail string) error
+	Outcome(ctx context.Context, id string, step int, detail string) error
+	Note(ctx context.Context, id string, detail string) error
+	Finish(ctx context.Context, id string, state RemediationState, detail string) error
+	Get(ctx context.Context, id string) (Remediation, error)
+	// Active returns every remediation in progress, oldest first; History a machine's, oldest first.
+	Active(ctx context.Context) ([]Remediation, error)
+	History(ctx context.Context, machine string) ([]Remediation, error)
+	// Epoch is this writer's epoch.
+	Epoch() uint64
+}
+
 // Errors of the journal.
 var (
 	// ErrStaleEpoch: another hub opened the journal after this one; this one must not write.
@@ -158,7 +177,7 @@ func (j *Journal) update(f func(rems *bolt.Bucket) error) error {
 }
 
 // Begin records a new remediation; it fails with ErrActive when the machine has one in progress.
-func (j *Journal) Begin(r Remediation) (Remediation, error) {
+func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
 	if r.Machine == "" || strings.Contains(r.Machine, "/") {
 		return r, fmt.Errorf("journal: machine name %q must be non-empty and without /", r.Machine)
 	}
@@ -178,22 +197,22 @@ func (j *Journal) Begin(r Remediation) (Remediation, error) {
 }
 
 // Intent records that step is about to be taken (before the side effect).
-func (j *Journal) Intent(id string, step int, detail string) error {
+func (j *Journal) Intent(_ context.Context, id string, step int, detail string) error {
 	return j.event(id, Event{Step: step, Kind: EventIntent, Detail: detail}, "")
 }
 
 // Outcome records what step did (after the side effect).
-func (j *Journal) Outcome(id string, step int, detail string) error {
+func (j *Journal) Outcome(_ context.Context, id string, step int, detail string) error {
 	return j.event(id, Event{Step: step, Kind: EventOutcome, Detail: detail}, "")
 }
 
 // Note records something worth knowing that is neither an intent nor an outcome (step -1).
-func (j *Journal) Note(id string, detail string) error {
+func (j *Journal) Note(_ context.Context, id string, detail string) error {
 	return j.event(id, Event{Step: -1, Kind: EventNote, Detail: detail}, "")
 }
 
 // Finish ends a remediation and prunes the machine's finished history to the bound.
-func (j *Journal) Finish(id string, state RemediationState, detail string) error {
+func (j *Journal) Finish(_ context.Context, id string, state RemediationState, detail string) error {
 	if state == InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
@@ -226,12 +245,12 @@ func (j *Journal) event(id string, e Event, finish RemediationState) error {
 }
 
 // Active returns every remediation in progress, oldest first: what a restarted hub must resume.
-func (j *Journal) Active() ([]Remediation, error) {
+func (j *Journal) Active(_ context.Context) ([]Remediation, error) {
 	return j.list(func(r Remediation) bool { return r.State == InProgress })
 }
 
 // Get returns one remediation.
-func (j *Journal) Get(id string) (Remediation, error) {
+func (j *Journal) Get(_ context.Context, id string) (Remediation, error) {
 	var r Remediation
 	err := j.db.View(func(tx *bolt.Tx) error {
 		var err error
@@ -242,7 +261,7 @@ func (j *Journal) Get(id string) (Remediation, error) {
 }
 
 // History returns a machine's remediations, oldest first.
-func (j *Journal) History(machine string) ([]Remediation, error) {
+func (j *Journal) History(_ context.Context, machine string) ([]Remediation, error) {
 	return j.list(func(r Remediation) bool { return r.Machine == machine })
 }
 

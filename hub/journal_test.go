@@ -26,18 +26,18 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
 	assert.Equal(t, uint64(1), j.Epoch())
-	r, err := j.Begin(Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
+	r, err := j.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
 		Steps: []string{"power-cycle etcd-2", "await-healthy etcd-2"}})
 	require.NoError(t, err)
-	require.NoError(t, j.Intent(r.ID, 0, "PowerCycle via redfish://10.0.0.12"))
-	_, err = j.Begin(Remediation{Machine: "cp-2", Reason: "again"})
+	require.NoError(t, j.Intent(t.Context(), r.ID, 0, "PowerCycle via redfish://10.0.0.12"))
+	_, err = j.Begin(t.Context(), Remediation{Machine: "cp-2", Reason: "again"})
 	require.ErrorIs(t, err, ErrActive)
 	require.NoError(t, j.Close()) // the crash: no outcome written
 
 	j2 := openJournal(t, path)
 	defer j2.Close()
 	assert.Equal(t, uint64(2), j2.Epoch())
-	active, err := j2.Active()
+	active, err := j2.Active(t.Context())
 	require.NoError(t, err)
 	require.Len(t, active, 1)
 	pending, ok := active[0].Pending()
@@ -45,20 +45,20 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	assert.Equal(t, 0, pending.Step)
 	assert.Equal(t, uint64(1), pending.Epoch)
 
-	require.NoError(t, j2.Outcome(r.ID, 0, "power state On, LastResetTime moved: the cycle happened; not repeated"))
+	require.NoError(t, j2.Outcome(t.Context(), r.ID, 0, "power state On, LastResetTime moved: the cycle happened; not repeated"))
 	_, ok = mustGet(t, j2, "cp-2").Pending()
 	assert.False(t, ok)
-	require.NoError(t, j2.Finish(r.ID, Succeeded, "member healthy again"))
-	active, err = j2.Active()
+	require.NoError(t, j2.Finish(t.Context(), r.ID, Succeeded, "member healthy again"))
+	active, err = j2.Active(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, active)
-	assert.ErrorContains(t, j2.Intent(r.ID, 1, "x"), "is Succeeded already")
-	assert.ErrorContains(t, j2.Finish("nope/1", Failed, ""), "no remediation nope/1")
+	assert.ErrorContains(t, j2.Intent(t.Context(), r.ID, 1, "x"), "is Succeeded already")
+	assert.ErrorContains(t, j2.Finish(t.Context(), "nope/1", Failed, ""), "no remediation nope/1")
 }
 
 func mustGet(t *testing.T, j *Journal, machine string) Remediation {
 	t.Helper()
-	h, err := j.History(machine)
+	h, err := j.History(t.Context(), machine)
 	require.NoError(t, err)
 	require.NotEmpty(t, h)
 	return h[len(h)-1]
@@ -67,13 +67,13 @@ func mustGet(t *testing.T, j *Journal, machine string) Remediation {
 func TestJournalRefusesAStaleEpoch(t *testing.T) {
 	j := openJournal(t, filepath.Join(t.TempDir(), "journal.db"))
 	defer j.Close()
-	r, err := j.Begin(Remediation{Machine: "cp-1", Reason: "test"})
+	r, err := j.Begin(t.Context(), Remediation{Machine: "cp-1", Reason: "test"})
 	require.NoError(t, err)
 	// Another hub took over (in Kubernetes mode the epoch comes from the lease): bump the stored epoch.
 	require.NoError(t, j.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keyEpoch, binary.BigEndian.AppendUint64(nil, j.epoch+1))
 	}))
-	err = j.Intent(r.ID, 0, "power off")
+	err = j.Intent(t.Context(), r.ID, 0, "power off")
 	require.ErrorIs(t, err, ErrStaleEpoch)
 	assert.Contains(t, err.Error(), "epoch 1, journal at 2")
 }
@@ -84,11 +84,11 @@ func TestJournalKeepsABoundedHistory(t *testing.T) {
 	clock := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	j.now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	for i := range 5 {
-		r, err := j.Begin(Remediation{Machine: "cp-1", Reason: fmt.Sprint("round ", i)})
+		r, err := j.Begin(t.Context(), Remediation{Machine: "cp-1", Reason: fmt.Sprint("round ", i)})
 		require.NoError(t, err)
-		require.NoError(t, j.Finish(r.ID, Succeeded, "ok"))
+		require.NoError(t, j.Finish(t.Context(), r.ID, Succeeded, "ok"))
 	}
-	h, err := j.History("cp-1")
+	h, err := j.History(t.Context(), "cp-1")
 	require.NoError(t, err)
 	require.Len(t, h, 3, "keepFinished is 3")
 	assert.Equal(t, "begun: round 4", h[2].History[0].Detail)
@@ -110,7 +110,7 @@ func TestJournalBadInput(t *testing.T) {
 	_, err = OpenJournal(path, 0)
 	require.EqualError(t, err, "journal "+path+" is locked by another process (is another hub running?)")
 
-	_, err = j.Begin(Remediation{Machine: "a/b"})
+	_, err = j.Begin(t.Context(), Remediation{Machine: "a/b"})
 	require.ErrorContains(t, err, `machine name "a/b" must be non-empty and without /`)
-	assert.ErrorContains(t, j.Finish("x", InProgress, ""), "is not a final state")
+	assert.ErrorContains(t, j.Finish(t.Context(), "x", InProgress, ""), "is not a final state")
 }

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,7 +98,7 @@ func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.hub.Status()
+	st := c.hub.Status(context.Background())
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -58,7 +59,7 @@ type RemediationStatus struct {
 }
 
 // Status returns the hub's status now.
-func (h *Hub) Status() Status {
+func (h *Hub) Status(ctx context.Context) Status {
 	type flight struct {
 		id   string
 		busy bool
@@ -104,7 +105,7 @@ func (h *Hub) Status() Status {
 		if !ok {
 			continue
 		}
-		rem, err := h.cfg.Journal.Get(f.id)
+		rem, err := h.cfg.Journal.Get(ctx, f.id)
 		if err != nil {
 			continue
 		}
@@ -116,13 +117,13 @@ func (h *Hub) Status() Status {
 
 // Explain says why the hub does or does not act on a machine: its verdict and evidence, its etcd
 // role, the planner's decision, the brakes that hold, and its recent remediations.
-func (h *Hub) Explain(machine string) (string, error) {
+func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	inv := h.inventory()
 	m, ok := inv.machine(machine)
 	if !ok {
 		return "", fmt.Errorf("machine %q: %w", machine, ErrNotFound)
 	}
-	st := h.Status()
+	st := h.Status(ctx)
 	var ms MachineStatus
 	for _, x := range st.Machines {
 		if x.Name == machine {
@@ -175,7 +176,7 @@ func (h *Hub) Explain(machine string) (string, error) {
 	if r := ms.Remediation; r != nil {
 		fmt.Fprintf(&b, "in flight: %s (%s, attempt %d, requested by %s), step %d of %d\n", r.ID, r.Strategy, r.Attempt, r.RequestedBy, r.Step+1, len(r.Steps))
 	}
-	hist, err := h.cfg.Journal.History(machine)
+	hist, err := h.cfg.Journal.History(ctx, machine)
 	if err != nil {
 		return "", err
 	}

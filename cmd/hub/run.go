@@ -175,8 +175,8 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if st := h.Status(); st.NotPlanning != "" {
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			if st := h.Status(r.Context()); st.NotPlanning != "" {
 				http.Error(w, "not planning: "+st.NotPlanning, http.StatusServiceUnavailable)
 				return
 			}

@@ -84,7 +84,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	tb.wait(t, "the would-do", hasEvent(h, "holding: suspended: would start reboot of cp-2"))
 	time.Sleep(time.Second)
 	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
-	assert.True(t, h.Status().Suspended)
+	assert.True(t, h.Status(context.Background()).Suspended)
 	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot is refused while suspended")
 	h.SetSuspended(false)
@@ -98,7 +98,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	tb.wait(t, "cp-1 Unhealthy", tb.unhealthy(1))
 	time.Sleep(time.Second)
 	assert.Empty(t, tb.Resets(1), "detached: no BMC call")
-	st := h.Status()
+	st := h.Status(context.Background())
 	assert.True(t, st.Machines[1].Detached)
 	assert.Contains(t, st.Machines[1].Decision, "detached by the operator")
 	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
@@ -144,7 +144,7 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 			tb.wait(t, "cp-2's remediation to succeed", tb.succeeded(snapshot{}, 2))
 			tb.wait(t, "every machine healthy", tb.AllHealthy)
 			assert.Len(t, tb.Resets(2), 1, "exactly one power action in all")
-			hist, err := tb.Hub().History(Name(2))
+			hist, err := tb.Hub().History(context.Background(), Name(2))
 			require.NoError(t, err)
 			require.Len(t, hist, 1, "the same remediation resumed, not a second one")
 			var outcomes []string
@@ -192,14 +192,14 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	tb.Sim().SetFaults(bmcsim.Faults{RejectAuth: true})
 	tb.Hang(2)
 	tb.wait(t, "the hub to give up", func() bool {
-		for _, m := range h.Status().Machines {
+		for _, m := range h.Status(context.Background()).Machines {
 			if m.Name == Name(2) && strings.Contains(m.Decision, "gave up after 3 failed remediations") {
 				return true
 			}
 		}
 		return false
 	})
-	hist, err := h.History(Name(2))
+	hist, err := h.History(context.Background(), Name(2))
 	require.NoError(t, err)
 	require.Len(t, hist, 3)
 	for i, r := range hist {
@@ -207,7 +207,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 		assert.Equal(t, i+1, r.Attempt)
 		assert.Equal(t, i > 0, r.Hard, "attempts after the first are hard power cycles")
 	}
-	why, err := h.Explain(Name(2))
+	why, err := h.Explain(context.Background(), Name(2))
 	require.NoError(t, err)
 	assert.Contains(t, why, "gave up after 3 failed remediations")
 	assert.Contains(t, why, "authentication")
@@ -219,7 +219,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "test"})
 	require.NoError(t, err)
 	tb.wait(t, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == hub.Succeeded })
-	hist, _ = h.History(Name(2))
+	hist, _ = h.History(context.Background(), Name(2))
 	assert.Equal(t, res.Remediation, hist[3].ID)
 	assert.Equal(t, "test", hist[3].RequestedBy)
 }
@@ -260,7 +260,7 @@ func TestManualReboot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, res.Overrides, "quorum needs 2")
 	tb.wait(t, "cp-1's forced reboot to succeed", tb.succeeded(snapshot{}, 1))
-	hist, err := h.History(Name(1))
+	hist, err := h.History(context.Background(), Name(1))
 	require.NoError(t, err)
 	assert.True(t, hist[0].Forced)
 	assert.True(t, slices.ContainsFunc(hist[0].History, func(e hub.Event) bool {
@@ -285,7 +285,7 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 	h := tb.Hub()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		for _, m := range h.Status().Machines {
+		for _, m := range h.Status(context.Background()).Machines {
 			require.NotEqual(t, hub.Unhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
 			require.Nil(t, m.Remediation, m.Name)
 		}
@@ -319,7 +319,7 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, n, "said once, not every pass")
-	assert.Contains(t, h.Status().Holding, "cp-2 waits")
+	assert.Contains(t, h.Status(context.Background()).Holding, "cp-2 waits")
 	tb.wait(t, "cp-2 healed once the window has room", tb.succeeded(snapshot{}, 2))
 	t.Logf("held for %v", time.Since(held).Round(100*time.Millisecond))
 }
@@ -336,7 +336,9 @@ func TestFence(t *testing.T) {
 	tb.wait(t, "cp-2 fenced", tb.succeeded(snapshot{}, 2))
 	assert.Equal(t, []string{"ForceOff"}, tb.Resets(2))
 	assert.Equal(t, "Off", tb.Sim().PowerState(Name(2)))
-	tb.wait(t, "the fence to hold cp-2", func() bool { return strings.Contains(h.Status().Machines[2].Decision, "fenced by remediation") })
+	tb.wait(t, "the fence to hold cp-2", func() bool {
+		return strings.Contains(h.Status(context.Background()).Machines[2].Decision, "fenced by remediation")
+	})
 	time.Sleep(2 * time.Second) // past the 1 s cooldown
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "a fenced machine is not remediated again")

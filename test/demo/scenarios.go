@@ -181,7 +181,7 @@ func pauseScenario(ctx context.Context, tb *Testbed) error {
 	defer tb.Sim().SetFaults(bmcsim.Faults{})
 	tb.Hang(1)
 	busy := func() bool {
-		for _, m := range h.Status().Machines {
+		for _, m := range h.Status(context.Background()).Machines {
 			if m.Name == Name(1) && m.Remediation != nil && m.Remediation.Busy {
 				return true
 			}

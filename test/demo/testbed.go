@@ -438,7 +438,7 @@ func (tb *Testbed) dump() string {
 	}
 	b.WriteString("journal:\n")
 	for i := range Machines {
-		hist, _ := h.History(Name(i))
+		hist, _ := h.History(context.Background(), Name(i))
 		for _, r := range hist {
 			fmt.Fprintf(&b, "  %s %s\n", r.ID, r.State)
 			for _, ev := range r.History {
@@ -455,7 +455,7 @@ func (tb *Testbed) AllHealthy() bool {
 	if h == nil {
 		return false
 	}
-	for _, m := range h.Status().Machines {
+	for _, m := range h.Status(context.Background()).Machines {
 		if m.Verdict != hub.Healthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
 			return false
 		}
@@ -469,7 +469,7 @@ func (tb *Testbed) Remediations(i int) (int, hub.RemediationState) {
 	if h == nil {
 		return 0, ""
 	}
-	hist, err := h.History(Name(i))
+	hist, err := h.History(context.Background(), Name(i))
 	if err != nil || len(hist) == 0 {
 		return 0, ""
 	}

@@ -1,0 +1,172 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels Hale puts on its objects.
+const (
+	// LabelMachine names the machine a Remediation is about (for listing a machine's history).
+	LabelMachine = "hale.dev/machine"
+	// LabelPhase mirrors status.phase (for listing what is in progress without reading every object).
+	LabelPhase = "hale.dev/phase"
+)
+
+// RemediationPhase is where a remediation stands.
+// +kubebuilder:validation:Enum=InProgress;Succeeded;Failed;Aborted
+type RemediationPhase string
+
+// Remediation phases; only InProgress is unfinished.
+const (
+	PhaseInProgress RemediationPhase = "InProgress"
+	PhaseSucceeded  RemediationPhase = "Succeeded"
+	PhaseFailed     RemediationPhase = "Failed"
+	PhaseAborted    RemediationPhase = "Aborted"
+)
+
+// RemediationSpec is what was asked: by the hub, or by an operator (`hub reboot` creates one, so
+// Kubernetes RBAC decides who may reboot).
+type RemediationSpec struct {
+	// Machine is the machine's name in Hale's inventory.
+	// +kubebuilder:validation:MinLength=1
+	Machine string `json:"machine"`
+	// Strategy is how it is healed.
+	// +kubebuilder:validation:Enum=reboot;fence;replace
+	Strategy string `json:"strategy"`
+	// RequestedBy is "hub" for the hub's own, else who asked.
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Reason says why.
+	Reason string `json:"reason,omitempty"`
+	// Hard power-cycles at once instead of a graceful restart first.
+	Hard bool `json:"hard,omitempty"`
+	// Force goes ahead over a quorum refusal; the refusal is recorded in the history.
+	Force bool `json:"force,omitempty"`
+	// Steps is the plan, as the hub wrote it ("power-cycle etcd-2", "await-healthy etcd-2").
+	Steps []string `json:"steps,omitempty"`
+	// Attempt counts the machine's remediations since it was last healthy, this one included.
+	Attempt int32 `json:"attempt,omitempty"`
+	// AgentStarted is when the machine's agent had started before the remediation: it counts as back
+	// only with a report from an agent started later.
+	AgentStarted *metav1.Time `json:"agentStarted,omitempty"`
+}
+
+// RemediationEvent is one line of a remediation's history: an intent written before a side effect,
+// its outcome after, or a note.
+type RemediationEvent struct {
+	Time metav1.Time `json:"time"`
+	// Step is the index of the step in spec.steps (-1 for a note).
+	Step int32 `json:"step"`
+	// +kubebuilder:validation:Enum=intent;outcome;note
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+	// Epoch of the hub that wrote it.
+	Epoch int64 `json:"epoch"`
+}
+
+// RemediationStatus is where it stands and everything that happened.
+type RemediationStatus struct {
+	Phase RemediationPhase `json:"phase,omitempty"`
+	// Epoch is the newest epoch that wrote to this remediation: a hub with an older one must not write.
+	Epoch int64 `json:"epoch,omitempty"`
+	// History, oldest first.
+	History []RemediationEvent `json:"history,omitempty"`
+	// Conditions: Ready (True when Succeeded).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Remediation is one operation on one machine.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rem
+// +kubebuilder:printcolumn:name="Machine",type=string,JSONPath=`.spec.machine`
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="By",type=string,JSONPath=`.spec.requestedBy`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Remediation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              RemediationSpec   `json:"spec"`
+	Status            RemediationStatus `json:"status,omitempty"`
+}
+
+// RemediationList is a list of Remediations.
+// +kubebuilder:object:root=true
+type RemediationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Remediation `json:"items"`
+}
+
+// HealthPolicySpec is the cluster's policy and the operator's brakes.
+type HealthPolicySpec struct {
+	// Paused: no new step starts; acknowledged in status.pause once steps in flight reached a checkpoint.
+	Paused bool `json:"paused,omitempty"`
+	// Suspended: observe-only; everything is computed and explained, nothing is executed.
+	Suspended bool `json:"suspended,omitempty"`
+	// MinFaultTolerance: healthy voters to keep beyond quorum when a step costs one.
+	// +kubebuilder:validation:Minimum=0
+	MinFaultTolerance int32 `json:"minFaultTolerance,omitempty"`
+	// MaxInFlight, MaxUnhealthy: per pool of machines that are not etcd members ("2" or "10%").
+	MaxInFlight  string `json:"maxInFlight,omitempty"`
+	MaxUnhealthy string `json:"maxUnhealthy,omitempty"`
+	// ProbeTimeouts: how long each probe must fail before its machine is Unhealthy.
+	ProbeTimeouts map[string]metav1.Duration `json:"probeTimeouts,omitempty"`
+	// Cooldown after a remediation before the same machine is remediated again.
+	Cooldown *metav1.Duration `json:"cooldown,omitempty"`
+	// MaxAttempts before the hub gives up on a machine and says so.
+	// +kubebuilder:validation:Minimum=1
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+}
+
+// Budget is the etcd budget the hub plans with.
+type Budget struct {
+	Voters         int32 `json:"voters"`
+	HealthyVoters  int32 `json:"healthyVoters"`
+	Quorum         int32 `json:"quorum"`
+	FaultTolerance int32 `json:"faultTolerance"`
+	Available      int32 `json:"available"`
+}
+
+// MachineSummary is one machine's verdict.
+type MachineSummary struct {
+	Name        string   `json:"name"`
+	Verdict     string   `json:"verdict"`
+	Reasons     []string `json:"reasons,omitempty"`
+	Remediation string   `json:"remediation,omitempty"`
+}
+
+// HealthPolicyStatus is what the hub acknowledges.
+type HealthPolicyStatus struct {
+	// Pause: Running, Pausing (steps in flight have not reached a checkpoint yet) or Paused.
+	Pause string `json:"pause,omitempty"`
+	// ObservedGeneration is the spec generation the hub acted on.
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Budget             *Budget            `json:"budget,omitempty"`
+	Machines           []MachineSummary   `json:"machines,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// HealthPolicy is the cluster's Hale policy.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Pause",type=string,JSONPath=`.status.pause`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspended`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.budget.healthyVoters`
+// +kubebuilder:printcolumn:name="Voters",type=integer,JSONPath=`.status.budget.voters`
+// +kubebuilder:printcolumn:name="Budget",type=integer,JSONPath=`.status.budget.available`
+type HealthPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              HealthPolicySpec   `json:"spec,omitempty"`
+	Status            HealthPolicyStatus `json:"status,omitempty"`
+}
+
+// HealthPolicyList is a list of HealthPolicies.
+// +kubebuilder:object:root=true
+type HealthPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HealthPolicy `json:"items"`
+}
