@@ -53,7 +53,7 @@ type RemediationSpec struct {
 // RemediationEvent is one line of a remediation's history: an intent written before a side effect,
 // its outcome after, or a note.
 type RemediationEvent struct {
-	Time metav1.Time `json:"time"`
+	Time metav1.MicroTime `json:"time"`
 	// Step is the index of the step in spec.steps (-1 for a note).
 	Step int32 `json:"step"`
 	// +kubebuilder:validation:Enum=intent;outcome;note

@@ -1,0 +1,102 @@
+package kube
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/hub"
+)
+
+// The Kubernetes journal on a real kube-apiserver: the same contract as the bbolt journal (intent
+// before, outcome after, pending intents found by the next hub, one remediation in progress per
+// machine, bounded history), a deposed hub's writes refused, and the objects readable with kubectl.
+func TestJournalOnAPIServer(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+
+	t.Run("crash between intent and outcome", func(t *testing.T) {
+		j1 := NewJournal(c, "hale-system", 1, 3)
+		r, err := j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
+			Steps: []string{"power-cycle etcd-2", "await-healthy etcd-2"}, Attempt: 1, AgentStarted: time.Unix(1700000000, 0).UTC()})
+		require.NoError(t, err)
+		require.NoError(t, j1.Intent(ctx, r.ID, 0, "reboot etcd-2 (graceful, then hard)"))
+		_, err = j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "again"})
+		require.ErrorIs(t, err, hub.ErrActive)
+
+		// The hub dies; the next one (a newer epoch, as its lease says) finds the pending intent.
+		j2 := NewJournal(c, "hale-system", 2, 3)
+		active, err := j2.Active(ctx)
+		require.NoError(t, err)
+		require.Len(t, active, 1)
+		assert.Equal(t, r.ID, active[0].ID)
+		assert.Equal(t, []string{"power-cycle etcd-2", "await-healthy etcd-2"}, active[0].Steps)
+		assert.Equal(t, time.Unix(1700000000, 0).UTC(), active[0].AgentStarted)
+		pending, ok := active[0].Pending()
+		require.True(t, ok)
+		assert.Equal(t, 0, pending.Step)
+		assert.Equal(t, uint64(1), pending.Epoch)
+		require.NoError(t, j2.Outcome(ctx, r.ID, 0, "after a hub restart: not repeated"))
+
+		// The deposed hub cannot write any more.
+		err = j1.Note(ctx, r.ID, "still here")
+		require.ErrorIs(t, err, hub.ErrStaleEpoch)
+		assert.Contains(t, err.Error(), "this hub's epoch 1, the remediation's 2")
+
+		require.NoError(t, j2.Finish(ctx, r.ID, hub.Succeeded, "every step done"))
+		active, err = j2.Active(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, active)
+		assert.ErrorContains(t, j2.Intent(ctx, r.ID, 1, "x"), "is Succeeded already")
+
+		// What kubectl shows.
+		var obj v1alpha1.Remediation
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: r.ID}, &obj))
+		assert.Equal(t, v1alpha1.PhaseSucceeded, obj.Status.Phase)
+		assert.Equal(t, "Succeeded", obj.Labels[v1alpha1.LabelPhase])
+		assert.Equal(t, "cp-2", obj.Labels[v1alpha1.LabelMachine])
+		require.Len(t, obj.Status.Conditions, 1)
+		assert.Equal(t, metav1.ConditionTrue, obj.Status.Conditions[0].Status)
+		got, err := j2.Get(ctx, r.ID)
+		require.NoError(t, err)
+		kinds := []hub.EventKind{}
+		for _, e := range got.History {
+			kinds = append(kinds, e.Kind)
+		}
+		assert.Equal(t, []hub.EventKind{hub.EventNote, hub.EventIntent, hub.EventOutcome, hub.EventNote}, kinds)
+		assert.True(t, got.History[1].At.Before(got.History[2].At), "microsecond timestamps keep the order")
+	})
+
+	t.Run("bounded history, oldest first", func(t *testing.T) {
+		j := NewJournal(c, "hale-system", 5, 3)
+		for i := range 5 {
+			r, err := j.Begin(ctx, hub.Remediation{Machine: "Worker_7", Strategy: "reboot", Reason: fmt.Sprint("round ", i)})
+			require.NoError(t, err)
+			require.NoError(t, j.Finish(ctx, r.ID, hub.Failed, "BMC refused"))
+		}
+		h, err := j.History(ctx, "Worker_7")
+		require.NoError(t, err)
+		require.Len(t, h, 3, "keep is 3")
+		assert.Equal(t, "begun: round 2", h[0].History[0].Detail)
+		assert.Equal(t, "begun: round 4", h[2].History[0].Detail)
+		assert.Regexp(t, `^worker-7-[0-9a-z]{13}$`, h[0].ID, "a DNS-1123 name that sorts by time")
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		j := NewJournal(c, "hale-system", 5, 3)
+		_, err := j.Begin(ctx, hub.Remediation{Strategy: "reboot"})
+		assert.ErrorContains(t, err, "machine name is empty")
+		assert.ErrorContains(t, j.Finish(ctx, "nope", hub.Failed, ""), "no remediation nope in namespace hale-system")
+		assert.ErrorContains(t, j.Finish(ctx, "nope", hub.InProgress, ""), "is not a final state")
+		_, err = j.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "explode"})
+		assert.ErrorContains(t, err, `spec.strategy: Unsupported value: "explode"`, "the CRD's validation holds")
+	})
+}
