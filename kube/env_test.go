@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -18,6 +19,12 @@ import (
 // KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills; test/run builds them when missing.
 // Missing binaries fail the test: they are never silently skipped.
 func startAPIServer(t *testing.T) client.Client {
+	t.Helper()
+	c, _ := startAPIServerConfig(t)
+	return c
+}
+
+func startAPIServerConfig(t *testing.T) (client.Client, *rest.Config) {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -37,5 +44,5 @@ func startAPIServer(t *testing.T) client.Client {
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
-	return c
+	return c, cfg
 }

@@ -33,6 +33,21 @@ type Journal struct {
 	epoch uint64
 	keep  int
 	now   func() time.Time
+	fence func(context.Context) error
+}
+
+// WithFence makes every write first call fence (Leader.Check): a deposed leader's writes are refused
+// even on objects its successor has not touched yet.
+func (j *Journal) WithFence(fence func(context.Context) error) *Journal {
+	j.fence = fence
+	return j
+}
+
+func (j *Journal) checkFence(ctx context.Context) error {
+	if j.fence == nil {
+		return nil
+	}
+	return j.fence(ctx)
 }
 
 var _ hub.Store = (*Journal)(nil)
@@ -82,6 +97,9 @@ func machineLabel(machine string) string {
 func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation, error) {
 	if r.Machine == "" {
 		return r, errors.New("remediation: machine name is empty")
+	}
+	if err := j.checkFence(ctx); err != nil {
+		return r, err
 	}
 	active, err := j.list(ctx, r.Machine, true)
 	if err != nil {
@@ -150,6 +168,9 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Event, finish hub.
 		}
 		if obj.Status.Phase != v1alpha1.PhaseInProgress {
 			return fmt.Errorf("remediation %s is %s already", id, obj.Status.Phase)
+		}
+		if err := j.checkFence(ctx); err != nil {
+			return err
 		}
 		obj.Status.Epoch = int64(j.epoch)
 		obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: int32(e.Step),

@@ -1,0 +1,94 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/hub"
+)
+
+// LeaseTiming is client-go's leader-election timing (defaults: 15 s lease, 10 s renew deadline, 2 s
+// retry, as controller-runtime's).
+type LeaseTiming struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Leader is this hub's leadership of the Lease: its epoch (the Lease's leader transitions + 1, so
+// every new leader's is higher than all before it) and a fence that says whether it still holds.
+type Leader struct {
+	c                  client.Client
+	ns, name, identity string
+	epoch              uint64
+}
+
+// Epoch is this leader's epoch, for the journal.
+func (l *Leader) Epoch() uint64 { return l.epoch }
+
+// Check returns hub.ErrStaleEpoch unless the Lease is still this leader's: the journal calls it before
+// every write, so a deposed leader that has not noticed yet cannot write objects the new leader has
+// not touched either.
+func (l *Leader) Check(ctx context.Context) error {
+	var lease coordinationv1.Lease
+	if err := l.c.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: l.name}, &lease); err != nil {
+		return fmt.Errorf("reading lease %s/%s: %w", l.ns, l.name, err)
+	}
+	holder, transitions := "", int32(0)
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	if lease.Spec.LeaseTransitions != nil {
+		transitions = *lease.Spec.LeaseTransitions
+	}
+	if holder != l.identity || uint64(transitions)+1 != l.epoch {
+		return fmt.Errorf("lease %s/%s: %w (held by %q at epoch %d; this hub is %q at epoch %d)", l.ns, l.name, hub.ErrStaleEpoch,
+			holder, transitions+1, l.identity, l.epoch)
+	}
+	return nil
+}
+
+// Elect campaigns for the Lease ns/name as identity (unique per process) until ctx ends; each time it
+// leads it calls lead with a context that is cancelled when the leadership is lost. It returns when
+// ctx ends.
+func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, identity string, t LeaseTiming, lead func(context.Context, *Leader)) error {
+	if t.LeaseDuration == 0 {
+		t = LeaseTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Client: cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity}}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{Lock: lock, Name: name,
+			LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					var lease coordinationv1.Lease
+					if err := c.Get(lctx, client.ObjectKey{Namespace: ns, Name: name}, &lease); err != nil {
+						return // the elector renews or loses it; lead is not called without an epoch
+					}
+					transitions := int32(0)
+					if lease.Spec.LeaseTransitions != nil {
+						transitions = *lease.Spec.LeaseTransitions
+					}
+					lead(lctx, &Leader{c: c, ns: ns, name: name, identity: identity, epoch: uint64(transitions) + 1})
+				},
+				OnStoppedLeading: func() {},
+			}})
+		if err != nil {
+			return err
+		}
+		le.Run(ctx) // returns when the leadership is lost or ctx ends
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package kube
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hale-dev/hale/hub"
+)
+
+// Two hubs campaign for one Lease; the leader dies (no release, as a crash) with a remediation's
+// intent written; the other takes over within the lease duration, with a higher epoch, resumes and
+// finishes the same remediation; every later write of the deposed leader is refused.
+func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
+	c, cfg := startAPIServerConfig(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	timing := LeaseTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
+	campaign := func(ctx context.Context, identity string) <-chan *Leader {
+		leaders := make(chan *Leader, 1)
+		go func() {
+			_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", identity, timing, func(lctx context.Context, l *Leader) {
+				leaders <- l
+				<-lctx.Done()
+			})
+		}()
+		return leaders
+	}
+
+	ctxA, killA := context.WithCancel(ctx)
+	defer killA()
+	a := <-campaign(ctxA, "hub-a")
+	jA := NewJournal(c, "hale-system", a.Epoch(), 5).WithFence(a.Check)
+	rem, err := jA.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-1 dead",
+		Steps: []string{"power-cycle etcd-1", "await-healthy etcd-1"}})
+	require.NoError(t, err)
+	require.NoError(t, jA.Intent(ctx, rem.ID, 0, "reboot etcd-1 (graceful, then hard)"))
+
+	bLeads := campaign(ctx, "hub-b")
+	select {
+	case <-bLeads:
+		t.Fatal("hub-b led while hub-a held the lease")
+	case <-time.After(3 * timing.LeaseDuration / 2):
+	}
+	killA() // a crash: the lease is not released, it expires
+	killed := time.Now()
+	var b *Leader
+	select {
+	case b = <-bLeads:
+	case <-time.After(4 * timing.LeaseDuration):
+		t.Fatal("hub-b did not take over")
+	}
+	took := time.Since(killed)
+	t.Logf("hub-b took over %v after hub-a died (lease duration %v), epoch %d → %d", took.Round(time.Millisecond), timing.LeaseDuration, a.Epoch(), b.Epoch())
+	assert.Less(t, took, timing.LeaseDuration+4*timing.RetryPeriod, "within the lease duration (plus the retry period)")
+	require.Greater(t, b.Epoch(), a.Epoch())
+
+	jB := NewJournal(c, "hale-system", b.Epoch(), 5).WithFence(b.Check)
+	active, err := jB.Active(ctx)
+	require.NoError(t, err)
+	require.Len(t, active, 1)
+	_, pending := active[0].Pending()
+	require.True(t, pending)
+	require.NoError(t, jB.Outcome(ctx, rem.ID, 0, "after a hub restart: the BMC shows the reset; not repeated"))
+	require.NoError(t, jB.Finish(ctx, rem.ID, hub.Succeeded, "every step done"))
+
+	// The deposed leader, still running somewhere, writes nothing: not to the remediation its
+	// successor took over, nor anything new.
+	require.ErrorIs(t, jA.Note(ctx, rem.ID, "late"), hub.ErrStaleEpoch)
+	_, err = jA.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "from a zombie"})
+	require.ErrorIs(t, err, hub.ErrStaleEpoch)
+	assert.Contains(t, err.Error(), `held by "hub-b"`)
+	h, err := jB.History(ctx, "cp-2")
+	require.NoError(t, err)
+	assert.Empty(t, h)
+}
