@@ -218,9 +218,7 @@ func (c *Controller) Status(ctx context.Context) (PowerState, time.Time, error) 
 // PowerOn powers the machine on and waits until the BMC reports On.
 func (c *Controller) PowerOn(ctx context.Context) (Result, error) {
 	return c.operate(ctx, "on", func(op *operation) error {
-		if op.res.Before == PowerOn {
-			op.res.Already = true
-			op.res.Evidence = "already On: nothing sent"
+		if op.already(PowerOn) {
 			return nil
 		}
 		return op.sendAndWait(actOn, PowerOn, c.opts.VerifyTimeout)
@@ -231,9 +229,7 @@ func (c *Controller) PowerOn(ctx context.Context) (Result, error) {
 // and waits until the BMC reports Off.
 func (c *Controller) PowerOff(ctx context.Context) (Result, error) {
 	return c.operate(ctx, "off", func(op *operation) error {
-		if op.res.Before == PowerOff {
-			op.res.Already = true
-			op.res.Evidence = "already Off: nothing sent"
+		if op.already(PowerOff) {
 			return nil
 		}
 		if op.cn.supports(actGracefulOff) {
@@ -247,13 +243,21 @@ func (c *Controller) PowerOff(ctx context.Context) (Result, error) {
 	})
 }
 
+// already reports whether the machine is in state st before anything was sent, and says so.
+func (op *operation) already(st PowerState) bool {
+	if op.res.Before != st {
+		return false
+	}
+	op.res.Already = true
+	op.res.Evidence = fmt.Sprintf("already %s: nothing sent", st)
+	return true
+}
+
 // ForceOff powers the machine off at once, without asking its OS (a fence: the machine may be hung or
 // must not touch shared state again), and returns when the BMC reports Off.
 func (c *Controller) ForceOff(ctx context.Context) (Result, error) {
 	return c.operate(ctx, "force-off", func(op *operation) error {
-		if op.res.Before == PowerOff {
-			op.res.Already = true
-			op.res.Evidence = "already Off: nothing sent"
+		if op.already(PowerOff) {
 			return nil
 		}
 		return op.sendAndWait(actForceOff, PowerOff, c.opts.VerifyTimeout)
