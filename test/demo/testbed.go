@@ -284,6 +284,9 @@ type HubOptions struct {
 	WrapPower func(m hub.Machine, p hub.Power) hub.Power
 	// Inventory, when set, adjusts the inventory (policy, strategies).
 	Inventory func(*hub.Inventory)
+	// Store, when set, is the hub's journal instead of a bbolt file (Kubernetes mode's Remediation
+	// objects); CrashHub cannot cut it off.
+	Store hub.Store
 }
 
 // StartHub starts a hub on the testbed; StopHub (or Close) stops it.
@@ -300,20 +303,32 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		_ = g.Shutdown()
 		return fmt.Errorf("demo: the hub cannot join the agents: %w", err)
 	}
-	j, err := hub.OpenJournal(o.Journal, 0)
-	if err != nil {
-		_ = g.Shutdown()
-		return err
+	var store hub.Store = o.Store
+	var j *hub.Journal
+	where := "Remediation objects"
+	if store == nil {
+		if j, err = hub.OpenJournal(o.Journal, 0); err != nil {
+			_ = g.Shutdown()
+			return err
+		}
+		store, where = j, o.Journal
+	}
+	closeJournal := func() {
+		if j != nil {
+			_ = j.Close()
+		}
 	}
 	inv, err := tb.Inventory()
 	if err != nil {
+		closeJournal()
+		_ = g.Shutdown()
 		return err
 	}
 	if o.Inventory != nil {
 		o.Inventory(&inv)
 	}
 	log := tb.opts.Log
-	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: j, Log: log, Tick: 100 * time.Millisecond,
+	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: store, Log: log, Tick: 100 * time.Millisecond,
 		RecoveryTimeout: 30 * time.Second, Metrics: tb.opts.Metrics,
 		OnEvent: func(at time.Time, msg string) {
 			tb.sayAt(at, "hub", msg)
@@ -330,7 +345,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 			return o.WrapPower(m, c), nil
 		}})
 	if err != nil {
-		_ = j.Close()
+		closeJournal()
 		_ = g.Shutdown()
 		return err
 	}
@@ -348,10 +363,10 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		cancel()
 		<-done
 		_ = g.Shutdown()
-		_ = j.Close()
+		closeJournal()
 	}
 	tb.mu.Unlock()
-	tb.Say("demo", "hub started (journal %s, epoch %d)", o.Journal, j.Epoch())
+	tb.Say("demo", "hub started (journal %s, epoch %d)", where, store.Epoch())
 	return nil
 }
 
@@ -374,7 +389,7 @@ func (tb *Testbed) CrashHub() {
 	tb.mu.Lock()
 	j := tb.journal
 	tb.mu.Unlock()
-	if j != nil {
+	if j != nil { // a bbolt journal; nil when the hub runs on another Store
 		_ = j.Close()
 		tb.Say("demo", "the hub crashes")
 	}
