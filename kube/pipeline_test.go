@@ -8,10 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -66,4 +70,78 @@ func TestHubOnRemediationObjects(t *testing.T) {
 		kinds = append(kinds, e.Kind)
 	}
 	assert.Equal(t, []string{"note", "intent", "outcome", "outcome", "note"}, kinds, "begun, BMC intent, BMC outcome, recovered, succeeded")
+}
+
+// Pause through the HealthPolicy and through a paused Cluster API Cluster, acknowledged in the
+// policy's status in two phases: Pausing while a BMC step is in flight, Paused once it is done.
+func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
+	c := startAPIServer(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}
+	require.NoError(t, c.Create(ctx, policy))
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "hale-system"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+	require.NoError(t, c.Create(ctx, cluster))
+
+	timeline := &capture.Buffer{}
+	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		tb.Close()
+		if t.Failed() {
+			t.Logf("timeline:\n%s", timeline)
+		}
+	})
+	require.NoError(t, tb.StartHub(demo.HubOptions{}))
+	require.NoError(t, tb.Settle(ctx))
+	clusterKey := client.ObjectKeyFromObject(cluster)
+	sync := &PolicySync{Client: c, Policy: client.ObjectKeyFromObject(policy), Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
+	go sync.Run(ctx)
+	pauseState := func() string {
+		var p v1alpha1.HealthPolicy
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(policy), &p))
+		return p.Status.Pause
+	}
+	waitPause := func(want string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return pauseState() == want }, 30*time.Second, 20*time.Millisecond, "status.pause %s", want)
+	}
+	waitPause("Running")
+	var p v1alpha1.HealthPolicy
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(policy), &p))
+	require.NotNil(t, p.Status.Budget)
+	assert.Equal(t, int32(3), p.Status.Budget.HealthyVoters)
+	assert.Len(t, p.Status.Machines, 3)
+
+	// A slow BMC so that the power step is in flight when the pause arrives.
+	tb.Sim().SetFaults(bmcsim.Faults{Latency: 300 * time.Millisecond})
+	tb.Hang(1)
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-1's BMC step", func() bool {
+		for _, m := range tb.Hub().Status(ctx).Machines {
+			if m.Name == "cp-1" && m.Remediation != nil && m.Remediation.Busy {
+				return true
+			}
+		}
+		return false
+	}))
+	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"},
+		Spec: v1alpha1.HealthPolicySpec{Paused: true}}, client.Merge))
+	waitPause("Pausing")
+	waitPause("Paused")
+	tb.Sim().SetFaults(bmcsim.Faults{})
+	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
+	waitPause("Running")
+	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-1 healed", func() bool { n, st := tb.Remediations(1); return n == 1 && st == hub.Succeeded }))
+
+	// A paused Cluster API Cluster pauses Hale too, and says why.
+	cluster.Annotations = map[string]string{clusterv1.PausedAnnotation: ""}
+	require.NoError(t, c.Update(ctx, cluster))
+	waitPause("Paused")
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(policy), &p))
+	cond := meta.FindStatusCondition(p.Status.Conditions, "Paused")
+	require.NotNil(t, cond)
+	assert.Equal(t, "ClusterPaused", cond.Reason)
+	assert.Contains(t, cond.Message, "Cluster API Cluster hale-system/prod is paused")
+	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
 }
