@@ -72,6 +72,11 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 				e.BeforeAct(step)
 			}
 			res, err := e.act(ctx, step, power)
+			if err != nil && ctx.Err() != nil {
+				// The hub is stopping in the middle of a BMC call: whether the BMC acted is unknown, so
+				// the intent stays pending and the next hub reads the BMC before doing anything.
+				return ctx.Err()
+			}
 			if err != nil {
 				_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
 				_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())

@@ -10,13 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // The MachineHealthCheck contract on real Cluster API v1beta2 Machines: the two conditions KCP and
 // MachineSet act on, skip-remediation honoured, remediate-machine recognised, the Machine
 // controller's other status fields left alone.
 func TestHandOverToOwner(t *testing.T) {
-	c := startAPIServer(t)
+	c, _ := kubeenv.Start(t)
 	ctx := t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}))
 	machine := func(name string, annotations map[string]string) client.ObjectKey {

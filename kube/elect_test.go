@@ -11,13 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // Two hubs campaign for one Lease; the leader dies (no release, as a crash) with a remediation's
 // intent written; the other takes over within the lease duration, with a higher epoch, resumes and
 // finishes the same remediation; every later write of the deposed leader is refused.
 func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
-	c, cfg := startAPIServerConfig(t)
+	c, cfg := kubeenv.Start(t)
 	ctx := t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	timing := LeaseTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}

@@ -13,13 +13,14 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // The Kubernetes journal on a real kube-apiserver: the same contract as the bbolt journal (intent
 // before, outcome after, pending intents found by the next hub, one remediation in progress per
 // machine, bounded history), a deposed hub's writes refused, and the objects readable with kubectl.
 func TestJournalOnAPIServer(t *testing.T) {
-	c := startAPIServer(t)
+	c, _ := kubeenv.Start(t)
 	ctx := t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 

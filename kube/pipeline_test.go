@@ -19,13 +19,14 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // The same pipeline in Kubernetes mode's journal: the demo topology (real etcd, agents, simulated
 // BMCs) with a hub that leads a Lease and records its remediations as Remediation objects on a real
 // kube-apiserver. A hung machine is healed once, and the object tells the whole story.
 func TestHubOnRemediationObjects(t *testing.T) {
-	c, cfg := startAPIServerConfig(t)
+	c, cfg := kubeenv.Start(t)
 	ctx := t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	leaders := make(chan *Leader, 1)
@@ -75,7 +76,7 @@ func TestHubOnRemediationObjects(t *testing.T) {
 // Pause through the HealthPolicy and through a paused Cluster API Cluster, acknowledged in the
 // policy's status in two phases: Pausing while a BMC step is in flight, Paused once it is done.
 func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
-	c := startAPIServer(t)
+	c, _ := kubeenv.Start(t)
 	ctx := t.Context()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,8 @@ type runOptions struct {
 	api                                                apiListen
 	metrics, logLevel                                  string
 	keep                                               int
+	// kube, when set, runs Kubernetes mode instead of the bbolt journal.
+	kube *kubeOptions
 }
 
 // apiListen says where the operator API is served: a Unix socket, or loopback TCP with a token.
@@ -75,6 +78,21 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.metrics, "metrics-address", ":9357", "address for /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&o.keep, "history", 20, "finished remediations kept per machine in the journal")
+	var k kubeOptions
+	var kubernetes bool
+	f.BoolVar(&kubernetes, "kubernetes", false, "Kubernetes mode: journal in Remediation objects, leader election, HealthPolicy (instead of --journal)")
+	f.StringVar(&k.kubeconfig, "kubeconfig", "", "with --kubernetes: kubeconfig file (default: in-cluster)")
+	f.StringVar(&k.namespace, "namespace", "hale-system", "with --kubernetes: namespace of the Lease, Remediations and HealthPolicy")
+	f.StringVar(&k.lease, "lease", "hale-hub", "with --kubernetes: the leader-election Lease")
+	f.StringVar(&k.policy, "health-policy", "default", "with --kubernetes: the HealthPolicy to follow (empty: none)")
+	f.StringVar(&k.capiCluster, "capi-cluster", "", "with --kubernetes: NAMESPACE/NAME of the Cluster API Cluster whose pause pauses Hale")
+	f.DurationVar(&k.leaseDuration, "lease-duration", 15*time.Second, "with --kubernetes: how long a dead leader keeps the lease")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if kubernetes {
+			o.kube = &k
+		}
+		return nil
+	}
 	return cmd
 }
 
@@ -124,11 +142,13 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		return err
 	}
 	defer closeAPI(apiLns, o.api)
-	journal, err := hub.OpenJournal(o.journal, o.keep)
-	if err != nil {
-		return err
+	var standalone *hub.Journal
+	if o.kube == nil {
+		if standalone, err = hub.OpenJournal(o.journal, o.keep); err != nil {
+			return err
+		}
+		defer standalone.Close()
 	}
-	defer journal.Close()
 	g, err := health.StartGossip(gc)
 	if err != nil {
 		return err
@@ -143,17 +163,25 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		go g.JoinLoop(ctx, o.join)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	bmcMetrics, err := bmc.NewMetrics(reg)
+	base := prometheus.NewRegistry()
+	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bmcMetrics, err := bmc.NewMetrics(base)
 	if err != nil {
 		return err
 	}
-	h, err := hub.New(hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: journal, Log: log, Metrics: reg,
-		BMC: bmc.Options{Metrics: bmcMetrics, Logger: log}})
-	if err != nil {
-		return err
+	// The hub in charge: one for the process standalone; in Kubernetes mode, one per leadership term
+	// (none while another replica leads), each with its own registry for its metrics.
+	var current atomic.Pointer[term]
+	newHub := func(store hub.Store) (*hub.Hub, error) {
+		reg := prometheus.NewRegistry()
+		h, err := hub.New(hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
+			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log}})
+		if err == nil {
+			current.Store(&term{hub: h, reg: reg})
+		}
+		return h, err
 	}
+
 	var servers []*http.Server
 	defer func() {
 		for _, s := range servers {
@@ -162,7 +190,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	}()
 	var addrs runAddrs
 	for _, l := range apiLns {
-		s := &http.Server{Handler: h.APIHandler(l.token), ReadHeaderTimeout: 5 * time.Second}
+		s := &http.Server{Handler: termHandler(&current, l.token), ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, s)
 		go func() { _ = s.Serve(l.ln) }()
 		addrs.API = append(addrs.API, l.ln.Addr().String())
@@ -173,14 +201,24 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			return fmt.Errorf("--metrics-address %s: %w", o.metrics, err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			gatherers := prometheus.Gatherers{base}
+			if t := current.Load(); t != nil {
+				gatherers = append(gatherers, t.reg)
+			}
+			promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		})
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-			if st := h.Status(r.Context()); st.NotPlanning != "" {
-				http.Error(w, "not planning: "+st.NotPlanning, http.StatusServiceUnavailable)
-				return
+			t := current.Load()
+			switch {
+			case t == nil:
+				http.Error(w, "standing by: another replica leads", http.StatusServiceUnavailable)
+			case t.hub.Status(r.Context()).NotPlanning != "":
+				http.Error(w, "not planning: "+t.hub.Status(r.Context()).NotPlanning, http.StatusServiceUnavailable)
+			default:
+				_, _ = io.WriteString(w, "ok\n")
 			}
-			_, _ = io.WriteString(w, "ok\n")
 		})
 		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, s)
@@ -201,20 +239,50 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 					log.Error("inventory reload failed", "err", err)
 					continue
 				}
-				if err := h.SetInventory(inventory.Current()); err != nil {
-					log.Error("inventory reload refused", "err", err)
+				if t := current.Load(); t != nil {
+					if err := t.hub.SetInventory(inventory.Current()); err != nil {
+						log.Error("inventory reload refused", "err", err)
+					}
 				}
 			}
 		}
 	}()
 	log.Info("hub started", "node", o.node, "cluster", gc.Cluster, "gossip", g.Addr(), "api", addrs.API, "metrics", addrs.Metrics,
-		"journal", o.journal, "epoch", journal.Epoch(), "machines", len(inventory.Current().Machines))
+		"machines", len(inventory.Current().Machines), "kubernetes", o.kube != nil)
 	if ready != nil {
 		ready <- addrs
 	}
-	err = h.Run(ctx)
+	if o.kube != nil {
+		err = runLeading(ctx, o, log, newHub, &current)
+	} else {
+		var h *hub.Hub
+		if h, err = newHub(standalone); err == nil {
+			log.Info("journal", "path", o.journal, "epoch", standalone.Epoch())
+			err = h.Run(ctx)
+		}
+	}
 	log.Info("hub stopped")
 	return err
+}
+
+// term is the hub in charge and its metrics.
+type term struct {
+	hub *hub.Hub
+	reg *prometheus.Registry
+}
+
+// termHandler serves the operator API of the hub in charge, or says that this replica stands by.
+func termHandler(current *atomic.Pointer[term], token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := current.Load()
+		if t == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error": "this hub replica stands by: another one leads (see the Lease); ask the leader"}`+"\n")
+			return
+		}
+		t.hub.APIHandler(token).ServeHTTP(w, r)
+	})
 }
 
 func splitHostPort(flag, s string) (string, int, error) {

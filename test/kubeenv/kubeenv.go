@@ -1,10 +1,14 @@
-package kube
+// Package kubeenv starts a real kube-apiserver (and its etcd) for tests through envtest, with Hale's
+// CRDs and Cluster API's, from KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills (test/run
+// builds them when missing). Missing binaries fail the test: they are never silently skipped.
+package kubeenv
 
 import (
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,9 +22,17 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 )
 
+// repoRoot is the module's root: where go.mod is, from the test's directory up.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	require.NoError(t, err)
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
 // moduleDir is where the module cache holds module@version (downloaded when missing): Cluster API's
 // CRDs come from there, as its own repository ships them.
-func moduleDir(t *testing.T, modVersion string) string {
+func moduleDir(t testing.TB, modVersion string) string {
 	t.Helper()
 	out, err := exec.Command("go", "mod", "download", "-json", modVersion).Output()
 	require.NoError(t, err, "go mod download %s", modVersion)
@@ -30,16 +42,9 @@ func moduleDir(t *testing.T, modVersion string) string {
 	return m.Dir
 }
 
-// startAPIServer starts a real kube-apiserver (and its etcd) through envtest with Hale's CRDs, from
-// KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills; test/run builds them when missing.
-// Missing binaries fail the test: they are never silently skipped.
-func startAPIServer(t *testing.T) client.Client {
-	t.Helper()
-	c, _ := startAPIServerConfig(t)
-	return c
-}
-
-func startAPIServerConfig(t *testing.T) (client.Client, *rest.Config) {
+// Start starts the API server for the test and returns a client (with Hale's, Cluster API's and the
+// built-in types) and its config; it stops when the test ends.
+func Start(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -50,7 +55,7 @@ func startAPIServerConfig(t *testing.T) (client.Client, *rest.Config) {
 		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: []string{filepath.Join("..", "deploy", "crds"), moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2") + "/core/config/crd/bases"}}
+		CRDDirectoryPaths: []string{filepath.Join(repoRoot(t), "deploy", "crds"), moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2") + "/core/config/crd/bases"}}
 	cfg, err := env.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })

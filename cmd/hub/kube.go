@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/kube"
+)
+
+// kubeOptions are `hub run`'s Kubernetes mode: the journal in Remediation objects, one leader among
+// the replicas (a Lease), the pause and suspend of a HealthPolicy and of a Cluster API Cluster.
+type kubeOptions struct {
+	kubeconfig    string
+	config        *rest.Config // tests set it; else from kubeconfig, or in-cluster
+	namespace     string
+	lease         string
+	policy        string
+	capiCluster   string
+	leaseDuration time.Duration
+}
+
+func (k *kubeOptions) restConfig() (*rest.Config, error) {
+	if k.config != nil {
+		return k.config, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig) // "" → in-cluster
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %q: %w", k.kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
+// Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
+func runLeading(ctx context.Context, o runOptions, log *slog.Logger, newHub func(hub.Store) (*hub.Hub, error), current *atomic.Pointer[term]) error {
+	k := o.kube
+	cfg, err := k.restConfig()
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, clusterv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	var capi *client.ObjectKey
+	if k.capiCluster != "" {
+		ns, name, ok := strings.Cut(k.capiCluster, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--capi-cluster %q: want NAMESPACE/NAME", k.capiCluster)
+		}
+		capi = &client.ObjectKey{Namespace: ns, Name: name}
+	}
+	d := k.leaseDuration
+	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
+	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", o.node, "leaseDuration", d)
+	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, o.node, timing, func(lctx context.Context, leader *kube.Leader) {
+		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
+		defer current.Store(nil)
+		h, err := newHub(kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check))
+		if err != nil {
+			log.Error("starting the hub", "err", err)
+			return
+		}
+		if k.policy != "" {
+			sync := &kube.PolicySync{Client: c, Policy: client.ObjectKey{Namespace: k.namespace, Name: k.policy}, Cluster: capi, Hub: h, Log: log}
+			go sync.Run(lctx)
+		}
+		if err := h.Run(lctx); err != nil {
+			log.Error("hub", "err", err)
+		}
+		log.Info("no longer leading", "epoch", leader.Epoch())
+	})
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/kubeenv"
+)
+
+// `hub run --kubernetes` twice on the demo topology and a real kube-apiserver: one replica leads, the
+// other stands by (its API says so); the leader is killed in the middle of a remediation's BMC step;
+// the other takes over, resumes the same Remediation object and finishes it with one power action in
+// all.
+func TestKubernetesModeFailover(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	require.NoError(t, c.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}))
+	dir := t.TempDir()
+	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
+	require.NoError(t, err)
+	t.Cleanup(tb.Close)
+	inv := filepath.Join(dir, "inventory.yaml")
+	writeInventory(t, inv, tb, "")
+
+	type replica struct {
+		socket string
+		logs   *capture.Buffer
+		stop   context.CancelFunc
+		done   chan error
+	}
+	start := func(name string) *replica {
+		r := &replica{socket: filepath.Join(dir, name, "hub.sock"), logs: &capture.Buffer{}, done: make(chan error, 1)}
+		rctx, cancel := context.WithCancel(context.Background())
+		r.stop = cancel
+		ready := make(chan runAddrs, 1)
+		go func() {
+			r.done <- runHub(rctx, runOptions{inventory: inv, node: name, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+				api: apiListen{socket: r.socket}, logLevel: "info", keep: 20,
+				kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second}},
+				r.logs, ready)
+		}()
+		select {
+		case <-ready:
+		case err := <-r.done:
+			t.Fatalf("%s: %v\n%s", name, err, r.logs)
+		}
+		t.Cleanup(func() {
+			cancel()
+			<-r.done
+			if t.Failed() {
+				t.Logf("%s logs:\n%s", name, r.logs)
+			}
+		})
+		return r
+	}
+	status := func(r *replica) (string, int) {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs([]string{"status", "--socket", r.socket})
+		err := root.ExecuteContext(context.Background())
+		if err != nil {
+			out.WriteString(err.Error())
+		}
+		return out.String(), exitCode(err)
+	}
+
+	a := start("hub-a")
+	require.Eventually(t, func() bool { out, code := status(a); return code == 0 && strings.Count(out, "Healthy") == 3 }, 30*time.Second, 100*time.Millisecond)
+	b := start("hub-b")
+	out, code := status(b)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, out, "this hub replica stands by")
+
+	// A slow BMC, so that hub-a dies inside the BMC step.
+	tb.Sim().SetFaults(bmcsim.Faults{Latency: 400 * time.Millisecond})
+	tb.Hang(2)
+	remediation := func() *v1alpha1.Remediation {
+		var list v1alpha1.RemediationList
+		require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
+		if len(list.Items) == 0 {
+			return nil
+		}
+		require.Len(t, list.Items, 1, "one remediation, never a second")
+		return &list.Items[0]
+	}
+	require.Eventually(t, func() bool {
+		r := remediation()
+		return r != nil && slices.ContainsFunc(r.Status.History, func(e v1alpha1.RemediationEvent) bool { return e.Kind == "intent" })
+	}, 30*time.Second, 20*time.Millisecond)
+	a.stop() // killed: the lease is not released
+	killed := time.Now()
+	require.NoError(t, <-a.done)
+	a.done <- nil // for the cleanup
+	tb.Sim().SetFaults(bmcsim.Faults{})
+
+	require.Eventually(t, func() bool {
+		r := remediation()
+		return r != nil && r.Status.Phase == v1alpha1.PhaseSucceeded
+	}, 60*time.Second, 50*time.Millisecond)
+	t.Logf("hub-a killed → the remediation finished by hub-b %v later", time.Since(killed).Round(time.Millisecond))
+	assert.Len(t, tb.Resets(2), 1, "one power action in all")
+	r := remediation()
+	epochs := map[int64]bool{}
+	for _, e := range r.Status.History {
+		epochs[e.Epoch] = true
+	}
+	assert.Len(t, epochs, 2, "written by both leaders: %+v", r.Status.History)
+	assert.True(t, slices.ContainsFunc(r.Status.History, func(e v1alpha1.RemediationEvent) bool {
+		return strings.Contains(e.Detail, "after a hub restart")
+	}), "hub-b resumed it after reading the BMC: %+v", r.Status.History)
+	out, code = status(b)
+	assert.Equal(t, 0, code, out)
+	var p v1alpha1.HealthPolicy
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "default"}, &p))
+	assert.Equal(t, "Running", p.Status.Pause, "hub-b follows the HealthPolicy")
+}
