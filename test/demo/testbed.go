@@ -58,6 +58,7 @@ type Options struct {
 type Testbed struct {
 	opts     Options
 	password string // the simulated BMCs' (random), also in Dir/bmc-credentials
+	sayMu    sync.Mutex
 	etcd     *etcdcluster.Cluster
 	sim      *bmcsim.Server
 	key      []byte
@@ -166,6 +167,9 @@ func (tb *Testbed) Say(who, format string, args ...any) {
 
 func (tb *Testbed) sayAt(at time.Time, who, msg string) {
 	if tb.opts.Timeline != nil {
+		// Lines come from the hub, the simulated BMCs and the scenarios at once: one at a time.
+		tb.sayMu.Lock()
+		defer tb.sayMu.Unlock()
 		fmt.Fprintf(tb.opts.Timeline, "%8.3fs  %-5s %s\n", at.Sub(tb.start).Seconds(), who, msg)
 	}
 }
