@@ -211,14 +211,15 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 			t := current.Load()
-			switch {
-			case t == nil:
+			if t == nil {
 				http.Error(w, "standing by: another replica leads", http.StatusServiceUnavailable)
-			case t.hub.Status(r.Context()).NotPlanning != "":
-				http.Error(w, "not planning: "+t.hub.Status(r.Context()).NotPlanning, http.StatusServiceUnavailable)
-			default:
-				_, _ = io.WriteString(w, "ok\n")
+				return
 			}
+			if why := t.hub.Status(r.Context()).NotPlanning; why != "" {
+				http.Error(w, "not planning: "+why, http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
 		})
 		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, s)
