@@ -20,6 +20,20 @@ type Power interface {
 	ForceOff(ctx context.Context) (bmc.Result, error)
 }
 
+// Owner is the controller that owns a machine and replaces it its own way (Cluster API's
+// KubeadmControlPlane or MachineSet, in Kubernetes mode). The hub hands the machine over once its
+// quorum plan allows every membership step the owner will take, then waits for the owner to finish.
+type Owner interface {
+	// Describe names the owner and how it replaces, for the journal.
+	Describe() string
+	// HandOver signals the owner to replace the machine now. It is idempotent: after a hub restart the
+	// hand-over may be signalled again.
+	HandOver(ctx context.Context, reason string) error
+	// Replaced reports whether the owner has finished (the old machine gone, its replacement ready)
+	// and where it stands.
+	Replaced(ctx context.Context) (bool, string, error)
+}
+
 // Live returns the etcd membership as it is now, with other remediations in flight marked InFlight:
 // what every irreversible step is checked against just before it is taken (DESIGN.md rule 1).
 type Live func(ctx context.Context) (quorum.Cluster, error)
@@ -47,8 +61,10 @@ type Executor struct {
 	Gate func(ctx context.Context) error
 	// Checkpoint, when set, is called when an irreversible step has its outcome written: a safe point.
 	Checkpoint func()
-	// BeforeAct, when set, is called with the intent written, just before the BMC call.
+	// BeforeAct, when set, is called with the intent written, just before the BMC call or hand-over.
 	BeforeAct func(quorum.Step)
+	// Owner, when set, carries out a plan's membership steps (a replace): without one they are refused.
+	Owner Owner
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
@@ -93,10 +109,86 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 				return err
 			}
 		default:
-			err := fmt.Errorf("step %v: membership changes are the owner controller's (Kubernetes mode), not the standalone hub's", step)
-			_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
+			if e.Owner == nil {
+				err := fmt.Errorf("step %v: membership changes are the owner controller's (Kubernetes mode), not the standalone hub's", step)
+				_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
+				return err
+			}
+			return e.handOver(ctx, rem, plan, i)
+		}
+	}
+	return e.Journal.Finish(ctx, rem.ID, Succeeded, "every step done")
+}
+
+// handOver hands the machine to its owner for the plan's steps from i on: the owner removes and adds
+// the members its own way, so every one of those steps is checked against the live membership first,
+// in order (DESIGN.md rule 1), the intent written, the owner signalled, and its work awaited.
+func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Plan, i int) error {
+	if e.Gate != nil {
+		if err := e.Gate(ctx); err != nil {
 			return err
 		}
+	}
+	rest := plan.Steps[i:]
+	if handedOver(rem) { // resumed after the hand-over: the owner is at work
+		return e.awaitOwner(ctx, rem, plan)
+	}
+	if err := e.recheck(ctx, rem, rest...); err != nil {
+		return err
+	}
+	var list []string
+	for _, s := range rest {
+		list = append(list, s.String())
+	}
+	if err := e.Journal.Intent(ctx, rem.ID, i, fmt.Sprintf("hand over to %s: %s", e.Owner.Describe(), strings.Join(list, " → "))); err != nil {
+		return err
+	}
+	if e.BeforeAct != nil {
+		e.BeforeAct(rest[0])
+	}
+	if err := e.Owner.HandOver(ctx, rem.Reason); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
+		_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
+		return err
+	}
+	if err := e.Journal.Outcome(ctx, rem.ID, i, handedOverTo+e.Owner.Describe()); err != nil {
+		return err
+	}
+	if e.Checkpoint != nil {
+		e.Checkpoint()
+	}
+	return e.awaitOwner(ctx, rem, plan)
+}
+
+const handedOverTo = "handed over to "
+
+func handedOver(rem Remediation) bool {
+	for _, ev := range rem.History {
+		if ev.Kind == EventOutcome && strings.HasPrefix(ev.Detail, handedOverTo) {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitOwner waits for the owner to have replaced the machine, and closes the plan.
+func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.Plan) error {
+	last := len(plan.Steps) - 1
+	err := e.poll(ctx, rem, func(ctx context.Context) (bool, string) {
+		done, where, err := e.Owner.Replaced(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return done, where
+	})
+	if err != nil {
+		return err
+	}
+	if err := e.Journal.Outcome(ctx, rem.ID, last, "replaced by "+e.Owner.Describe()); err != nil {
+		return err
 	}
 	return e.Journal.Finish(ctx, rem.ID, Succeeded, "every step done")
 }
@@ -121,55 +213,74 @@ func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.
 	return power.Reboot(ctx)
 }
 
-// recheck checks step against the live membership just before it is taken; a refusal aborts the
-// remediation with the reason.
-func (e *Executor) recheck(ctx context.Context, rem Remediation, step quorum.Step) error {
+// recheck checks steps, in order, against the live membership just before the first is taken; a
+// refusal aborts the remediation with the reason.
+func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum.Step) error {
+	first := steps[0]
 	live, err := e.Live(ctx)
 	if err != nil && e.Force {
 		return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
-		err = fmt.Errorf("re-checking quorum before %v: %w", step, err)
+		err = fmt.Errorf("re-checking quorum before %v: %w", first, err)
 		_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
 		return err
 	}
 	// This remediation's own member is not disrupted yet: the step is what disrupts it.
-	if i := live.Index(step.Member); i >= 0 && live.Members[i].Disruption == quorum.InFlight {
+	if i := live.Index(first.Member); i >= 0 && live.Members[i].Disruption == quorum.InFlight {
 		live = live.Clone()
 		live.Members[i].Disruption = quorum.NotDisrupted
 	}
-	if _, err := live.Check(e.Policy, step); err != nil && e.Force {
-		return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
-	} else if err != nil {
-		err = fmt.Errorf("re-check before %v refused: %w", step, err)
-		_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
-		return err
+	for _, step := range steps {
+		live, err = live.Check(e.Policy, step)
+		if err != nil && e.Force {
+			return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
+		} else if err != nil {
+			err = fmt.Errorf("re-check before %v refused: %w", step, err)
+			_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
+			return err
+		}
 	}
 	return nil
 }
 
 func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered Recovered) error {
+	err := e.poll(ctx, rem, func(ctx context.Context) (bool, string) {
+		return recovered(ctx), "agent in the pool, member healthy"
+	})
+	if err != nil {
+		return err
+	}
+	return e.Journal.Outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
+}
+
+// poll waits until done says so, for at most RecoveryTimeout (default 10 min); at the deadline the
+// remediation fails with what done last said.
+func (e *Executor) poll(ctx context.Context, rem Remediation, done func(context.Context) (bool, string)) error {
 	timeout := e.RecoveryTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
-	poll := e.PollInterval
-	if poll <= 0 {
-		poll = 250 * time.Millisecond
+	interval := e.PollInterval
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
 	}
 	deadline := time.Now().Add(timeout)
-	for !recovered(ctx) {
+	for {
+		ok, where := done(ctx)
+		if ok {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			err := fmt.Errorf("%s not recovered (agent in the pool, member healthy) within %v", rem.Machine, timeout)
+			err := fmt.Errorf("%s not recovered within %v (%s)", rem.Machine, timeout, where)
 			_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err() // the hub is stopping: the journal still says InProgress, to resume
-		case <-time.After(poll):
+		case <-time.After(interval):
 		}
 	}
-	return e.Journal.Outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
 }
 
 // Resume decides where an unfinished remediation found in the journal goes on. A step whose intent has
@@ -183,6 +294,13 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		return nextStep(rem), nil
 	}
 	step := plan.Steps[pending.Step]
+	if step.Op.ChangesMembership() {
+		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
+		if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: the hand-over may not have reached the owner: signalling it again"); err != nil {
+			return 0, err
+		}
+		return pending.Step, nil
+	}
 	st, lastReset, err := power.Status(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("resuming %s: reading the BMC before anything else: %w", rem.ID, err)

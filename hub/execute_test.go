@@ -155,3 +155,82 @@ func TestPlanFromStepsRejectsGarbage(t *testing.T) {
 	_, err = planFromSteps("nuke", nil)
 	assert.Error(t, err)
 }
+
+// fakeOwner counts hand-overs and says the machine is replaced after replacedAfter polls.
+type fakeOwner struct {
+	handOvers, polls, replacedAfter int
+}
+
+func (o *fakeOwner) Describe() string { return "KubeadmControlPlane test/cp" }
+func (o *fakeOwner) HandOver(context.Context, string) error {
+	o.handOvers++
+	return nil
+}
+func (o *fakeOwner) Replaced(context.Context) (bool, string, error) {
+	o.polls++
+	return o.polls > o.replacedAfter, "waiting for the new machine", nil
+}
+
+func TestExecutorHandsOverToTheOwner(t *testing.T) {
+	opts := quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
+	for _, tc := range []struct {
+		name, live string
+		want       RemediationState
+		handOvers  int
+	}{
+		{"dead member of three: handed over", "HHD", Succeeded, 1},
+		{"a second member down: the plan's remove would lose quorum, refused at the re-check", "HDD", Aborted, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newExecRig(t)
+			planned := members("HHD") // planned when only etcd-2 was down
+			plan, err := planned.PlanReplace(quorum.DefaultPolicy(), "etcd-2", opts)
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			owner := &fakeOwner{replacedAfter: 2}
+			e := r.executor(members(tc.live))
+			e.Owner = owner
+			err = e.Run(t.Context(), rem, plan, 0, nil, nil)
+			got := mustGet(t, r.journal, "cp-2")
+			assert.Equal(t, tc.want, got.State, "journal: %+v", got.History)
+			assert.Equal(t, tc.handOvers, owner.handOvers)
+			if tc.want == Succeeded {
+				require.NoError(t, err)
+				assert.Equal(t, len(plan.Steps), nextStep(got), "the plan is closed")
+			} else {
+				require.ErrorContains(t, err, "refused")
+			}
+		})
+	}
+}
+
+func TestExecutorResumesAHandOver(t *testing.T) {
+	r := newExecRig(t)
+	live := members("HHD")
+	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}})
+	require.NoError(t, err)
+	rem := r.begin(t, plan)
+	// The hub died between the hand-over's intent and its outcome.
+	require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "hand over"))
+	rem = mustGet(t, r.journal, "cp-2")
+	owner := &fakeOwner{}
+	e := r.executor(live)
+	e.Owner = owner
+	from, err := e.Resume(t.Context(), rem, plan, nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, from, "signalled again: a hand-over is idempotent")
+	require.NoError(t, e.Run(t.Context(), mustGet(t, r.journal, "cp-2"), plan, from, nil, nil))
+	assert.Equal(t, 1, owner.handOvers)
+
+	// Resumed after the hand-over's outcome: the owner is waited for, not signalled again.
+	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.StepStrings()})
+	require.NoError(t, err)
+	require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, 0, "hand over"))
+	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, handedOverTo+owner.Describe()))
+	rem2 = mustGet(t, r.journal, "cp-3")
+	from, err = e.Resume(t.Context(), rem2, plan, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Run(t.Context(), rem2, plan, from, nil, nil))
+	assert.Equal(t, 1, owner.handOvers)
+	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
+}

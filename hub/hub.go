@@ -28,6 +28,9 @@ type Config struct {
 	// PowerFor returns a machine's BMC controller (default: bmc.New from the inventory, with BMC as
 	// the options: timeouts, metrics).
 	PowerFor func(Machine) (Power, error)
+	// OwnerFor returns the controller that replaces a machine whose strategy is replace (Kubernetes
+	// mode); without it such remediations cannot start.
+	OwnerFor func(Machine) (Owner, error)
 	BMC      bmc.Options
 	// RecoveryTimeout bounds how long a remediated machine may take to come back (default 10 min).
 	RecoveryTimeout time.Duration
@@ -92,6 +95,11 @@ func New(cfg Config) (*Hub, error) {
 				o.Logger = cfg.Log
 			}
 			return bmc.New(m.Endpoint, m.Credentials, o)
+		}
+	}
+	if cfg.OwnerFor == nil {
+		cfg.OwnerFor = func(m Machine) (Owner, error) {
+			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
 		}
 	}
 	met, err := newMetrics(cfg.Metrics)
@@ -256,7 +264,10 @@ func (h *Hub) pass(ctx context.Context) {
 	for _, m := range inv.Machines {
 		a, _ := h.Assessment(m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
-			Unhealthy: a.Verdict == Unhealthy, Since: a.Since}
+			Unhealthy: a.Verdict == Unhealthy, Since: a.Since, Replace: m.Replace}
+		if m.Strategy == quorum.Replace && m.Member != "" {
+			qm.Replace.NewMember = m.Member + newMemberSuffix
+		}
 		qm.InFlight, qm.Held = h.hold(ctx, m, qm.Unhealthy, inv.Policy, obs.Now)
 		in.Machines = append(in.Machines, qm)
 	}
@@ -288,6 +299,8 @@ func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now
 	switch {
 	case inFlight || !unhealthy:
 		return inFlight, ""
+	case m.Hold != "":
+		return false, m.Hold
 	case detached:
 		return false, fmt.Sprintf("detached by the operator: no action until `hub attach %s`", m.Name)
 	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
@@ -450,7 +463,7 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 	if r, ok := h.cfg.Gossip.Reports()[m.Node]; ok {
 		rem.AgentStarted = r.Started
 	}
-	power, err := h.cfg.PowerFor(m)
+	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
 		h.event("cannot remediate %s: %v", m.Name, err)
 		return rem, err
@@ -460,18 +473,39 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 		h.event("cannot remediate %s: %v", m.Name, err)
 		return rem, err
 	}
-	h.launch(ctx, m, rem, plan, 0, power)
+	h.launch(ctx, m, rem, plan, 0, act)
 	return rem, nil
 }
 
+// newMemberSuffix names the replacement's etcd member in a plan: the owner picks the real name.
+const newMemberSuffix = "-replacement"
+
+// actuator is what carries out a machine's plan: its BMC, or for a replace its owner controller.
+type actuator struct {
+	power Power
+	owner Owner
+}
+
+func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
+	if s == quorum.Replace {
+		owner, err := h.cfg.OwnerFor(m)
+		return actuator{owner: owner}, err
+	}
+	power, err := h.cfg.PowerFor(m)
+	return actuator{power: power}, err
+}
+
 func machinePlan(s quorum.Strategy, name string) quorum.Plan {
-	if s == quorum.Fence {
+	switch s {
+	case quorum.Fence:
 		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerOff, Member: name}}}
+	case quorum.Replace: // not an etcd member: the owner removes the machine and makes a new one
+		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpRemove, Member: name}}}
 	}
 	return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: name}, {Op: quorum.OpAwaitHealthy, Member: name}}}
 }
 
-func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, from int, power Power) {
+func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, from int, act actuator) {
 	rctx, cancel := context.WithCancel(ctx)
 	h.mu.Lock()
 	r := &running{rem: rem, cancel: cancel}
@@ -488,7 +522,7 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 	h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, strings.Join(rem.Steps, " → "))
 	acted := false
 	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
-		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name),
+		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name), Owner: act.owner,
 		BeforeAct: func(step quorum.Step) {
 			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
 				h.metrics.detectionToAction(time.Since(detected))
@@ -502,7 +536,7 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		}}
 	go func() {
 		defer cancel()
-		err := exec.Run(rctx, rem, plan, from, power, h.recovered(m, rem))
+		err := exec.Run(rctx, rem, plan, from, act.power, h.recovered(m, rem))
 		h.mu.Lock()
 		delete(h.running, m.Name)
 		stopping := ctx.Err() != nil
@@ -599,17 +633,17 @@ func (h *Hub) resume(ctx context.Context) error {
 			_ = h.cfg.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
 			continue
 		}
-		power, err := h.cfg.PowerFor(m)
+		act, err := h.actuator(m, plan.Strategy)
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
 		exec := &Executor{Journal: h.cfg.Journal, Policy: inv.Policy.Quorum, Log: h.log}
-		from, err := exec.Resume(ctx, rem, plan, power, h.recovered(m, rem))
+		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
 		if err != nil {
 			return err
 		}
 		h.event("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)
-		h.launch(ctx, m, rem, plan, from, power)
+		h.launch(ctx, m, rem, plan, from, act)
 	}
 	return nil
 }

@@ -100,6 +100,11 @@ type Machine struct {
 	Credentials bmc.Credentials
 	CAFile      string
 	Insecure    bool
+	// Replace is what the machine's owner allows when Strategy is Replace (Kubernetes mode).
+	Replace quorum.ReplaceOptions
+	// Hold, when set, says why the hub must not act on this machine at all (a BareMetalHost detached
+	// or paused, no way to heal it): it is watched and explained, never remediated.
+	Hold string
 }
 
 // LoadInventory reads and validates an inventory file. Every error names the file and the field.
