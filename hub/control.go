@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/hale-dev/hale/quorum"
 )
@@ -96,9 +97,12 @@ func (h *Hub) SetInventory(inv Inventory) error {
 		h.mu.Unlock()
 		return fmt.Errorf("cluster: %q → %q needs a restart of the hub (it names the gossip pool); keeping the previous inventory", h.inv.Cluster, inv.Cluster)
 	}
+	same := reflect.DeepEqual(h.inv, inv)
 	h.inv = inv
 	h.mu.Unlock()
-	h.event("inventory reloaded: %d machines", len(inv.Machines))
+	if !same {
+		h.event("inventory reloaded: %d machines", len(inv.Machines))
+	}
 	return nil
 }
 

@@ -39,6 +39,20 @@ type Config struct {
 	// OnEvent, when set, is called with every event as it happens (the demo's timeline). It must not
 	// block or call back into the hub.
 	OnEvent func(at time.Time, msg string)
+	// Notify, when set, is told every decision about a machine (Kubernetes mode turns them into
+	// Events on its Machine or Node). It must not block or call back into the hub.
+	Notify func(Notice)
+}
+
+// Notice is one decision about one machine: a verdict, a refusal or hold, a remediation's start and
+// end. Repeats are not sent: a refusal is noticed when its reason changes.
+type Notice struct {
+	Machine string
+	// Reason is a CamelCase word: Unhealthy, Healthy, Waiting, RemediationStarted, Remediated,
+	// RemediationFailed.
+	Reason  string
+	Message string
+	Warning bool
 }
 
 // Hub runs the pipeline: observe, assess, plan, act, record. Only one goroutine runs passes; each
@@ -66,7 +80,8 @@ type Hub struct {
 	paused      bool
 	suspended   bool
 	detached    map[string]bool
-	resumed     chan struct{} // closed and replaced when the hub is resumed
+	waitingWhy  map[string]string // the last Waiting notice's reason per machine
+	resumed     chan struct{}     // closed and replaced when the hub is resumed
 }
 
 type running struct {
@@ -109,7 +124,7 @@ func New(cfg Config) (*Hub, error) {
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
 		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
 		running: map[string]*running{}, endedAt: map[string]time.Time{}, detached: map[string]bool{},
-		resumed: make(chan struct{})}
+		waitingWhy: map[string]string{}, resumed: make(chan struct{})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
 			return nil, err
@@ -164,6 +179,38 @@ func (h *Hub) History(ctx context.Context, machine string) ([]Remediation, error
 	return h.cfg.Journal.History(ctx, machine)
 }
 
+func (h *Hub) notify(n Notice) {
+	if h.cfg.Notify != nil {
+		h.cfg.Notify(n)
+	}
+}
+
+// noticeWaits notices each machine the pass did not start, when why changes.
+func (h *Hub) noticeWaits(out quorum.Outcome) {
+	h.mu.Lock()
+	var send []Notice
+	decided := map[string]bool{}
+	for _, d := range out.Decisions {
+		decided[d.Machine] = true
+	}
+	for m := range h.waitingWhy {
+		if !decided[m] { // healthy again: a later wait is news
+			delete(h.waitingWhy, m)
+		}
+	}
+	for _, d := range out.Decisions {
+		if d.Start || d.InFlight || h.waitingWhy[d.Machine] == d.Reason {
+			continue
+		}
+		h.waitingWhy[d.Machine] = d.Reason
+		send = append(send, Notice{Machine: d.Machine, Reason: "Waiting", Message: fmt.Sprintf("%s of %s not started: %s", d.Strategy, d.Machine, d.Reason), Warning: true})
+	}
+	h.mu.Unlock()
+	for _, n := range send {
+		h.notify(n)
+	}
+}
+
 func (h *Hub) event(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	now := time.Now()
@@ -207,11 +254,13 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment) {
 	obs := h.observe()
 	assessments := h.assessor.Assess(refs(inv), obs)
 	var changed []Assessment
+	firstSight := map[string]bool{}
 	h.mu.Lock()
 	for _, a := range assessments {
 		prev, seen := h.assessments[a.Machine]
 		if !seen || prev.Verdict != a.Verdict {
 			changed = append(changed, a)
+			firstSight[a.Machine] = !seen
 			if a.Verdict == Unhealthy {
 				h.unhealthyAt[a.Machine] = obs.Now
 			}
@@ -223,11 +272,15 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment) {
 	}
 	h.mu.Unlock()
 	for _, a := range changed {
-		if len(a.Reasons) == 0 {
-			h.event("%s is %s", a.Machine, a.Verdict)
-		} else {
-			h.event("%s is %s: %s", a.Machine, a.Verdict, strings.Join(a.Reasons, "; "))
+		msg := fmt.Sprintf("%s is %s", a.Machine, a.Verdict)
+		if len(a.Reasons) > 0 {
+			msg += ": " + strings.Join(a.Reasons, "; ")
 		}
+		h.event("%s", msg)
+		if firstSight[a.Machine] && a.Verdict == Healthy {
+			continue // not news
+		}
+		h.notify(Notice{Machine: a.Machine, Reason: string(a.Verdict), Message: msg, Warning: a.Verdict == Unhealthy})
 	}
 	return obs, assessments
 }
@@ -279,6 +332,7 @@ func (h *Hub) pass(ctx context.Context) {
 	h.mu.Lock()
 	h.outcome, h.cluster, h.planErr = out, cluster, ""
 	h.mu.Unlock()
+	h.noticeWaits(out)
 	var held []string
 	for _, d := range out.Started() {
 		if why := h.start(ctx, inv, d); why != "" {
@@ -520,6 +574,11 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		how += ", forced"
 	}
 	h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, strings.Join(rem.Steps, " → "))
+	h.notify(Notice{Machine: m.Name, Reason: "RemediationStarted", Message: fmt.Sprintf("remediation %s (%s, requested by %s): %s: %s",
+		rem.ID, how, rem.RequestedBy, rem.Reason, strings.Join(rem.Steps, " → "))})
+	h.mu.Lock()
+	delete(h.waitingWhy, m.Name)
+	h.mu.Unlock()
 	acted := false
 	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
 		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name), Owner: act.owner,
@@ -550,9 +609,11 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		case err != nil:
 			h.metrics.remediation(rem, "failed")
 			h.event("%s: remediation %s ended: %v", m.Name, rem.ID, err)
+			h.notify(Notice{Machine: m.Name, Reason: "RemediationFailed", Message: fmt.Sprintf("remediation %s: %v", rem.ID, err), Warning: true})
 		default:
 			h.metrics.remediation(rem, "succeeded")
 			h.event("%s: remediation %s succeeded: the machine is back", m.Name, rem.ID)
+			h.notify(Notice{Machine: m.Name, Reason: "Remediated", Message: fmt.Sprintf("remediation %s succeeded: %s", rem.ID, strings.Join(rem.Steps, " → "))})
 		}
 	}()
 }

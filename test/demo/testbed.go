@@ -291,6 +291,8 @@ type HubOptions struct {
 	// Store, when set, is the hub's journal instead of a bbolt file (Kubernetes mode's Remediation
 	// objects); CrashHub cannot cut it off.
 	Store hub.Store
+	// Configure, when set, adjusts the hub's configuration last (Kubernetes mode's actuators).
+	Configure func(*hub.Config)
 }
 
 // StartHub starts a hub on the testbed; StopHub (or Close) stops it.
@@ -332,7 +334,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		o.Inventory(&inv)
 	}
 	log := tb.opts.Log
-	h, err := hub.New(hub.Config{Inventory: inv, Gossip: g, Journal: store, Log: log, Tick: 100 * time.Millisecond,
+	cfg := hub.Config{Inventory: inv, Gossip: g, Journal: store, Log: log, Tick: 100 * time.Millisecond,
 		RecoveryTimeout: 30 * time.Second, Metrics: tb.opts.Metrics,
 		OnEvent: func(at time.Time, msg string) {
 			tb.sayAt(at, "hub", msg)
@@ -347,7 +349,11 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 				return c, err
 			}
 			return o.WrapPower(m, c), nil
-		}})
+		}}
+	if o.Configure != nil {
+		o.Configure(&cfg)
+	}
+	h, err := hub.New(cfg)
 	if err != nil {
 		closeJournal()
 		_ = g.Shutdown()
@@ -406,6 +412,9 @@ func (tb *Testbed) Hub() *hub.Hub {
 	defer tb.mu.Unlock()
 	return tb.hub
 }
+
+// Log is the testbed's logger.
+func (tb *Testbed) Log() *slog.Logger { return tb.opts.Log }
 
 // Sim returns the BMC simulator.
 func (tb *Testbed) Sim() *bmcsim.Server { return tb.sim }

@@ -1,6 +1,7 @@
 // Package kubeenv starts a real kube-apiserver (and its etcd) for tests through envtest, with Hale's
-// CRDs and Cluster API's, from KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills (test/run
-// builds them when missing). Missing binaries fail the test: they are never silently skipped.
+// CRDs, Cluster API's (core and KubeadmControlPlane) and a stand-in for metal3's BareMetalHost CRD,
+// from KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills (test/run builds them when
+// missing). Missing binaries fail the test: they are never silently skipped.
 package kubeenv
 
 import (
@@ -54,8 +55,10 @@ func Start(t testing.TB) (client.Client, *rest.Config) {
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
 		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
 	}
+	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: []string{filepath.Join(repoRoot(t), "deploy", "crds"), moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2") + "/core/config/crd/bases"}}
+		CRDDirectoryPaths: []string{filepath.Join(repoRoot(t), "deploy", "crds"), capi + "/core/config/crd/bases",
+			capi + "/controlplane/kubeadm/config/crd/bases", filepath.Join(repoRoot(t), "test", "kubeenv", "crds")}}
 	cfg, err := env.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })

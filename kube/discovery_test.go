@@ -1,0 +1,342 @@
+package kube
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/metal3sim"
+)
+
+const kcpAPIVersion = "controlplane.cluster.x-k8s.io/v1beta2"
+
+func createNode(t *testing.T, c client.Client, name, member string, controlPlane bool) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}}
+	if controlPlane {
+		n.Labels[ControlPlaneLabel] = ""
+	}
+	if member != "" {
+		n.Annotations[EtcdMemberAnnotation] = member
+	}
+	require.NoError(t, c.Create(t.Context(), n))
+}
+
+// createMachine creates a Cluster API Machine owned by KubeadmControlPlane kcp, on node.
+func createMachine(t *testing.T, c client.Client, ns, name, node, kcp string, annotations map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	yes := true
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: kcpAPIVersion, Kind: "KubeadmControlPlane", Name: kcp, UID: "0e3c6b4a-0000-4000-8000-000000000001", Controller: &yes}}},
+		Spec: clusterv1.MachineSpec{ClusterName: "prod", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name + "-infra"}}}
+	require.NoError(t, c.Create(ctx, m))
+	before := m.DeepCopy()
+	m.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+	require.NoError(t, c.Status().Patch(ctx, m, client.MergeFrom(before)))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// createHost creates a BareMetalHost for a Metal3Machine (consumer; empty: none).
+func createHost(t *testing.T, c client.Client, ns, name, address, consumer string, annotations map[string]string) {
+	t.Helper()
+	h := &unstructured.Unstructured{}
+	h.SetGroupVersionKind(BareMetalHostGVK)
+	h.SetNamespace(ns)
+	h.SetName(name)
+	h.SetAnnotations(annotations)
+	spec := map[string]any{"online": true, "bmc": map[string]any{"address": address, "credentialsName": name + "-bmc"}}
+	if consumer != "" {
+		spec["consumerRef"] = map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": consumer, "namespace": ns}
+	}
+	h.Object["spec"] = spec
+	require.NoError(t, c.Create(t.Context(), h))
+}
+
+// What Discovery makes of a cluster with every kind of machine: each control-plane node once, named
+// after its Cluster API Machine, healed the way what exists allows, held with the reason otherwise.
+func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
+	for _, n := range []struct {
+		node, member, machine string
+		annotations           map[string]string
+	}{
+		{"node-a", "", "m-a", nil}, // KCP machine with a BareMetalHost (consumerRef)
+		{"node-b", "", "m-b", nil}, // KCP machine, no host: replaced by KCP
+		{"node-c", "etcd-c", "m-c", map[string]string{clusterv1.MachineSkipRemediationAnnotation: ""}},
+		{"node-d", "", "", nil}, // no Cluster API: a host named after the node, detached
+		{"node-e", "", "", nil}, // in the inventory file only: its own BMC
+		{"node-f", "", "", nil}, // nothing at all
+	} {
+		createNode(t, c, n.node, n.member, true)
+		if n.machine != "" {
+			createMachine(t, c, "capi", n.machine, n.node, "cp", n.annotations)
+		}
+	}
+	createNode(t, c, "worker-1", "", false)
+	createHost(t, c, "capi", "host-a", "redfish://10.0.0.1/redfish/v1/Systems/1", "m-a-infra", nil)
+	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{HostDetachedAnnotation: ""})
+	ep, err := bmc.ParseEndpoint("redfish+http://127.0.0.1:1/redfish/v1/Systems/1")
+	require.NoError(t, err)
+	base := hub.Inventory{Cluster: "prod", Machines: []hub.Machine{{MachineRef: hub.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
+		Class: "file", Strategy: quorum.Reboot, Endpoint: ep}}}
+	d := &Discovery{Client: c, Base: base}
+	inv, err := d.Build(ctx)
+	require.NoError(t, err)
+
+	type row struct{ name, node, member, strategy, hold string }
+	var got []row
+	for _, m := range inv.Machines {
+		got = append(got, row{m.Name, m.Node, m.Member, m.Strategy.String(), m.Hold})
+	}
+	assert.Equal(t, []row{
+		{"m-a", "node-a", "node-a", "reboot", ""},
+		{"m-b", "node-b", "node-b", "replace", ""},
+		{"m-c", "node-c", "etcd-c", "replace", "Machine capi/m-c is annotated cluster.x-k8s.io/skip-remediation"},
+		{"node-d", "node-d", "node-d", "reboot", "BareMetalHost capi/node-d is annotated baremetalhost.metal3.io/detached: its operator does not act on it, so neither does Hale"},
+		{"node-e", "node-e", "node-e", "reboot", ""},
+		{"node-f", "node-f", "node-f", "reboot", "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"},
+	}, got)
+	assert.Equal(t, []quorum.Order{quorum.ScaleDownFirst}, inv.Machines[1].Replace.Orders, "KCP remediates delete-first")
+
+	power := d.PowerFor(func(m hub.Machine) (hub.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
+	p, err := power(inv.Machines[0])
+	require.NoError(t, err)
+	assert.Equal(t, client.ObjectKey{Namespace: "capi", Name: "host-a"}, p.(*Metal3Host).Key)
+	_, err = power(inv.Machines[4])
+	assert.EqualError(t, err, "BMC of e", "the inventory file's machine, with its BMC")
+	_, err = power(inv.Machines[5])
+	assert.ErrorContains(t, err, "nothing can power-cycle it")
+	o, err := d.OwnerFor(inv.Machines[1])
+	require.NoError(t, err)
+	assert.Equal(t, "KubeadmControlPlane capi/cp (deletes the machine, then creates its replacement)", o.Describe())
+	_, err = d.OwnerFor(inv.Machines[5])
+	assert.ErrorContains(t, err, "nothing can replace it")
+	ref, ok := d.Regarding("m-b")
+	require.True(t, ok)
+	assert.Equal(t, corev1.ObjectReference{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Namespace: "capi", Name: "m-b"}, ref)
+	ref, _ = d.Regarding("node-f")
+	assert.Equal(t, corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-f"}, ref)
+}
+
+// kubeTestbed is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
+// a real kube-apiserver: a control-plane Node per machine, named as its agent, its etcd member named
+// by annotation.
+func kubeTestbed(t *testing.T, c client.Client) (*demo.Testbed, hub.Inventory) {
+	t.Helper()
+	timeline := &capture.Buffer{}
+	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		tb.Close()
+		if t.Failed() {
+			t.Logf("timeline:\n%s", timeline)
+		}
+	})
+	inv, err := tb.Inventory()
+	require.NoError(t, err)
+	for _, m := range inv.Machines {
+		createNode(t, c, m.Node, m.Member, true)
+	}
+	return tb, inv
+}
+
+// startDiscoveredHub starts the testbed's hub on the inventory Discovery finds, with its actuators,
+// Events, and a rediscovery every 200 ms.
+func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Discovery) {
+	t.Helper()
+	ctx := t.Context()
+	inv, err := d.Build(ctx)
+	require.NoError(t, err)
+	sink := NewEventSink(c, d, "hub-test", slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	go sink.Run(ctx)
+	require.NoError(t, tb.StartHub(demo.HubOptions{Configure: func(cfg *hub.Config) {
+		cfg.Inventory = inv
+		cfg.PowerFor = d.PowerFor(cfg.PowerFor)
+		cfg.OwnerFor = d.OwnerFor
+		cfg.Notify = sink.Notify
+	}}))
+	go d.Run(ctx, 200*time.Millisecond, func(inv hub.Inventory) error { return tb.Hub().SetInventory(inv) }, tb.Log())
+	require.NoError(t, tb.Settle(ctx))
+}
+
+// eventsAbout lists the reasons of Hale's Events regarding an object, oldest first.
+func eventsAbout(t *testing.T, c client.Client, ns, kind, name string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	require.NoError(t, c.List(t.Context(), &list, client.InNamespace(ns)))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == kind && e.Regarding.Name == name && e.ReportingController == ReportingController {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// metal3: the machines are BareMetalHosts, so baremetal-operator owns their BMCs; a hung machine is
+// rebooted through Hale's reboot annotation (never a direct BMC call), and a detached host is left
+// alone, with the reason in status and an Event.
+func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metal3"}}))
+	tb, inv := kubeTestbed(t, c)
+	for _, m := range inv.Machines {
+		createHost(t, c, "metal3", m.Node, m.Endpoint.String(), "", nil)
+	}
+	creds := inv.Machines[0].Credentials
+	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 50 * time.Millisecond, Log: tb.Log(),
+		Power: func(host string) (*bmc.Controller, error) {
+			for _, m := range inv.Machines {
+				if m.Node == host {
+					return bmc.New(m.Endpoint, creds, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second, GracefulTimeout: time.Second})
+				}
+			}
+			return nil, fmt.Errorf("no BMC for host %s", host)
+		}}
+	go op.Run(ctx)
+	// The inventory file still lists every machine with its BMC: the BareMetalHost wins.
+	d := &Discovery{Client: c, Base: inv, MetalPoll: 50 * time.Millisecond, MetalTimeout: 20 * time.Second}
+	startDiscoveredHub(t, c, tb, d)
+
+	tb.Hang(2)
+	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-2 healed through its BareMetalHost", func() bool {
+		n, st := tb.Remediations(2)
+		return n == 1 && st == hub.Succeeded
+	}))
+	hist, err := tb.Hub().History(ctx, "cp-2")
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	var outcome string
+	for _, e := range hist[0].History {
+		if e.Kind == hub.EventOutcome && outcome == "" {
+			outcome = e.Detail
+		}
+	}
+	assert.Contains(t, outcome, `annotate reboot.metal3.io/hale={}, remove reboot.metal3.io/hale`)
+	host := &unstructured.Unstructured{}
+	host.SetGroupVersionKind(BareMetalHostGVK)
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "metal3", Name: "cp-2"}, host))
+	assert.NotContains(t, host.GetAnnotations(), RebootAnnotation, "the annotation is removed: the host is on again")
+	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered it off and on")
+	require.Eventually(t, func() bool {
+		r := strings.Join(eventsAbout(t, c, "default", "Node", "cp-2"), ",")
+		return strings.Contains(r, "Unhealthy,RemediationStarted") && strings.Contains(r, "Remediated")
+	}, 10*time.Second, 100*time.Millisecond, "Events on Node cp-2: %v", eventsAbout(t, c, "default", "Node", "cp-2"))
+
+	// A detached host: no action, and the reason is given.
+	before := host.DeepCopy()
+	host.SetAnnotations(map[string]string{HostDetachedAnnotation: ""})
+	require.NoError(t, c.Patch(ctx, host, client.MergeFrom(before)))
+	require.NoError(t, tb.WaitFor(ctx, 10*time.Second, "cooldown over and rediscovered", func() bool {
+		for _, ms := range tb.Hub().Status(ctx).Machines {
+			if ms.Name == "cp-2" {
+				return ms.Verdict == hub.Healthy
+			}
+		}
+		return false
+	}))
+	time.Sleep(time.Second) // the cooldown (1 s in the testbed)
+	resets := len(tb.Resets(2))
+	tb.Hang(2)
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the detached host held", func() bool {
+		return strings.Contains(fmt.Sprint(tb.Hub().Status(ctx).Machines), "baremetalhost.metal3.io/detached")
+	}))
+	time.Sleep(2 * time.Second)
+	n, _ := tb.Remediations(2)
+	assert.Equal(t, 1, n, "no second remediation of a detached host")
+	assert.Len(t, tb.Resets(2), resets)
+	assert.Contains(t, eventsAbout(t, c, "default", "Node", "cp-2"), "Waiting")
+}
+
+// Cluster API: the machines have no BMC Hale may use, so a sick one is replaced by its
+// KubeadmControlPlane. The hand-over (the MachineHealthCheck contract) happens only when Hale's plan
+// allows KCP's delete-first steps: with two of three members down, removing one would need a quorum
+// etcd no longer has, and nothing is handed over; once one is back, the dead one is. The test plays
+// KCP (no Cluster API controllers run here): it deletes the marked Machine and creates its
+// replacement, and Hale closes the Remediation when KCP has its replicas back.
+func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
+	tb, inv := kubeTestbed(t, c)
+	for _, m := range inv.Machines {
+		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
+	}
+	kcp := &unstructured.Unstructured{Object: map[string]any{"apiVersion": kcpAPIVersion, "kind": "KubeadmControlPlane",
+		"metadata": map[string]any{"namespace": "capi", "name": "cp"},
+		"spec": map[string]any{"replicas": int64(3), "version": "v1.36.3", "machineTemplate": map[string]any{"spec": map[string]any{
+			"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "cp"}}}}}}
+	require.NoError(t, c.Create(ctx, kcp))
+	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy}}
+	startDiscoveredHub(t, c, tb, d)
+	handedOver := func(name string) bool {
+		var m clusterv1.Machine
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: name}, &m); err != nil {
+			return false
+		}
+		return HandedOver(&m)
+	}
+
+	// Both fail at once: the hub is paused while they hang (Hang takes a moment each), then resumed.
+	tb.Hub().SetPaused(true)
+	tb.Hang(1)
+	tb.Hang(2)
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "both Unhealthy", func() bool {
+		return strings.Count(fmt.Sprint(tb.Hub().Status(ctx).Machines), "Unhealthy") >= 2
+	}))
+	tb.Hub().SetPaused(false)
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "both refused", func() bool {
+		return strings.Count(fmt.Sprint(tb.Hub().Status(ctx).Machines), "quorum") >= 2
+	}))
+	time.Sleep(2 * time.Second)
+	assert.False(t, handedOver("cp-1") || handedOver("cp-2"), "nothing handed over while etcd has no quorum")
+	assert.Contains(t, eventsAbout(t, c, "capi", "Machine", "cp-2"), "Waiting")
+
+	// An operator brings cp-1 back through its BMC; then only cp-2 is handed over.
+	power, err := bmc.New(inv.Machines[1].Endpoint, inv.Machines[1].Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second})
+	require.NoError(t, err)
+	_, err = power.PowerCycle(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-2 handed over to KCP", func() bool { return handedOver("cp-2") }))
+	assert.False(t, handedOver("cp-1"))
+	assert.Empty(t, tb.Resets(2), "no BMC call: KCP replaces it")
+
+	// KCP's part: delete the machine (and its node), create the replacement, report its replicas.
+	require.NoError(t, c.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "cp-2"}}))
+	require.NoError(t, c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-2"}}))
+	createMachine(t, c, "capi", "cp-3", "cp-3", "cp", nil)
+	before := kcp.DeepCopy()
+	require.NoError(t, unstructured.SetNestedField(kcp.Object, int64(3), "status", "readyReplicas"))
+	require.NoError(t, c.Status().Patch(ctx, kcp, client.MergeFrom(before)))
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the Remediation closed", func() bool {
+		hist, err := tb.Hub().History(ctx, "cp-2")
+		return err == nil && len(hist) == 1 && hist[0].State == hub.Succeeded
+	}))
+	hist, _ := tb.Hub().History(ctx, "cp-2")
+	assert.Equal(t, []string{"remove etcd-2", "add-voter etcd-2-replacement", "await-healthy etcd-2-replacement"}, hist[0].Steps)
+	assert.Contains(t, eventsAbout(t, c, "capi", "Machine", "cp-2"), "RemediationStarted")
+}

@@ -1,0 +1,101 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/hub"
+)
+
+// EventSink turns the hub's notices into Kubernetes Events (events.k8s.io/v1) on the machine's
+// Cluster API Machine, or its Node, so `kubectl describe` shows what Hale decided and why. Notices are
+// queued (the hub never waits for the API server); when the queue is full, notices are dropped and
+// counted in the log, never blocking a pass.
+type EventSink struct {
+	Client    client.Client
+	Discovery *Discovery
+	// Instance is the reporting instance: the hub replica's name.
+	Instance string
+	Log      *slog.Logger
+	queue    chan hub.Notice
+}
+
+// ReportingController names Hale in every Event it writes.
+const ReportingController = "hale.dev/hub"
+
+// NewEventSink returns a sink; Run writes its queue.
+func NewEventSink(c client.Client, d *Discovery, instance string, log *slog.Logger) *EventSink {
+	return &EventSink{Client: c, Discovery: d, Instance: instance, Log: log, queue: make(chan hub.Notice, 256)}
+}
+
+// Notify is the hub's Config.Notify.
+func (s *EventSink) Notify(n hub.Notice) {
+	select {
+	case s.queue <- n:
+	default:
+		s.Log.Warn("event queue full: notice dropped", "machine", n.Machine, "reason", n.Reason)
+	}
+}
+
+// Run writes queued notices as Events until ctx ends.
+func (s *EventSink) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-s.queue:
+			if err := s.write(ctx, n); err != nil && ctx.Err() == nil {
+				s.Log.Warn("writing an event", "machine", n.Machine, "reason", n.Reason, "err", err)
+			}
+		}
+	}
+}
+
+func (s *EventSink) write(ctx context.Context, n hub.Notice) error {
+	ref, ok := s.Discovery.Regarding(n.Machine)
+	if !ok {
+		return fmt.Errorf("machine %s is not in the discovered inventory", n.Machine)
+	}
+	typ := corev1.EventTypeNormal
+	if n.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	note := n.Message
+	if len(note) > 1024 { // the API server's limit for note
+		note = note[:1021] + "..."
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault // Events about cluster-scoped Nodes live in default, as the kubelet's do
+	}
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s.%x", strings.ToLower(ref.Name), time.Now().UnixNano())},
+		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: ReportingController, ReportingInstance: s.Instance,
+		Action: n.Reason, Reason: n.Reason, Regarding: ref, Note: note, Type: typ,
+	}
+	return s.Client.Create(ctx, ev)
+}
+
+// Regarding is the object Events about a machine are attached to: its Cluster API Machine, else its
+// Node.
+func (d *Discovery) Regarding(machine string) (corev1.ObjectReference, bool) {
+	d.mu.Lock()
+	b, ok := d.bound[machine]
+	d.mu.Unlock()
+	switch {
+	case !ok:
+		return corev1.ObjectReference{}, false
+	case b.machine != nil:
+		return corev1.ObjectReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Namespace: b.machine.Namespace, Name: b.machine.Name}, true
+	}
+	return corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: b.node}, true
+}

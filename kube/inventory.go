@@ -1,0 +1,228 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
+)
+
+const (
+	// ControlPlaneLabel marks the nodes Hale watches (kubeadm sets it).
+	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+	// EtcdMemberAnnotation on a Node names its etcd member when it is not the node's name (kubeadm's
+	// stacked etcd names each member after its node); an empty value says the node runs no member.
+	EtcdMemberAnnotation = "hale.dev/etcd-member"
+	// ControlPlanePool is the pool of the control-plane machines that are not etcd members.
+	ControlPlanePool = "control-plane"
+)
+
+// BareMetalHostGVK is metal3's BareMetalHost, read as unstructured: its Go module is not a
+// dependency of Hale (only a few fields are read, and the reboot annotation is written).
+var BareMetalHostGVK = schema.GroupVersionKind{Group: "metal3.io", Version: "v1alpha1", Kind: "BareMetalHost"}
+
+// Discovery builds the hub's inventory from the cluster: every control-plane Node, the Cluster API
+// Machine behind it and its owner, and the metal3 BareMetalHost behind that. What each machine is
+// healed with follows from what exists:
+//
+//  1. a BareMetalHost: its baremetal-operator owns the BMC, so Hale reboots and fences through the
+//     host's reboot annotation (Metal3Host); a detached or paused host is held, with the reason;
+//  2. a machine of Base's inventory with the same node: its BMC, called directly (standalone BMC mode);
+//  3. a Cluster API owner (KubeadmControlPlane, MachineSet): replaced by the owner, handed over with
+//     the MachineHealthCheck contract once the quorum plan allows the owner's steps (delete first:
+//     see MachineOwner);
+//  4. nothing: watched and explained, held ("no way to heal it").
+//
+// A Machine annotated cluster.x-k8s.io/skip-remediation is held whatever its way.
+type Discovery struct {
+	Client client.Client
+	// Base gives the gossip cluster name, the policy, and the machines whose BMC Hale calls itself.
+	Base hub.Inventory
+	// Namespace, when set, is where Cluster API Machines and BareMetalHosts are looked for (default:
+	// every namespace).
+	Namespace string
+	// MetalPoll and MetalTimeout: how a BareMetalHost's power state is awaited (defaults 1 s, 10 min).
+	MetalPoll, MetalTimeout time.Duration
+
+	mu    sync.Mutex
+	bound map[string]binding
+}
+
+// binding is what Discovery found behind one inventory machine.
+type binding struct {
+	node    string
+	machine *client.ObjectKey // the Cluster API Machine
+	owner   *metav1OwnerRef
+	host    *client.ObjectKey // the BareMetalHost
+	base    *hub.Machine      // the machine as Base lists it (its BMC)
+}
+
+type metav1OwnerRef struct {
+	apiVersion, kind, name string
+}
+
+// Build reads the cluster once and returns the inventory; the previous one stays with the caller
+// when it fails.
+func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
+	var nodes corev1.NodeList
+	if err := d.Client.List(ctx, &nodes, client.HasLabels{ControlPlaneLabel}); err != nil {
+		return hub.Inventory{}, fmt.Errorf("listing control-plane nodes: %w", err)
+	}
+	var machines clusterv1.MachineList
+	if err := d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)); err != nil && !noKind(err) {
+		return hub.Inventory{}, fmt.Errorf("listing Cluster API machines: %w", err)
+	}
+	hosts := &unstructured.UnstructuredList{}
+	hosts.SetGroupVersionKind(BareMetalHostGVK.GroupVersion().WithKind(BareMetalHostGVK.Kind + "List"))
+	if err := d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)); err != nil && !noKind(err) {
+		return hub.Inventory{}, fmt.Errorf("listing metal3 BareMetalHosts: %w", err)
+	}
+	byNode := map[string]*clusterv1.Machine{}
+	for i := range machines.Items {
+		if n := machines.Items[i].Status.NodeRef.Name; n != "" {
+			byNode[n] = &machines.Items[i]
+		}
+	}
+	inv := hub.Inventory{Cluster: d.Base.Cluster, Policy: d.Base.Policy}
+	bound := map[string]binding{}
+	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, n := range nodes.Items {
+		m := hub.Machine{MachineRef: hub.MachineRef{Name: n.Name, Node: n.Name, Member: n.Name}, Class: "kubernetes", Pool: ControlPlanePool, Strategy: quorum.Reboot}
+		if member, ok := n.Annotations[EtcdMemberAnnotation]; ok {
+			m.Member = member
+		}
+		b := binding{node: n.Name}
+		cm := byNode[n.Name]
+		if cm != nil {
+			m.Name = cm.Name
+			b.machine = &client.ObjectKey{Namespace: cm.Namespace, Name: cm.Name}
+			for _, ref := range cm.OwnerReferences {
+				if ref.Controller != nil && *ref.Controller {
+					b.owner = &metav1OwnerRef{apiVersion: ref.APIVersion, kind: ref.Kind, name: ref.Name}
+				}
+			}
+		}
+		host := findHost(hosts.Items, cm, n.Name)
+		base, inBase := baseMachine(d.Base, n.Name)
+		switch {
+		case host != nil:
+			b.host = &client.ObjectKey{Namespace: host.GetNamespace(), Name: host.GetName()}
+			m.Hold = hostHold(host)
+		case inBase:
+			b.base = &base
+			m.Strategy, m.Class = base.Strategy, base.Class
+		case b.owner != nil:
+			m.Strategy = quorum.Replace
+			m.Replace = quorum.ReplaceOptions{Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
+		default:
+			m.Hold = "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"
+		}
+		if cm != nil {
+			if _, skip := cm.Annotations[clusterv1.MachineSkipRemediationAnnotation]; skip {
+				m.Hold = fmt.Sprintf("Machine %s/%s is annotated %s", cm.Namespace, cm.Name, clusterv1.MachineSkipRemediationAnnotation)
+			}
+		}
+		inv.Machines = append(inv.Machines, m)
+		bound[m.Name] = b
+	}
+	d.mu.Lock()
+	d.bound = bound
+	d.mu.Unlock()
+	return inv, nil
+}
+
+// Run rebuilds the inventory every interval and hands it to set; a failed build keeps the previous
+// inventory in force (logged).
+func (d *Discovery) Run(ctx context.Context, interval time.Duration, set func(hub.Inventory) error, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		inv, err := d.Build(ctx)
+		if err == nil {
+			err = set(inv)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("discovering the inventory; keeping the previous one", "err", err)
+		}
+	}
+}
+
+// PowerFor is the hub's PowerFor in Kubernetes mode: the BareMetalHost's reboot annotation, or the
+// machine's own BMC when the inventory file lists it.
+func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (hub.Power, error)) func(hub.Machine) (hub.Power, error) {
+	return func(m hub.Machine) (hub.Power, error) {
+		b := d.binding(m.Name)
+		switch {
+		case b.host != nil:
+			return &Metal3Host{Client: d.Client, Key: *b.host, Poll: d.MetalPoll, Timeout: d.MetalTimeout}, nil
+		case b.base != nil:
+			return defaultPower(*b.base)
+		}
+		return nil, fmt.Errorf("%s: no BareMetalHost and no BMC in the inventory file: nothing can power-cycle it", m.Name)
+	}
+}
+
+// OwnerFor is the hub's OwnerFor in Kubernetes mode: the Cluster API Machine's owner.
+func (d *Discovery) OwnerFor(m hub.Machine) (hub.Owner, error) {
+	b := d.binding(m.Name)
+	if b.machine == nil || b.owner == nil {
+		return nil, fmt.Errorf("%s: not a Cluster API Machine with an owner: nothing can replace it", m.Name)
+	}
+	return &MachineOwner{Client: d.Client, Machine: *b.machine, OwnerAPIVersion: b.owner.apiVersion, OwnerKind: b.owner.kind, OwnerName: b.owner.name}, nil
+}
+
+func (d *Discovery) binding(name string) binding {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.bound[name]
+}
+
+// findHost is the BareMetalHost behind a machine: the one whose consumerRef is the Machine's
+// infrastructure (a Metal3Machine), or, without Cluster API, the one named after the node.
+func findHost(hosts []unstructured.Unstructured, m *clusterv1.Machine, node string) *unstructured.Unstructured {
+	for i, h := range hosts {
+		if m != nil && h.GetNamespace() == m.Namespace {
+			kind, _, _ := unstructured.NestedString(h.Object, "spec", "consumerRef", "kind")
+			name, _, _ := unstructured.NestedString(h.Object, "spec", "consumerRef", "name")
+			if ref := m.Spec.InfrastructureRef; ref.Name != "" && kind == ref.Kind && name == ref.Name {
+				return &hosts[i]
+			}
+		}
+	}
+	for i, h := range hosts {
+		if h.GetName() == node {
+			return &hosts[i]
+		}
+	}
+	return nil
+}
+
+func baseMachine(inv hub.Inventory, node string) (hub.Machine, bool) {
+	for _, m := range inv.Machines {
+		if m.Node == node {
+			return m, true
+		}
+	}
+	return hub.Machine{}, false
+}
+
+// noKind: the kind's CRD is not installed (no Cluster API, no metal3): there are none.
+func noKind(err error) bool { return meta.IsNoMatchError(err) }

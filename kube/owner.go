@@ -1,0 +1,74 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// MachineOwner is a Cluster API Machine's owner controller (KubeadmControlPlane or MachineSet) as the
+// hub's hub.Owner. Both remediate a machine handed over with the MachineHealthCheck contract the same
+// way: they delete it first and then create its replacement (KCP's remediation is delete-and-recreate
+// whatever its rollout strategy; a MachineSet deletes and scales back up). For an etcd member that is
+// remove-then-add, the order Hale's plan for the owner is made with and checked against before the
+// hand-over. The owner is done when the old Machine is gone and its spec.replicas are all ready again.
+type MachineOwner struct {
+	Client          client.Client
+	Machine         client.ObjectKey
+	OwnerAPIVersion string
+	OwnerKind       string
+	OwnerName       string
+}
+
+// Describe names the owner and its way.
+func (o *MachineOwner) Describe() string {
+	return fmt.Sprintf("%s %s/%s (deletes the machine, then creates its replacement)", o.OwnerKind, o.Machine.Namespace, o.OwnerName)
+}
+
+// HandOver marks the Machine with the MachineHealthCheck contract (see HandOverToOwner).
+func (o *MachineOwner) HandOver(ctx context.Context, reason string) error {
+	return HandOverToOwner(ctx, o.Client, o.Machine, "Hale: "+reason)
+}
+
+// Replaced: the old Machine is gone and the owner has all its replicas ready.
+func (o *MachineOwner) Replaced(ctx context.Context) (bool, string, error) {
+	var m clusterv1.Machine
+	err := o.Client.Get(ctx, o.Machine, &m)
+	switch {
+	case err == nil && m.DeletionTimestamp != nil:
+		return false, fmt.Sprintf("Machine %s is being deleted", o.Machine), nil
+	case err == nil:
+		return false, fmt.Sprintf("waiting for %s to delete Machine %s", o.OwnerKind, o.Machine), nil
+	case !apierrors.IsNotFound(err):
+		return false, "", fmt.Errorf("reading Machine %s: %w", o.Machine, err)
+	}
+	owner := &unstructured.Unstructured{}
+	owner.SetGroupVersionKind(schema.FromAPIVersionAndKind(o.OwnerAPIVersion, o.OwnerKind))
+	key := client.ObjectKey{Namespace: o.Machine.Namespace, Name: o.OwnerName}
+	if err := o.Client.Get(ctx, key, owner); err != nil {
+		return false, "", fmt.Errorf("reading %s %s: %w", o.OwnerKind, key, err)
+	}
+	want, _, _ := unstructured.NestedInt64(owner.Object, "spec", "replicas")
+	ready, _, _ := unstructured.NestedInt64(owner.Object, "status", "readyReplicas")
+	// The owner's status can lag the deletion: its own Machines with a node are counted too, which
+	// with the old one gone proves the replacement exists.
+	var all clusterv1.MachineList
+	if err := o.Client.List(ctx, &all, client.InNamespace(o.Machine.Namespace)); err != nil {
+		return false, "", fmt.Errorf("listing the Machines of %s %s: %w", o.OwnerKind, key, err)
+	}
+	withNode := int64(0)
+	for _, m := range all.Items {
+		if ref := metav1.GetControllerOf(&m); ref != nil && ref.Kind == o.OwnerKind && ref.Name == o.OwnerName &&
+			m.DeletionTimestamp == nil && m.Status.NodeRef.Name != "" {
+			withNode++
+		}
+	}
+	where := fmt.Sprintf("Machine %s deleted; %s %s: %d of %d machines with a node, %d ready", o.Machine, o.OwnerKind, key, withNode, want, ready)
+	return want > 0 && withNode >= want && ready >= want, where, nil
+}
