@@ -55,6 +55,16 @@ type Notice struct {
 	Warning bool
 }
 
+// BMCPower is the default PowerFor: the machine's BMC from the inventory, with BMC as the options.
+func (cfg Config) BMCPower(m Machine) (Power, error) {
+	o := cfg.BMC
+	o.CAFile, o.Insecure = m.CAFile, m.Insecure
+	if o.Logger == nil {
+		o.Logger = cfg.Log
+	}
+	return bmc.New(m.Endpoint, m.Credentials, o)
+}
+
 // Hub runs the pipeline: observe, assess, plan, act, record. Only one goroutine runs passes; each
 // remediation runs in its own goroutine through an Executor.
 type Hub struct {
@@ -103,14 +113,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.PowerFor == nil {
-		cfg.PowerFor = func(m Machine) (Power, error) {
-			o := cfg.BMC
-			o.CAFile, o.Insecure = m.CAFile, m.Insecure
-			if o.Logger == nil {
-				o.Logger = cfg.Log
-			}
-			return bmc.New(m.Endpoint, m.Credentials, o)
-		}
+		cfg.PowerFor = cfg.BMCPower
 	}
 	if cfg.OwnerFor == nil {
 		cfg.OwnerFor = func(m Machine) (Owner, error) {

@@ -108,19 +108,24 @@ type Machine struct {
 }
 
 // LoadInventory reads and validates an inventory file. Every error names the file and the field.
-func LoadInventory(path string) (Inventory, error) {
+func LoadInventory(path string) (Inventory, error) { return loadInventory(path, true) }
+
+// loadInventory: machinesRequired is false when the cluster is where machines are found
+// (Kubernetes mode's discovery); the file then gives the cluster name, the policy and the machines
+// whose BMC Hale calls itself.
+func loadInventory(path string, machinesRequired bool) (Inventory, error) {
 	var f InventoryFile
 	if err := config.Load(path, &f); err != nil {
 		return Inventory{}, err
 	}
-	inv, err := f.validate()
+	inv, err := f.validate(machinesRequired)
 	if err != nil {
 		return Inventory{}, fmt.Errorf("inventory %s: %w", path, err)
 	}
 	return inv, nil
 }
 
-func (f InventoryFile) validate() (Inventory, error) {
+func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 	inv := Inventory{Cluster: f.Cluster}
 	if f.Cluster == "" {
 		return inv, errors.New("cluster: required (the agents' gossip cluster name)")
@@ -135,7 +140,7 @@ func (f InventoryFile) validate() (Inventory, error) {
 			return inv, fmt.Errorf("classes.%s.strategy: %w", name, err)
 		}
 	}
-	if len(f.Machines) == 0 {
+	if len(f.Machines) == 0 && machinesRequired {
 		return inv, errors.New("machines: none listed")
 	}
 	names, nodes, members := map[string]bool{}, map[string]bool{}, map[string]bool{}
@@ -249,23 +254,24 @@ func (pf PolicyFile) validate() (Policy, error) {
 // InventoryReloader keeps the last good inventory: a bad file on reload is reported and the previous
 // inventory stays in force (DESIGN.md rule 7).
 type InventoryReloader struct {
-	path string
-	mu   sync.Mutex
-	cur  Inventory
+	path             string
+	machinesRequired bool
+	mu               sync.Mutex
+	cur              Inventory
 }
 
-// NewInventoryReloader loads path; the first load must succeed.
-func NewInventoryReloader(path string) (*InventoryReloader, error) {
-	inv, err := LoadInventory(path)
+// NewInventoryReloader loads path; the first load must succeed. machinesRequired: see loadInventory.
+func NewInventoryReloader(path string, machinesRequired bool) (*InventoryReloader, error) {
+	inv, err := loadInventory(path, machinesRequired)
 	if err != nil {
 		return nil, err
 	}
-	return &InventoryReloader{path: path, cur: inv}, nil
+	return &InventoryReloader{path: path, machinesRequired: machinesRequired, cur: inv}, nil
 }
 
 // Reload reads the file again; on error the previous inventory is kept and the error returned.
 func (r *InventoryReloader) Reload() error {
-	inv, err := LoadInventory(r.path)
+	inv, err := loadInventory(r.path, r.machinesRequired)
 	if err != nil {
 		return fmt.Errorf("%w; keeping the previous inventory", err)
 	}

@@ -78,7 +78,7 @@ func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "inv.yaml")
 	require.NoError(t, os.WriteFile(path, good, 0o600))
-	r, err := NewInventoryReloader(path)
+	r, err := NewInventoryReloader(path, true)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(good), "class: workers", "class: nowhere", 1)), 0o600))
 	err = r.Reload()

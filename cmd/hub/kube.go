@@ -30,6 +30,10 @@ type kubeOptions struct {
 	policy        string
 	capiCluster   string
 	leaseDuration time.Duration
+	// discover: the inventory from the cluster (kube.Discovery), every discoverEvery.
+	discover         bool
+	machineNamespace string
+	discoverEvery    time.Duration
 }
 
 func (k *kubeOptions) restConfig() (*rest.Config, error) {
@@ -45,7 +49,8 @@ func (k *kubeOptions) restConfig() (*rest.Config, error) {
 
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
 // Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
-func runLeading(ctx context.Context, o runOptions, log *slog.Logger, newHub func(hub.Store) (*hub.Hub, error), current *atomic.Pointer[term]) error {
+func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *hub.InventoryReloader,
+	newHub func(hub.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
 	k := o.kube
 	cfg, err := k.restConfig()
 	if err != nil {
@@ -75,10 +80,35 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, newHub func
 	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, o.node, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		defer current.Store(nil)
-		h, err := newHub(kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check))
+		var adjust func(*hub.Config)
+		var d *kube.Discovery
+		if k.discover {
+			d = &kube.Discovery{Client: c, Base: inventory.Current(), Namespace: k.machineNamespace}
+			inv, err := d.Build(lctx)
+			if err != nil {
+				log.Error("discovering the inventory", "err", err)
+				return
+			}
+			sink := kube.NewEventSink(c, d, o.node, log)
+			go sink.Run(lctx)
+			adjust = func(cfg *hub.Config) {
+				cfg.Inventory = inv
+				cfg.PowerFor = d.PowerFor(cfg.BMCPower)
+				cfg.OwnerFor = d.OwnerFor
+				cfg.Notify = sink.Notify
+			}
+			log.Info("discovered", "machines", len(inv.Machines))
+		}
+		h, err := newHub(kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check), adjust)
 		if err != nil {
 			log.Error("starting the hub", "err", err)
 			return
+		}
+		if d != nil {
+			go d.Run(lctx, k.discoverEvery, func(inv hub.Inventory) error {
+				d.Base = inventory.Current()
+				return h.SetInventory(inv)
+			}, log)
 		}
 		if k.policy != "" {
 			sync := &kube.PolicySync{Client: c, Policy: client.ObjectKey{Namespace: k.namespace, Name: k.policy}, Cluster: capi, Hub: h, Log: log}

@@ -12,11 +12,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
@@ -25,7 +27,8 @@ import (
 // `hub run --kubernetes` twice on the demo topology and a real kube-apiserver: one replica leads, the
 // other stands by (its API says so); the leader is killed in the middle of a remediation's BMC step;
 // the other takes over, resumes the same Remediation object and finishes it with one power action in
-// all.
+// all. The replicas discover the machines from the cluster's Nodes (--discover); the inventory file
+// gives their BMCs, and every decision is an Event on the Node.
 func TestKubernetesModeFailover(t *testing.T) {
 	c, cfg := kubeenv.Start(t)
 	ctx := t.Context()
@@ -37,6 +40,12 @@ func TestKubernetesModeFailover(t *testing.T) {
 	t.Cleanup(tb.Close)
 	inv := filepath.Join(dir, "inventory.yaml")
 	writeInventory(t, inv, tb, "")
+	bed, err := tb.Inventory()
+	require.NoError(t, err)
+	for _, m := range bed.Machines {
+		require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Node,
+			Labels: map[string]string{kube.ControlPlaneLabel: ""}, Annotations: map[string]string{kube.EtcdMemberAnnotation: m.Member}}}))
+	}
 
 	type replica struct {
 		socket string
@@ -52,7 +61,8 @@ func TestKubernetesModeFailover(t *testing.T) {
 		go func() {
 			r.done <- runHub(rctx, runOptions{inventory: inv, node: name, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
 				api: apiListen{socket: r.socket}, logLevel: "info", keep: 20,
-				kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second}},
+				kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
+					discover: true, discoverEvery: time.Second}},
 				r.logs, ready)
 		}()
 		select {
@@ -129,4 +139,11 @@ func TestKubernetesModeFailover(t *testing.T) {
 	var p v1alpha1.HealthPolicy
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "default"}, &p))
 	assert.Equal(t, "Running", p.Status.Pause, "hub-b follows the HealthPolicy")
+	require.Eventually(t, func() bool {
+		var events eventsv1.EventList
+		require.NoError(t, c.List(ctx, &events, client.InNamespace("default")))
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Kind == "Node" && e.Regarding.Name == "cp-2" && e.Reason == "Remediated" && e.ReportingInstance == "hub-b"
+		})
+	}, 10*time.Second, 100*time.Millisecond, "an Event on Node cp-2 from hub-b")
 }

@@ -87,6 +87,9 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&k.policy, "health-policy", "default", "with --kubernetes: the HealthPolicy to follow (empty: none)")
 	f.StringVar(&k.capiCluster, "capi-cluster", "", "with --kubernetes: NAMESPACE/NAME of the Cluster API Cluster whose pause pauses Hale")
 	f.DurationVar(&k.leaseDuration, "lease-duration", 15*time.Second, "with --kubernetes: how long a dead leader keeps the lease")
+	f.BoolVar(&k.discover, "discover", false, "with --kubernetes: find the machines in the cluster (control-plane Nodes, Cluster API Machines, metal3 BareMetalHosts); --inventory then gives the cluster name, the policy and machines with a BMC of their own")
+	f.StringVar(&k.machineNamespace, "machine-namespace", "", "with --discover: namespace of the Cluster API Machines and BareMetalHosts (default: all)")
+	f.DurationVar(&k.discoverEvery, "discover-interval", 10*time.Second, "with --discover: how often the cluster is read again")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if kubernetes {
 			o.kube = &k
@@ -120,7 +123,8 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		host, _ := os.Hostname()
 		o.node = "hub-" + host + "-" + strings.ToLower(rand.Text()[:6])
 	}
-	inventory, err := hub.NewInventoryReloader(o.inventory)
+	discover := o.kube != nil && o.kube.discover
+	inventory, err := hub.NewInventoryReloader(o.inventory, !discover)
 	if err != nil {
 		return err
 	}
@@ -172,10 +176,14 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	// The hub in charge: one for the process standalone; in Kubernetes mode, one per leadership term
 	// (none while another replica leads), each with its own registry for its metrics.
 	var current atomic.Pointer[term]
-	newHub := func(store hub.Store) (*hub.Hub, error) {
+	newHub := func(store hub.Store, adjust func(*hub.Config)) (*hub.Hub, error) {
 		reg := prometheus.NewRegistry()
-		h, err := hub.New(hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
-			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log}})
+		cfg := hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
+			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log}}
+		if adjust != nil {
+			adjust(&cfg)
+		}
+		h, err := hub.New(cfg)
 		if err == nil {
 			current.Store(&term{hub: h, reg: reg})
 		}
@@ -240,7 +248,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 					log.Error("inventory reload failed", "err", err)
 					continue
 				}
-				if t := current.Load(); t != nil {
+				if t := current.Load(); t != nil && !discover { // discovery picks up the file's changes at its next pass
 					if err := t.hub.SetInventory(inventory.Current()); err != nil {
 						log.Error("inventory reload refused", "err", err)
 					}
@@ -254,10 +262,10 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		ready <- addrs
 	}
 	if o.kube != nil {
-		err = runLeading(ctx, o, log, newHub, &current)
+		err = runLeading(ctx, o, log, inventory, newHub, &current)
 	} else {
 		var h *hub.Hub
-		if h, err = newHub(standalone); err == nil {
+		if h, err = newHub(standalone, nil); err == nil {
 			log.Info("journal", "path", o.journal, "epoch", standalone.Epoch())
 			err = h.Run(ctx)
 		}
