@@ -141,10 +141,8 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	assert.Equal(t, corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-f"}, ref)
 }
 
-// kubeTestbed is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
-// a real kube-apiserver: a control-plane Node per machine, named as its agent, its etcd member named
-// by annotation.
-func kubeTestbed(t *testing.T, c client.Client) (*demo.Testbed, hub.Inventory) {
+// startTestbed starts the demo topology; its timeline is logged when the test fails.
+func startTestbed(t *testing.T) *demo.Testbed {
 	t.Helper()
 	timeline := &capture.Buffer{}
 	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline})
@@ -155,6 +153,15 @@ func kubeTestbed(t *testing.T, c client.Client) (*demo.Testbed, hub.Inventory) {
 			t.Logf("timeline:\n%s", timeline)
 		}
 	})
+	return tb
+}
+
+// kubeTestbed is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
+// a real kube-apiserver: a control-plane Node per machine, named as its agent, its etcd member named
+// by annotation.
+func kubeTestbed(t *testing.T, c client.Client) (*demo.Testbed, hub.Inventory) {
+	t.Helper()
+	tb := startTestbed(t)
 	inv, err := tb.Inventory()
 	require.NoError(t, err)
 	for _, m := range inv.Machines {

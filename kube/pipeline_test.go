@@ -17,7 +17,6 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
-	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
@@ -39,15 +38,7 @@ func TestHubOnRemediationObjects(t *testing.T) {
 	}()
 	leader := <-leaders
 
-	timeline := &capture.Buffer{}
-	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		tb.Close()
-		if t.Failed() {
-			t.Logf("timeline:\n%s", timeline)
-		}
-	})
+	tb := startTestbed(t)
 	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(c, "hale-system", leader.Epoch(), 5).WithFence(leader.Check)}))
 	require.NoError(t, tb.Settle(ctx))
 
@@ -84,15 +75,7 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "hale-system"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(ctx, cluster))
 
-	timeline := &capture.Buffer{}
-	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		tb.Close()
-		if t.Failed() {
-			t.Logf("timeline:\n%s", timeline)
-		}
-	})
+	tb := startTestbed(t)
 	require.NoError(t, tb.StartHub(demo.HubOptions{}))
 	require.NoError(t, tb.Settle(ctx))
 	clusterKey := client.ObjectKeyFromObject(cluster)
