@@ -145,6 +145,9 @@ type RebootRequest struct {
 	Force bool `json:"force,omitempty"`
 	// By names who asked, for the journal.
 	By string `json:"by,omitempty"`
+	// Adopt, when set, is the journal ID of a request object the operator created (Kubernetes mode:
+	// a Remediation made with kubectl or `hub reboot --kubernetes`): the remediation is recorded in it.
+	Adopt string `json:"-"`
 }
 
 // RebootResult says what a manual reboot did or would do.
@@ -207,7 +210,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if by == "" {
 		by = "operator"
 	}
-	rem := Remediation{Machine: m.Name, Strategy: quorum.Reboot.String(), RequestedBy: by, Reason: "manual reboot",
+	rem := Remediation{ID: req.Adopt, Machine: m.Name, Strategy: quorum.Reboot.String(), RequestedBy: by, Reason: "manual reboot",
 		Steps: plan.StepStrings(), Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
 	if refusal != nil {
 		rem.Reason += "; forced over: " + refusal.Error()

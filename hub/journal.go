@@ -182,6 +182,9 @@ func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
 		return r, fmt.Errorf("journal: machine name %q must be non-empty and without /", r.Machine)
 	}
 	now := j.now()
+	if r.ID != "" {
+		return r, fmt.Errorf("journal: %s: adopting a request object is Kubernetes mode's (Remediation objects), not the bbolt journal's", r.ID)
+	}
 	r.ID = fmt.Sprintf("%s/%s", r.Machine, now.Format("20060102T150405.000000000Z"))
 	r.State, r.Created, r.Updated = InProgress, now, now
 	r.History = []Event{{At: now, Step: -1, Kind: EventNote, Detail: "begun: " + r.Reason, Epoch: j.epoch}}

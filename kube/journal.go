@@ -67,6 +67,12 @@ func (j *Journal) Epoch() uint64 { return j.epoch }
 // nameFor is a DNS-1123 name that sorts by time: the machine's name made safe, then the creation
 // time in nanoseconds, base 36, fixed width.
 func nameFor(machine string, at time.Time) string {
+	ts := strconv.FormatInt(at.UnixNano(), 36)
+	return fmt.Sprintf("%s-%013s", dnsSafe(machine), ts)
+}
+
+// dnsSafe is machine made a DNS-1123 label prefix: lower case, other characters as '-', at most 40.
+func dnsSafe(machine string) string {
 	safe := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
@@ -80,8 +86,7 @@ func nameFor(machine string, at time.Time) string {
 	if len(safe) > 40 {
 		safe = safe[:40]
 	}
-	ts := strconv.FormatInt(at.UnixNano(), 36)
-	return fmt.Sprintf("%s-%013s", safe, ts)
+	return safe
 }
 
 // machineLabel is the machine's name as a label value, or empty when it cannot be one (History then
@@ -109,17 +114,32 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 		return r, fmt.Errorf("%s: %w (%s)", r.Machine, hub.ErrActive, active[0].Name)
 	}
 	now := j.now()
-	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: nameFor(r.Machine, now), Namespace: j.ns,
-		Labels: map[string]string{v1alpha1.LabelPhase: string(v1alpha1.PhaseInProgress)}},
-		Spec: v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
-			Hard: r.Hard, Force: r.Forced, Steps: r.Steps, Attempt: int32(r.Attempt)}}
+	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: nameFor(r.Machine, now), Namespace: j.ns}}
+	if r.ID != "" { // an operator's request object (kubectl, `hub reboot --kubernetes`): recorded in it
+		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: r.ID}, obj); err != nil {
+			return r, fmt.Errorf("reading the requested remediation %s/%s: %w", j.ns, r.ID, err)
+		}
+		if _, begun := obj.Labels[v1alpha1.LabelPhase]; begun || obj.Status.Phase != "" {
+			return r, fmt.Errorf("remediation %s/%s was begun already", j.ns, r.ID)
+		}
+	}
+	if obj.Labels == nil {
+		obj.Labels = map[string]string{}
+	}
+	obj.Labels[v1alpha1.LabelPhase] = string(v1alpha1.PhaseInProgress)
 	if l := machineLabel(r.Machine); l != "" {
 		obj.Labels[v1alpha1.LabelMachine] = l
 	}
+	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
+		Hard: r.Hard, Force: r.Forced, Steps: r.Steps, Attempt: int32(r.Attempt)}
 	if !r.AgentStarted.IsZero() {
 		obj.Spec.AgentStarted = &metav1.Time{Time: r.AgentStarted}
 	}
-	if err := j.c.Create(ctx, obj); err != nil {
+	if r.ID != "" {
+		if err := j.c.Update(ctx, obj); err != nil { // resourceVersion: refused if the request changed meanwhile
+			return r, fmt.Errorf("adopting remediation %s/%s: %w", j.ns, obj.Name, err)
+		}
+	} else if err := j.c.Create(ctx, obj); err != nil {
 		return r, fmt.Errorf("creating remediation %s/%s: %w", j.ns, obj.Name, err)
 	}
 	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.PhaseInProgress, Epoch: int64(j.epoch),
@@ -239,11 +259,23 @@ func (j *Journal) list(ctx context.Context, machine string, active bool) ([]v1al
 	out := slices.DeleteFunc(list.Items, func(r v1alpha1.Remediation) bool {
 		return (machine != "" && r.Spec.Machine != machine) || (active && r.Status.Phase != v1alpha1.PhaseInProgress && r.Status.Phase != "")
 	})
-	slices.SortFunc(out, func(a, b v1alpha1.Remediation) int { return strings.Compare(suffix(a.Name), suffix(b.Name)) })
+	slices.SortFunc(out, func(a, b v1alpha1.Remediation) int {
+		if c := begunAt(&a).Compare(begunAt(&b)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	return out, nil
 }
 
-func suffix(name string) string { return name[strings.LastIndexByte(name, '-')+1:] }
+// begunAt is when the remediation began: its first history event (microseconds), else its creation
+// (seconds: created, status not written yet).
+func begunAt(obj *v1alpha1.Remediation) time.Time {
+	if len(obj.Status.History) > 0 {
+		return obj.Status.History[0].Time.UTC()
+	}
+	return obj.CreationTimestamp.UTC()
+}
 
 // Get returns one remediation.
 func (j *Journal) Get(ctx context.Context, id string) (hub.Remediation, error) {
@@ -279,15 +311,12 @@ func (j *Journal) hubList(ctx context.Context, machine string, active bool) ([]h
 func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	r := hub.Remediation{ID: obj.Name, Machine: obj.Spec.Machine, Strategy: obj.Spec.Strategy, RequestedBy: obj.Spec.RequestedBy,
 		Reason: obj.Spec.Reason, Steps: obj.Spec.Steps, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt),
-		State: hub.RemediationState(obj.Status.Phase), Created: obj.CreationTimestamp.Time}
+		State: hub.RemediationState(obj.Status.Phase), Created: begunAt(obj)}
 	if r.State == "" { // created, status not written yet (the hub died in between): nothing was done
 		r.State = hub.InProgress
 	}
 	if obj.Spec.AgentStarted != nil {
 		r.AgentStarted = obj.Spec.AgentStarted.UTC()
-	}
-	if ns, err := strconv.ParseInt(strings.TrimLeft(suffix(obj.Name), "0"), 36, 64); err == nil {
-		r.Created = time.Unix(0, ns).UTC()
 	}
 	r.Updated = r.Created
 	for _, e := range obj.Status.History {

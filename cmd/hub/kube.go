@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -36,6 +39,25 @@ type kubeOptions struct {
 	discoverEvery    time.Duration
 }
 
+// kubeClient is a client with Hale's, Cluster API's and the built-in types.
+func (k *kubeOptions) kubeClient() (client.Client, *rest.Config, error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, clusterv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, cfg, nil
+}
+
 func (k *kubeOptions) restConfig() (*rest.Config, error) {
 	if k.config != nil {
 		return k.config, nil
@@ -52,19 +74,9 @@ func (k *kubeOptions) restConfig() (*rest.Config, error) {
 func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *hub.InventoryReloader,
 	newHub func(hub.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
 	k := o.kube
-	cfg, err := k.restConfig()
+	c, cfg, err := k.kubeClient()
 	if err != nil {
 		return err
-	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, clusterv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return err
-		}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	var capi *client.ObjectKey
 	if k.capiCluster != "" {
@@ -104,6 +116,8 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			log.Error("starting the hub", "err", err)
 			return
 		}
+		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log}
+		go requests.Run(lctx)
 		if d != nil {
 			go d.Run(lctx, k.discoverEvery, func(inv hub.Inventory) error {
 				d.Base = inventory.Current()
@@ -119,4 +133,48 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		}
 		log.Info("no longer leading", "epoch", leader.Epoch())
 	})
+}
+
+// rebootThroughKubernetes is `hub reboot --kubernetes`: a Remediation request, so that RBAC decides;
+// it waits until the leading hub has accepted or refused it (and with wait, until it has ended).
+func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req hub.RebootRequest, wait bool, out io.Writer) error {
+	c, _, err := k.kubeClient()
+	if err != nil {
+		return &codedError{exitUsage, err}
+	}
+	key, err := kube.RequestReboot(ctx, c, k.namespace, req.Machine, req.Hard, req.Force, req.By)
+	if apierrors.IsForbidden(err) {
+		return &codedError{exitRefused, fmt.Errorf("%w (Kubernetes RBAC: you may not create Remediations in %s)", err, k.namespace)}
+	} else if err != nil {
+		return &codedError{exitUnreachable, err}
+	}
+	fmt.Fprintf(out, "requested: remediation %s\n", key)
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	obj, err := kube.WaitRequest(tctx, c, key, false)
+	cancel()
+	if err != nil {
+		return &codedError{exitUnreachable, err}
+	}
+	if obj.Status.Phase == v1alpha1.PhaseAborted {
+		return &codedError{exitRefused, errors.New(lastDetail(obj))} // "refused: …"
+	}
+	fmt.Fprintf(out, "accepted by the hub (epoch %d): %s\n", obj.Status.Epoch, strings.Join(obj.Spec.Steps, " → "))
+	if !wait {
+		return nil
+	}
+	if obj, err = kube.WaitRequest(ctx, c, key, true); err != nil {
+		return &codedError{exitUnreachable, err}
+	}
+	fmt.Fprintln(out, lastDetail(obj)) // "Succeeded: every step done"
+	if obj.Status.Phase != v1alpha1.PhaseSucceeded {
+		return &codedError{exitRefused, fmt.Errorf("remediation %s %s", key, obj.Status.Phase)}
+	}
+	return nil
+}
+
+func lastDetail(obj v1alpha1.Remediation) string {
+	if n := len(obj.Status.History); n > 0 {
+		return obj.Status.History[n-1].Detail
+	}
+	return ""
 }

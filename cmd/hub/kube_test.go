@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -146,4 +147,82 @@ func TestKubernetesModeFailover(t *testing.T) {
 			return e.Regarding.Kind == "Node" && e.Regarding.Name == "cp-2" && e.Reason == "Remediated" && e.ReportingInstance == "hub-b"
 		})
 	}, 10*time.Second, 100*time.Millisecond, "an Event on Node cp-2 from hub-b")
+}
+
+// `hub reboot --kubernetes`: the request is a Remediation object, so Kubernetes RBAC decides who may
+// reboot. alice may create Remediations in hale-system and her reboot is carried out by the leading
+// hub, recorded in her object; bob may not and is told so; a request for an unknown machine is closed
+// Aborted with the reason.
+func TestRebootThroughARemediationObject(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	require.NoError(t, c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "hale-reboot", Namespace: "hale-system"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"hale.dev"}, Resources: []string{"remediations"}, Verbs: []string{"create", "get", "list", "watch"}}}}))
+	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice-reboots", Namespace: "hale-system"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "hale-reboot"},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "alice"}}}))
+	dir := t.TempDir()
+	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
+	require.NoError(t, err)
+	t.Cleanup(tb.Close)
+	inv := filepath.Join(dir, "inventory.yaml")
+	writeInventory(t, inv, tb, "")
+	logs := &capture.Buffer{}
+	hctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan runAddrs, 1)
+	socket := filepath.Join(dir, "hub.sock")
+	go func() {
+		done <- runHub(hctx, runOptions{inventory: inv, node: "hub-a", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+			api: apiListen{socket: socket}, logLevel: "info", keep: 20,
+			kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second}}, logs, ready)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("hub logs:\n%s", logs)
+		}
+	})
+	<-ready
+	require.Eventually(t, func() bool {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs([]string{"status", "--socket", socket})
+		return root.ExecuteContext(ctx) == nil && strings.Count(out.String(), "Healthy") == 3
+	}, 30*time.Second, 100*time.Millisecond)
+
+	reboot := func(user string, args ...string) (string, int) {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(append([]string{"reboot", "--kubernetes", "--kubeconfig", kubeenv.Kubeconfig(t, cfg, dir, user), "--namespace", "hale-system"}, args...))
+		err := root.ExecuteContext(ctx)
+		if err != nil {
+			out.WriteString(err.Error())
+		}
+		return out.String(), exitCode(err)
+	}
+	out, code := reboot("alice", "cp-1", "--wait")
+	t.Logf("alice: %s", out)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "accepted by the hub")
+	assert.Contains(t, out, "Succeeded")
+	assert.Len(t, tb.Resets(1), 1, "one power action")
+	var list v1alpha1.RemediationList
+	require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
+	require.Len(t, list.Items, 1, "recorded in alice's request, not a second object")
+	r := list.Items[0]
+	assert.True(t, strings.HasPrefix(r.Name, "reboot-cp-1-"), r.Name)
+	assert.Equal(t, v1alpha1.PhaseSucceeded, r.Status.Phase)
+	assert.Contains(t, r.Spec.RequestedBy, "kubernetes: Remediation hale-system/reboot-cp-1-")
+
+	out, code = reboot("bob", "cp-1")
+	assert.Equal(t, exitRefused, code, out)
+	assert.Contains(t, out, "Kubernetes RBAC: you may not create Remediations in hale-system")
+
+	out, code = reboot("alice", "nope")
+	assert.Equal(t, exitRefused, code, out)
+	assert.Contains(t, out, `refused: machine "nope"`)
+	assert.Len(t, tb.Resets(1), 1)
 }

@@ -230,26 +230,44 @@ func operatorCommands() []*cobra.Command {
 
 func newRebootCommand(f *apiFlags) *cobra.Command {
 	var req hub.RebootRequest
-	var yes, wait bool
+	var yes, wait, kubernetes bool
+	var k kubeOptions
 	cmd := &cobra.Command{
 		Use:   "reboot MACHINE",
 		Short: "Reboot a machine through its BMC, checked against etcd's quorum and journaled like the hub's own remediations",
 		Long: `Reboot a machine through its BMC. The reboot goes through the same quorum check and journal as the
 hub's own remediations: it is refused, with the reason, when it would cost quorum (or the budget the
 policy keeps). --force goes ahead anyway; it asks you to type the machine's name again (or --yes),
-and the journal records the refusal it overrode.`,
+and the journal records the refusal it overrode.
+
+With --kubernetes the request is a Remediation object in the hub's namespace instead of a call to the
+hub's API: Kubernetes RBAC decides who may reboot (create on remediations.hale.dev), and the leading
+hub replica checks and carries it out the same way (` + "`kubectl get remediations`" + ` shows it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Machine = args[0]
 			if host, err := os.Hostname(); err == nil {
 				req.By = "operator@" + host
 			}
+			out := cmd.OutOrStdout()
+			if kubernetes && req.DryRun {
+				return &codedError{exitUsage, errors.New("--dry-run asks the hub's API (--socket/--api-address); it is not available with --kubernetes")}
+			}
+			if kubernetes && req.Force && !yes {
+				fmt.Fprintf(out, "--force overrides the quorum check; type the machine's name (%s) to go ahead: ", req.Machine)
+				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if strings.TrimSpace(line) != req.Machine {
+					return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
+				}
+			}
+			if kubernetes {
+				return rebootThroughKubernetes(cmd.Context(), &k, req, wait, out)
+			}
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
 			path := "/v1/machines/" + url.PathEscape(req.Machine) + "/reboot"
-			out := cmd.OutOrStdout()
 			if req.Force && !req.DryRun && !yes {
 				dry := req
 				dry.DryRun = true
@@ -290,6 +308,9 @@ and the journal records the refusal it overrode.`,
 	cmd.Flags().BoolVar(&req.Force, "force", false, "go ahead even when the quorum check refuses (asks for confirmation)")
 	cmd.Flags().BoolVar(&yes, "yes", false, "with --force: do not ask for confirmation")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the machine is back (or the remediation failed)")
+	cmd.Flags().BoolVar(&kubernetes, "kubernetes", false, "request it as a Remediation object (Kubernetes RBAC decides) instead of through the hub's API")
+	cmd.Flags().StringVar(&k.kubeconfig, "kubeconfig", "", "with --kubernetes: kubeconfig file (default: in-cluster)")
+	cmd.Flags().StringVar(&k.namespace, "namespace", "hale-system", "with --kubernetes: the hub's namespace")
 	return cmd
 }
 

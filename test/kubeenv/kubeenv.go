@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -69,4 +71,25 @@ func Start(t testing.TB) (client.Client, *rest.Config) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
 	return c, cfg
+}
+
+// Kubeconfig writes a kubeconfig file for cfg into dir, acting as user (impersonated, with groups)
+// when user is not empty, and returns its path: for the CLI, and for RBAC checks as someone else.
+func Kubeconfig(t testing.TB, cfg *rest.Config, dir, user string, groups ...string) string {
+	t.Helper()
+	auth := &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
+		Impersonate: user, ImpersonateGroups: groups}
+	kc := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"envtest": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"user": auth},
+		Contexts:       map[string]*clientcmdapi.Context{"envtest": {Cluster: "envtest", AuthInfo: "user"}},
+		CurrentContext: "envtest",
+	}
+	name := user
+	if name == "" {
+		name = "admin"
+	}
+	path := filepath.Join(dir, "kubeconfig-"+name)
+	require.NoError(t, clientcmd.WriteToFile(kc, path))
+	return path
 }
