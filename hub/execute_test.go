@@ -234,3 +234,19 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 	assert.Equal(t, 1, owner.handOvers)
 	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
 }
+
+// A machine that is not an etcd member (a worker, a control-plane node without a member): there is no
+// quorum to check, and its steps are not refused for naming no member.
+func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
+	r := newExecRig(t)
+	plan := machinePlan(quorum.Reboot, "worker-1")
+	rem := r.begin(t, plan)
+	e := r.executor(members("HHH"))
+	require.ErrorContains(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered), "no member named worker-1",
+		"without NotAMember the quorum check refuses a step on a member that does not exist")
+	rem = r.begin(t, plan)
+	e.NotAMember = true
+	require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered))
+	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
+	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
+}

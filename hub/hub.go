@@ -584,7 +584,7 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 	h.mu.Unlock()
 	acted := false
 	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
-		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name), Owner: act.owner,
+		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
 		BeforeAct: func(step quorum.Step) {
 			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
 				h.metrics.detectionToAction(time.Since(detected))
