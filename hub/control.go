@@ -183,7 +183,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		return RebootResult{}, fmt.Errorf("%w: the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`", ErrRefused)
 	}
 
-	plan, refusal := machinePlan(quorum.Reboot, m.Name), error(nil)
+	plan, refusal := machinePlan(quorum.Reboot, m), error(nil)
 	if m.Member != "" {
 		live, err := h.live(ctx)
 		if err == nil {

@@ -26,9 +26,10 @@ type Power interface {
 type Owner interface {
 	// Describe names the owner and how it replaces, for the journal.
 	Describe() string
-	// HandOver signals the owner to replace the machine now. It is idempotent: after a hub restart the
-	// hand-over may be signalled again.
-	HandOver(ctx context.Context, reason string) error
+	// HandOver signals the owner to replace the machine now, the way steps say (scale up first when
+	// they begin with an add, delete first when with a remove). It is idempotent: after a hub restart
+	// the hand-over may be signalled again.
+	HandOver(ctx context.Context, reason string, steps []quorum.Step) error
 	// Replaced reports whether the owner has finished (the old machine gone, its replacement ready)
 	// and where it stands.
 	Replaced(ctx context.Context) (bool, string, error)
@@ -149,7 +150,7 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 	if e.BeforeAct != nil {
 		e.BeforeAct(rest[0])
 	}
-	if err := e.Owner.HandOver(ctx, rem.Reason); err != nil {
+	if err := e.Owner.HandOver(ctx, rem.Reason, rest); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

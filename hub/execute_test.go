@@ -162,7 +162,7 @@ type fakeOwner struct {
 }
 
 func (o *fakeOwner) Describe() string { return "KubeadmControlPlane test/cp" }
-func (o *fakeOwner) HandOver(context.Context, string) error {
+func (o *fakeOwner) HandOver(context.Context, string, []quorum.Step) error {
 	o.handOvers++
 	return nil
 }
@@ -239,7 +239,7 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 // quorum to check, and its steps are not refused for naming no member.
 func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
 	r := newExecRig(t)
-	plan := machinePlan(quorum.Reboot, "worker-1")
+	plan := machinePlan(quorum.Reboot, Machine{MachineRef: MachineRef{Name: "worker-1"}})
 	rem := r.begin(t, plan)
 	e := r.executor(members("HHH"))
 	require.ErrorContains(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered), "no member named worker-1",

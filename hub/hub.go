@@ -498,7 +498,7 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) (held
 
 	plan := d.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
-		plan = machinePlan(d.Strategy, m.Name)
+		plan = machinePlan(d.Strategy, m)
 	}
 	hist, err := h.cfg.Journal.History(ctx, m.Name)
 	if err != nil {
@@ -552,11 +552,18 @@ func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
 	return actuator{power: power}, err
 }
 
-func machinePlan(s quorum.Strategy, name string) quorum.Plan {
+// machinePlan is the plan for a machine that is not an etcd member: no quorum to keep, only its pool's
+// limits (applied by the planner).
+func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
+	name := m.Name
 	switch s {
 	case quorum.Fence:
 		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerOff, Member: name}}}
-	case quorum.Replace: // not an etcd member: the owner removes the machine and makes a new one
+	case quorum.Replace: // the owner makes a new machine and removes this one, in the order it prefers
+		if len(m.Replace.Orders) > 0 && m.Replace.Orders[0] == quorum.ScaleUpFirst {
+			return quorum.Plan{Strategy: s, Member: name, Shape: quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter},
+				Steps: quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}.Steps(name, name+newMemberSuffix)}
+		}
 		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpRemove, Member: name}}}
 	}
 	return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: name}, {Op: quorum.OpAwaitHealthy, Member: name}}}

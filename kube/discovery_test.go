@@ -347,3 +347,92 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 	assert.Equal(t, []string{"remove etcd-2", "add-voter etcd-2-replacement", "await-healthy etcd-2-replacement"}, hist[0].Steps)
 	assert.Contains(t, eventsAbout(t, c, "capi", "Machine", "cp-2"), "RemediationStarted")
 }
+
+// A MachineDeployment's machine is replaced scale-up first: Hale adds a replica, waits for the new
+// machine's node to be Ready, then marks the old machine with cluster.x-k8s.io/delete-machine and puts
+// the count back; the MachineSet deletes the marked one. The test plays the MachineSet controller
+// (none runs here). cp-2 runs no etcd member in this test (its Node says so), like a control-plane
+// node of an external-etcd cluster.
+func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
+	tb, inv := kubeTestbed(t, c)
+	node := &corev1.Node{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "cp-2"}, node))
+	before := node.DeepCopy()
+	node.Annotations[EtcdMemberAnnotation] = ""
+	require.NoError(t, c.Patch(ctx, node, client.MergeFrom(before)))
+
+	yes := true
+	template := clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{ClusterName: "prod", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
+		InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3MachineTemplate", Name: "md"}}}
+	template.Labels = map[string]string{clusterv1.MachineDeploymentNameLabel: "md"}
+	selector := metav1.LabelSelector{MatchLabels: template.Labels}
+	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "md"},
+		Spec: clusterv1.MachineDeploymentSpec{ClusterName: "prod", Replicas: ptr(int32(1)), Selector: selector, Template: template}}
+	require.NoError(t, c.Create(ctx, md))
+	ms := &clusterv1.MachineSet{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "ms", Labels: template.Labels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment", Name: "md", UID: md.UID, Controller: &yes}}},
+		Spec: clusterv1.MachineSetSpec{ClusterName: "prod", Replicas: ptr(int32(1)), Selector: selector, Template: template}}
+	require.NoError(t, c.Create(ctx, ms))
+	// newMachine is the MachineSet's work: a Machine of the deployment on node.
+	newMachine := func(name, nodeName string) {
+		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: name, Labels: template.Labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineSet", Name: "ms", UID: ms.UID, Controller: &yes}}},
+			Spec: template.Spec}
+		require.NoError(t, c.Create(ctx, m))
+		before := m.DeepCopy()
+		m.Status.NodeRef = clusterv1.MachineNodeReference{Name: nodeName}
+		require.NoError(t, c.Status().Patch(ctx, m, client.MergeFrom(before)))
+	}
+	newMachine("cp-2", "cp-2")
+	// cp-2 is the only machine of its pool: let the pool's maxUnhealthy allow it.
+	policy := inv.Policy
+	all, err := quorum.ParseLimit("100%")
+	require.NoError(t, err)
+	policy.Quorum.Pools.MaxUnhealthy = all
+	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: policy}}
+	startDiscoveredHub(t, c, tb, d)
+	replicas := func() int32 {
+		var got clusterv1.MachineDeployment
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(md), &got))
+		return *got.Spec.Replicas
+	}
+	marked := func() bool {
+		var m clusterv1.Machine
+		return c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: "cp-2"}, &m) == nil && m.Annotations[clusterv1.DeleteMachineAnnotation] != ""
+	}
+
+	tb.Hang(2)
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "one more replica", func() bool { return replicas() == 2 }), "%+v", tb.Hub().Status(ctx))
+	time.Sleep(time.Second)
+	assert.False(t, marked(), "the old machine stays until its replacement is ready")
+	assert.Equal(t, int32(2), replicas())
+
+	// The MachineSet's new machine, and its node turning Ready.
+	newMachine("cp-3", "cp-3")
+	n3 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-3", Labels: map[string]string{ControlPlaneLabel: ""}, Annotations: map[string]string{EtcdMemberAnnotation: ""}}}
+	require.NoError(t, c.Create(ctx, n3))
+	time.Sleep(time.Second)
+	assert.False(t, marked(), "a node that is not Ready does not count")
+	before = n3.DeepCopy()
+	n3.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	require.NoError(t, c.Status().Patch(ctx, n3, client.MergeFrom(before)))
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "cp-2 marked for deletion, count restored", func() bool { return marked() && replicas() == 1 }))
+
+	// The MachineSet deletes the marked machine and reports its replica ready.
+	require.NoError(t, c.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "cp-2"}}))
+	require.NoError(t, c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-2"}}))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(ms), ms))
+	msBefore := ms.DeepCopy()
+	ms.Status.ReadyReplicas = ptr(int32(1))
+	require.NoError(t, c.Status().Patch(ctx, ms, client.MergeFrom(msBefore)))
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the Remediation closed", func() bool {
+		hist, err := tb.Hub().History(ctx, "cp-2")
+		return err == nil && len(hist) == 1 && hist[0].State == hub.Succeeded
+	}))
+	hist, _ := tb.Hub().History(ctx, "cp-2")
+	assert.Equal(t, []string{"add-voter cp-2-replacement", "await-healthy cp-2-replacement", "remove cp-2"}, hist[0].Steps)
+	assert.Empty(t, tb.Resets(2), "no BMC call")
+}

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -56,6 +57,9 @@ type Discovery struct {
 	Namespace string
 	// MetalPoll and MetalTimeout: how a BareMetalHost's power state is awaited (defaults 1 s, 10 min).
 	MetalPoll, MetalTimeout time.Duration
+	// Healthy, when set, says whether the hub sees a machine healthy (its member included): a
+	// MachineDeployment's surge waits for it before the old machine goes.
+	Healthy func(machine string) bool
 
 	mu    sync.Mutex
 	bound map[string]binding
@@ -63,11 +67,12 @@ type Discovery struct {
 
 // binding is what Discovery found behind one inventory machine.
 type binding struct {
-	node    string
-	machine *client.ObjectKey // the Cluster API Machine
-	owner   *metav1OwnerRef
-	host    *client.ObjectKey // the BareMetalHost
-	base    *hub.Machine      // the machine as Base lists it (its BMC)
+	node       string
+	machine    *client.ObjectKey // the Cluster API Machine
+	owner      *metav1OwnerRef
+	deployment *client.ObjectKey // the MachineDeployment over the owning MachineSet
+	host       *client.ObjectKey // the BareMetalHost
+	base       *hub.Machine      // the machine as Base lists it (its BMC)
 }
 
 type metav1OwnerRef struct {
@@ -127,6 +132,10 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 		case b.owner != nil:
 			m.Strategy = quorum.Replace
 			m.Replace = quorum.ReplaceOptions{Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
+			if b.deployment = d.deploymentOf(ctx, cm.Namespace, b.owner); b.deployment != nil {
+				// A MachineDeployment can surge: scale up first where the plan allows it.
+				m.Replace.Orders = []quorum.Order{quorum.ScaleUpFirst, quorum.ScaleDownFirst}
+			}
 		default:
 			m.Hold = "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"
 		}
@@ -186,7 +195,26 @@ func (d *Discovery) OwnerFor(m hub.Machine) (hub.Owner, error) {
 	if b.machine == nil || b.owner == nil {
 		return nil, fmt.Errorf("%s: not a Cluster API Machine with an owner: nothing can replace it", m.Name)
 	}
-	return &MachineOwner{Client: d.Client, Machine: *b.machine, OwnerAPIVersion: b.owner.apiVersion, OwnerKind: b.owner.kind, OwnerName: b.owner.name}, nil
+	owner := MachineOwner{Client: d.Client, Machine: *b.machine, OwnerAPIVersion: b.owner.apiVersion, OwnerKind: b.owner.kind, OwnerName: b.owner.name}
+	if b.deployment != nil {
+		return &DeploymentOwner{MachineOwner: owner, Deployment: *b.deployment, EtcdMember: m.Member != "", Healthy: d.Healthy}, nil
+	}
+	return &owner, nil
+}
+
+// deploymentOf is the MachineDeployment controlling a machine's MachineSet owner, or nil.
+func (d *Discovery) deploymentOf(ctx context.Context, ns string, owner *metav1OwnerRef) *client.ObjectKey {
+	if owner.kind != "MachineSet" {
+		return nil
+	}
+	var ms clusterv1.MachineSet
+	if err := d.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.name}, &ms); err != nil {
+		return nil
+	}
+	if ref := metav1.GetControllerOf(&ms); ref != nil && ref.Kind == "MachineDeployment" {
+		return &client.ObjectKey{Namespace: ns, Name: ref.Name}
+	}
+	return nil
 }
 
 func (d *Discovery) binding(name string) binding {

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/quorum"
 )
 
 // MachineOwner is a Cluster API Machine's owner controller (KubeadmControlPlane or MachineSet) as the
@@ -32,7 +34,7 @@ func (o *MachineOwner) Describe() string {
 }
 
 // HandOver marks the Machine with the MachineHealthCheck contract (see HandOverToOwner).
-func (o *MachineOwner) HandOver(ctx context.Context, reason string) error {
+func (o *MachineOwner) HandOver(ctx context.Context, reason string, _ []quorum.Step) error {
 	return HandOverToOwner(ctx, o.Client, o.Machine, "Hale: "+reason)
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // kubeOptions are `hub run`'s Kubernetes mode: the journal in Remediation objects, one leader among
@@ -119,6 +120,10 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log}
 		go requests.Run(lctx)
 		if d != nil {
+			d.Healthy = func(machine string) bool {
+				a, ok := h.Assessment(machine)
+				return ok && a.Verdict == hub.Healthy && a.EtcdHealth == quorum.Healthy
+			}
 			go d.Run(lctx, k.discoverEvery, func(inv hub.Inventory) error {
 				d.Base = inventory.Current()
 				return h.SetInventory(inv)

@@ -484,7 +484,7 @@ func (tb *Testbed) AllHealthy() bool {
 		return false
 	}
 	for _, m := range h.Status(context.Background()).Machines {
-		if m.Verdict != hub.Healthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
+		if m.Verdict != hub.Healthy || (m.Member != "" && m.EtcdHealth != quorum.Healthy.String()) || m.Remediation != nil {
 			return false
 		}
 	}

@@ -1,0 +1,174 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// SurgeFromAnnotation on the machine being replaced records the MachineDeployment's replicas before
+// Hale added one, so that a hand-over signalled again (after a hub restart) adds none more, and the
+// count can be restored.
+const SurgeFromAnnotation = "hale.dev/surge-from"
+
+// DeploymentOwner replaces a MachineDeployment's machine scale-up first where the plan says so: one
+// more replica, wait until a new machine of the deployment has a Ready node (and, when the machine
+// ran an etcd member, until Hale sees the new one healthy), then mark the old one with
+// cluster.x-k8s.io/delete-machine (which every MachineSet delete policy removes first) and put the
+// replica count back. A plan that begins with the remove (scaling up first would cost quorum) is the
+// MachineSet's own delete-first remediation, through the MachineHealthCheck contract. It is a
+// hub.Owner.
+type DeploymentOwner struct {
+	MachineOwner // the MachineSet, for the delete-first way
+	Deployment   client.ObjectKey
+	// EtcdMember: the machine ran an etcd member, so the new one must be healthy in Hale's eyes too
+	// (Healthy: its agent reporting, its member a healthy voter), not only have a Ready node.
+	EtcdMember bool
+	Healthy    func(machine string) bool
+}
+
+// Describe names the deployment and the way.
+func (o *DeploymentOwner) Describe() string {
+	return fmt.Sprintf("MachineDeployment %s (scale up first where the plan allows, else MachineSet %s deletes first)", o.Deployment, o.OwnerName)
+}
+
+// HandOver adds a replica (scale up first) or hands the machine to its MachineSet (delete first).
+func (o *DeploymentOwner) HandOver(ctx context.Context, reason string, steps []quorum.Step) error {
+	if len(steps) == 0 || (steps[0].Op != quorum.OpAddVoter && steps[0].Op != quorum.OpAddLearner) {
+		return o.MachineOwner.HandOver(ctx, reason, steps)
+	}
+	var m clusterv1.Machine
+	if err := o.Client.Get(ctx, o.Machine, &m); err != nil {
+		return fmt.Errorf("reading machine %s: %w", o.Machine, err)
+	}
+	if _, skip := m.Annotations[clusterv1.MachineSkipRemediationAnnotation]; skip {
+		return fmt.Errorf("machine %s: %w", o.Machine, ErrSkipRemediation)
+	}
+	var md clusterv1.MachineDeployment
+	if err := o.Client.Get(ctx, o.Deployment, &md); err != nil {
+		return fmt.Errorf("reading MachineDeployment %s: %w", o.Deployment, err)
+	}
+	if md.Spec.Replicas == nil {
+		return fmt.Errorf("MachineDeployment %s: spec.replicas unset (an autoscaler owns it?): not surging", o.Deployment)
+	}
+	from, recorded := surgeFrom(&m)
+	if !recorded {
+		from = *md.Spec.Replicas
+		before := m.DeepCopy()
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[SurgeFromAnnotation] = strconv.Itoa(int(from))
+		if err := o.Client.Patch(ctx, &m, client.MergeFrom(before)); err != nil {
+			return fmt.Errorf("recording the replica count on machine %s: %w", o.Machine, err)
+		}
+	}
+	switch *md.Spec.Replicas {
+	case from + 1:
+		return nil // added already
+	case from:
+		return o.scale(ctx, &md, from+1)
+	}
+	return fmt.Errorf("MachineDeployment %s: spec.replicas is %d, not %d as when Hale began: someone else scaled it; not surging", o.Deployment, *md.Spec.Replicas, from)
+}
+
+func surgeFrom(m *clusterv1.Machine) (int32, bool) {
+	v, ok := m.Annotations[SurgeFromAnnotation]
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return int32(n), err == nil
+}
+
+func (o *DeploymentOwner) scale(ctx context.Context, md *clusterv1.MachineDeployment, replicas int32) error {
+	before := md.DeepCopy()
+	md.Spec.Replicas = &replicas
+	if err := o.Client.Patch(ctx, md, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("scaling MachineDeployment %s to %d: %w", o.Deployment, replicas, err)
+	}
+	return nil
+}
+
+// Replaced follows the surge: the new machine ready → the old one marked for deletion and the count
+// restored → the old one gone. For the delete-first way, see MachineOwner.Replaced.
+func (o *DeploymentOwner) Replaced(ctx context.Context) (bool, string, error) {
+	var m clusterv1.Machine
+	err := o.Client.Get(ctx, o.Machine, &m)
+	if apierrors.IsNotFound(err) {
+		return o.MachineOwner.Replaced(ctx)
+	} else if err != nil {
+		return false, "", fmt.Errorf("reading machine %s: %w", o.Machine, err)
+	}
+	from, surging := surgeFrom(&m)
+	if !surging {
+		return o.MachineOwner.Replaced(ctx)
+	}
+	if _, marked := m.Annotations[clusterv1.DeleteMachineAnnotation]; marked {
+		return false, fmt.Sprintf("machine %s marked for deletion, MachineDeployment %s back to %d: waiting for its MachineSet to delete it", o.Machine, o.Deployment, from), nil
+	}
+	ready, err := o.readyNewMachines(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	if ready < from {
+		return false, fmt.Sprintf("MachineDeployment %s scaled to %d: %d of %d other machines ready", o.Deployment, from+1, ready, from), nil
+	}
+	// The replacement is ready: the old machine goes first in the scale-down, and the count is restored.
+	before := m.DeepCopy()
+	m.Annotations[clusterv1.DeleteMachineAnnotation] = "hale: replaced, scaled up first"
+	if err := o.Client.Patch(ctx, &m, client.MergeFrom(before)); err != nil {
+		return false, "", fmt.Errorf("marking machine %s for deletion: %w", o.Machine, err)
+	}
+	var md clusterv1.MachineDeployment
+	if err := o.Client.Get(ctx, o.Deployment, &md); err != nil {
+		return false, "", fmt.Errorf("reading MachineDeployment %s: %w", o.Deployment, err)
+	}
+	if md.Spec.Replicas != nil && *md.Spec.Replicas == from+1 {
+		if err := o.scale(ctx, &md, from); err != nil {
+			return false, "", err
+		}
+	}
+	return false, fmt.Sprintf("replacement ready: machine %s marked for deletion, MachineDeployment %s back to %d", o.Machine, o.Deployment, from), nil
+}
+
+// readyNewMachines counts the deployment's other machines with a Ready node (and, replacing an etcd
+// member, healthy in Hale's eyes).
+func (o *DeploymentOwner) readyNewMachines(ctx context.Context) (int32, error) {
+	var list clusterv1.MachineList
+	if err := o.Client.List(ctx, &list, client.InNamespace(o.Machine.Namespace),
+		client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: o.Deployment.Name}); err != nil {
+		return 0, fmt.Errorf("listing the machines of MachineDeployment %s: %w", o.Deployment, err)
+	}
+	n := int32(0)
+	for _, m := range list.Items {
+		if m.Name == o.Machine.Name || m.DeletionTimestamp != nil || m.Status.NodeRef.Name == "" {
+			continue
+		}
+		var node corev1.Node
+		if err := o.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &node); err != nil {
+			continue
+		}
+		if !nodeReady(&node) || (o.EtcdMember && (o.Healthy == nil || !o.Healthy(m.Name))) {
+			continue
+		}
+		n++
+	}
+	return n, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
