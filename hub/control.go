@@ -148,6 +148,9 @@ type RebootRequest struct {
 	// Adopt, when set, is the journal ID of a request object the operator created (Kubernetes mode:
 	// a Remediation made with kubectl or `hub reboot --kubernetes`): the remediation is recorded in it.
 	Adopt string `json:"-"`
+	// OwnWay heals the machine its own way instead of a reboot: a replace by its owner when that is
+	// its strategy (Cluster API's remediate-machine annotation asks for this).
+	OwnWay bool `json:"-"`
 }
 
 // RebootResult says what a manual reboot did or would do.
@@ -181,13 +184,23 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		return RebootResult{}, fmt.Errorf("%w: the hub is paused: nothing starts until `hub resume`", ErrRefused)
 	case suspended && !req.DryRun:
 		return RebootResult{}, fmt.Errorf("%w: the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`", ErrRefused)
+	case m.Hold != "" && !req.DryRun:
+		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, m.Hold)
 	}
-
-	plan, refusal := machinePlan(quorum.Reboot, m), error(nil)
+	strategy := quorum.Reboot
+	if req.OwnWay && m.Strategy == quorum.Replace {
+		strategy = quorum.Replace
+	}
+	if strategy == quorum.Replace && req.Force {
+		return RebootResult{}, fmt.Errorf("%w: %s: a replace is never forced over the quorum check", ErrRefused, m.Name)
+	}
+	plan, refusal := machinePlan(strategy, m), error(nil)
 	if m.Member != "" {
 		live, err := h.live(ctx)
 		if err == nil {
-			plan, err = live.PlanReboot(inv.Policy.Quorum, m.Member)
+			opts := m.Replace
+			opts.NewMember = m.Member + newMemberSuffix
+			plan, err = live.PlanFor(inv.Policy.Quorum, strategy, m.Member, opts)
 		} else {
 			err = fmt.Errorf("cannot check quorum: %w", err)
 		}
@@ -199,7 +212,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
 	if refusal != nil {
 		if !req.Force {
-			return res, fmt.Errorf("%w: rebooting %s: %v (--force overrides this; you would be acting against quorum)", ErrRefused, m.Name, refusal)
+			return res, fmt.Errorf("%w: %s of %s: %v (--force overrides this for a reboot; you would be acting against quorum)", ErrRefused, strategy, m.Name, refusal)
 		}
 		res.Overrides = refusal.Error()
 	}
@@ -210,7 +223,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if by == "" {
 		by = "operator"
 	}
-	rem := Remediation{ID: req.Adopt, Machine: m.Name, Strategy: quorum.Reboot.String(), RequestedBy: by, Reason: "manual reboot",
+	rem := Remediation{ID: req.Adopt, Machine: m.Name, Strategy: strategy.String(), RequestedBy: by, Reason: "manual " + strategy.String(),
 		Steps: plan.StepStrings(), Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
 	if refusal != nil {
 		rem.Reason += "; forced over: " + refusal.Error()

@@ -186,6 +186,8 @@ func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Disc
 		cfg.Notify = sink.Notify
 	}}))
 	go d.Run(ctx, 200*time.Millisecond, func(inv hub.Inventory) error { return tb.Hub().SetInventory(inv) }, tb.Log())
+	requests := &RequestSync{Client: c, Namespace: "default", Hub: tb.Hub(), Epoch: 1, Machines: true, Interval: 200 * time.Millisecond, Log: tb.Log()}
+	go requests.Run(ctx)
 	require.NoError(t, tb.Settle(ctx))
 }
 
@@ -435,4 +437,44 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	hist, _ := tb.Hub().History(ctx, "cp-2")
 	assert.Equal(t, []string{"add-voter cp-2-replacement", "await-healthy cp-2-replacement", "remove cp-2"}, hist[0].Steps)
 	assert.Empty(t, tb.Resets(2), "no BMC call")
+}
+
+// Cluster API's cluster.x-k8s.io/remediate-machine is a manual request, carried out the machine's own
+// way (here: its KubeadmControlPlane replaces it) through the same quorum plan; the annotation is
+// removed once the hub has taken it, and stays while the plan refuses.
+func TestRemediateMachineAnnotation(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
+	tb, inv := kubeTestbed(t, c)
+	for _, m := range inv.Machines {
+		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
+	}
+	startDiscoveredHub(t, c, tb, &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy}})
+	machine := func(name string) *clusterv1.Machine {
+		var m clusterv1.Machine
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: name}, &m))
+		return &m
+	}
+	annotate := func(name string) {
+		m := machine(name)
+		before := m.DeepCopy()
+		m.Annotations = map[string]string{clusterv1.RemediateMachineAnnotation: ""}
+		require.NoError(t, c.Patch(ctx, m, client.MergeFrom(before)))
+	}
+
+	annotate("cp-1") // healthy: replacing it costs one healthy voter, which the policy allows
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "cp-1 handed over to KCP", func() bool { return HandedOver(machine("cp-1")) }))
+	require.Eventually(t, func() bool { return !ManualRemediationRequested(machine("cp-1")) }, 10*time.Second, 50*time.Millisecond, "the request is consumed")
+	hist, err := tb.Hub().History(ctx, "cp-1")
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	assert.Equal(t, "replace", hist[0].Strategy)
+	assert.Equal(t, "cluster.x-k8s.io/remediate-machine on Machine capi/cp-1", hist[0].RequestedBy)
+
+	annotate("cp-0") // while cp-1's membership change is in flight, the plan refuses
+	time.Sleep(2 * time.Second)
+	assert.True(t, ManualRemediationRequested(machine("cp-0")), "a refused request stays")
+	assert.False(t, HandedOver(machine("cp-0")))
+	assert.Empty(t, tb.Resets(0))
 }

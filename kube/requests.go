@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
@@ -32,9 +34,17 @@ type RequestSync struct {
 	Namespace string
 	Hub       Rebooter
 	// Epoch: the leader's, for refusals written to a request's status.
-	Epoch    uint64
-	Interval time.Duration
-	Log      *slog.Logger
+	Epoch uint64
+	// Machines, when set, also carries out Cluster API's cluster.x-k8s.io/remediate-machine on the
+	// Machines in MachineNamespace (all when empty), as a MachineHealthCheck would: the machine's own
+	// way (its owner replaces it, or it is rebooted), through the same checks; the annotation is
+	// removed once the hub has taken the request, and stays while it is refused.
+	Machines         bool
+	MachineNamespace string
+	Interval         time.Duration
+	Log              *slog.Logger
+
+	refused map[string]string // the last refusal logged per annotated Machine
 }
 
 // Run handles requests every Interval (default 1 s) until ctx ends.
@@ -71,7 +81,45 @@ func (s *RequestSync) Sync(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if s.Machines {
+		errs = append(errs, s.syncMachines(ctx))
+	}
 	return errors.Join(errs...)
+}
+
+func (s *RequestSync) syncMachines(ctx context.Context) error {
+	var list clusterv1.MachineList
+	if err := s.Client.List(ctx, &list, client.InNamespace(s.MachineNamespace)); err != nil {
+		return fmt.Errorf("listing Cluster API machines: %w", err)
+	}
+	if s.refused == nil {
+		s.refused = map[string]string{}
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		key := client.ObjectKeyFromObject(m)
+		if !ManualRemediationRequested(m) || m.DeletionTimestamp != nil {
+			delete(s.refused, key.String())
+			continue
+		}
+		by := fmt.Sprintf("%s on Machine %s", clusterv1.RemediateMachineAnnotation, key)
+		res, err := s.Hub.Reboot(ctx, hub.RebootRequest{Machine: m.Name, OwnWay: true, By: by})
+		if err != nil {
+			if s.refused[key.String()] != err.Error() {
+				s.refused[key.String()] = err.Error()
+				s.Log.Warn("remediation requested by annotation: not now", "machine", key, "err", err)
+			}
+			continue
+		}
+		delete(s.refused, key.String())
+		s.Log.Info("remediation requested by annotation", "machine", key, "remediation", res.Remediation, "steps", res.Steps)
+		before := m.DeepCopy()
+		delete(m.Annotations, clusterv1.RemediateMachineAnnotation)
+		if err := s.Client.Patch(ctx, m, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing %s from Machine %s (its remediation %s is under way): %w", clusterv1.RemediateMachineAnnotation, key, res.Remediation, err)
+		}
+	}
+	return nil
 }
 
 func (s *RequestSync) handle(ctx context.Context, r *v1alpha1.Remediation) error {

@@ -117,7 +117,8 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			log.Error("starting the hub", "err", err)
 			return
 		}
-		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log}
+		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
+			Machines: k.discover, MachineNamespace: k.machineNamespace}
 		go requests.Run(lctx)
 		if d != nil {
 			d.Healthy = func(machine string) bool {
