@@ -29,6 +29,22 @@ type MachineRef struct {
 	Node string
 	// Member is its etcd member name; empty when it is not an etcd member.
 	Member string
+	// Conditions are its Kubernetes Node's conditions (Kubernetes mode), one more source of evidence.
+	Conditions []NodeCondition
+}
+
+// NodeCondition is one condition of a Node, as the API server last reported it.
+type NodeCondition struct {
+	Type, Status, Reason string
+	Since                time.Time // its lastTransitionTime
+}
+
+// bad: Ready is bad when not True; the other conditions (MemoryPressure, DiskPressure, ...) when True.
+func (c NodeCondition) bad() bool {
+	if c.Type == "Ready" {
+		return c.Status != "True"
+	}
+	return c.Status == "True"
 }
 
 // AssessPolicy holds the timeouts that turn observations into verdicts, like a MachineHealthCheck's
@@ -45,15 +61,22 @@ type AssessPolicy struct {
 	EtcdUnreachableTimeout time.Duration
 	// StaleAfter: a report older than this is no evidence of anything (the agent may be stuck).
 	StaleAfter time.Duration
+	// NodeConditionTimeouts: how long a Node condition must be bad (Ready not True; another, True)
+	// before it counts; conditions not listed are ignored. A Node condition is never enough alone: it
+	// makes a machine Unhealthy only with other evidence against it (a probe failing, the hub and
+	// observers losing it, etcd unreachable), and Suspect otherwise.
+	NodeConditionTimeouts map[string]time.Duration
 }
 
 // DefaultAssessPolicy: kubelet, apiserver and etcd failing for 10 s; dead at once; etcd unreachable
-// from a majority for 5 s; reports stale after 20 s (four missed 5 s reports).
+// from a majority for 5 s; reports stale after 20 s (four missed 5 s reports); a Node not Ready for
+// 30 s (with other evidence).
 func DefaultAssessPolicy() AssessPolicy {
 	return AssessPolicy{
 		ProbeTimeouts:          map[string]time.Duration{"kubelet": 10 * time.Second, "apiserver": 10 * time.Second, "etcd": 10 * time.Second},
 		EtcdUnreachableTimeout: 5 * time.Second,
 		StaleAfter:             20 * time.Second,
+		NodeConditionTimeouts:  map[string]time.Duration{"Ready": 30 * time.Second},
 	}
 }
 
@@ -153,6 +176,7 @@ func (a *Assessor) assessOne(m MachineRef, obs Observations, observers []health.
 	if m.Member != "" {
 		etcd = a.etcdHealth(m, obs.Now, own, fresh, dead, others, seen, &ev)
 	}
+	a.nodeConditions(m, obs.Now, &ev)
 	res := Assessment{Machine: m.Name, Verdict: Healthy, EtcdHealth: etcd}
 	switch {
 	case len(ev.unhealthy) > 0:
@@ -205,6 +229,29 @@ func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
 			ev.bad(p.Since, "%s failing for %v (unhealthy at %v): %s", p.Name, d.Round(time.Second), timeout, p.Detail)
 		} else {
 			ev.doubt("%s failing for %v (unhealthy at %v): %s", p.Name, d.Round(time.Millisecond), timeout, p.Detail)
+		}
+	}
+}
+
+// nodeConditions weighs m's Node conditions: past their timeout they count as unhealthy only when
+// other evidence already stands against m (never alone: the API server's view of a node is one more
+// observer, not a verdict), otherwise they are doubts.
+func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
+	corroborated := len(ev.unhealthy)+len(ev.suspect) > 0
+	for _, c := range m.Conditions {
+		timeout, counts := a.policy.NodeConditionTimeouts[c.Type]
+		if !counts || !c.bad() {
+			continue
+		}
+		d := now.Sub(c.Since)
+		what := fmt.Sprintf("node %s %s=%s (%s) for %v", m.Node, c.Type, c.Status, c.Reason, d.Round(time.Second))
+		switch {
+		case d >= timeout && corroborated:
+			ev.bad(c.Since, "%s, with the evidence above", what)
+		case d >= timeout:
+			ev.doubt("%s, but nothing else stands against it: not enough alone", what)
+		default:
+			ev.doubt("%s (counts at %v)", what, timeout)
 		}
 	}
 }

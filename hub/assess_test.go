@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -196,4 +197,42 @@ func TestAssessWorkerWithoutMember(t *testing.T) {
 	got := byName(NewAssessor(DefaultAssessPolicy()).Assess([]MachineRef{{Name: "w1", Node: "w-1"}}, w.obs))["w1"]
 	assert.Equal(t, Unhealthy, got.Verdict)
 	assert.Equal(t, quorum.HealthUnknown, got.EtcdHealth)
+}
+
+// A Node condition is evidence, never enough alone: Ready=Unknown past its timeout makes a machine
+// Unhealthy only with something else against it.
+func TestAssessNodeConditions(t *testing.T) {
+	now := t0.Add(time.Hour)
+	notReady := func(for_ time.Duration) []NodeCondition {
+		return []NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: now.Add(-for_)}}
+	}
+	for _, tc := range []struct {
+		name       string
+		conditions []NodeCondition
+		kubelet    bool // the agent's kubelet probe failing for 2 s (under its 10 s timeout)
+		want       Verdict
+		reason     string
+	}{
+		{"Ready=True", []NodeCondition{{Type: "Ready", Status: "True", Since: t0}}, false, Healthy, ""},
+		{"not Ready long, nothing else", notReady(time.Minute), false, Suspect, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 1m0s, but nothing else stands against it: not enough alone"},
+		{"not Ready long, kubelet probe failing", notReady(time.Minute), true, Unhealthy, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 1m0s, with the evidence above"},
+		{"not Ready briefly, kubelet probe failing", notReady(5 * time.Second), true, Suspect, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 5s (counts at 30s)"},
+		{"a pressure condition not listed", []NodeCondition{{Type: "DiskPressure", Status: "True", Since: t0}}, true, Suspect, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(now)
+			if tc.kubelet {
+				r := w.obs.Reports["cp-2"]
+				r.Probes[0] = health.ProbeResult{Name: "kubelet", OK: false, Since: now.Add(-2 * time.Second), Detail: "connection refused"}
+				w.obs.Reports["cp-2"] = r
+			}
+			ms := slices.Clone(machines)
+			ms[2].Conditions = tc.conditions
+			got := NewAssessor(DefaultAssessPolicy()).Assess(ms, w.obs)[2]
+			assert.Equal(t, tc.want, got.Verdict, got.Reasons)
+			if tc.reason != "" {
+				assert.Contains(t, got.Reasons, tc.reason)
+			}
+		})
+	}
 }

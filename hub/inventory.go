@@ -30,6 +30,9 @@ type PolicyFile struct {
 	MaxUnhealthy      string `json:"maxUnhealthy"`
 	// ProbeTimeouts: how long each probe must fail before its machine is Unhealthy.
 	ProbeTimeouts map[string]config.Duration `json:"probeTimeouts"`
+	// NodeConditionTimeouts (Kubernetes mode): how long a Node condition must be bad to count as
+	// evidence (never alone); e.g. Ready: 30s.
+	NodeConditionTimeouts map[string]config.Duration `json:"nodeConditionTimeouts"`
 	// RateLimit stops a remediation storm: at most Max remediations started in any Per window.
 	RateLimit struct {
 		Max int             `json:"max"`
@@ -223,6 +226,12 @@ func (pf PolicyFile) validate() (Policy, error) {
 			return p, fmt.Errorf("policy.probeTimeouts.%s: %v must be positive", probe, d)
 		}
 		p.Assess.ProbeTimeouts[probe] = d.Duration
+	}
+	for cond, d := range pf.NodeConditionTimeouts {
+		if d.Duration <= 0 {
+			return p, fmt.Errorf("policy.nodeConditionTimeouts.%s: %v must be positive", cond, d)
+		}
+		p.Assess.NodeConditionTimeouts[cond] = d.Duration
 	}
 	if pf.RateLimit.Max < 0 || pf.RateLimit.Per.Duration < 0 {
 		return p, errors.New("policy.rateLimit: max and per must not be negative")

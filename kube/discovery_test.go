@@ -96,6 +96,12 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		}
 	}
 	createNode(t, c, "worker-1", "", false)
+	nodeA := &corev1.Node{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "node-a"}, nodeA))
+	before := nodeA.DeepCopy()
+	since := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	nodeA.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", LastTransitionTime: since, LastHeartbeatTime: since}}
+	require.NoError(t, c.Status().Patch(ctx, nodeA, client.MergeFrom(before)))
 	createHost(t, c, "capi", "host-a", "redfish://10.0.0.1/redfish/v1/Systems/1", "m-a-infra", nil)
 	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{HostDetachedAnnotation: ""})
 	ep, err := bmc.ParseEndpoint("redfish+http://127.0.0.1:1/redfish/v1/Systems/1")
@@ -120,6 +126,8 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		{"node-f", "node-f", "node-f", "reboot", "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"},
 	}, got)
 	assert.Equal(t, []quorum.Order{quorum.ScaleDownFirst}, inv.Machines[1].Replace.Orders, "KCP remediates delete-first")
+	assert.Equal(t, []hub.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,
+		"the Node's conditions, as evidence for the assessor")
 
 	power := d.PowerFor(func(m hub.Machine) (hub.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
 	p, err := power(inv.Machines[0])

@@ -109,6 +109,9 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 		if member, ok := n.Annotations[EtcdMemberAnnotation]; ok {
 			m.Member = member
 		}
+		for _, c := range n.Status.Conditions {
+			m.Conditions = append(m.Conditions, hub.NodeCondition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason, Since: c.LastTransitionTime.Time})
+		}
 		b := binding{node: n.Name}
 		cm := byNode[n.Name]
 		if cm != nil {
