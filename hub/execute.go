@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,9 @@ type Executor struct {
 	PollInterval time.Duration
 	// RecoveryTimeout bounds an await-healthy step (default 10 min).
 	RecoveryTimeout time.Duration
+	// ReplaceTimeout bounds the wait for an owner's replacement, which provisions a machine (default
+	// 60 min: bare metal takes long to provision).
+	ReplaceTimeout time.Duration
 	// Hard makes a reboot a hard power cycle from the start (`hub reboot --hard`, or an escalation).
 	Hard bool
 	// Force: the operator overrode the quorum check; a refusal is written to the journal, not obeyed.
@@ -61,7 +65,8 @@ type Executor struct {
 	// hub is paused and returns an error when the remediation must stop.
 	Gate func(ctx context.Context) error
 	// Checkpoint, when set, is called when an irreversible step has its outcome written: a safe point.
-	Checkpoint func()
+	// It gets the step and its outcome.
+	Checkpoint func(step quorum.Step, outcome string)
 	// BeforeAct, when set, is called with the intent written, just before the BMC call or hand-over.
 	BeforeAct func(quorum.Step)
 	// Owner, when set, carries out a plan's membership steps (a replace): without one they are refused.
@@ -102,11 +107,12 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 				_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
 				return err
 			}
-			if err := e.Journal.Outcome(ctx, rem.ID, i, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))); err != nil {
+			outcome := fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))
+			if err := e.Journal.Outcome(ctx, rem.ID, i, outcome); err != nil {
 				return err
 			}
 			if e.Checkpoint != nil {
-				e.Checkpoint()
+				e.Checkpoint(step, outcome)
 			}
 		case quorum.OpAwaitHealthy:
 			if err := e.await(ctx, rem, i, recovered); err != nil {
@@ -162,7 +168,7 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 		return err
 	}
 	if e.Checkpoint != nil {
-		e.Checkpoint()
+		e.Checkpoint(rest[0], handedOverTo+e.Owner.Describe())
 	}
 	return e.awaitOwner(ctx, rem, plan)
 }
@@ -181,7 +187,7 @@ func handedOver(rem Remediation) bool {
 // awaitOwner waits for the owner to have replaced the machine, and closes the plan.
 func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.Plan) error {
 	last := len(plan.Steps) - 1
-	err := e.poll(ctx, rem, func(ctx context.Context) (bool, string) {
+	err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
 		done, where, err := e.Owner.Replaced(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -251,7 +257,7 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 }
 
 func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered Recovered) error {
-	err := e.poll(ctx, rem, func(ctx context.Context) (bool, string) {
+	err := e.poll(ctx, rem, cmp.Or(e.RecoveryTimeout, 10*time.Minute), func(ctx context.Context) (bool, string) {
 		return recovered(ctx), "agent in the pool, member healthy"
 	})
 	if err != nil {
@@ -260,13 +266,9 @@ func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered 
 	return e.Journal.Outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
 }
 
-// poll waits until done says so, for at most RecoveryTimeout (default 10 min); at the deadline the
-// remediation fails with what done last said.
-func (e *Executor) poll(ctx context.Context, rem Remediation, done func(context.Context) (bool, string)) error {
-	timeout := e.RecoveryTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Minute
-	}
+// poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
+// done last said.
+func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Duration, done func(context.Context) (bool, string)) error {
 	interval := e.PollInterval
 	if interval <= 0 {
 		interval = 250 * time.Millisecond

@@ -48,8 +48,8 @@ type Config struct {
 // end. Repeats are not sent: a refusal is noticed when its reason changes.
 type Notice struct {
 	Machine string
-	// Reason is a CamelCase word: Unhealthy, Healthy, Waiting, RemediationStarted, Remediated,
-	// RemediationFailed.
+	// Reason is a CamelCase word: Suspect, Unhealthy, Healthy, Waiting, RemediationStarted, StepDone,
+	// Remediated, RemediationFailed.
 	Reason  string
 	Message string
 	Warning bool
@@ -598,10 +598,11 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 			}
 			acted = true
 		},
-		Checkpoint: func() {
+		Checkpoint: func(step quorum.Step, outcome string) {
 			h.mu.Lock()
 			r.busy = false
 			h.mu.Unlock()
+			h.notify(Notice{Machine: m.Name, Reason: "StepDone", Message: fmt.Sprintf("remediation %s: %s: %s", rem.ID, step, outcome)})
 		}}
 	go func() {
 		defer cancel()

@@ -261,7 +261,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered it off and on")
 	require.Eventually(t, func() bool {
 		r := strings.Join(eventsAbout(t, c, "default", "Node", "cp-2"), ",")
-		return strings.Contains(r, "Unhealthy,RemediationStarted") && strings.Contains(r, "Remediated")
+		return strings.Contains(r, "Unhealthy,RemediationStarted,StepDone") && strings.Contains(r, "Remediated")
 	}, 10*time.Second, 100*time.Millisecond, "Events on Node cp-2: %v", eventsAbout(t, c, "default", "Node", "cp-2"))
 
 	// A detached host: no action, and the reason is given.
