@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,8 +62,13 @@ type Discovery struct {
 	// MachineDeployment's surge waits for it before the old machine goes.
 	Healthy func(machine string) bool
 
-	mu    sync.Mutex
-	bound map[string]binding
+	// Log, when set, is told once of each kind Hale may not read (RBAC): machines of that kind are
+	// then found without it.
+	Log *slog.Logger
+
+	mu     sync.Mutex
+	bound  map[string]binding
+	warned map[string]bool
 }
 
 // binding is what Discovery found behind one inventory machine.
@@ -87,13 +93,13 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 		return hub.Inventory{}, fmt.Errorf("listing control-plane nodes: %w", err)
 	}
 	var machines clusterv1.MachineList
-	if err := d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)); err != nil && !noKind(err) {
-		return hub.Inventory{}, fmt.Errorf("listing Cluster API machines: %w", err)
+	if err := d.optional(d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)), "Cluster API Machines", "deploy/components/capi"); err != nil {
+		return hub.Inventory{}, err
 	}
 	hosts := &unstructured.UnstructuredList{}
 	hosts.SetGroupVersionKind(BareMetalHostGVK.GroupVersion().WithKind(BareMetalHostGVK.Kind + "List"))
-	if err := d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)); err != nil && !noKind(err) {
-		return hub.Inventory{}, fmt.Errorf("listing metal3 BareMetalHosts: %w", err)
+	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
+		return hub.Inventory{}, err
 	}
 	byNode := map[string]*clusterv1.Machine{}
 	for i := range machines.Items {
@@ -255,5 +261,24 @@ func baseMachine(inv hub.Inventory, node string) (hub.Machine, bool) {
 	return hub.Machine{}, false
 }
 
-// noKind: the kind's CRD is not installed (no Cluster API, no metal3): there are none.
-func noKind(err error) bool { return meta.IsNoMatchError(err) }
+// optional: listing a kind Hale can do without. Not installed (no CRD): there are none. Forbidden
+// (RBAC): none either, said once, naming the component that grants it. Anything else is an error.
+func (d *Discovery) optional(err error, what, component string) error {
+	switch {
+	case err == nil || meta.IsNoMatchError(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		d.mu.Lock()
+		first := !d.warned[what]
+		if d.warned == nil {
+			d.warned = map[string]bool{}
+		}
+		d.warned[what] = true
+		d.mu.Unlock()
+		if first && d.Log != nil {
+			d.Log.Warn("may not list "+what+": machines are found without them (add "+component+" to let Hale use them)", "err", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("listing %s: %w", what, err)
+}

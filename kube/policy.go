@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -44,9 +45,15 @@ func (s *PolicySync) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	last := ""
 	for {
-		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("syncing the health policy", "policy", s.Policy, "err", err)
+		err := s.Sync(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != last: // said once, not every second
+			log.Warn("syncing the health policy; retrying", "policy", s.Policy, "err", err)
+			last = err.Error()
+		case err == nil:
+			last = ""
 		}
 		select {
 		case <-ctx.Done():
@@ -59,7 +66,17 @@ func (s *PolicySync) Run(ctx context.Context) {
 // Sync applies the policy's brakes to the hub once and writes the hub's state to the policy's status.
 func (s *PolicySync) Sync(ctx context.Context) error {
 	var p v1alpha1.HealthPolicy
-	if err := s.Client.Get(ctx, s.Policy, &p); err != nil {
+	err := s.Client.Get(ctx, s.Policy, &p)
+	if apierrors.IsNotFound(err) {
+		// Made here rather than shipped in deploy/: a HealthPolicy applied with its CRD in one
+		// `kubectl apply -k` fails (the kind is not known yet).
+		p = v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: s.Policy.Namespace, Name: s.Policy.Name}}
+		if err := s.Client.Create(ctx, &p); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating HealthPolicy %s (none found): %w", s.Policy, err)
+		}
+		err = s.Client.Get(ctx, s.Policy, &p)
+	}
+	if err != nil {
 		return fmt.Errorf("reading HealthPolicy %s: %w", s.Policy, err)
 	}
 	paused, reason, message := p.Spec.Paused, "HealthPolicy", fmt.Sprintf("spec.paused of HealthPolicy %s", s.Policy)

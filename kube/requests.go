@@ -89,7 +89,10 @@ func (s *RequestSync) Sync(ctx context.Context) error {
 
 func (s *RequestSync) syncMachines(ctx context.Context) error {
 	var list clusterv1.MachineList
-	if err := s.Client.List(ctx, &list, client.InNamespace(s.MachineNamespace)); err != nil {
+	err := s.Client.List(ctx, &list, client.InNamespace(s.MachineNamespace))
+	if meta.IsNoMatchError(err) || apierrors.IsForbidden(err) {
+		return nil // no Cluster API here, or not Hale's to read (discovery says so once)
+	} else if err != nil {
 		return fmt.Errorf("listing Cluster API machines: %w", err)
 	}
 	if s.refused == nil {

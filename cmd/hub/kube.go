@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,6 +80,9 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	if err != nil {
 		return err
 	}
+	// client-go's leader election logs through klog: into the hub's structured log, not bare stderr.
+	// (klog's logger is process-wide; a process runs one hub.)
+	klog.SetSlogLogger(log)
 	var capi *client.ObjectKey
 	if k.capiCluster != "" {
 		ns, name, ok := strings.Cut(k.capiCluster, "/")
@@ -96,7 +100,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		var adjust func(*hub.Config)
 		var d *kube.Discovery
 		if k.discover {
-			d = &kube.Discovery{Client: c, Base: inventory.Current(), Namespace: k.machineNamespace}
+			d = &kube.Discovery{Client: c, Base: inventory.Current(), Namespace: k.machineNamespace, Log: log}
 			inv, err := d.Build(lctx)
 			if err != nil {
 				log.Error("discovering the inventory", "err", err)

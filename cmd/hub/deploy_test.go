@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/metal3sim"
+)
+
+const hubSA = "system:serviceaccount:hale-system:hale-hub"
+
+var overlays = []string{"standalone-bmc", "capi", "metal3"}
+
+// kubectl runs the kubectl test/kube/build-assets built, beside kube-apiserver.
+func kubectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		home, _ := os.UserHomeDir()
+		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
+	}
+	var out bytes.Buffer
+	cmd := exec.Command(filepath.Join(assets, "kubectl"), args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// deploy/: every overlay renders, the same twice, and a server-side dry run of `kubectl apply -k`
+// against a real kube-apiserver accepts every object.
+func TestDeployOverlaysApply(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
+	// A server-side dry run creates nothing, so the namespaced objects would not find the Namespace
+	// it would create: it exists first, as after a first real apply.
+	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	for _, o := range overlays {
+		dir := filepath.Join("..", "..", "deploy", "overlays", o)
+		first, err := kubectl(t, "kustomize", dir)
+		require.NoError(t, err, first)
+		again, err := kubectl(t, "kustomize", dir)
+		require.NoError(t, err, again)
+		assert.Equal(t, first, again, "%s renders the same every time", o)
+		out, err := kubectl(t, "--kubeconfig", kc, "apply", "-k", dir, "--dry-run=server")
+		require.NoError(t, err, "%s:\n%s", o, out)
+		assert.Contains(t, out, "daemonset.apps/hale-agent created (server dry run)", o)
+	}
+}
+
+// The hub's RBAC, least privilege: deploy/overlays/metal3 applied to a real kube-apiserver (RBAC on),
+// then `hub run --kubernetes --discover` run as the hale-hub ServiceAccount (impersonated) heals a
+// hung machine through its BareMetalHost, leads the Lease, journals, follows (and creates) the
+// HealthPolicy and writes Events: every call it makes is allowed (nothing forbidden in its logs). The
+// calls that scenario does not make (Cluster API hand-over and surge) are checked with
+// SubjectAccessReviews, and so is a sample the hub and the agent must not be able to make.
+func TestDeployRBAC(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	admin := kubeenv.Kubeconfig(t, cfg, dir, "")
+	out, err := kubectl(t, "--kubeconfig", admin, "apply", "-k", filepath.Join("..", "..", "deploy", "overlays", "metal3"))
+	require.NoError(t, err, out)
+
+	can := func(user, verb, group, resource, sub, ns string) bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: ns}}}
+		require.NoError(t, c.Create(ctx, sar))
+		return sar.Status.Allowed
+	}
+	for _, a := range []struct{ verb, group, resource, sub, ns string }{
+		{"patch", "cluster.x-k8s.io", "machines", "status", "capi"},
+		{"patch", "cluster.x-k8s.io", "machines", "", "capi"},
+		{"get", "cluster.x-k8s.io", "machinesets", "", "capi"},
+		{"patch", "cluster.x-k8s.io", "machinedeployments", "", "capi"},
+		{"get", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", "", "capi"},
+		{"get", "cluster.x-k8s.io", "clusters", "", "capi"},
+	} {
+		assert.True(t, can(hubSA, a.verb, a.group, a.resource, a.sub, a.ns), "the hub may %s %s/%s %s", a.verb, a.resource, a.sub, a.group)
+	}
+	for _, a := range []struct{ user, verb, group, resource, ns string }{
+		{hubSA, "list", "", "secrets", ""},
+		{hubSA, "get", "", "secrets", "hale-system"},
+		{hubSA, "delete", "", "nodes", ""},
+		{hubSA, "delete", "cluster.x-k8s.io", "machines", "capi"},
+		{hubSA, "create", "", "pods", "hale-system"},
+		{hubSA, "update", "metal3.io", "baremetalhosts", "metal3"},
+		{hubSA, "create", "hale.dev", "remediations", "kube-system"},
+		{hubSA, "update", "coordination.k8s.io", "leases", "kube-system"},
+		{"system:serviceaccount:hale-system:hale-agent", "get", "", "nodes", ""},
+		{"system:serviceaccount:hale-system:hale-agent", "list", "hale.dev", "remediations", "hale-system"},
+	} {
+		assert.False(t, can(a.user, a.verb, a.group, a.resource, "", a.ns), "%s must not %s %s %s in %q", a.user, a.verb, a.group, a.resource, a.ns)
+	}
+
+	// The scenario, as the ServiceAccount.
+	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
+	require.NoError(t, err)
+	t.Cleanup(tb.Close)
+	invPath := filepath.Join(dir, "inventory.yaml")
+	writeInventory(t, invPath, tb, "")
+	bed, err := tb.Inventory()
+	require.NoError(t, err)
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metal3"}}))
+	for _, m := range bed.Machines {
+		require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Node,
+			Labels: map[string]string{kube.ControlPlaneLabel: ""}, Annotations: map[string]string{kube.EtcdMemberAnnotation: m.Member}}}))
+		h := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"online": true, "bmc": map[string]any{"address": m.Endpoint.String()}}}}
+		h.SetGroupVersionKind(kube.BareMetalHostGVK)
+		h.SetNamespace("metal3")
+		h.SetName(m.Node)
+		require.NoError(t, c.Create(ctx, h))
+	}
+	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 50 * time.Millisecond, Log: tb.Log(),
+		Power: func(host string) (*bmc.Controller, error) {
+			for _, m := range bed.Machines {
+				if m.Node == host {
+					return bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second, GracefulTimeout: time.Second})
+				}
+			}
+			return nil, os.ErrNotExist
+		}}
+	go op.Run(ctx)
+
+	asHub := kubeenv.Kubeconfig(t, cfg, dir, hubSA, "system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
+	logs := &capture.Buffer{}
+	hctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan runAddrs, 1)
+	go func() {
+		done <- runHub(hctx, runOptions{inventory: invPath, node: "hub-rbac", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+			api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
+			kube: &kubeOptions{kubeconfig: asHub, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
+				discover: true, discoverEvery: time.Second}}, logs, ready)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("hub logs:\n%s", logs)
+		}
+	})
+	<-ready
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"msg":"leading"`) }, 20*time.Second, 50*time.Millisecond)
+	time.Sleep(2 * time.Second) // agents heard, machines discovered
+	tb.Hang(2)
+	require.Eventually(t, func() bool {
+		var list v1alpha1.RemediationList
+		require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
+		return len(list.Items) == 1 && list.Items[0].Status.Phase == v1alpha1.PhaseSucceeded
+	}, 60*time.Second, 100*time.Millisecond, "cp-2 healed through its BareMetalHost, as the ServiceAccount")
+	var p v1alpha1.HealthPolicy
+	require.Eventually(t, func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "default"}, &p) == nil && p.Status.Pause == "Running"
+	}, 10*time.Second, 100*time.Millisecond, "the HealthPolicy created and its status written by the hub")
+	assert.NotEmpty(t, tb.Resets(2))
+	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "every call the hub made was allowed")
+}
