@@ -24,6 +24,9 @@ import (
 	"github.com/hale-dev/hale/health"
 )
 
+// version is set at build time (deploy/image/build-binaries: -X main.version=...).
+var version = "dev"
+
 func main() {
 	// The agent is light but wakes often (gossip probes every 100 ms): with more than one P the Go
 	// scheduler spins idle threads looking for work, which measurably costs more than the work itself
@@ -52,8 +55,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	keyFile := fs.String("key-file", "", "gossip key file (base64 keys, one a line)")
 	listen := fs.String("listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stderr, "hale agent", version)
+		return nil
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

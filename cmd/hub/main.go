@@ -20,9 +20,13 @@ func main() {
 	}
 }
 
+// version is set at build time (deploy/image/build-binaries: -X main.version=...).
+var version = "dev"
+
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hub",
+		Version:       version,
 		Short:         "Hale keeps Kubernetes control planes and their etcd healthy without ever costing quorum",
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -256,7 +256,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			}
 		}
 	}()
-	log.Info("hub started", "node", o.node, "cluster", gc.Cluster, "gossip", g.Addr(), "api", addrs.API, "metrics", addrs.Metrics,
+	log.Info("hub started", "version", version, "node", o.node, "cluster", gc.Cluster, "gossip", g.Addr(), "api", addrs.API, "metrics", addrs.Metrics,
 		"machines", len(inventory.Current().Machines), "kubernetes", o.kube != nil)
 	if ready != nil {
 		ready <- addrs
