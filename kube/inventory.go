@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -75,13 +76,13 @@ type Discovery struct {
 type binding struct {
 	node       string
 	machine    *client.ObjectKey // the Cluster API Machine
-	owner      *metav1OwnerRef
+	owner      *ownerRef
 	deployment *client.ObjectKey // the MachineDeployment over the owning MachineSet
 	host       *client.ObjectKey // the BareMetalHost
 	base       *hub.Machine      // the machine as Base lists it (its BMC)
 }
 
-type metav1OwnerRef struct {
+type ownerRef struct {
 	apiVersion, kind, name string
 }
 
@@ -112,7 +113,8 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes.Items {
 		m := hub.Machine{MachineRef: hub.MachineRef{Name: n.Name, Node: n.Name, Member: n.Name}, Class: "kubernetes", Pool: ControlPlanePool, Strategy: quorum.Reboot}
-		if member, ok := n.Annotations[EtcdMemberAnnotation]; ok {
+		member, annotated := n.Annotations[EtcdMemberAnnotation]
+		if annotated {
 			m.Member = member
 		}
 		for _, c := range n.Status.Conditions {
@@ -125,7 +127,7 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 			b.machine = &client.ObjectKey{Namespace: cm.Namespace, Name: cm.Name}
 			for _, ref := range cm.OwnerReferences {
 				if ref.Controller != nil && *ref.Controller {
-					b.owner = &metav1OwnerRef{apiVersion: ref.APIVersion, kind: ref.Kind, name: ref.Name}
+					b.owner = &ownerRef{apiVersion: ref.APIVersion, kind: ref.Kind, name: ref.Name}
 				}
 			}
 		}
@@ -137,7 +139,10 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 			m.Hold = hostHold(host)
 		case inBase:
 			b.base = &base
-			m.Strategy, m.Class = base.Strategy, base.Class
+			m.Strategy, m.Class, m.Pool = base.Strategy, base.Class, cmp.Or(base.Pool, ControlPlanePool)
+			if !annotated { // the file names the member; the Node's annotation, when there, wins
+				m.Member = base.Member
+			}
 		case b.owner != nil:
 			m.Strategy = quorum.Replace
 			m.Replace = quorum.ReplaceOptions{Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
@@ -212,7 +217,7 @@ func (d *Discovery) OwnerFor(m hub.Machine) (hub.Owner, error) {
 }
 
 // deploymentOf is the MachineDeployment controlling a machine's MachineSet owner, or nil.
-func (d *Discovery) deploymentOf(ctx context.Context, ns string, owner *metav1OwnerRef) *client.ObjectKey {
+func (d *Discovery) deploymentOf(ctx context.Context, ns string, owner *ownerRef) *client.ObjectKey {
 	if owner.kind != "MachineSet" {
 		return nil
 	}
