@@ -317,6 +317,7 @@ func (h *Hub) pass(ctx context.Context) {
 		return
 	}
 	in := quorum.Input{Cluster: cluster, Policy: inv.Policy.Quorum}
+	failed := map[string]int{} // failed remediations since last healthy, for those that may start
 	for _, m := range inv.Machines {
 		a, _ := h.Assessment(m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
@@ -324,7 +325,7 @@ func (h *Hub) pass(ctx context.Context) {
 		if m.Strategy == quorum.Replace && m.Member != "" {
 			qm.Replace.NewMember = m.Member + newMemberSuffix
 		}
-		qm.InFlight, qm.Held = h.hold(ctx, m, qm.Unhealthy, inv.Policy, obs.Now)
+		qm.InFlight, qm.Held, failed[m.Name] = h.hold(ctx, m, qm.Unhealthy, inv.Policy, obs.Now)
 		in.Machines = append(in.Machines, qm)
 	}
 	out, err := quorum.PlanPass(in)
@@ -338,7 +339,7 @@ func (h *Hub) pass(ctx context.Context) {
 	h.noticeWaits(out)
 	var held []string
 	for _, d := range out.Started() {
-		if why := h.start(ctx, inv, d); why != "" {
+		if why := h.start(ctx, inv, d, failed[d.Machine]); why != "" {
 			held = append(held, why)
 		}
 	}
@@ -347,34 +348,36 @@ func (h *Hub) pass(ctx context.Context) {
 
 // hold says whether a machine has a remediation in flight and, for an unhealthy one, why the hub
 // will not start one now: detached, cooling down after its last remediation, or given up after
-// maxAttempts failed ones since it was last healthy.
-func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string) {
+// maxAttempts failed ones since it was last healthy. It also returns how many failed (start
+// escalates with it): the journal is read once per machine and pass.
+func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string, failed int) {
 	h.mu.Lock()
 	_, inFlight = h.running[m.Name]
 	detached, ended, healthy := h.detached[m.Name], h.endedAt[m.Name], h.healthyAt[m.Name]
 	h.mu.Unlock()
 	switch {
 	case inFlight || !unhealthy:
-		return inFlight, ""
+		return inFlight, "", 0
 	case m.Hold != "":
-		return false, m.Hold
+		return false, m.Hold, 0
 	case detached:
-		return false, fmt.Sprintf("detached by the operator: no action until `hub attach %s`", m.Name)
+		return false, fmt.Sprintf("detached by the operator: no action until `hub attach %s`", m.Name), 0
 	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
-		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly))
+		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly)), 0
 	}
 	hist, err := h.cfg.Journal.History(ctx, m.Name)
 	if err != nil {
-		h.log.Warn("reading the journal", "machine", m.Name, "err", err)
+		return false, fmt.Sprintf("cannot read its journal (%v): nothing starts without the history", err), 0
 	}
 	if last := len(hist) - 1; last >= 0 && hist[last].Strategy == quorum.Fence.String() && hist[last].State == Succeeded {
-		return false, fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name)
+		return false, fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name), 0
 	}
-	if n := failures(hist, healthy); n >= p.MaxAttempts {
+	n := failures(hist, healthy)
+	if n >= p.MaxAttempts {
 		return false, fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
-			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name)
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), n
 	}
-	return false, ""
+	return false, "", n
 }
 
 // failures counts the remediations in a machine's history that ended without success after it was
@@ -470,7 +473,7 @@ func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessme
 // start begins a remediation the planner admitted, after the hub's own brakes: pause, suspend and the
 // rate limit; it returns what it held back and why. A machine whose last remediation failed is
 // escalated to a hard power cycle.
-func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) (held string) {
+func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision, failed int) (held string) {
 	m, ok := inv.machine(d.Machine)
 	if !ok {
 		return ""
@@ -493,19 +496,12 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision) (held
 			len(h.starts), p.RatePer, p.RateMax, m.Name)
 	}
 	h.starts = append(h.starts, now)
-	healthy := h.healthyAt[m.Name]
 	h.mu.Unlock()
 
 	plan := d.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(d.Strategy, m)
 	}
-	hist, err := h.cfg.Journal.History(ctx, m.Name)
-	if err != nil {
-		h.event("cannot remediate %s: %v", m.Name, err)
-		return ""
-	}
-	failed := failures(hist, healthy)
 	rem := Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub", Reason: d.Reason,
 		Steps: plan.StepStrings(), Attempt: failed + 1, Hard: failed > 0 && d.Strategy == quorum.Reboot}
 	if rem.Hard {
