@@ -2,9 +2,11 @@
 // 127.0.0.1 that gossip with each other (kubelet and apiserver probes answered by a local stub, the
 // disk and clock probes live, etcd off), lets them settle, then reads each process's CPU time and
 // resident memory from /proc over a window (default 60 s) and prints them against the targets:
-// ≤ 30 MiB RSS and ≤ 1 % of a core per agent.
+// ≤ 30 MiB RSS and ≤ 1 % of a core per agent. With -hub (default) a standalone `hub run` joins them,
+// watching the 5 machines (passes every 200 ms, no BMC call while all are healthy), and is measured
+// the same way: the figures deploy/'s resource requests are sized from.
 //
-//	go run ./test/bench/agentidle [-window 60s] [-agents 5]
+//	go run ./test/bench/agentidle [-window 60s] [-agents 5] [-hub=false]
 package main
 
 import (
@@ -28,22 +30,25 @@ func main() {
 	n := flag.Int("agents", 5, "agents to run")
 	probe := flag.Duration("gossip-probe-interval", 100*time.Millisecond, "the agents' gossip probe interval (to compare settings)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed (CI only reports: a shared machine's noise is not a regression)")
+	withHub := flag.Bool("hub", true, "also run and measure a standalone hub watching the agents")
 	flag.Parse()
-	if err := run(*window, *n, *probe, *strict); err != nil {
+	if err := run(*window, *n, *probe, *strict, *withHub); err != nil {
 		fmt.Fprintln(os.Stderr, "agentidle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(window time.Duration, n int, probe time.Duration, strict bool) error {
+func run(window time.Duration, n int, probe time.Duration, strict, withHub bool) error {
 	dir, err := os.MkdirTemp("", "hale-agentidle-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/agent").CombinedOutput(); err != nil {
-		return fmt.Errorf("building the agent: %v\n%s", err, out)
+	bin, hubBin := filepath.Join(dir, "agent"), filepath.Join(dir, "hub")
+	for b, pkg := range map[string]string{bin: "./cmd/agent", hubBin: "./cmd/hub"} {
+		if out, err := exec.Command("go", "build", "-o", b, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+		}
 	}
 	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	defer stub.Close()
@@ -90,17 +95,30 @@ probes:
 			_ = p.Wait()
 		}
 	}()
-	fmt.Printf("%d agents started; settling 10 s, then measuring for %v\n", n, window)
+	if withHub {
+		inv, err := hubInventory(dir, n)
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, hubBin, "run", "--inventory", inv, "--journal", filepath.Join(dir, "journal.db"), "--node", "hub-bench",
+			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", "", "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, cmd)
+	}
+	fmt.Printf("%d agents started (and a hub: %v); settling 10 s, then measuring for %v\n", n, withHub, window)
 	time.Sleep(10 * time.Second)
 	ticks := float64(100) // USER_HZ on Linux
-	before := make([]float64, n)
+	before := make([]float64, len(procs))
 	for i, p := range procs {
 		if before[i], err = cpuSeconds(p.Process.Pid, ticks); err != nil {
 			return err
 		}
 	}
 	start := time.Now()
-	maxRSS := make([]int64, n)
+	maxRSS := make([]int64, len(procs))
 	for time.Since(start) < window {
 		for i, p := range procs {
 			if rss, err := rssKiB(p.Process.Pid); err == nil {
@@ -117,6 +135,10 @@ probes:
 			return err
 		}
 		cpu := 100 * (after - before[i]) / elapsed
+		if i == n { // the hub
+			fmt.Printf("hub: cpu %.2f%% of a core, max rss %.1f MiB (watching %d machines)\n", cpu, float64(maxRSS[i])/1024, n)
+			continue
+		}
 		fmt.Printf("cp-%d: cpu %.2f%% of a core, max rss %.1f MiB\n", i, cpu, float64(maxRSS[i])/1024)
 		worstCPU, worstRSS = max(worstCPU, cpu), max(worstRSS, maxRSS[i])
 	}
@@ -128,6 +150,22 @@ probes:
 		}
 	}
 	return nil
+}
+
+// hubInventory writes a standalone inventory of the n agents (not etcd members: etcd is off here),
+// with BMC endpoints that are never called while every machine is healthy.
+func hubInventory(dir string, n int) (string, error) {
+	creds := filepath.Join(dir, "bmc-credentials")
+	if err := os.WriteFile(creds, []byte("username=bench\npassword=bench\n"), 0o600); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("cluster: bench\nclasses: {cp: {strategy: reboot, pool: cp}}\npolicy: {maxUnhealthy: \"100%\"}\nmachines:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  - {name: cp-%d, class: cp, bmc: {endpoint: \"redfish+http://127.0.0.1:1\", credentials: %s}}\n", i, creds)
+	}
+	path := filepath.Join(dir, "inventory.yaml")
+	return path, os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 func cpuSeconds(pid int, ticks float64) (float64, error) {
