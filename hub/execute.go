@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,10 +32,24 @@ type Owner interface {
 	// they begin with an add, delete first when with a remove). It is idempotent: after a hub restart
 	// the hand-over may be signalled again.
 	HandOver(ctx context.Context, reason string, steps []quorum.Step) error
-	// Replaced reports whether the owner has finished (the old machine gone, its replacement ready)
-	// and where it stands.
-	Replaced(ctx context.Context) (bool, string, error)
+	// Progress says where the owner stands: working, ready for the old machine to go (a scale-up-
+	// first replacement whose new machine is ready: the hub then takes the plan's remove step through
+	// Remove, journaled and re-checked like any other), or done (the old machine gone, its
+	// replacement ready).
+	Progress(ctx context.Context) (OwnerProgress, string, error)
+	// Remove lets the old machine go once its replacement is ready. It is idempotent.
+	Remove(ctx context.Context) error
 }
+
+// OwnerProgress is where an owner's replacement stands.
+type OwnerProgress int
+
+// Owner progress.
+const (
+	OwnerWorking OwnerProgress = iota
+	OwnerReadyToRemove
+	OwnerDone
+)
 
 // Live returns the etcd membership as it is now, with other remediations in flight marked InFlight:
 // what every irreversible step is checked against just before it is taken (DESIGN.md rule 1).
@@ -184,24 +199,65 @@ func handedOver(rem Remediation) bool {
 	return false
 }
 
-// awaitOwner waits for the owner to have replaced the machine, and closes the plan.
+// awaitOwner waits for the owner to have replaced the machine, and closes the plan. When the owner
+// is ready for the old machine to go (scale up first), the plan's last step, the remove, is taken
+// here: gate, re-check, intent, Remove, outcome.
 func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.Plan) error {
 	last := len(plan.Steps) - 1
-	err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
-		done, where, err := e.Owner.Replaced(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return done, where
+	removed := slices.ContainsFunc(rem.History, func(ev Event) bool {
+		return ev.Kind == EventOutcome && strings.HasPrefix(ev.Detail, removedBy)
 	})
-	if err != nil {
-		return err
+	for {
+		ready := false
+		err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
+			st, where, err := e.Owner.Progress(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			ready = st == OwnerReadyToRemove && !removed
+			return st == OwnerDone || ready, where
+		})
+		if err != nil {
+			return err
+		}
+		if !ready {
+			break
+		}
+		step := plan.Steps[last]
+		if e.Gate != nil {
+			if err := e.Gate(ctx); err != nil {
+				return err
+			}
+		}
+		if err := e.recheck(ctx, rem, step); err != nil {
+			return err
+		}
+		if err := e.Journal.Intent(ctx, rem.ID, last, fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe())); err != nil {
+			return err
+		}
+		if err := e.Owner.Remove(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			_ = e.Journal.Outcome(ctx, rem.ID, last, "failed: "+err.Error())
+			_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
+			return err
+		}
+		if err := e.Journal.Outcome(ctx, rem.ID, last, removedBy+e.Owner.Describe()); err != nil {
+			return err
+		}
+		if e.Checkpoint != nil {
+			e.Checkpoint(step, removedBy+e.Owner.Describe())
+		}
+		removed = true
 	}
 	if err := e.Journal.Outcome(ctx, rem.ID, last, "replaced by "+e.Owner.Describe()); err != nil {
 		return err
 	}
 	return e.Journal.Finish(ctx, rem.ID, Succeeded, "every step done")
 }
+
+const removedBy = "old machine let go by "
 
 func (e *Executor) describe(step quorum.Step) string {
 	if step.Op == quorum.OpPowerOff {
@@ -299,13 +355,22 @@ func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Durat
 // the same quorum re-check as the first time.
 func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan, power Power, recovered Recovered) (int, error) {
 	pending, ok := rem.Pending()
+	if !ok && handedOver(rem) {
+		// The owner is at work: whatever step's outcome came last, go back to waiting for it (the
+		// hand-over step finds the hand-over done and waits).
+		for i, s := range plan.Steps {
+			if s.Op.ChangesMembership() {
+				return i, nil
+			}
+		}
+	}
 	if !ok {
 		return nextStep(rem), nil
 	}
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
 		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
-		if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: the hand-over may not have reached the owner: signalling it again"); err != nil {
+		if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
 			return 0, err
 		}
 		return pending.Step, nil

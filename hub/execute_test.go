@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -166,10 +167,14 @@ func (o *fakeOwner) HandOver(context.Context, string, []quorum.Step) error {
 	o.handOvers++
 	return nil
 }
-func (o *fakeOwner) Replaced(context.Context) (bool, string, error) {
+func (o *fakeOwner) Progress(context.Context) (OwnerProgress, string, error) {
 	o.polls++
-	return o.polls > o.replacedAfter, "waiting for the new machine", nil
+	if o.polls > o.replacedAfter {
+		return OwnerDone, "replaced", nil
+	}
+	return OwnerWorking, "waiting for the new machine", nil
 }
+func (o *fakeOwner) Remove(context.Context) error { return nil }
 
 func TestExecutorHandsOverToTheOwner(t *testing.T) {
 	opts := quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
@@ -249,4 +254,88 @@ func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
 	require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered))
 	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
 	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
+}
+
+// surgeOwner scales up first: working, then ready for the old machine to go, then (once removed) done.
+type surgeOwner struct {
+	fakeOwner
+	removes int
+}
+
+func (o *surgeOwner) Progress(context.Context) (OwnerProgress, string, error) {
+	o.polls++
+	switch {
+	case o.removes > 0:
+		return OwnerDone, "old machine gone", nil
+	case o.polls > 2:
+		return OwnerReadyToRemove, "replacement ready", nil
+	}
+	return OwnerWorking, "waiting for the replacement", nil
+}
+func (o *surgeOwner) Remove(context.Context) error {
+	o.removes++
+	return nil
+}
+
+// Scale up first: the plan's remove is its own journaled step, taken once the owner's replacement is
+// ready, after a re-check; a hub restarted after it does not take it again.
+func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
+	r := newExecRig(t)
+	live := members("HHH")
+	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleUpFirst}, Join: quorum.JoinAsLearner})
+	require.NoError(t, err)
+	require.Equal(t, quorum.OpRemove, plan.Steps[len(plan.Steps)-1].Op)
+	rem := r.begin(t, plan)
+	owner := &surgeOwner{}
+	e := r.executor(live)
+	e.Owner = owner
+	require.NoError(t, e.Run(t.Context(), rem, plan, 0, nil, nil))
+	assert.Equal(t, 1, owner.handOvers)
+	assert.Equal(t, 1, owner.removes)
+	got := mustGet(t, r.journal, "cp-2")
+	assert.Equal(t, Succeeded, got.State)
+	var steps []string
+	for _, ev := range got.History {
+		if ev.Kind == EventIntent {
+			steps = append(steps, fmt.Sprintf("%d", ev.Step))
+		}
+	}
+	assert.Equal(t, []string{"0", fmt.Sprint(len(plan.Steps) - 1)}, steps, "two intents: the hand-over, then the remove")
+
+	// Resumed after the remove's outcome, the owner still saying ready for a moment: not removed again.
+	last := len(plan.Steps) - 1
+	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.StepStrings()})
+	require.NoError(t, err)
+	for _, ev := range []struct {
+		step   int
+		intent bool
+		detail string
+	}{{0, true, "hand over"}, {0, false, handedOverTo + "x"}, {last, true, "remove"}, {last, false, removedBy + "x"}} {
+		if ev.intent {
+			require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, ev.step, ev.detail))
+		} else {
+			require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, ev.step, ev.detail))
+		}
+	}
+	again := &lateOwner{}
+	e.Owner = again
+	resumed := mustGet(t, r.journal, "cp-3")
+	from, err := e.Resume(t.Context(), resumed, plan, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Run(t.Context(), resumed, plan, from, nil, nil))
+	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
+	assert.Equal(t, 3, again.polls, "waited for the owner, not closed at once")
+	assert.Equal(t, 0, again.removes)
+	assert.Equal(t, 0, again.handOvers)
+}
+
+// lateOwner says ready-to-remove for two polls (its status lags), then done.
+type lateOwner struct{ surgeOwner }
+
+func (o *lateOwner) Progress(context.Context) (OwnerProgress, string, error) {
+	o.polls++
+	if o.polls > 2 {
+		return OwnerDone, "old machine gone", nil
+	}
+	return OwnerReadyToRemove, "replacement ready", nil
 }

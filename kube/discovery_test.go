@@ -444,6 +444,13 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	}))
 	hist, _ := tb.Hub().History(ctx, "cp-2")
 	assert.Equal(t, []string{"add-voter cp-2-replacement", "await-healthy cp-2-replacement", "remove cp-2"}, hist[0].Steps)
+	var intents []int
+	for _, e := range hist[0].History {
+		if e.Kind == hub.EventIntent {
+			intents = append(intents, e.Step)
+		}
+	}
+	assert.Equal(t, []int{0, 2}, intents, "journaled before each side effect: the scale-up, then the scale-down")
 	assert.Empty(t, tb.Resets(2), "no BMC call")
 }
 

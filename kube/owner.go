@@ -11,6 +11,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -38,8 +39,19 @@ func (o *MachineOwner) HandOver(ctx context.Context, reason string, _ []quorum.S
 	return HandOverToOwner(ctx, o.Client, o.Machine, "Hale: "+reason)
 }
 
-// Replaced: the old Machine is gone and the owner has all its replicas ready.
-func (o *MachineOwner) Replaced(ctx context.Context) (bool, string, error) {
+// Progress: done when the old Machine is gone and the owner has all its replicas ready.
+func (o *MachineOwner) Progress(ctx context.Context) (hub.OwnerProgress, string, error) {
+	done, where, err := o.replaced(ctx)
+	if done {
+		return hub.OwnerDone, where, err
+	}
+	return hub.OwnerWorking, where, err
+}
+
+// Remove is nothing to do: a delete-first owner removes the machine itself.
+func (o *MachineOwner) Remove(context.Context) error { return nil }
+
+func (o *MachineOwner) replaced(ctx context.Context) (bool, string, error) {
 	var m clusterv1.Machine
 	err := o.Client.Get(ctx, o.Machine, &m)
 	switch {

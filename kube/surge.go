@@ -10,6 +10,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -97,46 +98,61 @@ func (o *DeploymentOwner) scale(ctx context.Context, md *clusterv1.MachineDeploy
 	return nil
 }
 
-// Replaced follows the surge: the new machine ready → the old one marked for deletion and the count
-// restored → the old one gone. For the delete-first way, see MachineOwner.Replaced.
-func (o *DeploymentOwner) Replaced(ctx context.Context) (bool, string, error) {
+// Progress follows the surge: the new machine ready → ready for the old one to go (the hub then
+// calls Remove) → the old one gone. For the delete-first way, see MachineOwner.Progress.
+func (o *DeploymentOwner) Progress(ctx context.Context) (hub.OwnerProgress, string, error) {
 	var m clusterv1.Machine
 	err := o.Client.Get(ctx, o.Machine, &m)
 	if apierrors.IsNotFound(err) {
-		return o.MachineOwner.Replaced(ctx)
+		return o.MachineOwner.Progress(ctx)
 	} else if err != nil {
-		return false, "", fmt.Errorf("reading machine %s: %w", o.Machine, err)
+		return hub.OwnerWorking, "", fmt.Errorf("reading machine %s: %w", o.Machine, err)
 	}
 	from, surging := surgeFrom(&m)
 	if !surging {
-		return o.MachineOwner.Replaced(ctx)
+		return o.MachineOwner.Progress(ctx)
 	}
 	if _, marked := m.Annotations[clusterv1.DeleteMachineAnnotation]; marked {
-		return false, fmt.Sprintf("machine %s marked for deletion, MachineDeployment %s back to %d: waiting for its MachineSet to delete it", o.Machine, o.Deployment, from), nil
+		return hub.OwnerWorking, fmt.Sprintf("machine %s marked for deletion, MachineDeployment %s back to %d: waiting for its MachineSet to delete it", o.Machine, o.Deployment, from), nil
 	}
 	ready, err := o.readyNewMachines(ctx)
 	if err != nil {
-		return false, "", err
+		return hub.OwnerWorking, "", err
 	}
 	if ready < from {
-		return false, fmt.Sprintf("MachineDeployment %s scaled to %d: %d of %d other machines ready", o.Deployment, from+1, ready, from), nil
+		return hub.OwnerWorking, fmt.Sprintf("MachineDeployment %s scaled to %d: %d of %d other machines ready", o.Deployment, from+1, ready, from), nil
 	}
-	// The replacement is ready: the old machine goes first in the scale-down, and the count is restored.
-	before := m.DeepCopy()
-	m.Annotations[clusterv1.DeleteMachineAnnotation] = "hale: replaced, scaled up first"
-	if err := o.Client.Patch(ctx, &m, client.MergeFrom(before)); err != nil {
-		return false, "", fmt.Errorf("marking machine %s for deletion: %w", o.Machine, err)
+	return hub.OwnerReadyToRemove, fmt.Sprintf("MachineDeployment %s: %d other machines ready", o.Deployment, ready), nil
+}
+
+// Remove marks the old machine with cluster.x-k8s.io/delete-machine (every MachineSet delete policy
+// removes it first) and puts the replica count back: the MachineSet deletes it.
+func (o *DeploymentOwner) Remove(ctx context.Context) error {
+	var m clusterv1.Machine
+	if err := o.Client.Get(ctx, o.Machine, &m); apierrors.IsNotFound(err) {
+		return nil // gone already
+	} else if err != nil {
+		return fmt.Errorf("reading machine %s: %w", o.Machine, err)
+	}
+	from, surging := surgeFrom(&m)
+	if !surging {
+		return fmt.Errorf("machine %s has no %s: Hale did not surge its MachineDeployment", o.Machine, SurgeFromAnnotation)
+	}
+	if _, marked := m.Annotations[clusterv1.DeleteMachineAnnotation]; !marked {
+		before := m.DeepCopy()
+		m.Annotations[clusterv1.DeleteMachineAnnotation] = "hale: replaced, scaled up first"
+		if err := o.Client.Patch(ctx, &m, client.MergeFrom(before)); err != nil {
+			return fmt.Errorf("marking machine %s for deletion: %w", o.Machine, err)
+		}
 	}
 	var md clusterv1.MachineDeployment
 	if err := o.Client.Get(ctx, o.Deployment, &md); err != nil {
-		return false, "", fmt.Errorf("reading MachineDeployment %s: %w", o.Deployment, err)
+		return fmt.Errorf("reading MachineDeployment %s: %w", o.Deployment, err)
 	}
 	if md.Spec.Replicas != nil && *md.Spec.Replicas == from+1 {
-		if err := o.scale(ctx, &md, from); err != nil {
-			return false, "", err
-		}
+		return o.scale(ctx, &md, from)
 	}
-	return false, fmt.Sprintf("replacement ready: machine %s marked for deletion, MachineDeployment %s back to %d", o.Machine, o.Deployment, from), nil
+	return nil
 }
 
 // readyNewMachines counts the deployment's other machines with a Ready node (and, replacing an etcd
