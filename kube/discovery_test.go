@@ -165,17 +165,19 @@ func startTestbed(t *testing.T) *demo.Testbed {
 }
 
 // kubeTestbed is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
-// a real kube-apiserver: a control-plane Node per machine, named as its agent, its etcd member named
-// by annotation.
-func kubeTestbed(t *testing.T, c client.Client) (*demo.Testbed, hub.Inventory) {
+// a real kube-apiserver, started for the test with namespace ns: a control-plane Node per machine,
+// named as its agent, its etcd member named by annotation.
+func kubeTestbed(t *testing.T, ns string) (client.Client, *demo.Testbed, hub.Inventory) {
 	t.Helper()
+	c, _ := kubeenv.Start(t)
+	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	tb := startTestbed(t)
 	inv, err := tb.Inventory()
 	require.NoError(t, err)
 	for _, m := range inv.Machines {
 		createNode(t, c, m.Node, m.Member, true)
 	}
-	return tb, inv
+	return c, tb, inv
 }
 
 // startDiscoveredHub starts the testbed's hub on the inventory Discovery finds, with its actuators,
@@ -217,10 +219,8 @@ func eventsAbout(t *testing.T, c client.Client, ns, kind, name string) []string 
 // rebooted through Hale's reboot annotation (never a direct BMC call), and a detached host is left
 // alone, with the reason in status and an Event.
 func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, tb, inv := kubeTestbed(t, "metal3")
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metal3"}}))
-	tb, inv := kubeTestbed(t, c)
 	for _, m := range inv.Machines {
 		createHost(t, c, "metal3", m.Node, m.Endpoint.String(), "", nil)
 	}
@@ -296,10 +296,8 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 // KCP (no Cluster API controllers run here): it deletes the marked Machine and creates its
 // replacement, and Hale closes the Remediation when KCP has its replicas back.
 func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, tb, inv := kubeTestbed(t, "capi")
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
-	tb, inv := kubeTestbed(t, c)
 	for _, m := range inv.Machines {
 		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
 	}
@@ -364,10 +362,8 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 // (none runs here). cp-2 runs no etcd member in this test (its Node says so), like a control-plane
 // node of an external-etcd cluster.
 func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, tb, inv := kubeTestbed(t, "capi")
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
-	tb, inv := kubeTestbed(t, c)
 	node := &corev1.Node{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "cp-2"}, node))
 	before := node.DeepCopy()
@@ -458,10 +454,8 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 // way (here: its KubeadmControlPlane replaces it) through the same quorum plan; the annotation is
 // removed once the hub has taken it, and stays while the plan refuses.
 func TestRemediateMachineAnnotation(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, tb, inv := kubeTestbed(t, "capi")
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
-	tb, inv := kubeTestbed(t, c)
 	for _, m := range inv.Machines {
 		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
 	}

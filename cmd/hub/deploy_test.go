@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/kube"
-	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
@@ -143,24 +141,10 @@ func TestDeployRBAC(t *testing.T) {
 	go op.Run(ctx)
 
 	asHub := kubeenv.Kubeconfig(t, cfg, dir, hubSA, "system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
-	logs := &capture.Buffer{}
-	hctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan runAddrs, 1)
-	go func() {
-		done <- runHub(hctx, runOptions{inventory: invPath, node: "hub-rbac", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
-			api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
-			kube: &kubeOptions{kubeconfig: asHub, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
-				discover: true, discoverEvery: time.Second}}, logs, ready)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-done
-		if t.Failed() {
-			t.Logf("hub logs:\n%s", logs)
-		}
-	})
-	<-ready
+	logs := runReplica(t, runOptions{inventory: invPath, node: "hub-rbac", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+		api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
+		kube: &kubeOptions{kubeconfig: asHub, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
+			discover: true, discoverEvery: time.Second}})
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"msg":"leading"`) }, 20*time.Second, 50*time.Millisecond)
 	time.Sleep(2 * time.Second) // agents heard, machines discovered
 	tb.Hang(2)

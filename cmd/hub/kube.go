@@ -15,7 +15,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,9 +79,6 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	if err != nil {
 		return err
 	}
-	// client-go's leader election logs through klog: into the hub's structured log, not bare stderr.
-	// (klog's logger is process-wide; a process runs one hub.)
-	klog.SetSlogLogger(log)
 	var capi *client.ObjectKey
 	if k.capiCluster != "" {
 		ns, name, ok := strings.Cut(k.capiCluster, "/")

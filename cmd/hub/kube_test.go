@@ -168,24 +168,10 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 	t.Cleanup(tb.Close)
 	inv := filepath.Join(dir, "inventory.yaml")
 	writeInventory(t, inv, tb, "")
-	logs := &capture.Buffer{}
-	hctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	ready := make(chan runAddrs, 1)
 	socket := filepath.Join(dir, "hub.sock")
-	go func() {
-		done <- runHub(hctx, runOptions{inventory: inv, node: "hub-a", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
-			api: apiListen{socket: socket}, logLevel: "info", keep: 20,
-			kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second}}, logs, ready)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-done
-		if t.Failed() {
-			t.Logf("hub logs:\n%s", logs)
-		}
-	})
-	<-ready
+	runReplica(t, runOptions{inventory: inv, node: "hub-a", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+		api: apiListen{socket: socket}, logLevel: "info", keep: 20,
+		kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second}})
 	require.Eventually(t, func() bool {
 		var out bytes.Buffer
 		root := newRootCommand(&out, &out)
@@ -225,4 +211,29 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 	assert.Equal(t, exitRefused, code, out)
 	assert.Contains(t, out, `refused: machine "nope"`)
 	assert.Len(t, tb.Resets(1), 1)
+}
+
+// runReplica runs `hub run` with o until the test ends, once it serves, and returns its logs (shown
+// when the test fails).
+func runReplica(t *testing.T, o runOptions) *capture.Buffer {
+	t.Helper()
+	logs := &capture.Buffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan runAddrs, 1)
+	go func() { done <- runHub(ctx, o, logs, ready) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("%s logs:\n%s", o.node, logs)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("%s: %v\n%s", o.node, err, logs)
+	}
+	return logs
 }

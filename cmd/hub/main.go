@@ -8,12 +8,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 func main() {
+	// client-go (leader election, the API client) logs through klog: as JSON lines like the hub's own
+	// log, not bare stderr text. klog's logger is process-wide, so it is set here, once, before any
+	// client exists (setting it later races with clients already logging).
+	klog.SetSlogLogger(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "hub:", err)
 		os.Exit(exitCode(err))
