@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,8 +46,28 @@ func Start(tb testing.TB, n int) *Cluster {
 	return c
 }
 
-// New starts an n-member cluster with its data under dir; Close stops it.
+// New starts an n-member cluster with its data under dir; Close stops it. Its ports are picked free
+// and bound a moment later, so another process (a parallel test package's API server) can take one
+// in between: then it starts again on new ports, up to three times.
 func New(dir string, n int) (*Cluster, error) {
+	var err error
+	for attempt := range 3 {
+		d := dir
+		if attempt > 0 {
+			d = filepath.Join(dir, fmt.Sprintf("retry-%d", attempt))
+		}
+		var c *Cluster
+		if c, err = newOnce(d, n); err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+func newOnce(dir string, n int) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := range n {
