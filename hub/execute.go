@@ -112,15 +112,8 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 				e.BeforeAct(step)
 			}
 			res, err := e.act(ctx, step, power)
-			if err != nil && ctx.Err() != nil {
-				// The hub is stopping in the middle of a BMC call: whether the BMC acted is unknown, so
-				// the intent stays pending and the next hub reads the BMC before doing anything.
-				return ctx.Err()
-			}
 			if err != nil {
-				_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
-				_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
-				return err
+				return e.stepFailed(ctx, rem, i, err)
 			}
 			outcome := fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))
 			if err := e.Journal.Outcome(ctx, rem.ID, i, outcome); err != nil {
@@ -172,12 +165,7 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 		e.BeforeAct(rest[0])
 	}
 	if err := e.Owner.HandOver(ctx, rem.Reason, rest); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
-		_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
-		return err
+		return e.stepFailed(ctx, rem, i, err)
 	}
 	if err := e.Journal.Outcome(ctx, rem.ID, i, handedOverTo+e.Owner.Describe()); err != nil {
 		return err
@@ -186,6 +174,18 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 		e.Checkpoint(rest[0], handedOverTo+e.Owner.Describe())
 	}
 	return e.awaitOwner(ctx, rem, plan)
+}
+
+// stepFailed records that step i's side effect failed and ends the remediation Failed. When the hub
+// is stopping in the middle of the call, whether it acted is unknown: the intent stays pending and
+// the next hub reads the world before doing anything.
+func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
+	_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
+	return err
 }
 
 const handedOverTo = "handed over to "
@@ -236,12 +236,7 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 			return err
 		}
 		if err := e.Owner.Remove(ctx); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			_ = e.Journal.Outcome(ctx, rem.ID, last, "failed: "+err.Error())
-			_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
-			return err
+			return e.stepFailed(ctx, rem, last, err)
 		}
 		if err := e.Journal.Outcome(ctx, rem.ID, last, removedBy+e.Owner.Describe()); err != nil {
 			return err

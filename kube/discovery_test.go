@@ -224,16 +224,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	for _, m := range inv.Machines {
 		createHost(t, c, "metal3", m.Node, m.Endpoint.String(), "", nil)
 	}
-	creds := inv.Machines[0].Credentials
-	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 50 * time.Millisecond, Log: tb.Log(),
-		Power: func(host string) (*bmc.Controller, error) {
-			for _, m := range inv.Machines {
-				if m.Node == host {
-					return bmc.New(m.Endpoint, creds, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second, GracefulTimeout: time.Second})
-				}
-			}
-			return nil, fmt.Errorf("no BMC for host %s", host)
-		}}
+	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 50 * time.Millisecond, Log: tb.Log(), Power: metal3sim.InventoryPower(inv)}
 	go op.Run(ctx)
 	// The inventory file still lists every machine with its BMC: the BareMetalHost wins.
 	d := &Discovery{Client: c, Base: inv, MetalPoll: 50 * time.Millisecond, MetalTimeout: 20 * time.Second}

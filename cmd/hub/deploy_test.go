@@ -18,9 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/kube"
-	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
 )
@@ -112,32 +110,17 @@ func TestDeployRBAC(t *testing.T) {
 	}
 
 	// The scenario, as the ServiceAccount.
-	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
-	require.NoError(t, err)
-	t.Cleanup(tb.Close)
-	invPath := filepath.Join(dir, "inventory.yaml")
-	writeInventory(t, invPath, tb, "")
-	bed, err := tb.Inventory()
-	require.NoError(t, err)
+	tb, invPath := startBed(t, dir)
+	bed := createBedNodes(t, c, tb)
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metal3"}}))
 	for _, m := range bed.Machines {
-		require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Node,
-			Labels: map[string]string{kube.ControlPlaneLabel: ""}, Annotations: map[string]string{kube.EtcdMemberAnnotation: m.Member}}}))
 		h := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"online": true, "bmc": map[string]any{"address": m.Endpoint.String()}}}}
 		h.SetGroupVersionKind(kube.BareMetalHostGVK)
 		h.SetNamespace("metal3")
 		h.SetName(m.Node)
 		require.NoError(t, c.Create(ctx, h))
 	}
-	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 50 * time.Millisecond, Log: tb.Log(),
-		Power: func(host string) (*bmc.Controller, error) {
-			for _, m := range bed.Machines {
-				if m.Node == host {
-					return bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second, GracefulTimeout: time.Second})
-				}
-			}
-			return nil, os.ErrNotExist
-		}}
+	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 50 * time.Millisecond, Log: tb.Log(), Power: metal3sim.InventoryPower(bed)}
 	go op.Run(ctx)
 
 	asHub := kubeenv.Kubeconfig(t, cfg, dir, hubSA, "system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")

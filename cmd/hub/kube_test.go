@@ -19,6 +19,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -36,17 +37,8 @@ func TestKubernetesModeFailover(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	require.NoError(t, c.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}))
 	dir := t.TempDir()
-	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
-	require.NoError(t, err)
-	t.Cleanup(tb.Close)
-	inv := filepath.Join(dir, "inventory.yaml")
-	writeInventory(t, inv, tb, "")
-	bed, err := tb.Inventory()
-	require.NoError(t, err)
-	for _, m := range bed.Machines {
-		require.NoError(t, c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Node,
-			Labels: map[string]string{kube.ControlPlaneLabel: ""}, Annotations: map[string]string{kube.EtcdMemberAnnotation: m.Member}}}))
-	}
+	tb, inv := startBed(t, dir)
+	createBedNodes(t, c, tb)
 
 	type replica struct {
 		socket string
@@ -163,11 +155,7 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "hale-reboot"},
 		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "alice"}}}))
 	dir := t.TempDir()
-	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
-	require.NoError(t, err)
-	t.Cleanup(tb.Close)
-	inv := filepath.Join(dir, "inventory.yaml")
-	writeInventory(t, inv, tb, "")
+	tb, inv := startBed(t, dir)
 	socket := filepath.Join(dir, "hub.sock")
 	runReplica(t, runOptions{inventory: inv, node: "hub-a", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
 		api: apiListen{socket: socket}, logLevel: "info", keep: 20,
@@ -236,4 +224,17 @@ func runReplica(t *testing.T, o runOptions) *capture.Buffer {
 		t.Fatalf("%s: %v\n%s", o.node, err, logs)
 	}
 	return logs
+}
+
+// createBedNodes describes the testbed to the API server: a control-plane Node per machine, its etcd
+// member named by annotation. It returns the testbed's inventory.
+func createBedNodes(t *testing.T, c client.Client, tb *demo.Testbed) hub.Inventory {
+	t.Helper()
+	bed, err := tb.Inventory()
+	require.NoError(t, err)
+	for _, m := range bed.Machines {
+		require.NoError(t, c.Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Node,
+			Labels: map[string]string{kube.ControlPlaneLabel: ""}, Annotations: map[string]string{kube.EtcdMemberAnnotation: m.Member}}}))
+	}
+	return bed
 }

@@ -31,16 +31,24 @@ func writeInventory(t *testing.T, path string, tb *demo.Testbed, extra string) {
 	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
 }
 
-// `hub run` on the demo topology, driven by the operator commands over its socket and its token-
-// guarded TCP API: status, explain, dry-run reboot, detach, pause --wait, a hung machine healed, a bad
-// inventory reload refused with the field named and the previous inventory kept, metrics served.
-func TestRunAndOperatorCommands(t *testing.T) {
-	dir := t.TempDir()
+// startBed starts the demo topology under dir (stopped when the test ends) and writes its inventory
+// file; it returns both.
+func startBed(t *testing.T, dir string) (*demo.Testbed, string) {
+	t.Helper()
 	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
 	require.NoError(t, err)
 	t.Cleanup(tb.Close)
 	inv := filepath.Join(dir, "inventory.yaml")
 	writeInventory(t, inv, tb, "")
+	return tb, inv
+}
+
+// `hub run` on the demo topology, driven by the operator commands over its socket and its token-
+// guarded TCP API: status, explain, dry-run reboot, detach, pause --wait, a hung machine healed, a bad
+// inventory reload refused with the field named and the previous inventory kept, metrics served.
+func TestRunAndOperatorCommands(t *testing.T) {
+	dir := t.TempDir()
+	tb, inv := startBed(t, dir)
 	token := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(token, []byte("0123456789abcdef0123\n"), 0o600))
 	socket := filepath.Join(dir, "run", "hub.sock")

@@ -10,6 +10,7 @@ package metal3sim
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub"
 )
 
 // The operator's side of metal3's contract, spelled out here rather than imported from Hale's kube
@@ -40,6 +42,19 @@ type Operator struct {
 	Power    func(host string) (*bmc.Controller, error)
 	Interval time.Duration
 	Log      *slog.Logger
+}
+
+// InventoryPower is an Operator's Power for hosts named after the nodes of inv's machines: each
+// machine's own BMC, with short verification timeouts for tests.
+func InventoryPower(inv hub.Inventory) func(host string) (*bmc.Controller, error) {
+	return func(host string) (*bmc.Controller, error) {
+		for _, m := range inv.Machines {
+			if m.Node == host {
+				return bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second, GracefulTimeout: time.Second})
+			}
+		}
+		return nil, fmt.Errorf("metal3sim: no BMC for host %s", host)
+	}
 }
 
 // Run reconciles until ctx ends.
