@@ -200,7 +200,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		if err == nil {
 			opts := m.Replace
 			opts.NewMember = m.Member + newMemberSuffix
-			plan, err = live.PlanFor(inv.Policy.Quorum, strategy, m.Member, opts)
+			plan, err = live.PlanBeside(inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: strategy, Replace: opts}, h.inFlight(inv))
 		} else {
 			err = fmt.Errorf("cannot check quorum: %w", err)
 		}

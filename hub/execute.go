@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -84,6 +83,9 @@ type Executor struct {
 	Checkpoint func(step quorum.Step, outcome string)
 	// BeforeAct, when set, is called with the intent written, just before the BMC call or hand-over.
 	BeforeAct func(quorum.Step)
+	// Progress, when set, is told the index of each step as it begins (the planner counts the steps
+	// from there on as still to come).
+	Progress func(step int)
 	// Owner, when set, carries out a plan's membership steps (a replace): without one they are refused.
 	Owner Owner
 	// NotAMember: the machine runs no etcd member, so there is no quorum to re-check (its pool's
@@ -95,6 +97,7 @@ type Executor struct {
 func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, from int, power Power, recovered Recovered) error {
 	for i := from; i < len(plan.Steps); i++ {
 		step := plan.Steps[i]
+		e.progress(i)
 		switch step.Op {
 		case quorum.OpPowerCycle, quorum.OpPowerOff:
 			if e.Gate != nil {
@@ -224,6 +227,7 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 			break
 		}
 		step := plan.Steps[last]
+		e.progress(last)
 		if e.Gate != nil {
 			if err := e.Gate(ctx); err != nil {
 				return err
@@ -253,6 +257,12 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 }
 
 const removedBy = "old machine let go by "
+
+func (e *Executor) progress(i int) {
+	if e.Progress != nil {
+		e.Progress(i)
+	}
+}
 
 func (e *Executor) describe(step quorum.Step) string {
 	if step.Op == quorum.OpPowerOff {
@@ -417,17 +427,11 @@ func planFromSteps(strategy string, steps []string) (quorum.Plan, error) {
 	}
 	p := quorum.Plan{Strategy: s}
 	for i, text := range steps {
-		op, member, ok := strings.Cut(text, " ")
-		found := false
-		for o := quorum.OpPowerCycle; o <= quorum.OpRemove; o++ {
-			if o.String() == op {
-				p.Steps = append(p.Steps, quorum.Step{Op: o, Member: member})
-				found = true
-			}
+		step, err := quorum.ParseStep(text)
+		if err != nil {
+			return quorum.Plan{}, fmt.Errorf("journal step %d: %w", i, err)
 		}
-		if !ok || !found {
-			return quorum.Plan{}, fmt.Errorf("journal step %s %q: not a step", strconv.Itoa(i), text)
-		}
+		p.Steps = append(p.Steps, step)
 	}
 	if len(p.Steps) > 0 {
 		p.Member = p.Steps[0].Member

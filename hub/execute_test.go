@@ -152,7 +152,7 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 
 func TestPlanFromStepsRejectsGarbage(t *testing.T) {
 	_, err := planFromSteps("reboot", []string{"explode etcd-1"})
-	assert.ErrorContains(t, err, `journal step 0 "explode etcd-1": not a step`)
+	assert.ErrorContains(t, err, `journal step 0: step "explode etcd-1": want an operation and a member`)
 	_, err = planFromSteps("nuke", nil)
 	assert.Error(t, err)
 }

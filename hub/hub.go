@@ -96,6 +96,8 @@ type Hub struct {
 
 type running struct {
 	rem    Remediation
+	plan   quorum.Plan
+	next   int // the step under way: the planner counts it and those after it as still to come
 	cancel context.CancelFunc
 	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
 	busy bool
@@ -326,6 +328,9 @@ func (h *Hub) pass(ctx context.Context) {
 			qm.Replace.NewMember = m.Member + newMemberSuffix
 		}
 		qm.InFlight, qm.Held, failed[m.Name] = h.hold(ctx, m, qm.Unhealthy, inv.Policy, obs.Now)
+		if qm.InFlight {
+			qm.Strategy, qm.Remaining = h.stillToCome(m.Name)
+		}
 		in.Machines = append(in.Machines, qm)
 	}
 	out, err := quorum.PlanPass(in)
@@ -378,6 +383,30 @@ func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), n
 	}
 	return false, "", n
+}
+
+// stillToCome is what a running remediation has left: its strategy and its plan's steps from the one
+// under way on, for the planner to check new starts against in every order (empty, not nil, when the
+// machine is not an etcd member: nothing of it touches the membership).
+func (h *Hub) stillToCome(machine string) (quorum.Strategy, []quorum.Step) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.running[machine]
+	if !ok {
+		return 0, nil
+	}
+	return r.plan.Strategy, slices.Clone(r.plan.Steps[min(r.next, len(r.plan.Steps)):])
+}
+
+// inFlight lists the machines with a remediation running, each with its steps still to come.
+func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
+	var out []quorum.Machine
+	for _, m := range inv.Machines {
+		if s, steps := h.stillToCome(m.Name); s != 0 {
+			out = append(out, quorum.Machine{Name: m.Name, Member: m.Member, InFlight: true, Strategy: s, Remaining: steps})
+		}
+	}
+	return out
 }
 
 // failures counts the remediations in a machine's history that ended without success after it was
@@ -568,7 +597,7 @@ func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
 func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, from int, act actuator) {
 	rctx, cancel := context.WithCancel(ctx)
 	h.mu.Lock()
-	r := &running{rem: rem, cancel: cancel}
+	r := &running{rem: rem, plan: plan, next: from, cancel: cancel}
 	h.running[m.Name] = r
 	detected := h.unhealthyAt[m.Name]
 	h.mu.Unlock()
@@ -593,6 +622,11 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 				h.metrics.detectionToAction(time.Since(detected))
 			}
 			acted = true
+		},
+		Progress: func(i int) {
+			h.mu.Lock()
+			r.next = i
+			h.mu.Unlock()
 		},
 		Checkpoint: func(step quorum.Step, outcome string) {
 			h.mu.Lock()

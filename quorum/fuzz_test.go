@@ -68,7 +68,7 @@ func FuzzPlanFor(f *testing.F) {
 }
 
 // FuzzPlanPass drives whole planning passes built from the fuzzer's bytes and checks the pass-level
-// invariant of planner_test.go.
+// invariants of planner_test.go and passmodel_test.go.
 func FuzzPlanPass(f *testing.F) {
 	f.Add([]byte{2, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0})
 	f.Add([]byte{4, 1, 1, 0, 1, 0, 2, 2, 0, 1, 1, 2, 5, 3, 1, 0, 0, 7, 1, 1})
@@ -80,6 +80,9 @@ func FuzzPlanPass(f *testing.F) {
 			t.Fatalf("PlanPass(%+v): %v", in, err)
 		}
 		if msg := checkPass(in, out); msg != "" {
+			t.Fatalf("%s\ninput: %+v\noutcome: %+v", msg, in, out)
+		}
+		if msg := checkPassOrders(in, out, &passCounts{}); msg != "" {
 			t.Fatalf("%s\ninput: %+v\noutcome: %+v", msg, in, out)
 		}
 	})

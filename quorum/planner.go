@@ -26,6 +26,11 @@ type Machine struct {
 	Replace ReplaceOptions
 	// InFlight says a remediation of this machine is already under way (with Strategy).
 	InFlight bool
+	// Remaining, for a machine in flight, are the steps of its plan still to come, the one under way
+	// included. Nil means its strategy's plan from the start (for a replace, in its first order).
+	// Either way the steps the membership already shows done are skipped (Cluster.Remaining). Every
+	// start must be safe in every order of its steps with these (checkOrders).
+	Remaining []Step
 	// Held, when set, says why the caller will not start a remediation of this machine now (detached,
 	// cooling down, given up): it still counts as unhealthy in its pool, gets a decision with this
 	// reason, and is never started or admitted against the budget.
@@ -167,6 +172,18 @@ func PlanPass(in Input) (Outcome, error) {
 		}
 	}
 	out.Budget = work.Budget(in.Policy)
+	// Every start is checked in every order of its steps with what is still to come of the work in
+	// flight, and with what this pass started before it, from the cluster as observed.
+	base := work.Clone()
+	var tracks []track
+	for i := range in.Machines {
+		m := &in.Machines[i]
+		if m.InFlight && m.Member != "" {
+			if steps := inFlightSteps(base, m); len(steps) > 0 {
+				tracks = append(tracks, track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: steps})
+			}
+		}
+	}
 
 	slices.SortFunc(cands, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(a.rank, b.rank), a.m.Since.Compare(b.m.Since), cmp.Compare(a.m.Name, b.m.Name))
@@ -180,7 +197,7 @@ func PlanPass(in Input) (Outcome, error) {
 		case m.Member == "":
 			admitPoolMachine(&d, pools[m.pool()], in.Policy.Pools)
 		default:
-			admitMember(&d, &work, memberAt, in.Policy, m, &membershipChange)
+			tracks = admitMember(&d, &work, base, tracks, memberAt, in.Policy, m, &membershipChange)
 		}
 		out.Decisions = append(out.Decisions, d)
 	}
@@ -205,21 +222,31 @@ func rankOf(work Cluster, memberAt map[string]int, m *Machine) int {
 	return 0
 }
 
-func admitMember(d *Decision, work *Cluster, memberAt map[string]int, p Policy, m *Machine, membershipChange *bool) {
+// admitMember decides whether m's remediation starts: its plan must be safe with everything admitted
+// before it counted as in flight (work), and in every order of its steps with the steps still to come
+// of the work in flight and of what this pass started before (tracks, from base, the cluster as
+// observed). It returns tracks with m's plan added when it starts.
+func admitMember(d *Decision, work *Cluster, base Cluster, tracks []track, memberAt map[string]int, p Policy, m *Machine, membershipChange *bool) []track {
 	j, ok := memberAt[m.Member]
 	if !ok {
 		d.Reason = fmt.Sprintf("etcd member %s is not in the membership the agents agree on; waiting for a consistent view", m.Member)
-		return
+		return tracks
 	}
 	if *membershipChange && (m.Strategy == Replace || work.Members[j].CountsHealthy()) {
 		d.Err = work.refusal(p, MembershipChangeInFlight, Step{m.Strategy.firstOp(), m.Member})
 		d.Reason = d.Err.Error()
-		return
+		return tracks
 	}
 	plan, err := work.PlanFor(p, m.Strategy, m.Member, m.Replace)
+	if err == nil {
+		tracks = append(tracks, track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: plan.Steps, fresh: true})
+		if err = checkOrders(base, p, tracks, plan); err != nil {
+			tracks = tracks[:len(tracks)-1]
+		}
+	}
 	if err != nil {
 		d.Err, d.Reason = err, err.Error()
-		return
+		return tracks
 	}
 	d.Start, d.Plan = true, plan
 	switch {
@@ -236,6 +263,7 @@ func admitMember(d *Decision, work *Cluster, memberAt map[string]int, p Policy, 
 	} else {
 		work.Members[j].Disruption = InFlight
 	}
+	return tracks
 }
 
 func admitPoolMachine(d *Decision, pc *poolCount, l PoolLimits) {

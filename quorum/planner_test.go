@@ -89,6 +89,25 @@ func TestPlanPass(t *testing.T) {
 				"cp-2": "removing etcd-2: an etcd membership change is in flight; other membership changes and disruptions of healthy voters wait until it is done"},
 		},
 		{
+			// Found from outside: the learner a replace in flight is about to promote looked free to
+			// fence; promote → power-off etcd-3 → remove etcd-1 leaves 1 of 2 voters healthy.
+			name:    "a replace in flight about to promote its learner: fencing the learner waits",
+			cluster: "HHL",
+			machines: []Machine{
+				{Name: "cp-1", Member: "etcd-1", Unhealthy: true, InFlight: true, Strategy: Replace,
+					Replace: ReplaceOptions{NewMember: "etcd-3", Orders: []Order{ScaleUpFirst}}},
+				{Name: "cp-3", Member: "etcd-3", Unhealthy: true, Strategy: Fence}},
+			wantReason: map[string]string{"cp-3": "fencing etcd-3 is unsafe beside the work in flight: in one order of their steps, " +
+				"after await-healthy etcd-3 → promote etcd-3 → remove etcd-1 (cp-1's replace), fencing etcd-3 (cp-3's fence) leaves 1 of 2 voters healthy; quorum needs 2"},
+		},
+		{
+			name:    "a reboot in flight on a dead member: a second dead member's reboot is free in every order",
+			cluster: "HDD",
+			machines: []Machine{{Name: "cp-2", Member: "etcd-2", InFlight: true, Strategy: Reboot, Remaining: []Step{{OpAwaitHealthy, "etcd-2"}}},
+				etcdMachine(3, true, 1, Reboot)},
+			wantStarts: []string{"cp-3"},
+		},
+		{
 			name:    "two replaces: one at a time",
 			cluster: "HHHHH",
 			machines: []Machine{
@@ -200,6 +219,9 @@ func TestPlanPassRandomized(t *testing.T) {
 		out, err := PlanPass(in)
 		require.NoError(t, err, "run %d (seed %d)", i, seed)
 		if msg := checkPass(in, out); msg != "" {
+			t.Fatalf("run %d (seed %d): %s\ninput: %+v\noutcome: %+v", i, seed, msg, in, out)
+		}
+		if msg := checkPassOrders(in, out, &passCounts{}); msg != "" {
 			t.Fatalf("run %d (seed %d): %s\ninput: %+v\noutcome: %+v", i, seed, msg, in, out)
 		}
 		started += len(out.Started())

@@ -257,3 +257,33 @@ func TestPolicyValidate(t *testing.T) {
 	require.EqualError(t, Policy{MinFaultTolerance: -1}.Validate(), "minFaultTolerance: -1 is negative; use 0 for etcd's own quorum line")
 	require.EqualError(t, Policy{MaxLearners: -2}.Validate(), "maxLearners: -2 is negative; etcd's default is 1")
 }
+
+func TestParseStep(t *testing.T) {
+	for o := OpPowerCycle; o <= OpRemove; o++ {
+		s := Step{o, "etcd-2"}
+		text, err := s.MarshalText()
+		require.NoError(t, err)
+		var back Step
+		require.NoError(t, back.UnmarshalText(text))
+		require.Equal(t, s, back)
+	}
+	for _, bad := range []string{"", "reboot etcd-1", "power-cycle", "power-cycle a b"} {
+		_, err := ParseStep(bad)
+		require.ErrorContains(t, err, "want an operation and a member", "%q", bad)
+	}
+}
+
+func TestPlanBeside(t *testing.T) {
+	c := cluster("HHL")
+	replace := Machine{Name: "cp-1", Member: "etcd-1", InFlight: true, Strategy: Replace,
+		Remaining: []Step{{OpPromote, "etcd-3"}, {OpRemove, "etcd-1"}}}
+	_, err := c.PlanBeside(DefaultPolicy(), Machine{Name: "cp-3", Member: "etcd-3", Strategy: Reboot}, []Machine{replace})
+	var r *OrderRefusal
+	require.ErrorAs(t, err, &r)
+	require.Equal(t, "rebooting etcd-3 is unsafe beside the work in flight: in one order of their steps, after promote etcd-3 → "+
+		"remove etcd-1 (cp-1's replace), rebooting etcd-3 (cp-3's reboot) leaves 1 of 2 voters healthy; quorum needs 2", err.Error())
+	// With nothing in flight the same reboot is free: a learner does not count.
+	plan, err := c.PlanBeside(DefaultPolicy(), Machine{Name: "cp-3", Member: "etcd-3", Strategy: Reboot}, nil)
+	require.NoError(t, err)
+	require.Zero(t, plan.Cost)
+}

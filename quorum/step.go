@@ -1,6 +1,9 @@
 package quorum
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Op is one kind of step.
 type Op uint8
@@ -68,6 +71,36 @@ type Step struct {
 }
 
 func (s Step) String() string { return s.Op.String() + " " + s.Member }
+
+// ParseStep reads a step as String writes it: "power-cycle etcd-2".
+func ParseStep(text string) (Step, error) {
+	name, member, _ := strings.Cut(strings.TrimSpace(text), " ")
+	for o := OpPowerCycle; o.valid(); o++ {
+		if o.String() == name && member != "" && !strings.ContainsAny(member, " \t") {
+			return Step{o, member}, nil
+		}
+	}
+	return Step{}, fmt.Errorf("step %q: want an operation and a member, like \"power-cycle etcd-2\" "+
+		"(operations: power-cycle, power-off, await-healthy, add-learner, promote, add-voter, remove)", text)
+}
+
+// MarshalText writes the step as String does.
+func (s Step) MarshalText() ([]byte, error) {
+	if !s.Op.valid() || s.Member == "" {
+		return nil, fmt.Errorf("step %v: not a step", s)
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText reads the step as ParseStep does.
+func (s *Step) UnmarshalText(b []byte) error {
+	v, err := ParseStep(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
 
 func (s Step) describe() string {
 	_, gerund := s.Op.names()

@@ -49,6 +49,7 @@ type machineFile struct {
 	Since     string       `json:"since"`
 	Strategy  string       `json:"strategy"`
 	InFlight  bool         `json:"inFlight"`
+	Remaining []string     `json:"remaining"`
 	Replace   *replaceFile `json:"replace"`
 }
 
@@ -171,6 +172,16 @@ func (sf stateFile) input() (quorum.Input, error) {
 			if mc.Since, err = time.Parse(time.RFC3339, m.Since); err != nil {
 				return in, fmt.Errorf("%s.since: %q is not an RFC 3339 time like 2026-11-22T03:00:00Z", at, m.Since)
 			}
+		}
+		if len(m.Remaining) > 0 && !m.InFlight {
+			return in, fmt.Errorf("%s.remaining: only a machine with inFlight: true has steps still to come", at)
+		}
+		for j, text := range m.Remaining {
+			step, err := quorum.ParseStep(text)
+			if err != nil {
+				return in, fmt.Errorf("%s.remaining[%d]: %w", at, j, err)
+			}
+			mc.Remaining = append(mc.Remaining, step)
 		}
 		if s == quorum.Replace {
 			if m.Replace == nil || m.Replace.NewMember == "" {

@@ -37,6 +37,11 @@ func TestPlanExamples(t *testing.T) {
 			"cp-3     etcd-3  reboot    start     free: etcd-3 is not a healthy voter",
 			"steps: power-cycle etcd-2 → await-healthy etcd-2",
 		}},
+		{"../../examples/replace-in-flight.yaml", []string{
+			"cp-1     etcd-1  replace   in-flight  replace in flight",
+			"cp-3     etcd-3  fence     wait       fencing etcd-3 is unsafe beside the work in flight: in one order of their steps, " +
+				"after promote etcd-3 → remove etcd-1 (cp-1's replace), fencing etcd-3 (cp-3's fence) leaves 1 of 2 voters healthy; quorum needs 2",
+		}},
 		{"../../examples/fleet.yaml", []string{
 			"etcd now:        3 of 3 voters healthy, quorum 2, tolerates 1, budget 1",
 			"cp-1      etcd-1  reboot    start     costs 1 of a budget of 1",
@@ -98,6 +103,10 @@ func TestPlanBadInput(t *testing.T) {
 		{name: "bad order", body: members + "machines:\n  - {name: cp-1, strategy: replace, replace: {newMember: e, orders: [sideways]}}\n", want: `machines[0].replace.orders[0]: "sideways" is not one of [scale-down-first scale-up-first]`},
 		{name: "bad limit", body: "policy: {pools: {maxInFlight: lots}}\n" + members, want: `policy.pools.maxInFlight: limit "lots": want a count`},
 		{name: "bad policy", body: "policy: {minFaultTolerance: -1}\n" + members, want: "policy.minFaultTolerance: -1 is negative"},
+		{name: "bad remaining step", body: members + "machines:\n  - {name: cp-1, member: etcd-1, inFlight: true, remaining: [reboot etcd-1]}\n",
+			want: `machines[0].remaining[0]: step "reboot etcd-1": want an operation and a member`},
+		{name: "remaining without inFlight", body: members + "machines:\n  - {name: cp-1, member: etcd-1, remaining: [await-healthy etcd-1]}\n",
+			want: "machines[0].remaining: only a machine with inFlight: true has steps still to come"},
 		{name: "duplicate machine", body: members + "machines:\n  - {name: cp-1}\n  - {name: cp-1}\n", want: `machine "cp-1" is listed twice`},
 	}
 	for _, tt := range tests {
