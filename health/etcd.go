@@ -23,10 +23,13 @@ const (
 	DefaultEtcdKey      = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
 )
 
-// EtcdConfig is how the agent reaches its node's etcd member.
+// EtcdConfig is how the agent reaches its node's etcd member; or, for a witness (which runs none),
+// the cluster's members from outside.
 type EtcdConfig struct {
-	Endpoint string   `json:"endpoint"`
-	TLS      TLSFiles `json:"tls"`
+	Endpoint string `json:"endpoint"`
+	// Endpoints (witnesses only) are the members' client URLs, read from outside.
+	Endpoints []string `json:"endpoints"`
+	TLS       TLSFiles `json:"tls"`
 }
 
 // WithDefaults fills in kubeadm's endpoint and certificate paths; plain http:// endpoints take no TLS.
@@ -40,9 +43,10 @@ func (c EtcdConfig) WithDefaults() EtcdConfig {
 	return c
 }
 
-// Etcd talks to the node's own etcd member: the etcd probe and the membership view.
+// Etcd talks to the node's own etcd member: the etcd probe and the membership view. A witness's
+// (NewEtcdOutside) talks to whichever member answers, and has no local member.
 type Etcd struct {
-	endpoint string
+	endpoint string // the local member's; empty from outside
 	cli      *clientv3.Client
 }
 
@@ -64,6 +68,34 @@ func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
 		return nil, fmt.Errorf("etcd at %s: %w", cfg.Endpoint, err)
 	}
 	return &Etcd{endpoint: cfg.Endpoint, cli: cli}, nil
+}
+
+// NewEtcdOutside connects (lazily) to the cluster's members from a host that runs none (a witness).
+// Its View reads the membership serializably from whichever member answers, and checks each member's
+// client URL from here: what etcd looks like from outside the control plane.
+func NewEtcdOutside(endpoints []string, tls TLSFiles) (*Etcd, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("etcd.endpoints: none given (the members' client URLs, e.g. https://10.0.0.11:2379)")
+	}
+	cc := clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	for _, ep := range endpoints {
+		switch {
+		case strings.HasPrefix(ep, "https://"):
+			tc, err := tls.Config()
+			if err != nil {
+				return nil, fmt.Errorf("etcd at %s: %w", ep, err)
+			}
+			cc.TLS = tc
+		case !strings.HasPrefix(ep, "http://"):
+			return nil, fmt.Errorf("etcd.endpoints: %q: want an http:// or https:// URL", ep)
+		}
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %v: %w", endpoints, err)
+	}
+	return &Etcd{cli: cli}, nil
 }
 
 // Close closes the client.
@@ -110,12 +142,14 @@ func (p etcdProbe) Check(ctx context.Context) (bool, string) {
 func (e *Etcd) View(ctx context.Context) EtcdView {
 	v := EtcdView{ObservedAt: time.Now().UTC()}
 	var problems []string
-	st, err := e.cli.Status(ctx, e.endpoint)
-	if err != nil {
-		problems = append(problems, fmt.Sprintf("status of %s: %v", e.endpoint, err))
-	} else {
-		v.LocalID, v.LeaderID = hexID(st.Header.MemberId), hexID(st.Leader)
-		v.RaftTerm, v.RaftIndex = st.RaftTerm, st.RaftIndex
+	if e.endpoint != "" {
+		st, err := e.cli.Status(ctx, e.endpoint)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("status of %s: %v", e.endpoint, err))
+		} else {
+			v.LocalID, v.LeaderID = hexID(st.Header.MemberId), hexID(st.Leader)
+			v.RaftTerm, v.RaftIndex = st.RaftTerm, st.RaftIndex
+		}
 	}
 	// Serializable: the member's own view, which it can give even when quorum is lost (exactly when
 	// the hub needs the membership to know which dead members to power-cycle).
@@ -127,7 +161,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 		v.Members = make([]EtcdMember, len(ml.Members))
 		for i, m := range ml.Members {
 			v.Members[i] = EtcdMember{ID: hexID(m.ID), Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, Learner: m.IsLearner}
-			if hexID(m.ID) == v.LocalID {
+			if v.LocalID != "" && hexID(m.ID) == v.LocalID {
 				v.LocalName = m.Name
 			}
 			if len(m.ClientURLs) == 0 {

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/binary"
@@ -85,7 +86,14 @@ type GossipConfig struct {
 	// OnPeerChange, when set, is called after a peer joins, dies or leaves (from memberlist's event
 	// loop: it must not block).
 	OnPeerChange func()
+	// ReconnectInterval is how often peers lost to a partition are joined again (default 2 s); see
+	// Gossip.reconnect.
+	ReconnectInterval time.Duration
 }
+
+// ReconnectTimeout is how long a peer that died (not one that left) is joined again: after a day it is
+// taken for gone for good. Peers named with KeepJoined are joined again for as long as they are named.
+const ReconnectTimeout = 24 * time.Hour
 
 // Gossip is one member of the encrypted gossip pool: it spreads this member's latest report, keeps
 // the newest report of every other member, and tracks peer liveness.
@@ -107,6 +115,12 @@ type Gossip struct {
 	badMsgs int
 	stopped bool
 	zw      *gzip.Writer // reused by Publish, under mu
+	// addrs is each peer's last gossip address as memberlist knew it; reported the one its reports
+	// give (for peers this member never met: a hub restarted while they were cut off).
+	addrs, reported map[string]string
+	keep            map[string]bool // KeepJoined's
+	joining         map[string]bool // a reconnect attempt in flight
+	done            chan struct{}   // closed by Shutdown
 }
 
 // clockSample is a peer's clock offset (its send time minus our receive time) and when it was taken.
@@ -133,8 +147,12 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ReconnectInterval <= 0 {
+		cfg.ReconnectInterval = 2 * time.Second
+	}
 	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
-		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{}}
+		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{},
+		addrs: map[string]string{}, reported: map[string]string{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}
 	g.dedup = newLogDedup(g.log)
 
 	mc := memberlist.DefaultLANConfig()
@@ -172,7 +190,81 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 		return nil, fmt.Errorf("gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
 	g.ml = ml
+	go g.reconnectLoop()
 	return g, nil
+}
+
+// KeepJoined names the peers this member must stay joined to for as long as they are named (the
+// hub's expected observers): whenever one is not alive in this member's view it is joined again at its
+// last known address, every ReconnectInterval.
+func (g *Gossip) KeepJoined(nodes []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.keep)
+	for _, n := range nodes {
+		g.keep[n] = true
+	}
+}
+
+func (g *Gossip) reconnectLoop() {
+	t := time.NewTicker(g.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.done:
+			return
+		case <-t.C:
+			g.reconnect()
+		}
+	}
+}
+
+// reconnect joins again every peer this member lost: those it saw die in the last ReconnectTimeout
+// (not those that left on purpose), and those named by KeepJoined, when they are not alive now.
+// memberlist by itself never does: it stops gossiping to a member GossipToTheDeadTime after declaring it
+// dead, and its push/pulls only pick live members, so after a partition longer than that the two
+// sides would stay apart for good. A join is a push/pull with the lost peer; it learns that it was
+// held dead, refutes, and both sides see each other alive again within a round or two.
+func (g *Gossip) reconnect() {
+	alive := map[string]bool{g.cfg.Node: true}
+	for _, n := range g.ml.Members() {
+		alive[n.Name] = true
+	}
+	type target struct{ name, addr string }
+	var targets []target
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return
+	}
+	lost := map[string]bool{}
+	for name, pv := range g.peers {
+		if pv.State == PeerDead && time.Since(pv.Since) < ReconnectTimeout {
+			lost[name] = true
+		}
+	}
+	for name := range g.keep {
+		lost[name] = true
+	}
+	for name := range lost {
+		addr := cmp.Or(g.addrs[name], g.reported[name])
+		if alive[name] || addr == "" || g.joining[name] {
+			continue
+		}
+		g.joining[name] = true
+		targets = append(targets, target{name, addr})
+	}
+	g.mu.Unlock()
+	for _, t := range targets {
+		go func() {
+			if _, err := g.ml.Join([]string{t.addr}); err == nil {
+				g.log.Info("joined a lost peer again", "peer", t.name, "addr", t.addr)
+			}
+			g.mu.Lock()
+			delete(g.joining, t.name)
+			g.mu.Unlock()
+		}()
+	}
 }
 
 // Join contacts the given peers (host:port) and returns how many answered.
@@ -216,6 +308,7 @@ func (g *Gossip) Publish(r Report) error {
 	g.mu.Lock()
 	g.version = max(g.version+1, uint64(time.Now().UnixNano()))
 	r.Node, r.Cluster, r.Version, r.SentAt, r.Started = g.cfg.Node, g.cfg.Cluster, g.version, time.Now().UTC(), g.started
+	r.Addr = g.Addr()
 	if g.zw == nil {
 		g.zw, _ = gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 	}
@@ -373,6 +466,9 @@ func (g *Gossip) Leave(timeout time.Duration) error {
 // Shutdown stops the member without a word (peers will find it dead): what a crash looks like.
 func (g *Gossip) Shutdown() error {
 	g.mu.Lock()
+	if !g.stopped {
+		close(g.done)
+	}
 	g.stopped = true
 	g.mu.Unlock()
 	return g.ml.Shutdown()
@@ -399,6 +495,9 @@ func (g *Gossip) merge(msg []byte) (*Report, bool) {
 		return nil, false
 	}
 	g.reports[r.Node], g.encoded[r.Node] = r, msg
+	if r.Addr != "" {
+		g.reported[r.Node] = r.Addr
+	}
 	return r, true
 }
 
@@ -475,6 +574,7 @@ func (e *events) set(n *memberlist.Node, st PeerState) {
 		return
 	}
 	e.mu.Lock()
+	e.addrs[n.Name] = n.Address()
 	pv, ok := e.peers[n.Name]
 	changed := !ok || pv.State != st
 	if changed {

@@ -74,10 +74,13 @@ type Report struct {
 	SentAt  time.Time `json:"sentAt"`
 	// Started is when this member joined the pool (its clock): a new value means the agent restarted,
 	// which is how the hub knows a rebooted machine really came back.
-	Started time.Time     `json:"started,omitzero"`
-	Probes  []ProbeResult `json:"probes,omitempty"`
-	Etcd    *EtcdView     `json:"etcd,omitempty"`
-	Peers   []PeerView    `json:"peers,omitempty"`
+	Started time.Time `json:"started,omitzero"`
+	// Addr is the sender's gossip address (host:port), so that a member that never met it (a hub
+	// restarted during a partition) can join it again.
+	Addr   string        `json:"addr,omitempty"`
+	Probes []ProbeResult `json:"probes,omitempty"`
+	Etcd   *EtcdView     `json:"etcd,omitempty"`
+	Peers  []PeerView    `json:"peers,omitempty"`
 	// Leaving marks a member's last report before it leaves the pool on purpose.
 	Leaving bool `json:"leaving,omitempty"`
 }

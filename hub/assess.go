@@ -116,14 +116,84 @@ type Observations struct {
 // SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
 func (a *Assessor) SetPolicy(p AssessPolicy) { a.policy = p }
 
+// Expected is the fixed set of observers (DESIGN.md rule 6): the agent of every machine, the
+// witnesses (agents on other hosts that observe and vote but hold no etcd member), and the hub. A
+// verdict that can lead to action, and the membership the planner uses, need a strict majority of this
+// set: never of the observers the hub happens to hear, which on the minority side of a partition are
+// a majority of almost nothing.
+type Expected struct {
+	// Agents and Witnesses are gossip node names.
+	Agents, Witnesses []string
+}
+
+// ExpectedOf is the expected set of an inventory's machines and witnesses.
+func ExpectedOf(machines []MachineRef, witnesses []string) Expected {
+	e := Expected{Witnesses: witnesses}
+	for _, m := range machines {
+		e.Agents = append(e.Agents, m.Node)
+	}
+	return e
+}
+
+// Size counts the agents, the witnesses and the hub.
+func (e Expected) Size() int { return len(e.Agents) + len(e.Witnesses) + 1 }
+
+// Judges counts the observers that judge etcd: the agents and the witnesses (not the hub).
+func (e Expected) Judges() int { return len(e.Agents) + len(e.Witnesses) }
+
+func (e Expected) has(node string) bool {
+	return slices.Contains(e.Agents, node) || slices.Contains(e.Witnesses, node)
+}
+
+// Hearing is how many of the expected observers the hub hears now: itself, and every expected agent
+// and witness alive in its gossip view with a fresh report.
+type Hearing struct {
+	Expected int
+	// Heard lists the observers heard, the hub first; Missing the others.
+	Heard, Missing []string
+}
+
+// Majority reports whether the hub hears a strict majority of the expected observers.
+func (h Hearing) Majority() bool { return 2*len(h.Heard) > h.Expected }
+
+func (h Hearing) String() string {
+	return fmt.Sprintf("the hub hears %d of %d expected observers (%s); a strict majority is %d", len(h.Heard), h.Expected,
+		strings.Join(h.Heard, ", "), h.Expected/2+1)
+}
+
+// NoMajority is why a hub that does not hear a majority of its expected observers acts on nothing.
+func (h Hearing) NoMajority() string {
+	return fmt.Sprintf("%s: a partition and a crash look the same from here, so nothing is done until a majority is heard again "+
+		"(not heard: %s)", h, strings.Join(h.Missing, ", "))
+}
+
+// Hear says which expected observers the hub hears.
+func (a *Assessor) Hear(e Expected, obs Observations) Hearing {
+	h := Hearing{Expected: e.Size(), Heard: []string{"the hub"}}
+	heard := map[string]bool{}
+	for _, r := range a.liveObservers(e, obs) {
+		heard[r.Node] = true
+	}
+	for _, n := range append(slices.Clone(e.Agents), e.Witnesses...) {
+		if heard[n] {
+			h.Heard = append(h.Heard, n)
+		} else {
+			h.Missing = append(h.Missing, n)
+		}
+	}
+	return h
+}
+
 // Assess judges every machine. Rule 6 of DESIGN.md: the hub losing sight of a machine is never enough;
-// dead needs a majority of the live observers (agents the hub hears from, with fresh reports) to agree.
-func (a *Assessor) Assess(machines []MachineRef, obs Observations) []Assessment {
-	observers := a.liveObservers(obs)
+// dead needs a strict majority of the expected observers (the hub and the agents and witnesses that
+// see it dead, with fresh reports) to agree, and so does a member unreachable.
+func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observations) []Assessment {
+	e := ExpectedOf(machines, witnesses)
+	observers := a.liveObservers(e, obs)
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
 	for _, m := range machines {
-		out = append(out, a.assessOne(m, obs, observers, seen))
+		out = append(out, a.assessOne(m, e, obs, observers, seen))
 	}
 	for k := range a.firstSeen {
 		if !seen[k] {
@@ -133,11 +203,12 @@ func (a *Assessor) Assess(machines []MachineRef, obs Observations) []Assessment 
 	return out
 }
 
-// liveObservers are the nodes the hub sees alive whose latest report is fresh.
-func (a *Assessor) liveObservers(obs Observations) []health.Report {
+// liveObservers are the expected agents and witnesses the hub sees alive whose latest report is
+// fresh. Anyone else in the gossip pool is no observer.
+func (a *Assessor) liveObservers(e Expected, obs Observations) []health.Report {
 	var out []health.Report
 	for node, r := range obs.Reports {
-		if pv, ok := obs.HubPeers[node]; ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= a.policy.StaleAfter {
+		if pv, ok := obs.HubPeers[node]; ok && e.has(node) && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= a.policy.StaleAfter {
 			out = append(out, r)
 		}
 	}
@@ -161,10 +232,10 @@ func (e *evidence) doubt(format string, args ...any) {
 	e.suspect = append(e.suspect, fmt.Sprintf(format, args...))
 }
 
-func (a *Assessor) assessOne(m MachineRef, obs Observations, observers []health.Report, seen map[string]bool) Assessment {
+func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observers []health.Report, seen map[string]bool) Assessment {
 	var ev evidence
 	others := slices.DeleteFunc(slices.Clone(observers), func(r health.Report) bool { return r.Node == m.Node })
-	dead := a.liveness(m, obs, others, &ev)
+	dead := a.liveness(m, e, obs, others, &ev)
 	own, fresh := obs.Reports[m.Node]
 	fresh = fresh && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
@@ -174,7 +245,7 @@ func (a *Assessor) assessOne(m MachineRef, obs Observations, observers []health.
 	}
 	etcd := quorum.HealthUnknown
 	if m.Member != "" {
-		etcd = a.etcdHealth(m, obs.Now, own, fresh, dead, others, seen, &ev)
+		etcd = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	res := Assessment{Machine: m.Name, Verdict: Healthy, EtcdHealth: etcd}
@@ -187,8 +258,9 @@ func (a *Assessor) assessOne(m MachineRef, obs Observations, observers []health.
 	return res
 }
 
-// liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead.
-func (a *Assessor) liveness(m MachineRef, obs Observations, others []health.Report, ev *evidence) bool {
+// liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
+// hub and enough others to make a strict majority of the expected observers see it dead.
+func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others []health.Report, ev *evidence) bool {
 	hub, known := obs.HubPeers[m.Node]
 	if !known || hub.State == health.PeerAlive {
 		return false
@@ -206,15 +278,18 @@ func (a *Assessor) liveness(m MachineRef, obs Observations, others []health.Repo
 			}
 		}
 	}
-	if len(others) == 0 || 2*agree <= len(others) {
-		ev.doubt("the hub lost sight of %s, but only %d of %d live observers see it dead: not corroborated", m.Node, agree, len(others))
+	votes, need := 1+agree, e.Size()/2+1 // the hub's own among them
+	if votes < need {
+		ev.doubt("the hub lost sight of %s, but only %d of %d expected observers see it dead (the hub and %d of the %d others it hears; "+
+			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, len(others), need)
 		return false
 	}
 	if d := obs.Now.Sub(earliest); d < a.policy.DeadTimeout {
-		ev.doubt("%s dead for %v per the hub and %d of %d live observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), agree, len(others), a.policy.DeadTimeout)
+		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), a.policy.DeadTimeout)
 		return false
 	}
-	ev.bad(earliest, "%s dead since %s per the hub and %d of %d live observers", m.Node, earliest.UTC().Format("15:04:05.000Z07:00"), agree, len(others))
+	ev.bad(earliest, "%s dead since %s per %d of %d expected observers (the hub and %d others)", m.Node,
+		earliest.UTC().Format("15:04:05.000Z07:00"), votes, e.Size(), agree)
 	return true
 }
 
@@ -256,15 +331,16 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 	}
 }
 
-// etcdHealth says how quorum should count m's member: from its own etcd probe and from whether a
-// majority of the other observers reach it.
-func (a *Assessor) etcdHealth(m MachineRef, now time.Time, own health.Report, fresh, dead bool, others []health.Report,
+// etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
+// observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
+// strict majority of the expected agents and witnesses.
+func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own health.Report, fresh, dead bool, observers []health.Report,
 	seen map[string]bool, ev *evidence) quorum.Health {
 	if dead {
 		return quorum.Unhealthy
 	}
 	reach, unreach := 0, 0
-	for _, r := range others {
+	for _, r := range observers {
 		if r.Etcd == nil {
 			continue
 		}
@@ -289,6 +365,11 @@ func (a *Assessor) etcdHealth(m MachineRef, now time.Time, own health.Report, fr
 	voters := reach + unreach
 	switch {
 	case voters > 0 && 2*unreach > voters:
+		if 2*unreach <= e.Judges() {
+			ev.doubt("etcd member %s unreachable from %d of the %d observers that report on it, but that is no strict majority of the %d expected agents and witnesses",
+				m.Member, unreach, voters, e.Judges())
+			return quorum.Unhealthy
+		}
 		key := "unreachable/" + m.Member
 		seen[key] = true
 		first, ok := a.firstSeen[key]
@@ -296,9 +377,9 @@ func (a *Assessor) etcdHealth(m MachineRef, now time.Time, own health.Report, fr
 			first, a.firstSeen[key] = now, now
 		}
 		if d := now.Sub(first); d >= a.policy.EtcdUnreachableTimeout {
-			ev.bad(first, "etcd member %s unreachable from %d of %d observers for %v", m.Member, unreach, voters, d.Round(time.Second))
+			ev.bad(first, "etcd member %s unreachable from %d of %d expected observers for %v", m.Member, unreach, e.Judges(), d.Round(time.Second))
 		} else {
-			ev.doubt("etcd member %s unreachable from %d of %d observers for %v (unhealthy at %v)", m.Member, unreach, voters,
+			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v (unhealthy at %v)", m.Member, unreach, e.Judges(),
 				d.Round(time.Millisecond), a.policy.EtcdUnreachableTimeout)
 		}
 		return quorum.Unhealthy

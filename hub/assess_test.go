@@ -23,7 +23,8 @@ var machines = []MachineRef{
 // world builds observations: every node alive and reporting fresh, every probe passing, every member
 // reachable from everyone; edit lets a case change it.
 type world struct {
-	obs Observations
+	obs       Observations
+	witnesses []string
 }
 
 func newWorld(now time.Time) *world {
@@ -40,6 +41,31 @@ func newWorld(now time.Time) *world {
 			}
 		}
 		w.obs.Reports[m.Node] = r
+	}
+	return w
+}
+
+// witness adds witness agents (no etcd member), alive and reporting, seeing every node alive.
+func (w *world) witness(nodes ...string) *world {
+	for _, n := range nodes {
+		w.witnesses = append(w.witnesses, n)
+		w.obs.HubPeers[n] = health.PeerView{Name: n, State: health.PeerAlive, Since: t0}
+		r := health.Report{Node: n, SentAt: w.obs.Now.Add(-time.Second)}
+		for _, m := range machines {
+			r.Peers = append(r.Peers, health.PeerView{Name: m.Node, State: health.PeerAlive, Since: t0})
+		}
+		w.obs.Reports[n] = r
+	}
+	return w
+}
+
+// cut makes the hub lose nodes: dead in its view, their last reports stale.
+func (w *world) cut(since time.Time, nodes ...string) *world {
+	for _, n := range nodes {
+		w.obs.HubPeers[n] = health.PeerView{Name: n, State: health.PeerDead, Since: since}
+		r := w.obs.Reports[n]
+		r.SentAt = w.obs.Now.Add(-time.Minute)
+		w.obs.Reports[n] = r
 	}
 	return w
 }
@@ -111,11 +137,26 @@ func TestAssess(t *testing.T) {
 		{name: "dead per the hub and every observer", world: newWorld(now).dead("cp-2", now.Add(-2*time.Second), "cp-0", "cp-1"),
 			machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since", wantSince: now.Add(-2 * time.Second)},
 		{name: "the hub alone lost sight: never enough", world: newWorld(now).dead("cp-2", now.Add(-time.Minute)),
-			machine: "m2", verdict: Suspect, etcd: quorum.Healthy, reason: "the hub lost sight of cp-2, but only 0 of 2 live observers see it dead: not corroborated"},
-		{name: "one observer of two agreeing is no majority", world: newWorld(now).dead("cp-2", now.Add(-time.Minute), "cp-0"),
-			machine: "m2", verdict: Suspect, reason: "only 1 of 2"},
-		{name: "two of three dead: the survivor corroborates", world: newWorld(now).dead("cp-1", now.Add(-time.Second), "cp-0").dead("cp-2", now.Add(-time.Second), "cp-0"),
-			machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "per the hub and 1 of 1 live observers"},
+			machine: "m2", verdict: Suspect, etcd: quorum.Healthy,
+			reason: "the hub lost sight of cp-2, but only 1 of 4 expected observers see it dead (the hub and 0 of the 2 others it hears; a strict majority is 3): not corroborated"},
+		{name: "the hub and one observer of four expected is no majority", world: newWorld(now).dead("cp-2", now.Add(-time.Minute), "cp-0"),
+			machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers"},
+		{name: "dead per the hub and both others: 3 of 4", world: newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1"),
+			machine: "m2", verdict: Unhealthy, reason: "per 3 of 4 expected observers (the hub and 2 others)"},
+		{name: "two of three dead, no witness: the survivor and the hub are no majority", world: newWorld(now).cut(now.Add(-time.Second), "cp-1").dead("cp-2", now.Add(-time.Second), "cp-0"),
+			machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers see it dead"},
+		{name: "two of three dead, two witnesses: 4 of 6 see it dead", world: newWorld(now).witness("w-1", "w-2").cut(now.Add(-time.Second), "cp-1").
+			dead("cp-2", now.Add(-time.Second), "cp-0", "w-1", "w-2"),
+			machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "per 4 of 6 expected observers (the hub and 3 others)"},
+		{name: "the hub and cp-0 cut off from cp-1 and cp-2 (both witnesses with them): cp-0's word is no majority",
+			world:   newWorld(now).witness("w-1", "w-2").cut(now.Add(-time.Second), "cp-1", "w-1", "w-2").dead("cp-2", now.Add(-time.Second), "cp-0"),
+			machine: "m2", verdict: Suspect, reason: "only 2 of 6 expected observers see it dead"},
+		{name: "an observer outside the expected set is no vote", world: func() *world {
+			w := newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0")
+			w.obs.HubPeers["stranger"] = health.PeerView{Name: "stranger", State: health.PeerAlive}
+			w.obs.Reports["stranger"] = health.Report{Node: "stranger", SentAt: now, Peers: []health.PeerView{{Name: "cp-2", State: health.PeerDead, Since: now.Add(-time.Second)}}}
+			return w
+		}(), machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers"},
 		{name: "dead for less than DeadTimeout", world: newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1"),
 			policy: func(p *AssessPolicy) { p.DeadTimeout = 5 * time.Second }, machine: "m2", verdict: Suspect, reason: "unhealthy at 5s"},
 		{name: "kubelet failing short of its timeout", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-3*time.Second)),
@@ -139,7 +180,10 @@ func TestAssess(t *testing.T) {
 			return w
 		}(), machine: "m1", verdict: Suspect, reason: "left the gossip pool on purpose"},
 		{name: "member unreachable from a majority starts a timer", world: newWorld(now).unreachable("etcd-2", "cp-0", "cp-1"),
-			machine: "m2", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of 2 observers for 0s (unhealthy at 5s)"},
+			machine: "m2", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of 3 expected observers for 0s (unhealthy at 5s)"},
+		{name: "member unreachable from the only agent heard: no majority of the agents and witnesses", world: newWorld(now).witness("w-1", "w-2").
+			cut(now.Add(-time.Second), "cp-1", "w-1", "w-2").unreachable("etcd-2", "cp-0", "cp-2"),
+			machine: "m2", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of the 2 observers that report on it, but that is no strict majority of the 5 expected agents and witnesses"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +191,7 @@ func TestAssess(t *testing.T) {
 			if tt.policy != nil {
 				tt.policy(&p)
 			}
-			got := byName(NewAssessor(p).Assess(machines, tt.world.obs))[tt.machine]
+			got := byName(NewAssessor(p).Assess(machines, tt.world.witnesses, tt.world.obs))[tt.machine]
 			assert.Equal(t, tt.verdict, got.Verdict, "%+v", got)
 			if tt.etcd != 0 || tt.verdict == Healthy {
 				assert.Equal(t, tt.etcd, got.EtcdHealth, "%+v", got)
@@ -157,6 +201,38 @@ func TestAssess(t *testing.T) {
 			}
 			if !tt.wantSince.IsZero() {
 				assert.Equal(t, tt.wantSince, got.Since)
+			}
+		})
+	}
+}
+
+func TestHear(t *testing.T) {
+	now := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name     string
+		world    *world
+		heard    []string
+		majority bool
+	}{
+		{"everyone", newWorld(now), []string{"the hub", "cp-0", "cp-1", "cp-2"}, true},
+		{"one agent lost: 3 of 4", newWorld(now).cut(now, "cp-2"), []string{"the hub", "cp-0", "cp-1"}, true},
+		{"the hub with cp-0 only: 2 of 4", newWorld(now).cut(now, "cp-1", "cp-2"), []string{"the hub", "cp-0"}, false},
+		{"two of three gone, two witnesses: 4 of 6", newWorld(now).witness("w-1", "w-2").cut(now, "cp-1", "cp-2"), []string{"the hub", "cp-0", "w-1", "w-2"}, true},
+		{"the hub and cp-0 cut off from everyone else: 2 of 6", newWorld(now).witness("w-1", "w-2").cut(now, "cp-1", "cp-2", "w-1", "w-2"), []string{"the hub", "cp-0"}, false},
+		{"a live member whose report is stale is not heard", func() *world {
+			w := newWorld(now)
+			r := w.obs.Reports["cp-1"]
+			r.SentAt = now.Add(-time.Minute)
+			w.obs.Reports["cp-1"] = r
+			return w
+		}(), []string{"the hub", "cp-0", "cp-2"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewAssessor(DefaultAssessPolicy()).Hear(ExpectedOf(machines, tc.world.witnesses), tc.world.obs)
+			assert.Equal(t, tc.heard, h.Heard)
+			assert.Equal(t, tc.majority, h.Majority())
+			if !tc.majority {
+				assert.Contains(t, h.NoMajority(), "a partition and a crash look the same from here")
 			}
 		})
 	}
@@ -175,17 +251,17 @@ func joinLines(rs []string) string {
 func TestAssessTimesUnreachableMembers(t *testing.T) {
 	a := NewAssessor(DefaultAssessPolicy())
 	now := t0.Add(time.Hour)
-	got := byName(a.Assess(machines, newWorld(now).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
+	got := byName(a.Assess(machines, nil, newWorld(now).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
 	require.Equal(t, Suspect, got.Verdict)
-	got = byName(a.Assess(machines, newWorld(now.Add(6*time.Second)).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
+	got = byName(a.Assess(machines, nil, newWorld(now.Add(6*time.Second)).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
 	require.Equal(t, Unhealthy, got.Verdict, "%+v", got)
 	assert.Equal(t, now, got.Since)
-	assert.Contains(t, got.Reasons[0], "etcd member etcd-2 unreachable from 2 of 2 observers for 6s")
+	assert.Contains(t, got.Reasons[0], "etcd member etcd-2 unreachable from 2 of 3 expected observers for 6s")
 
 	// Reachable again: healthy, and the timer starts afresh next time.
-	got = byName(a.Assess(machines, newWorld(now.Add(7*time.Second)).obs))["m2"]
+	got = byName(a.Assess(machines, nil, newWorld(now.Add(7*time.Second)).obs))["m2"]
 	assert.Equal(t, Healthy, got.Verdict)
-	got = byName(a.Assess(machines, newWorld(now.Add(8*time.Second)).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
+	got = byName(a.Assess(machines, nil, newWorld(now.Add(8*time.Second)).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
 	assert.Equal(t, Suspect, got.Verdict)
 }
 
@@ -194,7 +270,7 @@ func TestAssessWorkerWithoutMember(t *testing.T) {
 	w := newWorld(now)
 	w.obs.HubPeers["w-1"] = health.PeerView{Name: "w-1", State: health.PeerAlive}
 	w.obs.Reports["w-1"] = health.Report{Node: "w-1", SentAt: now, Probes: []health.ProbeResult{{Name: "kubelet", OK: false, Since: now.Add(-time.Minute)}}}
-	got := byName(NewAssessor(DefaultAssessPolicy()).Assess([]MachineRef{{Name: "w1", Node: "w-1"}}, w.obs))["w1"]
+	got := byName(NewAssessor(DefaultAssessPolicy()).Assess([]MachineRef{{Name: "w1", Node: "w-1"}}, nil, w.obs))["w1"]
 	assert.Equal(t, Unhealthy, got.Verdict)
 	assert.Equal(t, quorum.HealthUnknown, got.EtcdHealth)
 }
@@ -228,7 +304,7 @@ func TestAssessNodeConditions(t *testing.T) {
 			}
 			ms := slices.Clone(machines)
 			ms[2].Conditions = tc.conditions
-			got := NewAssessor(DefaultAssessPolicy()).Assess(ms, w.obs)[2]
+			got := NewAssessor(DefaultAssessPolicy()).Assess(ms, nil, w.obs)[2]
 			assert.Equal(t, tc.want, got.Verdict, got.Reasons)
 			if tc.reason != "" {
 				assert.Contains(t, got.Reasons, tc.reason)

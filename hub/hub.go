@@ -45,11 +45,12 @@ type Config struct {
 }
 
 // Notice is one decision about one machine: a verdict, a refusal or hold, a remediation's start and
-// end. Repeats are not sent: a refusal is noticed when its reason changes.
+// end; or, with no machine, about the hub as a whole (it lost or regained the majority of its expected
+// observers). Repeats are not sent: a refusal is noticed when its reason changes.
 type Notice struct {
 	Machine string
 	// Reason is a CamelCase word: Suspect, Unhealthy, Healthy, Waiting, RemediationStarted, StepDone,
-	// Remediated, RemediationFailed.
+	// Remediated, RemediationFailed; for the hub: ObserverMajorityLost, ObserverMajorityHeard.
 	Reason  string
 	Message string
 	Warning bool
@@ -71,6 +72,7 @@ type Hub struct {
 	cfg      Config
 	log      *slog.Logger
 	assessor *Assessor // the pass goroutine's only
+	kept     []string  // the observers the gossip keeps joined (the pass goroutine's only)
 	metrics  *metrics
 
 	mu          sync.Mutex
@@ -79,19 +81,22 @@ type Hub struct {
 	assessments map[string]Assessment
 	unhealthyAt map[string]time.Time // when each machine's verdict last became Unhealthy
 	healthyAt   map[string]time.Time // when each machine was last seen Healthy: resets its attempts
-	cluster     quorum.Cluster       // the membership of the latest pass
-	outcome     quorum.Outcome
-	planErr     string // why the latest pass did not plan; empty when it did
-	holding     string // what the latest pass would have started but held (suspended, rate limit)
-	running     map[string]*running
-	starts      []time.Time
-	endedAt     map[string]time.Time // a machine's cooldown runs from its last remediation's end
-	events      []string
-	paused      bool
-	suspended   bool
-	detached    map[string]bool
-	waitingWhy  map[string]string // the last Waiting notice's reason per machine
-	resumed     chan struct{}     // closed and replaced when the hub is resumed
+	hearing     Hearing              // the expected observers the latest pass heard
+	// majorityNoticed: whether the last notice said the hub hears a majority (nil: none sent yet).
+	majorityNoticed *bool
+	cluster         quorum.Cluster // the membership of the latest pass
+	outcome         quorum.Outcome
+	planErr         string // why the latest pass did not plan; empty when it did
+	holding         string // what the latest pass would have started but held (suspended, rate limit)
+	running         map[string]*running
+	starts          []time.Time
+	endedAt         map[string]time.Time // a machine's cooldown runs from its last remediation's end
+	events          []string
+	paused          bool
+	suspended       bool
+	detached        map[string]bool
+	waitingWhy      map[string]string // the last Waiting notice's reason per machine
+	resumed         chan struct{}     // closed and replaced when the hub is resumed
 }
 
 type running struct {
@@ -190,6 +195,22 @@ func (h *Hub) notify(n Notice) {
 	}
 }
 
+// noticeHearing notices the hub losing the majority of its expected observers, and hearing one again
+// after it had lost it (each once, when it changes).
+func (h *Hub) noticeHearing() {
+	h.mu.Lock()
+	hearing, before := h.hearing, h.majorityNoticed
+	now := hearing.Majority()
+	h.majorityNoticed = &now
+	h.mu.Unlock()
+	switch {
+	case !hearing.Majority() && (before == nil || *before):
+		h.notify(Notice{Reason: "ObserverMajorityLost", Message: hearing.NoMajority(), Warning: true})
+	case hearing.Majority() && before != nil && !*before:
+		h.notify(Notice{Reason: "ObserverMajorityHeard", Message: hearing.String() + ": acting again"})
+	}
+}
+
 // noticeWaits notices each machine the pass did not start, when why changes.
 func (h *Hub) noticeWaits(out quorum.Outcome) {
 	h.mu.Lock()
@@ -257,10 +278,19 @@ func refs(inv Inventory) []MachineRef {
 func (h *Hub) assess(inv Inventory) (Observations, []Assessment) {
 	h.assessor.SetPolicy(inv.Policy.Assess)
 	obs := h.observe()
-	assessments := h.assessor.Assess(refs(inv), obs)
+	assessments := h.assessor.Assess(refs(inv), inv.Witnesses, obs)
+	e := ExpectedOf(refs(inv), inv.Witnesses)
+	hearing := h.assessor.Hear(e, obs)
+	if observers := append(slices.Clone(e.Agents), e.Witnesses...); !slices.Equal(observers, h.kept) {
+		// Every expected observer the pool has lost is joined again for as long as it is expected, so
+		// that after a partition all observers hear each other within seconds.
+		h.cfg.Gossip.KeepJoined(observers)
+		h.kept = observers
+	}
 	var changed []Assessment
 	firstSight := map[string]bool{}
 	h.mu.Lock()
+	h.hearing = hearing
 	for _, a := range assessments {
 		prev, seen := h.assessments[a.Machine]
 		if !seen || prev.Verdict != a.Verdict {
@@ -313,6 +343,7 @@ func (h *Hub) warmUp(ctx context.Context) {
 func (h *Hub) pass(ctx context.Context) {
 	inv := h.inventory()
 	obs, assessments := h.assess(inv)
+	h.noticeHearing()
 	cluster, why := h.membership(inv, obs, assessments)
 	if why != "" {
 		h.setPlanErr(why)
@@ -441,15 +472,21 @@ func (h *Hub) setNote(field *string, why, prefix string) {
 	}
 }
 
-// membership builds the cluster the planner sees: the membership a majority of fresh agent views
-// agree on, each member's health from the assessments, in-flight remediations marked. When the views
-// disagree it returns why instead.
+// membership builds the cluster the planner sees: the membership that a strict majority of the
+// expected agents and witnesses report (fresh reports from observers the hub sees alive), each
+// member's health from the assessments, in-flight remediations marked. It returns why not instead when
+// the hub does not hear a strict majority of its expected observers (then nothing is done: a hub on the
+// minority side of a partition must not act), or when no view has such a majority.
 func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessment) (quorum.Cluster, string) {
+	e := ExpectedOf(refs(inv), inv.Witnesses)
+	if hearing := h.assessor.Hear(e, obs); !hearing.Majority() {
+		return quorum.Cluster{}, hearing.NoMajority()
+	}
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0
 	for node, r := range obs.Reports {
-		if pv, ok := obs.HubPeers[node]; !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
+		if pv, ok := obs.HubPeers[node]; !ok || !e.has(node) || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
 			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
 			continue
 		}
@@ -469,11 +506,14 @@ func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessme
 			best, n = k, v
 		}
 	}
-	if total == 0 {
+	switch {
+	case total == 0:
 		return quorum.Cluster{}, "no fresh etcd view from any agent: waiting"
-	}
-	if 2*n <= total {
+	case 2*n <= total:
 		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d): waiting", total, n)
+	case 2*n <= e.Judges():
+		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses report the etcd membership (%d needed): "+
+			"a majority of observers must agree on it before anything is planned; waiting", n, e.Judges(), e.Judges()/2+1)
 	}
 	healthOf := map[string]quorum.Health{}
 	member := map[string]string{}

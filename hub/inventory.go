@@ -20,6 +20,10 @@ type InventoryFile struct {
 	Policy   PolicyFile       `json:"policy"`
 	Classes  map[string]Class `json:"classes"`
 	Machines []MachineFile    `json:"machines"`
+	// Witnesses are the gossip node names of agents in the witness role: on hosts that are not
+	// control-plane machines, they observe and vote (liveness, and etcd from outside when given etcd
+	// access) so that a majority of observers can exist when control-plane machines are gone.
+	Witnesses []string `json:"witnesses"`
 }
 
 // PolicyFile is the policy section.
@@ -80,6 +84,8 @@ type Inventory struct {
 	Cluster  string
 	Policy   Policy
 	Machines []Machine
+	// Witnesses are the node names of the witness agents (see InventoryFile).
+	Witnesses []string
 }
 
 // Policy is the validated policy.
@@ -194,6 +200,16 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 			}
 		}
 		inv.Machines = append(inv.Machines, m)
+	}
+	for i, w := range f.Witnesses {
+		switch {
+		case w == "" || strings.ContainsAny(w, " /"):
+			return inv, fmt.Errorf("witnesses[%d]: %q must be a gossip node name, non-empty, without spaces or /", i, w)
+		case nodes[w]:
+			return inv, fmt.Errorf("witnesses[%d]: %q is a machine's node (or listed twice): a witness runs on a host that is not a machine Hale heals", i, w)
+		}
+		nodes[w] = true
+		inv.Witnesses = append(inv.Witnesses, w)
 	}
 	return inv, nil
 }

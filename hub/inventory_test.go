@@ -31,6 +31,7 @@ func TestLoadExampleInventory(t *testing.T) {
 	assert.Equal(t, quorum.Percent(40), inv.Policy.Quorum.Pools.MaxUnhealthy)
 	assert.Equal(t, 3, inv.Policy.RateMax)
 	assert.Equal(t, 5*time.Minute, inv.Policy.Cooldown)
+	assert.Equal(t, []string{"witness-a", "witness-b"}, inv.Witnesses)
 }
 
 func TestInventoryErrorsNameTheField(t *testing.T) {
@@ -44,6 +45,8 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 	tests := []struct{ name, body, want string }{
 		{"unknown field", head + machine(", rack: 7"), `unknown field "rack"`},
 		{"no cluster", "classes: {}\n", "cluster: required"},
+		{"witness on a machine's node", "cluster: c\nclasses: {cp: {strategy: reboot}}\nwitnesses: [m1]\n" + machine(""), `witnesses[0]: "m1" is a machine's node`},
+		{"empty witness", "cluster: c\nclasses: {cp: {strategy: reboot}}\nwitnesses: [\"\"]\n" + machine(""), `witnesses[0]: "" must be a gossip node name`},
 		{"bad strategy", "cluster: c\nclasses: {cp: {strategy: nuke}}\n" + machine(""), `classes.cp.strategy: strategy "nuke": want reboot, fence or replace`},
 		{"unknown class", "cluster: c\nclasses: {}\n" + machine(""), `machines[0] (m1).class: "cp" is not defined under classes`},
 		{"duplicate name", head + machine("") + "  - {name: m1, class: cp, bmc: {endpoint: \"ipmi://h\", credentials: " + creds + "}}\n",

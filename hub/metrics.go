@@ -69,6 +69,7 @@ type hubCollector struct {
 	hub                                                     *Hub
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
+	observersExpected, observersHeard                       *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -76,23 +77,25 @@ func newHubCollector(h *Hub) *hubCollector {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &hubCollector{hub: h,
-		machines:  d("hale_hub_machines", "Machines by verdict.", "verdict"),
-		voters:    d("hale_hub_etcd_voters", "Voting etcd members in the membership the hub plans with."),
-		healthy:   d("hale_hub_etcd_healthy_voters", "Healthy, undisrupted voters."),
-		quorum:    d("hale_hub_etcd_quorum", "Voters etcd needs for quorum."),
-		tolerance: d("hale_hub_etcd_fault_tolerance", "Healthy voters beyond quorum (negative: quorum lost)."),
-		available: d("hale_hub_budget", "Healthy voters Hale may disrupt now (fault tolerance minus minFaultTolerance)."),
-		planning:  d("hale_hub_planning", "1 when the latest pass planned, 0 when it waited (see hub status)."),
-		inFlight:  d("hale_hub_remediations_in_flight", "Remediations under way."),
-		paused:    d("hale_hub_paused", "1 for the hub's pause state.", "state"),
-		suspended: d("hale_hub_suspended", "1 while the hub is observe-only."),
-		detached:  d("hale_hub_detached_machines", "Machines detached by the operator."),
+		machines:          d("hale_hub_machines", "Machines by verdict.", "verdict"),
+		voters:            d("hale_hub_etcd_voters", "Voting etcd members in the membership the hub plans with."),
+		healthy:           d("hale_hub_etcd_healthy_voters", "Healthy, undisrupted voters."),
+		quorum:            d("hale_hub_etcd_quorum", "Voters etcd needs for quorum."),
+		tolerance:         d("hale_hub_etcd_fault_tolerance", "Healthy voters beyond quorum (negative: quorum lost)."),
+		available:         d("hale_hub_budget", "Healthy voters Hale may disrupt now (fault tolerance minus minFaultTolerance)."),
+		planning:          d("hale_hub_planning", "1 when the latest pass planned, 0 when it waited (see hub status)."),
+		inFlight:          d("hale_hub_remediations_in_flight", "Remediations under way."),
+		paused:            d("hale_hub_paused", "1 for the hub's pause state.", "state"),
+		suspended:         d("hale_hub_suspended", "1 while the hub is observe-only."),
+		detached:          d("hale_hub_detached_machines", "Machines detached by the operator."),
+		observersExpected: d("hale_hub_observers_expected", "Observers whose strict majority every action needs: the agents, the witnesses and the hub."),
+		observersHeard:    d("hale_hub_observers_heard", "Expected observers the hub hears now (itself included); below a strict majority of the expected, it acts on nothing."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard} {
 		ch <- d
 	}
 }
@@ -130,6 +133,8 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.suspended, boolGauge(st.Suspended))
 	gauge(c.detached, detached)
+	gauge(c.observersExpected, float64(st.Observers.Expected))
+	gauge(c.observersHeard, float64(len(st.Observers.Heard)))
 }
 
 func boolGauge(b bool) float64 {

@@ -21,9 +21,20 @@ type Status struct {
 	NotPlanning string `json:"notPlanning,omitempty"`
 	// Holding says what the latest pass would have started but held back (paused, suspended, rate
 	// limit).
-	Holding  string          `json:"holding,omitempty"`
-	Budget   *quorum.Budget  `json:"budget,omitempty"`
-	Machines []MachineStatus `json:"machines"`
+	Holding string         `json:"holding,omitempty"`
+	Budget  *quorum.Budget `json:"budget,omitempty"`
+	// Observers says how many of the expected observers the hub hears: it acts only on a strict
+	// majority.
+	Observers ObserversStatus `json:"observers"`
+	Machines  []MachineStatus `json:"machines"`
+}
+
+// ObserversStatus is the expected observer set as the hub hears it.
+type ObserversStatus struct {
+	Expected int      `json:"expected"`
+	Heard    []string `json:"heard"`
+	Missing  []string `json:"missing,omitempty"`
+	Majority bool     `json:"majority"`
 }
 
 // MachineStatus is one machine's line of `hub status`.
@@ -66,7 +77,8 @@ func (h *Hub) Status(ctx context.Context) Status {
 	}
 	h.mu.Lock()
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
-		Suspended: h.suspended, NotPlanning: h.planErr, Holding: h.holding}
+		Suspended: h.suspended, NotPlanning: h.planErr, Holding: h.holding,
+		Observers: ObserversStatus{Expected: h.hearing.Expected, Heard: h.hearing.Heard, Missing: h.hearing.Missing, Majority: h.hearing.Majority()}}
 	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
 		b := h.outcome.Budget
 		st.Budget = &b

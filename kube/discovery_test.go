@@ -96,6 +96,11 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		}
 	}
 	createNode(t, c, "worker-1", "", false)
+	createNode(t, c, "worker-2", "", false)
+	w2 := &corev1.Node{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "worker-2"}, w2))
+	w2.Labels[WitnessLabel] = "true"
+	require.NoError(t, c.Update(ctx, w2))
 	nodeA := &corev1.Node{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "node-a"}, nodeA))
 	before := nodeA.DeepCopy()
@@ -106,7 +111,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{HostDetachedAnnotation: ""})
 	ep, err := bmc.ParseEndpoint("redfish+http://127.0.0.1:1/redfish/v1/Systems/1")
 	require.NoError(t, err)
-	base := hub.Inventory{Cluster: "prod", Machines: []hub.Machine{{MachineRef: hub.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
+	base := hub.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []hub.Machine{{MachineRef: hub.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
 		Class: "file", Strategy: quorum.Reboot, Endpoint: ep}}}
 	d := &Discovery{Client: c, Base: base}
 	inv, err := d.Build(ctx)
@@ -126,6 +131,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		{"node-f", "node-f", "node-f", "reboot", "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"},
 	}, got)
 	assert.Equal(t, []quorum.Order{quorum.ScaleDownFirst}, inv.Machines[1].Replace.Orders, "KCP remediates delete-first")
+	assert.Equal(t, []string{"rack-2-witness", "worker-2"}, inv.Witnesses, "the file's witnesses and the Nodes labelled "+WitnessLabel)
 	assert.Equal(t, []hub.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,
 		"the Node's conditions, as evidence for the assessor")
 

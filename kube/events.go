@@ -25,8 +25,10 @@ type EventSink struct {
 	Discovery *Discovery
 	// Instance is the reporting instance: the hub replica's name.
 	Instance string
-	Log      *slog.Logger
-	queue    chan hub.Notice
+	// Hub is what Events about the hub as a whole (no machine) are attached to: its HealthPolicy.
+	Hub   corev1.ObjectReference
+	Log   *slog.Logger
+	queue chan hub.Notice
 }
 
 // ReportingController names Hale in every Event it writes.
@@ -61,7 +63,10 @@ func (s *EventSink) Run(ctx context.Context) {
 }
 
 func (s *EventSink) write(ctx context.Context, n hub.Notice) error {
-	ref, ok := s.Discovery.Regarding(n.Machine)
+	ref, ok := s.Hub, s.Hub.Name != ""
+	if n.Machine != "" {
+		ref, ok = s.Discovery.Regarding(n.Machine)
+	}
 	if !ok {
 		return fmt.Errorf("machine %s is not in the discovered inventory", n.Machine)
 	}

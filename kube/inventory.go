@@ -31,6 +31,9 @@ const (
 	EtcdMemberAnnotation = "hale.dev/etcd-member"
 	// ControlPlanePool is the pool of the control-plane machines that are not etcd members.
 	ControlPlanePool = "control-plane"
+	// WitnessLabel marks the nodes that run a witness agent (the witness DaemonSet's nodeSelector):
+	// each one is an expected observer.
+	WitnessLabel = "hale.dev/witness"
 )
 
 // BareMetalHostGVK is metal3's BareMetalHost, read as unstructured: its Go module is not a
@@ -108,7 +111,17 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 			byNode[n] = &machines.Items[i]
 		}
 	}
-	inv := hub.Inventory{Cluster: d.Base.Cluster, Policy: d.Base.Policy}
+	var witnessNodes corev1.NodeList
+	if err := d.Client.List(ctx, &witnessNodes, client.HasLabels{WitnessLabel}); err != nil {
+		return hub.Inventory{}, fmt.Errorf("listing witness nodes (label %s): %w", WitnessLabel, err)
+	}
+	inv := hub.Inventory{Cluster: d.Base.Cluster, Policy: d.Base.Policy, Witnesses: slices.Clone(d.Base.Witnesses)}
+	for _, n := range witnessNodes.Items {
+		if _, cp := n.Labels[ControlPlaneLabel]; !cp && !slices.Contains(inv.Witnesses, n.Name) {
+			inv.Witnesses = append(inv.Witnesses, n.Name)
+		}
+	}
+	slices.Sort(inv.Witnesses)
 	bound := map[string]binding{}
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes.Items {

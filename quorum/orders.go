@@ -81,14 +81,6 @@ func (r *OrderRefusal) Error() string {
 		what, order, breaking, r.Breaking.Step.Member, r.Breaking.whose(), rest)
 }
 
-// orderState is the cluster after some steps of each track, kept so that the order they were taken
-// in does not matter.
-type orderState struct {
-	members []Member
-	// heldBy[i]: the member is held down by track i's power-cycle (InFlight) or power-off (Fenced).
-	heldBy []map[string]Disruption
-}
-
 // materialize returns the cluster after the first prog[i] steps of each track. With onlyRecoveries,
 // fresh tracks contribute only their awaits' recoveries of members the cluster already had, not their
 // disruptions or membership changes: the work in flight as it would be without what the pass starts,

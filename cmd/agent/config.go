@@ -20,8 +20,12 @@ type Config struct {
 	// Node names this agent in the pool (default: the host name).
 	Node string `json:"node"`
 	// Cluster names the gossip pool; nodes of another cluster never merge.
-	Cluster string       `json:"cluster"`
-	Gossip  GossipConfig `json:"gossip"`
+	Cluster string `json:"cluster"`
+	// Role is "agent" (default: a control-plane node with its etcd member) or "witness": a host that
+	// is not a control-plane machine, which observes and votes (peer liveness, and etcd from outside
+	// through etcd.endpoints) and runs no probes.
+	Role   string       `json:"role"`
+	Gossip GossipConfig `json:"gossip"`
 	// ReportInterval is the longest time between two reports (default 5 s; a probe or peer that
 	// changes state is reported at once, and liveness itself comes from the gossip's probes).
 	ReportInterval Duration `json:"reportInterval"`
@@ -93,6 +97,9 @@ func (c Config) withDefaults() Config {
 	if c.Gossip.Bind == "" {
 		c.Gossip.Bind = "0.0.0.0:7946"
 	}
+	if c.Role == "" {
+		c.Role = RoleAgent
+	}
 	t := health.DefaultTiming()
 	setDur(&c.Gossip.ProbeInterval, t.ProbeInterval)
 	setDur(&c.Gossip.ProbeTimeout, t.ProbeTimeout)
@@ -103,8 +110,18 @@ func (c Config) withDefaults() Config {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:9101"
 	}
-	c.Etcd = c.Etcd.WithDefaults()
 	p := &c.Probes
+	if c.Role == RoleWitness {
+		// A witness has no etcd member and is not a machine Hale judges: no probes.
+		no := false
+		for _, pc := range []*ProbeConfig{&p.Kubelet.ProbeConfig, &p.APIServer.ProbeConfig, &p.Etcd, &p.EtcdDisk.ProbeConfig, &p.Clock.ProbeConfig} {
+			if pc.Enabled == nil {
+				pc.Enabled = &no
+			}
+		}
+	} else {
+		c.Etcd = c.Etcd.WithDefaults()
+	}
 	for _, pc := range []*ProbeConfig{&p.Kubelet.ProbeConfig, &p.APIServer.ProbeConfig, &p.Etcd, &p.EtcdDisk.ProbeConfig, &p.Clock.ProbeConfig} {
 		if pc.Enabled == nil {
 			yes := true
@@ -123,9 +140,24 @@ func setDur(d *Duration, v time.Duration) {
 	}
 }
 
+// Roles.
+const (
+	RoleAgent   = "agent"
+	RoleWitness = "witness"
+)
+
 // validate names the first field that is wrong.
 func (c Config) validate() error {
 	switch {
+	case c.Role != RoleAgent && c.Role != RoleWitness:
+		return fmt.Errorf("role %q: want agent (a control-plane node) or witness (another host that observes and votes)", c.Role)
+	case c.Role == RoleWitness && c.Etcd.Endpoint != "":
+		return errors.New("etcd.endpoint: a witness runs no etcd member; list the members' client URLs under etcd.endpoints to watch etcd from outside")
+	case c.Role == RoleAgent && len(c.Etcd.Endpoints) > 0:
+		return errors.New("etcd.endpoints: only a witness reads etcd from outside; an agent reads its own member at etcd.endpoint")
+	case c.Role == RoleWitness && (*c.Probes.Kubelet.Enabled || *c.Probes.APIServer.Enabled || *c.Probes.Etcd.Enabled ||
+		*c.Probes.EtcdDisk.Enabled || *c.Probes.Clock.Enabled):
+		return errors.New("probes: a witness runs none (it is not a machine Hale heals); remove the probes section or set role: agent")
 	case c.Cluster == "":
 		return errors.New("cluster: required (the gossip pool's name; use the same on every node of a cluster)")
 	case c.Gossip.KeyFile == "":

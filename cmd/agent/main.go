@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	configPath := fs.String("config", "", "YAML config file (flags below override it)")
 	node := fs.String("node", "", "this node's name in the pool (default: host name)")
 	cluster := fs.String("cluster", "", "the pool's name, the same on every node of a cluster")
+	role := fs.String("role", "", "agent (a control-plane node, the default) or witness (another host that observes and votes)")
 	bind := fs.String("bind", "", "gossip host:port (default 0.0.0.0:7946)")
 	join := fs.String("join", "", "comma-separated host:port of peers to join")
 	keyFile := fs.String("key-file", "", "gossip key file (base64 keys, one a line)")
@@ -76,7 +77,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	for _, f := range []struct {
 		flag string
 		dst  *string
-	}{{*node, &cfg.Node}, {*cluster, &cfg.Cluster}, {*bind, &cfg.Gossip.Bind}, {*keyFile, &cfg.Gossip.KeyFile}, {*listen, &cfg.Listen}} {
+	}{{*node, &cfg.Node}, {*cluster, &cfg.Cluster}, {*role, &cfg.Role}, {*bind, &cfg.Gossip.Bind}, {*keyFile, &cfg.Gossip.KeyFile}, {*listen, &cfg.Listen}} {
 		if f.flag != "" {
 			*f.dst = f.flag
 		}
@@ -97,7 +98,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 		return err
 	}
 	bindHost, bindPort, _ := splitHostPort(cfg.Gossip.Bind)
-	gc := health.GossipConfig{Node: cfg.Node, Cluster: cfg.Cluster, Role: "agent", BindAddr: bindHost, BindPort: bindPort,
+	gc := health.GossipConfig{Node: cfg.Node, Cluster: cfg.Cluster, Role: cfg.Role, BindAddr: bindHost, BindPort: bindPort,
 		Keys: keys, Logger: log, Timing: health.DefaultTiming()}
 	gc.Timing.ProbeInterval, gc.Timing.ProbeTimeout = cfg.Gossip.ProbeInterval.Duration, cfg.Gossip.ProbeTimeout.Duration
 	gc.Timing.SuspicionMult = cfg.Gossip.SuspicionMult
@@ -117,11 +118,17 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	}
 
 	var etcd *health.Etcd
-	if *cfg.Probes.Etcd.Enabled {
-		if etcd, err = health.NewEtcd(cfg.Etcd); err != nil {
-			_ = g.Shutdown()
-			return err
-		}
+	switch {
+	case cfg.Role == RoleWitness && len(cfg.Etcd.Endpoints) > 0:
+		etcd, err = health.NewEtcdOutside(cfg.Etcd.Endpoints, cfg.Etcd.TLS)
+	case cfg.Role == RoleAgent && *cfg.Probes.Etcd.Enabled:
+		etcd, err = health.NewEtcd(cfg.Etcd)
+	}
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	if etcd != nil {
 		defer etcd.Close()
 	}
 	specs, err := probeSpecs(cfg, etcd, g)
@@ -150,7 +157,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	if len(cfg.Gossip.Join) > 0 {
 		go g.JoinLoop(ctx, cfg.Gossip.Join)
 	}
-	log.Info("agent started", "node", cfg.Node, "cluster", cfg.Cluster, "gossip", g.Addr(), "http", ln.Addr().String(), "probes", len(specs))
+	log.Info("agent started", "role", cfg.Role, "node", cfg.Node, "cluster", cfg.Cluster, "gossip", g.Addr(), "http", ln.Addr().String(), "probes", len(specs))
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -180,7 +187,7 @@ func probeSpecs(cfg Config, etcd *health.Etcd, clock health.ClockSource) ([]heal
 		}
 		add(health.ProbeSpec{Probe: api}, p.APIServer.ProbeConfig)
 	}
-	if etcd != nil {
+	if etcd != nil && cfg.Role == RoleAgent {
 		add(health.ProbeSpec{Probe: etcd.Probe()}, p.Etcd)
 	}
 	disk, err := health.NewDiskProbe(p.EtcdDisk.DataDir, p.EtcdDisk.MinFreeBytes, p.EtcdDisk.MinFreePercent)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/etcdcluster"
 )
@@ -52,6 +53,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{name: "timeout not below interval", yaml: "cluster: c\ngossip: {keyFile: " + key + ", probeInterval: 100ms, probeTimeout: 100ms}\n",
 			want: "gossip.probeTimeout 100ms: must be shorter than gossip.probeInterval 100ms"},
 		{name: "missing key file", yaml: "cluster: c\ngossip: {keyFile: /nonexistent/key}\n", want: "gossip key file: open /nonexistent/key"},
+		{name: "bad role", yaml: "cluster: c\nrole: judge\ngossip: {keyFile: " + key + "}\n", want: `role "judge": want agent`},
+		{name: "witness with a local member", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoint: http://127.0.0.1:2379}\n",
+			want: "etcd.endpoint: a witness runs no etcd member"},
+		{name: "witness with probes", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\nprobes: {kubelet: {enabled: true}}\n",
+			want: "probes: a witness runs none"},
+		{name: "agent reading from outside", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [http://127.0.0.1:2379]}\n",
+			want: "etcd.endpoints: only a witness"},
+		{name: "witness with a bad endpoint", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [127.0.0.1:2379]}\n",
+			want: `etcd.endpoints: "127.0.0.1:2379": want an http:// or https:// URL`},
 		{name: "bad flag", args: []string{"-log-level", "loud"}, want: `-log-level "loud"`},
 	}
 	for _, tt := range tests {
@@ -76,6 +86,37 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+type agentProc struct {
+	cancel context.CancelFunc
+	done   chan error
+	http   string
+	logs   *capture.Buffer
+}
+
+// startAgent runs the agent as the binary does, with args, until the test ends.
+func startAgent(t *testing.T, args ...string) *agentProc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &agentProc{cancel: cancel, done: make(chan error, 1), logs: &capture.Buffer{}}
+	ready := make(chan string, 1)
+	go func() { p.done <- run(ctx, args, p.logs, ready) }()
+	select {
+	case p.http = <-ready:
+	case err := <-p.done:
+		t.Fatalf("agent %v: %v", args, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("agent %v did not start", args)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return p
+}
+
 // TestAgentProcess runs two agents the way the binary does (flags and a config file), on a real
 // single-member etcd, and checks their endpoints, metrics and a graceful leave.
 func TestAgentProcess(t *testing.T) {
@@ -91,33 +132,8 @@ probes:
   etcdDisk: {dataDir: %s}
 `, key, c.Endpoints()[0], t.TempDir()))
 	gossipA := freePort(t)
-	type agentProc struct {
-		cancel context.CancelFunc
-		done   chan error
-		http   string
-		logs   *capture.Buffer
-	}
 	start := func(node, bind string, extra ...string) *agentProc {
-		ctx, cancel := context.WithCancel(context.Background())
-		p := &agentProc{cancel: cancel, done: make(chan error, 1), logs: &capture.Buffer{}}
-		ready := make(chan string, 1)
-		args := append([]string{"-config", cfg, "-node", node, "-bind", bind, "-listen", "127.0.0.1:0"}, extra...)
-		go func() { p.done <- run(ctx, args, p.logs, ready) }()
-		select {
-		case p.http = <-ready:
-		case err := <-p.done:
-			t.Fatalf("agent %s: %v", node, err)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("agent %s did not start", node)
-		}
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case <-p.done:
-			case <-time.After(10 * time.Second):
-			}
-		})
-		return p
+		return startAgent(t, append([]string{"-config", cfg, "-node", node, "-bind", bind, "-listen", "127.0.0.1:0"}, extra...)...)
 	}
 	a := start("cp-a", gossipA)
 	b := start("cp-b", freePort(t), "-join", gossipA)
@@ -141,4 +157,37 @@ probes:
 		return strings.Contains(m, `hale_agent_peers{state="left"} 1`)
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.NotContains(t, a.logs.String()+b.logs.String(), strings.TrimSpace(testKey))
+}
+
+// TestWitnessProcess runs a witness the way the binary does: no probes, no member of its own, the
+// etcd membership read from outside, and every member's reachability from there, in its report.
+func TestWitnessProcess(t *testing.T) {
+	c := etcdcluster.Start(t, 3)
+	key := writeFile(t, "key", testKey)
+	cfg := writeFile(t, "witness.yaml", fmt.Sprintf("cluster: test\nrole: witness\nreportInterval: 200ms\ngossip: {keyFile: %s}\netcd: {endpoints: [%s]}\n",
+		key, strings.Join(c.Endpoints(), ", ")))
+	bind := freePort(t)
+	w := startAgent(t, "-config", cfg, "-node", "w-1", "-bind", bind, "-listen", "127.0.0.1:0")
+	c.Stop(2)
+
+	// A listener in the pool, as the hub is.
+	keys, err := health.LoadGossipKeys(key)
+	require.NoError(t, err)
+	g, err := health.StartGossip(health.GossipConfig{Node: "listener", Cluster: "test", Role: "hub", BindAddr: "127.0.0.1", Keys: keys})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Shutdown() })
+	_, err = g.Join([]string{bind})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		r, ok := g.Reports()["w-1"]
+		if !ok || r.Etcd == nil || len(r.Etcd.Members) != 3 || len(r.Probes) != 0 || r.Etcd.LocalID != "" {
+			return false
+		}
+		reach := map[string]bool{}
+		for _, m := range r.Etcd.Members {
+			reach[m.Name] = m.Reachable != nil && *m.Reachable
+		}
+		return reach[c.Name(0)] && reach[c.Name(1)] && !reach[c.Name(2)]
+	}, 15*time.Second, 100*time.Millisecond, "the witness's report: %+v", g.Reports()["w-1"])
+	assert.Contains(t, w.logs.String(), `"role":"witness"`)
 }

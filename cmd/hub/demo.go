@@ -36,12 +36,18 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run Hale on a simulated 3-machine control plane and watch it heal (no setup needed)",
 		Long: `Run Hale end to end on this machine: a 3-member etcd cluster (embedded), three simulated machines
 each with a real agent and a simulated Redfish BMC whose power starts and stops that machine's etcd
-member and agent, and the hub. The scenarios run in order and print a timeline:
+member and agent, two witness agents (hosts that observe and vote), and the hub. The scenarios run in
+order and print a timeline:
 
-  hang            one machine hangs → detected → power-cycled → rejoins
-  quorum-lost     two of three hang (quorum lost) → dead members power-cycled → quorum restored
-  refused-reboot  a manual reboot of a healthy member while another is down → refused with the reason
-  pause           a pause while a remediation is in flight → Pausing, then Paused once its BMC step is done
+  hang                    one machine hangs → detected → power-cycled → rejoins
+  quorum-lost             two of three hang (quorum lost); the hub, cp-0 and the witnesses are 4 of 6
+                          observers → dead members power-cycled → quorum restored
+  quorum-lost-no-witness  the same with no witness listed: 2 of 4 observers, no majority → held and
+                          explained; an operator's hub reboot --force brings them back
+  partition               the hub and cp-0 cut off from cp-1, cp-2 and the witnesses → the hub hears 2 of
+                          6 and does nothing; healed → all healthy, no BMC call
+  refused-reboot          a manual reboot of a healthy member while another is down → refused with the reason
+  pause                   a pause while a remediation is in flight → Pausing, then Paused once its BMC step is done
 
 It exits 0 only if every scenario ended as expected. --keep leaves everything running afterwards and
 serves the operator API, so that hub status, explain, reboot, pause … can be tried in another terminal.`,

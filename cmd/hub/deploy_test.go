@@ -25,7 +25,7 @@ import (
 
 const hubSA = "system:serviceaccount:hale-system:hale-hub"
 
-var overlays = []string{"standalone-bmc", "capi", "metal3"}
+var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness"}
 
 // kubectl runs the kubectl test/kube/build-assets built, beside kube-apiserver.
 func kubectl(t *testing.T, args ...string) (string, error) {
@@ -60,6 +60,9 @@ func TestDeployOverlaysApply(t *testing.T) {
 		out, err := kubectl(t, "--kubeconfig", kc, "apply", "-k", dir, "--dry-run=server")
 		require.NoError(t, err, "%s:\n%s", o, out)
 		assert.Contains(t, out, "daemonset.apps/hale-agent created (server dry run)", o)
+		if strings.Contains(o, "witness") {
+			assert.Contains(t, out, "daemonset.apps/hale-witness created (server dry run)", o)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -103,6 +104,9 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				return
 			}
 			sink := kube.NewEventSink(c, d, o.node, log)
+			if k.policy != "" {
+				sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: k.namespace, Name: k.policy}
+			}
 			go sink.Run(lctx)
 			adjust = func(cfg *hub.Config) {
 				cfg.Inventory = inv

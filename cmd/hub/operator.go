@@ -350,6 +350,17 @@ func printStatus(w io.Writer, st hub.Status) {
 		fmt.Fprint(w, " · SUSPENDED (observe-only)")
 	}
 	fmt.Fprintln(w)
+	if o := st.Observers; o.Expected > 0 {
+		word := "a strict majority: acting"
+		if !o.Majority {
+			word = "NOT a strict majority: acting on nothing"
+		}
+		fmt.Fprintf(w, "observers: hears %d of %d expected (%s): %s", len(o.Heard), o.Expected, strings.Join(o.Heard, ", "), word)
+		if len(o.Missing) > 0 {
+			fmt.Fprintf(w, "; not heard: %s", strings.Join(o.Missing, ", "))
+		}
+		fmt.Fprintln(w)
+	}
 	if st.Budget != nil {
 		fmt.Fprintf(w, "etcd: %s\n", st.Budget)
 	}

@@ -23,7 +23,9 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		{"hang", "one machine hangs → detected → power-cycled → rejoins", hangScenario},
-		{"quorum-lost", "two of three machines hang (quorum lost) → both dead members power-cycled → quorum restored", quorumLostScenario},
+		{"quorum-lost", "two of three machines hang (quorum lost); the hub, cp-0 and two witnesses are 4 of 6 observers → both dead members power-cycled → quorum restored", quorumLostScenario},
+		{"quorum-lost-no-witness", "the same without witnesses: the hub and cp-0 are 2 of 4 observers, no majority → held and explained; an operator's forced reboot brings them back", quorumLostNoWitnessScenario},
+		{"partition", "the hub and cp-0 cut off from cp-1, cp-2 and both witnesses → the hub hears 2 of 6: nothing is done; the partition heals → all healthy, no BMC call", partitionScenario},
 		{"refused-reboot", "a manual reboot of a healthy member while another is down → refused with the reason", refusedRebootScenario},
 		{"pause", "pause while a remediation is in flight → Pausing until its BMC step is done, then Paused", pauseScenario},
 	}
@@ -132,6 +134,100 @@ func quorumLostScenario(ctx context.Context, tb *Testbed) error {
 	}
 	tb.Say("demo", "quorum lost → restored, every machine healthy in %v", time.Since(t0).Round(time.Millisecond))
 	return tb.expectResets(before, [Machines]int{0, 1, 1})
+}
+
+// expectNothing checks, for d, that no machine gets a BMC call, and that the hub says why.
+func (tb *Testbed) expectNothing(ctx context.Context, d time.Duration, before snapshot, why string) error {
+	h := tb.Hub()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := tb.expectResets(before, [Machines]int{}); err != nil {
+			return fmt.Errorf("%w\n%s", err, tb.dump())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if st := h.Status(ctx); !strings.Contains(st.NotPlanning, why) {
+		return fmt.Errorf("after %v: the hub says %q, want it to say %q", d, st.NotPlanning, why)
+	}
+	return nil
+}
+
+func quorumLostNoWitnessScenario(ctx context.Context, tb *Testbed) error {
+	h := tb.Hub()
+	inv, err := tb.Inventory()
+	if err != nil {
+		return err
+	}
+	full := inv
+	inv.Witnesses = nil
+	tb.Say("demo", "the hub's inventory now lists no witness: its expected observers are the 3 agents and itself")
+	if err := h.SetInventory(inv); err != nil {
+		return err
+	}
+	defer func() { _ = h.SetInventory(full) }()
+	before := tb.snapshot()
+	done := make(chan struct{})
+	go func() { tb.Hang(1); close(done) }()
+	tb.Hang(2)
+	<-done
+	if err := tb.expectNothing(ctx, 4*time.Second, before, "the hub hears 2 of 4 expected observers"); err != nil {
+		return err
+	}
+	a, _ := h.Assessment(Name(2))
+	tb.Say("demo", "held: %s is %s: %s", Name(2), a.Verdict, strings.Join(a.Reasons, "; "))
+	tb.Say("demo", "the hub says: not planning: %s", h.Status(ctx).NotPlanning)
+	for _, i := range []int{1, 2} {
+		tb.Say("demo", "operator: hub reboot %s --force (the evidence above is the operator's to weigh)", Name(i))
+		res, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(i), Force: true, By: "demo"})
+		if err != nil {
+			return fmt.Errorf("a forced reboot of %s: %w", Name(i), err)
+		}
+		tb.Say("demo", "forced over: %s", res.Overrides)
+	}
+	for _, i := range []int{1, 2} {
+		if err := tb.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's forced reboot to succeed", Name(i)), tb.succeeded(before, i)); err != nil {
+			return err
+		}
+	}
+	if err := h.SetInventory(full); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	return tb.expectResets(before, [Machines]int{0, 1, 1})
+}
+
+func partitionScenario(ctx context.Context, tb *Testbed) error {
+	h := tb.Hub()
+	before := tb.snapshot()
+	minority := []string{HubNode, Name(0)}
+	majority := []string{Name(1), Name(2), WitnessName(0), WitnessName(1)}
+	tb.Partition(minority, majority)
+	healed := false
+	defer func() {
+		if !healed {
+			tb.Heal()
+		}
+	}()
+	if err := tb.expectNothing(ctx, 6*time.Second, before, "the hub hears 2 of 6 expected observers"); err != nil {
+		return err
+	}
+	a, _ := h.Assessment(Name(2))
+	tb.Say("demo", "cp-2 is %s on the hub's side: %s", a.Verdict, strings.Join(a.Reasons, "; "))
+	tb.Say("demo", "the hub says: not planning: %s", h.Status(ctx).NotPlanning)
+	tb.Heal()
+	healed = true
+	t0 := time.Now()
+	if err := tb.WaitFor(ctx, 60*time.Second, "every machine Healthy after the heal", tb.AllHealthy); err != nil {
+		return err
+	}
+	tb.Say("demo", "partition healed → every machine healthy again in %v, nothing rebooted", time.Since(t0).Round(time.Millisecond))
+	return tb.expectResets(before, [Machines]int{})
 }
 
 func refusedRebootScenario(ctx context.Context, tb *Testbed) error {

@@ -11,14 +11,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hale-dev/hale/bmc"
@@ -28,10 +32,15 @@ import (
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/etcdcluster"
 	"github.com/hale-dev/hale/test/lossy"
+	"github.com/hale-dev/hale/test/partition"
 )
 
-// Machines is how many machines the testbed has.
-const Machines = 3
+// Machines is how many machines the testbed has; Witnesses how many witness agents (on hosts that are
+// not machines: they observe and vote, and read etcd from outside).
+const (
+	Machines  = 3
+	Witnesses = 2
+)
 
 // Options configure a testbed.
 type Options struct {
@@ -63,6 +72,9 @@ type Testbed struct {
 	sim      *bmcsim.Server
 	key      []byte
 	start    time.Time
+	net      *partition.Network
+	// witnesses are the witness agents; they run for the testbed's whole life.
+	witnesses []*agentProc
 
 	mu      sync.Mutex
 	agents  map[int]*agentProc
@@ -81,6 +93,12 @@ type agentProc struct {
 // Name returns machine i's name (also its node name and BMC system ID).
 func Name(i int) string { return fmt.Sprintf("cp-%d", i) }
 
+// WitnessName returns witness i's node name.
+func WitnessName(i int) string { return fmt.Sprintf("w-%d", i+1) }
+
+// HubNode is the hub's name on the testbed's network (Partition).
+const HubNode = "hub"
+
 // Start brings up etcd, the BMC simulator and the agents (not the hub: StartHub).
 func Start(opts Options) (*Testbed, error) {
 	if opts.Dir == "" {
@@ -89,7 +107,7 @@ func Start(opts Options) (*Testbed, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}}
+	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New()}
 	_, _ = rand.Read(tb.key)
 	tb.password = rand.Text()
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -140,7 +158,95 @@ func Start(opts Options) (*Testbed, error) {
 			return nil, err
 		}
 	}
+	for i := range Witnesses {
+		if err := tb.startWitness(i); err != nil {
+			tb.Close()
+			return nil, err
+		}
+	}
+	tb.Say("demo", "witnesses %s and %s: agents on two other hosts that observe and vote, and read etcd from outside", WitnessName(0), WitnessName(1))
 	return tb, nil
+}
+
+// transport makes member name's gossip transport on the testbed's network (lossy for the lossy
+// machine), listening on port (0: any).
+func (tb *Testbed) transport(name string, port int, lossy bool) (memberlist.NodeAwareTransport, error) {
+	var inner memberlist.NodeAwareTransport
+	if lossy {
+		t, err := lossyTransport(port, tb.opts)
+		if err != nil {
+			return nil, err
+		}
+		inner = t
+	} else {
+		t, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, BindPort: port,
+			Logger: stdlog.New(io.Discard, "", 0)})
+		if err != nil {
+			return nil, fmt.Errorf("demo: gossip transport of %s: %w", name, err)
+		}
+		inner = t
+	}
+	port = inner.(interface{ GetAutoBindPort() int }).GetAutoBindPort()
+	return tb.net.Wrap(name, fmt.Sprintf("127.0.0.1:%d", port), inner), nil
+}
+
+func lossyTransport(port int, o Options) (*lossy.Transport, error) {
+	return lossy.New("127.0.0.1", port, o.Loss, o.Seed)
+}
+
+// startWitness starts witness i: gossip and an etcd view from outside (every member's client URL), no
+// probes.
+func (tb *Testbed) startWitness(i int) error {
+	t, err := tb.transport(WitnessName(i), 0, false)
+	if err != nil {
+		return err
+	}
+	g, err := health.StartGossip(health.GossipConfig{Node: WitnessName(i), Cluster: "demo", Role: "witness", BindAddr: "127.0.0.1",
+		Keys: [][]byte{tb.key}, Transport: t})
+	if err != nil {
+		return fmt.Errorf("demo: witness %s: %w", WitnessName(i), err)
+	}
+	etcd, err := health.NewEtcdOutside(tb.etcd.Endpoints(), health.TLSFiles{})
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	r, err := health.NewRunner(nil, nil, nil)
+	if err != nil {
+		_ = g.Shutdown()
+		return err
+	}
+	ag := health.NewAgent(g, r, etcd, 250*time.Millisecond, nil)
+	tb.mu.Lock()
+	for _, other := range tb.agents {
+		if _, err := g.Join([]string{other.gossip.Addr()}); err == nil {
+			break
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &agentProc{gossip: g, cancel: cancel, done: make(chan struct{})}
+	tb.witnesses = append(tb.witnesses, p)
+	tb.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		_ = ag.Run(ctx, time.Second)
+		_ = etcd.Close()
+	}()
+	return nil
+}
+
+// Partition cuts every gossip link between the members named in a and those in b (machine names,
+// witness names, HubNode), both ways, until Heal. The etcd members are not cut: this cuts what the
+// hub and the agents see of each other.
+func (tb *Testbed) Partition(a, b []string) {
+	tb.Say("demo", "network partition: {%s} cut off from {%s}", strings.Join(a, ", "), strings.Join(b, ", "))
+	tb.net.Cut(a, b)
+}
+
+// Heal ends every partition.
+func (tb *Testbed) Heal() {
+	tb.Say("demo", "the partition heals")
+	tb.net.Heal()
 }
 
 // CredentialsFile is the simulated BMCs' credentials file (for `hub bmc power --credentials`).
@@ -187,15 +293,12 @@ func (tb *Testbed) startAgent(i int) error {
 	tb.mu.Lock()
 	port := tb.ports[i]
 	tb.mu.Unlock()
-	cfg := health.GossipConfig{Node: Name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
-		Keys: [][]byte{tb.key}, OnPeerChange: poke}
-	if tb.opts.Loss > 0 && i == tb.opts.LossyMachine {
-		t, err := lossy.New("127.0.0.1", port, tb.opts.Loss, tb.opts.Seed)
-		if err != nil {
-			return err
-		}
-		cfg.Transport = t
+	t, err := tb.transport(Name(i), port, tb.opts.Loss > 0 && i == tb.opts.LossyMachine)
+	if err != nil {
+		return err
 	}
+	cfg := health.GossipConfig{Node: Name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
+		Keys: [][]byte{tb.key}, OnPeerChange: poke, Transport: t}
 	g, err := health.StartGossip(cfg)
 	if err != nil {
 		return fmt.Errorf("demo: agent %s: %w", Name(i), err)
@@ -267,6 +370,9 @@ func (tb *Testbed) powerOn(i int) {
 func (tb *Testbed) Inventory() (hub.Inventory, error) {
 	inv := hub.Inventory{Cluster: "demo", Policy: hub.Policy{Quorum: quorum.DefaultPolicy(), Assess: hub.DefaultAssessPolicy(),
 		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3}}
+	for i := range Witnesses {
+		inv.Witnesses = append(inv.Witnesses, WitnessName(i))
+	}
 	inv.Policy.Assess.EtcdUnreachableTimeout = time.Second
 	for i := range Machines {
 		ep, err := bmc.ParseEndpoint(fmt.Sprintf("%s/systems/%s", tb.sim.Endpoint(), Name(i)))
@@ -301,7 +407,12 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		o.Journal = filepath.Join(tb.opts.Dir, "journal.db")
 	}
 	// A new gossip name at every start, as `hub run` does: see there.
-	g, err := health.StartGossip(health.GossipConfig{Node: "hub-" + rand.Text()[:6], Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1", Keys: [][]byte{tb.key}})
+	t, err := tb.transport(HubNode, 0, false)
+	if err != nil {
+		return err
+	}
+	g, err := health.StartGossip(health.GossipConfig{Node: "hub-" + rand.Text()[:6], Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1",
+		Keys: [][]byte{tb.key}, Transport: t})
 	if err != nil {
 		return err
 	}
@@ -426,8 +537,9 @@ func (tb *Testbed) EtcdRunning(i int) bool { return tb.etcd.Running(i) }
 func (tb *Testbed) Close() {
 	tb.StopHub()
 	tb.mu.Lock()
-	agents := tb.agents
-	tb.agents = map[int]*agentProc{}
+	agents := slices.Collect(maps.Values(tb.agents))
+	agents = append(agents, tb.witnesses...)
+	tb.agents, tb.witnesses = map[int]*agentProc{}, nil
 	tb.mu.Unlock()
 	for _, p := range agents {
 		_ = p.gossip.Shutdown()

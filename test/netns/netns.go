@@ -1,0 +1,288 @@
+// Package netns is a lab of hosts on one machine: each host a network namespace with its own address
+// on a bridge (the bridge in a namespace of its own, so that nothing touches the machine's network),
+// real processes started inside them, and real network faults (iptables DROP rules inside the hosts'
+// namespaces: partitions, one-way drops). It needs root, `ip` (iproute2) and `iptables`.
+//
+// Everything it makes is named halet-PID-…: a lab removes what it made when it closes, and on start
+// whatever an earlier lab left behind whose process is gone (a test killed mid-run).
+package netns
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const prefix = "halet-"
+
+// Lab is a set of hosts on one bridge.
+type Lab struct {
+	t      testing.TB
+	id     string // halet-PID
+	sw     string // the switch namespace, holding the bridge
+	dir    string // process logs
+	mu     sync.Mutex
+	hosts  []*Host
+	procs  []*Proc
+	cuts   [][2]*Host
+	closed bool
+}
+
+// Host is one namespace with one address.
+type Host struct {
+	Name string
+	NS   string
+	IP   string
+	lab  *Lab
+}
+
+// Available says why a lab cannot run here, or "" when it can: root, ip and iptables.
+func Available() string {
+	if os.Geteuid() != 0 {
+		return "network namespaces need root"
+	}
+	for _, tool := range []string{"ip", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Sprintf("%s is not on PATH (Debian: apt-get install iproute2 iptables; test/run installs it)", tool)
+		}
+	}
+	return ""
+}
+
+// New makes an empty lab (the bridge), removing first what dead earlier labs left behind. It is
+// closed when the test ends.
+func New(t testing.TB) *Lab {
+	t.Helper()
+	if why := Available(); why != "" {
+		t.Fatalf("netns lab: %s", why)
+	}
+	removeLeftovers(t)
+	l := &Lab{t: t, id: fmt.Sprintf("%s%d", prefix, os.Getpid()), dir: t.TempDir()}
+	l.sw = l.id + "-sw"
+	t.Cleanup(l.Close)
+	l.must("ip", "netns", "add", l.sw)
+	l.must("ip", "-n", l.sw, "link", "add", "br0", "type", "bridge")
+	l.must("ip", "-n", l.sw, "link", "set", "br0", "up")
+	return l
+}
+
+// removeLeftovers deletes the namespaces of labs whose process is gone.
+func removeLeftovers(t testing.TB) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		pid, _, ok := strings.Cut(strings.TrimPrefix(name, prefix), "-")
+		if !strings.HasPrefix(name, prefix) || !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err == nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", n)); err == nil {
+				continue // a lab still running
+			}
+		}
+		killIn(name)
+		_ = exec.Command("ip", "netns", "del", name).Run()
+		t.Logf("netns lab: removed %s, left behind by an earlier run", name)
+	}
+}
+
+// killIn kills every process in namespace ns.
+func killIn(ns string) {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func (l *Lab) must(args ...string) string {
+	l.t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		l.t.Fatalf("netns lab: %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// Host adds a host named name at 10.77.0.(10+n), n the count of hosts before it.
+func (l *Lab) Host(name string) *Host {
+	l.t.Helper()
+	l.mu.Lock()
+	n := len(l.hosts)
+	h := &Host{Name: name, NS: fmt.Sprintf("%s-%d", l.id, n), IP: fmt.Sprintf("10.77.0.%d", 10+n), lab: l}
+	l.hosts = append(l.hosts, h)
+	l.mu.Unlock()
+	veth := fmt.Sprintf("v%d", n)
+	l.must("ip", "netns", "add", h.NS)
+	l.must("ip", "-n", l.sw, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", h.NS)
+	l.must("ip", "-n", l.sw, "link", "set", veth, "master", "br0", "up")
+	l.must("ip", "-n", h.NS, "addr", "add", h.IP+"/24", "dev", "eth0")
+	l.must("ip", "-n", h.NS, "link", "set", "eth0", "up")
+	l.must("ip", "-n", h.NS, "link", "set", "lo", "up")
+	return h
+}
+
+// Addr is host:port on this host.
+func (h *Host) Addr(port int) string { return fmt.Sprintf("%s:%d", h.IP, port) }
+
+// Run runs a command inside the host to completion and returns its combined output.
+func (h *Host) Run(args ...string) (string, error) {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", h.NS}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s on %s: %w: %s", strings.Join(args, " "), h.Name, err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// Proc is a process running inside a host.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// Start starts a process inside the host; its output goes to a log file (Log). It is killed when the
+// lab closes.
+func (h *Host) Start(name string, args ...string) *Proc {
+	l := h.lab
+	l.t.Helper()
+	logPath := filepath.Join(l.dir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		l.t.Fatalf("netns lab: %v", err)
+	}
+	cmd := exec.Command("ip", append([]string{"netns", "exec", h.NS}, args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		l.t.Fatalf("netns lab: starting %s on %s: %v", name, h.Name, err)
+	}
+	p := &Proc{Name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	l.mu.Lock()
+	l.procs = append(l.procs, p)
+	l.mu.Unlock()
+	return p
+}
+
+// Log returns what the process wrote so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// Signal sends sig to the process's group.
+func (p *Proc) Signal(sig syscall.Signal) { _ = syscall.Kill(-p.cmd.Process.Pid, sig) }
+
+// Stop asks the process to stop (SIGTERM) and kills it after timeout.
+func (p *Proc) Stop(timeout time.Duration) {
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Cut drops every packet between each host of a and each host of b, both ways (rules in a's and b's
+// namespaces), until Heal.
+func (l *Lab) Cut(a, b []*Host) {
+	l.t.Helper()
+	for _, x := range a {
+		for _, y := range b {
+			for _, pair := range [][2]*Host{{x, y}, {y, x}} {
+				l.iptables(pair[0], "-A", "INPUT", "-s", pair[1].IP, "-j", "DROP")
+				l.iptables(pair[0], "-A", "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
+			}
+			l.mu.Lock()
+			l.cuts = append(l.cuts, [2]*Host{x, y})
+			l.mu.Unlock()
+		}
+	}
+}
+
+// Heal removes every rule Cut made.
+func (l *Lab) Heal() {
+	l.t.Helper()
+	l.mu.Lock()
+	hosts := slices.Clone(l.hosts)
+	l.cuts = nil
+	l.mu.Unlock()
+	for _, h := range hosts {
+		l.iptables(h, "-F", "INPUT")
+		l.iptables(h, "-F", "OUTPUT")
+	}
+}
+
+func (l *Lab) iptables(h *Host, args ...string) {
+	l.t.Helper()
+	if out, err := h.Run(append([]string{"iptables", "-w"}, args...)...); err != nil {
+		l.t.Fatalf("netns lab: %v\n%s", err, out)
+	}
+}
+
+
+// Close stops every process and removes every namespace. It keeps going past errors (a cleanup).
+func (l *Lab) Close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	procs, hosts := l.procs, l.hosts
+	l.mu.Unlock()
+	for _, p := range procs {
+		if p.Running() {
+			p.Stop(5 * time.Second)
+		}
+	}
+	var errs []error
+	for _, ns := range append(hostNamespaces(hosts), l.sw) {
+		killIn(ns)
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", ns, err, out))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		l.t.Errorf("netns lab: cleaning up: %v", err)
+	}
+}
+
+func hostNamespaces(hosts []*Host) []string {
+	var out []string
+	for _, h := range hosts {
+		out = append(out, h.NS)
+	}
+	return out
+}
