@@ -1,10 +1,12 @@
 package hub
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 )
@@ -16,10 +18,10 @@ import (
 //	GET  /v1/status                       Status
 //	GET  /v1/machines/{name}/explain      text
 //	POST /v1/machines/{name}/reboot       RebootRequest (machine from the path) → RebootResult
-//	POST /v1/machines/{name}/detach       Status
-//	POST /v1/machines/{name}/attach       Status
-//	POST /v1/pause, /v1/resume            Status (pause: poll status until Pause is Paused)
-//	POST /v1/suspend, /v1/unsuspend       Status
+//	POST /v1/machines/{name}/detach       BrakeRequest (optional) → Status
+//	POST /v1/machines/{name}/attach       BrakeRequest (optional) → Status
+//	POST /v1/pause, /v1/resume            BrakeRequest (optional) → Status (pause: poll status until Pause is Paused)
+//	POST /v1/suspend, /v1/unsuspend       BrakeRequest (optional) → Status
 //
 // Errors are {"error": "..."} with 400 (bad request), 401 (token), 404 (no such machine) or 409
 // (refused: unsafe or not allowed now).
@@ -64,19 +66,36 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	})
 	for verb, detached := range map[string]bool{"detach": true, "attach": false} {
 		mux.HandleFunc("POST /v1/machines/{name}/"+verb, func(w http.ResponseWriter, r *http.Request) {
-			if err := h.SetDetached(r.PathValue("name"), detached); err != nil {
+			req, ok := brakeRequest(w, r)
+			if !ok {
+				return
+			}
+			if err := h.SetDetached(r.Context(), r.PathValue("name"), detached, req.By, req.Reason); err != nil {
 				writeError(w, err)
 				return
 			}
 			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
-	for verb, set := range map[string]func(){
-		"pause": func() { h.SetPaused(true) }, "resume": func() { h.SetPaused(false) },
-		"suspend": func() { h.SetSuspended(true) }, "unsuspend": func() { h.SetSuspended(false) },
+	for verb, set := range map[string]func(ctx context.Context, req BrakeRequest) error{
+		"pause":  func(ctx context.Context, req BrakeRequest) error { return h.SetPaused(ctx, true, req.By, req.Reason) },
+		"resume": func(ctx context.Context, req BrakeRequest) error { return h.SetPaused(ctx, false, req.By, req.Reason) },
+		"suspend": func(ctx context.Context, req BrakeRequest) error {
+			return h.SetSuspended(ctx, true, req.By, req.Reason)
+		},
+		"unsuspend": func(ctx context.Context, req BrakeRequest) error {
+			return h.SetSuspended(ctx, false, req.By, req.Reason)
+		},
 	} {
 		mux.HandleFunc("POST /v1/"+verb, func(w http.ResponseWriter, r *http.Request) {
-			set()
+			req, ok := brakeRequest(w, r)
+			if !ok {
+				return
+			}
+			if err := set(r.Context(), req); err != nil {
+				writeError(w, err)
+				return
+			}
 			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
@@ -91,6 +110,27 @@ func (h *Hub) APIHandler(token string) http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// BrakeRequest is the optional body of pause, resume, suspend, unsuspend, detach and attach: who asks
+// and why, for status and the record.
+type BrakeRequest struct {
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func brakeRequest(w http.ResponseWriter, r *http.Request) (BrakeRequest, bool) {
+	var req BrakeRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("request body: %v (want {\"by\": …, \"reason\": …} or nothing)", err)})
+		return req, false
+	}
+	if req.By == "" {
+		req.By = Operator
+	}
+	return req, true
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -97,6 +97,9 @@ type Assessment struct {
 type Assessor struct {
 	policy    AssessPolicy
 	firstSeen map[string]time.Time
+	// heardSince is when the hub last began to hear a strict majority of its expected observers
+	// (zero while it does not). Timed evidence counts from there at the earliest: see counted.
+	heardSince time.Time
 }
 
 // NewAssessor returns an assessor with policy p.
@@ -189,6 +192,12 @@ func (a *Assessor) Hear(e Expected, obs Observations) Hearing {
 // see it dead, with fresh reports) to agree, and so does a member unreachable.
 func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observations) []Assessment {
 	e := ExpectedOf(machines, witnesses)
+	switch heard := a.Hear(e, obs).Majority(); {
+	case !heard:
+		a.heardSince = time.Time{}
+	case a.heardSince.IsZero():
+		a.heardSince = obs.Now
+	}
 	observers := a.liveObservers(e, obs)
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
@@ -284,13 +293,27 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others [
 			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, len(others), need)
 		return false
 	}
-	if d := obs.Now.Sub(earliest); d < a.policy.DeadTimeout {
+	if d, _ := a.counted(obs.Now, earliest); d < a.policy.DeadTimeout {
 		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), a.policy.DeadTimeout)
 		return false
 	}
 	ev.bad(earliest, "%s dead since %s per %d of %d expected observers (the hub and %d others)", m.Node,
 		earliest.UTC().Format("15:04:05.000Z07:00"), votes, e.Size(), agree)
 	return true
+}
+
+// counted is how long a condition that began at since counts as evidence at now: time while the hub
+// did not hear a majority of its observers does not count, so after a partition heals (or the hub
+// starts) a failure must last its whole timeout again before it leads to action. A member on the
+// minority side of a partition fails its own etcd probe ("no leader") for as long as the partition
+// lasts, and is fine a second after it heals: that is no reason to reboot it. The note says so when
+// it applies.
+func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
+	if a.heardSince.After(since) {
+		return now.Sub(a.heardSince), fmt.Sprintf(", counted from %s when the hub last began to hear a majority of its observers",
+			a.heardSince.UTC().Format("15:04:05.000Z07:00"))
+	}
+	return now.Sub(since), ""
 }
 
 // probes weighs m's own probe results against the policy's timeouts.
@@ -300,10 +323,10 @@ func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
 		if p.OK || !counts {
 			continue
 		}
-		if d := now.Sub(p.Since); d >= timeout {
-			ev.bad(p.Since, "%s failing for %v (unhealthy at %v): %s", p.Name, d.Round(time.Second), timeout, p.Detail)
+		if d, note := a.counted(now, p.Since); d >= timeout {
+			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, now.Sub(p.Since).Round(time.Second), note, timeout, p.Detail)
 		} else {
-			ev.doubt("%s failing for %v (unhealthy at %v): %s", p.Name, d.Round(time.Millisecond), timeout, p.Detail)
+			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, now.Sub(p.Since).Round(time.Millisecond), note, timeout, p.Detail)
 		}
 	}
 }
@@ -318,8 +341,8 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 		if !counts || !c.bad() {
 			continue
 		}
-		d := now.Sub(c.Since)
-		what := fmt.Sprintf("node %s %s=%s (%s) for %v", m.Node, c.Type, c.Status, c.Reason, d.Round(time.Second))
+		d, note := a.counted(now, c.Since)
+		what := fmt.Sprintf("node %s %s=%s (%s) for %v%s", m.Node, c.Type, c.Status, c.Reason, now.Sub(c.Since).Round(time.Second), note)
 		switch {
 		case d >= timeout && corroborated:
 			ev.bad(c.Since, "%s, with the evidence above", what)
@@ -376,7 +399,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		if !ok {
 			first, a.firstSeen[key] = now, now
 		}
-		if d := now.Sub(first); d >= a.policy.EtcdUnreachableTimeout {
+		if d, _ := a.counted(now, first); d >= a.policy.EtcdUnreachableTimeout {
 			ev.bad(first, "etcd member %s unreachable from %d of %d expected observers for %v", m.Member, unreach, e.Judges(), d.Round(time.Second))
 		} else {
 			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v (unhealthy at %v)", m.Member, unreach, e.Judges(),

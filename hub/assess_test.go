@@ -112,6 +112,13 @@ func (w *world) probe(node, name string, ok bool, since time.Time) *world {
 	return w
 }
 
+// hearing is an assessor of a hub that has heard a majority of its observers since long ago.
+func hearing(p AssessPolicy) *Assessor {
+	a := NewAssessor(p)
+	a.heardSince = t0
+	return a
+}
+
 func byName(as []Assessment) map[string]Assessment {
 	out := map[string]Assessment{}
 	for _, a := range as {
@@ -191,7 +198,7 @@ func TestAssess(t *testing.T) {
 			if tt.policy != nil {
 				tt.policy(&p)
 			}
-			got := byName(NewAssessor(p).Assess(machines, tt.world.witnesses, tt.world.obs))[tt.machine]
+			got := byName(hearing(p).Assess(machines, tt.world.witnesses, tt.world.obs))[tt.machine]
 			assert.Equal(t, tt.verdict, got.Verdict, "%+v", got)
 			if tt.etcd != 0 || tt.verdict == Healthy {
 				assert.Equal(t, tt.etcd, got.EtcdHealth, "%+v", got)
@@ -238,6 +245,33 @@ func TestHear(t *testing.T) {
 	}
 }
 
+// Time without a majority of observers is no evidence: after a partition heals (or at the hub's start)
+// a probe that failed all along must fail for its whole timeout again before it counts. (Found by the
+// network-namespace partition test: cp-0, on the minority side, failed its own etcd probe, "no
+// leader", for the whole partition, and was power-cycled the moment the partition healed.)
+func TestTimedEvidenceCountsFromWhenAMajorityIsHeard(t *testing.T) {
+	now := t0.Add(time.Hour)
+	a := hearing(DefaultAssessPolicy())
+	failing := func(w *world) *world { return w.probe("cp-0", "etcd", false, now.Add(-time.Minute)) }
+	// Cut off: the hub hears cp-0 only.
+	cut := failing(newWorld(now.Add(-30 * time.Second)).cut(now.Add(-time.Minute), "cp-1", "cp-2"))
+	cut.obs.Now = now.Add(-30 * time.Second)
+	a.Assess(machines, nil, cut.obs)
+	require.False(t, a.Hear(ExpectedOf(machines, nil), cut.obs).Majority())
+	// Healed: the probe has failed for a minute, but only for 0 s since a majority is heard.
+	got := byName(a.Assess(machines, nil, failing(newWorld(now)).obs))["m0"]
+	assert.Equal(t, Suspect, got.Verdict, "%+v", got)
+	assert.Contains(t, joinLines(got.Reasons), "etcd failing for 1m0s, counted from ")
+	got = byName(a.Assess(machines, nil, failing(newWorld(now.Add(9*time.Second))).obs))["m0"]
+	assert.Equal(t, Suspect, got.Verdict)
+	got = byName(a.Assess(machines, nil, failing(newWorld(now.Add(10*time.Second))).obs))["m0"]
+	assert.Equal(t, Unhealthy, got.Verdict, "failing for the whole timeout since the heal")
+	// Dead is not timed (deadTimeout 0): a machine dead per a majority counts at once, heal or not.
+	b := NewAssessor(DefaultAssessPolicy())
+	got = byName(b.Assess(machines, nil, newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1").obs))["m2"]
+	assert.Equal(t, Unhealthy, got.Verdict)
+}
+
 func joinLines(rs []string) string {
 	out := ""
 	for _, r := range rs {
@@ -249,7 +283,7 @@ func joinLines(rs []string) string {
 // A condition without a since of its own is timed by the assessor across passes, and forgotten when
 // it clears.
 func TestAssessTimesUnreachableMembers(t *testing.T) {
-	a := NewAssessor(DefaultAssessPolicy())
+	a := hearing(DefaultAssessPolicy())
 	now := t0.Add(time.Hour)
 	got := byName(a.Assess(machines, nil, newWorld(now).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
 	require.Equal(t, Suspect, got.Verdict)
@@ -270,7 +304,7 @@ func TestAssessWorkerWithoutMember(t *testing.T) {
 	w := newWorld(now)
 	w.obs.HubPeers["w-1"] = health.PeerView{Name: "w-1", State: health.PeerAlive}
 	w.obs.Reports["w-1"] = health.Report{Node: "w-1", SentAt: now, Probes: []health.ProbeResult{{Name: "kubelet", OK: false, Since: now.Add(-time.Minute)}}}
-	got := byName(NewAssessor(DefaultAssessPolicy()).Assess([]MachineRef{{Name: "w1", Node: "w-1"}}, nil, w.obs))["w1"]
+	got := byName(hearing(DefaultAssessPolicy()).Assess([]MachineRef{{Name: "w1", Node: "w-1"}}, nil, w.obs))["w1"]
 	assert.Equal(t, Unhealthy, got.Verdict)
 	assert.Equal(t, quorum.HealthUnknown, got.EtcdHealth)
 }
@@ -304,7 +338,7 @@ func TestAssessNodeConditions(t *testing.T) {
 			}
 			ms := slices.Clone(machines)
 			ms[2].Conditions = tc.conditions
-			got := NewAssessor(DefaultAssessPolicy()).Assess(ms, nil, w.obs)[2]
+			got := hearing(DefaultAssessPolicy()).Assess(ms, nil, w.obs)[2]
 			assert.Equal(t, tc.want, got.Verdict, got.Reasons)
 			if tc.reason != "" {
 				assert.Contains(t, got.Reasons, tc.reason)

@@ -27,21 +27,6 @@ const (
 	Paused  PauseState = "Paused"
 )
 
-// SetPaused pauses (no new step starts; steps in progress finish) or resumes the hub.
-func (h *Hub) SetPaused(p bool) {
-	h.mu.Lock()
-	changed := h.paused != p
-	h.paused = p
-	if changed && !p {
-		close(h.resumed)
-		h.resumed = make(chan struct{})
-	}
-	h.mu.Unlock()
-	if changed {
-		h.event("paused: %v", p)
-	}
-}
-
 // PauseState says whether the pause is acknowledged: Paused only once no remediation is inside an
 // irreversible step.
 func (h *Hub) PauseState() PauseState {
@@ -51,7 +36,7 @@ func (h *Hub) PauseState() PauseState {
 }
 
 func (h *Hub) pauseState() PauseState {
-	if !h.paused {
+	if !h.isPaused() {
 		return Running
 	}
 	for _, r := range h.running {
@@ -60,33 +45,6 @@ func (h *Hub) pauseState() PauseState {
 		}
 	}
 	return Paused
-}
-
-// SetSuspended makes the hub observe-only: everything is assessed and planned and what it would start
-// is logged, but nothing is executed.
-func (h *Hub) SetSuspended(s bool) {
-	h.mu.Lock()
-	changed := h.suspended != s
-	h.suspended = s
-	h.mu.Unlock()
-	if changed {
-		h.event("suspended: %v", s)
-	}
-}
-
-// SetDetached detaches a machine (no probe-driven action and no BMC call for it) or attaches it again.
-func (h *Hub) SetDetached(machine string, d bool) error {
-	if _, ok := h.inventory().machine(machine); !ok {
-		return fmt.Errorf("machine %q: %w", machine, ErrNotFound)
-	}
-	h.mu.Lock()
-	changed := h.detached[machine] != d
-	h.detached[machine] = d
-	h.mu.Unlock()
-	if changed {
-		h.event("%s detached: %v", machine, d)
-	}
-	return nil
 }
 
 // SetInventory puts a reloaded inventory in force. The gossip cluster cannot change without a
@@ -116,7 +74,7 @@ func (h *Hub) gate(machine string) func(ctx context.Context) error {
 			if r != nil {
 				r.busy = false
 			}
-			if !h.paused {
+			if !h.isPaused() {
 				if r != nil {
 					r.busy = true
 				}
@@ -172,7 +130,8 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		return RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
 	}
 	h.mu.Lock()
-	paused, suspended, detached := h.paused, h.suspended, h.detached[m.Name]
+	paused, suspended := h.isPaused(), h.brakes.Suspended != nil
+	_, detached := h.brakes.Detached[m.Name]
 	r, inFlight := h.running[m.Name]
 	h.mu.Unlock()
 	switch {
@@ -181,7 +140,10 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	case detached && !req.DryRun:
 		return RebootResult{}, fmt.Errorf("%w: %s is detached: no BMC call for it until `hub attach %s`", ErrRefused, m.Name, m.Name)
 	case paused && !req.DryRun:
-		return RebootResult{}, fmt.Errorf("%w: the hub is paused: nothing starts until `hub resume`", ErrRefused)
+		h.mu.Lock()
+		why := DescribeBrakes(h.pausedBy())
+		h.mu.Unlock()
+		return RebootResult{}, fmt.Errorf("%w: the hub is paused (%s): nothing starts until the pause is lifted", ErrRefused, why)
 	case suspended && !req.DryRun:
 		return RebootResult{}, fmt.Errorf("%w: the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`", ErrRefused)
 	case m.Hold != "" && !req.DryRun:

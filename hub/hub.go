@@ -42,6 +42,9 @@ type Config struct {
 	// Notify, when set, is told every decision about a machine (Kubernetes mode turns them into
 	// Events on its Machine or Node). It must not block or call back into the hub.
 	Notify func(Notice)
+	// Brakes, when set, keeps the operator's brakes across restarts (default: the journal, when it is
+	// a BrakeStore, as the bbolt journal is).
+	Brakes BrakeStore
 }
 
 // Notice is one decision about one machine: a verdict, a refusal or hold, a remediation's start and
@@ -92,11 +95,12 @@ type Hub struct {
 	starts          []time.Time
 	endedAt         map[string]time.Time // a machine's cooldown runs from its last remediation's end
 	events          []string
-	paused          bool
-	suspended       bool
-	detached        map[string]bool
-	waitingWhy      map[string]string // the last Waiting notice's reason per machine
-	resumed         chan struct{}     // closed and replaced when the hub is resumed
+	brakes          Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	pauses          map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
+	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
+	brakeSeq   uint64
+	waitingWhy map[string]string // the last Waiting notice's reason per machine
+	resumed    chan struct{}     // closed and replaced when the hub is resumed
 }
 
 type running struct {
@@ -122,6 +126,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.PowerFor == nil {
 		cfg.PowerFor = cfg.BMCPower
 	}
+	if bs, ok := cfg.Journal.(BrakeStore); ok && cfg.Brakes == nil {
+		cfg.Brakes = bs
+	}
 	if cfg.OwnerFor == nil {
 		cfg.OwnerFor = func(m Machine) (Owner, error) {
 			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
@@ -133,7 +140,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
 		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
-		running: map[string]*running{}, endedAt: map[string]time.Time{}, detached: map[string]bool{},
+		running: map[string]*running{}, endedAt: map[string]time.Time{}, pauses: map[string]Brake{},
 		waitingWhy: map[string]string{}, resumed: make(chan struct{})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
@@ -148,6 +155,12 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.ctx = ctx
 	h.mu.Unlock()
+	if err := h.loadBrakes(ctx); err != nil {
+		return err
+	}
+	if err := h.loadRecent(ctx); err != nil {
+		return err
+	}
 	h.warmUp(ctx)
 	if err := h.resume(ctx); err != nil {
 		return err
@@ -389,15 +402,16 @@ func (h *Hub) pass(ctx context.Context) {
 func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string, failed int) {
 	h.mu.Lock()
 	_, inFlight = h.running[m.Name]
-	detached, ended, healthy := h.detached[m.Name], h.endedAt[m.Name], h.healthyAt[m.Name]
+	detached, isDetached := h.brakes.Detached[m.Name]
+	ended, healthy := h.endedAt[m.Name], h.healthyAt[m.Name]
 	h.mu.Unlock()
 	switch {
 	case inFlight || !unhealthy:
 		return inFlight, "", 0
 	case m.Hold != "":
 		return false, m.Hold, 0
-	case detached:
-		return false, fmt.Sprintf("detached by the operator: no action until `hub attach %s`", m.Name), 0
+	case isDetached:
+		return false, fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
 	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
 		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly)), 0
 	}
@@ -413,7 +427,46 @@ func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now
 		return false, fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), n
 	}
+	// A machine that comes back and fails again soon after is one flapping machine, not a string of
+	// new failures: its remediations within flapWindow count together, escalate, and give up.
+	recent := 0
+	for _, r := range hist {
+		if r.RequestedBy == "hub" && r.State != InProgress && now.Sub(r.Created) < p.FlapWindow {
+			recent++
+		}
+	}
+	if recent >= p.MaxAttempts {
+		return false, fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name), recent
+	}
+	n = max(n, recent)
 	return false, "", n
+}
+
+// loadRecent restores from the journal what the brakes count that lives in memory: when each
+// machine's last remediation ended (its cooldown runs from there) and the hub's own starts within the
+// rate-limit window, so that a restart or a failover does not reset them.
+func (h *Hub) loadRecent(ctx context.Context) error {
+	inv := h.inventory()
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range inv.Machines {
+		hist, err := h.cfg.Journal.History(ctx, m.Name)
+		if err != nil {
+			return fmt.Errorf("reading %s's remediations from the journal (cooldown, rate limit): %w", m.Name, err)
+		}
+		for _, r := range hist {
+			if r.State != InProgress && r.Updated.After(h.endedAt[m.Name]) {
+				h.endedAt[m.Name] = r.Updated
+			}
+			if r.RequestedBy == "hub" && now.Sub(r.Created) <= inv.Policy.RatePer {
+				h.starts = append(h.starts, r.Created)
+			}
+		}
+	}
+	slices.SortFunc(h.starts, time.Time.Compare)
+	return nil
 }
 
 // stillToCome is what a running remediation has left: its strategy and its plan's steps from the one
@@ -550,11 +603,12 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision, faile
 	now := time.Now()
 	p := inv.Policy
 	h.mu.Lock()
-	if h.paused {
+	if h.isPaused() {
+		why := DescribeBrakes(h.pausedBy())
 		h.mu.Unlock()
-		return fmt.Sprintf("paused: %s of %s waits for `hub resume`", d.Strategy, m.Name)
+		return fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", why, d.Strategy, m.Name)
 	}
-	if h.suspended {
+	if h.brakes.Suspended != nil {
 		h.mu.Unlock()
 		return fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList())
 	}

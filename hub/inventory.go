@@ -44,9 +44,13 @@ type PolicyFile struct {
 	} `json:"rateLimit"`
 	// Cooldown: a machine that recovered is not remediated again before this (min healthy period).
 	Cooldown config.Duration `json:"cooldown"`
-	// MaxAttempts: failed remediations of a machine (since it was last healthy) before the hub gives
-	// up on it and says so; attempts after the first are hard power cycles.
+	// MaxAttempts: failed remediations of a machine (since it was last healthy), or remediations of it
+	// within FlapWindow however they ended, before the hub gives up on it and says so; attempts after
+	// the first are hard power cycles.
 	MaxAttempts int `json:"maxAttempts"`
+	// FlapWindow: a machine remediated MaxAttempts times within it is flapping (it comes back, then
+	// fails again): the hub gives up on it (default 1 h).
+	FlapWindow config.Duration `json:"flapWindow"`
 	// DeadTimeout, EtcdUnreachableTimeout, StaleAfter: see AssessPolicy.
 	DeadTimeout            config.Duration `json:"deadTimeout"`
 	EtcdUnreachableTimeout config.Duration `json:"etcdUnreachableTimeout"`
@@ -96,6 +100,7 @@ type Policy struct {
 	RatePer     time.Duration
 	Cooldown    time.Duration
 	MaxAttempts int
+	FlapWindow  time.Duration
 }
 
 // Machine is a validated inventory machine.
@@ -216,7 +221,10 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 
 func (pf PolicyFile) validate() (Policy, error) {
 	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: DefaultAssessPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
-		Cooldown: pf.Cooldown.Or(5 * time.Minute), MaxAttempts: 3}
+		Cooldown: pf.Cooldown.Or(5 * time.Minute), MaxAttempts: 3, FlapWindow: pf.FlapWindow.Or(time.Hour)}
+	if pf.FlapWindow.Duration < 0 {
+		return p, fmt.Errorf("policy.flapWindow: %v must not be negative", pf.FlapWindow)
+	}
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {
 		p.Quorum.MaxLearners = *pf.MaxLearners

@@ -112,6 +112,7 @@ var (
 	bucketMeta = []byte("meta")
 	bucketRems = []byte("remediations")
 	keyEpoch   = []byte("epoch")
+	keyBrakes  = []byte("brakes")
 )
 
 // Journal is the standalone hub's record of remediations, in a bbolt file: intent before each side
@@ -166,13 +167,18 @@ func (j *Journal) Epoch() uint64 { return j.epoch }
 // Close closes the file.
 func (j *Journal) Close() error { return j.db.Close() }
 
-// update runs f in a write transaction after checking that no newer epoch took over.
+// update runs f on the remediations in a write transaction after checking that no newer epoch took
+// over.
 func (j *Journal) update(f func(rems *bolt.Bucket) error) error {
+	return j.updateTx(func(tx *bolt.Tx) error { return f(tx.Bucket(bucketRems)) })
+}
+
+func (j *Journal) updateTx(f func(tx *bolt.Tx) error) error {
 	return j.db.Update(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyEpoch); binary.BigEndian.Uint64(v) != j.epoch {
 			return fmt.Errorf("journal %s: %w (epoch %d, journal at %d)", j.path, ErrStaleEpoch, j.epoch, binary.BigEndian.Uint64(v))
 		}
-		return f(tx.Bucket(bucketRems))
+		return f(tx)
 	})
 }
 
@@ -245,6 +251,31 @@ func (j *Journal) event(id string, e Event, finish RemediationState) error {
 		}
 		return nil
 	})
+}
+
+// LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
+func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
+	var b Brakes
+	err := j.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(keyBrakes)
+		if v == nil {
+			return nil
+		}
+		if err := json.Unmarshal(v, &b); err != nil {
+			return fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.path, err)
+		}
+		return nil
+	})
+	return b, err
+}
+
+// SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
+func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error {
+	v, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyBrakes, v) })
 }
 
 // Active returns every remediation in progress, oldest first: what a restarted hub must resume.

@@ -11,11 +11,15 @@ import (
 
 // Status is what `hub status` shows: the hub's brakes, the etcd budget and every machine.
 type Status struct {
-	Cluster   string     `json:"cluster"`
-	Time      time.Time  `json:"time"`
-	Epoch     uint64     `json:"epoch"`
-	Pause     PauseState `json:"pause"`
-	Suspended bool       `json:"suspended"`
+	Cluster string     `json:"cluster"`
+	Time    time.Time  `json:"time"`
+	Epoch   uint64     `json:"epoch"`
+	Pause   PauseState `json:"pause"`
+	// PausedBy lists every pause in force (any one holds): who, why, since when.
+	PausedBy  []Brake `json:"pausedBy,omitempty"`
+	Suspended bool    `json:"suspended"`
+	// SuspendedBy says who made the hub observe-only, why and since when.
+	SuspendedBy *Brake `json:"suspendedBy,omitempty"`
 	// NotPlanning says why the latest pass did not plan (agents disagree, suspended would-do, rate
 	// limit); empty when it planned.
 	NotPlanning string `json:"notPlanning,omitempty"`
@@ -50,6 +54,7 @@ type MachineStatus struct {
 	Since       time.Time          `json:"since,omitzero"`
 	Reasons     []string           `json:"reasons,omitempty"`
 	Detached    bool               `json:"detached,omitempty"`
+	DetachedBy  *Brake             `json:"detachedBy,omitempty"`
 	Decision    string             `json:"decision,omitempty"`
 	Remediation *RemediationStatus `json:"remediation,omitempty"`
 }
@@ -77,7 +82,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 	}
 	h.mu.Lock()
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
-		Suspended: h.suspended, NotPlanning: h.planErr, Holding: h.holding,
+		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: h.planErr, Holding: h.holding,
 		Observers: ObserversStatus{Expected: h.hearing.Expected, Heard: h.hearing.Heard, Missing: h.hearing.Missing, Majority: h.hearing.Majority()}}
 	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
 		b := h.outcome.Budget
@@ -94,7 +99,10 @@ func (h *Hub) Status(ctx context.Context) Status {
 	for _, m := range h.inv.Machines {
 		a := h.assessments[m.Name]
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
-			Detached: h.detached[m.Name], Decision: decisions[m.Name]}
+			Decision: decisions[m.Name]}
+		if b, ok := h.brakes.Detached[m.Name]; ok {
+			ms.Detached, ms.DetachedBy = true, &b
+		}
 		if ms.Verdict == "" {
 			ms.Verdict = "Unknown"
 		}
@@ -174,13 +182,13 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	}
 	var brakes []string
 	if st.Pause != Running {
-		brakes = append(brakes, fmt.Sprintf("the hub is %s (`hub resume`)", st.Pause))
+		brakes = append(brakes, fmt.Sprintf("the hub is %s by %s", st.Pause, DescribeBrakes(st.PausedBy)))
 	}
-	if st.Suspended {
-		brakes = append(brakes, "the hub is suspended: observe-only (`hub unsuspend`)")
+	if st.SuspendedBy != nil {
+		brakes = append(brakes, fmt.Sprintf("the hub is suspended (observe-only) by %s", st.SuspendedBy))
 	}
-	if ms.Detached {
-		brakes = append(brakes, fmt.Sprintf("%s is detached (`hub attach %s`)", m.Name, m.Name))
+	if ms.DetachedBy != nil {
+		brakes = append(brakes, fmt.Sprintf("%s is detached by %s (`hub attach %s`)", m.Name, ms.DetachedBy, m.Name))
 	}
 	if len(brakes) > 0 {
 		fmt.Fprintf(&b, "brakes: %s\n", strings.Join(brakes, "; "))

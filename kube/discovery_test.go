@@ -314,13 +314,13 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 	}
 
 	// Both fail at once: the hub is paused while they hang (Hang takes a moment each), then resumed.
-	tb.Hub().SetPaused(true)
+	require.NoError(t, tb.Hub().SetPaused(ctx, true, "test", ""))
 	tb.Hang(1)
 	tb.Hang(2)
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "both Unhealthy", func() bool {
 		return strings.Count(fmt.Sprint(tb.Hub().Status(ctx).Machines), "Unhealthy") >= 2
 	}))
-	tb.Hub().SetPaused(false)
+	require.NoError(t, tb.Hub().SetPaused(ctx, false, "test", ""))
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "both refused", func() bool {
 		return strings.Count(fmt.Sprint(tb.Hub().Status(ctx).Machines), "quorum") >= 2
 	}))

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,73 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	cond := meta.FindStatusCondition(p.Status.Conditions, "Paused")
 	require.NotNil(t, cond)
 	assert.Equal(t, "ClusterPaused", cond.Reason)
-	assert.Contains(t, cond.Message, "Cluster API Cluster hale-system/prod is paused")
+	assert.Contains(t, cond.Message, "paused by Cluster API Cluster hale-system/prod")
 	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
+}
+
+// The operator's brakes live in the HealthPolicy: a pause, observe-only or a detach asked over a
+// replica's socket is written there (who and why included) and the sync does not undo it; kubectl's
+// change to the same fields reaches the hub; a paused Cluster API Cluster is a pause of its own, and
+// any pause holds; a new leader finds the brakes where the last one left them.
+func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	policyKey := client.ObjectKey{Namespace: "hale-system", Name: "default"}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "hale-system"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+	require.NoError(t, c.Create(ctx, cluster))
+	clusterKey := client.ObjectKeyFromObject(cluster)
+
+	tb := startTestbed(t)
+	brakes := PolicyBrakes{Client: c, Policy: policyKey}
+	withPolicyBrakes := demo.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = brakes }}
+	require.NoError(t, tb.StartHub(withPolicyBrakes))
+	require.NoError(t, tb.Settle(ctx))
+	syncCtx, stopSync := context.WithCancel(ctx)
+	sync := &PolicySync{Client: c, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
+	go sync.Run(syncCtx)
+	policy := func() v1alpha1.HealthPolicy {
+		var p v1alpha1.HealthPolicy
+		require.NoError(t, c.Get(ctx, policyKey, &p))
+		return p
+	}
+	h := tb.Hub()
+
+	// As `hub pause --reason …` over the socket does.
+	require.NoError(t, h.SetPaused(ctx, true, "operator alice", "maintenance window"))
+	require.NoError(t, h.SetDetached(ctx, "cp-0", true, "operator carol", "disk swap"))
+	p := policy()
+	assert.True(t, p.Spec.Paused)
+	assert.Contains(t, p.Annotations[PausedByAnnotation], `"by":"operator alice","reason":"maintenance window"`)
+	require.Len(t, p.Spec.Detached, 1)
+	assert.Equal(t, "cp-0", p.Spec.Detached[0].Name)
+	assert.Equal(t, "disk swap", p.Spec.Detached[0].Reason)
+	time.Sleep(500 * time.Millisecond) // ten syncs
+	require.Equal(t, hub.Paused, h.PauseState(), "the sync does not undo the socket's pause")
+	require.Len(t, h.Status(ctx).PausedBy, 1)
+
+	// A paused Cluster is a pause of its own; lifting it leaves alice's.
+	cluster.Annotations = map[string]string{clusterv1.PausedAnnotation: ""}
+	require.NoError(t, c.Update(ctx, cluster))
+	require.Eventually(t, func() bool { return len(h.Status(ctx).PausedBy) == 2 }, 10*time.Second, 20*time.Millisecond)
+	delete(cluster.Annotations, clusterv1.PausedAnnotation)
+	require.NoError(t, c.Update(ctx, cluster))
+	require.Eventually(t, func() bool { return len(h.Status(ctx).PausedBy) == 1 }, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, "operator alice", h.Status(ctx).PausedBy[0].By)
+
+	// kubectl lifts the pause: the hub follows.
+	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
+	require.Eventually(t, func() bool { return h.PauseState() == hub.Running }, 10*time.Second, 20*time.Millisecond)
+
+	assert.NotContains(t, strings.Join(h.Events(), "\n"), "cp-0 attached", "the detach never flickered off")
+
+	// A new leader: the detach is where the last one left it, before any sync.
+	stopSync()
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(withPolicyBrakes))
+	require.Eventually(t, func() bool { return tb.Hub().Status(ctx).Machines[0].DetachedBy != nil }, 10*time.Second, 20*time.Millisecond)
+	st := tb.Hub().Status(ctx)
+	assert.Equal(t, "operator carol", st.Machines[0].DetachedBy.By)
+	assert.Equal(t, hub.Running, st.Pause)
 }

@@ -1,15 +1,20 @@
 package kube
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,6 +71,8 @@ func (s *PolicySync) Run(ctx context.Context) {
 // Sync applies the policy's brakes to the hub once and writes the hub's state to the policy's status.
 func (s *PolicySync) Sync(ctx context.Context) error {
 	var p v1alpha1.HealthPolicy
+	// Taken before the read: a brake the hub changes meanwhile (over its socket) wins over this read.
+	seq := s.Hub.BrakeSeq()
 	err := s.Client.Get(ctx, s.Policy, &p)
 	if apierrors.IsNotFound(err) {
 		// Made here rather than shipped in deploy/: a HealthPolicy applied with its CRD in one
@@ -79,19 +86,18 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading HealthPolicy %s: %w", s.Policy, err)
 	}
-	paused, reason, message := p.Spec.Paused, "HealthPolicy", fmt.Sprintf("spec.paused of HealthPolicy %s", s.Policy)
-	if s.Cluster != nil && !paused {
+	// The operator's brakes live in the policy (kubectl and `hub pause` alike write them there); a
+	// paused Cluster API Cluster is a pause of its own. Any pause holds.
+	s.Hub.ApplyBrakes(seq, brakesOf(&p))
+	if s.Cluster != nil {
 		var c clusterv1.Cluster
 		if err := s.Client.Get(ctx, *s.Cluster, &c); err != nil {
 			return fmt.Errorf("reading Cluster %s: %w", *s.Cluster, err)
 		}
 		_, annotated := c.Annotations[clusterv1.PausedAnnotation]
-		if (c.Spec.Paused != nil && *c.Spec.Paused) || annotated {
-			paused, reason, message = true, "ClusterPaused", fmt.Sprintf("Cluster API Cluster %s is paused", *s.Cluster)
-		}
+		s.Hub.SetPause(fmt.Sprintf("Cluster API Cluster %s", *s.Cluster), (c.Spec.Paused != nil && *c.Spec.Paused) || annotated,
+			"spec.paused or the "+clusterv1.PausedAnnotation+" annotation")
 	}
-	s.Hub.SetPaused(paused)
-	s.Hub.SetSuspended(p.Spec.Suspended)
 
 	st := s.Hub.Status(ctx)
 	before := p.DeepCopy()
@@ -112,8 +118,11 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	}
 	cond := metav1.Condition{Type: "Paused", Status: metav1.ConditionFalse, Reason: "Running", Message: "remediations may start",
 		ObservedGeneration: p.Generation}
-	if paused {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, reason, message+": "+string(st.Pause)
+	if len(st.PausedBy) > 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, "HealthPolicy", fmt.Sprintf("%s; paused by %s", st.Pause, hub.DescribeBrakes(st.PausedBy))
+		if !p.Spec.Paused {
+			cond.Reason = "ClusterPaused"
+		}
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, cond)
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
@@ -123,4 +132,110 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 		return fmt.Errorf("writing the status of HealthPolicy %s: %w", s.Policy, err)
 	}
 	return nil
+}
+
+// Annotations on the HealthPolicy recording who set spec.paused and spec.suspended, and why (a
+// hub.Brake as JSON). Without one (kubectl patch), the policy itself is named.
+const (
+	PausedByAnnotation    = "hale.dev/paused-by"
+	SuspendedByAnnotation = "hale.dev/suspended-by"
+)
+
+// PolicyBrakes keeps the operator's brakes in a HealthPolicy: spec.paused and spec.suspended (who and
+// why in annotations), spec.detached. `hub pause`, `hub detach` … over a replica's socket write there,
+// as kubectl does, so there is one source of truth, and a new leader finds the brakes where the last
+// one left them.
+type PolicyBrakes struct {
+	Client client.Client
+	Policy client.ObjectKey
+}
+
+// LoadBrakes reads the brakes (none when there is no policy yet).
+func (pb PolicyBrakes) LoadBrakes(ctx context.Context) (hub.Brakes, error) {
+	var p v1alpha1.HealthPolicy
+	err := pb.Client.Get(ctx, pb.Policy, &p)
+	switch {
+	case apierrors.IsNotFound(err):
+		return hub.Brakes{}, nil
+	case err != nil:
+		return hub.Brakes{}, fmt.Errorf("reading HealthPolicy %s: %w", pb.Policy, err)
+	}
+	return brakesOf(&p), nil
+}
+
+// SaveBrakes writes the brakes to the policy (creating it when missing).
+func (pb PolicyBrakes) SaveBrakes(ctx context.Context, b hub.Brakes) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p v1alpha1.HealthPolicy
+		err := pb.Client.Get(ctx, pb.Policy, &p)
+		create := apierrors.IsNotFound(err)
+		switch {
+		case create:
+			p = v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: pb.Policy.Namespace, Name: pb.Policy.Name}}
+		case err != nil:
+			return fmt.Errorf("reading HealthPolicy %s: %w", pb.Policy, err)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		for _, f := range []struct {
+			brake      *hub.Brake
+			spec       *bool
+			annotation string
+		}{{b.Paused, &p.Spec.Paused, PausedByAnnotation}, {b.Suspended, &p.Spec.Suspended, SuspendedByAnnotation}} {
+			*f.spec = f.brake != nil
+			delete(p.Annotations, f.annotation)
+			if f.brake != nil {
+				v, _ := json.Marshal(f.brake)
+				p.Annotations[f.annotation] = string(v)
+			}
+		}
+		p.Spec.Detached = nil
+		for _, m := range slices.Sorted(maps.Keys(b.Detached)) {
+			d := b.Detached[m]
+			since := metav1.NewTime(d.Since)
+			p.Spec.Detached = append(p.Spec.Detached, v1alpha1.DetachedMachine{Name: m, By: d.By, Reason: d.Reason, Since: &since})
+		}
+		if create {
+			err = pb.Client.Create(ctx, &p)
+		} else {
+			err = pb.Client.Update(ctx, &p)
+		}
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("writing the brakes to HealthPolicy %s: %w", pb.Policy, err)
+		}
+		if apierrors.IsAlreadyExists(err) { // made meanwhile (the sync makes it too): read it and go again
+			return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("healthpolicies").GroupResource(), pb.Policy.Name, err)
+		}
+		return err
+	})
+}
+
+// brakesOf reads the operator's brakes from a policy.
+func brakesOf(p *v1alpha1.HealthPolicy) hub.Brakes {
+	var b hub.Brakes
+	who := func(annotation, field string) *hub.Brake {
+		var br hub.Brake
+		if v, ok := p.Annotations[annotation]; ok && json.Unmarshal([]byte(v), &br) == nil && br.By != "" {
+			return &br
+		}
+		return &hub.Brake{By: fmt.Sprintf("HealthPolicy %s/%s spec.%s", p.Namespace, p.Name, field)}
+	}
+	if p.Spec.Paused {
+		b.Paused = who(PausedByAnnotation, "paused")
+	}
+	if p.Spec.Suspended {
+		b.Suspended = who(SuspendedByAnnotation, "suspended")
+	}
+	for _, d := range p.Spec.Detached {
+		if b.Detached == nil {
+			b.Detached = map[string]hub.Brake{}
+		}
+		br := hub.Brake{By: cmp.Or(d.By, fmt.Sprintf("HealthPolicy %s/%s spec.detached", p.Namespace, p.Name)), Reason: d.Reason}
+		if d.Since != nil {
+			br.Since = d.Since.Time
+		}
+		b.Detached[d.Name] = br
+	}
+	return b
 }

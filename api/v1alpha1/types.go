@@ -105,6 +105,10 @@ type HealthPolicySpec struct {
 	Paused bool `json:"paused,omitempty"`
 	// Suspended: observe-only; everything is computed and explained, nothing is executed.
 	Suspended bool `json:"suspended,omitempty"`
+	// Detached machines: no probe-driven action and no BMC call for them (`hub detach` writes here).
+	// +listType=map
+	// +listMapKey=name
+	Detached []DetachedMachine `json:"detached,omitempty"`
 	// MinFaultTolerance: healthy voters to keep beyond quorum when a step costs one.
 	// +kubebuilder:validation:Minimum=0
 	MinFaultTolerance int32 `json:"minFaultTolerance,omitempty"`
@@ -118,6 +122,16 @@ type HealthPolicySpec struct {
 	// MaxAttempts before the hub gives up on a machine and says so.
 	// +kubebuilder:validation:Minimum=1
 	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+}
+
+// DetachedMachine is a machine the operator keeps Hale off.
+type DetachedMachine struct {
+	// Name is the machine's name, as `hub status` shows it.
+	Name string `json:"name"`
+	// By and Reason say who detached it and why; Since when.
+	By     string       `json:"by,omitempty"`
+	Reason string       `json:"reason,omitempty"`
+	Since  *metav1.Time `json:"since,omitempty"`
 }
 
 // Budget is the etcd budget the hub plans with.

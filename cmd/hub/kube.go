@@ -116,6 +116,19 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}
 			log.Info("discovered", "machines", len(inv.Machines))
 		}
+		var brakes kube.PolicyBrakes
+		if k.policy != "" {
+			// The operator's brakes (pause, suspend, detached machines) live in the HealthPolicy: the
+			// socket's commands and kubectl write the same fields, and a new leader finds them there.
+			brakes = kube.PolicyBrakes{Client: c, Policy: client.ObjectKey{Namespace: k.namespace, Name: k.policy}}
+			discovered := adjust
+			adjust = func(cfg *hub.Config) {
+				if discovered != nil {
+					discovered(cfg)
+				}
+				cfg.Brakes = brakes
+			}
+		}
 		h, err := newHub(kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check), adjust)
 		if err != nil {
 			log.Error("starting the hub", "err", err)

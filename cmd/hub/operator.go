@@ -161,6 +161,7 @@ func operatorCommands() []*cobra.Command {
 
 	var wait bool
 	var waitFor time.Duration
+	var reason string
 	pause := &cobra.Command{Use: "pause", Short: "Pause the hub: no new step starts; acknowledged (Paused) once steps in flight reached a checkpoint",
 		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client()
@@ -168,7 +169,7 @@ func operatorCommands() []*cobra.Command {
 				return err
 			}
 			var st hub.Status
-			if err := c.do(cmd.Context(), http.MethodPost, "/v1/pause", nil, &st); err != nil {
+			if err := c.do(cmd.Context(), http.MethodPost, "/v1/pause", brakeBody(reason), &st); err != nil {
 				return err
 			}
 			deadline := time.Now().Add(waitFor)
@@ -185,47 +186,66 @@ func operatorCommands() []*cobra.Command {
 			return nil
 		}}
 	pause.Flags().BoolVar(&wait, "wait", false, "block until the pause is acknowledged (Paused)")
+	pause.Flags().StringVar(&reason, "reason", "", "why, for status and the record (who is taken from $USER)")
 	pause.Flags().DurationVar(&waitFor, "timeout", 10*time.Minute, "with --wait: give up after this long (exit 2)")
 	cmds = append(cmds, pause)
 
 	for _, v := range []struct{ use, short, path string }{
-		{"resume", "Resume after a pause", "/v1/resume"},
+		{"resume", "Lift your pause (a pause from another source, such as a paused Cluster API Cluster, holds until it is lifted there)", "/v1/resume"},
 		{"suspend", "Make the hub observe-only: it computes and explains, it executes nothing", "/v1/suspend"},
 		{"unsuspend", "End observe-only mode", "/v1/unsuspend"},
 	} {
-		cmds = append(cmds, &cobra.Command{Use: v.use, Short: v.short, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+		var reason string
+		c := &cobra.Command{Use: v.use, Short: v.short, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
 			var st hub.Status
-			if err := c.do(cmd.Context(), http.MethodPost, v.path, nil, &st); err != nil {
+			if err := c.do(cmd.Context(), http.MethodPost, v.path, brakeBody(reason), &st); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s, suspended: %v\n", st.Pause, st.Suspended)
+			if len(st.PausedBy) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "paused by: %s\n", hub.DescribeBrakes(st.PausedBy))
+			}
 			return nil
-		}})
+		}}
+		c.Flags().StringVar(&reason, "reason", "", "why, for status and the record (who is taken from $USER)")
+		cmds = append(cmds, c)
 	}
 	for _, v := range []struct{ use, short string }{
 		{"detach", "Detach a machine: no action and no BMC call for it until attached"},
 		{"attach", "Attach a detached machine again"},
 	} {
-		cmds = append(cmds, &cobra.Command{Use: v.use + " MACHINE", Short: v.short, Args: cobra.ExactArgs(1), RunE: func(cmd *cobra.Command, args []string) error {
+		var reason string
+		c := &cobra.Command{Use: v.use + " MACHINE", Short: v.short, Args: cobra.ExactArgs(1), RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
 			if err != nil {
 				return err
 			}
-			if err := c.do(cmd.Context(), http.MethodPost, "/v1/machines/"+url.PathEscape(args[0])+"/"+v.use, nil, nil); err != nil {
+			if err := c.do(cmd.Context(), http.MethodPost, "/v1/machines/"+url.PathEscape(args[0])+"/"+v.use, brakeBody(reason), nil); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %sed\n", args[0], v.use)
 			return nil
-		}})
+		}}
+		c.Flags().StringVar(&reason, "reason", "", "why, for status and the record (who is taken from $USER)")
+		cmds = append(cmds, c)
 	}
 	for _, c := range cmds {
 		f.register(c)
 	}
 	return cmds
+}
+
+// brakeBody says who asks (the user running the command) and why.
+func brakeBody(reason string) hub.BrakeRequest {
+	by := hub.Operator
+	if u := os.Getenv("USER"); u != "" {
+		by = "operator " + u
+	}
+	return hub.BrakeRequest{By: by, Reason: reason}
 }
 
 func newRebootCommand(f *apiFlags) *cobra.Command {
@@ -346,8 +366,11 @@ func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out 
 
 func printStatus(w io.Writer, st hub.Status) {
 	fmt.Fprintf(w, "cluster %s · journal epoch %d · %s", st.Cluster, st.Epoch, st.Pause)
-	if st.Suspended {
-		fmt.Fprint(w, " · SUSPENDED (observe-only)")
+	if len(st.PausedBy) > 0 {
+		fmt.Fprintf(w, " by %s", hub.DescribeBrakes(st.PausedBy))
+	}
+	if st.SuspendedBy != nil {
+		fmt.Fprintf(w, " · SUSPENDED (observe-only) by %s", st.SuspendedBy)
 	}
 	fmt.Fprintln(w)
 	if o := st.Observers; o.Expected > 0 {

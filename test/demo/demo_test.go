@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -79,7 +80,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	h := tb.Hub()
 	ctx := t.Context()
 
-	h.SetSuspended(true)
+	require.NoError(t, h.SetSuspended(ctx, true, "test", ""))
 	tb.Hang(2)
 	tb.wait(t, "the would-do", hasEvent(h, "holding: suspended: would start reboot of cp-2"))
 	time.Sleep(time.Second)
@@ -87,34 +88,121 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	assert.True(t, h.Status(context.Background()).Suspended)
 	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot is refused while suspended")
-	h.SetSuspended(false)
+	require.NoError(t, h.SetSuspended(ctx, false, "test", ""))
 	before := snapshot{}
 	tb.wait(t, "cp-2 healed", tb.succeeded(before, 2))
 	require.NoError(t, tb.Settle(ctx))
 
-	require.NoError(t, h.SetDetached(Name(1), true))
-	require.ErrorIs(t, h.SetDetached("cp-9", true), hub.ErrNotFound)
+	require.NoError(t, h.SetDetached(ctx, Name(1), true, "test", ""))
+	require.ErrorIs(t, h.SetDetached(ctx, "cp-9", true, "test", ""), hub.ErrNotFound)
 	tb.Hang(1)
 	tb.wait(t, "cp-1 Unhealthy", tb.unhealthy(1))
 	time.Sleep(time.Second)
 	assert.Empty(t, tb.Resets(1), "detached: no BMC call")
 	st := h.Status(context.Background())
 	assert.True(t, st.Machines[1].Detached)
-	assert.Contains(t, st.Machines[1].Decision, "detached by the operator")
+	assert.Contains(t, st.Machines[1].Decision, "detached by test")
 	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot of a detached machine is refused")
-	require.NoError(t, h.SetDetached(Name(1), false))
+	require.NoError(t, h.SetDetached(ctx, Name(1), false, "test", ""))
 	tb.wait(t, "cp-1 healed", tb.succeeded(before, 1))
 	require.NoError(t, tb.Settle(ctx))
 
-	h.SetPaused(true)
+	require.NoError(t, h.SetPaused(ctx, true, "test", ""))
 	assert.Equal(t, hub.Paused, h.PauseState(), "nothing in flight: acknowledged at once")
 	tb.Hang(0)
 	tb.wait(t, "cp-0 Unhealthy", tb.unhealthy(0))
 	time.Sleep(time.Second)
 	assert.Empty(t, tb.Resets(0), "paused: no BMC call")
-	h.SetPaused(false)
+	require.NoError(t, h.SetPaused(ctx, false, "test", ""))
 	tb.wait(t, "cp-0 healed", tb.succeeded(before, 0))
+}
+
+// The brakes hold across a restart of the hub: the operator's pause, observe-only and a detached
+// machine (who, why, since when), read back from the journal; and the cooldown and the rate-limit
+// window, which the next hub restores from the remediations it finds there.
+func TestBrakesSurviveARestart(t *testing.T) {
+	tb := newBed(t, Options{})
+	ctx := t.Context()
+	policy := func(inv *hub.Inventory) {
+		inv.Policy.Cooldown, inv.Policy.RateMax, inv.Policy.RatePer = time.Minute, 1, time.Minute
+	}
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: policy}))
+	before := tb.snapshot()
+	tb.Hang(2)
+	tb.wait(t, "cp-2 healed", tb.succeeded(before, 2))
+	tb.wait(t, "every machine Healthy", tb.AllHealthy)
+
+	h := tb.Hub()
+	require.NoError(t, h.SetPaused(ctx, true, "alice", "maintenance window"))
+	require.NoError(t, h.SetSuspended(ctx, true, "bob", "watching a flaky switch"))
+	require.NoError(t, h.SetDetached(ctx, Name(0), true, "carol", "disk swap"))
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: policy}))
+	h = tb.Hub()
+	tb.wait(t, "the new hub running", func() bool { return h.Status(ctx).Observers.Majority })
+	st := h.Status(ctx)
+	require.Len(t, st.PausedBy, 1)
+	assert.Equal(t, "alice", st.PausedBy[0].By)
+	assert.Equal(t, "maintenance window", st.PausedBy[0].Reason)
+	assert.Equal(t, hub.Paused, st.Pause)
+	require.NotNil(t, st.SuspendedBy)
+	assert.Equal(t, "bob", st.SuspendedBy.By)
+	require.NotNil(t, st.Machines[0].DetachedBy)
+	assert.Equal(t, "disk swap", st.Machines[0].DetachedBy.Reason)
+	assert.False(t, st.Machines[0].DetachedBy.Since.IsZero())
+
+	require.NoError(t, h.SetPaused(ctx, false, "alice", ""))
+	require.NoError(t, h.SetSuspended(ctx, false, "bob", ""))
+	tb.Hang(2) // remediated a moment ago, by the hub before the restart: cooling down
+	tb.Hang(1) // the rate limit (1 a minute) was used by that remediation too
+	tb.wait(t, "cp-2 held, cooling down", func() bool { return strings.Contains(decision(h, 2), "cooling down until") })
+	tb.wait(t, "cp-1 held by the rate limit", func() bool {
+		return strings.Contains(h.Status(ctx).Holding, "rate limit: 1 remediations started in the last 1m0s (max 1): cp-1 waits")
+	})
+	time.Sleep(time.Second)
+	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 1}), "nothing more than the remediation before the restart")
+}
+
+func decision(h *hub.Hub, i int) string {
+	for _, m := range h.Status(context.Background()).Machines {
+		if m.Name == Name(i) {
+			return m.Decision
+		}
+	}
+	return ""
+}
+
+// A machine that comes back and fails again soon after is one flapping machine: its remediations
+// within flapWindow count together, the second and third are hard power cycles, and then the hub
+// gives up on it with the reason, though each reboot brought it back.
+func TestFlappingMachineIsGivenUp(t *testing.T) {
+	tb := newBed(t, Options{})
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Policy.FlapWindow = time.Minute }}))
+	h := tb.Hub()
+	before := tb.snapshot()
+	for n := 1; n <= 3; n++ {
+		tb.Hang(2)
+		tb.wait(t, fmt.Sprintf("remediation %d of cp-2 succeeded", n), func() bool {
+			got, st := tb.Remediations(2)
+			return got == before.remediations[2]+n && st == hub.Succeeded
+		})
+		tb.wait(t, "every machine Healthy", tb.AllHealthy)
+		time.Sleep(1100 * time.Millisecond) // past the cooldown
+	}
+	tb.Hang(2)
+	tb.wait(t, "cp-2 given up as flapping", func() bool {
+		return strings.Contains(decision(h, 2), "flapping: 3 remediations in the last 1m0s (it comes back, then fails again; maxAttempts 3)")
+	})
+	time.Sleep(time.Second)
+	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
+	hist, err := h.History(t.Context(), Name(2))
+	require.NoError(t, err)
+	hist = hist[len(hist)-3:]
+	assert.Equal(t, []bool{false, true, true}, []bool{hist[0].Hard, hist[1].Hard, hist[2].Hard}, "escalated to hard cycles")
+	assert.Equal(t, []int{1, 2, 3}, []int{hist[0].Attempt, hist[1].Attempt, hist[2].Attempt})
 }
 
 // The hub dies between a step's intent and its outcome; the next hub reads the BMC and finishes the
@@ -251,7 +339,7 @@ func TestManualReboot(t *testing.T) {
 	require.NoError(t, tb.Settle(ctx))
 
 	// cp-2 down and detached: rebooting cp-1 costs quorum; --force overrides and is journaled.
-	require.NoError(t, h.SetDetached(Name(2), true))
+	require.NoError(t, h.SetDetached(ctx, Name(2), true, "test", ""))
 	tb.Hang(2)
 	tb.wait(t, "cp-2 Unhealthy", tb.unhealthy(2))
 	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
@@ -266,7 +354,7 @@ func TestManualReboot(t *testing.T) {
 	assert.True(t, slices.ContainsFunc(hist[0].History, func(e hub.Event) bool {
 		return strings.Contains(e.Detail, "forced by the operator over the quorum check")
 	}), "the override is journaled: %+v", hist[0].History)
-	require.NoError(t, h.SetDetached(Name(2), false))
+	require.NoError(t, h.SetDetached(ctx, Name(2), false, "test", ""))
 	tb.wait(t, "every machine healthy", tb.AllHealthy)
 }
 

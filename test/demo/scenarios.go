@@ -234,7 +234,7 @@ func refusedRebootScenario(ctx context.Context, tb *Testbed) error {
 	h := tb.Hub()
 	before := tb.snapshot()
 	// Detach cp-2 first so that it stays down while the operator tries the reboot.
-	if err := h.SetDetached(Name(2), true); err != nil {
+	if err := h.SetDetached(ctx, Name(2), true, "demo", "keep cp-2 down while the operator tries a reboot"); err != nil {
 		return err
 	}
 	tb.Hang(2)
@@ -257,7 +257,7 @@ func refusedRebootScenario(ctx context.Context, tb *Testbed) error {
 	}
 	tb.Say("demo", "allowed (free: cp-2 is not a healthy voter): %s", strings.Join(res.Steps, " → "))
 	tb.Say("demo", "operator: hub attach cp-2")
-	if err := h.SetDetached(Name(2), false); err != nil {
+	if err := h.SetDetached(ctx, Name(2), false, "demo", ""); err != nil {
 		return err
 	}
 	if err := tb.WaitFor(ctx, 60*time.Second, "cp-2's remediation to succeed", tb.succeeded(before, 2)); err != nil {
@@ -288,7 +288,9 @@ func pauseScenario(ctx context.Context, tb *Testbed) error {
 		return err
 	}
 	tb.Say("demo", "operator: hub pause --wait (a BMC step is in flight)")
-	h.SetPaused(true)
+	if err := h.SetPaused(ctx, true, "demo", "a maintenance window"); err != nil {
+		return err
+	}
 	if st := h.PauseState(); st != hub.Pausing {
 		return fmt.Errorf("paused during a BMC step: state %s, want Pausing", st)
 	}
@@ -300,7 +302,9 @@ func pauseScenario(ctx context.Context, tb *Testbed) error {
 	tb.Say("demo", "pause state: %s after %v: the BMC step finished and nothing new starts", hub.Paused, time.Since(t0).Round(time.Millisecond))
 	tb.Sim().SetFaults(bmcsim.Faults{})
 	tb.Say("demo", "operator: hub resume")
-	h.SetPaused(false)
+	if err := h.SetPaused(ctx, false, "demo", ""); err != nil {
+		return err
+	}
 	if err := tb.WaitFor(ctx, 60*time.Second, "cp-1's remediation to succeed", tb.succeeded(before, 1)); err != nil {
 		return err
 	}

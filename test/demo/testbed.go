@@ -369,7 +369,7 @@ func (tb *Testbed) powerOn(i int) {
 // healed by reboot; short timeouts so that the demo moves at a human pace.
 func (tb *Testbed) Inventory() (hub.Inventory, error) {
 	inv := hub.Inventory{Cluster: "demo", Policy: hub.Policy{Quorum: quorum.DefaultPolicy(), Assess: hub.DefaultAssessPolicy(),
-		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3}}
+		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3, FlapWindow: 2 * time.Second}}
 	for i := range Witnesses {
 		inv.Witnesses = append(inv.Witnesses, WitnessName(i))
 	}

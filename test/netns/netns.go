@@ -34,7 +34,6 @@ type Lab struct {
 	mu     sync.Mutex
 	hosts  []*Host
 	procs  []*Proc
-	cuts   [][2]*Host
 	closed bool
 }
 
@@ -224,9 +223,19 @@ func (l *Lab) Cut(a, b []*Host) {
 				l.iptables(pair[0], "-A", "INPUT", "-s", pair[1].IP, "-j", "DROP")
 				l.iptables(pair[0], "-A", "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
 			}
-			l.mu.Lock()
-			l.cuts = append(l.cuts, [2]*Host{x, y})
-			l.mu.Unlock()
+		}
+	}
+}
+
+// Uncut removes the rules Cut(a, b) made (or Cut(b, a)): those links carry packets again.
+func (l *Lab) Uncut(a, b []*Host) {
+	l.t.Helper()
+	for _, x := range a {
+		for _, y := range b {
+			for _, pair := range [][2]*Host{{x, y}, {y, x}} {
+				l.iptables(pair[0], "-D", "INPUT", "-s", pair[1].IP, "-j", "DROP")
+				l.iptables(pair[0], "-D", "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
+			}
 		}
 	}
 }
@@ -236,7 +245,6 @@ func (l *Lab) Heal() {
 	l.t.Helper()
 	l.mu.Lock()
 	hosts := slices.Clone(l.hosts)
-	l.cuts = nil
 	l.mu.Unlock()
 	for _, h := range hosts {
 		l.iptables(h, "-F", "INPUT")
@@ -250,7 +258,6 @@ func (l *Lab) iptables(h *Host, args ...string) {
 		l.t.Fatalf("netns lab: %v\n%s", err, out)
 	}
 }
-
 
 // Close stops every process and removes every namespace. It keeps going past errors (a cleanup).
 func (l *Lab) Close() {

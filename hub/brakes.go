@@ -1,0 +1,268 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Brake is one hold on the hub or on a machine: who set it, why, and since when.
+type Brake struct {
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+}
+
+func (b Brake) String() string {
+	s := b.By
+	if b.Reason != "" {
+		s += ": " + b.Reason
+	}
+	if !b.Since.IsZero() {
+		s += " (since " + b.Since.UTC().Format(time.RFC3339) + ")"
+	}
+	return s
+}
+
+// Brakes are the operator's brakes: a pause, observe-only, and machines detached. A BrakeStore keeps
+// them across hub restarts and leader failovers.
+type Brakes struct {
+	Paused    *Brake           `json:"paused,omitempty"`
+	Suspended *Brake           `json:"suspended,omitempty"`
+	Detached  map[string]Brake `json:"detached,omitempty"`
+}
+
+func (b Brakes) clone() Brakes {
+	out := b
+	out.Detached = maps.Clone(b.Detached)
+	return out
+}
+
+// BrakeStore keeps the operator's brakes: the bbolt journal in standalone mode; in Kubernetes mode the
+// HealthPolicy, so that `hub pause` over the socket and `kubectl patch healthpolicy` are one brake.
+type BrakeStore interface {
+	LoadBrakes(ctx context.Context) (Brakes, error)
+	SaveBrakes(ctx context.Context, b Brakes) error
+}
+
+// Operator names who asked, for a brake set through the operator API.
+const Operator = "operator"
+
+// isPaused: a pause from any source holds. Callers hold h.mu.
+func (h *Hub) isPaused() bool { return h.brakes.Paused != nil || len(h.pauses) > 0 }
+
+// pausedBy lists every pause in force, the operator's first. Callers hold h.mu.
+func (h *Hub) pausedBy() []Brake {
+	var out []Brake
+	if h.brakes.Paused != nil {
+		out = append(out, *h.brakes.Paused)
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.pauses)) {
+		out = append(out, h.pauses[k])
+	}
+	return out
+}
+
+// setBrake changes the operator's brakes with change, records it in the BrakeStore, and tells what
+// changed. The brake is in force at once, even when it could not be recorded: then the error says
+// that it will not survive a restart.
+func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bool) error {
+	h.mu.Lock()
+	wasPaused := h.isPaused()
+	next := h.brakes.clone()
+	if !change(&next) {
+		h.mu.Unlock()
+		return nil
+	}
+	h.brakes = next
+	if wasPaused && !h.isPaused() {
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
+	h.brakeSeq++ // odd: a save in flight
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.brakeSeq++
+		h.mu.Unlock()
+	}()
+	h.event("%s", what)
+	if h.cfg.Brakes == nil {
+		return nil
+	}
+	if err := h.cfg.Brakes.SaveBrakes(ctx, next); err != nil {
+		h.event("could not record the brake (%s): it holds now but not across a restart: %v", what, err)
+		return fmt.Errorf("%s: in force, but not recorded (it will not survive a restart): %w", what, err)
+	}
+	return nil
+}
+
+// SetPaused pauses (no new step starts; steps in progress finish) or resumes the hub, for the operator
+// (by names who). A resume takes back only the operator's pause: a pause from another source (a
+// paused Cluster API Cluster) holds until that source lets go.
+func (h *Hub) SetPaused(ctx context.Context, on bool, by, reason string) error {
+	what := fmt.Sprintf("paused by %s", by)
+	if !on {
+		what = fmt.Sprintf("resumed by %s", by)
+	}
+	return h.setBrake(ctx, what, func(b *Brakes) bool {
+		if on == (b.Paused != nil) {
+			return false
+		}
+		b.Paused = nil
+		if on {
+			b.Paused = &Brake{By: by, Reason: reason, Since: time.Now().UTC()}
+		}
+		return true
+	})
+}
+
+// SetSuspended makes the hub observe-only (everything is assessed and planned and what it would
+// start is reported, nothing is executed), or acting again.
+func (h *Hub) SetSuspended(ctx context.Context, on bool, by, reason string) error {
+	what := fmt.Sprintf("suspended (observe-only) by %s", by)
+	if !on {
+		what = fmt.Sprintf("unsuspended by %s", by)
+	}
+	return h.setBrake(ctx, what, func(b *Brakes) bool {
+		if on == (b.Suspended != nil) {
+			return false
+		}
+		b.Suspended = nil
+		if on {
+			b.Suspended = &Brake{By: by, Reason: reason, Since: time.Now().UTC()}
+		}
+		return true
+	})
+}
+
+// SetDetached detaches a machine (no probe-driven action and no BMC call for it) or attaches it again.
+func (h *Hub) SetDetached(ctx context.Context, machine string, on bool, by, reason string) error {
+	if _, ok := h.inventory().machine(machine); !ok {
+		return fmt.Errorf("machine %q: %w", machine, ErrNotFound)
+	}
+	what := fmt.Sprintf("%s detached by %s", machine, by)
+	if !on {
+		what = fmt.Sprintf("%s attached by %s", machine, by)
+	}
+	return h.setBrake(ctx, what, func(b *Brakes) bool {
+		if _, is := b.Detached[machine]; is == on {
+			return false
+		}
+		if on {
+			if b.Detached == nil {
+				b.Detached = map[string]Brake{}
+			}
+			b.Detached[machine] = Brake{By: by, Reason: reason, Since: time.Now().UTC()}
+		} else {
+			delete(b.Detached, machine)
+		}
+		return true
+	})
+}
+
+// BrakeSeq counts the hub's own brake changes (odd while one is being recorded). Take it before
+// reading the BrakeStore, and give it to ApplyBrakes.
+func (h *Hub) BrakeSeq() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.brakeSeq
+}
+
+// ApplyBrakes puts brakes read from the BrakeStore in force (Kubernetes mode: the HealthPolicy, as
+// kubectl may have changed it); what changed is told. seq is BrakeSeq from before the read: a read
+// that began before the hub changed a brake itself, or while it was recording one, is older than that
+// change and is not applied (it would take the change back).
+func (h *Hub) ApplyBrakes(seq uint64, b Brakes) {
+	h.mu.Lock()
+	if seq != h.brakeSeq || seq%2 == 1 {
+		h.mu.Unlock()
+		return
+	}
+	before, wasPaused := h.brakes, h.isPaused()
+	h.brakes = b.clone()
+	if wasPaused && !h.isPaused() {
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
+	h.mu.Unlock()
+	for _, c := range brakeChanges(before, b) {
+		h.event("%s", c)
+	}
+}
+
+func brakeChanges(a, b Brakes) []string {
+	var out []string
+	flip := func(x, y *Brake, on, off string) {
+		switch {
+		case x == nil && y != nil:
+			out = append(out, fmt.Sprintf("%s by %s", on, y))
+		case x != nil && y == nil:
+			out = append(out, off)
+		}
+	}
+	flip(a.Paused, b.Paused, "paused", "the operator's pause lifted")
+	flip(a.Suspended, b.Suspended, "suspended (observe-only)", "unsuspended")
+	for _, m := range slices.Sorted(maps.Keys(b.Detached)) {
+		if _, was := a.Detached[m]; !was {
+			out = append(out, fmt.Sprintf("%s detached by %s", m, b.Detached[m]))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(a.Detached)) {
+		if _, is := b.Detached[m]; !is {
+			out = append(out, m+" attached")
+		}
+	}
+	return out
+}
+
+// SetPause sets or lifts the pause of a source other than the operator (source names it, e.g.
+// "Cluster API Cluster ns/name"); any pause holds.
+func (h *Hub) SetPause(source string, on bool, reason string) {
+	h.mu.Lock()
+	wasPaused := h.isPaused()
+	_, had := h.pauses[source]
+	switch {
+	case on && !had:
+		h.pauses[source] = Brake{By: source, Reason: reason, Since: time.Now().UTC()}
+	case !on && had:
+		delete(h.pauses, source)
+	}
+	if wasPaused && !h.isPaused() {
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
+	h.mu.Unlock()
+	switch {
+	case on && !had:
+		h.event("paused by %s: %s", source, reason)
+	case !on && had:
+		h.event("the pause of %s lifted", source)
+	}
+}
+
+// loadBrakes puts the BrakeStore's brakes in force at start.
+func (h *Hub) loadBrakes(ctx context.Context) error {
+	if h.cfg.Brakes == nil {
+		return nil
+	}
+	seq := h.BrakeSeq()
+	b, err := h.cfg.Brakes.LoadBrakes(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the operator's brakes (pause, suspend, detached machines): %w", err)
+	}
+	h.ApplyBrakes(seq, b)
+	return nil
+}
+
+// DescribeBrakes says which brakes hold, for a log line or status.
+func DescribeBrakes(bs []Brake) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = b.String()
+	}
+	return strings.Join(parts, "; ")
+}
