@@ -254,7 +254,7 @@ func TestTimedEvidenceCountsFromWhenAMajorityIsHeard(t *testing.T) {
 	a := hearing(DefaultAssessPolicy())
 	failing := func(w *world) *world { return w.probe("cp-0", "etcd", false, now.Add(-time.Minute)) }
 	// Cut off: the hub hears cp-0 only.
-	cut := failing(newWorld(now.Add(-30 * time.Second)).cut(now.Add(-time.Minute), "cp-1", "cp-2"))
+	cut := failing(newWorld(now.Add(-30*time.Second)).cut(now.Add(-time.Minute), "cp-1", "cp-2"))
 	cut.obs.Now = now.Add(-30 * time.Second)
 	a.Assess(machines, nil, cut.obs)
 	require.False(t, a.Hear(ExpectedOf(machines, nil), cut.obs).Majority())
