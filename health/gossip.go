@@ -504,13 +504,42 @@ func (g *Gossip) merge(msg []byte) (*Report, bool) {
 // delegate is memberlist's Delegate: report dissemination.
 type delegate Gossip
 
+// NodeMeta is the member's role and when it started ("hub 1795427856621597056"): a hub tells from it
+// whether another hub shares its pool, and which started first.
 func (d *delegate) NodeMeta(limit int) []byte {
-	meta := []byte(d.cfg.Role)
+	meta := []byte(d.cfg.Role + " " + strconv.FormatInt(d.started.UnixNano(), 10))
 	if len(meta) > limit {
 		return meta[:limit]
 	}
 	return meta
 }
+
+// Member is a live member of the pool as its gossip metadata describes it.
+type Member struct {
+	Name, Role string
+	Started    time.Time
+}
+
+// Members returns the live members other than this one, with their roles and start times.
+func (g *Gossip) Members() []Member {
+	var out []Member
+	for _, n := range g.ml.Members() {
+		if n.Name == g.cfg.Node {
+			continue
+		}
+		role, started, _ := strings.Cut(string(n.Meta), " ")
+		m := Member{Name: n.Name, Role: role}
+		if ns, err := strconv.ParseInt(started, 10, 64); err == nil {
+			m.Started = time.Unix(0, ns)
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Started is when this member started.
+func (g *Gossip) Started() time.Time { return g.started }
 
 // NotifyMsg takes a report broadcast by a peer and, when it is news, passes it on once (so a report
 // reaches every member even when its sender's own retransmissions happen to miss one, at a fraction of

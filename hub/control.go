@@ -134,7 +134,9 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	_, detached := h.brakes.Detached[m.Name]
 	r, inFlight := h.running[m.Name]
 	h.mu.Unlock()
-	switch {
+	switch why := h.standby(); {
+	case why != "" && !req.DryRun:
+		return RebootResult{}, fmt.Errorf("%w: %s", ErrRefused, why)
 	case inFlight:
 		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, r.rem.ID, m.Name)
 	case detached && !req.DryRun:

@@ -91,6 +91,13 @@ type Executor struct {
 	// NotAMember: the machine runs no etcd member, so there is no quorum to re-check (its pool's
 	// limits were applied when it was started).
 	NotAMember bool
+	// ResetEvidence, when set, says whether the machine shows, other than through its BMC, that it
+	// was reset after since (its agent restarted, observers saw it go down): what Resume goes by when
+	// the BMC keeps no reset time (IPMI, metal3, some Redfish firmware).
+	ResetEvidence func(ctx context.Context, since time.Time) (bool, string)
+	// ResetWindow bounds, from the intent, how long Resume waits for such evidence before it takes
+	// the step again: as long as a reset may take to show (a graceful restart, then the hard one).
+	ResetWindow time.Duration
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
@@ -393,6 +400,8 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		done, why = st == bmc.PowerOn, fmt.Sprintf("the BMC reports %s, last reset at %s, after the intent", st, lastReset.Format(time.RFC3339Nano))
 	case recovered(ctx):
 		done, why = true, "the machine is back already"
+	case lastReset.IsZero() && e.ResetEvidence != nil:
+		done, why = e.awaitReset(ctx, pending.At, power, recovered)
 	default:
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
@@ -406,6 +415,34 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		return 0, err
 	}
 	return pending.Step, nil
+}
+
+// awaitReset decides, for a BMC that keeps no reset time, whether a reset sent at intent happened:
+// yes as soon as the BMC reports Off, the machine shows it (ResetEvidence) or is back; no once
+// ResetWindow has passed since the intent without any of these (the machine stayed up with the same
+// agent all along). Sending it again on a guess would reset a machine twice.
+func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power, recovered Recovered) (bool, string) {
+	interval := cmp.Or(e.PollInterval, 250*time.Millisecond)
+	deadline := intent.Add(cmp.Or(e.ResetWindow, 2*time.Minute+30*time.Second))
+	for {
+		if st, _, err := power.Status(ctx); err == nil && st == bmc.PowerOff {
+			return true, "the BMC keeps no reset time, but reports Off: the reset is under way"
+		}
+		if ok, why := e.ResetEvidence(ctx, intent); ok {
+			return true, "the BMC keeps no reset time, but " + why
+		}
+		if recovered(ctx) {
+			return true, "the BMC keeps no reset time, but the machine is back already"
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false, fmt.Sprintf("the BMC keeps no reset time, and in %v since the intent the machine showed no sign of one "+
+				"(its agent did not restart, nobody saw it go down)", time.Since(intent).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval):
+		}
+	}
 }
 
 // nextStep is the step after the last one with an outcome.

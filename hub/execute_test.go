@@ -339,3 +339,66 @@ func (o *lateOwner) Progress(context.Context) (OwnerProgress, string, error) {
 	}
 	return OwnerReadyToRemove, "replacement ready", nil
 }
+
+// noResetTime is a BMC that keeps no reset time (IPMI, metal3): Status says On, or Off when off.
+type noResetTime struct {
+	Power
+	off bool
+}
+
+func (p noResetTime) Status(context.Context) (bmc.PowerState, time.Time, error) {
+	if p.off {
+		return bmc.PowerOff, time.Time{}, nil
+	}
+	return bmc.PowerOn, time.Time{}, nil
+}
+
+// After a crash between a reset's intent and its outcome, a BMC with no reset time cannot say whether
+// the reset happened: Resume goes by the machine instead, and takes the step again only when nothing
+// showed a reset within the window.
+func TestResumeWithoutAResetTime(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		off       bool
+		evidence  time.Duration // when the machine starts to show the reset, after Resume starts; <0: never
+		intentAge time.Duration // how long before Resume the intent was written
+		wantDone  bool
+		want      string
+	}{
+		{"the agent restarted after the intent", false, 0, 0, true, "its agent restarted"},
+		{"it shows a moment later", false, 300 * time.Millisecond, 0, true, "its agent restarted"},
+		{"the BMC reports Off", true, -1, 0, true, "reports Off: the reset is under way"},
+		{"no sign of a reset within the window", false, -1, 0, false, "showed no sign of one"},
+		{"the window passed while the hub was down", false, time.Second, time.Hour, false, "showed no sign of one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newExecRig(t)
+			plan, err := members("HHD").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "reboot etcd-2"))
+			rem = mustGet(t, r.journal, "cp-2")
+			rem.History[len(rem.History)-1].At = time.Now().Add(-tc.intentAge)
+			intent, _ := rem.Pending()
+			e := r.executor(members("HHD"))
+			e.ResetWindow = time.Second
+			start := time.Now()
+			e.ResetEvidence = func(_ context.Context, since time.Time) (bool, string) {
+				require.Equal(t, intent.At, since)
+				if tc.evidence >= 0 && time.Since(start) >= tc.evidence {
+					return true, "its agent restarted at 12:00:01, after the intent"
+				}
+				return false, ""
+			}
+			from, err := e.Resume(t.Context(), rem, plan, noResetTime{Power: r.power, off: tc.off}, func(context.Context) bool { return false })
+			require.NoError(t, err)
+			if tc.wantDone {
+				assert.Equal(t, 1, from, "the reset happened: on to the await")
+			} else {
+				assert.Equal(t, 0, from, "no sign of the reset: taken again")
+			}
+			assert.Contains(t, mustGet(t, r.journal, "cp-2").History[2].Detail, tc.want)
+			assert.Empty(t, r.sim.Resets("1"), "Resume itself sends nothing")
+		})
+	}
+}

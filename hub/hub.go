@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +44,9 @@ type Config struct {
 	// Notify, when set, is told every decision about a machine (Kubernetes mode turns them into
 	// Events on its Machine or Node). It must not block or call back into the hub.
 	Notify func(Notice)
+	// Standby, when set, says why this hub must not act now ("" when it may): a second standalone hub
+	// on the same gossip pool stands by (FirstHubLeads). Kubernetes mode has its Lease instead.
+	Standby func() string
 	// Brakes, when set, keeps the operator's brakes across restarts (default: the journal, when it is
 	// a BrakeStore, as the bbolt journal is).
 	Brakes BrakeStore
@@ -97,6 +102,8 @@ type Hub struct {
 	events          []string
 	brakes          Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
 	pauses          map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
+	// started is when Run began; lastPass when the latest pass ended (Stalled).
+	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
 	brakeSeq   uint64
 	waitingWhy map[string]string // the last Waiting notice's reason per machine
@@ -153,7 +160,7 @@ func New(cfg Config) (*Hub, error) {
 // Run resumes what the journal says was in progress, then runs passes until ctx ends.
 func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
-	h.ctx = ctx
+	h.ctx, h.started = ctx, time.Now()
 	h.mu.Unlock()
 	if err := h.loadBrakes(ctx); err != nil {
 		return err
@@ -162,6 +169,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		return err
 	}
 	h.warmUp(ctx)
+	h.waitLeading(ctx)
 	if err := h.resume(ctx); err != nil {
 		return err
 	}
@@ -169,6 +177,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		h.pass(ctx)
+		h.mu.Lock()
+		h.lastPass = time.Now()
+		h.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			h.mu.Lock()
@@ -180,6 +191,24 @@ func (h *Hub) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// Stalled says why the pipeline is not running, or "": the hub has not begun (Run not called, or
+// ended), its first pass has not come within startGrace of Run (warm-up and resume take that long at
+// most), or no pass has ended for longer than stall. /healthz reports it, so that a leader whose
+// pipeline hangs is restarted rather than holding its Lease while nothing runs.
+func (h *Hub) Stalled(now time.Time, startGrace, stall time.Duration) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.started.IsZero():
+		return "the pipeline has not started"
+	case h.lastPass.IsZero() && now.Sub(h.started) > startGrace:
+		return fmt.Sprintf("no pass since the pipeline started %v ago (warm-up and resume take at most %v)", now.Sub(h.started).Round(time.Second), startGrace)
+	case !h.lastPass.IsZero() && now.Sub(h.lastPass) > stall:
+		return fmt.Sprintf("the pipeline stalled: no pass for %v (one is due every %v)", now.Sub(h.lastPass).Round(time.Second), h.cfg.Tick)
+	}
+	return ""
 }
 
 // Events returns what the hub did and decided, oldest first (bounded).
@@ -352,10 +381,59 @@ func (h *Hub) warmUp(ctx context.Context) {
 	}
 }
 
+// FirstHubLeads is Config.Standby for a standalone hub on g: among the hubs live in the gossip pool,
+// the one that started first (then by name) leads, and any other stands by and says which leads. Two
+// standalone hubs with journals of their own must never both act; a restarted hub waits until the pool
+// has declared its previous incarnation dead.
+func FirstHubLeads(g *health.Gossip, self string) func() string {
+	return func() string {
+		mine := g.Started()
+		for _, m := range g.Members() {
+			if m.Role != "hub" || m.Name == self {
+				continue
+			}
+			if m.Started.Before(mine) || m.Started.Equal(mine) && m.Name < self {
+				return fmt.Sprintf("standing by: hub %s (started %s) leads this gossip pool; one hub acts at a time (`hub status` on that hub)",
+					m.Name, m.Started.UTC().Format(time.RFC3339))
+			}
+		}
+		return ""
+	}
+}
+
+// standby says why this hub must not act now, or "".
+func (h *Hub) standby() string {
+	if h.cfg.Standby == nil {
+		return ""
+	}
+	return h.cfg.Standby()
+}
+
+// waitLeading assesses without acting (nothing resumed, nothing started) while this hub stands by.
+func (h *Hub) waitLeading(ctx context.Context) {
+	for {
+		why := h.standby()
+		if why == "" {
+			return
+		}
+		h.assess(h.inventory())
+		h.setPlanErr(why)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(h.cfg.Tick):
+		}
+	}
+}
+
 // pass is one observe → assess → plan → act round.
 func (h *Hub) pass(ctx context.Context) {
 	inv := h.inventory()
 	obs, assessments := h.assess(inv)
+	if why := h.standby(); why != "" {
+		h.setPlanErr(why) // remediations it started before go on; nothing new starts
+		return
+	}
 	h.noticeHearing()
 	cluster, why := h.membership(inv, obs, assessments)
 	if why != "" {
@@ -793,6 +871,28 @@ func (h *Hub) recovered(m Machine, rem Remediation) Recovered {
 	}
 }
 
+// resetEvidence says whether machine m shows it was reset after since, other than through its BMC:
+// its agent restarted after it, or the hub or another observer saw it go down after it.
+func (h *Hub) resetEvidence(m Machine) func(context.Context, time.Time) (bool, string) {
+	return func(_ context.Context, since time.Time) (bool, string) {
+		reports := h.cfg.Gossip.Reports()
+		if r, ok := reports[m.Node]; ok && r.Started.After(since) {
+			return true, fmt.Sprintf("its agent restarted at %s, after the intent", r.Started.UTC().Format(time.RFC3339Nano))
+		}
+		if pv, ok := h.observePeer(m.Node); ok && pv.State != health.PeerAlive && pv.Since.After(since) {
+			return true, fmt.Sprintf("the hub saw it go down at %s, after the intent", pv.Since.UTC().Format(time.RFC3339Nano))
+		}
+		for _, node := range slices.Sorted(maps.Keys(reports)) {
+			for _, p := range reports[node].Peers {
+				if node != m.Node && p.Name == m.Node && p.State != health.PeerAlive && p.Since.After(since) {
+					return true, fmt.Sprintf("%s saw it go down at %s, after the intent", node, p.Since.UTC().Format(time.RFC3339Nano))
+				}
+			}
+		}
+		return false, ""
+	}
+}
+
 func (h *Hub) observePeer(node string) (health.PeerView, bool) {
 	for _, p := range h.cfg.Gossip.Peers() {
 		if p.Name == node {
@@ -833,7 +933,8 @@ func (h *Hub) resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
-		exec := &Executor{Journal: h.cfg.Journal, Policy: inv.Policy.Quorum, Log: h.log}
+		exec := &Executor{Journal: h.cfg.Journal, Policy: inv.Policy.Quorum, Log: h.log, ResetEvidence: h.resetEvidence(m),
+			ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
 		if err != nil {
 			return err

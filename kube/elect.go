@@ -56,8 +56,10 @@ func (l *Leader) Check(ctx context.Context) error {
 }
 
 // Elect campaigns for the Lease ns/name as identity (unique per process) until ctx ends; each time it
-// leads it calls lead with a context that is cancelled when the leadership is lost. It returns when
-// ctx ends.
+// leads it calls lead with a context that is cancelled when the leadership is lost. When lead returns
+// while this replica still leads (its pipeline stopped: a discovery or resume error), the Lease is
+// released at once, so that a standby takes over instead of a leader that renews while nothing runs;
+// this replica campaigns again one lease duration later. It returns when ctx ends.
 func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, identity string, t LeaseTiming, lead func(context.Context, *Leader)) error {
 	if t.LeaseDuration == 0 {
 		t = LeaseTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
@@ -69,6 +71,8 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Client: cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity}}
 	for ctx.Err() == nil {
+		term, endTerm := context.WithCancel(ctx)
+		stopped := false // lead returned on its own: its pipeline stopped
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{Lock: lock, Name: name,
 			LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
 			Callbacks: leaderelection.LeaderCallbacks{
@@ -82,13 +86,37 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 						transitions = *lease.Spec.LeaseTransitions
 					}
 					lead(lctx, &Leader{c: c, ns: ns, name: name, identity: identity, epoch: uint64(transitions) + 1})
+					if stopped = lctx.Err() == nil; stopped {
+						endTerm() // stop renewing
+					}
 				},
 				OnStoppedLeading: func() {},
 			}})
 		if err != nil {
+			endTerm()
 			return err
 		}
-		le.Run(ctx) // returns when the leadership is lost or ctx ends
+		le.Run(term) // returns when the leadership is lost, the term ends or ctx ends
+		endTerm()
+		if stopped {
+			release(ctx, lock, identity)
+			select { // give a standby the Lease before campaigning again
+			case <-ctx.Done():
+			case <-time.After(t.LeaseDuration):
+			}
+		}
 	}
 	return nil
+}
+
+// release gives the Lease up at once, as client-go does on a graceful stop: still held by identity, it
+// is rewritten with no holder and a 1 s duration, so that a standby takes it at its next try.
+func release(ctx context.Context, lock resourcelock.Interface, identity string) {
+	rec, _, err := lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != identity {
+		return
+	}
+	now := metav1.NewTime(time.Now())
+	_ = lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaderTransitions: rec.LeaderTransitions, LeaseDurationSeconds: 1,
+		RenewTime: now, AcquireTime: now})
 }

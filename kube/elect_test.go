@@ -80,3 +80,36 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, h)
 }
+
+// A leader whose pipeline stops (lead returns: a discovery error, a resume that cannot read a BMC) does
+// not keep the Lease while nothing runs: it gives it up at once, and the standby leads.
+func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	timing := LeaseTiming{LeaseDuration: 5 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	aLeads := make(chan *Leader, 1)
+	go func() {
+		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-a", timing, func(_ context.Context, l *Leader) {
+			aLeads <- l // and return at once: the pipeline stopped
+		})
+	}()
+	a := <-aLeads
+	stopped := time.Now()
+	bLeads := make(chan *Leader, 1)
+	go func() {
+		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-b", timing, func(lctx context.Context, l *Leader) {
+			bLeads <- l
+			<-lctx.Done()
+		})
+	}()
+	select {
+	case b := <-bLeads:
+		took := time.Since(stopped)
+		t.Logf("hub-a's pipeline stopped; hub-b led %v later (lease duration %v)", took.Round(time.Millisecond), timing.LeaseDuration)
+		assert.Less(t, took, timing.LeaseDuration, "released, not left to expire")
+		assert.Greater(t, b.Epoch(), a.Epoch())
+	case <-time.After(3 * timing.LeaseDuration):
+		t.Fatal("hub-b never led: hub-a kept the Lease with nothing running")
+	}
+}

@@ -216,7 +216,16 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			}
 			promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 		})
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			// A standby replica is healthy; the hub in charge is when its pipeline runs.
+			if t := current.Load(); t != nil {
+				if why := t.hub.Stalled(time.Now(), 2*time.Minute, 30*time.Second); why != "" {
+					http.Error(w, why, http.StatusServiceUnavailable)
+					return
+				}
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		})
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 			t := current.Load()
 			if t == nil {
@@ -265,7 +274,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		err = runLeading(ctx, o, log, inventory, newHub, &current)
 	} else {
 		var h *hub.Hub
-		if h, err = newHub(standalone, nil); err == nil {
+		if h, err = newHub(standalone, func(cfg *hub.Config) { cfg.Standby = hub.FirstHubLeads(g, o.node) }); err == nil {
 			log.Info("journal", "path", o.journal, "epoch", standalone.Epoch())
 			err = h.Run(ctx)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
 )
@@ -189,4 +191,75 @@ func TestDemoCommand(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "✓ scenario hang passed")
 	assert.Contains(t, out, "summary: 1 of 1 scenarios passed")
+}
+
+// Two standalone hubs on one gossip pool, each with a journal of its own: the one that started first
+// leads, the other stands by and says so (one remediation, one power action, for a hung machine); when
+// the leader stops, the other leads.
+func TestSecondStandaloneHubStandsBy(t *testing.T) {
+	dir := t.TempDir()
+	tb, inv := startBed(t, dir)
+	type proc struct {
+		socket string
+		cancel context.CancelFunc
+		done   chan error
+		logs   *capture.Buffer
+	}
+	start := func(name string) *proc {
+		p := &proc{socket: filepath.Join(dir, name+".sock"), done: make(chan error, 1), logs: &capture.Buffer{}}
+		ctx, cancel := context.WithCancel(context.Background())
+		p.cancel = cancel
+		ready := make(chan runAddrs, 1)
+		go func() {
+			p.done <- runHub(ctx, runOptions{inventory: inv, journal: filepath.Join(dir, name+".db"), node: name, bind: "127.0.0.1:0",
+				join: tb.Seeds(), keyFile: tb.GossipKeyFile(), api: apiListen{socket: p.socket}, logLevel: "info", keep: 20}, p.logs, ready)
+		}()
+		select {
+		case <-ready:
+		case err := <-p.done:
+			t.Fatalf("hub run %s: %v\n%s", name, err, p.logs)
+		}
+		t.Cleanup(func() {
+			p.cancel()
+			<-p.done
+			if t.Failed() {
+				t.Logf("%s logs:\n%s", name, p.logs)
+			}
+		})
+		return p
+	}
+	status := func(p *proc) hub.Status {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs([]string{"status", "-o", "json", "--socket", p.socket})
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			return hub.Status{}
+		}
+		var st hub.Status
+		_ = json.Unmarshal(out.Bytes(), &st)
+		return st
+	}
+	a := start("hub-a")
+	require.Eventually(t, func() bool { st := status(a); return st.Budget != nil && st.NotPlanning == "" }, 30*time.Second, 100*time.Millisecond)
+	b := start("hub-b")
+	require.Eventually(t, func() bool { return strings.Contains(status(b).NotPlanning, "standing by: hub hub-a") }, 30*time.Second, 100*time.Millisecond)
+
+	tb.Hang(2)
+	require.Eventually(t, func() bool {
+		st := status(a)
+		return len(tb.Resets(2)) == 1 && st.Machines[2].Verdict == hub.Healthy && st.Machines[2].Remediation == nil
+	}, 60*time.Second, 100*time.Millisecond)
+	time.Sleep(time.Second)
+	assert.Len(t, tb.Resets(2), 1, "one power action: the hub that stands by did nothing")
+	assert.Contains(t, status(b).NotPlanning, "standing by")
+
+	a.cancel()
+	require.NoError(t, <-a.done)
+	a.done <- nil
+	require.Eventually(t, func() bool { st := status(b); return st.Budget != nil && st.NotPlanning == "" }, 30*time.Second, 100*time.Millisecond,
+		"hub-b leads once hub-a is gone")
+	require.Eventually(t, func() bool { return status(b).Machines[2].Verdict == hub.Healthy }, 30*time.Second, 100*time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // past the cooldown
+	tb.Hang(1)
+	require.Eventually(t, func() bool { return len(tb.Resets(1)) == 1 }, 60*time.Second, 100*time.Millisecond, "hub-b heals")
 }

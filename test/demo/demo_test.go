@@ -250,18 +250,63 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 	}
 }
 
+// The same crash on a BMC that keeps no reset time (ipmi_sim, as IPMI and metal3 are): the dying hub's
+// power cycle reached the BMC, the machine went down, and it takes 3 s to boot, so the next hub finds
+// it neither back nor with a reset time to read. It goes by the machine instead (its agent restarting
+// after the intent, observers seeing it go down) and does not cycle it a second time.
+func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
+	tb := newBed(t, Options{IPMI: true, BootDelay: 3 * time.Second})
+	tb.StopHub()
+	crashed := make(chan struct{})
+	require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(m hub.Machine, p hub.Power) hub.Power {
+		if m.Name != Name(IPMIMachine) {
+			return p
+		}
+		return &crashingPower{Power: p, tb: tb, acted: true, crashed: crashed,
+			send: func(ctx context.Context) error { _, err := tb.IPMI().Ipmitool(ctx, "chassis", "power", "cycle"); return err }}
+	}}))
+	tb.Hang(IPMIMachine)
+	select {
+	case <-crashed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no BMC step within 60 s")
+	}
+	tb.wait(t, "the dying hub's cycle to reach the BMC", func() bool { return slices.Equal(tb.Resets(IPMIMachine), []string{"power 0", "power 1"}) })
+	require.NoError(t, tb.StartHub(HubOptions{}))
+	tb.wait(t, "cp-2's remediation to succeed", tb.succeeded(snapshot{}, IPMIMachine))
+	tb.wait(t, "every machine healthy", tb.AllHealthy)
+	assert.Equal(t, []string{"power 0", "power 1"}, tb.Resets(IPMIMachine), "exactly one power cycle in all")
+	hist, err := tb.Hub().History(context.Background(), Name(IPMIMachine))
+	require.NoError(t, err)
+	require.Len(t, hist, 1, "the same remediation resumed, not a second one")
+	var outcomes []string
+	for _, ev := range hist[0].History {
+		if ev.Kind == hub.EventOutcome {
+			outcomes = append(outcomes, ev.Detail)
+		}
+	}
+	assert.Contains(t, outcomes[0], "the BMC keeps no reset time, but")
+	assert.Contains(t, outcomes[0], "not repeated")
+}
+
 // crashingPower crashes the hub at its first reboot, after or before passing it to the BMC.
 type crashingPower struct {
 	hub.Power
 	tb      *Testbed
 	acted   bool
 	crashed chan struct{}
+	// send, when set, is how the reset reaches the BMC before the crash (instead of a whole verified
+	// Reboot): the hub dies right after the BMC accepted it.
+	send func(context.Context) error
 }
 
 func (c *crashingPower) Reboot(ctx context.Context) (bmc.Result, error) {
 	var res bmc.Result
 	var err error
-	if c.acted {
+	switch {
+	case c.acted && c.send != nil:
+		err = c.send(ctx)
+	case c.acted:
 		res, err = c.Power.Reboot(ctx)
 	}
 	c.tb.CrashHub()

@@ -31,6 +31,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/etcdcluster"
+	"github.com/hale-dev/hale/test/ipmisim"
 	"github.com/hale-dev/hale/test/lossy"
 	"github.com/hale-dev/hale/test/partition"
 )
@@ -61,7 +62,15 @@ type Options struct {
 	OnRequest func(system string, r *http.Request)
 	// OnEvent is called with every hub event as it happens.
 	OnEvent func(at time.Time, msg string)
+	// IPMI: machine IPMIMachine's BMC is Debian's ipmi_sim instead of the Redfish simulator (a BMC
+	// that keeps no reset time); its power starts and stops that machine the same way.
+	IPMI bool
+	// BootDelay is how long after its power comes on a machine's etcd member and agent start.
+	BootDelay time.Duration
 }
+
+// IPMIMachine is the machine whose BMC is ipmi_sim when Options.IPMI is set.
+const IPMIMachine = 2
 
 // Testbed is the demo topology.
 type Testbed struct {
@@ -73,6 +82,8 @@ type Testbed struct {
 	key      []byte
 	start    time.Time
 	net      *partition.Network
+	ipmi     *ipmisim.Sim  // machine IPMIMachine's BMC, with Options.IPMI
+	ipmiDone chan struct{} // closed to stop following ipmi_sim's chassis log
 	// witnesses are the witness agents; they run for the testbed's whole life.
 	witnesses []*agentProc
 
@@ -152,6 +163,12 @@ func Start(opts Options) (*Testbed, error) {
 		return nil, err
 	}
 	tb.Say("demo", "simulated Redfish BMC at %s, systems cp-0..cp-%d", tb.sim.Endpoint(), Machines-1)
+	if opts.IPMI {
+		if err := tb.startIPMI(); err != nil {
+			tb.Close()
+			return nil, err
+		}
+	}
 	for i := range Machines {
 		if err := tb.startAgent(i); err != nil {
 			tb.Close()
@@ -192,6 +209,44 @@ func (tb *Testbed) transport(name string, port int, lossy bool) (memberlist.Node
 
 func lossyTransport(port int, o Options) (*lossy.Transport, error) {
 	return lossy.New("127.0.0.1", port, o.Loss, o.Seed)
+}
+
+// startIPMI starts ipmi_sim as machine IPMIMachine's BMC, and follows its chassis log: power 0 stops
+// the machine, power 1 starts it.
+func (tb *Testbed) startIPMI() error {
+	dir := filepath.Join(tb.opts.Dir, "ipmi")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	sim, err := ipmisim.StartIn(dir)
+	if err != nil {
+		return err
+	}
+	tb.ipmi, tb.ipmiDone = sim, make(chan struct{})
+	tb.Say("demo", "%s's BMC is ipmi_sim at %s (it keeps no reset time)", Name(IPMIMachine), sim.Endpoint())
+	go func() {
+		seen := 0
+		for {
+			actions := sim.Actions()
+			for _, a := range actions[seen:] {
+				switch a {
+				case "power 0":
+					tb.Say("bmc", "%s powered off (IPMI)", Name(IPMIMachine))
+					tb.stop(IPMIMachine)
+				case "power 1":
+					tb.Say("bmc", "%s powered on (IPMI): its etcd member and agent start", Name(IPMIMachine))
+					go tb.powerOn(IPMIMachine)
+				}
+			}
+			seen = len(actions)
+			select {
+			case <-tb.ipmiDone:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return nil
 }
 
 // startWitness starts witness i: gossip and an etcd view from outside (every member's client URL), no
@@ -357,6 +412,7 @@ func (tb *Testbed) stop(i int) {
 }
 
 func (tb *Testbed) powerOn(i int) {
+	time.Sleep(tb.opts.BootDelay)
 	if err := tb.etcd.Restart(i); err != nil {
 		tb.Say("demo", "restarting etcd member of %s: %v", Name(i), err)
 	}
@@ -379,9 +435,16 @@ func (tb *Testbed) Inventory() (hub.Inventory, error) {
 		if err != nil {
 			return inv, err
 		}
+		creds := bmc.NewCredentials("admin", tb.password)
+		if i == IPMIMachine && tb.ipmi != nil {
+			if ep, err = bmc.ParseEndpoint(tb.ipmi.Endpoint()); err != nil {
+				return inv, err
+			}
+			creds = bmc.NewCredentials(tb.ipmi.Username, tb.ipmi.Password)
+		}
 		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: Name(i), Node: Name(i),
 			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
-			Credentials: bmc.NewCredentials("admin", tb.password)})
+			Credentials: creds})
 	}
 	return inv, nil
 }
@@ -547,6 +610,10 @@ func (tb *Testbed) Close() {
 		<-p.done
 	}
 	_ = tb.sim.Close()
+	if tb.ipmi != nil {
+		close(tb.ipmiDone)
+		tb.ipmi.Stop()
+	}
 	tb.etcd.Close()
 }
 
@@ -616,5 +683,14 @@ func (tb *Testbed) Remediations(i int) (int, hub.RemediationState) {
 	return len(hist), hist[len(hist)-1].State
 }
 
-// Resets returns the reset requests machine i's BMC has served.
-func (tb *Testbed) Resets(i int) []string { return tb.sim.Resets(Name(i)) }
+// Resets returns the reset requests machine i's BMC has served (for ipmi_sim: the power changes it
+// made, "power 0", "power 1").
+func (tb *Testbed) Resets(i int) []string {
+	if i == IPMIMachine && tb.ipmi != nil {
+		return tb.ipmi.Actions()
+	}
+	return tb.sim.Resets(Name(i))
+}
+
+// IPMI returns machine IPMIMachine's ipmi_sim (nil without Options.IPMI).
+func (tb *Testbed) IPMI() *ipmisim.Sim { return tb.ipmi }

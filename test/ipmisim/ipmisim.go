@@ -59,7 +59,7 @@ exit 0
 // test, naming the package to install, when ipmi_sim or ipmitool is missing.
 func Start(tb testing.TB) *Sim {
 	tb.Helper()
-	s, err := start(tb.TempDir())
+	s, err := StartIn(tb.TempDir())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -67,7 +67,9 @@ func Start(tb testing.TB) *Sim {
 	return s
 }
 
-func start(dir string) (*Sim, error) {
+// StartIn starts ipmi_sim with its files in dir (which must exist), the machine powered on; Stop
+// stops it.
+func StartIn(dir string) (*Sim, error) {
 	for _, bin := range []struct{ name, pkg string }{{"ipmi_sim", "openipmi"}, {"ipmitool", "ipmitool"}} {
 		if _, err := exec.LookPath(bin.name); err != nil {
 			return nil, fmt.Errorf("%s is not on PATH: install Debian's %s (test/run installs it)", bin.name, bin.pkg)
