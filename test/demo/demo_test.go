@@ -263,7 +263,10 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 			return p
 		}
 		return &crashingPower{Power: p, tb: tb, acted: true, crashed: crashed,
-			send: func(ctx context.Context) error { _, err := tb.IPMI().Ipmitool(ctx, "chassis", "power", "cycle"); return err }}
+			send: func(ctx context.Context) error {
+				_, err := tb.IPMI().Ipmitool(ctx, "chassis", "power", "cycle")
+				return err
+			}}
 	}}))
 	tb.Hang(IPMIMachine)
 	select {
