@@ -171,10 +171,14 @@ func (h Hearing) NoMajority() string {
 }
 
 // Hear says which expected observers the hub hears.
-func (a *Assessor) Hear(e Expected, obs Observations) Hearing {
+func (a *Assessor) Hear(e Expected, obs Observations) Hearing { return Hear(e, obs, a.policy.StaleAfter) }
+
+// Hear says which expected observers the hub hears: alive in its view, with a report fresher than
+// staleAfter.
+func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
 	h := Hearing{Expected: e.Size(), Heard: []string{"the hub"}}
 	heard := map[string]bool{}
-	for _, r := range a.liveObservers(e, obs) {
+	for _, r := range liveObservers(e, obs, staleAfter) {
 		heard[r.Node] = true
 	}
 	for _, n := range append(slices.Clone(e.Agents), e.Witnesses...) {
@@ -198,7 +202,7 @@ func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observa
 	case a.heardSince.IsZero():
 		a.heardSince = obs.Now
 	}
-	observers := a.liveObservers(e, obs)
+	observers := liveObservers(e, obs, a.policy.StaleAfter)
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
 	for _, m := range machines {
@@ -214,10 +218,10 @@ func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observa
 
 // liveObservers are the expected agents and witnesses the hub sees alive whose latest report is
 // fresh. Anyone else in the gossip pool is no observer.
-func (a *Assessor) liveObservers(e Expected, obs Observations) []health.Report {
+func liveObservers(e Expected, obs Observations, staleAfter time.Duration) []health.Report {
 	var out []health.Report
 	for node, r := range obs.Reports {
-		if pv, ok := obs.HubPeers[node]; ok && e.has(node) && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= a.policy.StaleAfter {
+		if pv, ok := obs.HubPeers[node]; ok && e.has(node) && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter {
 			out = append(out, r)
 		}
 	}

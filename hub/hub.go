@@ -610,7 +610,7 @@ func (h *Hub) setNote(field *string, why, prefix string) {
 // minority side of a partition must not act), or when no view has such a majority.
 func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessment) (quorum.Cluster, string) {
 	e := ExpectedOf(refs(inv), inv.Witnesses)
-	if hearing := h.assessor.Hear(e, obs); !hearing.Majority() {
+	if hearing := Hear(e, obs, inv.Policy.Assess.StaleAfter); !hearing.Majority() {
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
 	votes := map[string]int{}

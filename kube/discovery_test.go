@@ -99,7 +99,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	createNode(t, c, "worker-2", "", false)
 	w2 := &corev1.Node{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "worker-2"}, w2))
-	w2.Labels[WitnessLabel] = "true"
+	w2.Labels = map[string]string{WitnessLabel: "true"}
 	require.NoError(t, c.Update(ctx, w2))
 	nodeA := &corev1.Node{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "node-a"}, nodeA))

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -72,7 +73,7 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity}}
 	for ctx.Err() == nil {
 		term, endTerm := context.WithCancel(ctx)
-		stopped := false // lead returned on its own: its pipeline stopped
+		var stopped atomic.Bool // lead returned on its own: its pipeline stopped (set in the elector's goroutine)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{Lock: lock, Name: name,
 			LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
 			Callbacks: leaderelection.LeaderCallbacks{
@@ -86,7 +87,8 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 						transitions = *lease.Spec.LeaseTransitions
 					}
 					lead(lctx, &Leader{c: c, ns: ns, name: name, identity: identity, epoch: uint64(transitions) + 1})
-					if stopped = lctx.Err() == nil; stopped {
+					if lctx.Err() == nil {
+						stopped.Store(true)
 						endTerm() // stop renewing
 					}
 				},
@@ -98,7 +100,7 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 		}
 		le.Run(term) // returns when the leadership is lost, the term ends or ctx ends
 		endTerm()
-		if stopped {
+		if stopped.Load() {
 			release(ctx, lock, identity)
 			select { // give a standby the Lease before campaigning again
 			case <-ctx.Done():

@@ -186,7 +186,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 func TestDemoCommand(t *testing.T) {
 	_, err := runCLI(t, "demo", "--scenario", "nope")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: hang, quorum-lost, refused-reboot, pause`)
+	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: hang, quorum-lost, quorum-lost-no-witness, partition, refused-reboot, pause`)
 	out, err := runCLI(t, "demo", "--scenario", "hang")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "✓ scenario hang passed")
