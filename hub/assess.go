@@ -171,7 +171,9 @@ func (h Hearing) NoMajority() string {
 }
 
 // Hear says which expected observers the hub hears.
-func (a *Assessor) Hear(e Expected, obs Observations) Hearing { return Hear(e, obs, a.policy.StaleAfter) }
+func (a *Assessor) Hear(e Expected, obs Observations) Hearing {
+	return Hear(e, obs, a.policy.StaleAfter)
+}
 
 // Hear says which expected observers the hub hears: alive in its view, with a report fresher than
 // staleAfter.
