@@ -303,7 +303,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 		"spec": map[string]any{"replicas": int64(3), "version": "v1.36.3", "machineTemplate": map[string]any{"spec": map[string]any{
 			"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "cp"}}}}}}
 	require.NoError(t, c.Create(ctx, kcp))
-	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy}}
+	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
 	startDiscoveredHub(t, c, tb, d)
 	handedOver := func(name string) bool {
 		var m clusterv1.Machine
@@ -395,7 +395,7 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	all, err := quorum.ParseLimit("100%")
 	require.NoError(t, err)
 	policy.Quorum.Pools.MaxUnhealthy = all
-	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: policy}}
+	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: policy, Witnesses: inv.Witnesses}}
 	startDiscoveredHub(t, c, tb, d)
 	replicas := func() int32 {
 		var got clusterv1.MachineDeployment
@@ -456,7 +456,7 @@ func TestRemediateMachineAnnotation(t *testing.T) {
 	for _, m := range inv.Machines {
 		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
 	}
-	startDiscoveredHub(t, c, tb, &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy}})
+	startDiscoveredHub(t, c, tb, &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}})
 	machine := func(name string) *clusterv1.Machine {
 		var m clusterv1.Machine
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: name}, &m))

@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -196,4 +199,25 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	st := tb.Hub().Status(ctx)
 	assert.Equal(t, "operator carol", st.Machines[0].DetachedBy.By)
 	assert.Equal(t, hub.Running, st.Pause)
+}
+
+// A notice about the hub as a whole (it lost the majority of its expected observers, or heard one
+// again) is an Event on its HealthPolicy, where `kubectl describe healthpolicy` shows it.
+func TestHubNoticeIsAnEventOnTheHealthPolicy(t *testing.T) {
+	c, _ := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	sink := NewEventSink(c, &Discovery{Client: c}, "hub-test", slog.New(slog.DiscardHandler))
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: "hale-system", Name: "default"}
+	go sink.Run(ctx)
+	sink.Notify(hub.Notice{Reason: "ObserverMajorityLost", Warning: true,
+		Message: "the hub hears 2 of 6 expected observers (the hub, cp-0); a strict majority is 4: a partition and a crash look the same from here"})
+	require.Eventually(t, func() bool {
+		var events eventsv1.EventList
+		require.NoError(t, c.List(ctx, &events, client.InNamespace("hale-system")))
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Kind == "HealthPolicy" && e.Regarding.Name == "default" && e.Reason == "ObserverMajorityLost" &&
+				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "hears 2 of 6")
+		})
+	}, 10*time.Second, 50*time.Millisecond)
 }

@@ -485,3 +485,33 @@ func TestFence(t *testing.T) {
 	tb.wait(t, "every machine healthy", tb.AllHealthy)
 	assert.Equal(t, []string{"ForceOff", "On"}, tb.Resets(2))
 }
+
+// The other side of a partition: the hub with the majority (cp-0, cp-1, both witnesses) and cp-2 cut
+// off. 5 of 6 observers see cp-2 dead, so it is power-cycled (free: on the minority side its member is
+// no healthy voter); a reboot does not mend a network, it comes back still cut off and fails again,
+// and after maxAttempts the hub gives up and says so. When the partition heals it is Healthy again.
+func TestPartitionHubOnTheMajoritySide(t *testing.T) {
+	tb := newBed(t, Options{})
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Configure: func(cfg *hub.Config) { cfg.RecoveryTimeout = 3 * time.Second }}))
+	h := tb.Hub()
+	before := tb.snapshot()
+	tb.Partition([]string{Name(2)}, []string{HubNode, Name(0), Name(1), WitnessName(0), WitnessName(1)})
+	healed := false
+	defer func() {
+		if !healed {
+			tb.Heal()
+		}
+	}()
+	tb.wait(t, "the hub to give up on cp-2", func() bool {
+		return strings.Contains(decision(h, 2), "gave up after 3 failed remediations since it was last healthy")
+	})
+	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}), "three attempts, then nothing")
+	hist, err := h.History(t.Context(), Name(2))
+	require.NoError(t, err)
+	assert.Contains(t, hist[len(hist)-3].Reason, "free: etcd-2 is not a healthy voter")
+	tb.Heal()
+	healed = true
+	tb.wait(t, "every machine Healthy after the heal", tb.AllHealthy)
+	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
+}

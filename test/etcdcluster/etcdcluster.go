@@ -48,7 +48,8 @@ func Start(tb testing.TB, n int) *Cluster {
 
 // New starts an n-member cluster with its data under dir; Close stops it. Its ports are picked free
 // and bound a moment later, so another process (a parallel test package's API server) can take one
-// in between: then it starts again on new ports, up to three times.
+// in between, or a loaded machine can keep a member from becoming ready: then it starts again on new
+// ports, up to three times.
 func New(dir string, n int) (*Cluster, error) {
 	var err error
 	for attempt := range 3 {
@@ -60,12 +61,16 @@ func New(dir string, n int) (*Cluster, error) {
 		if c, err = newOnce(d, n); err == nil {
 			return c, nil
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+		if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") && !errors.Is(err, errNotReady) {
 			return nil, err
 		}
 	}
 	return nil, err
 }
+
+// errNotReady: a member did not become ready in 30 s (a loaded machine, a peer that never came up):
+// the cluster is started again on new ports.
+var errNotReady = errors.New("not ready in 30 s")
 
 func newOnce(dir string, n int) (*Cluster, error) {
 	c := &Cluster{}
@@ -121,8 +126,15 @@ func (m *member) start(state string) error {
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
-		e.Close()
-		return fmt.Errorf("etcdcluster: %s not ready in 30 s", m.name)
+		// etcd's Close can block for good on a member whose servers never started serving: give it
+		// a while, then leave it behind (a test process; its ports and directory are not reused).
+		closed := make(chan struct{})
+		go func() { e.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+		}
+		return fmt.Errorf("etcdcluster: %s: %w", m.name, errNotReady)
 	}
 	m.etcd = e
 	return nil
