@@ -104,36 +104,29 @@ func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bo
 // (by names who). A resume takes back only the operator's pause: a pause from another source (a
 // paused Cluster API Cluster) holds until that source lets go.
 func (h *Hub) SetPaused(ctx context.Context, on bool, by, reason string) error {
-	what := fmt.Sprintf("paused by %s", by)
-	if !on {
-		what = fmt.Sprintf("resumed by %s", by)
-	}
-	return h.setBrake(ctx, what, func(b *Brakes) bool {
-		if on == (b.Paused != nil) {
-			return false
-		}
-		b.Paused = nil
-		if on {
-			b.Paused = &Brake{By: by, Reason: reason, Since: time.Now().UTC()}
-		}
-		return true
-	})
+	return h.setHubBrake(ctx, func(b *Brakes) **Brake { return &b.Paused }, on, by, reason, "paused", "resumed")
 }
 
 // SetSuspended makes the hub observe-only (everything is assessed and planned and what it would
 // start is reported, nothing is executed), or acting again.
 func (h *Hub) SetSuspended(ctx context.Context, on bool, by, reason string) error {
-	what := fmt.Sprintf("suspended (observe-only) by %s", by)
+	return h.setHubBrake(ctx, func(b *Brakes) **Brake { return &b.Suspended }, on, by, reason, "suspended (observe-only)", "unsuspended")
+}
+
+// setHubBrake sets or lifts the brake field picks out.
+func (h *Hub) setHubBrake(ctx context.Context, field func(*Brakes) **Brake, on bool, by, reason, onWord, offWord string) error {
+	what := fmt.Sprintf("%s by %s", onWord, by)
 	if !on {
-		what = fmt.Sprintf("unsuspended by %s", by)
+		what = fmt.Sprintf("%s by %s", offWord, by)
 	}
 	return h.setBrake(ctx, what, func(b *Brakes) bool {
-		if on == (b.Suspended != nil) {
+		f := field(b)
+		if on == (*f != nil) {
 			return false
 		}
-		b.Suspended = nil
+		*f = nil
 		if on {
-			b.Suspended = &Brake{By: by, Reason: reason, Since: time.Now().UTC()}
+			*f = &Brake{By: by, Reason: reason, Since: time.Now().UTC()}
 		}
 		return true
 	})

@@ -235,12 +235,7 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 			hist, err := tb.Hub().History(context.Background(), Name(2))
 			require.NoError(t, err)
 			require.Len(t, hist, 1, "the same remediation resumed, not a second one")
-			var outcomes []string
-			for _, ev := range hist[0].History {
-				if ev.Kind == hub.EventOutcome {
-					outcomes = append(outcomes, ev.Detail)
-				}
-			}
+			outcomes := outcomesOf(hist[0])
 			want := "the step did not happen; taking it again"
 			if acted {
 				want = "after the intent: not repeated"
@@ -282,14 +277,20 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 	hist, err := tb.Hub().History(context.Background(), Name(IPMIMachine))
 	require.NoError(t, err)
 	require.Len(t, hist, 1, "the same remediation resumed, not a second one")
-	var outcomes []string
-	for _, ev := range hist[0].History {
-		if ev.Kind == hub.EventOutcome {
-			outcomes = append(outcomes, ev.Detail)
-		}
-	}
+	outcomes := outcomesOf(hist[0])
 	assert.Contains(t, outcomes[0], "the BMC keeps no reset time, but")
 	assert.Contains(t, outcomes[0], "not repeated")
+}
+
+// outcomesOf lists a remediation's outcomes, in order.
+func outcomesOf(rem hub.Remediation) []string {
+	var out []string
+	for _, ev := range rem.History {
+		if ev.Kind == hub.EventOutcome {
+			out = append(out, ev.Detail)
+		}
+	}
+	return out
 }
 
 // crashingPower crashes the hub at its first reboot, after or before passing it to the BMC.

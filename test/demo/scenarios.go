@@ -117,13 +117,18 @@ func hangScenario(ctx context.Context, tb *Testbed) error {
 	return tb.expectResets(before, [Machines]int{0, 0, 1})
 }
 
+// hangTogether hangs machines a and b at the same moment.
+func (tb *Testbed) hangTogether(a, b int) {
+	done := make(chan struct{})
+	go func() { tb.Hang(a); close(done) }()
+	tb.Hang(b)
+	<-done
+}
+
 func quorumLostScenario(ctx context.Context, tb *Testbed) error {
 	before := tb.snapshot()
 	t0 := time.Now()
-	done := make(chan struct{})
-	go func() { tb.Hang(1); close(done) }()
-	tb.Hang(2)
-	<-done
+	tb.hangTogether(1, 2)
 	for _, i := range []int{1, 2} {
 		if err := tb.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's remediation to succeed", Name(i)), tb.succeeded(before, i)); err != nil {
 			return err
@@ -170,10 +175,7 @@ func quorumLostNoWitnessScenario(ctx context.Context, tb *Testbed) error {
 	}
 	defer func() { _ = h.SetInventory(full) }()
 	before := tb.snapshot()
-	done := make(chan struct{})
-	go func() { tb.Hang(1); close(done) }()
-	tb.Hang(2)
-	<-done
+	tb.hangTogether(1, 2)
 	if err := tb.expectNothing(ctx, 4*time.Second, before, "the hub hears 2 of 4 expected observers"); err != nil {
 		return err
 	}

@@ -271,7 +271,13 @@ func (tb *Testbed) startWitness(i int) error {
 		_ = g.Shutdown()
 		return err
 	}
-	ag := health.NewAgent(g, r, etcd, 250*time.Millisecond, nil)
+	tb.launch(g, health.NewAgent(g, r, etcd, 250*time.Millisecond, nil), etcd, func(p *agentProc) { tb.witnesses = append(tb.witnesses, p) })
+	return nil
+}
+
+// launch joins g to any machine's agent that is alive, records the agent's process with add (under
+// tb.mu) and runs the agent until it is stopped.
+func (tb *Testbed) launch(g *health.Gossip, ag *health.Agent, etcd *health.Etcd, add func(*agentProc)) {
 	tb.mu.Lock()
 	for _, other := range tb.agents {
 		if _, err := g.Join([]string{other.gossip.Addr()}); err == nil {
@@ -280,14 +286,13 @@ func (tb *Testbed) startWitness(i int) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &agentProc{gossip: g, cancel: cancel, done: make(chan struct{})}
-	tb.witnesses = append(tb.witnesses, p)
+	add(p)
 	tb.mu.Unlock()
 	go func() {
 		defer close(p.done)
 		_ = ag.Run(ctx, time.Second)
 		_ = etcd.Close()
 	}()
-	return nil
 }
 
 // Partition cuts every gossip link between the members named in a and those in b (machine names,
@@ -373,21 +378,7 @@ func (tb *Testbed) startAgent(i int) error {
 	agMu.Lock()
 	ag = health.NewAgent(g, r, etcd, 250*time.Millisecond, nil)
 	agMu.Unlock()
-	tb.mu.Lock()
-	for _, other := range tb.agents { // join anyone alive
-		if _, err := g.Join([]string{other.gossip.Addr()}); err == nil {
-			break
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &agentProc{gossip: g, cancel: cancel, done: make(chan struct{})}
-	tb.agents[i], tb.ports[i] = p, port
-	tb.mu.Unlock()
-	go func() {
-		defer close(p.done)
-		_ = ag.Run(ctx, time.Second)
-		_ = etcd.Close()
-	}()
+	tb.launch(g, ag, etcd, func(p *agentProc) { tb.agents[i], tb.ports[i] = p, port })
 	return nil
 }
 

@@ -217,11 +217,17 @@ func (p *Proc) Running() bool {
 // namespaces), until Heal.
 func (l *Lab) Cut(a, b []*Host) {
 	l.t.Helper()
+	l.drops("-A", a, b)
+}
+
+// drops appends (-A) or deletes (-D) the DROP rules between each host of a and each of b, both ways.
+func (l *Lab) drops(action string, a, b []*Host) {
+	l.t.Helper()
 	for _, x := range a {
 		for _, y := range b {
 			for _, pair := range [][2]*Host{{x, y}, {y, x}} {
-				l.iptables(pair[0], "-A", "INPUT", "-s", pair[1].IP, "-j", "DROP")
-				l.iptables(pair[0], "-A", "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
+				l.iptables(pair[0], action, "INPUT", "-s", pair[1].IP, "-j", "DROP")
+				l.iptables(pair[0], action, "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
 			}
 		}
 	}
@@ -230,14 +236,7 @@ func (l *Lab) Cut(a, b []*Host) {
 // Uncut removes the rules Cut(a, b) made (or Cut(b, a)): those links carry packets again.
 func (l *Lab) Uncut(a, b []*Host) {
 	l.t.Helper()
-	for _, x := range a {
-		for _, y := range b {
-			for _, pair := range [][2]*Host{{x, y}, {y, x}} {
-				l.iptables(pair[0], "-D", "INPUT", "-s", pair[1].IP, "-j", "DROP")
-				l.iptables(pair[0], "-D", "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
-			}
-		}
-	}
+	l.drops("-D", a, b)
 }
 
 // Heal removes every rule Cut made.
