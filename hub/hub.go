@@ -557,7 +557,44 @@ func (h *Hub) stillToCome(machine string) (quorum.Strategy, []quorum.Step) {
 	if !ok {
 		return 0, nil
 	}
+	if steps, ok := replacementSteps(r, h.cluster); ok {
+		return r.plan.Strategy, steps
+	}
 	return r.plan.Strategy, slices.Clone(r.plan.Steps[min(r.next, len(r.plan.Steps)):])
+}
+
+// replacementSteps rebuilds a replace's steps once its new member has joined: the plan names it with
+// a placeholder, but the member that appeared since the replace began (exactly one) is the one the
+// owner's steps will promote and keep, and a start beside the replace must be checked against those.
+// It joined as a learner or a voter, whatever the plan assumed: the steps follow what it is. The
+// planner skips the steps the membership shows done.
+func replacementSteps(r *running, c quorum.Cluster) ([]quorum.Step, bool) {
+	if r.plan.Strategy != quorum.Replace || len(r.rem.Members) == 0 || len(r.plan.Steps) == 0 {
+		return nil, false
+	}
+	// The order and the old member from the steps themselves (a plan rebuilt from the journal after a
+	// restart has no shape): delete-first starts with the remove.
+	i := slices.IndexFunc(r.plan.Steps, func(s quorum.Step) bool { return s.Op == quorum.OpRemove })
+	if i < 0 {
+		return nil, false
+	}
+	shape := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}
+	if i == 0 {
+		shape.Order = quorum.ScaleDownFirst
+	}
+	var fresh []quorum.Member
+	for _, m := range c.Members {
+		if !slices.Contains(r.rem.Members, m.Name) {
+			fresh = append(fresh, m)
+		}
+	}
+	if len(fresh) != 1 {
+		return nil, false // not joined yet, or not one to tell: the placeholder steps stand
+	}
+	if fresh[0].Learner {
+		shape.Join = quorum.JoinAsLearner
+	}
+	return shape.Steps(r.plan.Steps[i].Member, fresh[0].Name), true
 }
 
 // inFlight lists the machines with a remediation running, each with its steps still to come.
@@ -717,6 +754,11 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 	if r, ok := h.cfg.Gossip.Reports()[m.Node]; ok {
 		rem.AgentStarted = r.Started
 	}
+	h.mu.Lock()
+	for _, mb := range h.cluster.Members {
+		rem.Members = append(rem.Members, mb.Name)
+	}
+	h.mu.Unlock()
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
 		h.event("cannot remediate %s: %v", m.Name, err)

@@ -62,11 +62,14 @@ type Remediation struct {
 	Attempt int `json:"attempt,omitempty"`
 	// AgentStarted is when the machine's agent had started, as last reported before the remediation
 	// (zero: no report): the machine counts as back only with a report from an agent started later.
-	AgentStarted time.Time        `json:"agentStarted,omitzero"`
-	State        RemediationState `json:"state"`
-	Created      time.Time        `json:"created"`
-	Updated      time.Time        `json:"updated"`
-	History      []Event          `json:"history"`
+	AgentStarted time.Time `json:"agentStarted,omitzero"`
+	// Members are the etcd members when it began: for a replace, the one that joins later is its
+	// replacement (its steps name it with a placeholder: the owner picks the real name).
+	Members []string         `json:"members,omitempty"`
+	State   RemediationState `json:"state"`
+	Created time.Time        `json:"created"`
+	Updated time.Time        `json:"updated"`
+	History []Event          `json:"history"`
 }
 
 // Pending returns the last intent that has no outcome yet (ok false when there is none).

@@ -132,6 +132,7 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 	}
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
 		Hard: r.Hard, Force: r.Forced, Steps: r.Steps, Attempt: int32(r.Attempt)}
+	obj.Spec.Members = r.Members
 	if !r.AgentStarted.IsZero() {
 		obj.Spec.AgentStarted = &metav1.Time{Time: r.AgentStarted}
 	}
@@ -310,7 +311,7 @@ func (j *Journal) hubList(ctx context.Context, machine string, active bool) ([]h
 
 func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	r := hub.Remediation{ID: obj.Name, Machine: obj.Spec.Machine, Strategy: obj.Spec.Strategy, RequestedBy: obj.Spec.RequestedBy,
-		Reason: obj.Spec.Reason, Steps: obj.Spec.Steps, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt),
+		Reason: obj.Spec.Reason, Steps: obj.Spec.Steps, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt), Members: obj.Spec.Members,
 		State: hub.RemediationState(obj.Status.Phase), Created: begunAt(obj)}
 	if r.State == "" { // created, status not written yet (the hub died in between): nothing was done
 		r.State = hub.InProgress

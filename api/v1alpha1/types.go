@@ -48,6 +48,9 @@ type RemediationSpec struct {
 	// AgentStarted is when the machine's agent had started before the remediation: it counts as back
 	// only with a report from an agent started later.
 	AgentStarted *metav1.Time `json:"agentStarted,omitempty"`
+	// Members are the etcd members when it began: for a replace, the one that joins later is its
+	// replacement (the steps name it with a placeholder: the owner picks the real name).
+	Members []string `json:"members,omitempty"`
 }
 
 // RemediationEvent is one line of a remediation's history: an intent written before a side effect,
