@@ -171,16 +171,17 @@ func (h Hearing) NoMajority() string {
 }
 
 // Hear says which expected observers the hub hears.
-func (a *Assessor) Hear(e Expected, obs Observations) Hearing {
-	return Hear(e, obs, a.policy.StaleAfter)
-}
-
 // Hear says which expected observers the hub hears: alive in its view, with a report fresher than
 // staleAfter.
 func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
+	return hearingOf(e, liveObservers(e, obs, staleAfter))
+}
+
+// hearingOf is the Hearing of the live observers found.
+func hearingOf(e Expected, observers []health.Report) Hearing {
 	h := Hearing{Expected: e.Size(), Heard: []string{"the hub"}}
 	heard := map[string]bool{}
-	for _, r := range liveObservers(e, obs, staleAfter) {
+	for _, r := range observers {
 		heard[r.Node] = true
 	}
 	for _, n := range append(slices.Clone(e.Agents), e.Witnesses...) {
@@ -197,14 +198,22 @@ func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
 // dead needs a strict majority of the expected observers (the hub and the agents and witnesses that
 // see it dead, with fresh reports) to agree, and so does a member unreachable.
 func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observations) []Assessment {
+	out, _ := a.AssessHearing(machines, witnesses, obs)
+	return out
+}
+
+// AssessHearing is Assess, and also says which expected observers the hub hears (what Assess judges
+// with): the pass needs both, from one look at the observations.
+func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs Observations) ([]Assessment, Hearing) {
 	e := ExpectedOf(machines, witnesses)
-	switch heard := a.Hear(e, obs).Majority(); {
-	case !heard:
+	observers := liveObservers(e, obs, a.policy.StaleAfter)
+	hearing := hearingOf(e, observers)
+	switch {
+	case !hearing.Majority():
 		a.heardSince = time.Time{}
 	case a.heardSince.IsZero():
 		a.heardSince = obs.Now
 	}
-	observers := liveObservers(e, obs, a.policy.StaleAfter)
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
 	for _, m := range machines {
@@ -215,7 +224,7 @@ func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observa
 			delete(a.firstSeen, k) // the condition cleared
 		}
 	}
-	return out
+	return out, hearing
 }
 
 // liveObservers are the expected agents and witnesses the hub sees alive whose latest report is

@@ -235,7 +235,7 @@ func TestHear(t *testing.T) {
 		}(), []string{"the hub", "cp-0", "cp-2"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewAssessor(DefaultAssessPolicy()).Hear(ExpectedOf(machines, tc.world.witnesses), tc.world.obs)
+			h := Hear(ExpectedOf(machines, tc.world.witnesses), tc.world.obs, DefaultAssessPolicy().StaleAfter)
 			assert.Equal(t, tc.heard, h.Heard)
 			assert.Equal(t, tc.majority, h.Majority())
 			if !tc.majority {
@@ -257,7 +257,7 @@ func TestTimedEvidenceCountsFromWhenAMajorityIsHeard(t *testing.T) {
 	cut := failing(newWorld(now.Add(-30*time.Second)).cut(now.Add(-time.Minute), "cp-1", "cp-2"))
 	cut.obs.Now = now.Add(-30 * time.Second)
 	a.Assess(machines, nil, cut.obs)
-	require.False(t, a.Hear(ExpectedOf(machines, nil), cut.obs).Majority())
+	require.False(t, Hear(ExpectedOf(machines, nil), cut.obs, DefaultAssessPolicy().StaleAfter).Majority())
 	// Healed: the probe has failed for a minute, but only for 0 s since a majority is heard.
 	got := byName(a.Assess(machines, nil, failing(newWorld(now)).obs))["m0"]
 	assert.Equal(t, Suspect, got.Verdict, "%+v", got)

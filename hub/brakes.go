@@ -51,6 +51,15 @@ type BrakeStore interface {
 // Operator names who asked, for a brake set through the operator API.
 const Operator = "operator"
 
+// wakeIfResumed wakes the executors held at a checkpoint (gate) when the last pause was just lifted.
+// Callers hold h.mu.
+func (h *Hub) wakeIfResumed(wasPaused bool) {
+	if wasPaused && !h.isPaused() {
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
+}
+
 // isPaused: a pause from any source holds. Callers hold h.mu.
 func (h *Hub) isPaused() bool { return h.brakes.Paused != nil || len(h.pauses) > 0 }
 
@@ -78,10 +87,7 @@ func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bo
 		return nil
 	}
 	h.brakes = next
-	if wasPaused && !h.isPaused() {
-		close(h.resumed)
-		h.resumed = make(chan struct{})
-	}
+	h.wakeIfResumed(wasPaused)
 	h.brakeSeq++ // odd: a save in flight
 	h.mu.Unlock()
 	defer func() {
@@ -177,10 +183,7 @@ func (h *Hub) ApplyBrakes(seq uint64, b Brakes) {
 	}
 	before, wasPaused := h.brakes, h.isPaused()
 	h.brakes = b.clone()
-	if wasPaused && !h.isPaused() {
-		close(h.resumed)
-		h.resumed = make(chan struct{})
-	}
+	h.wakeIfResumed(wasPaused)
 	h.mu.Unlock()
 	for _, c := range brakeChanges(before, b) {
 		h.event("%s", c)
@@ -224,10 +227,7 @@ func (h *Hub) SetPause(source string, on bool, reason string) {
 	case !on && had:
 		delete(h.pauses, source)
 	}
-	if wasPaused && !h.isPaused() {
-		close(h.resumed)
-		h.resumed = make(chan struct{})
-	}
+	h.wakeIfResumed(wasPaused)
 	h.mu.Unlock()
 	switch {
 	case on && !had:

@@ -80,7 +80,7 @@ type Hub struct {
 	cfg      Config
 	log      *slog.Logger
 	assessor *Assessor // the pass goroutine's only
-	kept     []string  // the observers the gossip keeps joined (the pass goroutine's only)
+	kept     Expected  // the observers the gossip keeps joined (the pass goroutine's only)
 	metrics  *metrics
 
 	mu          sync.Mutex
@@ -316,18 +316,19 @@ func refs(inv Inventory) []MachineRef {
 	return out
 }
 
-// assess observes and judges every machine, and records verdict changes.
-func (h *Hub) assess(inv Inventory) (Observations, []Assessment) {
+// assess observes and judges every machine, and records verdict changes and which expected observers
+// the hub hears.
+func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 	h.assessor.SetPolicy(inv.Policy.Assess)
 	obs := h.observe()
-	assessments := h.assessor.Assess(refs(inv), inv.Witnesses, obs)
-	e := ExpectedOf(refs(inv), inv.Witnesses)
-	hearing := h.assessor.Hear(e, obs)
-	if observers := append(slices.Clone(e.Agents), e.Witnesses...); !slices.Equal(observers, h.kept) {
+	machines := refs(inv)
+	assessments, hearing := h.assessor.AssessHearing(machines, inv.Witnesses, obs)
+	e := ExpectedOf(machines, inv.Witnesses)
+	if !slices.Equal(e.Agents, h.kept.Agents) || !slices.Equal(e.Witnesses, h.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.
-		h.cfg.Gossip.KeepJoined(observers)
-		h.kept = observers
+		h.cfg.Gossip.KeepJoined(append(slices.Clone(e.Agents), e.Witnesses...))
+		h.kept = e
 	}
 	var changed []Assessment
 	firstSight := map[string]bool{}
@@ -359,7 +360,7 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment) {
 		}
 		h.notify(Notice{Machine: a.Machine, Reason: string(a.Verdict), Message: msg, Warning: a.Verdict == Unhealthy})
 	}
-	return obs, assessments
+	return obs, assessments, hearing
 }
 
 // warmUp assesses, without planning or acting, until the agents' reports give a membership to plan
@@ -368,8 +369,8 @@ func (h *Hub) warmUp(ctx context.Context) {
 	inv := h.inventory()
 	deadline := time.Now().Add(inv.Policy.Assess.StaleAfter)
 	for {
-		obs, assessments := h.assess(inv)
-		_, why := h.membership(inv, obs, assessments)
+		obs, assessments, hearing := h.assess(inv)
+		_, why := h.membership(inv, obs, assessments, hearing)
 		if why == "" || time.Now().After(deadline) {
 			return
 		}
@@ -429,13 +430,13 @@ func (h *Hub) waitLeading(ctx context.Context) {
 // pass is one observe → assess → plan → act round.
 func (h *Hub) pass(ctx context.Context) {
 	inv := h.inventory()
-	obs, assessments := h.assess(inv)
+	obs, assessments, hearing := h.assess(inv)
 	if why := h.standby(); why != "" {
 		h.setPlanErr(why) // remediations it started before go on; nothing new starts
 		return
 	}
 	h.noticeHearing()
-	cluster, why := h.membership(inv, obs, assessments)
+	cluster, why := h.membership(inv, obs, assessments, hearing)
 	if why != "" {
 		h.setPlanErr(why)
 		return
@@ -644,12 +645,13 @@ func (h *Hub) setNote(field *string, why, prefix string) {
 // expected agents and witnesses report (fresh reports from observers the hub sees alive), each
 // member's health from the assessments, in-flight remediations marked. It returns why not instead when
 // the hub does not hear a strict majority of its expected observers (then nothing is done: a hub on the
-// minority side of a partition must not act), or when no view has such a majority.
-func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessment) (quorum.Cluster, string) {
-	e := ExpectedOf(refs(inv), inv.Witnesses)
-	if hearing := Hear(e, obs, inv.Policy.Assess.StaleAfter); !hearing.Majority() {
+// minority side of a partition must not act), or when no view has such a majority. hearing is who
+// the hub hears in obs.
+func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessment, hearing Hearing) (quorum.Cluster, string) {
+	if !hearing.Majority() {
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
+	e := ExpectedOf(refs(inv), inv.Witnesses)
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0
@@ -885,7 +887,8 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 	}
 	inv := h.inv
 	h.mu.Unlock()
-	c, why := h.membership(inv, h.observe(), assessments)
+	obs := h.observe()
+	c, why := h.membership(inv, obs, assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter))
 	if why != "" {
 		return c, fmt.Errorf("%s", why)
 	}

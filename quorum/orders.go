@@ -335,6 +335,26 @@ func (c Cluster) Remaining(steps []Step) []Step {
 	return steps[from:]
 }
 
+// inFlightTracks are the steps still to come of the etcd members' remediations in flight among ms.
+func inFlightTracks(c Cluster, ms []Machine) []track {
+	var tracks []track
+	for i := range ms {
+		m := &ms[i]
+		if !m.InFlight || m.Member == "" {
+			continue
+		}
+		if steps := inFlightSteps(c, m); len(steps) > 0 {
+			tracks = append(tracks, track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: steps})
+		}
+	}
+	return tracks
+}
+
+// freshTrack is plan, for m, about to start.
+func freshTrack(m *Machine, plan Plan) track {
+	return track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: plan.Steps, fresh: true}
+}
+
 // inFlightSteps is what an in-flight machine still has to do: its Remaining when given, else its
 // strategy's steps from the start; in both cases after what the membership shows done.
 func inFlightSteps(c Cluster, m *Machine) []Step {
@@ -370,14 +390,7 @@ func (c Cluster) PlanBeside(p Policy, m Machine, inFlight []Machine) (Plan, erro
 	if err != nil {
 		return plan, err
 	}
-	var tracks []track
-	for i := range inFlight {
-		f := &inFlight[i]
-		if steps := inFlightSteps(c, f); f.Member != "" && len(steps) > 0 {
-			tracks = append(tracks, track{machine: f.Name, strategy: f.Strategy, member: f.Member, steps: steps})
-		}
-	}
-	tracks = append(tracks, track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: plan.Steps, fresh: true})
+	tracks := append(inFlightTracks(c, inFlight), freshTrack(&m, plan))
 	if err := checkOrders(c, p, tracks, plan); err != nil {
 		return Plan{}, err
 	}

@@ -175,15 +175,7 @@ func PlanPass(in Input) (Outcome, error) {
 	// Every start is checked in every order of its steps with what is still to come of the work in
 	// flight, and with what this pass started before it, from the cluster as observed.
 	base := work.Clone()
-	var tracks []track
-	for i := range in.Machines {
-		m := &in.Machines[i]
-		if m.InFlight && m.Member != "" {
-			if steps := inFlightSteps(base, m); len(steps) > 0 {
-				tracks = append(tracks, track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: steps})
-			}
-		}
-	}
+	tracks := inFlightTracks(base, in.Machines)
 
 	slices.SortFunc(cands, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(a.rank, b.rank), a.m.Since.Compare(b.m.Since), cmp.Compare(a.m.Name, b.m.Name))
@@ -239,7 +231,7 @@ func admitMember(d *Decision, work *Cluster, base Cluster, tracks []track, membe
 	}
 	plan, err := work.PlanFor(p, m.Strategy, m.Member, m.Replace)
 	if err == nil {
-		tracks = append(tracks, track{machine: m.Name, strategy: m.Strategy, member: m.Member, steps: plan.Steps, fresh: true})
+		tracks = append(tracks, freshTrack(m, plan))
 		if err = checkOrders(base, p, tracks, plan); err != nil {
 			tracks = tracks[:len(tracks)-1]
 		}
