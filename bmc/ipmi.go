@@ -47,10 +47,17 @@ func (d *ipmiDriver) open(context.Context) (conn, error) { return d, nil }
 
 func (d *ipmiDriver) close() {}
 
+// callTimeout bounds one ipmitool call. An answering BMC takes well under a second; one that does not
+// answer keeps ipmitool retrying its session for about a minute, and with the controller's retries a
+// step would last minutes (found by test/chaos: a pause then waits that long for its checkpoint).
+const callTimeout = 10 * time.Second
+
 func (d *ipmiDriver) state(ctx context.Context) (PowerState, time.Time, error) {
-	out, err := d.conn.PowerStateGet(ctx)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	out, err := d.conn.PowerStateGet(cctx)
 	if err != nil {
-		return PowerUnknown, time.Time{}, d.classify(ctx, "chassis power status", err)
+		return PowerUnknown, time.Time{}, d.classify(ctx, cctx, "chassis power status", err)
 	}
 	return parseIPMIPower(out)
 }
@@ -90,9 +97,11 @@ func (d *ipmiDriver) do(ctx context.Context, a action) (string, error) {
 		return "", refused(fmt.Errorf("IPMI has no %s", a))
 	}
 	what := "chassis power " + cmd
-	ok, err := d.conn.PowerSet(ctx, cmd)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	ok, err := d.conn.PowerSet(cctx, cmd)
 	if err != nil {
-		return "", d.classify(ctx, what, err)
+		return "", d.classify(ctx, cctx, what, err)
 	}
 	if !ok {
 		return "", refused(fmt.Errorf("%s: the BMC did not confirm it", what))
@@ -105,9 +114,15 @@ const sessionFailure = "Unable to establish IPMI v2 / RMCP+ session"
 
 // classify turns an ipmitool failure into an error class. ipmitool says the same thing for a wrong
 // password and for a BMC that does not answer, so a session failure is diagnosed with one verbose call.
-func (d *ipmiDriver) classify(ctx context.Context, what string, err error) error {
+// A call that ran out of its own time (call, not the caller's ctx) is a BMC that does not answer:
+// transient.
+func (d *ipmiDriver) classify(ctx, call context.Context, what string, err error) error {
 	err = fmt.Errorf("%s: %w", what, err)
 	switch {
+	case ctx.Err() != nil:
+		return err
+	case call.Err() != nil:
+		return transient(fmt.Errorf("%s: no answer from %s:%d within %v (BMC unreachable?)", what, d.ep.Host, d.ep.Port, callTimeout))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err
 	case strings.Contains(err.Error(), sessionFailure):

@@ -88,7 +88,7 @@ func TestIPMIErrors(t *testing.T) {
 		require.NoError(t, err)
 		c, err := New(ep, NewCredentials("admin", "x"), Options{})
 		require.NoError(t, err)
-		cerr := c.drv.(*ipmiDriver).classify(ctx, "chassis power status", errors.New(sessionFailure))
+		cerr := c.drv.(*ipmiDriver).classify(ctx, ctx, "chassis power status", errors.New(sessionFailure))
 		assert.Equal(t, classTransient, classOf(cerr))
 		assert.EqualError(t, cerr, "chassis power status: no IPMI session with 127.0.0.1:1 (BMC unreachable, or IPMI over LAN disabled)")
 	})

@@ -308,6 +308,18 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others [
 			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, len(others), need)
 		return false
 	}
+	// An agent that dies (crashes, is OOM-killed, stops) takes its gossip member with it, and its
+	// machine looks dead; but a dead machine's etcd member does not answer. When most of the observers
+	// that check it reach m's member, the agent is what is down, not the machine: rebooting it would
+	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
+	// reboot cost quorum).
+	if m.Member != "" {
+		if reach, unreach := reachability(m.Member, others); 2*reach > reach+unreach {
+			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
+				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
+			return false
+		}
+	}
 	if d, _ := a.counted(obs.Now, earliest); d < a.policy.DeadTimeout {
 		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), a.policy.DeadTimeout)
 		return false
@@ -377,21 +389,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 	if dead {
 		return quorum.Unhealthy
 	}
-	reach, unreach := 0, 0
-	for _, r := range observers {
-		if r.Etcd == nil {
-			continue
-		}
-		for _, em := range r.Etcd.Members {
-			if em.Name == m.Member && em.Reachable != nil {
-				if *em.Reachable {
-					reach++
-				} else {
-					unreach++
-				}
-			}
-		}
-	}
+	reach, unreach := reachability(m.Member, observers)
 	ownOK, ownKnown := true, false
 	if fresh {
 		for _, p := range own.Probes {
@@ -429,6 +427,25 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		return quorum.Healthy // no other observer (a one-member cluster): its own word is all there is
 	}
 	return quorum.HealthUnknown
+}
+
+// reachability counts the observers whose etcd view reaches member, and those whose view does not.
+func reachability(member string, observers []health.Report) (reach, unreach int) {
+	for _, r := range observers {
+		if r.Etcd == nil {
+			continue
+		}
+		for _, em := range r.Etcd.Members {
+			if em.Name == member && em.Reachable != nil {
+				if *em.Reachable {
+					reach++
+				} else {
+					unreach++
+				}
+			}
+		}
+	}
+	return reach, unreach
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -70,8 +70,20 @@ func (w *world) cut(since time.Time, nodes ...string) *world {
 	return w
 }
 
-// dead marks node dead since since in the hub's view and in the listed observers' reports.
+// dead marks node's machine dead since since in the hub's view and in the listed observers' reports:
+// its agent gone from gossip and its etcd member unreachable.
 func (w *world) dead(node string, since time.Time, by ...string) *world {
+	for _, m := range machines {
+		if m.Node == node {
+			w.unreachable(m.Member, by...)
+		}
+	}
+	return w.agentDead(node, since, by...)
+}
+
+// agentDead marks only node's agent dead (crashed, stopped): gone from gossip, while its machine's
+// etcd member still answers.
+func (w *world) agentDead(node string, since time.Time, by ...string) *world {
 	w.obs.HubPeers[node] = health.PeerView{Name: node, State: health.PeerDead, Since: since}
 	for _, o := range by {
 		r := w.obs.Reports[o]
@@ -89,7 +101,7 @@ func (w *world) dead(node string, since time.Time, by ...string) *world {
 func (w *world) unreachable(member string, by ...string) *world {
 	for _, o := range by {
 		r := w.obs.Reports[o]
-		for i := range r.Etcd.Members {
+		for i := 0; r.Etcd != nil && i < len(r.Etcd.Members); i++ {
 			if r.Etcd.Members[i].Name == member {
 				no := false
 				r.Etcd.Members[i].Reachable = &no
@@ -164,6 +176,12 @@ func TestAssess(t *testing.T) {
 			w.obs.Reports["stranger"] = health.Report{Node: "stranger", SentAt: now, Peers: []health.PeerView{{Name: "cp-2", State: health.PeerDead, Since: now.Add(-time.Second)}}}
 			return w
 		}(), machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers"},
+		{name: "only the agent died (crashed, stopped): its etcd member still answers every other observer, so the machine is not dead (test/chaos seed 1: rebooting it cost quorum)",
+			world:   newWorld(now).witness("w-1", "w-2").agentDead("cp-2", now.Add(-time.Minute), "cp-0", "cp-1", "w-1", "w-2"),
+			machine: "m2", verdict: Suspect, etcd: quorum.Healthy,
+			reason: "cp-2's agent is gone per 5 of 6 expected observers, but its etcd member etcd-2 answers 2 of the 2 observers that check it: the agent is down, not the machine"},
+		{name: "the agent died and its member answers no majority of those that check it: dead", world: newWorld(now).agentDead("cp-2", now.Add(-time.Second), "cp-0", "cp-1").
+			unreachable("etcd-2", "cp-0"), machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since"},
 		{name: "dead for less than DeadTimeout", world: newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1"),
 			policy: func(p *AssessPolicy) { p.DeadTimeout = 5 * time.Second }, machine: "m2", verdict: Suspect, reason: "unhealthy at 5s"},
 		{name: "kubelet failing short of its timeout", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-3*time.Second)),

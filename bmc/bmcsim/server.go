@@ -28,6 +28,9 @@ import (
 type Config struct {
 	// Addr to listen on (default 127.0.0.1:0).
 	Addr string
+	// Listener, when set, is used instead of listening on Addr (the chaos harness listens inside a
+	// network namespace).
+	Listener net.Listener
 	// Username and Password are the one account it accepts.
 	Username, Password string
 	// Systems it manages (default: one system "1").
@@ -100,9 +103,12 @@ func Start(cfg Config) (*Server, error) {
 		s.systems[sc.ID] = newSystem(sc, cfg.OnPower)
 		s.order = append(s.order, sc.ID)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("bmcsim: listen on %s: %w", cfg.Addr, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("bmcsim: listen on %s: %w", cfg.Addr, err)
+		}
 	}
 	if !cfg.PlainHTTP {
 		cert, certPEM, err := selfSigned()

@@ -487,14 +487,15 @@ func TestFence(t *testing.T) {
 	assert.Equal(t, []string{"ForceOff", "On"}, tb.Resets(2))
 }
 
-// The other side of a partition: the hub with the majority (cp-0, cp-1, both witnesses) and cp-2 cut
-// off. 5 of 6 observers see cp-2 dead, so it is power-cycled (free: on the minority side its member is
-// no healthy voter); a reboot does not mend a network, it comes back still cut off and fails again,
-// and after maxAttempts the hub gives up and says so. When the partition heals it is Healthy again.
+// The other side of a partition, as this in-process testbed can make it: the hub with the majority
+// (cp-0, cp-1, both witnesses) and cp-2's agent cut off from every gossip link, while cp-2's etcd
+// member still answers every agent (the testbed cuts gossip, not etcd). 5 of 6 observers lose cp-2's
+// agent, but a machine whose member answers is not dead: its agent is what is gone (a crashed or
+// stopped agent looks exactly like this, and rebooting for it once cost quorum in test/chaos). So
+// nothing is power-cycled, and the hub says why. A real partition, etcd cut too, is test/chaos's job:
+// there the member is unreachable and the cut-off machine is fair game.
 func TestPartitionHubOnTheMajoritySide(t *testing.T) {
 	tb := newBed(t, Options{})
-	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Configure: func(cfg *hub.Config) { cfg.RecoveryTimeout = 3 * time.Second }}))
 	h := tb.Hub()
 	before := tb.snapshot()
 	tb.Partition([]string{Name(2)}, []string{HubNode, Name(0), Name(1), WitnessName(0), WitnessName(1)})
@@ -504,15 +505,19 @@ func TestPartitionHubOnTheMajoritySide(t *testing.T) {
 			tb.Heal()
 		}
 	}()
-	tb.wait(t, "the hub to give up on cp-2", func() bool {
-		return strings.Contains(decision(h, 2), "gave up after 3 failed remediations since it was last healthy")
+	tb.wait(t, "the hub to say cp-2's agent, not its machine, is down", func() bool {
+		st := h.Status(t.Context())
+		for _, m := range st.Machines {
+			if m.Name == Name(2) && strings.Contains(strings.Join(m.Reasons, "; "), "the agent is down, not the machine") {
+				return true
+			}
+		}
+		return false
 	})
-	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}), "three attempts, then nothing")
-	hist, err := h.History(t.Context(), Name(2))
-	require.NoError(t, err)
-	assert.Contains(t, hist[len(hist)-3].Reason, "free: etcd-2 is not a healthy voter")
+	time.Sleep(3 * time.Second) // several passes: still nothing
+	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 0}), "no power action for a machine whose member answers")
 	tb.Heal()
 	healed = true
 	tb.wait(t, "every machine Healthy after the heal", tb.AllHealthy)
-	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
+	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 0}))
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +28,18 @@ type Sim struct {
 	Port               int
 	Username, Password string
 	dir                string
+	wrap               []string
 	cmd                *exec.Cmd
+}
+
+// Options place a simulator elsewhere than on a free port of 127.0.0.1.
+type Options struct {
+	// Host and Port to listen on (default 127.0.0.1 and a free port).
+	Host string
+	Port int
+	// Wrap prefixes ipmi_sim's command line and the readiness check's ipmitool (for example
+	// ip netns exec NS, to run it inside a network namespace).
+	Wrap []string
 }
 
 // chassisControl is called by ipmi_sim as PROG <mc> get <parm>... or PROG <mc> set <parm> <value>....
@@ -35,7 +47,7 @@ type Sim struct {
 // is an OS shutting down: power goes to 0 after 200 ms. "reset 1" is a warm reset: logged only.
 const chassisControl = `#!/bin/sh
 dir=$(dirname "$0")
-echo "$*" >> "$dir/calls"
+echo "$(date +%s.%N) $*" >> "$dir/calls"
 shift
 op=$1; shift
 case $op in
@@ -69,21 +81,30 @@ func Start(tb testing.TB) *Sim {
 
 // StartIn starts ipmi_sim with its files in dir (which must exist), the machine powered on; Stop
 // stops it.
-func StartIn(dir string) (*Sim, error) {
+func StartIn(dir string) (*Sim, error) { return StartAt(dir, Options{}) }
+
+// StartAt is StartIn with options.
+func StartAt(dir string, o Options) (*Sim, error) {
 	for _, bin := range []struct{ name, pkg string }{{"ipmi_sim", "openipmi"}, {"ipmitool", "ipmitool"}} {
 		if _, err := exec.LookPath(bin.name); err != nil {
 			return nil, fmt.Errorf("%s is not on PATH: install Debian's %s (test/run installs it)", bin.name, bin.pkg)
 		}
 	}
-	port, err := freeUDPPort()
-	if err != nil {
-		return nil, err
+	host, port := o.Host, o.Port
+	if host == "" {
+		host = "127.0.0.1"
 	}
-	s := &Sim{Host: "127.0.0.1", Port: port, Username: "admin", Password: "ipmi-" + strconv.Itoa(os.Getpid()), dir: dir}
+	if port == 0 {
+		var err error
+		if port, err = freeUDPPort(); err != nil {
+			return nil, err
+		}
+	}
+	s := &Sim{Host: host, Port: port, Username: "admin", Password: "ipmi-" + strconv.Itoa(os.Getpid()), dir: dir, wrap: o.Wrap}
 	lan := fmt.Sprintf(`name "hale"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 %d
+    addr %s %d
     priv_limit admin
     allowed_auths_callback none md2 md5 straight
     allowed_auths_user none md2 md5 straight
@@ -93,7 +114,7 @@ set_working_mc 0x20
   endlan
   chassis_control "%s 0x20"
   user 2 true "%s" "%s" admin 10 none md2 md5 straight
-`, port, filepath.Join(dir, "chassis_control"), s.Username, s.Password)
+`, host, port, filepath.Join(dir, "chassis_control"), s.Username, s.Password)
 	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nmc_enable 0x20\n"
 	for name, body := range map[string]string{"lan.conf": lan, "cmd.emu": emu, "chassis_control": chassisControl, "power": "1\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o700); err != nil {
@@ -103,8 +124,9 @@ set_working_mc 0x20
 	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
 		return nil, fmt.Errorf("ipmisim: %w", err)
 	}
-	s.cmd = exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "cmd.emu"),
+	argv := append(slices.Clone(o.Wrap), "ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "cmd.emu"),
 		"-s", filepath.Join(dir, "state"), "-n")
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Dir = dir
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
 	if err := s.cmd.Start(); err != nil {
@@ -119,7 +141,7 @@ set_working_mc 0x20
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
-			return nil, fmt.Errorf("ipmisim: ipmi_sim on port %d did not answer in 10 s: %v %s", port, err, out)
+			return nil, fmt.Errorf("ipmisim: ipmi_sim on %s:%d did not answer in 10 s: %v %s", host, port, err, out)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -134,13 +156,21 @@ func (s *Sim) Stop() {
 	}
 }
 
+// Signal sends sig to ipmi_sim (SIGSTOP: a BMC that stops answering).
+func (s *Sim) Signal(sig syscall.Signal) {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Endpoint is the ipmi:// endpoint of the simulator.
 func (s *Sim) Endpoint() string { return fmt.Sprintf("ipmi://%s:%d", s.Host, s.Port) }
 
 // Ipmitool runs plain ipmitool -I lanplus -C 3 against the simulator, password through the environment.
 func (s *Sim) Ipmitool(ctx context.Context, args ...string) (string, error) {
 	base := []string{"-I", "lanplus", "-C", "3", "-H", s.Host, "-p", strconv.Itoa(s.Port), "-U", s.Username, "-E", "-N", "1", "-R", "2"}
-	cmd := exec.CommandContext(ctx, "ipmitool", append(base, args...)...)
+	argv := append(append(append(slices.Clone(s.wrap), "ipmitool"), base...), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "IPMITOOL_PASSWORD="+s.Password)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -164,18 +194,38 @@ func (s *Sim) SetPower(on bool) {
 // Actions returns every state-changing call the BMC made to the machine ("power 0", "power 1",
 // "shutdown 1", "reset 1"), in order.
 func (s *Sim) Actions() []string {
+	var out []string
+	for _, a := range s.TimedActions() {
+		out = append(out, a.What)
+	}
+	return out
+}
+
+// Action is one state-changing call and when the BMC made it.
+type Action struct {
+	At   time.Time
+	What string
+}
+
+// TimedActions is Actions with the time of each.
+func (s *Sim) TimedActions() []Action {
 	f, err := os.Open(filepath.Join(s.dir, "calls"))
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []string
+	var out []Action
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text()) // <mc> set <parm> <value>
-		if len(fields) >= 4 && fields[1] == "set" {
-			out = append(out, fields[2]+" "+fields[3])
+		fields := strings.Fields(sc.Text()) // <unix time> <mc> set <parm> <value>
+		if len(fields) < 5 || fields[2] != "set" {
+			continue
 		}
+		secs, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, Action{At: time.Unix(0, int64(secs*1e9)), What: fields[3] + " " + fields[4]})
 	}
 	return out
 }

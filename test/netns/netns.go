@@ -9,25 +9,39 @@ package netns
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const prefix = "halet-"
 
+// TB is what a lab needs of its user: a test's testing.TB, or the chaos harness's run.
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
 // Lab is a set of hosts on one bridge.
 type Lab struct {
-	t      testing.TB
+	t      TB
 	id     string // halet-PID
 	sw     string // the switch namespace, holding the bridge
 	dir    string // process logs
@@ -60,7 +74,7 @@ func Available() string {
 
 // New makes an empty lab (the bridge), removing first what dead earlier labs left behind. It is
 // closed when the test ends.
-func New(t testing.TB) *Lab {
+func New(t TB) *Lab {
 	t.Helper()
 	if why := Available(); why != "" {
 		t.Fatalf("netns lab: %s", why)
@@ -76,7 +90,7 @@ func New(t testing.TB) *Lab {
 }
 
 // removeLeftovers deletes the namespaces of labs whose process is gone.
-func removeLeftovers(t testing.TB) {
+func removeLeftovers(t TB) {
 	out, err := exec.Command("ip", "netns", "list").Output()
 	if err != nil {
 		t.Fatalf("ip netns list: %v", err)
@@ -147,9 +161,64 @@ func (h *Host) Run(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// Do runs f on an OS thread switched into the host's network namespace, so that the sockets f makes
+// (a listener, a dialled connection) belong to the host: the harness's own servers and clients join
+// the lab without a process of their own. The thread switches back afterwards. (Ending the thread
+// instead would be simpler, but a thread's end signals the children it forked with Pdeathsig set,
+// such as ipmisim's ipmi_sim.)
+func (h *Host) Do(f func() error) error {
+	runtime.LockOSThread()
+	own, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns lab: this thread's namespace: %w", err)
+	}
+	defer own.Close()
+	ns, err := os.Open(filepath.Join("/var/run/netns", h.NS))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns lab: host %s: %w", h.Name, err)
+	}
+	defer ns.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns lab: entering host %s: %w", h.Name, err)
+	}
+	ferr := f()
+	if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
+		// Stay locked: the goroutine's end then ends the thread rather than let Go reuse it in the
+		// host's namespace.
+		return errors.Join(ferr, fmt.Errorf("netns lab: leaving host %s: %w", h.Name, err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// Dial connects from inside the host (for http.Transport.DialContext and the like).
+func (h *Host) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := h.Do(func() (err error) {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
+}
+
+// Listen listens inside the host.
+func (h *Host) Listen(network, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := h.Do(func() (err error) {
+		ln, err = net.Listen(network, addr)
+		return err
+	})
+	return ln, err
+}
+
 // Proc is a process running inside a host.
 type Proc struct {
 	Name string
+	args []string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
@@ -171,7 +240,7 @@ func (h *Host) Start(name string, args ...string) *Proc {
 	if err := cmd.Start(); err != nil {
 		l.t.Fatalf("netns lab: starting %s on %s: %v", name, h.Name, err)
 	}
-	p := &Proc{Name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &Proc{Name: name, args: args, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		f.Close()
@@ -188,6 +257,15 @@ func (p *Proc) Log() string {
 	b, _ := os.ReadFile(p.log)
 	return string(b)
 }
+
+// Args is the command line it was started with (to start it again).
+func (p *Proc) Args() []string { return slices.Clone(p.args) }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Pid is the process's ID (that of `ip netns exec`, which execs the command: the command's own).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Signal sends sig to the process's group.
 func (p *Proc) Signal(sig syscall.Signal) { _ = syscall.Kill(-p.cmd.Process.Pid, sig) }
@@ -233,13 +311,55 @@ func (l *Lab) drops(action string, a, b []*Host) {
 	}
 }
 
+// Drop drops packets from each host of from to each host of to (one way), each with probability p
+// (1: all of them; below 1, iptables' statistic match: loss), until Undrop with the same arguments or
+// Heal. The rules sit in the senders' OUTPUT chains.
+func (l *Lab) Drop(from, to []*Host, p float64) {
+	l.t.Helper()
+	l.oneWay("-A", from, to, p)
+}
+
+// Undrop removes the rules Drop(from, to, p) made.
+func (l *Lab) Undrop(from, to []*Host, p float64) {
+	l.t.Helper()
+	l.oneWay("-D", from, to, p)
+}
+
+func (l *Lab) oneWay(action string, from, to []*Host, p float64) {
+	l.t.Helper()
+	for _, x := range from {
+		for _, y := range to {
+			rule := []string{action, "OUTPUT", "-d", y.IP}
+			if p < 1 {
+				rule = append(rule, "-m", "statistic", "--mode", "random", "--probability", strconv.FormatFloat(p, 'f', 3, 64))
+			}
+			l.iptables(x, append(rule, "-j", "DROP")...)
+		}
+	}
+}
+
+// Rules lists the DROP rules in force in a host (iptables -S of its INPUT and OUTPUT chains).
+func (h *Host) Rules() ([]string, error) {
+	out, err := h.Run("iptables", "-w", "-S")
+	if err != nil {
+		return nil, err
+	}
+	var rules []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "-A ") {
+			rules = append(rules, line)
+		}
+	}
+	return rules, nil
+}
+
 // Uncut removes the rules Cut(a, b) made (or Cut(b, a)): those links carry packets again.
 func (l *Lab) Uncut(a, b []*Host) {
 	l.t.Helper()
 	l.drops("-D", a, b)
 }
 
-// Heal removes every rule Cut made.
+// Heal removes every rule Cut and Drop made.
 func (l *Lab) Heal() {
 	l.t.Helper()
 	l.mu.Lock()
@@ -257,6 +377,9 @@ func (l *Lab) iptables(h *Host, args ...string) {
 		l.t.Fatalf("netns lab: %v\n%s", err, out)
 	}
 }
+
+// Dir is where the processes' logs are.
+func (l *Lab) Dir() string { return l.dir }
 
 // Close stops every process and removes every namespace. It keeps going past errors (a cleanup).
 func (l *Lab) Close() {

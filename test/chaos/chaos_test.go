@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/test/netns"
+)
+
+// TestChaos is CI's short campaign on real processes: the checker's self-test (it must object to a
+// healthy voter power-cycled behind the hub's back), the named schedules, and a few fixed seeds. The
+// README has the long campaign's command and figures. HALE_CHAOS_SEEDS overrides the seeds (a
+// comma-separated list; "none" for none).
+func TestChaos(t *testing.T) {
+	if why := netns.Available(); why != "" {
+		t.Fatalf("test/chaos: %s (test/run installs what it needs and runs as root)", why)
+	}
+	dir := t.TempDir()
+	bins, cleanup, err := build(dir)
+	require.NoError(t, err)
+	t.Cleanup(cleanup)
+	base := options{runs: 1, heal: 120 * time.Second, dir: dir, binaries: bins, binariesPrepared: true,
+		replay: "go run ./test/chaos"}
+	campaignOf := func(t *testing.T, o options) []result {
+		var out bytes.Buffer
+		o.out = &out
+		results, err := campaign(t.Context(), o)
+		fmt.Print(out.String())
+		require.NoError(t, err)
+		require.Len(t, results, 1)
+		require.Empty(t, results[0].Err, "the harness failed:\n%s", out.String())
+		return results
+	}
+
+	t.Run("checker-selftest", func(t *testing.T) {
+		o := base
+		o.schedule, o.duration = selfTest(0).Name, 30*time.Second
+		r := campaignOf(t, o)[0]
+		require.NotEmpty(t, r.Violations[1], "the checker missed a healthy voter power-cycled behind the hub's back: %s", r.line())
+		require.Contains(t, r.Violations[1][0], "cp-1 powered off by Hale while a healthy voter of a working quorum")
+	})
+	for _, name := range scheduleNames() {
+		t.Run(name, func(t *testing.T) {
+			o := base
+			o.schedule, o.duration = name, 60*time.Second
+			r := campaignOf(t, o)[0]
+			require.True(t, r.passed(), r.line())
+			if name == "hub-dies-in-step" {
+				require.Equal(t, 1, r.KilledInStep, "the hub was not killed inside the BMC step: %s", r.line())
+				require.Equal(t, 1, r.count("hale"), "the dead member's machine power-cycled once, across the hub's death: %s", r.line())
+			}
+		})
+	}
+	seeds := []string{"1", "2", "3"}
+	if s := os.Getenv("HALE_CHAOS_SEEDS"); s != "" {
+		seeds = strings.Split(s, ",")
+		if s == "none" {
+			seeds = nil
+		}
+	}
+	for _, s := range seeds {
+		t.Run("seed-"+s, func(t *testing.T) {
+			o := base
+			_, err := fmt.Sscan(s, &o.seed)
+			require.NoError(t, err, "HALE_CHAOS_SEEDS")
+			o.duration = 90 * time.Second
+			r := campaignOf(t, o)[0]
+			require.True(t, r.passed(), r.line())
+		})
+	}
+}

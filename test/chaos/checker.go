@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hale-dev/hale/test/netns"
+)
+
+// The checker trusts nothing the hub says about itself. It samples every etcd member directly (from
+// the out-of-band host, over etcd's JSON gateway), reads every process's state from /proc, reads the
+// namespaces' iptables rules whenever a fault changes them, and takes the power actions from the BMC
+// simulators (the power changes they made to the machines, the requests they got). Only property 5
+// reads the hub's status, to see that a machine it holds is held with a reason.
+
+// memberSample is one etcd member as the checker saw it at one moment.
+type memberSample struct {
+	// Up: the member's process exists and is not stopped; AgentUp likewise for the machine's agent.
+	Up, AgentUp bool
+	// OK: it answered its status. ID, Leader, Term: its own member ID, its leader, its raft term.
+	OK               bool
+	ID, Leader, Term uint64
+	Learner          bool
+}
+
+// sample is the cluster at one moment.
+type sample struct {
+	At      time.Time
+	Members []memberSample
+	// Voters is the voting members in the last member list read.
+	Voters int
+	// Heard counts the expected observers the hub can hear (by the processes and the rules: itself,
+	// and every agent that runs and whose host's link to the hub's is not cut either way); Expected is
+	// their number (agents, witnesses, the hub).
+	Heard, Expected int
+	HubUp           bool
+	// CutFromHub: the rules drop everything between the hub's host and the machine's, one way or both.
+	CutFromHub []bool
+}
+
+// healthy says which members are healthy voters: up, answering, a voter, following the leader that
+// the leader itself reports, in its term.
+func (s sample) healthy() []bool {
+	out := make([]bool, len(s.Members))
+	for _, l := range s.Members {
+		if !l.Up || !l.OK || l.Leader == 0 || l.Leader != l.ID {
+			continue
+		}
+		for i, m := range s.Members {
+			out[i] = m.Up && m.OK && !m.Learner && m.Leader == l.ID && m.Term == l.Term
+		}
+	}
+	return out
+}
+
+func (s sample) healthyCount() int {
+	n := 0
+	for _, h := range s.healthy() {
+		if h {
+			n++
+		}
+	}
+	return n
+}
+
+func (s sample) quorum() int { return s.Voters/2 + 1 }
+
+func (s sample) majority() bool { return 2*s.Heard > s.Expected }
+
+// checker samples the cluster every 200 ms.
+type checker struct {
+	c      *cluster
+	tl     *timeline
+	client *http.Client
+
+	mu      sync.Mutex
+	samples []sample
+	voters  int
+	blocked map[[2]string]bool // host IP pairs (from, to) whose packets are all dropped
+}
+
+func newChecker(c *cluster, tl *timeline) *checker {
+	chk := &checker{c: c, tl: tl, voters: len(c.machines), blocked: map[[2]string]bool{}}
+	chk.client = &http.Client{Timeout: 400 * time.Millisecond, Transport: &http.Transport{DialContext: c.oob.Dial, DisableKeepAlives: true}}
+	return chk
+}
+
+// rulesChanged reads every host's rules again: which links drop everything (loss rules, with a
+// probability, do not count).
+func (chk *checker) rulesChanged() {
+	blocked := map[[2]string]bool{}
+	hosts := []*netns.Host{chk.c.hubH, chk.c.oob}
+	for _, m := range chk.c.machines {
+		hosts = append(hosts, m.host)
+	}
+	hosts = append(hosts, chk.c.wits...)
+	for _, h := range hosts {
+		rules, err := h.Rules()
+		if err != nil {
+			chk.c.t.Logf("checker: reading %s's rules: %v", h.Name, err)
+			continue
+		}
+		for _, r := range rules {
+			if strings.Contains(r, "statistic") || !strings.HasSuffix(r, "-j DROP") {
+				continue
+			}
+			f := strings.Fields(r)
+			for i := 0; i+1 < len(f); i++ {
+				ip := strings.TrimSuffix(f[i+1], "/32")
+				switch {
+				case f[1] == "OUTPUT" && f[i] == "-d":
+					blocked[[2]string{h.IP, ip}] = true
+				case f[1] == "INPUT" && f[i] == "-s":
+					blocked[[2]string{ip, h.IP}] = true
+				}
+			}
+		}
+	}
+	chk.mu.Lock()
+	chk.blocked = blocked
+	chk.mu.Unlock()
+}
+
+// run samples until ctx ends.
+func (chk *checker) run(ctx context.Context) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s := chk.sample(ctx, n%5 == 0)
+		chk.mu.Lock()
+		chk.samples = append(chk.samples, s)
+		chk.mu.Unlock()
+		n++
+	}
+}
+
+func (chk *checker) sample(ctx context.Context, members bool) sample {
+	c := chk.c
+	s := sample{At: time.Now(), Members: make([]memberSample, len(c.machines))}
+	var wg sync.WaitGroup
+	for i, m := range c.machines {
+		etcd, agent, on := m.procs()
+		s.Members[i].Up, s.Members[i].AgentUp = on && running(etcd), on && running(agent)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chk.status(ctx, m.host.Addr(2379), &s.Members[i])
+		}()
+	}
+	wg.Wait()
+	if members {
+		for _, m := range c.machines {
+			if v, err := chk.voterCount(ctx, m.host.Addr(2379)); err == nil {
+				chk.mu.Lock()
+				if v != chk.voters {
+					chk.tl.add("membership", "", fmt.Sprintf("%d voters (were %d)", v, chk.voters))
+				}
+				chk.voters = v
+				chk.mu.Unlock()
+				break
+			}
+		}
+	}
+	hub := c.hubProc()
+	s.HubUp = running(hub)
+	s.Expected = len(c.machines) + len(c.wits) + 1
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	s.Voters = chk.voters
+	hears := func(h *netns.Host) bool {
+		return !chk.blocked[[2]string{h.IP, c.hubH.IP}] && !chk.blocked[[2]string{c.hubH.IP, h.IP}]
+	}
+	s.CutFromHub = make([]bool, len(c.machines))
+	for i, m := range c.machines {
+		s.CutFromHub[i] = !hears(m.host)
+	}
+	if !s.HubUp {
+		return s
+	}
+	s.Heard = 1
+	for i := range c.machines {
+		if s.Members[i].AgentUp && !s.CutFromHub[i] {
+			s.Heard++
+		}
+	}
+	for _, h := range c.wits {
+		if running(c.witness(h.Name)) && hears(h) {
+			s.Heard++
+		}
+	}
+	return s
+}
+
+// running reads the process's state from /proc: it exists and is not stopped.
+func running(p *netns.Proc) bool {
+	if p == nil || !p.Running() {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return false
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st != 'T' && st != 't' && st != 'Z'
+}
+
+// status reads one member's status through etcd's JSON gateway.
+func (chk *checker) status(ctx context.Context, addr string, into *memberSample) {
+	var st struct {
+		Header struct {
+			MemberID string `json:"member_id"`
+		} `json:"header"`
+		Leader    string `json:"leader"`
+		RaftTerm  string `json:"raftTerm"`
+		IsLearner bool   `json:"isLearner"`
+	}
+	if err := chk.post(ctx, addr, "/v3/maintenance/status", &st); err != nil {
+		return
+	}
+	into.OK = true
+	into.ID, _ = strconv.ParseUint(st.Header.MemberID, 10, 64)
+	into.Leader, _ = strconv.ParseUint(st.Leader, 10, 64)
+	into.Term, _ = strconv.ParseUint(st.RaftTerm, 10, 64)
+	into.Learner = st.IsLearner
+}
+
+func (chk *checker) voterCount(ctx context.Context, addr string) (int, error) {
+	var list struct {
+		Members []struct {
+			IsLearner bool `json:"isLearner"`
+		} `json:"members"`
+	}
+	if err := chk.post(ctx, addr, "/v3/cluster/member/list", &list); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range list.Members {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (chk *checker) post(ctx context.Context, addr, path string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, strings.NewReader("{}"))
+	if err != nil {
+		return err
+	}
+	resp, err := chk.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s%s: %s", addr, path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(into)
+}
+
+func (chk *checker) all() []sample {
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	return append([]sample(nil), chk.samples...)
+}
+
+// allHealthy: every member a healthy voter, every agent up, the full membership, the hub up.
+func (s sample) allHealthy() bool {
+	if !s.HubUp || s.Voters != len(s.Members) {
+		return false
+	}
+	for i, h := range s.healthy() {
+		if !h || !s.Members[i].AgentUp {
+			return false
+		}
+	}
+	return true
+}
+
+// latest is the newest sample.
+func (chk *checker) latest() (sample, bool) {
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	if len(chk.samples) == 0 {
+		return sample{}, false
+	}
+	return chk.samples[len(chk.samples)-1], true
+}

@@ -1,0 +1,519 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/test/netns"
+)
+
+// fault is one fault of a schedule: what, on whom, from At for For (into the run).
+type fault struct {
+	At, For time.Duration
+	Kind    string
+	// A and B are the hosts it concerns (a partition's two sides; a link's two ends; one target in A).
+	A, B []string
+	// P is a loss probability; Force marks a forced manual reboot.
+	P     float64
+	Force bool
+}
+
+func (f fault) String() string {
+	s := f.Kind
+	if len(f.A) > 0 {
+		s += " " + strings.Join(f.A, ",")
+	}
+	if len(f.B) > 0 {
+		s += " | " + strings.Join(f.B, ",")
+	}
+	if f.P > 0 {
+		s += fmt.Sprintf(" p=%.2f", f.P)
+	}
+	if f.Force {
+		s += " --force"
+	}
+	return s
+}
+
+// schedule is a run's faults, then a quiet period in which every fault has been undone.
+type schedule struct {
+	Name     string
+	Seed     uint64
+	Duration time.Duration
+	Faults   []fault
+}
+
+// Fault kinds.
+const (
+	killEtcd    = "kill-etcd"    // SIGKILL a member; it stays down until its machine is power-cycled
+	stopEtcd    = "stop-etcd"    // SIGSTOP a member for For
+	killAgent   = "kill-agent"   // SIGKILL an agent; restarted after For (as the kubelet would)
+	stopAgent   = "stop-agent"   // SIGSTOP an agent for For
+	killHub     = "kill-hub"     // SIGKILL the hub; restarted after For (as its Deployment would)
+	stopHub     = "stop-hub"     // SIGSTOP the hub for For
+	killHubStep = "kill-hub-bmc" // SIGKILL the hub as the next BMC power action takes a machine down (within For)
+	partition   = "partition"    // cut A from B, both ways
+	oneWay      = "one-way"      // drop packets from A to B
+	flap        = "flap"         // cut A from B, uncut, cut… every 1-2 s
+	loss        = "loss"         // drop packets between A and B both ways with probability P
+	bmcNet      = "bmc-net"      // cut the hub from the BMCs
+	bmcSlow     = "bmc-slow"     // Redfish answers take 3 s
+	bmc500      = "bmc-500"      // Redfish answers 500 to the next 4 requests
+	bmcAuth     = "bmc-auth"     // Redfish rejects the credentials
+	bmcIgnore   = "bmc-ignore"   // Redfish accepts resets and does nothing
+	ipmiStop    = "ipmi-stop"    // ipmi_sim stopped (no answers)
+	opPause     = "pause"        // hub pause --wait; resume after For
+	opSuspend   = "suspend"      // hub suspend; unsuspend after For
+	opDetach    = "detach"       // hub detach A; attach after For
+	opReboot    = "reboot"       // hub reboot A [--force --yes]
+	// rogue power-cycles A through its BMC behind the hub's back (hub bmc power cycle): what a Hale
+	// that ignored quorum would do. Only the checker's self-test uses it: the checker must object.
+	rogue = "rogue-cycle"
+)
+
+// weights of the fault kinds a seed draws from.
+var kindWeights = []struct {
+	kind   string
+	weight int
+}{
+	{killEtcd, 8}, {stopEtcd, 5}, {killAgent, 5}, {stopAgent, 3}, {killHub, 4}, {stopHub, 2}, {killHubStep, 3},
+	{partition, 10}, {oneWay, 4}, {flap, 3}, {loss, 3}, {bmcNet, 2},
+	{bmcSlow, 2}, {bmc500, 2}, {bmcAuth, 2}, {bmcIgnore, 2}, {ipmiStop, 2},
+	{opPause, 3}, {opSuspend, 2}, {opDetach, 3}, {opReboot, 3},
+}
+
+// generate draws a schedule of faults over d from seed: one begins every 2-12 s, lasting 3-20 s
+// (so a few overlap), each of them over by d.
+func generate(seed uint64, d time.Duration, sh Shape) schedule {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	total := 0
+	for _, kw := range kindWeights {
+		total += kw.weight
+	}
+	machines := names("cp-", sh.Machines)
+	agents := append(slices.Clone(machines), names("w-", sh.Witnesses)...)
+	hosts := append(slices.Clone(agents), "hub")
+	pick := func(from []string) string { return from[rng.IntN(len(from))] }
+	s := schedule{Name: fmt.Sprintf("seed %d", seed), Seed: seed, Duration: d}
+	for at := 5 * time.Second; ; at += time.Duration(2000+rng.IntN(10000)) * time.Millisecond {
+		f := fault{At: at, For: time.Duration(3000+rng.IntN(17000)) * time.Millisecond}
+		if at+f.For > d {
+			break
+		}
+		n := rng.IntN(total)
+		for _, kw := range kindWeights {
+			if n < kw.weight {
+				f.Kind = kw.kind
+				break
+			}
+			n -= kw.weight
+		}
+		switch f.Kind {
+		case killEtcd, stopEtcd, opDetach:
+			f.A = []string{pick(machines)}
+		case opReboot:
+			f.A, f.Force = []string{pick(machines)}, rng.IntN(3) == 0
+		case killAgent, stopAgent:
+			f.A = []string{pick(agents)}
+		case partition:
+			f.A, f.B = split(rng, hosts)
+		case oneWay, flap:
+			a := pick(hosts)
+			f.A, f.B = []string{a}, []string{pick(without(hosts, a))}
+		case loss:
+			a := pick(hosts)
+			f.A, f.B, f.P = []string{a}, []string{pick(without(hosts, a))}, 0.1+0.4*rng.Float64()
+		}
+		s.Faults = append(s.Faults, f)
+	}
+	return s
+}
+
+// split draws a partition's sides: the hub alone, the hub with a minority, or a random minority.
+func split(rng *rand.Rand, hosts []string) (a, b []string) {
+	others := without(hosts, "hub")
+	shuffled := slices.Clone(others)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	switch rng.IntN(3) {
+	case 0: // the hub isolated
+		a = []string{"hub"}
+	case 1: // the hub with a minority
+		a = append([]string{"hub"}, shuffled[:1+rng.IntN((len(hosts)-1)/2)]...)
+	default: // a minority of the others, the hub on the majority's side
+		a = shuffled[:1+rng.IntN((len(hosts)-1)/2)]
+	}
+	for _, h := range hosts {
+		if !slices.Contains(a, h) {
+			b = append(b, h)
+		}
+	}
+	return a, b
+}
+
+func names(prefix string, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return out
+}
+
+func without(list []string, x string) []string {
+	return slices.DeleteFunc(slices.Clone(list), func(s string) bool { return s == x })
+}
+
+// named are the schedules worth keeping by name.
+var named = map[string]func(d time.Duration) schedule{
+	// The case that found the partition bug: the hub and one agent cut off from the rest (two healthy
+	// machines and the witnesses) for most of the run. The hub hears a minority and must do nothing.
+	"minority-hub": func(d time.Duration) schedule {
+		return schedule{Name: "minority-hub", Duration: d, Faults: []fault{
+			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0"}, B: []string{"cp-1", "cp-2", "w-0", "w-1"}},
+		}}
+	},
+	// A member dies and the hub is killed the moment its BMC takes the machine down: the restarted hub
+	// finishes the remediation without a second power action.
+	"hub-dies-in-step": func(d time.Duration) schedule {
+		return schedule{Name: "hub-dies-in-step", Duration: d, Faults: []fault{
+			{At: 3 * time.Second, For: 40 * time.Second, Kind: killHubStep},
+			{At: 5 * time.Second, Kind: killEtcd, A: []string{"cp-1"}},
+		}}
+	},
+}
+
+// selfTest is the checker's own test: a healthy voter power-cycled behind the hub's back, which the
+// checker must report as Hale's (property 2), and nothing else.
+func selfTest(d time.Duration) schedule {
+	return schedule{Name: "checker-selftest", Duration: d, Faults: []fault{{At: 5 * time.Second, For: 3 * time.Second, Kind: rogue, A: []string{"cp-1"}}}}
+}
+
+// injector applies a schedule's faults to a cluster and undoes them.
+type injector struct {
+	c   *cluster
+	tl  *timeline
+	chk *checker
+
+	mu        sync.Mutex
+	bmc       map[string]int // Redfish faults in force (they overlap)
+	armedKill bool
+	stopped   map[signaler]bool
+}
+
+// signaler is a process a fault can stop and continue.
+type signaler interface{ Signal(syscall.Signal) }
+
+func newInjector(c *cluster, tl *timeline, chk *checker) *injector {
+	in := &injector{c: c, tl: tl, chk: chk, bmc: map[string]int{}, stopped: map[signaler]bool{}}
+	c.onPowerOff = in.poweredOff
+	return in
+}
+
+// host resolves a host name of the schedule.
+func (in *injector) host(name string) *netns.Host {
+	switch {
+	case name == "hub":
+		return in.c.hubH
+	case strings.HasPrefix(name, "w-"):
+		for _, h := range in.c.wits {
+			if h.Name == name {
+				return h
+			}
+		}
+	default:
+		return in.c.machine(name).host
+	}
+	in.c.t.Fatalf("chaos: no host %s", name)
+	return nil
+}
+
+func (in *injector) hosts(names []string) []*netns.Host {
+	var out []*netns.Host
+	for _, n := range names {
+		out = append(out, in.host(n))
+	}
+	return out
+}
+
+// agentProc is the agent process of a machine or witness.
+func (in *injector) agentProc(name string) *netns.Proc {
+	if strings.HasPrefix(name, "w-") {
+		return in.c.witness(name)
+	}
+	_, agent, _ := in.c.machine(name).procs()
+	return agent
+}
+
+// play runs the schedule: each fault at its time, undone when its time is over; it returns when every
+// fault is over.
+func (in *injector) play(ctx context.Context, s schedule, start time.Time) {
+	var wg sync.WaitGroup
+	for _, f := range s.Faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sleepUntil(ctx, start.Add(f.At)) {
+				return
+			}
+			in.apply(ctx, f)
+		}()
+	}
+	wg.Wait()
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Until(t)):
+		return true
+	}
+}
+
+// apply carries out one fault and, after its time, undoes it.
+func (in *injector) apply(ctx context.Context, f fault) {
+	in.tl.add("fault", "", f.String()+fmt.Sprintf(" for %.1fs", f.For.Seconds()))
+	end := func() { sleepUntil(ctx, time.Now().Add(f.For)) }
+	switch f.Kind {
+	case killEtcd:
+		if etcd, _, on := in.c.machine(f.A[0]).procs(); on {
+			etcd.Signal(syscall.SIGKILL)
+		}
+	case stopEtcd:
+		if etcd, _, on := in.c.machine(f.A[0]).procs(); on {
+			in.pause(etcd, end)
+		}
+	case killAgent:
+		in.restartAgent(f.A[0], end)
+	case stopAgent:
+		in.pause(in.agentProc(f.A[0]), end)
+	case killHub:
+		in.c.hubProc().Signal(syscall.SIGKILL)
+		end()
+		in.c.startHub()
+		in.tl.add("restart", "hub", "")
+	case stopHub:
+		in.pause(in.c.hubProc(), end)
+	case killHubStep:
+		in.mu.Lock()
+		in.armedKill = true
+		in.mu.Unlock()
+		end()
+		in.mu.Lock()
+		in.armedKill = false
+		in.mu.Unlock()
+	case partition, flap:
+		a, b := in.hosts(f.A), in.hosts(f.B)
+		if f.Kind == partition {
+			in.c.lab.Cut(a, b)
+			in.chk.rulesChanged()
+			end()
+			in.c.lab.Uncut(a, b)
+			in.chk.rulesChanged()
+			break
+		}
+		for stop := time.Now().Add(f.For); time.Now().Before(stop) && ctx.Err() == nil; {
+			in.c.lab.Cut(a, b)
+			in.chk.rulesChanged()
+			time.Sleep(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
+			in.c.lab.Uncut(a, b)
+			in.chk.rulesChanged()
+			time.Sleep(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
+		}
+	case oneWay:
+		in.drop(in.hosts(f.A), in.hosts(f.B), 1, end)
+	case loss:
+		a, b := in.hosts(f.A), in.hosts(f.B)
+		in.c.lab.Drop(b, a, f.P)
+		in.drop(a, b, f.P, end)
+		in.c.lab.Undrop(b, a, f.P)
+	case bmcNet:
+		in.c.lab.Cut([]*netns.Host{in.c.hubH}, []*netns.Host{in.c.oob})
+		in.chk.rulesChanged()
+		end()
+		in.c.lab.Uncut([]*netns.Host{in.c.hubH}, []*netns.Host{in.c.oob})
+		in.chk.rulesChanged()
+	case bmcSlow, bmc500, bmcAuth, bmcIgnore:
+		in.setBMC(f.Kind, 1)
+		end()
+		in.setBMC(f.Kind, -1)
+	case ipmiStop:
+		for _, sim := range in.c.ipmi {
+			in.pause(sim, end)
+		}
+	case opPause:
+		in.brake(ctx, f, []string{"pause", "--wait", "--timeout", "60s", "--reason", "chaos"}, []string{"resume"})
+	case opSuspend:
+		in.brake(ctx, f, []string{"suspend", "--reason", "chaos"}, []string{"unsuspend"})
+	case opDetach:
+		in.brake(ctx, f, []string{"detach", f.A[0], "--reason", "chaos"}, []string{"attach", f.A[0]})
+	case rogue:
+		m := in.c.machine(f.A[0])
+		out, err := in.c.hubH.Run(in.c.bins.Hub, "bmc", "power", "cycle", m.bmc, "--credentials", m.creds)
+		in.tl.add("rogue", m.name, fmt.Sprintf("hub bmc power cycle: %v %s", err, firstLine(out)))
+	case opReboot:
+		args := []string{"reboot", f.A[0], "--wait"}
+		if f.Force {
+			args = append(args, "--force", "--yes")
+		}
+		in.operator(ctx, "reboot", f.A[0], args)
+	}
+}
+
+// pause stops p (SIGSTOP) until end returns, then continues it.
+func (in *injector) pause(p signaler, end func()) {
+	p.Signal(syscall.SIGSTOP)
+	in.mu.Lock()
+	in.stopped[p] = true
+	in.mu.Unlock()
+	end()
+	p.Signal(syscall.SIGCONT)
+	in.mu.Lock()
+	delete(in.stopped, p)
+	in.mu.Unlock()
+}
+
+// restartAgent kills an agent and starts it again after end returns, unless its machine's power did
+// that meanwhile.
+func (in *injector) restartAgent(name string, end func()) {
+	if strings.HasPrefix(name, "w-") {
+		old := in.c.witness(name)
+		old.Signal(syscall.SIGKILL)
+		<-old.Done()
+		end()
+		in.c.restartWitness(name)
+		in.tl.add("restart", name, "agent")
+		return
+	}
+	m := in.c.machine(name)
+	m.mu.Lock()
+	if !m.on {
+		m.mu.Unlock()
+		return
+	}
+	old := m.agent
+	old.Signal(syscall.SIGKILL)
+	m.mu.Unlock()
+	end()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.on && m.agent == old {
+		m.agent = m.host.Start("agent-"+name, old.Args()...)
+		in.tl.add("restart", name, "agent")
+	}
+}
+
+func (in *injector) drop(a, b []*netns.Host, p float64, end func()) {
+	in.c.lab.Drop(a, b, p)
+	in.chk.rulesChanged()
+	end()
+	in.c.lab.Undrop(a, b, p)
+	in.chk.rulesChanged()
+}
+
+// setBMC adds (+1) or removes (-1) a Redfish fault; overlapping ones combine.
+func (in *injector) setBMC(kind string, delta int) {
+	if in.c.redfish == nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.bmc[kind] += delta
+	var f bmcsim.Faults
+	if in.bmc[bmcSlow] > 0 {
+		f.Latency = 3 * time.Second
+	}
+	if in.bmc[bmc500] > 0 && delta > 0 && kind == bmc500 {
+		f.Fail500 = 4
+	}
+	f.RejectAuth = in.bmc[bmcAuth] > 0
+	f.IgnoreResets = in.bmc[bmcIgnore] > 0
+	in.c.redfish.SetFaults(f)
+}
+
+// brake applies an operator's brake (pause, suspend, detach) and lifts it after the fault's time. The
+// brake is "in force" for the checker from the moment its command succeeded until its lifting command
+// is issued; a lift is retried until the hub takes it (an operator would).
+func (in *injector) brake(ctx context.Context, f fault, on, off []string) {
+	target := ""
+	if len(f.A) > 0 {
+		target = f.A[0]
+	}
+	ok := in.operator(ctx, f.Kind, target, on)
+	if ok {
+		in.tl.add("brake-on", target, f.Kind)
+	}
+	sleepUntil(ctx, time.Now().Add(f.For))
+	in.tl.add("brake-off", target, f.Kind)
+	for ctx.Err() == nil && !in.operator(ctx, "un"+f.Kind, target, off) {
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// operator runs a hub command as an operator would, recording it and its answer.
+func (in *injector) operator(ctx context.Context, what, target string, args []string) bool {
+	in.tl.add("op-start", target, strings.Join(args, " "))
+	out, err := in.c.hubCommand(ctx, args...)
+	verdict := "ok"
+	if err != nil {
+		verdict = "failed: " + firstLine(out)
+	}
+	in.tl.add("op-end", target, what+": "+verdict)
+	return err == nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}
+
+// poweredOff kills the hub when a kill-hub-bmc fault is armed: inside the BMC step that took m down.
+func (in *injector) poweredOff(m *machine) {
+	in.mu.Lock()
+	armed := in.armedKill
+	in.armedKill = false
+	in.mu.Unlock()
+	if !armed {
+		return
+	}
+	in.c.hubProc().Signal(syscall.SIGKILL)
+	in.tl.add("fault", "hub", "killed as "+m.name+" went down")
+	go func() {
+		time.Sleep(2 * time.Second)
+		in.c.startHub()
+		in.tl.add("restart", "hub", "")
+	}()
+}
+
+// quiet undoes whatever may remain of the faults: every rule, every stopped process, dead agents and
+// hub, BMC faults. Killed etcd members stay down: healing them is the hub's job.
+func (in *injector) quiet() {
+	in.c.lab.Heal()
+	in.chk.rulesChanged()
+	in.mu.Lock()
+	for p := range in.stopped {
+		p.Signal(syscall.SIGCONT)
+	}
+	in.stopped = map[signaler]bool{}
+	in.bmc = map[string]int{}
+	in.mu.Unlock()
+	if in.c.redfish != nil {
+		in.c.redfish.SetFaults(bmcsim.Faults{})
+	}
+	if !in.c.hubProc().Running() {
+		in.c.startHub()
+		in.tl.add("restart", "hub", "quiet")
+	}
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Grace is how long the hub may go on acting on what it heard before a cut: its view of an observer
+// is fresh for a few seconds after the observer's last report (the hub's StaleAfter, 5 s by default,
+// plus memberlist's suspicion). Property 2 counts an action "while the hub could not hear a majority"
+// when the processes and the rules kept it from a majority for at least this long before the action.
+const Grace = 10 * time.Second
+
+// powerAction is one machine taken down by its BMC, and who asked.
+type powerAction struct {
+	At      time.Time
+	Machine string
+	// By: "hale", "operator" (a manual reboot, quorum-checked) or "operator --force".
+	By string
+}
+
+// request is one state-changing request a BMC received.
+type request struct {
+	At              time.Time
+	Machine, Detail string
+}
+
+// result is what a run did and what the checker found.
+type result struct {
+	Schedule schedule
+	Faults   int
+	Actions  []powerAction
+	Requests int
+	// KilledInStep counts the hub's deaths inside a BMC step (kill-hub-bmc faults that fired).
+	KilledInStep int
+	Checked      [5]int // actions (or windows, or the quiet period) each property was checked on
+	Violations   [5][]string
+	// HealedIn: from the quiet period's start until every machine was healthy (0: not within the bound).
+	HealedIn time.Duration
+	// Held: machines not healthy at the bound that the hub holds, with its reason.
+	Held []string
+	// TradeOffs are Hale's power actions on a healthy voter that a partition had cut off from the hub
+	// while the hub heard a majority of its expected observers: the other side held etcd's quorum,
+	// this side held the observers' majority, and from here that looks exactly like the other side's
+	// machines being dead (DESIGN rule 6, README "Observers, witnesses and partitions": where the
+	// witnesses are decides). Counted and shown, not failed; see the README.
+	TradeOffs []string
+	// Err is a harness failure (the run proves nothing).
+	Err string
+}
+
+func (r result) passed() bool {
+	if r.Err != "" {
+		return false
+	}
+	for _, v := range r.Violations {
+		if len(v) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (r result) count(by string) int {
+	n := 0
+	for _, a := range r.Actions {
+		if a.By == by {
+			n++
+		}
+	}
+	return n
+}
+
+// evaluate checks properties 1 to 4 against the samples, the power actions and the requests.
+func evaluate(res *result, tl *timeline, samples []sample, machines []string, reqs []request) {
+	events := tl.all()
+	res.Actions = actionsOf(events)
+	res.Requests = len(reqs)
+	for _, e := range events {
+		if e.Kind == "fault" && strings.HasPrefix(e.Detail, "killed as ") {
+			res.KilledInStep++
+		}
+	}
+	idx := func(name string) int { return slices.Index(machines, name) }
+	before := func(t time.Time) (sample, bool) {
+		i := sort.Search(len(samples), func(i int) bool { return !samples[i].At.Before(t) })
+		if i == 0 || t.Sub(samples[i-1].At) > 1500*time.Millisecond {
+			return sample{}, false
+		}
+		return samples[i-1], true
+	}
+	at := tl.since
+	// 1: quorum, for Hale's actions and the operator's quorum-checked ones.
+	for _, a := range res.Actions {
+		if a.By == "operator --force" {
+			continue
+		}
+		res.Checked[0]++
+		s, ok := before(a.At)
+		if !ok {
+			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: %s powered off by %s with no sample of etcd just before it", at(a.At), a.Machine, a.By))
+			continue
+		}
+		h, n, q := s.healthy(), s.healthyCount(), s.quorum()
+		i := idx(a.Machine)
+		if a.By == "hale" && h[i] && farSide(s, i) {
+			res.TradeOffs = append(res.TradeOffs, fmt.Sprintf("%s: %s powered off by Hale, a healthy voter (%d of %d healthy) on the far side of a partition from the hub and a majority of its observers",
+				at(a.At), a.Machine, n, s.Voters))
+			continue
+		}
+		switch {
+		case h[i] && n-1 < q && n >= q:
+			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: %s powered off by %s took the healthy voters from %d to %d, below quorum (%d)", at(a.At), a.Machine, a.By, n, n-1, q))
+		case h[i] && n < q:
+			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: %s powered off by %s with quorum already lost: healthy voters %d → %d", at(a.At), a.Machine, a.By, n, n-1))
+		}
+	}
+	for _, e := range events {
+		if e.Kind == "membership" {
+			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: the membership changed (%s); nothing in this lab changes it", at(e.At), e.Detail))
+		}
+	}
+	// 2: no healthy member of a working quorum power-cycled by Hale; none while the hub could not hear a
+	// majority of its expected observers.
+	hale := slices.DeleteFunc(slices.Clone(res.Actions), func(a powerAction) bool { return a.By != "hale" })
+	for _, a := range hale {
+		res.Checked[1]++
+		if s, ok := before(a.At); ok && s.healthy()[idx(a.Machine)] && s.healthyCount() >= s.quorum() && !farSide(s, idx(a.Machine)) {
+			res.Violations[1] = append(res.Violations[1], fmt.Sprintf("%s: %s powered off by Hale while a healthy voter of a working quorum (%d of %d healthy)",
+				at(a.At), a.Machine, s.healthyCount(), s.Voters))
+		}
+		deaf, seen := true, 0
+		for _, s := range samples {
+			if s.At.After(a.At) || s.At.Before(a.At.Add(-Grace)) {
+				continue
+			}
+			seen++
+			deaf = deaf && !s.majority()
+		}
+		if deaf && seen > 0 {
+			res.Violations[1] = append(res.Violations[1], fmt.Sprintf("%s: %s powered off by Hale while the hub could not hear a majority of its expected observers for %v before it",
+				at(a.At), a.Machine, Grace))
+		}
+	}
+	// 3: one power action per step: Hale never takes one machine down twice within the cooldown.
+	last := map[string]time.Time{}
+	for _, a := range hale {
+		res.Checked[2]++
+		if t, ok := last[a.Machine]; ok && a.At.Sub(t) < Cooldown {
+			res.Violations[2] = append(res.Violations[2], fmt.Sprintf("%s: %s powered off by Hale again %.1fs after the last time (cooldown %v)",
+				at(a.At), a.Machine, a.At.Sub(t).Seconds(), Cooldown))
+		}
+		last[a.Machine] = a.At
+	}
+	// 4: nothing sent to a detached machine, nor while paused (acknowledged) or suspended.
+	for _, w := range brakeWindows(events) {
+		res.Checked[3]++
+		for _, r := range reqs {
+			if r.At.After(w.from) && r.At.Before(w.to) && (w.machine == "" || w.machine == r.Machine) {
+				res.Violations[3] = append(res.Violations[3], fmt.Sprintf("%s: %s's BMC got %s while %s (in force %s–%s)",
+					at(r.At), r.Machine, r.Detail, w.what, at(w.from), at(w.to)))
+			}
+		}
+	}
+}
+
+// farSide: machine i was cut off from the hub while the hub heard a majority of its observers.
+func farSide(s sample, i int) bool { return i < len(s.CutFromHub) && s.CutFromHub[i] && s.majority() }
+
+// actionsOf finds the power actions in the events: every power-off is a BMC's (the faults kill
+// processes, never the power); it is the operator's when an operator's reboot of that machine was
+// under way.
+func actionsOf(events []event) []powerAction {
+	type window struct {
+		from  time.Time
+		force bool
+	}
+	open := map[string]window{}
+	var out []powerAction
+	for _, e := range events {
+		switch {
+		case e.Kind == "op-start" && strings.HasPrefix(e.Detail, "reboot "):
+			open[e.Target] = window{e.At, strings.Contains(e.Detail, "--force")}
+		case e.Kind == "op-end" && strings.HasPrefix(e.Detail, "reboot:"):
+			delete(open, e.Target)
+		case e.Kind == "power-off":
+			a := powerAction{At: e.At, Machine: e.Target, By: "hale"}
+			if w, ok := open[e.Target]; ok {
+				a.By = "operator"
+				if w.force {
+					a.By = "operator --force"
+				}
+			}
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+type brakeWindow struct {
+	what, machine string
+	from, to      time.Time
+}
+
+// brakeWindows are the times each brake was in force: from its command's success to its lifting
+// command.
+func brakeWindows(events []event) []brakeWindow {
+	open := map[string]brakeWindow{}
+	var out []brakeWindow
+	for _, e := range events {
+		key := e.Detail + "/" + e.Target
+		switch e.Kind {
+		case "brake-on":
+			what := map[string]string{opPause: "paused", opSuspend: "suspended", opDetach: "detached"}[e.Detail]
+			open[key] = brakeWindow{what: what, machine: e.Target, from: e.At}
+		case "brake-off":
+			if w, ok := open[key]; ok {
+				w.to = e.At
+				out = append(out, w)
+				delete(open, key)
+			}
+		}
+	}
+	return out
+}
+
+// line is the run's one-line report.
+func (r result) line() string {
+	verdict := "PASS"
+	switch {
+	case r.Err != "":
+		verdict = "ERROR " + r.Err
+	case !r.passed():
+		var props []string
+		for i, v := range r.Violations {
+			if len(v) > 0 {
+				props = append(props, fmt.Sprintf("P%d×%d", i+1, len(v)))
+			}
+		}
+		verdict = "FAIL " + strings.Join(props, " ")
+	}
+	healed := "not healed"
+	if r.HealedIn > 0 {
+		healed = "healed in " + r.HealedIn.Round(100*time.Millisecond).String()
+	}
+	if len(r.Held) > 0 {
+		healed += fmt.Sprintf(", %d held", len(r.Held))
+	}
+	if len(r.TradeOffs) > 0 {
+		verdict += fmt.Sprintf(" (%d far-side)", len(r.TradeOffs))
+	}
+	return fmt.Sprintf("%-18s faults %2d  power actions: hale %d, operator %d  BMC requests %2d  %s  %s",
+		r.Schedule.Name, r.Faults, r.count("hale"), r.count("operator")+r.count("operator --force"), r.Requests, healed, verdict)
+}

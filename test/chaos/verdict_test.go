@@ -1,0 +1,113 @@
+package main
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// The checker's own logic, on made-up timelines: each property fires on the case it exists for and
+// stays quiet on its neighbour. (The end-to-end runs in chaos_test.go check it on real processes.)
+func TestEvaluate(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	machines := []string{"cp-0", "cp-1", "cp-2"}
+	voter := func(id uint64) memberSample {
+		return memberSample{Up: true, AgentUp: true, OK: true, ID: id, Leader: 1, Term: 5}
+	}
+	down := memberSample{}
+	// samples: every 200 ms from 0 to 60 s, members as given by state(t).
+	samples := func(state func(time.Time) []memberSample, heard func(time.Time) int) []sample {
+		var out []sample
+		for ms := 0; ms <= 60000; ms += 200 {
+			ts := t0.Add(time.Duration(ms) * time.Millisecond)
+			out = append(out, sample{At: ts, Members: state(ts), Voters: 3, Heard: heard(ts), Expected: 6, HubUp: true})
+		}
+		return out
+	}
+	allWell := func(time.Time) []memberSample { return []memberSample{voter(1), voter(2), voter(3)} }
+	cp2Down := func(time.Time) []memberSample { return []memberSample{voter(1), voter(2), down} }
+	cp1cp2Down := func(time.Time) []memberSample { return []memberSample{voter(1), down, down} }
+	six := func(time.Time) int { return 6 }
+	power := func(s float64, m string) event { return event{At: at(s), Kind: "power-off", Target: m} }
+	tests := []struct {
+		name    string
+		samples []sample
+		events  []event
+		reqs    []request
+		want    [5]int
+	}{
+		{name: "a dead member power-cycled: fine", samples: samples(cp2Down, six), events: []event{power(30, "cp-2")}},
+		{name: "a healthy voter of a working quorum power-cycled: property 2", samples: samples(allWell, six), events: []event{power(30, "cp-1")},
+			want: [5]int{0, 1}},
+		{name: "the last healthy voters: properties 1 and 2", samples: samples(cp2Down, six), events: []event{power(30, "cp-1")},
+			want: [5]int{1, 1}},
+		{name: "quorum lost, a healthy one reduced: property 1", samples: samples(cp1cp2Down, six), events: []event{power(30, "cp-0")},
+			want: [5]int{1}},
+		{name: "a forced manual reboot is the operator's", samples: samples(allWell, six), events: []event{
+			{At: at(29), Kind: "op-start", Target: "cp-1", Detail: "reboot cp-1 --wait --force --yes"}, power(30, "cp-1"),
+			{At: at(31), Kind: "op-end", Target: "cp-1", Detail: "reboot: ok"}}},
+		{name: "a quorum-checked manual reboot that cost quorum: property 1", samples: samples(cp2Down, six), events: []event{
+			{At: at(29), Kind: "op-start", Target: "cp-1", Detail: "reboot cp-1 --wait"}, power(30, "cp-1"),
+			{At: at(31), Kind: "op-end", Target: "cp-1", Detail: "reboot: ok"}}, want: [5]int{1}},
+		{name: "acting on a dead member while the hub heard 3 of 6 for longer than the grace: property 2",
+			samples: samples(cp2Down, func(time.Time) int { return 3 }), events: []event{power(30, "cp-2")}, want: [5]int{0, 1}},
+		{name: "3 of 6 for less than the grace: no violation", samples: samples(cp2Down, func(ts time.Time) int {
+			if ts.After(at(25)) {
+				return 3
+			}
+			return 6
+		}), events: []event{power(30, "cp-2")}},
+		{name: "twice within the cooldown: property 3", samples: samples(cp2Down, six), events: []event{power(10, "cp-2"), power(20, "cp-2")},
+			want: [5]int{0, 0, 1}},
+		{name: "twice, further apart than the cooldown: fine", samples: samples(cp2Down, six), events: []event{power(10, "cp-2"), power(35, "cp-2")}},
+		{name: "a request while detached: property 4", samples: samples(allWell, six), events: []event{
+			{At: at(10), Kind: "brake-on", Target: "cp-2", Detail: opDetach}, {At: at(20), Kind: "brake-off", Target: "cp-2", Detail: opDetach}},
+			reqs: []request{{At: at(15), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}}, want: [5]int{0, 0, 0, 1}},
+		{name: "a request while paused, and one after the resume", samples: samples(allWell, six), events: []event{
+			{At: at(10), Kind: "brake-on", Detail: opPause}, {At: at(20), Kind: "brake-off", Detail: opPause}},
+			reqs: []request{{At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}, {At: at(21), Machine: "cp-1", Detail: "a Redfish reset"}},
+			want: [5]int{0, 0, 0, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tl := &timeline{start: t0, log: io.Discard, events: tt.events}
+			var res result
+			evaluate(&res, tl, tt.samples, machines, tt.reqs)
+			var got [5]int
+			for i, v := range res.Violations {
+				got[i] = len(v)
+			}
+			assert.Equal(t, tt.want, got, "%q", res.Violations)
+		})
+	}
+}
+
+// A healthy voter cut off from the hub while the hub hears a majority of its observers: the trade-off
+// the README documents (where the witnesses are decides), counted apart and not failed; the same
+// action with the hub hearing no majority stays a violation.
+func TestEvaluateFarSide(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	build := func(heard int) []sample {
+		var out []sample
+		for ms := 0; ms <= 30000; ms += 200 {
+			m := func(id uint64) memberSample {
+				return memberSample{Up: true, AgentUp: true, OK: true, ID: id, Leader: 1, Term: 5}
+			}
+			out = append(out, sample{At: t0.Add(time.Duration(ms) * time.Millisecond), Members: []memberSample{m(1), m(2), {}},
+				Voters: 3, Heard: heard, Expected: 6, HubUp: true, CutFromHub: []bool{true, true, false}})
+		}
+		return out
+	}
+	events := []event{{At: t0.Add(20 * time.Second), Kind: "power-off", Target: "cp-0"}}
+	var res result
+	evaluate(&res, &timeline{start: t0, log: io.Discard, events: events}, build(4), []string{"cp-0", "cp-1", "cp-2"}, nil)
+	assert.True(t, res.passed(), "%q", res.Violations)
+	assert.Len(t, res.TradeOffs, 1)
+	res = result{}
+	evaluate(&res, &timeline{start: t0, log: io.Discard, events: events}, build(2), []string{"cp-0", "cp-1", "cp-2"}, nil)
+	assert.Len(t, res.Violations[0], 1, "quorum")
+	assert.Len(t, res.Violations[1], 2, "a healthy voter, and no majority heard")
+}
