@@ -100,6 +100,8 @@ type Assessor struct {
 	// heardSince is when the hub last began to hear a strict majority of its expected observers
 	// (zero while it does not). Timed evidence counts from there at the earliest: see counted.
 	heardSince time.Time
+	// regained: heardSince is a return to a majority after losing it (not the hub's first pass).
+	regained, lost bool
 }
 
 // NewAssessor returns an assessor with policy p.
@@ -210,9 +212,9 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	hearing := hearingOf(e, observers)
 	switch {
 	case !hearing.Majority():
-		a.heardSince = time.Time{}
+		a.heardSince, a.lost = time.Time{}, true
 	case a.heardSince.IsZero():
-		a.heardSince = obs.Now
+		a.heardSince, a.regained = obs.Now, a.lost
 	}
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
@@ -282,6 +284,12 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	return res
 }
 
+// rejoinSettle: a death that began while the hub heard no majority must still stand this long after
+// the hub hears one again. The observers' views from a partition take a report or two to catch up when
+// it heals (test/chaos seed 3: a machine cut off with the hub, seen dead by the others, its agent
+// killed a second after the heal, was power-cycled on those views though its member was healthy).
+const rejoinSettle = 5 * time.Second
+
 // liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
 // hub and enough others to make a strict majority of the expected observers see it dead.
 func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others []health.Report, ev *evidence) bool {
@@ -320,8 +328,12 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others [
 			return false
 		}
 	}
-	if d, _ := a.counted(obs.Now, earliest); d < a.policy.DeadTimeout {
-		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), a.policy.DeadTimeout)
+	wait := a.policy.DeadTimeout
+	if a.regained && a.heardSince.After(earliest) && wait < rejoinSettle {
+		wait = rejoinSettle
+	}
+	if d, _ := a.counted(obs.Now, earliest); d < wait {
+		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), wait)
 		return false
 	}
 	ev.bad(earliest, "%s dead since %s per %d of %d expected observers (the hub and %d others)", m.Node,
@@ -343,17 +355,22 @@ func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 	return now.Sub(since), ""
 }
 
-// probes weighs m's own probe results against the policy's timeouts.
+// probes weighs m's own probe results against the policy's timeouts. A failure is known to have
+// lasted until the report that carries it was sent, not until now: an agent that dies (or is cut off)
+// while its probe fails must not let the failure grow for as long as its last report stays fresh
+// (found by test/chaos seed 3: a member with no leader during a partition, its agent killed just after
+// the heal, was power-cycled on that last report though healthy again).
 func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
+	upTo := minTime(now, own.SentAt)
 	for _, p := range own.Probes {
 		timeout, counts := a.policy.ProbeTimeouts[p.Name]
 		if p.OK || !counts {
 			continue
 		}
-		if d, note := a.counted(now, p.Since); d >= timeout {
-			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, now.Sub(p.Since).Round(time.Second), note, timeout, p.Detail)
+		if d, note := a.counted(upTo, p.Since); d >= timeout {
+			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Second), note, timeout, p.Detail)
 		} else {
-			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, now.Sub(p.Since).Round(time.Millisecond), note, timeout, p.Detail)
+			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Millisecond), note, timeout, p.Detail)
 		}
 	}
 }

@@ -31,7 +31,7 @@ func newWorld(now time.Time) *world {
 	w := &world{obs: Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}}
 	for _, m := range machines {
 		w.obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerAlive, Since: t0}
-		r := health.Report{Node: m.Node, SentAt: now.Add(-time.Second), Etcd: &health.EtcdView{LocalName: m.Member},
+		r := health.Report{Node: m.Node, SentAt: now, Etcd: &health.EtcdView{LocalName: m.Member},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: t0}, {Name: "etcd", OK: true, Since: t0}}}
 		for _, o := range machines {
 			yes := true
@@ -192,6 +192,13 @@ func TestAssess(t *testing.T) {
 			policy: func(p *AssessPolicy) { delete(p.ProbeTimeouts, "kubelet") }, machine: "m1", verdict: Healthy, etcd: quorum.Healthy},
 		{name: "own etcd probe failing: member unhealthy for quorum", world: newWorld(now).probe("cp-1", "etcd", false, now.Add(-2*time.Second)),
 			machine: "m1", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd failing for 2s"},
+		{name: "a failure counts until the report that carries it, not until now (test/chaos seed 3: the agent died while its probe failed)", world: func() *world {
+			w := newWorld(now).probe("cp-1", "etcd", false, now.Add(-20*time.Second))
+			r := w.obs.Reports["cp-1"]
+			r.SentAt = now.Add(-15 * time.Second) // still fresh; the failure is known to have lasted 5 s
+			w.obs.Reports["cp-1"] = r
+			return w
+		}(), machine: "m1", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd failing for 5s (unhealthy at 10s)"},
 		{name: "a stale report is no evidence", world: func() *world {
 			w := newWorld(now)
 			r := w.obs.Reports["cp-1"]
@@ -363,4 +370,18 @@ func TestAssessNodeConditions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A death that began while the hub heard no majority must still stand rejoinSettle after the hub hears
+// one again: the observers' views from the partition lag a report or two (test/chaos seed 3).
+func TestDeathFromBeforeARegainedMajoritySettles(t *testing.T) {
+	now := t0.Add(time.Hour)
+	a := hearing(DefaultAssessPolicy())
+	cut := newWorld(now.Add(-10*time.Second)).cut(now.Add(-20*time.Second), "cp-1", "cp-2")
+	a.Assess(machines, nil, cut.obs) // no majority: lost
+	dead := func(at time.Time) Verdict {
+		return byName(a.Assess(machines, nil, newWorld(at).dead("cp-2", now.Add(-15*time.Second), "cp-0", "cp-1").obs))["m2"].Verdict
+	}
+	assert.Equal(t, Suspect, dead(now), "just after the majority came back")
+	assert.Equal(t, Unhealthy, dead(now.Add(rejoinSettle)), "still dead 5 s later")
 }

@@ -21,7 +21,14 @@ func TestChaos(t *testing.T) {
 	if why := netns.Available(); why != "" {
 		t.Fatalf("test/chaos: %s (test/run installs what it needs and runs as root)", why)
 	}
-	dir := t.TempDir()
+	// Not t.TempDir: a failing run's logs outlive the test (its line says where they are).
+	dir, err := os.MkdirTemp("", "hale-chaos-test-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
 	bins, cleanup, err := build(dir)
 	require.NoError(t, err)
 	t.Cleanup(cleanup)
