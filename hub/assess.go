@@ -100,8 +100,9 @@ type Assessor struct {
 	// heardSince is when the hub last began to hear a strict majority of its expected observers
 	// (zero while it does not). Timed evidence counts from there at the earliest: see counted.
 	heardSince time.Time
-	// regained: heardSince is a return to a majority after losing it (not the hub's first pass).
-	regained, lost bool
+	// lostOnce: the hub has heard no majority at some point since it started, so a heardSince marks
+	// a return to a majority, not the hub's first pass.
+	lostOnce bool
 }
 
 // NewAssessor returns an assessor with policy p.
@@ -212,9 +213,9 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	hearing := hearingOf(e, observers)
 	switch {
 	case !hearing.Majority():
-		a.heardSince, a.lost = time.Time{}, true
+		a.heardSince, a.lostOnce = time.Time{}, true
 	case a.heardSince.IsZero():
-		a.heardSince, a.regained = obs.Now, a.lost
+		a.heardSince = obs.Now
 	}
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
@@ -329,7 +330,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others [
 		}
 	}
 	wait := a.policy.DeadTimeout
-	if a.regained && a.heardSince.After(earliest) && wait < rejoinSettle {
+	if a.lostOnce && a.heardSince.After(earliest) && wait < rejoinSettle {
 		wait = rejoinSettle
 	}
 	if d, _ := a.counted(obs.Now, earliest); d < wait {

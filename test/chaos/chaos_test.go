@@ -32,7 +32,7 @@ func TestChaos(t *testing.T) {
 	bins, cleanup, err := build(dir)
 	require.NoError(t, err)
 	t.Cleanup(cleanup)
-	base := options{runs: 1, heal: 120 * time.Second, dir: dir, binaries: bins, binariesPrepared: true,
+	base := options{runs: 1, heal: 120 * time.Second, dir: dir, binaries: bins,
 		replay: "go run ./test/chaos"}
 	campaignOf := func(t *testing.T, o options) []result {
 		var out bytes.Buffer

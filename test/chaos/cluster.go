@@ -20,9 +20,6 @@ import (
 	"github.com/hale-dev/hale/test/netns"
 )
 
-// Binaries are the programs under test.
-type Binaries struct{ Hub, Agent, Etcd string }
-
 // Shape is the cluster under test: the control-plane machines (each an etcd member, an agent and a
 // BMC: Redfish for the first ones, ipmi_sim for the last IPMI of them) and the witness hosts.
 type Shape struct {
@@ -50,7 +47,7 @@ type machine struct {
 type cluster struct {
 	t        *run
 	lab      *netns.Lab
-	bins     Binaries
+	bins     netns.Binaries
 	dir      string
 	machines []*machine
 	wits     []*netns.Host
@@ -71,7 +68,7 @@ type cluster struct {
 	events     *timeline
 }
 
-func startCluster(t *run, bins Binaries, shape Shape, events *timeline) *cluster {
+func startCluster(t *run, bins netns.Binaries, shape Shape, events *timeline) *cluster {
 	lab := netns.New(t)
 	c := &cluster{t: t, lab: lab, bins: bins, dir: t.TempDir(), ipmi: map[string]*ipmisim.Sim{}, events: events}
 	c.socket = filepath.Join(c.dir, "hub.sock")

@@ -308,22 +308,12 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.mu.Lock()
 		in.armedKill = false
 		in.mu.Unlock()
-	case partition, flap:
+	case partition:
+		in.cut(in.hosts(f.A), in.hosts(f.B), end)
+	case flap:
 		a, b := in.hosts(f.A), in.hosts(f.B)
-		if f.Kind == partition {
-			in.c.lab.Cut(a, b)
-			in.chk.rulesChanged()
-			end()
-			in.c.lab.Uncut(a, b)
-			in.chk.rulesChanged()
-			break
-		}
 		for stop := time.Now().Add(f.For); time.Now().Before(stop) && ctx.Err() == nil; {
-			in.c.lab.Cut(a, b)
-			in.chk.rulesChanged()
-			time.Sleep(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
-			in.c.lab.Uncut(a, b)
-			in.chk.rulesChanged()
+			in.cut(a, b, func() { time.Sleep(time.Duration(1000+rand.IntN(1000)) * time.Millisecond) })
 			time.Sleep(time.Duration(1000+rand.IntN(1000)) * time.Millisecond)
 		}
 	case oneWay:
@@ -334,11 +324,7 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.drop(a, b, f.P, end)
 		in.c.lab.Undrop(b, a, f.P)
 	case bmcNet:
-		in.c.lab.Cut([]*netns.Host{in.c.hubH}, []*netns.Host{in.c.oob})
-		in.chk.rulesChanged()
-		end()
-		in.c.lab.Uncut([]*netns.Host{in.c.hubH}, []*netns.Host{in.c.oob})
-		in.chk.rulesChanged()
+		in.cut([]*netns.Host{in.c.hubH}, []*netns.Host{in.c.oob}, end)
 	case bmcSlow, bmc500, bmcAuth, bmcIgnore:
 		in.setBMC(f.Kind, 1)
 		end()
@@ -407,6 +393,15 @@ func (in *injector) restartAgent(name string, end func()) {
 		m.agent = m.host.Start("agent-"+name, old.Args()...)
 		in.tl.add("restart", name, "agent")
 	}
+}
+
+// cut cuts a from b until end returns.
+func (in *injector) cut(a, b []*netns.Host, end func()) {
+	in.c.lab.Cut(a, b)
+	in.chk.rulesChanged()
+	end()
+	in.c.lab.Uncut(a, b)
+	in.chk.rulesChanged()
 }
 
 func (in *injector) drop(a, b []*netns.Host, p float64, end func()) {

@@ -34,16 +34,15 @@ import (
 
 // options are a campaign's settings.
 type options struct {
-	runs             int
-	seed             uint64
-	duration, heal   time.Duration
-	schedule, dir    string
-	keep             bool
-	out              io.Writer
-	shape            Shape
-	replay           string // the command line prefix that replays a run
-	binaries         Binaries
-	binariesPrepared bool
+	runs           int
+	seed           uint64
+	duration, heal time.Duration
+	schedule, dir  string
+	keep           bool
+	out            io.Writer
+	shape          Shape
+	replay         string         // the command line prefix that replays a run
+	binaries       netns.Binaries // built by campaign when zero
 }
 
 func main() {
@@ -111,7 +110,7 @@ func campaign(ctx context.Context, o options) ([]result, error) {
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("-dir: %w", err)
 	}
-	if !o.binariesPrepared {
+	if o.binaries == (netns.Binaries{}) {
 		bins, cleanup, err := build(o.dir)
 		if err != nil {
 			return nil, err
@@ -154,38 +153,18 @@ func campaign(ctx context.Context, o options) ([]result, error) {
 	return results, nil
 }
 
-// build builds the hub and the agent, and finds the etcd binary.
-func build(dir string) (Binaries, func(), error) {
+// build builds the binaries under test into a new directory under dir; cleanup removes it.
+func build(dir string) (netns.Binaries, func(), error) {
 	bdir, err := os.MkdirTemp(dir, "bin-")
 	if err != nil {
-		return Binaries{}, nil, err
+		return netns.Binaries{}, nil, err
 	}
-	cleanup := func() { os.RemoveAll(bdir) }
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	b, err := netns.Build(bdir)
 	if err != nil {
-		cleanup()
-		return Binaries{}, nil, fmt.Errorf("finding the module (run from the repository): %w", err)
+		os.RemoveAll(bdir)
+		return netns.Binaries{}, nil, err
 	}
-	b := Binaries{Hub: filepath.Join(bdir, "hub"), Agent: filepath.Join(bdir, "agent")}
-	for out, pkg := range map[string]string{b.Hub: "./cmd/hub", b.Agent: "./cmd/agent"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = strings.TrimSpace(string(root))
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			cleanup()
-			return Binaries{}, nil, fmt.Errorf("building %s: %w\n%s", pkg, err, msg)
-		}
-	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-	}
-	b.Etcd = filepath.Join(assets, "etcd")
-	if _, err := os.Stat(b.Etcd); err != nil {
-		cleanup()
-		return Binaries{}, nil, fmt.Errorf("the etcd binary: %w (test/kube/build-assets builds it; set KUBEBUILDER_ASSETS to its directory)", err)
-	}
-	return b, cleanup, nil
+	return b, func() { os.RemoveAll(bdir) }, nil
 }
 
 // runSchedule runs one schedule in its own directory and returns the result and the directory.

@@ -20,7 +20,7 @@ import (
 )
 
 // bins are the binaries under test, built once for the package.
-var bins struct{ hub, agent, etcd, dir string }
+var bins Binaries
 
 func TestMain(m *testing.M) {
 	if why := Available(); why != "" {
@@ -31,21 +31,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	bins.dir, bins.hub, bins.agent = dir, filepath.Join(dir, "hub"), filepath.Join(dir, "agent")
-	for _, b := range []struct{ out, pkg string }{{bins.hub, "../../cmd/hub"}, {bins.agent, "../../cmd/agent"}} {
-		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "test/netns: building %s: %v\n%s", b.pkg, err, out)
-			os.Exit(1)
-		}
-	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-	}
-	bins.etcd = filepath.Join(assets, "etcd")
-	if _, err := os.Stat(bins.etcd); err != nil {
-		fmt.Fprintf(os.Stderr, "test/netns: the etcd binary: %v (test/kube/build-assets builds it; test/run runs it first)\n", err)
+	if bins, err = Build(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "test/netns: %v\n", err)
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -84,7 +72,7 @@ func startCluster(t *testing.T) *cluster {
 		joins = append(joins, h.Addr(7946))
 	}
 	for i, h := range c.cps {
-		h.Start(fmt.Sprintf("etcd-%d", i), bins.etcd, "--name", fmt.Sprintf("etcd-%d", i), "--data-dir", filepath.Join(c.dir, fmt.Sprintf("etcd-%d", i)),
+		h.Start(fmt.Sprintf("etcd-%d", i), bins.Etcd, "--name", fmt.Sprintf("etcd-%d", i), "--data-dir", filepath.Join(c.dir, fmt.Sprintf("etcd-%d", i)),
 			"--listen-client-urls", "http://"+h.Addr(2379), "--advertise-client-urls", "http://"+h.Addr(2379),
 			"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
@@ -96,17 +84,17 @@ gossip: {bind: "%s", join: [%s], keyFile: %s}
 etcd: {endpoint: "http://%s"}
 probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
 `, i, h.Addr(7946), strings.Join(joins, ", "), keyFile, h.Addr(2379)))
-		h.Start(fmt.Sprintf("agent-%d", i), bins.agent, "-config", cfg)
+		h.Start(fmt.Sprintf("agent-%d", i), bins.Agent, "-config", cfg)
 	}
 	creds := c.write(t, "bmc-credentials", "username=admin\npassword=lab-secret\n")
-	c.hubH.Start("bmcsim", bins.hub, "bmc", "simulate", "--http", "--listen", "127.0.0.1:8443", "--system", "cp-0,cp-1,cp-2",
+	c.hubH.Start("bmcsim", bins.Hub, "bmc", "simulate", "--http", "--listen", "127.0.0.1:8443", "--system", "cp-0,cp-1,cp-2",
 		"--credentials", creds, "--state-dir", filepath.Join(c.dir, "bmcsim"), "--cycle-off", "200ms", "--power-on-delay", "200ms", "--shutdown-delay", "200ms")
 	var machines strings.Builder
 	for i := range c.cps {
 		fmt.Fprintf(&machines, "  - {name: cp-%d, member: etcd-%d, class: cp, bmc: {endpoint: \"redfish+http://127.0.0.1:8443/systems/cp-%d\", credentials: %s}}\n", i, i, i, creds)
 	}
 	inv := c.write(t, "inventory.yaml", "cluster: lab\npolicy: {cooldown: 1s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n"+machines.String())
-	c.hub = c.hubH.Start("hub", bins.hub, "run", "--inventory", inv, "--gossip-key-file", keyFile, "--join", strings.Join(joins, ","),
+	c.hub = c.hubH.Start("hub", bins.Hub, "run", "--inventory", inv, "--gossip-key-file", keyFile, "--join", strings.Join(joins, ","),
 		"--gossip-bind", c.hubH.Addr(7947), "--journal", filepath.Join(c.dir, "journal.db"), "--socket", c.socket, "--metrics-address", "127.0.0.1:9357")
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -132,7 +120,7 @@ func (c *cluster) write(t *testing.T, name, body string) string {
 func (c *cluster) status(ctx context.Context) (hub.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bins.hub, "status", "-o", "json", "--socket", c.socket).Output()
+	out, err := exec.CommandContext(ctx, bins.Hub, "status", "-o", "json", "--socket", c.socket).Output()
 	if err != nil {
 		return hub.Status{}, err
 	}
