@@ -188,7 +188,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		by = "operator"
 	}
 	rem := Remediation{ID: req.Adopt, Machine: m.Name, Strategy: strategy.String(), RequestedBy: by, Reason: "manual " + strategy.String(),
-		Steps: plan.StepStrings(), Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
+		Steps: plan.Steps, Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
 	if refusal != nil {
 		rem.Reason += "; forced over: " + refusal.Error()
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -98,6 +99,31 @@ type Executor struct {
 	// ResetWindow bounds, from the intent, how long Resume waits for such evidence before it takes
 	// the step again: as long as a reset may take to show (a graceful restart, then the hard one).
 	ResetWindow time.Duration
+	// Trouble, when set, is told when a journal write fails (the executor retries it until it is
+	// recorded, the remediation still running) and, with nil, when it went in after all.
+	Trouble func(error)
+}
+
+// The executor's journal writes, each retried until recorded (persist).
+func (e *Executor) intent(ctx context.Context, id string, step int, detail string) error {
+	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Intent(ctx, id, step, detail) })
+}
+
+func (e *Executor) outcome(ctx context.Context, id string, step int, detail string) error {
+	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Outcome(ctx, id, step, detail) })
+}
+
+func (e *Executor) note(ctx context.Context, id string, detail string) error {
+	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Note(ctx, id, detail) })
+}
+
+// finish ends the remediation in the journal; one that was finished already is done.
+func (e *Executor) finish(ctx context.Context, id string, state RemediationState, detail string) error {
+	err := persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Finish(ctx, id, state, detail) })
+	if errors.Is(err, ErrFinished) {
+		return nil
+	}
+	return err
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
@@ -115,7 +141,7 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			if err := e.recheck(ctx, rem, step); err != nil {
 				return err
 			}
-			if err := e.Journal.Intent(ctx, rem.ID, i, e.describe(step)); err != nil {
+			if err := e.intent(ctx, rem.ID, i, e.describe(step)); err != nil {
 				return err
 			}
 			if e.BeforeAct != nil {
@@ -126,7 +152,7 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 				return e.stepFailed(ctx, rem, i, err)
 			}
 			outcome := fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))
-			if err := e.Journal.Outcome(ctx, rem.ID, i, outcome); err != nil {
+			if err := e.outcome(ctx, rem.ID, i, outcome); err != nil {
 				return err
 			}
 			if e.Checkpoint != nil {
@@ -139,13 +165,12 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 		default:
 			if e.Owner == nil {
 				err := fmt.Errorf("step %v: membership changes are the owner controller's (Kubernetes mode), not the standalone hub's", step)
-				_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
-				return err
+				return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 			}
 			return e.handOver(ctx, rem, plan, i)
 		}
 	}
-	return e.Journal.Finish(ctx, rem.ID, Succeeded, "every step done")
+	return e.finish(ctx, rem.ID, Succeeded, "every step done")
 }
 
 // handOver hands the machine to its owner for the plan's steps from i on: the owner removes and adds
@@ -168,7 +193,7 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 	for _, s := range rest {
 		list = append(list, s.String())
 	}
-	if err := e.Journal.Intent(ctx, rem.ID, i, fmt.Sprintf("hand over to %s: %s", e.Owner.Describe(), strings.Join(list, " → "))); err != nil {
+	if err := e.intent(ctx, rem.ID, i, fmt.Sprintf("hand over to %s: %s", e.Owner.Describe(), strings.Join(list, " → "))); err != nil {
 		return err
 	}
 	if e.BeforeAct != nil {
@@ -177,7 +202,7 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 	if err := e.Owner.HandOver(ctx, rem.Reason, rest); err != nil {
 		return e.stepFailed(ctx, rem, i, err)
 	}
-	if err := e.Journal.Outcome(ctx, rem.ID, i, handedOverTo+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, i, handedOverTo+e.Owner.Describe()); err != nil {
 		return err
 	}
 	if e.Checkpoint != nil {
@@ -193,9 +218,10 @@ func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, err e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	_ = e.Journal.Outcome(ctx, rem.ID, i, "failed: "+err.Error())
-	_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
-	return err
+	if werr := e.outcome(ctx, rem.ID, i, "failed: "+err.Error()); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
 }
 
 const handedOverTo = "handed over to "
@@ -243,13 +269,13 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 		if err := e.recheck(ctx, rem, step); err != nil {
 			return err
 		}
-		if err := e.Journal.Intent(ctx, rem.ID, last, fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe())); err != nil {
+		if err := e.intent(ctx, rem.ID, last, fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe())); err != nil {
 			return err
 		}
 		if err := e.Owner.Remove(ctx); err != nil {
 			return e.stepFailed(ctx, rem, last, err)
 		}
-		if err := e.Journal.Outcome(ctx, rem.ID, last, removedBy+e.Owner.Describe()); err != nil {
+		if err := e.outcome(ctx, rem.ID, last, removedBy+e.Owner.Describe()); err != nil {
 			return err
 		}
 		if e.Checkpoint != nil {
@@ -257,10 +283,10 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 		}
 		removed = true
 	}
-	if err := e.Journal.Outcome(ctx, rem.ID, last, "replaced by "+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, last, "replaced by "+e.Owner.Describe()); err != nil {
 		return err
 	}
-	return e.Journal.Finish(ctx, rem.ID, Succeeded, "every step done")
+	return e.finish(ctx, rem.ID, Succeeded, "every step done")
 }
 
 const removedBy = "old machine let go by "
@@ -300,11 +326,10 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 	first := steps[0]
 	live, err := e.Live(ctx)
 	if err != nil && e.Force {
-		return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
+		return e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
 		err = fmt.Errorf("re-checking quorum before %v: %w", first, err)
-		_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
-		return err
+		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 	}
 	// This remediation's own member is not disrupted yet: the step is what disrupts it.
 	if i := live.Index(first.Member); i >= 0 && live.Members[i].Disruption == quorum.InFlight {
@@ -314,11 +339,10 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 	for _, step := range steps {
 		live, err = live.Check(e.Policy, step)
 		if err != nil && e.Force {
-			return e.Journal.Note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
+			return e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
 		} else if err != nil {
 			err = fmt.Errorf("re-check before %v refused: %w", step, err)
-			_ = e.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
-			return err
+			return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 		}
 	}
 	return nil
@@ -331,7 +355,7 @@ func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered 
 	if err != nil {
 		return err
 	}
-	return e.Journal.Outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
+	return e.outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
 }
 
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
@@ -349,8 +373,7 @@ func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Durat
 		}
 		if time.Now().After(deadline) {
 			err := fmt.Errorf("%s not recovered within %v (%s)", rem.Machine, timeout, where)
-			_ = e.Journal.Finish(ctx, rem.ID, Failed, err.Error())
-			return err
+			return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -382,7 +405,7 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
 		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
-		if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
 			return 0, err
 		}
 		return pending.Step, nil
@@ -406,12 +429,12 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
 	if done {
-		if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": not repeated"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": not repeated"); err != nil {
 			return 0, err
 		}
 		return pending.Step + 1, nil
 	}
-	if err := e.Journal.Outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+	if err := e.outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
 		return 0, err
 	}
 	return pending.Step, nil
@@ -456,22 +479,14 @@ func nextStep(rem Remediation) int {
 	return next
 }
 
-// planFromSteps rebuilds a plan from the journal's step strings ("power-cycle etcd-2").
-func planFromSteps(strategy string, steps []string) (quorum.Plan, error) {
-	s, err := quorum.ParseStrategy(strategy)
+// planOf rebuilds a remediation's plan from its journal record.
+func planOf(rem Remediation) (quorum.Plan, error) {
+	s, err := quorum.ParseStrategy(rem.Strategy)
 	if err != nil {
-		return quorum.Plan{}, err
+		return quorum.Plan{}, fmt.Errorf("remediation %s: %w", rem.ID, err)
 	}
-	p := quorum.Plan{Strategy: s}
-	for i, text := range steps {
-		step, err := quorum.ParseStep(text)
-		if err != nil {
-			return quorum.Plan{}, fmt.Errorf("journal step %d: %w", i, err)
-		}
-		p.Steps = append(p.Steps, step)
+	if len(rem.Steps) == 0 {
+		return quorum.Plan{}, fmt.Errorf("remediation %s: no readable steps in its record (see its history)", rem.ID)
 	}
-	if len(p.Steps) > 0 {
-		p.Member = p.Steps[0].Member
-	}
-	return p, nil
+	return quorum.Plan{Strategy: s, Member: rem.Steps[0].Member, Steps: slices.Clone(rem.Steps)}, nil
 }

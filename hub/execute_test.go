@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -63,7 +65,7 @@ func (r *execRig) recovered(context.Context) bool {
 
 func (r *execRig) begin(t *testing.T, plan quorum.Plan) Remediation {
 	t.Helper()
-	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.StepStrings()})
+	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.Steps})
 	require.NoError(t, err)
 	return rem
 }
@@ -121,7 +123,7 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 			active, err := r.journal.Active(t.Context())
 			require.NoError(t, err)
 			require.Len(t, active, 1)
-			restored, err := planFromSteps(active[0].Strategy, active[0].Steps)
+			restored, err := planOf(active[0])
 			require.NoError(t, err)
 			assert.Equal(t, plan.Steps, restored.Steps)
 			e := r.executor(live)
@@ -150,11 +152,18 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 	}
 }
 
-func TestPlanFromStepsRejectsGarbage(t *testing.T) {
-	_, err := planFromSteps("reboot", []string{"explode etcd-1"})
-	assert.ErrorContains(t, err, `journal step 0: step "explode etcd-1": want an operation and a member`)
-	_, err = planFromSteps("nuke", nil)
-	assert.Error(t, err)
+// The journal stores steps typed, written as text: a step that is not one does not read back.
+func TestJournalStepsReadBackTyped(t *testing.T) {
+	var rem Remediation
+	require.NoError(t, json.Unmarshal([]byte(`{"id":"cp-1/1","strategy":"reboot","steps":["power-cycle etcd-1","await-healthy etcd-1"]}`), &rem))
+	plan, err := planOf(rem)
+	require.NoError(t, err)
+	assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-1"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-1"}}, plan.Steps)
+	assert.ErrorContains(t, json.Unmarshal([]byte(`{"steps":["explode etcd-1"]}`), &rem), `step "explode etcd-1": want an operation and a member`)
+	_, err = planOf(Remediation{ID: "cp-1/2", Strategy: "nuke", Steps: plan.Steps})
+	assert.ErrorContains(t, err, "remediation cp-1/2")
+	_, err = planOf(Remediation{ID: "cp-1/3", Strategy: "reboot"})
+	assert.ErrorContains(t, err, "remediation cp-1/3: no readable steps")
 }
 
 // fakeOwner counts hand-overs and says the machine is replaced after replacedAfter polls.
@@ -228,7 +237,7 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 	assert.Equal(t, 1, owner.handOvers)
 
 	// Resumed after the hand-over's outcome: the owner is waited for, not signalled again.
-	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.StepStrings()})
+	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
 	require.NoError(t, err)
 	require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, 0, "hand over"))
 	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, handedOverTo+owner.Describe()))
@@ -304,7 +313,7 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 
 	// Resumed after the remove's outcome, the owner still saying ready for a moment: not removed again.
 	last := len(plan.Steps) - 1
-	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.StepStrings()})
+	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
 	require.NoError(t, err)
 	for _, ev := range []struct {
 		step   int
@@ -401,4 +410,60 @@ func TestResumeWithoutAResetTime(t *testing.T) {
 			assert.Empty(t, r.sim.Resets("1"), "Resume itself sends nothing")
 		})
 	}
+}
+
+// flakyStore refuses the first n writes of one kind (as an API server that is restarting would).
+type flakyStore struct {
+	Store
+	kind   EventKind
+	refuse int
+}
+
+func (s *flakyStore) Outcome(ctx context.Context, id string, step int, detail string) error {
+	if s.kind == EventOutcome && s.refuse > 0 {
+		s.refuse--
+		return errors.New("etcdserver: leader changed")
+	}
+	return s.Store.Outcome(ctx, id, step, detail)
+}
+
+func (s *flakyStore) Finish(ctx context.Context, id string, state RemediationState, detail string) error {
+	if s.kind == EventNote && s.refuse > 0 {
+		s.refuse--
+		return errors.New("etcdserver: request timed out")
+	}
+	return s.Store.Finish(ctx, id, state, detail)
+}
+
+// A journal write that fails is retried until it is recorded, the remediation still running (the
+// machine held), and said once when it fails and once when it went in: an outcome or an end that
+// was dropped would leave the remediation in progress in the journal, blocking its machine.
+func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
+	for _, kind := range []EventKind{EventOutcome, EventNote} {
+		t.Run(string(kind), func(t *testing.T) {
+			r := newExecRig(t)
+			live := members("HHH")
+			plan, err := live.PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			e := r.executor(live)
+			e.Journal = &flakyStore{Store: r.journal, kind: kind, refuse: 3}
+			var said []string
+			e.Trouble = func(err error) { said = append(said, fmt.Sprint(err)) }
+			require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered))
+			assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"), "one BMC call")
+			assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
+			require.Len(t, said, 2, "said once when refused, once when recorded: %q", said)
+			assert.Contains(t, said[0], "etcdserver")
+			assert.Equal(t, "<nil>", said[1])
+		})
+	}
+}
+
+// A write that no retry can make succeed is not retried: another hub took over the journal.
+func TestPersistGivesUpOnAStaleEpoch(t *testing.T) {
+	calls := 0
+	err := persist(t.Context(), nil, func(context.Context) error { calls++; return fmt.Errorf("journal x: %w", ErrStaleEpoch) })
+	require.ErrorIs(t, err, ErrStaleEpoch)
+	assert.Equal(t, 1, calls)
 }

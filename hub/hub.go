@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -18,11 +19,21 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
+// Pool is what the hub reads from the gossip pool it is a member of (*health.Gossip).
+type Pool interface {
+	// Reports are the latest report of each node.
+	Reports() map[string]health.Report
+	// Peers are the members as the hub's own membership sees them.
+	Peers() []health.PeerView
+	// KeepJoined keeps these nodes joined: the pool joins them again when it has lost them.
+	KeepJoined(nodes []string)
+}
+
 // Config configures a hub.
 type Config struct {
 	Inventory Inventory
 	// Gossip is the hub's own membership of the agents' pool.
-	Gossip  *health.Gossip
+	Gossip  Pool
 	Journal Store
 	Log     *slog.Logger
 	// Tick is the time between passes (default 200 ms).
@@ -50,6 +61,9 @@ type Config struct {
 	// Brakes, when set, keeps the operator's brakes across restarts (default: the journal, when it is
 	// a BrakeStore, as the bbolt journal is).
 	Brakes BrakeStore
+	// AfterPass, when set, is called with the count of passes so far at the end of each (tests assert
+	// "nothing happened" over a number of passes, not a sleep).
+	AfterPass func(n uint64)
 }
 
 // Notice is one decision about one machine: a verdict, a refusal or hold, a remediation's start and
@@ -97,8 +111,8 @@ type Hub struct {
 	planErr         string // why the latest pass did not plan; empty when it did
 	holding         string // what the latest pass would have started but held (suspended, rate limit)
 	running         map[string]*running
-	starts          []time.Time
-	endedAt         map[string]time.Time // a machine's cooldown runs from its last remediation's end
+	ledger          *ledger                 // the journal's summary the passes read (never the journal)
+	startFailed     map[string]startFailure // machines whose remediation could not be begun
 	events          []string
 	brakes          Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
 	pauses          map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
@@ -117,7 +131,22 @@ type running struct {
 	cancel context.CancelFunc
 	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
 	busy bool
+	// unrecorded: why the journal refuses a write the remediation waits on (retried until it is in).
+	unrecorded string
 }
+
+// startFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner
+// could not be reached for, the journal refused it): retried after startRetry, without a slot of the
+// rate limit, which only a remediation in the journal takes.
+type startFailure struct {
+	why string
+	at  time.Time
+}
+
+const startRetry = 30 * time.Second
+
+// keepFinished is how many finished remediations per machine the ledger keeps (as the journal does).
+const keepFinished = 20
 
 // New returns a hub.
 func New(cfg Config) (*Hub, error) {
@@ -141,13 +170,15 @@ func New(cfg Config) (*Hub, error) {
 			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
 		}
 	}
+	l := newLedger(keepFinished)
+	cfg.Journal = recorder{Store: cfg.Journal, l: l}
 	met, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
 		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
-		running: map[string]*running{}, endedAt: map[string]time.Time{}, pauses: map[string]Brake{},
+		running: map[string]*running{}, ledger: l, startFailed: map[string]startFailure{}, pauses: map[string]Brake{},
 		waitingWhy: map[string]string{}, resumed: make(chan struct{})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
@@ -165,7 +196,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.loadBrakes(ctx); err != nil {
 		return err
 	}
-	if err := h.loadRecent(ctx); err != nil {
+	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
 		return err
 	}
 	h.warmUp(ctx)
@@ -175,11 +206,14 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
-	for {
+	for n := uint64(1); ; n++ {
 		h.pass(ctx)
 		h.mu.Lock()
 		h.lastPass = time.Now()
 		h.mu.Unlock()
+		if h.cfg.AfterPass != nil {
+			h.cfg.AfterPass(n)
+		}
 		select {
 		case <-ctx.Done():
 			h.mu.Lock()
@@ -450,7 +484,7 @@ func (h *Hub) pass(ctx context.Context) {
 		if m.Strategy == quorum.Replace && m.Member != "" {
 			qm.Replace.NewMember = m.Member + newMemberSuffix
 		}
-		qm.InFlight, qm.Held, failed[m.Name] = h.hold(ctx, m, qm.Unhealthy, inv.Policy, obs.Now)
+		qm.InFlight, qm.Held, failed[m.Name] = h.hold(m, qm.Unhealthy, inv.Policy, obs.Now)
 		if qm.InFlight {
 			qm.Strategy, qm.Remaining = h.stillToCome(m.Name)
 		}
@@ -475,31 +509,31 @@ func (h *Hub) pass(ctx context.Context) {
 }
 
 // hold says whether a machine has a remediation in flight and, for an unhealthy one, why the hub
-// will not start one now: detached, cooling down after its last remediation, or given up after
-// maxAttempts failed ones since it was last healthy. It also returns how many failed (start
-// escalates with it): the journal is read once per machine and pass.
-func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string, failed int) {
+// will not start one now: detached, its last start failed, cooling down after its last remediation, a
+// fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
+// It also returns how many failed (start escalates with it). It reads the ledger, not the journal.
+func (h *Hub) hold(m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string, failed int) {
 	h.mu.Lock()
 	_, inFlight = h.running[m.Name]
 	detached, isDetached := h.brakes.Detached[m.Name]
-	ended, healthy := h.endedAt[m.Name], h.healthyAt[m.Name]
+	healthy, sf := h.healthyAt[m.Name], h.startFailed[m.Name]
 	h.mu.Unlock()
-	switch {
-	case inFlight || !unhealthy:
+	if inFlight || !unhealthy {
 		return inFlight, "", 0
+	}
+	hist := h.ledger.of(m.Name)
+	switch end := ended(hist); {
 	case m.Hold != "":
 		return false, m.Hold, 0
 	case isDetached:
 		return false, fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
-	case !ended.IsZero() && now.Sub(ended) < p.Cooldown:
-		return false, fmt.Sprintf("cooling down until %s after its last remediation", ended.Add(p.Cooldown).Format(time.TimeOnly)), 0
+	case !sf.at.IsZero() && now.Sub(sf.at) < startRetry:
+		return false, fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(startRetry).Format(time.TimeOnly)), 0
+	case !end.IsZero() && now.Sub(end) < p.Cooldown:
+		return false, fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly)), 0
 	}
-	hist, err := h.cfg.Journal.History(ctx, m.Name)
-	if err != nil {
-		return false, fmt.Sprintf("cannot read its journal (%v): nothing starts without the history", err), 0
-	}
-	if last := len(hist) - 1; last >= 0 && hist[last].Strategy == quorum.Fence.String() && hist[last].State == Succeeded {
-		return false, fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name), 0
+	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
+		return false, fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name), 0
 	}
 	n := failures(hist, healthy)
 	if n >= p.MaxAttempts {
@@ -510,7 +544,7 @@ func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now
 	// new failures: its remediations within flapWindow count together, escalate, and give up.
 	recent := 0
 	for _, r := range hist {
-		if r.RequestedBy == "hub" && r.State != InProgress && now.Sub(r.Created) < p.FlapWindow {
+		if r.byHub && r.state != InProgress && now.Sub(r.created) < p.FlapWindow {
 			recent++
 		}
 	}
@@ -518,34 +552,15 @@ func (h *Hub) hold(ctx context.Context, m Machine, unhealthy bool, p Policy, now
 		return false, fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name), recent
 	}
-	n = max(n, recent)
-	return false, "", n
+	return false, "", max(n, recent)
 }
 
-// loadRecent restores from the journal what the brakes count that lives in memory: when each
-// machine's last remediation ended (its cooldown runs from there) and the hub's own starts within the
-// rate-limit window, so that a restart or a failover does not reset them.
-func (h *Hub) loadRecent(ctx context.Context) error {
-	inv := h.inventory()
-	now := time.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, m := range inv.Machines {
-		hist, err := h.cfg.Journal.History(ctx, m.Name)
-		if err != nil {
-			return fmt.Errorf("reading %s's remediations from the journal (cooldown, rate limit): %w", m.Name, err)
-		}
-		for _, r := range hist {
-			if r.State != InProgress && r.Updated.After(h.endedAt[m.Name]) {
-				h.endedAt[m.Name] = r.Updated
-			}
-			if r.RequestedBy == "hub" && now.Sub(r.Created) <= inv.Policy.RatePer {
-				h.starts = append(h.starts, r.Created)
-			}
-		}
+func machineNames(inv Inventory) []string {
+	out := make([]string, len(inv.Machines))
+	for i, m := range inv.Machines {
+		out[i] = m.Name
 	}
-	slices.SortFunc(h.starts, time.Time.Compare)
-	return nil
+	return out
 }
 
 // stillToCome is what a running remediation has left: its strategy and its plan's steps from the one
@@ -607,23 +622,6 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 		}
 	}
 	return out
-}
-
-// failures counts the remediations in a machine's history that ended without success after it was
-// last seen healthy (all of the latest unsuccessful run when the hub never saw it healthy).
-func failures(hist []Remediation, healthy time.Time) int {
-	n := 0
-	for i := len(hist) - 1; i >= 0; i-- {
-		r := hist[i]
-		if r.State == InProgress {
-			continue
-		}
-		if r.State == Succeeded || !r.Updated.After(healthy) {
-			break
-		}
-		n++
-	}
-	return n
 }
 
 // setHolding records what the pass held back; setPlanErr why it did not plan. Each is an event only
@@ -729,25 +727,36 @@ func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision, faile
 		h.mu.Unlock()
 		return fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList())
 	}
-	h.starts = slices.DeleteFunc(h.starts, func(t time.Time) bool { return now.Sub(t) > p.RatePer })
-	if len(h.starts) >= p.RateMax {
-		h.mu.Unlock()
-		return fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
-			len(h.starts), p.RatePer, p.RateMax, m.Name)
-	}
-	h.starts = append(h.starts, now)
 	h.mu.Unlock()
+	if n := h.ledger.startsWithin(now, p.RatePer); n >= p.RateMax {
+		return fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
+			n, p.RatePer, p.RateMax, m.Name)
+	}
 
 	plan := d.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(d.Strategy, m)
 	}
 	rem := Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub", Reason: d.Reason,
-		Steps: plan.StepStrings(), Attempt: failed + 1, Hard: failed > 0 && d.Strategy == quorum.Reboot}
+		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && d.Strategy == quorum.Reboot}
 	if rem.Hard {
 		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, p.MaxAttempts, failed)
 	}
-	_, _ = h.begin(ctx, m, rem, plan) // begin reports its own failure as an event
+	// Only a remediation the journal accepted takes a slot of the rate limit (the ledger counts it):
+	// one that cannot begin is held and tried again later, and the others' starts go on.
+	_, err := h.begin(ctx, m, rem, plan)
+	h.mu.Lock()
+	prev := h.startFailed[m.Name]
+	if err == nil {
+		delete(h.startFailed, m.Name)
+	} else {
+		h.startFailed[m.Name] = startFailure{why: err.Error(), at: now}
+	}
+	h.mu.Unlock()
+	if err != nil && prev.why != err.Error() {
+		h.event("cannot remediate %s: %v (trying again in %v)", m.Name, err, startRetry)
+		h.notify(Notice{Machine: m.Name, Reason: "RemediationNotBegun", Message: fmt.Sprintf("%s of %s could not begin: %v", d.Strategy, m.Name, err), Warning: true})
+	}
 	return ""
 }
 
@@ -763,13 +772,11 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 	h.mu.Unlock()
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
-		h.event("cannot remediate %s: %v", m.Name, err)
 		return rem, err
 	}
 	rem, err = h.cfg.Journal.Begin(ctx, rem)
 	if err != nil {
-		h.event("cannot remediate %s: %v", m.Name, err)
-		return rem, err
+		return rem, fmt.Errorf("the journal refused it: %w", err)
 	}
 	h.launch(ctx, m, rem, plan, 0, act)
 	return rem, nil
@@ -824,9 +831,9 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 	if rem.Forced {
 		how += ", forced"
 	}
-	h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, strings.Join(rem.Steps, " → "))
+	h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))
 	h.notify(Notice{Machine: m.Name, Reason: "RemediationStarted", Message: fmt.Sprintf("remediation %s (%s, requested by %s): %s: %s",
-		rem.ID, how, rem.RequestedBy, rem.Reason, strings.Join(rem.Steps, " → "))})
+		rem.ID, how, rem.RequestedBy, rem.Reason, quorum.StepList(rem.Steps))})
 	h.mu.Lock()
 	delete(h.waitingWhy, m.Name)
 	h.mu.Unlock()
@@ -844,6 +851,7 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 			r.next = i
 			h.mu.Unlock()
 		},
+		Trouble: h.journalTrouble(m.Name, rem.ID, r),
 		Checkpoint: func(step quorum.Step, outcome string) {
 			h.mu.Lock()
 			r.busy = false
@@ -856,9 +864,6 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		h.mu.Lock()
 		delete(h.running, m.Name)
 		stopping := ctx.Err() != nil
-		if !stopping {
-			h.endedAt[m.Name] = time.Now()
-		}
 		h.mu.Unlock()
 		switch {
 		case stopping:
@@ -870,9 +875,30 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		default:
 			h.metrics.remediation(rem, "succeeded")
 			h.event("%s: remediation %s succeeded: the machine is back", m.Name, rem.ID)
-			h.notify(Notice{Machine: m.Name, Reason: "Remediated", Message: fmt.Sprintf("remediation %s succeeded: %s", rem.ID, strings.Join(rem.Steps, " → "))})
+			h.notify(Notice{Machine: m.Name, Reason: "Remediated", Message: fmt.Sprintf("remediation %s succeeded: %s", rem.ID, quorum.StepList(rem.Steps))})
 		}
 	}()
+}
+
+// journalTrouble is an executor's Trouble: a journal write that fails is said (event, Warning,
+// `hub status`) once, and again when it went in; the remediation holds its machine meanwhile.
+func (h *Hub) journalTrouble(machine, id string, r *running) func(error) {
+	return func(err error) {
+		h.mu.Lock()
+		if err != nil {
+			r.unrecorded = err.Error()
+		} else {
+			r.unrecorded = ""
+		}
+		h.mu.Unlock()
+		if err == nil {
+			h.event("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)
+			return
+		}
+		msg := fmt.Sprintf("remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", id, err, machine)
+		h.event("%s: %s", machine, msg)
+		h.notify(Notice{Machine: machine, Reason: "JournalWriteFailing", Message: msg, Warning: true})
+	}
 }
 
 // live gives the executor the membership as it is now, remediations in flight marked (the Executor
@@ -965,13 +991,15 @@ func (h *Hub) resume(ctx context.Context) error {
 	inv := h.inventory()
 	for _, rem := range active {
 		m, ok := inv.machine(rem.Machine)
-		if !ok {
-			_ = h.cfg.Journal.Finish(ctx, rem.ID, Aborted, "the machine is no longer in the inventory")
-			continue
-		}
-		plan, err := planFromSteps(rem.Strategy, rem.Steps)
+		why := "the machine is no longer in the inventory"
+		plan, err := planOf(rem)
 		if err != nil {
-			_ = h.cfg.Journal.Finish(ctx, rem.ID, Aborted, err.Error())
+			why = err.Error()
+		}
+		if !ok || err != nil {
+			if err := persist(ctx, nil, func(ctx context.Context) error { return h.cfg.Journal.Finish(ctx, rem.ID, Aborted, why) }); err != nil && !errors.Is(err, ErrFinished) {
+				return fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
+			}
 			continue
 		}
 		act, err := h.actuator(m, plan.Strategy)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hale-dev/hale/quorum"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
@@ -48,12 +50,13 @@ type Event struct {
 
 // Remediation is one persisted operation on one machine.
 type Remediation struct {
-	ID          string   `json:"id"`
-	Machine     string   `json:"machine"`
-	Strategy    string   `json:"strategy"`
-	RequestedBy string   `json:"requestedBy"`
-	Reason      string   `json:"reason"`
-	Steps       []string `json:"steps"`
+	ID          string `json:"id"`
+	Machine     string `json:"machine"`
+	Strategy    string `json:"strategy"`
+	RequestedBy string `json:"requestedBy"`
+	Reason      string `json:"reason"`
+	// Steps are the plan, each written as text ("power-cycle etcd-2"), read back typed.
+	Steps []quorum.Step `json:"steps"`
 	// Hard: power-cycle from the start (an escalation after a failed attempt, or `hub reboot --hard`).
 	Hard bool `json:"hard,omitempty"`
 	// Forced: an operator overrode the quorum check (`hub reboot --force`); the refusal is in History.
@@ -238,7 +241,7 @@ func (j *Journal) event(id string, e Event, finish RemediationState) error {
 			return err
 		}
 		if r.State != InProgress {
-			return fmt.Errorf("remediation %s is %s already", id, r.State)
+			return fmt.Errorf("remediation %s is %s already: %w", id, r.State, ErrFinished)
 		}
 		e.At, e.Epoch = j.now(), j.epoch
 		r.History = append(r.History, e)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/quorum"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -27,7 +29,7 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	j := openJournal(t, path)
 	assert.Equal(t, uint64(1), j.Epoch())
 	r, err := j.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
-		Steps: []string{"power-cycle etcd-2", "await-healthy etcd-2"}})
+		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, j.Intent(t.Context(), r.ID, 0, "PowerCycle via redfish://10.0.0.12"))
 	_, err = j.Begin(t.Context(), Remediation{Machine: "cp-2", Reason: "again"})
@@ -52,7 +54,7 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	active, err = j2.Active(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, active)
-	assert.ErrorContains(t, j2.Intent(t.Context(), r.ID, 1, "x"), "is Succeeded already")
+	assert.ErrorIs(t, j2.Intent(t.Context(), r.ID, 1, "x"), ErrFinished, "is Succeeded already")
 	assert.ErrorContains(t, j2.Finish(t.Context(), "nope/1", Failed, ""), "no remediation nope/1")
 }
 
@@ -113,4 +115,16 @@ func TestJournalBadInput(t *testing.T) {
 	_, err = j.Begin(t.Context(), Remediation{Machine: "a/b"})
 	require.ErrorContains(t, err, `machine name "a/b" must be non-empty and without /`)
 	assert.ErrorContains(t, j.Finish(t.Context(), "x", InProgress, ""), "is not a final state")
+}
+
+func steps(texts ...string) []quorum.Step {
+	out := make([]quorum.Step, len(texts))
+	for i, t := range texts {
+		s, err := quorum.ParseStep(t)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = s
+	}
+	return out
 }

@@ -61,10 +61,10 @@ type MachineStatus struct {
 
 // RemediationStatus is a remediation in flight.
 type RemediationStatus struct {
-	ID          string   `json:"id"`
-	Strategy    string   `json:"strategy"`
-	RequestedBy string   `json:"requestedBy"`
-	Steps       []string `json:"steps"`
+	ID          string        `json:"id"`
+	Strategy    string        `json:"strategy"`
+	RequestedBy string        `json:"requestedBy"`
+	Steps       []quorum.Step `json:"steps"`
 	// Step is the index of the step under way (len(Steps) when all are done).
 	Step int `json:"step"`
 	// Busy: inside an irreversible step (a BMC call): a pause waits for it.
@@ -72,14 +72,13 @@ type RemediationStatus struct {
 	Hard    bool `json:"hard,omitempty"`
 	Forced  bool `json:"forced,omitempty"`
 	Attempt int  `json:"attempt,omitempty"`
+	// Unrecorded says why the journal refuses a write this remediation waits on (retried until it
+	// is in; the machine stays in flight meanwhile).
+	Unrecorded string `json:"unrecorded,omitempty"`
 }
 
 // Status returns the hub's status now.
 func (h *Hub) Status(ctx context.Context) Status {
-	type flight struct {
-		id   string
-		busy bool
-	}
 	h.mu.Lock()
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
 		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: h.planErr, Holding: h.holding,
@@ -91,10 +90,6 @@ func (h *Hub) Status(ctx context.Context) Status {
 	decisions := map[string]string{}
 	for _, d := range h.outcome.Decisions {
 		decisions[d.Machine] = d.Reason
-	}
-	flights := map[string]flight{}
-	for name, r := range h.running {
-		flights[name] = flight{r.rem.ID, r.busy}
 	}
 	for _, m := range h.inv.Machines {
 		a := h.assessments[m.Name]
@@ -115,23 +110,13 @@ func (h *Hub) Status(ctx context.Context) Status {
 				}
 			}
 		}
+		if r, ok := h.running[m.Name]; ok { // from memory: a status (and a scrape) reads no journal
+			ms.Remediation = &RemediationStatus{ID: r.rem.ID, Strategy: r.rem.Strategy, RequestedBy: r.rem.RequestedBy, Steps: r.rem.Steps,
+				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Unrecorded: r.unrecorded}
+		}
 		st.Machines = append(st.Machines, ms)
 	}
 	h.mu.Unlock()
-
-	// The journal is read outside the lock.
-	for i := range st.Machines {
-		f, ok := flights[st.Machines[i].Name]
-		if !ok {
-			continue
-		}
-		rem, err := h.cfg.Journal.Get(ctx, f.id)
-		if err != nil {
-			continue
-		}
-		st.Machines[i].Remediation = &RemediationStatus{ID: rem.ID, Strategy: rem.Strategy, RequestedBy: rem.RequestedBy, Steps: rem.Steps,
-			Step: nextStep(rem), Busy: f.busy, Hard: rem.Hard, Forced: rem.Forced, Attempt: rem.Attempt}
-	}
 	return st
 }
 

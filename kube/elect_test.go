@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
 
@@ -38,7 +39,7 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	a := <-campaign(ctxA, "hub-a")
 	jA := NewJournal(c, "hale-system", a.Epoch(), 5).WithFence(a.Check)
 	rem, err := jA.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-1 dead",
-		Steps: []string{"power-cycle etcd-1", "await-healthy etcd-1"}})
+		Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-1"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-1"}}})
 	require.NoError(t, err)
 	require.NoError(t, jA.Intent(ctx, rem.ID, 0, "reboot etcd-1 (graceful, then hard)"))
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // Journal keeps remediations as Remediation objects in one namespace, so `kubectl get remediations`
@@ -131,7 +132,7 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 		obj.Labels[v1alpha1.LabelMachine] = l
 	}
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
-		Hard: r.Hard, Force: r.Forced, Steps: r.Steps, Attempt: int32(r.Attempt)}
+		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt)}
 	obj.Spec.Members = r.Members
 	if !r.AgentStarted.IsZero() {
 		obj.Spec.AgentStarted = &metav1.Time{Time: r.AgentStarted}
@@ -188,7 +189,7 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Event, finish hub.
 			return fmt.Errorf("remediation %s: %w (this hub's epoch %d, the remediation's %d)", id, hub.ErrStaleEpoch, j.epoch, obj.Status.Epoch)
 		}
 		if obj.Status.Phase != v1alpha1.PhaseInProgress {
-			return fmt.Errorf("remediation %s is %s already", id, obj.Status.Phase)
+			return fmt.Errorf("remediation %s is %s already: %w", id, obj.Status.Phase, hub.ErrFinished)
 		}
 		if err := j.checkFence(ctx); err != nil {
 			return err
@@ -311,7 +312,7 @@ func (j *Journal) hubList(ctx context.Context, machine string, active bool) ([]h
 
 func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	r := hub.Remediation{ID: obj.Name, Machine: obj.Spec.Machine, Strategy: obj.Spec.Strategy, RequestedBy: obj.Spec.RequestedBy,
-		Reason: obj.Spec.Reason, Steps: obj.Spec.Steps, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt), Members: obj.Spec.Members,
+		Reason: obj.Spec.Reason, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt), Members: obj.Spec.Members,
 		State: hub.RemediationState(obj.Status.Phase), Created: begunAt(obj)}
 	if r.State == "" { // created, status not written yet (the hub died in between): nothing was done
 		r.State = hub.InProgress
@@ -323,6 +324,16 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	for _, e := range obj.Status.History {
 		r.History = append(r.History, hub.Event{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EventKind(e.Kind), Detail: e.Detail, Epoch: uint64(e.Epoch)})
 		r.Updated = e.Time.UTC()
+	}
+	for i, text := range obj.Spec.Steps {
+		step, err := quorum.ParseStep(text)
+		if err != nil {
+			// Not the hub's writing: the plan is unreadable, and a resume aborts it (planOf) with this.
+			r.Steps = nil
+			r.History = append(r.History, hub.Event{At: r.Updated, Step: -1, Kind: hub.EventNote, Detail: fmt.Sprintf("spec.steps[%d]: %v", i, err)})
+			break
+		}
+		r.Steps = append(r.Steps, step)
 	}
 	return r
 }

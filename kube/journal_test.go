@@ -13,6 +13,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
 
@@ -27,7 +28,7 @@ func TestJournalOnAPIServer(t *testing.T) {
 	t.Run("crash between intent and outcome", func(t *testing.T) {
 		j1 := NewJournal(c, "hale-system", 1, 3)
 		r, err := j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
-			Steps: []string{"power-cycle etcd-2", "await-healthy etcd-2"}, Attempt: 1, AgentStarted: time.Unix(1700000000, 0).UTC()})
+			Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, Attempt: 1, AgentStarted: time.Unix(1700000000, 0).UTC()})
 		require.NoError(t, err)
 		require.NoError(t, j1.Intent(ctx, r.ID, 0, "reboot etcd-2 (graceful, then hard)"))
 		_, err = j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "again"})
@@ -56,7 +57,7 @@ func TestJournalOnAPIServer(t *testing.T) {
 		active, err = j2.Active(ctx)
 		require.NoError(t, err)
 		assert.Empty(t, active)
-		assert.ErrorContains(t, j2.Intent(ctx, r.ID, 1, "x"), "is Succeeded already")
+		assert.ErrorIs(t, j2.Intent(ctx, r.ID, 1, "x"), hub.ErrFinished, "is Succeeded already")
 
 		// What kubectl shows.
 		var obj v1alpha1.Remediation

@@ -142,7 +142,19 @@ func (p Plan) StepStrings() []string {
 }
 
 // StepList returns the steps as one line: "power-cycle etcd-2 → await-healthy etcd-2".
-func (p Plan) StepList() string { return strings.Join(p.StepStrings(), " → ") }
+func (p Plan) StepList() string { return StepList(p.Steps) }
+
+// StepList returns steps as one line: "power-cycle etcd-2 → await-healthy etcd-2".
+func StepList(steps []Step) string {
+	var b strings.Builder
+	for i, s := range steps {
+		if i > 0 {
+			b.WriteString(" → ")
+		}
+		b.WriteString(s.String())
+	}
+	return b.String()
+}
 
 // Simulate checks every step of steps in order from c under policy p and returns the cost: how far the
 // fault tolerance drops below its starting value at the worst point. The first refused step is returned

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
-	"github.com/hale-dev/hale/test/capture"
 )
 
 type simRig struct {
@@ -142,30 +140,4 @@ func TestBMCPowerExitCodes(t *testing.T) {
 		assert.Equal(t, exitOK, code)
 		assert.Contains(t, out, `"powerState": "On"`)
 	})
-}
-
-func TestBMCSimulate(t *testing.T) {
-	dir := t.TempDir()
-	out := &capture.Buffer{}
-	var errOut bytes.Buffer
-	cmd := newRootCommand(out, &errOut)
-	cmd.SetArgs([]string{"bmc", "simulate", "--listen", "127.0.0.1:0", "--state-dir", dir, "--system", "a,b"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "try:") }, 5*time.Second, 10*time.Millisecond)
-	text := out.String()
-	assert.Contains(t, text, "bmcsim: serving redfish://127.0.0.1:")
-	assert.Contains(t, text, "(systems: a, b)")
-	assert.FileExists(t, filepath.Join(dir, "credentials"))
-	assert.FileExists(t, filepath.Join(dir, "ca.pem"))
-
-	// The printed command works.
-	line := text[strings.Index(text, "try:")+len("try:"):]
-	args := strings.Fields(strings.SplitN(line, "\n", 2)[0])[1:] // drop "hub"
-	o, _, code := hubRun(t, args...)
-	assert.Equal(t, exitOK, code)
-	assert.Contains(t, o, "/systems/a: On")
-	cancel()
-	require.NoError(t, <-done)
 }

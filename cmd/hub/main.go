@@ -1,7 +1,7 @@
 // Command hub is Hale's decision maker and its operator tool: `hub run` (the standalone daemon),
 // the operator commands that talk to it (status, explain, reboot, pause/resume, suspend/unsuspend,
-// detach/attach), `hub demo`, `hub plan` (the offline what-if planner) and `hub bmc` (raw, verified
-// BMC power control and a Redfish simulator).
+// detach/attach), `hub plan` (the offline what-if planner) and `hub bmc power` (raw, verified BMC
+// power control). The demo and the Redfish simulator are cmd/hale-demo's: nothing of them ships.
 package main
 
 import (
@@ -39,7 +39,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCommand(), newDemoCommand(), newPlanCommand(), newBMCCommand())
+	root.AddCommand(newRunCommand(), newPlanCommand(), newBMCCommand())
 	root.AddCommand(operatorCommands()...)
 	return root
 }

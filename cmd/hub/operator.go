@@ -408,7 +408,7 @@ func printStatus(w io.Writer, st hub.Status) {
 		if r := m.Remediation; r != nil {
 			step := "done"
 			if r.Step < len(r.Steps) {
-				step = r.Steps[r.Step]
+				step = r.Steps[r.Step].String()
 			}
 			rem = fmt.Sprintf("%s: %s (step %d/%d)", r.Strategy, step, min(r.Step+1, len(r.Steps)), len(r.Steps))
 		}

@@ -182,17 +182,6 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	}
 }
 
-// `hub demo` runs a scenario end to end and says so; an unknown scenario is named.
-func TestDemoCommand(t *testing.T) {
-	_, err := runCLI(t, "demo", "--scenario", "nope")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: hang, quorum-lost, quorum-lost-no-witness, partition, refused-reboot, pause`)
-	out, err := runCLI(t, "demo", "--scenario", "hang")
-	require.NoError(t, err, out)
-	assert.Contains(t, out, "✓ scenario hang passed")
-	assert.Contains(t, out, "summary: 1 of 1 scenarios passed")
-}
-
 // Two standalone hubs on one gossip pool, each with a journal of its own: the one that started first
 // leads, the other stands by and says so (one remediation, one power action, for a hung machine); when
 // the leader stops, the other leads.

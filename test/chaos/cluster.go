@@ -250,6 +250,34 @@ func (c *cluster) startHub() {
 	c.hub = c.hubH.Start("hub", c.hubArgs...)
 }
 
+// killHub kills the running hub and returns it (nil when none runs: another fault holds it down).
+func (c *cluster) killHub() *netns.Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hub == nil || !c.hub.Running() {
+		return nil
+	}
+	c.hub.Signal(syscall.SIGKILL)
+	return c.hub
+}
+
+// restartHub starts the hub again after old (from killHub) ended, unless something else started one
+// meanwhile: two faults that overlap must not leave two hubs, or a harness that watches the one that
+// lost the race for the journal.
+func (c *cluster) restartHub(old *netns.Proc) bool {
+	if old == nil {
+		return false
+	}
+	<-old.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hub != old {
+		return false
+	}
+	c.hub = c.hubH.Start("hub", c.hubArgs...)
+	return true
+}
+
 // witness is witness host name's agent process.
 func (c *cluster) witness(name string) *netns.Proc {
 	c.mu.Lock()

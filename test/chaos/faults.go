@@ -294,10 +294,11 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	case stopAgent:
 		in.pause(in.agentProc(f.A[0]), end)
 	case killHub:
-		in.c.hubProc().Signal(syscall.SIGKILL)
+		old := in.c.killHub()
 		end()
-		in.c.startHub()
-		in.tl.add("restart", "hub", "")
+		if in.c.restartHub(old) {
+			in.tl.add("restart", "hub", "")
+		}
 	case stopHub:
 		in.pause(in.c.hubProc(), end)
 	case killHubStep:
@@ -483,12 +484,16 @@ func (in *injector) poweredOff(m *machine) {
 	if !armed {
 		return
 	}
-	in.c.hubProc().Signal(syscall.SIGKILL)
+	old := in.c.killHub()
+	if old == nil {
+		return
+	}
 	in.tl.add("fault", "hub", "killed as "+m.name+" went down")
 	go func() {
 		time.Sleep(2 * time.Second)
-		in.c.startHub()
-		in.tl.add("restart", "hub", "")
+		if in.c.restartHub(old) {
+			in.tl.add("restart", "hub", "")
+		}
 	}()
 }
 

@@ -1,4 +1,4 @@
-// Package demo is `hub demo` and the hub's end-to-end tests: a 3-member embedded etcd cluster, three
+// Package demo is the demo (cmd/hale-demo) and the hub's end-to-end tests: a 3-member embedded etcd cluster, three
 // simulated machines each with a real agent (real probes, real gossip) and a simulated Redfish BMC
 // whose power starts and stops that machine's etcd member and agent, and a real hub with a bbolt
 // journal. Scenarios run on it and narrate a timeline.

@@ -87,7 +87,7 @@ probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enab
 		h.Start(fmt.Sprintf("agent-%d", i), bins.Agent, "-config", cfg)
 	}
 	creds := c.write(t, "bmc-credentials", "username=admin\npassword=lab-secret\n")
-	c.hubH.Start("bmcsim", bins.Hub, "bmc", "simulate", "--http", "--listen", "127.0.0.1:8443", "--system", "cp-0,cp-1,cp-2",
+	c.hubH.Start("bmcsim", bins.Demo, "bmc-simulator", "--http", "--listen", "127.0.0.1:8443", "--system", "cp-0,cp-1,cp-2",
 		"--credentials", creds, "--state-dir", filepath.Join(c.dir, "bmcsim"), "--cycle-off", "200ms", "--power-on-delay", "200ms", "--shutdown-delay", "200ms")
 	var machines strings.Builder
 	for i := range c.cps {

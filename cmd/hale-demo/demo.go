@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -32,7 +33,7 @@ func newDemoCommand() *cobra.Command {
 		names = append(names, s.Name)
 	}
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use:   "hale-demo",
 		Short: "Run Hale on a simulated 3-machine control plane and watch it heal (no setup needed)",
 		Long: `Run Hale end to end on this machine: a 3-member etcd cluster (embedded), three simulated machines
 each with a real agent and a simulated Redfish BMC whose power starts and stops that machine's etcd
@@ -112,16 +113,18 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	return nil
 }
 
-// keepServing serves the operator API on a socket in dir until ctx ends.
+// keepServing serves the operator API on a socket in dir (mode 0600) until ctx ends.
 func keepServing(ctx context.Context, tb *demo.Testbed, dir string, stdout io.Writer) error {
 	socket := filepath.Join(dir, "hub.sock")
-	lns, err := listenAPI(apiListen{socket: socket})
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", socket)
+	syscall.Umask(old)
 	if err != nil {
-		return err
+		return fmt.Errorf("the operator API's socket: %w", err)
 	}
-	defer closeAPI(lns, apiListen{socket: socket})
+	defer os.Remove(socket)
 	srv := &http.Server{Handler: tb.Hub().APIHandler(""), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(lns[0].ln) }()
+	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	fmt.Fprintf(stdout, `
 The demo keeps running (Ctrl-C stops it). In another terminal:
@@ -131,6 +134,7 @@ The demo keeps running (Ctrl-C stops it). In another terminal:
   hub reboot cp-1 --dry-run
   hub pause --wait; hub resume
   hub bmc power off --credentials %s %s/systems/cp-2    # cut a machine's power: the hub heals it
+(hub is go run ./cmd/hub, or the built binary)
 `, socket, tb.CredentialsFile(), tb.Sim().Endpoint())
 	<-ctx.Done()
 	return nil

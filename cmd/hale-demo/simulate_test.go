@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/bmc"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while the command writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The simulator prints a command that works: its endpoint, credentials and CA, read here by the
+// same BMC client the hub uses.
+func TestBMCSimulator(t *testing.T) {
+	dir := t.TempDir()
+	out := &syncBuffer{}
+	cmd := newSimulateCommand()
+	cmd.SetOut(out)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--state-dir", dir, "--system", "a,b"})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "try:") }, 5*time.Second, 10*time.Millisecond)
+	text := out.String()
+	assert.Contains(t, text, "bmcsim: serving redfish://127.0.0.1:")
+	assert.Contains(t, text, "(systems: a, b)")
+	require.FileExists(t, filepath.Join(dir, "ca.pem"))
+
+	// hub bmc power status ENDPOINT --credentials FILE --ca-file FILE
+	f := strings.Fields(strings.SplitN(text[strings.Index(text, "try:")+len("try:"):], "\n", 2)[0])
+	require.Len(t, f, 9, "%q", f)
+	ep, err := bmc.ParseEndpoint(f[4])
+	require.NoError(t, err)
+	creds, err := bmc.LoadCredentials(f[6])
+	require.NoError(t, err)
+	c, err := bmc.New(ep, creds, bmc.Options{CAFile: f[8]})
+	require.NoError(t, err)
+	st, _, err := c.Status(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, bmc.PowerOn, st)
+	cancel()
+	require.NoError(t, <-done)
+}

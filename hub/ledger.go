@@ -1,0 +1,183 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// past is one remediation as the brakes count it.
+type past struct {
+	id, strategy     string
+	byHub            bool
+	state            RemediationState
+	created, updated time.Time
+}
+
+func pastOf(r Remediation) past {
+	return past{id: r.ID, strategy: r.Strategy, byHub: r.RequestedBy == "hub", state: r.State, created: r.Created, updated: r.Updated}
+}
+
+// ledger is what the passes need of the journal, kept in memory: every machine's recent remediations
+// (cooldown, failed attempts, flapping, a fence that stands) and the hub's own starts (the rate
+// limit). It is loaded once when the hub starts and updated by every Begin and Finish the hub writes
+// (through recorder), so that no pass and no scrape reads the journal: in Kubernetes mode each read
+// is a List against the API server.
+type ledger struct {
+	mu     sync.Mutex
+	keep   int
+	byID   map[string]string // remediation ID → machine, for Finish
+	recent map[string][]past // per machine, oldest first, at most keep
+	starts []time.Time       // when the hub itself began remediations, oldest first
+}
+
+func newLedger(keep int) *ledger {
+	return &ledger{keep: keep, byID: map[string]string{}, recent: map[string][]past{}}
+}
+
+// load reads each machine's history from the journal.
+func (l *ledger) load(ctx context.Context, s Store, machines []string) error {
+	for _, m := range machines {
+		hist, err := s.History(ctx, m)
+		if err != nil {
+			return fmt.Errorf("reading %s's remediations from the journal (cooldown, attempts, rate limit): %w", m, err)
+		}
+		for _, r := range hist {
+			l.begun(r)
+		}
+	}
+	l.mu.Lock()
+	slices.SortFunc(l.starts, time.Time.Compare)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *ledger) begun(r Remediation) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.byID[r.ID] = r.Machine
+	l.recent[r.Machine] = append(l.recent[r.Machine], pastOf(r))
+	if n := len(l.recent[r.Machine]); n > l.keep {
+		for _, p := range l.recent[r.Machine][:n-l.keep] {
+			delete(l.byID, p.id)
+		}
+		l.recent[r.Machine] = slices.Clone(l.recent[r.Machine][n-l.keep:])
+	}
+	if r.RequestedBy == "hub" {
+		l.starts = append(l.starts, r.Created)
+	}
+}
+
+func (l *ledger) finished(id string, state RemediationState, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rs := l.recent[l.byID[id]]
+	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
+		rs[i].state, rs[i].updated = state, at
+	}
+}
+
+// of returns a copy of a machine's recent remediations, oldest first.
+func (l *ledger) of(machine string) []past {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recent[machine])
+}
+
+// startsWithin counts the hub's own starts within per of now, forgetting older ones.
+func (l *ledger) startsWithin(now time.Time, per time.Duration) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.starts = slices.DeleteFunc(l.starts, func(t time.Time) bool { return now.Sub(t) > per })
+	return len(l.starts)
+}
+
+// ended is when the machine's latest finished remediation ended (zero: none).
+func ended(hist []past) time.Time {
+	var t time.Time
+	for _, p := range hist {
+		if p.state != InProgress && p.updated.After(t) {
+			t = p.updated
+		}
+	}
+	return t
+}
+
+// failures counts the remediations that ended without success after the machine was last seen
+// healthy (all of the latest unsuccessful run when the hub never saw it healthy).
+func failures(hist []past, healthy time.Time) int {
+	n := 0
+	for i := len(hist) - 1; i >= 0; i-- {
+		r := hist[i]
+		if r.state == InProgress {
+			continue
+		}
+		if r.state == Succeeded || !r.updated.After(healthy) {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// recorder is the Store the hub writes through: each Begin and Finish that the journal accepted is
+// also written to the ledger.
+type recorder struct {
+	Store
+	l *ledger
+}
+
+func (r recorder) Begin(ctx context.Context, rem Remediation) (Remediation, error) {
+	rem, err := r.Store.Begin(ctx, rem)
+	if err == nil {
+		r.l.begun(rem)
+	}
+	return rem, err
+}
+
+func (r recorder) Finish(ctx context.Context, id string, state RemediationState, detail string) error {
+	err := r.Store.Finish(ctx, id, state, detail)
+	if err == nil {
+		r.l.finished(id, state, time.Now())
+	}
+	return err
+}
+
+// ErrFinished: the remediation is finished already; nothing more can be written to it.
+var ErrFinished = errors.New("nothing more can be written to a finished remediation")
+
+// journalRetryMax bounds the wait between two attempts at a journal write.
+const journalRetryMax = 5 * time.Second
+
+// persist makes write, retrying until the journal accepts it: a remediation whose outcome or end is
+// not recorded would stay in progress in the journal and block its machine, so it keeps running (and
+// holding its machine) until the write is in. trouble is told the first failure and, with nil, the
+// recovery. It gives up only when no retry can succeed: another hub took over the journal
+// (ErrStaleEpoch), the remediation was finished already (ErrFinished), or ctx ended (the hub is
+// stopping; the journal still says in progress and the next hub resumes from what it recorded).
+func persist(ctx context.Context, trouble func(error), write func(context.Context) error) error {
+	wait := 250 * time.Millisecond
+	failed := false
+	for {
+		err := write(ctx)
+		if err == nil || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrFinished) || ctx.Err() != nil {
+			if failed && err == nil && trouble != nil {
+				trouble(nil)
+			}
+			return err
+		}
+		if !failed && trouble != nil {
+			trouble(err)
+		}
+		failed = true
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the hub stopped before the journal accepted it: %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, journalRetryMax)
+	}
+}

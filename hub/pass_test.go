@@ -1,0 +1,249 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// testPool is the gossip pool as the hub reads it, for tests of the hub's passes: every node alive,
+// reporting now and seeing every etcd member, except the dead ones (gone from gossip, their members
+// unreachable, since a minute ago).
+type testPool struct {
+	mu    sync.Mutex
+	nodes []MachineRef
+	dead  map[string]bool
+}
+
+func newTestPool(n int, dead ...string) *testPool {
+	p := &testPool{dead: map[string]bool{}}
+	for i := range n {
+		p.nodes = append(p.nodes, MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i)})
+	}
+	for _, d := range dead {
+		p.dead[d] = true
+	}
+	return p
+}
+
+func (p *testPool) view(node string, now time.Time) health.PeerView {
+	if p.dead[node] {
+		return health.PeerView{Name: node, State: health.PeerDead, Since: now.Add(-time.Minute)}
+	}
+	return health.PeerView{Name: node, State: health.PeerAlive, Since: now.Add(-time.Hour)}
+}
+
+func (p *testPool) Reports() map[string]health.Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	out := map[string]health.Report{}
+	for _, m := range p.nodes {
+		if p.dead[m.Node] {
+			continue
+		}
+		r := health.Report{Node: m.Node, SentAt: now, Started: now.Add(-time.Hour), Etcd: &health.EtcdView{LocalName: m.Member},
+			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
+		for _, o := range p.nodes {
+			reachable := !p.dead[o.Node]
+			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &reachable})
+			if o.Node != m.Node {
+				r.Peers = append(r.Peers, p.view(o.Node, now))
+			}
+		}
+		out[m.Node] = r
+	}
+	return out
+}
+
+func (p *testPool) Peers() []health.PeerView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []health.PeerView
+	for _, m := range p.nodes {
+		out = append(out, p.view(m.Node, time.Now()))
+	}
+	return out
+}
+
+func (p *testPool) KeepJoined([]string) {}
+
+// countingStore counts the journal's reads and writes.
+type countingStore struct {
+	Store
+	reads, writes atomic.Int64
+}
+
+func (s *countingStore) Begin(ctx context.Context, r Remediation) (Remediation, error) {
+	s.writes.Add(1)
+	return s.Store.Begin(ctx, r)
+}
+
+func (s *countingStore) Get(ctx context.Context, id string) (Remediation, error) {
+	s.reads.Add(1)
+	return s.Store.Get(ctx, id)
+}
+
+func (s *countingStore) Active(ctx context.Context) ([]Remediation, error) {
+	s.reads.Add(1)
+	return s.Store.Active(ctx)
+}
+
+func (s *countingStore) History(ctx context.Context, machine string) ([]Remediation, error) {
+	s.reads.Add(1)
+	return s.Store.History(ctx, machine)
+}
+
+// passRig is a hub over a testPool, a real bbolt journal and a real Redfish simulator (a system per
+// machine), whose passes a test counts.
+type passRig struct {
+	hub     *Hub
+	pool    *testPool
+	sim     *bmcsim.Server
+	journal *countingStore
+	passes  atomic.Uint64
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+func newPassRig(t *testing.T, pool *testPool, p Policy, powerFails map[string]error) *passRig {
+	t.Helper()
+	var systems []bmcsim.SystemConfig
+	for _, m := range pool.nodes {
+		systems = append(systems, bmcsim.SystemConfig{ID: m.Name, ShutdownDelay: 30 * time.Millisecond, CycleOffDuration: 30 * time.Millisecond})
+	}
+	sim, err := bmcsim.Start(bmcsim.Config{Username: "admin", Password: "pw", PlainHTTP: true, Systems: systems})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	ep, err := bmc.ParseEndpoint(sim.Endpoint())
+	require.NoError(t, err)
+	inv := Inventory{Cluster: "test", Policy: p}
+	for _, m := range pool.nodes {
+		e := ep
+		e.SystemID = m.Name
+		inv.Machines = append(inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: e,
+			Credentials: bmc.NewCredentials("admin", "pw")})
+	}
+	j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	r := &passRig{pool: pool, sim: sim, journal: &countingStore{Store: j}, done: make(chan error, 1)}
+	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
+		BMC:       bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second},
+		AfterPass: func(n uint64) { r.passes.Store(n) }}
+	cfg.PowerFor = func(m Machine) (Power, error) {
+		if err := powerFails[m.Name]; err != nil {
+			return nil, err
+		}
+		return cfg.BMCPower(m)
+	}
+	r.hub, err = New(cfg)
+	require.NoError(t, err)
+	return r
+}
+
+func (r *passRig) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	r.cancel = cancel
+	go func() { r.done <- r.hub.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+}
+
+// awaitPasses waits until n more passes have ended.
+func (r *passRig) awaitPasses(t *testing.T, n uint64) {
+	t.Helper()
+	target := r.passes.Load() + n
+	require.Eventually(t, func() bool { return r.passes.Load() >= target }, 30*time.Second, 5*time.Millisecond, "%d passes", n)
+}
+
+func (r *passRig) machine(name string) MachineStatus {
+	for _, m := range r.hub.Status(context.Background()).Machines {
+		if m.Name == name {
+			return m
+		}
+	}
+	return MachineStatus{}
+}
+
+func testPolicy() Policy {
+	p, err := PolicyFile{}.validate()
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// A remediation that cannot begin (its BMC client cannot be made: ipmitool missing, a CA file
+// unreadable) takes no slot of the rate limit: the next machine starts, and the first is held with
+// the reason and tried again later, said once.
+func TestAFailedStartTakesNoSlotOfTheRateLimit(t *testing.T) {
+	p := testPolicy()
+	p.RateMax = 1
+	pool := newTestPool(5, "cp-3", "cp-4")
+	r := newPassRig(t, pool, p, map[string]error{"cp-3": errors.New(`ipmitool: executable file not found in $PATH`)})
+	var events []string
+	r.hub.cfg.OnEvent = func(_ time.Time, msg string) { events = append(events, msg) }
+	r.run(t)
+	require.Eventually(t, func() bool { return r.machine("cp-4").Remediation != nil }, 10*time.Second, 10*time.Millisecond,
+		"cp-4 starts though cp-3's remediation could not begin: %v", r.hub.Status(context.Background()))
+	r.awaitPasses(t, 10)
+	assert.Contains(t, r.machine("cp-3").Decision+r.hub.Status(context.Background()).NotPlanning, "could not begin its remediation: ipmitool: executable file not found")
+	assert.Equal(t, 1, r.hub.ledger.startsWithin(time.Now(), p.RatePer), "only the journaled remediation took a slot")
+	hist, err := r.journal.History(t.Context(), "cp-3")
+	require.NoError(t, err)
+	assert.Empty(t, hist, "nothing journaled for cp-3")
+	n := 0
+	for _, e := range events {
+		if e == "cannot remediate cp-3: ipmitool: executable file not found in $PATH (trying again in 30s)" {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "said once, not every pass: %q", events)
+}
+
+// In steady state a pass reads nothing from the journal (in Kubernetes mode each read is a List
+// against the API server), even for a machine the hub gave up on, and neither does a scrape of
+// /metrics: what the brakes count lives in memory, loaded once.
+func TestNoJournalReadsInThePass(t *testing.T) {
+	p := testPolicy()
+	p.Cooldown = time.Millisecond
+	pool := newTestPool(5, "cp-4")
+	r := newPassRig(t, pool, p, nil)
+	// cp-4 failed maxAttempts times before this hub started: it is given up on.
+	for range p.MaxAttempts {
+		rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-4", Strategy: "reboot", RequestedBy: "hub", Reason: "test"})
+		require.NoError(t, err)
+		require.NoError(t, r.journal.Finish(t.Context(), rem.ID, Failed, "not recovered"))
+	}
+	r.run(t)
+	require.Eventually(t, func() bool { return r.passes.Load() > 0 }, 10*time.Second, 5*time.Millisecond)
+	r.awaitPasses(t, 3)
+	assert.Contains(t, r.machine("cp-4").Decision, "gave up after 3 failed remediations")
+	reads, writes := r.journal.reads.Load(), r.journal.writes.Load()
+	r.awaitPasses(t, 50)
+	_, err := r.hub.cfg.Metrics.(*prometheus.Registry).Gather()
+	require.NoError(t, err)
+	r.hub.Status(t.Context())
+	assert.Zero(t, r.journal.reads.Load()-reads, "journal reads in 50 passes, a scrape and a status")
+	assert.Zero(t, r.journal.writes.Load()-writes, "journal writes in 50 passes")
+	assert.Contains(t, r.machine("cp-4").Decision, "gave up after 3 failed remediations", "still held, from memory")
+	assert.Nil(t, r.machine("cp-4").Remediation)
+}
