@@ -35,6 +35,14 @@ type APIError struct {
 func (h *Hub) APIHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status(r.Context())) })
+	mux.HandleFunc("GET /v1/remediations/{id...}", func(w http.ResponseWriter, r *http.Request) {
+		rem, err := h.cfg.Journal.Get(r.Context(), r.PathValue("id"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rem)
+	})
 	mux.HandleFunc("GET /v1/machines/{name}/explain", func(w http.ResponseWriter, r *http.Request) {
 		text, err := h.Explain(r.Context(), r.PathValue("name"))
 		if err != nil {
@@ -144,7 +152,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func writeError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNoRemediation):
 		code = http.StatusNotFound
 	case errors.Is(err, ErrRefused):
 		code = http.StatusConflict

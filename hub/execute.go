@@ -109,8 +109,8 @@ func (e *Executor) intent(ctx context.Context, id string, step int, detail strin
 	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Intent(ctx, id, step, detail) })
 }
 
-func (e *Executor) outcome(ctx context.Context, id string, step int, detail string) error {
-	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Outcome(ctx, id, step, detail) })
+func (e *Executor) outcome(ctx context.Context, id string, step int, result Result, detail string) error {
+	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Outcome(ctx, id, step, result, detail) })
 }
 
 func (e *Executor) note(ctx context.Context, id string, detail string) error {
@@ -152,7 +152,7 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 				return e.stepFailed(ctx, rem, i, err)
 			}
 			outcome := fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))
-			if err := e.outcome(ctx, rem.ID, i, outcome); err != nil {
+			if err := e.outcome(ctx, rem.ID, i, ResultDone, outcome); err != nil {
 				return err
 			}
 			if e.Checkpoint != nil {
@@ -202,11 +202,11 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 	if err := e.Owner.HandOver(ctx, rem.Reason, rest); err != nil {
 		return e.stepFailed(ctx, rem, i, err)
 	}
-	if err := e.outcome(ctx, rem.ID, i, handedOverTo+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, i, ResultHandedOver, "handed over to "+e.Owner.Describe()); err != nil {
 		return err
 	}
 	if e.Checkpoint != nil {
-		e.Checkpoint(rest[0], handedOverTo+e.Owner.Describe())
+		e.Checkpoint(rest[0], "handed over to "+e.Owner.Describe())
 	}
 	return e.awaitOwner(ctx, rem, plan)
 }
@@ -218,21 +218,18 @@ func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, err e
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if werr := e.outcome(ctx, rem.ID, i, "failed: "+err.Error()); werr != nil {
+	if werr := e.outcome(ctx, rem.ID, i, ResultFailed, "failed: "+err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
 }
 
-const handedOverTo = "handed over to "
+// handedOver: the owner was signalled (and so is at work).
+func handedOver(rem Remediation) bool { return has(rem, ResultHandedOver) }
 
-func handedOver(rem Remediation) bool {
-	for _, ev := range rem.History {
-		if ev.Kind == EventOutcome && strings.HasPrefix(ev.Detail, handedOverTo) {
-			return true
-		}
-	}
-	return false
+// has says whether one of the remediation's outcomes has result r.
+func has(rem Remediation, r Result) bool {
+	return slices.ContainsFunc(rem.History, func(ev Event) bool { return ev.Kind == EventOutcome && ev.Result == r })
 }
 
 // awaitOwner waits for the owner to have replaced the machine, and closes the plan. When the owner
@@ -240,9 +237,7 @@ func handedOver(rem Remediation) bool {
 // here: gate, re-check, intent, Remove, outcome.
 func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.Plan) error {
 	last := len(plan.Steps) - 1
-	removed := slices.ContainsFunc(rem.History, func(ev Event) bool {
-		return ev.Kind == EventOutcome && strings.HasPrefix(ev.Detail, removedBy)
-	})
+	removed := has(rem, ResultOldRemoved)
 	for {
 		ready := false
 		err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
@@ -275,21 +270,19 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 		if err := e.Owner.Remove(ctx); err != nil {
 			return e.stepFailed(ctx, rem, last, err)
 		}
-		if err := e.outcome(ctx, rem.ID, last, removedBy+e.Owner.Describe()); err != nil {
+		if err := e.outcome(ctx, rem.ID, last, ResultOldRemoved, "old machine let go by "+e.Owner.Describe()); err != nil {
 			return err
 		}
 		if e.Checkpoint != nil {
-			e.Checkpoint(step, removedBy+e.Owner.Describe())
+			e.Checkpoint(step, "old machine let go by "+e.Owner.Describe())
 		}
 		removed = true
 	}
-	if err := e.outcome(ctx, rem.ID, last, "replaced by "+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, last, ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
 		return err
 	}
 	return e.finish(ctx, rem.ID, Succeeded, "every step done")
 }
-
-const removedBy = "old machine let go by "
 
 func (e *Executor) progress(i int) {
 	if e.Progress != nil {
@@ -355,7 +348,7 @@ func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered 
 	if err != nil {
 		return err
 	}
-	return e.outcome(ctx, rem.ID, i, "recovered: agent back in the pool, member healthy")
+	return e.outcome(ctx, rem.ID, i, ResultDone, "recovered: agent back in the pool, member healthy")
 }
 
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
@@ -405,7 +398,7 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
 		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
-		if err := e.outcome(ctx, rem.ID, pending.Step, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
 			return 0, err
 		}
 		return pending.Step, nil
@@ -429,12 +422,12 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
 	if done {
-		if err := e.outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": not repeated"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
 			return 0, err
 		}
 		return pending.Step + 1, nil
 	}
-	if err := e.outcome(ctx, rem.ID, pending.Step, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+	if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
 		return 0, err
 	}
 	return pending.Step, nil

@@ -240,7 +240,7 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
 	require.NoError(t, err)
 	require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, 0, "hand over"))
-	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, handedOverTo+owner.Describe()))
+	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, ResultHandedOver, "handed over to "+owner.Describe()))
 	rem2 = mustGet(t, r.journal, "cp-3")
 	from, err = e.Resume(t.Context(), rem2, plan, nil, nil)
 	require.NoError(t, err)
@@ -317,13 +317,13 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	require.NoError(t, err)
 	for _, ev := range []struct {
 		step   int
-		intent bool
+		result Result // "": an intent
 		detail string
-	}{{0, true, "hand over"}, {0, false, handedOverTo + "x"}, {last, true, "remove"}, {last, false, removedBy + "x"}} {
-		if ev.intent {
+	}{{0, "", "hand over"}, {0, ResultHandedOver, "handed over to x"}, {last, "", "remove"}, {last, ResultOldRemoved, "old machine let go by x"}} {
+		if ev.result == "" {
 			require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, ev.step, ev.detail))
 		} else {
-			require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, ev.step, ev.detail))
+			require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, ev.step, ev.result, ev.detail))
 		}
 	}
 	again := &lateOwner{}
@@ -419,12 +419,12 @@ type flakyStore struct {
 	refuse int
 }
 
-func (s *flakyStore) Outcome(ctx context.Context, id string, step int, detail string) error {
+func (s *flakyStore) Outcome(ctx context.Context, id string, step int, result Result, detail string) error {
 	if s.kind == EventOutcome && s.refuse > 0 {
 		s.refuse--
 		return errors.New("etcdserver: leader changed")
 	}
-	return s.Store.Outcome(ctx, id, step, detail)
+	return s.Store.Outcome(ctx, id, step, result, detail)
 }
 
 func (s *flakyStore) Finish(ctx context.Context, id string, state RemediationState, detail string) error {

@@ -39,13 +39,38 @@ const (
 	EventNote    EventKind = "note"
 )
 
+// Result is what an outcome says happened, typed for the hub to read back (Detail is for people).
+type Result string
+
+// Outcome results.
+const (
+	// ResultDone: the step's side effect happened, verified (the BMC's power state, the member
+	// healthy again).
+	ResultDone Result = "Done"
+	// ResultFailed: the side effect failed; the remediation ends Failed.
+	ResultFailed Result = "Failed"
+	// ResultHandedOver: the owner controller was signalled to replace the machine.
+	ResultHandedOver Result = "HandedOver"
+	// ResultOldRemoved: the owner let the old machine go, its replacement ready (scale up first).
+	ResultOldRemoved Result = "OldRemoved"
+	// ResultReplaced: the owner replaced the machine.
+	ResultReplaced Result = "Replaced"
+	// ResultNotRepeated: after a hub restart, the step's side effect shows it happened.
+	ResultNotRepeated Result = "NotRepeated"
+	// ResultRetaken: after a hub restart, the step evidently did not happen (or, for a hand-over,
+	// may not have): it is taken again.
+	ResultRetaken Result = "Retaken"
+)
+
 // Event is one line of a remediation's history.
 type Event struct {
-	At     time.Time `json:"at"`
-	Step   int       `json:"step"`
-	Kind   EventKind `json:"kind"`
-	Detail string    `json:"detail"`
-	Epoch  uint64    `json:"epoch"`
+	At   time.Time `json:"at"`
+	Step int       `json:"step"`
+	Kind EventKind `json:"kind"`
+	// Result is an outcome's (empty for an intent or a note).
+	Result Result `json:"result,omitempty"`
+	Detail string `json:"detail"`
+	Epoch  uint64 `json:"epoch"`
 }
 
 // Remediation is one persisted operation on one machine.
@@ -95,7 +120,7 @@ func (r Remediation) Pending() (Event, bool) {
 type Store interface {
 	Begin(ctx context.Context, r Remediation) (Remediation, error)
 	Intent(ctx context.Context, id string, step int, detail string) error
-	Outcome(ctx context.Context, id string, step int, detail string) error
+	Outcome(ctx context.Context, id string, step int, result Result, detail string) error
 	Note(ctx context.Context, id string, detail string) error
 	Finish(ctx context.Context, id string, state RemediationState, detail string) error
 	Get(ctx context.Context, id string) (Remediation, error)
@@ -112,6 +137,8 @@ var (
 	ErrStaleEpoch = errors.New("stale epoch: another hub took over the journal")
 	// ErrActive: the machine already has a remediation in progress.
 	ErrActive = errors.New("a remediation is already in progress")
+	// ErrNoRemediation: no remediation has that ID.
+	ErrNoRemediation = errors.New("no such remediation")
 )
 
 var (
@@ -217,8 +244,8 @@ func (j *Journal) Intent(_ context.Context, id string, step int, detail string) 
 }
 
 // Outcome records what step did (after the side effect).
-func (j *Journal) Outcome(_ context.Context, id string, step int, detail string) error {
-	return j.event(id, Event{Step: step, Kind: EventOutcome, Detail: detail}, "")
+func (j *Journal) Outcome(_ context.Context, id string, step int, result Result, detail string) error {
+	return j.event(id, Event{Step: step, Kind: EventOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing that is neither an intent nor an outcome (step -1).
@@ -326,7 +353,7 @@ func (j *Journal) list(keep func(Remediation) bool) ([]Remediation, error) {
 func get(b *bolt.Bucket, id string) (Remediation, error) {
 	v := b.Get([]byte(id))
 	if v == nil {
-		return Remediation{}, fmt.Errorf("no remediation %s in the journal", id)
+		return Remediation{}, fmt.Errorf("%s: %w in the journal", id, ErrNoRemediation)
 	}
 	var r Remediation
 	if err := json.Unmarshal(v, &r); err != nil {

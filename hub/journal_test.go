@@ -47,7 +47,7 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	assert.Equal(t, 0, pending.Step)
 	assert.Equal(t, uint64(1), pending.Epoch)
 
-	require.NoError(t, j2.Outcome(t.Context(), r.ID, 0, "power state On, LastResetTime moved: the cycle happened; not repeated"))
+	require.NoError(t, j2.Outcome(t.Context(), r.ID, 0, ResultNotRepeated, "power state On, LastResetTime moved: the cycle happened; not repeated"))
 	_, ok = mustGet(t, j2, "cp-2").Pending()
 	assert.False(t, ok)
 	require.NoError(t, j2.Finish(t.Context(), r.ID, Succeeded, "member healthy again"))
@@ -55,7 +55,7 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, active)
 	assert.ErrorIs(t, j2.Intent(t.Context(), r.ID, 1, "x"), ErrFinished, "is Succeeded already")
-	assert.ErrorContains(t, j2.Finish(t.Context(), "nope/1", Failed, ""), "no remediation nope/1")
+	assert.ErrorIs(t, j2.Finish(t.Context(), "nope/1", Failed, ""), ErrNoRemediation)
 }
 
 func mustGet(t *testing.T, j *Journal, machine string) Remediation {

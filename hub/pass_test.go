@@ -2,8 +2,12 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -24,13 +28,14 @@ import (
 // reporting now and seeing every etcd member, except the dead ones (gone from gossip, their members
 // unreachable, since a minute ago).
 type testPool struct {
-	mu    sync.Mutex
-	nodes []MachineRef
-	dead  map[string]bool
+	mu      sync.Mutex
+	nodes   []MachineRef
+	dead    map[string]bool
+	started map[string]time.Time // when a node's agent started (default: an hour ago)
 }
 
 func newTestPool(n int, dead ...string) *testPool {
-	p := &testPool{dead: map[string]bool{}}
+	p := &testPool{dead: map[string]bool{}, started: map[string]time.Time{}}
 	for i := range n {
 		p.nodes = append(p.nodes, MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i)})
 	}
@@ -56,7 +61,11 @@ func (p *testPool) Reports() map[string]health.Report {
 		if p.dead[m.Node] {
 			continue
 		}
-		r := health.Report{Node: m.Node, SentAt: now, Started: now.Add(-time.Hour), Etcd: &health.EtcdView{LocalName: m.Member},
+		started, ok := p.started[m.Node]
+		if !ok {
+			started = now.Add(-time.Hour)
+		}
+		r := health.Report{Node: m.Node, SentAt: now, Started: started, Etcd: &health.EtcdView{LocalName: m.Member},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
@@ -81,6 +90,14 @@ func (p *testPool) Peers() []health.PeerView {
 }
 
 func (p *testPool) KeepJoined([]string) {}
+
+// restart brings a dead node back with a newly started agent.
+func (p *testPool) restart(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.dead, node)
+	p.started[node] = time.Now()
+}
 
 // countingStore counts the journal's reads and writes.
 type countingStore struct {
@@ -246,4 +263,49 @@ func TestNoJournalReadsInThePass(t *testing.T) {
 	assert.Zero(t, r.journal.writes.Load()-writes, "journal writes in 50 passes")
 	assert.Contains(t, r.machine("cp-4").Decision, "gave up after 3 failed remediations", "still held, from memory")
 	assert.Nil(t, r.machine("cp-4").Remediation)
+}
+
+// `GET /v1/remediations/{id}` is a remediation's journal record, what `hub reboot --wait` follows to
+// its end; an unknown one is a 404 that names it.
+func TestRemediationEndpoint(t *testing.T) {
+	pool := newTestPool(3, "cp-2")
+	r := newPassRig(t, pool, testPolicy(), nil)
+	r.run(t)
+	require.Eventually(t, func() bool { return r.machine("cp-2").Remediation != nil }, 10*time.Second, 10*time.Millisecond)
+	id := r.machine("cp-2").Remediation.ID
+	api := httptest.NewServer(r.hub.APIHandler(""))
+	defer api.Close()
+	get := func(path string) (int, Remediation) {
+		resp, err := http.Get(api.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var rem Remediation
+		if resp.StatusCode == http.StatusOK {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&rem))
+		}
+		return resp.StatusCode, rem
+	}
+	code, rem := get("/v1/remediations/" + id)
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, InProgress, rem.State)
+	assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, rem.Steps)
+
+	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-2")) > 0 }, 10*time.Second, 10*time.Millisecond)
+	pool.restart("cp-2")
+	require.Eventually(t, func() bool { _, rem := get("/v1/remediations/" + id); return rem.State == Succeeded }, 10*time.Second, 20*time.Millisecond)
+	_, rem = get("/v1/remediations/" + id)
+	var results []Result
+	for _, ev := range rem.History {
+		if ev.Kind == EventOutcome {
+			results = append(results, ev.Result)
+		}
+	}
+	assert.Equal(t, []Result{ResultDone, ResultDone}, results, "typed outcomes: the cycle, the recovery")
+
+	resp, err := http.Get(api.URL + "/v1/remediations/cp-9/20260101T000000Z")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Contains(t, string(body), "cp-9/20260101T000000Z: no such remediation")
 }

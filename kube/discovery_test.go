@@ -349,7 +349,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 		return err == nil && len(hist) == 1 && hist[0].State == hub.Succeeded
 	}))
 	hist, _ := tb.Hub().History(ctx, "cp-2")
-	assert.Equal(t, []string{"remove etcd-2", "add-voter etcd-2-replacement", "await-healthy etcd-2-replacement"}, hist[0].Steps)
+	assert.Equal(t, "remove etcd-2 → add-voter etcd-2-replacement → await-healthy etcd-2-replacement", quorum.StepList(hist[0].Steps))
 	assert.Contains(t, eventsAbout(t, c, "capi", "Machine", "cp-2"), "RemediationStarted")
 }
 
@@ -436,7 +436,7 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 		return err == nil && len(hist) == 1 && hist[0].State == hub.Succeeded
 	}))
 	hist, _ := tb.Hub().History(ctx, "cp-2")
-	assert.Equal(t, []string{"add-voter cp-2-replacement", "await-healthy cp-2-replacement", "remove cp-2"}, hist[0].Steps)
+	assert.Equal(t, "add-voter cp-2-replacement → await-healthy cp-2-replacement → remove cp-2", quorum.StepList(hist[0].Steps))
 	var intents []int
 	for _, e := range hist[0].History {
 		if e.Kind == hub.EventIntent {

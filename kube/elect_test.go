@@ -68,7 +68,7 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	require.Len(t, active, 1)
 	_, pending := active[0].Pending()
 	require.True(t, pending)
-	require.NoError(t, jB.Outcome(ctx, rem.ID, 0, "after a hub restart: the BMC shows the reset; not repeated"))
+	require.NoError(t, jB.Outcome(ctx, rem.ID, 0, hub.ResultNotRepeated, "after a hub restart: the BMC shows the reset; not repeated"))
 	require.NoError(t, jB.Finish(ctx, rem.ID, hub.Succeeded, "every step done"))
 
 	// The deposed leader, still running somewhere, writes nothing: not to the remediation its

@@ -159,8 +159,8 @@ func (j *Journal) Intent(ctx context.Context, id string, step int, detail string
 }
 
 // Outcome records what step did (after the side effect).
-func (j *Journal) Outcome(ctx context.Context, id string, step int, detail string) error {
-	return j.event(ctx, id, hub.Event{Step: step, Kind: hub.EventOutcome, Detail: detail}, "")
+func (j *Journal) Outcome(ctx context.Context, id string, step int, result hub.Result, detail string) error {
+	return j.event(ctx, id, hub.Event{Step: step, Kind: hub.EventOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing (step -1).
@@ -181,7 +181,7 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Event, finish hub.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: id}, &obj); err != nil {
 			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("no remediation %s in namespace %s", id, j.ns)
+				return fmt.Errorf("%s: %w in namespace %s", id, hub.ErrNoRemediation, j.ns)
 			}
 			return fmt.Errorf("reading remediation %s/%s: %w", j.ns, id, err)
 		}
@@ -196,7 +196,7 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Event, finish hub.
 		}
 		obj.Status.Epoch = int64(j.epoch)
 		obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: int32(e.Step),
-			Kind: string(e.Kind), Detail: e.Detail, Epoch: int64(j.epoch)})
+			Kind: string(e.Kind), Result: string(e.Result), Detail: e.Detail, Epoch: int64(j.epoch)})
 		if finish != "" {
 			obj.Status.Phase = v1alpha1.RemediationPhase(finish)
 			status, reason := metav1.ConditionFalse, string(finish)
@@ -282,7 +282,9 @@ func begunAt(obj *v1alpha1.Remediation) time.Time {
 // Get returns one remediation.
 func (j *Journal) Get(ctx context.Context, id string) (hub.Remediation, error) {
 	var obj v1alpha1.Remediation
-	if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: id}, &obj); err != nil {
+	if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: id}, &obj); apierrors.IsNotFound(err) {
+		return hub.Remediation{}, fmt.Errorf("%s: %w in namespace %s", id, hub.ErrNoRemediation, j.ns)
+	} else if err != nil {
 		return hub.Remediation{}, fmt.Errorf("reading remediation %s/%s: %w", j.ns, id, err)
 	}
 	return toHub(&obj), nil
@@ -322,7 +324,7 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	}
 	r.Updated = r.Created
 	for _, e := range obj.Status.History {
-		r.History = append(r.History, hub.Event{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EventKind(e.Kind), Detail: e.Detail, Epoch: uint64(e.Epoch)})
+		r.History = append(r.History, hub.Event{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EventKind(e.Kind), Result: hub.Result(e.Result), Detail: e.Detail, Epoch: uint64(e.Epoch)})
 		r.Updated = e.Time.UTC()
 	}
 	for i, text := range obj.Spec.Steps {

@@ -40,13 +40,14 @@ func TestJournalOnAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, active, 1)
 		assert.Equal(t, r.ID, active[0].ID)
-		assert.Equal(t, []string{"power-cycle etcd-2", "await-healthy etcd-2"}, active[0].Steps)
+		assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, active[0].Steps, "typed, written as text")
+		assert.Equal(t, []string{"power-cycle etcd-2", "await-healthy etcd-2"}, remediationObject(t, c, r.ID).Spec.Steps)
 		assert.Equal(t, time.Unix(1700000000, 0).UTC(), active[0].AgentStarted)
 		pending, ok := active[0].Pending()
 		require.True(t, ok)
 		assert.Equal(t, 0, pending.Step)
 		assert.Equal(t, uint64(1), pending.Epoch)
-		require.NoError(t, j2.Outcome(ctx, r.ID, 0, "after a hub restart: not repeated"))
+		require.NoError(t, j2.Outcome(ctx, r.ID, 0, hub.ResultNotRepeated, "after a hub restart: not repeated"))
 
 		// The deposed hub cannot write any more.
 		err = j1.Note(ctx, r.ID, "still here")
@@ -74,6 +75,8 @@ func TestJournalOnAPIServer(t *testing.T) {
 			kinds = append(kinds, e.Kind)
 		}
 		assert.Equal(t, []hub.EventKind{hub.EventNote, hub.EventIntent, hub.EventOutcome, hub.EventNote}, kinds)
+		assert.Equal(t, hub.ResultNotRepeated, got.History[2].Result, "the outcome's result reads back typed")
+		assert.Equal(t, "NotRepeated", obj.Status.History[2].Result)
 		assert.True(t, got.History[1].At.Before(got.History[2].At), "microsecond timestamps keep the order")
 	})
 
@@ -96,9 +99,16 @@ func TestJournalOnAPIServer(t *testing.T) {
 		j := NewJournal(c, "hale-system", 5, 3)
 		_, err := j.Begin(ctx, hub.Remediation{Strategy: "reboot"})
 		assert.ErrorContains(t, err, "machine name is empty")
-		assert.ErrorContains(t, j.Finish(ctx, "nope", hub.Failed, ""), "no remediation nope in namespace hale-system")
+		assert.ErrorIs(t, j.Finish(ctx, "nope", hub.Failed, ""), hub.ErrNoRemediation)
 		assert.ErrorContains(t, j.Finish(ctx, "nope", hub.InProgress, ""), "is not a final state")
 		_, err = j.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "explode"})
 		assert.ErrorContains(t, err, `spec.strategy: Unsupported value: "explode"`, "the CRD's validation holds")
 	})
+}
+
+func remediationObject(t *testing.T, c client.Client, name string) *v1alpha1.Remediation {
+	t.Helper()
+	var o v1alpha1.Remediation
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "hale-system", Name: name}, &o))
+	return &o
 }

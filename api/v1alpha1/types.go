@@ -60,7 +60,11 @@ type RemediationEvent struct {
 	// Step is the index of the step in spec.steps (-1 for a note).
 	Step int32 `json:"step"`
 	// +kubebuilder:validation:Enum=intent;outcome;note
-	Kind   string `json:"kind"`
+	Kind string `json:"kind"`
+	// Result is what an outcome says happened, for the hub to read back (detail is for people).
+	// +kubebuilder:validation:Enum=Done;Failed;HandedOver;OldRemoved;Replaced;NotRepeated;Retaken
+	// +optional
+	Result string `json:"result,omitempty"`
 	Detail string `json:"detail"`
 	// Epoch of the hub that wrote it.
 	Epoch int64 `json:"epoch"`

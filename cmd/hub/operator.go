@@ -334,25 +334,26 @@ hub replica checks and carries it out the same way (` + "`kubectl get remediatio
 	return cmd
 }
 
-// waitRemediation polls explain until the remediation is no longer in flight, then prints the end.
+// waitRemediation follows the remediation (GET /v1/remediations/ID) until it has ended, then prints
+// the machine's explanation and exits by how it ended.
 func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out io.Writer) error {
+	var segs []string
+	for _, s := range strings.Split(id, "/") {
+		segs = append(segs, url.PathEscape(s))
+	}
 	for {
-		var st hub.Status
-		if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		var rem hub.Remediation
+		if err := c.do(ctx, http.MethodGet, "/v1/remediations/"+strings.Join(segs, "/"), nil, &rem); err != nil {
 			return err
 		}
-		inFlight := false
-		for _, m := range st.Machines {
-			inFlight = inFlight || (m.Name == machine && m.Remediation != nil && m.Remediation.ID == id)
-		}
-		if !inFlight {
+		if rem.State != hub.InProgress {
 			var text string
 			if err := c.do(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(machine)+"/explain", nil, &text); err != nil {
 				return err
 			}
 			_, _ = io.WriteString(out, text)
-			if !strings.Contains(text, "remediation "+id+": "+string(hub.Succeeded)) {
-				return &codedError{exitRefused, fmt.Errorf("remediation %s did not succeed", id)}
+			if rem.State != hub.Succeeded {
+				return &codedError{exitRefused, fmt.Errorf("remediation %s ended %s", id, rem.State)}
 			}
 			return nil
 		}

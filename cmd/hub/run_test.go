@@ -129,6 +129,12 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	_, code = cli("resume")
 	require.Equal(t, 0, code)
 
+	// A manual reboot, followed to its end through GET /v1/remediations/ID.
+	out, code = cli("reboot", "cp-0", "--wait")
+	assert.Equal(t, 0, code, out)
+	assert.Regexp(t, `remediation cp-0/\S+: Succeeded, reboot, requested by`, out)
+	assert.Len(t, tb.Resets(0), 1)
+
 	// The TCP API wants the token.
 	require.Len(t, addrs.API, 2)
 	resp, err := http.Get("http://" + addrs.API[1] + "/v1/status")
@@ -167,7 +173,8 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`hale_hub_machines{verdict="Healthy"}`, "hale_hub_etcd_voters 3", `hale_hub_remediations_total{requested_by="hub",result="succeeded",strategy="reboot"} 1`,
-		"hale_hub_detection_to_action_seconds_count 1", `hale_bmc_calls_total{call="reboot",driver="redfish",result="ok"} 1`, `hale_hub_paused{state="Running"} 1`} {
+		`hale_hub_remediations_total{requested_by="operator",result="succeeded",strategy="reboot"} 1`,
+		"hale_hub_detection_to_action_seconds_count 1", `hale_bmc_calls_total{call="reboot",driver="redfish",result="ok"} 2`, `hale_hub_paused{state="Running"} 1`} {
 		assert.Contains(t, string(body), want)
 	}
 	// The BMC password reaches neither logs, metrics, status nor explain.
