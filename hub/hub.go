@@ -131,8 +131,9 @@ type running struct {
 	cancel context.CancelFunc
 	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
 	busy bool
-	// unrecorded: why the journal refuses a write the remediation waits on (retried until it is in).
-	unrecorded string
+	// waiting: why the remediation cannot go on right now (the journal refuses a write, retried until
+	// it is in; a resumed one reads the world before anything else).
+	waiting string
 }
 
 // startFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner
@@ -778,7 +779,7 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 	if err != nil {
 		return rem, fmt.Errorf("the journal refused it: %w", err)
 	}
-	h.launch(ctx, m, rem, plan, 0, act)
+	h.launch(ctx, m, rem, plan, act, false)
 	return rem, nil
 }
 
@@ -817,8 +818,19 @@ func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
 	return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: name}, {Op: quorum.OpAwaitHealthy, Member: name}}}
 }
 
-func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, from int, act actuator) {
+// launch runs a remediation in its own goroutine: a new one from its first step, or one found in
+// progress in the journal (resuming), which first finds out where it stands (Executor.Resume: the BMC
+// and the machine are read before anything is repeated). Resuming runs there too, not before the
+// passes: one machine's wait for evidence of a reset must not hold up every other machine.
+func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool) {
 	rctx, cancel := context.WithCancel(ctx)
+	from := 0
+	if resuming {
+		from = nextStep(rem)
+		if p, ok := rem.Pending(); ok {
+			from = p.Step
+		}
+	}
 	h.mu.Lock()
 	r := &running{rem: rem, plan: plan, next: from, cancel: cancel}
 	h.running[m.Name] = r
@@ -831,9 +843,11 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 	if rem.Forced {
 		how += ", forced"
 	}
-	h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))
-	h.notify(Notice{Machine: m.Name, Reason: "RemediationStarted", Message: fmt.Sprintf("remediation %s (%s, requested by %s): %s: %s",
-		rem.ID, how, rem.RequestedBy, rem.Reason, quorum.StepList(rem.Steps))})
+	if !resuming {
+		h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))
+		h.notify(Notice{Machine: m.Name, Reason: "RemediationStarted", Message: fmt.Sprintf("remediation %s (%s, requested by %s): %s: %s",
+			rem.ID, how, rem.RequestedBy, rem.Reason, quorum.StepList(rem.Steps))})
+	}
 	h.mu.Lock()
 	delete(h.waitingWhy, m.Name)
 	h.mu.Unlock()
@@ -857,10 +871,17 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 			r.busy = false
 			h.mu.Unlock()
 			h.notify(Notice{Machine: m.Name, Reason: "StepDone", Message: fmt.Sprintf("remediation %s: %s: %s", rem.ID, step, outcome)})
-		}}
+		},
+		ResetEvidence: h.resetEvidence(m), ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 	go func() {
 		defer cancel()
-		err := exec.Run(rctx, rem, plan, from, act.power, h.recovered(m, rem))
+		var err error
+		if resuming {
+			from, err = h.resumeAt(rctx, m, rem, plan, act, exec, r)
+		}
+		if err == nil {
+			err = exec.Run(rctx, rem, plan, from, act.power, h.recovered(m, rem))
+		}
 		h.mu.Lock()
 		delete(h.running, m.Name)
 		stopping := ctx.Err() != nil
@@ -880,17 +901,56 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 	}()
 }
 
+// resumeAt finds where a remediation found in progress goes on (Executor.Resume). Until it knows, the
+// remediation holds its machine: a BMC that cannot be read now (unreachable, refusing the
+// credentials) is read again every resumeRetry, said once, and nothing is repeated on a guess.
+func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, exec *Executor, r *running) (int, error) {
+	h.setWaiting(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
+	defer h.setWaiting(r, "")
+	said := ""
+	for {
+		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
+		if err == nil {
+			h.event("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)
+			h.mu.Lock()
+			r.next = from
+			h.mu.Unlock()
+			return from, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrStaleEpoch) {
+			return 0, err
+		}
+		if err.Error() != said {
+			said = err.Error()
+			h.setWaiting(r, fmt.Sprintf("cannot resume yet: %v (trying again every %v; nothing is repeated without knowing)", err, resumeRetry))
+			h.event("%s: remediation %s cannot resume yet: %v (trying again every %v)", m.Name, rem.ID, err, resumeRetry)
+			h.notify(Notice{Machine: m.Name, Reason: "ResumeWaiting", Message: fmt.Sprintf("remediation %s: %v", rem.ID, err), Warning: true})
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(resumeRetry):
+		}
+	}
+}
+
+const resumeRetry = 5 * time.Second
+
+func (h *Hub) setWaiting(r *running, why string) {
+	h.mu.Lock()
+	r.waiting = why
+	h.mu.Unlock()
+}
+
 // journalTrouble is an executor's Trouble: a journal write that fails is said (event, Warning,
 // `hub status`) once, and again when it went in; the remediation holds its machine meanwhile.
 func (h *Hub) journalTrouble(machine, id string, r *running) func(error) {
 	return func(err error) {
-		h.mu.Lock()
 		if err != nil {
-			r.unrecorded = err.Error()
+			h.setWaiting(r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
 		} else {
-			r.unrecorded = ""
+			h.setWaiting(r, "")
 		}
-		h.mu.Unlock()
 		if err == nil {
 			h.event("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)
 			return
@@ -1006,14 +1066,7 @@ func (h *Hub) resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
-		exec := &Executor{Journal: h.cfg.Journal, Policy: inv.Policy.Quorum, Log: h.log, ResetEvidence: h.resetEvidence(m),
-			ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
-		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
-		if err != nil {
-			return err
-		}
-		h.event("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)
-		h.launch(ctx, m, rem, plan, from, act)
+		h.launch(ctx, m, rem, plan, act, true)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,7 +181,9 @@ func (r *passRig) run(t *testing.T) {
 	go func() { r.done <- r.hub.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Errorf("hub.Run: %v", err)
+		}
 	})
 }
 
@@ -308,4 +311,42 @@ func TestRemediationEndpoint(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 	assert.Contains(t, string(body), "cp-9/20260101T000000Z: no such remediation")
+}
+
+// A remediation found in progress after a restart whose BMC cannot be read yet (here it refuses the
+// credentials) holds its machine and says why, and does not hold up the passes: another machine's
+// remediation starts meanwhile. Once the BMC answers, it resumes from what the BMC shows (no reset
+// since the intent: the step is taken again, once).
+func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
+	pool := newTestPool(5, "cp-2", "cp-3")
+	r := newPassRig(t, pool, testPolicy(), nil)
+	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
+		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
+	require.NoError(t, err)
+	require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "reboot etcd-2 (graceful, then hard)"))
+	r.sim.SetFaults(bmcsim.Faults{RejectAuth: true})
+	r.run(t)
+
+	// (cp-3's BMC refuses the credentials too: its remediation begins, and fails.)
+	require.Eventually(t, func() bool {
+		hist, err := r.journal.History(t.Context(), "cp-3")
+		return err == nil && len(hist) > 0
+	}, 10*time.Second, 10*time.Millisecond, "cp-3's remediation begins while cp-2's waits for its BMC")
+	require.Eventually(t, func() bool {
+		st := r.machine("cp-2").Remediation
+		return st != nil && st.ID == rem.ID && strings.Contains(st.Waiting, "cannot resume yet")
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Empty(t, r.sim.Resets("cp-2"))
+
+	r.sim.SetFaults(bmcsim.Faults{})
+	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-2")) > 0 }, 15*time.Second, 10*time.Millisecond)
+	pool.restart("cp-2")
+	require.Eventually(t, func() bool {
+		got, err := r.journal.Get(t.Context(), rem.ID)
+		return err == nil && got.State == Succeeded
+	}, 15*time.Second, 20*time.Millisecond)
+	got, err := r.journal.Get(t.Context(), rem.ID)
+	require.NoError(t, err)
+	assert.True(t, has(got, ResultRetaken), "the BMC showed no reset since the intent: taken again")
+	assert.Len(t, r.sim.Resets("cp-2"), 1, "once")
 }

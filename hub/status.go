@@ -72,9 +72,10 @@ type RemediationStatus struct {
 	Hard    bool `json:"hard,omitempty"`
 	Forced  bool `json:"forced,omitempty"`
 	Attempt int  `json:"attempt,omitempty"`
-	// Unrecorded says why the journal refuses a write this remediation waits on (retried until it
-	// is in; the machine stays in flight meanwhile).
-	Unrecorded string `json:"unrecorded,omitempty"`
+	// Waiting says why the remediation cannot go on right now: the journal refuses a write (retried
+	// until it is in), or, resumed after a hub restart, it reads the BMC and the machine before
+	// anything else. The machine stays in flight meanwhile.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Status returns the hub's status now.
@@ -112,7 +113,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 		}
 		if r, ok := h.running[m.Name]; ok { // from memory: a status (and a scrape) reads no journal
 			ms.Remediation = &RemediationStatus{ID: r.rem.ID, Strategy: r.rem.Strategy, RequestedBy: r.rem.RequestedBy, Steps: r.rem.Steps,
-				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Unrecorded: r.unrecorded}
+				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Waiting: r.waiting}
 		}
 		st.Machines = append(st.Machines, ms)
 	}
@@ -180,6 +181,9 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	}
 	if r := ms.Remediation; r != nil {
 		fmt.Fprintf(&b, "in flight: %s (%s, attempt %d, requested by %s), step %d of %d\n", r.ID, r.Strategy, r.Attempt, r.RequestedBy, r.Step+1, len(r.Steps))
+		if r.Waiting != "" {
+			fmt.Fprintf(&b, "  waiting: %s\n", r.Waiting)
+		}
 	}
 	hist, err := h.cfg.Journal.History(ctx, machine)
 	if err != nil {
