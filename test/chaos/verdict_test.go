@@ -40,6 +40,18 @@ func TestEvaluate(t *testing.T) {
 		want    [5]int
 	}{
 		{name: "a dead member power-cycled: fine", samples: samples(cp2Down, six), events: []event{power(30, "cp-2")}},
+		{name: "a hung member that came back within the lag before the action: a race, not counted", samples: samples(func(t time.Time) []memberSample {
+			if t.Before(at(29)) {
+				return cp2Down(t)
+			}
+			return allWell(t)
+		}, six), events: []event{power(30, "cp-2")}},
+		{name: "one that had been back longer: property 2", samples: samples(func(t time.Time) []memberSample {
+			if t.Before(at(27)) {
+				return cp2Down(t)
+			}
+			return allWell(t)
+		}, six), events: []event{power(30, "cp-2")}, want: [5]int{0, 1}},
 		{name: "a healthy voter of a working quorum power-cycled: property 2", samples: samples(allWell, six), events: []event{power(30, "cp-1")},
 			want: [5]int{0, 1}},
 		{name: "the last healthy voters: properties 1 and 2", samples: samples(cp2Down, six), events: []event{power(30, "cp-1")},
