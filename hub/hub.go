@@ -114,6 +114,7 @@ type Hub struct {
 	ledger          *ledger                 // the journal's summary the passes read (never the journal)
 	startFailed     map[string]startFailure // machines whose remediation could not be begun
 	events          []string
+	override        PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes          Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
 	pauses          map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
@@ -329,10 +330,17 @@ func (h *Hub) event(format string, args ...any) {
 	h.mu.Unlock()
 }
 
+// inventory is the inventory in force, its policy overridden where an override says (SetPolicyOverride).
 func (h *Hub) inventory() Inventory {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.inv
+	return h.inventoryLocked()
+}
+
+func (h *Hub) inventoryLocked() Inventory {
+	inv := h.inv
+	inv.Policy = h.override.Apply(inv.Policy)
+	return inv
 }
 
 func (h *Hub) observe() Observations {
@@ -971,7 +979,7 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 	for _, a := range h.assessments {
 		assessments = append(assessments, a)
 	}
-	inv := h.inv
+	inv := h.inventoryLocked()
 	h.mu.Unlock()
 	obs := h.observe()
 	c, why := h.membership(inv, obs, assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter))

@@ -30,7 +30,9 @@ type Status struct {
 	// Observers says how many of the expected observers the hub hears: it acts only on a strict
 	// majority.
 	Observers ObserversStatus `json:"observers"`
-	Machines  []MachineStatus `json:"machines"`
+	// Policy is the policy in force.
+	Policy   EffectivePolicy `json:"policy"`
+	Machines []MachineStatus `json:"machines"`
 }
 
 // ObserversStatus is the expected observer set as the hub hears it.
@@ -83,7 +85,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 	h.mu.Lock()
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
 		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: h.planErr, Holding: h.holding,
-		Observers: ObserversStatus{Expected: h.hearing.Expected, Heard: h.hearing.Heard, Missing: h.hearing.Missing, Majority: h.hearing.Majority()}}
+		Observers: ObserversStatus{Expected: h.hearing.Expected, Heard: h.hearing.Heard, Missing: h.hearing.Missing, Majority: h.hearing.Majority()}, Policy: h.effective()}
 	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
 		b := h.outcome.Budget
 		st.Budget = &b

@@ -221,3 +221,75 @@ func TestHubNoticeIsAnEventOnTheHealthPolicy(t *testing.T) {
 		})
 	}, 10*time.Second, 50*time.Millisecond)
 }
+
+// The HealthPolicy's spec is the policy: each field set with kubectl is in force from the next pass
+// (the hub's status says so, minFaultTolerance visibly in the budget) and the policy's PolicyApplied
+// condition says what is in force and which fields come from the policy; a bad value names its
+// field and keeps what is in force; a field unset falls back to the inventory's.
+func TestHealthPolicySpecIsThePolicy(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}
+	require.NoError(t, c.Create(ctx, policy))
+	tb := startTestbed(t)
+	require.NoError(t, tb.StartHub(demo.HubOptions{}))
+	require.NoError(t, tb.Settle(ctx))
+	sync := &PolicySync{Client: c, Policy: client.ObjectKeyFromObject(policy), Hub: tb.Hub(), Interval: 50 * time.Millisecond}
+	go sync.Run(ctx)
+	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
+	patch := func(spec string) {
+		t.Helper()
+		out, err := kubeenv.Kubectl("--kubeconfig", kc, "-n", "hale-system", "patch", "healthpolicy", "default", "--type", "merge", "-p", `{"spec":`+spec+`}`)
+		require.NoError(t, err, out)
+	}
+	applied := func() *metav1.Condition {
+		var p v1alpha1.HealthPolicy
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(policy), &p))
+		return meta.FindStatusCondition(p.Status.Conditions, "PolicyApplied")
+	}
+	require.Eventually(t, func() bool {
+		cond := applied()
+		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "all from the inventory")
+	}, 30*time.Second, 20*time.Millisecond)
+	st := tb.Hub().Status(ctx)
+	require.NotNil(t, st.Budget)
+	require.Equal(t, 1, st.Budget.Available, "3 healthy voters, minFaultTolerance 0: one may be disrupted")
+
+	for _, tc := range []struct {
+		spec string
+		in   func(hub.Status) bool
+	}{
+		{`{"minFaultTolerance": 1}`, func(st hub.Status) bool {
+			return st.Policy.MinFaultTolerance == 1 && st.Budget != nil && st.Budget.Available == 0
+		}},
+		{`{"maxInFlight": "2"}`, func(st hub.Status) bool { return st.Policy.MaxInFlight == "2" }},
+		{`{"maxUnhealthy": "40%"}`, func(st hub.Status) bool { return st.Policy.MaxUnhealthy == "40%" }},
+		{`{"probeTimeouts": {"etcd": "7s"}}`, func(st hub.Status) bool { return st.Policy.ProbeTimeouts["etcd"] == 7*time.Second }},
+		{`{"cooldown": "90s"}`, func(st hub.Status) bool { return st.Policy.Cooldown == 90*time.Second }},
+		{`{"maxAttempts": 5}`, func(st hub.Status) bool { return st.Policy.MaxAttempts == 5 }},
+	} {
+		patch(tc.spec)
+		require.Eventually(t, func() bool { return tc.in(tb.Hub().Status(ctx)) }, 10*time.Second, 20*time.Millisecond, "%s in force", tc.spec)
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(applied().Message, "overridden: minFaultTolerance, maxInFlight, maxUnhealthy, probeTimeouts, cooldown, maxAttempts")
+	}, 10*time.Second, 20*time.Millisecond, "%+v", applied())
+	assert.Contains(t, applied().Message, "in force: minFaultTolerance 1, maxInFlight 2, maxUnhealthy 40%, cooldown 1m30s, maxAttempts 5")
+
+	// A bad value: said, naming the field; what was in force stays.
+	patch(`{"maxInFlight": "lots"}`)
+	require.Eventually(t, func() bool { c := applied(); return c.Status == metav1.ConditionFalse }, 10*time.Second, 20*time.Millisecond)
+	cond := applied()
+	assert.Equal(t, "Invalid", cond.Reason)
+	assert.Contains(t, cond.Message, `spec.maxInFlight`)
+	assert.Contains(t, cond.Message, "the policy in force stays")
+	assert.Equal(t, "2", tb.Hub().Status(ctx).Policy.MaxInFlight)
+
+	// Unset: the inventory's again.
+	patch(`{"maxInFlight": null, "minFaultTolerance": null}`)
+	require.Eventually(t, func() bool {
+		st := tb.Hub().Status(ctx)
+		return st.Policy.MinFaultTolerance == 0 && st.Policy.MaxInFlight != "2" && st.Budget != nil && st.Budget.Available == 1
+	}, 10*time.Second, 20*time.Millisecond)
+}

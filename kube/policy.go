@@ -20,6 +20,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // PolicySync keeps a HealthPolicy and the hub in step, level-triggered: spec.paused (or a paused
@@ -89,6 +90,11 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	// The operator's brakes live in the policy (kubectl and `hub pause` alike write them there); a
 	// paused Cluster API Cluster is a pause of its own. Any pause holds.
 	s.Hub.ApplyBrakes(seq, brakesOf(&p))
+	// The policy's fields replace the inventory's where set; a bad one keeps what is in force.
+	override, policyErr := overrideOf(p.Spec)
+	if policyErr == nil {
+		s.Hub.SetPolicyOverride(override)
+	}
 	if s.Cluster != nil {
 		var c clusterv1.Cluster
 		if err := s.Client.Get(ctx, *s.Cluster, &c); err != nil {
@@ -125,6 +131,16 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 		}
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, cond)
+	applied := metav1.Condition{Type: "PolicyApplied", Status: metav1.ConditionTrue, Reason: "Applied", ObservedGeneration: p.Generation,
+		Message: "in force: " + st.Policy.String()}
+	if len(st.Policy.Overridden) == 0 {
+		applied.Message += " (all from the inventory: this HealthPolicy sets none of its policy fields)"
+	}
+	if policyErr != nil {
+		applied.Status, applied.Reason = metav1.ConditionFalse, "Invalid"
+		applied.Message = fmt.Sprintf("%v: the policy in force stays: %s", policyErr, st.Policy)
+	}
+	meta.SetStatusCondition(&p.Status.Conditions, applied)
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
 		return nil
 	}
@@ -238,4 +254,54 @@ func brakesOf(p *v1alpha1.HealthPolicy) hub.Brakes {
 		b.Detached[d.Name] = br
 	}
 	return b
+}
+
+// overrideOf reads a HealthPolicy's policy fields (those set) as an override of the inventory's
+// policy; an error names the field.
+func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
+	var o hub.PolicyOverride
+	if v := spec.MinFaultTolerance; v != nil {
+		if *v < 0 {
+			return o, fmt.Errorf("spec.minFaultTolerance: %d must not be negative", *v)
+		}
+		n := int(*v)
+		o.MinFaultTolerance = &n
+	}
+	for _, l := range []struct {
+		field, value string
+		dst          **quorum.Limit
+	}{{"spec.maxInFlight", spec.MaxInFlight, &o.MaxInFlight}, {"spec.maxUnhealthy", spec.MaxUnhealthy, &o.MaxUnhealthy}} {
+		if l.value == "" {
+			continue
+		}
+		v, err := quorum.ParseLimit(l.value)
+		if err != nil {
+			return o, fmt.Errorf("%s: %w", l.field, err)
+		}
+		*l.dst = &v
+	}
+	for probe, d := range spec.ProbeTimeouts {
+		if d.Duration <= 0 {
+			return o, fmt.Errorf("spec.probeTimeouts.%s: %v must be positive", probe, d.Duration)
+		}
+		if o.ProbeTimeouts == nil {
+			o.ProbeTimeouts = map[string]time.Duration{}
+		}
+		o.ProbeTimeouts[probe] = d.Duration
+	}
+	if spec.Cooldown != nil {
+		if spec.Cooldown.Duration < 0 {
+			return o, fmt.Errorf("spec.cooldown: %v must not be negative", spec.Cooldown.Duration)
+		}
+		d := spec.Cooldown.Duration
+		o.Cooldown = &d
+	}
+	if spec.MaxAttempts != 0 {
+		if spec.MaxAttempts < 0 {
+			return o, fmt.Errorf("spec.maxAttempts: %d must be at least 1", spec.MaxAttempts)
+		}
+		n := int(spec.MaxAttempts)
+		o.MaxAttempts = &n
+	}
+	return o, nil
 }

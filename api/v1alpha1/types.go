@@ -116,9 +116,13 @@ type HealthPolicySpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Detached []DetachedMachine `json:"detached,omitempty"`
+	// The policy: each field that is set replaces the inventory's, from the next pass on (status
+	// condition PolicyApplied says what is in force, and from where).
+	//
 	// MinFaultTolerance: healthy voters to keep beyond quorum when a step costs one.
 	// +kubebuilder:validation:Minimum=0
-	MinFaultTolerance int32 `json:"minFaultTolerance,omitempty"`
+	// +optional
+	MinFaultTolerance *int32 `json:"minFaultTolerance,omitempty"`
 	// MaxInFlight, MaxUnhealthy: per pool of machines that are not etcd members ("2" or "10%").
 	MaxInFlight  string `json:"maxInFlight,omitempty"`
 	MaxUnhealthy string `json:"maxUnhealthy,omitempty"`

@@ -112,6 +112,11 @@ func (in *HealthPolicySpec) DeepCopyInto(out *HealthPolicySpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.MinFaultTolerance != nil {
+		in, out := &in.MinFaultTolerance, &out.MinFaultTolerance
+		*out = new(int32)
+		**out = **in
+	}
 	if in.ProbeTimeouts != nil {
 		in, out := &in.ProbeTimeouts, &out.ProbeTimeouts
 		*out = make(map[string]v1.Duration, len(*in))

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,19 +25,7 @@ const hubSA = "system:serviceaccount:hale-system:hale-hub"
 var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness"}
 
 // kubectl runs the kubectl test/kube/build-assets built, beside kube-apiserver.
-func kubectl(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-	}
-	var out bytes.Buffer
-	cmd := exec.Command(filepath.Join(assets, "kubectl"), args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
-}
+func kubectl(_ *testing.T, args ...string) (string, error) { return kubeenv.Kubectl(args...) }
 
 // deploy/: every overlay renders, the same twice, and a server-side dry run of `kubectl apply -k`
 // against a real kube-apiserver accepts every object.

@@ -388,6 +388,7 @@ func printStatus(w io.Writer, st hub.Status) {
 	if st.Budget != nil {
 		fmt.Fprintf(w, "etcd: %s\n", st.Budget)
 	}
+	fmt.Fprintf(w, "policy: %s\n", st.Policy)
 	if st.NotPlanning != "" {
 		fmt.Fprintf(w, "not planning: %s\n", st.NotPlanning)
 	}

@@ -5,6 +5,7 @@
 package kubeenv
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -49,11 +50,7 @@ func moduleDir(t testing.TB, modVersion string) string {
 // built-in types) and its config; it stops when the test ends.
 func Start(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-	}
+	assets := Assets()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
 		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
 	}
@@ -71,6 +68,25 @@ func Start(t testing.TB) (client.Client, *rest.Config) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
 	return c, cfg
+}
+
+// Assets is the directory of kube-apiserver, etcd and kubectl: $KUBEBUILDER_ASSETS, or where
+// test/kube/build-assets builds them.
+func Assets() string {
+	if a := os.Getenv("KUBEBUILDER_ASSETS"); a != "" {
+		return a
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
+}
+
+// Kubectl runs the kubectl test/kube/build-assets built and returns its combined output.
+func Kubectl(args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(filepath.Join(Assets(), "kubectl"), args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
 }
 
 // Kubeconfig writes a kubeconfig file for cfg into dir, acting as user (impersonated, with groups)

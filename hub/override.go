@@ -1,0 +1,114 @@
+package hub
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// PolicyOverride is a policy given apart from the inventory (Kubernetes mode's HealthPolicy spec):
+// each field that is set replaces the inventory's, which stands where it is not.
+type PolicyOverride struct {
+	MinFaultTolerance         *int
+	MaxInFlight, MaxUnhealthy *quorum.Limit
+	// ProbeTimeouts replace the inventory's for the probes they name.
+	ProbeTimeouts map[string]time.Duration
+	Cooldown      *time.Duration
+	MaxAttempts   *int
+}
+
+// Apply returns p with the override's fields in it.
+func (o PolicyOverride) Apply(p Policy) Policy {
+	if o.MinFaultTolerance != nil {
+		p.Quorum.MinFaultTolerance = *o.MinFaultTolerance
+	}
+	if o.MaxInFlight != nil {
+		p.Quorum.Pools.MaxInFlight = *o.MaxInFlight
+	}
+	if o.MaxUnhealthy != nil {
+		p.Quorum.Pools.MaxUnhealthy = *o.MaxUnhealthy
+	}
+	if len(o.ProbeTimeouts) > 0 {
+		p.Assess.ProbeTimeouts = maps.Clone(p.Assess.ProbeTimeouts)
+		if p.Assess.ProbeTimeouts == nil {
+			p.Assess.ProbeTimeouts = map[string]time.Duration{}
+		}
+		maps.Copy(p.Assess.ProbeTimeouts, o.ProbeTimeouts)
+	}
+	if o.Cooldown != nil {
+		p.Cooldown = *o.Cooldown
+	}
+	if o.MaxAttempts != nil {
+		p.MaxAttempts = *o.MaxAttempts
+	}
+	return p
+}
+
+// Fields names the fields the override sets (as the HealthPolicy spells them).
+func (o PolicyOverride) Fields() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"minFaultTolerance", o.MinFaultTolerance != nil}, {"maxInFlight", o.MaxInFlight != nil}, {"maxUnhealthy", o.MaxUnhealthy != nil},
+		{"probeTimeouts", len(o.ProbeTimeouts) > 0}, {"cooldown", o.Cooldown != nil}, {"maxAttempts", o.MaxAttempts != nil}} {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// SetPolicyOverride puts an override of the inventory's policy in force from the next pass on.
+func (h *Hub) SetPolicyOverride(o PolicyOverride) {
+	h.mu.Lock()
+	before := h.effective()
+	h.override = o
+	after := h.effective()
+	h.mu.Unlock()
+	if !reflect.DeepEqual(before, after) {
+		h.event("policy in force: %s", after)
+	}
+}
+
+// effective is the policy in force (h.mu held).
+func (h *Hub) effective() EffectivePolicy {
+	return effectiveOf(h.override.Apply(h.inv.Policy), h.override.Fields())
+}
+
+// EffectivePolicy is the policy in force, as `hub status` shows it: the fields an operator tunes,
+// and which of them an override (the HealthPolicy) sets.
+type EffectivePolicy struct {
+	MinFaultTolerance int                      `json:"minFaultTolerance"`
+	MaxInFlight       string                   `json:"maxInFlight"`
+	MaxUnhealthy      string                   `json:"maxUnhealthy"`
+	ProbeTimeouts     map[string]time.Duration `json:"probeTimeouts,omitempty"`
+	Cooldown          time.Duration            `json:"cooldown"`
+	MaxAttempts       int                      `json:"maxAttempts"`
+	// Overridden names the fields set by the override; the others are the inventory's.
+	Overridden []string `json:"overridden,omitempty"`
+}
+
+func effectiveOf(p Policy, overridden []string) EffectivePolicy {
+	return EffectivePolicy{MinFaultTolerance: p.Quorum.MinFaultTolerance, MaxInFlight: p.Quorum.Pools.MaxInFlight.String(),
+		MaxUnhealthy: p.Quorum.Pools.MaxUnhealthy.String(), ProbeTimeouts: maps.Clone(p.Assess.ProbeTimeouts), Cooldown: p.Cooldown,
+		MaxAttempts: p.MaxAttempts, Overridden: overridden}
+}
+
+func (e EffectivePolicy) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "minFaultTolerance %d, maxInFlight %s, maxUnhealthy %s, cooldown %v, maxAttempts %d", e.MinFaultTolerance, e.MaxInFlight,
+		e.MaxUnhealthy, e.Cooldown, e.MaxAttempts)
+	for _, p := range slices.Sorted(maps.Keys(e.ProbeTimeouts)) {
+		fmt.Fprintf(&b, ", probe %s %v", p, e.ProbeTimeouts[p])
+	}
+	if len(e.Overridden) > 0 {
+		fmt.Fprintf(&b, " (overridden: %s; the rest from the inventory)", strings.Join(e.Overridden, ", "))
+	}
+	return b.String()
+}
