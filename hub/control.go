@@ -192,9 +192,15 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if refusal != nil {
 		rem.Reason += "; forced over: " + refusal.Error()
 	}
+	if r, ok := h.cfg.Gossip.Reports()[m.Node]; ok {
+		rem.AgentStarted = r.Started
+	}
 	// A manual remediation outlives the request that started it: it stops with the hub, not the caller.
 	h.mu.Lock()
 	hubCtx := h.ctx
+	for _, mb := range h.cluster.Members {
+		rem.Members = append(rem.Members, mb.Name)
+	}
 	h.mu.Unlock()
 	if hubCtx == nil {
 		return res, fmt.Errorf("%w: the hub is not running yet", ErrRefused)

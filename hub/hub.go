@@ -413,7 +413,7 @@ func (h *Hub) warmUp(ctx context.Context) {
 	deadline := time.Now().Add(inv.Policy.Assess.StaleAfter)
 	for {
 		obs, assessments, hearing := h.assess(inv)
-		_, why := h.membership(inv, obs, assessments, hearing)
+		_, why := membershipOf(inv, obs, assessments, hearing, nil)
 		if why == "" || time.Now().After(deadline) {
 			return
 		}
@@ -470,7 +470,7 @@ func (h *Hub) waitLeading(ctx context.Context) {
 	}
 }
 
-// pass is one observe → assess → plan → act round.
+// pass is one observe → decide → act round.
 func (h *Hub) pass(ctx context.Context) {
 	inv := h.inventory()
 	obs, assessments, hearing := h.assess(inv)
@@ -479,89 +479,48 @@ func (h *Hub) pass(ctx context.Context) {
 		return
 	}
 	h.noticeHearing()
-	cluster, why := h.membership(inv, obs, assessments, hearing)
-	if why != "" {
-		h.setPlanErr(why)
-		return
-	}
-	in := quorum.Input{Cluster: cluster, Policy: inv.Policy.Quorum}
-	failed := map[string]int{} // failed remediations since last healthy, for those that may start
-	for _, m := range inv.Machines {
-		a, _ := h.Assessment(m.Name)
-		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
-			Unhealthy: a.Verdict == Unhealthy, Since: a.Since, Replace: m.Replace}
-		if m.Strategy == quorum.Replace && m.Member != "" {
-			qm.Replace.NewMember = m.Member + newMemberSuffix
-		}
-		qm.InFlight, qm.Held, failed[m.Name] = h.hold(m, qm.Unhealthy, inv.Policy, obs.Now)
-		if qm.InFlight {
-			qm.Strategy, qm.Remaining = h.stillToCome(m.Name)
-		}
-		in.Machines = append(in.Machines, qm)
-	}
-	out, err := quorum.PlanPass(in)
-	if err != nil {
-		h.setPlanErr(err.Error())
+	d := decide(h.facts(inv, obs, assessments, hearing))
+	if d.notPlanning != "" {
+		h.setPlanErr(d.notPlanning)
 		return
 	}
 	h.mu.Lock()
-	h.outcome, h.cluster, h.planErr = out, cluster, ""
+	h.outcome, h.cluster, h.planErr = d.outcome, d.cluster, ""
 	h.mu.Unlock()
-	h.noticeWaits(out)
-	var held []string
-	for _, d := range out.Started() {
-		if why := h.start(ctx, inv, d, failed[d.Machine]); why != "" {
-			held = append(held, why)
-		}
+	h.noticeWaits(d.outcome)
+	for _, s := range d.starts {
+		h.start(ctx, s)
 	}
-	h.setHolding(strings.Join(held, "; "))
+	h.setHolding(strings.Join(d.held, "; "))
 }
 
-// hold says whether a machine has a remediation in flight and, for an unhealthy one, why the hub
-// will not start one now: detached, its last start failed, cooling down after its last remediation, a
-// fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
-// It also returns how many failed (start escalates with it). It reads the ledger, not the journal.
-func (h *Hub) hold(m Machine, unhealthy bool, p Policy, now time.Time) (inFlight bool, why string, failed int) {
+// facts snapshots what decide needs of the hub's own state.
+func (h *Hub) facts(inv Inventory, obs Observations, assessments []Assessment, hearing Hearing) facts {
+	f := facts{now: obs.Now, inv: inv, obs: obs, assessments: assessments, hearing: hearing, history: map[string][]past{},
+		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
 	h.mu.Lock()
-	_, inFlight = h.running[m.Name]
-	detached, isDetached := h.brakes.Detached[m.Name]
-	healthy, sf := h.healthyAt[m.Name], h.startFailed[m.Name]
+	f.flights = h.flightsLocked()
+	if h.isPaused() {
+		f.paused = DescribeBrakes(h.pausedBy())
+	}
+	f.suspended, f.detached = h.brakes.Suspended != nil, h.brakes.Detached
+	f.healthyAt, f.startFailed = h.healthyAt, h.startFailed
 	h.mu.Unlock()
-	if inFlight || !unhealthy {
-		return inFlight, "", 0
-	}
-	hist := h.ledger.of(m.Name)
-	switch end := ended(hist); {
-	case m.Hold != "":
-		return false, m.Hold, 0
-	case isDetached:
-		return false, fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
-	case !sf.at.IsZero() && now.Sub(sf.at) < startRetry:
-		return false, fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(startRetry).Format(time.TimeOnly)), 0
-	case !end.IsZero() && now.Sub(end) < p.Cooldown:
-		return false, fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly)), 0
-	}
-	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
-		return false, fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name), 0
-	}
-	n := failures(hist, healthy)
-	if n >= p.MaxAttempts {
-		return false, fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
-			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), n
-	}
-	// A machine that comes back and fails again soon after is one flapping machine, not a string of
-	// new failures: its remediations within flapWindow count together, escalate, and give up.
-	recent := 0
-	for _, r := range hist {
-		if r.byHub && r.state != InProgress && now.Sub(r.created) < p.FlapWindow {
-			recent++
+	for _, a := range assessments {
+		if _, inFlight := f.flights[a.Machine]; a.Verdict == Unhealthy && !inFlight {
+			f.history[a.Machine] = h.ledger.of(a.Machine)
 		}
 	}
-	if recent >= p.MaxAttempts {
-		return false, fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
-			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name), recent
+	return f
+}
+
+// flightsLocked snapshots the remediations under way (h.mu held).
+func (h *Hub) flightsLocked() map[string]flight {
+	out := make(map[string]flight, len(h.running))
+	for name, r := range h.running {
+		out[name] = flight{plan: r.plan, next: r.next, members: r.rem.Members}
 	}
-	return false, "", max(n, recent)
+	return out
 }
 
 func machineNames(inv Inventory) []string {
@@ -572,62 +531,16 @@ func machineNames(inv Inventory) []string {
 	return out
 }
 
-// stillToCome is what a running remediation has left: its strategy and its plan's steps from the one
-// under way on, for the planner to check new starts against in every order (empty, not nil, when the
-// machine is not an etcd member: nothing of it touches the membership).
-func (h *Hub) stillToCome(machine string) (quorum.Strategy, []quorum.Step) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r, ok := h.running[machine]
-	if !ok {
-		return 0, nil
-	}
-	if steps, ok := replacementSteps(r, h.cluster); ok {
-		return r.plan.Strategy, steps
-	}
-	return r.plan.Strategy, slices.Clone(r.plan.Steps[min(r.next, len(r.plan.Steps)):])
-}
-
-// replacementSteps rebuilds a replace's steps once its new member has joined: the plan names it with
-// a placeholder, but the member that appeared since the replace began (exactly one) is the one the
-// owner's steps will promote and keep, and a start beside the replace must be checked against those.
-// It joined as a learner or a voter, whatever the plan assumed: the steps follow what it is. The
-// planner skips the steps the membership shows done.
-func replacementSteps(r *running, c quorum.Cluster) ([]quorum.Step, bool) {
-	if r.plan.Strategy != quorum.Replace || len(r.rem.Members) == 0 || len(r.plan.Steps) == 0 {
-		return nil, false
-	}
-	// The order and the old member from the steps themselves (a plan rebuilt from the journal after a
-	// restart has no shape): delete-first starts with the remove.
-	i := slices.IndexFunc(r.plan.Steps, func(s quorum.Step) bool { return s.Op == quorum.OpRemove })
-	if i < 0 {
-		return nil, false
-	}
-	shape := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}
-	if i == 0 {
-		shape.Order = quorum.ScaleDownFirst
-	}
-	var fresh []quorum.Member
-	for _, m := range c.Members {
-		if !slices.Contains(r.rem.Members, m.Name) {
-			fresh = append(fresh, m)
-		}
-	}
-	if len(fresh) != 1 {
-		return nil, false // not joined yet, or not one to tell: the placeholder steps stand
-	}
-	if fresh[0].Learner {
-		shape.Join = quorum.JoinAsLearner
-	}
-	return shape.Steps(r.plan.Steps[i].Member, fresh[0].Name), true
-}
-
-// inFlight lists the machines with a remediation running, each with its steps still to come.
+// inFlight lists the machines with a remediation running, each with its steps still to come, as the
+// latest pass's membership tells them.
 func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
+	h.mu.Lock()
+	flights, cluster := h.flightsLocked(), h.cluster
+	h.mu.Unlock()
 	var out []quorum.Machine
 	for _, m := range inv.Machines {
-		if s, steps := h.stillToCome(m.Name); s != 0 {
-			out = append(out, quorum.Machine{Name: m.Name, Member: m.Member, InFlight: true, Strategy: s, Remaining: steps})
+		if fl, ok := flights[m.Name]; ok {
+			out = append(out, quorum.Machine{Name: m.Name, Member: m.Member, InFlight: true, Strategy: fl.plan.Strategy, Remaining: fl.stillToCome(cluster)})
 		}
 	}
 	return out
@@ -648,137 +561,27 @@ func (h *Hub) setNote(field *string, why, prefix string) {
 	}
 }
 
-// membership builds the cluster the planner sees: the membership that a strict majority of the
-// expected agents and witnesses report (fresh reports from observers the hub sees alive), each
-// member's health from the assessments, in-flight remediations marked. It returns why not instead when
-// the hub does not hear a strict majority of its expected observers (then nothing is done: a hub on the
-// minority side of a partition must not act), or when no view has such a majority. hearing is who
-// the hub hears in obs.
-func (h *Hub) membership(inv Inventory, obs Observations, assessments []Assessment, hearing Hearing) (quorum.Cluster, string) {
-	if !hearing.Majority() {
-		return quorum.Cluster{}, hearing.NoMajority()
-	}
-	e := ExpectedOf(refs(inv), inv.Witnesses)
-	votes := map[string]int{}
-	lists := map[string][]health.EtcdMember{}
-	total := 0
-	for node, r := range obs.Reports {
-		if pv, ok := obs.HubPeers[node]; !ok || !e.has(node) || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
-			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
-			continue
-		}
-		var keys []string
-		for _, m := range r.Etcd.Members {
-			keys = append(keys, fmt.Sprintf("%s:%v", m.Name, m.Learner))
-		}
-		slices.Sort(keys)
-		k := strings.Join(keys, ",")
-		votes[k]++
-		lists[k] = r.Etcd.Members
-		total++
-	}
-	best, n := "", 0
-	for k, v := range votes {
-		if v > n {
-			best, n = k, v
-		}
-	}
-	switch {
-	case total == 0:
-		return quorum.Cluster{}, "no fresh etcd view from any agent: waiting"
-	case 2*n <= total:
-		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d): waiting", total, n)
-	case 2*n <= e.Judges():
-		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses report the etcd membership (%d needed): "+
-			"a majority of observers must agree on it before anything is planned; waiting", n, e.Judges(), e.Judges()/2+1)
-	}
-	healthOf := map[string]quorum.Health{}
-	member := map[string]string{}
-	for _, m := range inv.Machines {
-		member[m.Member] = m.Name
-	}
-	for _, a := range assessments {
-		healthOf[a.Machine] = a.EtcdHealth
-	}
-	var c quorum.Cluster
+// start begins a remediation decide admitted. Only a remediation the journal accepted takes a slot
+// of the rate limit (the ledger counts it): one that cannot begin is held and tried again after
+// startRetry, said once, and the others' starts go on.
+func (h *Hub) start(ctx context.Context, s start) {
+	_, err := h.begin(ctx, s.machine, s.rem, s.plan)
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, em := range lists[best] {
-		m := quorum.Member{Name: em.Name, Learner: em.Learner, Health: quorum.HealthUnknown}
-		if machine, ok := member[em.Name]; ok {
-			m.Health = healthOf[machine]
-			if _, inFlight := h.running[machine]; inFlight {
-				m.Disruption = quorum.InFlight
-			}
-		}
-		c.Members = append(c.Members, m)
-	}
-	return c, ""
-}
-
-// start begins a remediation the planner admitted, after the hub's own brakes: pause, suspend and the
-// rate limit; it returns what it held back and why. A machine whose last remediation failed is
-// escalated to a hard power cycle.
-func (h *Hub) start(ctx context.Context, inv Inventory, d quorum.Decision, failed int) (held string) {
-	m, ok := inv.machine(d.Machine)
-	if !ok {
-		return ""
-	}
-	now := time.Now()
-	p := inv.Policy
-	h.mu.Lock()
-	if h.isPaused() {
-		why := DescribeBrakes(h.pausedBy())
-		h.mu.Unlock()
-		return fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", why, d.Strategy, m.Name)
-	}
-	if h.brakes.Suspended != nil {
-		h.mu.Unlock()
-		return fmt.Sprintf("suspended: would start %s of %s (%s): %s", d.Strategy, m.Name, d.Reason, d.Plan.StepList())
-	}
-	h.mu.Unlock()
-	if n := h.ledger.startsWithin(now, p.RatePer); n >= p.RateMax {
-		return fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
-			n, p.RatePer, p.RateMax, m.Name)
-	}
-
-	plan := d.Plan
-	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
-		plan = machinePlan(d.Strategy, m)
-	}
-	rem := Remediation{Machine: m.Name, Strategy: d.Strategy.String(), RequestedBy: "hub", Reason: d.Reason,
-		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && d.Strategy == quorum.Reboot}
-	if rem.Hard {
-		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, p.MaxAttempts, failed)
-	}
-	// Only a remediation the journal accepted takes a slot of the rate limit (the ledger counts it):
-	// one that cannot begin is held and tried again later, and the others' starts go on.
-	_, err := h.begin(ctx, m, rem, plan)
-	h.mu.Lock()
-	prev := h.startFailed[m.Name]
+	prev := h.startFailed[s.machine.Name]
 	if err == nil {
-		delete(h.startFailed, m.Name)
+		delete(h.startFailed, s.machine.Name)
 	} else {
-		h.startFailed[m.Name] = startFailure{why: err.Error(), at: now}
+		h.startFailed[s.machine.Name] = startFailure{why: err.Error(), at: time.Now()}
 	}
 	h.mu.Unlock()
 	if err != nil && prev.why != err.Error() {
-		h.event("cannot remediate %s: %v (trying again in %v)", m.Name, err, startRetry)
-		h.notify(Notice{Machine: m.Name, Reason: "RemediationNotBegun", Message: fmt.Sprintf("%s of %s could not begin: %v", d.Strategy, m.Name, err), Warning: true})
+		h.event("cannot remediate %s: %v (trying again in %v)", s.machine.Name, err, startRetry)
+		h.notify(Notice{Machine: s.machine.Name, Reason: "RemediationNotBegun", Message: fmt.Sprintf("%s of %s could not begin: %v", s.rem.Strategy, s.machine.Name, err), Warning: true})
 	}
-	return ""
 }
 
 // begin journals a new remediation and launches it.
 func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan) (Remediation, error) {
-	if r, ok := h.cfg.Gossip.Reports()[m.Node]; ok {
-		rem.AgentStarted = r.Started
-	}
-	h.mu.Lock()
-	for _, mb := range h.cluster.Members {
-		rem.Members = append(rem.Members, mb.Name)
-	}
-	h.mu.Unlock()
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
 		return rem, err
@@ -979,10 +782,10 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 	for _, a := range h.assessments {
 		assessments = append(assessments, a)
 	}
-	inv := h.inventoryLocked()
+	inv, flights := h.inventoryLocked(), h.flightsLocked()
 	h.mu.Unlock()
 	obs := h.observe()
-	c, why := h.membership(inv, obs, assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter))
+	c, why := membershipOf(inv, obs, assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
 	if why != "" {
 		return c, fmt.Errorf("%s", why)
 	}

@@ -1,0 +1,304 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// A pass is observe (gossip reports, the assessor's verdicts, a snapshot of the hub's own state:
+// facts), decide (a pure function of the facts: decide) and act (begin what was decided, record
+// what was not). decide reads no clock, no journal, no gossip and no lock: the same facts give the
+// same decision, which is what its table tests rely on.
+
+// facts are what one pass decides from.
+type facts struct {
+	now         time.Time
+	inv         Inventory
+	obs         Observations
+	assessments []Assessment
+	hearing     Hearing
+	// flights are the remediations under way, by machine.
+	flights map[string]flight
+	// paused says who paused the hub ("" when nothing pauses it); suspended whether it is
+	// observe-only.
+	paused    string
+	suspended bool
+	detached  map[string]Brake
+	// healthyAt is when each machine was last seen Healthy; startFailed the machines whose last
+	// remediation could not begin.
+	healthyAt   map[string]time.Time
+	startFailed map[string]startFailure
+	// history is the ledger's record of each Unhealthy machine without a remediation in flight (the
+	// only ones hold reads).
+	history map[string][]past
+	// recentStarts counts the hub's own starts within the rate-limit window.
+	recentStarts int
+}
+
+// flight is a remediation under way, as a pass sees it.
+type flight struct {
+	plan quorum.Plan
+	// next is the step under way: it and those after it are still to come.
+	next int
+	// members are the etcd members when it began (a replace's new member is the one not in it).
+	members []string
+}
+
+// decision is what a pass decided.
+type decision struct {
+	// notPlanning says why nothing was planned ("" when the pass planned).
+	notPlanning string
+	cluster     quorum.Cluster
+	outcome     quorum.Outcome
+	// starts are the remediations to begin now, in order.
+	starts []start
+	// held are the remediations the planner admitted and the hub's own brakes held back (pause,
+	// suspend, the rate limit), each with why.
+	held []string
+}
+
+// start is a remediation to begin.
+type start struct {
+	machine Machine
+	plan    quorum.Plan
+	rem     Remediation
+}
+
+// decide is the pass's pure core: membership, holds, the plan, then the hub's brakes and rate limit
+// over what the planner admitted.
+func decide(f facts) decision {
+	cluster, why := membershipOf(f.inv, f.obs, f.assessments, f.hearing, f.flights)
+	if why != "" {
+		return decision{notPlanning: why}
+	}
+	p := f.inv.Policy
+	in := quorum.Input{Cluster: cluster, Policy: p.Quorum}
+	verdicts := make(map[string]Assessment, len(f.assessments))
+	for _, a := range f.assessments {
+		verdicts[a.Machine] = a
+	}
+	failed := map[string]int{}
+	for _, m := range f.inv.Machines {
+		a := verdicts[m.Name]
+		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
+			Unhealthy: a.Verdict == Unhealthy, Since: a.Since, Replace: m.Replace}
+		if m.Strategy == quorum.Replace && m.Member != "" {
+			qm.Replace.NewMember = m.Member + newMemberSuffix
+		}
+		if fl, ok := f.flights[m.Name]; ok {
+			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
+		} else if qm.Unhealthy {
+			qm.Held, failed[m.Name] = holdOf(f, m)
+		}
+		in.Machines = append(in.Machines, qm)
+	}
+	out, err := quorum.PlanPass(in)
+	if err != nil {
+		return decision{notPlanning: err.Error()}
+	}
+	d := decision{cluster: cluster, outcome: out}
+	slots := p.RateMax - f.recentStarts
+	for _, qd := range out.Started() {
+		m, ok := f.inv.machine(qd.Machine)
+		if !ok {
+			continue
+		}
+		switch {
+		case f.paused != "":
+			d.held = append(d.held, fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.paused, qd.Strategy, m.Name))
+		case f.suspended:
+			d.held = append(d.held, fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList()))
+		case slots <= 0:
+			d.held = append(d.held, fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
+				p.RateMax-slots, p.RatePer, p.RateMax, m.Name))
+		default:
+			slots--
+			d.starts = append(d.starts, startOf(f, cluster, m, qd, failed[m.Name]))
+		}
+	}
+	return d
+}
+
+// startOf is the remediation the hub begins for a planner's decision: a machine whose last
+// remediation failed is escalated to a hard power cycle.
+func startOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int) start {
+	plan := qd.Plan
+	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
+		plan = machinePlan(qd.Strategy, m)
+	}
+	rem := Remediation{Machine: m.Name, Strategy: qd.Strategy.String(), RequestedBy: "hub", Reason: qd.Reason,
+		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && qd.Strategy == quorum.Reboot}
+	if rem.Hard {
+		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, f.inv.Policy.MaxAttempts, failed)
+	}
+	if r, ok := f.obs.Reports[m.Node]; ok {
+		rem.AgentStarted = r.Started
+	}
+	for _, mb := range cluster.Members {
+		rem.Members = append(rem.Members, mb.Name)
+	}
+	return start{machine: m, plan: plan, rem: rem}
+}
+
+// holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
+// now: held by its owner, detached, its last start failed, cooling down after its last remediation, a
+// fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
+// It also returns how many failed (a start escalates with it).
+func holdOf(f facts, m Machine) (why string, failed int) {
+	p := f.inv.Policy
+	hist := f.history[m.Name]
+	detached, isDetached := f.detached[m.Name]
+	sf := f.startFailed[m.Name]
+	switch end := ended(hist); {
+	case m.Hold != "":
+		return m.Hold, 0
+	case isDetached:
+		return fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
+	case !sf.at.IsZero() && f.now.Sub(sf.at) < startRetry:
+		return fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(startRetry).Format(time.TimeOnly)), 0
+	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
+		return fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly)), 0
+	}
+	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
+		return fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name), 0
+	}
+	n := failures(hist, f.healthyAt[m.Name])
+	if n >= p.MaxAttempts {
+		return fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), n
+	}
+	// A machine that comes back and fails again soon after is one flapping machine, not a string of
+	// new failures: its remediations within flapWindow count together, escalate, and give up.
+	recent := 0
+	for _, r := range hist {
+		if r.byHub && r.state != InProgress && f.now.Sub(r.created) < p.FlapWindow {
+			recent++
+		}
+	}
+	if recent >= p.MaxAttempts {
+		return fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name), recent
+	}
+	return "", max(n, recent)
+}
+
+// membershipOf builds the cluster the planner sees: the membership that a strict majority of the
+// expected agents and witnesses report (fresh reports from observers the hub sees alive), each
+// member's health from the assessments, the members of machines with a remediation in flight
+// marked. It returns why not instead when the hub does not hear a strict majority of its expected
+// observers (then nothing is done: a hub on the minority side of a partition must not act), or when
+// no view has such a majority.
+func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hearing Hearing, flights map[string]flight) (quorum.Cluster, string) {
+	if !hearing.Majority() {
+		return quorum.Cluster{}, hearing.NoMajority()
+	}
+	e := ExpectedOf(refs(inv), inv.Witnesses)
+	votes := map[string]int{}
+	lists := map[string][]health.EtcdMember{}
+	total := 0
+	for node, r := range obs.Reports {
+		if pv, ok := obs.HubPeers[node]; !ok || !e.has(node) || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
+			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
+			continue
+		}
+		k := viewKey(r.Etcd.Members)
+		votes[k]++
+		lists[k] = r.Etcd.Members
+		total++
+	}
+	best, n := "", 0
+	for k, v := range votes {
+		if v > n || v == n && k < best { // ties broken by the key: the same facts, the same answer
+			best, n = k, v
+		}
+	}
+	switch {
+	case total == 0:
+		return quorum.Cluster{}, "no fresh etcd view from any agent: waiting"
+	case 2*n <= total:
+		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d): waiting", total, n)
+	case 2*n <= e.Judges():
+		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses report the etcd membership (%d needed): "+
+			"a majority of observers must agree on it before anything is planned; waiting", n, e.Judges(), e.Judges()/2+1)
+	}
+	healthOf := make(map[string]quorum.Health, len(assessments))
+	for _, a := range assessments {
+		healthOf[a.Machine] = a.EtcdHealth
+	}
+	member := make(map[string]string, len(inv.Machines))
+	for _, m := range inv.Machines {
+		member[m.Member] = m.Name
+	}
+	var c quorum.Cluster
+	for _, em := range lists[best] {
+		m := quorum.Member{Name: em.Name, Learner: em.Learner, Health: quorum.HealthUnknown}
+		if machine, ok := member[em.Name]; ok {
+			m.Health = healthOf[machine]
+			if _, inFlight := flights[machine]; inFlight {
+				m.Disruption = quorum.InFlight
+			}
+		}
+		c.Members = append(c.Members, m)
+	}
+	return c, ""
+}
+
+// viewKey is an etcd membership as one comparable string: the members' names and roles, sorted.
+func viewKey(members []health.EtcdMember) string {
+	keys := make([]string, len(members))
+	for i, m := range members {
+		keys[i] = fmt.Sprintf("%s:%v", m.Name, m.Learner)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
+}
+
+// stillToCome is what the remediation has left: its plan's steps from the one under way on, for the
+// planner to check new starts against in every order (empty, not nil, when the machine is not an
+// etcd member: nothing of it touches the membership); for a replace whose new member has joined,
+// the steps with that member (replacementSteps).
+func (fl flight) stillToCome(c quorum.Cluster) []quorum.Step {
+	if steps, ok := fl.replacementSteps(c); ok {
+		return steps
+	}
+	return slices.Clone(fl.plan.Steps[min(fl.next, len(fl.plan.Steps)):])
+}
+
+// replacementSteps rebuilds a replace's steps once its new member has joined: the plan names it with
+// a placeholder, but the member that appeared since the replace began (exactly one) is the one the
+// owner's steps will promote and keep, and a start beside the replace must be checked against those.
+// It joined as a learner or a voter, whatever the plan assumed: the steps follow what it is. The
+// planner skips the steps the membership shows done.
+func (fl flight) replacementSteps(c quorum.Cluster) ([]quorum.Step, bool) {
+	if fl.plan.Strategy != quorum.Replace || len(fl.members) == 0 || len(fl.plan.Steps) == 0 {
+		return nil, false
+	}
+	// The order and the old member from the steps themselves (a plan rebuilt from the journal after a
+	// restart has no shape): delete-first starts with the remove.
+	i := slices.IndexFunc(fl.plan.Steps, func(s quorum.Step) bool { return s.Op == quorum.OpRemove })
+	if i < 0 {
+		return nil, false
+	}
+	shape := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}
+	if i == 0 {
+		shape.Order = quorum.ScaleDownFirst
+	}
+	var fresh []quorum.Member
+	for _, m := range c.Members {
+		if !slices.Contains(fl.members, m.Name) {
+			fresh = append(fresh, m)
+		}
+	}
+	if len(fresh) != 1 {
+		return nil, false // not joined yet, or not one to tell: the placeholder steps stand
+	}
+	if fresh[0].Learner {
+		shape.Join = quorum.JoinAsLearner
+	}
+	return shape.Steps(fl.plan.Steps[i].Member, fresh[0].Name), true
+}

@@ -1,0 +1,247 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// scene builds the facts of one pass in the style of etcd's raft tests: a world (every observer
+// heard, every member healthy) that each case edits, then decide, then what it decided.
+type scene struct {
+	w *world
+	f facts
+}
+
+func newScene() *scene {
+	now := t0.Add(time.Hour)
+	s := &scene{w: newWorld(now)}
+	s.f = facts{now: now, inv: Inventory{Cluster: "test", Policy: testPolicy()}, flights: map[string]flight{}, detached: map[string]Brake{},
+		healthyAt: map[string]time.Time{}, startFailed: map[string]startFailure{}, history: map[string][]past{}}
+	for _, m := range machines {
+		s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
+		s.f.assessments = append(s.f.assessments, Assessment{Machine: m.Name, Verdict: Healthy, EtcdHealth: quorum.Healthy})
+		s.f.healthyAt[m.Name] = now.Add(-2 * time.Hour)
+	}
+	return s
+}
+
+// dead makes machine i dead: its agent gone, its member unreachable, its verdict Unhealthy.
+func (s *scene) dead(i int) *scene {
+	m := machines[i]
+	others := slices.Clone(s.f.inv.Witnesses)
+	for _, o := range machines {
+		if o.Node != m.Node {
+			others = append(others, o.Node)
+		}
+	}
+	s.w.dead(m.Node, s.f.now.Add(-time.Minute), others...)
+	s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: Unhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.now.Add(-time.Minute)}
+	return s
+}
+
+// remediated adds finished remediations of machine i to its history, the last ended ago.
+func (s *scene) remediated(i int, strategy string, state RemediationState, ago time.Duration, n int) *scene {
+	m := machines[i].Name
+	for k := range n {
+		at := s.f.now.Add(-ago - time.Duration(n-1-k)*time.Minute)
+		s.f.history[m] = append(s.f.history[m], past{id: fmt.Sprintf("%s/%d", m, k), strategy: strategy, byHub: true, state: state,
+			created: at.Add(-time.Minute), updated: at})
+	}
+	return s
+}
+
+// witnesses adds witness agents that read etcd from outside, as the demo's do.
+func (s *scene) witnesses(nodes ...string) *scene {
+	s.f.inv.Witnesses = append(s.f.inv.Witnesses, nodes...)
+	s.w.witness(nodes...)
+	for _, n := range nodes {
+		r := s.w.obs.Reports[n]
+		r.Etcd = &health.EtcdView{}
+		for _, m := range machines {
+			yes := true
+			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: m.Member, Reachable: &yes})
+		}
+		s.w.obs.Reports[n] = r
+	}
+	return s
+}
+
+func (s *scene) decide() decision {
+	s.f.obs = s.w.obs
+	s.f.hearing = Hear(ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
+	return decide(s.f)
+}
+
+func started(d decision) []string {
+	var out []string
+	for _, s := range d.starts {
+		out = append(out, s.machine.Name)
+	}
+	return out
+}
+
+func reasonOf(d decision, machine string) string {
+	for _, qd := range d.outcome.Decisions {
+		if qd.Machine == machine {
+			return qd.Reason
+		}
+	}
+	return ""
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		scene       func() *scene
+		starts      []string
+		notPlanning string
+		held        string            // in decision.held
+		reasons     map[string]string // machine → in the planner's reason
+	}{
+		{name: "all healthy: nothing", scene: newScene},
+		{name: "a dead member is rebooted", scene: func() *scene { return newScene().dead(2) }, starts: []string{"m2"}},
+		{name: "the hub hears no majority: nothing planned", scene: func() *scene {
+			s := newScene().dead(2)
+			s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
+			return s
+		}, notPlanning: "the hub hears 1 of 4 expected observers"},
+		{name: "agents disagree on the membership: waiting", scene: func() *scene {
+			s := newScene().dead(2)
+			r := s.w.obs.Reports["cp-1"]
+			r.Etcd = &health.EtcdView{LocalName: "etcd-1", Members: append(r.Etcd.Members, health.EtcdMember{Name: "etcd-9"})}
+			s.w.obs.Reports["cp-1"] = r
+			return s
+		}, notPlanning: "agents disagree on the etcd membership (2 views, the most common held by 1)"},
+		{name: "a majority of views but not of the expected judges: waiting", scene: func() *scene {
+			s := newScene()
+			s.f.inv.Witnesses = []string{"w-0", "w-1", "w-2"}
+			s.w.witness(s.f.inv.Witnesses...) // witnesses without etcd access: no view of the membership
+			return s.dead(2)
+		}, notPlanning: "only 2 of the 6 expected agents and witnesses report the etcd membership (4 needed)"},
+		{name: "detached: held", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.detached["m2"] = Brake{By: "alice", Reason: "disk swap"}
+			return s
+		}, reasons: map[string]string{"m2": "detached by alice"}},
+		{name: "held by its owner", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.inv.Machines[2].Hold = "BareMetalHost detached"
+			return s
+		}, reasons: map[string]string{"m2": "BareMetalHost detached"}},
+		{name: "its last start failed: held until the retry", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.startFailed["m2"] = startFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second)}
+			return s
+		}, reasons: map[string]string{"m2": "could not begin its remediation: ipmitool missing"}},
+		{name: "its last start failed long ago: tried again", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.startFailed["m2"] = startFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}
+			return s
+		}, starts: []string{"m2"}},
+		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, time.Minute, 1) },
+			reasons: map[string]string{"m2": "cooling down until"}},
+		{name: "a fence stands", scene: func() *scene { return newScene().dead(2).remediated(2, "fence", Succeeded, time.Hour, 1) },
+			reasons: map[string]string{"m2": "fenced by remediation m2/0"}},
+		{name: "gave up after maxAttempts failed", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 3) },
+			reasons: map[string]string{"m2": "gave up after 3 failed remediations"}},
+		{name: "flapping", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, 10*time.Minute, 3) },
+			reasons: map[string]string{"m2": "flapping: 3 remediations in the last 1h0m0s"}},
+		{name: "paused: held", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.paused = "operator alice"
+			return s
+		}, held: "paused (operator alice): reboot of m2 waits for the pause to be lifted"},
+		{name: "suspended: held, with the would-be plan", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.suspended = true
+			return s
+		}, held: "suspended: would start reboot of m2"},
+		{name: "the rate limit: one slot left, two admitted", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2) // quorum lost: both dead members may be power-cycled
+			s.f.inv.Policy.RateMax, s.f.recentStarts = 3, 2
+			return s
+		}, starts: []string{"m1"}, held: "rate limit: 3 remediations started in the last 10m0s (max 3): m2 waits"},
+		{name: "no slot left", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.recentStarts = 3
+			return s
+		}, held: "rate limit: 3 remediations started"},
+		{name: "a machine in flight is not started again", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.flights["m2"] = flight{plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}, next: 1}
+			return s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.scene()
+			d := s.decide()
+			if tc.notPlanning != "" {
+				assert.Contains(t, d.notPlanning, tc.notPlanning)
+				assert.Empty(t, d.starts)
+				return
+			}
+			require.Empty(t, d.notPlanning)
+			assert.Equal(t, tc.starts, started(d))
+			if tc.held == "" {
+				assert.Empty(t, d.held)
+			} else {
+				assert.Contains(t, strings.Join(d.held, "; "), tc.held)
+			}
+			for m, want := range tc.reasons {
+				assert.Contains(t, reasonOf(d, m), want)
+			}
+			assert.Equal(t, d, s.decide(), "the same facts, the same decision")
+		})
+	}
+}
+
+// A start records what its remediation needs: the agent's start (the machine is back only with a
+// later one), the members at the start, the attempt; after a failed one, a hard power cycle.
+func TestDecideEscalatesAfterAFailure(t *testing.T) {
+	s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1)
+	r := s.w.obs.Reports["cp-2"]
+	r.Started = t0
+	s.w.obs.Reports["cp-2"] = r
+	d := s.decide()
+	require.Len(t, d.starts, 1)
+	rem := d.starts[0].rem
+	assert.True(t, rem.Hard)
+	assert.Equal(t, 2, rem.Attempt)
+	assert.Contains(t, rem.Reason, "attempt 2 of 3, escalated to a hard power cycle after 1 failed")
+	assert.Equal(t, t0, rem.AgentStarted)
+	assert.Equal(t, []string{"etcd-0", "etcd-1", "etcd-2"}, rem.Members)
+	assert.Equal(t, steps("power-cycle etcd-2", "await-healthy etcd-2"), rem.Steps)
+}
+
+// A replace in Kubernetes mode names its new member with a placeholder (the owner picks the real
+// name). Once the replacement has joined (here etcd-3, as a learner: kubeadm's learner mode), the
+// planner is told its real steps, promote included, and a fence of that learner, which looks free,
+// waits: promote etcd-3 → power-off etcd-3 → remove etcd-1 would leave 1 of 2 voters healthy.
+func TestInFlightReplaceIsToldByItsRealMember(t *testing.T) {
+	placeholder := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}.Steps("etcd-1", "etcd-1"+newMemberSuffix)
+	fl := flight{plan: quorum.Plan{Strategy: quorum.Replace, Steps: placeholder}, members: []string{"etcd-1", "etcd-2"}} // as rebuilt from the journal: no shape
+	c := quorum.Cluster{Members: []quorum.Member{{Name: "etcd-1", Health: quorum.Healthy}, {Name: "etcd-2", Health: quorum.Healthy},
+		{Name: "etcd-3", Learner: true, Health: quorum.Healthy}}}
+
+	assert.Equal(t, placeholder, fl.stillToCome(quorum.Cluster{Members: c.Members[:2]}), "not joined yet: the placeholder steps stand")
+	real := fl.stillToCome(c)
+	assert.Equal(t, quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsLearner}.Steps("etcd-1", "etcd-3"), real)
+
+	in := quorum.Input{Cluster: c, Policy: quorum.DefaultPolicy(), Machines: []quorum.Machine{
+		{Name: "cp-1", Member: "etcd-1", InFlight: true, Strategy: quorum.Replace, Remaining: real},
+		{Name: "cp-3", Member: "etcd-3", Unhealthy: true, Strategy: quorum.Fence}}}
+	out, err := quorum.PlanPass(in)
+	require.NoError(t, err)
+	assert.Empty(t, out.Started())
+	assert.Contains(t, out.Decisions[1].Reason, "fencing etcd-3 is unsafe beside the work in flight")
+	assert.Contains(t, out.Decisions[1].Reason, "promote etcd-3")
+}
