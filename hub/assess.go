@@ -103,6 +103,18 @@ type Assessor struct {
 	// lostOnce: the hub has heard no majority at some point since it started, so a heardSince marks
 	// a return to a majority, not the hub's first pass.
 	lostOnce bool
+	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused).
+	deadBy map[string]*deadVotes
+	// expected is the expected set of the latest pass; observers its live observers (a buffer the
+	// next pass reuses: nothing keeps them).
+	expected  Expected
+	observers []health.Report
+}
+
+// deadVotes are the observers that see one node dead: how many, and since when at the earliest.
+type deadVotes struct {
+	n        int
+	earliest time.Time
 }
 
 // NewAssessor returns an assessor with policy p.
@@ -130,30 +142,67 @@ func (a *Assessor) SetPolicy(p AssessPolicy) { a.policy = p }
 type Expected struct {
 	// Agents and Witnesses are gossip node names.
 	Agents, Witnesses []string
+	// index holds both, true for the judges of etcd: the agents of etcd members and the witnesses,
+	// which judgeNodes lists.
+	index      map[string]bool
+	judgeNodes []string
+	members    []string // the etcd members of the machines, as ExpectedOf was given them
 }
 
 // ExpectedOf is the expected set of an inventory's machines and witnesses.
 func ExpectedOf(machines []MachineRef, witnesses []string) Expected {
-	e := Expected{Witnesses: witnesses}
+	e := Expected{Witnesses: witnesses, index: make(map[string]bool, len(machines)+len(witnesses))}
 	for _, m := range machines {
 		e.Agents = append(e.Agents, m.Node)
+		e.members = append(e.members, m.Member)
+		e.index[m.Node] = m.Member != ""
+		if m.Member != "" {
+			e.judgeNodes = append(e.judgeNodes, m.Node)
+		}
+	}
+	for _, w := range witnesses {
+		e.index[w] = true
+		e.judgeNodes = append(e.judgeNodes, w)
 	}
 	return e
+}
+
+// same says whether e is the expected set of these machines and witnesses.
+func (e Expected) same(machines []MachineRef, witnesses []string) bool {
+	if e.index == nil || len(machines) != len(e.Agents) || !slices.Equal(witnesses, e.Witnesses) {
+		return false
+	}
+	for i, m := range machines {
+		if m.Node != e.Agents[i] || m.Member != e.members[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Size counts the agents, the witnesses and the hub.
 func (e Expected) Size() int { return len(e.Agents) + len(e.Witnesses) + 1 }
 
-// Judges counts the observers that judge etcd: the agents and the witnesses (not the hub).
-func (e Expected) Judges() int { return len(e.Agents) + len(e.Witnesses) }
+// Judges counts the observers that judge etcd: the agents of etcd members and the witnesses (not the
+// hub, not the agents of workers, which have no etcd access).
+func (e Expected) Judges() int { return len(e.judgeNodes) }
+
+// judge says whether node is one of the judges of etcd.
+func (e Expected) judge(node string) bool { return e.index[node] }
 
 func (e Expected) has(node string) bool {
+	if e.index != nil {
+		_, ok := e.index[node]
+		return ok
+	}
 	return slices.Contains(e.Agents, node) || slices.Contains(e.Witnesses, node)
 }
 
 // Hearing is how many of the expected observers the hub hears now: itself, and every expected agent
 // and witness alive in its gossip view with a fresh report.
 type Hearing struct {
+	// set is the expected set heard from.
+	set      Expected
 	Expected int
 	// Heard lists the observers heard, the hub first; Missing the others.
 	Heard, Missing []string
@@ -173,7 +222,6 @@ func (h Hearing) NoMajority() string {
 		"(not heard: %s)", h, strings.Join(h.Missing, ", "))
 }
 
-// Hear says which expected observers the hub hears.
 // Hear says which expected observers the hub hears: alive in its view, with a report fresher than
 // staleAfter.
 func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
@@ -181,17 +229,19 @@ func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
 }
 
 // hearingOf is the Hearing of the live observers found.
+// observers are liveObservers', in the expected set's order.
 func hearingOf(e Expected, observers []health.Report) Hearing {
-	h := Hearing{Expected: e.Size(), Heard: []string{"the hub"}}
-	heard := map[string]bool{}
-	for _, r := range observers {
-		heard[r.Node] = true
-	}
-	for _, n := range append(slices.Clone(e.Agents), e.Witnesses...) {
-		if heard[n] {
-			h.Heard = append(h.Heard, n)
-		} else {
-			h.Missing = append(h.Missing, n)
+	h := Hearing{set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
+	h.Heard[0] = "the hub"
+	j := 0
+	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
+		for _, n := range nodes {
+			if j < len(observers) && observers[j].Node == n {
+				h.Heard = append(h.Heard, n)
+				j++
+			} else {
+				h.Missing = append(h.Missing, n)
+			}
 		}
 	}
 	return h
@@ -208,14 +258,40 @@ func (a *Assessor) Assess(machines []MachineRef, witnesses []string, obs Observa
 // AssessHearing is Assess, and also says which expected observers the hub hears (what Assess judges
 // with): the pass needs both, from one look at the observations.
 func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs Observations) ([]Assessment, Hearing) {
-	e := ExpectedOf(machines, witnesses)
-	observers := liveObservers(e, obs, a.policy.StaleAfter)
+	if !a.expected.same(machines, witnesses) { // built again only when the inventory changes
+		a.expected = ExpectedOf(machines, witnesses)
+	}
+	e := a.expected
+	a.observers = appendLiveObservers(a.observers[:0], e, obs, a.policy.StaleAfter)
+	observers := a.observers
 	hearing := hearingOf(e, observers)
 	switch {
 	case !hearing.Majority():
 		a.heardSince, a.lostOnce = time.Time{}, true
 	case a.heardSince.IsZero():
 		a.heardSince = obs.Now
+	}
+	// Who sees whom dead, counted once a pass (per machine it would be quadratic).
+	if a.deadBy == nil {
+		a.deadBy = map[string]*deadVotes{}
+	}
+	for _, v := range a.deadBy {
+		*v = deadVotes{}
+	}
+	for _, r := range observers {
+		for _, p := range r.Peers {
+			if p.State == health.PeerDead && p.Name != r.Node {
+				v := a.deadBy[p.Name]
+				if v == nil {
+					v = &deadVotes{}
+					a.deadBy[p.Name] = v
+				}
+				if v.n == 0 || p.Since.Before(v.earliest) {
+					v.earliest = p.Since
+				}
+				v.n++
+			}
+		}
 	}
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
@@ -231,15 +307,20 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 }
 
 // liveObservers are the expected agents and witnesses the hub sees alive whose latest report is
-// fresh. Anyone else in the gossip pool is no observer.
+// fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
 func liveObservers(e Expected, obs Observations, staleAfter time.Duration) []health.Report {
-	var out []health.Report
-	for node, r := range obs.Reports {
-		if pv, ok := obs.HubPeers[node]; ok && e.has(node) && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter {
-			out = append(out, r)
+	return appendLiveObservers(nil, e, obs, staleAfter)
+}
+
+func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
+	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
+		for _, node := range nodes {
+			r, reported := obs.Reports[node]
+			if pv, ok := obs.HubPeers[node]; reported && ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter {
+				out = append(out, r)
+			}
 		}
 	}
-	slices.SortFunc(out, func(x, y health.Report) int { return strings.Compare(x.Node, y.Node) })
 	return out
 }
 
@@ -261,8 +342,7 @@ func (e *evidence) doubt(format string, args ...any) {
 
 func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observers []health.Report, seen map[string]bool) Assessment {
 	var ev evidence
-	others := slices.DeleteFunc(slices.Clone(observers), func(r health.Report) bool { return r.Node == m.Node })
-	dead := a.liveness(m, e, obs, others, &ev)
+	dead := a.liveness(m, e, obs, observers, &ev)
 	own, fresh := obs.Reports[m.Node]
 	fresh = fresh && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
@@ -293,7 +373,7 @@ const rejoinSettle = 5 * time.Second
 
 // liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
 // hub and enough others to make a strict majority of the expected observers see it dead.
-func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others []health.Report, ev *evidence) bool {
+func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observers []health.Report, ev *evidence) bool {
 	hub, known := obs.HubPeers[m.Node]
 	if !known || hub.State == health.PeerAlive {
 		return false
@@ -302,19 +382,18 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others [
 		ev.doubt("%s left the gossip pool on purpose (agent stopped) at %s", m.Node, hub.Since.Format(time.RFC3339))
 		return false
 	}
+	others := len(observers)
+	if slices.ContainsFunc(observers, func(r health.Report) bool { return r.Node == m.Node }) {
+		others--
+	}
 	agree, earliest := 0, hub.Since
-	for _, r := range others {
-		for _, p := range r.Peers {
-			if p.Name == m.Node && p.State == health.PeerDead {
-				agree++
-				earliest = minTime(earliest, p.Since)
-			}
-		}
+	if v := a.deadBy[m.Node]; v != nil && v.n > 0 {
+		agree, earliest = v.n, minTime(earliest, v.earliest)
 	}
 	votes, need := 1+agree, e.Size()/2+1 // the hub's own among them
 	if votes < need {
 		ev.doubt("the hub lost sight of %s, but only %d of %d expected observers see it dead (the hub and %d of the %d others it hears; "+
-			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, len(others), need)
+			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, others, need)
 		return false
 	}
 	// An agent that dies (crashes, is OOM-killed, stops) takes its gossip member with it, and its
@@ -323,7 +402,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, others [
 	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
 	// reboot cost quorum).
 	if m.Member != "" {
-		if reach, unreach := reachability(m.Member, others); 2*reach > reach+unreach {
+		if reach, unreach := reachability(m.Member, observers, m.Node); 2*reach > reach+unreach {
 			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
 				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
 			return false
@@ -407,7 +486,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 	if dead {
 		return quorum.Unhealthy
 	}
-	reach, unreach := reachability(m.Member, observers)
+	reach, unreach := reachability(m.Member, observers, "")
 	ownOK, ownKnown := true, false
 	if fresh {
 		for _, p := range own.Probes {
@@ -448,9 +527,9 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 }
 
 // reachability counts the observers whose etcd view reaches member, and those whose view does not.
-func reachability(member string, observers []health.Report) (reach, unreach int) {
+func reachability(member string, observers []health.Report, except string) (reach, unreach int) {
 	for _, r := range observers {
-		if r.Etcd == nil {
+		if r.Etcd == nil || r.Node == except {
 			continue
 		}
 		for _, em := range r.Etcd.Members {

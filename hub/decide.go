@@ -77,14 +77,10 @@ func decide(f facts) decision {
 		return decision{notPlanning: why}
 	}
 	p := f.inv.Policy
-	in := quorum.Input{Cluster: cluster, Policy: p.Quorum}
-	verdicts := make(map[string]Assessment, len(f.assessments))
-	for _, a := range f.assessments {
-		verdicts[a.Machine] = a
-	}
+	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
 	failed := map[string]int{}
-	for _, m := range f.inv.Machines {
-		a := verdicts[m.Name]
+	for i, m := range f.inv.Machines {
+		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
 			Unhealthy: a.Verdict == Unhealthy, Since: a.Since, Replace: m.Replace}
 		if m.Strategy == quorum.Replace && m.Member != "" {
@@ -197,12 +193,16 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 	if !hearing.Majority() {
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
-	e := ExpectedOf(refs(inv), inv.Witnesses)
+	e := hearing.set
+	if e.index == nil {
+		e = ExpectedOf(refs(inv), inv.Witnesses)
+	}
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0
-	for node, r := range obs.Reports {
-		if pv, ok := obs.HubPeers[node]; !ok || !e.has(node) || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
+	for _, node := range e.judgeNodes {
+		r, reported := obs.Reports[node]
+		if pv, ok := obs.HubPeers[node]; !reported || !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
 			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
 			continue
 		}
@@ -226,26 +226,42 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses report the etcd membership (%d needed): "+
 			"a majority of observers must agree on it before anything is planned; waiting", n, e.Judges(), e.Judges()/2+1)
 	}
-	healthOf := make(map[string]quorum.Health, len(assessments))
-	for _, a := range assessments {
-		healthOf[a.Machine] = a.EtcdHealth
+	type machineOf struct {
+		name   string
+		health quorum.Health
 	}
-	member := make(map[string]string, len(inv.Machines))
-	for _, m := range inv.Machines {
-		member[m.Member] = m.Name
+	member := map[string]machineOf{} // etcd member → its machine
+	for i, m := range inv.Machines {
+		if m.Member != "" {
+			member[m.Member] = machineOf{m.Name, assessmentOf(assessments, i, m.Name).EtcdHealth}
+		}
 	}
 	var c quorum.Cluster
 	for _, em := range lists[best] {
 		m := quorum.Member{Name: em.Name, Learner: em.Learner, Health: quorum.HealthUnknown}
-		if machine, ok := member[em.Name]; ok {
-			m.Health = healthOf[machine]
-			if _, inFlight := flights[machine]; inFlight {
+		if mm, ok := member[em.Name]; ok {
+			m.Health = mm.health
+			if _, inFlight := flights[mm.name]; inFlight {
 				m.Disruption = quorum.InFlight
 			}
 		}
 		c.Members = append(c.Members, m)
 	}
 	return c, ""
+}
+
+// assessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
+// order, or found by name when they are not.
+func assessmentOf(as []Assessment, i int, machine string) Assessment {
+	if i < len(as) && as[i].Machine == machine {
+		return as[i]
+	}
+	for _, a := range as {
+		if a.Machine == machine {
+			return a
+		}
+	}
+	return Assessment{}
 }
 
 // viewKey is an etcd membership as one comparable string: the members' names and roles, sorted.

@@ -366,7 +366,7 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 	obs := h.observe()
 	machines := refs(inv)
 	assessments, hearing := h.assessor.AssessHearing(machines, inv.Witnesses, obs)
-	e := ExpectedOf(machines, inv.Witnesses)
+	e := hearing.set
 	if !slices.Equal(e.Agents, h.kept.Agents) || !slices.Equal(e.Witnesses, h.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.

@@ -1,0 +1,74 @@
+package hub
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// passBench is one pass's inputs at scale: n machines (the first five etcd members, the rest workers
+// in pools of 500), each with a fresh report from its agent (two probes; the members' agents with
+// the etcd view), one worker dead per pool (seen dead by every other agent), two witnesses.
+func passBench(n int) (Inventory, Observations) {
+	now := t0.Add(time.Hour)
+	inv := Inventory{Cluster: "bench", Policy: testPolicy(), Witnesses: []string{"w-0", "w-1"}}
+	obs := Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
+	var members []health.EtcdMember
+	for i := range 5 {
+		yes := true
+		members = append(members, health.EtcdMember{Name: fmt.Sprintf("etcd-%d", i), Reachable: &yes})
+	}
+	var dead []health.PeerView
+	for i := range n {
+		m := Machine{MachineRef: MachineRef{Name: fmt.Sprintf("m-%d", i), Node: fmt.Sprintf("n-%d", i)}, Strategy: quorum.Reboot, Pool: fmt.Sprintf("pool-%d", i/500)}
+		if i < 5 {
+			m.Member, m.Pool = fmt.Sprintf("etcd-%d", i), "control-plane"
+		}
+		inv.Machines = append(inv.Machines, m)
+		if i >= 5 && i%500 == 7 {
+			dead = append(dead, health.PeerView{Name: m.Node, State: health.PeerDead, Since: now.Add(-time.Minute)})
+		}
+	}
+	isDead := map[string]bool{}
+	for _, d := range dead {
+		isDead[d.Name] = true
+	}
+	nodes := append(refs(inv), MachineRef{Node: "w-0"}, MachineRef{Node: "w-1"})
+	for i, m := range nodes {
+		if isDead[m.Node] {
+			obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerDead, Since: now.Add(-time.Minute)}
+			continue
+		}
+		obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerAlive, Since: t0}
+		r := health.Report{Node: m.Node, SentAt: now, Peers: dead,
+			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: t0}, {Name: "etcd", OK: true, Since: t0}}}
+		if i < 5 || m.Node == "w-0" || m.Node == "w-1" {
+			r.Etcd = &health.EtcdView{LocalName: m.Member, Members: members}
+		}
+		obs.Reports[m.Node] = r
+	}
+	return inv, obs
+}
+
+// BenchmarkPass5000 is a pass's assess and decide at 5,000 machines (the hub's 200 ms loop; the
+// target is 5 ms). go test -run '^$' -bench Pass5000 -benchmem ./hub
+func BenchmarkPass5000(b *testing.B) {
+	inv, obs := passBench(5000)
+	a := hearing(inv.Policy.Assess)
+	machines := refs(inv)
+	f := facts{now: obs.Now, inv: inv, obs: obs, flights: map[string]flight{}, detached: map[string]Brake{}, healthyAt: map[string]time.Time{},
+		startFailed: map[string]startFailure{}, history: map[string][]past{}}
+	var d decision
+	b.ReportAllocs()
+	for b.Loop() {
+		f.assessments, f.hearing = a.AssessHearing(machines, inv.Witnesses, obs)
+		d = decide(f)
+	}
+	if d.notPlanning != "" || len(d.starts) == 0 {
+		b.Fatalf("the bench does not plan: %q, %d starts", d.notPlanning, len(d.starts))
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/pass")
+}
