@@ -127,6 +127,17 @@ func TestDecide(t *testing.T) {
 			s.w.witness(s.f.inv.Witnesses...) // witnesses without etcd access: no view of the membership
 			return s.dead(2)
 		}, notPlanning: "only 2 of the 6 expected agents and witnesses report the etcd membership (4 needed)"},
+		{name: "workers' agents do not judge etcd (they have no etcd access): the members' agents decide", scene: func() *scene {
+			s := newScene()
+			for i := range 4 { // more workers than members
+				w := MachineRef{Name: fmt.Sprintf("w%d", i), Node: fmt.Sprintf("worker-%d", i)}
+				s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: w, Strategy: quorum.Reboot, Pool: "workers"})
+				s.f.assessments = append(s.f.assessments, Assessment{Machine: w.Name, Verdict: Healthy})
+				s.w.obs.HubPeers[w.Node] = health.PeerView{Name: w.Node, State: health.PeerAlive, Since: t0}
+				s.w.obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.now}
+			}
+			return s.dead(2)
+		}, starts: []string{"m2"}},
 		{name: "detached: held", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.detached["m2"] = Brake{By: "alice", Reason: "disk swap"}
