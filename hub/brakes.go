@@ -95,12 +95,13 @@ func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bo
 		h.brakeSeq++
 		h.mu.Unlock()
 	}()
-	h.event("%s", what)
+	h.say(Notice{Reason: ReasonBrake, Message: what})
 	if h.cfg.Brakes == nil {
 		return nil
 	}
 	if err := h.cfg.Brakes.SaveBrakes(ctx, next); err != nil {
-		h.event("could not record the brake (%s): it holds now but not across a restart: %v", what, err)
+		h.say(Notice{Reason: ReasonBrakeNotRecorded, Warning: true,
+			Message: fmt.Sprintf("could not record the brake (%s): it holds now but not across a restart: %v", what, err)})
 		return fmt.Errorf("%s: in force, but not recorded (it will not survive a restart): %w", what, err)
 	}
 	return nil
@@ -186,7 +187,7 @@ func (h *Hub) ApplyBrakes(seq uint64, b Brakes) {
 	h.wakeIfResumed(wasPaused)
 	h.mu.Unlock()
 	for _, c := range brakeChanges(before, b) {
-		h.event("%s", c)
+		h.say(Notice{Reason: ReasonBrake, Message: c})
 	}
 }
 
@@ -231,9 +232,9 @@ func (h *Hub) SetPause(source string, on bool, reason string) {
 	h.mu.Unlock()
 	switch {
 	case on && !had:
-		h.event("paused by %s: %s", source, reason)
+		h.say(Notice{Reason: ReasonBrake, Message: fmt.Sprintf("paused by %s: %s", source, reason)})
 	case !on && had:
-		h.event("the pause of %s lifted", source)
+		h.say(Notice{Reason: ReasonBrake, Message: fmt.Sprintf("the pause of %s lifted", source)})
 	}
 }
 

@@ -59,7 +59,7 @@ func (h *Hub) SetInventory(inv Inventory) error {
 	h.inv = inv
 	h.mu.Unlock()
 	if !same {
-		h.event("inventory reloaded: %d machines", len(inv.Machines))
+		h.say(Notice{Reason: ReasonInventoryReloaded, Message: fmt.Sprintf("inventory reloaded: %d machines", len(inv.Machines))})
 	}
 	return nil
 }

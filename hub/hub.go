@@ -66,18 +66,6 @@ type Config struct {
 	AfterPass func(n uint64)
 }
 
-// Notice is one decision about one machine: a verdict, a refusal or hold, a remediation's start and
-// end; or, with no machine, about the hub as a whole (it lost or regained the majority of its expected
-// observers). Repeats are not sent: a refusal is noticed when its reason changes.
-type Notice struct {
-	Machine string
-	// Reason is a CamelCase word: Suspect, Unhealthy, Healthy, Waiting, RemediationStarted, StepDone,
-	// Remediated, RemediationFailed; for the hub: ObserverMajorityLost, ObserverMajorityHeard.
-	Reason  string
-	Message string
-	Warning bool
-}
-
 // BMCPower is the default PowerFor: the machine's BMC from the inventory, with BMC as the options.
 func (cfg Config) BMCPower(m Machine) (Power, error) {
 	o := cfg.BMC
@@ -267,12 +255,6 @@ func (h *Hub) History(ctx context.Context, machine string) ([]Remediation, error
 	return h.cfg.Journal.History(ctx, machine)
 }
 
-func (h *Hub) notify(n Notice) {
-	if h.cfg.Notify != nil {
-		h.cfg.Notify(n)
-	}
-}
-
 // noticeHearing notices the hub losing the majority of its expected observers, and hearing one again
 // after it had lost it (each once, when it changes).
 func (h *Hub) noticeHearing() {
@@ -283,9 +265,9 @@ func (h *Hub) noticeHearing() {
 	h.mu.Unlock()
 	switch {
 	case !hearing.Majority() && (before == nil || *before):
-		h.notify(Notice{Reason: "ObserverMajorityLost", Message: hearing.NoMajority(), Warning: true})
+		h.say(Notice{Reason: ReasonObserverMajorityLost, Message: hearing.NoMajority(), Warning: true})
 	case hearing.Majority() && before != nil && !*before:
-		h.notify(Notice{Reason: "ObserverMajorityHeard", Message: hearing.String() + ": acting again"})
+		h.say(Notice{Reason: ReasonObserverMajorityHeard, Message: hearing.String() + ": acting again"})
 	}
 }
 
@@ -307,27 +289,12 @@ func (h *Hub) noticeWaits(out quorum.Outcome) {
 			continue
 		}
 		h.waitingWhy[d.Machine] = d.Reason
-		send = append(send, Notice{Machine: d.Machine, Reason: "Waiting", Message: fmt.Sprintf("%s of %s not started: %s", d.Strategy, d.Machine, d.Reason), Warning: true})
+		send = append(send, Notice{Machine: d.Machine, Reason: ReasonWaiting, Message: fmt.Sprintf("%s of %s not started: %s", d.Strategy, d.Machine, d.Reason), Warning: true})
 	}
 	h.mu.Unlock()
 	for _, n := range send {
-		h.notify(n)
+		h.say(n)
 	}
-}
-
-func (h *Hub) event(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	now := time.Now()
-	h.log.Info(msg)
-	if h.cfg.OnEvent != nil {
-		h.cfg.OnEvent(now, msg)
-	}
-	h.mu.Lock()
-	h.events = append(h.events, now.UTC().Format("15:04:05.000")+" "+msg)
-	if len(h.events) > 1000 {
-		h.events = h.events[len(h.events)-1000:]
-	}
-	h.mu.Unlock()
 }
 
 // inventory is the inventory in force, its policy overridden where an override says (SetPolicyOverride).
@@ -374,14 +341,12 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 		h.kept = e
 	}
 	var changed []Assessment
-	firstSight := map[string]bool{}
 	h.mu.Lock()
 	h.hearing = hearing
 	for _, a := range assessments {
 		prev, seen := h.assessments[a.Machine]
 		if !seen || prev.Verdict != a.Verdict {
 			changed = append(changed, a)
-			firstSight[a.Machine] = !seen
 			if a.Verdict == Unhealthy {
 				h.unhealthyAt[a.Machine] = obs.Now
 			}
@@ -397,11 +362,7 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 		if len(a.Reasons) > 0 {
 			msg += ": " + strings.Join(a.Reasons, "; ")
 		}
-		h.event("%s", msg)
-		if firstSight[a.Machine] && a.Verdict == Healthy {
-			continue // not news
-		}
-		h.notify(Notice{Machine: a.Machine, Reason: string(a.Verdict), Message: msg, Warning: a.Verdict == Unhealthy})
+		h.say(Notice{Machine: a.Machine, Reason: Reason(a.Verdict), Message: msg, Warning: a.Verdict == Unhealthy})
 	}
 	return obs, assessments, hearing
 }
@@ -546,18 +507,18 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 	return out
 }
 
-// setHolding records what the pass held back; setPlanErr why it did not plan. Each is an event only
+// setHolding records what the pass held back; setPlanErr why it did not plan. Each is said only
 // when it changes to something, not every pass.
-func (h *Hub) setHolding(why string) { h.setNote(&h.holding, why, "holding: ") }
-func (h *Hub) setPlanErr(why string) { h.setNote(&h.planErr, why, "not planning: ") }
+func (h *Hub) setHolding(why string) { h.setNote(&h.holding, why, ReasonHolding, "holding: ") }
+func (h *Hub) setPlanErr(why string) { h.setNote(&h.planErr, why, ReasonNotPlanning, "not planning: ") }
 
-func (h *Hub) setNote(field *string, why, prefix string) {
+func (h *Hub) setNote(field *string, why string, reason Reason, prefix string) {
 	h.mu.Lock()
 	changed := *field != why
 	*field = why
 	h.mu.Unlock()
 	if changed && why != "" {
-		h.event("%s%s", prefix, why)
+		h.say(Notice{Reason: reason, Message: prefix + why})
 	}
 }
 
@@ -575,8 +536,8 @@ func (h *Hub) start(ctx context.Context, s start) {
 	}
 	h.mu.Unlock()
 	if err != nil && prev.why != err.Error() {
-		h.event("cannot remediate %s: %v (trying again in %v)", s.machine.Name, err, startRetry)
-		h.notify(Notice{Machine: s.machine.Name, Reason: "RemediationNotBegun", Message: fmt.Sprintf("%s of %s could not begin: %v", s.rem.Strategy, s.machine.Name, err), Warning: true})
+		h.say(Notice{Machine: s.machine.Name, Reason: ReasonRemediationNotBegun, Warning: true,
+			Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", s.machine.Name, err, startRetry)})
 	}
 }
 
@@ -655,9 +616,8 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		how += ", forced"
 	}
 	if !resuming {
-		h.event("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))
-		h.notify(Notice{Machine: m.Name, Reason: "RemediationStarted", Message: fmt.Sprintf("remediation %s (%s, requested by %s): %s: %s",
-			rem.ID, how, rem.RequestedBy, rem.Reason, quorum.StepList(rem.Steps))})
+		h.say(Notice{Machine: m.Name, Reason: ReasonRemediationStarted, Remediation: rem.ID,
+			Message: fmt.Sprintf("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))})
 	}
 	h.mu.Lock()
 	delete(h.waitingWhy, m.Name)
@@ -681,7 +641,7 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 			h.mu.Lock()
 			r.busy = false
 			h.mu.Unlock()
-			h.notify(Notice{Machine: m.Name, Reason: "StepDone", Message: fmt.Sprintf("remediation %s: %s: %s", rem.ID, step, outcome)})
+			h.say(Notice{Machine: m.Name, Reason: ReasonStepDone, Remediation: rem.ID, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m.Name, rem.ID, step, outcome)})
 		},
 		ResetEvidence: h.resetEvidence(m), ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 	go func() {
@@ -699,15 +659,16 @@ func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quoru
 		h.mu.Unlock()
 		switch {
 		case stopping:
-			h.event("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m.Name, rem.ID)
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationStopped, Remediation: rem.ID,
+				Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m.Name, rem.ID)})
 		case err != nil:
 			h.metrics.remediation(rem, "failed")
-			h.event("%s: remediation %s ended: %v", m.Name, rem.ID, err)
-			h.notify(Notice{Machine: m.Name, Reason: "RemediationFailed", Message: fmt.Sprintf("remediation %s: %v", rem.ID, err), Warning: true})
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
+				Message: fmt.Sprintf("%s: remediation %s ended: %v", m.Name, rem.ID, err)})
 		default:
 			h.metrics.remediation(rem, "succeeded")
-			h.event("%s: remediation %s succeeded: the machine is back", m.Name, rem.ID)
-			h.notify(Notice{Machine: m.Name, Reason: "Remediated", Message: fmt.Sprintf("remediation %s succeeded: %s", rem.ID, quorum.StepList(rem.Steps))})
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediated, Remediation: rem.ID,
+				Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m.Name, rem.ID, quorum.StepList(rem.Steps))})
 		}
 	}()
 }
@@ -722,7 +683,8 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quo
 	for {
 		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
 		if err == nil {
-			h.event("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)
+			h.say(Notice{Machine: m.Name, Reason: ReasonResumed, Remediation: rem.ID,
+				Message: fmt.Sprintf("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)})
 			h.mu.Lock()
 			r.next = from
 			h.mu.Unlock()
@@ -734,8 +696,8 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quo
 		if err.Error() != said {
 			said = err.Error()
 			h.setWaiting(r, fmt.Sprintf("cannot resume yet: %v (trying again every %v; nothing is repeated without knowing)", err, resumeRetry))
-			h.event("%s: remediation %s cannot resume yet: %v (trying again every %v)", m.Name, rem.ID, err, resumeRetry)
-			h.notify(Notice{Machine: m.Name, Reason: "ResumeWaiting", Message: fmt.Sprintf("remediation %s: %v", rem.ID, err), Warning: true})
+			h.say(Notice{Machine: m.Name, Reason: ReasonResumeWaiting, Remediation: rem.ID, Warning: true,
+				Message: fmt.Sprintf("%s: remediation %s cannot resume yet: %v (trying again every %v)", m.Name, rem.ID, err, resumeRetry)})
 		}
 		select {
 		case <-ctx.Done():
@@ -763,12 +725,12 @@ func (h *Hub) journalTrouble(machine, id string, r *running) func(error) {
 			h.setWaiting(r, "")
 		}
 		if err == nil {
-			h.event("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)
+			h.say(Notice{Machine: machine, Reason: ReasonJournalWriteRecorded, Remediation: id,
+				Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)})
 			return
 		}
-		msg := fmt.Sprintf("remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", id, err, machine)
-		h.event("%s: %s", machine, msg)
-		h.notify(Notice{Machine: machine, Reason: "JournalWriteFailing", Message: msg, Warning: true})
+		h.say(Notice{Machine: machine, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
+			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", machine, id, err, machine)})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	remediations *prometheus.CounterVec
 	toAction     prometheus.Histogram
+	notices      *prometheus.CounterVec
 }
 
 // newMetrics registers the hub's metrics with reg (nil: none):
@@ -25,6 +26,7 @@ type metrics struct {
 //	hale_hub_detached_machines                             machines detached by the operator
 //	hale_hub_remediations_total{strategy,requested_by,result}  finished remediations (succeeded, failed)
 //	hale_hub_detection_to_action_seconds                   from Unhealthy to the first BMC call of the hub's own remediations
+//	hale_hub_notices_total{reason,type}                    what the hub said (type: Normal, Warning), as its Events
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
@@ -39,13 +41,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from a machine's verdict turning Unhealthy to the first BMC call of its remediation.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
+		notices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hale_hub_notices_total",
+			Help: "What the hub said (its log lines, timeline and Kubernetes Events) by reason and type (Normal, Warning).",
+		}, []string{"reason", "type"}),
 	}
-	for _, c := range []prometheus.Collector{m.remediations, m.toAction} {
+	for _, c := range []prometheus.Collector{m.remediations, m.toAction, m.notices} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+func (m *metrics) notice(n Notice) {
+	if m != nil {
+		typ := "Normal"
+		if n.Warning {
+			typ = "Warning"
+		}
+		m.notices.WithLabelValues(string(n.Reason), typ).Inc()
+	}
 }
 
 func (m *metrics) remediation(rem Remediation, result string) {

@@ -72,7 +72,7 @@ func (h *Hub) SetPolicyOverride(o PolicyOverride) {
 	after := h.effective()
 	h.mu.Unlock()
 	if !reflect.DeepEqual(before, after) {
-		h.event("policy in force: %s", after)
+		h.say(Notice{Reason: ReasonPolicyChanged, Message: fmt.Sprintf("policy in force: %s", after)})
 	}
 }
 

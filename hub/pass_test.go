@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -349,4 +350,74 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, has(got, ResultRetaken), "the BMC showed no reset since the intent: taken again")
 	assert.Len(t, r.sim.Resets("cp-2"), 1, "once")
+}
+
+// One event path: a notice is the log line (machine, reason and remediation as attributes), the
+// timeline, the Kubernetes Event (Notify) and the metric, with one wording.
+func TestOneEventPath(t *testing.T) {
+	r := newPassRig(t, newTestPool(3, "cp-2"), testPolicy(), nil)
+	var logs syncBuffer
+	r.hub.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	var mu sync.Mutex
+	var timeline []string
+	var notices []Notice
+	r.hub.cfg.OnEvent = func(_ time.Time, msg string) { mu.Lock(); timeline = append(timeline, msg); mu.Unlock() }
+	r.hub.cfg.Notify = func(n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
+	r.run(t)
+	var started Notice
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range notices {
+			if n.Reason == ReasonRemediationStarted {
+				started = n
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "cp-2", started.Machine)
+	assert.NotEmpty(t, started.Remediation)
+	mu.Lock()
+	assert.Contains(t, timeline, started.Message, "the timeline says it in the same words")
+	mu.Unlock()
+	var line map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"reason":"RemediationStarted"`) {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	require.NotNil(t, line, "the log line: %s", logs.String())
+	assert.Equal(t, started.Message, line["msg"])
+	assert.Equal(t, "cp-2", line["machine"])
+	assert.Equal(t, started.Remediation, line["remediation"])
+	mfs, err := r.hub.cfg.Metrics.(*prometheus.Registry).Gather()
+	require.NoError(t, err)
+	found := false
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "hale_hub_notices_total" && len(m.GetLabel()) == 2 && m.GetLabel()[0].GetValue() == "RemediationStarted" {
+				found = m.GetCounter().GetValue() == 1
+			}
+		}
+	}
+	assert.True(t, found, "hale_hub_notices_total{reason=RemediationStarted} 1")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

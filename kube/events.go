@@ -85,7 +85,7 @@ func (s *EventSink) write(ctx context.Context, n hub.Notice) error {
 	ev := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s.%x", strings.ToLower(ref.Name), time.Now().UnixNano())},
 		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: ReportingController, ReportingInstance: s.Instance,
-		Action: n.Reason, Reason: n.Reason, Regarding: ref, Note: note, Type: typ,
+		Action: string(n.Reason), Reason: string(n.Reason), Regarding: ref, Note: note, Type: typ,
 	}
 	return s.Client.Create(ctx, ev)
 }

@@ -1,0 +1,88 @@
+package hub
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Reason says what a notice is about: a CamelCase word, as a Kubernetes Event's reason.
+type Reason string
+
+// Notice reasons. About a machine:
+const (
+	ReasonHealthy   Reason = "Healthy"
+	ReasonSuspect   Reason = "Suspect"
+	ReasonUnhealthy Reason = "Unhealthy"
+	// ReasonWaiting: the planner or the hub's brakes keep a remediation from starting (said when the
+	// reason changes).
+	ReasonWaiting              Reason = "Waiting"
+	ReasonRemediationNotBegun  Reason = "RemediationNotBegun"
+	ReasonRemediationStarted   Reason = "RemediationStarted"
+	ReasonStepDone             Reason = "StepDone"
+	ReasonRemediated           Reason = "Remediated"
+	ReasonRemediationFailed    Reason = "RemediationFailed"
+	ReasonRemediationStopped   Reason = "RemediationInterrupted"
+	ReasonResumed              Reason = "RemediationResumed"
+	ReasonResumeWaiting        Reason = "ResumeWaiting"
+	ReasonJournalWriteFailing  Reason = "JournalWriteFailing"
+	ReasonJournalWriteRecorded Reason = "JournalWriteRecorded"
+	ReasonDetached             Reason = "Detached"
+)
+
+// About the hub as a whole (no machine):
+const (
+	ReasonObserverMajorityLost  Reason = "ObserverMajorityLost"
+	ReasonObserverMajorityHeard Reason = "ObserverMajorityHeard"
+	ReasonNotPlanning           Reason = "NotPlanning"
+	ReasonHolding               Reason = "Holding"
+	ReasonBrake                 Reason = "Brake"
+	ReasonBrakeNotRecorded      Reason = "BrakeNotRecorded"
+	ReasonInventoryReloaded     Reason = "InventoryReloaded"
+	ReasonPolicyChanged         Reason = "PolicyChanged"
+)
+
+// Notice is one thing the hub decided or saw: about one machine (a verdict, a wait, a remediation's
+// start, steps and end) or, with no machine, about the hub as a whole. It is the hub's one event
+// path (say): the log line (with the machine, reason and remediation as attributes), the timeline
+// (`hub` events, the demo), the Kubernetes Event (Config.Notify) and the metric
+// hale_hub_notices_total{reason}. Repeats are not said: a wait or a hold is said when it changes.
+type Notice struct {
+	Machine string
+	Reason  Reason
+	// Remediation is the remediation it is about, if any.
+	Remediation string
+	// Message is the whole sentence, as the timeline and the Event show it.
+	Message string
+	Warning bool
+}
+
+// say sends a notice down the one event path.
+func (h *Hub) say(n Notice) {
+	now := time.Now()
+	level := slog.LevelInfo
+	if n.Warning {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{slog.String("reason", string(n.Reason))}
+	if n.Machine != "" {
+		attrs = append(attrs, slog.String("machine", n.Machine))
+	}
+	if n.Remediation != "" {
+		attrs = append(attrs, slog.String("remediation", n.Remediation))
+	}
+	h.log.LogAttrs(context.Background(), level, n.Message, attrs...)
+	if h.cfg.OnEvent != nil {
+		h.cfg.OnEvent(now, n.Message)
+	}
+	h.mu.Lock()
+	h.events = append(h.events, now.UTC().Format("15:04:05.000")+" "+n.Message)
+	if len(h.events) > 1000 {
+		h.events = h.events[len(h.events)-1000:]
+	}
+	h.mu.Unlock()
+	h.metrics.notice(n)
+	if h.cfg.Notify != nil {
+		h.cfg.Notify(n)
+	}
+}
