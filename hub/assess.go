@@ -17,9 +17,9 @@ type Verdict string
 
 // Verdicts.
 const (
-	Healthy   Verdict = "Healthy"
-	Suspect   Verdict = "Suspect"
-	Unhealthy Verdict = "Unhealthy"
+	VerdictHealthy   Verdict = "Healthy"
+	VerdictSuspect   Verdict = "Suspect"
+	VerdictUnhealthy Verdict = "Unhealthy"
 )
 
 // MachineRef is what the assessor needs of an inventory machine.
@@ -355,12 +355,12 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		etcd = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
 	}
 	a.nodeConditions(m, obs.Now, &ev)
-	res := Assessment{Machine: m.Name, Verdict: Healthy, EtcdHealth: etcd}
+	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: etcd}
 	switch {
 	case len(ev.unhealthy) > 0:
-		res.Verdict, res.Since, res.Reasons = Unhealthy, ev.since, append(ev.unhealthy, ev.suspect...)
+		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)
 	case len(ev.suspect) > 0:
-		res.Verdict, res.Reasons = Suspect, ev.suspect
+		res.Verdict, res.Reasons = VerdictSuspect, ev.suspect
 	}
 	return res
 }

@@ -152,70 +152,70 @@ func TestAssess(t *testing.T) {
 		wantSince  time.Time
 		allHealthy bool
 	}{
-		{name: "all well", world: newWorld(now), machine: "m1", verdict: Healthy, etcd: quorum.Healthy},
+		{name: "all well", world: newWorld(now), machine: "m1", verdict: VerdictHealthy, etcd: quorum.Healthy},
 		{name: "dead per the hub and every observer", world: newWorld(now).dead("cp-2", now.Add(-2*time.Second), "cp-0", "cp-1"),
-			machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since", wantSince: now.Add(-2 * time.Second)},
+			machine: "m2", verdict: VerdictUnhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since", wantSince: now.Add(-2 * time.Second)},
 		{name: "the hub alone lost sight: never enough", world: newWorld(now).dead("cp-2", now.Add(-time.Minute)),
-			machine: "m2", verdict: Suspect, etcd: quorum.Healthy,
+			machine: "m2", verdict: VerdictSuspect, etcd: quorum.Healthy,
 			reason: "the hub lost sight of cp-2, but only 1 of 4 expected observers see it dead (the hub and 0 of the 2 others it hears; a strict majority is 3): not corroborated"},
 		{name: "the hub and one observer of four expected is no majority", world: newWorld(now).dead("cp-2", now.Add(-time.Minute), "cp-0"),
-			machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers"},
+			machine: "m2", verdict: VerdictSuspect, reason: "only 2 of 4 expected observers"},
 		{name: "dead per the hub and both others: 3 of 4", world: newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1"),
-			machine: "m2", verdict: Unhealthy, reason: "per 3 of 4 expected observers (the hub and 2 others)"},
+			machine: "m2", verdict: VerdictUnhealthy, reason: "per 3 of 4 expected observers (the hub and 2 others)"},
 		{name: "two of three dead, no witness: the survivor and the hub are no majority", world: newWorld(now).cut(now.Add(-time.Second), "cp-1").dead("cp-2", now.Add(-time.Second), "cp-0"),
-			machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers see it dead"},
+			machine: "m2", verdict: VerdictSuspect, reason: "only 2 of 4 expected observers see it dead"},
 		{name: "two of three dead, two witnesses: 4 of 6 see it dead", world: newWorld(now).witness("w-1", "w-2").cut(now.Add(-time.Second), "cp-1").
 			dead("cp-2", now.Add(-time.Second), "cp-0", "w-1", "w-2"),
-			machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "per 4 of 6 expected observers (the hub and 3 others)"},
+			machine: "m2", verdict: VerdictUnhealthy, etcd: quorum.Unhealthy, reason: "per 4 of 6 expected observers (the hub and 3 others)"},
 		{name: "the hub and cp-0 cut off from cp-1 and cp-2 (both witnesses with them): cp-0's word is no majority",
 			world:   newWorld(now).witness("w-1", "w-2").cut(now.Add(-time.Second), "cp-1", "w-1", "w-2").dead("cp-2", now.Add(-time.Second), "cp-0"),
-			machine: "m2", verdict: Suspect, reason: "only 2 of 6 expected observers see it dead"},
+			machine: "m2", verdict: VerdictSuspect, reason: "only 2 of 6 expected observers see it dead"},
 		{name: "an observer outside the expected set is no vote", world: func() *world {
 			w := newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0")
 			w.obs.HubPeers["stranger"] = health.PeerView{Name: "stranger", State: health.PeerAlive}
 			w.obs.Reports["stranger"] = health.Report{Node: "stranger", SentAt: now, Peers: []health.PeerView{{Name: "cp-2", State: health.PeerDead, Since: now.Add(-time.Second)}}}
 			return w
-		}(), machine: "m2", verdict: Suspect, reason: "only 2 of 4 expected observers"},
+		}(), machine: "m2", verdict: VerdictSuspect, reason: "only 2 of 4 expected observers"},
 		{name: "only the agent died (crashed, stopped): its etcd member still answers every other observer, so the machine is not dead (test/chaos seed 1: rebooting it cost quorum)",
 			world:   newWorld(now).witness("w-1", "w-2").agentDead("cp-2", now.Add(-time.Minute), "cp-0", "cp-1", "w-1", "w-2"),
-			machine: "m2", verdict: Suspect, etcd: quorum.Healthy,
+			machine: "m2", verdict: VerdictSuspect, etcd: quorum.Healthy,
 			reason: "cp-2's agent is gone per 5 of 6 expected observers, but its etcd member etcd-2 answers 2 of the 2 observers that check it: the agent is down, not the machine"},
 		{name: "the agent died and its member answers no majority of those that check it: dead", world: newWorld(now).agentDead("cp-2", now.Add(-time.Second), "cp-0", "cp-1").
-			unreachable("etcd-2", "cp-0"), machine: "m2", verdict: Unhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since"},
+			unreachable("etcd-2", "cp-0"), machine: "m2", verdict: VerdictUnhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since"},
 		{name: "dead for less than DeadTimeout", world: newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1"),
-			policy: func(p *AssessPolicy) { p.DeadTimeout = 5 * time.Second }, machine: "m2", verdict: Suspect, reason: "unhealthy at 5s"},
+			policy: func(p *AssessPolicy) { p.DeadTimeout = 5 * time.Second }, machine: "m2", verdict: VerdictSuspect, reason: "unhealthy at 5s"},
 		{name: "kubelet failing short of its timeout", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-3*time.Second)),
-			machine: "m1", verdict: Suspect, etcd: quorum.Healthy, reason: "kubelet failing for 3s (unhealthy at 10s): connection refused"},
+			machine: "m1", verdict: VerdictSuspect, etcd: quorum.Healthy, reason: "kubelet failing for 3s (unhealthy at 10s): connection refused"},
 		{name: "kubelet failing past its timeout", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-12*time.Second)),
-			machine: "m1", verdict: Unhealthy, etcd: quorum.Healthy, reason: "kubelet failing for 12s (unhealthy at 10s)", wantSince: now.Add(-12 * time.Second)},
+			machine: "m1", verdict: VerdictUnhealthy, etcd: quorum.Healthy, reason: "kubelet failing for 12s (unhealthy at 10s)", wantSince: now.Add(-12 * time.Second)},
 		{name: "a probe without a timeout never makes a machine unhealthy", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-time.Hour)),
-			policy: func(p *AssessPolicy) { delete(p.ProbeTimeouts, "kubelet") }, machine: "m1", verdict: Healthy, etcd: quorum.Healthy},
+			policy: func(p *AssessPolicy) { delete(p.ProbeTimeouts, "kubelet") }, machine: "m1", verdict: VerdictHealthy, etcd: quorum.Healthy},
 		{name: "own etcd probe failing: member unhealthy for quorum", world: newWorld(now).probe("cp-1", "etcd", false, now.Add(-2*time.Second)),
-			machine: "m1", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd failing for 2s"},
+			machine: "m1", verdict: VerdictSuspect, etcd: quorum.Unhealthy, reason: "etcd failing for 2s"},
 		{name: "a failure counts until the report that carries it, not until now (test/chaos seed 3: the agent died while its probe failed)", world: func() *world {
 			w := newWorld(now).probe("cp-1", "etcd", false, now.Add(-20*time.Second))
 			r := w.obs.Reports["cp-1"]
 			r.SentAt = now.Add(-15 * time.Second) // still fresh; the failure is known to have lasted 5 s
 			w.obs.Reports["cp-1"] = r
 			return w
-		}(), machine: "m1", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd failing for 5s (unhealthy at 10s)"},
+		}(), machine: "m1", verdict: VerdictSuspect, etcd: quorum.Unhealthy, reason: "etcd failing for 5s (unhealthy at 10s)"},
 		{name: "a stale report is no evidence", world: func() *world {
 			w := newWorld(now)
 			r := w.obs.Reports["cp-1"]
 			r.SentAt = now.Add(-time.Minute)
 			w.obs.Reports["cp-1"] = r
 			return w
-		}(), machine: "m1", verdict: Suspect, reason: "no fresh report from cp-1"},
+		}(), machine: "m1", verdict: VerdictSuspect, reason: "no fresh report from cp-1"},
 		{name: "left on purpose", world: func() *world {
 			w := newWorld(now)
 			w.obs.HubPeers["cp-1"] = health.PeerView{Name: "cp-1", State: health.PeerLeft, Since: now}
 			return w
-		}(), machine: "m1", verdict: Suspect, reason: "left the gossip pool on purpose"},
+		}(), machine: "m1", verdict: VerdictSuspect, reason: "left the gossip pool on purpose"},
 		{name: "member unreachable from a majority starts a timer", world: newWorld(now).unreachable("etcd-2", "cp-0", "cp-1"),
-			machine: "m2", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of 3 expected observers for 0s (unhealthy at 5s)"},
+			machine: "m2", verdict: VerdictSuspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of 3 expected observers for 0s (unhealthy at 5s)"},
 		{name: "member unreachable from the only agent heard: no majority of the agents and witnesses", world: newWorld(now).witness("w-1", "w-2").
 			cut(now.Add(-time.Second), "cp-1", "w-1", "w-2").unreachable("etcd-2", "cp-0", "cp-2"),
-			machine: "m2", verdict: Suspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of the 2 observers that report on it, but that is no strict majority of the 5 expected agents and witnesses"},
+			machine: "m2", verdict: VerdictSuspect, etcd: quorum.Unhealthy, reason: "etcd member etcd-2 unreachable from 2 of the 2 observers that report on it, but that is no strict majority of the 5 expected agents and witnesses"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,7 +225,7 @@ func TestAssess(t *testing.T) {
 			}
 			got := byName(hearing(p).Assess(machines, tt.world.witnesses, tt.world.obs))[tt.machine]
 			assert.Equal(t, tt.verdict, got.Verdict, "%+v", got)
-			if tt.etcd != 0 || tt.verdict == Healthy {
+			if tt.etcd != 0 || tt.verdict == VerdictHealthy {
 				assert.Equal(t, tt.etcd, got.EtcdHealth, "%+v", got)
 			}
 			if tt.reason != "" {
@@ -285,16 +285,16 @@ func TestTimedEvidenceCountsFromWhenAMajorityIsHeard(t *testing.T) {
 	require.False(t, Hear(ExpectedOf(machines, nil), cut.obs, DefaultAssessPolicy().StaleAfter).Majority())
 	// Healed: the probe has failed for a minute, but only for 0 s since a majority is heard.
 	got := byName(a.Assess(machines, nil, failing(newWorld(now)).obs))["m0"]
-	assert.Equal(t, Suspect, got.Verdict, "%+v", got)
+	assert.Equal(t, VerdictSuspect, got.Verdict, "%+v", got)
 	assert.Contains(t, joinLines(got.Reasons), "etcd failing for 1m0s, counted from ")
 	got = byName(a.Assess(machines, nil, failing(newWorld(now.Add(9*time.Second))).obs))["m0"]
-	assert.Equal(t, Suspect, got.Verdict)
+	assert.Equal(t, VerdictSuspect, got.Verdict)
 	got = byName(a.Assess(machines, nil, failing(newWorld(now.Add(10*time.Second))).obs))["m0"]
-	assert.Equal(t, Unhealthy, got.Verdict, "failing for the whole timeout since the heal")
+	assert.Equal(t, VerdictUnhealthy, got.Verdict, "failing for the whole timeout since the heal")
 	// Dead is not timed (deadTimeout 0): a machine dead per a majority counts at once, heal or not.
 	b := NewAssessor(DefaultAssessPolicy())
 	got = byName(b.Assess(machines, nil, newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1").obs))["m2"]
-	assert.Equal(t, Unhealthy, got.Verdict)
+	assert.Equal(t, VerdictUnhealthy, got.Verdict)
 }
 
 func joinLines(rs []string) string {
@@ -311,17 +311,17 @@ func TestAssessTimesUnreachableMembers(t *testing.T) {
 	a := hearing(DefaultAssessPolicy())
 	now := t0.Add(time.Hour)
 	got := byName(a.Assess(machines, nil, newWorld(now).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
-	require.Equal(t, Suspect, got.Verdict)
+	require.Equal(t, VerdictSuspect, got.Verdict)
 	got = byName(a.Assess(machines, nil, newWorld(now.Add(6*time.Second)).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
-	require.Equal(t, Unhealthy, got.Verdict, "%+v", got)
+	require.Equal(t, VerdictUnhealthy, got.Verdict, "%+v", got)
 	assert.Equal(t, now, got.Since)
 	assert.Contains(t, got.Reasons[0], "etcd member etcd-2 unreachable from 2 of 3 expected observers for 6s")
 
 	// Reachable again: healthy, and the timer starts afresh next time.
 	got = byName(a.Assess(machines, nil, newWorld(now.Add(7*time.Second)).obs))["m2"]
-	assert.Equal(t, Healthy, got.Verdict)
+	assert.Equal(t, VerdictHealthy, got.Verdict)
 	got = byName(a.Assess(machines, nil, newWorld(now.Add(8*time.Second)).unreachable("etcd-2", "cp-0", "cp-1").obs))["m2"]
-	assert.Equal(t, Suspect, got.Verdict)
+	assert.Equal(t, VerdictSuspect, got.Verdict)
 }
 
 func TestAssessWorkerWithoutMember(t *testing.T) {
@@ -330,7 +330,7 @@ func TestAssessWorkerWithoutMember(t *testing.T) {
 	w.obs.HubPeers["w-1"] = health.PeerView{Name: "w-1", State: health.PeerAlive}
 	w.obs.Reports["w-1"] = health.Report{Node: "w-1", SentAt: now, Probes: []health.ProbeResult{{Name: "kubelet", OK: false, Since: now.Add(-time.Minute)}}}
 	got := byName(hearing(DefaultAssessPolicy()).Assess([]MachineRef{{Name: "w1", Node: "w-1"}}, nil, w.obs))["w1"]
-	assert.Equal(t, Unhealthy, got.Verdict)
+	assert.Equal(t, VerdictUnhealthy, got.Verdict)
 	assert.Equal(t, quorum.HealthUnknown, got.EtcdHealth)
 }
 
@@ -348,11 +348,11 @@ func TestAssessNodeConditions(t *testing.T) {
 		want       Verdict
 		reason     string
 	}{
-		{"Ready=True", []NodeCondition{{Type: "Ready", Status: "True", Since: t0}}, false, Healthy, ""},
-		{"not Ready long, nothing else", notReady(time.Minute), false, Suspect, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 1m0s, but nothing else stands against it: not enough alone"},
-		{"not Ready long, kubelet probe failing", notReady(time.Minute), true, Unhealthy, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 1m0s, with the evidence above"},
-		{"not Ready briefly, kubelet probe failing", notReady(5 * time.Second), true, Suspect, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 5s (counts at 30s)"},
-		{"a pressure condition not listed", []NodeCondition{{Type: "DiskPressure", Status: "True", Since: t0}}, true, Suspect, ""},
+		{"Ready=True", []NodeCondition{{Type: "Ready", Status: "True", Since: t0}}, false, VerdictHealthy, ""},
+		{"not Ready long, nothing else", notReady(time.Minute), false, VerdictSuspect, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 1m0s, but nothing else stands against it: not enough alone"},
+		{"not Ready long, kubelet probe failing", notReady(time.Minute), true, VerdictUnhealthy, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 1m0s, with the evidence above"},
+		{"not Ready briefly, kubelet probe failing", notReady(5 * time.Second), true, VerdictSuspect, "node cp-2 Ready=Unknown (NodeStatusUnknown) for 5s (counts at 30s)"},
+		{"a pressure condition not listed", []NodeCondition{{Type: "DiskPressure", Status: "True", Since: t0}}, true, VerdictSuspect, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(now)
@@ -382,6 +382,6 @@ func TestDeathFromBeforeARegainedMajoritySettles(t *testing.T) {
 	dead := func(at time.Time) Verdict {
 		return byName(a.Assess(machines, nil, newWorld(at).dead("cp-2", now.Add(-15*time.Second), "cp-0", "cp-1").obs))["m2"].Verdict
 	}
-	assert.Equal(t, Suspect, dead(now), "just after the majority came back")
-	assert.Equal(t, Unhealthy, dead(now.Add(rejoinSettle)), "still dead 5 s later")
+	assert.Equal(t, VerdictSuspect, dead(now), "just after the majority came back")
+	assert.Equal(t, VerdictUnhealthy, dead(now.Add(rejoinSettle)), "still dead 5 s later")
 }

@@ -60,15 +60,15 @@ func BenchmarkPass5000(b *testing.B) {
 	a := hearing(inv.Policy.Assess)
 	machines := refs(inv)
 	f := facts{now: obs.Now, inv: inv, obs: obs, flights: map[string]flight{}, detached: map[string]Brake{}, healthyAt: map[string]time.Time{},
-		startFailed: map[string]startFailure{}, history: map[string][]past{}}
+		beginFailed: map[string]beginFailure{}, history: map[string][]past{}}
 	var d decision
 	b.ReportAllocs()
 	for b.Loop() {
 		f.assessments, f.hearing = a.AssessHearing(machines, inv.Witnesses, obs)
 		d = decide(f)
 	}
-	if d.notPlanning != "" || len(d.starts) == 0 {
-		b.Fatalf("the bench does not plan: %q, %d starts", d.notPlanning, len(d.starts))
+	if d.notPlanning != "" || len(d.begin) == 0 {
+		b.Fatalf("the bench does not plan: %q, %d starts", d.notPlanning, len(d.begin))
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/pass")
 }

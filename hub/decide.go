@@ -32,7 +32,7 @@ type facts struct {
 	// healthyAt is when each machine was last seen Healthy; startFailed the machines whose last
 	// remediation could not begin.
 	healthyAt   map[string]time.Time
-	startFailed map[string]startFailure
+	beginFailed map[string]beginFailure
 	// history is the ledger's record of each Unhealthy machine without a remediation in flight (the
 	// only ones hold reads).
 	history map[string][]past
@@ -55,15 +55,15 @@ type decision struct {
 	notPlanning string
 	cluster     quorum.Cluster
 	outcome     quorum.Outcome
-	// starts are the remediations to begin now, in order.
-	starts []start
+	// begin are the remediations to begin now, in order.
+	begin []toBegin
 	// held are the remediations the planner admitted and the hub's own brakes held back (pause,
 	// suspend, the rate limit), each with why.
 	held []string
 }
 
-// start is a remediation to begin.
-type start struct {
+// toBegin is a remediation to begin.
+type toBegin struct {
 	machine Machine
 	plan    quorum.Plan
 	rem     Remediation
@@ -82,7 +82,7 @@ func decide(f facts) decision {
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
-			Unhealthy: a.Verdict == Unhealthy, Since: a.Since, Replace: m.Replace}
+			Unhealthy: a.Verdict == VerdictUnhealthy, Since: a.Since, Replace: m.Replace}
 		if m.Strategy == quorum.Replace && m.Member != "" {
 			qm.Replace.NewMember = m.Member + newMemberSuffix
 		}
@@ -114,15 +114,15 @@ func decide(f facts) decision {
 				p.RateMax-slots, p.RatePer, p.RateMax, m.Name))
 		default:
 			slots--
-			d.starts = append(d.starts, startOf(f, cluster, m, qd, failed[m.Name]))
+			d.begin = append(d.begin, toBeginOf(f, cluster, m, qd, failed[m.Name]))
 		}
 	}
 	return d
 }
 
-// startOf is the remediation the hub begins for a planner's decision: a machine whose last
+// toBeginOf is the remediation the hub begins for a planner's decision: a machine whose last
 // remediation failed is escalated to a hard power cycle.
-func startOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int) start {
+func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int) toBegin {
 	plan := qd.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(qd.Strategy, m)
@@ -138,7 +138,7 @@ func startOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, fai
 	for _, mb := range cluster.Members {
 		rem.Members = append(rem.Members, mb.Name)
 	}
-	return start{machine: m, plan: plan, rem: rem}
+	return toBegin{machine: m, plan: plan, rem: rem}
 }
 
 // holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
@@ -149,14 +149,14 @@ func holdOf(f facts, m Machine) (why string, failed int) {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
 	detached, isDetached := f.detached[m.Name]
-	sf := f.startFailed[m.Name]
+	sf := f.beginFailed[m.Name]
 	switch end := ended(hist); {
 	case m.Hold != "":
 		return m.Hold, 0
 	case isDetached:
 		return fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
-	case !sf.at.IsZero() && f.now.Sub(sf.at) < startRetry:
-		return fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(startRetry).Format(time.TimeOnly)), 0
+	case !sf.at.IsZero() && f.now.Sub(sf.at) < beginRetry:
+		return fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly)), 0
 	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
 		return fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly)), 0
 	}

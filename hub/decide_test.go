@@ -25,10 +25,10 @@ func newScene() *scene {
 	now := t0.Add(time.Hour)
 	s := &scene{w: newWorld(now)}
 	s.f = facts{now: now, inv: Inventory{Cluster: "test", Policy: testPolicy()}, flights: map[string]flight{}, detached: map[string]Brake{},
-		healthyAt: map[string]time.Time{}, startFailed: map[string]startFailure{}, history: map[string][]past{}}
+		healthyAt: map[string]time.Time{}, beginFailed: map[string]beginFailure{}, history: map[string][]past{}}
 	for _, m := range machines {
 		s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
-		s.f.assessments = append(s.f.assessments, Assessment{Machine: m.Name, Verdict: Healthy, EtcdHealth: quorum.Healthy})
+		s.f.assessments = append(s.f.assessments, Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.Healthy})
 		s.f.healthyAt[m.Name] = now.Add(-2 * time.Hour)
 	}
 	return s
@@ -44,7 +44,7 @@ func (s *scene) dead(i int) *scene {
 		}
 	}
 	s.w.dead(m.Node, s.f.now.Add(-time.Minute), others...)
-	s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: Unhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.now.Add(-time.Minute)}
+	s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.now.Add(-time.Minute)}
 	return s
 }
 
@@ -83,7 +83,7 @@ func (s *scene) decide() decision {
 
 func started(d decision) []string {
 	var out []string
-	for _, s := range d.starts {
+	for _, s := range d.begin {
 		out = append(out, s.machine.Name)
 	}
 	return out
@@ -132,7 +132,7 @@ func TestDecide(t *testing.T) {
 			for i := range 4 { // more workers than members
 				w := MachineRef{Name: fmt.Sprintf("w%d", i), Node: fmt.Sprintf("worker-%d", i)}
 				s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: w, Strategy: quorum.Reboot, Pool: "workers"})
-				s.f.assessments = append(s.f.assessments, Assessment{Machine: w.Name, Verdict: Healthy})
+				s.f.assessments = append(s.f.assessments, Assessment{Machine: w.Name, Verdict: VerdictHealthy})
 				s.w.obs.HubPeers[w.Node] = health.PeerView{Name: w.Node, State: health.PeerAlive, Since: t0}
 				s.w.obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.now}
 			}
@@ -150,12 +150,12 @@ func TestDecide(t *testing.T) {
 		}, reasons: map[string]string{"m2": "BareMetalHost detached"}},
 		{name: "its last start failed: held until the retry", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.startFailed["m2"] = startFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second)}
+			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second)}
 			return s
 		}, reasons: map[string]string{"m2": "could not begin its remediation: ipmitool missing"}},
 		{name: "its last start failed long ago: tried again", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.startFailed["m2"] = startFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}
+			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m2"}},
 		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, time.Minute, 1) },
@@ -197,7 +197,7 @@ func TestDecide(t *testing.T) {
 			d := s.decide()
 			if tc.notPlanning != "" {
 				assert.Contains(t, d.notPlanning, tc.notPlanning)
-				assert.Empty(t, d.starts)
+				assert.Empty(t, d.begin)
 				return
 			}
 			require.Empty(t, d.notPlanning)
@@ -223,8 +223,8 @@ func TestDecideEscalatesAfterAFailure(t *testing.T) {
 	r.Started = t0
 	s.w.obs.Reports["cp-2"] = r
 	d := s.decide()
-	require.Len(t, d.starts, 1)
-	rem := d.starts[0].rem
+	require.Len(t, d.begin, 1)
+	rem := d.begin[0].rem
 	assert.True(t, rem.Hard)
 	assert.Equal(t, 2, rem.Attempt)
 	assert.Contains(t, rem.Reason, "attempt 2 of 3, escalated to a hard power cycle after 1 failed")

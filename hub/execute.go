@@ -229,7 +229,7 @@ func handedOver(rem Remediation) bool { return has(rem, ResultHandedOver) }
 
 // has says whether one of the remediation's outcomes has result r.
 func has(rem Remediation, r Result) bool {
-	return slices.ContainsFunc(rem.History, func(ev Event) bool { return ev.Kind == EventOutcome && ev.Result == r })
+	return slices.ContainsFunc(rem.History, func(ev Entry) bool { return ev.Kind == EntryOutcome && ev.Result == r })
 }
 
 // awaitOwner waits for the owner to have replaced the machine, and closes the plan. When the owner
@@ -465,7 +465,7 @@ func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power
 func nextStep(rem Remediation) int {
 	next := 0
 	for _, ev := range rem.History {
-		if ev.Kind == EventOutcome && ev.Step+1 > next {
+		if ev.Kind == EntryOutcome && ev.Step+1 > next {
 			next = ev.Step + 1
 		}
 	}

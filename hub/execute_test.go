@@ -305,7 +305,7 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	assert.Equal(t, Succeeded, got.State)
 	var steps []string
 	for _, ev := range got.History {
-		if ev.Kind == EventIntent {
+		if ev.Kind == EntryIntent {
 			steps = append(steps, fmt.Sprintf("%d", ev.Step))
 		}
 	}
@@ -415,12 +415,12 @@ func TestResumeWithoutAResetTime(t *testing.T) {
 // flakyStore refuses the first n writes of one kind (as an API server that is restarting would).
 type flakyStore struct {
 	Store
-	kind   EventKind
+	kind   EntryKind
 	refuse int
 }
 
 func (s *flakyStore) Outcome(ctx context.Context, id string, step int, result Result, detail string) error {
-	if s.kind == EventOutcome && s.refuse > 0 {
+	if s.kind == EntryOutcome && s.refuse > 0 {
 		s.refuse--
 		return errors.New("etcdserver: leader changed")
 	}
@@ -428,7 +428,7 @@ func (s *flakyStore) Outcome(ctx context.Context, id string, step int, result Re
 }
 
 func (s *flakyStore) Finish(ctx context.Context, id string, state RemediationState, detail string) error {
-	if s.kind == EventNote && s.refuse > 0 {
+	if s.kind == EntryNote && s.refuse > 0 {
 		s.refuse--
 		return errors.New("etcdserver: request timed out")
 	}
@@ -439,7 +439,7 @@ func (s *flakyStore) Finish(ctx context.Context, id string, state RemediationSta
 // machine held), and said once when it fails and once when it went in: an outcome or an end that
 // was dropped would leave the remediation in progress in the journal, blocking its machine.
 func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
-	for _, kind := range []EventKind{EventOutcome, EventNote} {
+	for _, kind := range []EntryKind{EntryOutcome, EntryNote} {
 		t.Run(string(kind), func(t *testing.T) {
 			r := newExecRig(t)
 			live := members("HHH")

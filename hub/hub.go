@@ -100,7 +100,7 @@ type Hub struct {
 	holding         string // what the latest pass would have started but held (suspended, rate limit)
 	running         map[string]*running
 	ledger          *ledger                 // the journal's summary the passes read (never the journal)
-	startFailed     map[string]startFailure // machines whose remediation could not be begun
+	beginFailed     map[string]beginFailure // machines whose remediation could not be begun
 	events          []string
 	override        PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes          Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
@@ -125,15 +125,15 @@ type running struct {
 	waiting string
 }
 
-// startFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner
-// could not be reached for, the journal refused it): retried after startRetry, without a slot of the
+// beginFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner
+// could not be reached for, the journal refused it): retried after beginRetry, without a slot of the
 // rate limit, which only a remediation in the journal takes.
-type startFailure struct {
+type beginFailure struct {
 	why string
 	at  time.Time
 }
 
-const startRetry = 30 * time.Second
+const beginRetry = 30 * time.Second
 
 // keepFinished is how many finished remediations per machine the ledger keeps (as the journal does).
 const keepFinished = 20
@@ -168,7 +168,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
 		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
-		running: map[string]*running{}, ledger: l, startFailed: map[string]startFailure{}, pauses: map[string]Brake{},
+		running: map[string]*running{}, ledger: l, beginFailed: map[string]beginFailure{}, pauses: map[string]Brake{},
 		waitingWhy: map[string]string{}, resumed: make(chan struct{})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
@@ -235,8 +235,8 @@ func (h *Hub) Stalled(now time.Time, startGrace, stall time.Duration) string {
 	return ""
 }
 
-// Events returns what the hub did and decided, oldest first (bounded).
-func (h *Hub) Events() []string {
+// Timeline returns what the hub did and decided, oldest first (bounded).
+func (h *Hub) Timeline() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.events)
@@ -347,11 +347,11 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 		prev, seen := h.assessments[a.Machine]
 		if !seen || prev.Verdict != a.Verdict {
 			changed = append(changed, a)
-			if a.Verdict == Unhealthy {
+			if a.Verdict == VerdictUnhealthy {
 				h.unhealthyAt[a.Machine] = obs.Now
 			}
 		}
-		if a.Verdict == Healthy {
+		if a.Verdict == VerdictHealthy {
 			h.healthyAt[a.Machine] = obs.Now
 		}
 		h.assessments[a.Machine] = a
@@ -362,7 +362,7 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 		if len(a.Reasons) > 0 {
 			msg += ": " + strings.Join(a.Reasons, "; ")
 		}
-		h.say(Notice{Machine: a.Machine, Reason: Reason(a.Verdict), Message: msg, Warning: a.Verdict == Unhealthy})
+		h.say(Notice{Machine: a.Machine, Reason: Reason(a.Verdict), Message: msg, Warning: a.Verdict == VerdictUnhealthy})
 	}
 	return obs, assessments, hearing
 }
@@ -449,8 +449,8 @@ func (h *Hub) pass(ctx context.Context) {
 	h.outcome, h.cluster, h.planErr = d.outcome, d.cluster, ""
 	h.mu.Unlock()
 	h.noticeWaits(d.outcome)
-	for _, s := range d.starts {
-		h.start(ctx, s)
+	for _, s := range d.begin {
+		h.beginDecided(ctx, s)
 	}
 	h.setHolding(strings.Join(d.held, "; "))
 }
@@ -465,10 +465,10 @@ func (h *Hub) facts(inv Inventory, obs Observations, assessments []Assessment, h
 		f.paused = DescribeBrakes(h.pausedBy())
 	}
 	f.suspended, f.detached = h.brakes.Suspended != nil, h.brakes.Detached
-	f.healthyAt, f.startFailed = h.healthyAt, h.startFailed
+	f.healthyAt, f.beginFailed = h.healthyAt, h.beginFailed
 	h.mu.Unlock()
 	for _, a := range assessments {
-		if _, inFlight := f.flights[a.Machine]; a.Verdict == Unhealthy && !inFlight {
+		if _, inFlight := f.flights[a.Machine]; a.Verdict == VerdictUnhealthy && !inFlight {
 			f.history[a.Machine] = h.ledger.of(a.Machine)
 		}
 	}
@@ -522,26 +522,26 @@ func (h *Hub) setNote(field *string, why string, reason Reason, prefix string) {
 	}
 }
 
-// start begins a remediation decide admitted. Only a remediation the journal accepted takes a slot
-// of the rate limit (the ledger counts it): one that cannot begin is held and tried again after
-// startRetry, said once, and the others' starts go on.
-func (h *Hub) start(ctx context.Context, s start) {
+// beginDecided begins a remediation decide admitted. Only a remediation the journal accepted takes a
+// slot of the rate limit (the ledger counts it): one that cannot begin is held and tried again after
+// beginRetry, said once, and the others begin.
+func (h *Hub) beginDecided(ctx context.Context, s toBegin) {
 	_, err := h.begin(ctx, s.machine, s.rem, s.plan)
 	h.mu.Lock()
-	prev := h.startFailed[s.machine.Name]
+	prev := h.beginFailed[s.machine.Name]
 	if err == nil {
-		delete(h.startFailed, s.machine.Name)
+		delete(h.beginFailed, s.machine.Name)
 	} else {
-		h.startFailed[s.machine.Name] = startFailure{why: err.Error(), at: time.Now()}
+		h.beginFailed[s.machine.Name] = beginFailure{why: err.Error(), at: time.Now()}
 	}
 	h.mu.Unlock()
 	if err != nil && prev.why != err.Error() {
 		h.say(Notice{Machine: s.machine.Name, Reason: ReasonRemediationNotBegun, Warning: true,
-			Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", s.machine.Name, err, startRetry)})
+			Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", s.machine.Name, err, beginRetry)})
 	}
 }
 
-// begin journals a new remediation and launches it.
+// begin journals a new remediation and executes it (one word for the act: begin = journal + execute).
 func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan) (Remediation, error) {
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
@@ -551,7 +551,7 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum
 	if err != nil {
 		return rem, fmt.Errorf("the journal refused it: %w", err)
 	}
-	h.launch(ctx, m, rem, plan, act, false)
+	h.execute(ctx, m, rem, plan, act, false)
 	return rem, nil
 }
 
@@ -590,11 +590,11 @@ func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
 	return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: name}, {Op: quorum.OpAwaitHealthy, Member: name}}}
 }
 
-// launch runs a remediation in its own goroutine: a new one from its first step, or one found in
+// execute runs a remediation in its own goroutine: a new one from its first step, or one found in
 // progress in the journal (resuming), which first finds out where it stands (Executor.Resume: the BMC
 // and the machine are read before anything is repeated). Resuming runs there too, not before the
 // passes: one machine's wait for evidence of a reset must not hold up every other machine.
-func (h *Hub) launch(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool) {
+func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool) {
 	rctx, cancel := context.WithCancel(ctx)
 	from := 0
 	if resuming {
@@ -761,7 +761,7 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 func (h *Hub) recovered(m Machine, rem Remediation) Recovered {
 	return func(context.Context) bool {
 		a, ok := h.Assessment(m.Name)
-		if !ok || a.Verdict == Unhealthy {
+		if !ok || a.Verdict == VerdictUnhealthy {
 			return false
 		}
 		if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !r.Started.After(rem.AgentStarted) {
@@ -839,7 +839,7 @@ func (h *Hub) resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
-		h.launch(ctx, m, rem, plan, act, true)
+		h.execute(ctx, m, rem, plan, act, true)
 	}
 	return nil
 }

@@ -27,16 +27,16 @@ const (
 	Aborted    RemediationState = "Aborted"
 )
 
-// EventKind says what a journal event records.
-type EventKind string
+// EntryKind says what a journal entry records.
+type EntryKind string
 
-// Event kinds: an intent is written before a side effect, its outcome after. An intent without an
+// Entry kinds: an intent is written before a side effect, its outcome after. An intent without an
 // outcome after a crash means the side effect may or may not have happened: read the real state
 // before repeating anything (DESIGN.md rule 4).
 const (
-	EventIntent  EventKind = "intent"
-	EventOutcome EventKind = "outcome"
-	EventNote    EventKind = "note"
+	EntryIntent  EntryKind = "intent"
+	EntryOutcome EntryKind = "outcome"
+	EntryNote    EntryKind = "note"
 )
 
 // Result is what an outcome says happened, typed for the hub to read back (Detail is for people).
@@ -62,11 +62,11 @@ const (
 	ResultRetaken Result = "Retaken"
 )
 
-// Event is one line of a remediation's history.
-type Event struct {
+// Entry is one line of a remediation's history.
+type Entry struct {
 	At   time.Time `json:"at"`
 	Step int       `json:"step"`
-	Kind EventKind `json:"kind"`
+	Kind EntryKind `json:"kind"`
 	// Result is an outcome's (empty for an intent or a note).
 	Result Result `json:"result,omitempty"`
 	Detail string `json:"detail"`
@@ -97,20 +97,20 @@ type Remediation struct {
 	State   RemediationState `json:"state"`
 	Created time.Time        `json:"created"`
 	Updated time.Time        `json:"updated"`
-	History []Event          `json:"history"`
+	History []Entry          `json:"history"`
 }
 
 // Pending returns the last intent that has no outcome yet (ok false when there is none).
-func (r Remediation) Pending() (Event, bool) {
+func (r Remediation) Pending() (Entry, bool) {
 	for i := len(r.History) - 1; i >= 0; i-- {
 		switch r.History[i].Kind {
-		case EventOutcome:
-			return Event{}, false
-		case EventIntent:
+		case EntryOutcome:
+			return Entry{}, false
+		case EntryIntent:
 			return r.History[i], true
 		}
 	}
-	return Event{}, false
+	return Entry{}, false
 }
 
 // Store records remediations: intent before each side effect, outcome after. Journal (a bbolt file)
@@ -226,7 +226,7 @@ func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
 	}
 	r.ID = fmt.Sprintf("%s/%s", r.Machine, now.Format("20060102T150405.000000000Z"))
 	r.State, r.Created, r.Updated = InProgress, now, now
-	r.History = []Event{{At: now, Step: -1, Kind: EventNote, Detail: "begun: " + r.Reason, Epoch: j.epoch}}
+	r.History = []Entry{{At: now, Step: -1, Kind: EntryNote, Detail: "begun: " + r.Reason, Epoch: j.epoch}}
 	err := j.update(func(b *bolt.Bucket) error {
 		if active, err := activeOf(b, r.Machine); err != nil {
 			return err
@@ -240,17 +240,17 @@ func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
 
 // Intent records that step is about to be taken (before the side effect).
 func (j *Journal) Intent(_ context.Context, id string, step int, detail string) error {
-	return j.event(id, Event{Step: step, Kind: EventIntent, Detail: detail}, "")
+	return j.event(id, Entry{Step: step, Kind: EntryIntent, Detail: detail}, "")
 }
 
 // Outcome records what step did (after the side effect).
 func (j *Journal) Outcome(_ context.Context, id string, step int, result Result, detail string) error {
-	return j.event(id, Event{Step: step, Kind: EventOutcome, Result: result, Detail: detail}, "")
+	return j.event(id, Entry{Step: step, Kind: EntryOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing that is neither an intent nor an outcome (step -1).
 func (j *Journal) Note(_ context.Context, id string, detail string) error {
-	return j.event(id, Event{Step: -1, Kind: EventNote, Detail: detail}, "")
+	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: detail}, "")
 }
 
 // Finish ends a remediation and prunes the machine's finished history to the bound.
@@ -258,10 +258,10 @@ func (j *Journal) Finish(_ context.Context, id string, state RemediationState, d
 	if state == InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
-	return j.event(id, Event{Step: -1, Kind: EventNote, Detail: string(state) + ": " + detail}, state)
+	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: string(state) + ": " + detail}, state)
 }
 
-func (j *Journal) event(id string, e Event, finish RemediationState) error {
+func (j *Journal) event(id string, e Entry, finish RemediationState) error {
 	return j.update(func(b *bolt.Bucket) error {
 		r, err := get(b, id)
 		if err != nil {

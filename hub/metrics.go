@@ -121,7 +121,7 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	verdicts := map[Verdict]float64{Healthy: 0, Suspect: 0, Unhealthy: 0, "Unknown": 0}
+	verdicts := map[Verdict]float64{VerdictHealthy: 0, VerdictSuspect: 0, VerdictUnhealthy: 0, "Unknown": 0}
 	inFlight, detached := 0.0, 0.0
 	for _, m := range st.Machines {
 		verdicts[m.Verdict]++

@@ -300,7 +300,7 @@ func TestRemediationEndpoint(t *testing.T) {
 	_, rem = get("/v1/remediations/" + id)
 	var results []Result
 	for _, ev := range rem.History {
-		if ev.Kind == EventOutcome {
+		if ev.Kind == EntryOutcome {
 			results = append(results, ev.Result)
 		}
 	}

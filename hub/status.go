@@ -50,19 +50,19 @@ type MachineStatus struct {
 	Member string `json:"member,omitempty"`
 	// Role: voter or learner in the membership the hub plans with, "absent" when the member is not in
 	// it, empty for a machine that is not an etcd member.
-	Role        string             `json:"role,omitempty"`
-	EtcdHealth  string             `json:"etcdHealth,omitempty"`
-	Verdict     Verdict            `json:"verdict"`
-	Since       time.Time          `json:"since,omitzero"`
-	Reasons     []string           `json:"reasons,omitempty"`
-	Detached    bool               `json:"detached,omitempty"`
-	DetachedBy  *Brake             `json:"detachedBy,omitempty"`
-	Decision    string             `json:"decision,omitempty"`
-	Remediation *RemediationStatus `json:"remediation,omitempty"`
+	Role        string    `json:"role,omitempty"`
+	EtcdHealth  string    `json:"etcdHealth,omitempty"`
+	Verdict     Verdict   `json:"verdict"`
+	Since       time.Time `json:"since,omitzero"`
+	Reasons     []string  `json:"reasons,omitempty"`
+	Detached    bool      `json:"detached,omitempty"`
+	DetachedBy  *Brake    `json:"detachedBy,omitempty"`
+	Decision    string    `json:"decision,omitempty"`
+	Remediation *InFlight `json:"remediation,omitempty"`
 }
 
-// RemediationStatus is a remediation in flight.
-type RemediationStatus struct {
+// InFlight is a remediation in flight, as `hub status` shows it.
+type InFlight struct {
 	ID          string        `json:"id"`
 	Strategy    string        `json:"strategy"`
 	RequestedBy string        `json:"requestedBy"`
@@ -114,7 +114,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 			}
 		}
 		if r, ok := h.running[m.Name]; ok { // from memory: a status (and a scrape) reads no journal
-			ms.Remediation = &RemediationStatus{ID: r.rem.ID, Strategy: r.rem.Strategy, RequestedBy: r.rem.RequestedBy, Steps: r.rem.Steps,
+			ms.Remediation = &InFlight{ID: r.rem.ID, Strategy: r.rem.Strategy, RequestedBy: r.rem.RequestedBy, Steps: r.rem.Steps,
 				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Waiting: r.waiting}
 		}
 		st.Machines = append(st.Machines, ms)
@@ -157,7 +157,7 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 		fmt.Fprintf(&b, "planner: not planning: %s\n", st.NotPlanning)
 	case ms.Decision != "":
 		fmt.Fprintf(&b, "planner: %s\n", ms.Decision)
-	case ms.Verdict == Healthy:
+	case ms.Verdict == VerdictHealthy:
 		b.WriteString("planner: nothing to do: the machine is healthy\n")
 	default:
 		fmt.Fprintf(&b, "planner: nothing to do: %s is not Unhealthy (only Unhealthy machines are remediated)\n", m.Name)

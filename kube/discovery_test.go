@@ -246,7 +246,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	require.Len(t, hist, 1)
 	var outcome string
 	for _, e := range hist[0].History {
-		if e.Kind == hub.EventOutcome && outcome == "" {
+		if e.Kind == hub.EntryOutcome && outcome == "" {
 			outcome = e.Detail
 		}
 	}
@@ -268,7 +268,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	require.NoError(t, tb.WaitFor(ctx, 10*time.Second, "cooldown over and rediscovered", func() bool {
 		for _, ms := range tb.Hub().Status(ctx).Machines {
 			if ms.Name == "cp-2" {
-				return ms.Verdict == hub.Healthy
+				return ms.Verdict == hub.VerdictHealthy
 			}
 		}
 		return false
@@ -439,7 +439,7 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	assert.Equal(t, "add-voter cp-2-replacement → await-healthy cp-2-replacement → remove cp-2", quorum.StepList(hist[0].Steps))
 	var intents []int
 	for _, e := range hist[0].History {
-		if e.Kind == hub.EventIntent {
+		if e.Kind == hub.EntryIntent {
 			intents = append(intents, e.Step)
 		}
 	}

@@ -145,7 +145,7 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 		return r, fmt.Errorf("creating remediation %s/%s: %w", j.ns, obj.Name, err)
 	}
 	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.PhaseInProgress, Epoch: int64(j.epoch),
-		History: []v1alpha1.RemediationEvent{{Time: metav1.NewMicroTime(now), Step: -1, Kind: string(hub.EventNote),
+		History: []v1alpha1.RemediationEvent{{Time: metav1.NewMicroTime(now), Step: -1, Kind: string(hub.EntryNote),
 			Detail: "begun: " + r.Reason, Epoch: int64(j.epoch)}}}
 	if err := j.c.Status().Update(ctx, obj); err != nil {
 		return r, fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, obj.Name, err)
@@ -155,17 +155,17 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 
 // Intent records that step is about to be taken (before the side effect).
 func (j *Journal) Intent(ctx context.Context, id string, step int, detail string) error {
-	return j.event(ctx, id, hub.Event{Step: step, Kind: hub.EventIntent, Detail: detail}, "")
+	return j.event(ctx, id, hub.Entry{Step: step, Kind: hub.EntryIntent, Detail: detail}, "")
 }
 
 // Outcome records what step did (after the side effect).
 func (j *Journal) Outcome(ctx context.Context, id string, step int, result hub.Result, detail string) error {
-	return j.event(ctx, id, hub.Event{Step: step, Kind: hub.EventOutcome, Result: result, Detail: detail}, "")
+	return j.event(ctx, id, hub.Entry{Step: step, Kind: hub.EntryOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing (step -1).
 func (j *Journal) Note(ctx context.Context, id string, detail string) error {
-	return j.event(ctx, id, hub.Event{Step: -1, Kind: hub.EventNote, Detail: detail}, "")
+	return j.event(ctx, id, hub.Entry{Step: -1, Kind: hub.EntryNote, Detail: detail}, "")
 }
 
 // Finish ends a remediation and prunes the machine's finished ones to the bound.
@@ -173,10 +173,10 @@ func (j *Journal) Finish(ctx context.Context, id string, state hub.RemediationSt
 	if state == hub.InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
-	return j.event(ctx, id, hub.Event{Step: -1, Kind: hub.EventNote, Detail: string(state) + ": " + detail}, state)
+	return j.event(ctx, id, hub.Entry{Step: -1, Kind: hub.EntryNote, Detail: string(state) + ": " + detail}, state)
 }
 
-func (j *Journal) event(ctx context.Context, id string, e hub.Event, finish hub.RemediationState) error {
+func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.RemediationState) error {
 	var obj v1alpha1.Remediation
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: id}, &obj); err != nil {
@@ -324,7 +324,7 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	}
 	r.Updated = r.Created
 	for _, e := range obj.Status.History {
-		r.History = append(r.History, hub.Event{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EventKind(e.Kind), Result: hub.Result(e.Result), Detail: e.Detail, Epoch: uint64(e.Epoch)})
+		r.History = append(r.History, hub.Entry{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EntryKind(e.Kind), Result: hub.Result(e.Result), Detail: e.Detail, Epoch: uint64(e.Epoch)})
 		r.Updated = e.Time.UTC()
 	}
 	for i, text := range obj.Spec.Steps {
@@ -332,7 +332,7 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 		if err != nil {
 			// Not the hub's writing: the plan is unreadable, and a resume aborts it (planOf) with this.
 			r.Steps = nil
-			r.History = append(r.History, hub.Event{At: r.Updated, Step: -1, Kind: hub.EventNote, Detail: fmt.Sprintf("spec.steps[%d]: %v", i, err)})
+			r.History = append(r.History, hub.Entry{At: r.Updated, Step: -1, Kind: hub.EntryNote, Detail: fmt.Sprintf("spec.steps[%d]: %v", i, err)})
 			break
 		}
 		r.Steps = append(r.Steps, step)

@@ -70,11 +70,11 @@ func TestJournalOnAPIServer(t *testing.T) {
 		assert.Equal(t, metav1.ConditionTrue, obj.Status.Conditions[0].Status)
 		got, err := j2.Get(ctx, r.ID)
 		require.NoError(t, err)
-		kinds := []hub.EventKind{}
+		kinds := []hub.EntryKind{}
 		for _, e := range got.History {
 			kinds = append(kinds, e.Kind)
 		}
-		assert.Equal(t, []hub.EventKind{hub.EventNote, hub.EventIntent, hub.EventOutcome, hub.EventNote}, kinds)
+		assert.Equal(t, []hub.EntryKind{hub.EntryNote, hub.EntryIntent, hub.EntryOutcome, hub.EntryNote}, kinds)
 		assert.Equal(t, hub.ResultNotRepeated, got.History[2].Result, "the outcome's result reads back typed")
 		assert.Equal(t, "NotRepeated", obj.Status.History[2].Result)
 		assert.True(t, got.History[1].At.Before(got.History[2].At), "microsecond timestamps keep the order")

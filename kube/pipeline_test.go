@@ -189,7 +189,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
 	require.Eventually(t, func() bool { return h.PauseState() == hub.Running }, 10*time.Second, 20*time.Millisecond)
 
-	assert.NotContains(t, strings.Join(h.Events(), "\n"), "cp-0 attached", "the detach never flickered off")
+	assert.NotContains(t, strings.Join(h.Timeline(), "\n"), "cp-0 attached", "the detach never flickered off")
 
 	// A new leader: the detach is where the last one left it, before any sync.
 	stopSync()

@@ -140,7 +140,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		if d != nil {
 			d.Healthy = func(machine string) bool {
 				a, ok := h.Assessment(machine)
-				return ok && a.Verdict == hub.Healthy && a.EtcdHealth == quorum.Healthy
+				return ok && a.Verdict == hub.VerdictHealthy && a.EtcdHealth == quorum.Healthy
 			}
 			go d.Run(lctx, k.discoverEvery, func(inv hub.Inventory) error {
 				d.Base = inventory.Current()

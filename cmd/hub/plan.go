@@ -25,13 +25,12 @@ type stateFile struct {
 	Machines []machineFile `json:"machines"`
 }
 
+// policyFile is spelled as the inventory's policy and the HealthPolicy's spec are.
 type policyFile struct {
-	MinFaultTolerance *int `json:"minFaultTolerance"`
-	MaxLearners       *int `json:"maxLearners"`
-	Pools             struct {
-		MaxInFlight  *string `json:"maxInFlight"`
-		MaxUnhealthy *string `json:"maxUnhealthy"`
-	} `json:"pools"`
+	MinFaultTolerance *int    `json:"minFaultTolerance"`
+	MaxLearners       *int    `json:"maxLearners"`
+	MaxInFlight       *string `json:"maxInFlight"`
+	MaxUnhealthy      *string `json:"maxUnhealthy"`
 }
 
 type memberFile struct {
@@ -125,8 +124,8 @@ func (sf stateFile) input() (quorum.Input, error) {
 		src   *string
 		dst   *quorum.Limit
 	}{
-		{"policy.pools.maxInFlight", sf.Policy.Pools.MaxInFlight, &in.Policy.Pools.MaxInFlight},
-		{"policy.pools.maxUnhealthy", sf.Policy.Pools.MaxUnhealthy, &in.Policy.Pools.MaxUnhealthy},
+		{"policy.maxInFlight", sf.Policy.MaxInFlight, &in.Policy.Pools.MaxInFlight},
+		{"policy.maxUnhealthy", sf.Policy.MaxUnhealthy, &in.Policy.Pools.MaxUnhealthy},
 	} {
 		if l.src == nil {
 			continue

@@ -243,7 +243,7 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 	tb.Hang(2)
 	require.Eventually(t, func() bool {
 		st := status(a)
-		return len(tb.Resets(2)) == 1 && st.Machines[2].Verdict == hub.Healthy && st.Machines[2].Remediation == nil
+		return len(tb.Resets(2)) == 1 && st.Machines[2].Verdict == hub.VerdictHealthy && st.Machines[2].Remediation == nil
 	}, 60*time.Second, 100*time.Millisecond)
 	time.Sleep(time.Second)
 	assert.Len(t, tb.Resets(2), 1, "one power action: the hub that stands by did nothing")
@@ -254,7 +254,7 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 	a.done <- nil
 	require.Eventually(t, func() bool { st := status(b); return st.Budget != nil && st.NotPlanning == "" }, 30*time.Second, 100*time.Millisecond,
 		"hub-b leads once hub-a is gone")
-	require.Eventually(t, func() bool { return status(b).Machines[2].Verdict == hub.Healthy }, 30*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return status(b).Machines[2].Verdict == hub.VerdictHealthy }, 30*time.Second, 100*time.Millisecond)
 	time.Sleep(1100 * time.Millisecond) // past the cooldown
 	tb.Hang(1)
 	require.Eventually(t, func() bool { return len(tb.Resets(1)) == 1 }, 60*time.Second, 100*time.Millisecond, "hub-b heals")

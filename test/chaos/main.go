@@ -243,7 +243,7 @@ func hubSeesAll(ctx context.Context, c *cluster, within time.Duration) bool {
 		}
 		ok := true
 		for _, m := range st.Machines {
-			ok = ok && m.Verdict == hub.Healthy && m.Remediation == nil
+			ok = ok && m.Verdict == hub.VerdictHealthy && m.Remediation == nil
 		}
 		if ok {
 			return true

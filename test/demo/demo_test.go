@@ -48,13 +48,13 @@ func (tb *Testbed) wait(t *testing.T, what string, cond func() bool) {
 func (tb *Testbed) unhealthy(i int) func() bool {
 	return func() bool {
 		a, _ := tb.Hub().Assessment(Name(i))
-		return a.Verdict == hub.Unhealthy
+		return a.Verdict == hub.VerdictUnhealthy
 	}
 }
 
 func hasEvent(h *hub.Hub, substr string) func() bool {
 	return func() bool {
-		for _, e := range h.Events() {
+		for _, e := range h.Timeline() {
 			if strings.Contains(e, substr) {
 				return true
 			}
@@ -286,7 +286,7 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 func outcomesOf(rem hub.Remediation) []string {
 	var out []string
 	for _, ev := range rem.History {
-		if ev.Kind == hub.EventOutcome {
+		if ev.Kind == hub.EntryOutcome {
 			out = append(out, ev.Detail)
 		}
 	}
@@ -400,7 +400,7 @@ func TestManualReboot(t *testing.T) {
 	hist, err := h.History(context.Background(), Name(1))
 	require.NoError(t, err)
 	assert.True(t, hist[0].Forced)
-	assert.True(t, slices.ContainsFunc(hist[0].History, func(e hub.Event) bool {
+	assert.True(t, slices.ContainsFunc(hist[0].History, func(e hub.Entry) bool {
 		return strings.Contains(e.Detail, "forced by the operator over the quorum check")
 	}), "the override is journaled: %+v", hist[0].History)
 	require.NoError(t, h.SetDetached(ctx, Name(2), false, "test", ""))
@@ -423,7 +423,7 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		for _, m := range h.Status(context.Background()).Machines {
-			require.NotEqual(t, hub.Unhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
+			require.NotEqual(t, hub.VerdictUnhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
 			require.Nil(t, m.Remediation, m.Name)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -450,7 +450,7 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	time.Sleep(time.Second)
 	assert.Empty(t, tb.Resets(2), "held: no BMC call")
 	n := 0
-	for _, e := range h.Events() {
+	for _, e := range h.Timeline() {
 		if strings.Contains(e, "holding: rate limit") {
 			n++
 		}

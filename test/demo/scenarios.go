@@ -242,7 +242,7 @@ func refusedRebootScenario(ctx context.Context, tb *Testbed) error {
 	tb.Hang(2)
 	if err := tb.WaitFor(ctx, 30*time.Second, "cp-2 Unhealthy", func() bool {
 		a, _ := h.Assessment(Name(2))
-		return a.Verdict == hub.Unhealthy
+		return a.Verdict == hub.VerdictUnhealthy
 	}); err != nil {
 		return err
 	}

@@ -631,7 +631,7 @@ func (tb *Testbed) dump() string {
 	}
 	var b strings.Builder
 	b.WriteString("hub events:\n")
-	for _, e := range h.Events() {
+	for _, e := range h.Timeline() {
 		b.WriteString("  " + e + "\n")
 	}
 	b.WriteString("journal:\n")
@@ -654,7 +654,7 @@ func (tb *Testbed) AllHealthy() bool {
 		return false
 	}
 	for _, m := range h.Status(context.Background()).Machines {
-		if m.Verdict != hub.Healthy || (m.Member != "" && m.EtcdHealth != quorum.Healthy.String()) || m.Remediation != nil {
+		if m.Verdict != hub.VerdictHealthy || (m.Member != "" && m.EtcdHealth != quorum.Healthy.String()) || m.Remediation != nil {
 			return false
 		}
 	}

@@ -133,7 +133,7 @@ func allHealthy(st hub.Status) bool {
 		return false
 	}
 	for _, m := range st.Machines {
-		if m.Verdict != hub.Healthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
+		if m.Verdict != hub.VerdictHealthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
 			return false
 		}
 	}
