@@ -305,10 +305,12 @@ func (g *Gossip) Addr() string {
 // Publish makes r this member's latest report and spreads it. It sets Node, Cluster, Version, SentAt
 // and Started.
 func (g *Gossip) Publish(r Report) error {
+	// memberlist's calls take its node lock, and it calls our NotifyJoin/Leave (which take g.mu) while
+	// holding it: never call memberlist with g.mu held (the agent hung, its machine looked dead).
+	r.Addr = g.Addr()
 	g.mu.Lock()
 	g.version = max(g.version+1, uint64(time.Now().UnixNano()))
 	r.Node, r.Cluster, r.Version, r.SentAt, r.Started = g.cfg.Node, g.cfg.Cluster, g.version, time.Now().UTC(), g.started
-	r.Addr = g.Addr()
 	if g.zw == nil {
 		g.zw, _ = gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 	}

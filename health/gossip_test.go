@@ -260,3 +260,41 @@ func TestLoadGossipKeys(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want, name)
 	}
 }
+
+// Publishing while members come and go never deadlocks: memberlist calls NotifyJoin (which takes the
+// gossip's lock) while it holds its node lock, so Publish must not hold the gossip's lock while it asks
+// memberlist anything (it asked for its own address, and an agent hung in a test of the hub).
+func TestPublishWhileMembersComeAndGo(t *testing.T) {
+	p := startPool(t, 2)
+	g := p.members[0]
+	stop := make(chan struct{})
+	published := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := g.Publish(Report{}); err != nil {
+				return
+			}
+			select {
+			case published <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	defer close(stop)
+	for i := range 30 {
+		m, _ := startMember(t, fmt.Sprintf("churn-%d", i))
+		_, err := m.Join([]string{g.Addr()})
+		require.NoError(t, err)
+		require.NoError(t, m.Shutdown())
+		select {
+		case <-published:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Publish has not returned for 5 s after member %d joined: deadlocked", i)
+		}
+	}
+}
