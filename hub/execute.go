@@ -99,6 +99,10 @@ type Executor struct {
 	// ResetWindow bounds, from the intent, how long Resume waits for such evidence before it takes
 	// the step again: as long as a reset may take to show (a graceful restart, then the hard one).
 	ResetWindow time.Duration
+	// Barrier, when set, waits until the observers have reported again (Hub.freshBarrier): a step that
+	// costs budget (disrupts a healthy voter) is checked once more after it, against what they see
+	// now, not against reports a partition may have cut off seconds ago.
+	Barrier func(ctx context.Context) error
 	// Trouble, when set, is told when a journal write fails (the executor retries it until it is
 	// recorded, the remediation still running) and, with nil, when it went in after all.
 	Trouble func(error)
@@ -324,21 +328,48 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 		err = fmt.Errorf("re-checking quorum before %v: %w", first, err)
 		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 	}
+	cost, at, err := e.check(live, steps)
+	if err == nil && cost > 0 && e.Barrier != nil {
+		// It disrupts a healthy voter, safe only if the others are healthy as the reports say: wait
+		// for reports sent since, and check again with them (seed 37 of test/chaos: a partition 2 s
+		// old, the reports from before it still fresh, an operator's reboot took quorum).
+		if err = e.Barrier(ctx); err == nil {
+			if live, err = e.Live(ctx); err == nil {
+				_, at, err = e.check(live, steps)
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("confirming the quorum check with fresh reports: %w", err)
+		}
+	}
+	switch {
+	case err != nil && e.Force:
+		return e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
+	case err != nil:
+		err = fmt.Errorf("re-check before %v refused: %w", at, err)
+		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+	}
+	return nil
+}
+
+// check checks steps in order against live and returns how far they take the fault tolerance down
+// at the worst point (0: they cost nothing: a dead member power-cycled), or the step refused and why.
+func (e *Executor) check(live quorum.Cluster, steps []quorum.Step) (int, quorum.Step, error) {
 	// This remediation's own member is not disrupted yet: the step is what disrupts it.
-	if i := live.Index(first.Member); i >= 0 && live.Members[i].Disruption == quorum.InFlight {
+	if i := live.Index(steps[0].Member); i >= 0 && live.Members[i].Disruption == quorum.InFlight {
 		live = live.Clone()
 		live.Members[i].Disruption = quorum.NotDisrupted
 	}
+	start := live.Budget(e.Policy).FaultTolerance
+	lowest := start
 	for _, step := range steps {
-		live, err = live.Check(e.Policy, step)
-		if err != nil && e.Force {
-			return e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
-		} else if err != nil {
-			err = fmt.Errorf("re-check before %v refused: %w", step, err)
-			return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+		var err error
+		if live, err = live.Check(e.Policy, step); err != nil {
+			return 0, step, err
 		}
+		lowest = min(lowest, live.Budget(e.Policy).FaultTolerance)
 	}
-	return nil
+	return start - lowest, steps[0], nil
 }
 
 func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered Recovered) error {

@@ -467,3 +467,47 @@ func TestPersistGivesUpOnAStaleEpoch(t *testing.T) {
 	require.ErrorIs(t, err, ErrStaleEpoch)
 	assert.Equal(t, 1, calls)
 }
+
+// A step that disrupts a healthy voter is checked once more after fresh reports (the barrier); one
+// that costs nothing (a dead member) does not wait for them.
+func TestExecutorConfirmsACostlyStepWithFreshReports(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		live       string // before the barrier
+		after      string // after it
+		barrierErr error
+		wantErr    string
+		barriers   int
+	}{
+		{name: "a dead member: free, no barrier", live: "HHD", after: "HHD", barriers: 0},
+		{name: "a healthy one, confirmed", live: "HHH", after: "HHH", barriers: 1},
+		{name: "a healthy one, no fresh reports: refused", live: "HHH", after: "HHH", barrierErr: errors.New("only 1 of the 3 reported"), barriers: 1,
+			wantErr: "re-check before power-cycle etcd-2 refused: confirming the quorum check with fresh reports: only 1 of the 3 reported"},
+		{name: "a healthy one, the fresh reports show another dead: refused", live: "HHH", after: "DHH", barriers: 1,
+			wantErr: "re-check before power-cycle etcd-2 refused: confirming the quorum check with fresh reports: rebooting etcd-2 leaves 1 of 3 voters healthy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newExecRig(t)
+			plan, err := members(tc.live).PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			e := r.executor(members(tc.live))
+			barriers := 0
+			e.Barrier = func(context.Context) error {
+				barriers++
+				e.Live = func(context.Context) (quorum.Cluster, error) { return members(tc.after), nil }
+				return tc.barrierErr
+			}
+			err = e.Run(t.Context(), rem, plan, 0, r.power, func(context.Context) bool { return true })
+			assert.Equal(t, tc.barriers, barriers)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				assert.Len(t, r.sim.Resets("1"), 1)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+			assert.Empty(t, r.sim.Resets("1"), "no BMC call")
+			assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
+		})
+	}
+}

@@ -624,7 +624,7 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 	h.mu.Unlock()
 	acted := false
 	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
-		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
+		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Barrier: h.freshBarrier, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
 		BeforeAct: func(step quorum.Step) {
 			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
 				h.metrics.detectionToAction(time.Since(detected))
@@ -752,6 +752,45 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 		return c, fmt.Errorf("%s", why)
 	}
 	return c, nil
+}
+
+// freshBarrier waits until a strict majority of the etcd judges (the agents of etcd members and the
+// witnesses), alive in the hub's view, have reported again since it was called: what a step that
+// disrupts a healthy voter is checked against after it. Reports stay fresh for StaleAfter, so a
+// partition a few seconds old still looks like a working quorum; new reports from a majority prove
+// the hub still hears one. Versions, not send times, tell new from old (the agents' clocks may
+// differ from the hub's). It gives up after StaleAfter.
+func (h *Hub) freshBarrier(ctx context.Context) error {
+	h.mu.Lock()
+	e, wait := h.hearing.set, h.inventoryLocked().Policy.Assess.StaleAfter
+	h.mu.Unlock()
+	before := h.cfg.Gossip.Reports()
+	need := e.Judges()/2 + 1
+	deadline := time.Now().Add(wait)
+	for {
+		now, alive := h.cfg.Gossip.Reports(), map[string]bool{}
+		for _, p := range h.cfg.Gossip.Peers() {
+			alive[p.Name] = p.State == health.PeerAlive
+		}
+		n := 0
+		for _, node := range e.judgeNodes {
+			if r, ok := now[node]; ok && alive[node] && r.Etcd != nil && r.Version > before[node].Version {
+				n++
+			}
+		}
+		if n >= need {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of the %d agents of etcd members and witnesses reported within %v (%d needed): "+
+				"what the quorum check relied on cannot be confirmed now (a partition may have begun)", n, e.Judges(), wait, need)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // recovered: the machine's agent restarted since the remediation began (a report from an agent

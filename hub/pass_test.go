@@ -34,6 +34,10 @@ type testPool struct {
 	nodes   []MachineRef
 	dead    map[string]bool
 	started map[string]time.Time // when a node's agent started (default: an hour ago)
+	// version is the reports' version: each read of the reports is a new round of them, unless
+	// frozen (a partition just began: the hub holds the last reports, still fresh).
+	version uint64
+	frozen  bool
 }
 
 func newTestPool(n int, dead ...string) *testPool {
@@ -58,6 +62,9 @@ func (p *testPool) Reports() map[string]health.Report {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
+	if !p.frozen {
+		p.version++
+	}
 	out := map[string]health.Report{}
 	for _, m := range p.nodes {
 		if p.dead[m.Node] {
@@ -67,7 +74,7 @@ func (p *testPool) Reports() map[string]health.Report {
 		if !ok {
 			started = now.Add(-time.Hour)
 		}
-		r := health.Report{Node: m.Node, SentAt: now, Started: started, Etcd: &health.EtcdView{LocalName: m.Member},
+		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started, Etcd: &health.EtcdView{LocalName: m.Member},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
@@ -420,4 +427,37 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// An operator's reboot of a healthy voter is confirmed with fresh reports before the BMC call: with
+// the hub holding only reports from before a partition (still fresh for StaleAfter), it is refused
+// and nothing is power-cycled; with new reports coming in it goes ahead.
+func TestACostlyStepWaitsForFreshReports(t *testing.T) {
+	p := testPolicy()
+	p.Assess.StaleAfter = 2 * time.Second
+	pool := newTestPool(3)
+	r := newPassRig(t, pool, p, nil)
+	r.run(t)
+	require.Eventually(t, func() bool { return r.hub.Status(t.Context()).Budget != nil }, 10*time.Second, 10*time.Millisecond)
+
+	pool.mu.Lock()
+	pool.frozen = true
+	pool.mu.Unlock()
+	res, err := r.hub.Reboot(t.Context(), RebootRequest{Machine: "cp-1", By: "alice"})
+	require.NoError(t, err, "planned on the reports the hub holds")
+	var rem Remediation
+	require.Eventually(t, func() bool {
+		rem, err = r.journal.Get(t.Context(), res.Remediation)
+		return err == nil && rem.State != InProgress
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, Aborted, rem.State)
+	assert.Contains(t, rem.History[len(rem.History)-1].Detail, "confirming the quorum check with fresh reports: only 0 of the 3 agents of etcd members and witnesses reported within 2s (2 needed)")
+	assert.Empty(t, r.sim.Resets("cp-1"), "no BMC call")
+
+	pool.mu.Lock()
+	pool.frozen = false
+	pool.mu.Unlock()
+	res, err = r.hub.Reboot(t.Context(), RebootRequest{Machine: "cp-1", By: "alice"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-1")) == 1 }, 10*time.Second, 10*time.Millisecond)
 }

@@ -1,12 +1,15 @@
-// Command agentidle measures the agent at idle: it builds cmd/agent, starts 5 agent processes on
-// 127.0.0.1 that gossip with each other (kubelet and apiserver probes answered by a local stub, the
-// disk and clock probes live, etcd off), lets them settle, then reads each process's CPU time and
+// Command agentidle measures the agent at idle, as it ships: it builds cmd/agent, starts a real
+// 3-member etcd cluster (the etcd binary test/kube/build-assets builds) and 5 agent processes on
+// 127.0.0.1 that gossip with each other, each with its etcd probe and etcd view on a member (agent i
+// on member i mod 3; kubelet and apiserver probes answered by a local stub, the disk and clock probes
+// live), lets them settle, then reads each process's CPU time and
 // resident memory from /proc over a window (default 60 s) and prints them against the targets:
 // ≤ 30 MiB RSS and ≤ 1 % of a core per agent. With -hub (default) a standalone `hub run` joins them,
-// watching the 5 machines (passes every 200 ms, no BMC call while all are healthy), and is measured
-// the same way: the figures deploy/'s resource requests are sized from.
+// watching the 5 machines (passes every 200 ms, planning with the etcd membership the agents report,
+// no BMC call while all are healthy), and is measured the same way: the figures deploy/'s resource
+// requests are sized from. -etcd=false runs the agents without etcd (the earlier figures).
 //
-//	go run ./test/bench/agentidle [-window 60s] [-agents 5] [-hub=false]
+//	go run ./test/bench/agentidle [-window 60s] [-agents 5] [-hub=false] [-etcd=false]
 package main
 
 import (
@@ -31,14 +34,15 @@ func main() {
 	probe := flag.Duration("gossip-probe-interval", 100*time.Millisecond, "the agents' gossip probe interval (to compare settings)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed (CI only reports: a shared machine's noise is not a regression)")
 	withHub := flag.Bool("hub", true, "also run and measure a standalone hub watching the agents")
+	withEtcd := flag.Bool("etcd", true, "run a 3-member etcd cluster and turn the agents' etcd probe and view on")
 	flag.Parse()
-	if err := run(*window, *n, *probe, *strict, *withHub); err != nil {
+	if err := run(*window, *n, *probe, *strict, *withHub, *withEtcd); err != nil {
 		fmt.Fprintln(os.Stderr, "agentidle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(window time.Duration, n int, probe time.Duration, strict, withHub bool) error {
+func run(window time.Duration, n int, probe time.Duration, strict, withHub, withEtcd bool) error {
 	dir, err := os.MkdirTemp("", "hale-agentidle-")
 	if err != nil {
 		return err
@@ -56,23 +60,30 @@ func run(window time.Duration, n int, probe time.Duration, strict, withHub bool)
 	if err := os.WriteFile(key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		return err
 	}
-	cfg := filepath.Join(dir, "agent.yaml")
-	body := fmt.Sprintf(`cluster: bench
-gossip: {keyFile: %s, probeInterval: %s, probeTimeout: %s}
-probes:
-  kubelet: {url: %q}
-  apiserver: {url: %q}
-  etcd: {enabled: false}
-  etcdDisk: {dataDir: %s}
-`, key, probe, probe/2, stub.URL+"/healthz", stub.URL+"/livez", dir)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var endpoints []string
+	if withEtcd {
+		stopEtcd, eps, err := startEtcd(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer stopEtcd()
+		endpoints = eps
+	}
 	var procs []*exec.Cmd
 	first := ""
 	for i := range n {
+		cfg := filepath.Join(dir, fmt.Sprintf("agent-%d.yaml", i))
+		etcd := fmt.Sprintf("probes:\n  etcd: {enabled: false}\n  etcdDisk: {dataDir: %s}\n", dir)
+		if withEtcd {
+			etcd = fmt.Sprintf("etcd: {endpoint: %q}\nprobes:\n  etcdDisk: {dataDir: %s}\n", endpoints[i%len(endpoints)], dir)
+		}
+		body := fmt.Sprintf("cluster: bench\ngossip: {keyFile: %s, probeInterval: %s, probeTimeout: %s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
+			key, probe, probe/2, etcd, stub.URL+"/healthz", stub.URL+"/livez")
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			return err
+		}
 		bind, listen := freeAddr(), freeAddr()
 		args := []string{"-config", cfg, "-node", fmt.Sprintf("cp-%d", i), "-bind", bind, "-listen", listen, "-log-level", "warn"}
 		if first != "" {
@@ -96,7 +107,7 @@ probes:
 		}
 	}()
 	if withHub {
-		inv, err := hubInventory(dir, n)
+		inv, err := hubInventory(dir, n, len(endpoints))
 		if err != nil {
 			return err
 		}
@@ -108,7 +119,7 @@ probes:
 		}
 		procs = append(procs, cmd)
 	}
-	fmt.Printf("%d agents started (and a hub: %v); settling 10 s, then measuring for %v\n", n, withHub, window)
+	fmt.Printf("%d agents started (a hub: %v, etcd members: %d); settling 10 s, then measuring for %v\n", n, withHub, len(endpoints), window)
 	time.Sleep(10 * time.Second)
 	ticks := float64(100) // USER_HZ on Linux
 	before := make([]float64, len(procs))
@@ -152,9 +163,9 @@ probes:
 	return nil
 }
 
-// hubInventory writes a standalone inventory of the n agents (not etcd members: etcd is off here),
-// with BMC endpoints that are never called while every machine is healthy.
-func hubInventory(dir string, n int) (string, error) {
+// hubInventory writes a standalone inventory of the n agents (the first members of them etcd
+// members), with BMC endpoints that are never called while every machine is healthy.
+func hubInventory(dir string, n, members int) (string, error) {
 	creds := filepath.Join(dir, "bmc-credentials")
 	if err := os.WriteFile(creds, []byte("username=bench\npassword=bench\n"), 0o600); err != nil {
 		return "", err
@@ -162,7 +173,11 @@ func hubInventory(dir string, n int) (string, error) {
 	var b strings.Builder
 	b.WriteString("cluster: bench\nclasses: {cp: {strategy: reboot, pool: cp}}\npolicy: {maxUnhealthy: \"100%\"}\nmachines:\n")
 	for i := range n {
-		fmt.Fprintf(&b, "  - {name: cp-%d, class: cp, bmc: {endpoint: \"redfish+http://127.0.0.1:1\", credentials: %s}}\n", i, creds)
+		member := ""
+		if i < members {
+			member = fmt.Sprintf("member: etcd-%d, ", i)
+		}
+		fmt.Fprintf(&b, "  - {name: cp-%d, %sclass: cp, bmc: {endpoint: \"redfish+http://127.0.0.1:1\", credentials: %s}}\n", i, member, creds)
 	}
 	path := filepath.Join(dir, "inventory.yaml")
 	return path, os.WriteFile(path, []byte(b.String()), 0o600)
@@ -200,4 +215,52 @@ func freeAddr() string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// startEtcd starts a 3-member etcd cluster on 127.0.0.1 and returns a stop and the client URLs.
+func startEtcd(ctx context.Context, dir string) (func(), []string, error) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		home, _ := os.UserHomeDir()
+		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
+	}
+	bin := filepath.Join(assets, "etcd")
+	if _, err := os.Stat(bin); err != nil {
+		return nil, nil, fmt.Errorf("the etcd binary: %w (test/kube/build-assets builds it; or -etcd=false)", err)
+	}
+	var peers, clients, initial []string
+	for i := range 3 {
+		peers, clients = append(peers, "http://"+freeAddr()), append(clients, "http://"+freeAddr())
+		initial = append(initial, fmt.Sprintf("etcd-%d=%s", i, peers[i]))
+	}
+	var procs []*exec.Cmd
+	stop := func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	}
+	for i := range 3 {
+		cmd := exec.CommandContext(ctx, bin, "--name", fmt.Sprintf("etcd-%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("etcd-%d", i)),
+			"--listen-client-urls", clients[i], "--advertise-client-urls", clients[i], "--listen-peer-urls", peers[i],
+			"--initial-advertise-peer-urls", peers[i], "--initial-cluster", strings.Join(initial, ","), "--log-level", "error")
+		if err := cmd.Start(); err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("starting etcd: %w", err)
+		}
+		procs = append(procs, cmd)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get(clients[0] + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return stop, clients, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, fmt.Errorf("etcd not healthy within 30 s at %s", clients[0])
+		}
+	}
 }
