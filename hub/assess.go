@@ -371,6 +371,12 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 // killed a second after the heal, was power-cycled on those views though its member was healthy).
 const rejoinSettle = 5 * time.Second
 
+// HeardNothing tells the assessor that the hub heard nothing for a while (it was not running: stopped,
+// frozen, starved of CPU): what it holds is as old as that gap. As after a partition, timed evidence
+// counts again from the next pass that hears a majority, and a death from before must stand
+// rejoinSettle more.
+func (a *Assessor) HeardNothing() { a.heardSince, a.lostOnce = time.Time{}, true }
+
 // liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
 // hub and enough others to make a strict majority of the expected observers see it dead.
 func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observers []health.Report, ev *evidence) bool {

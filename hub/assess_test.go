@@ -385,3 +385,20 @@ func TestDeathFromBeforeARegainedMajoritySettles(t *testing.T) {
 	assert.Equal(t, VerdictSuspect, dead(now), "just after the majority came back")
 	assert.Equal(t, VerdictUnhealthy, dead(now.Add(rejoinSettle)), "still dead 5 s later")
 }
+
+// A hub that was not running (stopped, frozen) holds a view as old as its pause: evidence counts again
+// from the first pass after it, as after a partition (test/chaos seeds 96 and 100).
+func TestAHubThatWasNotRunningCountsEvidenceAgain(t *testing.T) {
+	a := hearing(DefaultAssessPolicy())
+	now := t0.Add(time.Hour)
+	failing := func(at time.Time) Observations {
+		w := newWorld(at).probe("cp-2", "etcd", false, now.Add(-time.Minute))
+		return w.obs
+	}
+	require.Equal(t, VerdictUnhealthy, byName(a.Assess(machines, nil, failing(now)))["m2"].Verdict, "failing for a minute")
+	a.HeardNothing()
+	got := byName(a.Assess(machines, nil, failing(now.Add(time.Second))))["m2"]
+	assert.Equal(t, VerdictSuspect, got.Verdict, "%v", got.Reasons)
+	assert.Contains(t, joinLines(got.Reasons), "counted from")
+	assert.Equal(t, VerdictUnhealthy, byName(a.Assess(machines, nil, failing(now.Add(time.Minute))))["m2"].Verdict, "still failing a minute later")
+}
