@@ -142,34 +142,29 @@ func (a *Assessor) SetPolicy(p AssessPolicy) { a.policy = p }
 type Expected struct {
 	// Agents and Witnesses are gossip node names.
 	Agents, Witnesses []string
-	// index holds both, true for the judges of etcd: the agents of etcd members and the witnesses,
-	// which judgeNodes lists.
-	index      map[string]bool
+	// judgeNodes are the judges of etcd: the agents of etcd members and the witnesses.
 	judgeNodes []string
 	members    []string // the etcd members of the machines, as ExpectedOf was given them
+	built      bool     // made by ExpectedOf
 }
 
 // ExpectedOf is the expected set of an inventory's machines and witnesses.
 func ExpectedOf(machines []MachineRef, witnesses []string) Expected {
-	e := Expected{Witnesses: witnesses, index: make(map[string]bool, len(machines)+len(witnesses))}
+	e := Expected{Witnesses: witnesses, built: true}
 	for _, m := range machines {
 		e.Agents = append(e.Agents, m.Node)
 		e.members = append(e.members, m.Member)
-		e.index[m.Node] = m.Member != ""
 		if m.Member != "" {
 			e.judgeNodes = append(e.judgeNodes, m.Node)
 		}
 	}
-	for _, w := range witnesses {
-		e.index[w] = true
-		e.judgeNodes = append(e.judgeNodes, w)
-	}
+	e.judgeNodes = append(e.judgeNodes, witnesses...)
 	return e
 }
 
 // same says whether e is the expected set of these machines and witnesses.
 func (e Expected) same(machines []MachineRef, witnesses []string) bool {
-	if e.index == nil || len(machines) != len(e.Agents) || !slices.Equal(witnesses, e.Witnesses) {
+	if !e.built || len(machines) != len(e.Agents) || !slices.Equal(witnesses, e.Witnesses) {
 		return false
 	}
 	for i, m := range machines {
@@ -186,17 +181,6 @@ func (e Expected) Size() int { return len(e.Agents) + len(e.Witnesses) + 1 }
 // Judges counts the observers that judge etcd: the agents of etcd members and the witnesses (not the
 // hub, not the agents of workers, which have no etcd access).
 func (e Expected) Judges() int { return len(e.judgeNodes) }
-
-// judge says whether node is one of the judges of etcd.
-func (e Expected) judge(node string) bool { return e.index[node] }
-
-func (e Expected) has(node string) bool {
-	if e.index != nil {
-		_, ok := e.index[node]
-		return ok
-	}
-	return slices.Contains(e.Agents, node) || slices.Contains(e.Witnesses, node)
-}
 
 // Hearing is how many of the expected observers the hub hears now: itself, and every expected agent
 // and witness alive in its gossip view with a fresh report.

@@ -194,7 +194,7 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
 	e := hearing.set
-	if e.index == nil {
+	if !e.built {
 		e = ExpectedOf(refs(inv), inv.Witnesses)
 	}
 	votes := map[string]int{}
