@@ -24,6 +24,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/test/capture"
 )
 
 // testPool is the gossip pool as the hub reads it, for tests of the hub's passes: every node alive,
@@ -363,7 +364,7 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 // timeline, the Kubernetes Event (Notify) and the metric, with one wording.
 func TestOneEventPath(t *testing.T) {
 	r := newPassRig(t, newTestPool(3, "cp-2"), testPolicy(), nil)
-	var logs syncBuffer
+	var logs capture.Buffer
 	r.hub.log = slog.New(slog.NewJSONHandler(&logs, nil))
 	var mu sync.Mutex
 	var timeline []string
@@ -409,55 +410,4 @@ func TestOneEventPath(t *testing.T) {
 		}
 	}
 	assert.True(t, found, "hale_hub_notices_total{reason=RemediationStarted} 1")
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// An operator's reboot of a healthy voter is confirmed with fresh reports before the BMC call: with
-// the hub holding only reports from before a partition (still fresh for StaleAfter), it is refused
-// and nothing is power-cycled; with new reports coming in it goes ahead.
-func TestACostlyStepWaitsForFreshReports(t *testing.T) {
-	p := testPolicy()
-	p.Assess.StaleAfter = 2 * time.Second
-	pool := newTestPool(3)
-	r := newPassRig(t, pool, p, nil)
-	r.run(t)
-	require.Eventually(t, func() bool { return r.hub.Status(t.Context()).Budget != nil }, 10*time.Second, 10*time.Millisecond)
-
-	pool.mu.Lock()
-	pool.frozen = true
-	pool.mu.Unlock()
-	res, err := r.hub.Reboot(t.Context(), RebootRequest{Machine: "cp-1", By: "alice"})
-	require.NoError(t, err, "planned on the reports the hub holds")
-	var rem Remediation
-	require.Eventually(t, func() bool {
-		rem, err = r.journal.Get(t.Context(), res.Remediation)
-		return err == nil && rem.State != InProgress
-	}, 10*time.Second, 20*time.Millisecond)
-	assert.Equal(t, Aborted, rem.State)
-	assert.Contains(t, rem.History[len(rem.History)-1].Detail, "confirming the quorum check with fresh reports: only 0 of the 3 agents of etcd members and witnesses reported within 2s (2 needed)")
-	assert.Empty(t, r.sim.Resets("cp-1"), "no BMC call")
-
-	pool.mu.Lock()
-	pool.frozen = false
-	pool.mu.Unlock()
-	res, err = r.hub.Reboot(t.Context(), RebootRequest{Machine: "cp-1", By: "alice"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-1")) == 1 }, 10*time.Second, 10*time.Millisecond)
 }

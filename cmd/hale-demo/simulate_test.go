@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,31 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/test/capture"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while the command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The simulator prints a command that works: its endpoint, credentials and CA, read here by the
 // same BMC client the hub uses.
 func TestBMCSimulator(t *testing.T) {
 	dir := t.TempDir()
-	out := &syncBuffer{}
+	out := &capture.Buffer{}
 	cmd := newSimulateCommand()
 	cmd.SetOut(out)
 	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--state-dir", dir, "--system", "a,b"})
