@@ -209,11 +209,11 @@ func (h Hearing) NoMajority() string {
 // Hear says which expected observers the hub hears: alive in its view, with a report fresher than
 // staleAfter.
 func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
-	return hearingOf(e, liveObservers(e, obs, staleAfter))
+	return hearingOf(e, appendLiveObservers(nil, e, obs, staleAfter))
 }
 
-// hearingOf is the Hearing of the live observers found.
-// observers are liveObservers', in the expected set's order.
+// hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
+// order, which it relies on).
 func hearingOf(e Expected, observers []health.Report) Hearing {
 	h := Hearing{set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
 	h.Heard[0] = "the hub"
@@ -290,12 +290,8 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	return out, hearing
 }
 
-// liveObservers are the expected agents and witnesses the hub sees alive whose latest report is
-// fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
-func liveObservers(e Expected, obs Observations, staleAfter time.Duration) []health.Report {
-	return appendLiveObservers(nil, e, obs, staleAfter)
-}
-
+// appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
+// report is fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
 func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
 	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, node := range nodes {

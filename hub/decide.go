@@ -193,10 +193,7 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 	if !hearing.Majority() {
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
-	e := hearing.set
-	if !e.built {
-		e = ExpectedOf(refs(inv), inv.Witnesses)
-	}
+	e := hearing.set // the expected set the hearing was judged against
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0

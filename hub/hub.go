@@ -731,16 +731,13 @@ func (h *Hub) setWaiting(r *running, why string) {
 // `hub status`) once, and again when it went in; the remediation holds its machine meanwhile.
 func (h *Hub) journalTrouble(machine, id string, r *running) func(error) {
 	return func(err error) {
-		if err != nil {
-			h.setWaiting(r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
-		} else {
-			h.setWaiting(r, "")
-		}
 		if err == nil {
+			h.setWaiting(r, "")
 			h.say(Notice{Machine: machine, Reason: ReasonJournalWriteRecorded, Remediation: id,
 				Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)})
 			return
 		}
+		h.setWaiting(r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
 		h.say(Notice{Machine: machine, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
 			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", machine, id, err, machine)})
 	}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/test/kubeassets"
 )
 
 // repoRoot is the module's root: where go.mod is, from the test's directory up.
@@ -50,7 +51,7 @@ func moduleDir(t testing.TB, modVersion string) string {
 // built-in types) and its config; it stops when the test ends.
 func Start(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	assets := Assets()
+	assets := kubeassets.Dir()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
 		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
 	}
@@ -70,20 +71,10 @@ func Start(t testing.TB) (client.Client, *rest.Config) {
 	return c, cfg
 }
 
-// Assets is the directory of kube-apiserver, etcd and kubectl: $KUBEBUILDER_ASSETS, or where
-// test/kube/build-assets builds them.
-func Assets() string {
-	if a := os.Getenv("KUBEBUILDER_ASSETS"); a != "" {
-		return a
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-}
-
 // Kubectl runs the kubectl test/kube/build-assets built and returns its combined output.
 func Kubectl(args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := exec.Command(filepath.Join(Assets(), "kubectl"), args...)
+	cmd := exec.Command(filepath.Join(kubeassets.Dir(), "kubectl"), args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/hale-dev/hale/test/kubeassets"
 )
 
 // Binaries are the programs a lab runs: the hub, the agent and hale-demo (its Redfish simulator)
@@ -28,12 +30,7 @@ func Build(dir string) (Binaries, error) {
 			return Binaries{}, fmt.Errorf("building %s: %w\n%s", p.pkg, err, msg)
 		}
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-	}
-	b.Etcd = filepath.Join(assets, "etcd")
+	b.Etcd = filepath.Join(kubeassets.Dir(), "etcd")
 	if _, err := os.Stat(b.Etcd); err != nil {
 		return Binaries{}, fmt.Errorf("the etcd binary: %w (test/kube/build-assets builds it, test/run runs it first; or set KUBEBUILDER_ASSETS to its directory)", err)
 	}

@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/test/kubeassets"
 )
 
 func main() {
@@ -219,12 +221,7 @@ func freeAddr() string {
 
 // startEtcd starts a 3-member etcd cluster on 127.0.0.1 and returns a stop and the client URLs.
 func startEtcd(ctx context.Context, dir string) (func(), []string, error) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "hale", "kube-assets-1.36.3")
-	}
-	bin := filepath.Join(assets, "etcd")
+	bin := filepath.Join(kubeassets.Dir(), "etcd")
 	if _, err := os.Stat(bin); err != nil {
 		return nil, nil, fmt.Errorf("the etcd binary: %w (test/kube/build-assets builds it; or -etcd=false)", err)
 	}
