@@ -10,9 +10,12 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Defaults for the local etcd member, as kubeadm lays it out.
@@ -48,14 +51,30 @@ func (c EtcdConfig) WithDefaults() EtcdConfig {
 type Etcd struct {
 	endpoint string // the local member's; empty from outside
 	cli      *clientv3.Client
+	cfg      clientv3.Config // how cli was made; each member's own client is made the same way
+
+	mu sync.Mutex
+	// members holds a client of each other member alone (by client URL), kept from one view to the
+	// next: clientv3's Status(endpoint) dials the member afresh on every call, which with TLS is a
+	// handshake per probe and per member per view, on the agent and on etcd.
+	members map[string]*clientv3.Client
+}
+
+// clientConfig is how every etcd client of the agent is made. A connection that broke is dialled again
+// at most a second later (gRPC's default backs off to two minutes, so a member back from a long outage
+// could stay "unreachable" for that long).
+func clientConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}})}}
 }
 
 // NewEtcd connects (lazily) to the local member. The client talks to that endpoint only: it never
 // fails over to other members, so what it reports is this member's view.
 func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
 	cfg = cfg.WithDefaults()
-	cc := clientv3.Config{Endpoints: []string{cfg.Endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
-		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	cc := clientConfig([]string{cfg.Endpoint})
 	if strings.HasPrefix(cfg.Endpoint, "https://") {
 		tc, err := cfg.TLS.Config()
 		if err != nil {
@@ -67,7 +86,7 @@ func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: %w", cfg.Endpoint, err)
 	}
-	return &Etcd{endpoint: cfg.Endpoint, cli: cli}, nil
+	return &Etcd{endpoint: cfg.Endpoint, cli: cli, cfg: cc, members: map[string]*clientv3.Client{}}, nil
 }
 
 // NewEtcdOutside connects (lazily) to the cluster's members from a host that runs none (a witness).
@@ -77,8 +96,7 @@ func NewEtcdOutside(endpoints []string, tls TLSFiles) (*Etcd, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("etcd.endpoints: none given (the members' client URLs, e.g. https://10.0.0.11:2379)")
 	}
-	cc := clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
-		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	cc := clientConfig(endpoints)
 	for _, ep := range endpoints {
 		switch {
 		case strings.HasPrefix(ep, "https://"):
@@ -95,11 +113,64 @@ func NewEtcdOutside(endpoints []string, tls TLSFiles) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %v: %w", endpoints, err)
 	}
-	return &Etcd{cli: cli}, nil
+	return &Etcd{cli: cli, cfg: cc, members: map[string]*clientv3.Client{}}, nil
 }
 
-// Close closes the client.
-func (e *Etcd) Close() error { return e.cli.Close() }
+// Close closes the clients.
+func (e *Etcd) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	errs := []error{e.cli.Close()}
+	for url, c := range e.members {
+		errs = append(errs, c.Close())
+		delete(e.members, url)
+	}
+	return errors.Join(errs...)
+}
+
+// status asks the member at url for its status over the connection kept to it.
+func (e *Etcd) status(ctx context.Context, url string) (*clientv3.StatusResponse, error) {
+	cli := e.cli // the local member's client talks to it alone
+	if url != e.endpoint {
+		var err error
+		if cli, err = e.memberClient(url); err != nil {
+			return nil, err
+		}
+	}
+	st, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return nil, clientv3.ContextError(ctx, err)
+	}
+	return (*clientv3.StatusResponse)(st), nil
+}
+
+func (e *Etcd) memberClient(url string) (*clientv3.Client, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c, ok := e.members[url]; ok {
+		return c, nil
+	}
+	cc := e.cfg
+	cc.Endpoints = []string{url}
+	c, err := clientv3.New(cc) // does not wait for the connection
+	if err != nil {
+		return nil, fmt.Errorf("etcd member at %s: %w", url, err)
+	}
+	e.members[url] = c
+	return c, nil
+}
+
+// forgetMembersBut closes the clients of members whose client URL is not in urls (removed members).
+func (e *Etcd) forgetMembersBut(urls map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for url, c := range e.members {
+		if !urls[url] {
+			_ = c.Close()
+			delete(e.members, url)
+		}
+	}
+}
 
 // Probe returns the etcd probe: the local member answers Status, serves a linearizable read (so it
 // has a leader and is in the quorum), and no alarm (NOSPACE, CORRUPT) is raised.
@@ -110,7 +181,7 @@ type etcdProbe struct{ e *Etcd }
 func (p etcdProbe) Name() string { return "etcd" }
 
 func (p etcdProbe) Check(ctx context.Context) (bool, string) {
-	st, err := p.e.cli.Status(ctx, p.e.endpoint)
+	st, err := p.e.status(ctx, p.e.endpoint)
 	if err != nil {
 		return false, fmt.Sprintf("status of %s: %v", p.e.endpoint, err)
 	}
@@ -143,7 +214,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 	v := EtcdView{ObservedAt: time.Now().UTC()}
 	var problems []string
 	if e.endpoint != "" {
-		st, err := e.cli.Status(ctx, e.endpoint)
+		st, err := e.status(ctx, e.endpoint)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("status of %s: %v", e.endpoint, err))
 		} else {
@@ -159,6 +230,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 	} else {
 		var wg sync.WaitGroup
 		v.Members = make([]EtcdMember, len(ml.Members))
+		urls := map[string]bool{}
 		for i, m := range ml.Members {
 			v.Members[i] = EtcdMember{ID: hexID(m.ID), Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, Learner: m.IsLearner}
 			if v.LocalID != "" && hexID(m.ID) == v.LocalID {
@@ -167,6 +239,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 			if len(m.ClientURLs) == 0 {
 				continue // a member added but not started yet
 			}
+			urls[m.ClientURLs[0]] = true
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -175,6 +248,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 			}()
 		}
 		wg.Wait()
+		e.forgetMembersBut(urls)
 		slices.SortFunc(v.Members, func(a, b EtcdMember) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
 	}
 	if alarms, err := e.cli.AlarmList(ctx); err != nil {
@@ -193,7 +267,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 func (e *Etcd) reachable(ctx context.Context, url string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	_, err := e.cli.Status(ctx, url)
+	_, err := e.status(ctx, url)
 	return err == nil
 }
 

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -75,6 +76,21 @@ func TestEtcdViewAndProbe(t *testing.T) {
 	// Power restored: it heals.
 	require.NoError(t, c.Restart(1))
 	require.Eventually(t, func() bool { ok, _ := check(t, e0.Probe(), time.Second); return ok }, 15*time.Second, 100*time.Millisecond)
+
+	// A member back after 10 s away is reachable again within about a second of answering (gRPC's own
+	// reconnect backoff would be several seconds by then, two minutes at worst), over the connection
+	// the view keeps to each other member: none is dialled afresh per view.
+	kept := maps.Clone(e0.members)
+	require.Len(t, kept, 2)
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); { // the agent keeps looking meanwhile
+		assert.False(t, *e0.View(ctx).Members[2].Reachable)
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, c.Restart(2))
+	back := time.Now()
+	require.Eventually(t, func() bool { return *e0.View(ctx).Members[2].Reachable }, 5*time.Second, 50*time.Millisecond)
+	t.Logf("member 2 reachable again %v after it answered", time.Since(back).Round(10*time.Millisecond))
+	assert.Equal(t, kept, e0.members)
 }
 
 func memberIDs(v EtcdView) []string {

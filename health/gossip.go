@@ -81,7 +81,8 @@ type GossipConfig struct {
 	Keys   [][]byte
 	Timing Timing
 	Logger *slog.Logger
-	// Transport replaces memberlist's network transport (tests wrap it to drop packets).
+	// Transport replaces the network transport (NewTransport on BindAddr:BindPort; tests wrap it to
+	// drop packets).
 	Transport memberlist.Transport
 	// OnPeerChange, when set, is called after a peer joins, dies or leaves (from memberlist's event
 	// loop: it must not block).
@@ -180,13 +181,19 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = log.New(g.dedup, "", 0)
-	if cfg.Transport != nil {
-		mc.Transport = cfg.Transport
+	mc.Transport = cfg.Transport
+	if mc.Transport == nil {
+		t, err := NewTransport(cfg.BindAddr, cfg.BindPort, g.log)
+		if err != nil {
+			return nil, err
+		}
+		mc.Transport = t
 	}
 	numNodes := func() int { return g.ml.NumMembers() }
 	g.relay = &memberlist.TransmitLimitedQueue{NumNodes: numNodes, RetransmitMult: 1}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = mc.Transport.Shutdown()
 		return nil, fmt.Errorf("gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
 	g.ml = ml

@@ -214,9 +214,9 @@ func TestGossipLossyLink(t *testing.T) {
 	for i := range 5 {
 		var opts []memberOpt
 		if i == 0 {
-			lt, err := lossy.New("127.0.0.1", 0, 0.20, seed)
+			nt, err := NewTransport("127.0.0.1", 0, nil)
 			require.NoError(t, err)
-			opts = append(opts, func(c *GossipConfig) { c.Transport = lt })
+			opts = append(opts, func(c *GossipConfig) { c.Transport = lossy.Wrap(nt, 0.20, seed) })
 		}
 		g, logs := startMember(t, fmt.Sprintf("node-%d", i), opts...)
 		p.members, p.logs = append(p.members, g), append(p.logs, logs)

@@ -17,6 +17,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
@@ -194,6 +195,7 @@ func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Disc
 	inv, err := d.Build(ctx)
 	require.NoError(t, err)
 	sink := NewEventSink(c, d, "hub-test", slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: "default", Name: "default"}
 	go sink.Run(ctx)
 	require.NoError(t, tb.StartHub(demo.HubOptions{Configure: func(cfg *hub.Config) {
 		cfg.Inventory = inv
@@ -201,7 +203,14 @@ func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Disc
 		cfg.OwnerFor = d.OwnerFor
 		cfg.Notify = sink.Notify
 	}}))
-	go d.Run(ctx, 200*time.Millisecond, func(inv hub.Inventory) error { return tb.Hub().SetInventory(inv) }, tb.Log())
+	// The hub is gone (nil) once the test's cleanup stopped it, while this goroutine may still run.
+	setInventory := func(inv hub.Inventory) error {
+		if h := tb.Hub(); h != nil {
+			return h.SetInventory(inv)
+		}
+		return nil
+	}
+	go d.Run(ctx, 200*time.Millisecond, setInventory, tb.Log())
 	requests := &RequestSync{Client: c, Namespace: "default", Hub: tb.Hub(), Epoch: 1, Machines: true, Interval: 200 * time.Millisecond, Log: tb.Log()}
 	go requests.Run(ctx)
 	require.NoError(t, tb.Settle(ctx))

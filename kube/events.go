@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -63,12 +64,15 @@ func (s *EventSink) Run(ctx context.Context) {
 }
 
 func (s *EventSink) write(ctx context.Context, n hub.Notice) error {
-	ref, ok := s.Hub, s.Hub.Name != ""
-	if n.Machine != "" {
-		ref, ok = s.Discovery.Regarding(n.Machine)
+	ref := s.Hub
+	if n.Machine == "" && ref.Name == "" {
+		return errors.New("a notice about the hub as a whole, and no HealthPolicy to attach it to (EventSink.Hub unset)")
 	}
-	if !ok {
-		return fmt.Errorf("machine %s is not in the discovered inventory", n.Machine)
+	if n.Machine != "" {
+		var ok bool
+		if ref, ok = s.Discovery.Regarding(n.Machine); !ok {
+			return fmt.Errorf("machine %s is not in the discovered inventory", n.Machine)
+		}
 	}
 	typ := corev1.EventTypeNormal
 	if n.Warning {

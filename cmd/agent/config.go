@@ -46,6 +46,9 @@ type GossipConfig struct {
 	ProbeInterval Duration `json:"probeInterval"`
 	ProbeTimeout  Duration `json:"probeTimeout"`
 	SuspicionMult int      `json:"suspicionMult"`
+	// GossipInterval is how often queued membership news is sent to peers that no probe reached
+	// (news also rides on every probe and its answer).
+	GossipInterval Duration `json:"gossipInterval"`
 }
 
 // ProbeConfig is what every probe shares.
@@ -103,6 +106,7 @@ func (c Config) withDefaults() Config {
 	t := health.DefaultTiming()
 	setDur(&c.Gossip.ProbeInterval, t.ProbeInterval)
 	setDur(&c.Gossip.ProbeTimeout, t.ProbeTimeout)
+	setDur(&c.Gossip.GossipInterval, t.GossipInterval)
 	if c.Gossip.SuspicionMult == 0 {
 		c.Gossip.SuspicionMult = t.SuspicionMult
 	}

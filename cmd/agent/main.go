@@ -102,6 +102,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 		Keys: keys, Logger: log, Timing: health.DefaultTiming()}
 	gc.Timing.ProbeInterval, gc.Timing.ProbeTimeout = cfg.Gossip.ProbeInterval.Duration, cfg.Gossip.ProbeTimeout.Duration
 	gc.Timing.SuspicionMult = cfg.Gossip.SuspicionMult
+	gc.Timing.GossipInterval = cfg.Gossip.GossipInterval.Duration
 	if cfg.Gossip.Advertise != "" {
 		gc.AdvertiseAddr, gc.AdvertisePort, _ = splitHostPort(cfg.Gossip.Advertise)
 	}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	stdlog "log"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -187,28 +186,16 @@ func Start(opts Options) (*Testbed, error) {
 
 // transport makes member name's gossip transport on the testbed's network (lossy for the lossy
 // machine), listening on port (0: any).
-func (tb *Testbed) transport(name string, port int, lossy bool) (memberlist.NodeAwareTransport, error) {
-	var inner memberlist.NodeAwareTransport
-	if lossy {
-		t, err := lossyTransport(port, tb.opts)
-		if err != nil {
-			return nil, err
-		}
-		inner = t
-	} else {
-		t, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"}, BindPort: port,
-			Logger: stdlog.New(io.Discard, "", 0)})
-		if err != nil {
-			return nil, fmt.Errorf("demo: gossip transport of %s: %w", name, err)
-		}
-		inner = t
+func (tb *Testbed) transport(name string, port int, drops bool) (memberlist.NodeAwareTransport, error) {
+	t, err := health.NewTransport("127.0.0.1", port, nil)
+	if err != nil {
+		return nil, fmt.Errorf("demo: gossip transport of %s: %w", name, err)
 	}
-	port = inner.(interface{ GetAutoBindPort() int }).GetAutoBindPort()
-	return tb.net.Wrap(name, fmt.Sprintf("127.0.0.1:%d", port), inner), nil
-}
-
-func lossyTransport(port int, o Options) (*lossy.Transport, error) {
-	return lossy.New("127.0.0.1", port, o.Loss, o.Seed)
+	var inner memberlist.NodeAwareTransport = t
+	if drops {
+		inner = lossy.Wrap(t, tb.opts.Loss, tb.opts.Seed)
+	}
+	return tb.net.Wrap(name, fmt.Sprintf("127.0.0.1:%d", t.Port()), inner), nil
 }
 
 // startIPMI starts ipmi_sim as machine IPMIMachine's BMC, and follows its chassis log: power 0 stops

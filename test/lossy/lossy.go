@@ -4,9 +4,6 @@
 package lossy
 
 import (
-	"fmt"
-	"io"
-	"log"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -16,29 +13,24 @@ import (
 
 // Transport drops packets at random.
 type Transport struct {
-	*memberlist.NetTransport
+	memberlist.NodeAwareTransport
 	mu   sync.Mutex
 	rng  *rand.Rand
 	loss float64
 	in   chan *memberlist.Packet
 }
 
-// New listens on bindAddr:port (0: any port) and drops loss (0..1) of the packets both ways.
-func New(bindAddr string, port int, loss float64, seed uint64) (*Transport, error) {
-	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{bindAddr}, BindPort: port,
-		Logger: log.New(io.Discard, "", 0)})
-	if err != nil {
-		return nil, fmt.Errorf("lossy transport on %s: %w", bindAddr, err)
-	}
-	t := &Transport{NetTransport: nt, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss, in: make(chan *memberlist.Packet, 256)}
+// Wrap drops loss (0..1) of the packets inner sends and receives.
+func Wrap(inner memberlist.NodeAwareTransport, loss float64, seed uint64) *Transport {
+	t := &Transport{NodeAwareTransport: inner, rng: rand.New(rand.NewPCG(seed, 1)), loss: loss, in: make(chan *memberlist.Packet, 256)}
 	go func() {
-		for p := range nt.PacketCh() {
+		for p := range inner.PacketCh() {
 			if !t.drop() {
 				t.in <- p
 			}
 		}
 	}()
-	return t, nil
+	return t
 }
 
 func (t *Transport) drop() bool {
@@ -55,7 +47,7 @@ func (t *Transport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if t.drop() {
 		return time.Now(), nil
 	}
-	return t.NetTransport.WriteTo(b, addr)
+	return t.NodeAwareTransport.WriteTo(b, addr)
 }
 
 // WriteToAddress sends b unless it is dropped.
@@ -63,5 +55,5 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	if t.drop() {
 		return time.Now(), nil
 	}
-	return t.NetTransport.WriteToAddress(b, a)
+	return t.NodeAwareTransport.WriteToAddress(b, a)
 }

@@ -34,17 +34,18 @@ func main() {
 	window := flag.Duration("window", 60*time.Second, "measurement window")
 	n := flag.Int("agents", 5, "agents to run")
 	probe := flag.Duration("gossip-probe-interval", 100*time.Millisecond, "the agents' gossip probe interval (to compare settings)")
+	gossipEvery := flag.Duration("gossip-interval", 0, "the agents' gossip interval (0: as they ship)")
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed (CI only reports: a shared machine's noise is not a regression)")
 	withHub := flag.Bool("hub", true, "also run and measure a standalone hub watching the agents")
 	withEtcd := flag.Bool("etcd", true, "run a 3-member etcd cluster and turn the agents' etcd probe and view on")
 	flag.Parse()
-	if err := run(*window, *n, *probe, *strict, *withHub, *withEtcd); err != nil {
+	if err := run(*window, *n, *probe, *gossipEvery, *strict, *withHub, *withEtcd); err != nil {
 		fmt.Fprintln(os.Stderr, "agentidle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(window time.Duration, n int, probe time.Duration, strict, withHub, withEtcd bool) error {
+func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, withHub, withEtcd bool) error {
 	dir, err := os.MkdirTemp("", "hale-agentidle-")
 	if err != nil {
 		return err
@@ -81,8 +82,12 @@ func run(window time.Duration, n int, probe time.Duration, strict, withHub, with
 		if withEtcd {
 			etcd = fmt.Sprintf("etcd: {endpoint: %q}\nprobes:\n  etcdDisk: {dataDir: %s}\n", endpoints[i%len(endpoints)], dir)
 		}
-		body := fmt.Sprintf("cluster: bench\ngossip: {keyFile: %s, probeInterval: %s, probeTimeout: %s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
-			key, probe, probe/2, etcd, stub.URL+"/healthz", stub.URL+"/livez")
+		gossip := fmt.Sprintf("keyFile: %s, probeInterval: %s, probeTimeout: %s", key, probe, probe/2)
+		if gossipEvery > 0 {
+			gossip += fmt.Sprintf(", gossipInterval: %s", gossipEvery)
+		}
+		body := fmt.Sprintf("cluster: bench\ngossip: {%s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
+			gossip, etcd, stub.URL+"/healthz", stub.URL+"/livez")
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			return err
 		}
