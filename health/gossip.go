@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
@@ -485,6 +486,16 @@ func (g *Gossip) Shutdown() error {
 
 // merge keeps the report in msg if it is newer than what is known of its node, and says so.
 func (g *Gossip) merge(msg []byte) (*Report, bool) {
+	// Every report reaches each member from its sender and again from peers passing it on: the copies
+	// are the same bytes as the report kept, and are dropped without decoding.
+	g.mu.Lock()
+	for _, kept := range g.encoded {
+		if bytes.Equal(kept, msg) {
+			g.mu.Unlock()
+			return nil, false
+		}
+	}
+	g.mu.Unlock()
 	r, err := DecodeReport(msg)
 	g.mu.Lock()
 	defer g.mu.Unlock()
