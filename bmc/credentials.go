@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/hale-dev/hale/internal/secretfile"
 )
 
 // Credentials are a BMC user name and password. The password is unexported and every way of printing
@@ -56,7 +58,7 @@ func LoadCredentials(path string) (Credentials, error) {
 	if info.IsDir() {
 		var c Credentials
 		for name, dst := range map[string]*string{"username": &c.Username, "password": &c.password} {
-			b, err := os.ReadFile(filepath.Join(path, name))
+			b, err := secretfile.Read(filepath.Join(path, name))
 			if err != nil {
 				return Credentials{}, fmt.Errorf("BMC credentials directory %s: %w (want files username and password)", path, err)
 			}
@@ -64,7 +66,7 @@ func LoadCredentials(path string) (Credentials, error) {
 		}
 		return c.check(path)
 	}
-	b, err := os.ReadFile(path)
+	b, err := secretfile.Read(path)
 	if err != nil {
 		return Credentials{}, fmt.Errorf("BMC credentials: %w", err)
 	}

@@ -50,6 +50,7 @@ func FuzzDecoders(f *testing.F) {
 	f.Add(append(binary.AppendUvarint(nil, uint64(len(small))), small...))
 	f.Add([]byte{formatGzip, 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
 	g := &Gossip{cfg: GossipConfig{Node: "self", Cluster: "c"}, reports: map[string]*Report{}, encoded: map[string][]byte{},
+		addrs: map[string]string{}, reported: map[string]string{}, rejected: map[string]int{}, expired: map[string]uint64{},
 		dedup: newLogDedup(discardLogger())}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeReport(b); err == nil && (r.Node == "" || r.Version == 0) {

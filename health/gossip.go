@@ -91,6 +91,8 @@ type GossipConfig struct {
 	// ReconnectInterval is how often peers lost to a partition are joined again (default 2 s); see
 	// Gossip.reconnect.
 	ReconnectInterval time.Duration
+	// KeyAdoptDelay: see SetKeys (DefaultKeyAdoptDelay when 0; negative: at once).
+	KeyAdoptDelay time.Duration
 }
 
 // ReconnectTimeout is how long a peer that died (not one that left) is joined again: after a day it is
@@ -108,15 +110,19 @@ type Gossip struct {
 	log     *slog.Logger
 	dedup   *logDedup
 
-	mu      sync.Mutex
-	version uint64
-	reports map[string]*Report
-	encoded map[string][]byte
-	peers   map[string]PeerView
-	clock   map[string]clockSample
-	badMsgs int
-	stopped bool
-	zw      *gzip.Writer // reused by Publish, under mu
+	mu       sync.Mutex
+	version  uint64
+	reports  map[string]*Report
+	encoded  map[string][]byte
+	peers    map[string]PeerView
+	clock    map[string]clockSample
+	rejected map[string]int    // by reason
+	expired  map[string]uint64 // the last version of members that left long ago
+	stopped  bool
+	// adopt, when set, makes the key file's new first key the one to encrypt with (SetKeys).
+	adopt    *time.Timer
+	keyOrder int
+	zw       *gzip.Writer // reused by Publish, under mu
 	// addrs is each peer's last gossip address as memberlist knew it; reported the one its reports
 	// give (for peers this member never met: a hub restarted while they were cut off).
 	addrs, reported map[string]string
@@ -152,8 +158,12 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if cfg.ReconnectInterval <= 0 {
 		cfg.ReconnectInterval = 2 * time.Second
 	}
+	if cfg.KeyAdoptDelay == 0 {
+		cfg.KeyAdoptDelay = DefaultKeyAdoptDelay
+	}
 	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
 		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{},
+		rejected: map[string]int{}, expired: map[string]uint64{},
 		addrs: map[string]string{}, reported: map[string]string{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}
 	g.dedup = newLogDedup(g.log)
 
@@ -245,6 +255,7 @@ func (g *Gossip) reconnect() {
 		g.mu.Unlock()
 		return
 	}
+	g.expireLeft()
 	lost := map[string]bool{}
 	for name, pv := range g.peers {
 		if pv.State == PeerDead && time.Since(pv.Since) < ReconnectTimeout {
@@ -272,6 +283,30 @@ func (g *Gossip) reconnect() {
 			delete(g.joining, t.name)
 			g.mu.Unlock()
 		}()
+	}
+}
+
+// LeftExpiry is how long a member that left the pool on purpose is remembered: then its last report
+// is dropped, so that it is not pushed from member to member forever, and only a newer report of that
+// name (the member back) is taken.
+const LeftExpiry = time.Hour
+
+// expireLeft forgets the members that left more than LeftExpiry ago. Called with g.mu held.
+func (g *Gossip) expireLeft() {
+	for name, pv := range g.peers {
+		if pv.State != PeerLeft || time.Since(pv.Since) < LeftExpiry {
+			continue
+		}
+		if r := g.reports[name]; r != nil {
+			g.expired[name] = r.Version
+		}
+		for _, m := range []map[string]string{g.addrs, g.reported} {
+			delete(m, name)
+		}
+		delete(g.peers, name)
+		delete(g.reports, name)
+		delete(g.encoded, name)
+		delete(g.clock, name)
 	}
 }
 
@@ -409,37 +444,143 @@ func (g *Gossip) ClockOffsets() []time.Duration {
 	return out
 }
 
-// BadMessages counts gossip messages that could not be decoded.
-func (g *Gossip) BadMessages() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.badMsgs
+// Why gossip messages are rejected (Rejected's keys, the agent's hale_agent_gossip_rejected_total
+// reason label).
+const (
+	RejectUndecodable   = "undecodable"
+	RejectUndecryptable = "undecryptable" // no installed key decrypts it
+	RejectOtherCluster  = "other_cluster"
+	RejectFuture        = "future"     // version or send time beyond MaxAhead
+	RejectNotSender     = "not_sender" // a report under a member's name from another address
+)
+
+// MaxAhead is how far ahead of this member's clock a report's version and send time may be. The
+// clock probe already fails a node off by more than half a second.
+const MaxAhead = time.Minute
+
+// reject counts a rejected message and says why, once per kind and node. Called with g.mu held.
+func (g *Gossip) reject(reason, node, msg string, args ...any) {
+	g.rejected[reason]++
+	g.dedup.once(reason, node, msg, args...)
 }
 
-// SetKeys replaces the keyring for a rotation: the first key encrypts from now on, all decrypt. To
-// rotate without a partition, first add the new key everywhere as a second key, then make it first
-// everywhere, then drop the old one.
+// Rejected counts the gossip messages rejected, by reason.
+func (g *Gossip) Rejected() map[string]int {
+	g.mu.Lock()
+	out := maps.Clone(g.rejected)
+	g.mu.Unlock()
+	g.dedup.mu.Lock()
+	out[RejectUndecryptable] = g.dedup.undecryptable
+	g.dedup.mu.Unlock()
+	return out
+}
+
+// DefaultKeyAdoptDelay is how long a member holds a key the key file newly makes primary before it
+// encrypts with it (KeyAdoptDelay): longer than the kubelet takes to bring a changed Secret to every
+// node (its sync period, a minute, plus its cache), so that every member can read the new key before
+// any member writes with it.
+const DefaultKeyAdoptDelay = 2 * time.Minute
+
+// SetKeys replaces the keyring with a key file's new content: the first key encrypts, all decrypt.
+// The safe rotation is three steps, each on every member before the next: add the new key second,
+// move it first, drop the old one. A member that encrypts with a key a peer does not hold cannot be
+// heard by that peer and looks dead to it, so when the file makes first a key this member did not
+// hold (the first step skipped), the key is added at once but used for encryption only KeyAdoptDelay
+// later, and that is said loudly; unless the file also drops the key in use, which leaves no choice.
 func (g *Gossip) SetKeys(keys [][]byte) error {
 	if len(keys) == 0 {
 		return errors.New("gossip keys: none given; encryption is mandatory")
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	kr := g.keyring
+	has := func(set [][]byte, k []byte) bool {
+		return slices.ContainsFunc(set, func(o []byte) bool { return string(o) == string(k) })
+	}
+	held, primary := kr.GetKeys(), kr.GetPrimaryKey()
 	for _, k := range keys {
 		if err := kr.AddKey(k); err != nil {
 			return fmt.Errorf("gossip keys: %w", err)
 		}
 	}
-	if err := kr.UseKey(keys[0]); err != nil {
-		return fmt.Errorf("gossip keys: %w", err)
+	if g.adopt != nil {
+		g.adopt.Stop()
+		g.adopt = nil
+	}
+	switch want := keys[0]; {
+	case string(want) == string(primary):
+	case has(held, want) || g.cfg.KeyAdoptDelay <= 0:
+		if err := kr.UseKey(want); err != nil {
+			return fmt.Errorf("gossip keys: %w", err)
+		}
+	case !has(keys, primary):
+		if err := kr.UseKey(want); err != nil {
+			return fmt.Errorf("gossip keys: %w", err)
+		}
+		g.keyOrder++
+		g.log.Error("gossip keys: the key file makes first a key this member did not hold and drops the key it encrypted with; " +
+			"members that do not hold the new key yet cannot hear this one and will see it dead until they do. " +
+			"Rotate in three steps, each on every member: add the new key second, move it first, drop the old one")
+	default:
+		g.keyOrder++
+		g.log.Error("gossip keys: the key file makes first a key this member did not hold: it decrypts with it now and "+
+			"encrypts with it from "+time.Now().Add(g.cfg.KeyAdoptDelay).UTC().Format(time.RFC3339)+", so that members "+
+			"which have not read the file yet can still hear it. Rotate in three steps, each on every member: "+
+			"add the new key second, move it first, drop the old one", "delay", g.cfg.KeyAdoptDelay)
+		g.adopt = time.AfterFunc(g.cfg.KeyAdoptDelay, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if has(kr.GetKeys(), want) && kr.UseKey(want) == nil {
+				g.log.Info("gossip keys: now encrypting with the key the key file made first")
+			}
+		})
 	}
 	for _, old := range kr.GetKeys() {
-		if !slices.ContainsFunc(keys, func(k []byte) bool { return string(k) == string(old) }) {
+		if !has(keys, old) && string(old) != string(kr.GetPrimaryKey()) {
 			if err := kr.RemoveKey(old); err != nil {
 				return fmt.Errorf("gossip keys: %w", err)
 			}
 		}
 	}
 	return nil
+}
+
+// KeyOrderErrors counts key file changes that made first a key this member did not hold (a rotation
+// out of order: see SetKeys).
+func (g *Gossip) KeyOrderErrors() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.keyOrder
+}
+
+// WatchKeyFile reloads the gossip keys from path whenever its content changes (a mounted Secret is
+// updated in place), checking every interval until ctx ends. A file that cannot be read or holds no
+// valid key is reported and changes nothing: the keys in force stay.
+func (g *Gossip) WatchKeyFile(ctx context.Context, path string, interval time.Duration) {
+	var last [][]byte // what the file held when last applied: nothing yet, so the first check applies it
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		keys, err := LoadGossipKeys(path)
+		if err != nil {
+			g.dedup.once("key-file", err.Error(), "gossip keys: the key file cannot be used; the keys in force stay", "err", err)
+			continue
+		}
+		if slices.EqualFunc(keys, last, func(a, b []byte) bool { return string(a) == string(b) }) {
+			continue
+		}
+		if err := g.SetKeys(keys); err != nil {
+			g.log.Error("gossip keys: reloading the key file", "file", path, "err", err)
+			continue
+		}
+		last = keys
+		g.log.Info("gossip keys: reloaded the key file", "file", path, "keys", len(keys))
+	}
 }
 
 // Leave tells the pool this member is leaving, so that peers record it as "left", not "dead", and
@@ -480,6 +621,9 @@ func (g *Gossip) Shutdown() error {
 		close(g.done)
 	}
 	g.stopped = true
+	if g.adopt != nil {
+		g.adopt.Stop()
+	}
 	g.mu.Unlock()
 	return g.ml.Shutdown()
 }
@@ -497,19 +641,33 @@ func (g *Gossip) merge(msg []byte) (*Report, bool) {
 	}
 	g.mu.Unlock()
 	r, err := DecodeReport(msg)
+	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
 	case err != nil:
-		g.badMsgs++
-		g.dedup.once("bad-report", "", "dropping an undecodable gossip message", "err", err)
+		g.reject(RejectUndecodable, "", "dropping an undecodable gossip message", "err", err)
 		return nil, false
 	case r.Cluster != g.cfg.Cluster:
-		g.badMsgs++
-		g.dedup.once("cluster", r.Node, "dropping a report of another cluster", "node", r.Node, "cluster", r.Cluster)
+		g.reject(RejectOtherCluster, r.Node, "dropping a report of another cluster", "node", r.Node, "cluster", r.Cluster)
 		return nil, false
 	case r.Node == g.cfg.Node:
 		return nil, false // our own, echoed back
+	case r.Version > uint64(now.Add(MaxAhead).UnixNano()) || r.SentAt.After(now.Add(MaxAhead)):
+		// Versions are the sender's clock in nanoseconds: one far ahead would hold off every real
+		// report of that node until the clock caught up (forever, for the largest).
+		g.reject(RejectFuture, r.Node, "dropping a report from the future (version or send time more than "+MaxAhead.String()+
+			" ahead of this member's clock)", "node", r.Node, "sentAt", r.SentAt, "version", r.Version)
+		return nil, false
+	case r.Version <= g.expired[r.Node]:
+		return nil, false // the last report of a member that left long ago, still pushed by a peer
+	}
+	if addr, met := g.addrs[r.Node]; met && r.Addr != "" && r.Addr != addr {
+		// A gossip member is one name at one address: a report under a member's name from another
+		// address is another process using its name (a cloned host, a copied config).
+		g.reject(RejectNotSender, r.Node, "dropping a report that names a member other than its sender (another address)",
+			"node", r.Node, "memberAddr", addr, "reportAddr", r.Addr)
+		return nil, false
 	}
 	if old, ok := g.reports[r.Node]; ok && old.Version >= r.Version {
 		return nil, false
@@ -605,9 +763,8 @@ func (d *delegate) MergeRemoteState(buf []byte, _ bool) {
 		n, k := binary.Uvarint(buf)
 		if k <= 0 || n > uint64(len(buf)-k) {
 			g.mu.Lock()
-			g.badMsgs++
+			g.reject(RejectUndecodable, "", "dropping an undecodable push/pull state")
 			g.mu.Unlock()
-			g.dedup.once("bad-state", "", "dropping an undecodable push/pull state")
 			return
 		}
 		g.merge(slices.Clone(buf[k : k+int(n)]))

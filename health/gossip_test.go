@@ -1,9 +1,13 @@
 package health
 
 import (
+	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -297,4 +301,167 @@ func TestPublishWhileMembersComeAndGo(t *testing.T) {
 			t.Fatalf("Publish has not returned for 5 s after member %d joined: deadlocked", i)
 		}
 	}
+}
+
+// rotationPool is 5 agents and a hub, each reading its own key file (reloaded every 50 ms), and a
+// record of every peer any of them saw die.
+type rotationPool struct {
+	*pool
+	files []string
+	dead  *capture.Buffer
+}
+
+func startRotationPool(t *testing.T, adoptDelay time.Duration) *rotationPool {
+	t.Helper()
+	dir := t.TempDir()
+	rp := &rotationPool{dead: &capture.Buffer{}}
+	for i := range 6 {
+		rp.files = append(rp.files, filepath.Join(dir, fmt.Sprintf("key-%d", i)))
+		writeKeys(t, rp.files[i], keyA)
+	}
+	n := 0
+	rp.pool = startPool(t, 6, func(c *GossipConfig) {
+		c.KeyAdoptDelay = adoptDelay
+		if n == 5 {
+			c.Role = "hub"
+		}
+		n++
+	})
+	for i, g := range rp.members {
+		go g.WatchKeyFile(t.Context(), rp.files[i], 50*time.Millisecond) // ends with the test
+	}
+	return rp
+}
+
+func writeKeys(t *testing.T, path string, keys ...[]byte) {
+	t.Helper()
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	tmp := path + ".new" // replaced at once, as the kubelet swaps a Secret's files
+	require.NoError(t, os.WriteFile(tmp, []byte(b.String()), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+// roll writes keys into each member's file in turn, gap apart, watching for deaths meanwhile.
+func (rp *rotationPool) roll(t *testing.T, gap time.Duration, keys ...[]byte) {
+	t.Helper()
+	for _, f := range rp.files {
+		writeKeys(t, f, keys...)
+		rp.watch(gap)
+	}
+}
+
+// watch records, for d, every peer a member does not see alive.
+func (rp *rotationPool) watch(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, g := range rp.members {
+			for _, pv := range g.Peers() {
+				if pv.State != PeerAlive {
+					fmt.Fprintf(rp.dead, "%s saw %s %s\n", g.cfg.Node, pv.Name, pv.State)
+				}
+			}
+		}
+	}
+}
+
+// A key rotated in three steps through the members' key files (as a mounted Secret changes: no
+// restart) never costs a peer: nobody is seen dead at any point, and gossip flows on the new key alone.
+func TestKeyRotationThroughKeyFilesInThreeSteps(t *testing.T) {
+	rp := startRotationPool(t, time.Minute)
+	rp.roll(t, 300*time.Millisecond, keyA, keyB) // 1. the new key second, everywhere
+	rp.roll(t, 300*time.Millisecond, keyB, keyA) // 2. first, everywhere
+	rp.roll(t, 300*time.Millisecond, keyB)       // 3. the old one dropped
+	rp.watch(2 * time.Second)
+	assert.Empty(t, rp.dead.String())
+	for _, g := range rp.members {
+		assert.Equal(t, [][]byte{keyB}, g.keyring.GetKeys(), g.cfg.Node)
+		assert.Zero(t, g.KeyOrderErrors())
+	}
+	require.NoError(t, rp.members[0].Publish(Report{Probes: []ProbeResult{{Name: "after-rotation", OK: true}}}))
+	require.Eventually(t, func() bool { return len(rp.members[5].Reports()["node-0"].Probes) == 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+// The README's old order (the new key first straight away, member by member) made members that held
+// only the old key and those on the new one see each other dead: the hub and the old-key agents agreed
+// a node was dead, and it was rebooted. A member now holds a newly first key KeyAdoptDelay before it
+// encrypts with it, and says so loudly; without that delay the same roll kills peers (the check can
+// fail).
+func TestKeyRotationOutOfOrder(t *testing.T) {
+	t.Run("held before used: nobody dies", func(t *testing.T) {
+		rp := startRotationPool(t, 8*time.Second)
+		rp.roll(t, 500*time.Millisecond, keyB, keyA) // every file within 3 s, well inside the delay
+		rp.watch(8 * time.Second)                    // past the delay: all encrypt with the new key
+		assert.Empty(t, rp.dead.String())
+		for i, g := range rp.members {
+			assert.Equal(t, keyB, g.keyring.GetPrimaryKey(), g.cfg.Node)
+			assert.Equal(t, 1, g.KeyOrderErrors(), g.cfg.Node)
+			assert.Contains(t, rp.logs[i].String(), "Rotate in three steps")
+		}
+	})
+	t.Run("used at once: peers die", func(t *testing.T) {
+		rp := startRotationPool(t, -1)
+		rp.roll(t, time.Second, keyB, keyA)
+		assert.NotEmpty(t, rp.dead.String())
+		undecryptable := 0
+		for _, g := range rp.members {
+			undecryptable += g.Rejected()[RejectUndecryptable]
+		}
+		assert.Positive(t, undecryptable, "members count what they could not decrypt")
+	})
+}
+
+// Reports are checked against their sender: a version or send time far ahead of this member's clock
+// (which would pin the report against every real one) and a report under a member's name from another
+// address are rejected and counted; a member that left an hour ago is forgotten, and its last report,
+// still pushed by a peer, is not taken back (a newer one is: the member returned).
+func TestReportsBoundToTheirSenders(t *testing.T) {
+	g, logs := startMember(t, "hub")
+	now := time.Now()
+	encode := func(r Report) []byte {
+		r.Cluster = g.cfg.Cluster
+		b, err := r.Encode()
+		require.NoError(t, err)
+		return b
+	}
+	g.mu.Lock()
+	g.addrs["cp-0"] = "10.0.0.10:7946" // as memberlist knows cp-0
+	g.mu.Unlock()
+	tests := []struct {
+		name   string
+		report Report
+		reject string
+	}{
+		{"fine", Report{Node: "cp-0", Addr: "10.0.0.10:7946", Version: uint64(now.UnixNano()), SentAt: now}, ""},
+		{"a version an hour ahead", Report{Node: "cp-1", Version: uint64(now.Add(time.Hour).UnixNano()), SentAt: now}, RejectFuture},
+		{"the largest version", Report{Node: "cp-1", Version: math.MaxUint64, SentAt: now}, RejectFuture},
+		{"sent an hour from now", Report{Node: "cp-1", Version: uint64(now.UnixNano()), SentAt: now.Add(time.Hour)}, RejectFuture},
+		{"a member's name from another address", Report{Node: "cp-0", Addr: "10.0.0.66:7946", Version: uint64(now.UnixNano()) + 1, SentAt: now}, RejectNotSender},
+		{"a clock 30 s ahead (within the bound)", Report{Node: "cp-2", Version: uint64(now.Add(30 * time.Second).UnixNano()), SentAt: now.Add(30 * time.Second)}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := g.Rejected()[tt.reject]
+			_, fresh := g.merge(encode(tt.report))
+			assert.Equal(t, tt.reject == "", fresh)
+			if tt.reject != "" {
+				assert.Equal(t, before+1, g.Rejected()[tt.reject])
+				assert.Contains(t, logs.String(), "node="+tt.report.Node)
+			}
+		})
+	}
+	assert.Equal(t, "10.0.0.10:7946", g.Reports()["cp-0"].Addr, "the real report stays")
+
+	// cp-0 left on purpose over an hour ago.
+	g.mu.Lock()
+	g.peers["cp-0"] = PeerView{Name: "cp-0", State: PeerLeft, Since: now.Add(-LeftExpiry - time.Minute)}
+	g.expireLeft()
+	g.mu.Unlock()
+	assert.NotContains(t, g.Reports(), "cp-0")
+	assert.NotContains(t, g.Peers(), PeerView{Name: "cp-0", State: PeerLeft, Since: now.Add(-LeftExpiry - time.Minute)})
+	_, fresh := g.merge(encode(tests[0].report))
+	assert.False(t, fresh, "its last report, pushed again by a peer, is not taken back")
+	_, fresh = g.merge(encode(Report{Node: "cp-0", Addr: "10.0.0.10:7946", Version: uint64(time.Now().UnixNano()), SentAt: time.Now()}))
+	assert.True(t, fresh, "a newer one is: cp-0 is back")
 }

@@ -5,8 +5,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/hale-dev/hale/internal/secretfile"
 )
 
 // LoadGossipKeys reads gossip encryption keys from path: one base64 key per line (32 bytes decoded;
@@ -14,7 +15,7 @@ import (
 // key is rotated (add the new key second everywhere, then move it first, then drop the old one).
 // Errors name the file and line, never a key.
 func LoadGossipKeys(path string) ([][]byte, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := secretfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("gossip key file: %w", err)
 	}

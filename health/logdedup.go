@@ -14,6 +14,9 @@ type logDedup struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	seen map[string]struct{}
+	// undecryptable counts messages no installed key could decrypt: a peer on another key, or a key
+	// rotation done out of order (see Gossip.SetKeys).
+	undecryptable int
 }
 
 // maxDedup bounds the memory of what was already said; past it, everything may be said once more.
@@ -43,6 +46,13 @@ func (d *logDedup) Write(p []byte) (int, error) {
 	kind := msg
 	if i := strings.IndexAny(kind, ":0123456789"); i > 0 {
 		kind = kind[:i]
+	}
+	if strings.Contains(strings.ToLower(msg), "no installed keys could decrypt") {
+		d.mu.Lock()
+		d.undecryptable++
+		d.mu.Unlock()
+		msg += ": this peer encrypts with a key this member does not hold (another cluster's key, or a key " +
+			"rotation out of order: add the new key second everywhere before moving it first)"
 	}
 	d.once(kind, peer, msg)
 	return len(p), nil

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/internal/secretfile"
 )
 
 // TLSFiles are the PEM files of a TLS client: the CA to verify the server with and, optionally, a
@@ -37,7 +39,15 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 		return nil, fmt.Errorf("client certificate %q and key %q: give both or neither", f.Cert, f.Key)
 	}
 	if f.Cert != "" {
-		pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		cert, err := os.ReadFile(f.Cert)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		key, err := secretfile.Read(f.Key)
+		if err != nil {
+			return nil, fmt.Errorf("client key: %w", err)
+		}
+		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
 			return nil, fmt.Errorf("client certificate %s / key %s: %w", f.Cert, f.Key, err)
 		}

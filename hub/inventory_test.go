@@ -13,9 +13,24 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
+// exampleInventory is examples/inventory.yaml in a temporary directory, its credentials a copy of
+// examples/bmc-credentials that only its owner may read (a checkout leaves the example readable by all,
+// which the hub refuses).
+func exampleInventory(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	creds, err := os.ReadFile("../examples/bmc-credentials")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bmc-credentials"), creds, 0o600))
+	inv, err := os.ReadFile("../examples/inventory.yaml")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "inventory.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(inv), "examples/bmc-credentials", filepath.Join(dir, "bmc-credentials"))), 0o600))
+	return path
+}
+
 func TestLoadExampleInventory(t *testing.T) {
-	t.Chdir("..") // the example names its credentials relative to the repository
-	inv, err := LoadInventory("examples/inventory.yaml")
+	inv, err := LoadInventory(exampleInventory(t))
 	require.NoError(t, err)
 	assert.Equal(t, "prod-eu1", inv.Cluster)
 	require.Len(t, inv.Machines, 4)
@@ -76,8 +91,7 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 }
 
 func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
-	t.Chdir("..")
-	good, err := os.ReadFile("examples/inventory.yaml")
+	good, err := os.ReadFile(exampleInventory(t))
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "inv.yaml")
 	require.NoError(t, os.WriteFile(path, good, 0o600))

@@ -92,6 +92,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	return runAgent(ctx, cfg, log, ready)
 }
 
+// keyFileCheck is how often the gossip key file is read again for a rotation (a mounted Secret changes
+// in place).
+const keyFileCheck = 5 * time.Second
+
 func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string) error {
 	keys, err := health.LoadGossipKeys(cfg.Gossip.KeyFile)
 	if err != nil {
@@ -117,6 +121,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	if err != nil {
 		return err
 	}
+	go g.WatchKeyFile(ctx, cfg.Gossip.KeyFile, keyFileCheck)
 
 	var etcd *health.Etcd
 	switch {

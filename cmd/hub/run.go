@@ -26,6 +26,8 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+
+	"github.com/hale-dev/hale/internal/secretfile"
 )
 
 // defaultSocket is where `hub run` serves the operator API and the operator commands look for it.
@@ -166,6 +168,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	if len(o.join) > 0 {
 		go g.JoinLoop(ctx, o.join)
 	}
+	go g.WatchKeyFile(ctx, o.keyFile, 5*time.Second) // a rotation, as the agents do
 
 	base := prometheus.NewRegistry()
 	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -383,7 +386,7 @@ func readToken(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("--api-token-file is required with --api-address (make one with: head -c 24 /dev/urandom | base64 > token)")
 	}
-	b, err := os.ReadFile(path)
+	b, err := secretfile.Read(path)
 	if err != nil {
 		return "", fmt.Errorf("--api-token-file: %w", err)
 	}
