@@ -148,8 +148,11 @@ func (c *redfishConn) close() { c.client.Logout() }
 
 // wrapRedfish classifies a gofish error and says which request failed.
 func wrapRedfish(what string, err error) error {
-	if isTLSVerification(err) {
+	switch {
+	case isTLSVerification(err):
 		err = fmt.Errorf("%w; give the BMC's CA bundle (--ca-file), or skip verification explicitly (--insecure)", err)
+	case isPlainHTTP(err):
+		err = fmt.Errorf("%w: the BMC answers plain HTTP on this port, not HTTPS; if that is intended, say so in the endpoint (redfish+http://)", err)
 	}
 	err = fmt.Errorf("%s: %w", what, err)
 	switch classifyRedfish(err) {
@@ -162,6 +165,22 @@ func wrapRedfish(what string, err error) error {
 }
 
 func classifyRedfish(err error) errClass {
+	// gofish reads a collection's members concurrently and gathers their errors into one that does
+	// not unwrap: a 401 inside it is still an authentication failure (classified transient, it was
+	// retried, and each retry is a failed login on a BMC that counts them towards a lockout).
+	var ce *common.CollectionError
+	if errors.As(err, &ce) {
+		class := classRefused
+		for _, e := range ce.Failures {
+			switch classifyRedfish(e) {
+			case classAuth:
+				return classAuth
+			case classTransient:
+				class = classTransient
+			}
+		}
+		return class
+	}
 	var ge *common.Error
 	if errors.As(err, &ge) {
 		switch code := ge.HTTPReturnedStatusCode; {
@@ -182,6 +201,8 @@ func classifyRedfish(err error) errClass {
 		return classRefused
 	case errors.As(err, &syntax), errors.As(err, &typeErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return classTransient // a truncated or garbled answer: worth another try
+	case isPlainHTTP(err):
+		return classRefused
 	case isTLSVerification(err), strings.Contains(err.Error(), "is not supported by this service"),
 		strings.Contains(err.Error(), "no target provided"): // gofish: the service lacks a link it needs
 		return classRefused
@@ -189,6 +210,13 @@ func classifyRedfish(err error) errClass {
 		return classTransient
 	}
 	return classTransient
+}
+
+// isPlainHTTP: a TLS handshake answered by a plain-HTTP server, a configuration error. net/http says
+// so in an error of its own (errors.New) when the answer looks like HTTP.
+func isPlainHTTP(err error) bool {
+	var rh tls.RecordHeaderError
+	return errors.As(err, &rh) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
 func isTLSVerification(err error) bool {

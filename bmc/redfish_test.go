@@ -209,6 +209,28 @@ func TestRedfishFaults(t *testing.T) {
 		require.Error(t, err)
 		assert.Less(t, time.Since(start), 1500*time.Millisecond)
 	})
+	t.Run("wrong password, basic auth only: one failed login, ErrAuth, not retried", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{Systems: []bmcsim.SystemConfig{{ID: "1"}, {ID: "2"}}})
+		r.sim.SetFaults(bmcsim.Faults{NoSessionService: true})
+		for _, ep := range []string{r.sim.Endpoint() + "/systems/1", r.sim.Endpoint()} {
+			before := r.sim.FailedLogins()
+			_, err := r.controller(ep, r.opts(), "wrong-"+secret).PowerCycle(context.Background())
+			require.ErrorIs(t, err, ErrAuth, ep)
+			assert.Contains(t, err.Error(), "check the credentials")
+			assert.Equal(t, 1, r.sim.FailedLogins()-before, "%s: one failed login per command (real BMCs lock the account after a few)", ep)
+			noSecret(t, err)
+		}
+	})
+	t.Run("HTTPS to a plain-HTTP BMC: a configuration error, not retried", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{PlainHTTP: true})
+		ep := strings.Replace(r.sim.Endpoint(), "redfish+http://", "redfish://", 1)
+		start := time.Now()
+		_, err := r.controller(ep, r.opts(), secret).PowerState(context.Background())
+		require.ErrorIs(t, err, ErrRefused)
+		assert.Contains(t, err.Error(), "the BMC answers plain HTTP on this port")
+		assert.NotContains(t, r.logs.String(), "retrying")
+		assert.Less(t, time.Since(start), time.Second)
+	})
 	t.Run("no session service: basic auth", func(t *testing.T) {
 		r := newRig(t, bmcsim.Config{})
 		r.sim.SetFaults(bmcsim.Faults{NoSessionService: true})

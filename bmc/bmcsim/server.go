@@ -75,6 +75,7 @@ type Server struct {
 	sessions map[string]string // token → session ID
 	nextID   int
 	requests int
+	failed   int // logins and basic-auth requests with wrong credentials
 	done     chan struct{}
 }
 
@@ -344,6 +345,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, f Faults) {
 		return
 	}
 	if f.RejectAuth || !s.credentialsMatch(body.UserName, body.Password) {
+		s.mu.Lock()
+		s.failed++
+		s.mu.Unlock()
 		writeError(w, http.StatusUnauthorized, "Base.1.8.ResourceAtUriUnauthorized", "invalid user name or password")
 		return
 	}
@@ -401,7 +405,21 @@ func (s *Server) authorized(r *http.Request, f Faults) bool {
 		return ok
 	}
 	user, pass, ok := r.BasicAuth()
-	return ok && s.credentialsMatch(user, pass)
+	if ok && !s.credentialsMatch(user, pass) {
+		s.mu.Lock()
+		s.failed++ // a real BMC counts this against the account's lockout threshold
+		s.mu.Unlock()
+		return false
+	}
+	return ok
+}
+
+// FailedLogins counts the logins and basic-auth requests made with wrong credentials: what a real
+// BMC counts towards locking the account.
+func (s *Server) FailedLogins() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
 }
 
 func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, rest string, f Faults) {
