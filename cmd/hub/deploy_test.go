@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/kube"
@@ -130,4 +131,31 @@ func TestDeployRBAC(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond, "the HealthPolicy created and its status written by the hub")
 	assert.NotEmpty(t, tb.Resets(2))
 	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "every call the hub made was allowed")
+}
+
+// The agent mounts exactly the host files it reads: kubeadm's /etc/kubernetes/pki/etcd also holds the
+// etcd CA key and the server and peer keys, so it gets the three files of its client, not the directory.
+// /var/lib/etcd is the one directory: the disk probe's statfs needs a path on etcd's filesystem.
+func TestAgentMountsOnlyWhatItReads(t *testing.T) {
+	for _, o := range overlays {
+		out, err := kubectl(t, "kustomize", filepath.Join("..", "..", "deploy", "overlays", o))
+		require.NoError(t, err, out)
+		var paths []string
+		for _, doc := range strings.Split(out, "\n---\n") {
+			var obj unstructured.Unstructured
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &obj.Object))
+			if obj.GetKind() != "DaemonSet" || obj.GetName() != "hale-agent" {
+				continue
+			}
+			volumes, _, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "volumes")
+			require.NoError(t, err)
+			for _, v := range volumes {
+				if p, ok, _ := unstructured.NestedString(v.(map[string]any), "hostPath", "path"); ok {
+					paths = append(paths, p)
+				}
+			}
+		}
+		assert.ElementsMatch(t, []string{"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+			"/etc/kubernetes/pki/etcd/healthcheck-client.key", "/etc/kubernetes/pki/ca.crt", "/var/lib/etcd"}, paths, o)
+	}
 }
