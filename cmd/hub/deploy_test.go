@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -158,4 +159,59 @@ func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 		assert.ElementsMatch(t, []string{"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
 			"/etc/kubernetes/pki/etcd/healthcheck-client.key", "/etc/kubernetes/pki/ca.crt", "/var/lib/etcd"}, paths, o)
 	}
+}
+
+// spec.force is gated apart from creating Remediations: alice may create them (a quorum-checked
+// reboot) but not force one, nor add force to hers later; carol, bound to hale-remediation-force, may;
+// the hub's own account may journal a forced reboot it was asked for elsewhere. On a real API server
+// with deploy/base/force-policy.yaml applied.
+func TestRemediationForceNeedsItsOwnPermission(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	admin := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	for _, f := range []string{"force-policy.yaml", "hub-rbac.yaml"} {
+		out, err := kubectl(t, "--kubeconfig", admin, "-n", "hale-system", "apply", "-f", filepath.Join("..", "..", "deploy", "base", f))
+		require.NoError(t, err, out)
+	}
+	out, err := kubectl(t, "--kubeconfig", admin, "-n", "hale-system", "create", "role", "remediation-requester",
+		"--verb=create,get,update", "--resource=remediations.hale.dev")
+	require.NoError(t, err, out)
+	for _, b := range [][]string{
+		{"rolebinding", "alice-requests", "--role=remediation-requester", "--user=alice"},
+		{"rolebinding", "carol-requests", "--role=remediation-requester", "--user=carol"},
+		{"rolebinding", "carol-forces", "--clusterrole=hale-remediation-force", "--user=carol"},
+	} {
+		out, err := kubectl(t, append([]string{"--kubeconfig", admin, "-n", "hale-system", "create"}, b...)...)
+		require.NoError(t, err, out)
+	}
+	as := func(user string) client.Client {
+		uc := rest.CopyConfig(cfg)
+		uc.Impersonate = rest.ImpersonationConfig{UserName: user}
+		if strings.HasPrefix(user, "system:serviceaccount:") {
+			uc.Impersonate.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}
+		}
+		cl, err := client.New(uc, client.Options{Scheme: c.Scheme()})
+		require.NoError(t, err)
+		return cl
+	}
+	rem := func(name string, force bool) *v1alpha1.Remediation {
+		return &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "hale-system"},
+			Spec: v1alpha1.RemediationSpec{Machine: "cp-1", Strategy: "reboot", Force: force}}
+	}
+	alice, carol, hubAccount := as("alice"), as("carol"), as(hubSA)
+
+	// The policy takes a moment to be in force after it is created.
+	require.Eventually(t, func() bool {
+		err := alice.Create(ctx, rem("alice-forced", true))
+		return err != nil && strings.Contains(err.Error(), "spec.force overrides the quorum check: alice may create Remediations but not force them")
+	}, 20*time.Second, 200*time.Millisecond)
+	plain := rem("alice-plain", false)
+	require.NoError(t, alice.Create(ctx, plain), "a quorum-checked reboot needs no more than create")
+	plain.Spec.Force = true
+	err = alice.Update(ctx, plain)
+	require.Error(t, err, "nor can force be added afterwards")
+	assert.Contains(t, err.Error(), "remediations/force")
+	require.NoError(t, carol.Create(ctx, rem("carol-forced", true)))
+	require.NoError(t, hubAccount.Create(ctx, rem("hub-forced", true)), "the hub journals a forced reboot it was asked for")
 }
