@@ -47,6 +47,8 @@ func TestDeployOverlaysApply(t *testing.T) {
 		out, err := kubectl(t, "--kubeconfig", kc, "apply", "-k", dir, "--dry-run=server")
 		require.NoError(t, err, "%s:\n%s", o, out)
 		assert.Contains(t, out, "daemonset.apps/hale-agent created (server dry run)", o)
+		assert.Contains(t, out, "networkpolicy.networking.k8s.io/hale-hub created (server dry run)", o)
+		assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/hale-remediation-force created (server dry run)", o)
 		if strings.Contains(o, "witness") {
 			assert.Contains(t, out, "daemonset.apps/hale-witness created (server dry run)", o)
 		}
