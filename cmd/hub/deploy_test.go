@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -217,3 +219,86 @@ func TestRemediationForceNeedsItsOwnPermission(t *testing.T) {
 	require.NoError(t, carol.Create(ctx, rem("carol-forced", true)))
 	require.NoError(t, hubAccount.Create(ctx, rem("hub-forced", true)), "the hub journals a forced reboot it was asked for")
 }
+
+// The hale-hub account changes exactly what Hale changes on objects it does not own, on a real API
+// server with deploy/overlays/metal3 applied (RBAC gives it patch; the admission policies in
+// deploy/base/hub-writes-policy.yaml limit what a patch may do): its annotations on BareMetalHosts and
+// Machines, Machine status, a MachineDeployment's replicas; not their specs, labels, other annotations.
+// An administrator is not limited.
+func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
+	c, cfg := kubeenv.Start(t)
+	ctx := t.Context()
+	admin := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
+	out, err := kubectl(t, "--kubeconfig", admin, "apply", "-k", filepath.Join("..", "..", "deploy", "overlays", "metal3"))
+	require.NoError(t, err, out)
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi"}}))
+
+	host := &unstructured.Unstructured{}
+	host.SetAPIVersion("metal3.io/v1alpha1")
+	host.SetKind("BareMetalHost")
+	host.SetNamespace("capi")
+	host.SetName("host-0")
+	host.Object["spec"] = map[string]any{"online": true}
+	require.NoError(t, c.Create(ctx, host))
+	template := clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{ClusterName: "prod", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptrTo("bootstrap")},
+		InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3MachineTemplate", Name: "md"}}}
+	template.Labels = map[string]string{clusterv1.MachineDeploymentNameLabel: "md"}
+	md := &clusterv1.MachineDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "md"},
+		Spec: clusterv1.MachineDeploymentSpec{ClusterName: "prod", Replicas: ptrTo(int32(1)), Selector: metav1.LabelSelector{MatchLabels: template.Labels}, Template: template}}
+	require.NoError(t, c.Create(ctx, md))
+	machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "m-0", Labels: template.Labels}, Spec: template.Spec}
+	require.NoError(t, c.Create(ctx, machine))
+
+	uc := rest.CopyConfig(cfg)
+	uc.Impersonate = rest.ImpersonationConfig{UserName: hubSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
+	hubClient, err := client.New(uc, client.Options{Scheme: c.Scheme()})
+	require.NoError(t, err)
+	patch := func(cl client.Client, obj client.Object, status bool, body string) error {
+		p := client.RawPatch(types.MergePatchType, []byte(body))
+		if status {
+			return cl.Status().Patch(ctx, obj, p)
+		}
+		return cl.Patch(ctx, obj, p)
+	}
+	// The policies take a moment to be in force after they are created.
+	require.Eventually(t, func() bool {
+		err := patch(hubClient, host.DeepCopy(), false, `{"spec":{"online":false}}`)
+		return err != nil && strings.Contains(err.Error(), "may not change the spec of BareMetalHosts or Machines")
+	}, 20*time.Second, 200*time.Millisecond)
+
+	for _, tt := range []struct {
+		name   string
+		obj    client.Object
+		status bool
+		patch  string
+		denied string // empty: allowed
+	}{
+		{"metal3 reboot annotation added", host, false, `{"metadata":{"annotations":{"reboot.metal3.io/hale":""}}}`, ""},
+		{"and removed", host, false, `{"metadata":{"annotations":{"reboot.metal3.io/hale":null}}}`, ""},
+		{"a host powered off through its spec", host, false, `{"spec":{"online":false}}`, "may not change the spec"},
+		{"another annotation on a host", host, false, `{"metadata":{"annotations":{"baremetalhost.metal3.io/detached":""}}}`, "may change only Hale's annotations"},
+		{"a label on a host", host, false, `{"metadata":{"labels":{"owner":"hale"}}}`, "may not change labels"},
+		{"surge record on a machine", machine, false, `{"metadata":{"annotations":{"hale.dev/surge-from":"1"}}}`, ""},
+		{"machine marked for deletion", machine, false, `{"metadata":{"annotations":{"cluster.x-k8s.io/delete-machine":"hale: replaced"}}}`, ""},
+		{"a machine's spec", machine, false, `{"spec":{"providerID":"metal3://elsewhere"}}`, "may not change the spec"},
+		{"surge: replicas", md, false, `{"spec":{"replicas":2}}`, ""},
+		{"a deployment paused", md, false, `{"spec":{"paused":true}}`, "spec.replicas only"},
+		{"a deployment's template", md, false, `{"spec":{"template":{"spec":{"bootstrap":{"dataSecretName":"mine"}}}}}`, "spec.replicas only"},
+		{"an annotation on a deployment", md, false, `{"metadata":{"annotations":{"x":"y"}}}`, "spec.replicas only"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := patch(hubClient, tt.obj.DeepCopyObject().(client.Object), tt.status, tt.patch)
+			if tt.denied == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.denied)
+			require.NoError(t, patch(c, tt.obj.DeepCopyObject().(client.Object), tt.status, tt.patch), "an administrator is not limited")
+		})
+	}
+	// Hale's own hand-over to the Machine's owner (its status conditions), as the hub account.
+	require.NoError(t, kube.HandOverToOwner(ctx, hubClient, client.ObjectKeyFromObject(machine), "cp-0 is dead"))
+}
+
+func ptrTo[T any](v T) *T { return &v }
