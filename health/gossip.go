@@ -464,10 +464,14 @@ func (g *Gossip) reject(reason, node, msg string, args ...any) {
 	g.dedup.once(reason, node, msg, args...)
 }
 
-// Rejected counts the gossip messages rejected, by reason.
+// Rejected counts the gossip messages rejected, by reason: every reason, zero or not.
 func (g *Gossip) Rejected() map[string]int {
+	out := map[string]int{}
+	for _, r := range []string{RejectUndecodable, RejectOtherCluster, RejectFuture, RejectNotSender} {
+		out[r] = 0
+	}
 	g.mu.Lock()
-	out := maps.Clone(g.rejected)
+	maps.Copy(out, g.rejected)
 	g.mu.Unlock()
 	g.dedup.mu.Lock()
 	out[RejectUndecryptable] = g.dedup.undecryptable
@@ -495,7 +499,7 @@ func (g *Gossip) SetKeys(keys [][]byte) error {
 	defer g.mu.Unlock()
 	kr := g.keyring
 	has := func(set [][]byte, k []byte) bool {
-		return slices.ContainsFunc(set, func(o []byte) bool { return string(o) == string(k) })
+		return slices.ContainsFunc(set, func(o []byte) bool { return bytes.Equal(o, k) })
 	}
 	held, primary := kr.GetKeys(), kr.GetPrimaryKey()
 	for _, k := range keys {
@@ -508,7 +512,7 @@ func (g *Gossip) SetKeys(keys [][]byte) error {
 		g.adopt = nil
 	}
 	switch want := keys[0]; {
-	case string(want) == string(primary):
+	case bytes.Equal(want, primary):
 	case has(held, want) || g.cfg.KeyAdoptDelay <= 0:
 		if err := kr.UseKey(want); err != nil {
 			return fmt.Errorf("gossip keys: %w", err)
@@ -536,7 +540,7 @@ func (g *Gossip) SetKeys(keys [][]byte) error {
 		})
 	}
 	for _, old := range kr.GetKeys() {
-		if !has(keys, old) && string(old) != string(kr.GetPrimaryKey()) {
+		if !has(keys, old) && !bytes.Equal(old, kr.GetPrimaryKey()) {
 			if err := kr.RemoveKey(old); err != nil {
 				return fmt.Errorf("gossip keys: %w", err)
 			}
@@ -552,6 +556,9 @@ func (g *Gossip) KeyOrderErrors() int {
 	defer g.mu.Unlock()
 	return g.keyOrder
 }
+
+// KeyFileCheck is how often agents and the hub read their gossip key file again (WatchKeyFile).
+const KeyFileCheck = 5 * time.Second
 
 // WatchKeyFile reloads the gossip keys from path whenever its content changes (a mounted Secret is
 // updated in place), checking every interval until ctx ends. A file that cannot be read or holds no
@@ -571,7 +578,7 @@ func (g *Gossip) WatchKeyFile(ctx context.Context, path string, interval time.Du
 			g.dedup.once("key-file", err.Error(), "gossip keys: the key file cannot be used; the keys in force stay", "err", err)
 			continue
 		}
-		if slices.EqualFunc(keys, last, func(a, b []byte) bool { return string(a) == string(b) }) {
+		if slices.EqualFunc(keys, last, bytes.Equal) {
 			continue
 		}
 		if err := g.SetKeys(keys); err != nil {

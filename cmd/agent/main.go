@@ -92,10 +92,6 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	return runAgent(ctx, cfg, log, ready)
 }
 
-// keyFileCheck is how often the gossip key file is read again for a rotation (a mounted Secret changes
-// in place).
-const keyFileCheck = 5 * time.Second
-
 func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- string) error {
 	keys, err := health.LoadGossipKeys(cfg.Gossip.KeyFile)
 	if err != nil {
@@ -121,7 +117,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	if err != nil {
 		return err
 	}
-	go g.WatchKeyFile(ctx, cfg.Gossip.KeyFile, keyFileCheck)
+	go g.WatchKeyFile(ctx, cfg.Gossip.KeyFile, health.KeyFileCheck) // a rotation: a mounted Secret changes in place
 
 	var etcd *health.Etcd
 	switch {

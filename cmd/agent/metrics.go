@@ -56,9 +56,8 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	n, _ := c.agent.Status()
 	ch <- prometheus.MustNewConstMetric(c.published, prometheus.CounterValue, float64(n))
-	rejected := c.agent.Gossip().Rejected()
-	for _, reason := range []string{health.RejectUndecodable, health.RejectUndecryptable, health.RejectOtherCluster, health.RejectFuture, health.RejectNotSender} {
-		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(rejected[reason]), reason)
+	for reason, n := range c.agent.Gossip().Rejected() {
+		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(c.keyOrder, prometheus.CounterValue, float64(c.agent.Gossip().KeyOrderErrors()))
 	if offs := c.agent.Gossip().ClockOffsets(); len(offs) > 0 {

@@ -26,7 +26,6 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
-
 	"github.com/hale-dev/hale/internal/secretfile"
 )
 
@@ -168,7 +167,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	if len(o.join) > 0 {
 		go g.JoinLoop(ctx, o.join)
 	}
-	go g.WatchKeyFile(ctx, o.keyFile, 5*time.Second) // a rotation, as the agents do
+	go g.WatchKeyFile(ctx, o.keyFile, health.KeyFileCheck) // a rotation, as the agents do
 
 	base := prometheus.NewRegistry()
 	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
