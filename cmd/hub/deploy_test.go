@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -205,10 +206,15 @@ func TestRemediationForceNeedsItsOwnPermission(t *testing.T) {
 	}
 	alice, carol, hubAccount := as("alice"), as("carol"), as(hubSA)
 
-	// The policy takes a moment to be in force after it is created.
-	require.Eventually(t, func() bool {
-		err := alice.Create(ctx, rem("alice-forced", true))
-		return err != nil && strings.Contains(err.Error(), "spec.force overrides the quorum check: alice may create Remediations but not force them")
+	// The policy takes a moment to be in force after it is created; each probe has a name of its own,
+	// or one that landed before the policy would make every later probe fail as AlreadyExists.
+	probes := 0
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		probes++
+		err := alice.Create(ctx, rem(fmt.Sprintf("alice-forced-%d", probes), true))
+		if assert.Error(ct, err, "alice created a forced Remediation") {
+			assert.Contains(ct, err.Error(), "spec.force overrides the quorum check: alice may create Remediations but not force them")
+		}
 	}, 20*time.Second, 200*time.Millisecond)
 	plain := rem("alice-plain", false)
 	require.NoError(t, alice.Create(ctx, plain), "a quorum-checked reboot needs no more than create")
@@ -260,11 +266,19 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 		}
 		return cl.Patch(ctx, obj, p)
 	}
-	// The policies take a moment to be in force after they are created.
-	require.Eventually(t, func() bool {
-		err := patch(hubClient, host.DeepCopy(), false, `{"spec":{"online":false}}`)
-		return err != nil && strings.Contains(err.Error(), "may not change the spec of BareMetalHosts or Machines")
+	// The policies take a moment to be in force after they are created. Each probe changes the spec
+	// (online flips), since a patch that changes nothing is allowed: the first probes may land before
+	// the policy does.
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		current := host.DeepCopy()
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(host), current))
+		online, _, _ := unstructured.NestedBool(current.Object, "spec", "online")
+		err := patch(hubClient, current, false, fmt.Sprintf(`{"spec":{"online":%t}}`, !online))
+		if assert.Error(ct, err, "the hub account changed a host's spec") {
+			assert.Contains(ct, err.Error(), "may not change the spec of BareMetalHosts or Machines")
+		}
 	}, 20*time.Second, 200*time.Millisecond)
+	require.NoError(t, patch(c, host, false, `{"spec":{"online":true}}`), "back online, so the cases below change it")
 
 	for _, tt := range []struct {
 		name   string
