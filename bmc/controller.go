@@ -82,6 +82,11 @@ func (c *classified) Unwrap() error { return c.err }
 
 func transient(err error) error { return &classified{classTransient, err} }
 func refused(err error) error   { return &classified{classRefused, err} }
+
+// errDriverPanic marks a panic of a driver library, recovered: the daemon lives on, and the fuzz
+// targets fail on it (it is a bug to fix, in the driver or in what we hand it).
+var errDriverPanic = errors.New("the BMC driver failed on the BMC's answer")
+
 func authFailed(err error) error {
 	return &classified{classAuth, err}
 }
@@ -323,7 +328,7 @@ func (c *Controller) session(ctx context.Context, call string, f func(conn) erro
 	defer func() {
 		// A driver library choking on a BMC's answer must not take the daemon down.
 		if r := recover(); r != nil {
-			err = c.explain(call, refused(fmt.Errorf("the BMC driver failed on the BMC's answer: %v", r)))
+			err = c.explain(call, refused(fmt.Errorf("%w: %v", errDriverPanic, r)))
 			c.opts.Metrics.observe(c.drv.name(), call, err, time.Since(start))
 		}
 	}()

@@ -1,6 +1,7 @@
 package bmc
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -46,8 +47,25 @@ func newRedfishDriver(ep Endpoint, creds Credentials, opts Options) (driver, err
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 60 * time.Second,
+		MaxIdleConnsPerHost:   1,
+		IdleConnTimeout:       30 * time.Second,
 	}
-	return &redfishDriver{ep: ep, creds: creds, http: &http.Client{Transport: transport}}, nil
+	return &redfishDriver{ep: ep, creds: creds, http: &http.Client{Transport: keepAlive{transport}}}, nil
+}
+
+// keepAlive undoes gofish's Connection: close. gofish keeps connections only with an HTTP client it
+// builds itself; with ours (TLS settings, timeouts) it marks every request Close, so each request of
+// an operation (root, session, systems, reads, reset, the polls) paid a TCP and TLS handshake: slow
+// BMCs take hundreds of milliseconds for one. One idle connection per BMC is kept, for 30 s.
+type keepAlive struct{ inner http.RoundTripper }
+
+func (k keepAlive) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Close {
+		r = r.Clone(r.Context())
+		r.Close = false
+		r.Header.Del("Connection")
+	}
+	return k.inner.RoundTrip(r)
 }
 
 func (d *redfishDriver) name() string { return DriverRedfish }
@@ -82,7 +100,7 @@ type redfishConn struct {
 }
 
 func (c *redfishConn) pickSystem(id string) error {
-	systems, err := c.client.Service.Systems()
+	systems, err := c.systems()
 	if err != nil {
 		return wrapRedfish("list systems", err)
 	}
@@ -106,6 +124,85 @@ func (c *redfishConn) pickSystem(id string) error {
 	return refused(fmt.Errorf("the BMC has %s: name one in the endpoint as /systems/ID", describeIDs(ids)))
 }
 
+// systems reads the service's ComputerSystems one by one. Not gofish's Service.Systems: it reads the
+// members in goroutines of its own and dereferences a member whose body is JSON null there, where no
+// recover reaches: a BMC's bad answer would take the hub down (FuzzRedfishResponses found it).
+func (c *redfishConn) systems() ([]*redfish.ComputerSystem, error) {
+	var root struct{ Systems common.Link }
+	if _, err := getJSON(c.client, "/redfish/v1/", &root); err != nil {
+		return nil, err
+	}
+	if root.Systems == "" {
+		return nil, refused(errors.New("the service root has no Systems link"))
+	}
+	var systems []*redfish.ComputerSystem
+	for page, uri := 0, root.Systems.String(); uri != ""; page++ {
+		if page == maxMemberPages {
+			return nil, refused(fmt.Errorf("%s: more than %d pages of members", root.Systems, maxMemberPages))
+		}
+		var coll struct {
+			Members []common.Link
+			Next    string `json:"Members@odata.nextLink"`
+		}
+		if _, err := getJSON(c.client, uri, &coll); err != nil {
+			return nil, err
+		}
+		for _, m := range coll.Members {
+			sys, err := getObject[redfish.ComputerSystem](c.client, m.String())
+			if err != nil {
+				return nil, err
+			}
+			systems = append(systems, sys)
+		}
+		uri = coll.Next
+	}
+	return systems, nil
+}
+
+// maxMemberPages bounds a collection's pages: a BMC whose next link loops must not hold a step.
+const maxMemberPages = 16
+
+// getJSON reads the resource at uri into v, refusing an answer that is not a JSON object.
+func getJSON(c common.Client, uri string, v any) (string, error) {
+	resp, err := c.Get(uri)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxRedfishBody))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", uri, err)
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return "", fmt.Errorf("%s: the answer is not a JSON object (%d bytes)", uri, len(body))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return "", fmt.Errorf("%s: %w", uri, err)
+	}
+	return resp.Header.Get("Etag"), nil
+}
+
+// maxRedfishBody bounds what is read of one answer (a system is a few KiB).
+const maxRedfishBody = 4 << 20
+
+// getObject reads a gofish entity at uri as gofish's GetObject does, through getJSON: gofish's own
+// dereferences an answer of JSON null.
+func getObject[T any, PT interface {
+	*T
+	common.SchemaObject
+}](c common.Client, uri string) (*T, error) {
+	entity := PT(new(T))
+	etag, err := getJSON(c, uri, entity)
+	if err != nil {
+		return nil, err
+	}
+	if etag != "" {
+		entity.SetETag(etag)
+	}
+	entity.SetClient(c)
+	return entity, nil
+}
+
 func describeIDs(ids []string) string {
 	switch len(ids) {
 	case 0:
@@ -117,7 +214,7 @@ func describeIDs(ids []string) string {
 }
 
 func (c *redfishConn) state(context.Context) (PowerState, time.Time, error) {
-	sys, err := redfish.GetComputerSystem(c.client, c.system.ODataID)
+	sys, err := getObject[redfish.ComputerSystem](c.client, c.system.ODataID)
 	if err != nil {
 		return PowerUnknown, time.Time{}, wrapRedfish("read system", err)
 	}
@@ -165,22 +262,6 @@ func wrapRedfish(what string, err error) error {
 }
 
 func classifyRedfish(err error) errClass {
-	// gofish reads a collection's members concurrently and gathers their errors into one that does
-	// not unwrap: a 401 inside it is still an authentication failure (classified transient, it was
-	// retried, and each retry is a failed login on a BMC that counts them towards a lockout).
-	var ce *common.CollectionError
-	if errors.As(err, &ce) {
-		class := classRefused
-		for _, e := range ce.Failures {
-			switch classifyRedfish(e) {
-			case classAuth:
-				return classAuth
-			case classTransient:
-				class = classTransient
-			}
-		}
-		return class
-	}
 	var ge *common.Error
 	if errors.As(err, &ge) {
 		switch code := ge.HTTPReturnedStatusCode; {
