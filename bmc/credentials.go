@@ -85,9 +85,15 @@ func LoadCredentials(path string) (Credentials, error) {
 			c.Username = strings.TrimSpace(value)
 		case key == "password":
 			c.password = value
+		case strings.EqualFold(key, "username") || strings.EqualFold(key, "password"):
+			return Credentials{}, fmt.Errorf("BMC credentials file %s, line %d: keys are lowercase: username or password", path, n)
 		default:
-			return Credentials{}, fmt.Errorf("BMC credentials file %s, line %d: unknown key %q; want username or password", path, n, key)
+			// The key is not shown: a password written alone on its line may hold an =.
+			return Credentials{}, fmt.Errorf("BMC credentials file %s, line %d: unknown key (not shown: it may be part of a secret); want username or password", path, n)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return Credentials{}, fmt.Errorf("BMC credentials file %s: %w", path, err)
 	}
 	return c.check(path)
 }

@@ -78,7 +78,8 @@ func TestLoadCredentials(t *testing.T) {
 		{name: "secret directory", path: secretDir, user: "root", password: "p@ss word="},
 		{name: "directory without password", path: halfDir, wantErr: "want files username and password"},
 		{name: "no password", path: write("nopw", "username=admin\n"), wantErr: "no password"},
-		{name: "unknown key", path: write("bad", "user=admin\n"), wantErr: `line 1: unknown key "user"; want username or password`},
+		{name: "unknown key", path: write("bad", "user=admin\n"), wantErr: `line 1: unknown key (not shown: it may be part of a secret); want username or password`},
+		{name: "a key in capitals", path: write("caps", "Password=x\n"), wantErr: `line 1: keys are lowercase`},
 		{name: "not key=value", path: write("junk", "admin\n"), wantErr: "line 1: want key=value"},
 		{name: "missing file", path: filepath.Join(dir, "none"), wantErr: "no such file or directory"},
 	}

@@ -1,11 +1,15 @@
 package bmc
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -134,4 +138,65 @@ func checkFuzzError(t *testing.T, ep Endpoint, call string, err error) {
 	case !errors.Is(err, ErrRefused) && !errors.Is(err, ErrAuth) && !errors.Is(err, ErrUnverified):
 		t.Fatalf("%s: the error is not classified (refused, auth, unverified): %v", call, err)
 	}
+}
+
+// FuzzCredentialsFile loads fuzzer-made credential files. It fails on a panic, on an error that does
+// not name the file, on an error that shows a line's secret part (what follows =, or a line that is
+// not username=/password=: a password alone on its line), and on accepted credentials that are empty
+// or differ from the file's last username= and password= lines.
+func FuzzCredentialsFile(f *testing.F) {
+	f.Add([]byte("# bmc\nusername = admin\npassword=a=b c\n"))
+	f.Add([]byte("username=admin\nhunter2-is-my-password\n"))
+	f.Add([]byte("username=admin\nS3cret=Passw0rd\n"))
+	f.Add([]byte("Username=admin\npassword=x\n"))
+	f.Add([]byte("username=\npassword=\n"))
+	dir := f.TempDir()
+	path := filepath.Join(dir, "credentials")
+	// The messages' own text, to tell a secret shown from a secret that happens to be a message word.
+	var template strings.Builder
+	for _, body := range []string{"x", "x=y", "", "Username=x"} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			f.Fatal(err)
+		}
+		_, err := LoadCredentials(path)
+		template.WriteString(err.Error())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadCredentials(path)
+		var user, password string
+		var secrets []string
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			key, value, ok := strings.Cut(line, "=")
+			switch key = strings.TrimSpace(key); {
+			case line == "" || strings.HasPrefix(line, "#"):
+			case ok && key == "username":
+				user = strings.TrimSpace(value)
+			case ok && key == "password":
+				password = value
+				secrets = append(secrets, strings.TrimSpace(value))
+			default:
+				secrets = append(secrets, line, strings.TrimSpace(value))
+			}
+		}
+		if err != nil {
+			msg := strings.ReplaceAll(err.Error(), path, "")
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("the error does not name the file: %v", err)
+			}
+			for _, s := range secrets {
+				if len(s) >= 4 && strings.Contains(msg, s) && !strings.Contains(template.String(), s) {
+					t.Fatalf("the error shows %q from the file: %v", s, err)
+				}
+			}
+			return
+		}
+		if c.Username == "" || c.Password() == "" || c.Username != user || c.Password() != password {
+			t.Fatalf("read user %q password %q, the file says %q %q", c.Username, c.Password(), user, password)
+		}
+	})
 }

@@ -3,7 +3,9 @@ package hub
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -149,8 +151,8 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 		return inv, err
 	}
 	inv.Policy = p
-	for name, c := range f.Classes {
-		if _, err := quorum.ParseStrategy(c.Strategy); err != nil {
+	for _, name := range slices.Sorted(maps.Keys(f.Classes)) { // the same file, the same error
+		if _, err := quorum.ParseStrategy(f.Classes[name].Strategy); err != nil {
 			return inv, fmt.Errorf("classes.%s.strategy: %w", name, err)
 		}
 	}
@@ -221,10 +223,7 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 
 func (pf PolicyFile) validate() (Policy, error) {
 	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: DefaultAssessPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
-		Cooldown: pf.Cooldown.Or(5 * time.Minute), MaxAttempts: 3, FlapWindow: pf.FlapWindow.Or(time.Hour)}
-	if pf.FlapWindow.Duration < 0 {
-		return p, fmt.Errorf("policy.flapWindow: %v must not be negative", pf.FlapWindow)
-	}
+		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour}
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {
 		p.Quorum.MaxLearners = *pf.MaxLearners
@@ -245,13 +244,15 @@ func (pf PolicyFile) validate() (Policy, error) {
 		}
 		*l.dst = v
 	}
-	for probe, d := range pf.ProbeTimeouts {
+	for _, probe := range slices.Sorted(maps.Keys(pf.ProbeTimeouts)) {
+		d := pf.ProbeTimeouts[probe]
 		if d.Duration <= 0 {
 			return p, fmt.Errorf("policy.probeTimeouts.%s: %v must be positive", probe, d)
 		}
 		p.Assess.ProbeTimeouts[probe] = d.Duration
 	}
-	for cond, d := range pf.NodeConditionTimeouts {
+	for _, cond := range slices.Sorted(maps.Keys(pf.NodeConditionTimeouts)) {
+		d := pf.NodeConditionTimeouts[cond]
 		if d.Duration <= 0 {
 			return p, fmt.Errorf("policy.nodeConditionTimeouts.%s: %v must be positive", cond, d)
 		}
@@ -269,7 +270,7 @@ func (pf PolicyFile) validate() (Policy, error) {
 		value config.Duration
 		dst   *time.Duration
 	}{{"deadTimeout", pf.DeadTimeout, &p.Assess.DeadTimeout}, {"etcdUnreachableTimeout", pf.EtcdUnreachableTimeout, &p.Assess.EtcdUnreachableTimeout},
-		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}} {
+		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}, {"cooldown", pf.Cooldown, &p.Cooldown}, {"flapWindow", pf.FlapWindow, &p.FlapWindow}} {
 		if d.value.Duration < 0 {
 			return p, fmt.Errorf("policy.%s: %v must not be negative", d.field, d.value)
 		}

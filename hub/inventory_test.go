@@ -16,7 +16,7 @@ import (
 // exampleInventory is examples/inventory.yaml in a temporary directory, its credentials a copy of
 // examples/bmc-credentials that only its owner may read (a checkout leaves the example readable by all,
 // which the hub refuses).
-func exampleInventory(t *testing.T) string {
+func exampleInventory(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	creds, err := os.ReadFile("../examples/bmc-credentials")
