@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -179,6 +180,30 @@ func (c Config) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen %q: %w", c.Listen, err)
+	}
+	p := &c.Probes
+	for _, d := range []struct {
+		field string
+		value Duration
+	}{{"reportInterval", c.ReportInterval}, {"gossip.probeInterval", c.Gossip.ProbeInterval}, {"gossip.probeTimeout", c.Gossip.ProbeTimeout},
+		{"gossip.gossipInterval", c.Gossip.GossipInterval}, {"probes.clock.maxOffset", p.Clock.MaxOffset}} {
+		if d.value.Duration < 0 {
+			return fmt.Errorf("%s %v: must not be negative", d.field, d.value)
+		}
+	}
+	for _, pr := range []struct {
+		name string
+		cfg  ProbeConfig
+	}{{"kubelet", p.Kubelet.ProbeConfig}, {"apiserver", p.APIServer.ProbeConfig}, {"etcd", p.Etcd}, {"etcdDisk", p.EtcdDisk.ProbeConfig}, {"clock", p.Clock.ProbeConfig}} {
+		switch iv, to := pr.cfg.Interval.Duration, pr.cfg.Timeout.Duration; {
+		case iv < 0 || to < 0:
+			return fmt.Errorf("probes.%s: interval %v and timeout %v must not be negative", pr.name, pr.cfg.Interval, pr.cfg.Timeout)
+		case to > iv:
+			return fmt.Errorf("probes.%s.timeout %v: must not be longer than its interval %v", pr.name, pr.cfg.Timeout, pr.cfg.Interval)
+		}
+	}
+	if pct := p.EtcdDisk.MinFreePercent; pct < 0 || pct >= 100 || math.IsNaN(pct) {
+		return fmt.Errorf("probes.etcdDisk.minFreePercent %v: want a percentage from 0 to below 100", pct)
 	}
 	if c.Gossip.ProbeTimeout.Duration >= c.Gossip.ProbeInterval.Duration {
 		return fmt.Errorf("gossip.probeTimeout %v: must be shorter than gossip.probeInterval %v", c.Gossip.ProbeTimeout, c.Gossip.ProbeInterval)
