@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The operator API: JSON over HTTP, served on a Unix socket (access by file permissions) or on
@@ -54,9 +56,11 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/machines/{name}/reboot", func(w http.ResponseWriter, r *http.Request) {
 		var req RebootRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decodeBody(w, r, &req, false); err != nil {
+			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("reboot request body: %v", err)})
+			return
+		}
+		if err := checkText("by", req.By, maxBy); err != nil {
 			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("reboot request body: %v", err)})
 			return
 		}
@@ -129,9 +133,11 @@ type BrakeRequest struct {
 
 func brakeRequest(w http.ResponseWriter, r *http.Request) (BrakeRequest, bool) {
 	var req BrakeRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+	err := decodeBody(w, r, &req, true)
+	if err == nil {
+		err = errors.Join(checkText("by", req.By, maxBy), checkText("reason", req.Reason, maxReason))
+	}
+	if err != nil {
 		writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("request body: %v (want {\"by\": …, \"reason\": …} or nothing)", err)})
 		return req, false
 	}
@@ -139,6 +145,42 @@ func brakeRequest(w http.ResponseWriter, r *http.Request) (BrakeRequest, bool) {
 		req.By = Operator
 	}
 	return req, true
+}
+
+// Bounds of the free text a request carries into status, the journal, logs and Events.
+const (
+	maxBy     = 256
+	maxReason = 1024
+	maxBody   = 16 << 10
+)
+
+// decodeBody reads exactly one JSON object of known fields into v (or nothing, when empty is
+// allowed): a second value after it is an error, not ignored.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, empty bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) && empty {
+			return nil
+		}
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("more after the JSON object: send one object")
+	}
+	return nil
+}
+
+// checkText refuses free text that is too long or holds control characters (a newline in a reason
+// would forge lines in the text views and logs that show it).
+func checkText(field, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return fmt.Errorf("%s: %d bytes, at most %d", field, len(s), limit)
+	case strings.ContainsFunc(s, unicode.IsControl) || !utf8.ValidString(s):
+		return fmt.Errorf("%s: control characters or invalid UTF-8", field)
+	}
+	return nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -147,7 +147,7 @@ type passRig struct {
 	done    chan error
 }
 
-func newPassRig(t *testing.T, pool *testPool, p Policy, powerFails map[string]error) *passRig {
+func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]error) *passRig {
 	t.Helper()
 	var systems []bmcsim.SystemConfig
 	for _, m := range pool.nodes {
