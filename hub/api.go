@@ -56,11 +56,11 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/machines/{name}/reboot", func(w http.ResponseWriter, r *http.Request) {
 		var req RebootRequest
-		if err := decodeBody(w, r, &req, false); err != nil {
-			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("reboot request body: %v", err)})
-			return
+		err := decodeBody(w, r, &req, false)
+		if err == nil {
+			err = checkText("by", req.By, maxBy)
 		}
-		if err := checkText("by", req.By, maxBy); err != nil {
+		if err != nil {
 			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("reboot request body: %v", err)})
 			return
 		}
