@@ -262,6 +262,9 @@ func wrapRedfish(what string, err error) error {
 }
 
 func classifyRedfish(err error) errClass {
+	if c := (*classified)(nil); errors.As(err, &c) {
+		return c.class // our own refusals (no Systems link, too many pages) keep their class
+	}
 	var ge *common.Error
 	if errors.As(err, &ge) {
 		switch code := ge.HTTPReturnedStatusCode; {

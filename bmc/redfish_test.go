@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,5 +292,34 @@ func TestRedfishPlainHTTPAndMetrics(t *testing.T) {
 	require.NoError(t, err)
 	for _, f := range families {
 		assert.NotContains(t, f.String(), secret)
+	}
+}
+
+// TestRedfishOwnRefusalsAreNotRetried: the driver's own refusals of a BMC's shape (no Systems link,
+// a collection whose next link never ends) are configuration problems: one try, no backoff.
+func TestRedfishOwnRefusalsAreNotRetried(t *testing.T) {
+	loop := `{"Members":[],"Members@odata.nextLink":"/redfish/v1/Systems"}`
+	for _, tc := range []struct {
+		name, root, coll, want string
+	}{
+		{"no Systems link", `{"@odata.id":"/redfish/v1/","Id":"RootService"}`, fuzzCollection, "the service root has no Systems link"},
+		{"next link loops", fuzzRoot, loop, "more than 16 pages of members"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &fuzzBMC{}
+			b.set([]byte(tc.root), []byte(tc.coll), []byte(fuzzSystem))
+			srv := httptest.NewServer(b)
+			t.Cleanup(srv.Close)
+			logs := &capture.Buffer{}
+			ep, err := ParseEndpoint("redfish+http://" + strings.TrimPrefix(srv.URL, "http://"))
+			require.NoError(t, err)
+			c, err := New(ep, NewCredentials("u", "p"), Options{RetryBase: time.Millisecond, RetryMax: 2 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			require.NoError(t, err)
+			_, err = c.PowerState(context.Background())
+			require.ErrorIs(t, err, ErrRefused)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, logs.String(), "retrying", "a refusal is not retried")
+		})
 	}
 }
