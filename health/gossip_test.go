@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -452,6 +453,16 @@ func TestReportsBoundToTheirSenders(t *testing.T) {
 		})
 	}
 	assert.Equal(t, "10.0.0.10:7946", g.Reports()["cp-0"].Addr, "the real report stays")
+	// The hub serves the counts (it is what a forged report targets).
+	require.NoError(t, testutil.CollectAndCompare(NewGossipCollector(g, "hale_hub"), strings.NewReader(`
+# HELP hale_hub_gossip_rejected_total Gossip messages rejected: undecodable, undecryptable (a key this member does not hold), other_cluster, future (version or send time too far ahead), not_sender (a report under a member's name from another address).
+# TYPE hale_hub_gossip_rejected_total counter
+hale_hub_gossip_rejected_total{reason="future"} 3
+hale_hub_gossip_rejected_total{reason="not_sender"} 1
+hale_hub_gossip_rejected_total{reason="other_cluster"} 0
+hale_hub_gossip_rejected_total{reason="undecodable"} 0
+hale_hub_gossip_rejected_total{reason="undecryptable"} 0
+`), "hale_hub_gossip_rejected_total"))
 
 	// cp-0 left on purpose over an hour ago.
 	g.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/hale-dev/hale/quorum"
 )
@@ -150,6 +151,9 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		return RebootResult{}, fmt.Errorf("%w: the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`", ErrRefused)
 	case m.Hold != "" && !req.DryRun:
 		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, m.Hold)
+	}
+	if why := h.logins.blocked(m, time.Now()); why != "" && !req.DryRun && !(req.OwnWay && m.Strategy == quorum.Replace) {
+		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, why)
 	}
 	strategy := quorum.Reboot
 	if req.OwnWay && m.Strategy == quorum.Replace {

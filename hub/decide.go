@@ -33,6 +33,9 @@ type facts struct {
 	// remediation could not begin.
 	healthyAt   map[string]time.Time
 	beginFailed map[string]beginFailure
+	// loginWait says, for a machine whose BMC account refused the credentials and is in its wait
+	// (logins), why no login is made now.
+	loginWait map[string]string
 	// history is the ledger's record of each Unhealthy machine without a remediation in flight (the
 	// only ones hold reads).
 	history map[string][]past
@@ -157,6 +160,8 @@ func holdOf(f facts, m Machine) (why string, failed int) {
 		return fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
 	case !sf.at.IsZero() && f.now.Sub(sf.at) < beginRetry:
 		return fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly)), 0
+	case f.loginWait[m.Name] != "":
+		return f.loginWait[m.Name], 0
 	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
 		return fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly)), 0
 	}

@@ -45,6 +45,9 @@ type Config struct {
 	// mode); without it such remediations cannot start.
 	OwnerFor func(Machine) (Owner, error)
 	BMC      bmc.Options
+	// LoginBackoff is how long the hub makes no login to a BMC account after its credentials failed
+	// (default 5 min; it doubles with each failure in a row, up to 12 times; see logins).
+	LoginBackoff time.Duration
 	// RecoveryTimeout bounds how long a remediated machine may take to come back (default 10 min).
 	RecoveryTimeout time.Duration
 	// Metrics, when set, receives the hub's metrics.
@@ -101,6 +104,7 @@ type Hub struct {
 	running         map[string]*running
 	ledger          *ledger                 // the journal's summary the passes read (never the journal)
 	beginFailed     map[string]beginFailure // machines whose remediation could not be begun
+	logins          *logins                 // BMC accounts that refused the credentials (its own lock)
 	events          []string
 	override        PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes          Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
@@ -171,7 +175,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
 		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
-		running: map[string]*running{}, ledger: l, beginFailed: map[string]beginFailure{}, pauses: map[string]Brake{},
+		running: map[string]*running{}, ledger: l, beginFailed: map[string]beginFailure{}, logins: newLogins(cfg.LoginBackoff), pauses: map[string]Brake{},
 		waitingWhy: map[string]string{}, resumed: make(chan struct{})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
@@ -479,6 +483,14 @@ func (h *Hub) facts(inv Inventory, obs Observations, assessments []Assessment, h
 	f.suspended, f.detached = h.brakes.Suspended != nil, h.brakes.Detached
 	f.healthyAt, f.beginFailed = h.healthyAt, h.beginFailed
 	h.mu.Unlock()
+	for _, m := range inv.Machines {
+		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {
+			if f.loginWait == nil {
+				f.loginWait = map[string]string{}
+			}
+			f.loginWait[m.Name] = why
+		}
+	}
 	for _, a := range assessments {
 		if _, inFlight := f.flights[a.Machine]; a.Verdict == VerdictUnhealthy && !inFlight {
 			f.history[a.Machine] = h.ledger.of(a.Machine)
@@ -582,7 +594,10 @@ func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
 		return actuator{owner: owner}, err
 	}
 	power, err := h.cfg.PowerFor(m)
-	return actuator{power: power}, err
+	if err != nil {
+		return actuator{}, err
+	}
+	return actuator{power: h.logins.guard(m, power)}, nil
 }
 
 // machinePlan is the plan for a machine that is not an etcd member: no quorum to keep, only its pool's

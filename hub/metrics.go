@@ -85,7 +85,7 @@ type hubCollector struct {
 	hub                                                     *Hub
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
-	observersExpected, observersHeard                       *prometheus.Desc
+	observersExpected, observersHeard, loginWaits           *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -106,12 +106,13 @@ func newHubCollector(h *Hub) *hubCollector {
 		detached:          d("hale_hub_detached_machines", "Machines detached by the operator."),
 		observersExpected: d("hale_hub_observers_expected", "Observers whose strict majority every action needs: the agents, the witnesses and the hub."),
 		observersHeard:    d("hale_hub_observers_heard", "Expected observers the hub hears now (itself included); below a strict majority of the expected, it acts on nothing."),
+		loginWaits:        d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits} {
 		ch <- d
 	}
 }
@@ -122,9 +123,12 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	verdicts := map[Verdict]float64{VerdictHealthy: 0, VerdictSuspect: 0, VerdictUnhealthy: 0, "Unknown": 0}
-	inFlight, detached := 0.0, 0.0
+	inFlight, detached, loginWaits := 0.0, 0.0, 0.0
 	for _, m := range st.Machines {
 		verdicts[m.Verdict]++
+		if m.BMCLogin != "" {
+			loginWaits++
+		}
 		if m.Remediation != nil {
 			inFlight++
 		}
@@ -151,6 +155,7 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.detached, detached)
 	gauge(c.observersExpected, float64(st.Observers.Expected))
 	gauge(c.observersHeard, float64(len(st.Observers.Heard)))
+	gauge(c.loginWaits, loginWaits)
 }
 
 func boolGauge(b bool) float64 {

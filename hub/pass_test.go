@@ -322,8 +322,8 @@ func TestRemediationEndpoint(t *testing.T) {
 	assert.Contains(t, string(body), "cp-9/20260101T000000Z: no such remediation")
 }
 
-// A remediation found in progress after a restart whose BMC cannot be read yet (here it refuses the
-// credentials) holds its machine and says why, and does not hold up the passes: another machine's
+// A remediation found in progress after a restart whose BMC cannot be read yet (here it fails every
+// request; one that refuses the credentials is TestOneFailedLoginPerBMCAccountAcrossPasses's) holds its machine and says why, and does not hold up the passes: another machine's
 // remediation starts meanwhile. Once the BMC answers, it resumes from what the BMC shows (no reset
 // since the intent: the step is taken again, once).
 func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
@@ -333,10 +333,10 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "reboot etcd-2 (graceful, then hard)"))
-	r.sim.SetFaults(bmcsim.Faults{RejectAuth: true})
+	r.sim.SetFaults(bmcsim.Faults{Fail500: 1 << 30})
 	r.run(t)
 
-	// (cp-3's BMC refuses the credentials too: its remediation begins, and fails.)
+	// (cp-3's BMC fails too: its remediation begins, and fails.)
 	require.Eventually(t, func() bool {
 		hist, err := r.journal.History(t.Context(), "cp-3")
 		return err == nil && len(hist) > 0

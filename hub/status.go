@@ -59,6 +59,9 @@ type MachineStatus struct {
 	DetachedBy  *Brake    `json:"detachedBy,omitempty"`
 	Decision    string    `json:"decision,omitempty"`
 	Remediation *InFlight `json:"remediation,omitempty"`
+	// BMCLogin says why the hub makes no login to the machine's BMC now: its account refused the
+	// credentials, and the hub waits before it tries again so that the account does not lock.
+	BMCLogin string `json:"bmcLogin,omitempty"`
 }
 
 // InFlight is a remediation in flight, as `hub status` shows it.
@@ -97,7 +100,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 	for _, m := range h.inv.Machines {
 		a := h.assessments[m.Name]
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
-			Decision: decisions[m.Name]}
+			Decision: decisions[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
 		if b, ok := h.brakes.Detached[m.Name]; ok {
 			ms.Detached, ms.DetachedBy = true, &b
 		}
@@ -177,6 +180,9 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	}
 	if ms.DetachedBy != nil {
 		brakes = append(brakes, fmt.Sprintf("%s is detached by %s (`hub attach %s`)", m.Name, ms.DetachedBy, m.Name))
+	}
+	if ms.BMCLogin != "" {
+		brakes = append(brakes, "no BMC login: "+ms.BMCLogin)
 	}
 	if len(brakes) > 0 {
 		fmt.Fprintf(&b, "brakes: %s\n", strings.Join(brakes, "; "))

@@ -146,7 +146,8 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	agent = health.NewAgent(g, runner, etcd, cfg.ReportInterval.Duration, log)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newAgentCollector(agent))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newAgentCollector(agent),
+		health.NewGossipCollector(agent.Gossip(), "hale_agent"))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		_ = g.Shutdown()

@@ -147,6 +147,9 @@ probes:
 			strings.Contains(m, `hale_agent_peers{state="alive"} 1`) && strings.Contains(m, `hale_agent_probe_ok{probe="clock"} 1`)
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, a.logs.String(), `"msg":"probe failing","probe":"kubelet"`)
+	_, m := get(t, "http://"+a.http+"/metrics")
+	assert.Contains(t, m, `hale_agent_gossip_rejected_total{reason="future"} 0`)
+	assert.Contains(t, m, "hale_agent_gossip_key_order_errors_total 0")
 
 	// A graceful stop: the peer records "left", not "dead".
 	b.cancel()

@@ -11,8 +11,9 @@ import (
 
 // agentCollector reads the agent's state at scrape time: no second bookkeeping.
 type agentCollector struct {
-	agent                                                           *health.Agent
-	probeOK, probeSince, peers, published, rejected, keyOrder, skew *prometheus.Desc
+	agent                                 *health.Agent
+	probeOK, probeSince, peers, published *prometheus.Desc
+	skew                                  *prometheus.Desc
 }
 
 func newAgentCollector(a *health.Agent) *agentCollector {
@@ -22,17 +23,12 @@ func newAgentCollector(a *health.Agent) *agentCollector {
 		probeSince: prometheus.NewDesc("hale_agent_probe_state_seconds", "How long the probe has been in its current state.", []string{"probe"}, nil),
 		peers:      prometheus.NewDesc("hale_agent_peers", "Peers by liveness as this agent sees them.", []string{"state"}, nil),
 		published:  prometheus.NewDesc("hale_agent_reports_published_total", "Reports this agent has published.", nil, nil),
-		rejected: prometheus.NewDesc("hale_agent_gossip_rejected_total",
-			"Gossip messages rejected: undecodable, undecryptable (a key this agent does not hold), other_cluster, future (version or send time too far ahead), not_sender (a report under a member's name from another address).",
-			[]string{"reason"}, nil),
-		keyOrder: prometheus.NewDesc("hale_agent_gossip_key_order_errors_total",
-			"Key file changes that made first a key this agent did not hold (a key rotation out of order).", nil, nil),
-		skew: prometheus.NewDesc("hale_agent_clock_offset_seconds", "Median of peers' clocks minus this node's.", nil, nil),
+		skew:       prometheus.NewDesc("hale_agent_clock_offset_seconds", "Median of peers' clocks minus this node's.", nil, nil),
 	}
 }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.probeOK, c.probeSince, c.peers, c.published, c.rejected, c.keyOrder, c.skew} {
+	for _, d := range []*prometheus.Desc{c.probeOK, c.probeSince, c.peers, c.published, c.skew} {
 		ch <- d
 	}
 }
@@ -56,10 +52,6 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	n, _ := c.agent.Status()
 	ch <- prometheus.MustNewConstMetric(c.published, prometheus.CounterValue, float64(n))
-	for reason, n := range c.agent.Gossip().Rejected() {
-		ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n), reason)
-	}
-	ch <- prometheus.MustNewConstMetric(c.keyOrder, prometheus.CounterValue, float64(c.agent.Gossip().KeyOrderErrors()))
 	if offs := c.agent.Gossip().ClockOffsets(); len(offs) > 0 {
 		slices.Sort(offs)
 		ch <- prometheus.MustNewConstMetric(c.skew, prometheus.GaugeValue, offs[len(offs)/2].Seconds())

@@ -422,6 +422,9 @@ func printStatus(w io.Writer, st hub.Status) {
 		if m.Decision != "" && m.Remediation == nil {
 			reasons = strings.TrimPrefix(reasons+"; "+m.Decision, "; ")
 		}
+		if m.BMCLogin != "" && !strings.Contains(reasons, m.BMCLogin) {
+			reasons = strings.TrimPrefix(reasons+"; no BMC login: "+m.BMCLogin, "; ")
+		}
 		if reasons == "" {
 			reasons = "-"
 		}

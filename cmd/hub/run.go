@@ -170,7 +170,8 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	go g.WatchKeyFile(ctx, o.keyFile, health.KeyFileCheck) // a rotation, as the agents do
 
 	base := prometheus.NewRegistry()
-	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		health.NewGossipCollector(g, "hale_hub"))
 	bmcMetrics, err := bmc.NewMetrics(base)
 	if err != nil {
 		return err

@@ -1,0 +1,151 @@
+package hub
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+)
+
+// BMC accounts lock after a few failed logins (three to five on most firmware; some stay locked until
+// someone clears them at the console). One command makes at most one failed login (package bmc);
+// across commands the hub keeps, per BMC account, when the credentials last failed, and makes no
+// login to that account again before a backoff window has passed, whatever asks: a remediation's
+// step, a resumed remediation reading where it stands (every 5 s), a manual reboot, another machine
+// behind the same BMC. The window doubles with each failure in a row, from LoginBackoff (default
+// 5 min) to 12 times that, and ends at once when a login succeeds or the inventory names other
+// credentials for the account (a reloaded inventory with the corrected password tries at once).
+
+// loginKey is one BMC account: the BMC (driver, host and port; its systems share the account) and the
+// user name.
+type loginKey struct {
+	bmc, user string
+}
+
+// loginFailure is the last failed login to an account.
+type loginFailure struct {
+	endpoint string // the BMC, for status
+	// secret is a hash of the credentials that failed (never shown): other credentials may try.
+	secret  [sha256.Size]byte
+	at      time.Time
+	until   time.Time
+	inARow  int
+	message string
+}
+
+// logins is the hub's record of BMC accounts that refused its credentials. Safe for concurrent use:
+// executors record, passes and requests read.
+type logins struct {
+	base   time.Duration
+	mu     sync.Mutex
+	failed map[loginKey]loginFailure
+}
+
+const maxLoginBackoffFactor = 12
+
+func newLogins(base time.Duration) *logins {
+	if base <= 0 {
+		base = 5 * time.Minute
+	}
+	return &logins{base: base, failed: map[loginKey]loginFailure{}}
+}
+
+func keyOf(m Machine) loginKey {
+	return loginKey{bmc: bmcOf(m), user: m.Credentials.Username}
+}
+
+// bmcOf names m's BMC without the system: the systems of one BMC share its accounts.
+func bmcOf(m Machine) string {
+	ep := m.Endpoint
+	ep.SystemID = ""
+	return ep.String()
+}
+
+func secretOf(c bmc.Credentials) [sha256.Size]byte {
+	return sha256.Sum256([]byte(c.Username + "\x00" + c.Password()))
+}
+
+// blocked says why no login to m's BMC may be made at now ("" when one may).
+func (l *logins) blocked(m Machine, now time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.failed[keyOf(m)]
+	if !ok || !now.Before(f.until) || f.secret != secretOf(m.Credentials) {
+		return ""
+	}
+	return fmt.Sprintf("its BMC %s refused the credentials of user %q at %s (%d in a row: %s); no login to that account before %s, so that it does not lock: "+
+		"correct the credentials in the inventory (the wait ends when they change) or on the BMC",
+		f.endpoint, m.Credentials.Username, f.at.Format(time.TimeOnly), f.inARow, f.message, f.until.Format(time.TimeOnly))
+}
+
+// record notes the result of a call to m's BMC that made a login: a failed login starts or doubles the
+// account's wait, any other answer ends it.
+func (l *logins) record(m Machine, err error, now time.Time) {
+	k := keyOf(m)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !errors.Is(err, bmc.ErrAuth) {
+		if err == nil {
+			delete(l.failed, k)
+		}
+		return
+	}
+	f := l.failed[k]
+	secret := secretOf(m.Credentials)
+	if f.secret != secret {
+		f = loginFailure{endpoint: bmcOf(m), secret: secret}
+	}
+	f.inARow++
+	f.at, f.message = now, err.Error()
+	f.until = now.Add(l.base * time.Duration(min(1<<(f.inARow-1), maxLoginBackoffFactor)))
+	l.failed[k] = f
+}
+
+// guarded is a machine's Power behind the hub's login record: a call is refused without reaching the
+// BMC while its account waits, and every answer is recorded.
+type guarded struct {
+	m     Machine
+	l     *logins
+	power Power
+}
+
+func (l *logins) guard(m Machine, p Power) Power {
+	return &guarded{m: m, l: l, power: p}
+}
+
+func (g *guarded) check() error {
+	if why := g.l.blocked(g.m, time.Now()); why != "" {
+		return fmt.Errorf("%w (not tried): %s", bmc.ErrAuth, why)
+	}
+	return nil
+}
+
+func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error) {
+	if err := g.check(); err != nil {
+		return "", time.Time{}, err
+	}
+	st, at, err := g.power.Status(ctx)
+	g.l.record(g.m, err, time.Now())
+	return st, at, err
+}
+
+func (g *guarded) Reboot(ctx context.Context) (bmc.Result, error) { return g.do(ctx, g.power.Reboot) }
+func (g *guarded) PowerCycle(ctx context.Context) (bmc.Result, error) {
+	return g.do(ctx, g.power.PowerCycle)
+}
+func (g *guarded) ForceOff(ctx context.Context) (bmc.Result, error) {
+	return g.do(ctx, g.power.ForceOff)
+}
+
+func (g *guarded) do(ctx context.Context, f func(context.Context) (bmc.Result, error)) (bmc.Result, error) {
+	if err := g.check(); err != nil {
+		return bmc.Result{}, err
+	}
+	res, err := f(ctx)
+	g.l.record(g.m, err, time.Now())
+	return res, err
+}
