@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,10 +143,27 @@ func TestDeployRBAC(t *testing.T) {
 
 // The agent mounts exactly the host files it reads: kubeadm's /etc/kubernetes/pki/etcd also holds the
 // etcd CA key and the server and peer keys, so it gets the three files of its client, not the directory.
-// /var/lib/etcd is the one directory: the disk probe's statfs needs a path on etcd's filesystem.
+// /var/lib/etcd is the one directory: the disk probe's statfs needs a path on etcd's filesystem; with the
+// etcd-disk-dir component, an empty directory beside it instead, at the same place in the container.
 func TestAgentMountsOnlyWhatItReads(t *testing.T) {
+	files := []string{"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+		"/etc/kubernetes/pki/etcd/healthcheck-client.key", "/etc/kubernetes/pki/ca.crt"}
+	narrow := t.TempDir()
+	abs, err := filepath.Abs(filepath.Join("..", "..", "deploy"))
+	require.NoError(t, err)
+	rel := func(p ...string) string { // kustomize takes no absolute paths
+		r, err := filepath.Rel(narrow, filepath.Join(append([]string{abs}, p...)...))
+		require.NoError(t, err)
+		return r
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(narrow, "kustomization.yaml"), []byte(fmt.Sprintf(
+		"resources: [%s]\ncomponents: [%s]\n", rel("overlays", "capi"), rel("components", "etcd-disk-dir"))), 0o600))
+	dirs := map[string]string{narrow: "/var/lib/hale/etcd-fs"}
 	for _, o := range overlays {
-		out, err := kubectl(t, "kustomize", filepath.Join("..", "..", "deploy", "overlays", o))
+		dirs[filepath.Join(abs, "overlays", o)] = "/var/lib/etcd"
+	}
+	for dir, dataPath := range dirs {
+		out, err := kubectl(t, "kustomize", dir)
 		require.NoError(t, err, out)
 		var paths []string
 		for _, doc := range strings.Split(out, "\n---\n") {
@@ -160,9 +179,9 @@ func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 					paths = append(paths, p)
 				}
 			}
+			assert.Contains(t, doc, "mountPath: /var/lib/etcd\n", "%s: the probe's path in the container is the same", dir)
 		}
-		assert.ElementsMatch(t, []string{"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
-			"/etc/kubernetes/pki/etcd/healthcheck-client.key", "/etc/kubernetes/pki/ca.crt", "/var/lib/etcd"}, paths, o)
+		assert.ElementsMatch(t, append(slices.Clone(files), dataPath), paths, dir)
 	}
 }
 
