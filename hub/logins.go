@@ -101,7 +101,11 @@ func (l *logins) record(m Machine, err error, now time.Time) {
 	}
 	f.inARow++
 	f.at, f.message = now, err.Error()
-	f.until = now.Add(l.base * time.Duration(min(1<<(f.inARow-1), maxLoginBackoffFactor)))
+	factor := maxLoginBackoffFactor
+	if f.inARow < 5 { // (a shift past 63 would be 0: no wait at all after 64 failures)
+		factor = min(1<<(f.inARow-1), maxLoginBackoffFactor)
+	}
+	f.until = now.Add(l.base * time.Duration(factor))
 	l.failed[k] = f
 }
 

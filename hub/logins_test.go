@@ -52,6 +52,11 @@ func TestLoginWaits(t *testing.T) {
 		assert.NotEmpty(t, l.blocked(a, at.Add(want*time.Minute-time.Second)), "failure %d", i+2)
 		assert.Empty(t, l.blocked(a, at.Add(want*time.Minute)), "failure %d", i+2)
 	}
+	for range 100 { // days of failures: the wait stays at its longest
+		at = at.Add(time.Hour)
+		l.record(a, authErr, at)
+	}
+	assert.NotEmpty(t, l.blocked(a, at.Add(12*time.Minute-time.Second)), "after 106 failures in a row")
 	l.record(a, fmt.Errorf("%w: 500", bmc.ErrRefused), at)
 	assert.NotEmpty(t, l.blocked(a, at), "an answer that proves no login keeps the wait")
 	l.record(a, nil, at)
