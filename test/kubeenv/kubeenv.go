@@ -51,6 +51,18 @@ func moduleDir(t testing.TB, modVersion string) string {
 // built-in types) and its config; it stops when the test ends.
 func Start(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
+	return start(t, filepath.Join(repoRoot(t), "test", "kubeenv", "crds"))
+}
+
+// StartWithMetal3 is Start with metal3's own CRDs from metal3CRDs (the real baremetal-operator's
+// config/base/crds/bases, test/kube/build-bmo) in place of the stand-in BareMetalHost CRD.
+func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
+	t.Helper()
+	return start(t, metal3CRDs)
+}
+
+func start(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
+	t.Helper()
 	assets := kubeassets.Dir()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
 		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
@@ -58,7 +70,7 @@ func Start(t testing.TB) (client.Client, *rest.Config) {
 	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
 		CRDDirectoryPaths: []string{filepath.Join(repoRoot(t), "deploy", "crds"), capi + "/core/config/crd/bases",
-			capi + "/controlplane/kubeadm/config/crd/bases", filepath.Join(repoRoot(t), "test", "kubeenv", "crds")}}
+			capi + "/controlplane/kubeadm/config/crd/bases", metal3CRDs}}
 	cfg, err := env.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })

@@ -1,0 +1,100 @@
+package kube
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/test/bmo"
+	"github.com/hale-dev/hale/test/kubeenv"
+)
+
+// Metal3Host against metal3's real baremetal-operator (test mode: its own state machine, annotation
+// handling and status; its fixture provisioner in place of Ironic and a BMC), with the operator's own
+// CRDs. An externally provisioned host comes up powered on; Hale's reboot (its suffixed reboot
+// annotation: off, kept off while it stays, on once Hale removes it) is seen through status.poweredOn as
+// the operator reports it, and so are a fence (off, kept off) and the reboot that ends it; a host the
+// operator treats as detached or paused is refused with the reason.
+func TestMetal3HostWithTheRealOperator(t *testing.T) {
+	c, cfg := kubeenv.StartWithMetal3(t, bmo.CRDs(t))
+	ctx := t.Context()
+	const ns = "metal3-host-1"
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-1-bmc"},
+		StringData: map[string]string{"username": "admin", "password": "pw"}}))
+	host := &unstructured.Unstructured{}
+	host.SetGroupVersionKind(BareMetalHostGVK)
+	host.SetNamespace(ns)
+	host.SetName("host-1")
+	host.Object["spec"] = map[string]any{"online": true, "externallyProvisioned": true, "bootMACAddress": "52:54:00:00:00:01",
+		"bmc": map[string]any{"address": "redfish://127.0.0.1:8000/redfish/v1/Systems/1", "credentialsName": "host-1-bmc"}}
+	require.NoError(t, c.Create(ctx, host))
+	op := bmo.Start(t, kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""), ns)
+
+	h := &Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host-1"}, Poll: 50 * time.Millisecond, Timeout: 30 * time.Second}
+	get := func() *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(BareMetalHostGVK)
+		require.NoError(t, c.Get(ctx, h.Key, u))
+		return u
+	}
+	require.Eventually(t, func() bool {
+		st, _, err := h.Status(ctx)
+		state, _, _ := unstructured.NestedString(get().Object, "status", "provisioning", "state")
+		return err == nil && st == bmc.PowerOn && state == "externally provisioned"
+	}, 60*time.Second, 100*time.Millisecond, "the operator registers the host and powers it on")
+
+	start := time.Now()
+	res, err := h.Reboot(ctx)
+	require.NoError(t, err, op.Logs())
+	assert.Equal(t, bmc.PowerOn, res.After)
+	t.Logf("reboot through the operator: %v (%v)", time.Since(start).Round(time.Millisecond), res.Requests)
+	assert.NotContains(t, get().GetAnnotations(), RebootAnnotation, "removed by Hale once off was seen")
+
+	res, err = h.ForceOff(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, bmc.PowerOff, res.After)
+	v, ok := get().GetAnnotations()[RebootAnnotation]
+	require.True(t, ok, "a fenced host keeps the annotation")
+	assert.JSONEq(t, `{"mode":"hard"}`, v)
+	time.Sleep(2 * time.Second) // the operator reconciles; the host must stay off
+	st, _, err := h.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, bmc.PowerOff, st, "kept off while the annotation is there")
+
+	res, err = h.Reboot(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, bmc.PowerOn, res.After, "the reboot after a fence powers it on")
+
+	// The operator's own record of what it did: its PowerOff and PowerOn Events on the host.
+	var events corev1.EventList
+	require.NoError(t, c.List(ctx, &events, client.InNamespace(ns)))
+	reasons := map[string]int{}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Name == "host-1" {
+			reasons[e.Reason] += max(int(e.Count), 1)
+		}
+	}
+	assert.Equal(t, 2, reasons["PowerOff"], "the reboot and the fence: %v", reasons)
+	assert.Equal(t, 3, reasons["PowerOn"], "at registration, after the reboot, after the fence: %v", reasons)
+
+	for _, a := range []string{HostDetachedAnnotation, HostPausedAnnotation} {
+		u := get()
+		before := u.DeepCopy()
+		u.SetAnnotations(map[string]string{a: ""})
+		require.NoError(t, c.Patch(ctx, u, client.MergeFrom(before)))
+		_, err = h.Reboot(ctx)
+		require.ErrorContains(t, err, "is annotated "+a)
+		u = get()
+		before = u.DeepCopy()
+		u.SetAnnotations(nil)
+		require.NoError(t, c.Patch(ctx, u, client.MergeFrom(before)))
+	}
+}
