@@ -31,6 +31,15 @@ func hostHold(h *unstructured.Unstructured) string {
 			return fmt.Sprintf("BareMetalHost %s/%s is annotated %s: its operator does not act on it, so neither does Hale", h.GetNamespace(), h.GetName(), a)
 		}
 	}
+	// baremetal-operator acts on reboot annotations only in these states (checked against v0.13.2: in
+	// available it ignores them, and Hale would wait for a power-off that never comes). A state not
+	// yet written (the operator has not reconciled the host) is not held: the annotation waits for it.
+	switch state, _, _ := unstructured.NestedString(h.Object, "status", "provisioning", "state"); state {
+	case "", "provisioned", "externally provisioned":
+	default:
+		return fmt.Sprintf("BareMetalHost %s/%s is in state %q: baremetal-operator acts on reboot annotations only on a provisioned "+
+			"or externally provisioned host, and a host in another state runs no node of the cluster to heal", h.GetNamespace(), h.GetName(), state)
+	}
 	return ""
 }
 
@@ -134,7 +143,7 @@ func (h *Metal3Host) annotate(ctx context.Context, value *string) error {
 	if err != nil {
 		return err
 	}
-	if why := hostHold(u); why != "" {
+	if why := hostHold(u); why != "" && value != nil { // Hale's own annotation may always go
 		return errors.New(why)
 	}
 	before := u.DeepCopy()

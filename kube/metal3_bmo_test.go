@@ -98,3 +98,52 @@ func TestMetal3HostWithTheRealOperator(t *testing.T) {
 		require.NoError(t, c.Patch(ctx, u, client.MergeFrom(before)))
 	}
 }
+
+// The states of a host as the real operator takes it through them (test mode): a host it provisions
+// with an image (registering → inspecting → available → provisioning → provisioned) is rebooted the
+// same way; one left available is refused at once, naming its state, where the operator ignores
+// reboot annotations (found here: Hale used to wait its whole timeout for a power-off that never
+// came, then ask whether the operator was running).
+func TestMetal3HostStatesWithTheRealOperator(t *testing.T) {
+	c, cfg := kubeenv.StartWithMetal3(t, bmo.CRDs(t))
+	ctx := t.Context()
+	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
+	hosts := map[string]*Metal3Host{}
+	for ns, image := range map[string]bool{"available": false, "provisioned": true} {
+		require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-bmc"},
+			StringData: map[string]string{"username": "admin", "password": "pw"}}))
+		host := &unstructured.Unstructured{}
+		host.SetGroupVersionKind(BareMetalHostGVK)
+		host.SetNamespace(ns)
+		host.SetName("host")
+		spec := map[string]any{"online": true, "bootMACAddress": "52:54:00:00:00:02",
+			"bmc": map[string]any{"address": "redfish://127.0.0.1:8000/redfish/v1/Systems/1", "credentialsName": "host-bmc"}}
+		if image {
+			spec["image"] = map[string]any{"url": "http://127.0.0.1/image.qcow2", "checksum": "http://127.0.0.1/image.qcow2.sha256sum", "checksumType": "sha256"}
+		}
+		host.Object["spec"] = spec
+		require.NoError(t, c.Create(ctx, host))
+		bmo.Start(t, kc, ns)
+		hosts[ns] = &Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host"}, Poll: 50 * time.Millisecond, Timeout: 30 * time.Second}
+	}
+	for state, h := range hosts {
+		require.Eventually(t, func() bool {
+			u, err := h.get(ctx)
+			got, _, _ := unstructured.NestedString(u.Object, "status", "provisioning", "state")
+			return err == nil && got == state
+		}, 90*time.Second, 200*time.Millisecond, "%s reaches %s", h.Key, state)
+	}
+
+	res, err := hosts["provisioned"].Reboot(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, bmc.PowerOn, res.After)
+
+	start := time.Now()
+	_, err = hosts["available"].Reboot(ctx)
+	require.ErrorContains(t, err, `BareMetalHost available/host is in state "available": baremetal-operator acts on reboot annotations only on a provisioned or externally provisioned host`)
+	assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not after the timeout")
+	u, err := hosts["available"].get(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, u.GetAnnotations(), RebootAnnotation, "nothing left behind")
+}
