@@ -39,6 +39,9 @@ type Owner interface {
 	Progress(ctx context.Context) (OwnerProgress, string, error)
 	// Remove lets the old machine go once its replacement is ready. It is idempotent.
 	Remove(ctx context.Context) error
+	// Withdraw takes the hand-over back after the owner refused it (OwnerRefused), so that the owner
+	// does not act later, outside any plan of the hub's. It is idempotent.
+	Withdraw(ctx context.Context) error
 }
 
 // OwnerProgress is where an owner's replacement stands.
@@ -49,6 +52,11 @@ const (
 	OwnerWorking OwnerProgress = iota
 	OwnerReadyToRemove
 	OwnerDone
+	// OwnerRefused: the owner answered that it will not replace the machine (KubeadmControlPlane's
+	// CannotBeRemediated: its retry limit, one replica, its own quorum check); Progress's text is its
+	// answer. The hub withdraws the hand-over and ends the remediation Failed with that answer, instead
+	// of waiting for its replace timeout.
+	OwnerRefused
 )
 
 // Live returns the etcd membership as it is now, with other remediations in flight marked InFlight:
@@ -243,17 +251,23 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 	last := len(plan.Steps) - 1
 	removed := has(rem, ResultOldRemoved)
 	for {
-		ready := false
+		ready, refused := false, ""
 		err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
 			st, where, err := e.Owner.Progress(ctx)
 			if err != nil {
 				return false, err.Error()
 			}
 			ready = st == OwnerReadyToRemove && !removed
-			return st == OwnerDone || ready, where
+			if st == OwnerRefused {
+				refused = where
+			}
+			return st == OwnerDone || ready || refused != "", where
 		})
 		if err != nil {
 			return err
+		}
+		if refused != "" {
+			return e.ownerRefused(ctx, rem, plan, refused)
 		}
 		if !ready {
 			break
@@ -286,6 +300,18 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 		return err
 	}
 	return e.finish(ctx, rem.ID, Succeeded, "every step done")
+}
+
+// ownerRefused ends a remediation whose owner refused the hand-over: the hand-over is withdrawn first
+// (a refused hand-over left in place could be acted on later, outside the plan), then the hand-over
+// step fails with the owner's answer.
+func (e *Executor) ownerRefused(ctx context.Context, rem Remediation, plan quorum.Plan, answer string) error {
+	step := slices.IndexFunc(plan.Steps, func(s quorum.Step) bool { return s.Op.ChangesMembership() })
+	err := fmt.Errorf("%s refused to replace %s: %s", e.Owner.Describe(), rem.Machine, answer)
+	if werr := e.Owner.Withdraw(ctx); werr != nil {
+		err = fmt.Errorf("%w; withdrawing the hand-over failed too (the owner may still act on it): %w", err, werr)
+	}
+	return e.stepFailed(ctx, rem, max(step, 0), err)
 }
 
 func (e *Executor) progress(i int) {

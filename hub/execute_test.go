@@ -166,9 +166,11 @@ func TestJournalStepsReadBackTyped(t *testing.T) {
 	assert.ErrorContains(t, err, "remediation cp-1/3: no readable steps")
 }
 
-// fakeOwner counts hand-overs and says the machine is replaced after replacedAfter polls.
+// fakeOwner counts hand-overs and withdrawals and says the machine is replaced after replacedAfter
+// polls, or, with refusal set, answers that from the second poll on.
 type fakeOwner struct {
-	handOvers, polls, replacedAfter int
+	handOvers, polls, replacedAfter, withdrawals int
+	refusal                                      string
 }
 
 func (o *fakeOwner) Describe() string { return "KubeadmControlPlane test/cp" }
@@ -178,12 +180,19 @@ func (o *fakeOwner) HandOver(context.Context, string, []quorum.Step) error {
 }
 func (o *fakeOwner) Progress(context.Context) (OwnerProgress, string, error) {
 	o.polls++
-	if o.polls > o.replacedAfter {
+	switch {
+	case o.refusal != "" && o.polls > 1:
+		return OwnerRefused, o.refusal, nil
+	case o.polls > o.replacedAfter:
 		return OwnerDone, "replaced", nil
 	}
 	return OwnerWorking, "waiting for the new machine", nil
 }
 func (o *fakeOwner) Remove(context.Context) error { return nil }
+func (o *fakeOwner) Withdraw(context.Context) error {
+	o.withdrawals++
+	return nil
+}
 
 func TestExecutorHandsOverToTheOwner(t *testing.T) {
 	opts := quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
@@ -216,6 +225,28 @@ func TestExecutorHandsOverToTheOwner(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An owner that refuses (KubeadmControlPlane's CannotBeRemediated) ends the remediation Failed with its
+// answer at once, the hand-over withdrawn, instead of after the replace timeout.
+func TestExecutorOwnerRefusal(t *testing.T) {
+	r := newExecRig(t)
+	live := members("HHD")
+	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}})
+	require.NoError(t, err)
+	rem := r.begin(t, plan)
+	owner := &fakeOwner{replacedAfter: 1 << 30, refusal: "KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)"}
+	e := r.executor(live)
+	e.Owner = owner
+	e.ReplaceTimeout = time.Hour
+	err = e.Run(t.Context(), rem, plan, 0, nil, nil)
+	require.ErrorContains(t, err, "KubeadmControlPlane test/cp refused to replace cp-2: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)")
+	got := mustGet(t, r.journal, "cp-2")
+	assert.Equal(t, Failed, got.State)
+	assert.Contains(t, got.History[len(got.History)-1].Detail, "(MaxRetry)")
+	assert.Equal(t, 1, owner.handOvers)
+	assert.Equal(t, 1, owner.withdrawals)
+	assert.Equal(t, 2, owner.polls, "no waiting after the answer")
 }
 
 func TestExecutorResumesAHandOver(t *testing.T) {

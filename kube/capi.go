@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -21,6 +23,10 @@ func ManualRemediationRequested(m *clusterv1.Machine) bool {
 	_, ok := m.Annotations[clusterv1.RemediateMachineAnnotation]
 	return ok
 }
+
+// haleMark starts the message of the HealthCheckSucceeded condition Hale sets: how its own hand-over is
+// told from a MachineHealthCheck's.
+const haleMark = "Hale: "
 
 // HandOverToOwner marks a Cluster API Machine the way a MachineHealthCheck does, so that its owner
 // (KubeadmControlPlane, MachineSet) remediates it its own way: HealthCheckSucceeded=False and
@@ -48,12 +54,35 @@ func HandOverToOwner(ctx context.Context, c client.Client, key client.ObjectKey,
 	}
 	before := m.DeepCopy()
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineHealthCheckSucceededCondition,
-		Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: m.Generation})
+		Status: metav1.ConditionFalse, Reason: reason, Message: haleMark + message, ObservedGeneration: m.Generation})
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition,
 		Status: metav1.ConditionFalse, Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason,
 		Message: "Hale's quorum plan allows the owner to remediate this machine now", ObservedGeneration: m.Generation})
 	if err := c.Status().Patch(ctx, &m, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("marking machine %s for its owner's remediation: %w", key, err)
+	}
+	return nil
+}
+
+// WithdrawHandOver takes a refused hand-over back: it removes the two conditions HandOverToOwner set, so
+// that the owner does not act on them later, outside Hale's plan. A Machine that is gone, or whose
+// HealthCheckSucceeded condition is not Hale's (a MachineHealthCheck's), is left as is.
+func WithdrawHandOver(ctx context.Context, c client.Client, key client.ObjectKey) error {
+	var m clusterv1.Machine
+	if err := c.Get(ctx, key, &m); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading machine %s: %w", key, err)
+	}
+	check := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+	if check == nil || !strings.HasPrefix(check.Message, haleMark) {
+		return nil
+	}
+	before := m.DeepCopy()
+	meta.RemoveStatusCondition(&m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+	meta.RemoveStatusCondition(&m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+	if err := c.Status().Patch(ctx, &m, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("withdrawing the hand-over of machine %s: %w", key, err)
 	}
 	return nil
 }

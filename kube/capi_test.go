@@ -11,6 +11,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
 
@@ -45,7 +46,7 @@ func TestHandOverToOwner(t *testing.T) {
 	hc := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
 	require.NotNil(t, hc)
 	assert.Equal(t, clusterv1.MachineHealthCheckUnhealthyMachineReason, hc.Reason)
-	assert.Equal(t, "cp-1 dead per the hub and 2 of 2 live observers", hc.Message)
+	assert.Equal(t, "Hale: cp-1 dead per the hub and 2 of 2 live observers", hc.Message)
 	or := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
 	require.NotNil(t, or)
 	assert.Equal(t, clusterv1.MachineOwnerRemediatedWaitingForRemediationReason, or.Reason)
@@ -53,7 +54,7 @@ func TestHandOverToOwner(t *testing.T) {
 	assert.Equal(t, "cp-1", m.Status.NodeRef.Name, "other status fields kept")
 	// Idempotent.
 	require.NoError(t, HandOverToOwner(ctx, c, cp1, "again"))
-	assert.Equal(t, "cp-1 dead per the hub and 2 of 2 live observers",
+	assert.Equal(t, "Hale: cp-1 dead per the hub and 2 of 2 live observers",
 		meta.FindStatusCondition(get(cp1).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition).Message)
 
 	skipped := machine("cp-2", map[string]string{clusterv1.MachineSkipRemediationAnnotation: ""})
@@ -69,4 +70,41 @@ func TestHandOverToOwner(t *testing.T) {
 		meta.FindStatusCondition(get(manual).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition).Reason)
 
 	assert.ErrorContains(t, HandOverToOwner(ctx, c, client.ObjectKey{Namespace: "prod", Name: "nope"}, "x"), "reading machine prod/nope")
+
+	// The owner's answer, as KubeadmControlPlane writes it on OwnerRemediated.
+	owner := &MachineOwner{Client: c, Machine: cp1, OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2", OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
+	answer := func(key client.ObjectKey, reason, message string) {
+		m := get(key)
+		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition,
+			Status: metav1.ConditionFalse, Reason: reason, Message: message})
+		require.NoError(t, c.Status().Update(ctx, m))
+	}
+	answer(cp1, "RemediationDeferred", "KubeadmControlPlane waiting for control plane Machine provisioning to complete before triggering remediation")
+	st, where, err := owner.Progress(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, hub.OwnerWorking, st)
+	assert.Equal(t, "KubeadmControlPlane defers deleting Machine prod/cp-1: KubeadmControlPlane waiting for control plane Machine provisioning to complete before triggering remediation", where)
+	answer(cp1, "CannotBeRemediated", "KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)")
+	st, where, err = owner.Progress(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, hub.OwnerRefused, st)
+	assert.Equal(t, "KubeadmControlPlane prod/prod: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)", where)
+	require.NoError(t, owner.Withdraw(ctx))
+	m = get(cp1)
+	assert.False(t, HandedOver(m), "withdrawn: the owner will not act on it later")
+	assert.Nil(t, meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition))
+	assert.True(t, meta.IsStatusConditionTrue(m.Status.Conditions, "Ready"), "other conditions kept")
+	require.NoError(t, owner.Withdraw(ctx), "idempotent")
+
+	// A MachineHealthCheck's marks are not Hale's to withdraw.
+	byMHC := machine("cp-4", nil)
+	m = get(byMHC)
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineHealthCheckSucceededCondition,
+		Status: metav1.ConditionFalse, Reason: clusterv1.MachineHealthCheckUnhealthyNodeReason, Message: "Condition Ready on Node is reporting status False for more than 5m0s"})
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition,
+		Status: metav1.ConditionFalse, Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason})
+	require.NoError(t, c.Status().Update(ctx, m))
+	require.NoError(t, WithdrawHandOver(ctx, c, byMHC))
+	assert.True(t, HandedOver(get(byMHC)))
+	require.NoError(t, WithdrawHandOver(ctx, c, client.ObjectKey{Namespace: "prod", Name: "gone"}))
 }

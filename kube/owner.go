@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,11 +37,33 @@ func (o *MachineOwner) Describe() string {
 
 // HandOver marks the Machine with the MachineHealthCheck contract (see HandOverToOwner).
 func (o *MachineOwner) HandOver(ctx context.Context, reason string, _ []quorum.Step) error {
-	return HandOverToOwner(ctx, o.Client, o.Machine, "Hale: "+reason)
+	return HandOverToOwner(ctx, o.Client, o.Machine, reason)
 }
 
-// Progress: done when the old Machine is gone and the owner has all its replicas ready.
+// Progress: done when the old Machine is gone and the owner has all its replicas ready; refused when
+// the owner answered on the Machine's OwnerRemediated condition that it cannot remediate it (both
+// KubeadmControlPlane and MachineSet write reason CannotBeRemediated: a retry limit, one replica,
+// KCP's own etcd check, a rollout); a deferral (RemediationDeferred) is waited out, its message shown.
 func (o *MachineOwner) Progress(ctx context.Context) (hub.OwnerProgress, string, error) {
+	var m clusterv1.Machine
+	err := o.Client.Get(ctx, o.Machine, &m)
+	switch {
+	case err == nil && m.DeletionTimestamp != nil:
+		return hub.OwnerWorking, fmt.Sprintf("Machine %s is being deleted", o.Machine), nil
+	case err == nil:
+		answer := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
+		if answer != nil && answer.Status == metav1.ConditionFalse {
+			switch answer.Reason {
+			case clusterv1.MachineSetMachineCannotBeRemediatedReason:
+				return hub.OwnerRefused, fmt.Sprintf("%s %s/%s: %s", o.OwnerKind, o.Machine.Namespace, o.OwnerName, answer.Message), nil
+			case clusterv1.MachineSetMachineRemediationDeferredReason:
+				return hub.OwnerWorking, fmt.Sprintf("%s defers deleting Machine %s: %s", o.OwnerKind, o.Machine, answer.Message), nil
+			}
+		}
+		return hub.OwnerWorking, fmt.Sprintf("waiting for %s to delete Machine %s", o.OwnerKind, o.Machine), nil
+	case !apierrors.IsNotFound(err):
+		return hub.OwnerWorking, "", fmt.Errorf("reading Machine %s: %w", o.Machine, err)
+	}
 	done, where, err := o.replaced(ctx)
 	if done {
 		return hub.OwnerDone, where, err
@@ -51,17 +74,13 @@ func (o *MachineOwner) Progress(ctx context.Context) (hub.OwnerProgress, string,
 // Remove is nothing to do: a delete-first owner removes the machine itself.
 func (o *MachineOwner) Remove(context.Context) error { return nil }
 
+// Withdraw takes Hale's marks off the Machine (see WithdrawHandOver).
+func (o *MachineOwner) Withdraw(ctx context.Context) error {
+	return WithdrawHandOver(ctx, o.Client, o.Machine)
+}
+
+// replaced: the old Machine is gone; is the owner whole again?
 func (o *MachineOwner) replaced(ctx context.Context) (bool, string, error) {
-	var m clusterv1.Machine
-	err := o.Client.Get(ctx, o.Machine, &m)
-	switch {
-	case err == nil && m.DeletionTimestamp != nil:
-		return false, fmt.Sprintf("Machine %s is being deleted", o.Machine), nil
-	case err == nil:
-		return false, fmt.Sprintf("waiting for %s to delete Machine %s", o.OwnerKind, o.Machine), nil
-	case !apierrors.IsNotFound(err):
-		return false, "", fmt.Errorf("reading Machine %s: %w", o.Machine, err)
-	}
 	owner := &unstructured.Unstructured{}
 	owner.SetGroupVersionKind(schema.FromAPIVersionAndKind(o.OwnerAPIVersion, o.OwnerKind))
 	key := client.ObjectKey{Namespace: o.Machine.Namespace, Name: o.OwnerName}

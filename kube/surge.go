@@ -125,6 +125,9 @@ func (o *DeploymentOwner) Progress(ctx context.Context) (hub.OwnerProgress, stri
 	return hub.OwnerReadyToRemove, fmt.Sprintf("MachineDeployment %s: %d other machines ready", o.Deployment, ready), nil
 }
 
+// Withdraw is nothing to do: Hale scales the MachineDeployment itself, there is no answer to refuse.
+func (o *DeploymentOwner) Withdraw(context.Context) error { return nil }
+
 // Remove marks the old machine with cluster.x-k8s.io/delete-machine (every MachineSet delete policy
 // removes it first) and puts the replica count back: the MachineSet deletes it.
 func (o *DeploymentOwner) Remove(ctx context.Context) error {
