@@ -90,11 +90,22 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		{"node-d", "", "", nil}, // no Cluster API: a host named after the node, detached
 		{"node-e", "", "", nil}, // in the inventory file only: its own BMC
 		{"node-f", "", "", nil}, // nothing at all
+		{"node-g", "", "m-g", nil}, // KCP machine a MachineHealthCheck selects
 	} {
 		createNode(t, c, n.node, n.member, true)
 		if n.machine != "" {
 			createMachine(t, c, "capi", n.machine, n.node, "cp", n.annotations)
 		}
+	}
+	for _, name := range []string{"m-b", "m-g"} {
+		m := &clusterv1.Machine{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: name}, m))
+		m.Labels = map[string]string{"watch": map[string]string{"m-b": "other", "m-g": "mhc"}[name]}
+		require.NoError(t, c.Update(ctx, m))
+	}
+	for cluster, value := range map[string]string{"prod": "mhc", "dev": "other"} {
+		require.NoError(t, c.Create(ctx, &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: cluster + "-watch"},
+			Spec: clusterv1.MachineHealthCheckSpec{ClusterName: cluster, Selector: metav1.LabelSelector{MatchLabels: map[string]string{"watch": value}}}}))
 	}
 	createNode(t, c, "worker-1", "", false)
 	createNode(t, c, "worker-2", "", false)
@@ -130,7 +141,10 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		{"node-d", "node-d", "node-d", "reboot", "BareMetalHost capi/node-d is annotated baremetalhost.metal3.io/detached: its operator does not act on it, so neither does Hale"},
 		{"node-e", "node-e", "node-e", "reboot", ""},
 		{"node-f", "node-f", "node-f", "reboot", "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"},
-	}, got)
+		{"m-g", "node-g", "node-g", "replace", "Machine capi/m-g is remediated by MachineHealthCheck capi/prod-watch, which rewrites the conditions Hale " +
+			"would hand it over with: Hale watches it and leaves its remediation to that MachineHealthCheck (take the Machine out of its " +
+			"selector, or delete it, to let Hale heal it with its quorum checks)"},
+	}, got, "m-b: the MachineHealthCheck that selects its labels is another cluster's")
 	assert.Equal(t, []quorum.Order{quorum.ScaleDownFirst}, inv.Machines[1].Replace.Orders, "KCP remediates delete-first")
 	assert.Equal(t, []string{"rack-2-witness", "worker-2"}, inv.Witnesses, "the file's witnesses and the Nodes labelled "+WitnessLabel)
 	assert.Equal(t, []hub.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,6 +101,10 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	if err := d.optional(d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)), "Cluster API Machines", "deploy/components/capi"); err != nil {
 		return hub.Inventory{}, err
 	}
+	var checks clusterv1.MachineHealthCheckList
+	if err := d.optional(d.Client.List(ctx, &checks, client.InNamespace(d.Namespace)), "Cluster API MachineHealthChecks", "deploy/components/capi"); err != nil {
+		return hub.Inventory{}, err
+	}
 	hosts := &unstructured.UnstructuredList{}
 	hosts.SetGroupVersionKind(BareMetalHostGVK.GroupVersion().WithKind(BareMetalHostGVK.Kind + "List"))
 	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
@@ -163,6 +168,11 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 				// A MachineDeployment can surge: scale up first where the plan allows it.
 				m.Replace.Orders = []quorum.Order{quorum.ScaleUpFirst, quorum.ScaleDownFirst}
 			}
+			if mhc := healthCheckOf(checks.Items, cm); mhc != nil {
+				m.Hold = fmt.Sprintf("Machine %s/%s is remediated by MachineHealthCheck %s/%s, which rewrites the conditions Hale "+
+					"would hand it over with: Hale watches it and leaves its remediation to that MachineHealthCheck (take the "+
+					"Machine out of its selector, or delete it, to let Hale heal it with its quorum checks)", cm.Namespace, cm.Name, mhc.Namespace, mhc.Name)
+			}
 		default:
 			m.Hold = "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"
 		}
@@ -178,6 +188,24 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	d.bound = bound
 	d.mu.Unlock()
 	return inv, nil
+}
+
+// healthCheckOf returns the MachineHealthCheck that selects the Machine, if one does: same cluster, its
+// selector matching the Machine's labels (as the MachineHealthCheck controller selects).
+func healthCheckOf(checks []clusterv1.MachineHealthCheck, m *clusterv1.Machine) *clusterv1.MachineHealthCheck {
+	for i, mhc := range checks {
+		if mhc.Spec.ClusterName != m.Spec.ClusterName || mhc.Namespace != m.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&mhc.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue // the MachineHealthCheck controller selects nothing with these either
+		}
+		if sel.Matches(labels.Set(m.Labels)) {
+			return &checks[i]
+		}
+	}
+	return nil
 }
 
 // Run rebuilds the inventory every interval and hands it to set; a failed build keeps the previous

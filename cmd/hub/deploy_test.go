@@ -88,6 +88,7 @@ func TestDeployRBAC(t *testing.T) {
 		{"patch", "cluster.x-k8s.io", "machinedeployments", "", "capi"},
 		{"get", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", "", "capi"},
 		{"get", "cluster.x-k8s.io", "clusters", "", "capi"},
+		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
 	} {
 		assert.True(t, can(hubSA, a.verb, a.group, a.resource, a.sub, a.ns), "the hub may %s %s/%s %s", a.verb, a.resource, a.sub, a.group)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -51,26 +52,35 @@ func moduleDir(t testing.TB, modVersion string) string {
 // built-in types) and its config; it stops when the test ends.
 func Start(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	return start(t, filepath.Join(repoRoot(t), "test", "kubeenv", "crds"))
+	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
+	return start(t, capi+"/core/config/crd/bases", capi+"/controlplane/kubeadm/config/crd/bases",
+		filepath.Join(repoRoot(t), "test", "kubeenv", "crds"))
 }
 
 // StartWithMetal3 is Start with metal3's own CRDs from metal3CRDs (the real baremetal-operator's
 // config/base/crds/bases, test/kube/build-bmo) in place of the stand-in BareMetalHost CRD.
 func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
 	t.Helper()
-	return start(t, metal3CRDs)
+	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
+	return start(t, capi+"/core/config/crd/bases", capi+"/controlplane/kubeadm/config/crd/bases", metal3CRDs)
 }
 
-func start(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
+// StartBare is Start with Hale's CRDs only: for tests that install Cluster API's own way (test/capi
+// renders each provider's config with its webhooks).
+func StartBare(t testing.TB) (client.Client, *rest.Config) {
+	t.Helper()
+	return start(t)
+}
+
+// start starts the API server with Hale's CRDs and those in crdDirs.
+func start(t testing.TB, crdDirs ...string) (client.Client, *rest.Config) {
 	t.Helper()
 	assets := kubeassets.Dir()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
 		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
 	}
-	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: []string{filepath.Join(repoRoot(t), "deploy", "crds"), capi + "/core/config/crd/bases",
-			capi + "/controlplane/kubeadm/config/crd/bases", metal3CRDs}}
+		CRDDirectoryPaths: append([]string{filepath.Join(repoRoot(t), "deploy", "crds")}, crdDirs...)}
 	cfg, err := env.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })
@@ -78,6 +88,7 @@ func start(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	require.NoError(t, v1alpha1.AddToScheme(scheme))
 	require.NoError(t, clusterv1.AddToScheme(scheme))
+	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
 	return c, cfg

@@ -1,0 +1,228 @@
+package kube
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/capi"
+	"github.com/hale-dev/hale/test/kubeenv"
+)
+
+// inMemoryCluster is a plain Cluster (no ClusterClass) on CAPD's in-memory backend: a
+// KubeadmControlPlane of 3 that remediates at most once per machine (maxRetry 0: a replacement handed
+// over again within minHealthyPeriodSeconds is refused) and a MachineDeployment of 1.
+const inMemoryCluster = `
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevCluster
+metadata:
+  name: prod
+  namespace: prod
+  # CAPD v1.14.2's in-memory backend writes an annotation into a nil map and panics on every reconcile of
+  # a DevCluster created without annotations (inmemorycluster_backend.go:67): give it one.
+  annotations: {hale.dev/test: in-memory}
+spec:
+  backend:
+    inMemory: {}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata: {name: prod, namespace: prod}
+spec:
+  template:
+    spec:
+      backend:
+        inMemory:
+          vm: {provisioning: {startupDuration: "2s", startupJitter: "0.2"}}
+          node: {provisioning: {startupDuration: "1s", startupJitter: "0.2"}}
+          apiServer: {provisioning: {startupDuration: "1s", startupJitter: "0.2"}}
+          etcd: {provisioning: {startupDuration: "1s", startupJitter: "0.2"}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: KubeadmControlPlane
+metadata: {name: prod, namespace: prod}
+spec:
+  replicas: 3
+  version: v1.35.0
+  machineTemplate:
+    spec:
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: prod}
+  remediation:
+    maxRetry: 0
+  kubeadmConfigSpec:
+    clusterConfiguration:
+      apiServer:
+        certSANs: [localhost, 127.0.0.1]
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfigTemplate
+metadata: {name: prod-md, namespace: prod}
+spec:
+  template:
+    spec:
+      joinConfiguration:
+        nodeRegistration: {criSocket: unix:///var/run/containerd/containerd.sock}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: prod-md, namespace: prod}
+spec:
+  clusterName: prod
+  replicas: 1
+  template:
+    spec:
+      clusterName: prod
+      version: v1.35.0
+      bootstrap:
+        configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: prod-md}
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: prod}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: prod, namespace: prod}
+spec:
+  clusterNetwork:
+    pods: {cidrBlocks: ["192.168.0.0/16"]}
+    services: {cidrBlocks: ["10.128.0.0/12"]}
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevCluster, name: prod}
+  controlPlaneRef: {apiGroup: controlplane.cluster.x-k8s.io, kind: KubeadmControlPlane, name: prod}
+`
+
+// Cluster API's real controllers (core, kubeadm bootstrap and control plane, CAPD in memory) bring up
+// a Cluster; Hale hands a KubeadmControlPlane Machine and a MachineSet Machine over with the
+// MachineHealthCheck contract and each owner replaces its machine its own way (delete first); a hand-
+// over KCP refuses (its retry limit) is read as the owner's answer and withdrawn, not waited for.
+func TestClusterAPIWithTheRealControllers(t *testing.T) {
+	c, cfg := kubeenv.StartBare(t)
+	ctx := t.Context()
+	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
+	start := time.Now()
+	capi.Start(t, c, kc, 20*time.Second)
+	t.Logf("Cluster API %s: CRDs, webhooks and 4 managers ready in %v", capi.Version, time.Since(start).Round(100*time.Millisecond))
+
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}))
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(inMemoryCluster), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		require.NoError(t, c.Create(ctx, &u), "creating %s %s", u.GetKind(), u.GetName())
+	}
+	start = time.Now()
+	waitWhole(ctx, t, c, 4*time.Minute)
+	t.Logf("Cluster up (KubeadmControlPlane 3 ready, MachineDeployment 1 ready) in %v", time.Since(start).Round(time.Second))
+
+	kcpMachine := ownedMachines(ctx, t, c, "KubeadmControlPlane")[0]
+	kcp := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
+		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
+	start = time.Now()
+	require.NoError(t, kcp.HandOver(ctx, "cp dead per 5 of 6 expected observers", nil))
+	st, where := awaitOwnerAnswer(ctx, t, kcp, 3*time.Minute)
+	require.Equal(t, hub.OwnerDone, st, where)
+	t.Logf("KubeadmControlPlane replaced %s in %v: %s", kcpMachine.Name, time.Since(start).Round(time.Second), where)
+	var replacement *clusterv1.Machine
+	for _, m := range ownedMachines(ctx, t, c, "KubeadmControlPlane") {
+		if strings.Contains(m.Annotations["controlplane.cluster.x-k8s.io/remediation-for"], kcpMachine.Name) {
+			replacement = &m
+		}
+	}
+	require.NotNil(t, replacement, "KCP's replacement carries remediation-for naming %s", kcpMachine.Name)
+
+	// The replacement handed over within minHealthyPeriodSeconds: KCP's retry limit (maxRetry 0).
+	again := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(replacement), OwnerAPIVersion: kcp.OwnerAPIVersion,
+		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
+	start = time.Now()
+	require.NoError(t, again.HandOver(ctx, "dead again", nil))
+	st, where = awaitOwnerAnswer(ctx, t, again, time.Minute)
+	require.Equal(t, hub.OwnerRefused, st, where)
+	assert.Contains(t, where, "(MaxRetry)")
+	t.Logf("KubeadmControlPlane refused in %v: %s", time.Since(start).Round(100*time.Millisecond), where)
+	require.NoError(t, again.Withdraw(ctx))
+	var m clusterv1.Machine
+	require.NoError(t, c.Get(ctx, again.Machine, &m))
+	assert.False(t, HandedOver(&m))
+	time.Sleep(3 * time.Second)
+	require.NoError(t, c.Get(ctx, again.Machine, &m), "the refused machine is still there")
+	assert.Nil(t, m.DeletionTimestamp)
+
+	msMachine := ownedMachines(ctx, t, c, "MachineSet")[0]
+	ms := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&msMachine), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&msMachine).Name}
+	start = time.Now()
+	require.NoError(t, ms.HandOver(ctx, "worker dead", nil))
+	st, where = awaitOwnerAnswer(ctx, t, ms, 3*time.Minute)
+	require.Equal(t, hub.OwnerDone, st, where)
+	t.Logf("MachineSet replaced %s in %v: %s", msMachine.Name, time.Since(start).Round(time.Second), where)
+}
+
+// waitWhole waits until the KubeadmControlPlane and the MachineDeployment have all their replicas ready.
+func waitWhole(ctx context.Context, t *testing.T, c client.Client, timeout time.Duration) {
+	t.Helper()
+	ready := func(apiVersion, kind, name string) int64 {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(apiVersion)
+		u.SetKind(kind)
+		if c.Get(ctx, client.ObjectKey{Namespace: "prod", Name: name}, u) != nil {
+			return -1
+		}
+		n, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")
+		return n
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		kcp := ready("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "prod")
+		md := ready(clusterv1.GroupVersion.String(), "MachineDeployment", "prod-md")
+		if kcp == 3 && md == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not come up in %v: KubeadmControlPlane ready %d/3, MachineDeployment ready %d/1", timeout, kcp, md)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// ownedMachines lists the live Machines whose controller is of kind.
+func ownedMachines(ctx context.Context, t *testing.T, c client.Client, kind string) []clusterv1.Machine {
+	t.Helper()
+	var all clusterv1.MachineList
+	require.NoError(t, c.List(ctx, &all, client.InNamespace("prod")))
+	var out []clusterv1.Machine
+	for _, m := range all.Items {
+		if ref := metav1.GetControllerOf(&m); ref != nil && ref.Kind == kind && m.DeletionTimestamp == nil {
+			out = append(out, m)
+		}
+	}
+	require.NotEmpty(t, out, "no Machine of a %s", kind)
+	return out
+}
+
+// awaitOwnerAnswer polls the owner's progress until it is done or refused, as the hub's executor does.
+func awaitOwnerAnswer(ctx context.Context, t *testing.T, o *MachineOwner, timeout time.Duration) (hub.OwnerProgress, string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var where string
+	for time.Now().Before(deadline) {
+		st, w, err := o.Progress(ctx)
+		require.NoError(t, err)
+		where = w
+		if st == hub.OwnerDone || st == hub.OwnerRefused {
+			return st, where
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: no answer in %v: %s", o.Describe(), timeout, where)
+	return 0, ""
+}

@@ -1,0 +1,268 @@
+// Package capi runs Cluster API's real controllers (v1.14.2, built by test/kube/build-capi) against a
+// test's kube-apiserver, as plain processes: the core manager, the kubeadm bootstrap and control-plane
+// providers, and the Docker provider's manager (CAPD) whose in-memory backend simulates machines, their
+// nodes and their etcd members without Docker. Each provider's CRDs and webhook configurations are
+// rendered from its own config/default, with every webhook pointed at the manager on 127.0.0.1 through
+// one self-signed CA (no cert-manager).
+package capi
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/test/kubeenv"
+)
+
+// Version is the Cluster API release these tests run.
+const Version = "v1.14.2"
+
+// Dir is where test/kube/build-capi puts the managers and their config: $HALE_CAPI_DIR, or a cache in
+// the home directory.
+func Dir() string {
+	if d := os.Getenv("HALE_CAPI_DIR"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "hale", "capi-"+Version)
+}
+
+// provider is one manager: its binary and config/ directory under Dir, and its extra arguments.
+type provider struct {
+	name string
+	args []string
+	env  []string
+}
+
+var providers = []provider{
+	// A plain Cluster (no ClusterClass) needs ClusterTopology off; RuntimeSDK would want extension
+	// servers. MachinePool stays on as shipped (the bootstrap provider's webhooks expect its CRDs).
+	{name: "core", args: []string{"--feature-gates=MachinePool=true,ClusterTopology=false,RuntimeSDK=false"}},
+	{name: "bootstrap-kubeadm"},
+	{name: "controlplane-kubeadm"},
+	// The in-memory backend serves each simulated workload cluster's API server on POD_IP.
+	{name: "capd", env: []string{"POD_IP=127.0.0.1"}},
+}
+
+// Controllers are the running managers.
+type Controllers struct {
+	mu   sync.Mutex
+	logs map[string]*bytes.Buffer
+}
+
+// Logs returns what the named manager (core, bootstrap-kubeadm, controlplane-kubeadm, capd) logged.
+func (c *Controllers) Logs(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.logs[name]; b != nil {
+		return b.String()
+	}
+	return ""
+}
+
+type logWriter struct {
+	c    *Controllers
+	name string
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	return w.c.logs[w.name].Write(p)
+}
+
+// Start installs every provider's CRDs and webhooks into the API server c talks to (kubeconfig is the
+// same server, for the managers), starts the managers with syncPeriod as their resync and waits until
+// each is ready. They stop when the test ends; their logs are shown when it failed.
+func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Duration) *Controllers {
+	t.Helper()
+	dir := Dir()
+	for _, p := range providers {
+		if _, err := os.Stat(filepath.Join(dir, p.name)); err != nil {
+			t.Fatalf("no %s manager in %s: run test/kube/build-capi (test/run does)", p.name, dir)
+		}
+	}
+	certDir, caPEM := servingCert(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ports := map[string]int{}
+	for _, p := range providers {
+		ports[p.name] = freePort(t)
+		install(ctx, t, c, p.name, ports[p.name], caPEM)
+	}
+	ctrls := &Controllers{logs: map[string]*bytes.Buffer{}}
+	for _, p := range providers {
+		ctrls.logs[p.name] = &bytes.Buffer{}
+		health := freePort(t)
+		args := append([]string{"--leader-elect=false", "--diagnostics-address=0", "--insecure-diagnostics",
+			"--webhook-port=" + strconv.Itoa(ports[p.name]), "--webhook-cert-dir=" + certDir,
+			"--health-addr=127.0.0.1:" + strconv.Itoa(health), "--sync-period=" + syncPeriod.String()}, p.args...)
+		cmd := exec.Command(filepath.Join(dir, p.name), args...)
+		cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=capi-"+p.name), p.env...)
+		w := logWriter{ctrls, p.name}
+		cmd.Stdout, cmd.Stderr = w, w
+		require.NoError(t, cmd.Start(), "starting %s", p.name)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		name := p.name
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-done
+			if t.Failed() {
+				t.Logf("Cluster API %s manager:\n%s", name, tail(ctrls.Logs(name), 200))
+			}
+		})
+		waitReady(ctx, t, ctrls, name, health, done)
+	}
+	return ctrls
+}
+
+// install renders config/<name>/default and creates its CRDs (conversion webhooks at the manager) and
+// webhook configurations (every webhook at the manager), and waits until the CRDs are established.
+func install(ctx context.Context, t testing.TB, c client.Client, name string, port int, caPEM []byte) {
+	t.Helper()
+	out, err := kubeenv.Kubectl("kustomize", filepath.Join(Dir(), "config", name, "default"))
+	require.NoError(t, err, "rendering %s's config/default: %s", name, out)
+	base := "https://127.0.0.1:" + strconv.Itoa(port)
+	ca := base64.StdEncoding.EncodeToString(caPEM) // caBundle, as unstructured objects hold []byte
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	var crds []string
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, "decoding %s's config/default", name)
+		}
+		switch u.GetKind() {
+		case "CustomResourceDefinition":
+			if _, found, _ := unstructured.NestedMap(u.Object, "spec", "conversion", "webhook"); found {
+				path, _, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "service", "path")
+				require.NoError(t, unstructured.SetNestedMap(u.Object, map[string]any{"url": base + path, "caBundle": ca},
+					"spec", "conversion", "webhook", "clientConfig"))
+			}
+			crds = append(crds, u.GetName())
+		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+			hooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
+			for i, h := range hooks {
+				hook := h.(map[string]any)
+				path, _, _ := unstructured.NestedString(hook, "clientConfig", "service", "path")
+				hook["clientConfig"] = map[string]any{"url": base + path, "caBundle": ca}
+				hooks[i] = hook
+			}
+			require.NoError(t, unstructured.SetNestedSlice(u.Object, hooks, "webhooks"))
+		default:
+			continue
+		}
+		u.SetAnnotations(nil) // cert-manager's injection annotations: nothing injects here
+		require.NoError(t, c.Create(ctx, &u), "creating %s %s from %s's config", u.GetKind(), u.GetName(), name)
+	}
+	for _, crd := range crds {
+		require.Eventually(t, func() bool {
+			var got apiextensionsv1.CustomResourceDefinition
+			if c.Get(ctx, types.NamespacedName{Name: crd}, &got) != nil {
+				return false
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 50*time.Millisecond, "CRD %s not established", crd)
+	}
+}
+
+func waitReady(ctx context.Context, t testing.TB, c *Controllers, name string, health int, done <-chan struct{}) {
+	t.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("Cluster API %s manager exited:\n%s", name, tail(c.Logs(name), 100))
+		case <-ctx.Done():
+			t.Fatalf("Cluster API %s manager not ready:\n%s", name, tail(c.Logs(name), 100))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// servingCert writes a self-signed CA's serving certificate for 127.0.0.1 as tls.crt/tls.key into a
+// directory of the test and returns it and the CA's PEM.
+func servingCert(t testing.TB) (string, []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hale-test-capi-webhooks"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames: []string{"localhost"}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	return dir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
