@@ -87,9 +87,9 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		{"node-a", "", "m-a", nil}, // KCP machine with a BareMetalHost (consumerRef)
 		{"node-b", "", "m-b", nil}, // KCP machine, no host: replaced by KCP
 		{"node-c", "etcd-c", "m-c", map[string]string{clusterv1.MachineSkipRemediationAnnotation: ""}},
-		{"node-d", "", "", nil}, // no Cluster API: a host named after the node, detached
-		{"node-e", "", "", nil}, // in the inventory file only: its own BMC
-		{"node-f", "", "", nil}, // nothing at all
+		{"node-d", "", "", nil},    // no Cluster API: a host named after the node, detached
+		{"node-e", "", "", nil},    // in the inventory file only: its own BMC
+		{"node-f", "", "", nil},    // nothing at all
 		{"node-g", "", "m-g", nil}, // KCP machine a MachineHealthCheck selects
 	} {
 		createNode(t, c, n.node, n.member, true)
