@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
@@ -165,6 +168,60 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	st, where = awaitOwnerAnswer(ctx, t, ms, 3*time.Minute)
 	require.Equal(t, hub.OwnerDone, st, where)
 	t.Logf("MachineSet replaced %s in %v: %s", msMachine.Name, time.Since(start).Round(time.Second), where)
+
+	// Scale up first, through the real MachineDeployment and MachineSet controllers: one more replica, the
+	// new machine's node ready (the Machine's NodeReady condition, as the Machine controller copies it
+	// from the workload cluster), then delete-machine on the old one and the count back.
+	old := ownedMachines(ctx, t, c, "MachineSet")[0]
+	surge := &DeploymentOwner{MachineOwner: MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&old), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&old).Name}, Deployment: client.ObjectKey{Namespace: "prod", Name: "prod-md"}}
+	start = time.Now()
+	require.NoError(t, surge.HandOver(ctx, "worker dead", []quorum.Step{{Op: quorum.OpAddVoter, Member: "none"}}))
+	st, where = awaitOwnerAnswer(ctx, t, surge, 3*time.Minute, hub.OwnerReadyToRemove)
+	require.Equal(t, hub.OwnerReadyToRemove, st, where)
+	t.Logf("MachineDeployment surged, its new machine ready in %v: %s", time.Since(start).Round(time.Second), where)
+	require.NoError(t, c.Get(ctx, surge.Machine, &m), "the old machine stays until its replacement is ready")
+	require.NoError(t, surge.Remove(ctx))
+	st, where = awaitOwnerAnswer(ctx, t, surge, 3*time.Minute)
+	require.Equal(t, hub.OwnerDone, st, where)
+	t.Logf("MachineSet deleted the machine marked delete-machine, %v after the surge began: %s", time.Since(start).Round(time.Second), where)
+	var md clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, surge.Deployment, &md))
+	assert.Equal(t, int32(1), *md.Spec.Replicas, "the count put back")
+	assert.Len(t, ownedMachines(ctx, t, c, "MachineSet"), 1)
+
+	// A paused Cluster: KCP leaves a handed-over machine alone, and Hale says why it waits; resumed, KCP
+	// replaces it. minHealthyPeriodSeconds 1 makes this hand-over a new remediation for KCP, not a retry.
+	var kcpObj unstructured.Unstructured
+	kcpObj.SetAPIVersion(kcp.OwnerAPIVersion)
+	kcpObj.SetKind("KubeadmControlPlane")
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "prod", Name: "prod"}, &kcpObj))
+	require.NoError(t, c.Patch(ctx, &kcpObj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"remediation":{"minHealthyPeriodSeconds":1}}}`))))
+	var cluster clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "prod", Name: "prod"}, &cluster))
+	require.NoError(t, c.Patch(ctx, &cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":true}}`))))
+	var original *clusterv1.Machine
+	for _, m := range ownedMachines(ctx, t, c, "KubeadmControlPlane") {
+		if _, ok := m.Annotations["controlplane.cluster.x-k8s.io/remediation-for"]; !ok {
+			original = &m
+		}
+	}
+	require.NotNil(t, original)
+	pausedOwner := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(original), OwnerAPIVersion: kcp.OwnerAPIVersion,
+		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
+	require.NoError(t, pausedOwner.HandOver(ctx, "dead while the cluster is paused", nil))
+	time.Sleep(10 * time.Second)
+	st, where, err := pausedOwner.Progress(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, hub.OwnerWorking, st)
+	assert.Contains(t, where, "Cluster prod/prod is paused")
+	require.NoError(t, c.Get(ctx, pausedOwner.Machine, &m))
+	assert.Nil(t, m.DeletionTimestamp, "KCP does nothing while the Cluster is paused")
+	require.NoError(t, c.Patch(ctx, &cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
+	start = time.Now()
+	st, where = awaitOwnerAnswer(ctx, t, pausedOwner, 3*time.Minute)
+	require.Equal(t, hub.OwnerDone, st, where)
+	t.Logf("Cluster resumed: KubeadmControlPlane replaced %s in %v", original.Name, time.Since(start).Round(time.Second))
 }
 
 // waitWhole waits until the KubeadmControlPlane and the MachineDeployment have all their replicas ready.
@@ -209,8 +266,9 @@ func ownedMachines(ctx context.Context, t *testing.T, c client.Client, kind stri
 	return out
 }
 
-// awaitOwnerAnswer polls the owner's progress until it is done or refused, as the hub's executor does.
-func awaitOwnerAnswer(ctx context.Context, t *testing.T, o *MachineOwner, timeout time.Duration) (hub.OwnerProgress, string) {
+// awaitOwnerAnswer polls the owner's progress until it is done or refused (or one of also), as the
+// hub's executor does.
+func awaitOwnerAnswer(ctx context.Context, t *testing.T, o hub.Owner, timeout time.Duration, also ...hub.OwnerProgress) (hub.OwnerProgress, string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var where string
@@ -218,7 +276,7 @@ func awaitOwnerAnswer(ctx context.Context, t *testing.T, o *MachineOwner, timeou
 		st, w, err := o.Progress(ctx)
 		require.NoError(t, err)
 		where = w
-		if st == hub.OwnerDone || st == hub.OwnerRefused {
+		if st == hub.OwnerDone || st == hub.OwnerRefused || slices.Contains(also, st) {
 			return st, where
 		}
 		time.Sleep(250 * time.Millisecond)

@@ -60,6 +60,12 @@ func (o *MachineOwner) Progress(ctx context.Context) (hub.OwnerProgress, string,
 				return hub.OwnerWorking, fmt.Sprintf("%s defers deleting Machine %s: %s", o.OwnerKind, o.Machine, answer.Message), nil
 			}
 		}
+		if paused, err := clusterPaused(ctx, o.Client, o.Machine.Namespace, m.Spec.ClusterName); err != nil {
+			return hub.OwnerWorking, "", err
+		} else if paused {
+			return hub.OwnerWorking, fmt.Sprintf("Cluster %s/%s is paused (spec.paused or %s): %s does nothing until it is resumed",
+				o.Machine.Namespace, m.Spec.ClusterName, clusterv1.PausedAnnotation, o.OwnerKind), nil
+		}
 		return hub.OwnerWorking, fmt.Sprintf("waiting for %s to delete Machine %s", o.OwnerKind, o.Machine), nil
 	case !apierrors.IsNotFound(err):
 		return hub.OwnerWorking, "", fmt.Errorf("reading Machine %s: %w", o.Machine, err)
@@ -69,6 +75,19 @@ func (o *MachineOwner) Progress(ctx context.Context) (hub.OwnerProgress, string,
 		return hub.OwnerDone, where, err
 	}
 	return hub.OwnerWorking, where, err
+}
+
+// clusterPaused: Cluster API's controllers leave a paused Cluster's objects alone (spec.paused or the
+// paused annotation). A Cluster that does not exist is not paused.
+func clusterPaused(ctx context.Context, c client.Client, ns, name string) (bool, error) {
+	var cl clusterv1.Cluster
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cl); apierrors.IsNotFound(err) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("reading Cluster %s/%s: %w", ns, name, err)
+	}
+	_, annotated := cl.Annotations[clusterv1.PausedAnnotation]
+	return annotated || (cl.Spec.Paused != nil && *cl.Spec.Paused), nil
 }
 
 // Remove is nothing to do: a delete-first owner removes the machine itself.

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -171,16 +173,26 @@ func (o *DeploymentOwner) readyNewMachines(ctx context.Context) (int32, error) {
 		if m.Name == o.Machine.Name || m.DeletionTimestamp != nil || m.Status.NodeRef.Name == "" {
 			continue
 		}
-		var node corev1.Node
-		if err := o.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &node); err != nil {
-			continue
-		}
-		if !nodeReady(&node) || (o.EtcdMember && (o.Healthy == nil || !o.Healthy(m.Name))) {
+		if !o.nodeReady(ctx, &m) || (o.EtcdMember && (o.Healthy == nil || !o.Healthy(m.Name))) {
 			continue
 		}
 		n++
 	}
 	return n, nil
+}
+
+// nodeReady: the Machine's NodeReady condition, which Cluster API's Machine controller copies from the
+// workload cluster's Node (so a hub in a management cluster, which cannot read those Nodes, sees it);
+// without it (an older Cluster API), the Node in this cluster, for a self-hosted one.
+func (o *DeploymentOwner) nodeReady(ctx context.Context, m *clusterv1.Machine) bool {
+	if c := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineNodeReadyCondition); c != nil {
+		return c.Status == metav1.ConditionTrue
+	}
+	var node corev1.Node
+	if err := o.Client.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, &node); err != nil {
+		return false
+	}
+	return nodeReady(&node)
 }
 
 func nodeReady(n *corev1.Node) bool {
