@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -20,6 +22,8 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
 
@@ -107,30 +111,13 @@ spec:
 // MachineHealthCheck contract and each owner replaces its machine its own way (delete first); a hand-
 // over KCP refuses (its retry limit) is read as the owner's answer and withdrawn, not waited for.
 func TestClusterAPIWithTheRealControllers(t *testing.T) {
-	c, cfg := kubeenv.StartBare(t)
+	c := inMemoryClusterUp(t)
 	ctx := t.Context()
-	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
-	start := time.Now()
-	capi.Start(t, c, kc, 20*time.Second)
-	t.Logf("Cluster API %s: CRDs, webhooks and 4 managers ready in %v", capi.Version, time.Since(start).Round(100*time.Millisecond))
-
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}))
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(inMemoryCluster), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		require.NoError(t, c.Create(ctx, &u), "creating %s %s", u.GetKind(), u.GetName())
-	}
-	start = time.Now()
-	waitWhole(ctx, t, c, 4*time.Minute)
-	t.Logf("Cluster up (KubeadmControlPlane 3 ready, MachineDeployment 1 ready) in %v", time.Since(start).Round(time.Second))
 
 	kcpMachine := ownedMachines(ctx, t, c, "KubeadmControlPlane")[0]
+	start := time.Now()
 	kcp := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
-	start = time.Now()
 	require.NoError(t, kcp.HandOver(ctx, "cp dead per 5 of 6 expected observers", nil))
 	st, where := awaitOwnerAnswer(ctx, t, kcp, 3*time.Minute)
 	require.Equal(t, hub.OwnerDone, st, where)
@@ -222,6 +209,66 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	st, where = awaitOwnerAnswer(ctx, t, pausedOwner, 3*time.Minute)
 	require.Equal(t, hub.OwnerDone, st, where)
 	t.Logf("Cluster resumed: KubeadmControlPlane replaced %s in %v", original.Name, time.Since(start).Round(time.Second))
+
+	// A MachineHealthCheck on the MachineDeployment's machines, whose remediation is held back
+	// (maxInFlight 0): the MachineSet defers, which Hale reads as the owner's answer, and the
+	// MachineHealthCheck rewrites the conditions Hale set, since it sees the node healthy. This is why
+	// Discovery leaves such a Machine to its MachineHealthCheck.
+	var mdObj clusterv1.MachineDeployment
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "prod", Name: "prod-md"}, &mdObj))
+	require.NoError(t, c.Patch(ctx, &mdObj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"remediation":{"maxInFlight":0}}}`))))
+	mhc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": clusterv1.GroupVersion.String(), "kind": "MachineHealthCheck",
+		"metadata": map[string]any{"namespace": "prod", "name": "prod-md"},
+		"spec": map[string]any{"clusterName": "prod", "selector": map[string]any{"matchLabels": map[string]any{clusterv1.MachineDeploymentNameLabel: "prod-md"}},
+			"checks": map[string]any{"unhealthyNodeConditions": []any{map[string]any{"type": "Ready", "status": "False", "timeoutSeconds": int64(300)}}}}}}
+	require.NoError(t, c.Create(ctx, mhc))
+	watched := ownedMachines(ctx, t, c, "MachineSet")[0]
+	deferred := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&watched), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&watched).Name}
+	time.Sleep(3 * time.Second) // the MachineHealthCheck has looked at the machine once
+	start = time.Now()
+	require.NoError(t, deferred.HandOver(ctx, "worker dead", nil))
+	sawDeferral := false
+	for time.Since(start) < time.Minute {
+		_, where, err := deferred.Progress(ctx)
+		require.NoError(t, err)
+		sawDeferral = sawDeferral || strings.Contains(where, "MachineSet defers deleting Machine")
+		require.NoError(t, c.Get(ctx, deferred.Machine, &m))
+		if !HandedOver(&m) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	require.NoError(t, c.Get(ctx, deferred.Machine, &m))
+	assert.False(t, HandedOver(&m), "the MachineHealthCheck rewrote Hale's conditions")
+	assert.True(t, sawDeferral, "the MachineSet's deferral read as its answer")
+	t.Logf("MachineSet deferred; the MachineHealthCheck rewrote Hale's conditions %v after the hand-over: %+v", time.Since(start).Round(100*time.Millisecond),
+		meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition))
+}
+
+// inMemoryClusterUp starts an API server and Cluster API's controllers, creates inMemoryCluster in
+// namespace prod and waits until it is whole.
+func inMemoryClusterUp(t *testing.T) client.Client {
+	t.Helper()
+	c, cfg := kubeenv.StartBare(t)
+	ctx := t.Context()
+	start := time.Now()
+	capi.Start(t, c, kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""), 20*time.Second)
+	t.Logf("Cluster API %s: CRDs, webhooks and 4 managers ready in %v", capi.Version, time.Since(start).Round(100*time.Millisecond))
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}))
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(inMemoryCluster), 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		require.NoError(t, c.Create(ctx, &u), "creating %s %s", u.GetKind(), u.GetName())
+	}
+	start = time.Now()
+	waitWhole(ctx, t, c, 4*time.Minute)
+	t.Logf("Cluster up (KubeadmControlPlane 3 ready, MachineDeployment 1 ready) in %v", time.Since(start).Round(time.Second))
+	return c
 }
 
 // waitWhole waits until the KubeadmControlPlane and the MachineDeployment have all their replicas ready.
@@ -283,4 +330,132 @@ func awaitOwnerAnswer(ctx context.Context, t *testing.T, o hub.Owner, timeout ti
 	}
 	t.Fatalf("%s: no answer in %v: %s", o.Describe(), timeout, where)
 	return 0, ""
+}
+
+// The whole pipeline with the real KubeadmControlPlane: Hale's agents watch real etcd members, one per
+// KCP Machine and named after its node; a machine hangs; Hale finds it dead, plans KCP's delete-first
+// replacement against the real membership and hands the Machine over; the real KCP deletes it and
+// creates a replacement. The harness plays what KCP and kubeadm would do to the real etcd (the in-memory
+// provider's etcd is simulated): the deleted Machine's member is removed, the new Machine's joins, its
+// agent starts and its Node appears. Hale closes the Remediation once KCP is whole, and the new machine
+// is Healthy in its eyes.
+func TestKCPReplacesWhatHaleHandsOver(t *testing.T) {
+	c := inMemoryClusterUp(t)
+	ctx := t.Context()
+	machines := ownedMachines(ctx, t, c, "KubeadmControlPlane")
+	slices.SortFunc(machines, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
+	var names []string
+	for _, m := range machines {
+		require.NotEmpty(t, m.Status.NodeRef.Name)
+		names = append(names, m.Status.NodeRef.Name)
+	}
+	timeline := &capture.Buffer{}
+	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline, Names: names})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		tb.Close()
+		if t.Failed() {
+			t.Logf("timeline:\n%s", timeline)
+		}
+	})
+	inv, err := tb.Inventory()
+	require.NoError(t, err)
+	for _, m := range inv.Machines {
+		createNode(t, c, m.Node, m.Member, true)
+	}
+	go mirrorToEtcd(ctx, t, c, tb, names)
+	d := &Discovery{Client: c, Namespace: "prod", Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
+	startDiscoveredHub(t, c, tb, d)
+
+	sick := machines[2].Name
+	start := time.Now()
+	tb.Hang(2)
+	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the Remediation of "+sick+" closed", func() bool {
+		hist, err := tb.Hub().History(ctx, sick)
+		return err == nil && len(hist) == 1 && hist[0].State != hub.InProgress
+	}))
+	hist, _ := tb.Hub().History(ctx, sick)
+	require.Equal(t, hub.Succeeded, hist[0].State, "%+v", hist[0].History)
+	t.Logf("hung → replaced by the real KubeadmControlPlane, Remediation Succeeded: %v", time.Since(start).Round(time.Second))
+	assert.Equal(t, "remove "+inv.Machines[2].Member+" → add-voter "+inv.Machines[2].Member+"-replacement → await-healthy "+inv.Machines[2].Member+"-replacement",
+		quorum.StepList(hist[0].Steps))
+	var replacement string
+	for _, m := range ownedMachines(ctx, t, c, "KubeadmControlPlane") {
+		if strings.Contains(m.Annotations["controlplane.cluster.x-k8s.io/remediation-for"], sick) {
+			replacement = m.Name
+		}
+	}
+	require.NotEmpty(t, replacement, "KCP's replacement names the machine it remediates")
+	require.NoError(t, tb.WaitFor(ctx, time.Minute, "every machine Healthy, the replacement included", func() bool {
+		st := tb.Hub().Status(ctx)
+		healthy := 0
+		for _, m := range st.Machines {
+			if m.Verdict == hub.VerdictHealthy && m.EtcdHealth == quorum.Healthy.String() {
+				healthy++
+			}
+		}
+		return len(st.Machines) == 3 && healthy == 3
+	}))
+	t.Logf("the replacement %s Healthy in Hale's eyes %v after the hang", replacement, time.Since(start).Round(time.Second))
+	time.Sleep(3 * time.Second)
+	n, _ := tb.Remediations(2)
+	assert.Equal(t, 1, n, "one remediation")
+	for _, m := range tb.Hub().Status(ctx).Machines {
+		assert.Nil(t, m.Remediation, "nothing more in flight: %s", m.Name)
+	}
+	assert.Contains(t, eventsAbout(t, c, "prod", "Machine", sick), "RemediationStarted")
+	assert.NoError(t, tb.WaitFor(ctx, 10*time.Second, "the Remediated Event on the Machine KCP deleted", func() bool {
+		return slices.Contains(eventsAbout(t, c, "prod", "Machine", sick), "Remediated")
+	}))
+}
+
+// mirrorToEtcd does to the real etcd what KCP and kubeadm do to a real control plane's, while the
+// in-memory provider only simulates it: a KCP Machine that is deleted (or deleting) has its member
+// removed and its Node deleted; a new one with a node gets a member joined, an agent and a Node.
+func mirrorToEtcd(ctx context.Context, t *testing.T, c client.Client, tb *demo.Testbed, names []string) {
+	gone := map[string]bool{}
+	known := slices.Clone(names)
+	for ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		var list clusterv1.MachineList
+		if err := c.List(ctx, &list, client.InNamespace("prod")); err != nil {
+			continue
+		}
+		live := map[string]bool{}
+		for _, m := range list.Items {
+			ref := metav1.GetControllerOf(&m)
+			if ref == nil || ref.Kind != "KubeadmControlPlane" || m.Status.NodeRef.Name == "" {
+				continue
+			}
+			node := m.Status.NodeRef.Name
+			if m.DeletionTimestamp == nil {
+				live[node] = true
+			}
+			if !slices.Contains(known, node) && m.DeletionTimestamp == nil {
+				known = append(known, node)
+				_, member, err := tb.AddMachine(ctx, node)
+				if err != nil {
+					t.Errorf("joining %s's etcd member: %v", node, err)
+					continue
+				}
+				n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{ControlPlaneLabel: ""},
+					Annotations: map[string]string{EtcdMemberAnnotation: member}}}
+				if err := c.Create(ctx, n); err != nil && ctx.Err() == nil {
+					t.Errorf("creating Node %s: %v", node, err)
+				}
+			}
+		}
+		for i, node := range known {
+			if live[node] || gone[node] {
+				continue
+			}
+			gone[node] = true
+			if err := tb.RemoveMember(ctx, i); err != nil && ctx.Err() == nil {
+				t.Errorf("removing %s's etcd member: %v", node, err)
+			}
+			if err := c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil && ctx.Err() == nil {
+				t.Errorf("deleting Node %s: %v", node, err)
+			}
+		}
+	}
 }

@@ -168,6 +168,22 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	assert.Equal(t, corev1.ObjectReference{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Namespace: "capi", Name: "m-b"}, ref)
 	ref, _ = d.Regarding("node-f")
 	assert.Equal(t, corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-f"}, ref)
+
+	// KCP deleted m-b (and its Node went with it): it leaves the inventory, but its binding stays a
+	// while, so that the hub can close its remediation and say so on the Machine it was about.
+	require.NoError(t, c.Delete(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "m-b"}}))
+	require.NoError(t, c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}}))
+	inv2, err := d.Build(ctx)
+	require.NoError(t, err)
+	assert.NotContains(t, fmt.Sprint(inv2.Machines), "m-b")
+	ref, ok = d.Regarding("m-b")
+	require.True(t, ok, "departed, still regarded")
+	assert.Equal(t, "m-b", ref.Name)
+	o, err = d.OwnerFor(inv.Machines[1])
+	require.NoError(t, err)
+	assert.Contains(t, o.Describe(), "KubeadmControlPlane capi/cp")
+	_, ok = d.Regarding("never-there")
+	assert.False(t, ok)
 }
 
 // startTestbed starts the demo topology; its timeline is logged when the test fails.

@@ -97,9 +97,7 @@ func (s *EventSink) write(ctx context.Context, n hub.Notice) error {
 // Regarding is the object Events about a machine are attached to: its Cluster API Machine, else its
 // Node.
 func (d *Discovery) Regarding(machine string) (corev1.ObjectReference, bool) {
-	d.mu.Lock()
-	b, ok := d.bound[machine]
-	d.mu.Unlock()
+	b, ok := d.binding(machine)
 	switch {
 	case !ok:
 		return corev1.ObjectReference{}, false

@@ -71,9 +71,21 @@ type Discovery struct {
 	// then found without it.
 	Log *slog.Logger
 
-	mu     sync.Mutex
-	bound  map[string]binding
-	warned map[string]bool
+	mu    sync.Mutex
+	bound map[string]binding
+	// departed are the bindings of machines that left the inventory (an owner deleted the Machine
+	// it replaced), kept for departedFor: the hub still closes their remediations, and its Events
+	// about them regard the object they were about.
+	departed map[string]departedBinding
+	warned   map[string]bool
+}
+
+// departedFor is how long a departed machine's binding is kept.
+const departedFor = time.Hour
+
+type departedBinding struct {
+	binding
+	since time.Time
 }
 
 // binding is what Discovery found behind one inventory machine.
@@ -185,6 +197,20 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 		bound[m.Name] = b
 	}
 	d.mu.Lock()
+	now := time.Now()
+	if d.departed == nil {
+		d.departed = map[string]departedBinding{}
+	}
+	for name, b := range d.bound {
+		if _, still := bound[name]; !still {
+			d.departed[name] = departedBinding{b, now}
+		}
+	}
+	for name, b := range d.departed {
+		if _, back := bound[name]; back || now.Sub(b.since) > departedFor {
+			delete(d.departed, name)
+		}
+	}
 	d.bound = bound
 	d.mu.Unlock()
 	return inv, nil
@@ -233,7 +259,7 @@ func (d *Discovery) Run(ctx context.Context, interval time.Duration, set func(hu
 // machine's own BMC when the inventory file lists it.
 func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (hub.Power, error)) func(hub.Machine) (hub.Power, error) {
 	return func(m hub.Machine) (hub.Power, error) {
-		b := d.binding(m.Name)
+		b, _ := d.binding(m.Name)
 		switch {
 		case b.host != nil:
 			return &Metal3Host{Client: d.Client, Key: *b.host, Poll: d.MetalPoll, Timeout: d.MetalTimeout}, nil
@@ -246,7 +272,7 @@ func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (hub.Power, error)) 
 
 // OwnerFor is the hub's OwnerFor in Kubernetes mode: the Cluster API Machine's owner.
 func (d *Discovery) OwnerFor(m hub.Machine) (hub.Owner, error) {
-	b := d.binding(m.Name)
+	b, _ := d.binding(m.Name)
 	if b.machine == nil || b.owner == nil {
 		return nil, fmt.Errorf("%s: not a Cluster API Machine with an owner: nothing can replace it", m.Name)
 	}
@@ -272,10 +298,15 @@ func (d *Discovery) deploymentOf(ctx context.Context, ns string, owner *ownerRef
 	return nil
 }
 
-func (d *Discovery) binding(name string) binding {
+// binding is what was found behind machine name, in the inventory or departed from it lately.
+func (d *Discovery) binding(name string) (binding, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.bound[name]
+	if b, ok := d.bound[name]; ok {
+		return b, true
+	}
+	b, ok := d.departed[name]
+	return b.binding, ok
 }
 
 // findHost is the BareMetalHost behind a machine: the one whose consumerRef is the Machine's

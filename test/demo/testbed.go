@@ -66,6 +66,9 @@ type Options struct {
 	IPMI bool
 	// BootDelay is how long after its power comes on a machine's etcd member and agent start.
 	BootDelay time.Duration
+	// Names, when set, are the machines' names (node names, BMC system IDs) in place of cp-0, cp-1, …:
+	// a harness whose machines are named by someone else (Cluster API's Machines) names them so.
+	Names []string
 }
 
 // IPMIMachine is the machine whose BMC is ipmi_sim when Options.IPMI is set.
@@ -87,6 +90,7 @@ type Testbed struct {
 	witnesses []*agentProc
 
 	mu      sync.Mutex
+	names   []string // machine i's name; machines added later (AddMachine) at the end
 	agents  map[int]*agentProc
 	ports   map[int]int // a rebooted machine comes back on the same gossip port
 	hub     *hub.Hub
@@ -103,6 +107,20 @@ type agentProc struct {
 // Name returns machine i's name (also its node name and BMC system ID).
 func Name(i int) string { return fmt.Sprintf("cp-%d", i) }
 
+// name is machine i's name (Options.Names, or Name(i)).
+func (tb *Testbed) name(i int) string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.names[i]
+}
+
+// index is the machine named name's index (-1: none).
+func (tb *Testbed) index(name string) int {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return slices.Index(tb.names, name)
+}
+
 // WitnessName returns witness i's node name.
 func WitnessName(i int) string { return fmt.Sprintf("w-%d", i+1) }
 
@@ -117,7 +135,17 @@ func Start(opts Options) (*Testbed, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Names != nil && len(opts.Names) != Machines {
+		return nil, fmt.Errorf("demo: Options.Names has %d names for %d machines", len(opts.Names), Machines)
+	}
 	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New()}
+	for i := range Machines {
+		name := Name(i)
+		if opts.Names != nil {
+			name = opts.Names[i]
+		}
+		tb.names = append(tb.names, name)
+	}
 	_, _ = rand.Read(tb.key)
 	tb.password = rand.Text()
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -136,12 +164,11 @@ func Start(opts Options) (*Testbed, error) {
 	}
 	var systems []bmcsim.SystemConfig
 	for i := range Machines {
-		systems = append(systems, bmcsim.SystemConfig{ID: Name(i), ShutdownDelay: 50 * time.Millisecond, CycleOffDuration: 100 * time.Millisecond})
+		systems = append(systems, bmcsim.SystemConfig{ID: tb.name(i), ShutdownDelay: 50 * time.Millisecond, CycleOffDuration: 100 * time.Millisecond})
 	}
 	simCfg := bmcsim.Config{Username: "admin", Password: tb.password, PlainHTTP: true, Systems: systems,
 		OnPower: func(id string, running bool) {
-			var i int
-			_, _ = fmt.Sscanf(id, "cp-%d", &i)
+			i := tb.index(id)
 			if running {
 				tb.Say("bmc", "%s powered on: its etcd member and agent start", id)
 				go tb.powerOn(i)
@@ -161,7 +188,7 @@ func Start(opts Options) (*Testbed, error) {
 		tb.etcd.Close()
 		return nil, err
 	}
-	tb.Say("demo", "simulated Redfish BMC at %s, systems cp-0..cp-%d", tb.sim.Endpoint(), Machines-1)
+	tb.Say("demo", "simulated Redfish BMC at %s, systems %s", tb.sim.Endpoint(), strings.Join(tb.names, ", "))
 	if opts.IPMI {
 		if err := tb.startIPMI(); err != nil {
 			tb.Close()
@@ -210,7 +237,7 @@ func (tb *Testbed) startIPMI() error {
 		return err
 	}
 	tb.ipmi, tb.ipmiDone = sim, make(chan struct{})
-	tb.Say("demo", "%s's BMC is ipmi_sim at %s (it keeps no reset time)", Name(IPMIMachine), sim.Endpoint())
+	tb.Say("demo", "%s's BMC is ipmi_sim at %s (it keeps no reset time)", tb.name(IPMIMachine), sim.Endpoint())
 	go func() {
 		seen := 0
 		for {
@@ -218,10 +245,10 @@ func (tb *Testbed) startIPMI() error {
 			for _, a := range actions[seen:] {
 				switch a {
 				case "power 0":
-					tb.Say("bmc", "%s powered off (IPMI)", Name(IPMIMachine))
+					tb.Say("bmc", "%s powered off (IPMI)", tb.name(IPMIMachine))
 					tb.stop(IPMIMachine)
 				case "power 1":
-					tb.Say("bmc", "%s powered on (IPMI): its etcd member and agent start", Name(IPMIMachine))
+					tb.Say("bmc", "%s powered on (IPMI): its etcd member and agent start", tb.name(IPMIMachine))
 					go tb.powerOn(IPMIMachine)
 				}
 			}
@@ -340,15 +367,15 @@ func (tb *Testbed) startAgent(i int) error {
 	tb.mu.Lock()
 	port := tb.ports[i]
 	tb.mu.Unlock()
-	t, err := tb.transport(Name(i), port, tb.opts.Loss > 0 && i == tb.opts.LossyMachine)
+	t, err := tb.transport(tb.name(i), port, tb.opts.Loss > 0 && i == tb.opts.LossyMachine)
 	if err != nil {
 		return err
 	}
-	cfg := health.GossipConfig{Node: Name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
+	cfg := health.GossipConfig{Node: tb.name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
 		Keys: [][]byte{tb.key}, OnPeerChange: poke, Transport: t}
 	g, err := health.StartGossip(cfg)
 	if err != nil {
-		return fmt.Errorf("demo: agent %s: %w", Name(i), err)
+		return fmt.Errorf("demo: agent %s: %w", tb.name(i), err)
 	}
 	_, portText, _ := strings.Cut(g.Addr(), "127.0.0.1:")
 	_, _ = fmt.Sscan(portText, &port)
@@ -369,9 +396,36 @@ func (tb *Testbed) startAgent(i int) error {
 	return nil
 }
 
+// AddMachine adds a machine named name as a replacement joins: a new etcd member (member add, then
+// started with the cluster's peers, as kubeadm joins one) and its agent; it has no BMC. It returns the
+// machine's index and its member's name.
+func (tb *Testbed) AddMachine(ctx context.Context, name string) (int, string, error) {
+	member := "etcd-" + name
+	i, err := tb.etcd.Add(ctx, member)
+	if err != nil {
+		return 0, "", err
+	}
+	tb.mu.Lock()
+	tb.names = append(tb.names, name)
+	tb.mu.Unlock()
+	if n := tb.index(name); n != i {
+		return 0, "", fmt.Errorf("demo: machine %s is %d, its etcd member %d", name, n, i)
+	}
+	tb.Say("demo", "%s joins: etcd member %s added and started, its agent starts", name, member)
+	return i, member, tb.startAgent(i)
+}
+
+// RemoveMember removes machine i's etcd member from the cluster (member remove) and stops the
+// machine's processes, as Cluster API's KubeadmControlPlane does before deleting its Machine.
+func (tb *Testbed) RemoveMember(ctx context.Context, i int) error {
+	tb.Say("demo", "%s's etcd member %s removed from the cluster", tb.name(i), tb.etcd.Name(i))
+	tb.stop(i)
+	return tb.etcd.Remove(ctx, i)
+}
+
 // Hang makes machine i stop answering: its agent and its etcd member die, its power stays on.
 func (tb *Testbed) Hang(i int) {
-	tb.Say("demo", "%s hangs: its agent and etcd member stop answering, its power stays on", Name(i))
+	tb.Say("demo", "%s hangs: its agent and etcd member stop answering, its power stays on", tb.name(i))
 	tb.stop(i)
 }
 
@@ -392,10 +446,10 @@ func (tb *Testbed) stop(i int) {
 func (tb *Testbed) powerOn(i int) {
 	time.Sleep(tb.opts.BootDelay)
 	if err := tb.etcd.Restart(i); err != nil {
-		tb.Say("demo", "restarting etcd member of %s: %v", Name(i), err)
+		tb.Say("demo", "restarting etcd member of %s: %v", tb.name(i), err)
 	}
 	if err := tb.startAgent(i); err != nil {
-		tb.Say("demo", "restarting the agent of %s: %v", Name(i), err)
+		tb.Say("demo", "restarting the agent of %s: %v", tb.name(i), err)
 	}
 }
 
@@ -409,7 +463,7 @@ func (tb *Testbed) Inventory() (hub.Inventory, error) {
 	}
 	inv.Policy.Assess.EtcdUnreachableTimeout = time.Second
 	for i := range Machines {
-		ep, err := bmc.ParseEndpoint(fmt.Sprintf("%s/systems/%s", tb.sim.Endpoint(), Name(i)))
+		ep, err := bmc.ParseEndpoint(fmt.Sprintf("%s/systems/%s", tb.sim.Endpoint(), tb.name(i)))
 		if err != nil {
 			return inv, err
 		}
@@ -420,7 +474,7 @@ func (tb *Testbed) Inventory() (hub.Inventory, error) {
 			}
 			creds = bmc.NewCredentials(tb.ipmi.Username, tb.ipmi.Password)
 		}
-		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: Name(i), Node: Name(i),
+		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: tb.name(i), Node: tb.name(i),
 			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
 			Credentials: creds})
 	}
@@ -623,7 +677,7 @@ func (tb *Testbed) dump() string {
 	}
 	b.WriteString("journal:\n")
 	for i := range Machines {
-		hist, _ := h.History(context.Background(), Name(i))
+		hist, _ := h.History(context.Background(), tb.name(i))
 		for _, r := range hist {
 			fmt.Fprintf(&b, "  %s %s\n", r.ID, r.State)
 			for _, ev := range r.History {
@@ -654,7 +708,7 @@ func (tb *Testbed) Remediations(i int) (int, hub.RemediationState) {
 	if h == nil {
 		return 0, ""
 	}
-	hist, err := h.History(context.Background(), Name(i))
+	hist, err := h.History(context.Background(), tb.name(i))
 	if err != nil || len(hist) == 0 {
 		return 0, ""
 	}
@@ -667,7 +721,7 @@ func (tb *Testbed) Resets(i int) []string {
 	if i == IPMIMachine && tb.ipmi != nil {
 		return tb.ipmi.Actions()
 	}
-	return tb.sim.Resets(Name(i))
+	return tb.sim.Resets(tb.name(i))
 }
 
 // IPMI returns machine IPMIMachine's ipmi_sim (nil without Options.IPMI).

@@ -4,6 +4,7 @@
 package etcdcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -142,6 +144,8 @@ func (m *member) start(state string) error {
 
 // Endpoints returns every member's client URL, in member order.
 func (c *Cluster) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make([]string, len(c.members))
 	for i, m := range c.members {
 		out[i] = m.clientAddr
@@ -150,7 +154,11 @@ func (c *Cluster) Endpoints() []string {
 }
 
 // Name returns member i's name.
-func (c *Cluster) Name(i int) string { return c.members[i].name }
+func (c *Cluster) Name(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].name
+}
 
 // Stop stops member i (its data stays), as a power cut does.
 func (c *Cluster) Stop(i int) {
@@ -181,9 +189,97 @@ func (c *Cluster) Running(i int) bool {
 	return c.members[i].etcd != nil
 }
 
+// Add joins a new member named name the way kubeadm joins one: member add through a running member,
+// then start it with the cluster's current peers and state "existing". It returns the new member's
+// index once it is ready.
+func (c *Cluster) Add(ctx context.Context, name string) (int, error) {
+	client, err := freeAddr()
+	if err != nil {
+		return 0, err
+	}
+	peer, err := freeAddr()
+	if err != nil {
+		return 0, err
+	}
+	m := &member{name: name, clientURL: url.URL{Scheme: "http", Host: client}, peerURL: url.URL{Scheme: "http", Host: peer}}
+	m.clientAddr = m.clientURL.String()
+	cli, err := c.client()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.MemberAdd(ctx, []string{m.peerURL.String()})
+	if err != nil {
+		return 0, fmt.Errorf("etcdcluster: member add %s: %w", name, err)
+	}
+	var initial []string
+	for _, mm := range resp.Members {
+		n := mm.Name
+		if mm.ID == resp.Member.ID {
+			n = name
+		}
+		for _, u := range mm.PeerURLs {
+			initial = append(initial, n+"="+u)
+		}
+	}
+	m.initial = strings.Join(initial, ",")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.dir = filepath.Join(filepath.Dir(c.members[0].dir), name)
+	if err := m.start("existing"); err != nil {
+		return 0, err
+	}
+	c.members = append(c.members, m)
+	return len(c.members) - 1, nil
+}
+
+// Remove takes member i out of the cluster (member remove through a running member) and stops it, as
+// Cluster API's KubeadmControlPlane does before it deletes a Machine.
+func (c *Cluster) Remove(ctx context.Context, i int) error {
+	cli, err := c.client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdcluster: member list: %w", err)
+	}
+	name := c.Name(i)
+	for _, mm := range list.Members {
+		if mm.Name == name {
+			if _, err := cli.MemberRemove(ctx, mm.ID); err != nil {
+				return fmt.Errorf("etcdcluster: member remove %s: %w", name, err)
+			}
+		}
+	}
+	c.Stop(i)
+	return nil
+}
+
+// client is a client of the running members.
+func (c *Cluster) client() (*clientv3.Client, error) {
+	c.mu.Lock()
+	var eps []string
+	for _, m := range c.members {
+		if m.etcd != nil {
+			eps = append(eps, m.clientAddr)
+		}
+	}
+	c.mu.Unlock()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcdcluster: a client of %v: %w", eps, err)
+	}
+	return cli, nil
+}
+
 // Close stops every member.
 func (c *Cluster) Close() {
-	for i := range c.members {
+	c.mu.Lock()
+	n := len(c.members)
+	c.mu.Unlock()
+	for i := range n {
 		c.Stop(i)
 	}
 }
