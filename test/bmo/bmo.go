@@ -6,20 +6,15 @@
 package bmo
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // Version is the baremetal-operator these tests run.
@@ -47,22 +42,8 @@ func CRDs(t testing.TB) string {
 
 // Operator is one running baremetal-operator process.
 type Operator struct {
+	*proc.Process
 	Namespace string
-	mu        sync.Mutex
-	logs      bytes.Buffer
-}
-
-// Logs returns what the operator logged so far.
-func (o *Operator) Logs() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.logs.String()
-}
-
-func (o *Operator) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.logs.Write(p)
 }
 
 // Start runs an operator for namespace with kubeconfig, webhooks off, and waits until it is ready;
@@ -70,46 +51,11 @@ func (o *Operator) Write(p []byte) (int, error) {
 func Start(t testing.TB, kubeconfig, namespace string) *Operator {
 	t.Helper()
 	CRDs(t)
-	health := freePort(t)
-	o := &Operator{Namespace: namespace}
+	health := proc.FreePort(t)
 	cmd := exec.Command(filepath.Join(Dir(), "baremetal-operator"), "-test-mode", "-namespace", namespace, "-webhook-port", "0",
 		"-metrics-addr", "0", "-health-addr", "127.0.0.1:"+strconv.Itoa(health))
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE="+namespace)
-	cmd.Stdout, cmd.Stderr = o, o
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("baremetal-operator for %s:\n%s", namespace, o.Logs())
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
-	for {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return o
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("baremetal-operator for %s exited: %s", namespace, o.Logs())
-		case <-ctx.Done():
-			t.Fatalf("baremetal-operator for %s not ready in 30 s: %s", namespace, o.Logs())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	o := &Operator{Process: proc.Start(t, "baremetal-operator for "+namespace, cmd), Namespace: namespace}
+	o.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", health), 30*time.Second)
+	return o
 }

@@ -7,7 +7,6 @@
 package capi
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,13 +20,11 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // Version is the Cluster API release these tests run.
@@ -71,37 +69,13 @@ var providers = []provider{
 	{name: "capd", env: []string{"POD_IP=127.0.0.1"}},
 }
 
-// Controllers are the running managers.
-type Controllers struct {
-	mu   sync.Mutex
-	logs map[string]*bytes.Buffer
-}
-
-// Logs returns what the named manager (core, bootstrap-kubeadm, controlplane-kubeadm, capd) logged.
-func (c *Controllers) Logs(name string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if b := c.logs[name]; b != nil {
-		return b.String()
-	}
-	return ""
-}
-
-type logWriter struct {
-	c    *Controllers
-	name string
-}
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.c.mu.Lock()
-	defer w.c.mu.Unlock()
-	return w.c.logs[w.name].Write(p)
-}
+// Controllers are the running managers, by name (core, bootstrap-kubeadm, controlplane-kubeadm, capd).
+type Controllers map[string]*proc.Process
 
 // Start installs every provider's CRDs and webhooks into the API server c talks to (kubeconfig is the
 // same server, for the managers), starts the managers with syncPeriod as their resync and waits until
 // each is ready. They stop when the test ends; their logs are shown when it failed.
-func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Duration) *Controllers {
+func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Duration) Controllers {
 	t.Helper()
 	dir := Dir()
 	for _, p := range providers {
@@ -114,32 +88,19 @@ func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Dur
 	defer cancel()
 	ports := map[string]int{}
 	for _, p := range providers {
-		ports[p.name] = freePort(t)
+		ports[p.name] = proc.FreePort(t)
 		install(ctx, t, c, p.name, ports[p.name], caPEM)
 	}
-	ctrls := &Controllers{logs: map[string]*bytes.Buffer{}}
+	ctrls := Controllers{}
 	for _, p := range providers {
-		ctrls.logs[p.name] = &bytes.Buffer{}
-		health := freePort(t)
+		health := proc.FreePort(t)
 		args := append([]string{"--leader-elect=false", "--diagnostics-address=0", "--insecure-diagnostics",
 			"--webhook-port=" + strconv.Itoa(ports[p.name]), "--webhook-cert-dir=" + certDir,
 			"--health-addr=127.0.0.1:" + strconv.Itoa(health), "--sync-period=" + syncPeriod.String()}, p.args...)
 		cmd := exec.Command(filepath.Join(dir, p.name), args...)
 		cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=capi-"+p.name), p.env...)
-		w := logWriter{ctrls, p.name}
-		cmd.Stdout, cmd.Stderr = w, w
-		require.NoError(t, cmd.Start(), "starting %s", p.name)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		name := p.name
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-done
-			if t.Failed() {
-				t.Logf("Cluster API %s manager:\n%s", name, tail(ctrls.Logs(name), 200))
-			}
-		})
-		waitReady(ctx, t, ctrls, name, health, done)
+		ctrls[p.name] = proc.Start(t, "Cluster API "+p.name+" manager", cmd)
+		ctrls[p.name].WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", health), time.Minute)
 	}
 	return ctrls
 }
@@ -201,26 +162,6 @@ func install(ctx context.Context, t testing.TB, c client.Client, name string, po
 	}
 }
 
-func waitReady(ctx context.Context, t testing.TB, c *Controllers, name string, health int, done <-chan struct{}) {
-	t.Helper()
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
-	for {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("Cluster API %s manager exited:\n%s", name, tail(c.Logs(name), 100))
-		case <-ctx.Done():
-			t.Fatalf("Cluster API %s manager not ready:\n%s", name, tail(c.Logs(name), 100))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // servingCert writes a self-signed CA's serving certificate for 127.0.0.1 as tls.crt/tls.key into a
 // directory of the test and returns it and the CA's PEM.
 func servingCert(t testing.TB) (string, []byte) {
@@ -248,21 +189,4 @@ func servingCert(t testing.TB) (string, []byte) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
 	return dir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -1,0 +1,96 @@
+// Package proc runs a real program a test needs (an operator, a controller manager) as a child
+// process: its output kept and shown when the test fails, killed when the test ends, and waited for
+// until its health endpoint answers.
+package proc
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Process is a running child process.
+type Process struct {
+	name string
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{}
+}
+
+// Start starts cmd (its output captured) as name; it is killed when the test ends, and the last 200
+// lines of its output are logged if the test failed.
+func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
+	t.Helper()
+	p := &Process{name: name, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p, p
+	require.NoError(t, cmd.Start(), "starting %s", name)
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s:\n%s", name, p.Tail(200))
+		}
+	})
+	return p
+}
+
+// Write keeps the process's output.
+func (p *Process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+// Logs is everything the process printed so far.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// Tail is the last n lines of Logs.
+func (p *Process) Tail(n int) string {
+	lines := strings.Split(p.Logs(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// WaitReady polls url until it answers 200 OK; the test fails if the process exits first or timeout
+// passes.
+func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited:\n%s", p.name, p.Tail(100))
+		case <-ctx.Done():
+			t.Fatalf("%s not ready in %v:\n%s", p.name, timeout, p.Tail(100))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// FreePort is a TCP port on 127.0.0.1 free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
