@@ -318,7 +318,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the detached host held", func() bool {
 		return strings.Contains(fmt.Sprint(tb.Hub().Status(ctx).Machines), "baremetalhost.metal3.io/detached")
 	}))
-	time.Sleep(2 * time.Second)
+	require.NoError(t, tb.Passes(ctx, 20))
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "no second remediation of a detached host")
 	assert.Len(t, tb.Resets(2), resets)
@@ -363,7 +363,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "both refused", func() bool {
 		return strings.Count(fmt.Sprint(tb.Hub().Status(ctx).Machines), "quorum") >= 2
 	}))
-	time.Sleep(2 * time.Second)
+	require.NoError(t, tb.Passes(ctx, 20))
 	assert.False(t, handedOver("cp-1") || handedOver("cp-2"), "nothing handed over while etcd has no quorum")
 	assert.Contains(t, eventsAbout(t, c, "capi", "Machine", "cp-2"), "Waiting")
 
@@ -518,7 +518,7 @@ func TestRemediateMachineAnnotation(t *testing.T) {
 	assert.Equal(t, "cluster.x-k8s.io/remediate-machine on Machine capi/cp-1", hist[0].RequestedBy)
 
 	annotate("cp-0") // while cp-1's membership change is in flight, the plan refuses
-	time.Sleep(2 * time.Second)
+	require.NoError(t, tb.Passes(ctx, 20))
 	assert.True(t, ManualRemediationRequested(machine("cp-0")), "a refused request stays")
 	assert.False(t, HandedOver(machine("cp-0")))
 	assert.Empty(t, tb.Resets(0))

@@ -40,6 +40,12 @@ func newBed(t *testing.T, o Options) *Testbed {
 	return tb
 }
 
+// passes fails the test unless the hub runs n more passes (see Testbed.Passes).
+func (tb *Testbed) passes(t *testing.T, n uint64) {
+	t.Helper()
+	require.NoError(t, tb.Passes(t.Context(), n))
+}
+
 func (tb *Testbed) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	require.NoError(t, tb.WaitFor(t.Context(), 60*time.Second, what, cond))
@@ -83,7 +89,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	require.NoError(t, h.SetSuspended(ctx, true, "test", ""))
 	tb.Hang(2)
 	tb.wait(t, "the would-do", hasEvent(h, "holding: suspended: would start reboot of cp-2"))
-	time.Sleep(time.Second)
+	tb.passes(t, 10)
 	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
 	assert.True(t, h.Status(context.Background()).Suspended)
 	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2)})
@@ -97,7 +103,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	require.ErrorIs(t, h.SetDetached(ctx, "cp-9", true, "test", ""), hub.ErrNotFound)
 	tb.Hang(1)
 	tb.wait(t, "cp-1 Unhealthy", tb.unhealthy(1))
-	time.Sleep(time.Second)
+	tb.passes(t, 10)
 	assert.Empty(t, tb.Resets(1), "detached: no BMC call")
 	st := h.Status(context.Background())
 	assert.True(t, st.Machines[1].Detached)
@@ -112,7 +118,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	assert.Equal(t, hub.Paused, h.PauseState(), "nothing in flight: acknowledged at once")
 	tb.Hang(0)
 	tb.wait(t, "cp-0 Unhealthy", tb.unhealthy(0))
-	time.Sleep(time.Second)
+	tb.passes(t, 10)
 	assert.Empty(t, tb.Resets(0), "paused: no BMC call")
 	require.NoError(t, h.SetPaused(ctx, false, "test", ""))
 	tb.wait(t, "cp-0 healed", tb.succeeded(before, 0))
@@ -161,7 +167,7 @@ func TestBrakesSurviveARestart(t *testing.T) {
 	tb.wait(t, "cp-1 held by the rate limit", func() bool {
 		return strings.Contains(h.Status(ctx).Holding, "rate limit: 1 remediations started in the last 1m0s (max 1): cp-1 waits")
 	})
-	time.Sleep(time.Second)
+	tb.passes(t, 10)
 	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 1}), "nothing more than the remediation before the restart")
 }
 
@@ -196,7 +202,7 @@ func TestFlappingMachineIsGivenUp(t *testing.T) {
 	tb.wait(t, "cp-2 given up as flapping", func() bool {
 		return strings.Contains(decision(h, 2), "flapping: 3 remediations in the last 1m0s (it comes back, then fails again; maxAttempts 3)")
 	})
-	time.Sleep(time.Second)
+	tb.passes(t, 10)
 	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
 	hist, err := h.History(t.Context(), Name(2))
 	require.NoError(t, err)
@@ -351,7 +357,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, why, "gave up after 3 failed remediations")
 	assert.Contains(t, why, "500")
-	time.Sleep(1500 * time.Millisecond)
+	tb.passes(t, 15)
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 3, n, "no fourth attempt")
 
@@ -450,7 +456,7 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	held := time.Now()
 	tb.Hang(2)
 	tb.wait(t, "the rate limit to hold cp-2", hasEvent(h, "holding: rate limit: 1 remediations started in the last 6s (max 1): cp-2 waits"))
-	time.Sleep(time.Second)
+	tb.passes(t, 10)
 	assert.Empty(t, tb.Resets(2), "held: no BMC call")
 	n := 0
 	for _, e := range h.Timeline() {
@@ -479,7 +485,7 @@ func TestFence(t *testing.T) {
 	tb.wait(t, "the fence to hold cp-2", func() bool {
 		return strings.Contains(h.Status(context.Background()).Machines[2].Decision, "fenced by remediation")
 	})
-	time.Sleep(2 * time.Second) // past the 1 s cooldown
+	tb.passes(t, 20) // past the 1 s cooldown
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "a fenced machine is not remediated again")
 	assert.Len(t, tb.Resets(2), 1)

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -88,6 +89,9 @@ type Testbed struct {
 	ipmiDone chan struct{} // closed to stop following ipmi_sim's chassis log
 	// witnesses are the witness agents; they run for the testbed's whole life.
 	witnesses []*agentProc
+
+	// passes counts the hub's passes, across its restarts (Passes).
+	passCount atomic.Uint64
 
 	mu      sync.Mutex
 	names   []string // machine i's name; machines added later (AddMachine) at the end
@@ -559,6 +563,13 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	if o.Configure != nil {
 		o.Configure(&cfg)
 	}
+	after := cfg.AfterPass
+	cfg.AfterPass = func(n uint64) {
+		tb.passCount.Add(1)
+		if after != nil {
+			after(n)
+		}
+	}
 	h, err := hub.New(cfg)
 	if err != nil {
 		closeJournal()
@@ -647,6 +658,13 @@ func (tb *Testbed) Close() {
 		tb.ipmi.Stop()
 	}
 	tb.etcd.Close()
+}
+
+// Passes waits until the hub has run n more passes: "nothing happened" is asserted over passes, which
+// a loaded machine cannot skip the way it can stretch a sleep (n passes also take at least n-1 ticks).
+func (tb *Testbed) Passes(ctx context.Context, n uint64) error {
+	want := tb.passCount.Load() + n
+	return tb.WaitFor(ctx, time.Minute, fmt.Sprintf("%d passes of the hub", n), func() bool { return tb.passCount.Load() >= want })
 }
 
 // WaitFor polls cond every 50 ms; on timeout it returns an error with the hub's events and journal.
