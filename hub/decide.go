@@ -63,7 +63,21 @@ type decision struct {
 	// held are the remediations the planner admitted and the hub's own brakes held back (pause,
 	// suspend, the rate limit), each with why.
 	held []string
+	// needs are the Unhealthy machines the hub will not heal again by itself, by why: given up,
+	// flapping, fenced (what an on-call engineer is paged for).
+	needs map[string]OperatorNeed
 }
+
+// OperatorNeed says why an Unhealthy machine waits for an operator: the hub will not start another
+// remediation of it by itself.
+type OperatorNeed string
+
+// Operator needs.
+const (
+	NeedGaveUp   OperatorNeed = "GaveUp"   // maxAttempts remediations failed since it was last healthy
+	NeedFlapping OperatorNeed = "Flapping" // maxAttempts remediations within the flap window
+	NeedFenced   OperatorNeed = "Fenced"   // fenced on purpose: it stays off until an operator acts
+)
 
 // toBegin is a remediation to begin.
 type toBegin struct {
@@ -81,7 +95,7 @@ func decide(f facts) decision {
 	}
 	p := f.inv.Policy
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
-	failed := map[string]int{}
+	failed, needs := map[string]int{}, map[string]OperatorNeed{}
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
@@ -92,7 +106,11 @@ func decide(f facts) decision {
 		if fl, ok := f.flights[m.Name]; ok {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
 		} else if qm.Unhealthy {
-			qm.Held, failed[m.Name] = holdOf(f, m)
+			h := holdOf(f, m)
+			qm.Held, failed[m.Name] = h.why, h.failed
+			if h.need != "" {
+				needs[m.Name] = h.need
+			}
 		}
 		in.Machines = append(in.Machines, qm)
 	}
@@ -100,7 +118,7 @@ func decide(f facts) decision {
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out}
+	d := decision{cluster: cluster, outcome: out, needs: needs}
 	slots := p.RateMax - f.recentStarts
 	for _, qd := range out.Started() {
 		m, ok := f.inv.machine(qd.Machine)
@@ -147,31 +165,32 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 // holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
 // now: held by its owner, detached, its last start failed, cooling down after its last remediation, a
 // fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
-// It also returns how many failed (a start escalates with it).
-func holdOf(f facts, m Machine) (why string, failed int) {
+// It also says how many failed (a start escalates with it), and whether only an operator can go on.
+func holdOf(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
 	detached, isDetached := f.detached[m.Name]
 	sf := f.beginFailed[m.Name]
 	switch end := ended(hist); {
 	case m.Hold != "":
-		return m.Hold, 0
+		return hold{why: m.Hold}
 	case isDetached:
-		return fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name), 0
+		return hold{why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}
 	case !sf.at.IsZero() && f.now.Sub(sf.at) < beginRetry:
-		return fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly)), 0
+		return hold{why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly))}
 	case f.loginWait[m.Name] != "":
-		return f.loginWait[m.Name], 0
+		return hold{why: f.loginWait[m.Name]}
 	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
-		return fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly)), 0
+		return hold{why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
 	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
-		return fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name), 0
+		return hold{why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),
+			need: NeedFenced}
 	}
 	n := failures(hist, f.healthyAt[m.Name])
 	if n >= p.MaxAttempts {
-		return fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
-			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), n
+		return hold{why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), failed: n, need: NeedGaveUp}
 	}
 	// A machine that comes back and fails again soon after is one flapping machine, not a string of
 	// new failures: its remediations within flapWindow count together, escalate, and give up.
@@ -182,10 +201,19 @@ func holdOf(f facts, m Machine) (why string, failed int) {
 		}
 	}
 	if recent >= p.MaxAttempts {
-		return fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
-			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name), recent
+		return hold{why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name),
+			failed: recent, need: NeedFlapping}
 	}
-	return "", max(n, recent)
+	return hold{failed: max(n, recent)}
+}
+
+// hold is holdOf's answer: why not (empty: not held), how many remediations failed, and whether only
+// an operator can go on.
+type hold struct {
+	why    string
+	failed int
+	need   OperatorNeed
 }
 
 // membershipOf builds the cluster the planner sees: the membership that a strict majority of the

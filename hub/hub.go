@@ -99,8 +99,9 @@ type Hub struct {
 	majorityNoticed *bool
 	cluster         quorum.Cluster // the membership of the latest pass
 	outcome         quorum.Outcome
-	planErr         string // why the latest pass did not plan; empty when it did
-	holding         string // what the latest pass would have started but held (suspended, rate limit)
+	needs           map[string]OperatorNeed // of the latest pass that planned
+	planErr         string                  // why the latest pass did not plan; empty when it did
+	holding         string                  // what the latest pass would have started but held (suspended, rate limit)
 	running         map[string]*running
 	ledger          *ledger                 // the journal's summary the passes read (never the journal)
 	beginFailed     map[string]beginFailure // machines whose remediation could not be begun
@@ -462,7 +463,7 @@ func (h *Hub) pass(ctx context.Context) {
 		return
 	}
 	h.mu.Lock()
-	h.outcome, h.cluster, h.planErr = d.outcome, d.cluster, ""
+	h.outcome, h.cluster, h.planErr, h.needs = d.outcome, d.cluster, "", d.needs
 	h.mu.Unlock()
 	h.noticeWaits(d.outcome)
 	for _, s := range d.begin {

@@ -18,6 +18,7 @@ type metrics struct {
 // newMetrics registers the hub's metrics with reg (nil: none):
 //
 //	hale_hub_machines{verdict}                             machines by verdict
+//	hale_hub_machines_needing_operator{reason}             Unhealthy machines the hub will not heal again by itself (GaveUp, Flapping, Fenced)
 //	hale_hub_etcd_voters, _healthy_voters, _quorum         the membership the hub plans with
 //	hale_hub_etcd_fault_tolerance, hale_hub_budget         healthy voters beyond quorum; what Hale may disrupt now
 //	hale_hub_planning                                      1 when the latest pass planned, 0 when it waited
@@ -86,6 +87,7 @@ type hubCollector struct {
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
+	needOperator                                            *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -93,7 +95,9 @@ func newHubCollector(h *Hub) *hubCollector {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &hubCollector{hub: h,
-		machines:          d("hale_hub_machines", "Machines by verdict.", "verdict"),
+		machines: d("hale_hub_machines", "Machines by verdict.", "verdict"),
+		needOperator: d("hale_hub_machines_needing_operator", "Unhealthy machines the hub will not heal again by itself, by reason "+
+			"(GaveUp: maxAttempts failed; Flapping: maxAttempts within the flap window; Fenced: kept off on purpose).", "reason"),
 		voters:            d("hale_hub_etcd_voters", "Voting etcd members in the membership the hub plans with."),
 		healthy:           d("hale_hub_etcd_healthy_voters", "Healthy, undisrupted voters."),
 		quorum:            d("hale_hub_etcd_quorum", "Voters etcd needs for quorum."),
@@ -111,7 +115,7 @@ func newHubCollector(h *Hub) *hubCollector {
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.machines, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
+	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
 		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits} {
 		ch <- d
 	}
@@ -124,8 +128,12 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	verdicts := map[Verdict]float64{VerdictHealthy: 0, VerdictSuspect: 0, VerdictUnhealthy: 0, "Unknown": 0}
 	inFlight, detached, loginWaits := 0.0, 0.0, 0.0
+	needs := map[OperatorNeed]float64{NeedGaveUp: 0, NeedFlapping: 0, NeedFenced: 0}
 	for _, m := range st.Machines {
 		verdicts[m.Verdict]++
+		if m.NeedsOperator != "" {
+			needs[m.NeedsOperator]++
+		}
 		if m.BMCLogin != "" {
 			loginWaits++
 		}
@@ -138,6 +146,9 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for v, n := range verdicts {
 		gauge(c.machines, n, string(v))
+	}
+	for r, n := range needs {
+		gauge(c.needOperator, n, string(r))
 	}
 	if b := st.Budget; b != nil {
 		gauge(c.voters, float64(b.Voters))

@@ -50,15 +50,18 @@ type MachineStatus struct {
 	Member string `json:"member,omitempty"`
 	// Role: voter or learner in the membership the hub plans with, "absent" when the member is not in
 	// it, empty for a machine that is not an etcd member.
-	Role        string    `json:"role,omitempty"`
-	EtcdHealth  string    `json:"etcdHealth,omitempty"`
-	Verdict     Verdict   `json:"verdict"`
-	Since       time.Time `json:"since,omitzero"`
-	Reasons     []string  `json:"reasons,omitempty"`
-	Detached    bool      `json:"detached,omitempty"`
-	DetachedBy  *Brake    `json:"detachedBy,omitempty"`
-	Decision    string    `json:"decision,omitempty"`
-	Remediation *InFlight `json:"remediation,omitempty"`
+	Role       string    `json:"role,omitempty"`
+	EtcdHealth string    `json:"etcdHealth,omitempty"`
+	Verdict    Verdict   `json:"verdict"`
+	Since      time.Time `json:"since,omitzero"`
+	Reasons    []string  `json:"reasons,omitempty"`
+	Detached   bool      `json:"detached,omitempty"`
+	DetachedBy *Brake    `json:"detachedBy,omitempty"`
+	Decision   string    `json:"decision,omitempty"`
+	// NeedsOperator: the hub will not heal this Unhealthy machine again by itself (given up, flapping,
+	// fenced); Decision says what to do.
+	NeedsOperator OperatorNeed `json:"needsOperator,omitempty"`
+	Remediation   *InFlight    `json:"remediation,omitempty"`
 	// BMCLogin says why the hub makes no login to the machine's BMC now: its account refused the
 	// credentials, and the hub waits before it tries again so that the account does not lock.
 	BMCLogin string `json:"bmcLogin,omitempty"`
@@ -100,7 +103,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 	for _, m := range h.inv.Machines {
 		a := h.assessments[m.Name]
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
-			Decision: decisions[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
+			Decision: decisions[m.Name], NeedsOperator: h.needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
 		if b, ok := h.brakes.Detached[m.Name]; ok {
 			ms.Detached, ms.DetachedBy = true, &b
 		}

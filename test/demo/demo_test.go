@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -202,6 +203,7 @@ func TestFlappingMachineIsGivenUp(t *testing.T) {
 	tb.wait(t, "cp-2 given up as flapping", func() bool {
 		return strings.Contains(decision(h, 2), "flapping: 3 remediations in the last 1m0s (it comes back, then fails again; maxAttempts 3)")
 	})
+	assert.Equal(t, hub.NeedFlapping, h.Status(t.Context()).Machines[2].NeedsOperator)
 	tb.passes(t, 10)
 	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
 	hist, err := h.History(t.Context(), Name(2))
@@ -330,7 +332,8 @@ func (c *crashingPower) Reboot(ctx context.Context) (bmc.Result, error) {
 // A machine whose remediations keep failing is escalated to a hard power cycle and given up after
 // maxAttempts, which status and explain say; an operator's reboot then heals it.
 func TestEscalationAndGivingUp(t *testing.T) {
-	tb := newBed(t, Options{})
+	reg := prometheus.NewRegistry()
+	tb := newBed(t, Options{Metrics: reg})
 	h := tb.Hub()
 	// Every request fails with 500 (a refused login would hold the machine instead: BMC accounts
 	// lock out, so the hub waits before logging in again, which TestOneFailedLoginPerBMCAccountAcrossPasses
@@ -360,6 +363,9 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	tb.passes(t, 15)
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 3, n, "no fourth attempt")
+	assert.Equal(t, hub.NeedGaveUp, h.Status(t.Context()).Machines[2].NeedsOperator)
+	assert.Equal(t, map[string]float64{"GaveUp": 1, "Flapping": 0, "Fenced": 0}, gaugeByLabel(t, reg, "hale_hub_machines_needing_operator", "reason"),
+		"what an on-call alert fires on")
 
 	tb.Sim().SetFaults(bmcsim.Faults{})
 	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "test"})
@@ -368,6 +374,30 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	hist, _ = h.History(context.Background(), Name(2))
 	assert.Equal(t, res.Remediation, hist[3].ID)
 	assert.Equal(t, "test", hist[3].RequestedBy)
+	tb.wait(t, "no machine left needing an operator", func() bool {
+		return gaugeByLabel(t, reg, "hale_hub_machines_needing_operator", "reason")["GaveUp"] == 0
+	})
+}
+
+// gaugeByLabel gathers reg and returns the gauge name's values by the value of its label.
+func gaugeByLabel(t *testing.T, reg *prometheus.Registry, name, label string) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Manual reboots: a healthy member may be rebooted when the budget allows; --hard power-cycles;
@@ -488,6 +518,7 @@ func TestFence(t *testing.T) {
 	tb.passes(t, 20) // past the 1 s cooldown
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "a fenced machine is not remediated again")
+	assert.Equal(t, hub.NeedFenced, h.Status(t.Context()).Machines[2].NeedsOperator)
 	assert.Len(t, tb.Resets(2), 1)
 	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2)})
 	require.NoError(t, err)
