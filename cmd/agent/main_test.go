@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,6 +151,14 @@ probes:
 	_, m := get(t, "http://"+a.http+"/metrics")
 	assert.Contains(t, m, `hale_agent_gossip_rejected_total{reason="future"} 0`)
 	assert.Contains(t, m, "hale_agent_gossip_key_order_errors_total 0")
+	// Prometheus's own linter on what the agent serves: names, units, help text (Debian's promtool,
+	// which test/run installs).
+	promtool, err := exec.LookPath("promtool")
+	require.NoError(t, err, "promtool is not installed: apt-get install prometheus (test/run does)")
+	lint := exec.Command(promtool, "check", "metrics")
+	lint.Stdin = strings.NewReader(m)
+	out, err := lint.CombinedOutput()
+	assert.NoError(t, err, "promtool check metrics:\n%s", out)
 
 	// A graceful stop: the peer records "left", not "dead".
 	b.cancel()

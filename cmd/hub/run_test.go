@@ -175,9 +175,13 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	for _, want := range []string{`hale_hub_machines{verdict="Healthy"}`, "hale_hub_etcd_voters 3", `hale_hub_remediations_total{requested_by="hub",result="succeeded",strategy="reboot"} 1`,
 		`hale_hub_remediations_total{requested_by="operator",result="succeeded",strategy="reboot"} 1`,
 		"hale_hub_detection_to_action_seconds_count 1", `hale_bmc_calls_total{call="reboot",driver="redfish",result="ok"} 2`, `hale_hub_paused{state="Running"} 1`,
-		`hale_hub_gossip_rejected_total{reason="not_sender"} 0`, "hale_hub_gossip_key_order_errors_total 0", "hale_hub_bmc_login_waits 0"} {
+		`hale_hub_gossip_rejected_total{reason="not_sender"} 0`, "hale_hub_gossip_key_order_errors_total 0", "hale_hub_bmc_login_waits 0",
+		`hale_hub_machines_needing_operator{reason="GaveUp"} 0`} {
 		assert.Contains(t, string(body), want)
 	}
+	// Prometheus's own linter on what the hub serves: names, units, help text.
+	lint, err := promtool(t, string(body), "check", "metrics")
+	assert.NoError(t, err, "promtool check metrics:\n%s", lint)
 	// The BMC password reaches neither logs, metrics, status nor explain.
 	creds, err := os.ReadFile(tb.CredentialsFile())
 	require.NoError(t, err)
