@@ -59,14 +59,17 @@ type provider struct {
 	env  []string
 }
 
-var providers = []provider{
-	// A plain Cluster (no ClusterClass) needs ClusterTopology off; RuntimeSDK would want extension
-	// servers. MachinePool stays on as shipped (the bootstrap provider's webhooks expect its CRDs).
-	{name: "core", args: []string{"--feature-gates=MachinePool=true,ClusterTopology=false,RuntimeSDK=false"}},
-	{name: "bootstrap-kubeadm"},
-	{name: "controlplane-kubeadm"},
-	// The in-memory backend serves each simulated workload cluster's API server on POD_IP.
-	{name: "capd", env: []string{"POD_IP=127.0.0.1"}},
+// providers are the managers, in the order they start.
+func providers() []provider {
+	return []provider{
+		// A plain Cluster (no ClusterClass) needs ClusterTopology off; RuntimeSDK would want extension
+		// servers. MachinePool stays on as shipped (the bootstrap provider's webhooks expect its CRDs).
+		{name: "core", args: []string{"--feature-gates=MachinePool=true,ClusterTopology=false,RuntimeSDK=false"}},
+		{name: "bootstrap-kubeadm"},
+		{name: "controlplane-kubeadm"},
+		// The in-memory backend serves each simulated workload cluster's API server on POD_IP.
+		{name: "capd", env: []string{"POD_IP=127.0.0.1"}},
+	}
 }
 
 // Controllers are the running managers, by name (core, bootstrap-kubeadm, controlplane-kubeadm, capd).
@@ -78,7 +81,7 @@ type Controllers map[string]*proc.Process
 func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Duration) Controllers {
 	t.Helper()
 	dir := Dir()
-	for _, p := range providers {
+	for _, p := range providers() {
 		if _, err := os.Stat(filepath.Join(dir, p.name)); err != nil {
 			t.Fatalf("no %s manager in %s: run test/kube/build-capi (test/run does)", p.name, dir)
 		}
@@ -87,12 +90,12 @@ func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Dur
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ports := map[string]int{}
-	for _, p := range providers {
+	for _, p := range providers() {
 		ports[p.name] = proc.FreePort(t)
 		install(ctx, t, c, p.name, ports[p.name], caPEM)
 	}
 	ctrls := Controllers{}
-	for _, p := range providers {
+	for _, p := range providers() {
 		health := proc.FreePort(t)
 		args := append([]string{"--leader-elect=false", "--diagnostics-address=0", "--insecure-diagnostics",
 			"--webhook-port=" + strconv.Itoa(ports[p.name]), "--webhook-cert-dir=" + certDir,
