@@ -64,6 +64,9 @@ type Config struct {
 	// Brakes, when set, keeps the operator's brakes across restarts (default: the journal, when it is
 	// a BrakeStore, as the bbolt journal is).
 	Brakes BrakeStore
+	// Degraded, when set, says why this hub acts without the API server and with what (Kubernetes
+	// mode's degraded mode, cmd/hub): shown in status and the metric hale_hub_degraded.
+	Degraded string
 	// AfterPass, when set, is called with the count of passes so far at the end of each (tests assert
 	// "nothing happened" over a number of passes, not a sleep).
 	AfterPass func(n uint64)
@@ -242,6 +245,30 @@ func (h *Hub) Stalled(now time.Time, startGrace, stall time.Duration) string {
 	}
 	return ""
 }
+
+// QuorumLost reports whether the latest pass, within maxPassGap of now, heard a strict majority of
+// the expected observers and planned with etcd's quorum lost, and says what it saw either way. It is
+// Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone only when
+// the majority shows that etcd cannot serve it.
+func (h *Hub) QuorumLost(now time.Time) (bool, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch b := h.outcome.Budget; {
+	case h.lastPass.IsZero() || now.Sub(h.lastPass) > maxPassGap:
+		return false, "no recent pass of the hub"
+	case !h.hearing.Majority():
+		return false, h.hearing.String()
+	case h.planErr != "":
+		return false, "not planning: " + h.planErr
+	case b.Voters == 0 || !b.QuorumLost():
+		return false, "etcd: " + b.String()
+	default:
+		return true, fmt.Sprintf("etcd: %s (%s)", b, h.hearing)
+	}
+}
+
+// Inventory is the inventory in force.
+func (h *Hub) Inventory() Inventory { return h.inventory() }
 
 // Timeline returns what the hub did and decided, oldest first (bounded).
 func (h *Hub) Timeline() []string {

@@ -327,6 +327,11 @@ func (j *Journal) Get(_ context.Context, id string) (Remediation, error) {
 	return r, err
 }
 
+// All returns every remediation the journal keeps, oldest first.
+func (j *Journal) All(context.Context) ([]Remediation, error) {
+	return j.list(func(Remediation) bool { return true })
+}
+
 // History returns a machine's remediations, oldest first.
 func (j *Journal) History(_ context.Context, machine string) ([]Remediation, error) {
 	return j.list(func(r Remediation) bool { return r.Machine == machine })

@@ -87,7 +87,7 @@ type hubCollector struct {
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
-	needOperator                                            *prometheus.Desc
+	needOperator, degraded                                  *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -110,13 +110,14 @@ func newHubCollector(h *Hub) *hubCollector {
 		detached:          d("hale_hub_detached_machines", "Machines detached by the operator."),
 		observersExpected: d("hale_hub_observers_expected", "Observers whose strict majority every action needs: the agents, the witnesses and the hub."),
 		observersHeard:    d("hale_hub_observers_heard", "Expected observers the hub hears now (itself included); below a strict majority of the expected, it acts on nothing."),
+		degraded:          d("hale_hub_degraded", "1 while this hub acts without the API server (Kubernetes mode's degraded mode: etcd quorum lost; see hub status)."),
 		loginWaits:        d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded} {
 		ch <- d
 	}
 }
@@ -167,6 +168,7 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.observersExpected, float64(st.Observers.Expected))
 	gauge(c.observersHeard, float64(len(st.Observers.Heard)))
 	gauge(c.loginWaits, loginWaits)
+	gauge(c.degraded, boolGauge(st.Degraded != ""))
 }
 
 func boolGauge(b bool) float64 {

@@ -40,6 +40,9 @@ const (
 	ReasonBrakeNotRecorded      Reason = "BrakeNotRecorded"
 	ReasonInventoryReloaded     Reason = "InventoryReloaded"
 	ReasonPolicyChanged         Reason = "PolicyChanged"
+	// ReasonDegraded: what a hub did while the API server did not answer (Kubernetes mode's degraded
+	// mode), said once it answers again.
+	ReasonDegraded Reason = "DegradedMode"
 )
 
 // Notice is one thing the hub decided or saw: about one machine (a verdict, a wait, a remediation's

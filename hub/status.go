@@ -18,6 +18,9 @@ type Status struct {
 	// PausedBy lists every pause in force (any one holds): who, why, since when.
 	PausedBy  []Brake `json:"pausedBy,omitempty"`
 	Suspended bool    `json:"suspended"`
+	// Degraded says why the hub acts without the API server (Kubernetes mode's degraded mode), and
+	// with what: empty when it does not.
+	Degraded string `json:"degraded,omitempty"`
 	// SuspendedBy says who made the hub observe-only, why and since when.
 	SuspendedBy *Brake `json:"suspendedBy,omitempty"`
 	// NotPlanning says why the latest pass did not plan (agents disagree, suspended would-do, rate
@@ -90,7 +93,7 @@ type InFlight struct {
 func (h *Hub) Status(ctx context.Context) Status {
 	h.mu.Lock()
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
-		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: h.planErr, Holding: h.holding,
+		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: h.planErr, Holding: h.holding, Degraded: h.cfg.Degraded,
 		Observers: ObserversStatus{Expected: h.hearing.Expected, Heard: h.hearing.Heard, Missing: h.hearing.Missing, Majority: h.hearing.Majority()}, Policy: h.effective()}
 	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
 		b := h.outcome.Budget

@@ -1,8 +1,10 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +32,9 @@ type Leader struct {
 	ns, name, identity string
 	epoch              uint64
 }
+
+// Identity is the identity this leader holds the Lease as.
+func (l *Leader) Identity() string { return l.identity }
 
 // Epoch is this leader's epoch, for the journal.
 func (l *Leader) Epoch() uint64 { return l.epoch }
@@ -61,7 +66,17 @@ func (l *Leader) Check(ctx context.Context) error {
 // while this replica still leads (its pipeline stopped: a discovery or resume error), the Lease is
 // released at once, so that a standby takes over instead of a leader that renews while nothing runs;
 // this replica campaigns again one lease duration later. It returns when ctx ends.
-func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, identity string, t LeaseTiming, lead func(context.Context, *Leader)) error {
+//
+// When the leadership was lost without being given up (renewals failed for the renew deadline: the
+// API server did not answer), lost, when set, is called with the leader that was and the time of its
+// last renewal, and Elect campaigns again once it returns, as the same identity: a Lease nobody took
+// meanwhile is renewed at the same epoch (degraded mode, cmd/hub).
+//
+// A Lease held by another replica is taken over only once the API server has answered with it
+// unchanged for a lease duration (patientLock): client-go counts from the last time it saw the record
+// change, so after an outage it would take a Lease at once whose holder had no chance to renew it.
+func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, identity string, t LeaseTiming,
+	lead func(context.Context, *Leader), lost func(context.Context, *Leader, time.Time)) error {
 	if t.LeaseDuration == 0 {
 		t = LeaseTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 	}
@@ -69,11 +84,13 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 	if err != nil {
 		return err
 	}
-	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Client: cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity}}
+	lock := &patientLock{Interface: &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Client: cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity}}, wait: t.LeaseDuration, now: time.Now}
 	for ctx.Err() == nil {
 		term, endTerm := context.WithCancel(ctx)
 		var stopped atomic.Bool // lead returned on its own: its pipeline stopped (set in the elector's goroutine)
+		var led atomic.Pointer[Leader]
+		leadDone := make(chan struct{}) // closed when lead has returned (client-go does not wait for it)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{Lock: lock, Name: name,
 			LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
 			Callbacks: leaderelection.LeaderCallbacks{
@@ -86,7 +103,10 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 					if lease.Spec.LeaseTransitions != nil {
 						transitions = *lease.Spec.LeaseTransitions
 					}
-					lead(lctx, &Leader{c: c, ns: ns, name: name, identity: identity, epoch: uint64(transitions) + 1})
+					leader := &Leader{c: c, ns: ns, name: name, identity: identity, epoch: uint64(transitions) + 1}
+					led.Store(leader)
+					defer close(leadDone)
+					lead(lctx, leader)
 					if lctx.Err() == nil {
 						stopped.Store(true)
 						endTerm() // stop renewing
@@ -100,15 +120,88 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 		}
 		le.Run(term) // returns when the leadership is lost, the term ends or ctx ends
 		endTerm()
-		if stopped.Load() {
+		switch leader := led.Load(); {
+		case stopped.Load():
 			release(ctx, lock, identity)
 			select { // give a standby the Lease before campaigning again
 			case <-ctx.Done():
 			case <-time.After(t.LeaseDuration):
 			}
+		case leader != nil && ctx.Err() == nil && lost != nil:
+			<-leadDone // its pipeline has stopped: nothing of the lost term runs beside what lost starts
+			lost(ctx, leader, lock.renewed())
 		}
 	}
 	return nil
+}
+
+// patientLock is the Lease lock with one rule more than client-go's: the Lease of another holder is
+// taken over only once the API server has answered with it unchanged for wait (the lease duration).
+// client-go waits a lease duration from the moment it last saw the record change, which after an
+// outage is long past: it would take the Lease at the first answer, before a holder that kept going
+// without the API server (degraded mode) could renew it. It also keeps the time of this holder's
+// last renewal.
+type patientLock struct {
+	resourcelock.Interface
+	wait time.Duration
+	now  func() time.Time
+
+	mu        sync.Mutex
+	raw       []byte
+	holder    string
+	since     time.Time // since when the API server has answered with raw unchanged (zero: unknown)
+	renewedAt time.Time
+}
+
+func (l *patientLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err != nil:
+		l.since = time.Time{} // blind: whatever is read next may have been renewed meanwhile
+	case l.since.IsZero() || !bytes.Equal(raw, l.raw):
+		l.raw, l.holder, l.since = raw, rec.HolderIdentity, l.now()
+	}
+	return rec, raw, err
+}
+
+func (l *patientLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	return l.write(ctx, rec, l.Interface.Create)
+}
+
+func (l *patientLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	return l.write(ctx, rec, l.Interface.Update)
+}
+
+func (l *patientLock) write(ctx context.Context, rec resourcelock.LeaderElectionRecord,
+	write func(context.Context, resourcelock.LeaderElectionRecord) error) error {
+	mine := rec.HolderIdentity != "" && rec.HolderIdentity == l.Identity()
+	l.mu.Lock()
+	holder, since := l.holder, l.since
+	l.mu.Unlock()
+	if mine && holder != "" && holder != rec.HolderIdentity {
+		if answered := l.now().Sub(since); since.IsZero() || answered < l.wait {
+			return fmt.Errorf("lease %s held by %q: not taken over until the API server has answered with it unchanged for %v (it did for %v; its holder may have gone on without the API server and renews it when it can)",
+				l.Describe(), holder, l.wait, answered.Round(time.Millisecond))
+		}
+	}
+	if err := write(ctx, rec); err != nil {
+		return err
+	}
+	if mine {
+		l.mu.Lock()
+		l.renewedAt, l.holder = l.now(), rec.HolderIdentity
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// renewed is when this replica last wrote the Lease as its holder.
+func (l *patientLock) renewed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewedAt
 }
 
 // release gives the Lease up at once, as client-go does on a graceful stop: still held by identity, it

@@ -29,7 +29,7 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 			_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", identity, timing, func(lctx context.Context, l *Leader) {
 				leaders <- l
 				<-lctx.Done()
-			})
+			}, nil)
 		}()
 		return leaders
 	}
@@ -93,7 +93,7 @@ func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
 	go func() {
 		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-a", timing, func(_ context.Context, l *Leader) {
 			aLeads <- l // and return at once: the pipeline stopped
-		})
+		}, nil)
 	}()
 	a := <-aLeads
 	stopped := time.Now()
@@ -102,7 +102,7 @@ func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
 		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-b", timing, func(lctx context.Context, l *Leader) {
 			bLeads <- l
 			<-lctx.Done()
-		})
+		}, nil)
 	}()
 	select {
 	case b := <-bLeads:

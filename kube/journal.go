@@ -339,3 +339,60 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	}
 	return r
 }
+
+// Import records a remediation that a hub kept in its local journal while the API server did not
+// answer (degraded mode) as a Remediation object with its whole history, then note: a finished one as
+// it ended, one still in progress for this hub to resume as any other. The object's name comes from
+// the record (machine and start time), so a second import of the same record writes nothing and
+// reports false: an import cut short by a crash is simply done again.
+func (j *Journal) Import(ctx context.Context, r hub.Remediation, note string) (bool, error) {
+	if err := j.checkFence(ctx); err != nil {
+		return false, err
+	}
+	name := nameFor(r.Machine, r.Created)
+	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.ns,
+		Labels: map[string]string{v1alpha1.LabelPhase: string(r.State)}}}
+	if l := machineLabel(r.Machine); l != "" {
+		obj.Labels[v1alpha1.LabelMachine] = l
+	}
+	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
+		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt), Members: r.Members}
+	if !r.AgentStarted.IsZero() {
+		obj.Spec.AgentStarted = &metav1.Time{Time: r.AgentStarted}
+	}
+	if err := j.c.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
+		var got v1alpha1.Remediation
+		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: name}, &got); err != nil {
+			return false, fmt.Errorf("reading remediation %s/%s: %w", j.ns, name, err)
+		}
+		if got.Status.Phase != "" {
+			return false, nil // imported before
+		}
+		obj = &got // created, its status not written yet: the import was cut short
+	} else if err != nil {
+		return false, fmt.Errorf("creating remediation %s/%s: %w", j.ns, name, err)
+	}
+	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.RemediationPhase(r.State), Epoch: int64(j.epoch)}
+	for _, e := range r.History {
+		obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(e.At), Step: int32(e.Step),
+			Kind: string(e.Kind), Result: string(e.Result), Detail: e.Detail, Epoch: int64(e.Epoch)})
+	}
+	obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: -1,
+		Kind: string(hub.EntryNote), Detail: note, Epoch: int64(j.epoch)})
+	if r.State != hub.InProgress {
+		status := metav1.ConditionFalse
+		if r.State == hub.Succeeded {
+			status = metav1.ConditionTrue
+		}
+		last := ""
+		if n := len(r.History); n > 0 {
+			last = r.History[n-1].Detail
+		}
+		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: "Ready", Status: status, Reason: string(r.State),
+			Message: last, ObservedGeneration: obj.Generation})
+	}
+	if err := j.c.Status().Update(ctx, obj); err != nil {
+		return false, fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, name, err)
+	}
+	return true, nil
+}

@@ -38,7 +38,7 @@ func TestHubOnRemediationObjects(t *testing.T) {
 			RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}, func(lctx context.Context, l *Leader) {
 			leaders <- l
 			<-lctx.Done()
-		})
+		}, nil)
 	}()
 	leader := <-leaders
 

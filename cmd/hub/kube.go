@@ -39,6 +39,9 @@ type kubeOptions struct {
 	discover         bool
 	machineNamespace string
 	discoverEvery    time.Duration
+	// degradedJournal, when set, turns degraded mode on (degraded.go): the local journal of a term
+	// without the API server; breakGlass is the inventory of the BMCs it may use then.
+	degradedJournal, breakGlass string
 }
 
 // kubeClient is a client with Hale's, Cluster API's and the built-in types.
@@ -88,13 +91,36 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		}
 		capi = &client.ObjectKey{Namespace: ns, Name: name}
 	}
+	breakGlass, err := checkDegradedFlags(k)
+	if err != nil {
+		return err
+	}
+	dg := &degraded{o: o, k: k, log: log, c: c, newHub: newHub, breakGlass: breakGlass, current: current}
+	identity := o.node
+	if k.degradedJournal != "" {
+		t, err := readTerm(k.degradedJournal)
+		if err != nil {
+			return err
+		}
+		if t != nil { // a hub of this pod left a degraded term: this one is its continuation
+			identity = t.Identity
+			dg.resume(ctx, *t, inventory.Current())
+		}
+	} else {
+		log.Info("degraded mode is off (no --degraded-journal): with etcd's quorum lost this hub stops with the API server")
+	}
 	d := k.leaseDuration
 	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
-	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", o.node, "leaseDuration", d)
-	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, o.node, timing, func(lctx context.Context, leader *kube.Leader) {
+	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", identity, "leaseDuration", d)
+	var last atomic.Pointer[hub.Hub] // the hub of the latest term, for degraded mode's decision
+	lost := func(ctx context.Context, leader *kube.Leader, renewed time.Time) {
+		dg.afterLoss(ctx, leader, renewed, last.Swap(nil))
+	}
+	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, identity, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		defer current.Store(nil)
 		var adjust func(*hub.Config)
+		var notify func(hub.Notice)
 		var d *kube.Discovery
 		if k.discover {
 			d = &kube.Discovery{Client: c, Base: inventory.Current(), Namespace: k.machineNamespace, Log: log}
@@ -108,6 +134,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: k.namespace, Name: k.policy}
 			}
 			go sink.Run(lctx)
+			notify = sink.Notify
 			adjust = func(cfg *hub.Config) {
 				cfg.Inventory = inv
 				cfg.PowerFor = d.PowerFor(cfg.BMCPower)
@@ -129,11 +156,19 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				cfg.Brakes = brakes
 			}
 		}
-		h, err := newHub(kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check), adjust)
+		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
+		if k.degradedJournal != "" {
+			if err := importDegraded(lctx, k, journal, notify, log); err != nil {
+				log.Error("importing the degraded term's local journal", "journal", k.degradedJournal, "err", err)
+				return
+			}
+		}
+		h, err := newHub(journal, adjust)
 		if err != nil {
 			log.Error("starting the hub", "err", err)
 			return
 		}
+		last.Store(h)
 		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
 			Machines: k.discover, MachineNamespace: k.machineNamespace}
 		go requests.Run(lctx)
@@ -155,7 +190,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			log.Error("hub", "err", err)
 		}
 		log.Info("no longer leading", "epoch", leader.Epoch())
-	})
+	}, lost)
 }
 
 // rebootThroughKubernetes is `hub reboot --kubernetes`: a Remediation request, so that RBAC decides;

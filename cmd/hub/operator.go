@@ -374,6 +374,9 @@ func printStatus(w io.Writer, st hub.Status) {
 		fmt.Fprintf(w, " · SUSPENDED (observe-only) by %s", st.SuspendedBy)
 	}
 	fmt.Fprintln(w)
+	if st.Degraded != "" {
+		fmt.Fprintf(w, "DEGRADED: %s\n", st.Degraded)
+	}
 	if o := st.Observers; o.Expected > 0 {
 		word := "a strict majority: acting"
 		if !o.Majority {

@@ -72,8 +72,21 @@ func StartBare(t testing.TB) (client.Client, *rest.Config) {
 	return start(t)
 }
 
+// StartOnEtcd is Start on the etcd cluster at endpoints (client URLs) instead of envtest's own
+// etcd: a test that stops its members stops the API server's storage, as a quorum loss does.
+func StartOnEtcd(t testing.TB, endpoints []string) (client.Client, *rest.Config) {
+	t.Helper()
+	return startOn(t, endpoints)
+}
+
 // start starts the API server with Hale's CRDs and those in crdDirs.
 func start(t testing.TB, crdDirs ...string) (client.Client, *rest.Config) {
+	t.Helper()
+	return startOn(t, nil, crdDirs...)
+}
+
+// startOn is start, on the etcd at endpoints when there are any.
+func startOn(t testing.TB, endpoints []string, crdDirs ...string) (client.Client, *rest.Config) {
 	t.Helper()
 	assets := kubeassets.Dir()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
@@ -81,6 +94,9 @@ func start(t testing.TB, crdDirs ...string) (client.Client, *rest.Config) {
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
 		CRDDirectoryPaths: append([]string{filepath.Join(repoRoot(t), "deploy", "crds")}, crdDirs...)}
+	if len(endpoints) > 0 {
+		env.ControlPlane.GetAPIServer().Configure().Set("etcd-servers", strings.Join(endpoints, ","))
+	}
 	cfg, err := env.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })

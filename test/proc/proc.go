@@ -20,6 +20,7 @@ import (
 // Process is a running child process.
 type Process struct {
 	name string
+	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs bytes.Buffer
 	done chan struct{}
@@ -29,7 +30,7 @@ type Process struct {
 // lines of its output are logged if the test failed.
 func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
-	p := &Process{name: name, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
 	require.NoError(t, cmd.Start(), "starting %s", name)
 	go func() { _ = cmd.Wait(); close(p.done) }()
@@ -42,6 +43,15 @@ func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	})
 	return p
 }
+
+// Kill kills the process (SIGKILL, as a crash) and waits until it has exited.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Write keeps the process's output.
 func (p *Process) Write(b []byte) (int, error) {

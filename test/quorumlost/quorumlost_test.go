@@ -1,0 +1,488 @@
+// Package quorumlost tests Kubernetes mode's degraded mode on real components: a real kube-apiserver
+// on a real three-member etcd (processes), agents and two witnesses (processes), the hub (the real
+// `hub run --kubernetes` binary) and a Redfish simulator whose power runs the machines' processes.
+// Two etcd members are killed: etcd loses quorum, the API server stops answering, and the hub must
+// heal them alone, then record what it did in the API server once it answers again.
+package quorumlost
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/netns"
+	"github.com/hale-dev/hale/test/proc"
+)
+
+const ns = "hale-system"
+
+// bins are built once for the package.
+var bins netns.Binaries
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "hale-quorumlost-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if bins, err = netns.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "test/quorumlost:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// machine is one control-plane machine: an etcd member and an agent, powered by its Redfish system.
+type machine struct {
+	name, member       string
+	client, peer       int
+	gossip, metrics    int
+	mu                 sync.Mutex
+	etcd, agent        *proc.Process
+	etcdRuns, agentRun int
+}
+
+type lab struct {
+	t        *testing.T
+	dir      string
+	machines []*machine
+	initial  string
+	keyFile  string
+	joins    []string
+	redfish  *bmcsim.Server
+	c        client.Client
+	cfg      *rest.Config
+	hubArgs  []string
+	socket   string
+	mu       sync.Mutex
+	hub      *proc.Process
+	hubRuns  int
+}
+
+// startLab starts etcd, the API server on it, the agents, the witnesses and the BMCs; the hub's
+// arguments are ready, not started.
+func startLab(t *testing.T) *lab {
+	l := &lab{t: t, dir: t.TempDir()}
+	l.socket = filepath.Join(l.dir, "hub.sock")
+	var initial, endpoints []string
+	for i := range 3 {
+		m := &machine{name: fmt.Sprintf("cp-%d", i), member: fmt.Sprintf("etcd-%d", i),
+			client: proc.FreePort(t), peer: proc.FreePort(t), gossip: proc.FreePort(t), metrics: proc.FreePort(t)}
+		l.machines = append(l.machines, m)
+		initial = append(initial, fmt.Sprintf("%s=http://127.0.0.1:%d", m.member, m.peer))
+		endpoints = append(endpoints, fmt.Sprintf("http://127.0.0.1:%d", m.client))
+		l.joins = append(l.joins, fmt.Sprintf("127.0.0.1:%d", m.gossip))
+	}
+	l.initial = strings.Join(initial, ",")
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i*7 + 3)
+	}
+	l.keyFile = l.write("gossip.key", base64.StdEncoding.EncodeToString(key)+"\n")
+	for _, m := range l.machines {
+		l.powerOn(m)
+	}
+	for i := range 2 {
+		cfg := l.write(fmt.Sprintf("agent-w-%d.yaml", i), fmt.Sprintf(`cluster: ql
+node: w-%d
+role: witness
+reportInterval: 1s
+listen: 127.0.0.1:%d
+gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s}
+etcd: {endpoints: [%s]}
+`, i, proc.FreePort(t), proc.FreePort(t), strings.Join(l.joins, ", "), l.keyFile, strings.Join(endpoints, ", ")))
+		proc.Start(t, fmt.Sprintf("agent w-%d", i), exec.Command(bins.Agent, "-config", cfg))
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sims := bmcsim.Config{Listener: ln, Username: "admin", Password: "ql-secret", PlainHTTP: true,
+		OnPower: func(id string, running bool) {
+			if m := l.machine(id); running {
+				l.powerOn(m)
+			} else {
+				l.powerOff(m)
+			}
+		}}
+	for _, m := range l.machines {
+		sims.Systems = append(sims.Systems, bmcsim.SystemConfig{ID: m.name, PowerOnDelay: 200 * time.Millisecond,
+			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
+	}
+	l.redfish, err = bmcsim.Start(sims)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.redfish.Close() })
+
+	creds := l.write("bmc-credentials", "username=admin\npassword=ql-secret\n")
+	var inv strings.Builder
+	inv.WriteString("cluster: ql\npolicy: {cooldown: 20s}\nclasses: {cp: {strategy: reboot}}\nwitnesses: [w-0, w-1]\nmachines:\n")
+	for _, m := range l.machines {
+		fmt.Fprintf(&inv, "  - {name: %s, member: %s, class: cp, bmc: {endpoint: %q, credentials: %s}}\n",
+			m.name, m.member, l.redfish.Endpoint()+"/systems/"+m.name, creds)
+	}
+	inventory := l.write("inventory.yaml", inv.String())
+	breakGlass := l.write("break-glass.yaml", inv.String())
+
+	l.c, l.cfg = kubeenv.StartOnEtcd(t, endpoints)
+	ctx := t.Context()
+	require.NoError(t, l.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, l.c.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}))
+	for _, m := range l.machines {
+		require.NoError(t, l.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.name,
+			Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}}))
+	}
+	kubeconfig := kubeenv.Kubeconfig(t, l.cfg, l.dir, "")
+	l.hubArgs = []string{"run", "--kubernetes", "--kubeconfig", kubeconfig, "--namespace", ns, "--discover",
+		"--inventory", inventory, "--gossip-key-file", l.keyFile, "--join", strings.Join(l.joins, ","),
+		"--gossip-bind", fmt.Sprintf("127.0.0.1:%d", proc.FreePort(t)), "--socket", l.socket, "--metrics-address", "",
+		"--lease-duration", "6s", "--discover-interval", "2s",
+		"--degraded-journal", filepath.Join(l.dir, "degraded.db"), "--break-glass-inventory", breakGlass}
+	return l
+}
+
+func (l *lab) write(name, body string) string {
+	p := filepath.Join(l.dir, name)
+	require.NoError(l.t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func (l *lab) machine(name string) *machine {
+	for _, m := range l.machines {
+		if m.name == name {
+			return m
+		}
+	}
+	panic("no machine " + name)
+}
+
+// powerOn starts the machine's etcd member (with its data) and its agent.
+func (l *lab) powerOn(m *machine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.etcd == nil {
+		l.startEtcd(m)
+	}
+	if m.agent == nil {
+		cfg := l.write("agent-"+m.name+".yaml", fmt.Sprintf(`cluster: ql
+node: %s
+reportInterval: 1s
+listen: 127.0.0.1:%d
+gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s}
+etcd: {endpoint: "http://127.0.0.1:%d"}
+probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
+`, m.name, m.metrics, m.gossip, strings.Join(l.joins, ", "), l.keyFile, m.client))
+		m.agentRun++
+		m.agent = proc.Start(l.t, fmt.Sprintf("agent %s (run %d)", m.name, m.agentRun), exec.Command(bins.Agent, "-config", cfg))
+	}
+}
+
+// startEtcd starts m's member; callers hold m.mu.
+func (l *lab) startEtcd(m *machine) {
+	m.etcdRuns++
+	m.etcd = proc.Start(l.t, fmt.Sprintf("%s (run %d)", m.member, m.etcdRuns), exec.Command(bins.Etcd, "--name", m.member,
+		"--data-dir", filepath.Join(l.dir, m.member),
+		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", m.client), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", m.client),
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", m.peer),
+		"--initial-cluster", l.initial, "--initial-cluster-state", "new", "--initial-cluster-token", "ql"))
+}
+
+// powerOff kills every process of the machine, as a power cut does.
+func (l *lab) powerOff(m *machine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range []**proc.Process{&m.etcd, &m.agent} {
+		if *p != nil {
+			(*p).Kill()
+			*p = nil
+		}
+	}
+}
+
+// killEtcd kills the machine's etcd member only (a crashed or hung etcd; its agent reports it).
+func (l *lab) killEtcd(m *machine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.etcd.Kill()
+	m.etcd = nil
+}
+
+func (l *lab) startHub() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hubRuns++
+	l.hub = proc.Start(l.t, fmt.Sprintf("hub (run %d)", l.hubRuns), exec.Command(bins.Hub, l.hubArgs...))
+}
+
+func (l *lab) killHub() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hub.Kill()
+}
+
+// status is the running hub's status over its socket (an error while it stands by or is down).
+func (l *lab) status(ctx context.Context) (hub.Status, error) {
+	var st hub.Status
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bins.Hub, "status", "-o", "json", "--socket", l.socket).CombinedOutput()
+	if err != nil {
+		return st, fmt.Errorf("hub status: %w: %s", err, out)
+	}
+	return st, json.Unmarshal(out, &st)
+}
+
+// waitStatus polls the hub's status until ok says so.
+func (l *lab) waitStatus(within time.Duration, what string, ok func(hub.Status) bool) hub.Status {
+	l.t.Helper()
+	deadline := time.Now().Add(within)
+	var last hub.Status
+	var lastErr error
+	for time.Now().Before(deadline) {
+		st, err := l.status(l.t.Context())
+		if err == nil && ok(st) {
+			return st
+		}
+		last, lastErr = st, err
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(last, "", "  ")
+	l.t.Fatalf("not %s within %v (last error %v); last status:\n%s", what, within, lastErr, b)
+	return last
+}
+
+func allHealthy(st hub.Status) bool {
+	if len(st.Machines) != 3 {
+		return false
+	}
+	for _, m := range st.Machines {
+		if m.Verdict != hub.VerdictHealthy || m.EtcdHealth != "healthy" {
+			return false
+		}
+	}
+	return st.Degraded == ""
+}
+
+// apiAnswers reports whether the API server answers a read within a second.
+func (l *lab) apiAnswers(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var n corev1.Namespace
+	return l.c.Get(ctx, client.ObjectKey{Name: ns}, &n) == nil
+}
+
+// loseQuorum kills two members, waits for the API server to stop answering and then to answer
+// again, and returns how long that took from the kill.
+func (l *lab) loseQuorum(within time.Duration) time.Duration {
+	l.t.Helper()
+	ctx := l.t.Context()
+	killed := time.Now()
+	l.killEtcd(l.machines[1])
+	l.killEtcd(l.machines[2])
+	for l.apiAnswers(ctx) {
+		require.Less(l.t, time.Since(killed), 30*time.Second, "the API server still answers with two of three members dead")
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Logf("the API server stopped answering %v after the kill", time.Since(killed).Round(time.Millisecond))
+	for !l.apiAnswers(ctx) {
+		if time.Since(killed) > within {
+			l.t.Fatalf("the API server did not answer again within %v of losing quorum", within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(killed)
+}
+
+// resets is each machine's Redfish resets (the simulator's log, independent of the hub).
+func (l *lab) resets() map[string][]string {
+	out := map[string][]string{}
+	for _, m := range l.machines {
+		out[m.name] = l.redfish.Resets(m.name)
+	}
+	return out
+}
+
+// remediations lists the Remediation objects by machine, once every one has ended.
+func (l *lab) remediationsEnded(within time.Duration) map[string][]v1alpha1.Remediation {
+	l.t.Helper()
+	var by map[string][]v1alpha1.Remediation
+	require.EventuallyWithT(l.t, func(c *assert.CollectT) {
+		var list v1alpha1.RemediationList
+		require.NoError(c, l.c.List(l.t.Context(), &list, client.InNamespace(ns)))
+		by = map[string][]v1alpha1.Remediation{}
+		for _, r := range list.Items {
+			by[r.Spec.Machine] = append(by[r.Spec.Machine], r)
+			assert.NotEqual(c, v1alpha1.PhaseInProgress, r.Status.Phase, "%s still in progress", r.Name)
+		}
+		assert.Len(c, by["cp-1"], 1)
+		assert.Len(c, by["cp-2"], 1)
+	}, within, 500*time.Millisecond)
+	return by
+}
+
+// events lists Hale's Events with reason, regarding name.
+func (l *lab) events(reason, regarding string) []eventsv1.Event {
+	var list eventsv1.EventList
+	require.NoError(l.t, l.c.List(l.t.Context(), &list))
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Reason == reason && e.Regarding.Name == regarding {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// healedInKubernetesMode checks what the API server holds once the hub has healed both members: one
+// Remediation each, Succeeded, recorded during the degraded term; the Events; one reset each.
+func (l *lab) healedInKubernetesMode() {
+	t := l.t
+	by := l.remediationsEnded(90 * time.Second)
+	for _, name := range []string{"cp-1", "cp-2"} {
+		r := by[name][0]
+		assert.Equal(t, v1alpha1.PhaseSucceeded, r.Status.Phase, "%s: %+v", name, r.Status.History)
+		var texts []string
+		for _, e := range r.Status.History {
+			texts = append(texts, e.Detail)
+		}
+		assert.Contains(t, strings.Join(texts, "\n"), "while the API server did not answer", name)
+		t.Logf("%s: %s %s:\n  %s", name, r.Name, r.Status.Phase, strings.Join(texts, "\n  "))
+	}
+	assert.Empty(t, by["cp-0"], "cp-0 was never touched")
+	resets := l.resets()
+	t.Logf("Redfish resets: %v", resets)
+	assert.Len(t, resets["cp-1"], 1, "one power action for cp-1")
+	assert.Len(t, resets["cp-2"], 1, "one power action for cp-2")
+	assert.Empty(t, resets["cp-0"])
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, name := range []string{"cp-1", "cp-2"} {
+			var said []string
+			for _, reason := range []hub.Reason{hub.ReasonRemediated, hub.ReasonRemediationStopped} {
+				for _, e := range l.events(string(reason), name) {
+					said = append(said, e.Note)
+				}
+			}
+			assert.NotEmpty(c, said, "an Event on Node %s", name)
+		}
+		assert.NotEmpty(c, l.events(string(hub.ReasonDegraded), "default"), "the DegradedMode Event on the HealthPolicy")
+	}, 30*time.Second, 500*time.Millisecond)
+	for _, e := range l.events(string(hub.ReasonDegraded), "default") {
+		t.Logf("Event %s on HealthPolicy default: %s", e.Reason, e.Note)
+	}
+}
+
+// The whole failure: two of three members die, etcd and the API server with them; the leading hub
+// goes on alone with the break-glass BMCs, power-cycles both, and once the API server answers records
+// what it did as Remediations and Events. Also measured: the same failure with a standalone hub.
+func TestQuorumLostHealedInKubernetesMode(t *testing.T) {
+	l := startLab(t)
+	l.startHub()
+	l.waitStatus(90*time.Second, "leading, every machine healthy", allHealthy)
+	took := l.loseQuorum(3 * time.Minute)
+	t.Logf("Kubernetes mode (degraded): members killed → API server answering again in %v", took.Round(time.Millisecond))
+	l.healedInKubernetesMode()
+	l.waitStatus(60*time.Second, "leading again, every machine healthy", allHealthy)
+	fmt.Printf("quorum lost (2 of 3 etcd members killed) → API server answering again: Kubernetes mode (degraded) %v\n", took.Round(time.Millisecond))
+}
+
+// The hub is killed while degraded; its replacement in the same pod (same volume) continues the term:
+// one power action each, both recorded.
+func TestQuorumLostHubKilledWhileDegraded(t *testing.T) {
+	l := startLab(t)
+	l.startHub()
+	l.waitStatus(90*time.Second, "leading, every machine healthy", allHealthy)
+	ctx := t.Context()
+	killed := time.Now()
+	l.killEtcd(l.machines[1])
+	l.killEtcd(l.machines[2])
+	st := l.waitStatus(60*time.Second, "degraded", func(st hub.Status) bool { return st.Degraded != "" })
+	t.Logf("degraded %v after the kill: %s", time.Since(killed).Round(time.Millisecond), st.Degraded)
+	l.killHub()
+	l.startHub()
+	for !l.apiAnswers(ctx) {
+		require.Less(t, time.Since(killed), 3*time.Minute, "the API server did not answer again")
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("hub killed while degraded and started again: API server answering %v after the members were killed", time.Since(killed).Round(time.Millisecond))
+	l.healedInKubernetesMode()
+	assert.Contains(t, l.hub.Logs(), "continuing the degraded term", "the second hub continued the first one's term")
+}
+
+// Without a break-glass inventory the degraded hub reaches no BMC: both dead members are held, and
+// said why; nothing is power-cycled.
+func TestQuorumLostWithoutBreakGlassIsHeld(t *testing.T) {
+	l := startLab(t)
+	for i, a := range l.hubArgs {
+		if a == "--break-glass-inventory" {
+			l.hubArgs = append(l.hubArgs[:i], l.hubArgs[i+2:]...)
+			break
+		}
+	}
+	l.startHub()
+	l.waitStatus(90*time.Second, "leading, every machine healthy", allHealthy)
+	l.killEtcd(l.machines[1])
+	l.killEtcd(l.machines[2])
+	st := l.waitStatus(60*time.Second, "degraded, both dead members held for want of a break-glass inventory", func(st hub.Status) bool {
+		held := 0
+		for _, m := range st.Machines {
+			if strings.Contains(m.Decision, "without a break-glass inventory") {
+				held++
+			}
+		}
+		return st.Degraded != "" && held == 2
+	})
+	assert.Contains(t, st.Degraded, "no break-glass inventory")
+	for _, m := range st.Machines {
+		t.Logf("%s: %s: %s", m.Name, m.Verdict, m.Decision)
+	}
+	time.Sleep(5 * time.Second)
+	assert.Empty(t, l.resets()["cp-1"])
+	assert.Empty(t, l.resets()["cp-2"])
+}
+
+// The same failure with the standalone hub (bbolt journal, no API server in its way), for the
+// comparison the README prints.
+func TestQuorumLostStandaloneForComparison(t *testing.T) {
+	l := startLab(t)
+	args := []string{"run", "--journal", filepath.Join(l.dir, "journal.db")}
+	for i := 1; i < len(l.hubArgs); i++ {
+		switch a := l.hubArgs[i]; a {
+		case "--kubernetes", "--discover":
+		case "--kubeconfig", "--namespace", "--lease-duration", "--discover-interval", "--degraded-journal", "--break-glass-inventory":
+			i++
+		default:
+			args = append(args, a)
+		}
+	}
+	l.hubArgs = args
+	l.startHub()
+	l.waitStatus(90*time.Second, "every machine healthy", allHealthy)
+	took := l.loseQuorum(3 * time.Minute)
+	resets := l.resets()
+	assert.Len(t, resets["cp-1"], 1)
+	assert.Len(t, resets["cp-2"], 1)
+	t.Logf("standalone: members killed → API server answering again in %v", took.Round(time.Millisecond))
+	fmt.Printf("quorum lost (2 of 3 etcd members killed) → API server answering again: standalone %v\n", took.Round(time.Millisecond))
+}
