@@ -19,13 +19,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
@@ -51,6 +54,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -236,6 +240,23 @@ func (l *lab) startHub() {
 	l.hub = proc.Start(l.t, fmt.Sprintf("hub (run %d)", l.hubRuns), exec.Command(bins.Hub, l.hubArgs...))
 }
 
+// startStandby starts a second hub replica (its own socket, gossip port and volume) that must stand by
+// throughout.
+func (l *lab) startStandby() *proc.Process {
+	args := append([]string(nil), l.hubArgs...)
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--socket":
+			args[i+1] = filepath.Join(l.dir, "standby.sock")
+		case "--gossip-bind":
+			args[i+1] = fmt.Sprintf("127.0.0.1:%d", proc.FreePort(l.t))
+		case "--degraded-journal":
+			args[i+1] = filepath.Join(l.dir, "standby-degraded.db")
+		}
+	}
+	return proc.Start(l.t, "standby hub", exec.Command(bins.Hub, args...))
+}
+
 func (l *lab) killHub() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -396,14 +417,23 @@ func (l *lab) healedInKubernetesMode() {
 // The whole failure: two of three members die, etcd and the API server with them; the leading hub
 // goes on alone with the break-glass BMCs, power-cycles both, and once the API server answers records
 // what it did as Remediations and Events. Also measured: the same failure with a standalone hub.
+//
+// A second replica stands by throughout: when the API server answers again it does not take the Lease
+// the degraded leader had no chance to renew (the leader renews it at the same epoch).
 func TestQuorumLostHealedInKubernetesMode(t *testing.T) {
 	l := startLab(t)
 	l.startHub()
 	l.waitStatus(90*time.Second, "leading, every machine healthy", allHealthy)
+	standby := l.startStandby()
+	time.Sleep(2 * time.Second) // campaigning
 	took := l.loseQuorum(3 * time.Minute)
 	t.Logf("Kubernetes mode (degraded): members killed → API server answering again in %v", took.Round(time.Millisecond))
 	l.healedInKubernetesMode()
 	l.waitStatus(60*time.Second, "leading again, every machine healthy", allHealthy)
+	var lease coordinationv1.Lease
+	require.NoError(t, l.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "hale-hub"}, &lease))
+	assert.EqualValues(t, 0, *lease.Spec.LeaseTransitions, "the degraded leader renewed its Lease: no new epoch")
+	assert.NotContains(t, standby.Logs(), `"msg":"leading"`, "the standby replica stood by")
 	fmt.Printf("quorum lost (2 of 3 etcd members killed) → API server answering again: Kubernetes mode (degraded) %v\n", took.Round(time.Millisecond))
 }
 
