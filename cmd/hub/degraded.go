@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -51,6 +53,56 @@ type degradedTerm struct {
 	// Unreachable is when the API server last failed to answer: the term's authority lasts a lease
 	// duration minus a retry period from then.
 	Unreachable time.Time `json:"unreachable"`
+	// Machines and Witnesses are the term's inventory (the last leader's: discovered, in general),
+	// for a hub that continues the term without the API server to discover it again.
+	Machines  []termMachine `json:"machines"`
+	Witnesses []string      `json:"witnesses,omitempty"`
+}
+
+// termMachine is a machine of the term's inventory, without its way to be healed (the break-glass
+// inventory gives that).
+type termMachine struct {
+	Name   string `json:"name"`
+	Node   string `json:"node"`
+	Member string `json:"member,omitempty"`
+	Class  string `json:"class,omitempty"`
+	Pool   string `json:"pool,omitempty"`
+	Hold   string `json:"hold,omitempty"`
+}
+
+// degradedInventory is a degraded term's inventory: the machines and witnesses of the term before it
+// (the expected observers stay the same), each machine with its BMC from the break-glass inventory and
+// healed by power (no owner is within reach). A machine the break-glass inventory does not list is
+// held; so is every machine without one (PowerFor says why), and a machine held before stays held.
+func degradedInventory(last hub.Inventory, breakGlass *hub.Inventory) hub.Inventory {
+	inv := last
+	inv.Machines = nil
+	for _, m := range last.Machines {
+		m.Replace = quorum.ReplaceOptions{}
+		if breakGlass != nil {
+			i := slices.IndexFunc(breakGlass.Machines, func(b hub.Machine) bool { return b.Name == m.Name })
+			if i < 0 {
+				m.Hold = cmp.Or(m.Hold, "not in the break-glass inventory: no BMC within reach while the API server does not answer")
+			} else {
+				b := breakGlass.Machines[i]
+				m.Endpoint, m.Credentials, m.CAFile, m.Insecure, m.Strategy = b.Endpoint, b.Credentials, b.CAFile, b.Insecure, b.Strategy
+				m.Member = cmp.Or(m.Member, b.Member)
+			}
+		}
+		inv.Machines = append(inv.Machines, m)
+	}
+	return inv
+}
+
+// termInventory is the inventory a continued term starts from: base's cluster and policy (the
+// inventory file) with the term's machines and witnesses.
+func termInventory(base hub.Inventory, t degradedTerm) hub.Inventory {
+	inv := hub.Inventory{Cluster: base.Cluster, Policy: base.Policy, Witnesses: t.Witnesses}
+	for _, m := range t.Machines {
+		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: m.Name, Node: m.Node, Member: m.Member},
+			Class: m.Class, Pool: m.Pool, Hold: m.Hold, Strategy: quorum.Reboot})
+	}
+	return inv
 }
 
 func termPath(journal string) string { return journal + ".term" }
@@ -153,14 +205,17 @@ func (d *degraded) afterLoss(ctx context.Context, leader *kube.Leader, renewed t
 	if err := d.apiAnswers(ctx); err == nil {
 		return // deposed, or the API server is back: campaign again
 	}
-	st := last.Status(ctx)
-	t := degradedTerm{Identity: leader.Identity(), Epoch: leader.Epoch(), Since: now, Why: why, Unreachable: now}
-	d.run(ctx, t, snapshotBrakes(st), last.Inventory())
+	inv := last.Inventory()
+	t := degradedTerm{Identity: leader.Identity(), Epoch: leader.Epoch(), Since: now, Why: why, Unreachable: now, Witnesses: inv.Witnesses}
+	for _, m := range inv.Machines {
+		t.Machines = append(t.Machines, termMachine{Name: m.Name, Node: m.Node, Member: m.Member, Class: m.Class, Pool: m.Pool, Hold: m.Hold})
+	}
+	d.run(ctx, t, snapshotBrakes(last.Status(ctx)), degradedInventory(inv, d.breakGlass))
 }
 
 // resume continues the degraded term a hub of this pod left (t, from the term file) when the API
 // server still does not answer and the term's authority lasts; it returns when it answers.
-func (d *degraded) resume(ctx context.Context, t degradedTerm, inv hub.Inventory) {
+func (d *degraded) resume(ctx context.Context, t degradedTerm, base hub.Inventory) {
 	if err := d.apiAnswers(ctx); err == nil {
 		d.log.Info("a degraded term was left unfinished; the API server answers: its journal is imported once this replica leads",
 			"identity", t.Identity, "epoch", t.Epoch)
@@ -172,12 +227,12 @@ func (d *degraded) resume(ctx context.Context, t degradedTerm, inv hub.Inventory
 		return
 	}
 	d.log.Warn("continuing the degraded term a hub of this pod left", "identity", t.Identity, "epoch", t.Epoch, "since", t.Since)
-	d.run(ctx, t, nil, inv)
+	d.run(ctx, t, nil, degradedInventory(termInventory(base, t), d.breakGlass))
 }
 
-// run runs one degraded hub on the local journal until the API server answers or ctx ends. brakes,
-// for a new term, are the brakes in force when the API server was lost (with the machines whose
-// remediation through the API server is in flight detached); a continued term has its own.
+// run runs one degraded hub on inv with the local journal until the API server answers or ctx ends.
+// brakes, for a new term, are the brakes in force when the API server was lost (with the machines
+// whose remediation through the API server is in flight detached); a continued term has its own.
 func (d *degraded) run(ctx context.Context, t degradedTerm, brakes *hub.Brakes, inv hub.Inventory) {
 	k := d.k
 	j, err := hub.OpenJournal(k.degradedJournal, d.o.keep)
@@ -199,9 +254,7 @@ func (d *degraded) run(ctx context.Context, t degradedTerm, brakes *hub.Brakes, 
 	var unreachable atomic.Int64
 	unreachable.Store(t.Unreachable.UnixNano())
 	with := "BMCs from the break-glass inventory " + k.breakGlass + "; power actions only (no owner hand-over, no metal3 annotation)"
-	if d.breakGlass != nil {
-		inv = *d.breakGlass
-	} else {
+	if d.breakGlass == nil {
 		with = "no break-glass inventory (--break-glass-inventory): no BMC is within reach, every machine is held"
 	}
 	why := fmt.Sprintf("since %s the API server does not answer and %s; acting alone as %s at epoch %d, local journal %s; %s",

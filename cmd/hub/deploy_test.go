@@ -29,7 +29,7 @@ import (
 
 const hubSA = "system:serviceaccount:hale-system:hale-hub"
 
-var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness"}
+var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness", "metal3-break-glass"}
 
 // kubectl runs the kubectl test/kube/build-assets built, beside kube-apiserver.
 func kubectl(_ *testing.T, args ...string) (string, error) { return kubeenv.Kubectl(args...) }
@@ -336,3 +336,73 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The hub as deployed is ready for a quorum loss: degraded mode on, its journal on a volume that
+// outlives a container restart; never scheduled on a control-plane node (it would die with the
+// machines it must heal); with the break-glass component, the inventory its flag names is in the
+// Secret it mounts, and the flag parses with the rest.
+func TestHubDeploymentReadyForQuorumLoss(t *testing.T) {
+	for _, o := range overlays {
+		out, err := kubectl(t, "kustomize", filepath.Join("..", "..", "deploy", "overlays", o))
+		require.NoError(t, err, out)
+		var hubDoc string
+		for _, doc := range strings.Split(out, "\n---\n") {
+			if strings.Contains(doc, "kind: Deployment\n") && strings.Contains(doc, "\n  name: hale-hub\n") {
+				hubDoc = doc
+			}
+		}
+		require.NotEmpty(t, hubDoc, o)
+		var d struct {
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Affinity struct {
+							NodeAffinity corev1.NodeAffinity `json:"nodeAffinity"`
+						} `json:"affinity"`
+						Containers []corev1.Container `json:"containers"`
+						Volumes    []corev1.Volume    `json:"volumes"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(hubDoc), &d), o)
+		pod := d.Spec.Template.Spec
+		terms := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		require.NotNil(t, terms, o)
+		assert.Contains(t, terms.NodeSelectorTerms[0].MatchExpressions, corev1.NodeSelectorRequirement{
+			Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpDoesNotExist}, o)
+		c := pod.Containers[0]
+		mounts := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			mounts[m.MountPath] = m.Name
+		}
+		volumes := map[string]corev1.Volume{}
+		for _, v := range pod.Volumes {
+			volumes[v.Name] = v
+		}
+		flag := func(name string) string {
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+					return v
+				}
+			}
+			return ""
+		}
+		journal := flag("degraded-journal")
+		require.NotEmpty(t, journal, "%s: degraded mode is on", o)
+		v := volumes[mounts[filepath.Dir(journal)]]
+		require.NotNil(t, v.EmptyDir, "%s: the degraded journal's directory %s is an emptyDir", o, filepath.Dir(journal))
+		assert.Empty(t, v.EmptyDir.Medium, "%s: on disk, not in memory", o)
+		bg := flag("break-glass-inventory")
+		if o != "metal3-break-glass" {
+			assert.Empty(t, bg, o)
+			continue
+		}
+		secret := volumes[mounts[filepath.Dir(bg)]].Secret
+		require.NotNil(t, secret, "%s: the break-glass inventory %s is in a mounted Secret", o, bg)
+		assert.Contains(t, out, "name: "+secret.SecretName+"\n", o)
+		assert.Contains(t, out, filepath.Base(bg)+": |", "%s: the Secret holds %s", o, filepath.Base(bg))
+		cmd := newRunCommand()
+		require.NoError(t, cmd.ParseFlags(c.Args[1:]), o)
+	}
+}
