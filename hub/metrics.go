@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,7 +88,7 @@ type hubCollector struct {
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
-	needOperator, degraded                                  *prometheus.Desc
+	needOperator, degraded, machineVerdict, machineStep     *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -110,6 +111,8 @@ func newHubCollector(h *Hub) *hubCollector {
 		detached:          d("hale_hub_detached_machines", "Machines detached by the operator."),
 		observersExpected: d("hale_hub_observers_expected", "Observers whose strict majority every action needs: the agents, the witnesses and the hub."),
 		observersHeard:    d("hale_hub_observers_heard", "Expected observers the hub hears now (itself included); below a strict majority of the expected, it acts on nothing."),
+		machineVerdict:    d("hale_hub_machine_verdict", "1 for each machine's current verdict (Healthy, Suspect, Unhealthy, Unknown), 0 for the others.", "machine", "verdict"),
+		machineStep:       d("hale_hub_machine_remediation_step", "For each machine with a remediation in flight, the index of the step under way (0-based; the step's text is in hub status).", "machine", "strategy", "steps"),
 		degraded:          d("hale_hub_degraded", "1 while this hub acts without the API server (Kubernetes mode's degraded mode: etcd quorum lost; see hub status)."),
 		loginWaits:        d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
@@ -117,7 +120,7 @@ func newHubCollector(h *Hub) *hubCollector {
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep} {
 		ch <- d
 	}
 }
@@ -131,6 +134,12 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	inFlight, detached, loginWaits := 0.0, 0.0, 0.0
 	needs := map[OperatorNeed]float64{NeedGaveUp: 0, NeedFlapping: 0, NeedFenced: 0}
 	for _, m := range st.Machines {
+		for _, v := range []Verdict{VerdictHealthy, VerdictSuspect, VerdictUnhealthy, "Unknown"} {
+			gauge(c.machineVerdict, boolGauge(m.Verdict == v), m.Name, string(v))
+		}
+		if r := m.Remediation; r != nil {
+			gauge(c.machineStep, float64(r.Step), m.Name, r.Strategy, strconv.Itoa(len(r.Steps)))
+		}
 		verdicts[m.Verdict]++
 		if m.NeedsOperator != "" {
 			needs[m.NeedsOperator]++

@@ -76,3 +76,41 @@ func TestAlertConventions(t *testing.T) {
 		}
 	}
 }
+
+// The dashboard component renders a ConfigMap the Grafana sidecar loads (label grafana_dashboard "1")
+// holding exactly deploy/components/dashboard/hale-dashboard.json, which is a dashboard whose every
+// panel has a description and a query (test/quorumlost runs each against a real Prometheus).
+func TestDashboardComponent(t *testing.T) {
+	dir := t.TempDir()
+	abs, err := filepath.Abs(filepath.Join("..", "..", "deploy", "components", "dashboard"))
+	require.NoError(t, err)
+	rel, err := filepath.Rel(dir, abs)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte("components: ["+rel+"]\n"), 0o600))
+	out, err := kubectl(t, "kustomize", dir)
+	require.NoError(t, err, out)
+	var cm struct {
+		Kind     string            `json:"kind"`
+		Metadata map[string]any    `json:"metadata"`
+		Data     map[string]string `json:"data"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(out), &cm))
+	assert.Equal(t, "ConfigMap", cm.Kind)
+	assert.Equal(t, map[string]any{"grafana_dashboard": "1"}, cm.Metadata["labels"])
+	file, err := os.ReadFile(filepath.Join(abs, "hale-dashboard.json"))
+	require.NoError(t, err)
+	assert.Equal(t, string(file), cm.Data["hale-dashboard.json"])
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Title, Description string
+			Targets            []struct{ Expr string }
+		} `json:"panels"`
+	}
+	require.NoError(t, yaml.Unmarshal(file, &dash))
+	assert.Equal(t, "hale", dash.UID)
+	for _, p := range dash.Panels {
+		assert.NotEmpty(t, p.Description, p.Title)
+		assert.NotEmpty(t, p.Targets, p.Title)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -49,6 +50,9 @@ func (p *Process) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 }
+
+// Signal sends sig to the process (SIGSTOP and SIGCONT: a process that hangs and comes back).
+func (p *Process) Signal(sig os.Signal) { _ = p.cmd.Process.Signal(sig) }
 
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }

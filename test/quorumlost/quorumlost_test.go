@@ -82,9 +82,12 @@ type lab struct {
 	cfg      *rest.Config
 	hubArgs  []string
 	socket   string
-	mu       sync.Mutex
-	hub      *proc.Process
-	hubRuns  int
+	// witnesses are the witness agents; scrape is every agent's metrics address.
+	witnesses []*proc.Process
+	scrape    []string
+	mu        sync.Mutex
+	hub       *proc.Process
+	hubRuns   int
 }
 
 // startLab starts etcd, the API server on it, the agents, the witnesses and the BMCs; the hub's
@@ -110,7 +113,12 @@ func startLab(t *testing.T) *lab {
 	for _, m := range l.machines {
 		l.powerOn(m)
 	}
+	for _, m := range l.machines {
+		l.scrape = append(l.scrape, fmt.Sprintf("127.0.0.1:%d", m.metrics))
+	}
 	for i := range 2 {
+		metrics := proc.FreePort(t)
+		l.scrape = append(l.scrape, fmt.Sprintf("127.0.0.1:%d", metrics))
 		cfg := l.write(fmt.Sprintf("agent-w-%d.yaml", i), fmt.Sprintf(`cluster: ql
 node: w-%d
 role: witness
@@ -118,8 +126,8 @@ reportInterval: 1s
 listen: 127.0.0.1:%d
 gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s}
 etcd: {endpoints: [%s]}
-`, i, proc.FreePort(t), proc.FreePort(t), strings.Join(l.joins, ", "), l.keyFile, strings.Join(endpoints, ", ")))
-		proc.Start(t, fmt.Sprintf("agent w-%d", i), exec.Command(bins.Agent, "-config", cfg))
+`, i, metrics, proc.FreePort(t), strings.Join(l.joins, ", "), l.keyFile, strings.Join(endpoints, ", ")))
+		l.witnesses = append(l.witnesses, proc.Start(t, fmt.Sprintf("agent w-%d", i), exec.Command(bins.Agent, "-config", cfg)))
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -238,6 +246,21 @@ func (l *lab) startHub() {
 	defer l.mu.Unlock()
 	l.hubRuns++
 	l.hub = proc.Start(l.t, fmt.Sprintf("hub (run %d)", l.hubRuns), exec.Command(bins.Hub, l.hubArgs...))
+}
+
+// standalone makes the hub's arguments those of a standalone hub (bbolt journal, the inventory's BMCs).
+func (l *lab) standalone() {
+	args := []string{"run", "--journal", filepath.Join(l.dir, "journal.db")}
+	for i := 1; i < len(l.hubArgs); i++ {
+		switch a := l.hubArgs[i]; a {
+		case "--kubernetes", "--discover":
+		case "--kubeconfig", "--namespace", "--lease-duration", "--discover-interval", "--degraded-journal", "--break-glass-inventory":
+			i++
+		default:
+			args = append(args, a)
+		}
+	}
+	l.hubArgs = args
 }
 
 // startStandby starts a second hub replica (its own socket, gossip port and volume) that must stand by
@@ -496,17 +519,7 @@ func TestQuorumLostWithoutBreakGlassIsHeld(t *testing.T) {
 // comparison the README prints.
 func TestQuorumLostStandaloneForComparison(t *testing.T) {
 	l := startLab(t)
-	args := []string{"run", "--journal", filepath.Join(l.dir, "journal.db")}
-	for i := 1; i < len(l.hubArgs); i++ {
-		switch a := l.hubArgs[i]; a {
-		case "--kubernetes", "--discover":
-		case "--kubeconfig", "--namespace", "--lease-duration", "--discover-interval", "--degraded-journal", "--break-glass-inventory":
-			i++
-		default:
-			args = append(args, a)
-		}
-	}
-	l.hubArgs = args
+	l.standalone()
 	l.startHub()
 	l.waitStatus(90*time.Second, "every machine healthy", allHealthy)
 	took := l.loseQuorum(3 * time.Minute)
