@@ -181,6 +181,14 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	// The hub in charge: one for the process standalone; in Kubernetes mode, one per leadership term
 	// (none while another replica leads), each with its own registry for its metrics.
 	var current atomic.Pointer[term]
+	base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hale_hub_leading",
+		Help: "1 while this hub is the one in charge (standalone; the Lease's leader, or degraded mode's), 0 on a standby replica."},
+		func() float64 {
+			if current.Load() != nil {
+				return 1
+			}
+			return 0
+		}))
 	newHub := func(store hub.Store, adjust func(*hub.Config)) (*hub.Hub, error) {
 		reg := prometheus.NewRegistry()
 		cfg := hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
