@@ -17,6 +17,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/test/promtest"
 )
 
 // bins are the binaries under test, built once for the package.
@@ -158,7 +159,8 @@ func (c *cluster) waitHealthy(t *testing.T, timeout time.Duration, what string) 
 // TestPartitionLongerThanAMinuteHeals: real processes in network namespaces, the hub and cp-0 cut off
 // (iptables) from cp-1 and cp-2 for longer than a minute (HALE_PARTITION_SECONDS, 70 by default). On
 // the hub's side: it hears 2 of its 4 expected observers, so it does nothing and says so (a crash of
-// cp-1 and cp-2 would look the same). After the heal: every observer sees every other again and every
+// cp-1 and cp-2 would look the same), and a real Prometheus beside it fires exactly the alerts of that
+// (no majority, not planning, observers missing), all cleared after the heal. After the heal: every observer sees every other again and every
 // machine is Healthy within seconds (memberlist alone never rejoins members it declared dead once it
 // stops gossiping to them), and no remediation was ever journaled, not even of cp-0, whose etcd had no
 // leader for the whole partition.
@@ -171,9 +173,18 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	}
 	c := startCluster(t)
 	c.waitHealthy(t, 90*time.Second, "at start")
+	// A real Prometheus beside the hub, in its namespace, with the shipped rules (for: 1 s), scraping
+	// the hub (the agents serve their metrics on their own loopback).
+	promDir := filepath.Join(c.dir, "prometheus")
+	require.NoError(t, os.MkdirAll(promDir, 0o700))
+	prom := promtest.Start(t, promtest.Options{Dir: promDir, Addr: "127.0.0.1:9090",
+		Rules: filepath.Join("..", "..", "deploy", "alerts", "hale.rules.yaml"), Targets: map[string][]string{"hale-hub": {"127.0.0.1:9357"}},
+		Start: func(argv ...string) { c.hubH.Start("prometheus", argv...) }, Dial: c.hubH.Dial})
+	prom.WaitFiring(30*time.Second, "all well")
 
 	c.lab.Cut([]*Host{c.hubH, c.cps[0]}, []*Host{c.cps[1], c.cps[2]})
 	t.Logf("partition: {hub, cp-0} | {cp-1, cp-2} for %v", hold)
+	prom.WaitFiring(30*time.Second, "the hub on the minority side", "HaleObserverMajorityLost", "HaleHubNotPlanning", "HaleObserversMissing")
 	saidWhy := false
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(time.Second) {
 		st, err := c.status(t.Context())
@@ -196,6 +207,7 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	took := c.waitHealthy(t, 60*time.Second, "after the heal")
 	t.Logf("partition of %v healed → every machine Healthy, all 4 observers heard, in %v", hold, took.Round(100*time.Millisecond))
 	fmt.Printf("netns partition: %v partition healed → all Healthy in %v\n", hold, took.Round(100*time.Millisecond))
+	prom.WaitFiring(30*time.Second, "healed")
 	// And nothing happens later either: longer than the probes' timeout (10 s), whose failures on the
 	// minority side (cp-0's etcd had no leader) must not count once the partition is over.
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
