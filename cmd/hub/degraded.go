@@ -197,13 +197,15 @@ func (d *degraded) afterLoss(ctx context.Context, leader *kube.Leader, renewed t
 		d.log.Warn("lost the lease without giving it up; not entering degraded mode", "lease", d.k.namespace+"/"+d.k.lease, "why", why)
 		return
 	}
+	if err := d.apiAnswers(ctx); err == nil {
+		return // deposed, or the API server is back: campaign again
+	}
+	// Decided now, after the probe: by now no standby may have taken the Lease yet.
+	now = time.Now()
 	if held := now.Sub(renewed); renewed.IsZero() || held > d.authority() {
 		d.log.Warn("quorum lost, but the lease was last renewed too long ago to act alone: another replica may hold it",
 			"renewed", renewed, "ago", held.Round(time.Millisecond))
 		return
-	}
-	if err := d.apiAnswers(ctx); err == nil {
-		return // deposed, or the API server is back: campaign again
 	}
 	inv := last.Inventory()
 	t := degradedTerm{Identity: leader.Identity(), Epoch: leader.Epoch(), Since: now, Why: why, Unreachable: now, Witnesses: inv.Witnesses}
