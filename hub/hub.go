@@ -246,24 +246,36 @@ func (h *Hub) Stalled(now time.Time, startGrace, stall time.Duration) string {
 	return ""
 }
 
-// QuorumLost reports whether the latest pass, within maxPassGap of now, heard a strict majority of
-// the expected observers and planned with etcd's quorum lost, and says what it saw either way. It is
+// EtcdQuorum is etcd's quorum as the hub's latest pass saw it.
+type EtcdQuorum int
+
+const (
+	// QuorumUnknown: no recent pass, no majority of the expected observers, or no plan.
+	QuorumUnknown EtcdQuorum = iota
+	// QuorumLost: a majority heard, a plan made, fewer healthy voters than the quorum.
+	QuorumLost
+	// QuorumHeld: a majority heard, a plan made, the quorum held.
+	QuorumHeld
+)
+
+// EtcdQuorum says how the latest pass, within maxPassGap of now, saw etcd's quorum, and what it saw:
+// only a pass that heard a strict majority of the expected observers and planned knows. It is
 // Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone only when
-// the majority shows that etcd cannot serve it.
-func (h *Hub) QuorumLost(now time.Time) (bool, string) {
+// the majority shows that etcd cannot serve it, and stops starting anything once it shows quorum again.
+func (h *Hub) EtcdQuorum(now time.Time) (EtcdQuorum, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch b := h.outcome.Budget; {
 	case h.lastPass.IsZero() || now.Sub(h.lastPass) > maxPassGap:
-		return false, "no recent pass of the hub"
+		return QuorumUnknown, "no recent pass of the hub"
 	case !h.hearing.Majority():
-		return false, h.hearing.String()
-	case h.planErr != "":
-		return false, "not planning: " + h.planErr
-	case b.Voters == 0 || !b.QuorumLost():
-		return false, "etcd: " + b.String()
+		return QuorumUnknown, h.hearing.String()
+	case h.planErr != "" || b.Voters == 0:
+		return QuorumUnknown, "not planning: " + h.planErr
+	case b.QuorumLost():
+		return QuorumLost, fmt.Sprintf("etcd: %s (%s)", b, h.hearing)
 	default:
-		return true, fmt.Sprintf("etcd: %s (%s)", b, h.hearing)
+		return QuorumHeld, "etcd: " + b.String()
 	}
 }
 

@@ -30,18 +30,21 @@ import (
 //
 // Why no two replicas act (README, "Quorum lost in Kubernetes mode"):
 //   - A leader enters degraded mode only while its own lease still holds by its clock (less than a
-//     lease duration, minus a retry period, after its last renewal) and only when a strict majority
-//     of the expected observers shows etcd's quorum lost. No other replica can have taken the Lease
-//     by then (a standby takes it a lease duration after the last renewal at the earliest), and none
-//     can take it afterwards: writing the Lease needs etcd's quorum.
+//     lease duration, minus half a retry period, after its last renewal) and only when a strict
+//     majority of the expected observers shows etcd's quorum lost. No other replica can have taken
+//     the Lease by then (a standby takes it a lease duration after the last renewal at the earliest),
+//     and none can take it afterwards: writing the Lease needs etcd's quorum.
 //   - When quorum and the API server come back, a standby takes the Lease of another holder only once
 //     the API server has answered with it unchanged for a lease duration (kube.Elect's patientLock);
 //     the degraded leader probes every retry period, stops at the first answer and renews the Lease as
 //     the same identity, at the same epoch, long before.
-//   - The degraded leader's authority lasts a lease duration (minus a retry period) from the last
-//     time the API server failed to answer it; it is renewed by every failed probe, and written to
-//     the term file beside the journal. A hub restarted in the same pod (same volume) continues the
-//     term only while that authority lasts; later it waits for the API server like any replica.
+//   - Once a pass of the degraded hub sees etcd's quorum again, it starts nothing new: a degraded
+//     leader that cannot reach the API server after quorum is back (its own partition) must not race a
+//     standby that can. What it had begun goes on (said in the README).
+//   - The degraded term's authority lasts as long from the last time the API server failed to answer
+//     it; every failed probe renews it, and it is written to the term file beside the journal. A hub
+//     restarted in the same pod (same volume) continues the term only while that authority lasts;
+//     later it waits for the API server like any replica.
 
 // degradedTerm is the term file beside the local journal: whose term it is, and since when the API
 // server has not answered. A hub that finds one continues that term (same identity, same epoch).
@@ -173,12 +176,14 @@ func checkDegradedFlags(k *kubeOptions) (*hub.Inventory, error) {
 // retry is how often the degraded hub asks the API server whether it answers again.
 func (d *degraded) retry() time.Duration { return d.k.leaseDuration / 10 }
 
-// authority is how long a degraded term lasts after the API server last failed to answer.
-func (d *degraded) authority() time.Duration { return d.k.leaseDuration - d.retry() }
+// authority bounds a leader's own lease by its clock (a standby takes it a lease duration after the
+// last renewal at the earliest; half a retry period is left for clocks and round trips), and a
+// degraded term after the API server last failed to answer.
+func (d *degraded) authority() time.Duration { return d.k.leaseDuration - d.retry()/2 }
 
-// apiAnswers reads the Lease: nil when the API server answers.
-func (d *degraded) apiAnswers(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, d.retry())
+// apiAnswers reads the Lease within timeout: nil when the API server answers.
+func (d *degraded) apiAnswers(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var lease coordinationv1.Lease
 	return d.c.Get(ctx, client.ObjectKey{Namespace: d.k.namespace, Name: d.k.lease}, &lease)
@@ -192,12 +197,15 @@ func (d *degraded) afterLoss(ctx context.Context, leader *kube.Leader, renewed t
 		return
 	}
 	now := time.Now()
-	lost, why := last.QuorumLost(now)
-	if !lost {
+	q, why := last.EtcdQuorum(now)
+	if q != hub.QuorumLost {
 		d.log.Warn("lost the lease without giving it up; not entering degraded mode", "lease", d.k.namespace+"/"+d.k.lease, "why", why)
 		return
 	}
-	if err := d.apiAnswers(ctx); err == nil {
+	// client-go gives the lease up after the renew deadline plus a retry period without a renewal
+	// (0.85 of the lease duration); half a retry period more for this probe leaves the decision
+	// within the authority.
+	if err := d.apiAnswers(ctx, d.retry()/2); err == nil {
 		return // deposed, or the API server is back: campaign again
 	}
 	// Decided now, after the probe: by now no standby may have taken the Lease yet.
@@ -218,7 +226,7 @@ func (d *degraded) afterLoss(ctx context.Context, leader *kube.Leader, renewed t
 // resume continues the degraded term a hub of this pod left (t, from the term file) when the API
 // server still does not answer and the term's authority lasts; it returns when it answers.
 func (d *degraded) resume(ctx context.Context, t degradedTerm, base hub.Inventory) {
-	if err := d.apiAnswers(ctx); err == nil {
+	if err := d.apiAnswers(ctx, d.retry()); err == nil {
 		d.log.Info("a degraded term was left unfinished; the API server answers: its journal is imported once this replica leads",
 			"identity", t.Identity, "epoch", t.Epoch)
 		return
@@ -264,7 +272,9 @@ func (d *degraded) run(ctx context.Context, t degradedTerm, brakes *hub.Brakes, 
 	d.log.Warn("degraded mode: acting without the API server", "why", why)
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
-	h, err := d.newHub(j, func(cfg *hub.Config) {
+	var h *hub.Hub
+	var quorumBack atomic.Pointer[string] // once a pass sees etcd's quorum again: nothing new starts
+	h, err = d.newHub(j, func(cfg *hub.Config) {
 		cfg.Inventory, cfg.Degraded, cfg.Brakes, cfg.Notify = inv, why, j, nil
 		if d.breakGlass == nil {
 			cfg.PowerFor = func(m hub.Machine) (hub.Power, error) {
@@ -278,7 +288,16 @@ func (d *degraded) run(ctx context.Context, t degradedTerm, brakes *hub.Brakes, 
 			if ago := time.Since(time.Unix(0, unreachable.Load())); ago > d.authority() {
 				return fmt.Sprintf("degraded mode: the API server last failed to answer %v ago, longer than this term's authority (%v): another replica may lead", ago.Round(time.Millisecond), d.authority())
 			}
+			if why := quorumBack.Load(); why != nil {
+				return "degraded mode: etcd has quorum again (" + *why + "): nothing new starts until the API server answers this hub (a replica that reaches it leads after a lease duration)"
+			}
 			return ""
+		}
+		cfg.AfterPass = func(uint64) {
+			if q, why := h.EtcdQuorum(time.Now()); q == hub.QuorumHeld && quorumBack.Load() == nil {
+				quorumBack.Store(&why)
+				d.log.Warn("degraded mode: etcd has quorum again; starting nothing new until the API server answers", "etcd", why)
+			}
 		}
 	})
 	if err != nil {
@@ -301,7 +320,7 @@ func (d *degraded) run(ctx context.Context, t degradedTerm, brakes *hub.Brakes, 
 			return
 		case <-tick.C:
 		}
-		if err := d.apiAnswers(ctx); err == nil {
+		if err := d.apiAnswers(ctx, d.retry()); err == nil {
 			d.log.Info("the API server answers again: leaving degraded mode; the local journal is imported once this replica leads",
 				"identity", t.Identity, "epoch", t.Epoch)
 			stop()
