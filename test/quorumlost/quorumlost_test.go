@@ -92,7 +92,10 @@ type lab struct {
 
 // startLab starts etcd, the API server on it, the agents, the witnesses and the BMCs; the hub's
 // arguments are ready, not started.
-func startLab(t *testing.T) *lab {
+func startLab(t *testing.T) *lab { return startLabWith(t, 200*time.Millisecond) }
+
+// startLabWith is startLab with BMCs that take powerOn to power a machine on.
+func startLabWith(t *testing.T, powerOn time.Duration) *lab {
 	l := &lab{t: t, dir: t.TempDir()}
 	l.socket = filepath.Join(l.dir, "hub.sock")
 	var initial, endpoints []string
@@ -141,7 +144,7 @@ etcd: {endpoints: [%s]}
 			}
 		}}
 	for _, m := range l.machines {
-		sims.Systems = append(sims.Systems, bmcsim.SystemConfig{ID: m.name, PowerOnDelay: 200 * time.Millisecond,
+		sims.Systems = append(sims.Systems, bmcsim.SystemConfig{ID: m.name, PowerOnDelay: powerOn,
 			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
 	}
 	l.redfish, err = bmcsim.Start(sims)
@@ -461,9 +464,10 @@ func TestQuorumLostHealedInKubernetesMode(t *testing.T) {
 }
 
 // The hub is killed while degraded; its replacement in the same pod (same volume) continues the term:
-// one power action each, both recorded.
+// one power action each, both recorded. The BMCs take 4 s to power a machine on, so that the kill
+// lands inside the degraded term's work and the API server cannot be back before the replacement.
 func TestQuorumLostHubKilledWhileDegraded(t *testing.T) {
-	l := startLab(t)
+	l := startLabWith(t, 4*time.Second)
 	l.startHub()
 	l.waitStatus(90*time.Second, "leading, every machine healthy", allHealthy)
 	ctx := t.Context()
