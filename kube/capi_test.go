@@ -5,25 +5,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/hub"
-	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // The MachineHealthCheck contract on real Cluster API v1beta2 Machines: the two conditions KCP and
 // MachineSet act on, skip-remediation honoured, remediate-machine recognised, the Machine
 // controller's other status fields left alone.
 func TestHandOverToOwner(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}))
 	machine := func(name string, annotations map[string]string) client.ObjectKey {
-		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "prod", Annotations: annotations},
+		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
 			Spec: clusterv1.MachineSpec{ClusterName: "prod", Bootstrap: clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name}}}
 		require.NoError(t, c.Create(ctx, m))
@@ -60,7 +57,7 @@ func TestHandOverToOwner(t *testing.T) {
 	skipped := machine("cp-2", map[string]string{clusterv1.MachineSkipRemediationAnnotation: ""})
 	err := HandOverToOwner(ctx, c, skipped, "dead")
 	require.ErrorIs(t, err, ErrSkipRemediation)
-	assert.Contains(t, err.Error(), "prod/cp-2")
+	assert.Contains(t, err.Error(), ns+"/cp-2")
 	assert.False(t, HandedOver(get(skipped)))
 
 	manual := machine("cp-3", map[string]string{clusterv1.RemediateMachineAnnotation: ""})
@@ -69,7 +66,7 @@ func TestHandOverToOwner(t *testing.T) {
 	assert.Equal(t, clusterv1.MachineHealthCheckHasRemediateAnnotationReason,
 		meta.FindStatusCondition(get(manual).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition).Reason)
 
-	assert.ErrorContains(t, HandOverToOwner(ctx, c, client.ObjectKey{Namespace: "prod", Name: "nope"}, "x"), "reading machine prod/nope")
+	assert.ErrorContains(t, HandOverToOwner(ctx, c, client.ObjectKey{Namespace: ns, Name: "nope"}, "x"), "reading machine "+ns+"/nope")
 
 	// The owner's answer, as KubeadmControlPlane writes it on OwnerRemediated.
 	owner := &MachineOwner{Client: c, Machine: cp1, OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2", OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
@@ -83,12 +80,12 @@ func TestHandOverToOwner(t *testing.T) {
 	st, where, err := owner.Progress(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, hub.OwnerWorking, st)
-	assert.Equal(t, "KubeadmControlPlane defers deleting Machine prod/cp-1: KubeadmControlPlane waiting for control plane Machine provisioning to complete before triggering remediation", where)
+	assert.Equal(t, "KubeadmControlPlane defers deleting Machine "+ns+"/cp-1: KubeadmControlPlane waiting for control plane Machine provisioning to complete before triggering remediation", where)
 	answer(cp1, "CannotBeRemediated", "KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)")
 	st, where, err = owner.Progress(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, hub.OwnerRefused, st)
-	assert.Equal(t, "KubeadmControlPlane prod/prod: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)", where)
+	assert.Equal(t, "KubeadmControlPlane "+ns+"/prod: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)", where)
 	require.NoError(t, owner.Withdraw(ctx))
 	m = get(cp1)
 	assert.False(t, HandedOver(m), "withdrawn: the owner will not act on it later")
@@ -106,5 +103,5 @@ func TestHandOverToOwner(t *testing.T) {
 	require.NoError(t, c.Status().Update(ctx, m))
 	require.NoError(t, WithdrawHandOver(ctx, c, byMHC))
 	assert.True(t, HandedOver(get(byMHC)))
-	require.NoError(t, WithdrawHandOver(ctx, c, client.ObjectKey{Namespace: "prod", Name: "gone"}))
+	require.NoError(t, WithdrawHandOver(ctx, c, client.ObjectKey{Namespace: ns, Name: "gone"}))
 }

@@ -7,26 +7,22 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
-	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // Two hubs campaign for one Lease; the leader dies (no release, as a crash) with a remediation's
 // intent written; the other takes over within the lease duration, with a higher epoch, resumes and
 // finishes the same remediation; every later write of the deposed leader is refused.
 func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
-	c, cfg := kubeenv.Start(t)
+	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	timing := LeaseTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
 	campaign := func(ctx context.Context, identity string) <-chan *Leader {
 		leaders := make(chan *Leader, 1)
 		go func() {
-			_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", identity, timing, func(lctx context.Context, l *Leader) {
+			_ = Elect(ctx, cfg, c, ns, "hale-hub", identity, timing, func(lctx context.Context, l *Leader) {
 				leaders <- l
 				<-lctx.Done()
 			}, nil)
@@ -37,7 +33,7 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	ctxA, killA := context.WithCancel(ctx)
 	defer killA()
 	a := <-campaign(ctxA, "hub-a")
-	jA := NewJournal(c, "hale-system", a.Epoch(), 5).WithFence(a.Check)
+	jA := NewJournal(c, ns, a.Epoch(), 5).WithFence(a.Check)
 	rem, err := jA.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-1 dead",
 		Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-1"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-1"}}})
 	require.NoError(t, err)
@@ -62,7 +58,7 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	assert.Less(t, took, timing.LeaseDuration+4*timing.RetryPeriod, "within the lease duration (plus the retry period)")
 	require.Greater(t, b.Epoch(), a.Epoch())
 
-	jB := NewJournal(c, "hale-system", b.Epoch(), 5).WithFence(b.Check)
+	jB := NewJournal(c, ns, b.Epoch(), 5).WithFence(b.Check)
 	active, err := jB.Active(ctx)
 	require.NoError(t, err)
 	require.Len(t, active, 1)
@@ -85,13 +81,12 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 // A leader whose pipeline stops (lead returns: a discovery error, a resume that cannot read a BMC) does
 // not keep the Lease while nothing runs: it gives it up at once, and the standby leads.
 func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
-	c, cfg := kubeenv.Start(t)
+	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	timing := LeaseTiming{LeaseDuration: 5 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 200 * time.Millisecond}
 	aLeads := make(chan *Leader, 1)
 	go func() {
-		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-a", timing, func(_ context.Context, l *Leader) {
+		_ = Elect(ctx, cfg, c, ns, "hale-hub", "hub-a", timing, func(_ context.Context, l *Leader) {
 			aLeads <- l // and return at once: the pipeline stopped
 		}, nil)
 	}()
@@ -99,7 +94,7 @@ func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
 	stopped := time.Now()
 	bLeads := make(chan *Leader, 1)
 	go func() {
-		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-b", timing, func(lctx context.Context, l *Leader) {
+		_ = Elect(ctx, cfg, c, ns, "hale-hub", "hub-b", timing, func(lctx context.Context, l *Leader) {
 			bLeads <- l
 			<-lctx.Done()
 		}, nil)

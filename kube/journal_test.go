@@ -7,26 +7,23 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
-	"github.com/hale-dev/hale/test/kubeenv"
 )
 
 // The Kubernetes journal on a real kube-apiserver: the same contract as the bbolt journal (intent
 // before, outcome after, pending intents found by the next hub, one remediation in progress per
 // machine, bounded history), a deposed hub's writes refused, and the objects readable with kubectl.
 func TestJournalOnAPIServer(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 
 	t.Run("crash between intent and outcome", func(t *testing.T) {
-		j1 := NewJournal(c, "hale-system", 1, 3)
+		j1 := NewJournal(c, ns, 1, 3)
 		r, err := j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
 			Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, Attempt: 1, AgentStarted: time.Unix(1700000000, 0).UTC()})
 		require.NoError(t, err)
@@ -35,13 +32,13 @@ func TestJournalOnAPIServer(t *testing.T) {
 		require.ErrorIs(t, err, hub.ErrActive)
 
 		// The hub dies; the next one (a newer epoch, as its lease says) finds the pending intent.
-		j2 := NewJournal(c, "hale-system", 2, 3)
+		j2 := NewJournal(c, ns, 2, 3)
 		active, err := j2.Active(ctx)
 		require.NoError(t, err)
 		require.Len(t, active, 1)
 		assert.Equal(t, r.ID, active[0].ID)
 		assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, active[0].Steps, "typed, written as text")
-		assert.Equal(t, []string{"power-cycle etcd-2", "await-healthy etcd-2"}, remediationObject(t, c, r.ID).Spec.Steps)
+		assert.Equal(t, []string{"power-cycle etcd-2", "await-healthy etcd-2"}, remediationObject(t, c, ns, r.ID).Spec.Steps)
 		assert.Equal(t, time.Unix(1700000000, 0).UTC(), active[0].AgentStarted)
 		pending, ok := active[0].Pending()
 		require.True(t, ok)
@@ -62,7 +59,7 @@ func TestJournalOnAPIServer(t *testing.T) {
 
 		// What kubectl shows.
 		var obj v1alpha1.Remediation
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: r.ID}, &obj))
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.ID}, &obj))
 		assert.Equal(t, v1alpha1.PhaseSucceeded, obj.Status.Phase)
 		assert.Equal(t, "Succeeded", obj.Labels[v1alpha1.LabelPhase])
 		assert.Equal(t, "cp-2", obj.Labels[v1alpha1.LabelMachine])
@@ -81,7 +78,7 @@ func TestJournalOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("bounded history, oldest first", func(t *testing.T) {
-		j := NewJournal(c, "hale-system", 5, 3)
+		j := NewJournal(c, ns, 5, 3)
 		for i := range 5 {
 			r, err := j.Begin(ctx, hub.Remediation{Machine: "Worker_7", Strategy: "reboot", Reason: fmt.Sprint("round ", i)})
 			require.NoError(t, err)
@@ -96,7 +93,7 @@ func TestJournalOnAPIServer(t *testing.T) {
 	})
 
 	t.Run("bad input", func(t *testing.T) {
-		j := NewJournal(c, "hale-system", 5, 3)
+		j := NewJournal(c, ns, 5, 3)
 		_, err := j.Begin(ctx, hub.Remediation{Strategy: "reboot"})
 		assert.ErrorContains(t, err, "machine name is empty")
 		assert.ErrorIs(t, j.Finish(ctx, "nope", hub.Failed, ""), hub.ErrNoRemediation)
@@ -106,9 +103,9 @@ func TestJournalOnAPIServer(t *testing.T) {
 	})
 }
 
-func remediationObject(t *testing.T, c client.Client, name string) *v1alpha1.Remediation {
+func remediationObject(t *testing.T, c client.Client, ns, name string) *v1alpha1.Remediation {
 	t.Helper()
 	var o v1alpha1.Remediation
-	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "hale-system", Name: name}, &o))
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &o))
 	return &o
 }

@@ -7,14 +7,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
-	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
 )
 
@@ -22,22 +19,21 @@ import (
 // simulated BMC: a fence powers the host off hard and keeps it off (the annotation stays) until a
 // reboot removes it; a hard cycle asks for mode hard; a paused host is refused with the reason.
 func TestMetal3HostPower(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metal3"}}))
 	sim, err := bmcsim.Start(bmcsim.Config{Username: "admin", Password: "pw", PlainHTTP: true,
 		Systems: []bmcsim.SystemConfig{{ID: "1", ShutdownDelay: 20 * time.Millisecond, CycleOffDuration: 20 * time.Millisecond}}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sim.Close() })
 	ep, err := bmc.ParseEndpoint(sim.Endpoint() + "/systems/1")
 	require.NoError(t, err)
-	createHost(t, c, "metal3", "host-1", ep.String(), "", nil)
-	op := &metal3sim.Operator{Client: c, Namespace: "metal3", Interval: 30 * time.Millisecond, Log: slog.New(slog.DiscardHandler),
+	createHost(t, c, ns, "host-1", ep.String(), "", nil)
+	op := &metal3sim.Operator{Client: c, Namespace: ns, Interval: 30 * time.Millisecond, Log: slog.New(slog.DiscardHandler),
 		Power: func(string) (*bmc.Controller, error) {
 			return bmc.New(ep, bmc.NewCredentials("admin", "pw"), bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second})
 		}}
 	go op.Run(ctx)
-	h := &Metal3Host{Client: c, Key: client.ObjectKey{Namespace: "metal3", Name: "host-1"}, Poll: 20 * time.Millisecond, Timeout: 10 * time.Second}
+	h := &Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host-1"}, Poll: 20 * time.Millisecond, Timeout: 10 * time.Second}
 	require.Eventually(t, func() bool { st, _, err := h.Status(ctx); return err == nil && st == bmc.PowerOn }, 5*time.Second, 20*time.Millisecond)
 	annotation := func() (string, bool) {
 		u := &unstructured.Unstructured{}
@@ -77,5 +73,5 @@ func TestMetal3HostPower(t *testing.T) {
 	u.SetAnnotations(map[string]string{HostPausedAnnotation: ""})
 	require.NoError(t, c.Patch(ctx, u, client.MergeFrom(before)))
 	_, err = h.Reboot(ctx)
-	require.EqualError(t, err, "BareMetalHost metal3/host-1 is annotated baremetalhost.metal3.io/paused: its operator does not act on it, so neither does Hale")
+	require.EqualError(t, err, "BareMetalHost "+ns+"/host-1 is annotated baremetalhost.metal3.io/paused: its operator does not act on it, so neither does Hale")
 }

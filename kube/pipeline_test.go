@@ -3,11 +3,14 @@ package kube
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,12 +33,11 @@ import (
 // BMCs) with a hub that leads a Lease and records its remediations as Remediation objects on a real
 // kube-apiserver. A hung machine is healed once, and the object tells the whole story.
 func TestHubOnRemediationObjects(t *testing.T) {
-	c, cfg := kubeenv.Start(t)
+	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	leaders := make(chan *Leader, 1)
 	go func() {
-		_ = Elect(ctx, cfg, c, "hale-system", "hale-hub", "hub-test", LeaseTiming{LeaseDuration: 2 * time.Second,
+		_ = Elect(ctx, cfg, c, ns, "hale-hub", "hub-test", LeaseTiming{LeaseDuration: 2 * time.Second,
 			RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}, func(lctx context.Context, l *Leader) {
 			leaders <- l
 			<-lctx.Done()
@@ -43,7 +46,7 @@ func TestHubOnRemediationObjects(t *testing.T) {
 	leader := <-leaders
 
 	tb := startTestbed(t)
-	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(c, "hale-system", leader.Epoch(), 5).WithFence(leader.Check)}))
+	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(c, ns, leader.Epoch(), 5).WithFence(leader.Check)}))
 	require.NoError(t, tb.Settle(ctx))
 
 	tb.Hang(2)
@@ -54,7 +57,7 @@ func TestHubOnRemediationObjects(t *testing.T) {
 	assert.Len(t, tb.Resets(2), 1, "one power action")
 
 	var list v1alpha1.RemediationList
-	require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system"), client.MatchingLabels{v1alpha1.LabelMachine: "cp-2"}))
+	require.NoError(t, c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelMachine: "cp-2"}))
 	require.Len(t, list.Items, 1)
 	obj := list.Items[0]
 	assert.Equal(t, v1alpha1.PhaseSucceeded, obj.Status.Phase)
@@ -71,12 +74,11 @@ func TestHubOnRemediationObjects(t *testing.T) {
 // Pause through the HealthPolicy and through a paused Cluster API Cluster, acknowledged in the
 // policy's status in two phases: Pausing while a BMC step is in flight, Paused once it is done.
 func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
-	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}
+	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
 	require.NoError(t, c.Create(ctx, policy))
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "hale-system"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(ctx, cluster))
 
 	tb := startTestbed(t)
@@ -112,12 +114,12 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 		}
 		return false
 	}))
-	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"},
+	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
 		Spec: v1alpha1.HealthPolicySpec{Paused: true}}, client.Merge))
 	waitPause("Pausing")
 	waitPause("Paused")
 	tb.Sim().SetFaults(bmcsim.Faults{})
-	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}},
+	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
 	waitPause("Running")
 	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-1 healed", func() bool { n, st := tb.Remediations(1); return n == 1 && st == hub.Succeeded }))
@@ -130,7 +132,7 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	cond := meta.FindStatusCondition(p.Status.Conditions, "Paused")
 	require.NotNil(t, cond)
 	assert.Equal(t, "ClusterPaused", cond.Reason)
-	assert.Contains(t, cond.Message, "paused by Cluster API Cluster hale-system/prod")
+	assert.Contains(t, cond.Message, "paused by Cluster API Cluster "+ns+"/prod")
 	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
 }
 
@@ -139,11 +141,10 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 // change to the same fields reaches the hub; a paused Cluster API Cluster is a pause of its own, and
 // any pause holds; a new leader finds the brakes where the last one left them.
 func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
-	policyKey := client.ObjectKey{Namespace: "hale-system", Name: "default"}
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "hale-system"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+	policyKey := client.ObjectKey{Namespace: ns, Name: "default"}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(ctx, cluster))
 	clusterKey := client.ObjectKeyFromObject(cluster)
 
@@ -185,7 +186,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	assert.Equal(t, "operator alice", h.Status(ctx).PausedBy[0].By)
 
 	// kubectl lifts the pause: the hub follows.
-	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}},
+	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
 	require.Eventually(t, func() bool { return h.PauseState() == hub.Running }, 10*time.Second, 20*time.Millisecond)
 
@@ -204,17 +205,16 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 // A notice about the hub as a whole (it lost the majority of its expected observers, or heard one
 // again) is an Event on its HealthPolicy, where `kubectl describe healthpolicy` shows it.
 func TestHubNoticeIsAnEventOnTheHealthPolicy(t *testing.T) {
-	c, _ := kubeenv.Start(t)
+	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
 	sink := NewEventSink(c, &Discovery{Client: c}, "hub-test", slog.New(slog.DiscardHandler))
-	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: "hale-system", Name: "default"}
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: ns, Name: "default"}
 	go sink.Run(ctx)
 	sink.Notify(hub.Notice{Reason: "ObserverMajorityLost", Warning: true,
 		Message: "the hub hears 2 of 6 expected observers (the hub, cp-0); a strict majority is 4: a partition and a crash look the same from here"})
 	require.Eventually(t, func() bool {
 		var events eventsv1.EventList
-		require.NoError(t, c.List(ctx, &events, client.InNamespace("hale-system")))
+		require.NoError(t, c.List(ctx, &events, client.InNamespace(ns)))
 		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
 			return e.Regarding.Kind == "HealthPolicy" && e.Regarding.Name == "default" && e.Reason == "ObserverMajorityLost" &&
 				e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "hears 2 of 6")
@@ -227,10 +227,9 @@ func TestHubNoticeIsAnEventOnTheHealthPolicy(t *testing.T) {
 // condition says what is in force and which fields come from the policy; a bad value names its
 // field and keeps what is in force; a field unset falls back to the inventory's.
 func TestHealthPolicySpecIsThePolicy(t *testing.T) {
-	c, cfg := kubeenv.Start(t)
+	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
-	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "hale-system"}}
+	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
 	require.NoError(t, c.Create(ctx, policy))
 	tb := startTestbed(t)
 	require.NoError(t, tb.StartHub(demo.HubOptions{}))
@@ -240,7 +239,7 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
 	patch := func(spec string) {
 		t.Helper()
-		out, err := kubeenv.Kubectl("--kubeconfig", kc, "-n", "hale-system", "patch", "healthpolicy", "default", "--type", "merge", "-p", `{"spec":`+spec+`}`)
+		out, err := kubeenv.Kubectl("--kubeconfig", kc, "-n", ns, "patch", "healthpolicy", "default", "--type", "merge", "-p", `{"spec":`+spec+`}`)
 		require.NoError(t, err, out)
 	}
 	applied := func() *metav1.Condition {
@@ -293,3 +292,65 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 		return st.Policy.MinFaultTolerance == 0 && st.Policy.MaxInFlight != "2" && st.Budget != nil && st.Budget.Available == 1
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// The hub's pass reads nothing from the API server: failure counts, cooldowns, holds and brakes are
+// in memory (loaded at start, updated on write). Every API request of the pass's dependencies (the
+// Remediation journal, the HealthPolicy brakes, the Event sink) is counted: in steady state, with a
+// machine held (detached and hung, said once), N passes, a status and a scrape make none.
+func TestPassesMakeNoAPIRequests(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}))
+
+	var mu sync.Mutex
+	var requests []string
+	counted := rest.CopyConfig(cfg)
+	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			mu.Lock()
+			requests = append(requests, r.Method+" "+r.URL.Path)
+			mu.Unlock()
+			return rt.RoundTrip(r)
+		})
+	}
+	cc, err := client.New(counted, client.Options{Scheme: c.Scheme()})
+	require.NoError(t, err)
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(requests)
+	}
+
+	sink := NewEventSink(cc, &Discovery{Client: cc}, "hub-test", slog.New(slog.DiscardHandler))
+	go sink.Run(ctx)
+	reg := prometheus.NewRegistry()
+	tb := startTestbed(t)
+	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(cc, ns, 1, 5), Configure: func(hc *hub.Config) {
+		hc.Brakes = PolicyBrakes{Client: cc, Policy: client.ObjectKey{Namespace: ns, Name: "default"}}
+		hc.Notify = sink.Notify
+		hc.Metrics = reg
+	}}))
+	require.NoError(t, tb.Settle(ctx))
+	require.NoError(t, tb.Hub().SetDetached(ctx, "cp-1", true, "operator carol", "disk swap"))
+	tb.Hang(1)
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-1 held", func() bool {
+		m := tb.Hub().Status(ctx).Machines[1]
+		return m.Verdict == hub.VerdictUnhealthy && m.Detached
+	}))
+	require.NoError(t, tb.Passes(ctx, 3)) // the hold's notice said, and its Event written
+	require.NotEmpty(t, seen(), "the counter sees the journal's load and the detach's write")
+
+	before := len(seen())
+	require.NoError(t, tb.Passes(ctx, 50))
+	st := tb.Hub().Status(ctx)
+	_, err = reg.Gather()
+	require.NoError(t, err)
+	require.NoError(t, tb.Passes(ctx, 1))
+	assert.Empty(t, seen()[before:], "API requests in 51 passes, a status and a scrape")
+	assert.Contains(t, st.Machines[1].Decision, "detached", "the machine is held all along")
+	assert.Empty(t, tb.Resets(1), "nothing done to the detached machine")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

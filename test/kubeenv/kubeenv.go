@@ -7,14 +7,20 @@ package kubeenv
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -29,47 +35,70 @@ import (
 )
 
 // repoRoot is the module's root: where go.mod is, from the test's directory up.
-func repoRoot(t testing.TB) string {
-	t.Helper()
+func repoRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
-	require.NoError(t, err)
-	return filepath.Dir(strings.TrimSpace(string(out)))
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
 // moduleDir is where the module cache holds module@version (downloaded when missing): Cluster API's
 // CRDs come from there, as its own repository ships them.
-func moduleDir(t testing.TB, modVersion string) string {
-	t.Helper()
+func moduleDir(modVersion string) (string, error) {
 	out, err := exec.Command("go", "mod", "download", "-json", modVersion).Output()
-	require.NoError(t, err, "go mod download %s", modVersion)
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s: %w", modVersion, err)
+	}
 	var m struct{ Dir, Error string }
-	require.NoError(t, json.Unmarshal(out, &m))
-	require.Empty(t, m.Error)
-	return m.Dir
+	if err := json.Unmarshal(out, &m); err != nil {
+		return "", fmt.Errorf("go mod download %s: %w", modVersion, err)
+	}
+	if m.Error != "" {
+		return "", fmt.Errorf("go mod download %s: %s", modVersion, m.Error)
+	}
+	return m.Dir, nil
+}
+
+// crdDirs are the CRDs Start installs besides Hale's: Cluster API's core and KubeadmControlPlane,
+// and the stand-in BareMetalHost (or metal3's own, when metal3CRDs is set).
+func crdDirs(metal3CRDs string) ([]string, error) {
+	capi, err := moduleDir("sigs.k8s.io/cluster-api@v1.14.2")
+	if err != nil {
+		return nil, err
+	}
+	if metal3CRDs == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return nil, err
+		}
+		metal3CRDs = filepath.Join(root, "test", "kubeenv", "crds")
+	}
+	return []string{capi + "/core/config/crd/bases", capi + "/controlplane/kubeadm/config/crd/bases", metal3CRDs}, nil
 }
 
 // Start starts the API server for the test and returns a client (with Hale's, Cluster API's and the
-// built-in types) and its config; it stops when the test ends.
+// built-in types) and its config; it stops when the test ends. Tests that touch only namespaced
+// objects share one server instead (Shared).
 func Start(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
-	return start(t, capi+"/core/config/crd/bases", capi+"/controlplane/kubeadm/config/crd/bases",
-		filepath.Join(repoRoot(t), "test", "kubeenv", "crds"))
+	return StartWithMetal3(t, "")
 }
 
 // StartWithMetal3 is Start with metal3's own CRDs from metal3CRDs (the real baremetal-operator's
 // config/base/crds/bases, test/kube/build-bmo) in place of the stand-in BareMetalHost CRD.
 func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
 	t.Helper()
-	capi := moduleDir(t, "sigs.k8s.io/cluster-api@v1.14.2")
-	return start(t, capi+"/core/config/crd/bases", capi+"/controlplane/kubeadm/config/crd/bases", metal3CRDs)
+	dirs, err := crdDirs(metal3CRDs)
+	require.NoError(t, err)
+	return startOn(t, nil, dirs...)
 }
 
 // StartBare is Start with Hale's CRDs only: for tests that install Cluster API's own way (test/capi
 // renders each provider's config with its webhooks).
 func StartBare(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	return start(t)
+	return startOn(t, nil)
 }
 
 // StartOnEtcd is Start on the etcd cluster at endpoints (client URLs) instead of envtest's own
@@ -79,36 +108,97 @@ func StartOnEtcd(t testing.TB, endpoints []string) (client.Client, *rest.Config)
 	return startOn(t, endpoints)
 }
 
-// start starts the API server with Hale's CRDs and those in crdDirs.
-func start(t testing.TB, crdDirs ...string) (client.Client, *rest.Config) {
-	t.Helper()
-	return startOn(t, nil, crdDirs...)
-}
-
-// startOn is start, on the etcd at endpoints when there are any.
+// startOn starts the API server with Hale's CRDs and those in crdDirs, on the etcd at endpoints when
+// there are any; it stops when the test ends.
 func startOn(t testing.TB, endpoints []string, crdDirs ...string) (client.Client, *rest.Config) {
 	t.Helper()
+	env, c, cfg, err := launch(endpoints, crdDirs...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	return c, cfg
+}
+
+// launch starts an API server with Hale's CRDs and those in crdDirs.
+func launch(endpoints []string, crdDirs ...string) (*envtest.Environment, client.Client, *rest.Config, error) {
 	assets := kubeassets.Dir()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		t.Fatalf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
+		return nil, nil, nil, fmt.Errorf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: append([]string{filepath.Join(repoRoot(t), "deploy", "crds")}, crdDirs...)}
+		CRDDirectoryPaths: append([]string{filepath.Join(root, "deploy", "crds")}, crdDirs...)}
 	if len(endpoints) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Set("etcd-servers", strings.Join(endpoints, ","))
 	}
 	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("starting the API server: %w", err)
+	}
 	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	require.NoError(t, v1alpha1.AddToScheme(scheme))
-	require.NoError(t, clusterv1.AddToScheme(scheme))
-	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, clusterv1.AddToScheme, apiextensionsv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			_ = env.Stop()
+			return nil, nil, nil, err
+		}
+	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	require.NoError(t, err)
-	return c, cfg
+	if err != nil {
+		_ = env.Stop()
+		return nil, nil, nil, err
+	}
+	return env, c, cfg, nil
 }
+
+// Shared is one API server (as Start's) for the tests of one test binary: the first test that asks
+// starts it, the package's TestMain stops it after the last (Run). Each test gets a namespace of its
+// own, so tests that touch only namespaced objects cannot see each other's. A test that needs
+// cluster-scoped objects of its own (Nodes, RBAC, admission policies), other CRDs or another etcd
+// starts its own server.
+type Shared struct {
+	once sync.Once
+	env  *envtest.Environment
+	c    client.Client
+	cfg  *rest.Config
+	err  error
+	n    atomic.Int64
+}
+
+// Run runs the package's tests (TestMain's m) and stops the server if one started; it returns the
+// exit code for os.Exit.
+func (s *Shared) Run(m *testing.M) int {
+	code := m.Run()
+	if s.env != nil {
+		if err := s.env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the shared API server: %v\n", err)
+		}
+	}
+	return code
+}
+
+// Namespace returns the shared server's client and config, and a new namespace for the test (named
+// after it, created).
+func (s *Shared) Namespace(t testing.TB) (client.Client, *rest.Config, string) {
+	t.Helper()
+	s.once.Do(func() {
+		var dirs []string
+		if dirs, s.err = crdDirs(""); s.err == nil {
+			s.env, s.c, s.cfg, s.err = launch(nil, dirs...)
+		}
+	})
+	require.NoError(t, s.err, "the package's shared API server")
+	name := fmt.Sprintf("t%d-%s", s.n.Add(1), strings.Trim(nonName.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-"))
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	require.NoError(t, s.c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return s.c, s.cfg, name
+}
+
+// nonName is what a namespace's name may not hold.
+var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // Kubectl runs the kubectl test/kube/build-assets built and returns its combined output.
 func Kubectl(args ...string) (string, error) {
