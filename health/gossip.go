@@ -126,6 +126,11 @@ type Gossip struct {
 	// addrs is each peer's last gossip address as memberlist knew it; reported the one its reports
 	// give (for peers this member never met: a hub restarted while they were cut off).
 	addrs, reported map[string]string
+	// nodes are the live peers as memberlist last described them, copied in its callbacks (which run
+	// under its node lock): the *Node values its Members returns are rewritten in place by its alive
+	// handling (address, meta, protocol versions), so reading them afterwards is a data race
+	// (hashicorp/memberlist#306). Only their names are read from Members.
+	nodes map[string]memberlist.Node
 	keep            map[string]bool // KeepJoined's
 	joining         map[string]bool // a reconnect attempt in flight
 	done            chan struct{}   // closed by Shutdown
@@ -164,7 +169,7 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
 		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{},
 		rejected: map[string]int{}, expired: map[string]uint64{},
-		addrs: map[string]string{}, reported: map[string]string{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}
+		addrs: map[string]string{}, reported: map[string]string{}, nodes: map[string]memberlist.Node{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}
 	g.dedup = newLogDedup(g.log)
 
 	mc := memberlist.DefaultLANConfig()
@@ -369,19 +374,30 @@ func (g *Gossip) Publish(r Report) error {
 	// (TCP when it is too large for a packet even compressed), and let each receiver pass it on once
 	// (the relay queue) in case a packet was lost; push/pull catches up whatever is left.
 	var errs []error
-	for _, m := range g.ml.Members() {
-		if m.Name == g.cfg.Node {
-			continue
-		}
+	for _, m := range g.liveNodes() {
 		send := g.ml.SendBestEffort
 		if len(msg) > maxBroadcast {
 			send = g.ml.SendReliable
 		}
-		if err := send(m, msg); err != nil {
+		if err := send(&m, msg); err != nil {
 			errs = append(errs, fmt.Errorf("sending report to %s: %w", m.Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// liveNodes returns the live peers (memberlist's members but this one), as copied in its callbacks.
+func (g *Gossip) liveNodes() []memberlist.Node {
+	members := g.ml.Members() // never with g.mu held (see Publish); names only (see nodes)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]memberlist.Node, 0, len(members))
+	for _, m := range members {
+		if n, ok := g.nodes[m.Name]; ok && m.Name != g.cfg.Node {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // maxBroadcast is the largest message sent as a UDP broadcast; larger ones go over TCP.
@@ -708,10 +724,7 @@ type Member struct {
 // Members returns the live members other than this one, with their roles and start times.
 func (g *Gossip) Members() []Member {
 	var out []Member
-	for _, n := range g.ml.Members() {
-		if n.Name == g.cfg.Node {
-			continue
-		}
+	for _, n := range g.liveNodes() {
 		role, started, _ := strings.Cut(string(n.Meta), " ")
 		m := Member{Name: n.Name, Role: role}
 		if ns, err := strconv.ParseInt(started, 10, 64); err == nil {
@@ -788,6 +801,13 @@ func (e *events) set(n *memberlist.Node, st PeerState) {
 	}
 	e.mu.Lock()
 	e.addrs[n.Name] = n.Address()
+	if st == PeerAlive {
+		cp := *n
+		cp.Addr, cp.Meta = slices.Clone(n.Addr), slices.Clone(n.Meta)
+		e.nodes[n.Name] = cp
+	} else {
+		delete(e.nodes, n.Name)
+	}
 	pv, ok := e.peers[n.Name]
 	changed := !ok || pv.State != st
 	if changed {

@@ -304,6 +304,40 @@ func TestPublishWhileMembersComeAndGo(t *testing.T) {
 	}
 }
 
+// memberlist rewrites a live member's Node in place (address, meta, protocol versions) at every alive
+// message with a newer incarnation, under its node lock; the *Node values its Members returns must not
+// be read afterwards (hashicorp/memberlist#306: the race detector caught the hub's standby check reading
+// a peer's meta). A peer announcing itself again and again while this member lists its members and
+// publishes: with -race, any read of memberlist's live Nodes fails it.
+func TestMembersAndPublishWhilePeersAnnounce(t *testing.T) {
+	p := startPool(t, 2)
+	g, peer := p.members[0], p.members[1]
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = peer.ml.UpdateNode(time.Second) // a new incarnation, sent to g as an alive message
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		members := g.Members()
+		require.Len(t, members, 1)
+		require.Equal(t, peer.cfg.Node, members[0].Name)
+		require.Equal(t, peer.cfg.Role, members[0].Role)
+		require.NoError(t, g.Publish(Report{}))
+	}
+	close(stop)
+	<-done
+}
+
 // rotationPool is 5 agents and a hub, each reading its own key file (reloaded every 50 ms), and a
 // record of every peer any of them saw die.
 type rotationPool struct {
