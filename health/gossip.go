@@ -130,10 +130,10 @@ type Gossip struct {
 	// under its node lock): the *Node values its Members returns are rewritten in place by its alive
 	// handling (address, meta, protocol versions), so reading them afterwards is a data race
 	// (hashicorp/memberlist#306). Only their names are read from Members.
-	nodes map[string]memberlist.Node
-	keep            map[string]bool // KeepJoined's
-	joining         map[string]bool // a reconnect attempt in flight
-	done            chan struct{}   // closed by Shutdown
+	nodes   map[string]memberlist.Node
+	keep    map[string]bool // KeepJoined's
+	joining map[string]bool // a reconnect attempt in flight
+	done    chan struct{}   // closed by Shutdown
 }
 
 // clockSample is a peer's clock offset (its send time minus our receive time) and when it was taken.
