@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -134,11 +135,25 @@ func loadInventory(path string, machinesRequired bool) (Inventory, error) {
 	if err := config.Load(path, &f); err != nil {
 		return Inventory{}, err
 	}
+	f.resolvePaths(filepath.Dir(path))
 	inv, err := f.validate(machinesRequired)
 	if err != nil {
 		return Inventory{}, fmt.Errorf("inventory %s: %w", path, err)
 	}
 	return inv, nil
+}
+
+// resolvePaths makes each machine's relative credentials and caFile paths relative to dir, the
+// inventory's own directory (as kubectl does with a kubeconfig's files), not to wherever the hub was
+// started from: the same file means the same BMC credentials under systemd, a shell or a container.
+func (f InventoryFile) resolvePaths(dir string) {
+	for i := range f.Machines {
+		for _, p := range []*string{&f.Machines[i].BMC.Credentials, &f.Machines[i].BMC.CAFile} {
+			if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(dir, *p)
+			}
+		}
+	}
 }
 
 func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {

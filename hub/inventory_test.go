@@ -13,9 +13,9 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// exampleInventory is examples/inventory.yaml in a temporary directory, its credentials a copy of
+// exampleInventory is examples/inventory.yaml in a temporary directory beside a copy of
 // examples/bmc-credentials that only its owner may read (a checkout leaves the example readable by all,
-// which the hub refuses).
+// which the hub refuses). The example names its credentials relative to itself.
 func exampleInventory(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -25,8 +25,37 @@ func exampleInventory(t testing.TB) string {
 	inv, err := os.ReadFile("../examples/inventory.yaml")
 	require.NoError(t, err)
 	path := filepath.Join(dir, "inventory.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(strings.ReplaceAll(string(inv), "examples/bmc-credentials", filepath.Join(dir, "bmc-credentials"))), 0o600))
+	require.NoError(t, os.WriteFile(path, inv, 0o600))
 	return path
+}
+
+// Relative credentials and caFile paths are the inventory's directory's, not the working directory's:
+// the hub started from anywhere (systemd starts it in /) reads the same files.
+func TestInventoryPathsAreRelativeToTheFile(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "secrets"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "secrets", "bmc"), []byte("username=admin\npassword=pw\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("not read here"), 0o600))
+	abs := filepath.Join(dir, "secrets", "bmc")
+	body := "cluster: c\nclasses: {cp: {strategy: reboot}}\nmachines:\n" +
+		"  - {name: m1, member: e1, class: cp, bmc: {endpoint: \"redfish://10.0.0.1\", credentials: secrets/bmc, caFile: ca.pem}}\n" +
+		"  - {name: m2, member: e2, class: cp, bmc: {endpoint: \"redfish://10.0.0.2\", credentials: " + abs + "}}\n" +
+		"  - {name: m3, member: e3, class: cp, bmc: {endpoint: \"redfish://10.0.0.3\", credentials: ./secrets/../secrets/bmc}}\n"
+	path := filepath.Join(dir, "inventory.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	t.Chdir(t.TempDir()) // somewhere else: nothing there
+	inv, err := LoadInventory(path)
+	require.NoError(t, err)
+	for _, m := range inv.Machines {
+		assert.Equal(t, "admin", m.Credentials.Username, m.Name)
+	}
+	assert.Equal(t, filepath.Join(dir, "ca.pem"), inv.Machines[0].CAFile)
+
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(body, "secrets/bmc,", "missing/bmc,", 1)), 0o600))
+	_, err = LoadInventory(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "machines[0] (m1).bmc.credentials")
+	assert.Contains(t, err.Error(), filepath.Join(dir, "missing", "bmc"), "the error names the path it tried")
 }
 
 func TestLoadExampleInventory(t *testing.T) {
@@ -91,9 +120,10 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 }
 
 func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
-	good, err := os.ReadFile(exampleInventory(t))
+	example := exampleInventory(t)
+	good, err := os.ReadFile(example)
 	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "inv.yaml")
+	path := filepath.Join(filepath.Dir(example), "inv.yaml") // beside the credentials it names
 	require.NoError(t, os.WriteFile(path, good, 0o600))
 	r, err := NewInventoryReloader(path, true)
 	require.NoError(t, err)
