@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -84,13 +85,26 @@ type ProbesConfig struct {
 	} `json:"clock"`
 }
 
-// loadConfig reads path strictly: an unknown field is an error that names it.
+// loadConfig reads path strictly: an unknown field is an error that names it. A relative file or
+// directory path in it is the config file's directory's (as a kubeconfig's are), not the working
+// directory's; a path given by a flag stays the working directory's.
 func loadConfig(path string) (Config, error) {
 	var c Config
 	if path == "" {
 		return c, nil
 	}
-	return c, config.Load(path, &c)
+	if err := config.Load(path, &c); err != nil {
+		return c, err
+	}
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&c.Gossip.KeyFile, &c.Probes.EtcdDisk.DataDir,
+		&c.Etcd.TLS.CA, &c.Etcd.TLS.Cert, &c.Etcd.TLS.Key,
+		&c.Probes.APIServer.TLS.CA, &c.Probes.APIServer.TLS.Cert, &c.Probes.APIServer.TLS.Key} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	return c, nil
 }
 
 // withDefaults fills what is left empty.

@@ -78,6 +78,33 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// A relative path in the config file is the config file's directory's; one given by a flag, the
+// working directory's.
+func TestConfigPathsAreRelativeToTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("cluster: c\ngossip: {keyFile: keys/gossip}\n"+
+		"etcd: {endpoint: https://127.0.0.1:2379, tls: {ca: pki/ca.crt, cert: /abs/cert, key: ../key}}\n"+
+		"probes: {etcdDisk: {dataDir: data}, apiserver: {tls: {ca: ca.pem}}}\n"), 0o600))
+	t.Chdir(t.TempDir())
+	c, err := loadConfig(path)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dir, "keys", "gossip"), c.Gossip.KeyFile)
+	assert.Equal(t, health.TLSFiles{CA: filepath.Join(dir, "pki", "ca.crt"), Cert: "/abs/cert", Key: filepath.Join(filepath.Dir(dir), "key")}, c.Etcd.TLS)
+	assert.Equal(t, filepath.Join(dir, "data"), c.Probes.EtcdDisk.DataDir)
+	assert.Equal(t, filepath.Join(dir, "ca.pem"), c.Probes.APIServer.TLS.CA)
+
+	// The agent finds its key beside the config from anywhere; a key file given by a flag is the
+	// working directory's.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "keys"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "keys", "gossip"), []byte(testKey), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("cluster: c\ngossip: {keyFile: keys/gossip, bind: 127.0.0.1:0}\nprobes: {etcd: {enabled: false}, etcdDisk: {enabled: false}, kubelet: {enabled: false}, apiserver: {enabled: false}}\n"), 0o600))
+	startAgent(t, "-config", path, "-listen", freePort(t))
+	err = run(context.Background(), []string{"-config", path, "-key-file", "keys/gossip", "-listen", freePort(t)}, io.Discard, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gossip key file: open keys/gossip")
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
