@@ -31,7 +31,25 @@ var (
 	ErrRefused = errors.New("BMC refused or failed the request")
 	// ErrUnverified: the BMC accepted the request, but the expected state was not observed before the deadline.
 	ErrUnverified = errors.New("could not verify")
+	// ErrWithdrawn: the caller's check (WithCheck) withdrew a disruptive request just before it would
+	// have been sent: nothing was sent for it.
+	ErrWithdrawn = errors.New("withdrawn before it was sent")
 )
+
+type checkKey struct{}
+
+// WithCheck returns a context under which every disruptive request of an operation (a restart, a
+// power cycle, a power off; each retry too) is sent only if check, called just before it, returns
+// nil. Otherwise the operation ends at once with ErrWithdrawn and check's error. Powering on is never
+// withheld. What made a request wanted can pass while it waits for the BMC (a BMC unreachable for
+// seconds, retried; a graceful restart given minutes before the hard cycle): the check is made when
+// the request goes out, not when the operation began.
+func WithCheck(ctx context.Context, check func(context.Context) error) context.Context {
+	return context.WithValue(ctx, checkKey{}, check)
+}
+
+// disruptive says whether a takes a running machine down.
+func (a action) disruptive() bool { return a != actOn }
 
 // Result is what a state-changing call did and what it observed.
 type Result struct {
@@ -346,7 +364,7 @@ func (c *Controller) explain(call string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrUnverified):
+	case errors.Is(err, ErrUnverified), errors.Is(err, ErrWithdrawn):
 		return fmt.Errorf("%s %s: %w", c.ep, call, err)
 	case classOf(err) == classAuth:
 		return fmt.Errorf("%s %s: %w: %v; check the credentials (not retried: BMC accounts lock out)", c.ep, call, ErrAuth, err)
@@ -370,8 +388,14 @@ func (c *Controller) read(ctx context.Context, cn conn) (PowerState, time.Time, 
 // send sends a, retrying transient failures only while the BMC shows no sign of having acted on it.
 func (op *operation) send(a action) error {
 	before, beforeReset := op.res.After, op.lastReset
+	check, _ := op.ctx.Value(checkKey{}).(func(context.Context) error)
 	attempt := 0
 	for {
+		if check != nil && a.disruptive() {
+			if err := check(op.ctx); err != nil {
+				return refused(fmt.Errorf("%s %w: %w", a, ErrWithdrawn, err))
+			}
+		}
 		method, err := op.cn.do(op.ctx, a)
 		if err == nil {
 			op.res.Requests = append(op.res.Requests, method)

@@ -2,6 +2,7 @@ package bmc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
@@ -320,6 +321,63 @@ func TestRedfishOwnRefusalsAreNotRetried(t *testing.T) {
 			require.ErrorIs(t, err, ErrRefused)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.NotContains(t, logs.String(), "retrying", "a refusal is not retried")
+		})
+	}
+}
+
+// WithCheck: a disruptive request is sent only if the caller's check, made just before it goes out,
+// still allows it; powering on is never withheld.
+func TestRedfishCheckWithdrawsDisruptiveRequests(t *testing.T) {
+	recovered := errors.New("cp-1 is Healthy again")
+	tests := []struct {
+		name         string
+		system       bmcsim.SystemConfig
+		faults       bmcsim.Faults
+		allow        int // how many checks pass before the check refuses
+		do           func(*Controller, context.Context) (Result, error)
+		wantResets   []string
+		wantWithdraw bool
+		wantPower    string
+	}{
+		{name: "reboot withdrawn: nothing sent", system: bmcsim.SystemConfig{ID: "1"}, do: (*Controller).Reboot,
+			wantWithdraw: true, wantPower: "On"},
+		{name: "force off withdrawn", system: bmcsim.SystemConfig{ID: "1"}, do: (*Controller).ForceOff,
+			wantWithdraw: true, wantPower: "On"},
+		{name: "allowed: sent", system: bmcsim.SystemConfig{ID: "1"}, allow: 1000, do: (*Controller).PowerCycle,
+			wantResets: []string{"PowerCycle"}, wantPower: "On"},
+		{name: "powering on is never withheld", system: bmcsim.SystemConfig{ID: "1", PowerState: "Off"}, do: (*Controller).Reboot,
+			wantResets: []string{"On"}, wantPower: "On"},
+		{name: "checked again before the hard cycle after an unproven graceful restart",
+			system: bmcsim.SystemConfig{ID: "1"}, faults: bmcsim.Faults{IgnoreResets: true}, allow: 1, do: (*Controller).Reboot,
+			wantResets: []string{"GracefulRestart (ignored)"}, wantWithdraw: true, wantPower: "On"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, bmcsim.Config{Systems: []bmcsim.SystemConfig{tt.system}})
+			r.sim.SetFaults(tt.faults)
+			opts := r.opts()
+			opts.GracefulTimeout = 300 * time.Millisecond
+			c := r.controller(r.sim.Endpoint(), opts, secret)
+			checks := 0
+			ctx := WithCheck(context.Background(), func(context.Context) error {
+				checks++
+				if checks > tt.allow {
+					return recovered
+				}
+				return nil
+			})
+			_, err := tt.do(c, ctx)
+			assert.Equal(t, tt.wantResets, r.sim.Resets("1"), "what reached the BMC")
+			assert.Equal(t, tt.wantPower, r.sim.PowerState("1"))
+			if !tt.wantWithdraw {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrWithdrawn)
+			require.ErrorIs(t, err, recovered)
+			assert.NotErrorIs(t, err, ErrRefused)
+			assert.Contains(t, err.Error(), r.sim.Endpoint())
+			assert.Equal(t, tt.allow+1, checks, "a withdrawn request is not retried")
 		})
 	}
 }

@@ -111,6 +111,10 @@ type Executor struct {
 	// costs budget (disrupts a healthy voter) is checked once more after it, against what they see
 	// now, not against reports a partition may have cut off seconds ago.
 	Barrier func(ctx context.Context) error
+	// Wanted, when set, says (nil) whether the remediation is still wanted: for the hub's own, that
+	// the machine has not been judged Healthy again. It is asked, with the quorum check, just before
+	// each disruptive BMC request goes out (bmc.WithCheck), which can be seconds after the step began.
+	Wanted func() error
 	// Trouble, when set, is told when a journal write fails (the executor retries it until it is
 	// recorded, the remediation still running) and, with nil, when it went in after all.
 	Trouble func(error)
@@ -150,7 +154,8 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 					return err
 				}
 			}
-			if err := e.recheck(ctx, rem, step); err != nil {
+			cost, err := e.recheck(ctx, rem, step)
+			if err != nil {
 				return err
 			}
 			if err := e.intent(ctx, rem.ID, i, e.describe(step)); err != nil {
@@ -159,7 +164,10 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 			if e.BeforeAct != nil {
 				e.BeforeAct(step)
 			}
-			res, err := e.act(ctx, step, power)
+			res, err := e.act(bmc.WithCheck(ctx, e.stillSafe(step, cost)), step, power)
+			if errors.Is(err, bmc.ErrWithdrawn) && ctx.Err() == nil {
+				return e.withdrawn(ctx, rem, i, err)
+			}
 			if err != nil {
 				return e.stepFailed(ctx, rem, i, err)
 			}
@@ -198,7 +206,7 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 	if handedOver(rem) { // resumed after the hand-over: the owner is at work
 		return e.awaitOwner(ctx, rem, plan)
 	}
-	if err := e.recheck(ctx, rem, rest...); err != nil {
+	if _, err := e.recheck(ctx, rem, rest...); err != nil {
 		return err
 	}
 	var list []string
@@ -234,6 +242,46 @@ func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, err e
 		return errors.Join(err, werr)
 	}
 	return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
+}
+
+// withdrawn records that step i's request was not sent, because what made it wanted or safe no
+// longer held when it would have gone out, and ends the remediation Aborted: the next pass decides
+// afresh (a machine that is Healthy again is left alone).
+func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, err error) error {
+	if werr := e.outcome(ctx, rem.ID, i, ResultWithdrawn, err.Error()); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+}
+
+// stillSafe is the check made just before each disruptive BMC request of step (bmc.WithCheck): the
+// remediation is still wanted, and the step still keeps quorum at no more cost than recheck found
+// (a member that was dead when the step was checked and answers again by the time the request goes
+// out would now be disrupted: that needs the whole check again, so the request is withdrawn). A
+// forced step skips the quorum part, as it skipped recheck's.
+func (e *Executor) stillSafe(step quorum.Step, cost int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if e.Wanted != nil {
+			if err := e.Wanted(); err != nil {
+				return err
+			}
+		}
+		if e.NotAMember || e.Force {
+			return nil
+		}
+		live, err := e.Live(ctx)
+		if err != nil {
+			return fmt.Errorf("the quorum check cannot be made again: %w", err)
+		}
+		now, _, err := e.check(live, []quorum.Step{step})
+		switch {
+		case err != nil:
+			return err
+		case now > cost:
+			return fmt.Errorf("%s would now disrupt a healthy voter, which it did not when checked (%s answers again)", step, step.Member)
+		}
+		return nil
+	}
 }
 
 // handedOver: the owner was signalled (and so is at work).
@@ -279,7 +327,7 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 				return err
 			}
 		}
-		if err := e.recheck(ctx, rem, step); err != nil {
+		if _, err := e.recheck(ctx, rem, step); err != nil {
 			return err
 		}
 		if err := e.intent(ctx, rem.ID, last, fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe())); err != nil {
@@ -340,19 +388,20 @@ func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.
 	return power.Reboot(ctx)
 }
 
-// recheck checks steps, in order, against the live membership just before the first is taken; a
-// refusal aborts the remediation with the reason.
-func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum.Step) error {
+// recheck checks steps, in order, against the live membership just before the first is taken, and
+// returns how far they take the fault tolerance down (check); a refusal aborts the remediation with
+// the reason.
+func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum.Step) (int, error) {
 	if e.NotAMember {
-		return nil
+		return 0, nil
 	}
 	first := steps[0]
 	live, err := e.Live(ctx)
 	if err != nil && e.Force {
-		return e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
+		return 0, e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
 		err = fmt.Errorf("re-checking quorum before %v: %w", first, err)
-		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+		return 0, errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 	}
 	cost, at, err := e.check(live, steps)
 	if err == nil && cost > 0 && e.Barrier != nil {
@@ -370,12 +419,12 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 	}
 	switch {
 	case err != nil && e.Force:
-		return e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
+		return cost, e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
 	case err != nil:
 		err = fmt.Errorf("re-check before %v refused: %w", at, err)
-		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+		return 0, errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 	}
-	return nil
+	return cost, nil
 }
 
 // check checks steps in order against live and returns how far they take the fault tolerance down

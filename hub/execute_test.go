@@ -99,6 +99,59 @@ func TestExecutorRechecksQuorumBeforeActing(t *testing.T) {
 	assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
 }
 
+// What made a power step wanted and safe is asked again just before its BMC request goes out (seed
+// 127 of test/chaos: the hub cut from the BMC for 5 s, the hung member answering again 0.5 s before
+// the reset went out, and the hub, which had seen it Healthy, reset it all the same).
+func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
+	recovered := errors.New("cp-2 is Healthy again")
+	tests := []struct {
+		name       string
+		later      quorum.Cluster // the membership once the step was re-checked
+		wanted     error
+		force      bool
+		wantResets int
+		wantErr    string
+	}{
+		{name: "the dead member answers again before the request", later: members("HHH"), wantErr: "power-cycle etcd-2 would now disrupt a healthy voter"},
+		{name: "the machine is Healthy again", later: members("HHD"), wanted: recovered, wantErr: "cp-2 is Healthy again"},
+		{name: "another member died meanwhile", later: members("DHH"), wantErr: "rebooting etcd-2 leaves 1 of 3"},
+		{name: "nothing changed: sent", later: members("HHD"), wantResets: 1},
+		{name: "forced: the quorum part is not asked", later: members("HHH"), force: true, wantResets: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newExecRig(t)
+			r.sim.SetFaults(bmcsim.Faults{Latency: 50 * time.Millisecond}) // the request goes out a while after the re-check
+			plan, err := members("HHD").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			e := r.executor(members("HHD"))
+			calls := 0
+			e.Live = func(context.Context) (quorum.Cluster, error) {
+				if calls++; calls > 1 {
+					return tt.later, nil
+				}
+				return members("HHD"), nil
+			}
+			e.Wanted = func() error { return tt.wanted }
+			e.Force = tt.force
+			err = e.Run(t.Context(), rem, plan, 0, r.power, r.recovered)
+			assert.Len(t, r.sim.Resets("1"), tt.wantResets)
+			got := mustGet(t, r.journal, "cp-2")
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				assert.Equal(t, Succeeded, got.State)
+				return
+			}
+			require.ErrorIs(t, err, bmc.ErrWithdrawn)
+			assert.ErrorContains(t, err, tt.wantErr)
+			assert.Equal(t, Aborted, got.State, "aborted: the next pass decides afresh")
+			require.True(t, has(got, ResultWithdrawn), "the journal says the request was not sent: %+v", got.History)
+			assert.Equal(t, "On", r.sim.PowerState("1"))
+		})
+	}
+}
+
 // The hub dies between intent and outcome. The restarted hub (a new journal epoch) reads the BMC,
 // sees the reset happened after the intent, does not repeat it, and finishes: exactly one power action.
 func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {

@@ -692,6 +692,7 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 	acted := false
 	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
 		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Barrier: h.freshBarrier, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
+		Wanted: h.wanted(m, rem),
 		BeforeAct: func(step quorum.Step) {
 			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
 				h.metrics.detectionToAction(time.Since(detected))
@@ -854,6 +855,17 @@ func (h *Hub) freshBarrier(ctx context.Context) error {
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// wanted is an Executor's Wanted: one of the hub's own remediations is wanted while the machine has
+// not been judged Healthy again (an operator's reboot is wanted whatever the verdict).
+func (h *Hub) wanted(m Machine, rem Remediation) func() error {
+	return func() error {
+		if a, ok := h.Assessment(m.Name); ok && rem.RequestedBy == "hub" && a.Verdict == VerdictHealthy {
+			return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", m.Name)
+		}
+		return nil
 	}
 }
 

@@ -60,6 +60,10 @@ const (
 	// ResultRetaken: after a hub restart, the step evidently did not happen (or, for a hand-over,
 	// may not have): it is taken again.
 	ResultRetaken Result = "Retaken"
+	// ResultWithdrawn: the step's request was not sent: by the time it would have gone out, the
+	// machine was Healthy again or the step no longer passed the quorum check. The remediation ends
+	// Aborted.
+	ResultWithdrawn Result = "Withdrawn"
 )
 
 // Entry is one line of a remediation's history.

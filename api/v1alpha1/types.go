@@ -62,7 +62,7 @@ type RemediationEvent struct {
 	// +kubebuilder:validation:Enum=intent;outcome;note
 	Kind string `json:"kind"`
 	// Result is what an outcome says happened, for the hub to read back (detail is for people).
-	// +kubebuilder:validation:Enum=Done;Failed;HandedOver;OldRemoved;Replaced;NotRepeated;Retaken
+	// +kubebuilder:validation:Enum=Done;Failed;HandedOver;OldRemoved;Replaced;NotRepeated;Retaken;Withdrawn
 	// +optional
 	Result string `json:"result,omitempty"`
 	Detail string `json:"detail"`
