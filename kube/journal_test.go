@@ -77,6 +77,23 @@ func TestJournalOnAPIServer(t *testing.T) {
 		assert.True(t, got.History[1].At.Before(got.History[2].At), "microsecond timestamps keep the order")
 	})
 
+	t.Run("every typed result is one the CRD accepts", func(t *testing.T) {
+		j := NewJournal(c, ns, 1, 3)
+		results := []hub.Result{hub.ResultDone, hub.ResultFailed, hub.ResultHandedOver, hub.ResultOldRemoved, hub.ResultReplaced,
+			hub.ResultNotRepeated, hub.ResultRetaken, hub.ResultWithdrawn}
+		for i, res := range results {
+			r, err := j.Begin(ctx, hub.Remediation{Machine: fmt.Sprintf("results-%d", i), Strategy: "reboot", RequestedBy: "hub", Reason: "test",
+				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-9"}}})
+			require.NoError(t, err)
+			require.NoError(t, j.Intent(ctx, r.ID, 0, "reboot etcd-9"))
+			require.NoError(t, j.Outcome(ctx, r.ID, 0, res, "test"), res)
+			got, err := j.Get(ctx, r.ID)
+			require.NoError(t, err)
+			assert.Equal(t, res, got.History[len(got.History)-1].Result)
+			require.NoError(t, j.Finish(ctx, r.ID, hub.Aborted, "test"))
+		}
+	})
+
 	t.Run("bounded history, oldest first", func(t *testing.T) {
 		j := NewJournal(c, ns, 5, 3)
 		for i := range 5 {
