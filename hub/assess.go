@@ -90,6 +90,9 @@ type Assessment struct {
 	// EtcdHealth is the member's health as quorum counts it: Healthy only when a majority of live
 	// observers reach it and its own etcd probe (when reported) passes.
 	EtcdHealth quorum.Health
+	// EtcdAnswers: the machine is not dead and its member answers a strict majority of the observers
+	// that check it (it may still fail its own probe: "no leader" when quorum is lost).
+	EtcdAnswers bool
 }
 
 // Assessor turns reports into verdicts. It remembers when conditions without a since of their own
@@ -330,12 +333,14 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	} else if !dead {
 		ev.doubt("no fresh report from %s (stale after %v)", m.Node, a.policy.StaleAfter)
 	}
-	etcd := quorum.HealthUnknown
+	etcd, answers := quorum.HealthUnknown, false
 	if m.Member != "" {
 		etcd = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
+		reach, unreach := reachability(m.Member, observers, "")
+		answers = !dead && 2*reach > reach+unreach
 	}
 	a.nodeConditions(m, obs.Now, &ev)
-	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: etcd}
+	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: etcd, EtcdAnswers: answers}
 	switch {
 	case len(ev.unhealthy) > 0:
 		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)

@@ -316,6 +316,15 @@ func TestAssessTimesUnreachableMembers(t *testing.T) {
 	require.Equal(t, VerdictUnhealthy, got.Verdict, "%+v", got)
 	assert.Equal(t, now, got.Since)
 	assert.Contains(t, got.Reasons[0], "etcd member etcd-2 unreachable from 2 of 3 expected observers for 6s")
+	assert.False(t, got.EtcdAnswers, "a member the majority cannot reach does not answer")
+
+	// A member that answers fails its own probe (as every member does with quorum lost): it answers.
+	w := newWorld(now.Add(6*time.Second)).probe("cp-0", "etcd", false, now.Add(-time.Minute))
+	got = byName(a.Assess(machines, nil, w.obs))["m0"]
+	assert.Equal(t, VerdictUnhealthy, got.Verdict)
+	assert.True(t, got.EtcdAnswers, "%+v", got)
+	got = byName(a.Assess(machines, nil, newWorld(now.Add(6*time.Second)).dead("cp-1", now, "cp-0", "cp-2").obs))["m1"]
+	assert.False(t, got.EtcdAnswers, "a dead machine's member does not answer")
 
 	// Reachable again: healthy, and the timer starts afresh next time.
 	got = byName(a.Assess(machines, nil, newWorld(now.Add(7*time.Second)).obs))["m2"]

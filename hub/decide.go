@@ -96,6 +96,7 @@ func decide(f facts) decision {
 	p := f.inv.Policy
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
 	failed, needs := map[string]int{}, map[string]OperatorNeed{}
+	silent := silentVoters(f, cluster)
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
@@ -105,6 +106,10 @@ func decide(f facts) decision {
 		}
 		if fl, ok := f.flights[m.Name]; ok {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
+		} else if qm.Unhealthy && len(silent) > 0 && a.EtcdAnswers && !slices.Contains(silent, m.Member) {
+			qm.Held = fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member answers, and its failures follow from the lost quorum "+
+				"(%s): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
+				strings.Join(silent, ", "), m.Name, strings.Join(a.Reasons, "; "))
 		} else if qm.Unhealthy {
 			h := holdOf(f, m)
 			qm.Held, failed[m.Name] = h.why, h.failed
@@ -139,6 +144,27 @@ func decide(f facts) decision {
 		}
 	}
 	return d
+}
+
+// silentVoters are, when etcd has lost quorum, the voters whose machines are Unhealthy and whose
+// members answer no majority of the observers (nil while quorum holds). While there are any, an
+// Unhealthy machine whose member still answers is held: with quorum lost every member fails its own
+// probe ("no leader") and every API server its own, so a survivor turns Unhealthy too once that has
+// lasted its timeout, and the planner would count its reboot free (it is no healthy voter). It is no
+// help and lengthens the outage (test/quorumlost: two members killed, the BMCs slow, the survivor's
+// reboot begun 10 s in).
+func silentVoters(f facts, cluster quorum.Cluster) []string {
+	if !cluster.Budget(f.inv.Policy.Quorum).QuorumLost() {
+		return nil
+	}
+	var out []string
+	for i, m := range f.inv.Machines {
+		a := assessmentOf(f.assessments, i, m.Name)
+		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && a.Verdict == VerdictUnhealthy && !a.EtcdAnswers {
+			out = append(out, m.Member)
+		}
+	}
+	return out
 }
 
 // toBeginOf is the remediation the hub begins for a planner's decision: a machine whose last

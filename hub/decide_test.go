@@ -181,6 +181,18 @@ func TestDecide(t *testing.T) {
 			s.f.inv.Policy.RateMax, s.f.recentStarts = 3, 2
 			return s
 		}, starts: []string{"m1"}, held: "rate limit: 3 remediations started in the last 10m0s (max 3): m2 waits"},
+		{name: "quorum lost: the survivor that answers, failing with it, is held; the silent members start", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
+			return s
+		}, starts: []string{"m1", "m2"}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1, etcd-2 do not answer: m0's member answers"}},
+		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
+			s := newScene()
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+				Reasons: []string{"kubelet failing for 10s"}, Since: s.f.now.Add(-time.Minute)}
+			return s
+		}, starts: []string{"m0"}},
 		{name: "no slot left", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.recentStarts = 3
