@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -50,4 +51,16 @@ func Load(path string, v any) error {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
+}
+
+// RelativeTo makes each non-empty relative path in paths relative to the directory of file, the
+// config file that names them (as kubectl reads a kubeconfig's files), not to the working directory:
+// the same file means the same files under systemd, a shell or a container.
+func RelativeTo(file string, paths ...*string) {
+	dir := filepath.Dir(file)
+	for _, p := range paths {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
 }

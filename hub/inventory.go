@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -135,25 +134,14 @@ func loadInventory(path string, machinesRequired bool) (Inventory, error) {
 	if err := config.Load(path, &f); err != nil {
 		return Inventory{}, err
 	}
-	f.resolvePaths(filepath.Dir(path))
+	for i := range f.Machines { // relative paths are the inventory's directory's
+		config.RelativeTo(path, &f.Machines[i].BMC.Credentials, &f.Machines[i].BMC.CAFile)
+	}
 	inv, err := f.validate(machinesRequired)
 	if err != nil {
 		return Inventory{}, fmt.Errorf("inventory %s: %w", path, err)
 	}
 	return inv, nil
-}
-
-// resolvePaths makes each machine's relative credentials and caFile paths relative to dir, the
-// inventory's own directory (as kubectl does with a kubeconfig's files), not to wherever the hub was
-// started from: the same file means the same BMC credentials under systemd, a shell or a container.
-func (f InventoryFile) resolvePaths(dir string) {
-	for i := range f.Machines {
-		for _, p := range []*string{&f.Machines[i].BMC.Credentials, &f.Machines[i].BMC.CAFile} {
-			if *p != "" && !filepath.IsAbs(*p) {
-				*p = filepath.Join(dir, *p)
-			}
-		}
-	}
 }
 
 func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -96,14 +95,9 @@ func loadConfig(path string) (Config, error) {
 	if err := config.Load(path, &c); err != nil {
 		return c, err
 	}
-	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.Gossip.KeyFile, &c.Probes.EtcdDisk.DataDir,
+	config.RelativeTo(path, &c.Gossip.KeyFile, &c.Probes.EtcdDisk.DataDir,
 		&c.Etcd.TLS.CA, &c.Etcd.TLS.Cert, &c.Etcd.TLS.Key,
-		&c.Probes.APIServer.TLS.CA, &c.Probes.APIServer.TLS.Cert, &c.Probes.APIServer.TLS.Key} {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(dir, *p)
-		}
-	}
+		&c.Probes.APIServer.TLS.CA, &c.Probes.APIServer.TLS.Cert, &c.Probes.APIServer.TLS.Key)
 	return c, nil
 }
 
