@@ -335,9 +335,7 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	}
 	etcd, answers := quorum.HealthUnknown, false
 	if m.Member != "" {
-		etcd = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
-		reach, unreach := reachability(m.Member, observers, "")
-		answers = !dead && 2*reach > reach+unreach
+		etcd, answers = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: etcd, EtcdAnswers: answers}
@@ -471,13 +469,15 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 
 // etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
 // observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
-// strict majority of the expected agents and witnesses.
+// strict majority of the expected agents and witnesses. It also says whether the member answers (a
+// strict majority of the observers that check it reach it, whatever its own probe says).
 func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own health.Report, fresh, dead bool, observers []health.Report,
-	seen map[string]bool, ev *evidence) quorum.Health {
+	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool) {
 	if dead {
-		return quorum.Unhealthy
+		return quorum.Unhealthy, false
 	}
 	reach, unreach := reachability(m.Member, observers, "")
+	answers = 2*reach > reach+unreach
 	ownOK, ownKnown := true, false
 	if fresh {
 		for _, p := range own.Probes {
@@ -492,7 +492,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		if 2*unreach <= e.Judges() {
 			ev.doubt("etcd member %s unreachable from %d of the %d observers that report on it, but that is no strict majority of the %d expected agents and witnesses",
 				m.Member, unreach, voters, e.Judges())
-			return quorum.Unhealthy
+			return quorum.Unhealthy, answers
 		}
 		key := "unreachable/" + m.Member
 		seen[key] = true
@@ -506,15 +506,15 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v (unhealthy at %v)", m.Member, unreach, e.Judges(),
 				d.Round(time.Millisecond), a.policy.EtcdUnreachableTimeout)
 		}
-		return quorum.Unhealthy
+		return quorum.Unhealthy, answers
 	case ownKnown && !ownOK:
-		return quorum.Unhealthy
+		return quorum.Unhealthy, answers
 	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
-		return quorum.Healthy
+		return quorum.Healthy, answers
 	case voters == 0 && ownKnown && ownOK:
-		return quorum.Healthy // no other observer (a one-member cluster): its own word is all there is
+		return quorum.Healthy, answers // no other observer (a one-member cluster): its own word is all there is
 	}
-	return quorum.HealthUnknown
+	return quorum.HealthUnknown, answers
 }
 
 // reachability counts the observers whose etcd view reaches member, and those whose view does not.
