@@ -61,6 +61,9 @@ type AssessPolicy struct {
 	EtcdUnreachableTimeout time.Duration
 	// StaleAfter: a report older than this is no evidence of anything (the agent may be stuck).
 	StaleAfter time.Duration
+	// EtcdCatchUp: how much longer the etcd probe may fail while the member follows the leader that
+	// the other members follow and its raft index rises: it is catching up (see catchingUp).
+	EtcdCatchUp time.Duration
 	// NodeConditionTimeouts: how long a Node condition must be bad (Ready not True; another, True)
 	// before it counts; conditions not listed are ignored. A Node condition is never enough alone: it
 	// makes a machine Unhealthy only with other evidence against it (a probe failing, the hub and
@@ -68,14 +71,15 @@ type AssessPolicy struct {
 	NodeConditionTimeouts map[string]time.Duration
 }
 
-// DefaultAssessPolicy: kubelet, apiserver and etcd failing for 10 s; dead at once; etcd unreachable
-// from a majority for 5 s; reports stale after 20 s (four missed 5 s reports); a Node not Ready for
-// 30 s (with other evidence).
+// DefaultAssessPolicy: kubelet, apiserver and etcd failing for 10 s (etcd 30 s more while it catches
+// up); dead at once; etcd unreachable from a majority for 5 s; reports stale after 20 s (four missed 5 s
+// reports); a Node not Ready for 30 s (with other evidence).
 func DefaultAssessPolicy() AssessPolicy {
 	return AssessPolicy{
 		ProbeTimeouts:          map[string]time.Duration{"kubelet": 10 * time.Second, "apiserver": 10 * time.Second, "etcd": 10 * time.Second},
 		EtcdUnreachableTimeout: 5 * time.Second,
 		StaleAfter:             20 * time.Second,
+		EtcdCatchUp:            30 * time.Second,
 		NodeConditionTimeouts:  map[string]time.Duration{"Ready": 30 * time.Second},
 	}
 }
@@ -93,6 +97,10 @@ type Assessment struct {
 	// EtcdAnswers: the machine is not dead and its member answers a strict majority of the observers
 	// that check it (it may still fail its own probe: "no leader" when quorum is lost).
 	EtcdAnswers bool
+	// SeenAt is when the newest evidence that the machine is in view was sent: a fresh report of its
+	// own agent, or (its member answering) the oldest report among the observers that reach its
+	// member. Zero: nobody sees it now.
+	SeenAt time.Time
 }
 
 // Assessor turns reports into verdicts. It remembers when conditions without a since of their own
@@ -100,18 +108,32 @@ type Assessment struct {
 type Assessor struct {
 	policy    AssessPolicy
 	firstSeen map[string]time.Time
-	// heardSince is when the hub last began to hear a strict majority of its expected observers
-	// (zero while it does not). Timed evidence counts from there at the earliest: see counted.
+	// heardSince is when the hub's view last changed: it began to hear a strict majority of its
+	// expected observers (zero while it does not), or etcd's quorum came back (QuorumBack). Timed
+	// evidence counts from there at the earliest (see counted); heardWhy says which.
 	heardSince time.Time
-	// lostOnce: the hub has heard no majority at some point since it started, so a heardSince marks
-	// a return to a majority, not the hub's first pass.
+	heardWhy   string
+	// lostOnce: the hub has heard no majority (or etcd had no quorum) at some point since it started,
+	// so a heardSince marks a return, not the hub's first pass.
 	lostOnce bool
+	// raft is each node's etcd raft index as its latest report gave it, and whether it rose from the
+	// report before (a member catching up: see catchingUp).
+	raft map[string]raftProgress
 	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused).
 	deadBy map[string]*deadVotes
 	// expected is the expected set of the latest pass; observers its live observers (a buffer the
 	// next pass reuses: nothing keeps them).
 	expected  Expected
 	observers []health.Report
+	// leader is the etcd leader that a strict majority of the members' agents that name one follow
+	// (this pass's; "" when none).
+	leader string
+}
+
+// raftProgress is one node's etcd raft index across its reports.
+type raftProgress struct {
+	version     uint64 // the report it is from
+	index, from uint64 // the index, and the one before it
 }
 
 // deadVotes are the observers that see one node dead: how many, and since when at the earliest.
@@ -256,8 +278,9 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	case !hearing.Majority():
 		a.heardSince, a.lostOnce = time.Time{}, true
 	case a.heardSince.IsZero():
-		a.heardSince = obs.Now
+		a.heardSince, a.heardWhy = obs.Now, "the hub last began to hear a majority of its observers"
 	}
+	a.leader = majorityLeader(observers)
 	// Who sees whom dead, counted once a pass (per machine it would be quadratic).
 	if a.deadBy == nil {
 		a.deadBy = map[string]*deadVotes{}
@@ -329,16 +352,23 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	own, fresh := obs.Reports[m.Node]
 	fresh = fresh && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
+		a.followRaft(own)
 		a.probes(own, obs.Now, &ev)
 	} else if !dead {
 		ev.doubt("no fresh report from %s (stale after %v)", m.Node, a.policy.StaleAfter)
 	}
-	etcd, answers := quorum.HealthUnknown, false
+	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.HealthUnknown}
+	if fresh {
+		res.SeenAt = own.SentAt
+	}
 	if m.Member != "" {
-		etcd, answers = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
+		var answeredAt time.Time
+		res.EtcdHealth, res.EtcdAnswers, answeredAt = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
+		if answeredAt.After(res.SeenAt) {
+			res.SeenAt = answeredAt
+		}
 	}
 	a.nodeConditions(m, obs.Now, &ev)
-	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: etcd, EtcdAnswers: answers}
 	switch {
 	case len(ev.unhealthy) > 0:
 		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)
@@ -391,7 +421,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
 	// reboot cost quorum).
 	if m.Member != "" {
-		if reach, unreach := reachability(m.Member, observers, m.Node); 2*reach > reach+unreach {
+		if reach, unreach, _ := reachability(m.Member, observers, m.Node); 2*reach > reach+unreach {
 			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
 				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
 			return false
@@ -418,10 +448,20 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 // it applies.
 func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 	if a.heardSince.After(since) {
-		return now.Sub(a.heardSince), fmt.Sprintf(", counted from %s when the hub last began to hear a majority of its observers",
-			a.heardSince.UTC().Format("15:04:05.000Z07:00"))
+		return now.Sub(a.heardSince), fmt.Sprintf(", counted from %s when %s", a.heardSince.UTC().Format("15:04:05.000Z07:00"), a.heardWhy)
 	}
 	return now.Sub(since), ""
+}
+
+// QuorumBack tells the assessor that etcd's quorum, lost in the hub's previous pass, is back at now.
+// What was gathered while it was lost is no evidence now: every member fails its own probe ("no
+// leader") and every API server its own while quorum is lost, and the survivors recover within a
+// report or two of its return. So timed evidence counts again from now, as after a partition (issue
+// found in a far-side partition: cp-0, on the hub's side, had failed "no leader" for 16 minutes; 0.4 s
+// after the heal its stale report made it Unhealthy while etcd-1 and etcd-2 were healthy again, and
+// it was power-cycled). The caller assesses again before it decides anything.
+func (a *Assessor) QuorumBack(now time.Time) {
+	a.heardSince, a.heardWhy, a.lostOnce = now, "etcd's quorum came back", true
 }
 
 // probes weighs m's own probe results against the policy's timeouts. A failure is known to have
@@ -436,12 +476,65 @@ func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
 		if p.OK || !counts {
 			continue
 		}
+		if p.Name == "etcd" {
+			if why := a.catchingUp(own); why != "" {
+				timeout += a.policy.EtcdCatchUp
+				p.Detail += fmt.Sprintf("; catching up (%s): %v more allowed", why, a.policy.EtcdCatchUp)
+			}
+		}
 		if d, note := a.counted(upTo, p.Since); d >= timeout {
 			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Second), note, timeout, p.Detail)
 		} else {
 			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Millisecond), note, timeout, p.Detail)
 		}
 	}
+}
+
+// followRaft notes the raft index of a node's report, when it is a report not seen before.
+func (a *Assessor) followRaft(r health.Report) {
+	if r.Etcd == nil || r.Etcd.RaftIndex == 0 {
+		return
+	}
+	if a.raft == nil {
+		a.raft = map[string]raftProgress{}
+	}
+	if p := a.raft[r.Node]; p.version != r.Version {
+		a.raft[r.Node] = raftProgress{version: r.Version, index: r.Etcd.RaftIndex, from: p.index}
+	}
+}
+
+// catchingUp says why a member whose etcd probe fails is catching up rather than failing ("" when it
+// is not): it follows the leader that the other members follow, and its raft index rose since its
+// agent's report before. A member that rejoins after a partition or a restart gets the entries it
+// missed (or a snapshot) from that leader, and until it has applied up to the leader's commit index it
+// cannot serve a linearizable read: etcd answers "request timed out" after its request timeout (5 s +
+// 2 election timeouts: 7 s by default) and the probe fails again (test: a member of the minority side
+// had a leader 1 s after a 60 s partition healed and answered no linearizable read for 12 s, past the
+// probe's 10 s). EtcdCatchUp bounds the extra time: a member that never catches up is judged as usual.
+func (a *Assessor) catchingUp(own health.Report) string {
+	v, p := own.Etcd, a.raft[own.Node]
+	if v == nil || a.leader == "" || v.LeaderID != a.leader || p.version != own.Version || p.from == 0 || p.index <= p.from {
+		return ""
+	}
+	return fmt.Sprintf("it follows leader %s, as the other members do, and its raft index rose from %d to %d", v.LeaderID, p.from, p.index)
+}
+
+// majorityLeader is the etcd leader a strict majority of the observers that name one follow ("" when
+// none: quorum lost, or views that disagree).
+func majorityLeader(observers []health.Report) string {
+	counts, total := map[string]int{}, 0
+	for _, r := range observers {
+		if r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
+			counts[r.Etcd.LeaderID]++
+			total++
+		}
+	}
+	for id, n := range counts {
+		if 2*n > total {
+			return id
+		}
+	}
+	return ""
 }
 
 // nodeConditions weighs m's Node conditions: past their timeout they count as unhealthy only when
@@ -470,14 +563,17 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 // etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
 // observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
 // strict majority of the expected agents and witnesses. It also says whether the member answers (a
-// strict majority of the observers that check it reach it, whatever its own probe says).
+// strict majority of the observers that check it reach it, whatever its own probe says), and if so
+// when the oldest report among those that reach it was sent.
 func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own health.Report, fresh, dead bool, observers []health.Report,
-	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool) {
+	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, answeredAt time.Time) {
 	if dead {
-		return quorum.Unhealthy, false
+		return quorum.Unhealthy, false, time.Time{}
 	}
-	reach, unreach := reachability(m.Member, observers, "")
-	answers = 2*reach > reach+unreach
+	reach, unreach, oldest := reachability(m.Member, observers, "")
+	if answers = 2*reach > reach+unreach; answers {
+		answeredAt = oldest
+	}
 	ownOK, ownKnown := true, false
 	if fresh {
 		for _, p := range own.Probes {
@@ -492,7 +588,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		if 2*unreach <= e.Judges() {
 			ev.doubt("etcd member %s unreachable from %d of the %d observers that report on it, but that is no strict majority of the %d expected agents and witnesses",
 				m.Member, unreach, voters, e.Judges())
-			return quorum.Unhealthy, answers
+			return quorum.Unhealthy, answers, answeredAt
 		}
 		key := "unreachable/" + m.Member
 		seen[key] = true
@@ -506,19 +602,20 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v (unhealthy at %v)", m.Member, unreach, e.Judges(),
 				d.Round(time.Millisecond), a.policy.EtcdUnreachableTimeout)
 		}
-		return quorum.Unhealthy, answers
+		return quorum.Unhealthy, answers, answeredAt
 	case ownKnown && !ownOK:
-		return quorum.Unhealthy, answers
+		return quorum.Unhealthy, answers, answeredAt
 	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
-		return quorum.Healthy, answers
+		return quorum.Healthy, answers, answeredAt
 	case voters == 0 && ownKnown && ownOK:
-		return quorum.Healthy, answers // no other observer (a one-member cluster): its own word is all there is
+		return quorum.Healthy, answers, answeredAt // no other observer (a one-member cluster): its own word is all there is
 	}
-	return quorum.HealthUnknown, answers
+	return quorum.HealthUnknown, answers, answeredAt
 }
 
-// reachability counts the observers whose etcd view reaches member, and those whose view does not.
-func reachability(member string, observers []health.Report, except string) (reach, unreach int) {
+// reachability counts the observers whose etcd view reaches member, and those whose view does not,
+// and says when the oldest report among those that reach it was sent.
+func reachability(member string, observers []health.Report, except string) (reach, unreach int, oldest time.Time) {
 	for _, r := range observers {
 		if r.Etcd == nil || r.Node == except {
 			continue
@@ -526,6 +623,9 @@ func reachability(member string, observers []health.Report, except string) (reac
 		for _, em := range r.Etcd.Members {
 			if em.Name == member && em.Reachable != nil {
 				if *em.Reachable {
+					if reach == 0 || r.SentAt.Before(oldest) {
+						oldest = r.SentAt
+					}
 					reach++
 				} else {
 					unreach++
@@ -533,7 +633,7 @@ func reachability(member string, observers []health.Report, except string) (reac
 			}
 		}
 	}
-	return reach, unreach
+	return reach, unreach, oldest
 }
 
 func minTime(a, b time.Time) time.Time {

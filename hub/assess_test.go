@@ -411,3 +411,78 @@ func TestAHubThatWasNotRunningCountsEvidenceAgain(t *testing.T) {
 	assert.Contains(t, joinLines(got.Reasons), "counted from")
 	assert.Equal(t, VerdictUnhealthy, byName(a.Assess(machines, nil, failing(now.Add(time.Minute))))["m2"].Verdict, "still failing a minute later")
 }
+
+// When etcd's quorum comes back, what was gathered while it was lost is no evidence: a survivor's
+// "no leader", failing for 16 minutes, counts again from the return, and a report sent before it can
+// make no machine Unhealthy (the far-side partition: cp-0 power-cycled 0.4 s after the heal on its
+// last report from the partition).
+func TestQuorumBackJudgesAfresh(t *testing.T) {
+	back := t0.Add(time.Hour)
+	a := hearing(DefaultAssessPolicy())
+	w := newWorld(back.Add(300*time.Millisecond)).probe("cp-0", "etcd", false, back.Add(-16*time.Minute))
+	stale := w.obs.Reports["cp-0"]
+	stale.SentAt = back.Add(-500 * time.Millisecond) // from the partition
+	w.obs.Reports["cp-0"] = stale
+	got := byName(a.Assess(machines, nil, w.obs))["m0"]
+	require.Equal(t, VerdictUnhealthy, got.Verdict, "without the return it is Unhealthy on the stale report: the case QuorumBack exists for")
+
+	a.QuorumBack(back)
+	got = byName(a.Assess(machines, nil, w.obs))["m0"]
+	assert.Equal(t, VerdictSuspect, got.Verdict, "%q", got.Reasons)
+	assert.Contains(t, got.Reasons[0], "when etcd's quorum came back")
+
+	// Still failing in reports sent after the return, for the whole timeout: judged as usual.
+	w.obs.Now = back.Add(11 * time.Second)
+	fresh := w.obs.Reports["cp-0"]
+	fresh.SentAt = back.Add(10500 * time.Millisecond)
+	w.obs.Reports["cp-0"] = fresh
+	got = byName(a.Assess(machines, nil, w.obs))["m0"]
+	assert.Equal(t, VerdictUnhealthy, got.Verdict, "%q", got.Reasons)
+}
+
+// A member whose etcd probe fails while it follows the leader the other members follow and its raft
+// index rises is catching up: EtcdCatchUp more before it is Unhealthy. Not when the index stands,
+// when it follows another leader (or none), nor past the bound.
+func TestEtcdCatchUp(t *testing.T) {
+	p := DefaultAssessPolicy()
+	withRaft := func(w *world, node, leader string, index, version uint64) {
+		r := w.obs.Reports[node]
+		e := *r.Etcd
+		e.LeaderID, e.RaftIndex = leader, index
+		r.Etcd, r.Version = &e, version
+		w.obs.Reports[node] = r
+	}
+	for _, tc := range []struct {
+		name            string
+		leader          string
+		from, to        uint64
+		failing         time.Duration
+		want            Verdict
+		reasonSubstring string
+	}{
+		{name: "rising, following the leader: catching up", leader: "a1", from: 100, to: 180, failing: 15 * time.Second, want: VerdictSuspect,
+			reasonSubstring: "catching up (it follows leader a1, as the other members do, and its raft index rose from 100 to 180): 30s more allowed"},
+		{name: "its index stands: failing", leader: "a1", from: 180, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "another leader: failing", leader: "b2", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "no leader: failing", leader: "0", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "past the bound: failing", leader: "a1", from: 100, to: 180, failing: 41 * time.Second, want: VerdictUnhealthy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0.Add(time.Hour)
+			w := newWorld(now)
+			for _, n := range []string{"cp-1", "cp-2"} {
+				withRaft(w, n, "a1", 200, 1)
+			}
+			a := hearing(p)
+			withRaft(w, "cp-0", tc.leader, tc.from, 1)
+			a.Assess(machines, nil, w.obs)
+			w.probe("cp-0", "etcd", false, now.Add(-tc.failing))
+			withRaft(w, "cp-0", tc.leader, tc.to, 2)
+			got := byName(a.Assess(machines, nil, w.obs))["m0"]
+			assert.Equal(t, tc.want, got.Verdict, "%q", got.Reasons)
+			if tc.reasonSubstring != "" {
+				assert.Contains(t, got.Reasons[0], tc.reasonSubstring)
+			}
+		})
+	}
+}

@@ -33,6 +33,9 @@ type facts struct {
 	// remediation could not begin.
 	healthyAt   map[string]time.Time
 	beginFailed map[string]beginFailure
+	// seenAt is when each machine was last in view (its Assessment's SeenAt, the newest of any pass
+	// since the hub started).
+	seenAt map[string]time.Time
 	// loginWait says, for a machine whose BMC account refused the credentials and is in its wait
 	// (logins), why no login is made now.
 	loginWait map[string]string
@@ -41,6 +44,8 @@ type facts struct {
 	history map[string][]past
 	// recentStarts counts the hub's own starts within the rate-limit window.
 	recentStarts int
+	// quorumLost: the latest pass that planned saw etcd's quorum lost.
+	quorumLost bool
 }
 
 // flight is a remediation under way, as a pass sees it.
@@ -66,6 +71,9 @@ type decision struct {
 	// needs are the Unhealthy machines the hub will not heal again by itself, by why: given up,
 	// flapping, fenced (what an on-call engineer is paged for).
 	needs map[string]OperatorNeed
+	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back. Nothing else is
+	// decided: the evidence gathered while it was lost is judged again first (Assessor.QuorumBack).
+	quorumBack bool
 }
 
 // OperatorNeed says why an Unhealthy machine waits for an operator: the hub will not start another
@@ -77,6 +85,7 @@ const (
 	NeedGaveUp   OperatorNeed = "GaveUp"   // maxAttempts remediations failed since it was last healthy
 	NeedFlapping OperatorNeed = "Flapping" // maxAttempts remediations within the flap window
 	NeedFenced   OperatorNeed = "Fenced"   // fenced on purpose: it stays off until an operator acts
+	NeedUnseen   OperatorNeed = "Unseen"   // power-cycled, and nobody has seen it since: a partition, or a host that does not boot
 )
 
 // toBegin is a remediation to begin.
@@ -94,6 +103,9 @@ func decide(f facts) decision {
 		return decision{notPlanning: why}
 	}
 	p := f.inv.Policy
+	if f.quorumLost && !cluster.Budget(p.Quorum).QuorumLost() {
+		return decision{cluster: cluster, quorumBack: true}
+	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
 	failed, needs := map[string]int{}, map[string]OperatorNeed{}
 	silent := silentVoters(f, cluster)
@@ -209,6 +221,13 @@ func holdOf(f facts, m Machine) hold {
 	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
 		return hold{why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
+	if c, ok := unseenSinceCycle(hist, f.seenAt[m.Name]); ok {
+		return hold{why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed the cycle) and seen by nobody since: no report from its agent, "+
+			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
+			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+
+			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
+			c.id, c.cycled.UTC().Format(time.RFC3339), m.Name, m.Name, m.Name), need: NeedUnseen}
+	}
 	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
 		return hold{why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),
 			need: NeedFenced}
@@ -232,6 +251,24 @@ func holdOf(f facts, m Machine) hold {
 			failed: recent, need: NeedFlapping}
 	}
 	return hold{failed: max(n, recent)}
+}
+
+// unseenSinceCycle finds the machine's latest power cycle when nobody has seen the machine since it
+// (DESIGN.md rule 9): from the hub's side of a partition, the healthy members of a quorate far side
+// look exactly like dead ones, and the first cycle is the price of healing real crashes; a second one
+// of a member the first did not bring back into view is not. seen is when it was last in view; a
+// remediation that succeeded saw it come back (a hub restarted since has no other record of it).
+func unseenSinceCycle(hist []past, seen time.Time) (past, bool) {
+	var last past
+	for _, p := range hist {
+		if p.state == Succeeded && p.updated.After(seen) {
+			seen = p.updated
+		}
+		if p.cycled.After(last.cycled) {
+			last = p
+		}
+	}
+	return last, !last.cycled.IsZero() && !seen.After(last.cycled)
 }
 
 // hold is holdOf's answer: why not (empty: not held), how many remediations failed, and whether only

@@ -59,6 +59,18 @@ func (s *scene) remediated(i int, strategy string, state RemediationState, ago t
 	return s
 }
 
+// cycled says machine i's latest remediation power-cycled it ago, and when it was last seen.
+func (s *scene) cycled(i int, ago, seenAgo time.Duration) *scene {
+	m := machines[i].Name
+	h := s.f.history[m]
+	h[len(h)-1].cycled = s.f.now.Add(-ago)
+	if s.f.seenAt == nil {
+		s.f.seenAt = map[string]time.Time{}
+	}
+	s.f.seenAt[m] = s.f.now.Add(-seenAgo)
+	return s
+}
+
 // witnesses adds witness agents that read etcd from outside, as the demo's do.
 func (s *scene) witnesses(nodes ...string) *scene {
 	s.f.inv.Witnesses = append(s.f.inv.Witnesses, nodes...)
@@ -106,6 +118,7 @@ func TestDecide(t *testing.T) {
 		notPlanning string
 		held        string            // in decision.held
 		reasons     map[string]string // machine → in the planner's reason
+		needs       map[string]OperatorNeed
 	}{
 		{name: "all healthy: nothing", scene: newScene},
 		{name: "a dead member is rebooted", scene: func() *scene { return newScene().dead(2) }, starts: []string{"m2"}},
@@ -166,6 +179,24 @@ func TestDecide(t *testing.T) {
 			reasons: map[string]string{"m2": "gave up after 3 failed remediations"}},
 		{name: "flapping", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, 10*time.Minute, 3) },
 			reasons: map[string]string{"m2": "flapping: 3 remediations in the last 1h0m0s"}},
+		{name: "a power cycle that did not bring an unseen machine back into view is not repeated (a partition, or a host that does not boot)",
+			scene: func() *scene {
+				return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
+			}, reasons: map[string]string{"m2": "power-cycled by remediation m2/0 at 2026-11-22T03:40:00Z (its BMC showed the cycle) and seen by nobody since"},
+			needs: map[string]OperatorNeed{"m2": NeedUnseen}},
+		{name: "nor after a hub restart, which saw nothing since", scene: func() *scene {
+			s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 0)
+			delete(s.f.seenAt, "m2")
+			return s
+		}, reasons: map[string]string{"m2": "seen by nobody since"}, needs: map[string]OperatorNeed{"m2": NeedUnseen}},
+		{name: "a machine seen since its cycle, that failed again, is cycled again (escalated)", scene: func() *scene {
+			return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 15*time.Minute)
+		}, starts: []string{"m2"}},
+		{name: "a cycle that succeeded saw the machine back (a restarted hub has no other record of it)", scene: func() *scene {
+			s := newScene().dead(2).remediated(2, "reboot", Succeeded, 2*time.Hour, 1).cycled(2, 2*time.Hour+time.Minute, 0)
+			delete(s.f.seenAt, "m2")
+			return s
+		}, starts: []string{"m2"}},
 		{name: "paused: held", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.paused = "operator alice"
@@ -222,9 +253,40 @@ func TestDecide(t *testing.T) {
 			for m, want := range tc.reasons {
 				assert.Contains(t, reasonOf(d, m), want)
 			}
+			for m, want := range tc.needs {
+				assert.Equal(t, want, d.needs[m], m)
+			}
 			assert.Equal(t, d, s.decide(), "the same facts, the same decision")
 		})
 	}
+}
+
+// The pass in which etcd's quorum comes back decides nothing: cp-0's verdict still rests on what was
+// gathered while quorum was lost ("no leader" for 16 minutes), and the hub judges it again first
+// (Assessor.QuorumBack; TestQuorumBackJudgesAfresh). A pass whose quorum stays lost, or stays held,
+// plans as usual.
+func TestDecideWhenQuorumComesBack(t *testing.T) {
+	sick := func(s *scene) *scene {
+		s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}, Since: s.f.now.Add(-16 * time.Minute)}
+		return s
+	}
+	s := sick(newScene().witnesses("w-0", "w-1"))
+	s.f.quorumLost = true
+	d := s.decide()
+	assert.True(t, d.quorumBack)
+	assert.Empty(t, d.begin, "nothing begins on evidence from while quorum was lost")
+
+	s.f.quorumLost = false
+	d = s.decide()
+	assert.False(t, d.quorumBack)
+	assert.Equal(t, []string{"m0"}, started(d), "judged afresh and still Unhealthy: healed as usual")
+
+	s = sick(newScene().witnesses("w-0", "w-1").dead(1).dead(2))
+	s.f.quorumLost = true
+	d = s.decide()
+	assert.False(t, d.quorumBack, "still lost")
+	assert.Equal(t, []string{"m1", "m2"}, started(d))
 }
 
 // A start records what its remediation needs: the agent's start (the machine is back only with a

@@ -48,8 +48,6 @@ type Config struct {
 	// LoginBackoff is how long the hub makes no login to a BMC account after its credentials failed
 	// (default 5 min; it doubles with each failure in a row, up to 12 times; see logins).
 	LoginBackoff time.Duration
-	// RecoveryTimeout bounds how long a remediated machine may take to come back (default 10 min).
-	RecoveryTimeout time.Duration
 	// Metrics, when set, receives the hub's metrics.
 	Metrics prometheus.Registerer
 	// OnEvent, when set, is called with every event as it happens (the demo's timeline). It must not
@@ -97,10 +95,12 @@ type Hub struct {
 	assessments map[string]Assessment
 	unhealthyAt map[string]time.Time // when each machine's verdict last became Unhealthy
 	healthyAt   map[string]time.Time // when each machine was last seen Healthy: resets its attempts
+	seenAt      map[string]time.Time // when each machine was last in view (Assessment.SeenAt)
 	hearing     Hearing              // the expected observers the latest pass heard
 	// majorityNoticed: whether the last notice said the hub hears a majority (nil: none sent yet).
 	majorityNoticed *bool
 	cluster         quorum.Cluster // the membership of the latest pass
+	quorumLost      bool           // the latest pass that planned saw etcd's quorum lost
 	outcome         quorum.Outcome
 	needs           map[string]OperatorNeed // of the latest pass that planned
 	planErr         string                  // why the latest pass did not plan; empty when it did
@@ -178,7 +178,7 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, inv: cfg.Inventory,
-		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{},
+		assessments: map[string]Assessment{}, unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
 		running: map[string]*running{}, ledger: l, beginFailed: map[string]beginFailure{}, logins: newLogins(cfg.LoginBackoff), pauses: map[string]Brake{},
 		waitingWhy: map[string]string{}, resumed: make(chan struct{})}
 	if cfg.Metrics != nil {
@@ -410,6 +410,9 @@ func (h *Hub) assess(inv Inventory) (Observations, []Assessment, Hearing) {
 		if a.Verdict == VerdictHealthy {
 			h.healthyAt[a.Machine] = obs.Now
 		}
+		if a.SeenAt.After(h.seenAt[a.Machine]) {
+			h.seenAt[a.Machine] = a.SeenAt
+		}
 		h.assessments[a.Machine] = a
 	}
 	h.mu.Unlock()
@@ -497,12 +500,24 @@ func (h *Hub) pass(ctx context.Context) {
 	}
 	h.noticeHearing()
 	d := decide(h.facts(inv, obs, assessments, hearing))
+	if d.quorumBack {
+		// What was gathered while quorum was lost is judged again, from now, before anything is
+		// decided on it (a survivor's "no leader" is stale the moment quorum is back).
+		h.assessor.QuorumBack(obs.Now)
+		h.mu.Lock()
+		h.quorumLost = false
+		h.mu.Unlock()
+		h.say(Notice{Reason: ReasonQuorumBack, Message: "etcd's quorum is back: the evidence gathered while it was lost counts again from now"})
+		obs, assessments, hearing = h.assess(inv)
+		d = decide(h.facts(inv, obs, assessments, hearing))
+	}
 	if d.notPlanning != "" {
 		h.setPlanErr(d.notPlanning)
 		return
 	}
 	h.mu.Lock()
 	h.outcome, h.cluster, h.planErr, h.needs = d.outcome, d.cluster, "", d.needs
+	h.quorumLost = d.outcome.Budget.QuorumLost()
 	h.mu.Unlock()
 	h.noticeWaits(d.outcome)
 	for _, s := range d.begin {
@@ -521,7 +536,7 @@ func (h *Hub) facts(inv Inventory, obs Observations, assessments []Assessment, h
 		f.paused = DescribeBrakes(h.pausedBy())
 	}
 	f.suspended, f.detached = h.brakes.Suspended != nil, h.brakes.Detached
-	f.healthyAt, f.beginFailed = h.healthyAt, h.beginFailed
+	f.healthyAt, f.beginFailed, f.seenAt, f.quorumLost = h.healthyAt, h.beginFailed, h.seenAt, h.quorumLost
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
 		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {
@@ -690,7 +705,8 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 	delete(h.waitingWhy, m.Name)
 	h.mu.Unlock()
 	acted := false
-	exec := &Executor{Journal: h.cfg.Journal, Policy: h.inventory().Policy.Quorum, Log: h.log, RecoveryTimeout: h.cfg.RecoveryTimeout,
+	policy := h.inventory().Policy
+	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, Log: h.log, RecoveryTimeout: policy.RecoveryTimeout,
 		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Barrier: h.freshBarrier, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
 		Wanted: h.wanted(m, rem),
 		BeforeAct: func(step quorum.Step) {

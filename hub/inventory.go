@@ -53,10 +53,17 @@ type PolicyFile struct {
 	// FlapWindow: a machine remediated MaxAttempts times within it is flapping (it comes back, then
 	// fails again): the hub gives up on it (default 1 h).
 	FlapWindow config.Duration `json:"flapWindow"`
+	// RecoveryTimeout: how long a remediated machine may take to come back (its agent reporting
+	// again, its member healthy) before the remediation fails (default 10 min: a bare-metal server's
+	// POST and boot). A power cycle after which nobody sees the machine is not repeated by itself.
+	RecoveryTimeout config.Duration `json:"recoveryTimeout"`
 	// DeadTimeout, EtcdUnreachableTimeout, StaleAfter: see AssessPolicy.
 	DeadTimeout            config.Duration `json:"deadTimeout"`
 	EtcdUnreachableTimeout config.Duration `json:"etcdUnreachableTimeout"`
 	StaleAfter             config.Duration `json:"staleAfter"`
+	// EtcdCatchUp: how much longer than probeTimeouts.etcd the etcd probe may fail while the member
+	// follows the current leader and its raft index rises (default 30 s).
+	EtcdCatchUp config.Duration `json:"etcdCatchUp"`
 }
 
 // Class is a machine class: how its machines are healed.
@@ -103,6 +110,8 @@ type Policy struct {
 	Cooldown    time.Duration
 	MaxAttempts int
 	FlapWindow  time.Duration
+	// RecoveryTimeout bounds an await-healthy step.
+	RecoveryTimeout time.Duration
 }
 
 // Machine is a validated inventory machine.
@@ -226,7 +235,7 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 
 func (pf PolicyFile) validate() (Policy, error) {
 	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: DefaultAssessPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
-		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour}
+		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, RecoveryTimeout: 10 * time.Minute}
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {
 		p.Quorum.MaxLearners = *pf.MaxLearners
@@ -273,7 +282,8 @@ func (pf PolicyFile) validate() (Policy, error) {
 		value config.Duration
 		dst   *time.Duration
 	}{{"deadTimeout", pf.DeadTimeout, &p.Assess.DeadTimeout}, {"etcdUnreachableTimeout", pf.EtcdUnreachableTimeout, &p.Assess.EtcdUnreachableTimeout},
-		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}, {"cooldown", pf.Cooldown, &p.Cooldown}, {"flapWindow", pf.FlapWindow, &p.FlapWindow}} {
+		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}, {"cooldown", pf.Cooldown, &p.Cooldown}, {"flapWindow", pf.FlapWindow, &p.FlapWindow},
+		{"recoveryTimeout", pf.RecoveryTimeout, &p.RecoveryTimeout}, {"etcdCatchUp", pf.EtcdCatchUp, &p.Assess.EtcdCatchUp}} {
 		if d.value.Duration < 0 {
 			return p, fmt.Errorf("policy.%s: %v must not be negative", d.field, d.value)
 		}

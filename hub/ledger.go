@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hale-dev/hale/quorum"
 )
 
 // past is one remediation as the brakes count it.
@@ -15,10 +17,31 @@ type past struct {
 	byHub            bool
 	state            RemediationState
 	created, updated time.Time
+	// cycles are the indexes of its power-cycle steps; cycled is when the latest of them was done
+	// (its BMC showed the power go off and on, or the reset: zero when none was). A cycle that did
+	// not bring an unseen machine back into view is not repeated (holdOf).
+	cycles []int
+	cycled time.Time
 }
 
 func pastOf(r Remediation) past {
-	return past{id: r.ID, strategy: r.Strategy, byHub: r.RequestedBy == "hub", state: r.State, created: r.Created, updated: r.Updated}
+	p := past{id: r.ID, strategy: r.Strategy, byHub: r.RequestedBy == "hub", state: r.State, created: r.Created, updated: r.Updated}
+	for i, s := range r.Steps {
+		if s.Op == quorum.OpPowerCycle {
+			p.cycles = append(p.cycles, i)
+		}
+	}
+	for _, e := range r.History {
+		p.outcome(e.Step, e.Result, e.At)
+	}
+	return p
+}
+
+// outcome records a step's outcome: a power cycle done (or found done after a restart) sets cycled.
+func (p *past) outcome(step int, r Result, at time.Time) {
+	if (r == ResultDone || r == ResultNotRepeated) && slices.Contains(p.cycles, step) && at.After(p.cycled) {
+		p.cycled = at
+	}
 }
 
 // ledger is what the passes need of the journal, kept in memory: every machine's recent remediations
@@ -80,6 +103,15 @@ func (l *ledger) finished(id string, state RemediationState, at time.Time) {
 	}
 }
 
+func (l *ledger) outcome(id string, step int, r Result, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rs := l.recent[l.byID[id]]
+	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
+		rs[i].outcome(step, r, at)
+	}
+}
+
 // of returns a copy of a machine's recent remediations, oldest first.
 func (l *ledger) of(machine string) []past {
 	l.mu.Lock()
@@ -123,8 +155,8 @@ func failures(hist []past, healthy time.Time) int {
 	return n
 }
 
-// recorder is the Store the hub writes through: each Begin and Finish that the journal accepted is
-// also written to the ledger.
+// recorder is the Store the hub writes through: each Begin, Outcome and Finish that the journal
+// accepted is also written to the ledger.
 type recorder struct {
 	Store
 	l *ledger
@@ -136,6 +168,14 @@ func (r recorder) Begin(ctx context.Context, rem Remediation) (Remediation, erro
 		r.l.begun(rem)
 	}
 	return rem, err
+}
+
+func (r recorder) Outcome(ctx context.Context, id string, step int, result Result, detail string) error {
+	err := r.Store.Outcome(ctx, id, step, result, detail)
+	if err == nil {
+		r.l.outcome(id, step, result, time.Now())
+	}
+	return err
 }
 
 func (r recorder) Finish(ctx context.Context, id string, state RemediationState, detail string) error {

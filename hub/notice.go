@@ -34,12 +34,14 @@ const (
 const (
 	ReasonObserverMajorityLost  Reason = "ObserverMajorityLost"
 	ReasonObserverMajorityHeard Reason = "ObserverMajorityHeard"
-	ReasonNotPlanning           Reason = "NotPlanning"
-	ReasonHolding               Reason = "Holding"
-	ReasonBrake                 Reason = "Brake"
-	ReasonBrakeNotRecorded      Reason = "BrakeNotRecorded"
-	ReasonInventoryReloaded     Reason = "InventoryReloaded"
-	ReasonPolicyChanged         Reason = "PolicyChanged"
+	// ReasonQuorumBack: etcd's quorum, lost in the hub's view, is back; evidence counts again from now.
+	ReasonQuorumBack        Reason = "QuorumBack"
+	ReasonNotPlanning       Reason = "NotPlanning"
+	ReasonHolding           Reason = "Holding"
+	ReasonBrake             Reason = "Brake"
+	ReasonBrakeNotRecorded  Reason = "BrakeNotRecorded"
+	ReasonInventoryReloaded Reason = "InventoryReloaded"
+	ReasonPolicyChanged     Reason = "PolicyChanged"
 	// ReasonDegraded: what a hub did while the API server did not answer (Kubernetes mode's degraded
 	// mode), said once it answers again.
 	ReasonDegraded Reason = "DegradedMode"

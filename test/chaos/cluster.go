@@ -68,7 +68,8 @@ type cluster struct {
 	events     *timeline
 }
 
-func startCluster(t *run, bins netns.Binaries, shape Shape, events *timeline) *cluster {
+// policy is added to the inventory's policy (flow style).
+func startCluster(t *run, bins netns.Binaries, shape Shape, policy string, events *timeline) *cluster {
 	lab := netns.New(t)
 	c := &cluster{t: t, lab: lab, bins: bins, dir: t.TempDir(), ipmi: map[string]*ipmisim.Sim{}, events: events}
 	c.socket = filepath.Join(c.dir, "hub.sock")
@@ -108,7 +109,7 @@ etcd: {endpoints: [%s]}
 `, h.Name, h.Addr(7946), strings.Join(c.joins, ", "), c.keyFile, strings.Join(etcdURLs, ", ")))
 		c.witProcs = append(c.witProcs, h.Start("agent-"+h.Name, bins.Agent, "-config", cfg))
 	}
-	c.startBMCs(shape)
+	c.startBMCs(shape, policy)
 	c.startHub()
 	return c
 }
@@ -124,7 +125,7 @@ func (c *cluster) write(name, body string) string {
 // startBMCs starts the Redfish simulator (for the first machines) on the out-of-band host, listening
 // there from inside this process, and one ipmi_sim per IPMI machine (the last ones), each a process on
 // that host; their power runs the machines' processes.
-func (c *cluster) startBMCs(shape Shape) {
+func (c *cluster) startBMCs(shape Shape, policy string) {
 	creds := c.write("bmc-credentials", "username=admin\npassword=chaos-secret\n")
 	nRedfish := len(c.machines) - shape.IPMI
 	var ids []string
@@ -173,7 +174,10 @@ func (c *cluster) startBMCs(shape Shape) {
 		c.followIPMI(m, sim)
 	}
 	var inv strings.Builder
-	fmt.Fprintf(&inv, "cluster: chaos\npolicy: {cooldown: %s}\nclasses: {cp: {strategy: reboot}}\n", Cooldown)
+	if policy != "" {
+		policy = ", " + policy
+	}
+	fmt.Fprintf(&inv, "cluster: chaos\npolicy: {cooldown: %s%s}\nclasses: {cp: {strategy: reboot}}\n", Cooldown, policy)
 	if len(c.wits) > 0 {
 		var names []string
 		for _, h := range c.wits {

@@ -48,6 +48,8 @@ type schedule struct {
 	Seed     uint64
 	Duration time.Duration
 	Faults   []fault
+	// Policy is added to the inventory's policy (flow style, e.g. "recoveryTimeout: 15s").
+	Policy string
 }
 
 // Fault kinds.
@@ -176,6 +178,17 @@ var named = map[string]func(d time.Duration) schedule{
 	"minority-hub": func(d time.Duration) schedule {
 		return schedule{Name: "minority-hub", Duration: d, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0"}, B: []string{"cp-1", "cp-2", "w-0", "w-1"}},
+		}}
+	},
+	// The far side of a partition holds etcd's quorum (cp-1, cp-2); the hub, both witnesses and cp-0
+	// are on this side with the BMC network. The hub hears 4 of 6 observers and sees two members dead:
+	// it may power-cycle each once (from here, a double crash looks the same), but not again while
+	// nobody sees it (DESIGN rule 9; the checker's property 2), and after the heal it touches nothing
+	// on its own side (cp-0's "no leader" is stale evidence then: TestChaos checks it). A short
+	// recoveryTimeout makes several cooldowns fit in the partition.
+	"far-side": func(d time.Duration) schedule {
+		return schedule{Name: "far-side", Duration: d, Policy: "recoveryTimeout: 15s", Faults: []fault{
+			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0", "w-0", "w-1"}, B: []string{"cp-1", "cp-2"}},
 		}}
 	},
 	// A member dies and the hub is killed the moment its BMC takes the machine down: the restarted hub

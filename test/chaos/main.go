@@ -196,7 +196,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	for _, f := range s.Faults {
 		fmt.Fprintf(logf, "schedule: at %5.1fs %s for %.1fs\n", f.At.Seconds(), f, f.For.Seconds())
 	}
-	c := startCluster(r, o.binaries, o.shape, tl)
+	c := startCluster(r, o.binaries, o.shape, s.Policy, tl)
 	chk := newChecker(c, tl)
 	chk.rulesChanged()
 	sctx, stopSampling := context.WithCancel(ctx)

@@ -132,7 +132,22 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 	}
 	// 2: no healthy member of a working quorum power-cycled by Hale; none while the hub could not hear a
 	// majority of its expected observers.
+	// Nor is one power-cycled again on the far side while it stayed there since its last cycle: the
+	// first cycle did not bring it back into view, and a second proves nothing more (DESIGN rule 9).
 	hale := slices.DeleteFunc(slices.Clone(res.Actions), func(a powerAction) bool { return a.By != "hale" })
+	farSince := map[string]time.Time{} // a machine's last far-side power-off, while it stays on the far side
+	for _, a := range hale {
+		i := idx(a.Machine)
+		if s, ok := before(a.At); ok && farSide(s, i) {
+			if t, ok := farSince[a.Machine]; ok && farThrough(samples, i, t, a.At) {
+				res.Violations[1] = append(res.Violations[1], fmt.Sprintf("%s: %s powered off by Hale again, on the far side of a partition since its last power-off at %s: "+
+					"that one did not bring it back into view", at(a.At), a.Machine, at(t)))
+			}
+			farSince[a.Machine] = a.At
+		} else {
+			delete(farSince, a.Machine)
+		}
+	}
 	for _, a := range hale {
 		res.Checked[1]++
 		if s, ok := before(a.At); ok && healthyThrough(samples, idx(a.Machine), a.At.Add(-Lag), a.At) && s.healthyCount() >= s.quorum() && !farSide(s, idx(a.Machine)) {
@@ -176,6 +191,16 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 
 // farSide: machine i was cut off from the hub while the hub heard a majority of its observers.
 func farSide(s sample, i int) bool { return i < len(s.CutFromHub) && s.CutFromHub[i] && s.majority() }
+
+// farThrough: machine i was cut off from the hub in every sample from from to to.
+func farThrough(samples []sample, i int, from, to time.Time) bool {
+	for _, s := range samples {
+		if !s.At.Before(from) && !s.At.After(to) && (i >= len(s.CutFromHub) || !s.CutFromHub[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // actionsOf finds the power actions in the events: every power-off is a BMC's (the faults kill
 // processes, never the power); it is the operator's when an operator's reboot of that machine was

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The checker's own logic, on made-up timelines: each property fires on the case it exists for and
@@ -122,4 +123,22 @@ func TestEvaluateFarSide(t *testing.T) {
 	evaluate(&res, &timeline{start: t0, log: io.Discard, events: events}, build(2), []string{"cp-0", "cp-1", "cp-2"}, nil)
 	assert.Len(t, res.Violations[0], 1, "quorum")
 	assert.Len(t, res.Violations[1], 2, "a healthy voter, and no majority heard")
+
+	// Twice while it stays on the far side: the second is property 2 (DESIGN rule 9).
+	twice := []event{{At: t0.Add(2 * time.Second), Kind: "power-off", Target: "cp-0"}, {At: t0.Add(28 * time.Second), Kind: "power-off", Target: "cp-0"}}
+	res = result{}
+	evaluate(&res, &timeline{start: t0, log: io.Discard, events: twice}, build(4), []string{"cp-0", "cp-1", "cp-2"}, nil)
+	require.Len(t, res.Violations[1], 1, "%q", res.Violations)
+	assert.Contains(t, res.Violations[1][0], "cp-0 powered off by Hale again, on the far side of a partition since its last power-off at 2.0s")
+	// Back in view in between (the partition healed, then another): a new far side, not a repeat.
+	samples := build(4)
+	for i := range samples {
+		if at := samples[i].At.Sub(t0); at > 23*time.Second && at < 25*time.Second {
+			samples[i].CutFromHub = []bool{false, false, false}
+		}
+	}
+	res = result{}
+	evaluate(&res, &timeline{start: t0, log: io.Discard, events: twice}, samples, []string{"cp-0", "cp-1", "cp-2"}, nil)
+	assert.True(t, res.passed(), "%q", res.Violations)
+	assert.Len(t, res.TradeOffs, 2)
 }

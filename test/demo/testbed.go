@@ -540,12 +540,13 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		_ = g.Shutdown()
 		return err
 	}
+	inv.Policy.RecoveryTimeout = 30 * time.Second
 	if o.Inventory != nil {
 		o.Inventory(&inv)
 	}
 	log := tb.opts.Log
 	cfg := hub.Config{Inventory: inv, Gossip: g, Journal: store, Log: log, Tick: 100 * time.Millisecond,
-		RecoveryTimeout: 30 * time.Second, Metrics: tb.opts.Metrics,
+		Metrics: tb.opts.Metrics,
 		OnEvent: func(at time.Time, msg string) {
 			tb.sayAt(at, "hub", msg)
 			if tb.opts.OnEvent != nil {
