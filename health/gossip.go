@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,6 +95,13 @@ type GossipConfig struct {
 	ReconnectInterval time.Duration
 	// KeyAdoptDelay: see SetKeys (DefaultKeyAdoptDelay when 0; negative: at once).
 	KeyAdoptDelay time.Duration
+	// Identity signs this member's reports and the claim in its metadata that binds its name to its
+	// address; Pinned are the keys every member's signatures are checked against (SetPinned replaces
+	// them). With both set, a report or an alive message that is unsigned or not signed by a key pinned
+	// for the name it gives is refused and counted (Rejected). Without, the pool key alone guards the
+	// pool. One is not set without the other.
+	Identity *Identity
+	Pinned   *Pinned
 }
 
 // ReconnectTimeout is how long a peer that died (not one that left) is joined again: after a day it is
@@ -102,9 +111,10 @@ const ReconnectTimeout = 24 * time.Hour
 // Gossip is one member of the encrypted gossip pool: it spreads this member's latest report, keeps
 // the newest report of every other member, and tracks peer liveness.
 type Gossip struct {
-	started time.Time
-	cfg     GossipConfig
-	ml      *memberlist.Memberlist
+	started   time.Time
+	cfg       GossipConfig
+	transport memberlist.Transport
+	ml        *memberlist.Memberlist
 	keyring *memberlist.Keyring
 	relay   *memberlist.TransmitLimitedQueue // others' reports, passed on once
 	log     *slog.Logger
@@ -117,6 +127,7 @@ type Gossip struct {
 	peers    map[string]PeerView
 	clock    map[string]clockSample
 	rejected map[string]int    // by reason
+	pinned   Pinned            // the keys signatures are checked against (when cfg.Identity is set)
 	expired  map[string]uint64 // the last version of members that left long ago
 	stopped  bool
 	// adopt, when set, makes the key file's new first key the one to encrypt with (SetKeys).
@@ -166,11 +177,17 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if cfg.KeyAdoptDelay == 0 {
 		cfg.KeyAdoptDelay = DefaultKeyAdoptDelay
 	}
+	if (cfg.Identity == nil) != (cfg.Pinned == nil) {
+		return nil, errors.New("gossip: an identity and the pinned keys go together: give both or neither")
+	}
 	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
 		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{},
 		rejected: map[string]int{}, expired: map[string]uint64{},
 		addrs: map[string]string{}, reported: map[string]string{}, nodes: map[string]memberlist.Node{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}
 	g.dedup = newLogDedup(g.log)
+	if cfg.Pinned != nil {
+		g.pinned = *cfg.Pinned
+	}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Node
@@ -196,6 +213,9 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.PushPullInterval = cfg.Timing.PushPullInterval
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
+	if cfg.Identity != nil {
+		mc.Alive = (*aliveCheck)(g)
+	}
 	mc.Logger = log.New(g.dedup, "", 0)
 	mc.Transport = cfg.Transport
 	if mc.Transport == nil {
@@ -205,6 +225,7 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 		}
 		mc.Transport = t
 	}
+	g.transport = mc.Transport
 	numNodes := func() int { return g.ml.NumMembers() }
 	g.relay = &memberlist.TransmitLimitedQueue{NumNodes: numNodes, RetransmitMult: 1}
 	ml, err := memberlist.Create(mc)
@@ -367,6 +388,9 @@ func (g *Gossip) Publish(r Report) error {
 		g.mu.Unlock()
 		return err
 	}
+	if g.cfg.Identity != nil {
+		msg = signReport(*g.cfg.Identity, msg)
+	}
 	g.reports[r.Node], g.encoded[r.Node] = &r, msg
 	g.mu.Unlock()
 
@@ -468,7 +492,15 @@ const (
 	RejectOtherCluster  = "other_cluster"
 	RejectFuture        = "future"     // version or send time beyond MaxAhead
 	RejectNotSender     = "not_sender" // a report under a member's name from another address
+	// An alive message (a member's name at an address) whose claim is refused counts under
+	// alivePrefix and the reason (alive_unsigned, alive_unknown_node, alive_bad_signature).
+	alivePrefix = "alive_"
 )
+
+// rejectReasons are every reason Rejected counts.
+var rejectReasons = []string{RejectUndecodable, RejectUndecryptable, RejectOtherCluster, RejectFuture, RejectNotSender,
+	RejectUnsigned, RejectUnknownNode, RejectBadSignature,
+	alivePrefix + RejectUnsigned, alivePrefix + RejectUnknownNode, alivePrefix + RejectBadSignature}
 
 // MaxAhead is how far ahead of this member's clock a report's version and send time may be. The
 // clock probe already fails a node off by more than half a second.
@@ -483,7 +515,7 @@ func (g *Gossip) reject(reason, node, msg string, args ...any) {
 // Rejected counts the gossip messages rejected, by reason: every reason, zero or not.
 func (g *Gossip) Rejected() map[string]int {
 	out := map[string]int{}
-	for _, r := range []string{RejectUndecodable, RejectOtherCluster, RejectFuture, RejectNotSender} {
+	for _, r := range rejectReasons {
 		out[r] = 0
 	}
 	g.mu.Lock()
@@ -580,7 +612,32 @@ const KeyFileCheck = 5 * time.Second
 // updated in place), checking every interval until ctx ends. A file that cannot be read or holds no
 // valid key is reported and changes nothing: the keys in force stay.
 func (g *Gossip) WatchKeyFile(ctx context.Context, path string, interval time.Duration) {
-	var last [][]byte // what the file held when last applied: nothing yet, so the first check applies it
+	g.watch(ctx, path, interval, "gossip keys", func() (int, error) {
+		keys, err := LoadGossipKeys(path)
+		if err == nil {
+			err = g.SetKeys(keys)
+		}
+		return len(keys), err
+	})
+}
+
+// WatchPinnedFile reloads the pinned keys from path whenever its content changes (a member added or
+// re-keyed; a mounted ConfigMap is updated in place), as WatchKeyFile does the gossip keys.
+func (g *Gossip) WatchPinnedFile(ctx context.Context, path string, interval time.Duration) {
+	g.watch(ctx, path, interval, "pinned keys", func() (int, error) {
+		p, err := LoadPinned(path)
+		if err == nil {
+			g.SetPinned(p)
+		}
+		return p.Len(), err
+	})
+}
+
+// watch calls load whenever the file at path holds something else than when load last succeeded,
+// every interval until ctx ends; the content it was started with counts as loaded. A failure is
+// reported once and changes nothing: what is in force stays.
+func (g *Gossip) watch(ctx context.Context, path string, interval time.Duration, what string, load func() (int, error)) {
+	last, _ := os.ReadFile(path)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -589,20 +646,20 @@ func (g *Gossip) WatchKeyFile(ctx context.Context, path string, interval time.Du
 			return
 		case <-t.C:
 		}
-		keys, err := LoadGossipKeys(path)
+		raw, err := os.ReadFile(path)
+		if err == nil && bytes.Equal(raw, last) {
+			continue
+		}
+		n := 0
+		if err == nil {
+			n, err = load()
+		}
 		if err != nil {
-			g.dedup.once("key-file", err.Error(), "gossip keys: the key file cannot be used; the keys in force stay", "err", err)
+			g.dedup.once(what, err.Error(), what+": the file cannot be used; what is in force stays", "file", path, "err", err)
 			continue
 		}
-		if slices.EqualFunc(keys, last, bytes.Equal) {
-			continue
-		}
-		if err := g.SetKeys(keys); err != nil {
-			g.log.Error("gossip keys: reloading the key file", "file", path, "err", err)
-			continue
-		}
-		last = keys
-		g.log.Info("gossip keys: reloaded the key file", "file", path, "keys", len(keys))
+		last = raw
+		g.log.Info(what+": reloaded the file", "file", path, "entries", n)
 	}
 }
 
@@ -663,7 +720,18 @@ func (g *Gossip) merge(msg []byte) (*Report, bool) {
 		}
 	}
 	g.mu.Unlock()
-	r, err := DecodeReport(msg)
+	inner, sig, signed := splitSigned(msg)
+	r, err := DecodeReport(inner)
+	verified, why := true, ""
+	if err == nil && g.cfg.Identity != nil && r.Node != g.cfg.Node {
+		// Every copy is checked, a relayed one as the sender's own: only the writer's key signs it.
+		g.mu.Lock()
+		pinned := g.pinned
+		g.mu.Unlock()
+		if verified, why = pinned.verify(r.Node, inner, sig); !signed {
+			verified, why = false, RejectUnsigned
+		}
+	}
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -676,6 +744,10 @@ func (g *Gossip) merge(msg []byte) (*Report, bool) {
 		return nil, false
 	case r.Node == g.cfg.Node:
 		return nil, false // our own, echoed back
+	case !verified:
+		g.reject(why, r.Node, "dropping a report not signed by a key pinned for the member it names: another process holding "+
+			"the pool key, or a member whose key is not (yet) pinned", "node", r.Node, "reason", why, "reportAddr", r.Addr)
+		return nil, false
 	case r.Version > uint64(now.Add(MaxAhead).UnixNano()) || r.SentAt.After(now.Add(MaxAhead)):
 		// Versions are the sender's clock in nanoseconds: one far ahead would hold off every real
 		// report of that node until the clock caught up (forever, for the largest).
@@ -706,13 +778,79 @@ func (g *Gossip) merge(msg []byte) (*Report, bool) {
 type delegate Gossip
 
 // NodeMeta is the member's role and when it started ("hub 1795427856621597056"): a hub tells from it
-// whether another hub shares its pool, and which started first.
+// whether another hub shares its pool, and which started first. With an identity, a third field signs
+// the claim that this name is at this address (aliveClaim): the pool's other members let the name be
+// alive only at an address its own key signed.
 func (d *delegate) NodeMeta(limit int) []byte {
-	meta := []byte(d.cfg.Role + " " + strconv.FormatInt(d.started.UnixNano(), 10))
+	started := d.started.UnixNano()
+	meta := []byte(d.cfg.Role + " " + strconv.FormatInt(started, 10))
+	if d.cfg.Identity != nil {
+		ip, port, err := d.transport.FinalAdvertiseAddr(d.cfg.AdvertiseAddr, d.cfg.AdvertisePort)
+		if err == nil {
+			addr := net.JoinHostPort(ip.String(), strconv.Itoa(port))
+			sig := d.cfg.Identity.sign(aliveClaim(d.cfg.Cluster, d.cfg.Node, addr, d.cfg.Role, started))
+			meta = append(append(meta, ' '), base64.StdEncoding.EncodeToString(sig)...)
+		}
+	}
 	if len(meta) > limit {
 		return meta[:limit]
 	}
 	return meta
+}
+
+// parseMeta reads NodeMeta's fields (a missing signature is nil).
+func parseMeta(meta []byte) (role string, started int64, sig []byte) {
+	f := strings.Fields(string(meta))
+	if len(f) > 0 {
+		role = f[0]
+	}
+	if len(f) > 1 {
+		started, _ = strconv.ParseInt(f[1], 10, 64)
+	}
+	if len(f) > 2 {
+		sig, _ = base64.StdEncoding.DecodeString(f[2])
+	}
+	return role, started, sig
+}
+
+// aliveCheck is memberlist's AliveDelegate when the members have identities: an alive message (a
+// member's name at an address, from a join, a push/pull, gossip or a refutation) is taken only when
+// its metadata's claim is signed by a key pinned for that name, for that address. So a process
+// holding the pool key cannot take a member's name over while its agent restarts (memberlist moves a
+// dead name to a new address after DeadNodeReclaimTime), nor announce a name it has no key for.
+// (memberlist calls it under its node lock: it must not call memberlist.)
+type aliveCheck Gossip
+
+func (c *aliveCheck) NotifyAlive(peer *memberlist.Node) error {
+	g := (*Gossip)(c)
+	role, started, sig := parseMeta(peer.Meta)
+	claim := aliveClaim(g.cfg.Cluster, peer.Name, peer.Address(), role, started)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ok bool
+	why := RejectUnsigned
+	switch {
+	case sig == nil:
+	case peer.Name == g.cfg.Node:
+		ok, why = g.cfg.Identity.Public().verify(claim, sig), RejectBadSignature
+	default:
+		ok, why = g.pinned.verify(peer.Name, claim, sig)
+	}
+	if ok {
+		return nil
+	}
+	g.reject(alivePrefix+why, peer.Name, "refusing an alive message: its claim to the name at that address is not signed by a key "+
+		"pinned for the name (another process holding the pool key, or a member whose key is not pinned)", "node", peer.Name,
+		"addr", peer.Address(), "reason", why)
+	return fmt.Errorf("%s at %s: %s", peer.Name, peer.Address(), why)
+}
+
+// SetPinned replaces the keys signatures are checked against (a changed pinned-keys file: a member
+// added or re-keyed). Reports and alive messages already taken stay.
+func (g *Gossip) SetPinned(p Pinned) {
+	g.mu.Lock()
+	g.pinned = p
+	g.mu.Unlock()
 }
 
 // Member is a live member of the pool as its gossip metadata describes it.
@@ -725,10 +863,10 @@ type Member struct {
 func (g *Gossip) Members() []Member {
 	var out []Member
 	for _, n := range g.liveNodes() {
-		role, started, _ := strings.Cut(string(n.Meta), " ")
+		role, started, _ := parseMeta(n.Meta)
 		m := Member{Name: n.Name, Role: role}
-		if ns, err := strconv.ParseInt(started, 10, 64); err == nil {
-			m.Started = time.Unix(0, ns)
+		if started != 0 {
+			m.Started = time.Unix(0, started)
 		}
 		out = append(out, m)
 	}

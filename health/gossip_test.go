@@ -489,13 +489,19 @@ func TestReportsBoundToTheirSenders(t *testing.T) {
 	assert.Equal(t, "10.0.0.10:7946", g.Reports()["cp-0"].Addr, "the real report stays")
 	// The hub serves the counts (it is what a forged report targets).
 	require.NoError(t, testutil.CollectAndCompare(NewGossipCollector(g, "hale_hub"), strings.NewReader(`
-# HELP hale_hub_gossip_rejected_total Gossip messages rejected: undecodable, undecryptable (a key this member does not hold), other_cluster, future (version or send time too far ahead), not_sender (a report under a member's name from another address).
+# HELP hale_hub_gossip_rejected_total Gossip messages rejected: undecodable, undecryptable (a key this member does not hold), other_cluster, future (version or send time too far ahead), not_sender (a report under a member's name from another address), unsigned, unknown_node (no key pinned for its name), bad_signature (not signed by a key pinned for its name); alive_* the same for a claim to a name at an address.
 # TYPE hale_hub_gossip_rejected_total counter
+hale_hub_gossip_rejected_total{reason="alive_bad_signature"} 0
+hale_hub_gossip_rejected_total{reason="alive_unknown_node"} 0
+hale_hub_gossip_rejected_total{reason="alive_unsigned"} 0
+hale_hub_gossip_rejected_total{reason="bad_signature"} 0
 hale_hub_gossip_rejected_total{reason="future"} 3
 hale_hub_gossip_rejected_total{reason="not_sender"} 1
 hale_hub_gossip_rejected_total{reason="other_cluster"} 0
 hale_hub_gossip_rejected_total{reason="undecodable"} 0
 hale_hub_gossip_rejected_total{reason="undecryptable"} 0
+hale_hub_gossip_rejected_total{reason="unknown_node"} 0
+hale_hub_gossip_rejected_total{reason="unsigned"} 0
 `), "hale_hub_gossip_rejected_total"))
 
 	// cp-0 left on purpose over an hour ago.

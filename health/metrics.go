@@ -13,7 +13,9 @@ type gossipCollector struct {
 func NewGossipCollector(g *Gossip, prefix string) prometheus.Collector {
 	return &gossipCollector{g: g,
 		rejected: prometheus.NewDesc(prefix+"_gossip_rejected_total",
-			"Gossip messages rejected: undecodable, undecryptable (a key this member does not hold), other_cluster, future (version or send time too far ahead), not_sender (a report under a member's name from another address).",
+			"Gossip messages rejected: undecodable, undecryptable (a key this member does not hold), other_cluster, future (version or send time too far ahead), "+
+				"not_sender (a report under a member's name from another address), unsigned, unknown_node (no key pinned for its name), bad_signature "+
+				"(not signed by a key pinned for its name); alive_* the same for a claim to a name at an address.",
 			[]string{"reason"}, nil),
 		keyOrder: prometheus.NewDesc(prefix+"_gossip_key_order_errors_total",
 			"Key file changes that made first a key this member did not hold (a key rotation out of order).", nil, nil),

@@ -6,6 +6,7 @@ package health
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,6 +90,9 @@ type Report struct {
 const (
 	formatJSON byte = 1
 	formatGzip byte = 2
+	// formatSigned: an Ed25519 signature (64 bytes) by the sender's identity, then a report in one of
+	// the formats above, which is what the signature covers.
+	formatSigned byte = 3
 	// compressAbove is the size past which a report is gzipped before it is gossiped.
 	compressAbove = 512
 	// maxDecoded bounds a decoded report (a gzip bomb stops here).
@@ -124,10 +128,32 @@ func (r *Report) encode(zw *gzip.Writer) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// DecodeReport reads a report in the wire format. Garbage gives an error, never a panic.
+// signReport wraps an encoded report in the signed format.
+func signReport(id Identity, inner []byte) []byte {
+	return append(append([]byte{formatSigned}, id.sign(inner)...), inner...)
+}
+
+// splitSigned unwraps a signed report: the report as signed and its signature (signed false: msg is
+// not in the signed format, and is the report itself).
+func splitSigned(msg []byte) (inner, sig []byte, signed bool) {
+	if len(msg) < 1+ed25519.SignatureSize || msg[0] != formatSigned {
+		return msg, nil, false
+	}
+	return msg[1+ed25519.SignatureSize:], msg[1 : 1+ed25519.SignatureSize], true
+}
+
+// DecodeReport reads a report in the wire format (a signed one's signature is not checked here: the
+// gossip does that against the keys it pins). Garbage gives an error, never a panic.
 func DecodeReport(b []byte) (*Report, error) {
 	if len(b) == 0 {
 		return nil, errors.New("empty report")
+	}
+	if b[0] == formatSigned {
+		inner, _, ok := splitSigned(b)
+		if !ok || len(inner) == 0 || inner[0] == formatSigned {
+			return nil, errors.New("report: a signed report without a report in it")
+		}
+		b = inner
 	}
 	body := b[1:]
 	switch b[0] {

@@ -43,7 +43,12 @@ type GossipConfig struct {
 	Advertise string   `json:"advertise"`
 	Join      []string `json:"join"`
 	// KeyFile holds the base64 gossip keys, one a line, the first used to encrypt. Required.
-	KeyFile       string   `json:"keyFile"`
+	KeyFile string `json:"keyFile"`
+	// IdentityFile is this node's own signing key (Ed25519, PEM; created on first start when
+	// missing); PinnedFile lists every member's public key, one "NAME ed25519:BASE64" a line. With
+	// both, every report and every claim to a name is signed, and checked against the pinned keys.
+	IdentityFile  string   `json:"identityFile"`
+	PinnedFile    string   `json:"pinnedFile"`
 	ProbeInterval Duration `json:"probeInterval"`
 	ProbeTimeout  Duration `json:"probeTimeout"`
 	SuspicionMult int      `json:"suspicionMult"`
@@ -95,7 +100,7 @@ func loadConfig(path string) (Config, error) {
 	if err := config.Load(path, &c); err != nil {
 		return c, err
 	}
-	config.RelativeTo(path, &c.Gossip.KeyFile, &c.Probes.EtcdDisk.DataDir,
+	config.RelativeTo(path, &c.Gossip.KeyFile, &c.Gossip.IdentityFile, &c.Gossip.PinnedFile, &c.Probes.EtcdDisk.DataDir,
 		&c.Etcd.TLS.CA, &c.Etcd.TLS.Cert, &c.Etcd.TLS.Key,
 		&c.Probes.APIServer.TLS.CA, &c.Probes.APIServer.TLS.Cert, &c.Probes.APIServer.TLS.Key)
 	return c, nil
@@ -177,6 +182,8 @@ func (c Config) validate() error {
 		return errors.New("gossip.keyFile: required: gossip is always encrypted (make a key with: head -c 32 /dev/urandom | base64)")
 	case c.Node == "":
 		return errors.New("node: empty and the host name is unknown; set it")
+	case (c.Gossip.IdentityFile == "") != (c.Gossip.PinnedFile == ""):
+		return errors.New("gossip.identityFile and gossip.pinnedFile go together: this node's key signs, the pinned keys check the others' (set both, or neither)")
 	}
 	if _, _, err := splitHostPort(c.Gossip.Bind); err != nil {
 		return fmt.Errorf("gossip.bind: %w", err)

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,6 +55,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	bind := fs.String("bind", "", "gossip host:port (default 0.0.0.0:7946)")
 	join := fs.String("join", "", "comma-separated host:port of peers to join")
 	keyFile := fs.String("key-file", "", "gossip key file (base64 keys, one a line)")
+	identityFile := fs.String("identity-file", "", "this node's signing key (created when missing; with -pinned-file)")
+	pinnedFile := fs.String("pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line (with -identity-file)")
+	printIdentity := fs.Bool("print-identity", false, "print this node's line for the pinned-keys file (creating its key when missing) and exit")
 	listen := fs.String("listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -77,7 +81,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	for _, f := range []struct {
 		flag string
 		dst  *string
-	}{{*node, &cfg.Node}, {*cluster, &cfg.Cluster}, {*role, &cfg.Role}, {*bind, &cfg.Gossip.Bind}, {*keyFile, &cfg.Gossip.KeyFile}, {*listen, &cfg.Listen}} {
+	}{{*node, &cfg.Node}, {*cluster, &cfg.Cluster}, {*role, &cfg.Role}, {*bind, &cfg.Gossip.Bind}, {*keyFile, &cfg.Gossip.KeyFile},
+		{*identityFile, &cfg.Gossip.IdentityFile}, {*pinnedFile, &cfg.Gossip.PinnedFile}, {*listen, &cfg.Listen}} {
 		if f.flag != "" {
 			*f.dst = f.flag
 		}
@@ -86,6 +91,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 		cfg.Gossip.Join = strings.Split(*join, ",")
 	}
 	cfg = cfg.withDefaults()
+	if *printIdentity {
+		if cfg.Gossip.IdentityFile == "" {
+			return errors.New("-print-identity: no identity file (gossip.identityFile or -identity-file)")
+		}
+		id, _, err := health.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stdout, cfg.Node, id.Public())
+		return nil
+	}
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -100,6 +116,9 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	bindHost, bindPort, _ := splitHostPort(cfg.Gossip.Bind)
 	gc := health.GossipConfig{Node: cfg.Node, Cluster: cfg.Cluster, Role: cfg.Role, BindAddr: bindHost, BindPort: bindPort,
 		Keys: keys, Logger: log, Timing: health.DefaultTiming()}
+	if gc.Identity, gc.Pinned, err = health.LoadIdentities(cfg.Node, cfg.Node, cfg.Gossip.IdentityFile, cfg.Gossip.PinnedFile, log); err != nil {
+		return err
+	}
 	gc.Timing.ProbeInterval, gc.Timing.ProbeTimeout = cfg.Gossip.ProbeInterval.Duration, cfg.Gossip.ProbeTimeout.Duration
 	gc.Timing.SuspicionMult = cfg.Gossip.SuspicionMult
 	gc.Timing.GossipInterval = cfg.Gossip.GossipInterval.Duration
@@ -118,6 +137,9 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 		return err
 	}
 	go g.WatchKeyFile(ctx, cfg.Gossip.KeyFile, health.KeyFileCheck) // a rotation: a mounted Secret changes in place
+	if gc.Pinned != nil {
+		go g.WatchPinnedFile(ctx, cfg.Gossip.PinnedFile, health.KeyFileCheck) // a member added or re-keyed
+	}
 
 	var etcd *health.Etcd
 	switch {

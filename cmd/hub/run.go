@@ -34,6 +34,7 @@ const defaultSocket = "/run/hale/hub.sock"
 
 type runOptions struct {
 	inventory, journal, node, bind, advertise, keyFile string
+	identityFile, pinnedFile                           string
 	join                                               []string
 	api                                                apiListen
 	metrics, logLevel                                  string
@@ -73,6 +74,8 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.advertise, "gossip-advertise", "", "gossip address to advertise, when it differs from the bind address")
 	f.StringSliceVar(&o.join, "join", nil, "agents to join (host:port, comma-separated); retried until one answers")
 	f.StringVar(&o.keyFile, "gossip-key-file", "", "gossip key file, the agents' (base64 keys, one a line) (required)")
+	f.StringVar(&o.identityFile, "identity-file", "", "the hub's signing key (created when missing; pinned as hub-* in the pinned-keys file; with --pinned-file)")
+	f.StringVar(&o.pinnedFile, "pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line, as the agents' (with --identity-file)")
 	f.StringVar(&o.api.socket, "socket", defaultSocket, "Unix socket for the operator API (mode 0600; empty: none)")
 	f.StringVar(&o.api.address, "api-address", "", "also serve the operator API on this loopback TCP address (needs --api-token-file)")
 	f.StringVar(&o.api.tokenFile, "api-token-file", "", "file holding the bearer token for --api-address")
@@ -119,7 +122,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	if o.inventory == "" || o.keyFile == "" {
 		return errors.New("--inventory and --gossip-key-file are required")
 	}
+	pinAs := o.node
 	if o.node == "" {
+		pinAs = "hub-*"
 		// A new name at every start: a hub that comes back under its old name from another address
 		// conflicts with its own ghost in the agents' member lists, and while it does their failure
 		// detection slows to memberlist's longest suspicion timeout (15-22 s measured, instead of < 1 s).
@@ -136,6 +141,10 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		return err
 	}
 	gc := health.GossipConfig{Node: o.node, Cluster: inventory.Current().Cluster, Role: "hub", Keys: keys, Logger: log, Timing: health.DefaultTiming()}
+	// The hub's name is new at every start: its key is pinned for every name it may take (hub-*).
+	if gc.Identity, gc.Pinned, err = health.LoadIdentities(o.node, pinAs, o.identityFile, o.pinnedFile, log); err != nil {
+		return err
+	}
 	if gc.BindAddr, gc.BindPort, err = splitHostPort("--gossip-bind", o.bind); err != nil {
 		return err
 	}
@@ -170,6 +179,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		go g.JoinLoop(ctx, o.join)
 	}
 	go g.WatchKeyFile(ctx, o.keyFile, health.KeyFileCheck) // a rotation, as the agents do
+	if gc.Pinned != nil {
+		go g.WatchPinnedFile(ctx, o.pinnedFile, health.KeyFileCheck)
+	}
 
 	base := prometheus.NewRegistry()
 	base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
