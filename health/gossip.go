@@ -115,10 +115,10 @@ type Gossip struct {
 	cfg       GossipConfig
 	transport memberlist.Transport
 	ml        *memberlist.Memberlist
-	keyring *memberlist.Keyring
-	relay   *memberlist.TransmitLimitedQueue // others' reports, passed on once
-	log     *slog.Logger
-	dedup   *logDedup
+	keyring   *memberlist.Keyring
+	relay     *memberlist.TransmitLimitedQueue // others' reports, passed on once
+	log       *slog.Logger
+	dedup     *logDedup
 
 	mu       sync.Mutex
 	version  uint64
