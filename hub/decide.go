@@ -120,8 +120,8 @@ func decide(f facts) decision {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
 		} else if qm.Unhealthy && len(silent) > 0 && a.EtcdAnswers && !slices.Contains(silent, m.Member) {
 			qm.Held = fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member answers, and its failures follow from the lost quorum "+
-				"(%s): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
-				strings.Join(silent, ", "), m.Name, strings.Join(a.Reasons, "; "))
+				"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
+				strings.Join(silent, ", "), m.Name, m.Name)
 		} else if qm.Unhealthy {
 			h := holdOf(f, m)
 			qm.Held, failed[m.Name] = h.why, h.failed
@@ -158,13 +158,16 @@ func decide(f facts) decision {
 	return d
 }
 
-// silentVoters are, when etcd has lost quorum, the voters whose machines are Unhealthy and whose
-// members answer no majority of the observers (nil while quorum holds). While there are any, an
-// Unhealthy machine whose member still answers is held: with quorum lost every member fails its own
-// probe ("no leader") and every API server its own, so a survivor turns Unhealthy too once that has
-// lasted its timeout, and the planner would count its reboot free (it is no healthy voter). It is no
-// help and lengthens the outage (test/quorumlost: two members killed, the BMCs slow, the survivor's
-// reboot begun 10 s in).
+// silentVoters are, when etcd has lost quorum, the voters whose members answer no majority of the
+// observers, whatever their verdict (nil while quorum holds). While there are any, an Unhealthy
+// machine whose member still answers is held: with quorum lost every member fails its own probe ("no
+// leader") and every API server its own, so a survivor turns Unhealthy too once that has lasted its
+// timeout, and the planner would count its reboot free (it is no healthy voter). It is no help and
+// lengthens the outage (test/quorumlost: two members killed, the BMCs slow, the survivor's reboot
+// begun 10 s in). A silent voter need not be Unhealthy yet: at the heal of a partition whose far side
+// held the quorum, its members come back into view Suspect for a pass or two (test/chaos far-side:
+// cp-0's reboot begun 0.4 s after the heal, while etcd-1 was still Suspect and unreachable in the
+// observers' last reports from the partition).
 func silentVoters(f facts, cluster quorum.Cluster) []string {
 	if !cluster.Budget(f.inv.Policy.Quorum).QuorumLost() {
 		return nil
@@ -172,7 +175,7 @@ func silentVoters(f facts, cluster quorum.Cluster) []string {
 	var out []string
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
-		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && a.Verdict == VerdictUnhealthy && !a.EtcdAnswers {
+		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && !a.EtcdAnswers {
 			out = append(out, m.Member)
 		}
 	}

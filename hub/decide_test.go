@@ -28,7 +28,7 @@ func newScene() *scene {
 		healthyAt: map[string]time.Time{}, beginFailed: map[string]beginFailure{}, history: map[string][]past{}}
 	for _, m := range machines {
 		s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
-		s.f.assessments = append(s.f.assessments, Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.Healthy})
+		s.f.assessments = append(s.f.assessments, Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true})
 		s.f.healthyAt[m.Name] = now.Add(-2 * time.Hour)
 	}
 	return s
@@ -218,6 +218,14 @@ func TestDecide(t *testing.T) {
 				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
 			return s
 		}, starts: []string{"m1", "m2"}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1, etcd-2 do not answer: m0's member answers"}},
+		{name: "quorum lost, at a heal: a member back in view but still Suspect and silent holds the survivor too", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1").dead(1)
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+				Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}}
+			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictSuspect, EtcdHealth: quorum.Unhealthy,
+				Reasons: []string{"etcd member etcd-1 unreachable from 3 of 5 expected observers for 0s"}}
+			return s
+		}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1 do not answer: m0's member answers"}},
 		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
 			s := newScene()
 			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,

@@ -13,6 +13,14 @@ import (
 	"github.com/hale-dev/hale/test/netns"
 )
 
+func machinesOf(actions []powerAction) []string {
+	var out []string
+	for _, a := range actions {
+		out = append(out, a.Machine)
+	}
+	return out
+}
+
 // TestChaos is CI's short campaign on real processes: the checker's self-test (it must object to a
 // healthy voter power-cycled behind the hub's back), the named schedules, and a few fixed seeds (seed 3
 // made way for the far-side schedule; HALE_CHAOS_SEEDS=1,2,3 runs it). The
@@ -74,6 +82,13 @@ func TestChaos(t *testing.T) {
 				require.LessOrEqual(t, per["cp-1"], 1, r.line())
 				require.LessOrEqual(t, per["cp-2"], 1, r.line())
 				require.NotZero(t, r.HealedIn, r.line())
+			case "forger":
+				// cp-1 power-cycled once, for its real death; the forgers' reports and claims refused
+				// and counted by the hub: cp-1's (signed by a key not pinned for it) and cp-9's (no key
+				// pinned for that name).
+				require.Equal(t, []string{"cp-1"}, machinesOf(r.Actions), r.line())
+				require.Positive(t, r.Rejected["alive_bad_signature"]+r.Rejected["bad_signature"], "%v", r.Rejected)
+				require.Positive(t, r.Rejected["alive_unknown_node"]+r.Rejected["unknown_node"], "%v", r.Rejected)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -58,8 +59,10 @@ type cluster struct {
 	ipmi     map[string]*ipmisim.Sim
 	socket   string
 	keyFile  string
-	joins    []string
-	hubArgs  []string
+	// pinnedFile pins every member's key; identityFile(name) is each one's own.
+	pinnedFile string
+	joins      []string
+	hubArgs    []string
 
 	mu  sync.Mutex
 	hub *netns.Proc
@@ -91,6 +94,7 @@ func startCluster(t *run, bins netns.Binaries, shape Shape, policy string, event
 	for _, m := range c.machines {
 		c.joins = append(c.joins, m.host.Addr(7946))
 	}
+	c.pinIdentities()
 	for _, m := range c.machines {
 		m.powerOn("start")
 	}
@@ -104,15 +108,39 @@ node: %s
 role: witness
 reportInterval: 1s
 listen: 127.0.0.1:9101
-gossip: {bind: "%s", join: [%s], keyFile: %s}
+gossip: {bind: "%s", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
 etcd: {endpoints: [%s]}
-`, h.Name, h.Addr(7946), strings.Join(c.joins, ", "), c.keyFile, strings.Join(etcdURLs, ", ")))
+`, h.Name, h.Addr(7946), strings.Join(c.joins, ", "), c.keyFile, c.identityFile(h.Name), c.pinnedFile, strings.Join(etcdURLs, ", ")))
 		c.witProcs = append(c.witProcs, h.Start("agent-"+h.Name, bins.Agent, "-config", cfg))
 	}
 	c.startBMCs(shape, policy)
 	c.startHub()
 	return c
 }
+
+// pinIdentities makes every member's identity key as an operator would (`agent -print-identity`,
+// `hub identity`, each creating its key) and writes the pinned-keys file of their lines.
+func (c *cluster) pinIdentities() {
+	var lines []string
+	run := func(args ...string) {
+		out, err := exec.Command(args[0], args[1:]...).Output()
+		if err != nil {
+			c.t.Fatalf("chaos: %s: %v", strings.Join(args, " "), err)
+		}
+		lines = append(lines, strings.TrimSpace(string(out)))
+	}
+	for _, m := range c.machines {
+		run(c.bins.Agent, "-node", m.name, "-identity-file", c.identityFile(m.name), "-print-identity")
+	}
+	for _, h := range c.wits {
+		run(c.bins.Agent, "-node", h.Name, "-identity-file", c.identityFile(h.Name), "-print-identity")
+	}
+	run(c.bins.Hub, "identity", "--identity-file", c.identityFile("hub"))
+	c.pinnedFile = c.write("pinned-keys", "# every member's key (NAME ed25519:BASE64)\n"+strings.Join(lines, "\n")+"\n")
+}
+
+// identityFile is member name's own identity key.
+func (c *cluster) identityFile(name string) string { return filepath.Join(c.dir, "identity-"+name+".key") }
 
 func (c *cluster) write(name, body string) string {
 	p := filepath.Join(c.dir, name)
@@ -197,7 +225,7 @@ func (c *cluster) startBMCs(shape Shape, policy string) {
 	inventory := c.write("inventory.yaml", inv.String())
 	c.hubArgs = []string{c.bins.Hub, "run", "--inventory", inventory, "--gossip-key-file", c.keyFile, "--join", strings.Join(c.joins, ","),
 		"--gossip-bind", c.hubH.Addr(7947), "--journal", filepath.Join(c.dir, "journal.db"), "--socket", c.socket,
-		"--metrics-address", "127.0.0.1:9357"}
+		"--metrics-address", "127.0.0.1:9357", "--identity-file", c.identityFile("hub"), "--pinned-file", c.pinnedFile}
 }
 
 // followIPMI runs m's power from its ipmi_sim's chassis log: power 0 stops the machine, power 1 starts
@@ -328,17 +356,51 @@ func (m *machine) powerOn(by string) {
 		"--listen-client-urls", "http://"+h.Addr(2379), "--advertise-client-urls", "http://"+h.Addr(2379),
 		"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
 		"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token", "chaos")
-	cfg := c.write("agent-"+m.name+".yaml", fmt.Sprintf(`cluster: chaos
-node: %s
-reportInterval: 1s
-listen: 127.0.0.1:9101
-gossip: {bind: "%s", join: [%s], keyFile: %s}
-etcd: {endpoint: "http://%s"}
-probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
-`, m.name, h.Addr(7946), strings.Join(c.joins, ", "), c.keyFile, h.Addr(2379)))
+	cfg := c.write("agent-"+m.name+".yaml", c.agentConfig(m.name, h.Addr(7946), c.identityFile(m.name), "http://"+h.Addr(2379), "127.0.0.1:9101"))
 	m.agent = h.Start("agent-"+m.name, c.bins.Agent, "-config", cfg)
 	m.on = true
 	c.events.add("power-on", m.name, by)
+}
+
+// agentConfig is a machine's agent configuration: its name, gossip address, identity key, etcd member
+// and metrics address.
+func (c *cluster) agentConfig(node, gossip, identity, etcd, listen string) string {
+	return fmt.Sprintf(`cluster: chaos
+node: %s
+reportInterval: 1s
+listen: %s
+gossip: {bind: "%s", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
+etcd: {endpoint: "%s"}
+probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
+`, node, listen, gossip, strings.Join(c.joins, ", "), c.keyFile, identity, c.pinnedFile, etcd)
+}
+
+// hubRejected reads the hub's count of refused gossip messages by reason from its /metrics.
+func (c *cluster) hubRejected(ctx context.Context) map[string]int {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: c.hubH.Dial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9357/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]int{}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, `hale_hub_gossip_rejected_total{reason="`)
+		if !ok {
+			continue
+		}
+		reason, n, _ := strings.Cut(rest, `"} `)
+		var v float64
+		if _, err := fmt.Sscan(n, &v); err == nil && v > 0 {
+			out[reason] = int(v)
+		}
+	}
+	return out
 }
 
 // powerOff kills every process of the machine at once, as a power cut does.

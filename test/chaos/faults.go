@@ -75,6 +75,10 @@ const (
 	opSuspend   = "suspend"      // hub suspend; unsuspend after For
 	opDetach    = "detach"       // hub detach A; attach after For
 	opReboot    = "reboot"       // hub reboot A [--force --yes]
+	// forge runs, on host B, an agent that gives A's name: the pool key and a copy of A's config, but
+	// an identity key of its own (it does not have A's), its etcd probe failing: the reports that
+	// would make A look failed.
+	forge = "forge"
 	// rogue power-cycles A through its BMC behind the hub's back (hub bmc power cycle): what a Hale
 	// that ignored quorum would do. Only the checker's self-test uses it: the checker must object.
 	rogue = "rogue-cycle"
@@ -88,7 +92,7 @@ var kindWeights = []struct {
 	{killEtcd, 8}, {stopEtcd, 5}, {killAgent, 5}, {stopAgent, 3}, {killHub, 4}, {stopHub, 2}, {killHubStep, 3},
 	{partition, 10}, {oneWay, 4}, {flap, 3}, {loss, 3}, {bmcNet, 2},
 	{bmcSlow, 2}, {bmc500, 2}, {bmcAuth, 2}, {bmcIgnore, 2}, {ipmiStop, 2},
-	{opPause, 3}, {opSuspend, 2}, {opDetach, 3}, {opReboot, 3},
+	{opPause, 3}, {opSuspend, 2}, {opDetach, 3}, {opReboot, 3}, {forge, 2},
 }
 
 // generate draws a schedule of faults over d from seed: one begins every 2-12 s, lasting 3-20 s
@@ -122,6 +126,8 @@ func generate(seed uint64, d time.Duration, sh Shape) schedule {
 			f.A = []string{pick(machines)}
 		case opReboot:
 			f.A, f.Force = []string{pick(machines)}, rng.IntN(3) == 0
+		case forge:
+			f.A, f.B = []string{pick(append(slices.Clone(agents), "cp-9"))}, []string{pick(hosts)}
 		case killAgent, stopAgent:
 			f.A = []string{pick(agents)}
 		case partition:
@@ -191,6 +197,18 @@ var named = map[string]func(d time.Duration) schedule{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0", "w-0", "w-1"}, B: []string{"cp-1", "cp-2"}},
 		}}
 	},
+	// A holder of the pool key speaks for cp-1 (forged reports of a failing etcd) before, during and after
+	// a restart of cp-1's agent, and for cp-9, a name that is not pinned; then cp-1's etcd really dies
+	// while the forger still runs. Not one forged report may count: cp-1 is power-cycled once, for its
+	// real death, and nothing else (TestChaos checks the hub's reject counts too).
+	"forger": func(d time.Duration) schedule {
+		return schedule{Name: "forger", Duration: d, Faults: []fault{
+			{At: 5 * time.Second, For: d - 10*time.Second, Kind: forge, A: []string{"cp-1"}, B: []string{"w-1"}},
+			{At: 5 * time.Second, For: d - 10*time.Second, Kind: forge, A: []string{"cp-9"}, B: []string{"hub"}},
+			{At: 12 * time.Second, For: 8 * time.Second, Kind: killAgent, A: []string{"cp-1"}},
+			{At: 35 * time.Second, Kind: killEtcd, A: []string{"cp-1"}},
+		}}
+	},
 	// A member dies and the hub is killed the moment its BMC takes the machine down: the restarted hub
 	// finishes the remediation without a second power action.
 	"hub-dies-in-step": func(d time.Duration) schedule {
@@ -216,6 +234,7 @@ type injector struct {
 	mu        sync.Mutex
 	bmc       map[string]int // Redfish faults in force (they overlap)
 	armedKill bool
+	forgers   int // forgers started (each its own port and files)
 	stopped   map[signaler]bool
 }
 
@@ -353,6 +372,8 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.brake(ctx, f, []string{"suspend", "--reason", "chaos"}, []string{"unsuspend"})
 	case opDetach:
 		in.brake(ctx, f, []string{"detach", f.A[0], "--reason", "chaos"}, []string{"attach", f.A[0]})
+	case forge:
+		in.forge(f.A[0], in.host(f.B[0]), end)
 	case rogue:
 		m := in.c.machine(f.A[0])
 		out, err := in.c.hubH.Run(in.c.bins.Hub, "bmc", "power", "cycle", m.bmc, "--credentials", m.creds)
@@ -364,6 +385,21 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		}
 		in.operator(ctx, "reboot", f.A[0], args)
 	}
+}
+
+// forge runs a forger of name on host h until end returns (see the forge fault).
+func (in *injector) forge(name string, h *netns.Host, end func()) {
+	in.mu.Lock()
+	in.forgers++
+	n := in.forgers
+	in.mu.Unlock()
+	c := in.c
+	cfg := c.write(fmt.Sprintf("forger-%d.yaml", n), c.agentConfig(name, h.Addr(7950+n), c.identityFile(fmt.Sprintf("forger-%d", n)),
+		"http://127.0.0.1:1", fmt.Sprintf("127.0.0.1:%d", 9200+n)))
+	p := h.Start(fmt.Sprintf("forger-%d", n), c.bins.Agent, "-config", cfg)
+	end()
+	p.Signal(syscall.SIGKILL)
+	<-p.Done()
 }
 
 // pause stops p (SIGSTOP) until end returns, then continues it.

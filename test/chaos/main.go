@@ -217,6 +217,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	res.Checked[4] = 1
 	stopSampling()
 	evaluate(&res, tl, chk.all(), machineNames(c), requestsOf(c, tl))
+	res.Rejected = c.hubRejected(ctx)
 	if res.HealedIn == 0 {
 		held(ctx, c, chk, &res)
 	}
