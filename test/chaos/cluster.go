@@ -140,7 +140,9 @@ func (c *cluster) pinIdentities() {
 }
 
 // identityFile is member name's own identity key.
-func (c *cluster) identityFile(name string) string { return filepath.Join(c.dir, "identity-"+name+".key") }
+func (c *cluster) identityFile(name string) string {
+	return filepath.Join(c.dir, "identity-"+name+".key")
+}
 
 func (c *cluster) write(name, body string) string {
 	p := filepath.Join(c.dir, name)
