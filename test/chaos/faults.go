@@ -50,6 +50,9 @@ type schedule struct {
 	Faults   []fault
 	// Policy is added to the inventory's policy (flow style, e.g. "recoveryTimeout: 15s").
 	Policy string
+	// Spare are machines no fault of the schedule makes sick: Hale must never power them off
+	// (property 2), whatever stale evidence a partition left behind when it healed.
+	Spare []string
 }
 
 // Fault kinds.
@@ -182,7 +185,7 @@ var named = map[string]func(d time.Duration) schedule{
 	// The case that found the partition bug: the hub and one agent cut off from the rest (two healthy
 	// machines and the witnesses) for most of the run. The hub hears a minority and must do nothing.
 	"minority-hub": func(d time.Duration) schedule {
-		return schedule{Name: "minority-hub", Duration: d, Faults: []fault{
+		return schedule{Name: "minority-hub", Duration: d, Spare: []string{"cp-0", "cp-1", "cp-2"}, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0"}, B: []string{"cp-1", "cp-2", "w-0", "w-1"}},
 		}}
 	},
@@ -193,7 +196,7 @@ var named = map[string]func(d time.Duration) schedule{
 	// on its own side (cp-0's "no leader" is stale evidence then: TestChaos checks it). A short
 	// recoveryTimeout makes several cooldowns fit in the partition.
 	"far-side": func(d time.Duration) schedule {
-		return schedule{Name: "far-side", Duration: d, Policy: "recoveryTimeout: 15s", Faults: []fault{
+		return schedule{Name: "far-side", Duration: d, Policy: "recoveryTimeout: 15s", Spare: []string{"cp-0"}, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0", "w-0", "w-1"}, B: []string{"cp-1", "cp-2"}},
 		}}
 	},
@@ -202,7 +205,7 @@ var named = map[string]func(d time.Duration) schedule{
 	// while the forger still runs. Not one forged report may count: cp-1 is power-cycled once, for its
 	// real death, and nothing else (TestChaos checks the hub's reject counts too).
 	"forger": func(d time.Duration) schedule {
-		return schedule{Name: "forger", Duration: d, Faults: []fault{
+		return schedule{Name: "forger", Duration: d, Spare: []string{"cp-0", "cp-2"}, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: forge, A: []string{"cp-1"}, B: []string{"w-1"}},
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: forge, A: []string{"cp-9"}, B: []string{"hub"}},
 			{At: 12 * time.Second, For: 8 * time.Second, Kind: killAgent, A: []string{"cp-1"}},

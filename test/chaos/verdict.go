@@ -152,6 +152,9 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 		}
 	}
 	for _, a := range hale {
+		if slices.Contains(res.Schedule.Spare, a.Machine) {
+			res.Violations[1] = append(res.Violations[1], fmt.Sprintf("%s: %s powered off by Hale, and no fault of the schedule made it sick", at(a.At), a.Machine))
+		}
 		res.Checked[1]++
 		if s, ok := before(a.At); ok && healthyThrough(samples, idx(a.Machine), a.At.Add(-Lag), a.At) && s.healthyCount() >= s.quorum() && !farSide(s, idx(a.Machine)) {
 			res.Violations[1] = append(res.Violations[1], fmt.Sprintf("%s: %s powered off by Hale while a healthy voter of a working quorum (%d of %d healthy)",
@@ -286,6 +289,9 @@ func (r result) line() string {
 	}
 	if len(r.TradeOffs) > 0 {
 		verdict += fmt.Sprintf(" (%d far-side)", len(r.TradeOffs))
+	}
+	if forged := r.Rejected["bad_signature"] + r.Rejected["unknown_node"] + r.Rejected["unsigned"]; forged > 0 {
+		verdict += fmt.Sprintf(" (%d forged reports refused)", forged)
 	}
 	return fmt.Sprintf("%-18s faults %2d  power actions: hale %d, operator %d  BMC requests %2d  %s  %s",
 		r.Schedule.Name, r.Faults, r.count("hale"), r.count("operator")+r.count("operator --force"), r.Requests, healed, verdict)

@@ -39,6 +39,7 @@ func TestEvaluate(t *testing.T) {
 		events  []event
 		reqs    []request
 		want    [5]int
+		spare   []string
 	}{
 		{name: "a dead member power-cycled: fine", samples: samples(cp2Down, six), events: []event{power(30, "cp-2")}},
 		{name: "a hung member that came back within the lag before the action: a race, not counted", samples: samples(func(t time.Time) []memberSample {
@@ -83,11 +84,13 @@ func TestEvaluate(t *testing.T) {
 			{At: at(10), Kind: "brake-on", Detail: opPause}, {At: at(20), Kind: "brake-off", Detail: opPause}},
 			reqs: []request{{At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}, {At: at(21), Machine: "cp-1", Detail: "a Redfish reset"}},
 			want: [5]int{0, 0, 0, 1}},
+		{name: "a machine the schedule spares, sick (stale evidence at a heal): property 2", events: []event{power(30, "cp-0")}, spare: []string{"cp-0"},
+			samples: samples(func(time.Time) []memberSample { return []memberSample{down, voter(2), voter(3)} }, six), want: [5]int{0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tl := &timeline{start: t0, log: io.Discard, events: tt.events}
-			var res result
+			res := result{Schedule: schedule{Spare: tt.spare}}
 			evaluate(&res, tl, tt.samples, machines, tt.reqs)
 			var got [5]int
 			for i, v := range res.Violations {
