@@ -29,7 +29,16 @@ import (
 
 const hubSA = "system:serviceaccount:hale-system:hale-hub"
 
-var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness", "metal3-break-glass"}
+var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness", "metal3-break-glass", "capi-witness-identities"}
+
+// imageTag is the tag base/kustomization.yaml gives the image.
+func imageTag(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "base", "kustomization.yaml"))
+	require.NoError(t, err)
+	_, tag, ok := strings.Cut(string(b), "newTag: ")
+	require.True(t, ok)
+	return strings.TrimSpace(strings.SplitN(tag, "\n", 2)[0])
+}
 
 // kubectl runs the kubectl test/kube/build-assets built, beside kube-apiserver.
 func kubectl(_ *testing.T, args ...string) (string, error) { return kubeenv.Kubectl(args...) }
@@ -49,6 +58,8 @@ func TestDeployOverlaysApply(t *testing.T) {
 		again, err := kubectl(t, "kustomize", dir)
 		require.NoError(t, err, again)
 		assert.Equal(t, first, again, "%s renders the same every time", o)
+		assert.NotRegexp(t, `image: hale\s`, first, "%s: an image the images transformer missed", o)
+		assert.Contains(t, first, "image: ghcr.io/hale-dev/hale:"+imageTag(t), o)
 		out, err := kubectl(t, "--kubeconfig", kc, "apply", "-k", dir, "--dry-run=server")
 		require.NoError(t, err, "%s:\n%s", o, out)
 		assert.Contains(t, out, "daemonset.apps/hale-agent created (server dry run)", o)
