@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -225,11 +226,11 @@ func holdOf(f facts, m Machine) hold {
 		return hold{why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
 	if c, ok := unseenSinceCycle(hist, f.seenAt[m.Name]); ok {
-		return hold{why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed the cycle) and seen by nobody since: no report from its agent, "+
+		return hold{why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
 			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
 			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+
 			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
-			c.id, c.cycled.UTC().Format(time.RFC3339), m.Name, m.Name, m.Name), need: NeedUnseen}
+			c.id, c.cycled.UTC().Format(time.RFC3339), cmp.Or(c.shown, "the cycle"), m.Name, m.Name, m.Name), need: NeedUnseen}
 	}
 	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
 		return hold{why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),

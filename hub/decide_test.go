@@ -63,7 +63,7 @@ func (s *scene) remediated(i int, strategy string, state RemediationState, ago t
 func (s *scene) cycled(i int, ago, seenAgo time.Duration) *scene {
 	m := machines[i].Name
 	h := s.f.history[m]
-	h[len(h)-1].cycled = s.f.now.Add(-ago)
+	h[len(h)-1].cycled, h[len(h)-1].shown = s.f.now.Add(-ago), "On: Off then On observed after GracefulRestart"
 	if s.f.seenAt == nil {
 		s.f.seenAt = map[string]time.Time{}
 	}
@@ -182,7 +182,7 @@ func TestDecide(t *testing.T) {
 		{name: "a power cycle that did not bring an unseen machine back into view is not repeated (a partition, or a host that does not boot)",
 			scene: func() *scene {
 				return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
-			}, reasons: map[string]string{"m2": "power-cycled by remediation m2/0 at 2026-11-22T03:40:00Z (its BMC showed the cycle) and seen by nobody since"},
+			}, reasons: map[string]string{"m2": "power-cycled by remediation m2/0 at 2026-11-22T03:40:00Z (its BMC showed: On: Off then On observed after GracefulRestart) and seen by nobody since"},
 			needs: map[string]OperatorNeed{"m2": NeedUnseen}},
 		{name: "nor after a hub restart, which saw nothing since", scene: func() *scene {
 			s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 0)

@@ -146,6 +146,7 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	require.NoError(t, rec.Outcome(t.Context(), r.ID, 0, ResultDone, "On: reset"))
 	cycled := l.of("cp-2")[0].cycled
 	assert.False(t, cycled.Before(before), "the cycle's outcome sets cycled")
+	assert.Equal(t, "On: reset", l.of("cp-2")[0].shown)
 	require.NoError(t, rec.Outcome(t.Context(), r.ID, 1, ResultDone, "recovered"))
 	assert.Equal(t, cycled, l.of("cp-2")[0].cycled, "the await step is no cycle")
 	require.NoError(t, rec.Finish(t.Context(), r.ID, Failed, "not recovered"))
@@ -164,6 +165,7 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	got := l2.of("cp-2")
 	require.Len(t, got, 2)
 	assert.WithinDuration(t, cycled, got[0].cycled, time.Second, "read back from the journal")
+	assert.Equal(t, "On: reset", got[0].shown)
 	assert.Zero(t, got[1].cycled)
 	c, unseen := unseenSinceCycle(got, time.Time{})
 	assert.True(t, unseen, "a restarted hub that has not seen cp-2 since its cycle holds it")

@@ -22,6 +22,8 @@ type past struct {
 	// not bring an unseen machine back into view is not repeated (holdOf).
 	cycles []int
 	cycled time.Time
+	// shown is what the BMC showed of that cycle (the outcome's evidence, as journaled).
+	shown string
 }
 
 func pastOf(r Remediation) past {
@@ -32,15 +34,18 @@ func pastOf(r Remediation) past {
 		}
 	}
 	for _, e := range r.History {
-		p.outcome(e.Step, e.Result, e.At)
+		if e.Kind == EntryOutcome {
+			p.outcome(e.Step, e.Result, e.Detail, e.At)
+		}
 	}
 	return p
 }
 
-// outcome records a step's outcome: a power cycle done (or found done after a restart) sets cycled.
-func (p *past) outcome(step int, r Result, at time.Time) {
+// outcome records a step's outcome: a power cycle done (or found done after a restart) sets cycled
+// and what the BMC showed of it.
+func (p *past) outcome(step int, r Result, detail string, at time.Time) {
 	if (r == ResultDone || r == ResultNotRepeated) && slices.Contains(p.cycles, step) && at.After(p.cycled) {
-		p.cycled = at
+		p.cycled, p.shown = at, detail
 	}
 }
 
@@ -103,12 +108,12 @@ func (l *ledger) finished(id string, state RemediationState, at time.Time) {
 	}
 }
 
-func (l *ledger) outcome(id string, step int, r Result, at time.Time) {
+func (l *ledger) outcome(id string, step int, r Result, detail string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rs := l.recent[l.byID[id]]
 	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
-		rs[i].outcome(step, r, at)
+		rs[i].outcome(step, r, detail, at)
 	}
 }
 
@@ -173,7 +178,7 @@ func (r recorder) Begin(ctx context.Context, rem Remediation) (Remediation, erro
 func (r recorder) Outcome(ctx context.Context, id string, step int, result Result, detail string) error {
 	err := r.Store.Outcome(ctx, id, step, result, detail)
 	if err == nil {
-		r.l.outcome(id, step, result, time.Now())
+		r.l.outcome(id, step, result, detail, time.Now())
 	}
 	return err
 }

@@ -27,8 +27,28 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/test/kubeassets"
 )
+
+// pinIdentities makes the identity keys of the agents cp-0… and of hub-bench, and the pinned-keys file
+// of them all.
+func pinIdentities(dir string, n int) (string, error) {
+	var lines []string
+	for i := range n + 1 {
+		name := fmt.Sprintf("cp-%d", i)
+		if i == n {
+			name = "hub-bench"
+		}
+		id, _, err := health.LoadOrCreateIdentity(filepath.Join(dir, "identity-"+name+".key"))
+		if err != nil {
+			return "", err
+		}
+		lines = append(lines, name+" "+id.Public().String())
+	}
+	path := filepath.Join(dir, "pinned-keys")
+	return path, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+}
 
 func main() {
 	window := flag.Duration("window", 60*time.Second, "measurement window")
@@ -38,14 +58,15 @@ func main() {
 	strict := flag.Bool("strict", false, "exit 1 when a target is missed (CI only reports: a shared machine's noise is not a regression)")
 	withHub := flag.Bool("hub", true, "also run and measure a standalone hub watching the agents")
 	withEtcd := flag.Bool("etcd", true, "run a 3-member etcd cluster and turn the agents' etcd probe and view on")
+	ids := flag.Bool("identities", true, "give every member an identity key and the pinned keys (each report signed and checked)")
 	flag.Parse()
-	if err := run(*window, *n, *probe, *gossipEvery, *strict, *withHub, *withEtcd); err != nil {
+	if err := run(*window, *n, *probe, *gossipEvery, *strict, *withHub, *withEtcd, *ids); err != nil {
 		fmt.Fprintln(os.Stderr, "agentidle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, withHub, withEtcd bool) error {
+func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, withHub, withEtcd, ids bool) error {
 	dir, err := os.MkdirTemp("", "hale-agentidle-")
 	if err != nil {
 		return err
@@ -62,6 +83,13 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 	key := filepath.Join(dir, "key")
 	if err := os.WriteFile(key, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))+"\n"), 0o600); err != nil {
 		return err
+	}
+	pinned, idFile := "", func(string) string { return "" }
+	if ids {
+		if pinned, err = pinIdentities(dir, n); err != nil {
+			return err
+		}
+		idFile = func(name string) string { return filepath.Join(dir, "identity-"+name+".key") }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -85,6 +113,9 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		gossip := fmt.Sprintf("keyFile: %s, probeInterval: %s, probeTimeout: %s", key, probe, probe/2)
 		if gossipEvery > 0 {
 			gossip += fmt.Sprintf(", gossipInterval: %s", gossipEvery)
+		}
+		if ids {
+			gossip += fmt.Sprintf(", identityFile: %s, pinnedFile: %s", idFile(fmt.Sprintf("cp-%d", i)), pinned)
 		}
 		body := fmt.Sprintf("cluster: bench\ngossip: {%s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
 			gossip, etcd, stub.URL+"/healthz", stub.URL+"/livez")
@@ -118,15 +149,19 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		if err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, hubBin, "run", "--inventory", inv, "--journal", filepath.Join(dir, "journal.db"), "--node", "hub-bench",
-			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", "", "--log-level", "warn")
+		args := []string{"run", "--inventory", inv, "--journal", filepath.Join(dir, "journal.db"), "--node", "hub-bench",
+			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", "", "--log-level", "warn"}
+		if ids {
+			args = append(args, "--identity-file", idFile("hub-bench"), "--pinned-file", pinned)
+		}
+		cmd := exec.CommandContext(ctx, hubBin, args...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			return err
 		}
 		procs = append(procs, cmd)
 	}
-	fmt.Printf("%d agents started (a hub: %v, etcd members: %d); settling 10 s, then measuring for %v\n", n, withHub, len(endpoints), window)
+	fmt.Printf("%d agents started (a hub: %v, etcd members: %d, identities: %v); settling 10 s, then measuring for %v\n", n, withHub, len(endpoints), ids, window)
 	time.Sleep(10 * time.Second)
 	ticks := float64(100) // USER_HZ on Linux
 	before := make([]float64, len(procs))
