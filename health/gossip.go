@@ -694,6 +694,9 @@ func (g *Gossip) Leave(timeout time.Duration) error {
 	return err
 }
 
+// Done is closed once the member has stopped (Shutdown, Leave).
+func (g *Gossip) Done() <-chan struct{} { return g.done }
+
 // Shutdown stops the member without a word (peers will find it dead): what a crash looks like.
 func (g *Gossip) Shutdown() error {
 	g.mu.Lock()

@@ -126,8 +126,9 @@ type Assessor struct {
 	expected  Expected
 	observers []health.Report
 	// leader is the etcd leader that a strict majority of the members' agents that name one follow
-	// (this pass's; "" when none).
-	leader string
+	// (this pass's; "" when none), and leaderVotes how many name it.
+	leader      string
+	leaderVotes int
 }
 
 // raftProgress is one node's etcd raft index across its reports.
@@ -280,7 +281,7 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	case a.heardSince.IsZero():
 		a.heardSince, a.heardWhy = obs.Now, "the hub last began to hear a majority of its observers"
 	}
-	a.leader = majorityLeader(observers)
+	a.leader, a.leaderVotes = majorityLeader(observers)
 	// Who sees whom dead, counted once a pass (per machine it would be quadratic).
 	if a.deadBy == nil {
 		a.deadBy = map[string]*deadVotes{}
@@ -513,15 +514,16 @@ func (a *Assessor) followRaft(r health.Report) {
 // probe's 10 s). EtcdCatchUp bounds the extra time: a member that never catches up is judged as usual.
 func (a *Assessor) catchingUp(own health.Report) string {
 	v, p := own.Etcd, a.raft[own.Node]
-	if v == nil || a.leader == "" || v.LeaderID != a.leader || p.version != own.Version || p.from == 0 || p.index <= p.from {
+	// Its own word is not enough: another member must follow that leader too.
+	if v == nil || a.leader == "" || a.leaderVotes < 2 || v.LeaderID != a.leader || p.version != own.Version || p.from == 0 || p.index <= p.from {
 		return ""
 	}
 	return fmt.Sprintf("it follows leader %s, as the other members do, and its raft index rose from %d to %d", v.LeaderID, p.from, p.index)
 }
 
-// majorityLeader is the etcd leader a strict majority of the observers that name one follow ("" when
-// none: quorum lost, or views that disagree).
-func majorityLeader(observers []health.Report) string {
+// majorityLeader is the etcd leader a strict majority of the observers that name one follow, and how
+// many name it ("" when none: quorum lost, or views that disagree).
+func majorityLeader(observers []health.Report) (string, int) {
 	counts, total := map[string]int{}, 0
 	for _, r := range observers {
 		if r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
@@ -531,10 +533,10 @@ func majorityLeader(observers []health.Report) string {
 	}
 	for id, n := range counts {
 		if 2*n > total {
-			return id
+			return id, n
 		}
 	}
-	return ""
+	return "", 0
 }
 
 // nodeConditions weighs m's Node conditions: past their timeout they count as unhealthy only when

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 	"time"
@@ -454,7 +455,7 @@ func TestEtcdCatchUp(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name            string
-		leader          string
+		leader, others  string // the member's leader, and the others' (default a1)
 		from, to        uint64
 		failing         time.Duration
 		want            Verdict
@@ -466,12 +467,13 @@ func TestEtcdCatchUp(t *testing.T) {
 		{name: "another leader: failing", leader: "b2", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
 		{name: "no leader: failing", leader: "0", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
 		{name: "past the bound: failing", leader: "a1", from: 100, to: 180, failing: 41 * time.Second, want: VerdictUnhealthy},
+		{name: "only its own word for the leader: failing", leader: "c3", others: "0", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0.Add(time.Hour)
 			w := newWorld(now)
 			for _, n := range []string{"cp-1", "cp-2"} {
-				withRaft(w, n, "a1", 200, 1)
+				withRaft(w, n, cmp.Or(tc.others, "a1"), 200, 1)
 			}
 			a := hearing(p)
 			withRaft(w, "cp-0", tc.leader, tc.from, 1)

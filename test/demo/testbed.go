@@ -84,6 +84,10 @@ type Testbed struct {
 	sim      *bmcsim.Server
 	key      []byte
 	start    time.Time
+	// ids are every member's identity (a machine's stays across its reboots, as its key file on disk
+	// would); pinned are their public keys, the hub's as hub-*.
+	ids    map[string]health.Identity
+	pinned map[string][]health.PublicKey
 	net      *partition.Network
 	ipmi     *ipmisim.Sim  // machine IPMIMachine's BMC, with Options.IPMI
 	ipmiDone chan struct{} // closed to stop following ipmi_sim's chassis log
@@ -100,12 +104,54 @@ type Testbed struct {
 	hub     *hub.Hub
 	journal *hub.Journal
 	hubStop func()
+	// gossips are the members running now (agents, witnesses, the hub), for a change of the pinned keys.
+	gossips map[*health.Gossip]bool
 }
 
 type agentProc struct {
 	gossip *health.Gossip
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// pin gives member name an identity and pins its key on every member running (a machine that joins:
+// its line added to the pinned-keys file).
+func (tb *Testbed) pin(name string) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	id := health.NewIdentity()
+	tb.ids[name], tb.pinned[name] = id, []health.PublicKey{id.Public()}
+	p := health.PinnedOf(tb.pinned)
+	for g := range tb.gossips {
+		g.SetPinned(p)
+	}
+}
+
+// startGossip starts a member with its identity (the hub's, hub-*, for a hub) and the pinned keys,
+// and keeps it among the running members until it stops.
+func (tb *Testbed) startGossip(cfg health.GossipConfig) (*health.Gossip, error) {
+	tb.mu.Lock()
+	name := cfg.Node
+	if cfg.Role == "hub" {
+		name = "hub-*"
+	}
+	id, p := tb.ids[name], health.PinnedOf(tb.pinned)
+	tb.mu.Unlock()
+	cfg.Identity, cfg.Pinned = &id, &p
+	g, err := health.StartGossip(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tb.mu.Lock()
+	tb.gossips[g] = true
+	tb.mu.Unlock()
+	go func() {
+		<-g.Done()
+		tb.mu.Lock()
+		delete(tb.gossips, g)
+		tb.mu.Unlock()
+	}()
+	return g, nil
 }
 
 // Name returns machine i's name (also its node name and BMC system ID).
@@ -142,14 +188,20 @@ func Start(opts Options) (*Testbed, error) {
 	if opts.Names != nil && len(opts.Names) != Machines {
 		return nil, fmt.Errorf("demo: Options.Names has %d names for %d machines", len(opts.Names), Machines)
 	}
-	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New()}
+	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New(),
+		ids: map[string]health.Identity{}, pinned: map[string][]health.PublicKey{}, gossips: map[*health.Gossip]bool{}}
 	for i := range Machines {
 		name := Name(i)
 		if opts.Names != nil {
 			name = opts.Names[i]
 		}
 		tb.names = append(tb.names, name)
+		tb.pin(name)
 	}
+	for i := range Witnesses {
+		tb.pin(WitnessName(i))
+	}
+	tb.pin("hub-*")
 	_, _ = rand.Read(tb.key)
 	tb.password = rand.Text()
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -161,6 +213,8 @@ func Start(opts Options) (*Testbed, error) {
 	if err := os.WriteFile(tb.GossipKeyFile(), []byte(base64.StdEncoding.EncodeToString(tb.key)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
+	tb.Say("demo", "every member (agents, witnesses, the hub) has an identity key of its own: each signs its reports and its claim to its name, "+
+		"and every member checks them against the pinned keys")
 	tb.Say("demo", "starting a %d-member etcd cluster (embedded, on 127.0.0.1)", Machines)
 	var err error
 	if tb.etcd, err = etcdcluster.New(filepath.Join(opts.Dir, "etcd"), Machines); err != nil {
@@ -274,7 +328,7 @@ func (tb *Testbed) startWitness(i int) error {
 	if err != nil {
 		return err
 	}
-	g, err := health.StartGossip(health.GossipConfig{Node: WitnessName(i), Cluster: "demo", Role: "witness", BindAddr: "127.0.0.1",
+	g, err := tb.startGossip(health.GossipConfig{Node: WitnessName(i), Cluster: "demo", Role: "witness", BindAddr: "127.0.0.1",
 		Keys: [][]byte{tb.key}, Transport: t})
 	if err != nil {
 		return fmt.Errorf("demo: witness %s: %w", WitnessName(i), err)
@@ -377,7 +431,7 @@ func (tb *Testbed) startAgent(i int) error {
 	}
 	cfg := health.GossipConfig{Node: tb.name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
 		Keys: [][]byte{tb.key}, OnPeerChange: poke, Transport: t}
-	g, err := health.StartGossip(cfg)
+	g, err := tb.startGossip(cfg)
 	if err != nil {
 		return fmt.Errorf("demo: agent %s: %w", tb.name(i), err)
 	}
@@ -412,6 +466,7 @@ func (tb *Testbed) AddMachine(ctx context.Context, name string) (int, string, er
 	tb.mu.Lock()
 	tb.names = append(tb.names, name)
 	tb.mu.Unlock()
+	tb.pin(name)
 	if n := tb.index(name); n != i {
 		return 0, "", fmt.Errorf("demo: machine %s is %d, its etcd member %d", name, n, i)
 	}
@@ -510,7 +565,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	if err != nil {
 		return err
 	}
-	g, err := health.StartGossip(health.GossipConfig{Node: "hub-" + rand.Text()[:6], Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1",
+	g, err := tb.startGossip(health.GossipConfig{Node: "hub-" + rand.Text()[:6], Cluster: "demo", Role: "hub", BindAddr: "127.0.0.1",
 		Keys: [][]byte{tb.key}, Transport: t})
 	if err != nil {
 		return err
