@@ -86,8 +86,8 @@ type Testbed struct {
 	start    time.Time
 	// ids are every member's identity (a machine's stays across its reboots, as its key file on disk
 	// would); pinned are their public keys, the hub's as hub-*.
-	ids    map[string]health.Identity
-	pinned map[string][]health.PublicKey
+	ids      map[string]health.Identity
+	pinned   map[string][]health.PublicKey
 	net      *partition.Network
 	ipmi     *ipmisim.Sim  // machine IPMIMachine's BMC, with Options.IPMI
 	ipmiDone chan struct{} // closed to stop following ipmi_sim's chassis log
