@@ -498,9 +498,11 @@ const (
 )
 
 // rejectReasons are every reason Rejected counts.
-var rejectReasons = []string{RejectUndecodable, RejectUndecryptable, RejectOtherCluster, RejectFuture, RejectNotSender,
-	RejectUnsigned, RejectUnknownNode, RejectBadSignature,
-	alivePrefix + RejectUnsigned, alivePrefix + RejectUnknownNode, alivePrefix + RejectBadSignature}
+func rejectReasons() []string {
+	return []string{RejectUndecodable, RejectUndecryptable, RejectOtherCluster, RejectFuture, RejectNotSender,
+		RejectUnsigned, RejectUnknownNode, RejectBadSignature,
+		alivePrefix + RejectUnsigned, alivePrefix + RejectUnknownNode, alivePrefix + RejectBadSignature}
+}
 
 // MaxAhead is how far ahead of this member's clock a report's version and send time may be. The
 // clock probe already fails a node off by more than half a second.
@@ -515,7 +517,7 @@ func (g *Gossip) reject(reason, node, msg string, args ...any) {
 // Rejected counts the gossip messages rejected, by reason: every reason, zero or not.
 func (g *Gossip) Rejected() map[string]int {
 	out := map[string]int{}
-	for _, r := range rejectReasons {
+	for _, r := range rejectReasons() {
 		out[r] = 0
 	}
 	g.mu.Lock()
@@ -634,10 +636,11 @@ func (g *Gossip) WatchPinnedFile(ctx context.Context, path string, interval time
 }
 
 // watch calls load whenever the file at path holds something else than when load last succeeded,
-// every interval until ctx ends; the content it was started with counts as loaded. A failure is
-// reported once and changes nothing: what is in force stays.
+// every interval until ctx ends (the first check loads it again: it may have changed since the start,
+// and loading what is in force changes nothing). A failure is reported once and changes nothing: what
+// is in force stays.
 func (g *Gossip) watch(ctx context.Context, path string, interval time.Duration, what string, load func() (int, error)) {
-	last, _ := os.ReadFile(path)
+	var last []byte
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -647,7 +650,7 @@ func (g *Gossip) watch(ctx context.Context, path string, interval time.Duration,
 		case <-t.C:
 		}
 		raw, err := os.ReadFile(path)
-		if err == nil && bytes.Equal(raw, last) {
+		if err == nil && last != nil && bytes.Equal(raw, last) {
 			continue
 		}
 		n := 0
@@ -658,8 +661,10 @@ func (g *Gossip) watch(ctx context.Context, path string, interval time.Duration,
 			g.dedup.once(what, err.Error(), what+": the file cannot be used; what is in force stays", "file", path, "err", err)
 			continue
 		}
+		if last != nil {
+			g.log.Info(what+": reloaded the file", "file", path, "entries", n)
+		}
 		last = raw
-		g.log.Info(what+": reloaded the file", "file", path, "entries", n)
 	}
 }
 
