@@ -89,6 +89,7 @@ func TestChaos(t *testing.T) {
 				require.Equal(t, []string{"cp-1"}, machinesOf(r.Actions), r.line())
 				require.Positive(t, r.Rejected["alive_bad_signature"]+r.Rejected["bad_signature"], "%v", r.Rejected)
 				require.Positive(t, r.Rejected["alive_unknown_node"]+r.Rejected["unknown_node"], "%v", r.Rejected)
+				require.True(t, r.HubSees, "after cp-0's key was rotated, the hub hears every observer and calls every machine Healthy: %s", r.line())
 			}
 		})
 	}

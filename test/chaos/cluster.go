@@ -144,6 +144,18 @@ func (c *cluster) identityFile(name string) string {
 	return filepath.Join(c.dir, "identity-"+name+".key")
 }
 
+// replace writes body to path at once (a new file renamed over it): a member reading it sees the old
+// content or the new, never half.
+func (c *cluster) replace(path, body string) {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		c.t.Fatalf("chaos: %v", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		c.t.Fatalf("chaos: %v", err)
+	}
+}
+
 func (c *cluster) write(name, body string) string {
 	p := filepath.Join(c.dir, name)
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {

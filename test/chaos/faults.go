@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/test/netns"
 )
 
@@ -82,6 +85,10 @@ const (
 	// an identity key of its own (it does not have A's), its etcd probe failing: the reports that
 	// would make A look failed.
 	forge = "forge"
+	// rekey rotates A's identity key as docs/identities.md says: its new key pinned beside the old,
+	// every member given time to read the file, A's agent restarted on the new key, the old line
+	// dropped. Nobody may see A dead for it, and Hale must not act on A.
+	rekey = "rekey"
 	// rogue power-cycles A through its BMC behind the hub's back (hub bmc power cycle): what a Hale
 	// that ignored quorum would do. Only the checker's self-test uses it: the checker must object.
 	rogue = "rogue-cycle"
@@ -95,7 +102,7 @@ var kindWeights = []struct {
 	{killEtcd, 8}, {stopEtcd, 5}, {killAgent, 5}, {stopAgent, 3}, {killHub, 4}, {stopHub, 2}, {killHubStep, 3},
 	{partition, 10}, {oneWay, 4}, {flap, 3}, {loss, 3}, {bmcNet, 2},
 	{bmcSlow, 2}, {bmc500, 2}, {bmcAuth, 2}, {bmcIgnore, 2}, {ipmiStop, 2},
-	{opPause, 3}, {opSuspend, 2}, {opDetach, 3}, {opReboot, 3}, {forge, 2},
+	{opPause, 3}, {opSuspend, 2}, {opDetach, 3}, {opReboot, 3}, {forge, 2}, {rekey, 1},
 }
 
 // generate draws a schedule of faults over d from seed: one begins every 2-12 s, lasting 3-20 s
@@ -131,7 +138,7 @@ func generate(seed uint64, d time.Duration, sh Shape) schedule {
 			f.A, f.Force = []string{pick(machines)}, rng.IntN(3) == 0
 		case forge:
 			f.A, f.B = []string{pick(append(slices.Clone(agents), "cp-9"))}, []string{pick(hosts)}
-		case killAgent, stopAgent:
+		case killAgent, stopAgent, rekey:
 			f.A = []string{pick(agents)}
 		case partition:
 			f.A, f.B = split(rng, hosts)
@@ -209,6 +216,7 @@ var named = map[string]func(d time.Duration) schedule{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: forge, A: []string{"cp-1"}, B: []string{"w-1"}},
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: forge, A: []string{"cp-9"}, B: []string{"hub"}},
 			{At: 12 * time.Second, For: 8 * time.Second, Kind: killAgent, A: []string{"cp-1"}},
+			{At: 22 * time.Second, Kind: rekey, A: []string{"cp-0"}},
 			{At: 35 * time.Second, Kind: killEtcd, A: []string{"cp-1"}},
 		}}
 	},
@@ -377,6 +385,8 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.brake(ctx, f, []string{"detach", f.A[0], "--reason", "chaos"}, []string{"attach", f.A[0]})
 	case forge:
 		in.forge(f.A[0], in.host(f.B[0]), end)
+	case rekey:
+		in.rekey(ctx, f.A[0])
 	case rogue:
 		m := in.c.machine(f.A[0])
 		out, err := in.c.hubH.Run(in.c.bins.Hub, "bmc", "power", "cycle", m.bmc, "--credentials", m.creds)
@@ -388,6 +398,46 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		}
 		in.operator(ctx, "reboot", f.A[0], args)
 	}
+}
+
+// rekey rotates machine name's identity key (see the rekey fault).
+func (in *injector) rekey(ctx context.Context, name string) {
+	c := in.c
+	key := c.identityFile(name)
+	out, err := exec.Command(c.bins.Agent, "-node", name, "-identity-file", key+".new", "-print-identity").Output()
+	if err != nil {
+		in.tl.add("rekey", name, fmt.Sprintf("making the new key: %v", err))
+		return
+	}
+	line := strings.TrimSpace(string(out))
+	old, err := os.ReadFile(c.pinnedFile)
+	if err != nil {
+		in.tl.add("rekey", name, fmt.Sprintf("reading the pinned keys: %v", err))
+		return
+	}
+	settle := 2*health.KeyFileCheck + time.Second // every member reads the file again
+	c.replace(c.pinnedFile, string(old)+line+"\n")
+	in.tl.add("rekey", name, "new key pinned beside the old")
+	if !sleepUntil(ctx, time.Now().Add(settle)) {
+		return
+	}
+	if err := os.Rename(key+".new", key); err != nil {
+		in.tl.add("rekey", name, fmt.Sprintf("swapping the key: %v", err))
+		return
+	}
+	in.restartAgent(name, func() {})
+	in.tl.add("rekey", name, "agent restarted on the new key")
+	if !sleepUntil(ctx, time.Now().Add(settle)) {
+		return
+	}
+	var kept []string
+	for _, l := range strings.Split(strings.TrimSpace(string(old)), "\n") {
+		if f := strings.Fields(l); len(f) == 0 || f[0] != name {
+			kept = append(kept, l)
+		}
+	}
+	c.replace(c.pinnedFile, strings.Join(append(kept, line), "\n")+"\n")
+	in.tl.add("rekey", name, "old key dropped")
 }
 
 // forge runs a forger of name on host h until end returns (see the forge fault).

@@ -213,6 +213,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	quietAt := time.Now()
 	if waitHealthy(ctx, chk, o.heal) {
 		res.HealedIn = time.Since(quietAt)
+		res.HubSees = hubSeesAll(ctx, c, 30*time.Second)
 	}
 	res.Checked[4] = 1
 	stopSampling()

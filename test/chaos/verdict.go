@@ -55,6 +55,9 @@ type result struct {
 	// machines being dead (DESIGN rule 6, README "Observers, witnesses and partitions": where the
 	// witnesses are decides). Counted and shown, not failed; see the README.
 	TradeOffs []string
+	// HubSees: at the end, the hub heard every expected observer and called every machine Healthy
+	// (its own word; only the forger schedule's test asks).
+	HubSees bool
 	// Rejected are the gossip messages the hub refused, by reason (its /metrics at the run's end):
 	// what a forger's reports and claims came to.
 	Rejected map[string]int
