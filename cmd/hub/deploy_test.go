@@ -133,7 +133,7 @@ func TestDeployRBAC(t *testing.T) {
 	go op.Run(ctx)
 
 	asHub := kubeenv.Kubeconfig(t, cfg, dir, hubSA, "system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
-	logs := runReplica(t, runOptions{inventory: invPath, node: "hub-rbac", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+	logs := runReplica(t, runOptions{inventory: invPath, node: "hub-rbac", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
 		api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
 		kube: &kubeOptions{kubeconfig: asHub, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
 			discover: true, discoverEvery: time.Second}})
@@ -157,6 +157,7 @@ func TestDeployRBAC(t *testing.T) {
 // etcd CA key and the server and peer keys, so it gets the three files of its client, not the directory.
 // /var/lib/etcd is the one directory: the disk probe's statfs needs a path on etcd's filesystem; with the
 // etcd-disk-dir component, an empty directory beside it instead, at the same place in the container.
+// With the identities component, also /var/lib/hale-identity: the agent's own key, which it writes.
 func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 	files := []string{"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
 		"/etc/kubernetes/pki/etcd/healthcheck-client.key", "/etc/kubernetes/pki/ca.crt"}
@@ -193,7 +194,11 @@ func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 			}
 			assert.Contains(t, doc, "mountPath: /var/lib/etcd\n", "%s: the probe's path in the container is the same", dir)
 		}
-		assert.ElementsMatch(t, append(slices.Clone(files), dataPath), paths, dir)
+		want := append(slices.Clone(files), dataPath)
+		if strings.HasSuffix(dir, "-identities") {
+			want = append(want, "/var/lib/hale-identity")
+		}
+		assert.ElementsMatch(t, want, paths, dir)
 	}
 }
 

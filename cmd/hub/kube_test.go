@@ -52,7 +52,7 @@ func TestKubernetesModeFailover(t *testing.T) {
 		r.stop = cancel
 		ready := make(chan runAddrs, 1)
 		go func() {
-			r.done <- runHub(rctx, runOptions{inventory: inv, node: name, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+			r.done <- runHub(rctx, runOptions{inventory: inv, node: name, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
 				api: apiListen{socket: r.socket}, logLevel: "info", keep: 20,
 				kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
 					discover: true, discoverEvery: time.Second}},
@@ -157,7 +157,7 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 	dir := t.TempDir()
 	tb, inv := startBed(t, dir)
 	socket := filepath.Join(dir, "hub.sock")
-	runReplica(t, runOptions{inventory: inv, node: "hub-a", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+	runReplica(t, runOptions{inventory: inv, node: "hub-a", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
 		api: apiListen{socket: socket}, logLevel: "info", keep: 20,
 		kube: &kubeOptions{config: cfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second}})
 	require.Eventually(t, func() bool {

@@ -61,7 +61,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runHub(ctx, runOptions{inventory: inv, journal: filepath.Join(dir, "journal.db"), node: "hub", bind: "127.0.0.1:0",
-			join: tb.Seeds(), keyFile: tb.GossipKeyFile(), api: apiListen{socket: socket, address: "127.0.0.1:0", tokenFile: token},
+			join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(), api: apiListen{socket: socket, address: "127.0.0.1:0", tokenFile: token},
 			metrics: "127.0.0.1:0", logLevel: "info", keep: 20}, logs, ready)
 	}()
 	var addrs runAddrs
@@ -213,7 +213,7 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 		ready := make(chan runAddrs, 1)
 		go func() {
 			p.done <- runHub(ctx, runOptions{inventory: inv, journal: filepath.Join(dir, name+".db"), node: name, bind: "127.0.0.1:0",
-				join: tb.Seeds(), keyFile: tb.GossipKeyFile(), api: apiListen{socket: p.socket}, logLevel: "info", keep: 20}, p.logs, ready)
+				join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(), api: apiListen{socket: p.socket}, logLevel: "info", keep: 20}, p.logs, ready)
 		}()
 		select {
 		case <-ready:

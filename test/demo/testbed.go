@@ -114,18 +114,39 @@ type agentProc struct {
 	done   chan struct{}
 }
 
-// pin gives member name an identity and pins its key on every member running (a machine that joins:
-// its line added to the pinned-keys file).
-func (tb *Testbed) pin(name string) {
+// pin gives member name an identity and pins its key on every member running and in the pinned-keys
+// file (a machine that joins: its line added). The hub's (hub-*) is kept in a file, for `hub run`.
+func (tb *Testbed) pin(name string) error {
+	id := health.NewIdentity()
+	if name == "hub-*" {
+		var err error
+		if id, _, err = health.LoadOrCreateIdentity(tb.HubIdentityFile()); err != nil {
+			return err
+		}
+	}
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	id := health.NewIdentity()
 	tb.ids[name], tb.pinned[name] = id, []health.PublicKey{id.Public()}
 	p := health.PinnedOf(tb.pinned)
 	for g := range tb.gossips {
 		g.SetPinned(p)
 	}
+	var lines []string
+	for _, n := range slices.Sorted(maps.Keys(tb.pinned)) {
+		lines = append(lines, n+" "+tb.pinned[n][0].String())
+	}
+	tmp := tb.PinnedKeysFile() + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, tb.PinnedKeysFile())
 }
+
+// HubIdentityFile is the hub's identity key (pinned as hub-*), for `hub run --identity-file`.
+func (tb *Testbed) HubIdentityFile() string { return filepath.Join(tb.opts.Dir, "hub-identity.key") }
+
+// PinnedKeysFile is every member's pinned key, for `hub run --pinned-file`.
+func (tb *Testbed) PinnedKeysFile() string { return filepath.Join(tb.opts.Dir, "pinned-keys") }
 
 // startGossip starts a member with its identity (the hub's, hub-*, for a hub) and the pinned keys,
 // and keeps it among the running members until it stops.
@@ -190,23 +211,28 @@ func Start(opts Options) (*Testbed, error) {
 	}
 	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New(),
 		ids: map[string]health.Identity{}, pinned: map[string][]health.PublicKey{}, gossips: map[*health.Gossip]bool{}}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	members := []string{"hub-*"}
 	for i := range Machines {
 		name := Name(i)
 		if opts.Names != nil {
 			name = opts.Names[i]
 		}
 		tb.names = append(tb.names, name)
-		tb.pin(name)
+		members = append(members, name)
 	}
 	for i := range Witnesses {
-		tb.pin(WitnessName(i))
+		members = append(members, WitnessName(i))
 	}
-	tb.pin("hub-*")
+	for _, name := range members {
+		if err := tb.pin(name); err != nil {
+			return nil, fmt.Errorf("demo: %s's identity: %w", name, err)
+		}
+	}
 	_, _ = rand.Read(tb.key)
 	tb.password = rand.Text()
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, err
-	}
 	if err := os.WriteFile(tb.CredentialsFile(), []byte("username=admin\npassword="+tb.password+"\n"), 0o600); err != nil {
 		return nil, err
 	}
@@ -466,7 +492,9 @@ func (tb *Testbed) AddMachine(ctx context.Context, name string) (int, string, er
 	tb.mu.Lock()
 	tb.names = append(tb.names, name)
 	tb.mu.Unlock()
-	tb.pin(name)
+	if err := tb.pin(name); err != nil {
+		return 0, "", err
+	}
 	if n := tb.index(name); n != i {
 		return 0, "", fmt.Errorf("demo: machine %s is %d, its etcd member %d", name, n, i)
 	}
