@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,6 +48,14 @@ func (o *DeploymentOwner) HandOver(ctx context.Context, reason string, steps []q
 	if len(steps) == 0 || (steps[0].Op != quorum.OpAddVoter && steps[0].Op != quorum.OpAddLearner) {
 		return o.MachineOwner.HandOver(ctx, reason, steps)
 	}
+	// The MachineDeployment is patched under an optimistic lock, so that someone else's scaling is never
+	// overwritten; a conflict with a write of its own controller is tried again from a fresh read (the
+	// surge is idempotent: seen added, it is done). Found by TestClusterAPIWithTheRealControllers.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return o.surge(ctx) })
+}
+
+// surge records the replica count on the machine (once) and scales its MachineDeployment up by one.
+func (o *DeploymentOwner) surge(ctx context.Context) error {
 	var m clusterv1.Machine
 	if err := o.Client.Get(ctx, o.Machine, &m); err != nil {
 		return fmt.Errorf("reading machine %s: %w", o.Machine, err)
@@ -131,8 +140,13 @@ func (o *DeploymentOwner) Progress(ctx context.Context) (hub.OwnerProgress, stri
 func (o *DeploymentOwner) Withdraw(context.Context) error { return nil }
 
 // Remove marks the old machine with cluster.x-k8s.io/delete-machine (every MachineSet delete policy
-// removes it first) and puts the replica count back: the MachineSet deletes it.
+// removes it first) and puts the replica count back: the MachineSet deletes it (a conflict is tried
+// again from a fresh read, as in HandOver).
 func (o *DeploymentOwner) Remove(ctx context.Context) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return o.remove(ctx) })
+}
+
+func (o *DeploymentOwner) remove(ctx context.Context) error {
 	var m clusterv1.Machine
 	if err := o.Client.Get(ctx, o.Machine, &m); apierrors.IsNotFound(err) {
 		return nil // gone already
