@@ -1,6 +1,7 @@
 package health
 
 import (
+	"crypto/ed25519"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -49,14 +50,24 @@ func FuzzDecoders(f *testing.F) {
 	f.Add(binary.AppendUvarint(nil, uint64(len(small))))
 	f.Add(append(binary.AppendUvarint(nil, uint64(len(small))), small...))
 	f.Add([]byte{formatGzip, 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
-	g := &Gossip{cfg: GossipConfig{Node: "self", Cluster: "c"}, reports: map[string]*Report{}, encoded: map[string][]byte{},
-		addrs: map[string]string{}, reported: map[string]string{}, rejected: map[string]int{}, expired: map[string]uint64{},
-		dedup: newLogDedup(discardLogger())}
+	id := NewIdentity()
+	f.Add(signReport(id, small))
+	member := func(own *Identity) *Gossip {
+		return &Gossip{cfg: GossipConfig{Node: "self", Cluster: "c", Identity: own}, reports: map[string]*Report{}, encoded: map[string][]byte{},
+			addrs: map[string]string{}, reported: map[string]string{}, rejected: map[string]int{}, expired: map[string]uint64{},
+			dedup: newLogDedup(discardLogger()), pinned: PinnedOf(map[string][]PublicKey{"a": {id.Public()}})}
+	}
+	g, signed := member(nil), member(&id) // the second checks signatures
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeReport(b); err == nil && (r.Node == "" || r.Version == 0) {
 			t.Fatalf("accepted a report without node or version: %+v", r)
 		}
 		(*delegate)(g).MergeRemoteState(b, false)
 		_, _ = g.merge(b)
+		if r, kept := signed.merge(b); kept {
+			if in, sig, ok := splitSigned(b); !ok || !ed25519.Verify(ed25519.PublicKey(id.Public()), in, sig) || r.Node != "a" {
+				t.Fatalf("kept a report its writer's key did not sign: %+v", r)
+			}
+		}
 	})
 }
