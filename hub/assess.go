@@ -116,8 +116,8 @@ type Assessor struct {
 	// lostOnce: the hub has heard no majority (or etcd had no quorum) at some point since it started,
 	// so a heardSince marks a return, not the hub's first pass.
 	lostOnce bool
-	// raft is each node's etcd raft index as its latest report gave it, and whether it rose from the
-	// report before (a member catching up: see catchingUp).
+	// raft is each node's etcd raft index as its latest report gave it, and the index of the report
+	// before (a member catching up: see catchingUp).
 	raft map[string]raftProgress
 	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused).
 	deadBy map[string]*deadVotes
