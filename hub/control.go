@@ -202,14 +202,14 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	// A manual remediation outlives the request that started it: it stops with the hub, not the caller.
 	h.mu.Lock()
 	hubCtx := h.ctx
-	for _, mb := range h.cluster.Members {
+	for _, mb := range h.view.cluster.Members {
 		rem.Members = append(rem.Members, mb.Name)
 	}
 	h.mu.Unlock()
 	if hubCtx == nil {
 		return res, fmt.Errorf("%w: the hub is not running yet", ErrRefused)
 	}
-	rem, err := h.begin(hubCtx, m, rem, plan)
+	rem, err := h.begin(hubCtx, m, rem, plan, time.Time{})
 	if err != nil {
 		return res, err
 	}

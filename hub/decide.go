@@ -47,6 +47,9 @@ type facts struct {
 	recentStarts int
 	// quorumLost: the latest pass that planned saw etcd's quorum lost.
 	quorumLost bool
+	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
+	// nothing.
+	listen string
 }
 
 // flight is a remediation under way, as a pass sees it.
@@ -66,9 +69,9 @@ type decision struct {
 	outcome     quorum.Outcome
 	// begin are the remediations to begin now, in order.
 	begin []toBegin
-	// held are the remediations the planner admitted and the hub's own brakes held back (pause,
-	// suspend, the rate limit), each with why.
-	held []string
+	// holds say why each machine the planner considered is not started now: the hub's own holds (the
+	// machine's history, its brakes, the rate limit) and the planner's waits.
+	holds map[string]hold
 	// needs are the Unhealthy machines the hub will not heal again by itself, by why: given up,
 	// flapping, fenced (what an on-call engineer is paged for).
 	needs map[string]OperatorNeed
@@ -94,6 +97,8 @@ type toBegin struct {
 	machine Machine
 	plan    quorum.Plan
 	rem     Remediation
+	// detected: when the machine last turned Unhealthy (step sets it).
+	detected time.Time
 }
 
 // decide is the pass's pure core: membership, holds, the plan, then the hub's brakes and rate limit
@@ -108,7 +113,7 @@ func decide(f facts) decision {
 		return decision{cluster: cluster, quorumBack: true}
 	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
-	failed, needs := map[string]int{}, map[string]OperatorNeed{}
+	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
 	silent := silentVoters(f, cluster)
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
@@ -120,23 +125,31 @@ func decide(f facts) decision {
 		if fl, ok := f.flights[m.Name]; ok {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
 		} else if qm.Unhealthy && len(silent) > 0 && a.EtcdAnswers && !slices.Contains(silent, m.Member) {
-			qm.Held = fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member answers, and its failures follow from the lost quorum "+
+			holds[m.Name] = hold{reason: ReasonSilentVotersFirst, why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member answers, and its failures follow from the lost quorum "+
 				"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
-				strings.Join(silent, ", "), m.Name, m.Name)
+				strings.Join(silent, ", "), m.Name, m.Name)}
 		} else if qm.Unhealthy {
 			h := holdOf(f, m)
-			qm.Held, failed[m.Name] = h.why, h.failed
+			if failed[m.Name] = h.failed; h.why != "" {
+				holds[m.Name] = h
+			}
 			if h.need != "" {
 				needs[m.Name] = h.need
 			}
 		}
+		qm.Held = holds[m.Name].why
 		in.Machines = append(in.Machines, qm)
 	}
 	out, err := quorum.PlanPass(in)
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out, needs: needs}
+	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds}
+	for _, qd := range out.Decisions {
+		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
+			holds[qd.Machine] = hold{reason: ReasonWaiting, why: qd.Reason}
+		}
+	}
 	slots := p.RateMax - f.recentStarts
 	for _, qd := range out.Started() {
 		m, ok := f.inv.machine(qd.Machine)
@@ -145,12 +158,12 @@ func decide(f facts) decision {
 		}
 		switch {
 		case f.paused != "":
-			d.held = append(d.held, fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.paused, qd.Strategy, m.Name))
+			holds[m.Name] = hold{reason: ReasonPaused, why: fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.paused, qd.Strategy, m.Name)}
 		case f.suspended:
-			d.held = append(d.held, fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList()))
+			holds[m.Name] = hold{reason: ReasonSuspended, why: fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList())}
 		case slots <= 0:
-			d.held = append(d.held, fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
-				p.RateMax-slots, p.RatePer, p.RateMax, m.Name))
+			holds[m.Name] = hold{reason: ReasonRateLimited, why: fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
+				p.RateMax-slots, p.RatePer, p.RateMax, m.Name)}
 		default:
 			slots--
 			d.begin = append(d.begin, toBeginOf(f, cluster, m, qd, failed[m.Name]))
@@ -215,30 +228,30 @@ func holdOf(f facts, m Machine) hold {
 	sf := f.beginFailed[m.Name]
 	switch end := ended(hist); {
 	case m.Hold != "":
-		return hold{why: m.Hold}
+		return hold{reason: ReasonHeldByOwner, why: m.Hold}
 	case isDetached:
-		return hold{why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}
+		return hold{reason: ReasonDetached, why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}
 	case !sf.at.IsZero() && f.now.Sub(sf.at) < beginRetry:
-		return hold{why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly))}
+		return hold{reason: ReasonRemediationNotBegun, why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly))}
 	case f.loginWait[m.Name] != "":
-		return hold{why: f.loginWait[m.Name]}
+		return hold{reason: ReasonBMCLoginBackoff, why: f.loginWait[m.Name]}
 	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
-		return hold{why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
+		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
 	if c, ok := unseenSinceCycle(hist, f.seenAt[m.Name]); ok {
-		return hold{why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
+		return hold{reason: ReasonUnseen, why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
 			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
 			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+
 			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
 			c.id, c.cycled.UTC().Format(time.RFC3339), cmp.Or(c.shown, "the cycle"), m.Name, m.Name, m.Name), need: NeedUnseen}
 	}
 	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
-		return hold{why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),
+		return hold{reason: ReasonFenced, why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),
 			need: NeedFenced}
 	}
 	n := failures(hist, f.healthyAt[m.Name])
 	if n >= p.MaxAttempts {
-		return hold{why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+		return hold{reason: ReasonGaveUp, why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), failed: n, need: NeedGaveUp}
 	}
 	// A machine that comes back and fails again soon after is one flapping machine, not a string of
@@ -250,7 +263,7 @@ func holdOf(f facts, m Machine) hold {
 		}
 	}
 	if recent >= p.MaxAttempts {
-		return hold{why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+		return hold{reason: ReasonFlapping, why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name),
 			failed: recent, need: NeedFlapping}
 	}
@@ -275,12 +288,20 @@ func unseenSinceCycle(hist []past, seen time.Time) (past, bool) {
 	return last, !last.cycled.IsZero() && !seen.After(last.cycled)
 }
 
-// hold is holdOf's answer: why not (empty: not held), how many remediations failed, and whether only
-// an operator can go on.
+// hold says why the hub does not start a machine's remediation now: under which one reason it is said,
+// why in words (empty: not held), and, for holdOf, how many of its remediations failed and whether
+// only an operator can go on.
 type hold struct {
+	reason Reason
 	why    string
 	failed int
 	need   OperatorNeed
+}
+
+// brake: the hold is one of the hub's brakes over what the planner admitted (`hub status` shows them
+// as holding).
+func (h hold) brake() bool {
+	return h.reason == ReasonPaused || h.reason == ReasonSuspended || h.reason == ReasonRateLimited
 }
 
 // membershipOf builds the cluster the planner sees: the membership that a strict majority of the

@@ -102,6 +102,9 @@ func started(d decision) []string {
 }
 
 func reasonOf(d decision, machine string) string {
+	if h, ok := d.holds[machine]; ok {
+		return h.why
+	}
 	for _, qd := range d.outcome.Decisions {
 		if qd.Machine == machine {
 			return qd.Reason
@@ -116,8 +119,9 @@ func TestDecide(t *testing.T) {
 		scene       func() *scene
 		starts      []string
 		notPlanning string
-		held        string            // in decision.held
-		reasons     map[string]string // machine → in the planner's reason
+		held        string            // in the whys of the brakes' holds
+		reasons     map[string]string // machine → in why it is held, or the planner's reason
+		kinds       map[string]Reason // machine → its hold's one reason
 		needs       map[string]OperatorNeed
 	}{
 		{name: "all healthy: nothing", scene: newScene},
@@ -155,40 +159,40 @@ func TestDecide(t *testing.T) {
 			s := newScene().dead(2)
 			s.f.detached["m2"] = Brake{By: "alice", Reason: "disk swap"}
 			return s
-		}, reasons: map[string]string{"m2": "detached by alice"}},
+		}, reasons: map[string]string{"m2": "detached by alice"}, kinds: map[string]Reason{"m2": ReasonDetached}},
 		{name: "held by its owner", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.inv.Machines[2].Hold = "BareMetalHost detached"
 			return s
-		}, reasons: map[string]string{"m2": "BareMetalHost detached"}},
+		}, reasons: map[string]string{"m2": "BareMetalHost detached"}, kinds: map[string]Reason{"m2": ReasonHeldByOwner}},
 		{name: "its last start failed: held until the retry", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second)}
 			return s
-		}, reasons: map[string]string{"m2": "could not begin its remediation: ipmitool missing"}},
+		}, reasons: map[string]string{"m2": "could not begin its remediation: ipmitool missing"}, kinds: map[string]Reason{"m2": ReasonRemediationNotBegun}},
 		{name: "its last start failed long ago: tried again", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m2"}},
 		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, time.Minute, 1) },
-			reasons: map[string]string{"m2": "cooling down until"}},
+			reasons: map[string]string{"m2": "cooling down until"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
 		{name: "a fence stands", scene: func() *scene { return newScene().dead(2).remediated(2, "fence", Succeeded, time.Hour, 1) },
-			reasons: map[string]string{"m2": "fenced by remediation m2/0"}},
+			reasons: map[string]string{"m2": "fenced by remediation m2/0"}, kinds: map[string]Reason{"m2": ReasonFenced}},
 		{name: "gave up after maxAttempts failed", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 3) },
-			reasons: map[string]string{"m2": "gave up after 3 failed remediations"}},
+			reasons: map[string]string{"m2": "gave up after 3 failed remediations"}, kinds: map[string]Reason{"m2": ReasonGaveUp}},
 		{name: "flapping", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, 10*time.Minute, 3) },
-			reasons: map[string]string{"m2": "flapping: 3 remediations in the last 1h0m0s"}},
+			reasons: map[string]string{"m2": "flapping: 3 remediations in the last 1h0m0s"}, kinds: map[string]Reason{"m2": ReasonFlapping}},
 		{name: "a power cycle that did not bring an unseen machine back into view is not repeated (a partition, or a host that does not boot)",
 			scene: func() *scene {
 				return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
 			}, reasons: map[string]string{"m2": "power-cycled by remediation m2/0 at 2026-11-22T03:40:00Z (its BMC showed: On: Off then On observed after GracefulRestart) and seen by nobody since"},
-			needs: map[string]OperatorNeed{"m2": NeedUnseen}},
+			needs: map[string]OperatorNeed{"m2": NeedUnseen}, kinds: map[string]Reason{"m2": ReasonUnseen}},
 		{name: "nor after a hub restart, which saw nothing since", scene: func() *scene {
 			s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 0)
 			delete(s.f.seenAt, "m2")
 			return s
-		}, reasons: map[string]string{"m2": "seen by nobody since"}, needs: map[string]OperatorNeed{"m2": NeedUnseen}},
+		}, reasons: map[string]string{"m2": "seen by nobody since"}, needs: map[string]OperatorNeed{"m2": NeedUnseen}, kinds: map[string]Reason{"m2": ReasonUnseen}},
 		{name: "a machine seen since its cycle, that failed again, is cycled again (escalated)", scene: func() *scene {
 			return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 15*time.Minute)
 		}, starts: []string{"m2"}},
@@ -201,23 +205,23 @@ func TestDecide(t *testing.T) {
 			s := newScene().dead(2)
 			s.f.paused = "operator alice"
 			return s
-		}, held: "paused (operator alice): reboot of m2 waits for the pause to be lifted"},
+		}, held: "paused (operator alice): reboot of m2 waits for the pause to be lifted", kinds: map[string]Reason{"m2": ReasonPaused}},
 		{name: "suspended: held, with the would-be plan", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.suspended = true
 			return s
-		}, held: "suspended: would start reboot of m2"},
+		}, held: "suspended: would start reboot of m2", kinds: map[string]Reason{"m2": ReasonSuspended}},
 		{name: "the rate limit: one slot left, two admitted", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2) // quorum lost: both dead members may be power-cycled
 			s.f.inv.Policy.RateMax, s.f.recentStarts = 3, 2
 			return s
-		}, starts: []string{"m1"}, held: "rate limit: 3 remediations started in the last 10m0s (max 3): m2 waits"},
+		}, starts: []string{"m1"}, held: "rate limit: 3 remediations started in the last 10m0s (max 3): m2 waits", kinds: map[string]Reason{"m2": ReasonRateLimited}},
 		{name: "quorum lost: the survivor that answers, failing with it, is held; the silent members start", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
 			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
 			return s
-		}, starts: []string{"m1", "m2"}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1, etcd-2 do not answer: m0's member answers"}},
+		}, starts: []string{"m1", "m2"}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1, etcd-2 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
 		{name: "quorum lost, at a heal: a member back in view but still Suspect and silent holds the survivor too", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1)
 			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
@@ -225,7 +229,7 @@ func TestDecide(t *testing.T) {
 			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictSuspect, EtcdHealth: quorum.Unhealthy,
 				Reasons: []string{"etcd member etcd-1 unreachable from 3 of 5 expected observers for 0s"}}
 			return s
-		}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1 do not answer: m0's member answers"}},
+		}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
 		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
 			s := newScene()
 			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
@@ -236,7 +240,7 @@ func TestDecide(t *testing.T) {
 			s := newScene().dead(2)
 			s.f.recentStarts = 3
 			return s
-		}, held: "rate limit: 3 remediations started"},
+		}, held: "rate limit: 3 remediations started", kinds: map[string]Reason{"m2": ReasonRateLimited}},
 		{name: "a machine in flight is not started again", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.flights["m2"] = flight{plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}, next: 1}
@@ -253,10 +257,26 @@ func TestDecide(t *testing.T) {
 			}
 			require.Empty(t, d.notPlanning)
 			assert.Equal(t, tc.starts, started(d))
+			var brakes []string
+			for _, qd := range d.outcome.Decisions {
+				h, held := d.holds[qd.Machine]
+				begins := slices.ContainsFunc(d.begin, func(b toBegin) bool { return b.machine.Name == qd.Machine })
+				assert.True(t, held != (begins || qd.InFlight), "%s: held (%v), or begins or in flight, never both nor neither", qd.Machine, held)
+				if held {
+					assert.NotEmpty(t, h.reason, qd.Machine)
+					assert.NotEmpty(t, h.why, qd.Machine)
+				}
+				if held && h.brake() {
+					brakes = append(brakes, h.why)
+				}
+			}
 			if tc.held == "" {
-				assert.Empty(t, d.held)
+				assert.Empty(t, brakes)
 			} else {
-				assert.Contains(t, strings.Join(d.held, "; "), tc.held)
+				assert.Contains(t, strings.Join(brakes, "; "), tc.held)
+			}
+			for m, want := range tc.kinds {
+				assert.Equal(t, want, d.holds[m].reason, m)
 			}
 			for m, want := range tc.reasons {
 				assert.Contains(t, reasonOf(d, m), want)

@@ -11,23 +11,42 @@ type Reason string
 
 // Notice reasons. About a machine:
 const (
-	ReasonHealthy   Reason = "Healthy"
-	ReasonSuspect   Reason = "Suspect"
-	ReasonUnhealthy Reason = "Unhealthy"
-	// ReasonWaiting: the planner or the hub's brakes keep a remediation from starting (said when the
-	// reason changes).
-	ReasonWaiting              Reason = "Waiting"
-	ReasonRemediationNotBegun  Reason = "RemediationNotBegun"
-	ReasonRemediationStarted   Reason = "RemediationStarted"
-	ReasonStepDone             Reason = "StepDone"
-	ReasonRemediated           Reason = "Remediated"
-	ReasonRemediationFailed    Reason = "RemediationFailed"
-	ReasonRemediationStopped   Reason = "RemediationInterrupted"
-	ReasonResumed              Reason = "RemediationResumed"
-	ReasonResumeWaiting        Reason = "ResumeWaiting"
-	ReasonJournalWriteFailing  Reason = "JournalWriteFailing"
-	ReasonJournalWriteRecorded Reason = "JournalWriteRecorded"
-	ReasonDetached             Reason = "Detached"
+	ReasonHealthy                Reason = "Healthy"
+	ReasonSuspect                Reason = "Suspect"
+	ReasonUnhealthy              Reason = "Unhealthy"
+	ReasonRemediationNotBegun    Reason = "RemediationNotBegun"
+	ReasonRemediationStarted     Reason = "RemediationStarted"
+	ReasonStepDone               Reason = "StepDone"
+	ReasonRemediated             Reason = "Remediated"
+	ReasonRemediationFailed      Reason = "RemediationFailed"
+	ReasonRemediationInterrupted Reason = "RemediationInterrupted"
+	ReasonRemediationResumed     Reason = "RemediationResumed"
+	ReasonResumeWaiting          Reason = "ResumeWaiting"
+	ReasonJournalWriteFailing    Reason = "JournalWriteFailing"
+	ReasonJournalWriteRecorded   Reason = "JournalWriteRecorded"
+	ReasonDetached               Reason = "Detached"
+)
+
+// Why a remediation a machine needs is not started (a hold): each kind of hold is said under one
+// reason, when the hold changes. The machine's own: Detached and RemediationNotBegun above, and
+const (
+	// ReasonWaiting: the planner keeps it waiting (etcd's quorum budget, a pool's limits).
+	ReasonWaiting     Reason = "Waiting"
+	ReasonHeldByOwner Reason = "HeldByOwner"
+	// ReasonBMCLoginBackoff: its BMC account refused the credentials; no login until the backoff ends.
+	ReasonBMCLoginBackoff Reason = "BMCLoginBackoff"
+	ReasonCoolingDown     Reason = "CoolingDown"
+	// ReasonSilentVotersFirst: etcd lost quorum and this machine's member answers: the silent ones first.
+	ReasonSilentVotersFirst Reason = "SilentVotersFirst"
+	// Those an operator must resolve (OperatorNeed).
+	ReasonUnseen   = Reason(NeedUnseen)
+	ReasonFenced   = Reason(NeedFenced)
+	ReasonGaveUp   = Reason(NeedGaveUp)
+	ReasonFlapping = Reason(NeedFlapping)
+	// The hub's brakes, over what the planner admitted.
+	ReasonPaused      Reason = "Paused"
+	ReasonSuspended   Reason = "Suspended"
+	ReasonRateLimited Reason = "RateLimited"
 )
 
 // About the hub as a whole (no machine):
@@ -37,14 +56,13 @@ const (
 	// ReasonQuorumBack: etcd's quorum, lost in the hub's view, is back; evidence counts again from now.
 	ReasonQuorumBack        Reason = "QuorumBack"
 	ReasonNotPlanning       Reason = "NotPlanning"
-	ReasonHolding           Reason = "Holding"
 	ReasonBrake             Reason = "Brake"
 	ReasonBrakeNotRecorded  Reason = "BrakeNotRecorded"
 	ReasonInventoryReloaded Reason = "InventoryReloaded"
 	ReasonPolicyChanged     Reason = "PolicyChanged"
-	// ReasonDegraded: what a hub did while the API server did not answer (Kubernetes mode's degraded
+	// ReasonDegradedMode: what a hub did while the API server did not answer (Kubernetes mode's degraded
 	// mode), said once it answers again.
-	ReasonDegraded Reason = "DegradedMode"
+	ReasonDegradedMode Reason = "DegradedMode"
 )
 
 // Notice is one thing the hub decided or saw: about one machine (a verdict, a wait, a remediation's

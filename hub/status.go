@@ -92,21 +92,30 @@ type InFlight struct {
 // Status returns the hub's status now.
 func (h *Hub) Status(ctx context.Context) Status {
 	h.mu.Lock()
+	v := h.view
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
-		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: h.planErr, Holding: h.holding, Degraded: h.cfg.Degraded,
-		Observers: ObserversStatus{Expected: h.hearing.Expected, Heard: h.hearing.Heard, Missing: h.hearing.Missing, Majority: h.hearing.Majority()}, Policy: h.effective()}
-	if h.planErr == "" && h.outcome.Budget.Voters > 0 {
-		b := h.outcome.Budget
+		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: v.notPlanning, Degraded: h.cfg.Degraded,
+		Observers: ObserversStatus{Expected: v.hearing.Expected, Heard: v.hearing.Heard, Missing: v.hearing.Missing, Majority: v.hearing.Majority()}, Policy: h.effective()}
+	if v.notPlanning == "" && v.outcome.Budget.Voters > 0 {
+		b := v.outcome.Budget
 		st.Budget = &b
 	}
 	decisions := map[string]string{}
-	for _, d := range h.outcome.Decisions {
+	var holding []string
+	for _, d := range v.outcome.Decisions {
 		decisions[d.Machine] = d.Reason
+		if h, ok := v.holds[d.Machine]; ok {
+			decisions[d.Machine] = h.why
+			if h.brake() {
+				holding = append(holding, h.why)
+			}
+		}
 	}
+	st.Holding = strings.Join(holding, "; ")
 	for _, m := range h.inv.Machines {
-		a := h.assessments[m.Name]
+		a := v.assessments[m.Name]
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
-			Decision: decisions[m.Name], NeedsOperator: h.needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
+			Decision: decisions[m.Name], NeedsOperator: v.needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
 		if b, ok := h.brakes.Detached[m.Name]; ok {
 			ms.Detached, ms.DetachedBy = true, &b
 		}
@@ -115,9 +124,9 @@ func (h *Hub) Status(ctx context.Context) Status {
 		}
 		if m.Member != "" {
 			ms.Role, ms.EtcdHealth = "absent", a.EtcdHealth.String()
-			if i := h.cluster.Index(m.Member); i >= 0 {
+			if i := v.cluster.Index(m.Member); i >= 0 {
 				ms.Role = "voter"
-				if h.cluster.Members[i].Learner {
+				if v.cluster.Members[i].Learner {
 					ms.Role = "learner"
 				}
 			}

@@ -397,7 +397,7 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, notify
 		reason, warn := hub.ReasonRemediated, false
 		switch r.State {
 		case hub.InProgress:
-			reason = hub.ReasonRemediationStopped
+			reason = hub.ReasonRemediationInterrupted
 		case hub.Failed, hub.Aborted:
 			reason, warn = hub.ReasonRemediationFailed, true
 		}
@@ -411,7 +411,7 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, notify
 	msg := fmt.Sprintf("%s: %d remediations recorded (%s), imported into Remediation objects", term, len(rems), strings.Join(names, ", "))
 	log.Warn("degraded term imported", "remediations", len(rems), "term", term)
 	if notify != nil {
-		notify(hub.Notice{Reason: hub.ReasonDegraded, Message: msg, Warning: true})
+		notify(hub.Notice{Reason: hub.ReasonDegradedMode, Message: msg, Warning: true})
 	}
 	if err := os.Remove(k.degradedJournal); err != nil {
 		return err

@@ -378,11 +378,7 @@ func printStatus(w io.Writer, st hub.Status) {
 		fmt.Fprintf(w, "DEGRADED: %s\n", st.Degraded)
 	}
 	if o := st.Observers; o.Expected > 0 {
-		word := "a strict majority: acting"
-		if !o.Majority {
-			word = "NOT a strict majority: acting on nothing"
-		}
-		fmt.Fprintf(w, "observers: hears %d of %d expected (%s): %s", len(o.Heard), o.Expected, strings.Join(o.Heard, ", "), word)
+		fmt.Fprintf(w, "observers: hears %d of %d expected (%s): %s", len(o.Heard), o.Expected, strings.Join(o.Heard, ", "), acting(st))
 		if len(o.Missing) > 0 {
 			fmt.Fprintf(w, "; not heard: %s", strings.Join(o.Missing, ", "))
 		}
@@ -434,4 +430,20 @@ func printStatus(w io.Writer, st hub.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, verdict, since, etcd, rem, reasons)
 	}
 	_ = tw.Flush()
+}
+
+// acting says whether the hub acts, for the observers line of `hub status`: only on a strict majority,
+// and not while a brake or something else keeps it from starting anything.
+func acting(st hub.Status) string {
+	switch {
+	case !st.Observers.Majority:
+		return "NOT a strict majority: acting on nothing"
+	case st.Pause != hub.Running:
+		return "a strict majority, but " + strings.ToLower(string(st.Pause)) + ": nothing new starts"
+	case st.Suspended:
+		return "a strict majority, but suspended: observe-only"
+	case st.NotPlanning != "":
+		return "a strict majority, but not planning (below)"
+	}
+	return "a strict majority: acting"
 }

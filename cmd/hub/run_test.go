@@ -97,7 +97,10 @@ func TestRunAndOperatorCommands(t *testing.T) {
 		return code == 0 && strings.Count(out, "Healthy") == 3 && strings.Contains(out, "budget 1")
 	}, 30*time.Second, 100*time.Millisecond)
 
-	out, code := cli("status", "-o", "json")
+	out, code := cli("status")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "a strict majority: acting")
+	out, code = cli("status", "-o", "json")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, `"pause": "Running"`)
 	out, code = cli("explain", "cp-1")
@@ -126,6 +129,9 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	out, code = cli("pause", "--wait", "--timeout", "10s")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "Paused")
+	out, _ = cli("status")
+	assert.Contains(t, out, "a strict majority, but paused: nothing new starts", "never \"acting\" while paused")
+	assert.NotContains(t, out, ": acting")
 	_, code = cli("resume")
 	require.Equal(t, 0, code)
 

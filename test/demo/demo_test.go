@@ -89,7 +89,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 
 	require.NoError(t, h.SetSuspended(ctx, true, "test", ""))
 	tb.Hang(2)
-	tb.wait(t, "the would-do", hasEvent(h, "holding: suspended: would start reboot of cp-2"))
+	tb.wait(t, "the would-do", hasEvent(h, "not started: suspended: would start reboot of cp-2"))
 	tb.passes(t, 10)
 	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
 	assert.True(t, h.Status(context.Background()).Suspended)
@@ -485,12 +485,12 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	require.NoError(t, tb.Settle(t.Context()))
 	held := time.Now()
 	tb.Hang(2)
-	tb.wait(t, "the rate limit to hold cp-2", hasEvent(h, "holding: rate limit: 1 remediations started in the last 6s (max 1): cp-2 waits"))
+	tb.wait(t, "the rate limit to hold cp-2", hasEvent(h, "not started: rate limit: 1 remediations started in the last 6s (max 1): cp-2 waits"))
 	tb.passes(t, 10)
 	assert.Empty(t, tb.Resets(2), "held: no BMC call")
 	n := 0
 	for _, e := range h.Timeline() {
-		if strings.Contains(e, "holding: rate limit") {
+		if strings.Contains(e, "not started: rate limit") {
 			n++
 		}
 	}

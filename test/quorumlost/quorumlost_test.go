@@ -426,16 +426,16 @@ func (l *lab) healedInKubernetesMode() {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"cp-1", "cp-2"} {
 			var said []string
-			for _, reason := range []hub.Reason{hub.ReasonRemediated, hub.ReasonRemediationStopped} {
+			for _, reason := range []hub.Reason{hub.ReasonRemediated, hub.ReasonRemediationInterrupted} {
 				for _, e := range l.events(string(reason), name) {
 					said = append(said, e.Note)
 				}
 			}
 			assert.NotEmpty(c, said, "an Event on Node %s", name)
 		}
-		assert.NotEmpty(c, l.events(string(hub.ReasonDegraded), "default"), "the DegradedMode Event on the HealthPolicy")
+		assert.NotEmpty(c, l.events(string(hub.ReasonDegradedMode), "default"), "the DegradedMode Event on the HealthPolicy")
 	}, 30*time.Second, 500*time.Millisecond)
-	for _, e := range l.events(string(hub.ReasonDegraded), "default") {
+	for _, e := range l.events(string(hub.ReasonDegradedMode), "default") {
 		t.Logf("Event %s on HealthPolicy default: %s", e.Reason, e.Note)
 	}
 }

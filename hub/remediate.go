@@ -1,0 +1,232 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// begin journals a new remediation and executes it (one word for the act: begin = journal + execute).
+// detected is when the hub found the machine Unhealthy (zero for an operator's remediation).
+func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, detected time.Time) (Remediation, error) {
+	act, err := h.actuator(m, plan.Strategy)
+	if err != nil {
+		return rem, err
+	}
+	rem, err = h.cfg.Journal.Begin(ctx, rem)
+	if err != nil {
+		return rem, fmt.Errorf("the journal refused it: %w", err)
+	}
+	h.execute(ctx, m, rem, plan, act, false, detected)
+	return rem, nil
+}
+
+// newMemberSuffix names the replacement's etcd member in a plan: the owner picks the real name.
+const newMemberSuffix = "-replacement"
+
+// actuator is what carries out a machine's plan: its BMC, or for a replace its owner controller.
+type actuator struct {
+	power Power
+	owner Owner
+}
+
+func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
+	if s == quorum.Replace {
+		owner, err := h.cfg.OwnerFor(m)
+		return actuator{owner: owner}, err
+	}
+	power, err := h.cfg.PowerFor(m)
+	if err != nil {
+		return actuator{}, err
+	}
+	return actuator{power: h.logins.guard(m, power)}, nil
+}
+
+// machinePlan is the plan for a machine that is not an etcd member: no quorum to keep, only its pool's
+// limits (applied by the planner).
+func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
+	name := m.Name
+	switch s {
+	case quorum.Fence:
+		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerOff, Member: name}}}
+	case quorum.Replace: // the owner makes a new machine and removes this one, in the order it prefers
+		if len(m.Replace.Orders) > 0 && m.Replace.Orders[0] == quorum.ScaleUpFirst {
+			return quorum.Plan{Strategy: s, Member: name, Shape: quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter},
+				Steps: quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}.Steps(name, name+newMemberSuffix)}
+		}
+		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpRemove, Member: name}}}
+	}
+	return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: name}, {Op: quorum.OpAwaitHealthy, Member: name}}}
+}
+
+// execute runs a remediation in its own goroutine: a new one from its first step, or one found in
+// progress in the journal (resuming), which first finds out where it stands (Executor.Resume: the BMC
+// and the machine are read before anything is repeated). Resuming runs there too, not before the
+// passes: one machine's wait for evidence of a reset must not hold up every other machine.
+func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
+	rctx, cancel := context.WithCancel(ctx)
+	from := 0
+	if resuming {
+		from = nextStep(rem)
+		if p, ok := rem.Pending(); ok {
+			from = p.Step
+		}
+	}
+	h.mu.Lock()
+	r := &running{rem: rem, plan: plan, next: from, cancel: cancel}
+	h.running[m.Name] = r
+	h.mu.Unlock()
+	how := rem.Strategy
+	if rem.Hard {
+		how += ", hard"
+	}
+	if rem.Forced {
+		how += ", forced"
+	}
+	if !resuming {
+		h.say(Notice{Machine: m.Name, Reason: ReasonRemediationStarted, Remediation: rem.ID,
+			Message: fmt.Sprintf("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))})
+	}
+	acted := false
+	policy := h.inventory().Policy
+	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, Log: h.log, RecoveryTimeout: policy.RecoveryTimeout,
+		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Barrier: h.freshBarrier, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
+		Wanted: h.wanted(m, rem),
+		BeforeAct: func(step quorum.Step) {
+			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
+				h.metrics.detectionToAction(time.Since(detected))
+			}
+			acted = true
+		},
+		Progress: func(i int) {
+			h.mu.Lock()
+			r.next = i
+			h.mu.Unlock()
+		},
+		Trouble: h.journalTrouble(m.Name, rem.ID, r),
+		Checkpoint: func(step quorum.Step, outcome string) {
+			h.mu.Lock()
+			r.busy = false
+			h.mu.Unlock()
+			h.say(Notice{Machine: m.Name, Reason: ReasonStepDone, Remediation: rem.ID, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m.Name, rem.ID, step, outcome)})
+		},
+		ResetEvidence: h.resetEvidence(m), ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
+	go func() {
+		defer cancel()
+		var err error
+		if resuming {
+			from, err = h.resumeAt(rctx, m, rem, plan, act, exec, r)
+		}
+		if err == nil {
+			err = exec.Run(rctx, rem, plan, from, act.power, h.recovered(m, rem))
+		}
+		h.mu.Lock()
+		delete(h.running, m.Name)
+		stopping := ctx.Err() != nil
+		h.mu.Unlock()
+		switch {
+		case stopping:
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationInterrupted, Remediation: rem.ID,
+				Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m.Name, rem.ID)})
+		case err != nil:
+			h.metrics.remediation(rem, "failed")
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
+				Message: fmt.Sprintf("%s: remediation %s ended: %v", m.Name, rem.ID, err)})
+		default:
+			h.metrics.remediation(rem, "succeeded")
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediated, Remediation: rem.ID,
+				Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m.Name, rem.ID, quorum.StepList(rem.Steps))})
+		}
+	}()
+}
+
+// resumeAt finds where a remediation found in progress goes on (Executor.Resume). Until it knows, the
+// remediation holds its machine: a BMC that cannot be read now (unreachable, refusing the
+// credentials) is read again every resumeRetry, said once, and nothing is repeated on a guess.
+func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, exec *Executor, r *running) (int, error) {
+	h.setWaiting(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
+	defer h.setWaiting(r, "")
+	said := ""
+	for {
+		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
+		if err == nil {
+			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationResumed, Remediation: rem.ID,
+				Message: fmt.Sprintf("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)})
+			h.mu.Lock()
+			r.next = from
+			h.mu.Unlock()
+			return from, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrStaleEpoch) {
+			return 0, err
+		}
+		if err.Error() != said {
+			said = err.Error()
+			h.setWaiting(r, fmt.Sprintf("cannot resume yet: %v (trying again every %v; nothing is repeated without knowing)", err, resumeRetry))
+			h.say(Notice{Machine: m.Name, Reason: ReasonResumeWaiting, Remediation: rem.ID, Warning: true,
+				Message: fmt.Sprintf("%s: remediation %s cannot resume yet: %v (trying again every %v)", m.Name, rem.ID, err, resumeRetry)})
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(resumeRetry):
+		}
+	}
+}
+
+const resumeRetry = 5 * time.Second
+
+func (h *Hub) setWaiting(r *running, why string) {
+	h.mu.Lock()
+	r.waiting = why
+	h.mu.Unlock()
+}
+
+// journalTrouble is an executor's Trouble: a journal write that fails is said (event, Warning,
+// `hub status`) once, and again when it went in; the remediation holds its machine meanwhile.
+func (h *Hub) journalTrouble(machine, id string, r *running) func(error) {
+	return func(err error) {
+		if err == nil {
+			h.setWaiting(r, "")
+			h.say(Notice{Machine: machine, Reason: ReasonJournalWriteRecorded, Remediation: id,
+				Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)})
+			return
+		}
+		h.setWaiting(r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
+		h.say(Notice{Machine: machine, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
+			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", machine, id, err, machine)})
+	}
+}
+
+// resume picks up every remediation the journal says is in progress.
+func (h *Hub) resume(ctx context.Context) error {
+	active, err := h.cfg.Journal.Active(ctx)
+	if err != nil {
+		return err
+	}
+	inv := h.inventory()
+	for _, rem := range active {
+		m, ok := inv.machine(rem.Machine)
+		why := "the machine is no longer in the inventory"
+		plan, err := planOf(rem)
+		if err != nil {
+			why = err.Error()
+		}
+		if !ok || err != nil {
+			if err := persist(ctx, nil, func(ctx context.Context) error { return h.cfg.Journal.Finish(ctx, rem.ID, Aborted, why) }); err != nil && !errors.Is(err, ErrFinished) {
+				return fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
+			}
+			continue
+		}
+		act, err := h.actuator(m, plan.Strategy)
+		if err != nil {
+			return fmt.Errorf("resuming %s: %w", rem.ID, err)
+		}
+		h.execute(ctx, m, rem, plan, act, true, time.Time{})
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// A pass is raft's Ready loop in small (pass.go runs it): observe gathers the facts (the gossip's
+// reports, the assessor's verdicts, a snapshot of the remediations in flight, the brakes and the
+// ledger), step turns them and what the previous pass left into what this pass leaves and a Ready
+// (what to say, what to begin, whom to keep joined), and apply does it: apply is a pass's only I/O.
+// step reads no clock, no journal, no gossip and no lock: the same state and facts give the same
+// Ready, which is what its table tests and its randomized check rely on.
+
+// passState is what one pass leaves the next. It is the pass goroutine's alone: step updates it, and
+// nothing else reads it; what others read is its view, replaced whole by every pass.
+type passState struct {
+	view view
+	// unhealthyAt: when each machine's verdict last became Unhealthy (the detection time a hub
+	// remediation's detection-to-action metric counts from); healthyAt: when each was last Healthy
+	// (its failed remediations count from then); seenAt: when each was last in view (Assessment.SeenAt,
+	// the newest of any pass since the hub started).
+	unhealthyAt, healthyAt, seenAt map[string]time.Time
+	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
+	beginFailed map[string]beginFailure
+	// kept: the observers the gossip is told to keep joined.
+	kept Expected
+	// What was said last, so that each thing is said once, when it changes: whether the hub hears a
+	// majority of its observers (nil: nothing said yet), and why each machine is not started.
+	saidMajority *bool
+	saidHold     map[string]hold
+}
+
+func newPassState() *passState {
+	return &passState{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
+		beginFailed: map[string]beginFailure{}, saidHold: map[string]hold{}, view: view{assessments: map[string]Assessment{}}}
+}
+
+// view is what the latest pass saw and decided, as `hub status`, the executor's world and degraded
+// mode read it. Each pass publishes a new one; none is changed once published.
+type view struct {
+	assessments map[string]Assessment
+	hearing     Hearing
+	// notPlanning says why the latest pass did not plan ("" when it did). cluster, outcome, needs and
+	// holds are those of the latest pass that planned.
+	notPlanning string
+	cluster     quorum.Cluster
+	outcome     quorum.Outcome
+	// needs: the Unhealthy machines the hub will not heal again by itself; holds: why each machine the
+	// planner considered and the hub did not start waits.
+	needs map[string]OperatorNeed
+	holds map[string]hold
+	// quorumLost: the latest pass that planned saw etcd's quorum lost.
+	quorumLost bool
+}
+
+// Ready is what a pass does: its only effects, applied in this order.
+type Ready struct {
+	// Say: the notices, in the order they happened.
+	Say []Notice
+	// KeepJoined, when not nil, is the set of observers the gossip keeps joined from now on.
+	KeepJoined []string
+	// Begin: the remediations to begin, in the planner's order.
+	Begin []toBegin
+	// QuorumBack: etcd's quorum, lost in the previous planning pass, is back; nothing was decided. The
+	// assessor judges what it gathered during the loss again, from now (Assessor.QuorumBack), and the
+	// pass steps again on a fresh assessment.
+	QuorumBack bool
+}
+
+func (rd *Ready) say(n Notice) { rd.Say = append(rd.Say, n) }
+
+// step is a pass's pure core: it records the verdicts, then decides (decide) unless the pass only
+// listens, and says what changed.
+func step(s *passState, f facts) Ready {
+	var rd Ready
+	prev := s.view
+	v := prev
+	v.assessments, v.hearing = make(map[string]Assessment, len(f.assessments)), f.hearing
+	defer func() { s.view = v }()
+	for _, a := range f.assessments {
+		if old, seen := prev.assessments[a.Machine]; !seen || old.Verdict != a.Verdict {
+			rd.say(verdictNotice(a))
+			if a.Verdict == VerdictUnhealthy {
+				s.unhealthyAt[a.Machine] = f.now
+			}
+		}
+		if a.Verdict == VerdictHealthy {
+			s.healthyAt[a.Machine] = f.now
+		}
+		if a.SeenAt.After(s.seenAt[a.Machine]) {
+			s.seenAt[a.Machine] = a.SeenAt
+		}
+		v.assessments[a.Machine] = a
+	}
+	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
+		// Every expected observer the pool has lost is joined again for as long as it is expected, so
+		// that after a partition all observers hear each other within seconds.
+		rd.KeepJoined = append(slices.Clone(e.Agents), e.Witnesses...)
+		s.kept = e
+	}
+	if f.listen != "" { // standing by or warming up: remediations begun before go on, nothing new starts
+		v.notPlanning = notPlanning(&rd, prev.notPlanning, f.listen)
+		return rd
+	}
+	s.sayHearing(&rd, f.hearing)
+	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost
+	d := decide(f)
+	if d.quorumBack {
+		v.quorumLost, rd.QuorumBack = false, true
+		rd.say(Notice{Reason: ReasonQuorumBack, Message: "etcd's quorum is back: the evidence gathered while it was lost counts again from now"})
+		return rd
+	}
+	if d.notPlanning != "" {
+		v.notPlanning = notPlanning(&rd, prev.notPlanning, d.notPlanning)
+		return rd
+	}
+	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
+	v.quorumLost = d.outcome.Budget.QuorumLost()
+	s.sayHolds(&rd, d)
+	for _, b := range d.begin {
+		b.detected = s.unhealthyAt[b.machine.Name]
+		rd.Begin = append(rd.Begin, b)
+	}
+	return rd
+}
+
+func verdictNotice(a Assessment) Notice {
+	msg := fmt.Sprintf("%s is %s", a.Machine, a.Verdict)
+	if len(a.Reasons) > 0 {
+		msg += ": " + strings.Join(a.Reasons, "; ")
+	}
+	return Notice{Machine: a.Machine, Reason: Reason(a.Verdict), Message: msg, Warning: a.Verdict == VerdictUnhealthy}
+}
+
+// notPlanning says why a pass does not plan when that changed to something, and returns it.
+func notPlanning(rd *Ready, before, why string) string {
+	if why != before {
+		rd.say(Notice{Reason: ReasonNotPlanning, Message: "not planning: " + why})
+	}
+	return why
+}
+
+// sayHearing says the hub lost the majority of its expected observers, and that it hears one again
+// after it had lost it (each once, when it changes).
+func (s *passState) sayHearing(rd *Ready, hearing Hearing) {
+	now, before := hearing.Majority(), s.saidMajority
+	s.saidMajority = &now
+	switch {
+	case !now && (before == nil || *before):
+		rd.say(Notice{Reason: ReasonObserverMajorityLost, Message: hearing.NoMajority(), Warning: true})
+	case now && before != nil && !*before:
+		rd.say(Notice{Reason: ReasonObserverMajorityHeard, Message: hearing.String() + ": planning again"})
+	}
+}
+
+// sayHolds says, for each machine the planner considered and the hub does not start, why, under its
+// hold's one reason: when the hold changes, not every pass. A machine that starts, is in flight or
+// is no longer considered (Healthy again) is forgotten, so that its next hold is news.
+func (s *passState) sayHolds(rd *Ready, d decision) {
+	considered := map[string]bool{}
+	for _, qd := range d.outcome.Decisions {
+		h, held := d.holds[qd.Machine]
+		if !held {
+			delete(s.saidHold, qd.Machine)
+			continue
+		}
+		considered[qd.Machine] = true
+		if h = (hold{reason: h.reason, why: h.why}); s.saidHold[qd.Machine] == h {
+			continue
+		}
+		s.saidHold[qd.Machine] = h
+		rd.say(Notice{Machine: qd.Machine, Reason: h.reason, Warning: true, Message: fmt.Sprintf("%s of %s not started: %s", qd.Strategy, qd.Machine, h.why)})
+	}
+	for m := range s.saidHold {
+		if !considered[m] {
+			delete(s.saidHold, m)
+		}
+	}
+}
+
+// began records how a begin went, and returns what to say: a remediation that could not begin is held
+// and tried again after beginRetry (said once per reason), without a slot of the rate limit, which
+// only a remediation in the journal takes.
+func (s *passState) began(name string, err error, now time.Time) (Notice, bool) {
+	prev := s.beginFailed[name]
+	if err == nil {
+		delete(s.beginFailed, name)
+		return Notice{}, false
+	}
+	s.beginFailed[name] = beginFailure{why: err.Error(), at: now}
+	return Notice{Machine: name, Reason: ReasonRemediationNotBegun, Warning: true,
+		Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", name, err, beginRetry)}, prev.why != err.Error()
+}

@@ -1,0 +1,205 @@
+package hub
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// said lists a Ready's notices as "reason machine" (or the reason alone, about the hub).
+func said(rd Ready) []string {
+	var out []string
+	for _, n := range rd.Say {
+		out = append(out, string(n.Reason)+" "+n.Machine)
+	}
+	return out
+}
+
+func begun(rd Ready) []string {
+	var out []string
+	for _, b := range rd.Begin {
+		out = append(out, b.machine.Name)
+	}
+	return out
+}
+
+// What a pass says is part of what it decides: each thing once, when it changes, under one reason.
+func TestStepSaysWhatChangedOnce(t *testing.T) {
+	type pass struct {
+		edit   func(*scene)
+		says   []string // exactly, in order
+		begins []string
+	}
+	dead2 := func(s *scene) { s.dead(2) }
+	inFlight := func(machine string) func(*scene) {
+		return func(s *scene) {
+			s.dead(2)
+			s.f.flights[machine] = flight{plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}}
+		}
+	}
+	paused := func(s *scene) { s.dead(2); s.f.paused = "operator alice" }
+	suspended := func(s *scene) { s.dead(2); s.f.suspended = true }
+	for _, tc := range []struct {
+		name   string
+		passes []pass
+	}{
+		{name: "verdicts are said when they change; a dead member begins", passes: []pass{
+			{edit: dead2, says: []string{"Healthy m0", "Healthy m1", "Unhealthy m2"}, begins: []string{"m2"}},
+			{edit: inFlight("m2")},
+			{edit: func(*scene) {}, says: []string{"Healthy m2"}},
+		}},
+		{name: "paused: held, said once; lifted: begins", passes: []pass{
+			{edit: paused, says: []string{"Healthy m0", "Healthy m1", "Unhealthy m2", "Paused m2"}},
+			{edit: paused},
+			{edit: paused},
+			{edit: dead2, begins: []string{"m2"}},
+		}},
+		{name: "a hold that changes is said again, under its own reason", passes: []pass{
+			{edit: paused, says: []string{"Healthy m0", "Healthy m1", "Unhealthy m2", "Paused m2"}},
+			{edit: suspended, says: []string{"Suspended m2"}},
+			{edit: suspended},
+			{edit: func(s *scene) { s.dead(2); s.f.detached["m2"] = Brake{By: "alice"} }, says: []string{"Detached m2"}},
+		}},
+		{name: "a hold said, then Healthy, then the same hold again: news again", passes: []pass{
+			{edit: paused, says: []string{"Healthy m0", "Healthy m1", "Unhealthy m2", "Paused m2"}},
+			{edit: func(s *scene) { s.f.paused = "operator alice" }, says: []string{"Healthy m2"}},
+			{edit: paused, says: []string{"Unhealthy m2", "Paused m2"}},
+		}},
+		{name: "standing by: not planning, said once; nothing begins", passes: []pass{
+			{edit: func(s *scene) { s.dead(2); s.f.listen = "standing by: hub h-0 leads" }, says: []string{"Healthy m0", "Healthy m1", "Unhealthy m2", "NotPlanning "}},
+			{edit: func(s *scene) { s.dead(2); s.f.listen = "standing by: hub h-0 leads" }},
+			{edit: dead2, begins: []string{"m2"}},
+		}},
+		{name: "the observer majority lost, then heard again: each said once", passes: []pass{
+			{edit: func(*scene) {}, says: []string{"Healthy m0", "Healthy m1", "Healthy m2"}},
+			{edit: func(s *scene) { s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }, says: []string{"ObserverMajorityLost ", "NotPlanning "}},
+			{edit: func(s *scene) { s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }},
+			{edit: func(*scene) {}, says: []string{"ObserverMajorityHeard "}},
+		}},
+		{name: "quorum back: nothing decided, said, and the next pass plans", passes: []pass{
+			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(1).dead(2); s.f.paused = "operator alice" },
+				says: []string{"Healthy m0", "Unhealthy m1", "Unhealthy m2", "Paused m1", "Paused m2"}},
+			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, says: []string{"Healthy m1", "QuorumBack "}},
+			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, begins: []string{"m2"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newPassState()
+			for i, p := range tc.passes {
+				s := newScene()
+				p.edit(s)
+				rd := step(st, s.stepFacts(st))
+				assert.Equal(t, p.says, said(rd), "pass %d says", i)
+				assert.Equal(t, p.begins, begun(rd), "pass %d begins", i)
+			}
+		})
+	}
+}
+
+// stepFacts completes a scene's facts for a pass of st (the state keeps what the scene would set).
+func (s *scene) stepFacts(st *passState) facts {
+	s.f.obs = s.w.obs
+	s.f.hearing = Hear(ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
+	return s.f
+}
+
+// TestStepRandomized runs random sequences of passes (members dying and coming back, brakes set and
+// lifted, remediations in flight, holds from history, the hub cut off, quorum lost and back) through
+// one state, and checks what every pass must never do, whatever came before.
+func TestStepRandomized(t *testing.T) {
+	seeds, passes := 300, 40
+	if testing.Short() {
+		seeds = 50
+	}
+	for seed := range seeds {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		st := newPassState()
+		for n := range passes {
+			s := newScene()
+			dead := map[int]bool{}
+			for i := range machines {
+				if rng.IntN(3) == 0 {
+					dead[i] = true
+					s.dead(i)
+				}
+			}
+			if rng.IntN(4) == 0 {
+				s.witnesses("w-0", "w-1")
+			}
+			switch rng.IntN(8) {
+			case 0:
+				s.f.paused = "operator alice"
+			case 1:
+				s.f.suspended = true
+			case 2:
+				s.f.listen = "standing by"
+			case 3:
+				s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
+			}
+			for i := range machines {
+				m := machines[i].Name
+				switch rng.IntN(10) {
+				case 0:
+					s.f.detached[m] = Brake{By: "alice"}
+				case 1:
+					s.f.flights[m] = flight{plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps(fmt.Sprintf("power-cycle etcd-%d", i), fmt.Sprintf("await-healthy etcd-%d", i))}}
+				case 2:
+					if dead[i] {
+						s.remediated(i, "reboot", Failed, 10*time.Minute, 1+rng.IntN(3))
+					}
+				}
+			}
+			s.f.recentStarts = rng.IntN(4)
+			f := s.stepFacts(st)
+			twin, before := cloneState(st), maps.Clone(st.saidHold)
+			rd := step(st, f)
+			where := fmt.Sprintf("seed %d pass %d", seed, n)
+			require.Equal(t, rd, step(twin, f), "%s: the same state and facts, the same Ready", where)
+
+			if f.paused != "" || f.suspended || f.listen != "" || !f.hearing.Majority() || rd.QuorumBack {
+				require.Empty(t, rd.Begin, "%s: nothing begins while paused, suspended, listening, without a majority or at a quorum return", where)
+			}
+			require.LessOrEqual(t, len(rd.Begin), max(0, f.inv.Policy.RateMax-f.recentStarts), "%s: the rate limit", where)
+			for _, b := range rd.Begin {
+				_, inFlight := f.flights[b.machine.Name]
+				require.False(t, inFlight, "%s: %s begun while in flight", where, b.machine.Name)
+				_, held := st.view.holds[b.machine.Name]
+				require.False(t, held, "%s: %s both begun and held", where, b.machine.Name)
+			}
+			for _, nt := range rd.Say {
+				require.NotEmpty(t, nt.Reason, "%s: a notice without a reason: %q", where, nt.Message)
+				h, isHold := st.view.holds[nt.Machine]
+				if nt.Machine == "" || !isHold || nt.Reason != h.reason {
+					continue
+				}
+				require.NotEqual(t, before[nt.Machine], hold{reason: h.reason, why: h.why}, "%s: %s's hold said again unchanged", where, nt.Machine)
+			}
+			for m, h := range st.view.holds {
+				require.NotEmpty(t, h.reason, "%s: %s held without a reason", where, m)
+				if st.saidHold[m] != (hold{reason: h.reason, why: h.why}) && !rd.QuorumBack && f.listen == "" {
+					t.Fatalf("%s: %s is held (%s: %s) and that was never said", where, m, h.reason, h.why)
+				}
+			}
+		}
+	}
+}
+
+func cloneState(s *passState) *passState {
+	c := *s
+	c.unhealthyAt, c.healthyAt, c.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
+	c.beginFailed, c.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
+	if s.saidMajority != nil {
+		b := *s.saidMajority
+		c.saidMajority = &b
+	}
+	c.kept.Agents, c.kept.Witnesses = slices.Clone(s.kept.Agents), slices.Clone(s.kept.Witnesses)
+	return &c
+}
