@@ -371,7 +371,7 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 // assessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
 // order, or found by name when they are not.
 func assessmentOf(as []Assessment, i int, machine string) Assessment {
-	if i < len(as) && as[i].Machine == machine {
+	if i >= 0 && i < len(as) && as[i].Machine == machine {
 		return as[i]
 	}
 	for _, a := range as {

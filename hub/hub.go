@@ -238,8 +238,8 @@ func (h *Hub) Timeline() []string {
 func (h *Hub) Assessment(machine string) (Assessment, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	a, ok := h.view.assessments[machine]
-	return a, ok
+	a := assessmentOf(h.view.assessments, -1, machine)
+	return a, a.Machine != ""
 }
 
 // History returns a machine's remediations from the journal, oldest first.

@@ -112,8 +112,8 @@ func (h *Hub) Status(ctx context.Context) Status {
 		}
 	}
 	st.Holding = strings.Join(holding, "; ")
-	for _, m := range h.inv.Machines {
-		a := v.assessments[m.Name]
+	for i, m := range h.inv.Machines {
+		a := assessmentOf(v.assessments, i, m.Name)
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
 			Decision: decisions[m.Name], NeedsOperator: v.needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
 		if b, ok := h.brakes.Detached[m.Name]; ok {

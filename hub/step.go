@@ -37,13 +37,14 @@ type passState struct {
 
 func newPassState() *passState {
 	return &passState{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
-		beginFailed: map[string]beginFailure{}, saidHold: map[string]hold{}, view: view{assessments: map[string]Assessment{}}}
+		beginFailed: map[string]beginFailure{}, saidHold: map[string]hold{}}
 }
 
 // view is what the latest pass saw and decided, as `hub status`, the executor's world and degraded
 // mode read it. Each pass publishes a new one; none is changed once published.
 type view struct {
-	assessments map[string]Assessment
+	// assessments: each machine's, in the inventory's order (as the assessor returns them).
+	assessments []Assessment
 	hearing     Hearing
 	// notPlanning says why the latest pass did not plan ("" when it did). cluster, outcome, needs and
 	// holds are those of the latest pass that planned.
@@ -80,10 +81,10 @@ func step(s *passState, f facts) Ready {
 	var rd Ready
 	prev := s.view
 	v := prev
-	v.assessments, v.hearing = make(map[string]Assessment, len(f.assessments)), f.hearing
+	v.assessments, v.hearing = f.assessments, f.hearing
 	defer func() { s.view = v }()
-	for _, a := range f.assessments {
-		if old, seen := prev.assessments[a.Machine]; !seen || old.Verdict != a.Verdict {
+	for i, a := range f.assessments {
+		if old := assessmentOf(prev.assessments, i, a.Machine); old.Verdict != a.Verdict {
 			rd.say(verdictNotice(a))
 			if a.Verdict == VerdictUnhealthy {
 				s.unhealthyAt[a.Machine] = f.now
@@ -95,7 +96,6 @@ func step(s *passState, f facts) Ready {
 		if a.SeenAt.After(s.seenAt[a.Machine]) {
 			s.seenAt[a.Machine] = a.SeenAt
 		}
-		v.assessments[a.Machine] = a
 	}
 	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so

@@ -22,12 +22,8 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 	h.mu.Lock()
 	v, inv, flights := h.view, h.inventoryLocked(), h.flightsLocked()
 	h.mu.Unlock()
-	assessments := make([]Assessment, 0, len(v.assessments))
-	for _, a := range v.assessments {
-		assessments = append(assessments, a)
-	}
 	obs := h.gossipNow()
-	c, why := membershipOf(inv, obs, assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
+	c, why := membershipOf(inv, obs, v.assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
 	if why != "" {
 		return c, fmt.Errorf("%s", why)
 	}
