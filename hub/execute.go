@@ -59,20 +59,55 @@ const (
 	OwnerRefused
 )
 
-// Live returns the etcd membership as it is now, with other remediations in flight marked InFlight:
-// what every irreversible step is checked against just before it is taken (DESIGN.md rule 1).
-type Live func(ctx context.Context) (quorum.Cluster, error)
+// World is the world a remediation acts in, as its executor reads and tells it: one per remediation
+// (the hub's is remediationWorld, world.go). Every irreversible step is checked against it just before
+// it is taken (DESIGN.md rule 1), and everything the executor records goes back through Recorded.
+type World interface {
+	// Live is the etcd membership as it is now, other remediations in flight marked InFlight.
+	Live(ctx context.Context) (quorum.Cluster, error)
+	// Barrier waits until the observers have reported again: a step that costs budget (disrupts a
+	// healthy voter) is checked once more after it, against what they see now, not against reports
+	// a partition may have cut off seconds ago.
+	Barrier(ctx context.Context) error
+	// Gate is the safe checkpoint before every irreversible step: it blocks while the hub is paused
+	// and returns an error when the remediation must stop.
+	Gate(ctx context.Context) error
+	// Wanted says (nil) that the remediation is still wanted: for the hub's own, that the machine has
+	// not been judged Healthy again. It is asked, with the quorum check, just before each disruptive
+	// BMC request goes out (bmc.WithCheck), which can be seconds after the step began.
+	Wanted() error
+	// Recovered says whether the machine is back: its agent restarted and in the gossip pool, and for
+	// an etcd member, the member healthy again. The BMC saying "On" is not enough.
+	Recovered(ctx context.Context) bool
+	// ResetEvidence says whether the machine shows, other than through its BMC, that it was reset
+	// after since (its agent restarted, observers saw it go down): what Resume goes by when the BMC
+	// keeps no reset time (IPMI, metal3, some Redfish firmware).
+	ResetEvidence(ctx context.Context, since time.Time) (bool, string)
+	// Recorded is told every record once the journal has it, in order: the one value the notice and
+	// the metric are derived from. A write the journal refuses is told with its error (once; the
+	// executor retries it until it is in, then tells the record).
+	Recorded(rec Record, err error)
+}
 
-// Recovered reports whether a machine is back: its agent in the gossip pool and, for an etcd member,
-// the member healthy again. The BMC saying "On" is not enough.
-type Recovered func(ctx context.Context) bool
+// Record is one thing an executor writes to its remediation's journal record: an intent, an outcome,
+// a note, or the end (Finished).
+type Record struct {
+	Kind EntryKind
+	// Step is the plan step's index (intent, outcome), Op the step.
+	Step int
+	Op   quorum.Step
+	// Result is an outcome's; Finished, when set, makes the record the remediation's end.
+	Result   Result
+	Finished RemediationState
+	Detail   string
+}
 
 // Executor carries out one remediation's plan, step by step, with the journal written before and
 // after every side effect.
 type Executor struct {
 	Journal      Store
 	Policy       quorum.Policy
-	Live         Live
+	World        World
 	Log          *slog.Logger
 	PollInterval time.Duration
 	// RecoveryTimeout bounds an await-healthy step (default 10 min).
@@ -84,102 +119,72 @@ type Executor struct {
 	Hard bool
 	// Force: the operator overrode the quorum check; a refusal is written to the journal, not obeyed.
 	Force bool
-	// Gate, when set, is called before every irreversible step: a safe checkpoint. It blocks while the
-	// hub is paused and returns an error when the remediation must stop.
-	Gate func(ctx context.Context) error
-	// Checkpoint, when set, is called when an irreversible step has its outcome written: a safe point.
-	// It gets the step and its outcome.
-	Checkpoint func(step quorum.Step, outcome string)
-	// BeforeAct, when set, is called with the intent written, just before the BMC call or hand-over.
-	BeforeAct func(quorum.Step)
-	// Progress, when set, is told the index of each step as it begins (the planner counts the steps
-	// from there on as still to come).
-	Progress func(step int)
 	// Owner, when set, carries out a plan's membership steps (a replace): without one they are refused.
 	Owner Owner
 	// NotAMember: the machine runs no etcd member, so there is no quorum to re-check (its pool's
 	// limits were applied when it was started).
 	NotAMember bool
-	// ResetEvidence, when set, says whether the machine shows, other than through its BMC, that it
-	// was reset after since (its agent restarted, observers saw it go down): what Resume goes by when
-	// the BMC keeps no reset time (IPMI, metal3, some Redfish firmware).
-	ResetEvidence func(ctx context.Context, since time.Time) (bool, string)
-	// ResetWindow bounds, from the intent, how long Resume waits for such evidence before it takes
-	// the step again: as long as a reset may take to show (a graceful restart, then the hard one).
+	// ResetWindow bounds, from the intent, how long Resume waits for evidence of a reset (World.
+	// ResetEvidence) before it takes the step again: as long as a reset may take to show (a graceful
+	// restart, then the hard one).
 	ResetWindow time.Duration
-	// Barrier, when set, waits until the observers have reported again (Hub.freshBarrier): a step that
-	// costs budget (disrupts a healthy voter) is checked once more after it, against what they see
-	// now, not against reports a partition may have cut off seconds ago.
-	Barrier func(ctx context.Context) error
-	// Wanted, when set, says (nil) whether the remediation is still wanted: for the hub's own, that
-	// the machine has not been judged Healthy again. It is asked, with the quorum check, just before
-	// each disruptive BMC request goes out (bmc.WithCheck), which can be seconds after the step began.
-	Wanted func() error
-	// Trouble, when set, is told when a journal write fails (the executor retries it until it is
-	// recorded, the remediation still running) and, with nil, when it went in after all.
-	Trouble func(error)
 }
 
-// The executor's journal writes, each retried until recorded (persist).
-func (e *Executor) intent(ctx context.Context, id string, step int, detail string) error {
-	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Intent(ctx, id, step, detail) })
-}
-
-func (e *Executor) outcome(ctx context.Context, id string, step int, result Result, detail string) error {
-	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Outcome(ctx, id, step, result, detail) })
-}
-
-func (e *Executor) note(ctx context.Context, id string, detail string) error {
-	return persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Note(ctx, id, detail) })
-}
-
-// finish ends the remediation in the journal; one that was finished already is done.
-func (e *Executor) finish(ctx context.Context, id string, state RemediationState, detail string) error {
-	err := persist(ctx, e.Trouble, func(ctx context.Context) error { return e.Journal.Finish(ctx, id, state, detail) })
-	if errors.Is(err, ErrFinished) {
+// record writes one record to the journal, retried until it is in (persist), and tells the world.
+// A finish of a remediation finished already is done.
+func (e *Executor) record(ctx context.Context, id string, rec Record) error {
+	refused := func(err error) { e.World.Recorded(rec, err) }
+	err := persist(ctx, refused, func(ctx context.Context) error {
+		switch {
+		case rec.Finished != "":
+			return e.Journal.Finish(ctx, id, rec.Finished, rec.Detail)
+		case rec.Kind == EntryIntent:
+			return e.Journal.Intent(ctx, id, rec.Step, rec.Detail)
+		case rec.Kind == EntryOutcome:
+			return e.Journal.Outcome(ctx, id, rec.Step, rec.Result, rec.Detail)
+		}
+		return e.Journal.Note(ctx, id, rec.Detail)
+	})
+	if rec.Finished != "" && errors.Is(err, ErrFinished) {
 		return nil
+	}
+	if err == nil {
+		e.World.Recorded(rec, nil)
 	}
 	return err
 }
 
+func (e *Executor) intent(ctx context.Context, id string, i int, op quorum.Step, detail string) error {
+	return e.record(ctx, id, Record{Kind: EntryIntent, Step: i, Op: op, Detail: detail})
+}
+
+func (e *Executor) outcome(ctx context.Context, id string, i int, op quorum.Step, result Result, detail string) error {
+	return e.record(ctx, id, Record{Kind: EntryOutcome, Step: i, Op: op, Result: result, Detail: detail})
+}
+
+func (e *Executor) note(ctx context.Context, id string, detail string) error {
+	return e.record(ctx, id, Record{Kind: EntryNote, Detail: detail})
+}
+
+func (e *Executor) finish(ctx context.Context, id string, state RemediationState, detail string) error {
+	return e.record(ctx, id, Record{Kind: EntryNote, Finished: state, Detail: detail})
+}
+
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
-func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, from int, power Power, recovered Recovered) error {
+func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, from int, power Power) error {
 	for i := from; i < len(plan.Steps); i++ {
 		step := plan.Steps[i]
-		e.progress(i)
 		switch step.Op {
 		case quorum.OpPowerCycle, quorum.OpPowerOff:
-			if e.Gate != nil {
-				if err := e.Gate(ctx); err != nil {
-					return err
-				}
-			}
-			cost, err := e.recheck(ctx, rem, step)
+			err := e.take(ctx, rem, i, plan.Steps[i:i+1], e.describe(step), func(ctx context.Context, cost int) (Result, string, error) {
+				res, err := e.act(bmc.WithCheck(ctx, e.stillSafe(step, cost)), step, power)
+				return ResultDone, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", ")), err
+			})
 			if err != nil {
 				return err
-			}
-			if err := e.intent(ctx, rem.ID, i, e.describe(step)); err != nil {
-				return err
-			}
-			if e.BeforeAct != nil {
-				e.BeforeAct(step)
-			}
-			res, err := e.act(bmc.WithCheck(ctx, e.stillSafe(step, cost)), step, power)
-			if errors.Is(err, bmc.ErrWithdrawn) && ctx.Err() == nil {
-				return e.withdrawn(ctx, rem, i, err)
-			}
-			if err != nil {
-				return e.stepFailed(ctx, rem, i, err)
-			}
-			outcome := fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", "))
-			if err := e.outcome(ctx, rem.ID, i, ResultDone, outcome); err != nil {
-				return err
-			}
-			if e.Checkpoint != nil {
-				e.Checkpoint(step, outcome)
 			}
 		case quorum.OpAwaitHealthy:
-			if err := e.await(ctx, rem, i, recovered); err != nil {
+			if err := e.await(ctx, rem, i, step); err != nil {
 				return err
 			}
 		default:
@@ -193,40 +198,55 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 	return e.finish(ctx, rem.ID, Succeeded, "every step done")
 }
 
+// take is the one sequence of an irreversible step: the gate (a safe checkpoint: it holds while the
+// hub is paused), the quorum re-check of steps (the step itself, or for a hand-over every step the
+// owner will take, in order) against the live membership, the intent, the side effect (act, given
+// how far the steps take the fault tolerance down), and its outcome. A side effect withdrawn just
+// before its request went out (bmc.ErrWithdrawn) ends the remediation Aborted; one that failed,
+// Failed.
+func (e *Executor) take(ctx context.Context, rem Remediation, i int, steps []quorum.Step, intent string,
+	act func(ctx context.Context, cost int) (Result, string, error)) error {
+	if err := e.World.Gate(ctx); err != nil {
+		return err
+	}
+	cost, err := e.recheck(ctx, rem, steps...)
+	if err != nil {
+		return err
+	}
+	if err := e.intent(ctx, rem.ID, i, steps[0], intent); err != nil {
+		return err
+	}
+	result, outcome, err := act(ctx, cost)
+	switch {
+	case errors.Is(err, bmc.ErrWithdrawn) && ctx.Err() == nil:
+		return e.withdrawn(ctx, rem, i, steps[0], err)
+	case err != nil:
+		return e.stepFailed(ctx, rem, i, steps[0], err)
+	}
+	return e.outcome(ctx, rem.ID, i, steps[0], result, outcome)
+}
+
 // handOver hands the machine to its owner for the plan's steps from i on: the owner removes and adds
 // the members its own way, so every one of those steps is checked against the live membership first,
 // in order (DESIGN.md rule 1), the intent written, the owner signalled, and its work awaited.
 func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Plan, i int) error {
-	if e.Gate != nil {
-		if err := e.Gate(ctx); err != nil {
-			return err
-		}
-	}
 	rest := plan.Steps[i:]
 	if handedOver(rem) { // resumed after the hand-over: the owner is at work
+		if err := e.World.Gate(ctx); err != nil {
+			return err
+		}
 		return e.awaitOwner(ctx, rem, plan)
-	}
-	if _, err := e.recheck(ctx, rem, rest...); err != nil {
-		return err
 	}
 	var list []string
 	for _, s := range rest {
 		list = append(list, s.String())
 	}
-	if err := e.intent(ctx, rem.ID, i, fmt.Sprintf("hand over to %s: %s", e.Owner.Describe(), strings.Join(list, " → "))); err != nil {
+	err := e.take(ctx, rem, i, rest, fmt.Sprintf("hand over to %s: %s", e.Owner.Describe(), strings.Join(list, " → ")),
+		func(ctx context.Context, _ int) (Result, string, error) {
+			return ResultHandedOver, "handed over to " + e.Owner.Describe(), e.Owner.HandOver(ctx, rem.Reason, rest)
+		})
+	if err != nil {
 		return err
-	}
-	if e.BeforeAct != nil {
-		e.BeforeAct(rest[0])
-	}
-	if err := e.Owner.HandOver(ctx, rem.Reason, rest); err != nil {
-		return e.stepFailed(ctx, rem, i, err)
-	}
-	if err := e.outcome(ctx, rem.ID, i, ResultHandedOver, "handed over to "+e.Owner.Describe()); err != nil {
-		return err
-	}
-	if e.Checkpoint != nil {
-		e.Checkpoint(rest[0], "handed over to "+e.Owner.Describe())
 	}
 	return e.awaitOwner(ctx, rem, plan)
 }
@@ -234,11 +254,11 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 // stepFailed records that step i's side effect failed and ends the remediation Failed. When the hub
 // is stopping in the middle of the call, whether it acted is unknown: the intent stays pending and
 // the next hub reads the world before doing anything.
-func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, err error) error {
+func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, step quorum.Step, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if werr := e.outcome(ctx, rem.ID, i, ResultFailed, "failed: "+err.Error()); werr != nil {
+	if werr := e.outcome(ctx, rem.ID, i, step, ResultFailed, "failed: "+err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
@@ -247,8 +267,8 @@ func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, err e
 // withdrawn records that step i's request was not sent, because what made it wanted or safe no
 // longer held when it would have gone out, and ends the remediation Aborted: the next pass decides
 // afresh (a machine that is Healthy again is left alone).
-func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, err error) error {
-	if werr := e.outcome(ctx, rem.ID, i, ResultWithdrawn, err.Error()); werr != nil {
+func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, step quorum.Step, err error) error {
+	if werr := e.outcome(ctx, rem.ID, i, step, ResultWithdrawn, err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
@@ -261,15 +281,13 @@ func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, err er
 // forced step skips the quorum part, as it skipped recheck's.
 func (e *Executor) stillSafe(step quorum.Step, cost int) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if e.Wanted != nil {
-			if err := e.Wanted(); err != nil {
-				return err
-			}
+		if err := e.World.Wanted(); err != nil {
+			return err
 		}
 		if e.NotAMember || e.Force {
 			return nil
 		}
-		live, err := e.Live(ctx)
+		live, err := e.World.Live(ctx)
 		if err != nil {
 			return fmt.Errorf("the quorum check cannot be made again: %w", err)
 		}
@@ -321,30 +339,16 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 			break
 		}
 		step := plan.Steps[last]
-		e.progress(last)
-		if e.Gate != nil {
-			if err := e.Gate(ctx); err != nil {
-				return err
-			}
-		}
-		if _, err := e.recheck(ctx, rem, step); err != nil {
+		err = e.take(ctx, rem, last, plan.Steps[last:], fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe()),
+			func(ctx context.Context, _ int) (Result, string, error) {
+				return ResultOldRemoved, "old machine let go by " + e.Owner.Describe(), e.Owner.Remove(ctx)
+			})
+		if err != nil {
 			return err
-		}
-		if err := e.intent(ctx, rem.ID, last, fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe())); err != nil {
-			return err
-		}
-		if err := e.Owner.Remove(ctx); err != nil {
-			return e.stepFailed(ctx, rem, last, err)
-		}
-		if err := e.outcome(ctx, rem.ID, last, ResultOldRemoved, "old machine let go by "+e.Owner.Describe()); err != nil {
-			return err
-		}
-		if e.Checkpoint != nil {
-			e.Checkpoint(step, "old machine let go by "+e.Owner.Describe())
 		}
 		removed = true
 	}
-	if err := e.outcome(ctx, rem.ID, last, ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, last, plan.Steps[last], ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
 		return err
 	}
 	return e.finish(ctx, rem.ID, Succeeded, "every step done")
@@ -359,13 +363,7 @@ func (e *Executor) ownerRefused(ctx context.Context, rem Remediation, plan quoru
 	if werr := e.Owner.Withdraw(ctx); werr != nil {
 		err = fmt.Errorf("%w; withdrawing the hand-over failed too (the owner may still act on it): %w", err, werr)
 	}
-	return e.stepFailed(ctx, rem, max(step, 0), err)
-}
-
-func (e *Executor) progress(i int) {
-	if e.Progress != nil {
-		e.Progress(i)
-	}
+	return e.stepFailed(ctx, rem, max(step, 0), plan.Steps[max(step, 0)], err)
 }
 
 func (e *Executor) describe(step quorum.Step) string {
@@ -396,7 +394,7 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 		return 0, nil
 	}
 	first := steps[0]
-	live, err := e.Live(ctx)
+	live, err := e.World.Live(ctx)
 	if err != nil && e.Force {
 		return 0, e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
@@ -404,12 +402,12 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 		return 0, errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 	}
 	cost, at, err := e.check(live, steps)
-	if err == nil && cost > 0 && e.Barrier != nil {
+	if err == nil && cost > 0 {
 		// It disrupts a healthy voter, safe only if the others are healthy as the reports say: wait
 		// for reports sent since, and check again with them (seed 37 of test/chaos: a partition 2 s
 		// old, the reports from before it still fresh, an operator's reboot took quorum).
-		if err = e.Barrier(ctx); err == nil {
-			if live, err = e.Live(ctx); err == nil {
+		if err = e.World.Barrier(ctx); err == nil {
+			if live, err = e.World.Live(ctx); err == nil {
 				_, at, err = e.check(live, steps)
 			}
 		}
@@ -447,14 +445,14 @@ func (e *Executor) check(live quorum.Cluster, steps []quorum.Step) (int, quorum.
 	return start - lowest, steps[0], nil
 }
 
-func (e *Executor) await(ctx context.Context, rem Remediation, i int, recovered Recovered) error {
+func (e *Executor) await(ctx context.Context, rem Remediation, i int, step quorum.Step) error {
 	err := e.poll(ctx, rem, cmp.Or(e.RecoveryTimeout, 10*time.Minute), func(ctx context.Context) (bool, string) {
-		return recovered(ctx), "agent in the pool, member healthy"
+		return e.World.Recovered(ctx), "agent in the pool, member healthy"
 	})
 	if err != nil {
 		return err
 	}
-	return e.outcome(ctx, rem.ID, i, ResultDone, "recovered: agent back in the pool, member healthy")
+	return e.outcome(ctx, rem.ID, i, step, ResultDone, "recovered: agent back in the pool, member healthy")
 }
 
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
@@ -487,7 +485,7 @@ func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Durat
 // counts as done when the machine shows it (power off: Off; a reboot: LastResetTime after the intent,
 // or the machine recovered already). Only a step that evidently did not happen is taken again, after
 // the same quorum re-check as the first time.
-func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan, power Power, recovered Recovered) (int, error) {
+func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan, power Power) (int, error) {
 	pending, ok := rem.Pending()
 	if !ok && handedOver(rem) {
 		// The owner is at work: whatever step's outcome came last, go back to waiting for it (the
@@ -504,7 +502,7 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
 		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
-		if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, step, ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
 			return 0, err
 		}
 		return pending.Step, nil
@@ -520,20 +518,20 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		done, why = st == bmc.PowerOff, fmt.Sprintf("the BMC reports %s", st)
 	case !lastReset.IsZero() && lastReset.After(pending.At):
 		done, why = st == bmc.PowerOn, fmt.Sprintf("the BMC reports %s, last reset at %s, after the intent", st, lastReset.Format(time.RFC3339Nano))
-	case recovered(ctx):
+	case e.World.Recovered(ctx):
 		done, why = true, "the machine is back already"
-	case lastReset.IsZero() && e.ResetEvidence != nil:
-		done, why = e.awaitReset(ctx, pending.At, power, recovered)
+	case lastReset.IsZero():
+		done, why = e.awaitReset(ctx, pending.At, power)
 	default:
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
 	if done {
-		if err := e.outcome(ctx, rem.ID, pending.Step, ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, step, ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
 			return 0, err
 		}
 		return pending.Step + 1, nil
 	}
-	if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+	if err := e.outcome(ctx, rem.ID, pending.Step, step, ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
 		return 0, err
 	}
 	return pending.Step, nil
@@ -543,17 +541,17 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 // yes as soon as the BMC reports Off, the machine shows it (ResetEvidence) or is back; no once
 // ResetWindow has passed since the intent without any of these (the machine stayed up with the same
 // agent all along). Sending it again on a guess would reset a machine twice.
-func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power, recovered Recovered) (bool, string) {
+func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power) (bool, string) {
 	interval := cmp.Or(e.PollInterval, 250*time.Millisecond)
 	deadline := intent.Add(cmp.Or(e.ResetWindow, 2*time.Minute+30*time.Second))
 	for {
 		if st, _, err := power.Status(ctx); err == nil && st == bmc.PowerOff {
 			return true, "the BMC keeps no reset time, but reports Off: the reset is under way"
 		}
-		if ok, why := e.ResetEvidence(ctx, intent); ok {
+		if ok, why := e.World.ResetEvidence(ctx, intent); ok {
 			return true, "the BMC keeps no reset time, but " + why
 		}
-		if recovered(ctx) {
+		if e.World.Recovered(ctx) {
 			return true, "the BMC keeps no reset time, but the machine is back already"
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

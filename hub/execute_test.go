@@ -53,10 +53,54 @@ func newExecRig(t *testing.T) *execRig {
 	return r
 }
 
+// testWorld is a remediation's world for the executor's tests: a fixed membership (or live), the
+// machine back when the simulated BMC shows it reset and on (or recovered), no other evidence, and
+// the journal trouble it was told.
+type testWorld struct {
+	live      func(context.Context) (quorum.Cluster, error)
+	barrier   func(context.Context) error
+	wanted    error
+	recovered func(context.Context) bool
+	evidence  func(context.Context, time.Time) (bool, string)
+	trouble   []string
+	records   []Record
+}
+
+func (w *testWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.live(ctx) }
+func (w *testWorld) Gate(context.Context) error                       { return nil }
+func (w *testWorld) Wanted() error                                    { return w.wanted }
+func (w *testWorld) Recovered(ctx context.Context) bool {
+	return w.recovered != nil && w.recovered(ctx)
+}
+
+func (w *testWorld) Barrier(ctx context.Context) error {
+	if w.barrier == nil {
+		return nil
+	}
+	return w.barrier(ctx)
+}
+
+func (w *testWorld) ResetEvidence(ctx context.Context, since time.Time) (bool, string) {
+	if w.evidence == nil {
+		return false, ""
+	}
+	return w.evidence(ctx, since)
+}
+
+func (w *testWorld) Recorded(rec Record, err error) {
+	if err != nil {
+		w.trouble = append(w.trouble, err.Error())
+		return
+	}
+	w.records = append(w.records, rec)
+}
+
 func (r *execRig) executor(live quorum.Cluster) *Executor {
 	return &Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, RecoveryTimeout: 5 * time.Second,
-		Live: func(context.Context) (quorum.Cluster, error) { return live, nil }}
+		World: &testWorld{live: func(context.Context) (quorum.Cluster, error) { return live, nil }, recovered: r.recovered}}
 }
+
+func worldOf(e *Executor) *testWorld { return e.World.(*testWorld) }
 
 // recovered: the simulated machine is on and has been reset at least once.
 func (r *execRig) recovered(context.Context) bool {
@@ -76,7 +120,7 @@ func TestExecutorReboots(t *testing.T) {
 	plan, err := live.PlanReboot(quorum.DefaultPolicy(), "etcd-2")
 	require.NoError(t, err)
 	rem := r.begin(t, plan)
-	require.NoError(t, r.executor(live).Run(context.Background(), rem, plan, 0, r.power, r.recovered))
+	require.NoError(t, r.executor(live).Run(context.Background(), rem, plan, 0, r.power))
 	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
 	h := mustGet(t, r.journal, "cp-2")
 	assert.Equal(t, Succeeded, h.State)
@@ -93,7 +137,7 @@ func TestExecutorRechecksQuorumBeforeActing(t *testing.T) {
 	require.NoError(t, err)
 	rem := r.begin(t, plan)
 	// Between planning and acting, another member died: rebooting a healthy one now costs quorum.
-	err = r.executor(members("DHH")).Run(context.Background(), rem, plan, 0, r.power, r.recovered)
+	err = r.executor(members("DHH")).Run(context.Background(), rem, plan, 0, r.power)
 	require.ErrorContains(t, err, "re-check before power-cycle etcd-2 refused: rebooting etcd-2 leaves 1 of 3 voters healthy; quorum needs 2")
 	assert.Empty(t, r.sim.Resets("1"), "no BMC call")
 	assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
@@ -127,15 +171,15 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 			rem := r.begin(t, plan)
 			e := r.executor(members("HHD"))
 			calls := 0
-			e.Live = func(context.Context) (quorum.Cluster, error) {
+			worldOf(e).live = func(context.Context) (quorum.Cluster, error) {
 				if calls++; calls > 1 {
 					return tt.later, nil
 				}
 				return members("HHD"), nil
 			}
-			e.Wanted = func() error { return tt.wanted }
+			worldOf(e).wanted = tt.wanted
 			e.Force = tt.force
-			err = e.Run(t.Context(), rem, plan, 0, r.power, r.recovered)
+			err = e.Run(t.Context(), rem, plan, 0, r.power)
 			assert.Len(t, r.sim.Resets("1"), tt.wantResets)
 			got := mustGet(t, r.journal, "cp-2")
 			if tt.wantErr == "" {
@@ -180,14 +224,14 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, plan.Steps, restored.Steps)
 			e := r.executor(live)
-			from, err := e.Resume(context.Background(), active[0], restored, r.power, r.recovered)
+			from, err := e.Resume(context.Background(), active[0], restored, r.power)
 			require.NoError(t, err)
 			if tc.sentFirst {
 				assert.Equal(t, 1, from, "the reboot happened: go on with waiting")
 			} else {
 				assert.Equal(t, 0, from, "the reboot did not happen: take it again")
 			}
-			require.NoError(t, e.Run(context.Background(), active[0], restored, from, r.power, r.recovered))
+			require.NoError(t, e.Run(context.Background(), active[0], restored, from, r.power))
 			assert.Len(t, r.sim.Resets("1"), 1, "exactly one power action at the BMC: %v", r.sim.Resets("1"))
 			h := mustGet(t, r.journal, "cp-2")
 			assert.Equal(t, Succeeded, h.State)
@@ -266,7 +310,7 @@ func TestExecutorHandsOverToTheOwner(t *testing.T) {
 			owner := &fakeOwner{replacedAfter: 2}
 			e := r.executor(members(tc.live))
 			e.Owner = owner
-			err = e.Run(t.Context(), rem, plan, 0, nil, nil)
+			err = e.Run(t.Context(), rem, plan, 0, nil)
 			got := mustGet(t, r.journal, "cp-2")
 			assert.Equal(t, tc.want, got.State, "journal: %+v", got.History)
 			assert.Equal(t, tc.handOvers, owner.handOvers)
@@ -292,7 +336,7 @@ func TestExecutorOwnerRefusal(t *testing.T) {
 	e := r.executor(live)
 	e.Owner = owner
 	e.ReplaceTimeout = time.Hour
-	err = e.Run(t.Context(), rem, plan, 0, nil, nil)
+	err = e.Run(t.Context(), rem, plan, 0, nil)
 	require.ErrorContains(t, err, "KubeadmControlPlane test/cp refused to replace cp-2: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)")
 	got := mustGet(t, r.journal, "cp-2")
 	assert.Equal(t, Failed, got.State)
@@ -314,10 +358,10 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 	owner := &fakeOwner{}
 	e := r.executor(live)
 	e.Owner = owner
-	from, err := e.Resume(t.Context(), rem, plan, nil, nil)
+	from, err := e.Resume(t.Context(), rem, plan, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 0, from, "signalled again: a hand-over is idempotent")
-	require.NoError(t, e.Run(t.Context(), mustGet(t, r.journal, "cp-2"), plan, from, nil, nil))
+	require.NoError(t, e.Run(t.Context(), mustGet(t, r.journal, "cp-2"), plan, from, nil))
 	assert.Equal(t, 1, owner.handOvers)
 
 	// Resumed after the hand-over's outcome: the owner is waited for, not signalled again.
@@ -326,9 +370,9 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 	require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, 0, "hand over"))
 	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, ResultHandedOver, "handed over to "+owner.Describe()))
 	rem2 = mustGet(t, r.journal, "cp-3")
-	from, err = e.Resume(t.Context(), rem2, plan, nil, nil)
+	from, err = e.Resume(t.Context(), rem2, plan, nil)
 	require.NoError(t, err)
-	require.NoError(t, e.Run(t.Context(), rem2, plan, from, nil, nil))
+	require.NoError(t, e.Run(t.Context(), rem2, plan, from, nil))
 	assert.Equal(t, 1, owner.handOvers)
 	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
 }
@@ -340,11 +384,11 @@ func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
 	plan := machinePlan(quorum.Reboot, Machine{MachineRef: MachineRef{Name: "worker-1"}})
 	rem := r.begin(t, plan)
 	e := r.executor(members("HHH"))
-	require.ErrorContains(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered), "no member named worker-1",
+	require.ErrorContains(t, e.Run(t.Context(), rem, plan, 0, r.power), "no member named worker-1",
 		"without NotAMember the quorum check refuses a step on a member that does not exist")
 	rem = r.begin(t, plan)
 	e.NotAMember = true
-	require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered))
+	require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power))
 	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
 	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
 }
@@ -382,7 +426,7 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	owner := &surgeOwner{}
 	e := r.executor(live)
 	e.Owner = owner
-	require.NoError(t, e.Run(t.Context(), rem, plan, 0, nil, nil))
+	require.NoError(t, e.Run(t.Context(), rem, plan, 0, nil))
 	assert.Equal(t, 1, owner.handOvers)
 	assert.Equal(t, 1, owner.removes)
 	got := mustGet(t, r.journal, "cp-2")
@@ -413,9 +457,9 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	again := &lateOwner{}
 	e.Owner = again
 	resumed := mustGet(t, r.journal, "cp-3")
-	from, err := e.Resume(t.Context(), resumed, plan, nil, nil)
+	from, err := e.Resume(t.Context(), resumed, plan, nil)
 	require.NoError(t, err)
-	require.NoError(t, e.Run(t.Context(), resumed, plan, from, nil, nil))
+	require.NoError(t, e.Run(t.Context(), resumed, plan, from, nil))
 	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
 	assert.Equal(t, 3, again.polls, "waited for the owner, not closed at once")
 	assert.Equal(t, 0, again.removes)
@@ -476,14 +520,15 @@ func TestResumeWithoutAResetTime(t *testing.T) {
 			e := r.executor(members("HHD"))
 			e.ResetWindow = time.Second
 			start := time.Now()
-			e.ResetEvidence = func(_ context.Context, since time.Time) (bool, string) {
+			worldOf(e).evidence = func(_ context.Context, since time.Time) (bool, string) {
 				require.Equal(t, intent.At, since)
 				if tc.evidence >= 0 && time.Since(start) >= tc.evidence {
 					return true, "its agent restarted at 12:00:01, after the intent"
 				}
 				return false, ""
 			}
-			from, err := e.Resume(t.Context(), rem, plan, noResetTime{Power: r.power, off: tc.off}, func(context.Context) bool { return false })
+			worldOf(e).recovered = nil
+			from, err := e.Resume(t.Context(), rem, plan, noResetTime{Power: r.power, off: tc.off})
 			require.NoError(t, err)
 			if tc.wantDone {
 				assert.Equal(t, 1, from, "the reset happened: on to the await")
@@ -532,14 +577,18 @@ func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
 			rem := r.begin(t, plan)
 			e := r.executor(live)
 			e.Journal = &flakyStore{Store: r.journal, kind: kind, refuse: 3}
-			var said []string
-			e.Trouble = func(err error) { said = append(said, fmt.Sprint(err)) }
-			require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power, r.recovered))
+			require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power))
 			assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"), "one BMC call")
 			assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
-			require.Len(t, said, 2, "said once when refused, once when recorded: %q", said)
-			assert.Contains(t, said[0], "etcdserver")
-			assert.Equal(t, "<nil>", said[1])
+			w := worldOf(e)
+			require.Len(t, w.trouble, 1, "said once when refused: %q", w.trouble)
+			assert.Contains(t, w.trouble[0], "etcdserver")
+			var kinds []string
+			for _, rec := range w.records {
+				kinds = append(kinds, fmt.Sprintf("%s %s %s", rec.Kind, rec.Result, rec.Finished))
+			}
+			assert.Equal(t, []string{"intent  ", "outcome Done ", "outcome Done ", "note  Succeeded"}, kinds,
+				"each record told once, when the journal has it")
 		})
 	}
 }
@@ -577,12 +626,13 @@ func TestExecutorConfirmsACostlyStepWithFreshReports(t *testing.T) {
 			rem := r.begin(t, plan)
 			e := r.executor(members(tc.live))
 			barriers := 0
-			e.Barrier = func(context.Context) error {
+			worldOf(e).barrier = func(context.Context) error {
 				barriers++
-				e.Live = func(context.Context) (quorum.Cluster, error) { return members(tc.after), nil }
+				worldOf(e).live = func(context.Context) (quorum.Cluster, error) { return members(tc.after), nil }
 				return tc.barrierErr
 			}
-			err = e.Run(t.Context(), rem, plan, 0, r.power, func(context.Context) bool { return true })
+			worldOf(e).recovered = func(context.Context) bool { return true }
+			err = e.Run(t.Context(), rem, plan, 0, r.power)
 			assert.Equal(t, tc.barriers, barriers)
 			if tc.wantErr == "" {
 				require.NoError(t, err)

@@ -66,6 +66,19 @@ const (
 	ResultWithdrawn Result = "Withdrawn"
 )
 
+// completes: the step is behind the remediation (the planner counts only the steps after it as
+// still to come). A step retaken, handed over (the owner's steps are under way), failed or withdrawn
+// is not.
+func (r Result) completes() bool {
+	return r == ResultDone || r == ResultNotRepeated || r == ResultOldRemoved || r == ResultReplaced
+}
+
+// announced: the outcome is said as a step done (StepDone). A failed or withdrawn step is said by the
+// remediation's end; a step's fate after a restart by the resume.
+func (r Result) announced() bool {
+	return r == ResultDone || r == ResultHandedOver || r == ResultOldRemoved || r == ResultReplaced
+}
+
 // Entry is one line of a remediation's history.
 type Entry struct {
 	At   time.Time `json:"at"`

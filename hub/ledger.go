@@ -199,23 +199,19 @@ const journalRetryMax = 5 * time.Second
 
 // persist makes write, retrying until the journal accepts it: a remediation whose outcome or end is
 // not recorded would stay in progress in the journal and block its machine, so it keeps running (and
-// holding its machine) until the write is in. trouble is told the first failure and, with nil, the
-// recovery. It gives up only when no retry can succeed: another hub took over the journal
+// holding its machine) until the write is in. refused is told the first failure. It gives up only when no retry can succeed: another hub took over the journal
 // (ErrStaleEpoch), the remediation was finished already (ErrFinished), or ctx ended (the hub is
 // stopping; the journal still says in progress and the next hub resumes from what it recorded).
-func persist(ctx context.Context, trouble func(error), write func(context.Context) error) error {
+func persist(ctx context.Context, refused func(error), write func(context.Context) error) error {
 	wait := 250 * time.Millisecond
 	failed := false
 	for {
 		err := write(ctx)
 		if err == nil || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrFinished) || ctx.Err() != nil {
-			if failed && err == nil && trouble != nil {
-				trouble(nil)
-			}
 			return err
 		}
-		if !failed && trouble != nil {
-			trouble(err)
+		if !failed && refused != nil {
+			refused(err)
 		}
 		failed = true
 		select {

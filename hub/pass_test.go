@@ -411,3 +411,33 @@ func TestOneEventPath(t *testing.T) {
 	}
 	assert.True(t, found, "hale_hub_notices_total{reason=RemediationStarted} 1")
 }
+
+// A remediation says each step as its outcome is journaled, the await for the machine included, and
+// its end as the journal records it: Remediated only when the journal says Succeeded.
+func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
+	pool := newTestPool(3, "cp-2")
+	r := newPassRig(t, pool, testPolicy(), nil)
+	var mu sync.Mutex
+	var said []string
+	r.hub.cfg.Notify = func(n Notice) {
+		if n.Machine == "cp-2" && n.Remediation != "" {
+			mu.Lock()
+			said = append(said, string(n.Reason)+": "+n.Message)
+			mu.Unlock()
+		}
+	}
+	r.run(t)
+	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-2")) == 1 }, 10*time.Second, 10*time.Millisecond)
+	pool.restart("cp-2")
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(said) == 4 }, 10*time.Second, 10*time.Millisecond, "%q", said)
+	hist, err := r.journal.History(t.Context(), "cp-2")
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	assert.Equal(t, Succeeded, hist[0].State)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, want := range []string{"RemediationStarted: ", "StepDone: cp-2: remediation " + hist[0].ID + ": power-cycle etcd-2: On",
+		"StepDone: cp-2: remediation " + hist[0].ID + ": await-healthy etcd-2: recovered", "Remediated: "} {
+		assert.True(t, strings.HasPrefix(said[i], want), "notice %d: %q, want %q…", i, said[i], want)
+	}
+}

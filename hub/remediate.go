@@ -91,30 +91,11 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 		h.say(Notice{Machine: m.Name, Reason: ReasonRemediationStarted, Remediation: rem.ID,
 			Message: fmt.Sprintf("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))})
 	}
-	acted := false
 	policy := h.inventory().Policy
-	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, Log: h.log, RecoveryTimeout: policy.RecoveryTimeout,
-		Hard: rem.Hard, Force: rem.Forced, Live: h.live, Barrier: h.freshBarrier, Gate: h.gate(m.Name), Owner: act.owner, NotAMember: m.Member == "",
-		Wanted: h.wanted(m, rem),
-		BeforeAct: func(step quorum.Step) {
-			if !acted && rem.RequestedBy == "hub" && from == 0 && !detected.IsZero() {
-				h.metrics.detectionToAction(time.Since(detected))
-			}
-			acted = true
-		},
-		Progress: func(i int) {
-			h.mu.Lock()
-			r.next = i
-			h.mu.Unlock()
-		},
-		Trouble: h.journalTrouble(m.Name, rem.ID, r),
-		Checkpoint: func(step quorum.Step, outcome string) {
-			h.mu.Lock()
-			r.busy = false
-			h.mu.Unlock()
-			h.say(Notice{Machine: m.Name, Reason: ReasonStepDone, Remediation: rem.ID, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m.Name, rem.ID, step, outcome)})
-		},
-		ResetEvidence: h.resetEvidence(m), ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
+	w := &remediationWorld{h: h, m: m, rem: rem, r: r, detected: detected}
+	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, World: w, Log: h.log, RecoveryTimeout: policy.RecoveryTimeout,
+		Hard: rem.Hard, Force: rem.Forced, Owner: act.owner, NotAMember: m.Member == "",
+		ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 	go func() {
 		defer cancel()
 		var err error
@@ -122,25 +103,13 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 			from, err = h.resumeAt(rctx, m, rem, plan, act, exec, r)
 		}
 		if err == nil {
-			err = exec.Run(rctx, rem, plan, from, act.power, h.recovered(m, rem))
+			err = exec.Run(rctx, rem, plan, from, act.power)
 		}
 		h.mu.Lock()
 		delete(h.running, m.Name)
 		stopping := ctx.Err() != nil
 		h.mu.Unlock()
-		switch {
-		case stopping:
-			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationInterrupted, Remediation: rem.ID,
-				Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m.Name, rem.ID)})
-		case err != nil:
-			h.metrics.remediation(rem, "failed")
-			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
-				Message: fmt.Sprintf("%s: remediation %s ended: %v", m.Name, rem.ID, err)})
-		default:
-			h.metrics.remediation(rem, "succeeded")
-			h.say(Notice{Machine: m.Name, Reason: ReasonRemediated, Remediation: rem.ID,
-				Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m.Name, rem.ID, quorum.StepList(rem.Steps))})
-		}
+		w.ended(stopping, err)
 	}()
 }
 
@@ -152,7 +121,7 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quo
 	defer h.setWaiting(r, "")
 	said := ""
 	for {
-		from, err := exec.Resume(ctx, rem, plan, act.power, h.recovered(m, rem))
+		from, err := exec.Resume(ctx, rem, plan, act.power)
 		if err == nil {
 			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationResumed, Remediation: rem.ID,
 				Message: fmt.Sprintf("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)})
@@ -184,22 +153,6 @@ func (h *Hub) setWaiting(r *running, why string) {
 	h.mu.Lock()
 	r.waiting = why
 	h.mu.Unlock()
-}
-
-// journalTrouble is an executor's Trouble: a journal write that fails is said (event, Warning,
-// `hub status`) once, and again when it went in; the remediation holds its machine meanwhile.
-func (h *Hub) journalTrouble(machine, id string, r *running) func(error) {
-	return func(err error) {
-		if err == nil {
-			h.setWaiting(r, "")
-			h.say(Notice{Machine: machine, Reason: ReasonJournalWriteRecorded, Remediation: id,
-				Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", machine, id)})
-			return
-		}
-		h.setWaiting(r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
-		h.say(Notice{Machine: machine, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
-			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", machine, id, err, machine)})
-	}
 }
 
 // resume picks up every remediation the journal says is in progress.

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,8 +12,90 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// The executor's world: what a remediation under way reads of the hub (Executor's Live, Barrier,
-// Wanted, ResetEvidence, and the Recovered it awaits).
+// remediationWorld is the World of one remediation the hub runs: what its executor reads of the hub,
+// and the one path by which what it records becomes the hub's notices, metrics and status.
+type remediationWorld struct {
+	h   *Hub
+	m   Machine
+	rem Remediation
+	r   *running
+	// detected: when the hub found the machine Unhealthy (zero for an operator's remediation, or one
+	// resumed); the first intent of a hub remediation observes the detection-to-action time.
+	detected time.Time
+	acted    bool
+	// failing: a journal write was refused and not yet accepted (the remediation holds its machine).
+	failing bool
+	// end: the record that ended the remediation, said once it no longer holds its machine.
+	end *Record
+}
+
+func (w *remediationWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.h.live(ctx) }
+func (w *remediationWorld) Barrier(ctx context.Context) error                { return w.h.freshBarrier(ctx) }
+func (w *remediationWorld) Gate(ctx context.Context) error                   { return w.h.gate(w.m.Name)(ctx) }
+
+// Recorded turns each record into what the hub says and counts, and what `hub status` shows: the step
+// under way, a step's outcome (StepDone), a journal write refused and then accepted, the end.
+func (w *remediationWorld) Recorded(rec Record, err error) {
+	h, m, id := w.h, w.m.Name, w.rem.ID
+	if err != nil {
+		w.failing = true
+		h.setWaiting(w.r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
+		h.say(Notice{Machine: m, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
+			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", m, id, err, m)})
+		return
+	}
+	if w.failing {
+		w.failing = false
+		h.setWaiting(w.r, "")
+		h.say(Notice{Machine: m, Reason: ReasonJournalWriteRecorded, Remediation: id,
+			Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", m, id)})
+	}
+	switch {
+	case rec.Finished != "":
+		w.end = &rec
+	case rec.Kind == EntryIntent:
+		if !w.acted && w.rem.RequestedBy == "hub" && !w.detected.IsZero() {
+			h.metrics.detectionToAction(time.Since(w.detected))
+		}
+		w.acted = true
+		h.mu.Lock()
+		w.r.next = rec.Step
+		h.mu.Unlock()
+	case rec.Kind == EntryOutcome:
+		h.mu.Lock()
+		w.r.busy = false
+		if rec.Result.completes() {
+			w.r.next = rec.Step + 1
+		}
+		h.mu.Unlock()
+		if rec.Result.announced() {
+			h.say(Notice{Machine: m, Reason: ReasonStepDone, Remediation: id, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m, id, rec.Op, rec.Detail)})
+		}
+	}
+}
+
+// ended says how the remediation ended, once it no longer holds its machine: from the journal's end
+// of it (Remediated only when that says Succeeded), or, with no end recorded, why it stopped.
+func (w *remediationWorld) ended(stopping bool, err error) {
+	h, m, id := w.h, w.m.Name, w.rem.ID
+	switch {
+	case stopping:
+		h.say(Notice{Machine: m, Reason: ReasonRemediationInterrupted, Remediation: id,
+			Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m, id)})
+	case w.end != nil && w.end.Finished == Succeeded:
+		h.metrics.remediation(w.rem, "succeeded")
+		h.say(Notice{Machine: m, Reason: ReasonRemediated, Remediation: id,
+			Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m, id, quorum.StepList(w.rem.Steps))})
+	case w.end != nil || err != nil:
+		why := err
+		if w.end != nil {
+			why = errors.New(w.end.Detail)
+		}
+		h.metrics.remediation(w.rem, "failed")
+		h.say(Notice{Machine: m, Reason: ReasonRemediationFailed, Remediation: id, Warning: true,
+			Message: fmt.Sprintf("%s: remediation %s ended: %v", m, id, why)})
+	}
+}
 
 // live gives the executor the membership as it is now, remediations in flight marked (the Executor
 // clears its own member's mark: the step it is about to take is what disrupts it).
@@ -69,42 +152,40 @@ func (h *Hub) freshBarrier(ctx context.Context) error {
 	}
 }
 
-// wanted is an Executor's Wanted: one of the hub's own remediations is wanted while the machine has
-// not been judged Healthy again (an operator's reboot is wanted whatever the verdict).
-func (h *Hub) wanted(m Machine, rem Remediation) func() error {
-	return func() error {
-		if a, ok := h.Assessment(m.Name); ok && rem.RequestedBy == "hub" && a.Verdict == VerdictHealthy {
-			return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", m.Name)
-		}
-		return nil
+// Wanted: one of the hub's own remediations is wanted while the machine has not been judged Healthy
+// again (an operator's reboot is wanted whatever the verdict).
+func (w *remediationWorld) Wanted() error {
+	if a, ok := w.h.Assessment(w.m.Name); ok && w.rem.RequestedBy == "hub" && a.Verdict == VerdictHealthy {
+		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", w.m.Name)
 	}
+	return nil
 }
 
 // recovered: the machine's agent restarted since the remediation began (a report from an agent
 // started later than the one before), is alive in the hub's view and not Unhealthy, and for an etcd
 // member, the member is healthy. Without the restart, a machine the hub has not yet seen go down
 // would count as back the moment it was rebooted.
-func (h *Hub) recovered(m Machine, rem Remediation) Recovered {
-	return func(context.Context) bool {
-		a, ok := h.Assessment(m.Name)
-		if !ok || a.Verdict == VerdictUnhealthy {
-			return false
-		}
-		if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !r.Started.After(rem.AgentStarted) {
-			return false
-		}
-		pv, alive := h.observePeer(m.Node)
-		if !alive || pv.State != health.PeerAlive {
-			return false
-		}
-		return m.Member == "" || a.EtcdHealth == quorum.Healthy
+func (w *remediationWorld) Recovered(context.Context) bool {
+	h, m := w.h, w.m
+	a, ok := h.Assessment(m.Name)
+	if !ok || a.Verdict == VerdictUnhealthy {
+		return false
 	}
+	if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !r.Started.After(w.rem.AgentStarted) {
+		return false
+	}
+	pv, alive := h.observePeer(m.Node)
+	if !alive || pv.State != health.PeerAlive {
+		return false
+	}
+	return m.Member == "" || a.EtcdHealth == quorum.Healthy
 }
 
-// resetEvidence says whether machine m shows it was reset after since, other than through its BMC:
-// its agent restarted after it, or the hub or another observer saw it go down after it.
-func (h *Hub) resetEvidence(m Machine) func(context.Context, time.Time) (bool, string) {
-	return func(_ context.Context, since time.Time) (bool, string) {
+// ResetEvidence: the machine's agent restarted after since, or the hub or another observer saw it go
+// down after it.
+func (w *remediationWorld) ResetEvidence(_ context.Context, since time.Time) (bool, string) {
+	h, m := w.h, w.m
+	{
 		reports := h.cfg.Gossip.Reports()
 		if r, ok := reports[m.Node]; ok && r.Started.After(since) {
 			return true, fmt.Sprintf("its agent restarted at %s, after the intent", r.Started.UTC().Format(time.RFC3339Nano))
