@@ -21,6 +21,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -95,10 +96,10 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	if err != nil {
 		return err
 	}
-	dg := &degraded{o: o, k: k, log: log, c: c, newHub: newHub, breakGlass: breakGlass, current: current}
+	dg := &degradedRunner{o: o, k: k, log: log, c: c, newHub: newHub, breakGlass: breakGlass, current: current}
 	identity := o.node
 	if k.degradedJournal != "" {
-		t, err := readTerm(k.degradedJournal)
+		t, err := degraded.ReadTerm(k.degradedJournal)
 		if err != nil {
 			return err
 		}
