@@ -1,0 +1,248 @@
+package health
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// ReconnectTimeout is how long a peer that died (not one that left) is joined again: after a day it is
+// taken for gone for good. Peers named with KeepJoined are joined again for as long as they are named.
+const ReconnectTimeout = 24 * time.Hour
+
+// KeepJoined names the peers this member must stay joined to for as long as they are named (the
+// hub's expected observers): whenever one is not alive in this member's view it is joined again at its
+// last known address, every ReconnectInterval.
+func (g *Gossip) KeepJoined(nodes []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.keep)
+	for _, n := range nodes {
+		g.keep[n] = true
+	}
+}
+
+func (g *Gossip) reconnectLoop() {
+	t := time.NewTicker(g.cfg.ReconnectInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.done:
+			return
+		case <-t.C:
+			g.reconnect()
+		}
+	}
+}
+
+// reconnect joins again every peer this member lost: those it saw die in the last ReconnectTimeout
+// (not those that left on purpose), and those named by KeepJoined, when they are not alive now.
+// memberlist by itself never does: it stops gossiping to a member GossipToTheDeadTime after declaring it
+// dead, and its push/pulls only pick live members, so after a partition longer than that the two
+// sides would stay apart for good. A join is a push/pull with the lost peer; it learns that it was
+// held dead, refutes, and both sides see each other alive again within a round or two.
+func (g *Gossip) reconnect() {
+	alive := map[string]bool{g.cfg.Node: true}
+	for _, n := range g.ml.Members() {
+		alive[n.Name] = true
+	}
+	type target struct{ name, addr string }
+	var targets []target
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return
+	}
+	g.expireLeft()
+	lost := map[string]bool{}
+	for name, pv := range g.peers {
+		if pv.State == PeerDead && time.Since(pv.Since) < ReconnectTimeout {
+			lost[name] = true
+		}
+	}
+	for name := range g.keep {
+		lost[name] = true
+	}
+	for name := range lost {
+		addr := cmp.Or(g.addrs[name], g.reported[name])
+		if alive[name] || addr == "" || g.joining[name] {
+			continue
+		}
+		g.joining[name] = true
+		targets = append(targets, target{name, addr})
+	}
+	g.mu.Unlock()
+	for _, t := range targets {
+		go func() {
+			if _, err := g.ml.Join([]string{t.addr}); err == nil {
+				g.log.Info("joined a lost peer again", "peer", t.name, "addr", t.addr)
+			}
+			g.mu.Lock()
+			delete(g.joining, t.name)
+			g.mu.Unlock()
+		}()
+	}
+}
+
+// LeftExpiry is how long a member that left the pool on purpose is remembered: then its last report
+// is dropped, so that it is not pushed from member to member forever, and only a newer report of that
+// name (the member back) is taken.
+const LeftExpiry = time.Hour
+
+// expireLeft forgets the members that left more than LeftExpiry ago. Called with g.mu held.
+func (g *Gossip) expireLeft() {
+	for name, pv := range g.peers {
+		if pv.State != PeerLeft || time.Since(pv.Since) < LeftExpiry {
+			continue
+		}
+		if r := g.reports[name]; r != nil {
+			g.expired[name] = r.Version
+		}
+		for _, m := range []map[string]string{g.addrs, g.reported} {
+			delete(m, name)
+		}
+		delete(g.peers, name)
+		delete(g.reports, name)
+		delete(g.encoded, name)
+		delete(g.clock, name)
+	}
+}
+
+// Join contacts the given peers (host:port) and returns how many answered.
+func (g *Gossip) Join(peers []string) (int, error) {
+	n, err := g.ml.Join(peers)
+	if err != nil && n == 0 {
+		return 0, fmt.Errorf("gossip: joining %v: %w", peers, err)
+	}
+	return n, nil
+}
+
+// JoinLoop joins peers, retrying with backoff (1 s doubling to 30 s) until one answers or ctx ends:
+// at boot the peers may not be up yet.
+func (g *Gossip) JoinLoop(ctx context.Context, peers []string) {
+	wait := time.Second
+	for {
+		n, err := g.Join(peers)
+		if err == nil {
+			g.log.Info("joined the gossip pool", "answered", n)
+			return
+		}
+		g.log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// liveNodes returns the live peers (memberlist's members but this one), as copied in its callbacks.
+func (g *Gossip) liveNodes() []memberlist.Node {
+	members := g.ml.Members() // never with g.mu held (see Publish); names only (see nodes)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]memberlist.Node, 0, len(members))
+	for _, m := range members {
+		if n, ok := g.nodes[m.Name]; ok && m.Name != g.cfg.Node {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Peers returns every peer this member has seen, with its liveness and since when, sorted by name.
+func (g *Gossip) Peers() []PeerView {
+	now := time.Now().UTC()
+	current := map[string]PeerState{}
+	for _, n := range g.ml.Members() {
+		if n.Name == g.cfg.Node {
+			continue
+		}
+		current[n.Name] = PeerAlive // memberlist does not expose suspicion: alive until declared dead
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, st := range current {
+		if pv, ok := g.peers[name]; !ok || pv.State != st {
+			g.peers[name] = PeerView{Name: name, State: st, Since: now}
+		}
+	}
+	return slices.SortedFunc(maps.Values(g.peers), func(a, b PeerView) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+}
+
+// Member is a live member of the pool as its gossip metadata describes it.
+type Member struct {
+	Name, Role string
+	Started    time.Time
+}
+
+// Members returns the live members other than this one, with their roles and start times.
+func (g *Gossip) Members() []Member {
+	var out []Member
+	for _, n := range g.liveNodes() {
+		role, started, _ := parseMeta(n.Meta)
+		m := Member{Name: n.Name, Role: role}
+		if started != 0 {
+			m.Started = time.Unix(0, started)
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// events is memberlist's EventDelegate: peer liveness transitions.
+type events Gossip
+
+func (e *events) set(n *memberlist.Node, st PeerState) {
+	if n.Name == e.cfg.Node {
+		return
+	}
+	e.mu.Lock()
+	e.addrs[n.Name] = n.Address()
+	if st == PeerAlive {
+		cp := *n
+		cp.Addr, cp.Meta = slices.Clone(n.Addr), slices.Clone(n.Meta)
+		e.nodes[n.Name] = cp
+	} else {
+		delete(e.nodes, n.Name)
+	}
+	pv, ok := e.peers[n.Name]
+	changed := !ok || pv.State != st
+	if changed {
+		e.peers[n.Name] = PeerView{Name: n.Name, State: st, Since: time.Now().UTC()}
+	}
+	e.mu.Unlock()
+	if changed && e.cfg.OnPeerChange != nil {
+		e.cfg.OnPeerChange()
+	}
+}
+
+func (e *events) NotifyJoin(n *memberlist.Node) { e.set(n, PeerAlive) }
+
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n, PeerAlive) }
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	st := PeerDead
+	e.mu.Lock()
+	if r, ok := e.reports[n.Name]; ok && r.Leaving {
+		st = PeerLeft
+	}
+	e.mu.Unlock()
+	e.set(n, st)
+}
