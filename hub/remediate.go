@@ -46,21 +46,9 @@ func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
 	return actuator{power: h.logins.guard(m, power)}, nil
 }
 
-// machinePlan is the plan for a machine that is not an etcd member: no quorum to keep, only its pool's
-// limits (applied by the planner).
+// machinePlan is the plan for a machine that is not an etcd member (quorum.PlanMachine).
 func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
-	name := m.Name
-	switch s {
-	case quorum.Fence:
-		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerOff, Member: name}}}
-	case quorum.Replace: // the owner makes a new machine and removes this one, in the order it prefers
-		if len(m.Replace.Orders) > 0 && m.Replace.Orders[0] == quorum.ScaleUpFirst {
-			return quorum.Plan{Strategy: s, Member: name, Shape: quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter},
-				Steps: quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}.Steps(name, name+newMemberSuffix)}
-		}
-		return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpRemove, Member: name}}}
-	}
-	return quorum.Plan{Strategy: s, Member: name, Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: name}, {Op: quorum.OpAwaitHealthy, Member: name}}}
+	return quorum.PlanMachine(s, m.Name, m.Name+newMemberSuffix, m.Replace)
 }
 
 // execute runs a remediation in its own goroutine: a new one from its first step, or one found in

@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -360,22 +361,12 @@ func freshTrack(m *Machine, plan Plan) track {
 func inFlightSteps(c Cluster, m *Machine) []Step {
 	steps := m.Remaining
 	if steps == nil {
-		switch m.Strategy {
-		case Reboot:
-			steps = []Step{{OpPowerCycle, m.Member}, {OpAwaitHealthy, m.Member}}
-		case Fence:
-			steps = []Step{{OpPowerOff, m.Member}}
-		case Replace:
-			shape := Shape{Order: ScaleUpFirst, Join: m.Replace.Join}
-			if len(m.Replace.Orders) > 0 {
-				shape.Order = m.Replace.Orders[0]
-			}
-			if shape.Join == 0 {
-				shape.Join = JoinAsLearner
-			}
-			if m.Replace.NewMember != "" {
-				steps = shape.Steps(m.Member, m.Replace.NewMember)
-			}
+		shape := Shape{Order: ScaleUpFirst, Join: cmp.Or(m.Replace.Join, JoinAsLearner)}
+		if len(m.Replace.Orders) > 0 {
+			shape.Order = m.Replace.Orders[0]
+		}
+		if m.Strategy == Reboot || m.Strategy == Fence || m.Strategy == Replace && m.Replace.NewMember != "" {
+			steps = m.Strategy.steps(m.Member, m.Replace.NewMember, shape)
 		}
 	}
 	return c.Remaining(steps)

@@ -202,13 +202,42 @@ func (c Cluster) planFor(p Policy, strategy Strategy, member string, steps []Ste
 // PlanReboot plans a reboot in place of member: power-cycle, then wait until it is healthy again. It is
 // free for a member that is not a healthy voter and costs one for a healthy voter.
 func (c Cluster) PlanReboot(p Policy, member string) (Plan, error) {
-	return c.planFor(p, Reboot, member, []Step{{OpPowerCycle, member}, {OpAwaitHealthy, member}})
+	return c.planFor(p, Reboot, member, Reboot.steps(member, "", Shape{}))
 }
 
 // PlanFence plans powering member's machine off for good, for a machine whose state is unknown or that
 // must not come back. Free for a member that is not a healthy voter.
 func (c Cluster) PlanFence(p Policy, member string) (Plan, error) {
-	return c.planFor(p, Fence, member, []Step{{OpPowerOff, member}})
+	return c.planFor(p, Fence, member, Fence.steps(member, "", Shape{}))
+}
+
+// steps are strategy s's steps on target (an etcd member, or a machine that runs none); a replace's,
+// by replacement in shape. The one place a strategy's steps are written.
+func (s Strategy) steps(target, replacement string, shape Shape) []Step {
+	switch s {
+	case Fence:
+		return []Step{{OpPowerOff, target}}
+	case Replace:
+		return shape.Steps(target, replacement)
+	}
+	return []Step{{OpPowerCycle, target}, {OpAwaitHealthy, target}}
+}
+
+// PlanMachine plans strategy s for a machine that runs no etcd member: there is no quorum to keep
+// (the planner applies its pool's limits). A replace is the owner's: it makes replacement first when
+// it prefers to scale up first, else it removes the machine.
+func PlanMachine(s Strategy, machine, replacement string, opts ReplaceOptions) Plan {
+	p := Plan{Strategy: s, Member: machine}
+	switch {
+	case s == Replace && len(opts.Orders) > 0 && opts.Orders[0] == ScaleUpFirst:
+		p.Shape = Shape{Order: ScaleUpFirst, Join: JoinAsVoter}
+		p.Steps = s.steps(machine, replacement, p.Shape)
+	case s == Replace:
+		p.Steps = []Step{{OpRemove, machine}}
+	default:
+		p.Steps = s.steps(machine, "", Shape{})
+	}
+	return p
 }
 
 // PlanReplace plans replacing old by opts.NewMember, trying each order the owner allows (most preferred
