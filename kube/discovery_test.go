@@ -322,7 +322,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "no second remediation of a detached host")
 	assert.Len(t, tb.Resets(2), resets)
-	assert.Contains(t, eventsAbout(t, c, "default", "Node", "cp-2"), "Waiting")
+	assert.Contains(t, eventsAbout(t, c, "default", "Node", "cp-2"), "HeldByOwner", "the hold's one reason")
 }
 
 // Cluster API: the machines have no BMC Hale may use, so a sick one is replaced by its
