@@ -5,7 +5,6 @@ package hub
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hale-dev/hale/health"
@@ -160,103 +159,6 @@ type Observations struct {
 // SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
 func (a *Assessor) SetPolicy(p AssessPolicy) { a.policy = p }
 
-// Expected is the fixed set of observers (DESIGN.md rule 6): the agent of every machine, the
-// witnesses (agents on other hosts that observe and vote but hold no etcd member), and the hub. A
-// verdict that can lead to action, and the membership the planner uses, need a strict majority of this
-// set: never of the observers the hub happens to hear, which on the minority side of a partition are
-// a majority of almost nothing.
-type Expected struct {
-	// Agents and Witnesses are gossip node names.
-	Agents, Witnesses []string
-	// judgeNodes are the judges of etcd: the agents of etcd members and the witnesses.
-	judgeNodes []string
-	members    []string // the etcd members of the machines, as ExpectedOf was given them
-	built      bool     // made by ExpectedOf
-}
-
-// ExpectedOf is the expected set of an inventory's machines and witnesses.
-func ExpectedOf(machines []MachineRef, witnesses []string) Expected {
-	e := Expected{Witnesses: witnesses, built: true}
-	for _, m := range machines {
-		e.Agents = append(e.Agents, m.Node)
-		e.members = append(e.members, m.Member)
-		if m.Member != "" {
-			e.judgeNodes = append(e.judgeNodes, m.Node)
-		}
-	}
-	e.judgeNodes = append(e.judgeNodes, witnesses...)
-	return e
-}
-
-// same says whether e is the expected set of these machines and witnesses.
-func (e Expected) same(machines []MachineRef, witnesses []string) bool {
-	if !e.built || len(machines) != len(e.Agents) || !slices.Equal(witnesses, e.Witnesses) {
-		return false
-	}
-	for i, m := range machines {
-		if m.Node != e.Agents[i] || m.Member != e.members[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// Size counts the agents, the witnesses and the hub.
-func (e Expected) Size() int { return len(e.Agents) + len(e.Witnesses) + 1 }
-
-// Judges counts the observers that judge etcd: the agents of etcd members and the witnesses (not the
-// hub, not the agents of workers, which have no etcd access).
-func (e Expected) Judges() int { return len(e.judgeNodes) }
-
-// Hearing is how many of the expected observers the hub hears now: itself, and every expected agent
-// and witness alive in its gossip view with a fresh report.
-type Hearing struct {
-	// set is the expected set heard from.
-	set      Expected
-	Expected int
-	// Heard lists the observers heard, the hub first; Missing the others.
-	Heard, Missing []string
-}
-
-// Majority reports whether the hub hears a strict majority of the expected observers.
-func (h Hearing) Majority() bool { return 2*len(h.Heard) > h.Expected }
-
-func (h Hearing) String() string {
-	return fmt.Sprintf("the hub hears %d of %d expected observers (%s); a strict majority is %d", len(h.Heard), h.Expected,
-		strings.Join(h.Heard, ", "), h.Expected/2+1)
-}
-
-// NoMajority is why a hub that does not hear a majority of its expected observers acts on nothing.
-func (h Hearing) NoMajority() string {
-	return fmt.Sprintf("%s: a partition and a crash look the same from here, so nothing is done until a majority is heard again "+
-		"(not heard: %s)", h, strings.Join(h.Missing, ", "))
-}
-
-// Hear says which expected observers the hub hears: alive in its view, with a report fresher than
-// staleAfter.
-func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
-	return hearingOf(e, appendLiveObservers(nil, e, obs, staleAfter))
-}
-
-// hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
-// order, which it relies on).
-func hearingOf(e Expected, observers []health.Report) Hearing {
-	h := Hearing{set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
-	h.Heard[0] = "the hub"
-	j := 0
-	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
-		for _, n := range nodes {
-			if j < len(observers) && observers[j].Node == n {
-				h.Heard = append(h.Heard, n)
-				j++
-			} else {
-				h.Missing = append(h.Missing, n)
-			}
-		}
-	}
-	return h
-}
-
 // Assess judges every machine. Rule 6 of DESIGN.md: the hub losing sight of a machine is never enough;
 // dead needs a strict majority of the expected observers (the hub and the agents and witnesses that
 // see it dead, with fresh reports) to agree, and so does a member unreachable.
@@ -315,20 +217,6 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 		}
 	}
 	return out, hearing
-}
-
-// appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
-// report is fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
-func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
-	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
-		for _, node := range nodes {
-			r, reported := obs.Reports[node]
-			if pv, ok := obs.HubPeers[node]; reported && ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter {
-				out = append(out, r)
-			}
-		}
-	}
-	return out
 }
 
 type evidence struct {
@@ -491,54 +379,6 @@ func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
 	}
 }
 
-// followRaft notes the raft index of a node's report, when it is a report not seen before.
-func (a *Assessor) followRaft(r health.Report) {
-	if r.Etcd == nil || r.Etcd.RaftIndex == 0 {
-		return
-	}
-	if a.raft == nil {
-		a.raft = map[string]raftProgress{}
-	}
-	if p := a.raft[r.Node]; p.version != r.Version {
-		a.raft[r.Node] = raftProgress{version: r.Version, index: r.Etcd.RaftIndex, from: p.index}
-	}
-}
-
-// catchingUp says why a member whose etcd probe fails is catching up rather than failing ("" when it
-// is not): it follows the leader that the other members follow, and its raft index rose since its
-// agent's report before. A member that rejoins after a partition or a restart gets the entries it
-// missed (or a snapshot) from that leader, and until it has applied up to the leader's commit index it
-// cannot serve a linearizable read: etcd answers "request timed out" after its request timeout (5 s +
-// 2 election timeouts: 7 s by default) and the probe fails again (test: a member of the minority side
-// had a leader 1 s after a 60 s partition healed and answered no linearizable read for 12 s, past the
-// probe's 10 s). EtcdCatchUp bounds the extra time: a member that never catches up is judged as usual.
-func (a *Assessor) catchingUp(own health.Report) string {
-	v, p := own.Etcd, a.raft[own.Node]
-	// Its own word is not enough: another member must follow that leader too.
-	if v == nil || a.leader == "" || a.leaderVotes < 2 || v.LeaderID != a.leader || p.version != own.Version || p.from == 0 || p.index <= p.from {
-		return ""
-	}
-	return fmt.Sprintf("it follows leader %s, as the other members do, and its raft index rose from %d to %d", v.LeaderID, p.from, p.index)
-}
-
-// majorityLeader is the etcd leader a strict majority of the observers that name one follow, and how
-// many name it ("" when none: quorum lost, or views that disagree).
-func majorityLeader(observers []health.Report) (string, int) {
-	counts, total := map[string]int{}, 0
-	for _, r := range observers {
-		if r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
-			counts[r.Etcd.LeaderID]++
-			total++
-		}
-	}
-	for id, n := range counts {
-		if 2*n > total {
-			return id, n
-		}
-	}
-	return "", 0
-}
-
 // nodeConditions weighs m's Node conditions: past their timeout they count as unhealthy only when
 // other evidence already stands against m (never alone: the API server's view of a node is one more
 // observer, not a verdict), otherwise they are doubts.
@@ -560,82 +400,6 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 			ev.doubt("%s (counts at %v)", what, timeout)
 		}
 	}
-}
-
-// etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
-// observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
-// strict majority of the expected agents and witnesses. It also says whether the member answers (a
-// strict majority of the observers that check it reach it, whatever its own probe says), and if so
-// when the oldest report among those that reach it was sent.
-func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own health.Report, fresh, dead bool, observers []health.Report,
-	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, answeredAt time.Time) {
-	if dead {
-		return quorum.Unhealthy, false, time.Time{}
-	}
-	reach, unreach, oldest := reachability(m.Member, observers, "")
-	if answers = 2*reach > reach+unreach; answers {
-		answeredAt = oldest
-	}
-	ownOK, ownKnown := true, false
-	if fresh {
-		for _, p := range own.Probes {
-			if p.Name == "etcd" {
-				ownOK, ownKnown = p.OK, true
-			}
-		}
-	}
-	voters := reach + unreach
-	switch {
-	case voters > 0 && 2*unreach > voters:
-		if 2*unreach <= e.Judges() {
-			ev.doubt("etcd member %s unreachable from %d of the %d observers that report on it, but that is no strict majority of the %d expected agents and witnesses",
-				m.Member, unreach, voters, e.Judges())
-			return quorum.Unhealthy, answers, answeredAt
-		}
-		key := "unreachable/" + m.Member
-		seen[key] = true
-		first, ok := a.firstSeen[key]
-		if !ok {
-			first, a.firstSeen[key] = now, now
-		}
-		if d, _ := a.counted(now, first); d >= a.policy.EtcdUnreachableTimeout {
-			ev.bad(first, "etcd member %s unreachable from %d of %d expected observers for %v", m.Member, unreach, e.Judges(), d.Round(time.Second))
-		} else {
-			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v (unhealthy at %v)", m.Member, unreach, e.Judges(),
-				d.Round(time.Millisecond), a.policy.EtcdUnreachableTimeout)
-		}
-		return quorum.Unhealthy, answers, answeredAt
-	case ownKnown && !ownOK:
-		return quorum.Unhealthy, answers, answeredAt
-	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
-		return quorum.Healthy, answers, answeredAt
-	case voters == 0 && ownKnown && ownOK:
-		return quorum.Healthy, answers, answeredAt // no other observer (a one-member cluster): its own word is all there is
-	}
-	return quorum.HealthUnknown, answers, answeredAt
-}
-
-// reachability counts the observers whose etcd view reaches member, and those whose view does not,
-// and says when the oldest report among those that reach it was sent.
-func reachability(member string, observers []health.Report, except string) (reach, unreach int, oldest time.Time) {
-	for _, r := range observers {
-		if r.Etcd == nil || r.Node == except {
-			continue
-		}
-		for _, em := range r.Etcd.Members {
-			if em.Name == member && em.Reachable != nil {
-				if *em.Reachable {
-					if reach == 0 || r.SentAt.Before(oldest) {
-						oldest = r.SentAt
-					}
-					reach++
-				} else {
-					unreach++
-				}
-			}
-		}
-	}
-	return reach, unreach, oldest
 }
 
 func minTime(a, b time.Time) time.Time {

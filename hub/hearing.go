@@ -1,0 +1,123 @@
+// Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
+// quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/health"
+)
+
+// Expected is the fixed set of observers (DESIGN.md rule 6): the agent of every machine, the
+// witnesses (agents on other hosts that observe and vote but hold no etcd member), and the hub. A
+// verdict that can lead to action, and the membership the planner uses, need a strict majority of this
+// set: never of the observers the hub happens to hear, which on the minority side of a partition are
+// a majority of almost nothing.
+type Expected struct {
+	// Agents and Witnesses are gossip node names.
+	Agents, Witnesses []string
+	// judgeNodes are the judges of etcd: the agents of etcd members and the witnesses.
+	judgeNodes []string
+	members    []string // the etcd members of the machines, as ExpectedOf was given them
+	built      bool     // made by ExpectedOf
+}
+
+// ExpectedOf is the expected set of an inventory's machines and witnesses.
+func ExpectedOf(machines []MachineRef, witnesses []string) Expected {
+	e := Expected{Witnesses: witnesses, built: true}
+	for _, m := range machines {
+		e.Agents = append(e.Agents, m.Node)
+		e.members = append(e.members, m.Member)
+		if m.Member != "" {
+			e.judgeNodes = append(e.judgeNodes, m.Node)
+		}
+	}
+	e.judgeNodes = append(e.judgeNodes, witnesses...)
+	return e
+}
+
+// same says whether e is the expected set of these machines and witnesses.
+func (e Expected) same(machines []MachineRef, witnesses []string) bool {
+	if !e.built || len(machines) != len(e.Agents) || !slices.Equal(witnesses, e.Witnesses) {
+		return false
+	}
+	for i, m := range machines {
+		if m.Node != e.Agents[i] || m.Member != e.members[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Size counts the agents, the witnesses and the hub.
+func (e Expected) Size() int { return len(e.Agents) + len(e.Witnesses) + 1 }
+
+// Judges counts the observers that judge etcd: the agents of etcd members and the witnesses (not the
+// hub, not the agents of workers, which have no etcd access).
+func (e Expected) Judges() int { return len(e.judgeNodes) }
+
+// Hearing is how many of the expected observers the hub hears now: itself, and every expected agent
+// and witness alive in its gossip view with a fresh report.
+type Hearing struct {
+	// set is the expected set heard from.
+	set      Expected
+	Expected int
+	// Heard lists the observers heard, the hub first; Missing the others.
+	Heard, Missing []string
+}
+
+// Majority reports whether the hub hears a strict majority of the expected observers.
+func (h Hearing) Majority() bool { return 2*len(h.Heard) > h.Expected }
+
+func (h Hearing) String() string {
+	return fmt.Sprintf("the hub hears %d of %d expected observers (%s); a strict majority is %d", len(h.Heard), h.Expected,
+		strings.Join(h.Heard, ", "), h.Expected/2+1)
+}
+
+// NoMajority is why a hub that does not hear a majority of its expected observers acts on nothing.
+func (h Hearing) NoMajority() string {
+	return fmt.Sprintf("%s: a partition and a crash look the same from here, so nothing is done until a majority is heard again "+
+		"(not heard: %s)", h, strings.Join(h.Missing, ", "))
+}
+
+// Hear says which expected observers the hub hears: alive in its view, with a report fresher than
+// staleAfter.
+func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
+	return hearingOf(e, appendLiveObservers(nil, e, obs, staleAfter))
+}
+
+// hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
+// order, which it relies on).
+func hearingOf(e Expected, observers []health.Report) Hearing {
+	h := Hearing{set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
+	h.Heard[0] = "the hub"
+	j := 0
+	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
+		for _, n := range nodes {
+			if j < len(observers) && observers[j].Node == n {
+				h.Heard = append(h.Heard, n)
+				j++
+			} else {
+				h.Missing = append(h.Missing, n)
+			}
+		}
+	}
+	return h
+}
+
+// appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
+// report is fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
+func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
+	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
+		for _, node := range nodes {
+			r, reported := obs.Reports[node]
+			if pv, ok := obs.HubPeers[node]; reported && ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
