@@ -1,5 +1,25 @@
 package health
 
+import "time"
+
+func init() {
+	RegisterProbe(ProbeKind{Name: "apiserver", Judged: 10 * time.Second, Section: func() ProbeSection { return &APIServerSection{} },
+		Help: "the local kube-apiserver's /livez answers ok (`url`, default " + DefaultAPIServerURL + "; `tls.ca`, default " + DefaultKubeCA + ")"})
+}
+
+// APIServerSection is probes.apiserver.
+type APIServerSection struct {
+	ProbeSettings
+	URL string   `json:"url"`
+	TLS TLSFiles `json:"tls"`
+}
+
+// New makes the API server probe.
+func (s *APIServerSection) New(ProbeEnv) (Probe, error) { return NewAPIServerProbe(s.URL, s.TLS) }
+
+// Paths are its TLS files.
+func (s *APIServerSection) Paths() []*string { return []*string{&s.TLS.CA, &s.TLS.Cert, &s.TLS.Key} }
+
 // Defaults for the local kube-apiserver, as kubeadm lays it out. /livez is readable without
 // credentials (system:public-info-viewer), so only the CA is needed.
 const (

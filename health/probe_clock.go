@@ -2,10 +2,37 @@ package health
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/hale-dev/hale/config"
 )
+
+func init() {
+	RegisterProbe(ProbeKind{Name: "clock", Section: func() ProbeSection { return &ClockSection{} },
+		Help: "this node's clock against the median of its peers' (from their reports' send times): more than `maxOffset` (500ms) away"})
+}
+
+// ClockSection is probes.clock.
+type ClockSection struct {
+	ProbeSettings
+	MaxOffset config.Duration `json:"maxOffset"`
+}
+
+// New makes the clock probe.
+func (s *ClockSection) New(env ProbeEnv) (Probe, error) {
+	return NewClockProbe(env.Clock, s.MaxOffset.Duration), nil
+}
+
+// Validate checks maxOffset.
+func (s *ClockSection) Validate() error {
+	if s.MaxOffset.Duration < 0 {
+		return errors.New("maxOffset " + s.MaxOffset.String() + ": must not be negative")
+	}
+	return nil
+}
 
 // ClockSource gives clock offsets of peers relative to this node, one sample per peer.
 type ClockSource interface {

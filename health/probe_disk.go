@@ -3,8 +3,39 @@ package health
 import (
 	"context"
 	"fmt"
+	"math"
 	"syscall"
+	"time"
 )
+
+func init() {
+	RegisterProbe(ProbeKind{Name: "etcdDisk", Interval: 10 * time.Second, Section: func() ProbeSection { return &DiskSection{} },
+		Help: "free space on etcd's filesystem (`dataDir`, default " + DefaultEtcdDataDir + "): below `minFreeBytes` (2 GiB) or `minFreePercent` (10)"})
+}
+
+// DiskSection is probes.etcdDisk.
+type DiskSection struct {
+	ProbeSettings
+	DataDir        string  `json:"dataDir"`
+	MinFreeBytes   uint64  `json:"minFreeBytes"`
+	MinFreePercent float64 `json:"minFreePercent"`
+}
+
+// New makes the disk probe.
+func (s *DiskSection) New(ProbeEnv) (Probe, error) {
+	return NewDiskProbe(s.DataDir, s.MinFreeBytes, s.MinFreePercent)
+}
+
+// Paths is its data directory.
+func (s *DiskSection) Paths() []*string { return []*string{&s.DataDir} }
+
+// Validate checks minFreePercent.
+func (s *DiskSection) Validate() error {
+	if pct := s.MinFreePercent; pct < 0 || pct >= 100 || math.IsNaN(pct) {
+		return fmt.Errorf("minFreePercent %v: want a percentage from 0 to below 100", pct)
+	}
+	return nil
+}
 
 // DefaultEtcdDataDir is where kubeadm keeps etcd's data.
 const DefaultEtcdDataDir = "/var/lib/etcd"
@@ -30,12 +61,12 @@ func NewDiskProbe(dir string, minFreeBytes uint64, minPercent float64) (Probe, e
 		minPercent = 10
 	}
 	if minPercent < 0 || minPercent > 100 {
-		return nil, fmt.Errorf("probe etcd-disk: minFreePercent %v: want 0 to 100", minPercent)
+		return nil, fmt.Errorf("probe etcdDisk: minFreePercent %v: want 0 to 100", minPercent)
 	}
 	return &diskProbe{dir: dir, minFree: minFreeBytes, minPercent: minPercent}, nil
 }
 
-func (p *diskProbe) Name() string { return "etcd-disk" }
+func (p *diskProbe) Name() string { return "etcdDisk" }
 
 func (p *diskProbe) Check(context.Context) (bool, string) {
 	var st syscall.Statfs_t

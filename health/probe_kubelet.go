@@ -1,5 +1,21 @@
 package health
 
+import "time"
+
+func init() {
+	RegisterProbe(ProbeKind{Name: "kubelet", Judged: 10 * time.Second, Section: func() ProbeSection { return &KubeletSection{} },
+		Help: "the kubelet's health endpoint answers ok (`url`, default " + DefaultKubeletURL + ")"})
+}
+
+// KubeletSection is probes.kubelet.
+type KubeletSection struct {
+	ProbeSettings
+	URL string `json:"url"`
+}
+
+// New makes the kubelet probe.
+func (s *KubeletSection) New(ProbeEnv) (Probe, error) { return NewKubeletProbe(s.URL) }
+
 // DefaultKubeletURL is the kubelet's local health endpoint (its --healthz-port, plain HTTP).
 const DefaultKubeletURL = "http://127.0.0.1:10248/healthz"
 

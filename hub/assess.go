@@ -70,12 +70,12 @@ type AssessPolicy struct {
 	NodeConditionTimeouts map[string]time.Duration
 }
 
-// DefaultAssessPolicy: kubelet, apiserver and etcd failing for 10 s (etcd 30 s more while it catches
-// up); dead at once; etcd unreachable from a majority for 5 s; reports stale after 20 s (four missed 5 s
+// DefaultAssessPolicy: each judged probe failing for its kind's Judged (kubelet, apiserver and etcd:
+// 10 s; etcd 30 s more while it catches up); dead at once; etcd unreachable from a majority for 5 s; reports stale after 20 s (four missed 5 s
 // reports); a Node not Ready for 30 s (with other evidence).
 func DefaultAssessPolicy() AssessPolicy {
 	return AssessPolicy{
-		ProbeTimeouts:          map[string]time.Duration{"kubelet": 10 * time.Second, "apiserver": 10 * time.Second, "etcd": 10 * time.Second},
+		ProbeTimeouts:          health.JudgedProbes(),
 		EtcdUnreachableTimeout: 5 * time.Second,
 		StaleAfter:             20 * time.Second,
 		EtcdCatchUp:            30 * time.Second,

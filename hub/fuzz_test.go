@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -108,6 +109,9 @@ func checkInventory(t *testing.T, inv Inventory) {
 		}
 	}
 	for probe, d := range p.Assess.ProbeTimeouts {
+		if _, err := health.LookupProbe(probe); err != nil {
+			t.Fatalf("policy.probeTimeouts.%s accepted: %v", probe, err)
+		}
 		if d <= 0 {
 			t.Fatalf("policy.probeTimeouts.%s: %v accepted", probe, d)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/config"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -258,6 +259,9 @@ func (pf PolicyFile) validate() (Policy, error) {
 	}
 	for _, probe := range slices.Sorted(maps.Keys(pf.ProbeTimeouts)) {
 		d := pf.ProbeTimeouts[probe]
+		if _, err := health.LookupProbe(probe); err != nil {
+			return p, fmt.Errorf("policy.probeTimeouts.%s: %w", probe, err)
+		}
 		if d.Duration <= 0 {
 			return p, fmt.Errorf("policy.probeTimeouts.%s: %v must be positive", probe, d)
 		}

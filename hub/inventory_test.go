@@ -104,6 +104,8 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 			"machines[0] (m1).bmc.credentials: BMC credentials: stat /nonexistent"},
 		{"bad limit", "cluster: c\npolicy: {maxInFlight: lots}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), `policy.maxInFlight: limit "lots"`},
 		{"bad timeout", "cluster: c\npolicy: {probeTimeouts: {kubelet: 0s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), "policy.probeTimeouts.kubelet: 0s must be positive"},
+		{"unknown probe", "cluster: c\npolicy: {probeTimeouts: {kubelt: 10s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			`policy.probeTimeouts.kubelt: no probe named "kubelt" (known: apiserver, clock, etcd, etcdDisk, kubelet)`},
 		{"no machines", head, "machines: none listed"},
 	}
 	for _, tt := range tests {

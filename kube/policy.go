@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -280,7 +281,11 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 		}
 		*l.dst = &v
 	}
-	for probe, d := range spec.ProbeTimeouts {
+	for _, probe := range slices.Sorted(maps.Keys(spec.ProbeTimeouts)) {
+		d := spec.ProbeTimeouts[probe]
+		if _, err := health.LookupProbe(probe); err != nil {
+			return o, fmt.Errorf("spec.probeTimeouts.%s: %w", probe, err)
+		}
 		if d.Duration <= 0 {
 			return o, fmt.Errorf("spec.probeTimeouts.%s: %v must be positive", probe, d.Duration)
 		}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+	"maps"
 	"net"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -57,36 +61,59 @@ type GossipConfig struct {
 	GossipInterval Duration `json:"gossipInterval"`
 }
 
-// ProbeConfig is what every probe shares.
-type ProbeConfig struct {
-	// Enabled defaults to true; set false to drop a probe (a node without etcd drops etcd and etcdDisk).
-	Enabled  *bool    `json:"enabled"`
-	Interval Duration `json:"interval"`
-	Timeout  Duration `json:"timeout"`
+// ProbesConfig is the probes section: one section per kind of probe, by its name (health.ProbeKinds:
+// each probe's own file registers its section and defaults).
+type ProbesConfig map[string]health.ProbeSection
+
+// UnmarshalJSON reads each section into its kind's own type, strictly: an unknown probe or field is
+// an error that names it.
+func (p *ProbesConfig) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("probes: %w", err)
+	}
+	out := ProbesConfig{}
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		k, err := health.LookupProbe(name)
+		if err != nil {
+			return fmt.Errorf("probes.%s: %w", name, err)
+		}
+		s := k.Section()
+		if string(raw[name]) != "null" {
+			dec := json.NewDecoder(bytes.NewReader(raw[name]))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(s); err != nil {
+				return fmt.Errorf("probes.%s: %w", name, err)
+			}
+		}
+		out[name] = s
+	}
+	*p = out
+	return nil
 }
 
-// ProbesConfig configures each probe.
-type ProbesConfig struct {
-	Kubelet struct {
-		ProbeConfig
-		URL string `json:"url"`
-	} `json:"kubelet"`
-	APIServer struct {
-		ProbeConfig
-		URL string          `json:"url"`
-		TLS health.TLSFiles `json:"tls"`
-	} `json:"apiserver"`
-	Etcd     ProbeConfig `json:"etcd"`
-	EtcdDisk struct {
-		ProbeConfig
-		DataDir        string  `json:"dataDir"`
-		MinFreeBytes   uint64  `json:"minFreeBytes"`
-		MinFreePercent float64 `json:"minFreePercent"`
-	} `json:"etcdDisk"`
-	Clock struct {
-		ProbeConfig
-		MaxOffset Duration `json:"maxOffset"`
-	} `json:"clock"`
+// section is the named probe's section (every kind has one once defaults are applied).
+func (p ProbesConfig) section(name string) health.ProbeSection { return p[name] }
+
+// enabled says whether the named probe runs.
+func (p ProbesConfig) enabled(name string) bool {
+	s, ok := p[name]
+	return ok && s.Common().Enabled != nil && *s.Common().Enabled
+}
+
+// withDefaults is a copy with a section for every kind, each with its kind's defaults; a witness's
+// probes are off unless it says otherwise (and then validate refuses them).
+func (p ProbesConfig) withDefaults(role string) ProbesConfig {
+	out := ProbesConfig{}
+	for _, k := range health.ProbeKinds() {
+		s := k.Section()
+		if have, ok := p[k.Name]; ok {
+			reflect.ValueOf(s).Elem().Set(reflect.ValueOf(have).Elem())
+		}
+		k.Defaults(s, role != RoleWitness)
+		out[k.Name] = s
+	}
+	return out
 }
 
 // loadConfig reads path strictly: an unknown field is an error that names it. A relative file or
@@ -100,9 +127,12 @@ func loadConfig(path string) (Config, error) {
 	if err := config.Load(path, &c); err != nil {
 		return c, err
 	}
-	config.RelativeTo(path, &c.Gossip.KeyFile, &c.Gossip.IdentityFile, &c.Gossip.PinnedFile, &c.Probes.EtcdDisk.DataDir,
-		&c.Etcd.TLS.CA, &c.Etcd.TLS.Cert, &c.Etcd.TLS.Key,
-		&c.Probes.APIServer.TLS.CA, &c.Probes.APIServer.TLS.Cert, &c.Probes.APIServer.TLS.Key)
+	config.RelativeTo(path, &c.Gossip.KeyFile, &c.Gossip.IdentityFile, &c.Gossip.PinnedFile, &c.Etcd.TLS.CA, &c.Etcd.TLS.Cert, &c.Etcd.TLS.Key)
+	for _, s := range c.Probes {
+		if ps, ok := s.(health.PathsSection); ok {
+			config.RelativeTo(path, ps.Paths()...)
+		}
+	}
 	return c, nil
 }
 
@@ -128,27 +158,10 @@ func (c Config) withDefaults() Config {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:9101"
 	}
-	p := &c.Probes
-	if c.Role == RoleWitness {
-		// A witness has no etcd member and is not a machine Hale judges: no probes.
-		no := false
-		for _, pc := range []*ProbeConfig{&p.Kubelet.ProbeConfig, &p.APIServer.ProbeConfig, &p.Etcd, &p.EtcdDisk.ProbeConfig, &p.Clock.ProbeConfig} {
-			if pc.Enabled == nil {
-				pc.Enabled = &no
-			}
-		}
-	} else {
+	if c.Role != RoleWitness {
 		c.Etcd = c.Etcd.WithDefaults()
 	}
-	for _, pc := range []*ProbeConfig{&p.Kubelet.ProbeConfig, &p.APIServer.ProbeConfig, &p.Etcd, &p.EtcdDisk.ProbeConfig, &p.Clock.ProbeConfig} {
-		if pc.Enabled == nil {
-			yes := true
-			pc.Enabled = &yes
-		}
-		setDur(&pc.Interval, time.Second)
-		setDur(&pc.Timeout, min(800*time.Millisecond, pc.Interval.Duration))
-	}
-	setDur(&p.EtcdDisk.Interval, 10*time.Second)
+	c.Probes = c.Probes.withDefaults(c.Role)
 	return c
 }
 
@@ -173,8 +186,7 @@ func (c Config) validate() error {
 		return errors.New("etcd.endpoint: a witness runs no etcd member; list the members' client URLs under etcd.endpoints to watch etcd from outside")
 	case c.Role == RoleAgent && len(c.Etcd.Endpoints) > 0:
 		return errors.New("etcd.endpoints: only a witness reads etcd from outside; an agent reads its own member at etcd.endpoint")
-	case c.Role == RoleWitness && (*c.Probes.Kubelet.Enabled || *c.Probes.APIServer.Enabled || *c.Probes.Etcd.Enabled ||
-		*c.Probes.EtcdDisk.Enabled || *c.Probes.Clock.Enabled):
+	case c.Role == RoleWitness && slices.ContainsFunc(health.ProbeNames(), c.Probes.enabled):
 		return errors.New("probes: a witness runs none (it is not a machine Hale heals); remove the probes section or set role: agent")
 	case c.Cluster == "":
 		return errors.New("cluster: required (the gossip pool's name; use the same on every node of a cluster)")
@@ -196,29 +208,29 @@ func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen %q: %w", c.Listen, err)
 	}
-	p := &c.Probes
 	for _, d := range []struct {
 		field string
 		value Duration
 	}{{"reportInterval", c.ReportInterval}, {"gossip.probeInterval", c.Gossip.ProbeInterval}, {"gossip.probeTimeout", c.Gossip.ProbeTimeout},
-		{"gossip.gossipInterval", c.Gossip.GossipInterval}, {"probes.clock.maxOffset", p.Clock.MaxOffset}} {
+		{"gossip.gossipInterval", c.Gossip.GossipInterval}} {
 		if d.value.Duration < 0 {
 			return fmt.Errorf("%s %v: must not be negative", d.field, d.value)
 		}
 	}
-	for _, pr := range []struct {
-		name string
-		cfg  ProbeConfig
-	}{{"kubelet", p.Kubelet.ProbeConfig}, {"apiserver", p.APIServer.ProbeConfig}, {"etcd", p.Etcd}, {"etcdDisk", p.EtcdDisk.ProbeConfig}, {"clock", p.Clock.ProbeConfig}} {
-		switch iv, to := pr.cfg.Interval.Duration, pr.cfg.Timeout.Duration; {
+	for _, name := range health.ProbeNames() {
+		s := c.Probes.section(name)
+		cfg := s.Common()
+		switch iv, to := cfg.Interval.Duration, cfg.Timeout.Duration; {
 		case iv < 0 || to < 0:
-			return fmt.Errorf("probes.%s: interval %v and timeout %v must not be negative", pr.name, pr.cfg.Interval, pr.cfg.Timeout)
+			return fmt.Errorf("probes.%s: interval %v and timeout %v must not be negative", name, cfg.Interval, cfg.Timeout)
 		case to > iv:
-			return fmt.Errorf("probes.%s.timeout %v: must not be longer than its interval %v", pr.name, pr.cfg.Timeout, pr.cfg.Interval)
+			return fmt.Errorf("probes.%s.timeout %v: must not be longer than its interval %v", name, cfg.Timeout, cfg.Interval)
 		}
-	}
-	if pct := p.EtcdDisk.MinFreePercent; pct < 0 || pct >= 100 || math.IsNaN(pct) {
-		return fmt.Errorf("probes.etcdDisk.minFreePercent %v: want a percentage from 0 to below 100", pct)
+		if v, ok := s.(health.ValidatedSection); ok {
+			if err := v.Validate(); err != nil {
+				return fmt.Errorf("probes.%s.%w", name, err)
+			}
+		}
 	}
 	if c.Gossip.ProbeTimeout.Duration >= c.Gossip.ProbeInterval.Duration {
 		return fmt.Errorf("gossip.probeTimeout %v: must be shorter than gossip.probeInterval %v", c.Gossip.ProbeTimeout, c.Gossip.ProbeInterval)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hale-dev/hale/health"
 )
 
 const fuzzAgentConfig = `cluster: hale
@@ -60,24 +62,24 @@ func FuzzAgentConfig(f *testing.F) {
 		if again := c.withDefaults(); !reflect.DeepEqual(again, c) {
 			t.Fatalf("defaults applied twice differ:\n%+v\n%+v", c, again)
 		}
-		p := &c.Probes
 		for name, d := range map[string]time.Duration{"reportInterval": c.ReportInterval.Duration, "gossip.probeInterval": c.Gossip.ProbeInterval.Duration,
 			"gossip.probeTimeout": c.Gossip.ProbeTimeout.Duration, "gossip.gossipInterval": c.Gossip.GossipInterval.Duration} {
 			if d <= 0 {
 				t.Fatalf("%s %v accepted", name, d)
 			}
 		}
-		for name, pc := range map[string]ProbeConfig{"kubelet": p.Kubelet.ProbeConfig, "apiserver": p.APIServer.ProbeConfig, "etcd": p.Etcd,
-			"etcdDisk": p.EtcdDisk.ProbeConfig, "clock": p.Clock.ProbeConfig} {
+		for _, name := range health.ProbeNames() {
+			s := c.Probes.section(name)
+			if s == nil {
+				t.Fatalf("probes.%s: no section after defaults", name)
+			}
+			pc := s.Common()
 			if pc.Enabled == nil || pc.Interval.Duration <= 0 || pc.Timeout.Duration <= 0 || pc.Timeout.Duration > pc.Interval.Duration {
 				t.Fatalf("probes.%s: enabled %v, interval %v, timeout %v accepted", name, pc.Enabled, pc.Interval, pc.Timeout)
 			}
-		}
-		if pct := p.EtcdDisk.MinFreePercent; !(pct >= 0 && pct < 100) {
-			t.Fatalf("probes.etcdDisk.minFreePercent %v accepted", pct)
-		}
-		if p.Clock.MaxOffset.Duration < 0 {
-			t.Fatalf("probes.clock.maxOffset %v accepted", p.Clock.MaxOffset)
+			if v, ok := s.(health.ValidatedSection); ok && v.Validate() != nil {
+				t.Fatalf("probes.%s accepted: %v", name, v.Validate())
+			}
 		}
 		if _, _, err := splitHostPort(c.Gossip.Bind); err != nil {
 			t.Fatalf("gossip.bind %q accepted: %v", c.Gossip.Bind, err)

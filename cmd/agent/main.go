@@ -145,7 +145,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	switch {
 	case cfg.Role == RoleWitness && len(cfg.Etcd.Endpoints) > 0:
 		etcd, err = health.NewEtcdOutside(cfg.Etcd.Endpoints, cfg.Etcd.TLS)
-	case cfg.Role == RoleAgent && *cfg.Probes.Etcd.Enabled:
+	case cfg.Role == RoleAgent && cfg.Probes.enabled("etcd"):
 		etcd, err = health.NewEtcd(cfg.Etcd)
 	}
 	if err != nil {
@@ -192,35 +192,24 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 }
 
 func probeSpecs(cfg Config, etcd *health.Etcd, clock health.ClockSource) ([]health.ProbeSpec, error) {
-	p := cfg.Probes
+	env := health.ProbeEnv{Clock: clock}
+	if cfg.Role == RoleAgent {
+		env.Etcd = etcd
+	}
 	var specs []health.ProbeSpec
-	add := func(pc health.ProbeSpec, c ProbeConfig) {
-		if *c.Enabled {
-			pc.Interval, pc.Timeout = c.Interval.Duration, c.Timeout.Duration
-			specs = append(specs, pc)
+	for _, name := range health.ProbeNames() {
+		if !cfg.Probes.enabled(name) {
+			continue
 		}
-	}
-	kubelet, err := health.NewKubeletProbe(p.Kubelet.URL)
-	if err != nil {
-		return nil, err
-	}
-	add(health.ProbeSpec{Probe: kubelet}, p.Kubelet.ProbeConfig)
-	if *p.APIServer.Enabled {
-		api, err := health.NewAPIServerProbe(p.APIServer.URL, p.APIServer.TLS)
+		s := cfg.Probes.section(name)
+		probe, err := s.New(env)
 		if err != nil {
-			return nil, fmt.Errorf("probes.apiserver: %w", err)
+			return nil, fmt.Errorf("probes.%s: %w", name, err)
 		}
-		add(health.ProbeSpec{Probe: api}, p.APIServer.ProbeConfig)
+		if probe != nil {
+			specs = append(specs, health.ProbeSpec{Probe: probe, Interval: s.Common().Interval.Duration, Timeout: s.Common().Timeout.Duration})
+		}
 	}
-	if etcd != nil && cfg.Role == RoleAgent {
-		add(health.ProbeSpec{Probe: etcd.Probe()}, p.Etcd)
-	}
-	disk, err := health.NewDiskProbe(p.EtcdDisk.DataDir, p.EtcdDisk.MinFreeBytes, p.EtcdDisk.MinFreePercent)
-	if err != nil {
-		return nil, fmt.Errorf("probes.etcdDisk: %w", err)
-	}
-	add(health.ProbeSpec{Probe: disk}, p.EtcdDisk.ProbeConfig)
-	add(health.ProbeSpec{Probe: health.NewClockProbe(clock, p.Clock.MaxOffset.Duration)}, p.Clock.ProbeConfig)
 	return specs, nil
 }
 

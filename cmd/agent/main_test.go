@@ -63,6 +63,14 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			want: "etcd.endpoints: only a witness"},
 		{name: "witness with a bad endpoint", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [127.0.0.1:2379]}\n",
 			want: `etcd.endpoints: "127.0.0.1:2379": want an http:// or https:// URL`},
+		{name: "unknown probe", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\nprobes: {kubelt: {enabled: false}}\n",
+			want: `probes.kubelt: no probe named "kubelt" (known: apiserver, clock, etcd, etcdDisk, kubelet)`},
+		{name: "unknown field of a probe", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\nprobes: {kubelet: {urll: http://x}}\n",
+			want: `probes.kubelet: json: unknown field "urll"`},
+		{name: "a probe's own field", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\nprobes: {etcdDisk: {minFreePercent: 150}}\n",
+			want: "probes.etcdDisk.minFreePercent 150: want a percentage from 0 to below 100"},
+		{name: "a probe's timeout", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\nprobes: {clock: {interval: 1s, timeout: 2s}}\n",
+			want: "probes.clock.timeout 2s: must not be longer than its interval 1s"},
 		{name: "bad flag", args: []string{"-log-level", "loud"}, want: `-log-level "loud"`},
 	}
 	for _, tt := range tests {
@@ -91,8 +99,8 @@ func TestConfigPathsAreRelativeToTheFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(dir, "keys", "gossip"), c.Gossip.KeyFile)
 	assert.Equal(t, health.TLSFiles{CA: filepath.Join(dir, "pki", "ca.crt"), Cert: "/abs/cert", Key: filepath.Join(filepath.Dir(dir), "key")}, c.Etcd.TLS)
-	assert.Equal(t, filepath.Join(dir, "data"), c.Probes.EtcdDisk.DataDir)
-	assert.Equal(t, filepath.Join(dir, "ca.pem"), c.Probes.APIServer.TLS.CA)
+	assert.Equal(t, filepath.Join(dir, "data"), c.Probes.section("etcdDisk").(*health.DiskSection).DataDir)
+	assert.Equal(t, filepath.Join(dir, "ca.pem"), c.Probes.section("apiserver").(*health.APIServerSection).TLS.CA)
 
 	// The agent finds its key beside the config from anywhere; a key file given by a flag is the
 	// working directory's.
@@ -229,4 +237,22 @@ func TestWitnessProcess(t *testing.T) {
 		return reach[c.Name(0)] && reach[c.Name(1)] && !reach[c.Name(2)]
 	}, 15*time.Second, 100*time.Millisecond, "the witness's report: %+v", g.Reports()["w-1"])
 	assert.Contains(t, w.logs.String(), `"role":"witness"`)
+}
+
+// The README's table of probes is the registry's: every kind of probe, its default hub timeout and
+// what it checks. A probe added in its own file fails this test until its row is in the README (the
+// failure prints the table).
+func TestREADMEListsEveryProbe(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var table strings.Builder
+	table.WriteString("| probe | Unhealthy after (hub default) | checks |\n|---|---|---|\n")
+	for _, k := range health.ProbeKinds() {
+		judged := "never (reported only)"
+		if k.Judged > 0 {
+			judged = k.Judged.String()
+		}
+		fmt.Fprintf(&table, "| `%s` | %s | %s |\n", k.Name, judged, k.Help)
+	}
+	assert.Contains(t, string(readme), table.String(), "the README's table of probes should read:\n%s", table.String())
 }
