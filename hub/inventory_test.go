@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -105,7 +106,7 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 		{"bad limit", "cluster: c\npolicy: {maxInFlight: lots}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), `policy.maxInFlight: limit "lots"`},
 		{"bad timeout", "cluster: c\npolicy: {probeTimeouts: {kubelet: 0s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), "policy.probeTimeouts.kubelet: 0s must be positive"},
 		{"unknown probe", "cluster: c\npolicy: {probeTimeouts: {kubelt: 10s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
-			`policy.probeTimeouts.kubelt: no probe named "kubelt" (known: apiserver, clock, etcd, etcdDisk, kubelet)`},
+			`policy.probeTimeouts.kubelt: no probe named "kubelt" (known: ` + strings.Join(health.ProbeNames(), ", ") + ")"},
 		{"no machines", head, "machines: none listed"},
 	}
 	for _, tt := range tests {
