@@ -46,9 +46,9 @@ type Config struct {
 	LoginBackoff time.Duration
 	// Metrics, when set, receives the hub's metrics.
 	Metrics prometheus.Registerer
-	// OnEvent, when set, is called with every event as it happens (the demo's timeline). It must not
+	// OnNotice, when set, is called with every notice as it is said (the demo's timeline). It must not
 	// block or call back into the hub.
-	OnEvent func(at time.Time, msg string)
+	OnNotice func(at time.Time, msg string)
 	// Notify, when set, is told every decision about a machine (Kubernetes mode turns them into
 	// Events on its Machine or Node). It must not block or call back into the hub.
 	Notify func(Notice)
@@ -93,7 +93,7 @@ type Hub struct {
 	running  map[string]*running
 	ledger   *ledger          // the journal's summary the passes read (never the journal)
 	logins   *logins          // BMC accounts that refused the credentials (its own lock)
-	events   []string         // the timeline (bounded)
+	timeline []string         // what the hub said, oldest first (bounded)
 	override PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes   Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
 	pauses   map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
@@ -231,7 +231,7 @@ func (h *Hub) Inventory() Inventory { return h.inventory() }
 func (h *Hub) Timeline() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Clone(h.events)
+	return slices.Clone(h.timeline)
 }
 
 // Assessment returns the latest assessment of a machine.

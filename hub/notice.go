@@ -95,13 +95,13 @@ func (h *Hub) say(n Notice) {
 		attrs = append(attrs, slog.String("remediation", n.Remediation))
 	}
 	h.log.LogAttrs(context.Background(), level, n.Message, attrs...)
-	if h.cfg.OnEvent != nil {
-		h.cfg.OnEvent(now, n.Message)
+	if h.cfg.OnNotice != nil {
+		h.cfg.OnNotice(now, n.Message)
 	}
 	h.mu.Lock()
-	h.events = append(h.events, now.UTC().Format("15:04:05.000")+" "+n.Message)
-	if len(h.events) > 1000 {
-		h.events = h.events[len(h.events)-1000:]
+	h.timeline = append(h.timeline, now.UTC().Format("15:04:05.000")+" "+n.Message)
+	if len(h.timeline) > 1000 {
+		h.timeline = h.timeline[len(h.timeline)-1000:]
 	}
 	h.mu.Unlock()
 	h.metrics.notice(n)

@@ -229,7 +229,7 @@ func TestAFailedStartTakesNoSlotOfTheRateLimit(t *testing.T) {
 	pool := newTestPool(5, "cp-3", "cp-4")
 	r := newPassRig(t, pool, p, map[string]error{"cp-3": errors.New(`ipmitool: executable file not found in $PATH`)})
 	var events []string
-	r.hub.cfg.OnEvent = func(_ time.Time, msg string) { events = append(events, msg) }
+	r.hub.cfg.OnNotice = func(_ time.Time, msg string) { events = append(events, msg) }
 	r.run(t)
 	require.Eventually(t, func() bool { return r.machine("cp-4").Remediation != nil }, 10*time.Second, 10*time.Millisecond,
 		"cp-4 starts though cp-3's remediation could not begin: %v", r.hub.Status(context.Background()))
@@ -369,7 +369,7 @@ func TestOneEventPath(t *testing.T) {
 	var mu sync.Mutex
 	var timeline []string
 	var notices []Notice
-	r.hub.cfg.OnEvent = func(_ time.Time, msg string) { mu.Lock(); timeline = append(timeline, msg); mu.Unlock() }
+	r.hub.cfg.OnNotice = func(_ time.Time, msg string) { mu.Lock(); timeline = append(timeline, msg); mu.Unlock() }
 	r.hub.cfg.Notify = func(n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
 	r.run(t)
 	var started Notice

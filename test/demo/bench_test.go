@@ -40,7 +40,7 @@ func BenchmarkDetectionToAction(b *testing.B) {
 				bmcAt = time.Now()
 			}
 		},
-		OnEvent: func(at time.Time, msg string) {
+		OnNotice: func(at time.Time, msg string) {
 			mu.Lock()
 			defer mu.Unlock()
 			if !armed.IsZero() && unhealthyAt.IsZero() && strings.HasPrefix(msg, victim+" is Unhealthy") {

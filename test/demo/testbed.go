@@ -60,8 +60,8 @@ type Options struct {
 	// OnRequest is called at the start of every request the simulated BMC serves (system: the system
 	// ID in the path; empty for the service root and sessions).
 	OnRequest func(system string, r *http.Request)
-	// OnEvent is called with every hub event as it happens.
-	OnEvent func(at time.Time, msg string)
+	// OnNotice is called with every notice of the hub as it is said.
+	OnNotice func(at time.Time, msg string)
 	// IPMI: machine IPMIMachine's BMC is Debian's ipmi_sim instead of the Redfish simulator (a BMC
 	// that keeps no reset time); its power starts and stops that machine the same way.
 	IPMI bool
@@ -630,10 +630,10 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	log := tb.opts.Log
 	cfg := hub.Config{Inventory: inv, Gossip: g, Journal: store, Log: log, Tick: 100 * time.Millisecond,
 		Metrics: tb.opts.Metrics,
-		OnEvent: func(at time.Time, msg string) {
+		OnNotice: func(at time.Time, msg string) {
 			tb.sayAt(at, "hub", msg)
-			if tb.opts.OnEvent != nil {
-				tb.opts.OnEvent(at, msg)
+			if tb.opts.OnNotice != nil {
+				tb.opts.OnNotice(at, msg)
 			}
 		},
 		PowerFor: func(m hub.Machine) (hub.Power, error) {
