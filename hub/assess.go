@@ -371,10 +371,10 @@ func (a *Assessor) probes(own health.Report, now time.Time, ev *evidence) {
 				p.Detail += fmt.Sprintf("; catching up (%s): %v more allowed", why, a.policy.EtcdCatchUp)
 			}
 		}
-		if d, note := a.counted(upTo, p.Since); d >= timeout {
-			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Second), note, timeout, p.Detail)
+		if d, from := a.counted(upTo, p.Since); d >= timeout {
+			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Second), from, timeout, p.Detail)
 		} else {
-			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Millisecond), note, timeout, p.Detail)
+			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Millisecond), from, timeout, p.Detail)
 		}
 	}
 }
@@ -389,8 +389,8 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 		if !counts || !c.bad() {
 			continue
 		}
-		d, note := a.counted(now, c.Since)
-		what := fmt.Sprintf("node %s %s=%s (%s) for %v%s", m.Node, c.Type, c.Status, c.Reason, now.Sub(c.Since).Round(time.Second), note)
+		d, from := a.counted(now, c.Since)
+		what := fmt.Sprintf("node %s %s=%s (%s) for %v%s", m.Node, c.Type, c.Status, c.Reason, now.Sub(c.Since).Round(time.Second), from)
 		switch {
 		case d >= timeout && corroborated:
 			ev.bad(c.Since, "%s, with the evidence above", what)
