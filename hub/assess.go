@@ -333,7 +333,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 // did not hear a majority of its observers does not count, so after a partition heals (or the hub
 // starts) a failure must last its whole timeout again before it leads to action. A member on the
 // minority side of a partition fails its own etcd probe ("no leader") for as long as the partition
-// lasts, and is fine a second after it heals: that is no reason to reboot it. The note says so when
+// lasts, and is fine a second after it heals: that is no reason to reboot it. The string says from when, when
 // it applies.
 func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 	if a.heardSince.After(since) {
