@@ -186,16 +186,47 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 		}
 		last[a.Machine] = a.At
 	}
-	// 4: nothing sent to a detached machine, nor while paused (acknowledged) or suspended.
+	// 4: nothing sent to a detached machine, nor while paused (acknowledged) or suspended. The power-on
+	// that ends an IPMI power cycle whose power-off went out before the brake is the rest of a step
+	// taken before it, not an action taken under it: a machine is never left off in the middle of a
+	// step (seed 1: the hub's cycle of cp-2 sent power 0, an operator's suspend took effect 0.1 s
+	// later, and power 1 followed 0.9 s after the power 0).
 	for _, w := range brakeWindows(events) {
 		res.Checked[3]++
 		for _, r := range reqs {
-			if r.At.After(w.from) && r.At.Before(w.to) && (w.machine == "" || w.machine == r.Machine) {
+			if r.At.After(w.from) && r.At.Before(w.to) && (w.machine == "" || w.machine == r.Machine) && !endsCycle(reqs, r, w.from) {
 				res.Violations[3] = append(res.Violations[3], fmt.Sprintf("%s: %s's BMC got %s while %s (in force %s–%s)",
 					at(r.At), r.Machine, r.Detail, w.what, at(w.from), at(w.to)))
 			}
 		}
 	}
+}
+
+// cycleBound is how long after an IPMI power-off the power-on of the same cycle comes (the BMC client
+// sends it as soon as it reads Off; ipmitool's calls are bounded to 10 s each).
+const cycleBound = 30 * time.Second
+
+// endsCycle: r is a power-on that ends a power cycle of its machine whose power-off went out before
+// the brake (from), with no request to that machine in between.
+func endsCycle(reqs []request, r request, from time.Time) bool {
+	if r.Detail != "IPMI power 1" {
+		return false
+	}
+	var off time.Time
+	for _, o := range reqs {
+		if o.Machine != r.Machine || !o.At.Before(r.At) {
+			continue
+		}
+		if o.At.After(off) {
+			off = time.Time{}
+			if o.Detail == "IPMI power 0" {
+				off = o.At
+			} else {
+				return false // another request came between
+			}
+		}
+	}
+	return !off.IsZero() && off.Before(from) && r.At.Sub(off) <= cycleBound
 }
 
 // farSide: machine i was cut off from the hub while the hub heard a majority of its observers.

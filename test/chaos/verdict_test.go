@@ -80,6 +80,15 @@ func TestEvaluate(t *testing.T) {
 		{name: "a request while detached: property 4", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Target: "cp-2", Detail: opDetach}, {At: at(20), Kind: "brake-off", Target: "cp-2", Detail: opDetach}},
 			reqs: []request{{At: at(15), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}}, want: [5]int{0, 0, 0, 1}},
+		{name: "the power-on ending a cycle whose power-off went out before a suspend: fine", samples: samples(allWell, six), events: []event{
+			{At: at(10), Kind: "brake-on", Detail: opSuspend}, {At: at(20), Kind: "brake-off", Detail: opSuspend}},
+			reqs: []request{{At: at(9.9), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(10.8), Machine: "cp-2", Detail: "IPMI power 1"}}},
+		{name: "a power-on under a suspend without a power-off before it: property 4", samples: samples(allWell, six), events: []event{
+			{At: at(10), Kind: "brake-on", Detail: opSuspend}, {At: at(20), Kind: "brake-off", Detail: opSuspend}},
+			reqs: []request{{At: at(11), Machine: "cp-2", Detail: "IPMI power 1"}}, want: [5]int{0, 0, 0, 1}},
+		{name: "a power-off and -on both under a suspend: property 4, twice", samples: samples(allWell, six), events: []event{
+			{At: at(10), Kind: "brake-on", Detail: opSuspend}, {At: at(20), Kind: "brake-off", Detail: opSuspend}},
+			reqs: []request{{At: at(11), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(12), Machine: "cp-2", Detail: "IPMI power 1"}}, want: [5]int{0, 0, 0, 2}},
 		{name: "a request while paused, and one after the resume", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Detail: opPause}, {At: at(20), Kind: "brake-off", Detail: opPause}},
 			reqs: []request{{At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}, {At: at(21), Machine: "cp-1", Detail: "a Redfish reset"}},
