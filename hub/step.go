@@ -21,10 +21,13 @@ import (
 type passState struct {
 	view view
 	// unhealthyAt: when each machine's verdict last became Unhealthy (the detection time a hub
-	// remediation's detection-to-action metric counts from); healthyAt: when each was last Healthy
-	// (its failed remediations count from then); seenAt: when each was last in view (Assessment.SeenAt,
-	// the newest of any pass since the hub started).
+	// remediation's detection-to-action metric counts from); healthyAt: when each machine that is not
+	// Healthy now was last Healthy (its failed remediations count from then; written when it leaves
+	// Healthy, not every pass); seenAt: when each was last in view (Assessment.SeenAt, the newest of any
+	// pass since the hub started).
 	unhealthyAt, healthyAt, seenAt map[string]time.Time
+	// lastPass is the time of the previous pass's facts.
+	lastPass time.Time
 	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
 	beginFailed map[string]beginFailure
 	// kept: the observers the gossip is told to keep joined.
@@ -84,19 +87,21 @@ func step(s *passState, f facts) Ready {
 	v.assessments, v.hearing = f.assessments, f.hearing
 	defer func() { s.view = v }()
 	for i, a := range f.assessments {
-		if old := assessmentOf(prev.assessments, i, a.Machine); old.Verdict != a.Verdict {
+		old := assessmentOf(prev.assessments, i, a.Machine)
+		if old.Verdict != a.Verdict {
 			rd.say(verdictNotice(a))
 			if a.Verdict == VerdictUnhealthy {
 				s.unhealthyAt[a.Machine] = f.now
 			}
+			if old.Verdict == VerdictHealthy { // last seen Healthy in the previous pass
+				s.healthyAt[a.Machine] = s.lastPass
+			}
 		}
-		if a.Verdict == VerdictHealthy {
-			s.healthyAt[a.Machine] = f.now
-		}
-		if a.SeenAt.After(s.seenAt[a.Machine]) {
+		if !a.SeenAt.Equal(old.SeenAt) && a.SeenAt.After(s.seenAt[a.Machine]) {
 			s.seenAt[a.Machine] = a.SeenAt
 		}
 	}
+	s.lastPass = f.now
 	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.
