@@ -206,27 +206,19 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 // sends it as soon as it reads Off; ipmitool's calls are bounded to 10 s each).
 const cycleBound = 30 * time.Second
 
-// endsCycle: r is a power-on that ends a power cycle of its machine whose power-off went out before
-// the brake (from), with no request to that machine in between.
+// endsCycle: r is a power-on that ends a power cycle of its machine: the request to that machine
+// just before it is a power-off, sent before the brake (from), at most cycleBound before r.
 func endsCycle(reqs []request, r request, from time.Time) bool {
 	if r.Detail != "IPMI power 1" {
 		return false
 	}
-	var off time.Time
+	var last request
 	for _, o := range reqs {
-		if o.Machine != r.Machine || !o.At.Before(r.At) {
-			continue
-		}
-		if o.At.After(off) {
-			off = time.Time{}
-			if o.Detail == "IPMI power 0" {
-				off = o.At
-			} else {
-				return false // another request came between
-			}
+		if o.Machine == r.Machine && o.At.Before(r.At) && o.At.After(last.At) {
+			last = o
 		}
 	}
-	return !off.IsZero() && off.Before(from) && r.At.Sub(off) <= cycleBound
+	return last.Detail == "IPMI power 0" && last.At.Before(from) && r.At.Sub(last.At) <= cycleBound
 }
 
 // farSide: machine i was cut off from the hub while the hub heard a majority of its observers.
