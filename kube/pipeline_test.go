@@ -284,6 +284,11 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 	assert.Contains(t, cond.Message, `spec.maxInFlight`)
 	assert.Contains(t, cond.Message, "the policy in force stays")
 	assert.Equal(t, "2", tb.Hub().Status(ctx).Policy.MaxInFlight)
+	patch(`{"maxInFlight": "2", "probeTimeouts": {"kubelt": "5s"}}`) // a probe no agent has
+	require.Eventually(t, func() bool {
+		return strings.Contains(applied().Message, `spec.probeTimeouts.kubelt: no probe named "kubelt" (known: `)
+	}, 10*time.Second, 20*time.Millisecond, "%+v", applied())
+	patch(`{"probeTimeouts": {"kubelt": null, "etcd": "7s"}}`)
 
 	// Unset: the inventory's again.
 	patch(`{"maxInFlight": null, "minFaultTolerance": null}`)
