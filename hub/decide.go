@@ -11,10 +11,9 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// A pass is observe (gossip reports, the assessor's verdicts, a snapshot of the hub's own state:
-// facts), decide (a pure function of the facts: decide) and act (begin what was decided, record
-// what was not). decide reads no clock, no journal, no gossip and no lock: the same facts give the
-// same decision, which is what its table tests rely on.
+// decide is the part of a pass's step (step.go) that decides what to begin and why each other machine
+// waits. It reads no clock, no journal, no gossip and no lock: the same facts give the same decision,
+// which is what its table tests rely on.
 
 // facts are what one pass decides from.
 type facts struct {

@@ -76,8 +76,9 @@ func (cfg Config) BMCPower(m Machine) (Power, error) {
 	return bmc.New(m.Endpoint, m.Credentials, o)
 }
 
-// Hub runs the pipeline: observe, assess, plan, act, record. Only one goroutine runs passes; each
-// remediation runs in its own goroutine through an Executor.
+// Hub runs the pipeline: a pass (pass.go: observe, step, apply) every Tick in one goroutine; each
+// remediation in its own goroutine through an Executor (remediate.go). This file is its configuration,
+// construction and accessors.
 type Hub struct {
 	cfg      Config
 	log      *slog.Logger
@@ -171,7 +172,6 @@ func New(cfg Config) (*Hub, error) {
 	return h, nil
 }
 
-// Run resumes what the journal says was in progress, then runs passes until ctx ends.
 // Stalled says why the pipeline is not running, or "": the hub has not begun (Run not called, or
 // ended), its first pass has not come within startGrace of Run (warm-up and resume take that long at
 // most), or no pass has ended for longer than stall. /healthz reports it, so that a leader whose
@@ -247,9 +247,6 @@ func (h *Hub) History(ctx context.Context, machine string) ([]Remediation, error
 	return h.cfg.Journal.History(ctx, machine)
 }
 
-// noticeHearing notices the hub losing the majority of its expected observers, and hearing one again
-// after it had lost it (each once, when it changes).
-// noticeWaits notices each machine the pass did not start, when why changes.
 // inventory is the inventory in force, its policy overridden where an override says (SetPolicyOverride).
 func (h *Hub) inventory() Inventory {
 	h.mu.Lock()
@@ -280,10 +277,6 @@ func refs(inv Inventory) []MachineRef {
 	return out
 }
 
-// assess observes and judges every machine, and records verdict changes and which expected observers
-// the hub hears.
-// warmUp assesses, without planning or acting, until the agents' reports give a membership to plan
-// with (at most StaleAfter): a restarted hub listens before it resumes or starts anything.
 // FirstHubLeads is Config.Standby for a standalone hub on g: among the hubs live in the gossip pool,
 // the one that started first (then by name) leads, and any other stands by and says which leads. Two
 // standalone hubs with journals of their own must never both act; a restarted hub waits until the pool
@@ -312,9 +305,6 @@ func (h *Hub) standby() string {
 	return h.cfg.Standby()
 }
 
-// waitLeading assesses without acting (nothing resumed, nothing started) while this hub stands by.
-// pass is one observe → decide → act round.
-// facts snapshots what decide needs of the hub's own state.
 // flightsLocked snapshots the remediations under way (h.mu held).
 func (h *Hub) flightsLocked() map[string]flight {
 	out := make(map[string]flight, len(h.running))
@@ -347,8 +337,6 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 	return out
 }
 
-// setHolding records what the pass held back; setPlanErr why it did not plan. Each is said only
-// when it changes to something, not every pass.
 func (inv Inventory) machine(name string) (Machine, bool) {
 	for _, m := range inv.Machines {
 		if m.Name == name {
