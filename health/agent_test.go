@@ -42,7 +42,7 @@ func startAgents(t *testing.T, c *etcdcluster.Cluster, n int) []*testAgent {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		ta := &testAgent{agent: ag, cancel: cancel, done: make(chan error, 1)}
-		go func() { ta.done <- ag.Run(ctx, time.Second) }()
+		go func() { ta.done <- ag.Run(ctx, 5*time.Second) }() // the agent's own leave timeout
 		t.Cleanup(func() { ta.cancel(); <-ta.done })
 		out = append(out, ta)
 	}

@@ -447,6 +447,24 @@ func TestKeyRotationOutOfOrder(t *testing.T) {
 	})
 }
 
+// A leaving member's last report and memberlist's leave travel apart: when the leave comes first the
+// peer is recorded dead, and the report, arriving after, makes it left.
+func TestLeavingReportAfterTheLeave(t *testing.T) {
+	g, _ := startMember(t, "hub")
+	now := time.Now()
+	g.mu.Lock()
+	g.peers["cp-0"] = PeerView{Name: "cp-0", State: PeerDead, Since: now}
+	g.mu.Unlock()
+	r := Report{Node: "cp-0", Cluster: g.cfg.Cluster, Version: uint64(now.UnixNano()), SentAt: now, Leaving: true}
+	b, err := r.Encode()
+	require.NoError(t, err)
+	_, fresh := g.merge(b)
+	require.True(t, fresh)
+	assert.Equal(t, PeerLeft, stateOf(g, "cp-0"))
+	pv, _ := peerView(g, "cp-0")
+	assert.Equal(t, now, pv.Since, "left since it was gone, not since the report came")
+}
+
 // Reports are checked against their sender: a version or send time far ahead of this member's clock
 // (which would pin the report against every real one) and a report under a member's name from another
 // address are rejected and counted; a member that left an hour ago is forgotten, and its last report,

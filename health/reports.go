@@ -136,6 +136,32 @@ func (g *Gossip) Rejected() map[string]int {
 
 // merge keeps the report in msg if it is newer than what is known of its node, and says so.
 func (g *Gossip) merge(msg []byte) (*Report, bool) {
+	r, fresh := g.admit(msg)
+	if fresh && r.Leaving {
+		g.leftAfterAll(r.Node)
+	}
+	return r, fresh
+}
+
+// leftAfterAll records as left a peer already recorded dead whose last report, marked Leaving, came in
+// after memberlist's word that it is gone: the two travel separately, and on a busy machine the leave
+// can come first.
+func (g *Gossip) leftAfterAll(node string) {
+	g.mu.Lock()
+	pv, ok := g.peers[node]
+	changed := ok && pv.State == PeerDead
+	if changed {
+		pv.State = PeerLeft
+		g.peers[node] = pv
+	}
+	g.mu.Unlock()
+	if changed && g.cfg.OnPeerChange != nil {
+		g.cfg.OnPeerChange()
+	}
+}
+
+// admit is merge's check and store.
+func (g *Gossip) admit(msg []byte) (*Report, bool) {
 	// Every report reaches each member from its sender and again from peers passing it on: the copies
 	// are the same bytes as the report kept, and are dropped without decoding.
 	g.mu.Lock()
