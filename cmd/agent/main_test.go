@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/etcdcluster"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 const testKey = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"
@@ -32,10 +34,7 @@ func writeFile(t *testing.T, name, body string) string {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(proc.FreePort(t)))
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {

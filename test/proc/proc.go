@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,11 +102,45 @@ func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
 	}
 }
 
-// FreePort is a TCP port on 127.0.0.1 free a moment ago.
+// FreePort is a port on 127.0.0.1, free for TCP and UDP when it was picked, for a process the test
+// starts to listen on.
+//
+// Ports are handed out in turn from below the kernel's ephemeral range (32768–60999 by default), each
+// at most once per test binary: a port taken from the ephemeral range with a listen on :0 and closed
+// again can be given to another process's connection, or to the next such pick, before the child
+// binds it ("bind: address already in use").
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	for range portSpan {
+		port := portBase + int(nextPort.Add(1)%portSpan)
+		if free(port) {
+			return port
+		}
+	}
+	t.Fatalf("no free port in %d–%d", portBase, portBase+portSpan-1)
+	return 0
+}
+
+const portBase, portSpan = 20000, 12000
+
+// nextPort is the last port handed out, less portBase; it starts at a place of its own in each test
+// binary (packages' tests run side by side). Package state, as the kernel's port table is.
+var nextPort = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(int64(os.Getpid()*509) % portSpan)
+	return &n
+}()
+
+func free(port int) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	return u.Close() == nil
 }
