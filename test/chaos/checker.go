@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/test/netns"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // The checker trusts nothing the hub says about itself. It samples every etcd member directly (from
@@ -206,7 +207,7 @@ func (chk *checker) sample(ctx context.Context, members bool) sample {
 }
 
 // running reads the process's state from /proc: it exists and is not stopped.
-func running(p *netns.Proc) bool {
+func running(p *proc.Process) bool {
 	if p == nil || !p.Running() {
 		return false
 	}

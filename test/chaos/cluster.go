@@ -19,6 +19,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/ipmisim"
 	"github.com/hale-dev/hale/test/netns"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // Shape is the cluster under test: the control-plane machines (each an etcd member, an agent and a
@@ -39,7 +40,7 @@ type machine struct {
 
 	mu          sync.Mutex
 	on          bool
-	etcd, agent *netns.Proc
+	etcd, agent *proc.Process
 }
 
 // cluster is the cluster under test: machines, witnesses, the hub, and the out-of-band host that holds
@@ -52,7 +53,7 @@ type cluster struct {
 	dir      string
 	machines []*machine
 	wits     []*netns.Host
-	witProcs []*netns.Proc
+	witProcs []*proc.Process
 	hubH     *netns.Host
 	oob      *netns.Host
 	redfish  *bmcsim.Server
@@ -65,7 +66,7 @@ type cluster struct {
 	hubArgs    []string
 
 	mu  sync.Mutex
-	hub *netns.Proc
+	hub *proc.Process
 	// onPowerOff, when set, is called as a machine's BMC takes it down (a fault kills the hub there).
 	onPowerOff func(m *machine)
 	events     *timeline
@@ -297,7 +298,7 @@ func (c *cluster) startHub() {
 }
 
 // killHub kills the running hub and returns it (nil when none runs: another fault holds it down).
-func (c *cluster) killHub() *netns.Proc {
+func (c *cluster) killHub() *proc.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hub == nil || !c.hub.Running() {
@@ -310,7 +311,7 @@ func (c *cluster) killHub() *netns.Proc {
 // restartHub starts the hub again after old (from killHub) ended, unless something else started one
 // meanwhile: two faults that overlap must not leave two hubs, or a harness that watches the one that
 // lost the race for the journal.
-func (c *cluster) restartHub(old *netns.Proc) bool {
+func (c *cluster) restartHub(old *proc.Process) bool {
 	if old == nil {
 		return false
 	}
@@ -325,7 +326,7 @@ func (c *cluster) restartHub(old *netns.Proc) bool {
 }
 
 // witness is witness host name's agent process.
-func (c *cluster) witness(name string) *netns.Proc {
+func (c *cluster) witness(name string) *proc.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, h := range c.wits {
@@ -347,7 +348,7 @@ func (c *cluster) restartWitness(name string) {
 	}
 }
 
-func (c *cluster) hubProc() *netns.Proc {
+func (c *cluster) hubProc() *proc.Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.hub
@@ -427,7 +428,7 @@ func (m *machine) powerOff(by string) {
 	m.on = false
 	m.c.events.add("power-off", m.name, by)
 	hook := m.c.onPowerOff
-	for _, p := range []*netns.Proc{m.etcd, m.agent} {
+	for _, p := range []*proc.Process{m.etcd, m.agent} {
 		p.Signal(syscall.SIGKILL)
 		<-p.Done()
 	}
@@ -438,7 +439,7 @@ func (m *machine) powerOff(by string) {
 }
 
 // procs returns the machine's running processes (none while it is off).
-func (m *machine) procs() (etcd, agent *netns.Proc, on bool) {
+func (m *machine) procs() (etcd, agent *proc.Process, on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.etcd, m.agent, m.on

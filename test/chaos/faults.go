@@ -15,6 +15,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/test/netns"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // fault is one fault of a schedule: what, on whom, from At for For (into the run).
@@ -285,7 +286,7 @@ func (in *injector) hosts(names []string) []*netns.Host {
 }
 
 // agentProc is the agent process of a machine or witness.
-func (in *injector) agentProc(name string) *netns.Proc {
+func (in *injector) agentProc(name string) *proc.Process {
 	if strings.HasPrefix(name, "w-") {
 		return in.c.witness(name)
 	}

@@ -57,6 +57,10 @@ type fatal struct{ msg string }
 
 func (r *run) Helper() {}
 
+// Failed is false: a run's verdict is the checker's, and its processes' logs are files in its directory
+// whatever the outcome.
+func (r *run) Failed() bool { return false }
+
 func (r *run) Logf(format string, args ...any) { fmt.Fprintf(r.log, format+"\n", args...) }
 
 // Errorf logs: the lab reports cleanup failures with it, and the next lab removes what is left.

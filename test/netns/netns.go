@@ -22,20 +22,18 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hale-dev/hale/test/proc"
 )
 
 const prefix = "halet-"
 
 // TB is what a lab needs of its user: a test's testing.TB, or the chaos harness's run.
 type TB interface {
-	Helper()
-	Logf(format string, args ...any)
+	proc.TB
 	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Cleanup(func())
 	TempDir() string
 }
 
@@ -47,7 +45,6 @@ type Lab struct {
 	dir    string // process logs
 	mu     sync.Mutex
 	hosts  []*Host
-	procs  []*Proc
 	closed bool
 }
 
@@ -215,80 +212,13 @@ func (h *Host) Listen(network, addr string) (net.Listener, error) {
 	return ln, err
 }
 
-// Proc is a process running inside a host.
-type Proc struct {
-	Name string
-	args []string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-// Start starts a process inside the host; its output goes to a log file (Log). It is killed when the
-// lab closes.
-func (h *Host) Start(name string, args ...string) *Proc {
+// Start starts a process inside the host (in a process group of its own), its output appended to
+// name.log in the lab's directory. It is killed when the test ends, before the lab closes.
+func (h *Host) Start(name string, args ...string) *proc.Process {
 	l := h.lab
 	l.t.Helper()
-	logPath := filepath.Join(l.dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		l.t.Fatalf("netns lab: %v", err)
-	}
 	cmd := exec.Command("ip", append([]string{"netns", "exec", h.NS}, args...)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		l.t.Fatalf("netns lab: starting %s on %s: %v", name, h.Name, err)
-	}
-	p := &Proc{Name: name, args: args, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	l.mu.Lock()
-	l.procs = append(l.procs, p)
-	l.mu.Unlock()
-	return p
-}
-
-// Log returns what the process wrote so far.
-func (p *Proc) Log() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
-
-// Args is the command line it was started with (to start it again).
-func (p *Proc) Args() []string { return slices.Clone(p.args) }
-
-// Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// Pid is the process's ID (that of `ip netns exec`, which execs the command: the command's own).
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
-
-// Signal sends sig to the process's group.
-func (p *Proc) Signal(sig syscall.Signal) { _ = syscall.Kill(-p.cmd.Process.Pid, sig) }
-
-// Stop asks the process to stop (SIGTERM) and kills it after timeout.
-func (p *Proc) Stop(timeout time.Duration) {
-	p.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.Signal(syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// Running reports whether the process has not exited.
-func (p *Proc) Running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
+	return proc.StartWith(l.t, name, cmd, proc.Options{Log: filepath.Join(l.dir, name+".log"), Group: true, Args: args})
 }
 
 // Cut drops every packet between each host of a and each host of b, both ways (rules in a's and b's
@@ -381,7 +311,7 @@ func (l *Lab) iptables(h *Host, args ...string) {
 // Dir is where the processes' logs are.
 func (l *Lab) Dir() string { return l.dir }
 
-// Close stops every process and removes every namespace. It keeps going past errors (a cleanup).
+// Close kills what still runs in the lab and removes every namespace. It keeps going past errors (a cleanup).
 func (l *Lab) Close() {
 	l.mu.Lock()
 	if l.closed {
@@ -389,13 +319,8 @@ func (l *Lab) Close() {
 		return
 	}
 	l.closed = true
-	procs, hosts := l.procs, l.hosts
+	hosts := l.hosts
 	l.mu.Unlock()
-	for _, p := range procs {
-		if p.Running() {
-			p.Stop(5 * time.Second)
-		}
-	}
 	var errs []error
 	for _, ns := range append(hostNamespaces(hosts), l.sw) {
 		killIn(ns)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/test/proc"
 	"github.com/hale-dev/hale/test/promtest"
 )
 
@@ -49,7 +50,7 @@ type cluster struct {
 	lab    *Lab
 	cps    []*Host
 	hubH   *Host
-	hub    *Proc
+	hub    *proc.Process
 	dir    string
 	socket string
 }
@@ -97,17 +98,6 @@ probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enab
 	inv := c.write(t, "inventory.yaml", "cluster: lab\npolicy: {cooldown: 1s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n"+machines.String())
 	c.hub = c.hubH.Start("hub", bins.Hub, "run", "--inventory", inv, "--gossip-key-file", keyFile, "--join", strings.Join(joins, ","),
 		"--gossip-bind", c.hubH.Addr(7947), "--journal", filepath.Join(c.dir, "journal.db"), "--socket", c.socket, "--metrics-address", "127.0.0.1:9357")
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range lab.procs {
-				log := p.Log()
-				if len(log) > 4000 {
-					log = log[len(log)-4000:]
-				}
-				t.Logf("--- %s (last lines):\n%s", p.Name, log)
-			}
-		}
-	})
 	return c
 }
 

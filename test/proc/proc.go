@@ -1,6 +1,7 @@
-// Package proc runs a real program a test needs (an operator, a controller manager) as a child
-// process: its output kept and shown when the test fails, killed when the test ends, and waited for
-// until its health endpoint answers.
+// Package proc runs the real programs a test needs (etcd, the agent and hub binaries, an operator, a
+// controller manager, a program inside a network namespace) as child processes: output kept (in memory
+// or a file) and shown when the test fails, killed when the test ends, signalled as a crash or a hang,
+// and waited for until a health endpoint answers. Every test that starts a binary starts it here.
 package proc
 
 import (
@@ -14,32 +15,85 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
+	"syscall"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
+
+// TB is what Start needs of its caller: a test's testing.TB, or a harness's own (a chaos run's).
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+}
+
+// Options change how a process is run.
+type Options struct {
+	// Log is a file the output is appended to (kept for after the test); empty keeps it in memory.
+	Log string
+	// Group starts the process in a process group of its own; signals reach the whole group (a
+	// program run through a launcher such as `ip netns exec`, and what it forks).
+	Group bool
+	// Args is the command line as the caller sees it (what Args returns, to start it again) when cmd
+	// wraps it in a launcher; by default cmd's own.
+	Args []string
+}
 
 // Process is a running child process.
 type Process struct {
 	name string
+	args []string
 	cmd  *exec.Cmd
+	o    Options
+	done chan struct{}
+
 	mu   sync.Mutex
 	logs bytes.Buffer
-	done chan struct{}
 }
 
-// Start starts cmd (its output captured) as name; it is killed when the test ends, and the last 200
-// lines of its output are logged if the test failed.
-func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
+// Start starts cmd as name, its output kept in memory; it is killed when the test ends, and the last
+// 200 lines of its output are logged if the test failed.
+func Start(t TB, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
-	p := &Process{name: name, cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	require.NoError(t, cmd.Start(), "starting %s", name)
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	return StartWith(t, name, cmd, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t TB, name string, cmd *exec.Cmd, o Options) *Process {
+	t.Helper()
+	p := &Process{name: name, args: o.Args, cmd: cmd, o: o, done: make(chan struct{})}
+	if p.args == nil {
+		p.args = cmd.Args
+	}
+	var f *os.File
+	if o.Log != "" {
+		var err error
+		if f, err = os.OpenFile(o.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+			t.Fatalf("starting %s: its log: %v", name, err)
+		}
+		cmd.Stdout, cmd.Stderr = f, f
+	} else {
+		cmd.Stdout, cmd.Stderr = p, p
+	}
+	if o.Group {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if err := cmd.Start(); err != nil {
+		if f != nil {
+			f.Close()
+		}
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		if f != nil {
+			f.Close()
+		}
+		close(p.done)
+	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 		if t.Failed() {
 			t.Logf("%s:\n%s", name, p.Tail(200))
 		}
@@ -47,19 +101,55 @@ func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	return p
 }
 
-// Kill kills the process (SIGKILL, as a crash) and waits until it has exited.
-func (p *Process) Kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
+// Name is the name it was started as.
+func (p *Process) Name() string { return p.name }
 
-// Signal sends sig to the process (SIGSTOP and SIGCONT: a process that hangs and comes back).
-func (p *Process) Signal(sig os.Signal) { _ = p.cmd.Process.Signal(sig) }
+// Args is the command line it was started with (to start it again).
+func (p *Process) Args() []string { return append([]string(nil), p.args...) }
+
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Write keeps the process's output.
+// Running reports whether the process has not exited.
+func (p *Process) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Signal sends sig to the process, or to its group (Options.Group): SIGSTOP and SIGCONT for a process
+// that hangs and comes back, SIGKILL for a crash that is not waited for.
+func (p *Process) Signal(sig syscall.Signal) {
+	if p.o.Group {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// Kill kills the process (SIGKILL, as a crash) and waits until it has exited.
+func (p *Process) Kill() {
+	p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Stop asks the process to stop (SIGTERM), and kills it after timeout.
+func (p *Process) Stop(timeout time.Duration) {
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.Kill()
+	}
+}
+
+// Write keeps the process's output (when it is kept in memory).
 func (p *Process) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -68,6 +158,10 @@ func (p *Process) Write(b []byte) (int, error) {
 
 // Logs is everything the process printed so far.
 func (p *Process) Logs() string {
+	if p.o.Log != "" {
+		b, _ := os.ReadFile(p.o.Log)
+		return string(b)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.logs.String()
@@ -81,7 +175,7 @@ func (p *Process) Tail(n int) string {
 
 // WaitReady polls url until it answers 200 OK; the test fails if the process exits first or timeout
 // passes.
-func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
+func (p *Process) WaitReady(t TB, url string, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -109,7 +203,7 @@ func (p *Process) WaitReady(t testing.TB, url string, timeout time.Duration) {
 // at most once per test binary: a port taken from the ephemeral range with a listen on :0 and closed
 // again can be given to another process's connection, or to the next such pick, before the child
 // binds it ("bind: address already in use").
-func FreePort(t testing.TB) int {
+func FreePort(t TB) int {
 	t.Helper()
 	for range portSpan {
 		port := portBase + int(nextPort.Add(1)%portSpan)

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hale-dev/hale/test/proc"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -77,9 +78,7 @@ func Start(t *testing.T, o Options) *Server {
 	if o.Start != nil {
 		o.Start(argv...)
 	} else {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		proc.Start(t, "prometheus", exec.Command(argv[0], argv[1:]...))
 	}
 	s := &Server{t: t, addr: o.Addr, client: &http.Client{Timeout: 10 * time.Second}}
 	if o.Dial != nil {
