@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
 )
@@ -78,7 +79,7 @@ func (s sample) majority() bool { return 2*s.Heard > s.Expected }
 
 // checker samples the cluster every 200 ms.
 type checker struct {
-	c      *cluster
+	c      *lab.Cluster
 	tl     *timeline
 	client *http.Client
 
@@ -88,9 +89,9 @@ type checker struct {
 	blocked map[[2]string]bool // host IP pairs (from, to) whose packets are all dropped
 }
 
-func newChecker(c *cluster, tl *timeline) *checker {
-	chk := &checker{c: c, tl: tl, voters: len(c.machines), blocked: map[[2]string]bool{}}
-	chk.client = &http.Client{Timeout: 400 * time.Millisecond, Transport: &http.Transport{DialContext: c.oob.Dial, DisableKeepAlives: true}}
+func newChecker(c *lab.Cluster, tl *timeline) *checker {
+	chk := &checker{c: c, tl: tl, voters: len(c.Machines), blocked: map[[2]string]bool{}}
+	chk.client = &http.Client{Timeout: 400 * time.Millisecond, Transport: &http.Transport{DialContext: c.OOB.Dial, DisableKeepAlives: true}}
 	return chk
 }
 
@@ -98,15 +99,15 @@ func newChecker(c *cluster, tl *timeline) *checker {
 // probability, do not count).
 func (chk *checker) rulesChanged() {
 	blocked := map[[2]string]bool{}
-	hosts := []*netns.Host{chk.c.hubH, chk.c.oob}
-	for _, m := range chk.c.machines {
-		hosts = append(hosts, m.host)
+	hosts := []*netns.Host{chk.c.HubHost, chk.c.OOB}
+	for _, m := range chk.c.Machines {
+		hosts = append(hosts, m.Host)
 	}
-	hosts = append(hosts, chk.c.wits...)
+	hosts = append(hosts, chk.c.Witnesses...)
 	for _, h := range hosts {
 		rules, err := h.Rules()
 		if err != nil {
-			chk.c.t.Logf("checker: reading %s's rules: %v", h.Name, err)
+			chk.c.T.Logf("checker: reading %s's rules: %v", h.Name, err)
 			continue
 		}
 		for _, r := range rules {
@@ -151,21 +152,21 @@ func (chk *checker) run(ctx context.Context) {
 
 func (chk *checker) sample(ctx context.Context, members bool) sample {
 	c := chk.c
-	s := sample{At: time.Now(), Members: make([]memberSample, len(c.machines))}
+	s := sample{At: time.Now(), Members: make([]memberSample, len(c.Machines))}
 	var wg sync.WaitGroup
-	for i, m := range c.machines {
-		etcd, agent, on := m.procs()
+	for i, m := range c.Machines {
+		etcd, agent, on := m.Procs()
 		s.Members[i].Up, s.Members[i].AgentUp = on && running(etcd), on && running(agent)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			chk.status(ctx, m.host.Addr(2379), &s.Members[i])
+			chk.status(ctx, m.Host.Addr(2379), &s.Members[i])
 		}()
 	}
 	wg.Wait()
 	if members {
-		for _, m := range c.machines {
-			if v, err := chk.voterCount(ctx, m.host.Addr(2379)); err == nil {
+		for _, m := range c.Machines {
+			if v, err := chk.voterCount(ctx, m.Host.Addr(2379)); err == nil {
 				chk.mu.Lock()
 				if v != chk.voters {
 					chk.tl.add("membership", "", fmt.Sprintf("%d voters (were %d)", v, chk.voters))
@@ -176,30 +177,30 @@ func (chk *checker) sample(ctx context.Context, members bool) sample {
 			}
 		}
 	}
-	hub := c.hubProc()
+	hub := c.HubProc()
 	s.HubUp = running(hub)
-	s.Expected = len(c.machines) + len(c.wits) + 1
+	s.Expected = len(c.Machines) + len(c.Witnesses) + 1
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	s.Voters = chk.voters
 	hears := func(h *netns.Host) bool {
-		return !chk.blocked[[2]string{h.IP, c.hubH.IP}] && !chk.blocked[[2]string{c.hubH.IP, h.IP}]
+		return !chk.blocked[[2]string{h.IP, c.HubHost.IP}] && !chk.blocked[[2]string{c.HubHost.IP, h.IP}]
 	}
-	s.CutFromHub = make([]bool, len(c.machines))
-	for i, m := range c.machines {
-		s.CutFromHub[i] = !hears(m.host)
+	s.CutFromHub = make([]bool, len(c.Machines))
+	for i, m := range c.Machines {
+		s.CutFromHub[i] = !hears(m.Host)
 	}
 	if !s.HubUp {
 		return s
 	}
 	s.Heard = 1
-	for i := range c.machines {
+	for i := range c.Machines {
 		if s.Members[i].AgentUp && !s.CutFromHub[i] {
 			s.Heard++
 		}
 	}
-	for _, h := range c.wits {
-		if running(c.witness(h.Name)) && hears(h) {
+	for _, h := range c.Witnesses {
+		if running(c.Witness(h.Name)) && hears(h) {
 			s.Heard++
 		}
 	}

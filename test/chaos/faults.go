@@ -14,6 +14,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
 )
@@ -108,7 +109,7 @@ var kindWeights = []struct {
 
 // generate draws a schedule of faults over d from seed: one begins every 2-12 s, lasting 3-20 s
 // (so a few overlap), each of them over by d.
-func generate(seed uint64, d time.Duration, sh Shape) schedule {
+func generate(seed uint64, d time.Duration, sh lab.Shape) schedule {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	total := 0
 	for _, kw := range kindWeights {
@@ -239,7 +240,7 @@ func selfTest(d time.Duration) schedule {
 
 // injector applies a schedule's faults to a cluster and undoes them.
 type injector struct {
-	c   *cluster
+	c   *lab.Cluster
 	tl  *timeline
 	chk *checker
 
@@ -253,9 +254,9 @@ type injector struct {
 // signaler is a process a fault can stop and continue.
 type signaler interface{ Signal(syscall.Signal) }
 
-func newInjector(c *cluster, tl *timeline, chk *checker) *injector {
+func newInjector(c *lab.Cluster, tl *timeline, chk *checker) *injector {
 	in := &injector{c: c, tl: tl, chk: chk, bmc: map[string]int{}, stopped: map[signaler]bool{}}
-	c.onPowerOff = in.poweredOff
+	c.OnPowerOff = in.poweredOff
 	return in
 }
 
@@ -263,17 +264,17 @@ func newInjector(c *cluster, tl *timeline, chk *checker) *injector {
 func (in *injector) host(name string) *netns.Host {
 	switch {
 	case name == "hub":
-		return in.c.hubH
+		return in.c.HubHost
 	case strings.HasPrefix(name, "w-"):
-		for _, h := range in.c.wits {
+		for _, h := range in.c.Witnesses {
 			if h.Name == name {
 				return h
 			}
 		}
 	default:
-		return in.c.machine(name).host
+		return in.c.Machine(name).Host
 	}
-	in.c.t.Fatalf("chaos: no host %s", name)
+	in.c.T.Fatalf("chaos: no host %s", name)
 	return nil
 }
 
@@ -288,9 +289,9 @@ func (in *injector) hosts(names []string) []*netns.Host {
 // agentProc is the agent process of a machine or witness.
 func (in *injector) agentProc(name string) *proc.Process {
 	if strings.HasPrefix(name, "w-") {
-		return in.c.witness(name)
+		return in.c.Witness(name)
 	}
-	_, agent, _ := in.c.machine(name).procs()
+	_, agent, _ := in.c.Machine(name).Procs()
 	return agent
 }
 
@@ -326,11 +327,11 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	end := func() { sleepUntil(ctx, time.Now().Add(f.For)) }
 	switch f.Kind {
 	case killEtcd:
-		if etcd, _, on := in.c.machine(f.A[0]).procs(); on {
+		if etcd, _, on := in.c.Machine(f.A[0]).Procs(); on {
 			etcd.Signal(syscall.SIGKILL)
 		}
 	case stopEtcd:
-		if etcd, _, on := in.c.machine(f.A[0]).procs(); on {
+		if etcd, _, on := in.c.Machine(f.A[0]).Procs(); on {
 			in.pause(etcd, end)
 		}
 	case killAgent:
@@ -338,13 +339,13 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	case stopAgent:
 		in.pause(in.agentProc(f.A[0]), end)
 	case killHub:
-		old := in.c.killHub()
+		old := in.c.KillHub()
 		end()
-		if in.c.restartHub(old) {
+		if in.c.RestartHub(old) {
 			in.tl.add("restart", "hub", "")
 		}
 	case stopHub:
-		in.pause(in.c.hubProc(), end)
+		in.pause(in.c.HubProc(), end)
 	case killHubStep:
 		in.mu.Lock()
 		in.armedKill = true
@@ -365,17 +366,17 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.drop(in.hosts(f.A), in.hosts(f.B), 1, end)
 	case loss:
 		a, b := in.hosts(f.A), in.hosts(f.B)
-		in.c.lab.Drop(b, a, f.P)
+		in.c.Lab.Drop(b, a, f.P)
 		in.drop(a, b, f.P, end)
-		in.c.lab.Undrop(b, a, f.P)
+		in.c.Lab.Undrop(b, a, f.P)
 	case bmcNet:
-		in.cut([]*netns.Host{in.c.hubH}, []*netns.Host{in.c.oob}, end)
+		in.cut([]*netns.Host{in.c.HubHost}, []*netns.Host{in.c.OOB}, end)
 	case bmcSlow, bmc500, bmcAuth, bmcIgnore:
 		in.setBMC(f.Kind, 1)
 		end()
 		in.setBMC(f.Kind, -1)
 	case ipmiStop:
-		for _, sim := range in.c.ipmi {
+		for _, sim := range in.c.IPMI {
 			in.pause(sim, end)
 		}
 	case opPause:
@@ -389,9 +390,9 @@ func (in *injector) apply(ctx context.Context, f fault) {
 	case rekey:
 		in.rekey(ctx, f.A[0])
 	case rogue:
-		m := in.c.machine(f.A[0])
-		out, err := in.c.hubH.Run(in.c.bins.Hub, "bmc", "power", "cycle", m.bmc, "--credentials", m.creds)
-		in.tl.add("rogue", m.name, fmt.Sprintf("hub bmc power cycle: %v %s", err, firstLine(out)))
+		m := in.c.Machine(f.A[0])
+		out, err := in.c.HubHost.Run(in.c.Bins.Hub, "bmc", "power", "cycle", m.BMC, "--credentials", m.Creds)
+		in.tl.add("rogue", m.Name, fmt.Sprintf("hub bmc power cycle: %v %s", err, firstLine(out)))
 	case opReboot:
 		args := []string{"reboot", f.A[0], "--wait"}
 		if f.Force {
@@ -404,20 +405,20 @@ func (in *injector) apply(ctx context.Context, f fault) {
 // rekey rotates machine name's identity key (see the rekey fault).
 func (in *injector) rekey(ctx context.Context, name string) {
 	c := in.c
-	key := c.identityFile(name)
-	out, err := exec.Command(c.bins.Agent, "-node", name, "-identity-file", key+".new", "-print-identity").Output()
+	key := c.IdentityFile(name)
+	out, err := exec.Command(c.Bins.Agent, "-node", name, "-identity-file", key+".new", "-print-identity").Output()
 	if err != nil {
 		in.tl.add("rekey", name, fmt.Sprintf("making the new key: %v", err))
 		return
 	}
 	line := strings.TrimSpace(string(out))
-	old, err := os.ReadFile(c.pinnedFile)
+	old, err := os.ReadFile(c.PinnedFile)
 	if err != nil {
 		in.tl.add("rekey", name, fmt.Sprintf("reading the pinned keys: %v", err))
 		return
 	}
 	settle := 2*health.KeyFileCheck + time.Second // every member reads the file again
-	c.replace(c.pinnedFile, string(old)+line+"\n")
+	c.Replace(c.PinnedFile, string(old)+line+"\n")
 	in.tl.add("rekey", name, "new key pinned beside the old")
 	if !sleepUntil(ctx, time.Now().Add(settle)) {
 		return
@@ -437,7 +438,7 @@ func (in *injector) rekey(ctx context.Context, name string) {
 			kept = append(kept, l)
 		}
 	}
-	c.replace(c.pinnedFile, strings.Join(append(kept, line), "\n")+"\n")
+	c.Replace(c.PinnedFile, strings.Join(append(kept, line), "\n")+"\n")
 	in.tl.add("rekey", name, "old key dropped")
 }
 
@@ -448,9 +449,9 @@ func (in *injector) forge(name string, h *netns.Host, end func()) {
 	n := in.forgers
 	in.mu.Unlock()
 	c := in.c
-	cfg := c.write(fmt.Sprintf("forger-%d.yaml", n), c.agentConfig(name, h.Addr(7950+n), c.identityFile(fmt.Sprintf("forger-%d", n)),
+	cfg := c.Write(fmt.Sprintf("forger-%d.yaml", n), c.AgentConfig(name, h.Addr(7950+n), c.IdentityFile(fmt.Sprintf("forger-%d", n)),
 		"http://127.0.0.1:1", fmt.Sprintf("127.0.0.1:%d", 9200+n)))
-	p := h.Start(fmt.Sprintf("forger-%d", n), c.bins.Agent, "-config", cfg)
+	p := h.Start(fmt.Sprintf("forger-%d", n), c.Bins.Agent, "-config", cfg)
 	end()
 	p.Signal(syscall.SIGKILL)
 	<-p.Done()
@@ -473,52 +474,39 @@ func (in *injector) pause(p signaler, end func()) {
 // that meanwhile.
 func (in *injector) restartAgent(name string, end func()) {
 	if strings.HasPrefix(name, "w-") {
-		old := in.c.witness(name)
+		old := in.c.Witness(name)
 		old.Signal(syscall.SIGKILL)
 		<-old.Done()
 		end()
-		in.c.restartWitness(name)
+		in.c.RestartWitness(name)
 		in.tl.add("restart", name, "agent")
 		return
 	}
-	m := in.c.machine(name)
-	m.mu.Lock()
-	if !m.on {
-		m.mu.Unlock()
-		return
-	}
-	old := m.agent
-	old.Signal(syscall.SIGKILL)
-	m.mu.Unlock()
-	end()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.on && m.agent == old {
-		m.agent = m.host.Start("agent-"+name, old.Args()...)
+	if in.c.Machine(name).RestartAgent(end) {
 		in.tl.add("restart", name, "agent")
 	}
 }
 
 // cut cuts a from b until end returns.
 func (in *injector) cut(a, b []*netns.Host, end func()) {
-	in.c.lab.Cut(a, b)
+	in.c.Lab.Cut(a, b)
 	in.chk.rulesChanged()
 	end()
-	in.c.lab.Uncut(a, b)
+	in.c.Lab.Uncut(a, b)
 	in.chk.rulesChanged()
 }
 
 func (in *injector) drop(a, b []*netns.Host, p float64, end func()) {
-	in.c.lab.Drop(a, b, p)
+	in.c.Lab.Drop(a, b, p)
 	in.chk.rulesChanged()
 	end()
-	in.c.lab.Undrop(a, b, p)
+	in.c.Lab.Undrop(a, b, p)
 	in.chk.rulesChanged()
 }
 
 // setBMC adds (+1) or removes (-1) a Redfish fault; overlapping ones combine.
 func (in *injector) setBMC(kind string, delta int) {
-	if in.c.redfish == nil {
+	if in.c.Redfish == nil {
 		return
 	}
 	in.mu.Lock()
@@ -533,7 +521,7 @@ func (in *injector) setBMC(kind string, delta int) {
 	}
 	f.RejectAuth = in.bmc[bmcAuth] > 0
 	f.IgnoreResets = in.bmc[bmcIgnore] > 0
-	in.c.redfish.SetFaults(f)
+	in.c.Redfish.SetFaults(f)
 }
 
 // brake applies an operator's brake (pause, suspend, detach) and lifts it after the fault's time. The
@@ -558,7 +546,7 @@ func (in *injector) brake(ctx context.Context, f fault, on, off []string) {
 // operator runs a hub command as an operator would, recording it and its answer.
 func (in *injector) operator(ctx context.Context, what, target string, args []string) bool {
 	in.tl.add("op-start", target, strings.Join(args, " "))
-	out, err := in.c.hubCommand(ctx, args...)
+	out, err := in.c.HubCommand(ctx, args...)
 	verdict := "ok"
 	if err != nil {
 		verdict = "failed: " + firstLine(out)
@@ -579,7 +567,7 @@ func firstLine(s string) string {
 }
 
 // poweredOff kills the hub when a kill-hub-bmc fault is armed: inside the BMC step that took m down.
-func (in *injector) poweredOff(m *machine) {
+func (in *injector) poweredOff(m *lab.Machine) {
 	in.mu.Lock()
 	armed := in.armedKill
 	in.armedKill = false
@@ -587,14 +575,14 @@ func (in *injector) poweredOff(m *machine) {
 	if !armed {
 		return
 	}
-	old := in.c.killHub()
+	old := in.c.KillHub()
 	if old == nil {
 		return
 	}
-	in.tl.add("fault", "hub", "killed as "+m.name+" went down")
+	in.tl.add("fault", "hub", "killed as "+m.Name+" went down")
 	go func() {
 		time.Sleep(2 * time.Second)
-		if in.c.restartHub(old) {
+		if in.c.RestartHub(old) {
 			in.tl.add("restart", "hub", "")
 		}
 	}()
@@ -603,7 +591,7 @@ func (in *injector) poweredOff(m *machine) {
 // quiet undoes whatever may remain of the faults: every rule, every stopped process, dead agents and
 // hub, BMC faults. Killed etcd members stay down: healing them is the hub's job.
 func (in *injector) quiet() {
-	in.c.lab.Heal()
+	in.c.Lab.Heal()
 	in.chk.rulesChanged()
 	in.mu.Lock()
 	for p := range in.stopped {
@@ -612,11 +600,11 @@ func (in *injector) quiet() {
 	in.stopped = map[signaler]bool{}
 	in.bmc = map[string]int{}
 	in.mu.Unlock()
-	if in.c.redfish != nil {
-		in.c.redfish.SetFaults(bmcsim.Faults{})
+	if in.c.Redfish != nil {
+		in.c.Redfish.SetFaults(bmcsim.Faults{})
 	}
-	if !in.c.hubProc().Running() {
-		in.c.startHub()
+	if !in.c.HubProc().Running() {
+		in.c.StartHub()
 		in.tl.add("restart", "hub", "quiet")
 	}
 }

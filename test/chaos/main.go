@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/netns"
 )
 
@@ -40,7 +41,7 @@ type options struct {
 	schedule, dir  string
 	keep           bool
 	out            io.Writer
-	shape          Shape
+	shape          lab.Shape
 	replay         string         // the command line prefix that replays a run
 	binaries       netns.Binaries // built by campaign when zero
 }
@@ -101,8 +102,8 @@ func campaign(ctx context.Context, o options) ([]result, error) {
 	if o.duration < 30*time.Second {
 		return nil, fmt.Errorf("-duration %v: at least 30s (faults begin 5 s in and last up to 20 s)", o.duration)
 	}
-	if o.shape == (Shape{}) {
-		o.shape = Shape{Machines: 3, Witnesses: 2, IPMI: 1}
+	if o.shape == (lab.Shape{}) {
+		o.shape = lab.Shape{Machines: 3, Witnesses: 2, IPMI: 1}
 	}
 	if o.replay == "" {
 		o.replay = "go run ./test/chaos"
@@ -196,7 +197,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	for _, f := range s.Faults {
 		fmt.Fprintf(logf, "schedule: at %5.1fs %s for %.1fs\n", f.At.Seconds(), f, f.For.Seconds())
 	}
-	c := startCluster(r, o.binaries, o.shape, s.Policy, tl)
+	c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: s.Policy, OnEvent: tl.add})
 	chk := newChecker(c, tl)
 	chk.rulesChanged()
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -218,7 +219,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	res.Checked[4] = 1
 	stopSampling()
 	evaluate(&res, tl, chk.all(), machineNames(c), requestsOf(c, tl))
-	res.Rejected = c.hubRejected(ctx)
+	res.Rejected = c.HubRejected(ctx)
 	if res.HealedIn == 0 {
 		held(ctx, c, chk, &res)
 	}
@@ -237,9 +238,9 @@ func waitHealthy(ctx context.Context, chk *checker, within time.Duration) bool {
 
 // hubSeesAll waits until the hub hears every expected observer and calls every machine Healthy: the
 // faults begin from a settled cluster. (The harness's only use of the hub's word besides property 5.)
-func hubSeesAll(ctx context.Context, c *cluster, within time.Duration) bool {
+func hubSeesAll(ctx context.Context, c *lab.Cluster, within time.Duration) bool {
 	for end := time.Now().Add(within); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(500 * time.Millisecond) {
-		st, err := c.status(ctx)
+		st, err := c.Status(ctx)
 		if err != nil || len(st.Observers.Heard) != st.Observers.Expected || len(st.Machines) == 0 {
 			continue
 		}
@@ -254,24 +255,24 @@ func hubSeesAll(ctx context.Context, c *cluster, within time.Duration) bool {
 	return false
 }
 
-func machineNames(c *cluster) []string {
+func machineNames(c *lab.Cluster) []string {
 	var out []string
-	for _, m := range c.machines {
-		out = append(out, m.name)
+	for _, m := range c.Machines {
+		out = append(out, m.Name)
 	}
 	return out
 }
 
 // requestsOf gathers the state-changing requests the BMCs got: Redfish resets (recorded as they
 // came) and ipmi_sim's chassis calls.
-func requestsOf(c *cluster, tl *timeline) []request {
+func requestsOf(c *lab.Cluster, tl *timeline) []request {
 	var out []request
 	for _, e := range tl.all() {
 		if e.Kind == "bmc-request" {
 			out = append(out, request{At: e.At, Machine: e.Target, Detail: "a Redfish reset"})
 		}
 	}
-	for name, sim := range c.ipmi {
+	for name, sim := range c.IPMI {
 		for _, a := range sim.TimedActions() {
 			out = append(out, request{At: a.At, Machine: name, Detail: "IPMI " + a.What})
 		}
@@ -282,26 +283,26 @@ func requestsOf(c *cluster, tl *timeline) []request {
 
 // held is property 5 for machines still unhealthy at the bound: each must be held by the hub with a
 // reason it gives (its status's decision for the machine); anything else is a violation.
-func held(ctx context.Context, c *cluster, chk *checker, res *result) {
+func held(ctx context.Context, c *lab.Cluster, chk *checker, res *result) {
 	s, _ := chk.latest()
-	st, err := c.status(ctx)
+	st, err := c.Status(ctx)
 	h := s.healthy()
-	for i, m := range c.machines {
+	for i, m := range c.Machines {
 		if h[i] && s.Members[i].AgentUp {
 			continue
 		}
 		reason := ""
 		for _, ms := range st.Machines {
-			if ms.Name == m.name {
+			if ms.Name == m.Name {
 				reason = ms.Decision
 			}
 		}
 		if reason == "" {
 			res.Violations[4] = append(res.Violations[4], fmt.Sprintf("%s not healthy %v after the quiet period began, and the hub gives no reason (status: %v)",
-				m.name, chk.tl.since(time.Now()), errOr(err, "no decision")))
+				m.Name, chk.tl.since(time.Now()), errOr(err, "no decision")))
 			continue
 		}
-		res.Held = append(res.Held, m.name+": "+reason)
+		res.Held = append(res.Held, m.Name+": "+reason)
 	}
 	if len(res.Held) == 0 && len(res.Violations[4]) == 0 {
 		res.Violations[4] = append(res.Violations[4], "not every machine healthy within the bound (the hub or an agent is down)")

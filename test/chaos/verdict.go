@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/test/lab"
 )
 
 // Grace is how long the hub may go on acting on what it heard before a cut: its view of an observer
@@ -180,9 +182,9 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 	last := map[string]time.Time{}
 	for _, a := range hale {
 		res.Checked[2]++
-		if t, ok := last[a.Machine]; ok && a.At.Sub(t) < Cooldown {
+		if t, ok := last[a.Machine]; ok && a.At.Sub(t) < lab.Cooldown {
 			res.Violations[2] = append(res.Violations[2], fmt.Sprintf("%s: %s powered off by Hale again %.1fs after the last time (cooldown %v)",
-				at(a.At), a.Machine, a.At.Sub(t).Seconds(), Cooldown))
+				at(a.At), a.Machine, a.At.Sub(t).Seconds(), lab.Cooldown))
 		}
 		last[a.Machine] = a.At
 	}

@@ -1,7 +1,7 @@
 // Package partition cuts gossip links between members of a pool that runs in one process (the demo
 // topology): a memberlist transport that drops the UDP packets and refuses the TCP connections between
 // members on opposite sides of a cut, both ways. Process-level tests cut real links with iptables in
-// network namespaces instead (test/netns).
+// network namespaces instead (test/netns, test/lab).
 package partition
 
 import (

@@ -1,0 +1,516 @@
+// Package lab is a cluster of machines in network namespaces (test/netns): each control-plane
+// Machine a host with a real etcd member and a real agent whose power is its BMC's (the project's
+// Redfish simulator, or ipmi_sim), witness hosts with their agents, a hub host running the real `hub
+// run`, and an out-of-band host holding the BMCs. Every member has its own identity key, made with the
+// real CLIs. The chaos runs, the partition test and the quorum-loss tests share it.
+package lab
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/test/ipmisim"
+	"github.com/hale-dev/hale/test/netns"
+	"github.com/hale-dev/hale/test/proc"
+)
+
+// Shape is the cluster under test: the control-plane machines (each an etcd member, an agent and a
+// BMC: Redfish for the first ones, ipmi_sim for the last IPMI of them) and the witness hosts.
+type Shape struct {
+	Machines, Witnesses, IPMI int
+}
+
+// Cooldown is the inventory's cooldown: no two of Hale's power actions on one machine come closer.
+const Cooldown = 20 * time.Second
+
+// Machine is one control-plane machine: its host, and the processes its power runs.
+type Machine struct {
+	Name, Member string
+	Host         *netns.Host
+	BMC, Creds   string // its BMC's endpoint and credentials file
+	c            *Cluster
+
+	mu          sync.Mutex
+	on          bool
+	etcd, agent *proc.Process
+}
+
+// Cluster is the cluster under test: machines, witnesses, the hub, and the out-of-band host that holds
+// the BMCs (the hub reaches them there; a cut between the two is a BMC network fault, and a test's
+// checker can sample etcd from there).
+type Cluster struct {
+	T         netns.TB // the test (or chaos run) it belongs to
+	Lab       *netns.Lab
+	Bins      netns.Binaries
+	Dir       string
+	Machines  []*Machine
+	Witnesses []*netns.Host
+	witProcs  []*proc.Process
+	HubHost   *netns.Host
+	OOB       *netns.Host
+	Redfish   *bmcsim.Server
+	IPMI      map[string]*ipmisim.Sim
+	Socket    string
+	KeyFile   string
+	// PinnedFile pins every member's key; IdentityFile(name) is each one's own.
+	PinnedFile string
+	Joins      []string
+	hubArgs    []string
+
+	mu  sync.Mutex
+	hub *proc.Process
+	// OnPowerOff, when set (before anything can power a machine off), is called as a machine's BMC
+	// takes it down (a chaos fault kills the hub there).
+	OnPowerOff func(m *Machine)
+	onEvent    func(kind, target, detail string)
+}
+
+// Options are a cluster's settings beyond its shape.
+type Options struct {
+	// Policy is added to the inventory's policy (flow style, e.g. "maxAttempts: 2").
+	Policy string
+	// OnEvent, when set, is told of every power change ("power-on", "power-off": by whom) and every
+	// Redfish reset request ("bmc-request").
+	OnEvent func(kind, target, detail string)
+}
+
+// Start starts a cluster of shape: its hosts, every member's identity, the machines powered on, the
+// witnesses' agents, the BMCs and the hub. It stops when t ends.
+func Start(t netns.TB, bins netns.Binaries, shape Shape, o Options) *Cluster {
+	lab := netns.New(t)
+	c := &Cluster{T: t, Lab: lab, Bins: bins, Dir: t.TempDir(), IPMI: map[string]*ipmisim.Sim{}, onEvent: o.OnEvent}
+	c.Socket = filepath.Join(c.Dir, "hub.sock")
+	for i := range shape.Machines {
+		m := &Machine{Name: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i), c: c}
+		m.Host = lab.Host(m.Name)
+		c.Machines = append(c.Machines, m)
+	}
+	for i := range shape.Witnesses {
+		c.Witnesses = append(c.Witnesses, lab.Host(fmt.Sprintf("w-%d", i)))
+	}
+	c.HubHost, c.OOB = lab.Host("hub"), lab.Host("oob")
+
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i*11 + 5)
+	}
+	c.KeyFile = c.Write("gossip.key", base64.StdEncoding.EncodeToString(key)+"\n")
+	for _, m := range c.Machines {
+		c.Joins = append(c.Joins, m.Host.Addr(7946))
+	}
+	c.pinIdentities()
+	for _, m := range c.Machines {
+		m.PowerOn("start")
+	}
+	var etcdURLs []string
+	for _, m := range c.Machines {
+		etcdURLs = append(etcdURLs, `"http://`+m.Host.Addr(2379)+`"`)
+	}
+	for _, h := range c.Witnesses {
+		cfg := c.Write(fmt.Sprintf("agent-%s.yaml", h.Name), fmt.Sprintf(`cluster: lab
+node: %s
+role: witness
+reportInterval: 1s
+listen: 127.0.0.1:9101
+gossip: {bind: "%s", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
+etcd: {endpoints: [%s]}
+`, h.Name, h.Addr(7946), strings.Join(c.Joins, ", "), c.KeyFile, c.IdentityFile(h.Name), c.PinnedFile, strings.Join(etcdURLs, ", ")))
+		c.witProcs = append(c.witProcs, h.Start("agent-"+h.Name, bins.Agent, "-config", cfg))
+	}
+	c.startBMCs(shape, o.Policy)
+	c.StartHub()
+	return c
+}
+
+// pinIdentities makes every member's identity key as an operator would (`agent -print-identity`,
+// `hub identity`, each creating its key) and writes the pinned-keys file of their lines.
+func (c *Cluster) pinIdentities() {
+	var lines []string
+	run := func(args ...string) {
+		out, err := exec.Command(args[0], args[1:]...).Output()
+		if err != nil {
+			c.T.Fatalf("lab: %s: %v", strings.Join(args, " "), err)
+		}
+		lines = append(lines, strings.TrimSpace(string(out)))
+	}
+	for _, m := range c.Machines {
+		run(c.Bins.Agent, "-node", m.Name, "-identity-file", c.IdentityFile(m.Name), "-print-identity")
+	}
+	for _, h := range c.Witnesses {
+		run(c.Bins.Agent, "-node", h.Name, "-identity-file", c.IdentityFile(h.Name), "-print-identity")
+	}
+	run(c.Bins.Hub, "identity", "--identity-file", c.IdentityFile("hub"))
+	c.PinnedFile = c.Write("pinned-keys", "# every member's key (NAME ed25519:BASE64)\n"+strings.Join(lines, "\n")+"\n")
+}
+
+// IdentityFile is member name's own identity key.
+func (c *Cluster) IdentityFile(name string) string {
+	return filepath.Join(c.Dir, "identity-"+name+".key")
+}
+
+// Replace writes body to path at once (a new file renamed over it): a member reading it sees the old
+// content or the new, never half.
+func (c *Cluster) Replace(path, body string) {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		c.T.Fatalf("lab: %v", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		c.T.Fatalf("lab: %v", err)
+	}
+}
+
+func (c *Cluster) Write(name, body string) string {
+	p := filepath.Join(c.Dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		c.T.Fatalf("lab: %v", err)
+	}
+	return p
+}
+
+// startBMCs starts the Redfish simulator (for the first machines) on the out-of-band host, listening
+// there from inside this process, and one ipmi_sim per IPMI machine (the last ones), each a process on
+// that host; their power runs the machines' processes.
+func (c *Cluster) startBMCs(shape Shape, policy string) {
+	creds := c.Write("bmc-credentials", "username=admin\npassword=lab-secret\n")
+	nRedfish := len(c.Machines) - shape.IPMI
+	var ids []string
+	for _, m := range c.Machines[:nRedfish] {
+		ids = append(ids, m.Name)
+	}
+	ln, err := c.OOB.Listen("tcp", c.OOB.Addr(8000))
+	if err != nil {
+		c.T.Fatalf("lab: the Redfish simulator's listener: %v", err)
+	}
+	cfg := bmcsim.Config{Listener: ln, Username: "admin", Password: "lab-secret", PlainHTTP: true,
+		OnPower: func(id string, running bool) {
+			m := c.Machine(id)
+			if running {
+				m.PowerOn("Redfish")
+			} else {
+				m.PowerOff("Redfish")
+			}
+		},
+		OnRequest: func(r *http.Request) {
+			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "Reset") {
+				c.event("bmc-request", strings.TrimPrefix(r.URL.Path, "/redfish/v1/Systems/"), "POST")
+			}
+		}}
+	for _, id := range ids {
+		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: id, PowerOnDelay: 200 * time.Millisecond,
+			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
+	}
+	if len(ids) > 0 {
+		if c.Redfish, err = bmcsim.Start(cfg); err != nil {
+			c.T.Fatalf("lab: the Redfish simulator: %v", err)
+		}
+		c.T.Cleanup(func() { _ = c.Redfish.Close() })
+	}
+	for i, m := range c.Machines[nRedfish:] {
+		dir := filepath.Join(c.Dir, "ipmi-"+m.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			c.T.Fatalf("lab: %v", err)
+		}
+		sim, err := ipmisim.StartAt(dir, ipmisim.Options{Host: c.OOB.IP, Port: 6230 + i, Wrap: []string{"ip", "netns", "exec", c.OOB.NS}})
+		if err != nil {
+			c.T.Fatalf("lab: ipmi_sim for %s: %v", m.Name, err)
+		}
+		c.IPMI[m.Name] = sim
+		c.Write("ipmi-credentials-"+m.Name, fmt.Sprintf("username=%s\npassword=%s\n", sim.Username, sim.Password))
+		c.followIPMI(m, sim)
+	}
+	var inv strings.Builder
+	if policy != "" {
+		policy = ", " + policy
+	}
+	fmt.Fprintf(&inv, "cluster: lab\npolicy: {cooldown: %s%s}\nclasses: {cp: {strategy: reboot}}\n", Cooldown, policy)
+	if len(c.Witnesses) > 0 {
+		var names []string
+		for _, h := range c.Witnesses {
+			names = append(names, h.Name)
+		}
+		fmt.Fprintf(&inv, "witnesses: [%s]\n", strings.Join(names, ", "))
+	}
+	inv.WriteString("machines:\n")
+	for _, m := range c.Machines {
+		ep, file := fmt.Sprintf("redfish+http://%s/systems/%s", c.OOB.Addr(8000), m.Name), creds
+		if sim := c.IPMI[m.Name]; sim != nil {
+			ep, file = fmt.Sprintf("ipmi://%s:%d", sim.Host, sim.Port), filepath.Join(c.Dir, "ipmi-credentials-"+m.Name)
+		}
+		m.BMC, m.Creds = ep, file
+		fmt.Fprintf(&inv, "  - {name: %s, member: %s, class: cp, bmc: {endpoint: %q, credentials: %s}}\n", m.Name, m.Member, ep, file)
+	}
+	inventory := c.Write("inventory.yaml", inv.String())
+	c.hubArgs = []string{c.Bins.Hub, "run", "--inventory", inventory, "--gossip-key-file", c.KeyFile, "--join", strings.Join(c.Joins, ","),
+		"--gossip-bind", c.HubHost.Addr(7947), "--journal", filepath.Join(c.Dir, "journal.db"), "--socket", c.Socket,
+		"--metrics-address", "127.0.0.1:9357", "--identity-file", c.IdentityFile("hub"), "--pinned-file", c.PinnedFile}
+}
+
+// followIPMI runs m's power from its ipmi_sim's chassis log: power 0 stops the machine, power 1 starts
+// it, reset 1 (a hard reset) does both, shutdown 1 stops it once its power is off.
+func (c *Cluster) followIPMI(m *Machine, sim *ipmisim.Sim) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	c.T.Cleanup(func() { close(stop); <-done; sim.Stop() })
+	go func() {
+		defer close(done)
+		seen, soft := 0, false
+		for {
+			actions := sim.Actions()
+			for _, a := range actions[seen:] {
+				switch a {
+				case "power 0":
+					m.PowerOff("IPMI")
+				case "power 1":
+					m.PowerOn("IPMI")
+				case "reset 1":
+					m.PowerOff("IPMI reset")
+					m.PowerOn("IPMI reset")
+				}
+				soft = a == "shutdown 1" // the OS shuts down: the power goes off 200 ms later
+			}
+			seen = len(actions)
+			if soft && !sim.Power() {
+				m.PowerOff("IPMI soft off")
+				soft = false
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+func (c *Cluster) Machine(name string) *Machine {
+	for _, m := range c.Machines {
+		if m.Name == name {
+			return m
+		}
+	}
+	c.T.Fatalf("lab: no machine %s", name)
+	return nil
+}
+
+// StartHub starts (or restarts) the real `hub run`, with its journal where the last one left it.
+func (c *Cluster) StartHub() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hub = c.HubHost.Start("hub", c.hubArgs...)
+}
+
+// KillHub kills the running hub and returns it (nil when none runs: another fault holds it down).
+func (c *Cluster) KillHub() *proc.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hub == nil || !c.hub.Running() {
+		return nil
+	}
+	c.hub.Signal(syscall.SIGKILL)
+	return c.hub
+}
+
+// RestartHub starts the hub again after old (from killHub) ended, unless something else started one
+// meanwhile: two faults that overlap must not leave two hubs, or a harness that watches the one that
+// lost the race for the journal.
+func (c *Cluster) RestartHub(old *proc.Process) bool {
+	if old == nil {
+		return false
+	}
+	<-old.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hub != old {
+		return false
+	}
+	c.hub = c.HubHost.Start("hub", c.hubArgs...)
+	return true
+}
+
+// Witness is witness host name's agent process.
+func (c *Cluster) Witness(name string) *proc.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, h := range c.Witnesses {
+		if h.Name == name {
+			return c.witProcs[i]
+		}
+	}
+	return nil
+}
+
+// RestartWitness starts witness name's agent again.
+func (c *Cluster) RestartWitness(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, h := range c.Witnesses {
+		if h.Name == name {
+			c.witProcs[i] = h.Start("agent-"+name, c.witProcs[i].Args()...)
+		}
+	}
+}
+
+func (c *Cluster) HubProc() *proc.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hub
+}
+
+// PowerOn starts the machine's etcd member (with the data dir it had) and its agent.
+func (m *Machine) PowerOn(by string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.on {
+		return
+	}
+	c := m.c
+	var initial []string
+	for _, o := range c.Machines {
+		initial = append(initial, fmt.Sprintf("%s=http://%s", o.Member, o.Host.Addr(2380)))
+	}
+	h := m.Host
+	m.etcd = h.Start(m.Member, c.Bins.Etcd, "--name", m.Member, "--data-dir", filepath.Join(c.Dir, m.Member),
+		"--listen-client-urls", "http://"+h.Addr(2379), "--advertise-client-urls", "http://"+h.Addr(2379),
+		"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
+		"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
+	cfg := c.Write("agent-"+m.Name+".yaml", c.AgentConfig(m.Name, h.Addr(7946), c.IdentityFile(m.Name), "http://"+h.Addr(2379), "127.0.0.1:9101"))
+	m.agent = h.Start("agent-"+m.Name, c.Bins.Agent, "-config", cfg)
+	m.on = true
+	c.event("power-on", m.Name, by)
+}
+
+// AgentConfig is a machine's agent configuration: its name, gossip address, identity key, etcd member
+// and metrics address.
+func (c *Cluster) AgentConfig(node, gossip, identity, etcd, listen string) string {
+	return fmt.Sprintf(`cluster: lab
+node: %s
+reportInterval: 1s
+listen: %s
+gossip: {bind: "%s", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
+etcd: {endpoint: "%s"}
+probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
+`, node, listen, gossip, strings.Join(c.Joins, ", "), c.KeyFile, identity, c.PinnedFile, etcd)
+}
+
+// HubRejected reads the hub's count of refused gossip messages by reason from its /metrics.
+func (c *Cluster) HubRejected(ctx context.Context) map[string]int {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: c.HubHost.Dial, DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:9357/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]int{}
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, `hale_hub_gossip_rejected_total{reason="`)
+		if !ok {
+			continue
+		}
+		reason, n, _ := strings.Cut(rest, `"} `)
+		var v float64
+		if _, err := fmt.Sscan(n, &v); err == nil && v > 0 {
+			out[reason] = int(v)
+		}
+	}
+	return out
+}
+
+// PowerOff kills every process of the machine at once, as a power cut does.
+func (m *Machine) PowerOff(by string) {
+	m.mu.Lock()
+	if !m.on {
+		m.mu.Unlock()
+		return
+	}
+	m.on = false
+	m.c.event("power-off", m.Name, by)
+	hook := m.c.OnPowerOff
+	for _, p := range []*proc.Process{m.etcd, m.agent} {
+		p.Signal(syscall.SIGKILL)
+		<-p.Done()
+	}
+	m.mu.Unlock()
+	if hook != nil {
+		hook(m)
+	}
+}
+
+// RestartAgent kills the machine's agent and, after between returns, starts it again, unless the
+// machine's power did that meanwhile; it says whether it did (false too when the machine is off).
+func (m *Machine) RestartAgent(between func()) bool {
+	m.mu.Lock()
+	if !m.on {
+		m.mu.Unlock()
+		return false
+	}
+	old := m.agent
+	old.Signal(syscall.SIGKILL)
+	m.mu.Unlock()
+	between()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.on || m.agent != old {
+		return false
+	}
+	m.agent = m.Host.Start("agent-"+m.Name, old.Args()...)
+	return true
+}
+
+// Procs returns the machine's running processes (none while it is off).
+func (m *Machine) Procs() (etcd, agent *proc.Process, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etcd, m.agent, m.on
+}
+
+// Status is the hub's status (hub status -o json).
+func (c *Cluster) Status(ctx context.Context) (hub.Status, error) {
+	var st hub.Status
+	out, err := c.HubCommand(ctx, "status", "-o", "json")
+	if err != nil {
+		return st, fmt.Errorf("hub status: %w: %s", err, firstLine(out))
+	}
+	return st, json.Unmarshal([]byte(out), &st)
+}
+
+// HubCommand runs `hub ARGS --socket S` from outside the lab (the socket is a path) and returns its
+// combined output.
+func (c *Cluster) HubCommand(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.Bins.Hub, append(args, "--socket", c.Socket)...)
+	cmd.Env = append(os.Environ(), "USER=lab")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// event tells the cluster's user of a power change or a BMC request.
+func (c *Cluster) event(kind, target, detail string) {
+	if c.onEvent != nil {
+		c.onEvent(kind, target, detail)
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
