@@ -54,7 +54,10 @@ func TestChaos(t *testing.T) {
 		return results
 	}
 
+	// The runs go two at a time (go test's -parallel is GOMAXPROCS): each lab keeps well under a core
+	// busy, and safety does not depend on a quiet machine (test/run prints the stage's cores busy).
 	t.Run("checker-selftest", func(t *testing.T) {
+		t.Parallel()
 		o := base
 		o.schedule, o.duration = selfTest(0).Name, 30*time.Second
 		r := campaignOf(t, o)[0]
@@ -63,6 +66,7 @@ func TestChaos(t *testing.T) {
 	})
 	for _, name := range scheduleNames() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			o := base
 			o.schedule, o.duration = name, 60*time.Second
 			r := campaignOf(t, o)[0]
@@ -102,6 +106,7 @@ func TestChaos(t *testing.T) {
 	}
 	for _, s := range seeds {
 		t.Run("seed-"+s, func(t *testing.T) {
+			t.Parallel()
 			o := base
 			_, err := fmt.Sscan(s, &o.seed)
 			require.NoError(t, err, "HALE_CHAOS_SEEDS")

@@ -3,8 +3,9 @@
 // real processes started inside them, and real network faults (iptables DROP rules inside the hosts'
 // namespaces: partitions, one-way drops). It needs root, `ip` (iproute2) and `iptables`.
 //
-// Everything it makes is named halet-PID-…: a lab removes what it made when it closes, and on start
-// whatever an earlier lab left behind whose process is gone (a test killed mid-run).
+// Everything it makes is named halet-PID-N-… (N: the process's Nth lab): a lab removes what it made
+// when it closes, and on start whatever an earlier lab left behind whose process is gone (a test
+// killed mid-run). Labs side by side each have a bridge of their own: the same addresses never meet.
 package netns
 
 import (
@@ -21,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -29,6 +31,10 @@ import (
 )
 
 const prefix = "halet-"
+
+// labs counts the labs this process made: labs side by side (parallel chaos runs) have names of their
+// own. Package state, as the kernel's namespace names are.
+var labs atomic.Int64
 
 // TB is what a lab needs of its user: a test's testing.TB, or the chaos harness's run.
 type TB interface {
@@ -77,7 +83,7 @@ func New(t TB) *Lab {
 		t.Fatalf("netns lab: %s", why)
 	}
 	removeLeftovers(t)
-	l := &Lab{t: t, id: fmt.Sprintf("%s%d", prefix, os.Getpid()), dir: t.TempDir()}
+	l := &Lab{t: t, id: fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), labs.Add(1)), dir: t.TempDir()}
 	l.sw = l.id + "-sw"
 	t.Cleanup(l.Close)
 	l.must("ip", "netns", "add", l.sw)
