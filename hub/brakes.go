@@ -51,10 +51,10 @@ type BrakeStore interface {
 // Operator names who asked, for a brake set through the operator API.
 const Operator = "operator"
 
-// wakeIfResumed wakes the executors held at a checkpoint (gate) when the last pause was just lifted.
-// Callers hold h.mu.
-func (h *Hub) wakeIfResumed(wasPaused bool) {
-	if wasPaused && !h.isPaused() {
+// wakeIfResumed wakes the executors held at a checkpoint (gate) when the last brake that holds steps
+// was just lifted. Callers hold h.mu.
+func (h *Hub) wakeIfResumed(wasHeld bool) {
+	if wasHeld && !h.stepsHeld() {
 		close(h.resumed)
 		h.resumed = make(chan struct{})
 	}
@@ -62,6 +62,10 @@ func (h *Hub) wakeIfResumed(wasPaused bool) {
 
 // isPaused: a pause from any source holds. Callers hold h.mu.
 func (h *Hub) isPaused() bool { return h.brakes.Paused != nil || len(h.pauses) > 0 }
+
+// stepsHeld: no step of a remediation in flight starts while the hub is paused or suspended
+// (observe-only executes nothing; a step under way finishes). Callers hold h.mu.
+func (h *Hub) stepsHeld() bool { return h.isPaused() || h.brakes.Suspended != nil }
 
 // pausedBy lists every pause in force, the operator's first. Callers hold h.mu.
 func (h *Hub) pausedBy() []Brake {
@@ -80,14 +84,14 @@ func (h *Hub) pausedBy() []Brake {
 // that it will not survive a restart.
 func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bool) error {
 	h.mu.Lock()
-	wasPaused := h.isPaused()
+	wasHeld := h.stepsHeld()
 	next := h.brakes.clone()
 	if !change(&next) {
 		h.mu.Unlock()
 		return nil
 	}
 	h.brakes = next
-	h.wakeIfResumed(wasPaused)
+	h.wakeIfResumed(wasHeld)
 	h.brakeSeq++ // odd: a save in flight
 	h.mu.Unlock()
 	defer func() {
@@ -182,9 +186,9 @@ func (h *Hub) ApplyBrakes(seq uint64, b Brakes) {
 		h.mu.Unlock()
 		return
 	}
-	before, wasPaused := h.brakes, h.isPaused()
+	before, wasHeld := h.brakes, h.stepsHeld()
 	h.brakes = b.clone()
-	h.wakeIfResumed(wasPaused)
+	h.wakeIfResumed(wasHeld)
 	h.mu.Unlock()
 	for _, c := range brakeChanges(before, b) {
 		h.say(Notice{Reason: ReasonBrake, Message: c})
@@ -220,7 +224,7 @@ func brakeChanges(a, b Brakes) []string {
 // "Cluster API Cluster ns/name"); any pause holds.
 func (h *Hub) SetPause(source string, on bool, reason string) {
 	h.mu.Lock()
-	wasPaused := h.isPaused()
+	wasHeld := h.stepsHeld()
 	_, had := h.pauses[source]
 	switch {
 	case on && !had:
@@ -228,7 +232,7 @@ func (h *Hub) SetPause(source string, on bool, reason string) {
 	case !on && had:
 		delete(h.pauses, source)
 	}
-	h.wakeIfResumed(wasPaused)
+	h.wakeIfResumed(wasHeld)
 	h.mu.Unlock()
 	switch {
 	case on && !had:

@@ -66,7 +66,7 @@ func (h *Hub) SetInventory(inv Inventory) error {
 }
 
 // gate is the executors' checkpoint: it marks the remediation busy for the step that follows, or
-// holds it while the hub is paused.
+// holds it while the hub is paused or suspended.
 func (h *Hub) gate(machine string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		for {
@@ -75,7 +75,7 @@ func (h *Hub) gate(machine string) func(ctx context.Context) error {
 			if r != nil {
 				r.busy = false
 			}
-			if !h.isPaused() {
+			if !h.stepsHeld() {
 				if r != nil {
 					r.busy = true
 				}
