@@ -1,0 +1,152 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// flight is a remediation under way, as a pass sees it.
+type flight struct {
+	plan quorum.Plan
+	// next is the step under way: it and those after it are still to come.
+	next int
+	// members are the etcd members when it began (a replace's new member is the one not in it).
+	members []string
+}
+
+// membershipOf builds the cluster the planner sees: the membership that a strict majority of the
+// expected agents and witnesses report (fresh reports from observers the hub sees alive), each
+// member's health from the assessments, the members of machines with a remediation in flight
+// marked. It returns why not instead when the hub does not hear a strict majority of its expected
+// observers (then nothing is done: a hub on the minority side of a partition must not act), or when
+// no view has such a majority.
+func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hearing Hearing, flights map[string]flight) (quorum.Cluster, string) {
+	if !hearing.Majority() {
+		return quorum.Cluster{}, hearing.NoMajority()
+	}
+	e := hearing.set // the expected set the hearing was judged against
+	votes := map[string]int{}
+	lists := map[string][]health.EtcdMember{}
+	total := 0
+	for _, node := range e.judgeNodes {
+		r, reported := obs.Reports[node]
+		if pv, ok := obs.HubPeers[node]; !reported || !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
+			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
+			continue
+		}
+		k := viewKey(r.Etcd.Members)
+		votes[k]++
+		lists[k] = r.Etcd.Members
+		total++
+	}
+	best, n := "", 0
+	for k, v := range votes {
+		if v > n || v == n && k < best { // ties broken by the key: the same facts, the same answer
+			best, n = k, v
+		}
+	}
+	switch {
+	case total == 0:
+		return quorum.Cluster{}, "no fresh etcd view from any agent: waiting"
+	case 2*n <= total:
+		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d): waiting", total, n)
+	case 2*n <= e.Judges():
+		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses report the etcd membership (%d needed): "+
+			"a majority of observers must agree on it before anything is planned; waiting", n, e.Judges(), e.Judges()/2+1)
+	}
+	type machineOf struct {
+		name   string
+		health quorum.Health
+	}
+	member := map[string]machineOf{} // etcd member → its machine
+	for i, m := range inv.Machines {
+		if m.Member != "" {
+			member[m.Member] = machineOf{m.Name, assessmentOf(assessments, i, m.Name).EtcdHealth}
+		}
+	}
+	var c quorum.Cluster
+	for _, em := range lists[best] {
+		m := quorum.Member{Name: em.Name, Learner: em.Learner, Health: quorum.HealthUnknown}
+		if mm, ok := member[em.Name]; ok {
+			m.Health = mm.health
+			if _, inFlight := flights[mm.name]; inFlight {
+				m.Disruption = quorum.InFlight
+			}
+		}
+		c.Members = append(c.Members, m)
+	}
+	return c, ""
+}
+
+// assessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
+// order, or found by name when they are not.
+func assessmentOf(as []Assessment, i int, machine string) Assessment {
+	if i >= 0 && i < len(as) && as[i].Machine == machine {
+		return as[i]
+	}
+	for _, a := range as {
+		if a.Machine == machine {
+			return a
+		}
+	}
+	return Assessment{}
+}
+
+// viewKey is an etcd membership as one comparable string: the members' names and roles, sorted.
+func viewKey(members []health.EtcdMember) string {
+	keys := make([]string, len(members))
+	for i, m := range members {
+		keys[i] = fmt.Sprintf("%s:%v", m.Name, m.Learner)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
+}
+
+// stillToCome is what the remediation has left: its plan's steps from the one under way on, for the
+// planner to check new starts against in every order (empty, not nil, when the machine is not an
+// etcd member: nothing of it touches the membership); for a replace whose new member has joined,
+// the steps with that member (replacementSteps).
+func (fl flight) stillToCome(c quorum.Cluster) []quorum.Step {
+	if steps, ok := fl.replacementSteps(c); ok {
+		return steps
+	}
+	return slices.Clone(fl.plan.Steps[min(fl.next, len(fl.plan.Steps)):])
+}
+
+// replacementSteps rebuilds a replace's steps once its new member has joined: the plan names it with
+// a placeholder, but the member that appeared since the replace began (exactly one) is the one the
+// owner's steps will promote and keep, and a start beside the replace must be checked against those.
+// It joined as a learner or a voter, whatever the plan assumed: the steps follow what it is. The
+// planner skips the steps the membership shows done.
+func (fl flight) replacementSteps(c quorum.Cluster) ([]quorum.Step, bool) {
+	if fl.plan.Strategy != quorum.Replace || len(fl.members) == 0 || len(fl.plan.Steps) == 0 {
+		return nil, false
+	}
+	// The order and the old member from the steps themselves (a plan rebuilt from the journal after a
+	// restart has no shape): delete-first starts with the remove.
+	i := slices.IndexFunc(fl.plan.Steps, func(s quorum.Step) bool { return s.Op == quorum.OpRemove })
+	if i < 0 {
+		return nil, false
+	}
+	shape := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}
+	if i == 0 {
+		shape.Order = quorum.ScaleDownFirst
+	}
+	var fresh []quorum.Member
+	for _, m := range c.Members {
+		if !slices.Contains(fl.members, m.Name) {
+			fresh = append(fresh, m)
+		}
+	}
+	if len(fresh) != 1 {
+		return nil, false // not joined yet, or not one to tell: the placeholder steps stand
+	}
+	if fresh[0].Learner {
+		shape.Join = quorum.JoinAsLearner
+	}
+	return shape.Steps(fl.plan.Steps[i].Member, fresh[0].Name), true
+}

@@ -1,0 +1,286 @@
+package hub
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+var (
+	bucketMeta = []byte("meta")
+	bucketRems = []byte("remediations")
+	keyEpoch   = []byte("epoch")
+	keyBrakes  = []byte("brakes")
+)
+
+// Journal is the standalone hub's record of remediations, in a bbolt file: intent before each side
+// effect, outcome after, so that a restarted hub resumes exactly where the last one stopped. Each
+// opening takes a new epoch; a journal whose stored epoch moved past its own refuses to write.
+type Journal struct {
+	db      *bolt.DB
+	path    string
+	epoch   uint64
+	maxDone int
+	now     func() time.Time
+}
+
+// OpenJournal opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
+// finished remediations kept per machine (default 20).
+func OpenJournal(path string, keepFinished int) (*Journal, error) {
+	if keepFinished <= 0 {
+		keepFinished = 20
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("journal %s is locked by another process (is another hub running?)", path)
+	case err != nil:
+		return nil, fmt.Errorf("journal %s: %w (move the file aside to start with an empty journal; the old one is kept for inspection)", path, err)
+	}
+	j := &Journal{db: db, path: path, maxDone: keepFinished, now: func() time.Time { return time.Now().UTC() }}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(bucketRems); err != nil {
+			return err
+		}
+		if v := meta.Get(keyEpoch); len(v) == 8 {
+			j.epoch = binary.BigEndian.Uint64(v)
+		}
+		j.epoch++
+		return meta.Put(keyEpoch, binary.BigEndian.AppendUint64(nil, j.epoch))
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	return j, nil
+}
+
+// Epoch is this writer's epoch.
+func (j *Journal) Epoch() uint64 { return j.epoch }
+
+// Close closes the file.
+func (j *Journal) Close() error { return j.db.Close() }
+
+// update runs f on the remediations in a write transaction after checking that no newer epoch took
+// over.
+func (j *Journal) update(f func(rems *bolt.Bucket) error) error {
+	return j.updateTx(func(tx *bolt.Tx) error { return f(tx.Bucket(bucketRems)) })
+}
+
+func (j *Journal) updateTx(f func(tx *bolt.Tx) error) error {
+	return j.db.Update(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyEpoch); binary.BigEndian.Uint64(v) != j.epoch {
+			return fmt.Errorf("journal %s: %w (epoch %d, journal at %d)", j.path, ErrStaleEpoch, j.epoch, binary.BigEndian.Uint64(v))
+		}
+		return f(tx)
+	})
+}
+
+// Begin records a new remediation; it fails with ErrActive when the machine has one in progress.
+func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
+	if r.Machine == "" || strings.Contains(r.Machine, "/") {
+		return r, fmt.Errorf("journal: machine name %q must be non-empty and without /", r.Machine)
+	}
+	now := j.now()
+	if r.ID != "" {
+		return r, fmt.Errorf("journal: %s: adopting a request object is Kubernetes mode's (Remediation objects), not the bbolt journal's", r.ID)
+	}
+	r.ID = fmt.Sprintf("%s/%s", r.Machine, now.Format("20060102T150405.000000000Z"))
+	r.State, r.Created, r.Updated = InProgress, now, now
+	r.History = []Entry{{At: now, Step: -1, Kind: EntryNote, Detail: "begun: " + r.Reason, Epoch: j.epoch}}
+	err := j.update(func(b *bolt.Bucket) error {
+		if active, err := activeOf(b, r.Machine); err != nil {
+			return err
+		} else if active != nil {
+			return fmt.Errorf("%s: %w (%s)", r.Machine, ErrActive, active.ID)
+		}
+		return put(b, r)
+	})
+	return r, err
+}
+
+// Intent records that step is about to be taken (before the side effect).
+func (j *Journal) Intent(_ context.Context, id string, step int, detail string) error {
+	return j.event(id, Entry{Step: step, Kind: EntryIntent, Detail: detail}, "")
+}
+
+// Outcome records what step did (after the side effect).
+func (j *Journal) Outcome(_ context.Context, id string, step int, result Result, detail string) error {
+	return j.event(id, Entry{Step: step, Kind: EntryOutcome, Result: result, Detail: detail}, "")
+}
+
+// Note records something worth knowing that is neither an intent nor an outcome (step -1).
+func (j *Journal) Note(_ context.Context, id string, detail string) error {
+	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: detail}, "")
+}
+
+// Finish ends a remediation and prunes the machine's finished history to the bound.
+func (j *Journal) Finish(_ context.Context, id string, state RemediationState, detail string) error {
+	if state == InProgress {
+		return fmt.Errorf("finish %s: %s is not a final state", id, state)
+	}
+	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: string(state) + ": " + detail}, state)
+}
+
+func (j *Journal) event(id string, e Entry, finish RemediationState) error {
+	return j.update(func(b *bolt.Bucket) error {
+		r, err := get(b, id)
+		if err != nil {
+			return err
+		}
+		if r.State != InProgress {
+			return fmt.Errorf("remediation %s is %s already: %w", id, r.State, ErrFinished)
+		}
+		e.At, e.Epoch = j.now(), j.epoch
+		r.History = append(r.History, e)
+		r.Updated = e.At
+		if finish != "" {
+			r.State = finish
+		}
+		if err := put(b, r); err != nil {
+			return err
+		}
+		if finish != "" {
+			return prune(b, r.Machine, j.maxDone)
+		}
+		return nil
+	})
+}
+
+// LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
+func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
+	var b Brakes
+	err := j.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(keyBrakes)
+		if v == nil {
+			return nil
+		}
+		if err := json.Unmarshal(v, &b); err != nil {
+			return fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.path, err)
+		}
+		return nil
+	})
+	return b, err
+}
+
+// SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
+func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error {
+	v, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyBrakes, v) })
+}
+
+// Active returns every remediation in progress, oldest first: what a restarted hub must resume.
+func (j *Journal) Active(_ context.Context) ([]Remediation, error) {
+	return j.list(func(r Remediation) bool { return r.State == InProgress })
+}
+
+// Get returns one remediation.
+func (j *Journal) Get(_ context.Context, id string) (Remediation, error) {
+	var r Remediation
+	err := j.db.View(func(tx *bolt.Tx) error {
+		var err error
+		r, err = get(tx.Bucket(bucketRems), id)
+		return err
+	})
+	return r, err
+}
+
+// All returns every remediation the journal keeps, oldest first.
+func (j *Journal) All(context.Context) ([]Remediation, error) {
+	return j.list(func(Remediation) bool { return true })
+}
+
+// History returns a machine's remediations, oldest first.
+func (j *Journal) History(_ context.Context, machine string) ([]Remediation, error) {
+	return j.list(func(r Remediation) bool { return r.Machine == machine })
+}
+
+func (j *Journal) list(keep func(Remediation) bool) ([]Remediation, error) {
+	var out []Remediation
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRems).ForEach(func(k, v []byte) error {
+			var r Remediation
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("journal %s: record %s is unreadable: %w", j.path, k, err)
+			}
+			if keep(r) {
+				out = append(out, r)
+			}
+			return nil
+		})
+	})
+	slices.SortFunc(out, func(a, b Remediation) int { return a.Created.Compare(b.Created) })
+	return out, err
+}
+
+func get(b *bolt.Bucket, id string) (Remediation, error) {
+	v := b.Get([]byte(id))
+	if v == nil {
+		return Remediation{}, fmt.Errorf("%s: %w in the journal", id, ErrNoRemediation)
+	}
+	var r Remediation
+	if err := json.Unmarshal(v, &r); err != nil {
+		return Remediation{}, fmt.Errorf("remediation %s is unreadable: %w", id, err)
+	}
+	return r, nil
+}
+
+func put(b *bolt.Bucket, r Remediation) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(r.ID), v)
+}
+
+// activeOf returns the machine's remediation in progress, if any. IDs start with "machine/", so only
+// the machine's own records are read.
+func activeOf(b *bolt.Bucket, machine string) (*Remediation, error) {
+	prefix := []byte(machine + "/")
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = c.Next() {
+		var r Remediation
+		if err := json.Unmarshal(v, &r); err != nil {
+			return nil, fmt.Errorf("remediation %s is unreadable: %w", k, err)
+		}
+		if r.State == InProgress {
+			return &r, nil
+		}
+	}
+	return nil, nil
+}
+
+// prune keeps the newest keep finished remediations of a machine (keys sort by time).
+func prune(b *bolt.Bucket, machine string, keep int) error {
+	prefix := []byte(machine + "/")
+	var finished [][]byte
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = c.Next() {
+		var r Remediation
+		if json.Unmarshal(v, &r) == nil && r.State != InProgress {
+			finished = append(finished, slices.Clone(k))
+		}
+	}
+	for len(finished) > keep {
+		if err := b.Delete(finished[0]); err != nil {
+			return err
+		}
+		finished = finished[1:]
+	}
+	return nil
+}
