@@ -360,6 +360,26 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	assert.Len(t, r.sim.Resets("cp-2"), 1, "once")
 }
 
+// A remediation found in progress for a machine no longer in the inventory ends Aborted at start, and
+// is said and counted as any end is.
+func TestResumeEndsARemediationOfAMachineNoLongerThere(t *testing.T) {
+	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
+	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-9", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
+		Steps: steps("power-cycle etcd-9", "await-healthy etcd-9")})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var said []string
+	r.hub.cfg.OnNotice = func(_ time.Time, msg string) { mu.Lock(); said = append(said, msg); mu.Unlock() }
+	r.run(t)
+	r.awaitPasses(t, 2)
+	got, err := r.journal.Get(t.Context(), rem.ID)
+	require.NoError(t, err)
+	assert.Equal(t, Aborted, got.State)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, said, "cp-9: remediation "+rem.ID+" ended Aborted, found in progress at start: the machine is no longer in the inventory")
+}
+
 // One event path: a notice is the log line (machine, reason and remediation as attributes), the
 // timeline, the Kubernetes Event (Notify) and the metric, with one wording.
 func TestOneEventPath(t *testing.T) {

@@ -158,8 +158,16 @@ func (h *Hub) resume(ctx context.Context) error {
 			why = err.Error()
 		}
 		if !ok || err != nil {
-			if err := persist(ctx, nil, func(ctx context.Context) error { return h.cfg.Journal.Finish(ctx, rem.ID, Aborted, why) }); err != nil && !errors.Is(err, ErrFinished) {
+			// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
+			err := persist(ctx, nil, func(ctx context.Context) error { return h.cfg.Journal.Finish(ctx, rem.ID, Aborted, why) })
+			switch {
+			case errors.Is(err, ErrFinished):
+			case err != nil:
 				return fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
+			default:
+				h.metrics.remediation(rem, "failed")
+				h.say(Notice{Machine: rem.Machine, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
+					Message: fmt.Sprintf("%s: remediation %s ended Aborted, found in progress at start: %s", rem.Machine, rem.ID, why)})
 			}
 			continue
 		}
