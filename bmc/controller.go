@@ -34,7 +34,40 @@ var (
 	// ErrWithdrawn: the caller's check (WithCheck) withdrew a disruptive request just before it would
 	// have been sent: nothing was sent for it.
 	ErrWithdrawn = errors.New("withdrawn before it was sent")
+	// ErrUnreachable: the BMC did not answer (no connection, or no answer within the request
+	// timeout). An error that wraps it wraps ErrRefused too.
+	ErrUnreachable = errors.New("BMC unreachable")
+	// ErrNoSystem: the BMC answered but has no system the endpoint names. It wraps ErrRefused too.
+	ErrNoSystem = errors.New("no such system")
 )
+
+// Problem is what a failed call says is wrong with a BMC, for a readiness check: the operator's
+// first question ("can Hale reach and log in to this BMC?") in one word.
+type Problem string
+
+// Problems, from the outside in.
+const (
+	ProblemNone        Problem = ""
+	ProblemUnreachable Problem = "Unreachable"  // no answer: the address, the port, the network path, the BMC itself
+	ProblemLogin       Problem = "LoginRefused" // the credentials (or the account, locked or without the privilege)
+	ProblemNoSystem    Problem = "NoSuchSystem" // the endpoint's /systems/ID
+	ProblemAnswer      Problem = "BadAnswer"    // it answered, but refused or failed the request
+)
+
+// ProblemOf says what err, from a Controller's call, says is wrong.
+func ProblemOf(err error) Problem {
+	switch {
+	case err == nil:
+		return ProblemNone
+	case errors.Is(err, ErrAuth):
+		return ProblemLogin
+	case errors.Is(err, ErrUnreachable):
+		return ProblemUnreachable
+	case errors.Is(err, ErrNoSystem):
+		return ProblemNoSystem
+	}
+	return ProblemAnswer
+}
 
 type checkKey struct{}
 
@@ -144,6 +177,9 @@ type Options struct {
 	GracefulTimeout time.Duration
 	// PollInterval is the time between power-state reads while verifying (default 500 ms).
 	PollInterval time.Duration
+	// RequestTimeout bounds one request to a Redfish BMC, its answer's body included (default 10 s;
+	// an answering BMC takes well under a second). IPMI's calls have their own bound of 10 s.
+	RequestTimeout time.Duration
 	// Retries is how many times a transient failure is retried (default 4, negative for none); RetryBase and RetryMax
 	// bound the exponential backoff with jitter (defaults 250 ms and 5 s).
 	Retries   int
@@ -170,6 +206,7 @@ func (o Options) withDefaults() Options {
 	def(&o.VerifyTimeout, 60*time.Second)
 	def(&o.GracefulTimeout, 120*time.Second)
 	def(&o.PollInterval, 500*time.Millisecond)
+	def(&o.RequestTimeout, 10*time.Second)
 	def(&o.RetryBase, 250*time.Millisecond)
 	def(&o.RetryMax, 5*time.Second)
 	switch {
@@ -368,8 +405,33 @@ func (c *Controller) explain(call string, err error) error {
 		return fmt.Errorf("%s %s: %w", c.ep, call, err)
 	case classOf(err) == classAuth:
 		return fmt.Errorf("%s %s: %w: %v; check the credentials (not retried: BMC accounts lock out)", c.ep, call, ErrAuth, err)
+	case errors.Is(err, ErrUnreachable):
+		return &marked{[]error{ErrRefused, ErrUnreachable}, fmt.Sprintf("%s %s: %s: %s; check the address, the port and the network path to the BMC",
+			c.ep, call, ErrUnreachable, cause(err))}
+	case errors.Is(err, ErrNoSystem):
+		return &marked{[]error{ErrRefused, ErrNoSystem}, fmt.Sprintf("%s %s: %s", c.ep, call, cause(err))}
 	}
 	return fmt.Errorf("%s %s: %w: %v", c.ep, call, ErrRefused, err)
+}
+
+// marked is an error that is its sentinels for errors.Is (ErrUnreachable, ErrNoSystem, ErrRefused)
+// and says only its detail: no sentinel's words said twice, none that would mislead ("refused" for a
+// BMC that never answered).
+type marked struct {
+	marks  []error
+	detail string
+}
+
+func (m *marked) Error() string   { return m.detail }
+func (m *marked) Unwrap() []error { return m.marks }
+
+// cause is err's text without the sentinel's words in front (what follows "BMC unreachable: ").
+func cause(err error) string {
+	var m *marked
+	if errors.As(err, &m) {
+		return m.detail
+	}
+	return err.Error()
 }
 
 // read reads the power state with retries.

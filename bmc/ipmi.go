@@ -122,14 +122,14 @@ func (d *ipmiDriver) classify(ctx, call context.Context, what string, err error)
 	case ctx.Err() != nil:
 		return err
 	case call.Err() != nil:
-		return transient(fmt.Errorf("%s: no answer from %s:%d within %v (BMC unreachable?)", what, d.ep.Host, d.ep.Port, callTimeout))
+		return transient(&marked{[]error{ErrUnreachable}, fmt.Sprintf("%s: no answer from %s:%d within %v", what, d.ep.Host, d.ep.Port, callTimeout)})
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err
 	case strings.Contains(err.Error(), sessionFailure):
 		if d.credentialsRejected(ctx) {
 			return authFailed(fmt.Errorf("%s: the BMC rejected user %q", what, d.creds.Username))
 		}
-		return transient(fmt.Errorf("%s: no IPMI session with %s:%d (BMC unreachable, or IPMI over LAN disabled)", what, d.ep.Host, d.ep.Port))
+		return transient(&marked{[]error{ErrUnreachable}, fmt.Sprintf("%s: no IPMI session with %s:%d (or IPMI over LAN disabled)", what, d.ep.Host, d.ep.Port)})
 	case strings.Contains(err.Error(), "Insufficient privilege"), strings.Contains(err.Error(), "insufficient privilege"):
 		return authFailed(err)
 	}

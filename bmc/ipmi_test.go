@@ -90,7 +90,11 @@ func TestIPMIErrors(t *testing.T) {
 		require.NoError(t, err)
 		cerr := c.drv.(*ipmiDriver).classify(ctx, ctx, "chassis power status", errors.New(sessionFailure))
 		assert.Equal(t, classTransient, classOf(cerr))
-		assert.EqualError(t, cerr, "chassis power status: no IPMI session with 127.0.0.1:1 (BMC unreachable, or IPMI over LAN disabled)")
+		assert.ErrorIs(t, cerr, ErrUnreachable)
+		assert.EqualError(t, cerr, "chassis power status: no IPMI session with 127.0.0.1:1 (or IPMI over LAN disabled)")
+		assert.Equal(t, "ipmi://127.0.0.1:1 status: BMC unreachable: chassis power status: no IPMI session with 127.0.0.1:1 (or IPMI over LAN disabled); "+
+			"check the address, the port and the network path to the BMC", c.explain("status", cerr).Error())
+		assert.Equal(t, ProblemUnreachable, ProblemOf(c.explain("status", cerr)))
 	})
 	t.Run("an unreachable BMC ends at the caller's deadline", func(t *testing.T) {
 		ep, err := ParseEndpoint("ipmi://127.0.0.1:1")

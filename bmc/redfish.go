@@ -24,9 +24,10 @@ import (
 // redfishDriver speaks Redfish through gofish: a session per operation (basic auth when the service
 // has no session service), TLS verified unless Insecure.
 type redfishDriver struct {
-	ep    Endpoint
-	creds Credentials
-	http  *http.Client
+	ep      Endpoint
+	creds   Credentials
+	http    *http.Client
+	timeout time.Duration
 }
 
 func newRedfishDriver(ep Endpoint, creds Credentials, opts Options) (driver, error) {
@@ -50,7 +51,8 @@ func newRedfishDriver(ep Endpoint, creds Credentials, opts Options) (driver, err
 		MaxIdleConnsPerHost:   1,
 		IdleConnTimeout:       30 * time.Second,
 	}
-	return &redfishDriver{ep: ep, creds: creds, http: &http.Client{Transport: keepAlive{transport}}}, nil
+	return &redfishDriver{ep: ep, creds: creds, timeout: opts.RequestTimeout,
+		http: &http.Client{Transport: keepAlive{transport}, Timeout: opts.RequestTimeout}}, nil
 }
 
 // keepAlive undoes gofish's Connection: close. gofish keeps connections only with an HTTP client it
@@ -84,9 +86,9 @@ func (d *redfishDriver) open(ctx context.Context) (conn, error) {
 		client, err = gofish.ConnectContext(ctx, cfg)
 	}
 	if err != nil {
-		return nil, wrapRedfish("connect", err)
+		return nil, wrapRedfish("connect", err, d.timeout)
 	}
-	c := &redfishConn{client: client}
+	c := &redfishConn{client: client, timeout: d.timeout}
 	if err := c.pickSystem(d.ep.SystemID); err != nil {
 		client.Logout()
 		return nil, err
@@ -95,14 +97,15 @@ func (d *redfishDriver) open(ctx context.Context) (conn, error) {
 }
 
 type redfishConn struct {
-	client *gofish.APIClient
-	system *redfish.ComputerSystem
+	client  *gofish.APIClient
+	system  *redfish.ComputerSystem
+	timeout time.Duration
 }
 
 func (c *redfishConn) pickSystem(id string) error {
 	systems, err := c.systems()
 	if err != nil {
-		return wrapRedfish("list systems", err)
+		return wrapRedfish("list systems", err, c.timeout)
 	}
 	ids := make([]string, len(systems))
 	for i, s := range systems {
@@ -116,7 +119,7 @@ func (c *redfishConn) pickSystem(id string) error {
 	case c.system != nil:
 		return nil
 	case id != "":
-		return refused(fmt.Errorf("no system %q; the BMC has %s", id, describeIDs(ids)))
+		return refused(&marked{[]error{ErrNoSystem}, fmt.Sprintf("no system %q; the BMC has %s", id, describeIDs(ids))})
 	case len(systems) == 1:
 		c.system = systems[0]
 		return nil
@@ -216,7 +219,7 @@ func describeIDs(ids []string) string {
 func (c *redfishConn) state(context.Context) (PowerState, time.Time, error) {
 	sys, err := getObject[redfish.ComputerSystem](c.client, c.system.ODataID)
 	if err != nil {
-		return PowerUnknown, time.Time{}, wrapRedfish("read system", err)
+		return PowerUnknown, time.Time{}, wrapRedfish("read system", err, c.timeout)
 	}
 	var lastReset time.Time
 	if sys.LastResetTime != "" {
@@ -236,15 +239,23 @@ func (c *redfishConn) supports(a action) bool {
 
 func (c *redfishConn) do(_ context.Context, a action) (string, error) {
 	if err := c.system.Reset(redfish.ResetType(a)); err != nil {
-		return "", wrapRedfish("reset "+string(a), err)
+		return "", wrapRedfish("reset "+string(a), err, c.timeout)
 	}
 	return string(a), nil
 }
 
 func (c *redfishConn) close() { c.client.Logout() }
 
-// wrapRedfish classifies a gofish error and says which request failed.
-func wrapRedfish(what string, err error) error {
+// wrapRedfish classifies a gofish error and says which request failed, in a line: a BMC's error body
+// is reduced to its status, message ID and message, and one that never answered is ErrUnreachable.
+func wrapRedfish(what string, err error, timeout time.Duration) error {
+	if why := unreachable(err, timeout); why != "" {
+		return transient(&marked{[]error{ErrUnreachable}, what + ": " + why})
+	}
+	var ge *common.Error
+	if errors.As(err, &ge) {
+		err = answer{ge}
+	}
 	switch {
 	case isTLSVerification(err):
 		err = fmt.Errorf("%w; give the BMC's CA bundle (--ca-file), or skip verification explicitly (--insecure)", err)
@@ -294,6 +305,52 @@ func classifyRedfish(err error) errClass {
 		return classTransient
 	}
 	return classTransient
+}
+
+// unreachable says how a request got no answer ("" when it got one): no connection, or none within
+// the request timeout.
+func unreachable(err error, timeout time.Duration) string {
+	var op *net.OpError
+	var dns *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.As(err, &dns):
+		return "cannot resolve " + dns.Name + ": " + dns.Err
+	case errors.As(err, &op) && op.Op == "dial":
+		var sys *os.SyscallError
+		if errors.As(op.Err, &sys) {
+			return "cannot connect: " + sys.Err.Error() // "connection refused", not "connect: connection refused"
+		}
+		return "cannot connect: " + op.Err.Error()
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("no answer within %v", timeout)
+	}
+	return "" // an answer, even one cut short
+}
+
+// answer is a Redfish error answer in one line: "HTTP 401 Unauthorized: Base.1.0.NoValidSession:
+// <message>" rather than the whole body gofish keeps (hundreds of characters, newlines).
+type answer struct{ e *common.Error }
+
+func (a answer) Unwrap() error { return a.e }
+
+func (a answer) Error() string {
+	code := a.e.HTTPReturnedStatusCode
+	out := fmt.Sprintf("HTTP %d %s", code, http.StatusText(code))
+	id, msg := a.e.Code, a.e.Message
+	if len(a.e.ExtendedInfos) > 0 {
+		id, msg = a.e.ExtendedInfos[0].MessageID, a.e.ExtendedInfos[0].Message
+	}
+	if id != "" {
+		out += ": " + id
+	}
+	if msg = strings.Join(strings.Fields(msg), " "); msg != "" {
+		if len(msg) > 160 {
+			msg = msg[:160] + "…"
+		}
+		out += ": " + msg
+	}
+	return out
 }
 
 // isPlainHTTP: a TLS handshake answered by a plain-HTTP server, a configuration error. net/http says

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -378,6 +379,52 @@ func TestRedfishCheckWithdrawsDisruptiveRequests(t *testing.T) {
 			assert.NotErrorIs(t, err, ErrRefused)
 			assert.Contains(t, err.Error(), r.sim.Endpoint())
 			assert.Equal(t, tt.allow+1, checks, "a withdrawn request is not retried")
+		})
+	}
+}
+
+// A readiness check's question, "can Hale reach and log in to this BMC?", answered in one word and one
+// line that names the BMC: a silent port within the request timeout, a closed one at once, the
+// password, the system; a BMC's error body is reduced to its status, message ID and message.
+func TestRedfishProblems(t *testing.T) {
+	r := newRig(t, bmcsim.Config{})
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedAddr := closed.Addr().String()
+	require.NoError(t, closed.Close())
+	opts := r.opts()
+	opts.Retries, opts.RequestTimeout = -1, 300*time.Millisecond
+	tests := []struct {
+		name, endpoint, password string
+		want                     Problem
+		says                     string
+	}{
+		{"ready", r.sim.Endpoint(), secret, ProblemNone, ""},
+		{"wrong password", r.sim.Endpoint(), "wrong-" + secret, ProblemLogin, "HTTP 401 Unauthorized"},
+		{"silent port", "redfish://" + silent.Addr().String(), secret, ProblemUnreachable, "BMC unreachable: connect: no answer within 300ms; check the address"},
+		{"closed port", "redfish://" + closedAddr, secret, ProblemUnreachable, "BMC unreachable: connect: cannot connect: "},
+		{"no such system", r.sim.Endpoint() + "/systems/zz", secret, ProblemNoSystem, `no system "zz"; the BMC has one system (1)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := r.controller(tt.endpoint, opts, tt.password).PowerState(context.Background())
+			assert.Equal(t, tt.want, ProblemOf(err), "%v", err)
+			t.Logf("%s: %v", ProblemOf(err), err)
+			assert.Less(t, time.Since(start), 3*time.Second)
+			if tt.want == ProblemNone {
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), tt.endpoint+" status: "), err.Error())
+			assert.Contains(t, err.Error(), tt.says)
+			assert.NotContains(t, err.Error(), "\n", "one line")
+			assert.NotContains(t, err.Error(), "{", "no JSON body")
+			assert.True(t, errors.Is(err, ErrRefused) || errors.Is(err, ErrAuth), "exit code 2 for `hub bmc power`")
+			noSecret(t, err)
 		})
 	}
 }
