@@ -41,6 +41,9 @@ type Config struct {
 	// mode); without it such remediations cannot start.
 	OwnerFor func(Machine) (Owner, error)
 	BMC      bmc.Options
+	// BMCCheckInterval is how often the leading hub checks every machine's BMC (readiness.go; default
+	// 10 min, negative: never).
+	BMCCheckInterval time.Duration
 	// LoginBackoff is how long the hub makes no login to a BMC account after its credentials failed
 	// (default 5 min; it doubles with each failure in a row, up to 12 times; see logins).
 	LoginBackoff time.Duration
@@ -92,12 +95,13 @@ type Hub struct {
 	view view // the latest pass's (published by apply)
 	// running: the remediations under way (their goroutines update them).
 	running  map[string]*running
-	ledger   *ledger          // the journal's summary the passes read (never the journal)
-	logins   *logins          // BMC accounts that refused the credentials (its own lock)
-	timeline []string         // what the hub said, oldest first (bounded)
-	override PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
-	brakes   Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
-	pauses   map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
+	ledger   *ledger                 // the journal's summary the passes read (never the journal)
+	logins   *logins                 // BMC accounts that refused the credentials (its own lock)
+	bmcs     map[string]BMCReadiness // what the last readiness checks found
+	timeline []string                // what the hub said, oldest first (bounded)
+	override PolicyOverride          // over the inventory's policy (Kubernetes mode's HealthPolicy)
+	brakes   Brakes                  // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	pauses   map[string]Brake        // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
@@ -143,6 +147,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.BMCCheckInterval == 0 {
+		cfg.BMCCheckInterval = 10 * time.Minute
 	}
 	if cfg.PowerFor == nil {
 		cfg.PowerFor = cfg.BMCPower

@@ -26,6 +26,7 @@ type metrics struct {
 //	hale_hub_remediations_in_flight                        remediations under way
 //	hale_hub_paused{state}, hale_hub_suspended             the operator's brakes (state: Running, Pausing, Paused)
 //	hale_hub_detached_machines                             machines detached by the operator
+//	hale_hub_bmc_ready{machine}                            1 when the last readiness check of its BMC passed, 0 when not
 //	hale_hub_remediations_total{strategy,requested_by,result}  finished remediations (succeeded, failed)
 //	hale_hub_detection_to_action_seconds                   from Unhealthy to the first BMC call of the hub's own remediations
 //	hale_hub_notices_total{reason,type}                    what the hub said (type: Normal, Warning), as its Events
@@ -89,6 +90,7 @@ type hubCollector struct {
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
 	needOperator, degraded, machineVerdict, machineStep     *prometheus.Desc
+	bmcReady                                                *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -115,13 +117,15 @@ func newHubCollector(h *Hub) *hubCollector {
 		machineVerdict:    d("hale_hub_machine_verdict", "1 for each machine's current verdict (Healthy, Suspect, Unhealthy, Unknown), 0 for the others.", "machine", "verdict"),
 		machineStep:       d("hale_hub_machine_remediation_step", "For each machine with a remediation in flight, the index of the step under way (0-based; the step's text is in hub status).", "machine", "strategy", "steps"),
 		degraded:          d("hale_hub_degraded", "1 while this hub acts without the API server (Kubernetes mode's degraded mode: etcd quorum lost; see hub status)."),
-		loginWaits:        d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
+		bmcReady: d("hale_hub_bmc_ready", "For each machine whose BMC was checked, 1 when its last readiness check passed (it answered, took the login, "+
+			"has the system, read the power), 0 when not (hub status and explain say why; `hub check` checks again).", "machine"),
+		loginWaits: d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady} {
 		ch <- d
 	}
 }
@@ -137,6 +141,9 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range st.Machines {
 		for _, v := range []Verdict{VerdictHealthy, VerdictSuspect, VerdictUnhealthy, "Unknown"} {
 			gauge(c.machineVerdict, boolGauge(m.Verdict == v), m.Name, string(v))
+		}
+		if m.BMC != nil {
+			gauge(c.bmcReady, boolGauge(m.BMC.Ready), m.Name)
 		}
 		if r := m.Remediation; r != nil {
 			gauge(c.machineStep, float64(r.Step), m.Name, r.Strategy, strconv.Itoa(len(r.Steps)))

@@ -25,6 +25,10 @@ const (
 	ReasonJournalWriteFailing    Reason = "JournalWriteFailing"
 	ReasonJournalWriteRecorded   Reason = "JournalWriteRecorded"
 	ReasonDetached               Reason = "Detached"
+	// ReasonBMCNotReady: the readiness check of its BMC failed (unreachable, login refused, no such
+	// system, a bad answer): Hale could not heal it; ReasonBMCReady: it passes again.
+	ReasonBMCNotReady Reason = "BMCNotReady"
+	ReasonBMCReady    Reason = "BMCReady"
 )
 
 // Why a remediation a machine needs is not started (a hold): each kind of hold is said under one

@@ -24,6 +24,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.resume(ctx); err != nil {
 		return err
 	}
+	if h.cfg.BMCCheckInterval > 0 {
+		go h.watchBMCs(ctx, h.cfg.BMCCheckInterval)
+	}
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	for n := uint64(1); ; n++ {

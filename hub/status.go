@@ -68,6 +68,8 @@ type MachineStatus struct {
 	// BMCLogin says why the hub makes no login to the machine's BMC now: its account refused the
 	// credentials, and the hub waits before it tries again so that the account does not lock.
 	BMCLogin string `json:"bmcLogin,omitempty"`
+	// BMC is what the last readiness check of its BMC found (none yet, or no BMC: absent).
+	BMC *BMCReadiness `json:"bmc,omitempty"`
 }
 
 // InFlight is a remediation in flight, as `hub status` shows it.
@@ -119,6 +121,9 @@ func (h *Hub) Status(ctx context.Context) Status {
 		if b, ok := h.brakes.Detached[m.Name]; ok {
 			ms.Detached, ms.DetachedBy = true, &b
 		}
+		if r, ok := h.bmcs[m.Name]; ok {
+			ms.BMC = &r
+		}
 		if ms.Verdict == "" {
 			ms.Verdict = "Unknown"
 		}
@@ -169,6 +174,9 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	b.WriteString("\n")
 	for _, r := range ms.Reasons {
 		fmt.Fprintf(&b, "  - %s\n", r)
+	}
+	if m.Endpoint.Driver != "" {
+		b.WriteString(describeBMC(ms.BMC) + "\n")
 	}
 	switch {
 	case st.NotPlanning != "":
@@ -222,4 +230,15 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// describeBMC is explain's line on the last readiness check of a machine's BMC.
+func describeBMC(r *BMCReadiness) string {
+	switch {
+	case r == nil:
+		return "bmc: not checked yet (the hub checks every BMC when it starts leading, then every 10 min)"
+	case r.Ready:
+		return fmt.Sprintf("bmc: ready (power %s), checked at %s", r.Power, r.Checked.Local().Format(time.TimeOnly))
+	}
+	return fmt.Sprintf("bmc: NOT READY (%s), checked at %s: %s", r.Problem, r.Checked.Local().Format(time.TimeOnly), r.Error)
 }

@@ -39,7 +39,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCommand(), newPlanCommand(), newBMCCommand(), newIdentityCommand())
+	root.AddCommand(newRunCommand(), newCheckCommand(), newPlanCommand(), newBMCCommand(), newIdentityCommand())
 	root.AddCommand(operatorCommands()...)
 	return root
 }

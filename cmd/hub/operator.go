@@ -430,6 +430,15 @@ func printStatus(w io.Writer, st hub.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, verdict, since, etcd, rem, reasons)
 	}
 	_ = tw.Flush()
+	var notReady []string
+	for _, m := range st.Machines {
+		if m.BMC != nil && !m.BMC.Ready {
+			notReady = append(notReady, fmt.Sprintf("%s (%s)", m.Name, m.BMC.Problem))
+		}
+	}
+	if len(notReady) > 0 {
+		fmt.Fprintf(w, "BMC not ready: %s: Hale could not heal them (`hub explain MACHINE` says why)\n", strings.Join(notReady, ", "))
+	}
 }
 
 // acting says whether the hub acts, for the observers line of `hub status`: only on a strict majority,

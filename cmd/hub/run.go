@@ -39,6 +39,7 @@ type runOptions struct {
 	api                                                apiListen
 	metrics, logLevel                                  string
 	keep                                               int
+	bmcCheckEvery, bmcRequestTimeout                   time.Duration
 	// kube, when set, runs Kubernetes mode instead of the bbolt journal.
 	kube *kubeOptions
 }
@@ -82,6 +83,8 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.metrics, "metrics-address", ":9357", "address for /metrics, /healthz and /readyz (empty: none)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&o.keep, "history", 20, "finished remediations kept per machine in the journal")
+	f.DurationVar(&o.bmcCheckEvery, "bmc-check-interval", 10*time.Minute, "how often every machine's BMC is checked (it answers, takes the login, has the system, reads the power; at most one login per BMC account a round); 0: never")
+	f.DurationVar(&o.bmcRequestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a Redfish BMC may take before the BMC is called unreachable (and the request retried)")
 	var k kubeOptions
 	var kubernetes bool
 	f.BoolVar(&kubernetes, "kubernetes", false, "Kubernetes mode: journal in Remediation objects, leader election, HealthPolicy (instead of --journal)")
@@ -121,6 +124,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if o.inventory == "" || o.keyFile == "" {
 		return errors.New("--inventory and --gossip-key-file are required")
+	}
+	if o.bmcCheckEvery < 0 || o.bmcRequestTimeout < 0 {
+		return fmt.Errorf("--bmc-check-interval %v, --bmc-request-timeout %v: neither may be negative", o.bmcCheckEvery, o.bmcRequestTimeout)
 	}
 	pinAs := o.node
 	if o.node == "" {
@@ -204,7 +210,10 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	newHub := func(store hub.Store, adjust func(*hub.Config)) (*hub.Hub, error) {
 		reg := prometheus.NewRegistry()
 		cfg := hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
-			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log}}
+			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log, RequestTimeout: o.bmcRequestTimeout}, BMCCheckInterval: o.bmcCheckEvery}
+		if o.bmcCheckEvery == 0 {
+			cfg.BMCCheckInterval = -1 // never
+		}
 		if adjust != nil {
 			adjust(&cfg)
 		}

@@ -1,0 +1,164 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+)
+
+// A BMC is checked before the day it is needed: at the start of a leading hub, then every
+// BMCCheckInterval, each machine's BMC is asked for its power state (it answers, takes the login, has
+// the system, reads the power). A failure is said (notice, Event), shown (status, explain), counted
+// (hale_hub_bmc_ready) and alerted on (HaleBMCNotReady), so that a wrong password or a dead BMC
+// network is found on day 0, not in the first outage. `hub check` makes the same check once.
+
+// BMCReadiness is what the last readiness check of a machine's BMC found.
+type BMCReadiness struct {
+	Checked time.Time `json:"checked"`
+	Ready   bool      `json:"ready"`
+	// Problem names what is wrong, in one word (bmc.Problem's, or ProblemConfig).
+	Problem bmc.Problem    `json:"problem,omitempty"`
+	Power   bmc.PowerState `json:"power,omitempty"`
+	// Error is the failed call's error, in one line that names the BMC.
+	Error string `json:"error,omitempty"`
+}
+
+// ProblemConfig: the hub cannot talk to the BMC as configured (ipmitool missing, an unreadable CA
+// bundle): nothing was sent.
+const ProblemConfig bmc.Problem = "Config"
+
+// checkParallel bounds how many BMC accounts are checked at once.
+const checkParallel = 8
+
+// CheckBMCs checks the BMC of each machine that has one, once, and returns what it found by machine
+// name. The machines of one BMC account are checked one after another, and once the account refuses
+// the login the others are not tried (they say so): BMC accounts lock after a few failed logins.
+// Accounts are checked side by side, a few at a time.
+func CheckBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (Power, error)) map[string]BMCReadiness {
+	return checkBMCs(ctx, machines, powerFor, newLogins(0))
+}
+
+func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (Power, error), l *logins) map[string]BMCReadiness {
+	accounts := map[loginKey][]Machine{}
+	for _, m := range machines {
+		if m.Endpoint.Driver != "" {
+			accounts[keyOf(m)] = append(accounts[keyOf(m)], m)
+		}
+	}
+	out := map[string]BMCReadiness{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, checkParallel)
+	for _, k := range slices.SortedFunc(maps.Keys(accounts), func(a, b loginKey) int { return cmp.Or(cmp.Compare(a.bmc, b.bmc), cmp.Compare(a.user, b.user)) }) {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			refusedFor := ""
+			for _, m := range accounts[k] {
+				var r BMCReadiness
+				if refusedFor == "" {
+					r = checkBMC(ctx, m, powerFor, l)
+				} else {
+					r = BMCReadiness{Checked: time.Now().UTC(), Problem: bmc.ProblemLogin,
+						Error: fmt.Sprintf("%s status: not tried: the BMC refused the login of user %q for %s just before (BMC accounts lock after a few failed logins)", m.Endpoint, m.Credentials.Username, refusedFor)}
+				}
+				if r.Problem == bmc.ProblemLogin && refusedFor == "" {
+					refusedFor = m.Name
+				}
+				mu.Lock()
+				out[m.Name] = r
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// checkBMC reads m's power state through the hub's login record (no login to an account that waits).
+func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (Power, error), l *logins) BMCReadiness {
+	r := BMCReadiness{Checked: time.Now().UTC()}
+	p, err := powerFor(m)
+	if err != nil {
+		r.Problem, r.Error = ProblemConfig, err.Error()
+		return r
+	}
+	r.Power, _, err = l.guard(m, p).Status(ctx)
+	r.Ready, r.Problem = err == nil, bmc.ProblemOf(err)
+	if err != nil {
+		r.Power, r.Error = "", err.Error()
+	}
+	return r
+}
+
+// watchBMCs checks the BMCs now and then every interval (±10 %, so that hubs and accounts do not fall
+// into step), until ctx ends.
+func (h *Hub) watchBMCs(ctx context.Context, interval time.Duration) {
+	for {
+		h.checkBMCsOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))):
+		}
+	}
+}
+
+// checkBMCsOnce checks every machine's BMC but those detached (no BMC call for them) and those with a
+// remediation in flight (their BMC is in use: the remediation says how it answers), records what it
+// found and says what changed.
+func (h *Hub) checkBMCsOnce(ctx context.Context) {
+	inv := h.inventory()
+	h.mu.Lock()
+	var todo []Machine
+	for _, m := range inv.Machines {
+		_, detached := h.brakes.Detached[m.Name]
+		if h.running[m.Name] == nil && !detached {
+			todo = append(todo, m)
+		}
+	}
+	h.mu.Unlock()
+	found := checkBMCs(ctx, todo, h.cfg.PowerFor, h.logins)
+	if ctx.Err() != nil {
+		return // the hub stops: what a cancelled call says is no finding
+	}
+	h.mu.Lock()
+	before := h.bmcs
+	h.bmcs = map[string]BMCReadiness{}
+	for _, m := range inv.Machines {
+		if r, ok := found[m.Name]; ok {
+			h.bmcs[m.Name] = r
+		} else if r, ok := before[m.Name]; ok && m.Endpoint.Driver != "" {
+			h.bmcs[m.Name] = r // not checked this time: the last finding stands
+		}
+	}
+	h.mu.Unlock()
+	for _, m := range inv.Machines {
+		r, ok := found[m.Name]
+		if !ok {
+			continue
+		}
+		was, known := before[m.Name]
+		switch {
+		case !r.Ready && (!known || was.Ready || was.Problem != r.Problem):
+			h.say(Notice{Machine: m.Name, Reason: ReasonBMCNotReady, Warning: true,
+				Message: fmt.Sprintf("%s: BMC not ready (%s): %s; Hale cannot heal this machine until that is fixed", m.Name, r.Problem, r.Error)})
+		case r.Ready && known && !was.Ready:
+			h.say(Notice{Machine: m.Name, Reason: ReasonBMCReady, Message: fmt.Sprintf("%s: BMC ready again (power %s)", m.Name, r.Power)})
+		}
+	}
+}
+
+// BMCs is what the last readiness checks found, by machine.
+func (h *Hub) BMCs() map[string]BMCReadiness {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.bmcs)
+}
