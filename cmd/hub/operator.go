@@ -121,26 +121,26 @@ func operatorCommands() []*cobra.Command {
 	f := &apiFlags{}
 	var cmds []*cobra.Command
 
-	var output string
-	status := &cobra.Command{Use: "status", Short: "Show every machine's verdict, etcd role, remediation and the budget", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			var st hub.Status
-			if err := c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st); err != nil {
-				return err
-			}
-			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
-		}}
-	status.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	status := &cobra.Command{Use: "status", Short: "Show every machine's verdict, etcd role, remediation and the budget", Args: cobra.NoArgs}
+	output := outputFlag(status)
+	status.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(*output); err != nil {
+			return err
+		}
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		var st hub.Status
+		if err := c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st); err != nil {
+			return err
+		}
+		if ok, err := writeData(cmd.OutOrStdout(), *output, st); ok {
+			return err
+		}
+		printStatus(cmd.OutOrStdout(), st, *output == outWide)
+		return nil
+	}
 	cmds = append(cmds, status)
 
 	cmds = append(cmds, &cobra.Command{Use: "explain MACHINE", Short: "Say why the hub does (or does not) act on a machine", Args: cobra.ExactArgs(1),
@@ -365,7 +365,7 @@ func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out 
 	}
 }
 
-func printStatus(w io.Writer, st hub.Status) {
+func printStatus(w io.Writer, st hub.Status, wide bool) {
 	fmt.Fprintf(w, "cluster %s · journal epoch %d · %s", st.Cluster, st.Epoch, st.Pause)
 	if len(st.PausedBy) > 0 {
 		fmt.Fprintf(w, " by %s", hub.DescribeBrakes(st.PausedBy))
@@ -395,7 +395,11 @@ func printStatus(w io.Writer, st hub.Status) {
 		fmt.Fprintf(w, "holding: %s\n", st.Holding)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MACHINE\tVERDICT\tSINCE\tETCD\tREMEDIATION\tREASONS")
+	if wide {
+		fmt.Fprintln(tw, "MACHINE\tVERDICT\tSINCE\tETCD\tREMEDIATION\tBMC\tREASONS")
+	} else {
+		fmt.Fprintln(tw, "MACHINE\tVERDICT\tSINCE\tETCD\tREMEDIATION\tREASONS")
+	}
 	for _, m := range st.Machines {
 		since := "-"
 		if !m.Since.IsZero() {
@@ -427,7 +431,11 @@ func printStatus(w io.Writer, st hub.Status) {
 		if reasons == "" {
 			reasons = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, verdict, since, etcd, rem, reasons)
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, verdict, since, etcd, rem, bmcCell(m.BMC), reasons)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, verdict, since, etcd, rem, reasons)
+		}
 	}
 	_ = tw.Flush()
 	var notReady []string
@@ -439,6 +447,17 @@ func printStatus(w io.Writer, st hub.Status) {
 	if len(notReady) > 0 {
 		fmt.Fprintf(w, "BMC not ready: %s: Hale could not heal them (`hub explain MACHINE` says why)\n", strings.Join(notReady, ", "))
 	}
+}
+
+// bmcCell is a machine's BMC readiness in `hub status -o wide`.
+func bmcCell(r *hub.BMCReadiness) string {
+	switch {
+	case r == nil:
+		return "-"
+	case r.Ready:
+		return "ready"
+	}
+	return string(r.Problem)
 }
 
 // acting says whether the hub acts, for the observers line of `hub status`: only on a strict majority,

@@ -62,7 +62,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	go func() {
 		done <- runHub(ctx, runOptions{inventory: inv, journal: filepath.Join(dir, "journal.db"), node: "hub", bind: "127.0.0.1:0",
 			join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(), api: apiListen{socket: socket, address: "127.0.0.1:0", tokenFile: token},
-			metrics: "127.0.0.1:0", logLevel: "info", keep: 20}, logs, ready)
+			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Hour}, logs, ready)
 	}()
 	var addrs runAddrs
 	select {
@@ -103,9 +103,21 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	out, code = cli("status", "-o", "json")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, `"pause": "Running"`)
+	out, code = cli("status", "-o", "yaml")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "pause: Running\n")
+	out, code = cli("status", "-o", "foo")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, `-o "foo": want table, wide, json or yaml`, out)
+	// Every BMC was checked when the hub started leading.
+	require.Eventually(t, func() bool {
+		out, _ := cli("status", "-o", "wide")
+		return strings.Count(out, " ready ") == 3
+	}, 30*time.Second, 100*time.Millisecond)
 	out, code = cli("explain", "cp-1")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "etcd member etcd-1: voter, healthy")
+	assert.Contains(t, out, "bmc: ready (power On), checked at ")
 	out, code = cli("explain", "cp-9")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, `machine "cp-9": not in the inventory`)
