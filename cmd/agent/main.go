@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,12 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/internal/buildinfo"
+	"github.com/hale-dev/hale/internal/cli"
 )
-
-// version is set at build time (deploy/image/build-binaries: -X main.version=...).
-var version = "dev"
 
 func main() {
 	// The agent is light but wakes often (gossip probes every 100 ms): with more than one P the Go
@@ -37,74 +36,143 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
 	}
 }
 
-// run parses flags and config and runs the agent until ctx ends. ready, when set, receives the
-// address of the HTTP endpoint once everything is up (tests use it).
-func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- string) error {
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "YAML config file (flags below override it)")
-	node := fs.String("node", "", "this node's name in the pool (default: host name)")
-	cluster := fs.String("cluster", "", "the pool's name, the same on every node of a cluster")
-	role := fs.String("role", "", "agent (a control-plane node, the default) or witness (another host that observes and votes)")
-	bind := fs.String("bind", "", "gossip host:port (default 0.0.0.0:7946)")
-	join := fs.String("join", "", "comma-separated host:port of peers to join")
-	keyFile := fs.String("key-file", "", "gossip key file (base64 keys, one a line)")
-	identityFile := fs.String("identity-file", "", "this node's signing key (created when missing; with -pinned-file)")
-	pinnedFile := fs.String("pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line (with -identity-file)")
-	printIdentity := fs.Bool("print-identity", false, "print this node's line for the pinned-keys file (creating its key when missing) and exit")
-	listen := fs.String("listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+// run runs the agent's command line until ctx ends. ready, when set, receives the address of the
+// HTTP endpoint once everything is up (tests use it).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, ready chan<- string) error {
+	root := newRootCommand(stdout, stderr, ready)
+	root.SetArgs(compatArgs(root, args))
+	return root.ExecuteContext(ctx)
+}
+
+// agentFlags are the agent's flags; each one set overrides the config file.
+type agentFlags struct {
+	config, node, cluster, role, bind, join, keyFile, identityFile, pinnedFile, listen, logLevel string
+	printIdentity                                                                                bool
+}
+
+func newRootCommand(stdout, stderr io.Writer, ready chan<- string) *cobra.Command {
+	var f agentFlags
+	root := &cobra.Command{
+		Use:   "agent --config FILE",
+		Short: "Hale's agent: probes this node, reads etcd's membership, gossips its report to its peers; it never acts",
+		Long: `agent runs on every control-plane node (a DaemonSet, or a systemd unit) and on witness hosts. It
+probes the node (kubelet, API server, etcd, disk, clock), reads the etcd membership from the local
+member, and gossips a signed, versioned report to its peers and the hub over encrypted memberlist.
+It never acts on anything.
+
+The configuration file is YAML (README: The agent); each flag set here overrides it. Flags are
+written --name (the older -name spelling is still accepted).`,
+		Version:       buildinfo.Get().String(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWithFlags(cmd.Context(), f, stdout, stderr, ready)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate("agent {{.Version}}\n")
+	fl := root.Flags()
+	fl.StringVar(&f.config, "config", "", "YAML config file (the flags below override it)")
+	fl.StringVar(&f.node, "node", "", "this node's name in the pool (default: host name)")
+	fl.StringVar(&f.cluster, "cluster", "", "the pool's name, the same on every node of a cluster")
+	fl.StringVar(&f.role, "role", "", "agent (a control-plane node, the default) or witness (another host that observes and votes)")
+	fl.StringVar(&f.bind, "bind", "", "gossip host:port (default 0.0.0.0:7946)")
+	fl.StringVar(&f.join, "join", "", "comma-separated host:port of peers to join")
+	fl.StringVar(&f.keyFile, "key-file", "", "gossip key file (base64 keys, one a line)")
+	fl.StringVar(&f.identityFile, "identity-file", "", "this node's signing key (created when missing; with --pinned-file)")
+	fl.StringVar(&f.pinnedFile, "pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line (with --identity-file)")
+	fl.BoolVar(&f.printIdentity, "print-identity", false, "print this node's line for the pinned-keys file (creating its key when missing) and exit")
+	fl.StringVar(&f.listen, "listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	root.AddCommand(newVersionCommand())
+	return root
+}
+
+// compatArgs accepts the agent's older flag spelling, Go's flag package's -name and -name=value, for
+// the long flags root knows: configurations and unit files written for it keep working.
+func compatArgs(root *cobra.Command, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && !strings.HasPrefix(a, "--") && len(name) > 1 && root.Flags().Lookup(name) != nil {
+			a = "-" + a
+		}
+		if a == "-version" || a == "-help" { // cobra adds these flags when it runs
+			a = "-" + a
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func newVersionCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "version", Short: "Print the agent's version, commit, build date and Go version", Args: cobra.NoArgs}
+	output := cli.OutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := cli.CheckOutput(*output); err != nil {
+			return err
+		}
+		i := buildinfo.Get()
+		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, i); ok {
+			return err
+		}
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), "agent", i)
 		return err
 	}
-	if *showVersion {
-		fmt.Fprintln(stderr, "hale agent", version)
-		return nil
-	}
+	return cmd
+}
+
+// runWithFlags reads the config, lays the flags over it and runs the agent (or prints its identity).
+func runWithFlags(ctx context.Context, f agentFlags, stdout, stderr io.Writer, ready chan<- string) error {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("-log-level %q: want debug, info, warn or error", *logLevel)
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	cfg, err := loadConfig(*configPath)
+	cfg, err := loadConfig(f.config)
 	if err != nil {
 		return err
 	}
-	for _, f := range []struct {
+	for _, o := range []struct {
 		flag string
 		dst  *string
-	}{{*node, &cfg.Node}, {*cluster, &cfg.Cluster}, {*role, &cfg.Role}, {*bind, &cfg.Gossip.Bind}, {*keyFile, &cfg.Gossip.KeyFile},
-		{*identityFile, &cfg.Gossip.IdentityFile}, {*pinnedFile, &cfg.Gossip.PinnedFile}, {*listen, &cfg.Listen}} {
-		if f.flag != "" {
-			*f.dst = f.flag
+	}{{f.node, &cfg.Node}, {f.cluster, &cfg.Cluster}, {f.role, &cfg.Role}, {f.bind, &cfg.Gossip.Bind}, {f.keyFile, &cfg.Gossip.KeyFile},
+		{f.identityFile, &cfg.Gossip.IdentityFile}, {f.pinnedFile, &cfg.Gossip.PinnedFile}, {f.listen, &cfg.Listen}} {
+		if o.flag != "" {
+			*o.dst = o.flag
 		}
 	}
-	if *join != "" {
-		cfg.Gossip.Join = strings.Split(*join, ",")
+	if f.join != "" {
+		cfg.Gossip.Join = strings.Split(f.join, ",")
 	}
 	cfg = cfg.withDefaults()
-	if *printIdentity {
+	if f.printIdentity {
 		if cfg.Gossip.IdentityFile == "" {
-			return errors.New("-print-identity: no identity file (gossip.identityFile or -identity-file)")
+			return errors.New("--print-identity: no identity file (gossip.identityFile or --identity-file)")
 		}
 		id, _, err := health.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(os.Stdout, cfg.Node, id.Public())
+		fmt.Fprintln(stdout, cfg.Node, id.Public())
 		return nil
 	}
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	log.Info("agent starting", "version", buildinfo.Get().String())
 	return runAgent(ctx, cfg, log, ready)
 }
 

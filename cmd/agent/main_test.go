@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -78,7 +79,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			if tt.yaml != "" {
 				args = []string{"-config", writeFile(t, "agent.yaml", tt.yaml), "-listen", freePort(t)} // each case fails before binding
 			}
-			err := run(context.Background(), args, io.Discard, nil)
+			err := run(context.Background(), args, io.Discard, io.Discard, nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
 		})
@@ -107,7 +108,7 @@ func TestConfigPathsAreRelativeToTheFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "keys", "gossip"), []byte(testKey), 0o600))
 	require.NoError(t, os.WriteFile(path, []byte("cluster: c\ngossip: {keyFile: keys/gossip, bind: 127.0.0.1:0}\nprobes: {etcd: {enabled: false}, etcdDisk: {enabled: false}, kubelet: {enabled: false}, apiserver: {enabled: false}}\n"), 0o600))
 	startAgent(t, "-config", path, "-listen", freePort(t))
-	err = run(context.Background(), []string{"-config", path, "-key-file", "keys/gossip", "-listen", freePort(t)}, io.Discard, nil)
+	err = run(context.Background(), []string{"-config", path, "-key-file", "keys/gossip", "-listen", freePort(t)}, io.Discard, io.Discard, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "gossip key file: open keys/gossip")
 }
@@ -134,7 +135,7 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &agentProc{cancel: cancel, done: make(chan error, 1), logs: &capture.Buffer{}}
 	ready := make(chan string, 1)
-	go func() { p.done <- run(ctx, args, p.logs, ready) }()
+	go func() { p.done <- run(ctx, args, io.Discard, p.logs, ready) }()
 	select {
 	case p.http = <-ready:
 	case err := <-p.done:
@@ -255,5 +256,39 @@ func TestREADMEListsEveryProbe(t *testing.T) {
 	}
 	if !strings.Contains(string(readme), table.String()) {
 		t.Errorf("the README's table of probes should read:\n%s", table.String())
+	}
+}
+
+// The agent's command line behaves as the hub's: --help and version succeed, -o as everywhere, a stray
+// word or an unknown flag is an error, and the older -name spelling still works.
+func TestCommandLine(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		out, err string
+	}{
+		{"help", []string{"--help"}, "--config string", ""},
+		{"help, the older spelling", []string{"-help"}, "--config string", ""},
+		{"version", []string{"version"}, "agent dev (", ""},
+		{"--version", []string{"--version"}, "agent dev (", ""},
+		{"-version, the older spelling", []string{"-version"}, "agent dev (", ""},
+		{"version as YAML", []string{"version", "-o", "yaml"}, "version: dev\n", ""},
+		{"version, an unknown format", []string{"version", "-o", "xml"}, "", `-o "xml": want table, wide, json or yaml`},
+		{"a stray word", []string{"--config", "a.yaml", "stray"}, "", `unknown command "stray" for "agent"`},
+		{"an unknown flag", []string{"--confgi", "a.yaml"}, "", "unknown flag: --confgi"},
+		{"-name=value, the older spelling", []string{"-config=/nonexistent.yaml"}, "", "open /nonexistent.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := run(context.Background(), tt.args, &out, io.Discard, nil)
+			if tt.err == "" {
+				require.NoError(t, err)
+				assert.Contains(t, out.String(), tt.out)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
 	}
 }

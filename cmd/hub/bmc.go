@@ -33,6 +33,14 @@ type codedError struct {
 func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
+// usageErr marks err (when not nil) as bad input: exit 1.
+func usageErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &codedError{exitUsage, err}
+}
+
 func exitCode(err error) int {
 	var ce *codedError
 	switch {

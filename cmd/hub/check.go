@@ -13,6 +13,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/internal/cli"
 )
 
 func newCheckCommand() *cobra.Command {
@@ -32,14 +33,14 @@ side by side. A silent BMC costs --request-timeout twice (one retry), not a minu
 Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not ready.`,
 		Args: cobra.NoArgs,
 	}
-	output := outputFlag(cmd)
+	output := cli.OutputFlag(cmd)
 	f := cmd.Flags()
 	f.StringVar(&inventory, "inventory", "", "the inventory to check (YAML, as `hub run --inventory`) (required)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up on the whole check after this long")
 	f.DurationVar(&requestTimeout, "request-timeout", 10*time.Second, "how long one request to a Redfish BMC may take before the BMC is called unreachable")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		usage := func(err error) error { return &codedError{exitUsage, err} }
-		if err := checkOutput(*output); err != nil {
+		if err := usageErr(cli.CheckOutput(*output)); err != nil {
 			return err
 		}
 		if inventory == "" {
@@ -56,13 +57,13 @@ Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not r
 		defer cancel()
 		cfg := hub.Config{BMC: bmc.Options{RequestTimeout: requestTimeout, Retries: 1}}
 		rows := checkRows(inv, hub.CheckBMCs(ctx, inv.Machines, cfg.BMCPower))
-		if ok, err := writeData(cmd.OutOrStdout(), *output, rows); ok || err != nil {
+		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, rows); ok || err != nil {
 			if err == nil {
 				err = notReady(rows)
 			}
 			return err
 		}
-		printCheck(cmd.OutOrStdout(), inventory, rows, *output == outWide)
+		printCheck(cmd.OutOrStdout(), inventory, rows, *output == cli.Wide)
 		return notReady(rows)
 	}
 	return cmd

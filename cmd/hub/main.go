@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/hale-dev/hale/internal/cli"
+
+	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 )
@@ -26,20 +29,35 @@ func main() {
 	}
 }
 
-// version is set at build time (deploy/image/build-binaries: -X main.version=...).
-var version = "dev"
-
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hub",
-		Version:       version,
+		Version:       buildinfo.Get().String(),
 		Short:         "Hale keeps Kubernetes control planes and their etcd healthy without ever costing quorum",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCommand(), newCheckCommand(), newPlanCommand(), newBMCCommand(), newIdentityCommand())
+	root.SetVersionTemplate("hub {{.Version}}\n")
+	root.AddCommand(newRunCommand(), newCheckCommand(), newPlanCommand(), newBMCCommand(), newIdentityCommand(), newVersionCommand())
 	root.AddCommand(operatorCommands()...)
 	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "version", Short: "Print the hub's version, commit, build date and Go version", Args: cobra.NoArgs}
+	output := cli.OutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := usageErr(cli.CheckOutput(*output)); err != nil {
+			return err
+		}
+		i := buildinfo.Get()
+		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, i); ok {
+			return err
+		}
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), "hub", i)
+		return err
+	}
+	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/internal/cli"
 )
 
 // Exit codes of the operator commands (status, explain, reboot, pause, …).
@@ -122,9 +123,9 @@ func operatorCommands() []*cobra.Command {
 	var cmds []*cobra.Command
 
 	status := &cobra.Command{Use: "status", Short: "Show every machine's verdict, etcd role, remediation and the budget", Args: cobra.NoArgs}
-	output := outputFlag(status)
+	output := cli.OutputFlag(status)
 	status.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := checkOutput(*output); err != nil {
+		if err := usageErr(cli.CheckOutput(*output)); err != nil {
 			return err
 		}
 		c, err := f.client()
@@ -135,10 +136,10 @@ func operatorCommands() []*cobra.Command {
 		if err := c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st); err != nil {
 			return err
 		}
-		if ok, err := writeData(cmd.OutOrStdout(), *output, st); ok {
+		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, st); ok {
 			return err
 		}
-		printStatus(cmd.OutOrStdout(), st, *output == outWide)
+		printStatus(cmd.OutOrStdout(), st, *output == cli.Wide)
 		return nil
 	}
 	cmds = append(cmds, status)

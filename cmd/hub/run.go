@@ -26,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/hale-dev/hale/internal/secretfile"
 )
 
@@ -299,7 +300,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			}
 		}
 	}()
-	log.Info("hub started", "version", version, "node", o.node, "cluster", gc.Cluster, "gossip", g.Addr(), "api", addrs.API, "metrics", addrs.Metrics,
+	log.Info("hub started", "version", buildinfo.Get().String(), "node", o.node, "cluster", gc.Cluster, "gossip", g.Addr(), "api", addrs.API, "metrics", addrs.Metrics,
 		"machines", len(inventory.Current().Machines), "kubernetes", o.kube != nil)
 	if ready != nil {
 		ready <- addrs

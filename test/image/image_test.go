@@ -253,8 +253,8 @@ func TestImageRuns(t *testing.T) {
 		argv []string
 		want string
 	}{
-		{[]string{"/usr/local/bin/hub", "--version"}, "hub version"},
-		{[]string{"/usr/local/bin/agent", "-version"}, "hale agent"},
+		{[]string{"/usr/local/bin/hub", "version"}, "(commit "},
+		{[]string{"/usr/local/bin/agent", "version"}, "(commit "},
 		{[]string{"ipmitool", "-V"}, "ipmitool version"},
 		{[]string{"id", "-u"}, strings.Split(image.config.Config.User, ":")[0]},
 	} {
