@@ -344,6 +344,9 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 	return out
 }
 
+// Machine is the inventory's machine of that name.
+func (inv Inventory) Machine(name string) (Machine, bool) { return inv.machine(name) }
+
 func (inv Inventory) machine(name string) (Machine, bool) {
 	for _, m := range inv.Machines {
 		if m.Name == name {

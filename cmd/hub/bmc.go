@@ -1,12 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/internal/cli"
 )
 
 // Exit codes of `hub bmc power`.
@@ -64,7 +67,10 @@ func newBMCCommand() *cobra.Command {
 
 type powerFlags struct {
 	credentials     string
-	output          string
+	inventory       string
+	force           bool
+	api             apiFlags
+	output          *string
 	timeout         time.Duration
 	gracefulTimeout time.Duration
 	caFile          string
@@ -75,7 +81,7 @@ type powerFlags struct {
 func newPowerCommand() *cobra.Command {
 	var f powerFlags
 	cmd := &cobra.Command{
-		Use:   "power status|on|off|force-off|cycle|reboot ENDPOINT",
+		Use:   "power status|on|off|force-off|cycle|reboot ENDPOINT|MACHINE",
 		Short: "Read or change a machine's power through its BMC, verified by polling",
 		Long: `power reads or changes a machine's power through its BMC and waits until the BMC reports the
 expected state.
@@ -92,7 +98,12 @@ ipmi://host[:port]. Credentials come from --credentials (a file of username=… 
 a directory with username and password files, such as a mounted Kubernetes Secret) or from
 HALE_BMC_USERNAME and HALE_BMC_PASSWORD; never from a flag value, which would show in ps.
 
-This is the raw tool: it does not check etcd quorum.
+MACHINE is a machine of --inventory (the hub's): its endpoint, credentials and CA bundle come from
+there. A machine the running hub manages is not taken down by hand (off, force-off, cycle, reboot)
+unless it is detached (hub detach MACHINE): the hub would find it Unhealthy and power it back on
+within seconds. --force does it anyway.
+
+This is the raw tool: it does not check etcd quorum (hub reboot does).
 
 Exit codes: 0 done, 1 bad input (nothing sent), 2 the BMC refused or failed the request,
 3 the BMC accepted it but the change could not be verified in time.`,
@@ -101,7 +112,10 @@ Exit codes: 0 done, 1 bad input (nothing sent), 2 the BMC refused or failed the 
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.credentials, "credentials", "", "credentials file or directory (else HALE_BMC_USERNAME / HALE_BMC_PASSWORD)")
-	fl.StringVarP(&f.output, "output", "o", "text", "output: text or json")
+	f.output = cli.OutputFlag(cmd)
+	fl.StringVar(&f.inventory, "inventory", "", "the hub's inventory, to name a MACHINE instead of an ENDPOINT")
+	fl.BoolVar(&f.force, "force", false, "take down a MACHINE the running hub manages though it is not detached")
+	f.api.register(cmd)
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long, verification included")
 	fl.DurationVar(&f.gracefulTimeout, "graceful-timeout", 2*time.Minute, "how long a graceful shutdown or restart may take before it is forced")
 	fl.StringVar(&f.caFile, "ca-file", "", "PEM bundle to verify the Redfish BMC's certificate with")
@@ -110,7 +124,7 @@ Exit codes: 0 done, 1 bad input (nothing sent), 2 the BMC refused or failed the 
 	return cmd
 }
 
-func runPower(cmd *cobra.Command, f powerFlags, op, endpoint string) error {
+func runPower(cmd *cobra.Command, f powerFlags, op, target string) error {
 	usage := func(err error) error { return &codedError{exitUsage, err} }
 	calls := map[string]func(*bmc.Controller, context.Context) (bmc.Result, error){
 		"on": (*bmc.Controller).PowerOn, "off": (*bmc.Controller).PowerOff, "force-off": (*bmc.Controller).ForceOff,
@@ -119,27 +133,15 @@ func runPower(cmd *cobra.Command, f powerFlags, op, endpoint string) error {
 	if _, ok := calls[op]; !ok && op != "status" {
 		return usage(fmt.Errorf("power %q: want status, on, off, force-off, cycle or reboot", op))
 	}
-	if f.output != "text" && f.output != "json" {
-		return usage(fmt.Errorf("-o %q: want text or json", f.output))
+	if err := cli.CheckOutput(*f.output); err != nil {
+		return usage(err)
 	}
 	if f.timeout <= 0 {
 		return usage(fmt.Errorf("--timeout %v: must be positive", f.timeout))
 	}
-	ep, err := bmc.ParseEndpoint(endpoint)
+	ep, creds, err := powerTarget(cmd, &f, op, target)
 	if err != nil {
-		return usage(err)
-	}
-	var creds bmc.Credentials
-	switch {
-	case f.credentials != "":
-		creds, err = bmc.LoadCredentials(f.credentials)
-	case os.Getenv(bmc.EnvUsername) != "" || os.Getenv(bmc.EnvPassword) != "":
-		creds, err = bmc.CredentialsFromEnv()
-	default:
-		err = fmt.Errorf("no BMC credentials: give --credentials FILE, or set %s and %s", bmc.EnvUsername, bmc.EnvPassword)
-	}
-	if err != nil {
-		return usage(err)
+		return err
 	}
 	level := slog.LevelWarn
 	if f.verbose {
@@ -158,8 +160,8 @@ func runPower(cmd *cobra.Command, f powerFlags, op, endpoint string) error {
 
 	if op == "status" {
 		st, err := ctrl.PowerState(ctx)
-		if f.output == "json" {
-			return writeJSONResult(out, map[string]any{"endpoint": ep.String(), "powerState": st}, err)
+		if ok, werr := writeResult(out, *f.output, map[string]any{"endpoint": ep.String(), "powerState": st}, err); ok {
+			return cmp.Or(werr, err)
 		}
 		if err == nil {
 			fmt.Fprintf(out, "%s: %s\n", ep, st)
@@ -167,8 +169,8 @@ func runPower(cmd *cobra.Command, f powerFlags, op, endpoint string) error {
 		return err
 	}
 	res, err := calls[op](ctrl, ctx)
-	if f.output == "json" {
-		return writeJSONResult(out, res, err)
+	if ok, werr := writeResult(out, *f.output, res, err); ok {
+		return cmp.Or(werr, err)
 	}
 	if err == nil || len(res.Requests) > 0 {
 		writeResultText(out, res, err)
@@ -196,15 +198,78 @@ func writeResultText(w io.Writer, r bmc.Result, err error) {
 	}
 }
 
-func writeJSONResult(w io.Writer, v any, err error) error {
+// writeResult writes {result, error} as JSON or YAML; it reports false for the table formats.
+func writeResult(w io.Writer, output string, v any, err error) (bool, error) {
 	doc := map[string]any{"result": v}
 	if err != nil {
 		doc["error"] = err.Error()
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if werr := enc.Encode(doc); werr != nil {
-		return werr
+	return cli.WriteData(w, output, doc)
+}
+
+// powerTarget is the BMC `hub bmc power` talks to, and its credentials: an endpoint and the
+// credentials flags, or an inventory machine's. A machine the running hub manages is not taken down
+// by hand unless it is detached, or --force.
+func powerTarget(cmd *cobra.Command, f *powerFlags, op, target string) (bmc.Endpoint, bmc.Credentials, error) {
+	usage := func(err error) error { return &codedError{exitUsage, err} }
+	if strings.Contains(target, "://") || f.inventory == "" {
+		ep, err := bmc.ParseEndpoint(target)
+		if err != nil {
+			if !strings.Contains(target, "://") {
+				err = fmt.Errorf("%w (or, to name a machine, give the hub's --inventory)", err)
+			}
+			return ep, bmc.Credentials{}, usage(err)
+		}
+		var creds bmc.Credentials
+		switch {
+		case f.credentials != "":
+			creds, err = bmc.LoadCredentials(f.credentials)
+		case os.Getenv(bmc.EnvUsername) != "" || os.Getenv(bmc.EnvPassword) != "":
+			creds, err = bmc.CredentialsFromEnv()
+		default:
+			err = fmt.Errorf("no BMC credentials: give --credentials FILE, or set %s and %s", bmc.EnvUsername, bmc.EnvPassword)
+		}
+		return ep, creds, usageErr(err)
 	}
-	return err
+	if f.credentials != "" || f.caFile != "" || f.insecure {
+		return bmc.Endpoint{}, bmc.Credentials{}, usage(fmt.Errorf("%s: its credentials and CA bundle come from --inventory: drop --credentials, --ca-file and --insecure", target))
+	}
+	inv, err := hub.LoadInventory(f.inventory)
+	if err != nil {
+		return bmc.Endpoint{}, bmc.Credentials{}, usage(err)
+	}
+	m, ok := inv.Machine(target)
+	switch {
+	case !ok:
+		var names []string
+		for _, m := range inv.Machines {
+			names = append(names, m.Name)
+		}
+		return bmc.Endpoint{}, bmc.Credentials{}, usage(fmt.Errorf("machine %q is not in %s (it has %s)", target, f.inventory, strings.Join(names, ", ")))
+	case m.Endpoint.Driver == "":
+		return bmc.Endpoint{}, bmc.Credentials{}, usage(fmt.Errorf("machine %s has no BMC in %s", target, f.inventory))
+	}
+	f.caFile, f.insecure = m.CAFile, m.Insecure
+	if op == "status" || op == "on" || f.force {
+		return m.Endpoint, m.Credentials, nil
+	}
+	// Is a running hub managing it? Ask it.
+	where := cmp.Or(f.api.address, f.api.socket)
+	c, err := f.api.client()
+	var st hub.Status
+	if err == nil {
+		err = c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st)
+	}
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no hub answered at %s (%v): if a hub manages %s, detach it there first (hub detach %s), or the hub will power it back on\n",
+			where, err, target, target)
+		return m.Endpoint, m.Credentials, nil
+	}
+	for _, ms := range st.Machines {
+		if ms.Name == target && !ms.Detached {
+			return bmc.Endpoint{}, bmc.Credentials{}, &codedError{exitRefused, fmt.Errorf("%s is managed by the running hub (%s): taken down by hand it would be found Unhealthy "+
+				"and power-cycled back within seconds. Detach it first (hub detach %s --reason '…'; hub attach %s when done), or --force to do it anyway", target, where, target, target)}
+		}
+	}
+	return m.Endpoint, m.Credentials, nil
 }

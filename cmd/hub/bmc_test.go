@@ -107,7 +107,8 @@ func TestBMCPowerExitCodes(t *testing.T) {
 			{[]string{"bmc", "power", "status", "bmc.example", "--credentials", r.creds}, "want redfish://host[:port]"},
 			{[]string{"bmc", "power", "status", ep}, "no BMC credentials: give --credentials FILE, or set HALE_BMC_USERNAME and HALE_BMC_PASSWORD"},
 			{[]string{"bmc", "power", "status", ep, "--credentials", filepath.Join(dir, "missing")}, "BMC credentials: stat"},
-			{[]string{"bmc", "power", "status", ep, "--credentials", r.creds, "-o", "yaml"}, `-o "yaml": want text or json`},
+			{[]string{"bmc", "power", "status", ep, "--credentials", r.creds, "-o", "text"}, `-o "text": want table, wide, json or yaml`},
+			{[]string{"bmc", "power", "status", "cp-0"}, "(or, to name a machine, give the hub's --inventory)"},
 		} {
 			_, stderr, code := hubRun(t, tc.args...)
 			assert.Equal(t, exitUsage, code, tc.args)

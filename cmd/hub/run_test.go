@@ -138,6 +138,20 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	_, code = cli("attach", "cp-1")
 	require.Equal(t, 0, code)
 
+	// By name, with the hub's inventory: a machine the hub manages is not taken down by hand unless it
+	// is detached (the hub would power it back on); reading its power is fine.
+	out, code = cli("bmc", "power", "status", "cp-2", "--inventory", inv)
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "/systems/cp-2: On")
+	out, code = cli("bmc", "power", "off", "cp-2", "--inventory", inv)
+	assert.Equal(t, exitRefused, code, out)
+	assert.Contains(t, out, "cp-2 is managed by the running hub ("+socket+"): taken down by hand it would be found Unhealthy")
+	assert.Contains(t, out, "hub detach cp-2")
+	out, code = cli("bmc", "power", "off", "cp-7", "--inventory", inv)
+	assert.Equal(t, exitUsage, code, out)
+	assert.Contains(t, out, `machine "cp-7" is not in `+inv+" (it has cp-0, cp-1, cp-2)")
+	assert.Empty(t, tb.Resets(2))
+
 	out, code = cli("pause", "--wait", "--timeout", "10s")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "Paused")
