@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	xterm "golang.org/x/term"
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/internal/cli"
@@ -274,6 +275,10 @@ hub replica checks and carries it out the same way (` + "`kubectl get remediatio
 			if kubernetes && req.DryRun {
 				return &codedError{exitUsage, errors.New("--dry-run asks the hub's API (--socket/--api-address); it is not available with --kubernetes")}
 			}
+			if req.Force && !req.DryRun && !yes && !interactive(cmd.InOrStdin()) {
+				return &codedError{exitUsage, fmt.Errorf("--force asks you to confirm by typing the machine's name, and stdin is not a terminal: "+
+					"add --yes to confirm %s without a prompt (nothing done)", req.Machine)}
+			}
 			if kubernetes && req.Force && !yes {
 				fmt.Fprintf(out, "--force overrides the quorum check; type the machine's name (%s) to go ahead: ", req.Machine)
 				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
@@ -348,13 +353,9 @@ func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out 
 			return err
 		}
 		if rem.State != hub.InProgress {
-			var text string
-			if err := c.do(ctx, http.MethodGet, "/v1/machines/"+url.PathEscape(machine)+"/explain", nil, &text); err != nil {
-				return err
-			}
-			_, _ = io.WriteString(out, text)
+			fmt.Fprintln(out, endLine(rem))
 			if rem.State != hub.Succeeded {
-				return &codedError{exitRefused, fmt.Errorf("remediation %s ended %s", id, rem.State)}
+				return &codedError{exitRefused, fmt.Errorf("remediation %s ended %s (hub explain %s: every step)", id, rem.State, machine)}
 			}
 			return nil
 		}
@@ -364,6 +365,17 @@ func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// endLine is the one line `reboot --wait` ends with: how the remediation ended, how long it took, and
+// its last word (what failed, or how the machine was proven back).
+func endLine(rem hub.Remediation) string {
+	line := fmt.Sprintf("remediation %s: %s, %s, requested by %s, in %v", rem.ID, rem.State, rem.Strategy, rem.RequestedBy,
+		rem.Updated.Sub(rem.Created).Round(100*time.Millisecond))
+	if n := len(rem.History); n > 0 && rem.History[n-1].Detail != "" {
+		line += ": " + rem.History[n-1].Detail
+	}
+	return line
 }
 
 func printStatus(w io.Writer, st hub.Status, wide bool) {
@@ -475,4 +487,11 @@ func acting(st hub.Status) string {
 		return "a strict majority, but not planning (below)"
 	}
 	return "a strict majority: acting"
+}
+
+// interactive says whether in can answer a prompt: a terminal, or (in tests) a reader that is not a
+// file. A pipe or /dev/null cannot confirm --force: that needs --yes.
+func interactive(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	return !ok || xterm.IsTerminal(int(f.Fd()))
 }
