@@ -4,11 +4,14 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"time"
 
+	yaml3 "gopkg.in/yaml.v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -40,15 +43,33 @@ func (d Duration) Or(def time.Duration) time.Duration {
 	return d.Duration
 }
 
-// Load reads the YAML file at path into v strictly. Errors name the file (and the field, as far as
-// the decoder says).
-func Load(path string, v any) error {
+// Load reads the YAML file at path into v strictly. what names the file for people ("inventory",
+// "agent config"); an error says it, the file, the line and the field's path:
+//
+//	inventory /etc/hale/inventory.yaml:5: policy.maxUnhealty: unknown field; did you mean maxUnhealthy?
+func Load(what, path string, v any) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var doc yaml3.Node
+	if err := yaml3.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("%s %s: not YAML: %w", what, path, err)
+	}
+	root := &doc
+	if doc.Kind == yaml3.DocumentNode && len(doc.Content) > 0 {
+		root = doc.Content[0]
+		if p := check(root, reflect.TypeOf(v), ""); p != nil {
+			return fmt.Errorf("%s %s", what, p.in(path))
+		}
 	}
 	if err := yaml.UnmarshalStrict(raw, v); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		err = decodeError(err, root)
+		var p *problem
+		if errors.As(err, &p) {
+			return fmt.Errorf("%s %s", what, p.in(path))
+		}
+		return fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	return nil
 }

@@ -141,7 +141,7 @@ func LoadInventory(path string) (Inventory, error) { return loadInventory(path, 
 // whose BMC Hale calls itself.
 func loadInventory(path string, machinesRequired bool) (Inventory, error) {
 	var f InventoryFile
-	if err := config.Load(path, &f); err != nil {
+	if err := config.Load("inventory", path, &f); err != nil {
 		return Inventory{}, err
 	}
 	for i := range f.Machines { // relative paths are the inventory's directory's

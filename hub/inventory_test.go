@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,7 +89,15 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 		return "machines:\n  - {name: m1, member: e1, class: cp, bmc: {endpoint: \"redfish://10.0.0.1\", credentials: " + creds + "}" + extra + "}\n"
 	}
 	tests := []struct{ name, body, want string }{
-		{"unknown field", head + machine(", rack: 7"), `unknown field "rack"`},
+		{"unknown field", head + machine(", rack: 7"), `inv.yaml:4: machines[0] (m1).rack: unknown field`},
+		{"a typo", "cluster: c\npolicy:\n  maxUnhealty: 1\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			"inventory " + "%s:3: policy.maxUnhealty: unknown field; did you mean maxUnhealthy?"},
+		{"a bad duration", "cluster: c\npolicy: {cooldown: 5mins}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			`inv.yaml:2: policy.cooldown: want a duration like "500ms" or "2s", got "5mins"`},
+		{"a word for a number", "cluster: c\npolicy: {maxAttempts: three}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			`inv.yaml:2: policy.maxAttempts: want a whole number, got "three"`},
+		{"a mapping for a list", head + "machines: {name: m1}\n", "inv.yaml:3: machines: want a list, got a mapping"},
+		{"not YAML", "cluster: [\n", "inv.yaml: not YAML: "},
 		{"no cluster", "classes: {}\n", "cluster: required"},
 		{"witness on a machine's node", "cluster: c\nclasses: {cp: {strategy: reboot}}\nwitnesses: [m1]\n" + machine(""), `witnesses[0]: "m1" is a machine's node`},
 		{"empty witness", "cluster: c\nclasses: {cp: {strategy: reboot}}\nwitnesses: [\"\"]\n" + machine(""), `witnesses[0]: "" must be a gossip node name`},
@@ -115,6 +124,9 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, []byte(tt.body), 0o600))
 			_, err := LoadInventory(path)
 			require.Error(t, err)
+			if strings.Contains(tt.want, "%s") {
+				tt.want = fmt.Sprintf(tt.want, path)
+			}
 			assert.Contains(t, err.Error(), tt.want)
 			assert.Contains(t, err.Error(), path, "the error names the file")
 			assert.NotContains(t, err.Error(), "password=b")

@@ -43,6 +43,12 @@ type logins struct {
 	base   time.Duration
 	mu     sync.Mutex
 	failed map[loginKey]loginFailure
+	// calls counts the guarded calls under way per account; checking holds, per account, a readiness
+	// check under way (closed when it ends). A check starts only on an account no call uses, and a
+	// call waits for the account's check: two logins at once with the same wrong password would both
+	// fail before either was recorded.
+	calls    map[loginKey]int
+	checking map[loginKey]chan struct{}
 }
 
 const maxLoginBackoffFactor = 12
@@ -51,7 +57,7 @@ func newLogins(base time.Duration) *logins {
 	if base <= 0 {
 		base = 5 * time.Minute
 	}
-	return &logins{base: base, failed: map[loginKey]loginFailure{}}
+	return &logins{base: base, failed: map[loginKey]loginFailure{}, calls: map[loginKey]int{}, checking: map[loginKey]chan struct{}{}}
 }
 
 func keyOf(m Machine) loginKey {
@@ -121,20 +127,67 @@ func (l *logins) guard(m Machine, p Power) Power {
 	return &guarded{m: m, l: l, power: p}
 }
 
-func (g *guarded) check() error {
-	if why := g.l.blocked(g.m, time.Now()); why != "" {
-		return fmt.Errorf("%w (not tried): %s", bmc.ErrAuth, why)
+// begin waits for a readiness check of m's account to end, then counts a call under way and says
+// whether it may log in; end (when not nil) ends the call.
+func (g *guarded) begin(ctx context.Context) (end func(), err error) {
+	k := keyOf(g.m)
+	for {
+		g.l.mu.Lock()
+		wait, checking := g.l.checking[k]
+		if !checking {
+			g.l.calls[k]++
+			g.l.mu.Unlock()
+			break
+		}
+		g.l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wait:
+		}
 	}
-	return nil
+	end = func() {
+		g.l.mu.Lock()
+		if g.l.calls[k]--; g.l.calls[k] == 0 {
+			delete(g.l.calls, k)
+		}
+		g.l.mu.Unlock()
+	}
+	if why := g.l.blocked(g.m, time.Now()); why != "" {
+		end()
+		return nil, fmt.Errorf("%w (not tried): %s", bmc.ErrAuth, why)
+	}
+	return end, nil
 }
 
 func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error) {
-	if err := g.check(); err != nil {
+	end, err := g.begin(ctx)
+	if err != nil {
 		return "", time.Time{}, err
 	}
+	defer end()
 	st, at, err := g.power.Status(ctx)
 	g.l.record(g.m, err, time.Now())
 	return st, at, err
+}
+
+// beginCheck starts a readiness check of m's account unless a call uses it (false: check it another
+// time); end ends it and lets the calls that wait for it go.
+func (l *logins) beginCheck(m Machine) (end func(), ok bool) {
+	k := keyOf(m)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.checking[k]; busy || l.calls[k] > 0 {
+		return nil, false
+	}
+	done := make(chan struct{})
+	l.checking[k] = done
+	return func() {
+		l.mu.Lock()
+		delete(l.checking, k)
+		l.mu.Unlock()
+		close(done)
+	}, true
 }
 
 func (g *guarded) Reboot(ctx context.Context) (bmc.Result, error) { return g.do(ctx, g.power.Reboot) }
@@ -146,9 +199,11 @@ func (g *guarded) ForceOff(ctx context.Context) (bmc.Result, error) {
 }
 
 func (g *guarded) do(ctx context.Context, f func(context.Context) (bmc.Result, error)) (bmc.Result, error) {
-	if err := g.check(); err != nil {
+	end, err := g.begin(ctx)
+	if err != nil {
 		return bmc.Result{}, err
 	}
+	defer end()
 	res, err := f(ctx)
 	g.l.record(g.m, err, time.Now())
 	return res, err

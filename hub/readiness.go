@@ -64,7 +64,10 @@ func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (
 			for _, m := range accounts[k] {
 				var r BMCReadiness
 				if refusedFor == "" {
-					r = checkBMC(ctx, m, powerFor, l)
+					var checked bool
+					if r, checked = checkBMC(ctx, m, powerFor, l); !checked {
+						continue // its BMC is in use: the last finding stands
+					}
 				} else {
 					r = BMCReadiness{Checked: time.Now().UTC(), Problem: bmc.ProblemLogin,
 						Error: fmt.Sprintf("%s status: not tried: the BMC refused the login of user %q for %s just before (BMC accounts lock after a few failed logins)", m.Endpoint, m.Credentials.Username, refusedFor)}
@@ -82,20 +85,32 @@ func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (
 	return out
 }
 
-// checkBMC reads m's power state through the hub's login record (no login to an account that waits).
-func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (Power, error), l *logins) BMCReadiness {
-	r := BMCReadiness{Checked: time.Now().UTC()}
+// checkBMC reads m's power state, recorded in the hub's login record: no login to an account that
+// waits, none while a call (a remediation's step) uses the account (ok false: not checked this time),
+// and no call logs in while the check does.
+func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (Power, error), l *logins) (r BMCReadiness, ok bool) {
+	end, ok := l.beginCheck(m)
+	if !ok {
+		return r, false
+	}
+	defer end()
+	r.Checked = time.Now().UTC()
 	p, err := powerFor(m)
 	if err != nil {
 		r.Problem, r.Error = ProblemConfig, err.Error()
-		return r
+		return r, true
 	}
-	r.Power, _, err = l.guard(m, p).Status(ctx)
+	if why := l.blocked(m, time.Now()); why != "" {
+		err = fmt.Errorf("%s status: %w (not tried): %s", m.Endpoint, bmc.ErrAuth, why)
+	} else {
+		r.Power, _, err = p.Status(ctx)
+		l.record(m, err, time.Now())
+	}
 	r.Ready, r.Problem = err == nil, bmc.ProblemOf(err)
 	if err != nil {
 		r.Power, r.Error = "", err.Error()
 	}
-	return r
+	return r, true
 }
 
 // watchBMCs checks the BMCs now and then every interval (±10 %, so that hubs and accounts do not fall

@@ -124,7 +124,7 @@ func loadConfig(path string) (Config, error) {
 	if path == "" {
 		return c, nil
 	}
-	if err := config.Load(path, &c); err != nil {
+	if err := config.Load("agent config", path, &c); err != nil {
 		return c, err
 	}
 	config.RelativeTo(path, &c.Gossip.KeyFile, &c.Gossip.IdentityFile, &c.Gossip.PinnedFile, &c.Etcd.TLS.CA, &c.Etcd.TLS.Cert, &c.Etcd.TLS.Key)

@@ -46,7 +46,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		args []string
 		want string
 	}{
-		{name: "unknown field", yaml: "cluster: c\ngossip: {keyFile: " + key + ", probeIntervall: 1s}\n", want: `unknown field "probeIntervall"`},
+		{name: "unknown field", yaml: "cluster: c\ngossip: {keyFile: " + key + ", probeIntervall: 1s}\n", want: `agent.yaml:2: gossip.probeIntervall: unknown field; did you mean probeInterval?`},
 		{name: "no cluster", yaml: "gossip: {keyFile: " + key + "}\n", want: "cluster: required"},
 		{name: "no key", yaml: "cluster: c\n", want: "gossip.keyFile: required: gossip is always encrypted"},
 		{name: "bad duration", yaml: "cluster: c\nreportInterval: soon\n", want: `want a duration like "500ms" or "2s", got "soon"`},
