@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/config"
 )
 
 // PowerState is a machine's power state as its BMC reports it.
@@ -71,6 +73,22 @@ func ProblemOf(err error) Problem {
 
 type checkKey struct{}
 
+type retriesKey struct{}
+
+// WithRetries returns a context under which a Controller retries a transient failure at most n times
+// (fewer than its Options say, never more): a readiness check that must not hold a BMC account long.
+func WithRetries(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, retriesKey{}, max(n, 0))
+}
+
+// retries is how many times a transient failure is retried under ctx.
+func (c *Controller) retries(ctx context.Context) int {
+	if n, ok := ctx.Value(retriesKey{}).(int); ok {
+		return min(n, c.opts.Retries)
+	}
+	return c.opts.Retries
+}
+
 // WithCheck returns a context under which every disruptive request of an operation (a restart, a
 // power cycle, a power off; each retry too) is sent only if check, called just before it, returns
 // nil. Otherwise the operation ends at once with ErrWithdrawn and check's error. Powering on is never
@@ -95,10 +113,11 @@ type Result struct {
 	// Requests lists what was sent, in order (Redfish reset types, IPMI chassis commands).
 	Requests []string `json:"requests"`
 	// Evidence says how the change was verified.
-	Evidence   string        `json:"evidence"`
-	Started    time.Time     `json:"started"`
-	ObservedAt time.Time     `json:"observedAt"`
-	Duration   time.Duration `json:"duration"`
+	Evidence   string    `json:"evidence"`
+	Started    time.Time `json:"started"`
+	ObservedAt time.Time `json:"observedAt"`
+	// Duration is how long it took ("1.234s" in JSON).
+	Duration config.Duration `json:"duration"`
 }
 
 // action is one raw request a driver can send.
@@ -368,7 +387,7 @@ func (c *Controller) operate(ctx context.Context, name string, body func(*operat
 		res.ObservedAt = time.Now()
 		return body(op)
 	})
-	res.Duration = time.Since(res.Started)
+	res.Duration.Duration = time.Since(res.Started)
 	if err == nil {
 		c.log.Info("power "+name+" done", "before", res.Before, "after", res.After, "requests", res.Requests,
 			"evidence", res.Evidence, "took", res.Duration.Round(time.Millisecond))
@@ -464,7 +483,7 @@ func (op *operation) send(a action) error {
 			return nil
 		}
 		attempt++
-		if classOf(err) != classTransient || attempt > op.c.opts.Retries {
+		if classOf(err) != classTransient || attempt > op.c.retries(op.ctx) {
 			return err
 		}
 		// The request may have been carried out even though the answer was lost: look before resending.
@@ -555,7 +574,7 @@ func (op *operation) waitFor(timeout time.Duration, what string, done func(Power
 func retry[T any](ctx context.Context, c *Controller, what string, f func() (T, error)) (T, error) {
 	for attempt := 1; ; attempt++ {
 		v, err := f()
-		if err == nil || classOf(err) != classTransient || attempt > c.opts.Retries {
+		if err == nil || classOf(err) != classTransient || attempt > c.retries(ctx) {
 			return v, err
 		}
 		if werr := c.backoff(ctx, attempt, what, err); werr != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/config"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -84,20 +85,27 @@ func (h *Hub) effective() EffectivePolicy {
 // EffectivePolicy is the policy in force, as `hub status` shows it: the fields an operator tunes,
 // and which of them an override (the HealthPolicy) sets.
 type EffectivePolicy struct {
-	MinFaultTolerance int                      `json:"minFaultTolerance"`
-	MaxInFlight       string                   `json:"maxInFlight"`
-	MaxUnhealthy      string                   `json:"maxUnhealthy"`
-	ProbeTimeouts     map[string]time.Duration `json:"probeTimeouts,omitempty"`
-	Cooldown          time.Duration            `json:"cooldown"`
-	MaxAttempts       int                      `json:"maxAttempts"`
+	MinFaultTolerance int                        `json:"minFaultTolerance"`
+	MaxInFlight       string                     `json:"maxInFlight"`
+	MaxUnhealthy      string                     `json:"maxUnhealthy"`
+	ProbeTimeouts     map[string]config.Duration `json:"probeTimeouts,omitempty"`
+	Cooldown          config.Duration            `json:"cooldown"`
+	MaxAttempts       int                        `json:"maxAttempts"`
 	// Overridden names the fields set by the override; the others are the inventory's.
 	Overridden []string `json:"overridden,omitempty"`
 }
 
 func effectiveOf(p Policy, overridden []string) EffectivePolicy {
-	return EffectivePolicy{MinFaultTolerance: p.Quorum.MinFaultTolerance, MaxInFlight: p.Quorum.Pools.MaxInFlight.String(),
-		MaxUnhealthy: p.Quorum.Pools.MaxUnhealthy.String(), ProbeTimeouts: maps.Clone(p.Assess.ProbeTimeouts), Cooldown: p.Cooldown,
+	e := EffectivePolicy{MinFaultTolerance: p.Quorum.MinFaultTolerance, MaxInFlight: p.Quorum.Pools.MaxInFlight.String(),
+		MaxUnhealthy: p.Quorum.Pools.MaxUnhealthy.String(), Cooldown: config.Duration{Duration: p.Cooldown},
 		MaxAttempts: p.MaxAttempts, Overridden: overridden}
+	if len(p.Assess.ProbeTimeouts) > 0 {
+		e.ProbeTimeouts = map[string]config.Duration{}
+		for probe, d := range p.Assess.ProbeTimeouts {
+			e.ProbeTimeouts[probe] = config.Duration{Duration: d}
+		}
+	}
+	return e
 }
 
 func (e EffectivePolicy) String() string {

@@ -34,8 +34,10 @@ type BMCReadiness struct {
 // bundle): nothing was sent.
 const ProblemConfig bmc.Problem = "Config"
 
-// checkParallel bounds how many BMC accounts are checked at once.
-const checkParallel = 8
+// checkParallel bounds how many BMC accounts are checked at once; checkRetries how many times a
+// check retries a BMC that does not answer (a remediation's call to the account waits for the check:
+// at most 2 requests' time).
+const checkParallel, checkRetries = 8, 1
 
 // CheckBMCs checks the BMC of each machine that has one, once, and returns what it found by machine
 // name. The machines of one BMC account are checked one after another, and once the account refuses
@@ -103,7 +105,7 @@ func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (Power, err
 	if why := l.blocked(m, time.Now()); why != "" {
 		err = fmt.Errorf("%s status: %w (not tried): %s", m.Endpoint, bmc.ErrAuth, why)
 	} else {
-		r.Power, _, err = p.Status(ctx)
+		r.Power, _, err = p.Status(bmc.WithRetries(ctx, checkRetries))
 		l.record(m, err, time.Now())
 	}
 	r.Ready, r.Problem = err == nil, bmc.ProblemOf(err)

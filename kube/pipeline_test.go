@@ -264,8 +264,8 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 		}},
 		{`{"maxInFlight": "2"}`, func(st hub.Status) bool { return st.Policy.MaxInFlight == "2" }},
 		{`{"maxUnhealthy": "40%"}`, func(st hub.Status) bool { return st.Policy.MaxUnhealthy == "40%" }},
-		{`{"probeTimeouts": {"etcd": "7s"}}`, func(st hub.Status) bool { return st.Policy.ProbeTimeouts["etcd"] == 7*time.Second }},
-		{`{"cooldown": "90s"}`, func(st hub.Status) bool { return st.Policy.Cooldown == 90*time.Second }},
+		{`{"probeTimeouts": {"etcd": "7s"}}`, func(st hub.Status) bool { return st.Policy.ProbeTimeouts["etcd"].Duration == 7*time.Second }},
+		{`{"cooldown": "90s"}`, func(st hub.Status) bool { return st.Policy.Cooldown.Duration == 90*time.Second }},
 		{`{"maxAttempts": 5}`, func(st hub.Status) bool { return st.Policy.MaxAttempts == 5 }},
 	} {
 		patch(tc.spec)
