@@ -172,10 +172,3 @@ func (h *Hub) checkBMCsOnce(ctx context.Context) {
 		}
 	}
 }
-
-// BMCs is what the last readiness checks found, by machine.
-func (h *Hub) BMCs() map[string]BMCReadiness {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maps.Clone(h.bmcs)
-}
