@@ -157,6 +157,11 @@ func runWithFlags(ctx context.Context, f agentFlags, stdout, stderr io.Writer, r
 	if f.join != "" {
 		cfg.Gossip.Join = strings.Split(f.join, ",")
 	}
+	if cfg.Role == RoleWitness && len(cfg.Probes) > 0 {
+		// Before the defaults fill every section in: a section written for a witness, enabled or
+		// not, says someone expects it to probe.
+		return errors.New("probes: a witness runs none (it is not a machine Hale heals); remove the probes section or set role: agent")
+	}
 	cfg = cfg.withDefaults()
 	if f.printIdentity {
 		if cfg.Gossip.IdentityFile == "" {

@@ -59,6 +59,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			want: "etcd.endpoint: a witness runs no etcd member"},
 		{name: "witness with probes", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\nprobes: {kubelet: {enabled: true}}\n",
 			want: "probes: a witness runs none"},
+		{name: "witness with a probe's URL, not enabled", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\nprobes: {apiserver: {url: \"https://10.0.0.1:6443/readyz\"}}\n",
+			want: "probes: a witness runs none"},
 		{name: "agent reading from outside", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [http://127.0.0.1:2379]}\n",
 			want: "etcd.endpoints: only a witness"},
 		{name: "witness with a bad endpoint", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [127.0.0.1:2379]}\n",
