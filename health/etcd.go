@@ -73,6 +73,13 @@ func clientConfig(endpoints []string) clientv3.Config {
 // NewEtcd connects (lazily) to the local member. The client talks to that endpoint only: it never
 // fails over to other members, so what it reports is this member's view.
 func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
+	if strings.HasPrefix(cfg.WithDefaults().Endpoint, "https://") && cfg.TLS == (TLSFiles{}) {
+		for _, f := range []struct{ path, setting string }{{DefaultEtcdCA, "etcd.tls.ca"}, {DefaultEtcdCert, "etcd.tls.cert"}, {DefaultEtcdKey, "etcd.tls.key"}} {
+			if err := kubeadmDefault(f.path, f.setting, "probes.etcd.enabled: false"); err != nil {
+				return nil, fmt.Errorf("etcd: %w", err)
+			}
+		}
+	}
 	cfg = cfg.WithDefaults()
 	cc := clientConfig([]string{cfg.Endpoint})
 	if strings.HasPrefix(cfg.Endpoint, "https://") {

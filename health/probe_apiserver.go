@@ -1,6 +1,12 @@
 package health
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+)
 
 func init() {
 	RegisterProbe(ProbeKind{Name: "apiserver", Judged: 10 * time.Second, Section: func() ProbeSection { return &APIServerSection{} },
@@ -34,6 +40,19 @@ func NewAPIServerProbe(url string, files TLSFiles) (Probe, error) {
 	}
 	if files.CA == "" {
 		files.CA = DefaultKubeCA
+		if err := kubeadmDefault(files.CA, "probes.apiserver.tls.ca", "probes.apiserver.enabled: false"); err != nil {
+			return nil, fmt.Errorf("probe apiserver: %w", err)
+		}
 	}
 	return newHTTPProbe("apiserver", url, "ok", files)
+}
+
+// kubeadmDefault says, when path (a default where kubeadm puts a file) is not on this host, which
+// setting names the file instead and how to turn off what needs it: a host laid out otherwise (k3s,
+// RKE2, a distribution of its own) learns that from the error, not from a probe failing forever.
+func kubeadmDefault(path, setting, off string) error {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s defaults to %s (where kubeadm puts it), which is not on this host: set %s, or %s", setting, path, setting, off)
+	}
+	return nil
 }

@@ -153,3 +153,15 @@ func TestClockProbe(t *testing.T) {
 	assert.False(t, ok)
 	assert.Contains(t, detail, "peers' clocks are 2s from ours (median of 3); more than 500ms: check NTP on this node")
 }
+
+// A default path of kubeadm's that is not on the host is named with the setting that replaces it and
+// how to turn off what needs it.
+func TestKubeadmDefaultMissing(t *testing.T) {
+	dir := t.TempDir()
+	there := filepath.Join(dir, "ca.crt")
+	require.NoError(t, os.WriteFile(there, []byte("x"), 0o600))
+	assert.NoError(t, kubeadmDefault(there, "probes.apiserver.tls.ca", "probes.apiserver.enabled: false"))
+	missing := filepath.Join(dir, "pki", "ca.crt")
+	assert.EqualError(t, kubeadmDefault(missing, "probes.apiserver.tls.ca", "probes.apiserver.enabled: false"),
+		"probes.apiserver.tls.ca defaults to "+missing+" (where kubeadm puts it), which is not on this host: set probes.apiserver.tls.ca, or probes.apiserver.enabled: false")
+}
