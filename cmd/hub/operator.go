@@ -237,8 +237,34 @@ func operatorCommands() []*cobra.Command {
 	}
 	for _, c := range cmds {
 		f.register(c)
+		if c.Args != nil && strings.HasSuffix(c.Use, " MACHINE") {
+			c.ValidArgsFunction = machineNames(f)
+		}
 	}
 	return cmds
+}
+
+// machineNames completes a MACHINE argument with the machines the hub knows (asked over its API; none
+// when it does not answer).
+func machineNames(f *apiFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := f.client()
+		var st hub.Status
+		if err == nil {
+			err = c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st)
+		}
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []cobra.Completion
+		for _, m := range st.Machines {
+			names = append(names, cobra.CompletionWithDesc(m.Name, string(m.Verdict)))
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
 }
 
 // brakeBody says who asks (the user running the command) and why.

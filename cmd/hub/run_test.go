@@ -118,6 +118,13 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "etcd member etcd-1: voter, healthy")
 	assert.Contains(t, out, "bmc: ready (power On), checked at ")
+	// Shell completion of a MACHINE asks the hub.
+	t.Setenv("HALE_HUB_SOCKET", socket)
+	var comp bytes.Buffer
+	root := newRootCommand(&comp, io.Discard)
+	root.SetArgs([]string{"__complete", "explain", ""})
+	require.NoError(t, root.Execute())
+	assert.Equal(t, "cp-0\tHealthy\ncp-1\tHealthy\ncp-2\tHealthy\n:4\n", strings.SplitAfter(comp.String(), ":4\n")[0])
 	out, code = cli("explain", "cp-9")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, `machine "cp-9": not in the inventory`)
@@ -174,7 +181,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	var tcpOut bytes.Buffer
-	root := newRootCommand(&tcpOut, &tcpOut)
+	root = newRootCommand(&tcpOut, &tcpOut)
 	root.SetArgs([]string{"status", "--api-address", addrs.API[1], "--token-file", token})
 	require.NoError(t, root.Execute())
 	assert.Contains(t, tcpOut.String(), "cluster demo")
