@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hale-dev/hale/internal/cli"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -59,7 +59,8 @@ type replaceFile struct {
 }
 
 func newPlanCommand() *cobra.Command {
-	var file, output string
+	var file string
+	var output *string
 	cmd := &cobra.Command{
 		Use:   "plan -f STATE.yaml",
 		Short: "What would Hale start now? Plan one pass over a described cluster, offline",
@@ -72,8 +73,8 @@ See examples/ for the file format.`,
 			if file == "" {
 				return errors.New("plan: -f STATE.yaml is required (see examples/)")
 			}
-			if output != "text" && output != "json" {
-				return fmt.Errorf("plan: -o %q: want text or json", output)
+			if err := cli.CheckOutput(*output); err != nil {
+				return usageErr(fmt.Errorf("plan: %w", err))
 			}
 			in, err := loadState(file)
 			if err != nil {
@@ -83,14 +84,14 @@ See examples/ for the file format.`,
 			if err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
-			if output == "json" {
-				return writePlanJSON(cmd.OutOrStdout(), out)
+			if *output == cli.JSON || *output == cli.YAML {
+				return writePlanData(cmd.OutOrStdout(), *output, out)
 			}
 			return writePlanText(cmd.OutOrStdout(), out)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "YAML file describing members, machines and policy")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	output = cli.OutputFlag(cmd)
 	return cmd
 }
 
@@ -269,7 +270,7 @@ type decisionJSON struct {
 	Cost     int      `json:"cost"`
 }
 
-func writePlanJSON(w io.Writer, out quorum.Outcome) error {
+func writePlanData(w io.Writer, format string, out quorum.Outcome) error {
 	doc := struct {
 		Budget    quorum.Budget  `json:"budget"`
 		After     quorum.Budget  `json:"after"`
@@ -283,7 +284,6 @@ func writePlanJSON(w io.Writer, out quorum.Outcome) error {
 		}
 		doc.Decisions = append(doc.Decisions, dj)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	_, err := cli.WriteData(w, format, doc)
+	return err
 }

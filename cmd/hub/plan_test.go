@@ -90,7 +90,7 @@ func TestPlanBadInput(t *testing.T) {
 		want string
 	}{
 		{name: "no file", args: []string{"plan"}, want: "plan: -f STATE.yaml is required (see examples/)"},
-		{name: "bad output", args: []string{"plan", "-f", "x", "-o", "xml"}, want: `plan: -o "xml": want text or json`},
+		{name: "bad output", args: []string{"plan", "-f", "x", "-o", "xml"}, want: `plan: -o "xml": want table, wide, json or yaml`},
 		{name: "missing file", args: []string{"plan", "-f", "/nonexistent/state.yaml"}, want: "reading state: open /nonexistent/state.yaml: no such file or directory"},
 		{name: "unknown field", body: members + "machines:\n  - {name: cp-1, helth: bad}\n", want: `unknown field "helth"`},
 		{name: "no members", body: "machines: []\n", want: "members: none listed"},
