@@ -145,7 +145,7 @@ func (h *Hub) setHubBrake(ctx context.Context, field func(*Brakes) **Brake, on b
 
 // SetDetached detaches a machine (no probe-driven action and no BMC call for it) or attaches it again.
 func (h *Hub) SetDetached(ctx context.Context, machine string, on bool, by, reason string) error {
-	if _, ok := h.inventory().machine(machine); !ok {
+	if _, ok := h.inventory().Machine(machine); !ok {
 		return fmt.Errorf("machine %q: %w", machine, ErrNotFound)
 	}
 	what := fmt.Sprintf("%s detached by %s", machine, by)

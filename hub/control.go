@@ -126,7 +126,7 @@ type RebootResult struct {
 // hub's own remediations. Refusals wrap ErrRefused and say why and what to do.
 func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, error) {
 	inv := h.inventory()
-	m, ok := inv.machine(req.Machine)
+	m, ok := inv.Machine(req.Machine)
 	if !ok {
 		return RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
 	}

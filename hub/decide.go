@@ -141,7 +141,7 @@ func decide(f facts) decision {
 	}
 	slots := p.RateMax - f.recentStarts
 	for _, qd := range out.Started() {
-		m, ok := f.inv.machine(qd.Machine)
+		m, ok := f.inv.Machine(qd.Machine)
 		if !ok {
 			continue
 		}

@@ -345,9 +345,7 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 }
 
 // Machine is the inventory's machine of that name.
-func (inv Inventory) Machine(name string) (Machine, bool) { return inv.machine(name) }
-
-func (inv Inventory) machine(name string) (Machine, bool) {
+func (inv Inventory) Machine(name string) (Machine, bool) {
 	for _, m := range inv.Machines {
 		if m.Name == name {
 			return m, true

@@ -151,7 +151,7 @@ func (h *Hub) resume(ctx context.Context) error {
 	}
 	inv := h.inventory()
 	for _, rem := range active {
-		m, ok := inv.machine(rem.Machine)
+		m, ok := inv.Machine(rem.Machine)
 		why := "the machine is no longer in the inventory"
 		plan, err := planOf(rem)
 		if err != nil {

@@ -150,7 +150,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 // role, the planner's decision, the brakes that hold, and its recent remediations.
 func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	inv := h.inventory()
-	m, ok := inv.machine(machine)
+	m, ok := inv.Machine(machine)
 	if !ok {
 		return "", fmt.Errorf("machine %q: %w", machine, ErrNotFound)
 	}
