@@ -92,7 +92,7 @@ written --name (the older -name spelling is still accepted).`,
 	fl.BoolVar(&f.printIdentity, "print-identity", false, "print this node's line for the pinned-keys file (creating its key when missing) and exit")
 	fl.StringVar(&f.listen, "listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	root.AddCommand(newVersionCommand())
+	root.AddCommand(cli.VersionCommand("agent"))
 	return root
 }
 
@@ -114,23 +114,6 @@ func compatArgs(root *cobra.Command, args []string) []string {
 		out = append(out, a)
 	}
 	return out
-}
-
-func newVersionCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "version", Short: "Print the agent's version, commit, build date and Go version", Args: cobra.NoArgs}
-	output := cli.OutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := cli.CheckOutput(*output); err != nil {
-			return err
-		}
-		i := buildinfo.Get()
-		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, i); ok {
-			return err
-		}
-		_, err := fmt.Fprintln(cmd.OutOrStdout(), "agent", i)
-		return err
-	}
-	return cmd
 }
 
 // runWithFlags reads the config, lays the flags over it and runs the agent (or prints its identity).

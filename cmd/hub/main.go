@@ -40,24 +40,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetVersionTemplate("hub {{.Version}}\n")
-	root.AddCommand(newRunCommand(), newCheckCommand(), newPlanCommand(), newBMCCommand(), newIdentityCommand(), newVersionCommand())
+	root.AddCommand(newRunCommand(), newCheckCommand(), newPlanCommand(), newBMCCommand(), newIdentityCommand(), cli.VersionCommand("hub"))
 	root.AddCommand(operatorCommands()...)
 	return root
-}
-
-func newVersionCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "version", Short: "Print the hub's version, commit, build date and Go version", Args: cobra.NoArgs}
-	output := cli.OutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := usageErr(cli.CheckOutput(*output)); err != nil {
-			return err
-		}
-		i := buildinfo.Get()
-		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, i); ok {
-			return err
-		}
-		_, err := fmt.Fprintln(cmd.OutOrStdout(), "hub", i)
-		return err
-	}
-	return cmd
 }

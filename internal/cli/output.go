@@ -1,5 +1,5 @@
 // Package cli is what the hub's and the agent's command lines share, so that both behave alike: the -o
-// flag of every command that reads.
+// flag of every command that reads, and the version command.
 package cli
 
 import (
@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/hale-dev/hale/internal/buildinfo"
 )
 
 // The -o flag of a command that reads, as kubectl's: a table for people (wide: more columns), JSON or
@@ -54,4 +56,23 @@ func WriteData(w io.Writer, o string, v any) (bool, error) {
 		return true, err
 	}
 	return false, nil
+}
+
+// VersionCommand is `BINARY version [-o …]`: the build (version, commit, build date, Go, platform),
+// the same on the hub and the agent.
+func VersionCommand(binary string) *cobra.Command {
+	cmd := &cobra.Command{Use: "version", Short: "Print the " + binary + "'s version, commit, build date and Go version", Args: cobra.NoArgs}
+	output := OutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := CheckOutput(*output); err != nil {
+			return err
+		}
+		i := buildinfo.Get()
+		if ok, err := WriteData(cmd.OutOrStdout(), *output, i); ok {
+			return err
+		}
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), binary, i)
+		return err
+	}
+	return cmd
 }
