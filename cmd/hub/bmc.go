@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -211,14 +210,13 @@ func writeResult(w io.Writer, output string, v any, err error) (bool, error) {
 // credentials flags, or an inventory machine's. A machine the running hub manages is not taken down
 // by hand unless it is detached, or --force.
 func powerTarget(cmd *cobra.Command, f *powerFlags, op, target string) (bmc.Endpoint, bmc.Credentials, error) {
-	usage := func(err error) error { return &codedError{exitUsage, err} }
 	if strings.Contains(target, "://") || f.inventory == "" {
 		ep, err := bmc.ParseEndpoint(target)
 		if err != nil {
 			if !strings.Contains(target, "://") {
 				err = fmt.Errorf("%w (or, to name a machine, give the hub's --inventory)", err)
 			}
-			return ep, bmc.Credentials{}, usage(err)
+			return ep, bmc.Credentials{}, usageErr(err)
 		}
 		var creds bmc.Credentials
 		switch {
@@ -232,11 +230,11 @@ func powerTarget(cmd *cobra.Command, f *powerFlags, op, target string) (bmc.Endp
 		return ep, creds, usageErr(err)
 	}
 	if f.credentials != "" || f.caFile != "" || f.insecure {
-		return bmc.Endpoint{}, bmc.Credentials{}, usage(fmt.Errorf("%s: its credentials and CA bundle come from --inventory: drop --credentials, --ca-file and --insecure", target))
+		return bmc.Endpoint{}, bmc.Credentials{}, usageErr(fmt.Errorf("%s: its credentials and CA bundle come from --inventory: drop --credentials, --ca-file and --insecure", target))
 	}
 	inv, err := hub.LoadInventory(f.inventory)
 	if err != nil {
-		return bmc.Endpoint{}, bmc.Credentials{}, usage(err)
+		return bmc.Endpoint{}, bmc.Credentials{}, usageErr(err)
 	}
 	m, ok := inv.Machine(target)
 	switch {
@@ -245,9 +243,9 @@ func powerTarget(cmd *cobra.Command, f *powerFlags, op, target string) (bmc.Endp
 		for _, m := range inv.Machines {
 			names = append(names, m.Name)
 		}
-		return bmc.Endpoint{}, bmc.Credentials{}, usage(fmt.Errorf("machine %q is not in %s (it has %s)", target, f.inventory, strings.Join(names, ", ")))
+		return bmc.Endpoint{}, bmc.Credentials{}, usageErr(fmt.Errorf("machine %q is not in %s (it has %s)", target, f.inventory, strings.Join(names, ", ")))
 	case m.Endpoint.Driver == "":
-		return bmc.Endpoint{}, bmc.Credentials{}, usage(fmt.Errorf("machine %s has no BMC in %s", target, f.inventory))
+		return bmc.Endpoint{}, bmc.Credentials{}, usageErr(fmt.Errorf("machine %s has no BMC in %s", target, f.inventory))
 	}
 	f.caFile, f.insecure = m.CAFile, m.Insecure
 	if op == "status" || op == "on" || f.force {
@@ -255,11 +253,7 @@ func powerTarget(cmd *cobra.Command, f *powerFlags, op, target string) (bmc.Endp
 	}
 	// Is a running hub managing it? Ask it.
 	where := cmp.Or(f.api.address, f.api.socket)
-	c, err := f.api.client()
-	var st hub.Status
-	if err == nil {
-		err = c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st)
-	}
+	st, err := f.api.status(cmd.Context())
 	if err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: no hub answered at %s (%v): if a hub manages %s, detach it there first (hub detach %s), or the hub will power it back on\n",
 			where, err, target, target)

@@ -39,19 +39,18 @@ Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not r
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up on the whole check after this long")
 	f.DurationVar(&requestTimeout, "request-timeout", 10*time.Second, "how long one request to a Redfish BMC may take before the BMC is called unreachable")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		usage := func(err error) error { return &codedError{exitUsage, err} }
 		if err := usageErr(cli.CheckOutput(*output)); err != nil {
 			return err
 		}
 		if inventory == "" {
-			return usage(fmt.Errorf("--inventory is required: the inventory file to check"))
+			return usageErr(fmt.Errorf("--inventory is required: the inventory file to check"))
 		}
 		if timeout <= 0 || requestTimeout <= 0 {
-			return usage(fmt.Errorf("--timeout %v, --request-timeout %v: both must be positive", timeout, requestTimeout))
+			return usageErr(fmt.Errorf("--timeout %v, --request-timeout %v: both must be positive", timeout, requestTimeout))
 		}
 		inv, err := hub.LoadInventory(inventory)
 		if err != nil {
-			return usage(err)
+			return usageErr(err)
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 		defer cancel()

@@ -54,6 +54,16 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().DurationVar(&f.timeout, "request-timeout", 10*time.Second, "how long one API request may take")
 }
 
+// status asks the hub for its status.
+func (f *apiFlags) status(ctx context.Context) (hub.Status, error) {
+	var st hub.Status
+	c, err := f.client()
+	if err == nil {
+		err = c.do(ctx, http.MethodGet, "/v1/status", nil, &st)
+	}
+	return st, err
+}
+
 func (f *apiFlags) client() (*apiClient, error) {
 	if f.address != "" {
 		token, err := readToken(f.tokenFile)
@@ -129,12 +139,8 @@ func operatorCommands() []*cobra.Command {
 		if err := usageErr(cli.CheckOutput(*output)); err != nil {
 			return err
 		}
-		c, err := f.client()
+		st, err := f.status(cmd.Context())
 		if err != nil {
-			return err
-		}
-		var st hub.Status
-		if err := c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st); err != nil {
 			return err
 		}
 		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, st); ok {
@@ -251,11 +257,7 @@ func machineNames(f *apiFlags) cobra.CompletionFunc {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		c, err := f.client()
-		var st hub.Status
-		if err == nil {
-			err = c.do(cmd.Context(), http.MethodGet, "/v1/status", nil, &st)
-		}
+		st, err := f.status(cmd.Context())
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
