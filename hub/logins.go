@@ -116,48 +116,86 @@ func (l *logins) record(m Machine, err error, now time.Time) {
 }
 
 // guarded is a machine's Power behind the hub's login record: a call is refused without reaching the
-// BMC while its account waits, and every answer is recorded.
+// BMC while its account waits, and every answer is recorded. A check's (guardCheck) starts only on an
+// account no call uses (errAccountBusy), and calls wait for it.
 type guarded struct {
 	m     Machine
 	l     *logins
 	power Power
+	check bool
 }
 
 func (l *logins) guard(m Machine, p Power) Power {
 	return &guarded{m: m, l: l, power: p}
 }
 
-// begin waits for a readiness check of m's account to end, then counts a call under way and says
-// whether it may log in; end (when not nil) ends the call.
+// guardCheck is guard for a readiness check.
+func (l *logins) guardCheck(m Machine, p Power) Power {
+	return &guarded{m: m, l: l, power: p, check: true}
+}
+
+// errAccountBusy: a readiness check was not made, a call (a remediation's step) uses the account.
+var errAccountBusy = errors.New("the BMC account is in use")
+
+// begin enters m's account (a call waits for a check under way; a check does not start beside a
+// call) and says whether it may log in; end (when not nil) leaves it.
 func (g *guarded) begin(ctx context.Context) (end func(), err error) {
-	k := keyOf(g.m)
-	for {
-		g.l.mu.Lock()
-		wait, checking := g.l.checking[k]
-		if !checking {
-			g.l.calls[k]++
-			g.l.mu.Unlock()
-			break
-		}
-		g.l.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-wait:
-		}
+	enter := g.l.enterCall
+	if g.check {
+		enter = g.l.enterCheck
 	}
-	end = func() {
-		g.l.mu.Lock()
-		if g.l.calls[k]--; g.l.calls[k] == 0 {
-			delete(g.l.calls, k)
-		}
-		g.l.mu.Unlock()
+	if end, err = enter(ctx, keyOf(g.m)); err != nil {
+		return nil, err
 	}
 	if why := g.l.blocked(g.m, time.Now()); why != "" {
 		end()
 		return nil, fmt.Errorf("%w (not tried): %s", bmc.ErrAuth, why)
 	}
 	return end, nil
+}
+
+// enterCall waits for a readiness check of account k to end, then counts a call under way.
+func (l *logins) enterCall(ctx context.Context, k loginKey) (end func(), err error) {
+	for {
+		l.mu.Lock()
+		wait, checking := l.checking[k]
+		if !checking {
+			l.calls[k]++
+			l.mu.Unlock()
+			break
+		}
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wait:
+		}
+	}
+	return func() {
+		l.mu.Lock()
+		if l.calls[k]--; l.calls[k] == 0 {
+			delete(l.calls, k)
+		}
+		l.mu.Unlock()
+	}, nil
+}
+
+// enterCheck starts a readiness check of account k unless one is under way or a call uses it
+// (errAccountBusy); end ends it and lets the calls that wait for it go.
+func (l *logins) enterCheck(_ context.Context, k loginKey) (end func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, busy := l.checking[k]; busy || l.calls[k] > 0 {
+		return nil, errAccountBusy
+	}
+	done := make(chan struct{})
+	l.checking[k] = done
+	return func() {
+		l.mu.Lock()
+		delete(l.checking, k)
+		l.mu.Unlock()
+		close(done)
+	}, nil
 }
 
 func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error) {
@@ -169,25 +207,6 @@ func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error)
 	st, at, err := g.power.Status(ctx)
 	g.l.record(g.m, err, time.Now())
 	return st, at, err
-}
-
-// beginCheck starts a readiness check of m's account unless a call uses it (false: check it another
-// time); end ends it and lets the calls that wait for it go.
-func (l *logins) beginCheck(m Machine) (end func(), ok bool) {
-	k := keyOf(m)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, busy := l.checking[k]; busy || l.calls[k] > 0 {
-		return nil, false
-	}
-	done := make(chan struct{})
-	l.checking[k] = done
-	return func() {
-		l.mu.Lock()
-		delete(l.checking, k)
-		l.mu.Unlock()
-		close(done)
-	}, true
 }
 
 func (g *guarded) Reboot(ctx context.Context) (bmc.Result, error) { return g.do(ctx, g.power.Reboot) }

@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -87,26 +88,19 @@ func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (
 	return out
 }
 
-// checkBMC reads m's power state, recorded in the hub's login record: no login to an account that
-// waits, none while a call (a remediation's step) uses the account (ok false: not checked this time),
-// and no call logs in while the check does.
+// checkBMC reads m's power state through the hub's login record (guardCheck): no login to an account
+// that waits, none while a call (a remediation's step) uses the account (ok false: not checked this
+// time), and no call logs in while the check does.
 func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (Power, error), l *logins) (r BMCReadiness, ok bool) {
-	end, ok := l.beginCheck(m)
-	if !ok {
-		return r, false
-	}
-	defer end()
 	r.Checked = time.Now().UTC()
 	p, err := powerFor(m)
 	if err != nil {
 		r.Problem, r.Error = ProblemConfig, err.Error()
 		return r, true
 	}
-	if why := l.blocked(m, time.Now()); why != "" {
-		err = fmt.Errorf("%s status: %w (not tried): %s", m.Endpoint, bmc.ErrAuth, why)
-	} else {
-		r.Power, _, err = p.Status(bmc.WithRetries(ctx, checkRetries))
-		l.record(m, err, time.Now())
+	r.Power, _, err = l.guardCheck(m, p).Status(bmc.WithRetries(ctx, checkRetries))
+	if errors.Is(err, errAccountBusy) {
+		return BMCReadiness{}, false
 	}
 	r.Ready, r.Problem = err == nil, bmc.ProblemOf(err)
 	if err != nil {
