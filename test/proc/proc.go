@@ -7,6 +7,7 @@ package proc
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -237,4 +238,24 @@ func free(port int) bool {
 		return false
 	}
 	return u.Close() == nil
+}
+
+// Build builds the commands of this module named by pkgs (keys: output paths; values: "./cmd/hub"
+// and the like) as the image does (deploy/image/build-binaries: static, -trimpath), from anywhere
+// inside the module. Built that way they share their compiled packages with test/run's static build
+// and the programs test/kube builds, instead of compiling every dependency again.
+func Build(pkgs map[string]string) error {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("finding the module (run from the repository): %w", err)
+	}
+	for out, pkg := range pkgs {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+		cmd.Dir = strings.TrimSpace(string(root))
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %w\n%s", pkg, err, msg)
+		}
+	}
+	return nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/test/kubeassets"
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // pinIdentities makes the identity keys of the agents cp-0… and of hub-bench, and the pinned-keys file
@@ -73,10 +74,8 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 	}
 	defer os.RemoveAll(dir)
 	bin, hubBin := filepath.Join(dir, "agent"), filepath.Join(dir, "hub")
-	for b, pkg := range map[string]string{bin: "./cmd/agent", hubBin: "./cmd/hub"} {
-		if out, err := exec.Command("go", "build", "-o", b, pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
-		}
+	if err := proc.Build(map[string]string{bin: "./cmd/agent", hubBin: "./cmd/hub"}); err != nil {
+		return err
 	}
 	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	defer stub.Close()
