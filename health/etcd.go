@@ -29,10 +29,14 @@ const (
 // EtcdConfig is how the agent reaches its node's etcd member; or, for a witness (which runs none),
 // the cluster's members from outside.
 type EtcdConfig struct {
+	// Endpoint is the local member's client URL (default https://127.0.0.1:2379, kubeadm's); an
+	// http:// endpoint takes no TLS.
 	Endpoint string `json:"endpoint"`
 	// Endpoints (witnesses only) are the members' client URLs, read from outside.
 	Endpoints []string `json:"endpoints"`
-	TLS       TLSFiles `json:"tls"`
+	// TLS is the client certificate etcd accepts (default: kubeadm's healthcheck-client under
+	// /etc/kubernetes/pki/etcd, for an https:// endpoint).
+	TLS TLSFiles `json:"tls"`
 }
 
 // WithDefaults fills in kubeadm's endpoint and certificate paths; plain http:// endpoints take no TLS.

@@ -16,7 +16,11 @@ func init() {
 // APIServerSection is probes.apiserver.
 type APIServerSection struct {
 	ProbeSettings
-	URL string   `json:"url"`
+	// URL is the API server's health endpoint (default https://127.0.0.1:6443/livez, readable
+	// without credentials).
+	URL string `json:"url"`
+	// TLS: the CA the API server's certificate is checked against (default kubeadm's
+	// /etc/kubernetes/pki/ca.crt); a client certificate only if /livez needs one.
 	TLS TLSFiles `json:"tls"`
 }
 

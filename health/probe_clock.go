@@ -18,6 +18,7 @@ func init() {
 // ClockSection is probes.clock.
 type ClockSection struct {
 	ProbeSettings
+	// MaxOffset is how far this node's clock may be from the median of its peers' (default 500 ms).
 	MaxOffset config.Duration `json:"maxOffset"`
 }
 

@@ -16,8 +16,11 @@ func init() {
 // DiskSection is probes.etcdDisk.
 type DiskSection struct {
 	ProbeSettings
-	DataDir        string  `json:"dataDir"`
-	MinFreeBytes   uint64  `json:"minFreeBytes"`
+	// DataDir is a path on etcd's filesystem (default /var/lib/etcd); only its free space is read.
+	DataDir string `json:"dataDir"`
+	// MinFreeBytes: the probe fails below this much free space (default 2 GiB).
+	MinFreeBytes uint64 `json:"minFreeBytes"`
+	// MinFreePercent: the probe fails below this share of the filesystem free (default 10).
 	MinFreePercent float64 `json:"minFreePercent"`
 }
 

@@ -17,9 +17,12 @@ import (
 // TLSFiles are the PEM files of a TLS client: the CA to verify the server with and, optionally, a
 // client certificate and key. Empty CA means the system pool.
 type TLSFiles struct {
-	CA   string `json:"ca"`
+	// CA is the file of CA certificates the server's certificate is checked against (PEM).
+	CA string `json:"ca"`
+	// Cert is the client certificate (PEM), when the server asks for one.
 	Cert string `json:"cert"`
-	Key  string `json:"key"`
+	// Key is the client certificate's private key (PEM).
+	Key string `json:"key"`
 }
 
 // Config builds a TLS client configuration, naming the file that is wrong.

@@ -10,6 +10,7 @@ func init() {
 // KubeletSection is probes.kubelet.
 type KubeletSection struct {
 	ProbeSettings
+	// URL is the kubelet's health endpoint (default http://127.0.0.1:10248/healthz).
 	URL string `json:"url"`
 }
 

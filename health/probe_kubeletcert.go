@@ -24,7 +24,10 @@ func init() {
 // KubeletCertSection is probes.kubeletCert.
 type KubeletCertSection struct {
 	ProbeSettings
-	File        string          `json:"file"`
+	// File is the kubelet's client certificate (default
+	// /var/lib/kubelet/pki/kubelet-client-current.pem).
+	File string `json:"file"`
+	// MinValidity: the probe fails when the certificate expires sooner than this (default 24 h).
 	MinValidity config.Duration `json:"minValidity"`
 }
 

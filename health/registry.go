@@ -13,14 +13,14 @@ import (
 // A probe is one file: the file that implements it registers its kind (RegisterProbe, from its init),
 // and everything else reads the registry: the agent's config (a section under probes: by the kind's
 // name, with the kind's defaults), the probes an agent runs, the hub's default probe timeouts, the
-// inventory's check of policy.probeTimeouts, and the README's table (checked by a test). Adding a probe
+// inventory's check of policy.probeTimeouts, and the agent's reference page (docs/reference/agent.md, generated). Adding a probe
 // is its file and its test.
 
 // ProbeKind is one kind of probe.
 type ProbeKind struct {
 	// Name is its section under probes: in the agent's config, and the name its results carry.
 	Name string
-	// Help says in a line what it checks, for the README's table.
+	// Help says in a line what it checks, for the agent's reference page.
 	Help string
 	// Interval and Timeout are its schedule's defaults (zero: 1 s and 800 ms).
 	Interval, Timeout time.Duration
@@ -45,10 +45,13 @@ type ProbeSection interface {
 
 // ProbeSettings are what every probe's section has.
 type ProbeSettings struct {
-	// Enabled defaults to true on an agent and false on a witness (which runs no probes).
-	Enabled  *bool           `json:"enabled,omitempty"`
+	// Enabled defaults to true on an agent (false for an opt-in probe) and false on a witness (which
+	// runs no probes).
+	Enabled *bool `json:"enabled,omitempty"`
+	// Interval is how often the probe runs (default 1 s, or the probe's own).
 	Interval config.Duration `json:"interval"`
-	Timeout  config.Duration `json:"timeout"`
+	// Timeout is how long one run may take before it fails (default 800 ms, at most the interval).
+	Timeout config.Duration `json:"timeout"`
 }
 
 // Common returns s: a section that embeds ProbeSettings has it.

@@ -19,10 +19,14 @@ import (
 // InventoryFile is the standalone hub's inventory and policy, as written in YAML.
 type InventoryFile struct {
 	// Cluster names the gossip pool the hub joins (the agents' cluster).
-	Cluster  string           `json:"cluster"`
-	Policy   PolicyFile       `json:"policy"`
-	Classes  map[string]Class `json:"classes"`
-	Machines []MachineFile    `json:"machines"`
+	Cluster string `json:"cluster"`
+	// Policy is how much the hub may do, and when (every setting has a default).
+	Policy PolicyFile `json:"policy"`
+	// Classes name how machines are healed; a machine names its class.
+	Classes map[string]Class `json:"classes"`
+	// Machines are the machines the hub heals (in Kubernetes mode with --discover, the cluster's are
+	// added to these).
+	Machines []MachineFile `json:"machines"`
 	// Witnesses are the gossip node names of agents in the witness role: on hosts that are not
 	// control-plane machines, they observe and vote (liveness, and etcd from outside when given etcd
 	// access) so that a majority of observers can exist when control-plane machines are gone.
@@ -31,37 +35,56 @@ type InventoryFile struct {
 
 // PolicyFile is the policy section.
 type PolicyFile struct {
-	MinFaultTolerance int    `json:"minFaultTolerance"`
-	MaxLearners       *int   `json:"maxLearners"`
-	MaxInFlight       string `json:"maxInFlight"`
-	MaxUnhealthy      string `json:"maxUnhealthy"`
-	// ProbeTimeouts: how long each probe must fail before its machine is Unhealthy.
+	// MinFaultTolerance is how many healthy voters to keep beyond quorum when a step costs one
+	// (default 0: a step may take the cluster to exactly quorum, never below).
+	MinFaultTolerance int `json:"minFaultTolerance"`
+	// MaxLearners is etcd's --max-learners (default 1; 0 forbids the replacement paths that add a
+	// learner).
+	MaxLearners *int `json:"maxLearners"`
+	// MaxInFlight: machines that are not etcd members remediated at once, per pool: a count or a
+	// percentage ("10%": rounds down, but allows 1; default 10%).
+	MaxInFlight string `json:"maxInFlight"`
+	// MaxUnhealthy: when more of a pool than this are unhealthy (a count or a percentage), the whole
+	// pool is held, as a MachineHealthCheck's maxUnhealthy (default 40%).
+	MaxUnhealthy string `json:"maxUnhealthy"`
+	// ProbeTimeouts: how long each probe must fail before its machine is Unhealthy, by probe name
+	// (defaults: docs/reference/agent.md, "Probes"); a probe not judged by default is judged once
+	// listed here.
 	ProbeTimeouts map[string]config.Duration `json:"probeTimeouts"`
 	// NodeConditionTimeouts (Kubernetes mode): how long a Node condition must be bad to count as
 	// evidence (never alone); e.g. Ready: 30s.
 	NodeConditionTimeouts map[string]config.Duration `json:"nodeConditionTimeouts"`
-	// RateLimit stops a remediation storm: at most Max remediations started in any Per window.
+	// RateLimit stops a remediation storm: at most max remediations started in any window of per.
 	RateLimit struct {
-		Max int             `json:"max"`
+		// Max remediations started within any window of per (default 3).
+		Max int `json:"max"`
+		// Per is the rate limit's window (default 10 min).
 		Per config.Duration `json:"per"`
 	} `json:"rateLimit"`
-	// Cooldown: a machine that recovered is not remediated again before this (min healthy period).
+	// Cooldown: a machine that recovered is not remediated again before this (min healthy period;
+	// default 5 min).
 	Cooldown config.Duration `json:"cooldown"`
 	// MaxAttempts: failed remediations of a machine (since it was last healthy), or remediations of it
-	// within FlapWindow however they ended, before the hub gives up on it and says so; attempts after
-	// the first are hard power cycles.
+	// within flapWindow however they ended, before the hub gives up on it and says so; attempts after
+	// the first are hard power cycles (default 3).
 	MaxAttempts int `json:"maxAttempts"`
-	// FlapWindow: a machine remediated MaxAttempts times within it is flapping (it comes back, then
+	// FlapWindow: a machine remediated maxAttempts times within it is flapping (it comes back, then
 	// fails again): the hub gives up on it (default 1 h).
 	FlapWindow config.Duration `json:"flapWindow"`
 	// RecoveryTimeout: how long a remediated machine may take to come back (its agent reporting
 	// again, its member healthy) before the remediation fails (default 10 min: a bare-metal server's
 	// POST and boot). A power cycle after which nobody sees the machine is not repeated by itself.
 	RecoveryTimeout config.Duration `json:"recoveryTimeout"`
-	// DeadTimeout, EtcdUnreachableTimeout, StaleAfter: see AssessPolicy.
-	DeadTimeout            config.Duration `json:"deadTimeout"`
+	// DeadTimeout: how long a machine must have been declared dead, by the hub and a majority of live
+	// observers, before it is Unhealthy (default 0: at once; the gossip's suspicion already had its
+	// say).
+	DeadTimeout config.Duration `json:"deadTimeout"`
+	// EtcdUnreachableTimeout: how long a majority of observers must fail to reach a machine's etcd
+	// member before it is Unhealthy (default 5 s).
 	EtcdUnreachableTimeout config.Duration `json:"etcdUnreachableTimeout"`
-	StaleAfter             config.Duration `json:"staleAfter"`
+	// StaleAfter: a report older than this is no evidence of anything, the agent may be stuck
+	// (default 20 s: four missed reports).
+	StaleAfter config.Duration `json:"staleAfter"`
 	// EtcdCatchUp: how much longer than probeTimeouts.etcd the etcd probe may fail while the member
 	// follows the current leader and its raft index rises (default 30 s).
 	EtcdCatchUp config.Duration `json:"etcdCatchUp"`
@@ -69,6 +92,8 @@ type PolicyFile struct {
 
 // Class is a machine class: how its machines are healed.
 type Class struct {
+	// Strategy is "reboot" (power-cycle, escalating to a hard cycle) or "fence" (power off at once
+	// and keep it off until an operator's hub reboot).
 	Strategy string `json:"strategy"`
 	// Pool groups machines that are not etcd members for maxInFlight/maxUnhealthy (default: the class name).
 	Pool string `json:"pool"`
@@ -76,21 +101,33 @@ type Class struct {
 
 // MachineFile is one machine of the inventory.
 type MachineFile struct {
+	// Name is the machine's name in every command and message. Required, unique.
 	Name string `json:"name"`
 	// Node is its agent's node name (default: name).
 	Node string `json:"node"`
 	// Member is its etcd member name; empty when it is not an etcd member.
-	Member string  `json:"member"`
-	Class  string  `json:"class"`
-	BMC    BMCFile `json:"bmc"`
+	Member string `json:"member"`
+	// Class is one of classes (required).
+	Class string `json:"class"`
+	// BMC is how the hub reaches the machine's BMC (none: the machine is watched, not healed,
+	// unless Kubernetes mode gives it an owner).
+	BMC BMCFile `json:"bmc"`
 }
 
 // BMCFile says how to reach a machine's BMC.
 type BMCFile struct {
-	Endpoint    string `json:"endpoint"`
+	// Endpoint is redfish://HOST[:PORT][/systems/ID] (https; redfish+http:// for plain HTTP) or
+	// ipmi://HOST[:PORT] (IPMI over LAN, lanplus). A Redfish endpoint without a system ID needs a
+	// service with exactly one system.
+	Endpoint string `json:"endpoint"`
+	// Credentials is a file of username= and password= lines, or a directory holding files named
+	// username and password (a mounted Secret); relative to the inventory's directory.
 	Credentials string `json:"credentials"`
-	CAFile      string `json:"caFile"`
-	Insecure    bool   `json:"insecure"`
+	// CAFile is the CA bundle a Redfish BMC's certificate is checked against (default: the system's
+	// roots); relative to the inventory's directory.
+	CAFile string `json:"caFile"`
+	// Insecure skips checking a Redfish BMC's certificate (a lab; prefer caFile).
+	Insecure bool `json:"insecure"`
 }
 
 // Inventory is a validated inventory.

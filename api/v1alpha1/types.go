@@ -56,15 +56,18 @@ type RemediationSpec struct {
 // RemediationEvent is one line of a remediation's history: an intent written before a side effect,
 // its outcome after, or a note.
 type RemediationEvent struct {
+	// Time is when it was written.
 	Time metav1.MicroTime `json:"time"`
 	// Step is the index of the step in spec.steps (-1 for a note).
 	Step int32 `json:"step"`
+	// Kind is intent (written before a side effect), outcome (after it) or note.
 	// +kubebuilder:validation:Enum=intent;outcome;note
 	Kind string `json:"kind"`
 	// Result is what an outcome says happened, for the hub to read back (detail is for people).
 	// +kubebuilder:validation:Enum=Done;Failed;HandedOver;OldRemoved;Replaced;NotRepeated;Retaken;Withdrawn
 	// +optional
 	Result string `json:"result,omitempty"`
+	// Detail says it for people.
 	Detail string `json:"detail"`
 	// Epoch of the hub that wrote it.
 	Epoch int64 `json:"epoch"`
@@ -72,6 +75,7 @@ type RemediationEvent struct {
 
 // RemediationStatus is where it stands and everything that happened.
 type RemediationStatus struct {
+	// Phase is InProgress, Succeeded, Failed or Aborted (refused, or withdrawn).
 	Phase RemediationPhase `json:"phase,omitempty"`
 	// Epoch is the newest epoch that wrote to this remediation: a hub with an older one must not write.
 	Epoch int64 `json:"epoch,omitempty"`
@@ -106,7 +110,9 @@ type RemediationList struct {
 	Items           []Remediation `json:"items"`
 }
 
-// HealthPolicySpec is the cluster's policy and the operator's brakes.
+// HealthPolicySpec is the cluster's policy and the operator's brakes. Each policy setting that is set
+// replaces the inventory's, from the next pass on (status condition PolicyApplied says what is in
+// force, and from where).
 type HealthPolicySpec struct {
 	// Paused: no new step starts; acknowledged in status.pause once steps in flight reached a checkpoint.
 	Paused bool `json:"paused,omitempty"`
@@ -116,15 +122,14 @@ type HealthPolicySpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Detached []DetachedMachine `json:"detached,omitempty"`
-	// The policy: each field that is set replaces the inventory's, from the next pass on (status
-	// condition PolicyApplied says what is in force, and from where).
-	//
 	// MinFaultTolerance: healthy voters to keep beyond quorum when a step costs one.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MinFaultTolerance *int32 `json:"minFaultTolerance,omitempty"`
-	// MaxInFlight, MaxUnhealthy: per pool of machines that are not etcd members ("2" or "10%").
-	MaxInFlight  string `json:"maxInFlight,omitempty"`
+	// MaxInFlight: machines that are not etcd members remediated at once, per pool ("2" or "10%").
+	MaxInFlight string `json:"maxInFlight,omitempty"`
+	// MaxUnhealthy: when more of a pool of machines that are not etcd members are unhealthy ("2" or
+	// "40%"), the whole pool is held.
 	MaxUnhealthy string `json:"maxUnhealthy,omitempty"`
 	// ProbeTimeouts: how long each probe must fail before its machine is Unhealthy.
 	ProbeTimeouts map[string]metav1.Duration `json:"probeTimeouts,omitempty"`
@@ -139,27 +144,38 @@ type HealthPolicySpec struct {
 type DetachedMachine struct {
 	// Name is the machine's name, as `hub status` shows it.
 	Name string `json:"name"`
-	// By and Reason say who detached it and why; Since when.
-	By     string       `json:"by,omitempty"`
-	Reason string       `json:"reason,omitempty"`
-	Since  *metav1.Time `json:"since,omitempty"`
+	// By is who detached it.
+	By string `json:"by,omitempty"`
+	// Reason is why.
+	Reason string `json:"reason,omitempty"`
+	// Since is when.
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // Budget is the etcd budget the hub plans with.
 type Budget struct {
-	Voters         int32 `json:"voters"`
-	HealthyVoters  int32 `json:"healthyVoters"`
-	Quorum         int32 `json:"quorum"`
+	// Voters is the number of etcd voting members.
+	Voters int32 `json:"voters"`
+	// HealthyVoters are the voters etcd calls healthy and Hale is not disrupting.
+	HealthyVoters int32 `json:"healthyVoters"`
+	// Quorum is voters/2 + 1.
+	Quorum int32 `json:"quorum"`
+	// FaultTolerance is healthyVoters − quorum: how many more voters may be lost.
 	FaultTolerance int32 `json:"faultTolerance"`
-	Available      int32 `json:"available"`
+	// Available is faultTolerance − minFaultTolerance: how many healthy voters a step may take down.
+	Available int32 `json:"available"`
 }
 
 // MachineSummary is one machine's verdict.
 type MachineSummary struct {
-	Name        string   `json:"name"`
-	Verdict     string   `json:"verdict"`
-	Reasons     []string `json:"reasons,omitempty"`
-	Remediation string   `json:"remediation,omitempty"`
+	// Name is the machine's.
+	Name string `json:"name"`
+	// Verdict is Healthy, Suspect, Unhealthy or Unknown.
+	Verdict string `json:"verdict"`
+	// Reasons are the evidence behind the verdict.
+	Reasons []string `json:"reasons,omitempty"`
+	// Remediation is the one in flight, if any: its object's name.
+	Remediation string `json:"remediation,omitempty"`
 }
 
 // HealthPolicyStatus is what the hub acknowledges.
@@ -167,10 +183,14 @@ type HealthPolicyStatus struct {
 	// Pause: Running, Pausing (steps in flight have not reached a checkpoint yet) or Paused.
 	Pause string `json:"pause,omitempty"`
 	// ObservedGeneration is the spec generation the hub acted on.
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
-	Budget             *Budget            `json:"budget,omitempty"`
-	Machines           []MachineSummary   `json:"machines,omitempty"`
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Budget is etcd's budget as the hub last planned with it.
+	Budget *Budget `json:"budget,omitempty"`
+	// Machines are every machine's verdict.
+	Machines []MachineSummary `json:"machines,omitempty"`
+	// Conditions: Paused (whether remediations may start, and if not why) and PolicyApplied (the
+	// policy in force, and from where).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // HealthPolicy is the cluster's Hale policy.

@@ -29,35 +29,51 @@ type Config struct {
 	// Role is "agent" (default: a control-plane node with its etcd member) or "witness": a host that
 	// is not a control-plane machine, which observes and votes (peer liveness, and etcd from outside
 	// through etcd.endpoints) and runs no probes.
-	Role   string       `json:"role"`
+	Role string `json:"role"`
+	// Gossip is how the agent reaches its peers and the hub.
 	Gossip GossipConfig `json:"gossip"`
 	// ReportInterval is the longest time between two reports (default 5 s; a probe or peer that
 	// changes state is reported at once, and liveness itself comes from the gossip's probes).
 	ReportInterval Duration `json:"reportInterval"`
 	// Listen serves /healthz, /readyz and /metrics (default 127.0.0.1:9101).
-	Listen string            `json:"listen"`
-	Etcd   health.EtcdConfig `json:"etcd"`
-	Probes ProbesConfig      `json:"probes"`
+	Listen string `json:"listen"`
+	// Etcd is how the agent reads etcd: its local member (default: kubeadm's endpoint and client
+	// certificate), or, on a witness, every member from outside.
+	Etcd health.EtcdConfig `json:"etcd"`
+	// Probes has a section per probe, by its name (below); a probe without one runs with its
+	// defaults.
+	Probes ProbesConfig `json:"probes"`
 }
 
 // GossipConfig is the gossip section.
 type GossipConfig struct {
 	// Bind is host:port for UDP and TCP gossip (default 0.0.0.0:7946).
-	Bind      string   `json:"bind"`
-	Advertise string   `json:"advertise"`
-	Join      []string `json:"join"`
+	Bind string `json:"bind"`
+	// Advertise is the host:port peers should reach this agent at, when it is not the bound address
+	// (NAT, 0.0.0.0; default: the bind address, or the host's first private address).
+	Advertise string `json:"advertise"`
+	// Join lists peers (host:port, or a name resolving to several) to join at start; retried with
+	// backoff until one answers. A node that is not the first needs at least one.
+	Join []string `json:"join"`
 	// KeyFile holds the base64 gossip keys, one a line, the first used to encrypt. Required.
 	KeyFile string `json:"keyFile"`
 	// IdentityFile is this node's own signing key (Ed25519, PEM; created on first start when
-	// missing); PinnedFile lists every member's public key, one "NAME ed25519:BASE64" a line. With
-	// both, every report and every claim to a name is signed, and checked against the pinned keys.
-	IdentityFile  string   `json:"identityFile"`
-	PinnedFile    string   `json:"pinnedFile"`
+	// missing). With pinnedFile, every report and every claim to a name is signed, and checked against
+	// the pinned keys (docs/identities.md).
+	IdentityFile string `json:"identityFile"`
+	// PinnedFile lists every member's public key, one "NAME ed25519:BASE64" a line (with
+	// identityFile).
+	PinnedFile string `json:"pinnedFile"`
+	// ProbeInterval is how often the agent probes a random peer for liveness (default 100 ms).
 	ProbeInterval Duration `json:"probeInterval"`
-	ProbeTimeout  Duration `json:"probeTimeout"`
-	SuspicionMult int      `json:"suspicionMult"`
+	// ProbeTimeout is how long a liveness probe waits for its answer before asking others to try
+	// (default 50 ms).
+	ProbeTimeout Duration `json:"probeTimeout"`
+	// SuspicionMult: a suspected peer is declared dead after suspicionMult × probeInterval, scaled by
+	// the pool's size (default 2).
+	SuspicionMult int `json:"suspicionMult"`
 	// GossipInterval is how often queued membership news is sent to peers that no probe reached
-	// (news also rides on every probe and its answer).
+	// (default 100 ms; news also rides on every probe and its answer).
 	GossipInterval Duration `json:"gossipInterval"`
 }
 

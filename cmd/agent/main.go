@@ -66,7 +66,7 @@ probes the node (kubelet, API server, etcd, disk, clock), reads the etcd members
 member, and gossips a signed, versioned report to its peers and the hub over encrypted memberlist.
 It never acts on anything.
 
-The configuration file is YAML (README: The agent); each flag set here overrides it. Flags are
+The configuration file is YAML (docs/reference/agent.md); each flag set here overrides it. Flags are
 written --name (the older -name spelling is still accepted).`,
 		Version:       buildinfo.Get().String(),
 		Args:          cobra.NoArgs,

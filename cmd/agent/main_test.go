@@ -241,26 +241,6 @@ func TestWitnessProcess(t *testing.T) {
 	assert.Contains(t, w.logs.String(), `"role":"witness"`)
 }
 
-// The README's table of probes is the registry's: every kind of probe, its default hub timeout and
-// what it checks. A probe added in its own file fails this test until its row is in the README (the
-// failure prints the table).
-func TestREADMEListsEveryProbe(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
-	var table strings.Builder
-	table.WriteString("| probe | Unhealthy after (hub default) | checks |\n|---|---|---|\n")
-	for _, k := range health.ProbeKinds() {
-		judged := "never (reported only)"
-		if k.Judged > 0 {
-			judged = k.Judged.String()
-		}
-		fmt.Fprintf(&table, "| `%s` | %s | %s |\n", k.Name, judged, k.Help)
-	}
-	if !strings.Contains(string(readme), table.String()) {
-		t.Errorf("the README's table of probes should read:\n%s", table.String())
-	}
-}
-
 // The agent's command line behaves as the hub's: --help and version succeed, -o as everywhere, a stray
 // word or an unknown flag is an error, and the older -name spelling still works.
 func TestCommandLine(t *testing.T) {

@@ -98,7 +98,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.BoolVar(&k.discover, "discover", false, "with --kubernetes: find the machines in the cluster (control-plane Nodes, Cluster API Machines, metal3 BareMetalHosts); --inventory then gives the cluster name, the policy and machines with a BMC of their own")
 	f.StringVar(&k.machineNamespace, "machine-namespace", "", "with --discover: namespace of the Cluster API Machines and BareMetalHosts (default: all)")
 	f.DurationVar(&k.discoverEvery, "discover-interval", 10*time.Second, "with --discover: how often the cluster is read again")
-	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (README: Quorum lost in Kubernetes mode)")
+	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (docs/design.md: Quorum lost in Kubernetes mode)")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if kubernetes {

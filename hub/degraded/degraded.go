@@ -8,7 +8,7 @@
 // inventory's BMCs, and only where etcd's rules make it free (the planner's, unchanged: with quorum
 // lost it power-cycles members a majority of observers sees dead, and disrupts no healthy voter).
 //
-// Why no two replicas act (README, "Quorum lost in Kubernetes mode"):
+// Why no two replicas act (docs/design.md, "Quorum lost in Kubernetes mode"):
 //   - A leader enters degraded mode only while its own lease still holds by its clock (less than a
 //     lease duration, minus half a retry period, after its last renewal) and only when a strict
 //     majority of the expected observers shows etcd's quorum lost. No other replica can have taken
@@ -20,7 +20,7 @@
 //     the same identity, at the same epoch, long before.
 //   - Once a pass of the degraded hub sees etcd's quorum again, it starts nothing new: a degraded
 //     leader that cannot reach the API server after quorum is back (its own partition) must not race a
-//     standby that can. What it had begun goes on (said in the README).
+//     standby that can. What it had begun goes on (said in docs/design.md).
 //   - The degraded term's authority lasts as long from the last time the API server failed to answer
 //     it; every failed probe renews it, and it is written to the term file beside the journal. A hub
 //     restarted in the same pod (same volume) continues the term only while that authority lasts;

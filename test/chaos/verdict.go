@@ -54,8 +54,8 @@ type result struct {
 	// TradeOffs are Hale's power actions on a healthy voter that a partition had cut off from the hub
 	// while the hub heard a majority of its expected observers: the other side held etcd's quorum,
 	// this side held the observers' majority, and from here that looks exactly like the other side's
-	// machines being dead (DESIGN rule 6, README "Observers, witnesses and partitions": where the
-	// witnesses are decides). Counted and shown, not failed; see the README.
+	// machines being dead (DESIGN rule 6, docs/design.md "Observers, witnesses and partitions": where the
+	// witnesses are decides). Counted and shown, not failed; see docs/testing.md.
 	TradeOffs []string
 	// HubSees: at the end, the hub heard every expected observer and called every machine Healthy
 	// (its own word; only the forger schedule's test asks).
