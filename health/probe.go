@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,15 @@ type ProbeSpec struct {
 	Probe    Probe
 	Interval time.Duration
 	Timeout  time.Duration
+	// FailureThreshold is how many checks in a row must fail before the probe is reported failing,
+	// its failure then counted from the first of them (0: DefaultFailureThreshold). One slow answer
+	// on a busy machine is not a failure; a real one is reported an interval later and judged on
+	// the same clock.
+	FailureThreshold int
 }
+
+// DefaultFailureThreshold: a probe is failing once two checks in a row have failed.
+const DefaultFailureThreshold = 2
 
 // Runner runs probes on their intervals and keeps each one's latest result and since when it has
 // been in its current state.
@@ -32,6 +41,13 @@ type Runner struct {
 
 	mu      sync.Mutex
 	results map[string]ProbeResult
+	streaks map[string]streak // failures in a row of probes still reported passing
+}
+
+// streak is a passing probe's failed checks in a row, below its threshold.
+type streak struct {
+	n     int
+	first time.Time
 }
 
 // NewRunner returns a runner for specs; onChange (optional) is called after a probe changes state.
@@ -47,6 +63,8 @@ func NewRunner(specs []ProbeSpec, log *slog.Logger, onChange func()) (*Runner, e
 			return nil, fmt.Errorf("probe %s: interval and timeout must be positive (have %v, %v)", s.Probe.Name(), s.Interval, s.Timeout)
 		case s.Timeout > s.Interval:
 			return nil, fmt.Errorf("probe %s: timeout %v is longer than its interval %v", s.Probe.Name(), s.Timeout, s.Interval)
+		case s.FailureThreshold < 0:
+			return nil, fmt.Errorf("probe %s: failure threshold %d must not be negative", s.Probe.Name(), s.FailureThreshold)
 		}
 		seen[s.Probe.Name()] = true
 	}
@@ -56,7 +74,7 @@ func NewRunner(specs []ProbeSpec, log *slog.Logger, onChange func()) (*Runner, e
 	if onChange == nil {
 		onChange = func() {}
 	}
-	return &Runner{specs: specs, log: log, onChange: onChange, results: map[string]ProbeResult{}}, nil
+	return &Runner{specs: specs, log: log, onChange: onChange, results: map[string]ProbeResult{}, streaks: map[string]streak{}}, nil
 }
 
 // Run runs every probe until ctx ends, each first at once and then on its interval.
@@ -103,6 +121,27 @@ func (r *Runner) checkOne(ctx context.Context, s ProbeSpec) {
 	r.mu.Lock()
 	prev, seen := r.results[name]
 	res := ProbeResult{Name: name, OK: ok, Detail: detail, Since: now, CheckedAt: now}
+	if ok {
+		delete(r.streaks, name)
+	} else if seen && prev.OK {
+		// A failure while reported passing counts until the threshold; it is then failing since
+		// the first failure of the streak.
+		st := r.streaks[name]
+		if st.n == 0 {
+			st.first = now
+		}
+		st.n++
+		if st.n < cmp.Or(s.FailureThreshold, DefaultFailureThreshold) {
+			r.streaks[name] = st
+			prev.CheckedAt = now
+			r.results[name] = prev
+			r.mu.Unlock()
+			r.log.Debug("probe failed; not failing until it fails again", "probe", name, "detail", detail, "inARow", st.n)
+			return
+		}
+		delete(r.streaks, name)
+		res.Since = st.first
+	}
 	changed := !seen || prev.OK != ok
 	if !changed {
 		res.Since = prev.Since

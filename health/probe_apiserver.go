@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -42,7 +43,7 @@ func NewAPIServerProbe(url string, files TLSFiles) (Probe, error) {
 	if url == "" {
 		url = DefaultAPIServerURL
 	}
-	if files.CA == "" {
+	if files.CA == "" && strings.HasPrefix(url, "https://") { // plain http:// takes no CA
 		files.CA = DefaultKubeCA
 		if err := kubeadmDefault(files.CA, "probes.apiserver.tls.ca", "probes.apiserver.enabled: false"); err != nil {
 			return nil, fmt.Errorf("probe apiserver: %w", err)

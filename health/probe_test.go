@@ -2,10 +2,12 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,6 +63,49 @@ func TestRunnerTracksSince(t *testing.T) {
 	<-done
 }
 
+// A probe is reported failing only once FailureThreshold checks in a row failed, and then as failing
+// since the first of them; one failed check between passing ones is never reported (a slow answer on
+// a busy machine made the hub call a healthy machine Suspect, each time an Event in Kubernetes mode).
+func TestRunnerFailureThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		threshold int
+		script    string // the checks' outcomes: + passes, - fails
+		want      string // what is reported after each check
+		changes   int32
+	}{
+		{threshold: 0, script: "+-+--+", want: "++++-+", changes: 3},
+		{threshold: 2, script: "+-+---+", want: "++++--+", changes: 3},
+		{threshold: 1, script: "+-+--+", want: "+-+--+", changes: 5},
+		{threshold: 3, script: "+--+---", want: "++++++-", changes: 2},
+		{threshold: 2, script: "-+", want: "-+", changes: 2}, // the first check has no history to smooth
+	} {
+		t.Run(fmt.Sprintf("%d %s", tc.threshold, tc.script), func(t *testing.T) {
+			p := &fakeProbe{name: "a"}
+			var changes atomic.Int32
+			r, err := NewRunner([]ProbeSpec{{Probe: p, Interval: time.Second, Timeout: time.Second, FailureThreshold: tc.threshold}}, nil, func() { changes.Add(1) })
+			require.NoError(t, err)
+			var got strings.Builder
+			var streakStart time.Time
+			for i, c := range tc.script {
+				p.ok.Store(c == '+')
+				r.CheckAll(t.Context())
+				res := r.Results()[0]
+				if c == '-' && (i == 0 || tc.script[i-1] == '+') {
+					streakStart = res.CheckedAt
+				}
+				if res.OK {
+					got.WriteByte('+')
+					continue
+				}
+				got.WriteByte('-')
+				assert.Equal(t, streakStart, res.Since, "check %d: failing since the first failure in a row", i)
+			}
+			assert.Equal(t, tc.want, got.String())
+			assert.Equal(t, tc.changes, changes.Load(), "state changes announced")
+		})
+	}
+}
+
 func TestRunnerRejectsBadSpecs(t *testing.T) {
 	p := &fakeProbe{name: "a"}
 	for _, tc := range []struct {
@@ -71,6 +116,7 @@ func TestRunnerRejectsBadSpecs(t *testing.T) {
 		{[]ProbeSpec{{Probe: p, Interval: 0, Timeout: time.Second}}, "probe a: interval and timeout must be positive"},
 		{[]ProbeSpec{{Probe: p, Interval: time.Second, Timeout: 2 * time.Second}}, "probe a: timeout 2s is longer than its interval 1s"},
 		{[]ProbeSpec{{}}, "probes[0]: no probe"},
+		{[]ProbeSpec{{Probe: p, Interval: time.Second, Timeout: time.Second, FailureThreshold: -1}}, "probe a: failure threshold -1 must not be negative"},
 	} {
 		_, err := NewRunner(tc.specs, nil, nil)
 		assert.ErrorContains(t, err, tc.want)
@@ -164,4 +210,9 @@ func TestKubeadmDefaultMissing(t *testing.T) {
 	missing := filepath.Join(dir, "pki", "ca.crt")
 	assert.EqualError(t, kubeadmDefault(missing, "probes.apiserver.tls.ca", "probes.apiserver.enabled: false"),
 		"probes.apiserver.tls.ca defaults to "+missing+" (where kubeadm puts it), which is not on this host: set probes.apiserver.tls.ca, or probes.apiserver.enabled: false")
+
+	// A plain http:// API server endpoint needs no CA, so kubeadm's is not looked for (the agents of
+	// test/bench/agentidle, probing a local stub, exited at start for the want of it).
+	_, err := NewAPIServerProbe("http://127.0.0.1:8080/livez", TLSFiles{})
+	assert.NoError(t, err)
 }

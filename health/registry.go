@@ -52,6 +52,10 @@ type ProbeSettings struct {
 	Interval config.Duration `json:"interval"`
 	// Timeout is how long one run may take before it fails (default 800 ms, at most the interval).
 	Timeout config.Duration `json:"timeout"`
+	// FailureThreshold is how many runs in a row must fail before the probe is reported failing
+	// (default 2: one slow answer on a busy machine is no failure); the failure is then counted from
+	// the first of them, so the hub's probeTimeouts are kept to the same clock.
+	FailureThreshold int `json:"failureThreshold"`
 }
 
 // Common returns s: a section that embeds ProbeSettings has it.
@@ -134,5 +138,8 @@ func (k ProbeKind) Defaults(s ProbeSection, enabled bool) {
 	}
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = min(cmp.Or(k.Timeout, 800*time.Millisecond), c.Interval.Duration)
+	}
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = DefaultFailureThreshold
 	}
 }

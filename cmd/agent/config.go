@@ -241,6 +241,8 @@ func (c Config) validate() error {
 			return fmt.Errorf("probes.%s: interval %v and timeout %v must not be negative", name, cfg.Interval, cfg.Timeout)
 		case to > iv:
 			return fmt.Errorf("probes.%s.timeout %v: must not be longer than its interval %v", name, cfg.Timeout, cfg.Interval)
+		case cfg.FailureThreshold < 0:
+			return fmt.Errorf("probes.%s.failureThreshold %d: must not be negative (1: a probe fails at its first failed run)", name, cfg.FailureThreshold)
 		}
 		if v, ok := s.(health.ValidatedSection); ok {
 			if err := v.Validate(); err != nil {

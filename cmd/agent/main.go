@@ -263,7 +263,8 @@ func probeSpecs(cfg Config, etcd *health.Etcd, clock health.ClockSource) ([]heal
 			return nil, fmt.Errorf("probes.%s: %w", name, err)
 		}
 		if probe != nil {
-			specs = append(specs, health.ProbeSpec{Probe: probe, Interval: s.Common().Interval.Duration, Timeout: s.Common().Timeout.Duration})
+			c := s.Common()
+			specs = append(specs, health.ProbeSpec{Probe: probe, Interval: c.Interval.Duration, Timeout: c.Timeout.Duration, FailureThreshold: c.FailureThreshold})
 		}
 	}
 	return specs, nil

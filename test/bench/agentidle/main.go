@@ -102,6 +102,7 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		endpoints = eps
 	}
 	var procs []*exec.Cmd
+	var listens []string
 	first := ""
 	for i := range n {
 		cfg := filepath.Join(dir, fmt.Sprintf("agent-%d.yaml", i))
@@ -122,6 +123,7 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 			return err
 		}
 		bind, listen := freeAddr(), freeAddr()
+		listens = append(listens, listen)
 		args := []string{"-config", cfg, "-node", fmt.Sprintf("cp-%d", i), "-bind", bind, "-listen", listen, "-log-level", "warn"}
 		if first != "" {
 			args = append(args, "-join", first)
@@ -162,6 +164,11 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 	}
 	fmt.Printf("%d agents started (a hub: %v, etcd members: %d, identities: %v); settling 10 s, then measuring for %v\n", n, withHub, len(endpoints), ids, window)
 	time.Sleep(10 * time.Second)
+	for i, addr := range listens {
+		if err := ready("http://" + addr + "/readyz"); err != nil {
+			return fmt.Errorf("cp-%d is not ready after 10 s (its output is above): %w", i, err)
+		}
+	}
 	ticks := float64(100) // USER_HZ on Linux
 	before := make([]float64, len(procs))
 	for i, p := range procs {
@@ -231,6 +238,11 @@ func cpuSeconds(pid int, ticks float64) (float64, error) {
 	}
 	// Fields after the command name (which may hold spaces) start after the last ')'.
 	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if fields[0] == "Z" {
+		// An exited process not waited for yet: measuring it would report 0 % (the agents once
+		// exited at start and the benchmark printed 0.00 % for each).
+		return 0, fmt.Errorf("process %d has exited (its output is above)", pid)
+	}
 	utime, _ := strconv.ParseFloat(fields[11], 64)
 	stime, _ := strconv.ParseFloat(fields[12], 64)
 	return (utime + stime) / ticks, nil
@@ -299,4 +311,18 @@ func startEtcd(ctx context.Context, dir string) (func(), []string, error) {
 			return nil, nil, fmt.Errorf("etcd not healthy within 30 s at %s", clients[0])
 		}
 	}
+}
+
+// ready asks url once, wanting 200 OK.
+func ready(url string) error {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }
