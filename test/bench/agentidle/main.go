@@ -9,7 +9,11 @@
 // no BMC call while all are healthy), and is measured the same way: the figures deploy/'s resource
 // requests are sized from. -etcd=false runs the agents without etcd (the earlier figures).
 //
-//	go run ./test/bench/agentidle [-window 60s] [-agents 5] [-hub=false] [-etcd=false]
+// With -hog N, N goroutines keep the machine's cores busy meanwhile, and the hub's Suspect notices over
+// the window are counted (hale_hub_notices_total{reason="Suspect"} on its /metrics): a healthy pool on a
+// loaded machine should give none (-failure-threshold 1 runs the probes as before that was so).
+//
+//	go run ./test/bench/agentidle [-window 60s] [-agents 5] [-hub=false] [-etcd=false] [-hog 2]
 package main
 
 import (
@@ -17,6 +21,7 @@ import (
 	"encoding/base64"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -60,14 +65,25 @@ func main() {
 	withHub := flag.Bool("hub", true, "also run and measure a standalone hub watching the agents")
 	withEtcd := flag.Bool("etcd", true, "run a 3-member etcd cluster and turn the agents' etcd probe and view on")
 	ids := flag.Bool("identities", true, "give every member an identity key and the pinned keys (each report signed and checked)")
+	hog := flag.Int("hog", 0, "goroutines spinning meanwhile (a CPU hog); the hub's Suspect notices are counted")
+	threshold := flag.Int("failure-threshold", 0, "the agents' probes' failureThreshold (0: as they ship)")
 	flag.Parse()
-	if err := run(*window, *n, *probe, *gossipEvery, *strict, *withHub, *withEtcd, *ids); err != nil {
+	o := options{window: *window, n: *n, probe: *probe, gossipEvery: *gossipEvery, strict: *strict, withHub: *withHub,
+		withEtcd: *withEtcd, ids: *ids, hog: *hog, threshold: *threshold}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "agentidle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, withHub, withEtcd, ids bool) error {
+type options struct {
+	window, probe, gossipEvery     time.Duration
+	n, hog, threshold              int
+	strict, withHub, withEtcd, ids bool
+}
+
+func run(o options) error {
+	window, n, probe, gossipEvery, strict, withHub, withEtcd, ids := o.window, o.n, o.probe, o.gossipEvery, o.strict, o.withHub, o.withEtcd, o.ids
 	dir, err := os.MkdirTemp("", "hale-agentidle-")
 	if err != nil {
 		return err
@@ -103,6 +119,7 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 	}
 	var procs []*exec.Cmd
 	var listens []string
+	hubMetrics := ""
 	first := ""
 	for i := range n {
 		cfg := filepath.Join(dir, fmt.Sprintf("agent-%d.yaml", i))
@@ -119,6 +136,14 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		}
 		body := fmt.Sprintf("cluster: bench\ngossip: {%s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
 			gossip, etcd, stub.URL+"/healthz", stub.URL+"/livez")
+		if o.threshold > 0 {
+			for _, p := range []string{"kubelet", "apiserver", "etcdDisk", "etcd"} {
+				body = strings.Replace(body, "  "+p+": {", fmt.Sprintf("  %s: {failureThreshold: %d, ", p, o.threshold), 1)
+			}
+			if withEtcd {
+				body += fmt.Sprintf("  etcd: {failureThreshold: %d}\n", o.threshold)
+			}
+		}
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			return err
 		}
@@ -150,8 +175,9 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		if err != nil {
 			return err
 		}
+		hubMetrics = freeAddr()
 		args := []string{"run", "--inventory", inv, "--journal", filepath.Join(dir, "journal.db"), "--node", "hub-bench",
-			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", "", "--log-level", "warn"}
+			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", hubMetrics, "--log-level", "warn"}
 		if ids {
 			args = append(args, "--identity-file", idFile("hub-bench"), "--pinned-file", pinned)
 		}
@@ -175,6 +201,17 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		if before[i], err = cpuSeconds(p.Process.Pid, ticks); err != nil {
 			return err
 		}
+	}
+	if o.hog > 0 {
+		hogCtx, stopHog := context.WithCancel(ctx)
+		defer stopHog()
+		for range o.hog {
+			go spin(hogCtx)
+		}
+	}
+	suspectsBefore, err := suspects(hubMetrics)
+	if err != nil {
+		return err
 	}
 	start := time.Now()
 	maxRSS := make([]int64, len(procs))
@@ -202,6 +239,14 @@ func run(window time.Duration, n int, probe, gossipEvery time.Duration, strict, 
 		worstCPU, worstRSS = max(worstCPU, cpu), max(worstRSS, maxRSS[i])
 	}
 	fmt.Printf("worst: cpu %.2f%% (target <= 1%%), rss %.1f MiB (target <= 30 MiB)\n", worstCPU, float64(worstRSS)/1024)
+	if o.hog > 0 && withHub {
+		after, err := suspects(hubMetrics)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("suspect: %.0f Suspect notices in %v under a hog of %d goroutines: %.1f per hour (target 0)\n",
+			after-suspectsBefore, window, o.hog, (after-suspectsBefore)*float64(time.Hour)/float64(window))
+	}
 	if worstCPU > 1 || worstRSS > 30*1024 {
 		fmt.Println("OVER TARGET")
 		if strict {
@@ -325,4 +370,40 @@ func ready(url string) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// spin keeps a core busy until ctx ends.
+func spin(ctx context.Context) {
+	for n := 0; ; n++ {
+		if n%1_000_000 == 0 && ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// suspects is the hub's count of Suspect notices so far, read from its /metrics (0 without a hub).
+func suspects(addr string) (float64, error) {
+	if addr == "" {
+		return 0, nil
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("the hub's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "hale_hub_notices_total{") && strings.Contains(line, `reason="Suspect"`) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				return 0, fmt.Errorf("the hub's metrics: %q: %w", line, err)
+			}
+			total += v
+		}
+	}
+	return total, nil
 }
