@@ -18,7 +18,7 @@ import (
 // its clients.
 //
 //	GET  /v1/status                       Status
-//	GET  /v1/machines/{name}/explain      text
+//	GET  /v1/machines/{name}/explain      text; Explanation with Accept: application/json
 //	POST /v1/machines/{name}/reboot       RebootRequest (machine from the path) → RebootResult
 //	POST /v1/machines/{name}/detach       BrakeRequest (optional) → Status
 //	POST /v1/machines/{name}/attach       BrakeRequest (optional) → Status
@@ -46,13 +46,17 @@ func (h *Hub) APIHandler(token string) http.Handler {
 		writeJSON(w, http.StatusOK, rem)
 	})
 	mux.HandleFunc("GET /v1/machines/{name}/explain", func(w http.ResponseWriter, r *http.Request) {
-		text, err := h.Explain(r.Context(), r.PathValue("name"))
+		e, err := h.Explain(r.Context(), r.PathValue("name"))
 		if err != nil {
 			writeError(w, err)
 			return
 		}
+		if strings.Contains(r.Header.Get("Accept"), "application/json") {
+			writeJSON(w, http.StatusOK, e)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte(text))
+		_, _ = w.Write([]byte(e.String()))
 	})
 	mux.HandleFunc("POST /v1/machines/{name}/reboot", func(w http.ResponseWriter, r *http.Request) {
 		var req RebootRequest

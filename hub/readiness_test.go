@@ -52,7 +52,7 @@ func TestHubChecksItsBMCs(t *testing.T) {
 	assert.Equal(t, map[string]float64{"cp-0": 0, "cp-1": 0, "cp-2": 0}, bmcReadyGauges(t, r.hub.cfg.Metrics.(*prometheus.Registry)))
 	why, err := r.hub.Explain(context.Background(), "cp-1")
 	require.NoError(t, err)
-	assert.Contains(t, why, "bmc: NOT READY (BadAnswer), checked at ")
+	assert.Contains(t, why.String(), "bmc: NOT READY (BadAnswer), checked at ")
 
 	r.sim.SetFaults(bmcsim.Faults{})
 	r.hub.checkBMCsOnce(t.Context())

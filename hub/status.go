@@ -146,27 +146,96 @@ func (h *Hub) Status(ctx context.Context) Status {
 	return st
 }
 
+// Explanation is why the hub does or does not act on one machine, from the same status `hub status`
+// shows: `hub explain` prints it as text (String), and -o json|yaml as data.
+type Explanation struct {
+	// Machine is the machine's row of the status (verdict, evidence, etcd role, BMC readiness, the
+	// remediation in flight).
+	Machine MachineStatus `json:"machine"`
+	// Strategy is how it is healed; BMC its BMC's endpoint (none: no BMC).
+	Strategy string `json:"strategy"`
+	BMC      string `json:"bmcEndpoint,omitempty"`
+	// Planner is the planner's word on it.
+	Planner string         `json:"planner"`
+	Budget  *quorum.Budget `json:"budget,omitempty"`
+	// Holding is the hold that keeps it, when one does.
+	Holding string `json:"holding,omitempty"`
+	// Brakes are what keeps the hub from acting on it (pause, suspend, detach, a refused BMC login).
+	Brakes []string `json:"brakes,omitempty"`
+	// History is its last remediations (at most 5), oldest first, with every journaled step.
+	History []Remediation `json:"history,omitempty"`
+}
+
 // Explain says why the hub does or does not act on a machine: its verdict and evidence, its etcd
 // role, the planner's decision, the brakes that hold, and its recent remediations.
-func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
+func (h *Hub) Explain(ctx context.Context, machine string) (Explanation, error) {
 	inv := h.inventory()
 	m, ok := inv.Machine(machine)
 	if !ok {
-		return "", fmt.Errorf("machine %q: %w", machine, ErrNotFound)
+		return Explanation{}, fmt.Errorf("machine %q: %w", machine, ErrNotFound)
 	}
 	st := h.Status(ctx)
-	var ms MachineStatus
+	e := Explanation{Strategy: fmt.Sprint(m.Strategy), Budget: st.Budget}
 	for _, x := range st.Machines {
 		if x.Name == machine {
-			ms = x
+			e.Machine = x
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s (node %s", m.Name, m.Node)
-	if m.Member != "" {
-		fmt.Fprintf(&b, ", etcd member %s: %s, %s", m.Member, ms.Role, ms.EtcdHealth)
+	if m.Endpoint.Driver != "" {
+		e.BMC = fmt.Sprint(m.Endpoint)
 	}
-	fmt.Fprintf(&b, "; strategy %s, BMC %s)\n", m.Strategy, m.Endpoint)
+	ms := e.Machine
+	switch {
+	case st.NotPlanning != "":
+		e.Planner = "not planning: " + st.NotPlanning
+	case ms.Decision != "":
+		e.Planner = ms.Decision
+	case ms.Verdict == VerdictHealthy:
+		e.Planner = "nothing to do: the machine is healthy"
+	case ms.Verdict == VerdictUnhealthy:
+		e.Planner = "no decision about it in the latest pass"
+	default:
+		e.Planner = fmt.Sprintf("nothing to do: %s is %s, and only Unhealthy machines are remediated", m.Name, ms.Verdict)
+	}
+	if strings.Contains(st.Holding, " "+m.Name+" ") {
+		e.Holding = st.Holding
+	}
+	if st.Pause != Running {
+		e.Brakes = append(e.Brakes, fmt.Sprintf("the hub is %s by %s", st.Pause, DescribeBrakes(st.PausedBy)))
+	}
+	if st.SuspendedBy != nil {
+		e.Brakes = append(e.Brakes, fmt.Sprintf("the hub is suspended (observe-only) by %s", st.SuspendedBy))
+	}
+	if ms.DetachedBy != nil {
+		e.Brakes = append(e.Brakes, fmt.Sprintf("%s is detached by %s (`hub attach %s`)", m.Name, ms.DetachedBy, m.Name))
+	}
+	if ms.BMCLogin != "" {
+		e.Brakes = append(e.Brakes, "no BMC login: "+ms.BMCLogin)
+	}
+	hist, err := h.cfg.Journal.History(ctx, machine)
+	if err != nil {
+		return Explanation{}, err
+	}
+	if len(hist) > 5 {
+		hist = hist[len(hist)-5:]
+	}
+	e.History = hist
+	return e, nil
+}
+
+// String is the explanation as `hub explain` prints it.
+func (e Explanation) String() string {
+	ms := e.Machine
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (node %s", ms.Name, ms.Node)
+	if ms.Member != "" {
+		fmt.Fprintf(&b, ", etcd member %s: %s, %s", ms.Member, ms.Role, ms.EtcdHealth)
+	}
+	bmcEndpoint := e.BMC
+	if bmcEndpoint == "" {
+		bmcEndpoint = "none"
+	}
+	fmt.Fprintf(&b, "; strategy %s, BMC %s)\n", e.Strategy, bmcEndpoint)
 	fmt.Fprintf(&b, "verdict: %s", ms.Verdict)
 	if !ms.Since.IsZero() {
 		fmt.Fprintf(&b, " since %s (%s ago)", ms.Since.Format(time.TimeOnly), time.Since(ms.Since).Round(100*time.Millisecond))
@@ -175,40 +244,18 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 	for _, r := range ms.Reasons {
 		fmt.Fprintf(&b, "  - %s\n", r)
 	}
-	if m.Endpoint.Driver != "" {
+	if e.BMC != "" {
 		b.WriteString(describeBMC(ms.BMC) + "\n")
 	}
-	switch {
-	case st.NotPlanning != "":
-		fmt.Fprintf(&b, "planner: not planning: %s\n", st.NotPlanning)
-	case ms.Decision != "":
-		fmt.Fprintf(&b, "planner: %s\n", ms.Decision)
-	case ms.Verdict == VerdictHealthy:
-		b.WriteString("planner: nothing to do: the machine is healthy\n")
-	default:
-		fmt.Fprintf(&b, "planner: nothing to do: %s is not Unhealthy (only Unhealthy machines are remediated)\n", m.Name)
+	fmt.Fprintf(&b, "planner: %s\n", e.Planner)
+	if e.Budget != nil {
+		fmt.Fprintf(&b, "budget: %s\n", e.Budget)
 	}
-	if st.Budget != nil {
-		fmt.Fprintf(&b, "budget: %s\n", st.Budget)
+	if e.Holding != "" {
+		fmt.Fprintf(&b, "holding: %s\n", e.Holding)
 	}
-	if strings.Contains(st.Holding, " "+m.Name+" ") {
-		fmt.Fprintf(&b, "holding: %s\n", st.Holding)
-	}
-	var brakes []string
-	if st.Pause != Running {
-		brakes = append(brakes, fmt.Sprintf("the hub is %s by %s", st.Pause, DescribeBrakes(st.PausedBy)))
-	}
-	if st.SuspendedBy != nil {
-		brakes = append(brakes, fmt.Sprintf("the hub is suspended (observe-only) by %s", st.SuspendedBy))
-	}
-	if ms.DetachedBy != nil {
-		brakes = append(brakes, fmt.Sprintf("%s is detached by %s (`hub attach %s`)", m.Name, ms.DetachedBy, m.Name))
-	}
-	if ms.BMCLogin != "" {
-		brakes = append(brakes, "no BMC login: "+ms.BMCLogin)
-	}
-	if len(brakes) > 0 {
-		fmt.Fprintf(&b, "brakes: %s\n", strings.Join(brakes, "; "))
+	if len(e.Brakes) > 0 {
+		fmt.Fprintf(&b, "brakes: %s\n", strings.Join(e.Brakes, "; "))
 	}
 	if r := ms.Remediation; r != nil {
 		fmt.Fprintf(&b, "in flight: %s (%s, attempt %d, requested by %s), step %d of %d\n", r.ID, r.Strategy, r.Attempt, r.RequestedBy, r.Step+1, len(r.Steps))
@@ -216,20 +263,13 @@ func (h *Hub) Explain(ctx context.Context, machine string) (string, error) {
 			fmt.Fprintf(&b, "  waiting: %s\n", r.Waiting)
 		}
 	}
-	hist, err := h.cfg.Journal.History(ctx, machine)
-	if err != nil {
-		return "", err
-	}
-	if len(hist) > 5 {
-		hist = hist[len(hist)-5:]
-	}
-	for _, rem := range hist {
+	for _, rem := range e.History {
 		fmt.Fprintf(&b, "remediation %s: %s, %s, requested by %s: %s\n", rem.ID, rem.State, rem.Strategy, rem.RequestedBy, rem.Reason)
 		for _, ev := range rem.History {
 			fmt.Fprintf(&b, "  %s %-7s %s\n", ev.At.Local().Format("15:04:05.000"), ev.Kind, ev.Detail)
 		}
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // describeBMC is explain's line on the last readiness check of a machine's BMC.

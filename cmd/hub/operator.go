@@ -96,6 +96,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, body, out any) 
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	if _, text := out.(*string); !text {
+		req.Header.Set("Accept", "application/json")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return &codedError{exitUnreachable, fmt.Errorf("cannot reach the hub at %s (is `hub run` running, and may you open its socket?): %w", c.where, err)}
@@ -151,19 +154,27 @@ func operatorCommands() []*cobra.Command {
 	}
 	cmds = append(cmds, status)
 
-	cmds = append(cmds, &cobra.Command{Use: "explain MACHINE", Short: "Say why the hub does (or does not) act on a machine", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			var text string
-			if err := c.do(cmd.Context(), http.MethodGet, "/v1/machines/"+url.PathEscape(args[0])+"/explain", nil, &text); err != nil {
-				return err
-			}
-			_, err = io.WriteString(cmd.OutOrStdout(), text)
+	explain := &cobra.Command{Use: "explain MACHINE", Short: "Say why the hub does (or does not) act on a machine", Args: cobra.ExactArgs(1)}
+	explainOutput := cli.OutputFlag(explain)
+	explain.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := usageErr(cli.CheckOutput(*explainOutput)); err != nil {
 			return err
-		}})
+		}
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		var e hub.Explanation
+		if err := c.do(cmd.Context(), http.MethodGet, "/v1/machines/"+url.PathEscape(args[0])+"/explain", nil, &e); err != nil {
+			return err
+		}
+		if ok, err := cli.WriteData(cmd.OutOrStdout(), *explainOutput, e); ok {
+			return err
+		}
+		_, err = io.WriteString(cmd.OutOrStdout(), e.String())
+		return err
+	}
+	cmds = append(cmds, explain)
 
 	cmds = append(cmds, newRebootCommand(f))
 

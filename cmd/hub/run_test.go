@@ -118,6 +118,21 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "etcd member etcd-1: voter, healthy")
 	assert.Contains(t, out, "bmc: ready (power On), checked at ")
+	assert.Contains(t, out, "planner: nothing to do: the machine is healthy")
+	// The same explanation as data: -o json and -o yaml.
+	out, code = cli("explain", "cp-1", "-o", "json")
+	require.Equal(t, 0, code, out)
+	var e hub.Explanation
+	require.NoError(t, json.Unmarshal([]byte(out), &e), out)
+	assert.Equal(t, "cp-1", e.Machine.Name)
+	assert.Equal(t, hub.VerdictHealthy, e.Machine.Verdict)
+	assert.Equal(t, "nothing to do: the machine is healthy", e.Planner)
+	assert.True(t, e.Machine.BMC.Ready)
+	out, code = cli("explain", "cp-1", "-o", "yaml")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "planner: 'nothing to do: the machine is healthy'")
+	_, code = cli("explain", "cp-1", "-o", "xml")
+	assert.Equal(t, exitUsage, code)
 	// Shell completion of a MACHINE asks the hub.
 	t.Setenv("HALE_HUB_SOCKET", socket)
 	var comp bytes.Buffer

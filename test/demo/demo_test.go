@@ -358,8 +358,8 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	}
 	why, err := h.Explain(context.Background(), Name(2))
 	require.NoError(t, err)
-	assert.Contains(t, why, "gave up after 3 failed remediations")
-	assert.Contains(t, why, "500")
+	assert.Contains(t, why.String(), "gave up after 3 failed remediations")
+	assert.Contains(t, why.String(), "500")
 	tb.passes(t, 15)
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 3, n, "no fourth attempt")
