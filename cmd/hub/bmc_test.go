@@ -35,7 +35,7 @@ func startSimRig(t *testing.T) simRig {
 }
 
 // hubRun runs hub in-process and returns stdout, stderr and the exit code main would use.
-func hubRun(t *testing.T, args ...string) (string, string, int) {
+func hubRun(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := newRootCommand(&out, &errOut)

@@ -113,3 +113,41 @@ machines:
 func regexpQuote(s string) string {
 	return strings.NewReplacer("(", `\(`, ")", `\)`, ".", `\.`).Replace(s)
 }
+
+// `hub check` of 50 machines, each behind a BMC of its own (the Redfish simulator), one of them
+// silent: the check takes about the silent BMC's request timeout twice (one retry), not 50 of
+// anything; the others are checked side by side meanwhile. Reports the seconds a check took and that
+// bound.
+//
+//	go test -run '^$' -bench Check50 -benchtime 3x ./cmd/hub
+func BenchmarkCheck50BMCsOneSilent(b *testing.B) {
+	dir := b.TempDir()
+	creds := filepath.Join(dir, "creds")
+	require.NoError(b, os.WriteFile(creds, []byte("username=admin\npassword=pw\n"), 0o600))
+	var machines strings.Builder
+	for i := range 49 {
+		sim, err := bmcsim.Start(bmcsim.Config{Username: "admin", Password: "pw", PlainHTTP: true, Systems: []bmcsim.SystemConfig{{ID: "1"}}})
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = sim.Close() })
+		fmt.Fprintf(&machines, "  - {name: m-%02d, class: w, bmc: {endpoint: %q, credentials: %s}}\n", i, sim.Endpoint()+"/systems/1", creds)
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = silent.Close() })
+	fmt.Fprintf(&machines, "  - {name: m-49, class: w, bmc: {endpoint: \"redfish+http://%s\", credentials: %s}}\n", silent.Addr(), creds)
+	inv := filepath.Join(dir, "inventory.yaml")
+	require.NoError(b, os.WriteFile(inv, []byte("cluster: bench\nclasses: {w: {strategy: reboot}}\nmachines:\n"+machines.String()), 0o600))
+
+	const timeout = 2 * time.Second
+	var took time.Duration
+	for b.Loop() {
+		start := time.Now()
+		_, errOut, code := hubRun(b, "check", "--inventory", inv, "--request-timeout", timeout.String())
+		took = time.Since(start)
+		if code != exitBMCFailed || !strings.Contains(errOut, "1 of 50 BMCs not ready: m-49") {
+			b.Fatalf("exit %d: %s", code, errOut)
+		}
+	}
+	b.ReportMetric(took.Seconds(), "s/check")
+	b.ReportMetric((2 * timeout).Seconds(), "bound-s")
+}

@@ -67,7 +67,7 @@ func TestVersionCommand(t *testing.T) {
 		var out bytes.Buffer
 		cmd.SetOut(&out)
 		cmd.SetErr(&out)
-		cmd.SetArgs(args)
+		cmd.SetArgs(append([]string{}, args...)) // nil would make cobra read os.Args (the test binary's flags)
 		err := cmd.Execute()
 		return out.String(), err
 	}
