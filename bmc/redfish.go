@@ -80,8 +80,9 @@ func (d *redfishDriver) open(ctx context.Context) (conn, error) {
 		HTTPClient: d.http,
 	}
 	client, err := gofish.ConnectContext(ctx, cfg)
-	if err != nil && classifyRedfish(err) == classRefused {
-		// No usable session service (404, 405, 501, no Sessions link): fall back to basic auth.
+	if err != nil && unreachable(err, d.timeout) == "" && classifyRedfish(err) == classRefused {
+		// No usable session service (404, 405, 501, no Sessions link): fall back to basic auth. A BMC
+		// that did not answer at all is not asked again (that doubled every attempt's time).
 		cfg.BasicAuth = true
 		client, err = gofish.ConnectContext(ctx, cfg)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -427,4 +428,36 @@ func TestRedfishProblems(t *testing.T) {
 			noSecret(t, err)
 		})
 	}
+}
+
+// A silent Redfish BMC costs one request timeout per attempt: no answer is not "no session service",
+// so it is not asked again with basic auth (each attempt asked twice: `hub check` of a silent BMC took
+// four request timeouts, not the two its one retry allows).
+func TestRedfishSilentBMCOneConnectionPerAttempt(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	var accepted atomic.Int32
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() { _ = silent.Close() })
+	r := newRig(t, bmcsim.Config{})
+	opts := r.opts()
+	opts.Retries, opts.RequestTimeout, opts.RetryBase = 1, 200*time.Millisecond, 10*time.Millisecond
+	_, err = r.controller("redfish+http://"+silent.Addr().String(), opts, secret).PowerState(context.Background())
+	assert.Equal(t, ProblemUnreachable, ProblemOf(err), "%v", err)
+	assert.Equal(t, int32(2), accepted.Load(), "connections: one per attempt (one retry)")
 }
