@@ -468,7 +468,9 @@ func (tb *Testbed) startAgent(i int) error {
 		_ = g.Shutdown()
 		return err
 	}
-	r, err := health.NewRunner([]health.ProbeSpec{{Probe: etcd.Probe(), Interval: 200 * time.Millisecond, Timeout: 150 * time.Millisecond}}, nil, poke)
+	// 400 ms: three embedded members under -race on a loaded 2-core machine missed 150 ms often enough
+	// that two misses in a row made healthy voters Suspect, and a quorum-checked step was refused.
+	r, err := health.NewRunner([]health.ProbeSpec{{Probe: etcd.Probe(), Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond}}, nil, poke)
 	if err != nil {
 		_ = g.Shutdown()
 		return err
