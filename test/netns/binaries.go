@@ -13,9 +13,9 @@ import (
 // built from this module, and the etcd binary test/kube/build-assets builds.
 type Binaries struct{ Hub, Agent, Demo, Etcd string }
 
-// Build builds the hub, the agent and hale-demo into dir (static, as the image does) (which must exist) and finds the etcd binary in
-// $KUBEBUILDER_ASSETS (default ~/.cache/hale/kube-assets-1.36.3). It runs from anywhere inside the
-// module.
+// Build builds the hub, the agent and hale-demo into dir, which must exist (static, as the image
+// does: proc.Build), and finds the etcd binary in $KUBEBUILDER_ASSETS (default
+// ~/.cache/hale/kube-assets-1.36.3). It runs from anywhere inside the module.
 func Build(dir string) (Binaries, error) {
 	b := Binaries{Hub: filepath.Join(dir, "hub"), Agent: filepath.Join(dir, "agent"), Demo: filepath.Join(dir, "hale-demo")}
 	if err := proc.Build(map[string]string{b.Hub: "./cmd/hub", b.Agent: "./cmd/agent", b.Demo: "./cmd/hale-demo"}); err != nil {

@@ -83,7 +83,6 @@ type options struct {
 }
 
 func run(o options) error {
-	window, n, probe, gossipEvery, strict, withHub, withEtcd, ids := o.window, o.n, o.probe, o.gossipEvery, o.strict, o.withHub, o.withEtcd, o.ids
 	dir, err := os.MkdirTemp("", "hale-agentidle-")
 	if err != nil {
 		return err
@@ -100,8 +99,8 @@ func run(o options) error {
 		return err
 	}
 	pinned, idFile := "", func(string) string { return "" }
-	if ids {
-		if pinned, err = pinIdentities(dir, n); err != nil {
+	if o.ids {
+		if pinned, err = pinIdentities(dir, o.n); err != nil {
 			return err
 		}
 		idFile = func(name string) string { return filepath.Join(dir, "identity-"+name+".key") }
@@ -109,7 +108,7 @@ func run(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var endpoints []string
-	if withEtcd {
+	if o.withEtcd {
 		stopEtcd, eps, err := startEtcd(ctx, dir)
 		if err != nil {
 			return err
@@ -121,17 +120,17 @@ func run(o options) error {
 	var listens []string
 	hubMetrics := ""
 	first := ""
-	for i := range n {
+	for i := range o.n {
 		cfg := filepath.Join(dir, fmt.Sprintf("agent-%d.yaml", i))
 		etcd := fmt.Sprintf("probes:\n  etcd: {enabled: false}\n  etcdDisk: {dataDir: %s}\n", dir)
-		if withEtcd {
+		if o.withEtcd {
 			etcd = fmt.Sprintf("etcd: {endpoint: %q}\nprobes:\n  etcdDisk: {dataDir: %s}\n", endpoints[i%len(endpoints)], dir)
 		}
-		gossip := fmt.Sprintf("keyFile: %s, probeInterval: %s, probeTimeout: %s", key, probe, probe/2)
-		if gossipEvery > 0 {
-			gossip += fmt.Sprintf(", gossipInterval: %s", gossipEvery)
+		gossip := fmt.Sprintf("keyFile: %s, probeInterval: %s, probeTimeout: %s", key, o.probe, o.probe/2)
+		if o.gossipEvery > 0 {
+			gossip += fmt.Sprintf(", gossipInterval: %s", o.gossipEvery)
 		}
-		if ids {
+		if o.ids {
 			gossip += fmt.Sprintf(", identityFile: %s, pinnedFile: %s", idFile(fmt.Sprintf("cp-%d", i)), pinned)
 		}
 		body := fmt.Sprintf("cluster: bench\ngossip: {%s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
@@ -140,7 +139,7 @@ func run(o options) error {
 			for _, p := range []string{"kubelet", "apiserver", "etcdDisk", "etcd"} {
 				body = strings.Replace(body, "  "+p+": {", fmt.Sprintf("  %s: {failureThreshold: %d, ", p, o.threshold), 1)
 			}
-			if withEtcd {
+			if o.withEtcd {
 				body += fmt.Sprintf("  etcd: {failureThreshold: %d}\n", o.threshold)
 			}
 		}
@@ -170,15 +169,15 @@ func run(o options) error {
 			_ = p.Wait()
 		}
 	}()
-	if withHub {
-		inv, err := hubInventory(dir, n, len(endpoints))
+	if o.withHub {
+		inv, err := hubInventory(dir, o.n, len(endpoints))
 		if err != nil {
 			return err
 		}
 		hubMetrics = freeAddr()
 		args := []string{"run", "--inventory", inv, "--journal", filepath.Join(dir, "journal.db"), "--node", "hub-bench",
 			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", hubMetrics, "--log-level", "warn"}
-		if ids {
+		if o.ids {
 			args = append(args, "--identity-file", idFile("hub-bench"), "--pinned-file", pinned)
 		}
 		cmd := exec.CommandContext(ctx, hubBin, args...)
@@ -188,7 +187,7 @@ func run(o options) error {
 		}
 		procs = append(procs, cmd)
 	}
-	fmt.Printf("%d agents started (a hub: %v, etcd members: %d, identities: %v); settling 10 s, then measuring for %v\n", n, withHub, len(endpoints), ids, window)
+	fmt.Printf("%d agents started (a hub: %v, etcd members: %d, identities: %v); settling 10 s, then measuring for %v\n", o.n, o.withHub, len(endpoints), o.ids, o.window)
 	time.Sleep(10 * time.Second)
 	for i, addr := range listens {
 		if err := ready("http://" + addr + "/readyz"); err != nil {
@@ -215,7 +214,7 @@ func run(o options) error {
 	}
 	start := time.Now()
 	maxRSS := make([]int64, len(procs))
-	for time.Since(start) < window {
+	for time.Since(start) < o.window {
 		for i, p := range procs {
 			if rss, err := rssKiB(p.Process.Pid); err == nil {
 				maxRSS[i] = max(maxRSS[i], rss)
@@ -231,25 +230,25 @@ func run(o options) error {
 			return err
 		}
 		cpu := 100 * (after - before[i]) / elapsed
-		if i == n { // the hub
-			fmt.Printf("hub: cpu %.2f%% of a core, max rss %.1f MiB (watching %d machines)\n", cpu, float64(maxRSS[i])/1024, n)
+		if i == o.n { // the hub
+			fmt.Printf("hub: cpu %.2f%% of a core, max rss %.1f MiB (watching %d machines)\n", cpu, float64(maxRSS[i])/1024, o.n)
 			continue
 		}
 		fmt.Printf("cp-%d: cpu %.2f%% of a core, max rss %.1f MiB\n", i, cpu, float64(maxRSS[i])/1024)
 		worstCPU, worstRSS = max(worstCPU, cpu), max(worstRSS, maxRSS[i])
 	}
 	fmt.Printf("worst: cpu %.2f%% (target <= 1%%), rss %.1f MiB (target <= 30 MiB)\n", worstCPU, float64(worstRSS)/1024)
-	if o.hog > 0 && withHub {
+	if o.hog > 0 && o.withHub {
 		after, err := suspects(hubMetrics)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("suspect: %.0f Suspect notices in %v under a hog of %d goroutines: %.1f per hour (target 0)\n",
-			after-suspectsBefore, window, o.hog, (after-suspectsBefore)*float64(time.Hour)/float64(window))
+			after-suspectsBefore, o.window, o.hog, (after-suspectsBefore)*float64(time.Hour)/float64(o.window))
 	}
 	if worstCPU > 1 || worstRSS > 30*1024 {
 		fmt.Println("OVER TARGET")
-		if strict {
+		if o.strict {
 			return fmt.Errorf("over target")
 		}
 	}
