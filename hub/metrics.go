@@ -131,7 +131,11 @@ func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.hub.Status(context.Background())
+	c.collectStatus(c.hub.Status(context.Background()), ch)
+}
+
+// collectStatus sends the gauges that st gives.
+func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}

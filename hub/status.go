@@ -146,6 +146,22 @@ func (h *Hub) Status(ctx context.Context) Status {
 	return st
 }
 
+// Acting says whether the hub acts, for the observers line of `hub status`: only on a strict majority,
+// and not while a brake or something else keeps it from starting anything.
+func (st Status) Acting() string {
+	switch {
+	case !st.Observers.Majority:
+		return "NOT a strict majority: acting on nothing"
+	case st.Pause != Running:
+		return "a strict majority, but " + strings.ToLower(string(st.Pause)) + ": nothing new starts"
+	case st.Suspended:
+		return "a strict majority, but suspended: observe-only"
+	case st.NotPlanning != "":
+		return "a strict majority, but not planning (below)"
+	}
+	return "a strict majority: acting"
+}
+
 // Explanation is why the hub does or does not act on one machine, from the same status `hub status`
 // shows: `hub explain` prints it as text (String), and -o json|yaml as data.
 type Explanation struct {
@@ -169,12 +185,16 @@ type Explanation struct {
 // Explain says why the hub does or does not act on a machine: its verdict and evidence, its etcd
 // role, the planner's decision, the brakes that hold, and its recent remediations.
 func (h *Hub) Explain(ctx context.Context, machine string) (Explanation, error) {
-	inv := h.inventory()
-	m, ok := inv.Machine(machine)
+	return h.explain(ctx, h.Status(ctx), machine)
+}
+
+// explain is Explain from a status already taken, so that a test can hold the explanation and the
+// status (and the metrics, collectStatus) to one snapshot.
+func (h *Hub) explain(ctx context.Context, st Status, machine string) (Explanation, error) {
+	m, ok := h.inventory().Machine(machine)
 	if !ok {
 		return Explanation{}, fmt.Errorf("machine %q: %w", machine, ErrNotFound)
 	}
-	st := h.Status(ctx)
 	e := Explanation{Strategy: fmt.Sprint(m.Strategy), Budget: st.Budget}
 	for _, x := range st.Machines {
 		if x.Name == machine {

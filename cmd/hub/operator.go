@@ -430,7 +430,7 @@ func printStatus(w io.Writer, st hub.Status, wide bool) {
 		fmt.Fprintf(w, "DEGRADED: %s\n", st.Degraded)
 	}
 	if o := st.Observers; o.Expected > 0 {
-		fmt.Fprintf(w, "observers: hears %d of %d expected (%s): %s", len(o.Heard), o.Expected, strings.Join(o.Heard, ", "), acting(st))
+		fmt.Fprintf(w, "observers: hears %d of %d expected (%s): %s", len(o.Heard), o.Expected, strings.Join(o.Heard, ", "), st.Acting())
 		if len(o.Missing) > 0 {
 			fmt.Fprintf(w, "; not heard: %s", strings.Join(o.Missing, ", "))
 		}
@@ -510,22 +510,6 @@ func bmcCell(r *hub.BMCReadiness) string {
 		return "ready"
 	}
 	return string(r.Problem)
-}
-
-// acting says whether the hub acts, for the observers line of `hub status`: only on a strict majority,
-// and not while a brake or something else keeps it from starting anything.
-func acting(st hub.Status) string {
-	switch {
-	case !st.Observers.Majority:
-		return "NOT a strict majority: acting on nothing"
-	case st.Pause != hub.Running:
-		return "a strict majority, but " + strings.ToLower(string(st.Pause)) + ": nothing new starts"
-	case st.Suspended:
-		return "a strict majority, but suspended: observe-only"
-	case st.NotPlanning != "":
-		return "a strict majority, but not planning (below)"
-	}
-	return "a strict majority: acting"
 }
 
 // interactive says whether in can answer a prompt: a terminal, or (in tests) a reader that is not a
