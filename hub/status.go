@@ -165,6 +165,8 @@ func (st Status) Acting() string {
 // Explanation is why the hub does or does not act on one machine, from the same status `hub status`
 // shows: `hub explain` prints it as text (String), and -o json|yaml as data.
 type Explanation struct {
+	// Time is when the status it is built from was taken.
+	Time time.Time `json:"time"`
 	// Machine is the machine's row of the status (verdict, evidence, etcd role, BMC readiness, the
 	// remediation in flight).
 	Machine MachineStatus `json:"machine"`
@@ -195,7 +197,7 @@ func (h *Hub) explain(ctx context.Context, st Status, machine string) (Explanati
 	if !ok {
 		return Explanation{}, fmt.Errorf("machine %q: %w", machine, ErrNotFound)
 	}
-	e := Explanation{Strategy: fmt.Sprint(m.Strategy), Budget: st.Budget}
+	e := Explanation{Time: st.Time, Strategy: fmt.Sprint(m.Strategy), Budget: st.Budget}
 	for _, x := range st.Machines {
 		if x.Name == machine {
 			e.Machine = x
@@ -258,7 +260,7 @@ func (e Explanation) String() string {
 	fmt.Fprintf(&b, "; strategy %s, BMC %s)\n", e.Strategy, bmcEndpoint)
 	fmt.Fprintf(&b, "verdict: %s", ms.Verdict)
 	if !ms.Since.IsZero() {
-		fmt.Fprintf(&b, " since %s (%s ago)", ms.Since.Format(time.TimeOnly), time.Since(ms.Since).Round(100*time.Millisecond))
+		fmt.Fprintf(&b, " since %s (%s ago)", ms.Since.Local().Format(time.TimeOnly), e.Time.Sub(ms.Since).Round(100*time.Millisecond))
 	}
 	b.WriteString("\n")
 	for _, r := range ms.Reasons {

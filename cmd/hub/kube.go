@@ -195,40 +195,42 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 }
 
 // rebootThroughKubernetes is `hub reboot --kubernetes`: a Remediation request, so that RBAC decides;
-// it waits until the leading hub has accepted or refused it (and with wait, until it has ended).
-func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req hub.RebootRequest, wait bool, out io.Writer) error {
+// it waits until the leading hub has accepted or refused it (and with wait, until it has ended), and
+// returns the object as it last read it (none when it read none).
+func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req hub.RebootRequest, wait bool, out io.Writer) (v1alpha1.Remediation, error) {
+	var obj v1alpha1.Remediation
 	c, _, err := k.kubeClient()
 	if err != nil {
-		return &codedError{exitUsage, err}
+		return obj, &codedError{exitUsage, err}
 	}
 	key, err := kube.RequestReboot(ctx, c, k.namespace, req.Machine, req.Hard, req.Force, req.By)
 	if apierrors.IsForbidden(err) {
-		return &codedError{exitRefused, fmt.Errorf("%w (Kubernetes RBAC: you may not create Remediations in %s)", err, k.namespace)}
+		return obj, &codedError{exitRefused, fmt.Errorf("%w (Kubernetes RBAC: you may not create Remediations in %s)", err, k.namespace)}
 	} else if err != nil {
-		return &codedError{exitUnreachable, err}
+		return obj, &codedError{exitUnreachable, err}
 	}
 	fmt.Fprintf(out, "requested: remediation %s\n", key)
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	obj, err := kube.WaitRequest(tctx, c, key, false)
+	obj, err = kube.WaitRequest(tctx, c, key, false)
 	cancel()
 	if err != nil {
-		return &codedError{exitUnreachable, err}
+		return obj, &codedError{exitUnreachable, err}
 	}
 	if obj.Status.Phase == v1alpha1.PhaseAborted {
-		return &codedError{exitRefused, errors.New(lastDetail(obj))} // "refused: …"
+		return obj, &codedError{exitRefused, errors.New(lastDetail(obj))} // "refused: …"
 	}
 	fmt.Fprintf(out, "accepted by the hub (epoch %d): %s\n", obj.Status.Epoch, strings.Join(obj.Spec.Steps, " → "))
 	if !wait {
-		return nil
+		return obj, nil
 	}
 	if obj, err = kube.WaitRequest(ctx, c, key, true); err != nil {
-		return &codedError{exitUnreachable, err}
+		return obj, &codedError{exitUnreachable, err}
 	}
 	fmt.Fprintln(out, lastDetail(obj)) // "Succeeded: every step done"
 	if obj.Status.Phase != v1alpha1.PhaseSucceeded {
-		return &codedError{exitRefused, fmt.Errorf("remediation %s %s", key, obj.Status.Phase)}
+		return obj, &codedError{exitRefused, fmt.Errorf("remediation %s %s", key, obj.Status.Phase)}
 	}
-	return nil
+	return obj, nil
 }
 
 func lastDetail(obj v1alpha1.Remediation) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	xterm "golang.org/x/term"
 
+	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/internal/cli"
 )
@@ -66,7 +67,7 @@ func (f *apiFlags) status(ctx context.Context) (hub.Status, error) {
 
 func (f *apiFlags) client() (*apiClient, error) {
 	if f.address != "" {
-		token, err := readToken(f.tokenFile)
+		token, err := readToken("token-file", f.tokenFile)
 		if err != nil {
 			return nil, err
 		}
@@ -305,68 +306,95 @@ With --kubernetes the request is a Remediation object in the hub's namespace ins
 hub's API: Kubernetes RBAC decides who may reboot (create on remediations.hale.dev), and the leading
 hub replica checks and carries it out the same way (` + "`kubectl get remediations`" + ` shows it).`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			req.Machine = args[0]
-			if host, err := os.Hostname(); err == nil {
-				req.By = "operator@" + host
-			}
-			out := cmd.OutOrStdout()
-			if kubernetes && req.DryRun {
-				return &codedError{exitUsage, errors.New("--dry-run asks the hub's API (--socket/--api-address); it is not available with --kubernetes")}
-			}
-			if req.Force && !req.DryRun && !yes && !interactive(cmd.InOrStdin()) {
-				return &codedError{exitUsage, fmt.Errorf("--force asks you to confirm by typing the machine's name, and stdin is not a terminal: "+
-					"add --yes to confirm %s without a prompt (nothing done)", req.Machine)}
-			}
-			if kubernetes && req.Force && !yes {
-				fmt.Fprintf(out, "--force overrides the quorum check; type the machine's name (%s) to go ahead: ", req.Machine)
-				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if strings.TrimSpace(line) != req.Machine {
-					return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
+	}
+	output := cli.OutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		req.Machine = args[0]
+		if host, err := os.Hostname(); err == nil {
+			req.By = "operator@" + host
+		}
+		if err := usageErr(cli.CheckOutput(*output)); err != nil {
+			return err
+		}
+		// With -o json|yaml, standard output holds one document (the result, or the ended
+		// remediation with --wait); what the command says as it goes, prompts included, goes to
+		// standard error.
+		out, data := cmd.OutOrStdout(), *output == cli.JSON || *output == cli.YAML
+		if data {
+			out = cmd.ErrOrStderr()
+		}
+		emit := func(v any, err error) error {
+			if data {
+				if _, werr := cli.WriteData(cmd.OutOrStdout(), *output, v); err == nil {
+					err = werr
 				}
 			}
-			if kubernetes {
-				return rebootThroughKubernetes(cmd.Context(), &k, req, wait, out)
+			return err
+		}
+		if kubernetes && req.DryRun {
+			return &codedError{exitUsage, errors.New("--dry-run asks the hub's API (--socket/--api-address); it is not available with --kubernetes")}
+		}
+		if req.Force && !req.DryRun && !yes && !interactive(cmd.InOrStdin()) {
+			return &codedError{exitUsage, fmt.Errorf("--force asks you to confirm by typing the machine's name, and stdin is not a terminal: "+
+				"add --yes to confirm %s without a prompt (nothing done)", req.Machine)}
+		}
+		if kubernetes && req.Force && !yes {
+			fmt.Fprintf(out, "--force overrides the quorum check; type the machine's name (%s) to go ahead: ", req.Machine)
+			line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+			if strings.TrimSpace(line) != req.Machine {
+				return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
 			}
-			c, err := f.client()
-			if err != nil {
+		}
+		if kubernetes {
+			obj, err := rebootThroughKubernetes(cmd.Context(), &k, req, wait, out)
+			if obj.Name == "" {
 				return err
 			}
-			path := "/v1/machines/" + url.PathEscape(req.Machine) + "/reboot"
-			if req.Force && !req.DryRun && !yes {
-				dry := req
-				dry.DryRun = true
-				var res hub.RebootResult
-				if err := c.do(cmd.Context(), http.MethodPost, path, dry, &res); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "plan: %s\n", strings.Join(res.Steps, " → "))
-				if res.Overrides != "" {
-					fmt.Fprintf(out, "this overrides: %s\n", res.Overrides)
-				}
-				fmt.Fprintf(out, "type the machine's name (%s) to go ahead: ", req.Machine)
-				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if strings.TrimSpace(line) != req.Machine {
-					return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
-				}
-			}
+			obj.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Remediation")) // as kubectl prints it
+			return emit(obj, err)
+		}
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		path := "/v1/machines/" + url.PathEscape(req.Machine) + "/reboot"
+		if req.Force && !req.DryRun && !yes {
+			dry := req
+			dry.DryRun = true
 			var res hub.RebootResult
-			if err := c.do(cmd.Context(), http.MethodPost, path, req, &res); err != nil {
+			if err := c.do(cmd.Context(), http.MethodPost, path, dry, &res); err != nil {
 				return err
 			}
-			if res.DryRun {
-				fmt.Fprintf(out, "dry run: would %s\n", strings.Join(res.Steps, " → "))
-				if res.Overrides != "" {
-					fmt.Fprintf(out, "only with --force, over: %s\n", res.Overrides)
-				}
-				return nil
+			fmt.Fprintf(out, "plan: %s\n", strings.Join(res.Steps, " → "))
+			if res.Overrides != "" {
+				fmt.Fprintf(out, "this overrides: %s\n", res.Overrides)
 			}
-			fmt.Fprintf(out, "remediation %s started: %s\n", res.Remediation, strings.Join(res.Steps, " → "))
-			if !wait {
-				return nil
+			fmt.Fprintf(out, "type the machine's name (%s) to go ahead: ", req.Machine)
+			line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+			if strings.TrimSpace(line) != req.Machine {
+				return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
 			}
-			return waitRemediation(cmd.Context(), c, req.Machine, res.Remediation, out)
-		},
+		}
+		var res hub.RebootResult
+		if err := c.do(cmd.Context(), http.MethodPost, path, req, &res); err != nil {
+			return err
+		}
+		if res.DryRun {
+			fmt.Fprintf(out, "dry run: would %s\n", strings.Join(res.Steps, " → "))
+			if res.Overrides != "" {
+				fmt.Fprintf(out, "only with --force, over: %s\n", res.Overrides)
+			}
+			return emit(res, nil)
+		}
+		fmt.Fprintf(out, "remediation %s started: %s\n", res.Remediation, strings.Join(res.Steps, " → "))
+		if !wait {
+			return emit(res, nil)
+		}
+		rem, err := waitRemediation(cmd.Context(), c, req.Machine, res.Remediation, out)
+		if rem.ID == "" {
+			return err
+		}
+		return emit(rem, err)
 	}
 	cmd.Flags().BoolVar(&req.Hard, "hard", false, "power-cycle at once instead of a graceful restart first")
 	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "check and show the plan; change nothing")
@@ -379,9 +407,9 @@ hub replica checks and carries it out the same way (` + "`kubectl get remediatio
 	return cmd
 }
 
-// waitRemediation follows the remediation (GET /v1/remediations/ID) until it has ended, then prints
-// the machine's explanation and exits by how it ended.
-func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out io.Writer) error {
+// waitRemediation follows the remediation (GET /v1/remediations/ID) until it has ended, prints how it
+// ended in one line and returns it, with an error unless it succeeded.
+func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out io.Writer) (hub.Remediation, error) {
 	var segs []string
 	for _, s := range strings.Split(id, "/") {
 		segs = append(segs, url.PathEscape(s))
@@ -389,18 +417,18 @@ func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out 
 	for {
 		var rem hub.Remediation
 		if err := c.do(ctx, http.MethodGet, "/v1/remediations/"+strings.Join(segs, "/"), nil, &rem); err != nil {
-			return err
+			return hub.Remediation{}, err
 		}
 		if rem.State != hub.InProgress {
 			fmt.Fprintln(out, endLine(rem))
 			if rem.State != hub.Succeeded {
-				return &codedError{exitRefused, fmt.Errorf("remediation %s ended %s (hub explain %s: every step)", id, rem.State, machine)}
+				return rem, &codedError{exitRefused, fmt.Errorf("remediation %s ended %s (hub explain %s: every step)", id, rem.State, machine)}
 			}
-			return nil
+			return rem, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return hub.Remediation{}, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

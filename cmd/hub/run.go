@@ -387,7 +387,7 @@ func listenAPI(a apiListen) ([]apiListener, error) {
 		if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
 			return fail(fmt.Errorf("--api-address %q: must be a loopback host:port (the API can reboot machines)", a.address))
 		}
-		token, err := readToken(a.tokenFile)
+		token, err := readToken("api-token-file", a.tokenFile)
 		if err != nil {
 			return fail(err)
 		}
@@ -413,18 +413,18 @@ func closeAPI(lns []apiListener, a apiListen) {
 	}
 }
 
-// readToken reads an API token file: one line of at least 16 characters.
-func readToken(path string) (string, error) {
+// readToken reads an API token file given by the flag named flag: one line of at least 16 characters.
+func readToken(flag, path string) (string, error) {
 	if path == "" {
-		return "", errors.New("--api-token-file is required with --api-address (make one with: head -c 24 /dev/urandom | base64 > token)")
+		return "", fmt.Errorf("--%s is required with --api-address (make one with: head -c 24 /dev/urandom | base64 > token)", flag)
 	}
 	b, err := secretfile.Read(path)
 	if err != nil {
-		return "", fmt.Errorf("--api-token-file: %w", err)
+		return "", fmt.Errorf("--%s: %w", flag, err)
 	}
 	token := strings.TrimSpace(string(b))
 	if len(token) < 16 || strings.ContainsAny(token, " \t\r\n") {
-		return "", fmt.Errorf("--api-token-file %s: want one line of at least 16 characters without spaces", path)
+		return "", fmt.Errorf("--%s %s: want one line of at least 16 characters without spaces", flag, path)
 	}
 	return token, nil
 }
