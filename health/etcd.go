@@ -229,7 +229,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("status of %s: %v", e.endpoint, err))
 		} else {
-			v.LocalID, v.LeaderID = hexID(st.Header.MemberId), hexID(st.Leader)
+			v.ClusterID, v.LocalID, v.LeaderID = hexID(st.Header.ClusterId), hexID(st.Header.MemberId), hexID(st.Leader)
 			v.RaftTerm, v.RaftIndex = st.RaftTerm, st.RaftIndex
 		}
 	}

@@ -37,6 +37,9 @@ type EtcdMember struct {
 
 // EtcdView is the etcd membership and raft state as seen from this node's local member.
 type EtcdView struct {
+	// ClusterID is the etcd cluster's ID (hex) as the local member answers it: a cluster rebuilt from a
+	// snapshot has a new one, and its raft indexes start again.
+	ClusterID string       `json:"clusterID,omitempty"`
 	LocalID   string       `json:"localID,omitempty"`
 	LocalName string       `json:"localName,omitempty"`
 	Members   []EtcdMember `json:"members,omitempty"`

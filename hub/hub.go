@@ -61,6 +61,9 @@ type Config struct {
 	// Brakes, when set, keeps the operator's brakes across restarts (default: the journal, when it is
 	// a BrakeStore, as the bbolt journal is).
 	Brakes BrakeStore
+	// Marks, when set, keeps the raft mark (RaftMark) across restarts (default: the journal, when it is
+	// a MarkStore, as the bbolt journal is).
+	Marks MarkStore
 	// Degraded, when set, says why this hub acts without the API server and with what (Kubernetes
 	// mode's degraded mode, cmd/hub): shown in status and the metric hale_hub_degraded.
 	Degraded string
@@ -156,6 +159,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if bs, ok := cfg.Journal.(BrakeStore); ok && cfg.Brakes == nil {
 		cfg.Brakes = bs
+	}
+	if ms, ok := cfg.Journal.(MarkStore); ok && cfg.Marks == nil {
+		cfg.Marks = ms
 	}
 	if cfg.OwnerFor == nil {
 		cfg.OwnerFor = func(m Machine) (Owner, error) {

@@ -15,10 +15,11 @@ import (
 )
 
 var (
-	bucketMeta = []byte("meta")
-	bucketRems = []byte("remediations")
-	keyEpoch   = []byte("epoch")
-	keyBrakes  = []byte("brakes")
+	bucketMeta  = []byte("meta")
+	bucketRems  = []byte("remediations")
+	keyEpoch    = []byte("epoch")
+	keyBrakes   = []byte("brakes")
+	keyRaftMark = []byte("raftMark")
 )
 
 // Journal is the standalone hub's record of remediations, in a bbolt file: intent before each side
@@ -173,6 +174,30 @@ func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
 		return nil
 	})
 	return b, err
+}
+
+// RaftMark returns the journaled raft mark (none: the zero mark).
+func (j *Journal) RaftMark(context.Context) (RaftMark, error) {
+	var m RaftMark
+	err := j.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyRaftMark); v != nil {
+			return json.Unmarshal(v, &m)
+		}
+		return nil
+	})
+	if err != nil {
+		return RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.path, err)
+	}
+	return m, nil
+}
+
+// RecordRaftMark journals m as the raft mark (only this journal's writer: ErrStaleEpoch otherwise).
+func (j *Journal) RecordRaftMark(_ context.Context, m RaftMark) error {
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyRaftMark, v) })
 }
 
 // SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).

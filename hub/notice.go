@@ -64,6 +64,10 @@ const (
 	ReasonBrakeNotRecorded  Reason = "BrakeNotRecorded"
 	ReasonInventoryReloaded Reason = "InventoryReloaded"
 	ReasonPolicyChanged     Reason = "PolicyChanged"
+	// ReasonEtcdClusterChanged: the members report another etcd cluster ID (a cluster rebuilt); the
+	// raft mark starts again. ReasonRaftMarkNotRecorded: the journal refused the raft mark.
+	ReasonEtcdClusterChanged  Reason = "EtcdClusterChanged"
+	ReasonRaftMarkNotRecorded Reason = "RaftMarkNotRecorded"
 	// ReasonDegradedMode: what a hub did while the API server did not answer (Kubernetes mode's degraded
 	// mode), said once it answers again.
 	ReasonDegradedMode Reason = "DegradedMode"

@@ -19,6 +19,13 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
 		return err
 	}
+	if h.cfg.Marks != nil {
+		m, err := h.cfg.Marks.RaftMark(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the raft mark: %w", err)
+		}
+		h.state.mark, h.state.recorded = m, m
+	}
 	h.warmUp(ctx)
 	h.waitLeading(ctx)
 	if err := h.resume(ctx); err != nil {
@@ -78,6 +85,11 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 	}
 	if rd.KeepJoined != nil {
 		h.cfg.Gossip.KeepJoined(rd.KeepJoined)
+	}
+	if m := rd.RecordMark; m != nil && h.cfg.Marks != nil {
+		if n, news := h.state.markWritten(*m, h.cfg.Marks.RecordRaftMark(ctx, *m)); news {
+			h.say(n)
+		}
 	}
 	for _, b := range rd.Begin {
 		_, err := h.begin(ctx, b.machine, b.rem, b.plan, b.detected)

@@ -41,6 +41,9 @@ type testPool struct {
 	frozen  bool
 }
 
+// testClusterID is the etcd cluster ID in a testPool's reports; their raft index rises with every read.
+const testClusterID = "c0ffee"
+
 func newTestPool(n int, dead ...string) *testPool {
 	p := &testPool{dead: map[string]bool{}, started: map[string]time.Time{}}
 	for i := range n {
@@ -75,7 +78,8 @@ func (p *testPool) Reports() map[string]health.Report {
 		if !ok {
 			started = now.Add(-time.Hour)
 		}
-		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started, Etcd: &health.EtcdView{LocalName: m.Member},
+		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started,
+			Etcd:   &health.EtcdView{ClusterID: testClusterID, LocalName: m.Member, RaftTerm: 2, RaftIndex: 1000 + p.version},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
@@ -169,7 +173,7 @@ func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]er
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	r := &passRig{pool: pool, sim: sim, journal: &countingStore{Store: j}, done: make(chan error, 1)}
-	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
+	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
 		BMC:       bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second},
 		AfterPass: func(n uint64) { r.passes.Store(n) }}
 	cfg.PowerFor = func(m Machine) (Power, error) {

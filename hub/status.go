@@ -30,6 +30,9 @@ type Status struct {
 	// limit).
 	Holding string         `json:"holding,omitempty"`
 	Budget  *quorum.Budget `json:"budget,omitempty"`
+	// RaftMark is the highest raft index a member has reported to the hub (or the journal held when
+	// the hub started): what a recovery after a permanent loss of quorum is checked against.
+	RaftMark *RaftMark `json:"raftMark,omitempty"`
 	// Observers says how many of the expected observers the hub hears: it acts only on a strict
 	// majority.
 	Observers ObserversStatus `json:"observers"`
@@ -101,6 +104,10 @@ func (h *Hub) Status(ctx context.Context) Status {
 	if v.notPlanning == "" && v.outcome.Budget.Voters > 0 {
 		b := v.outcome.Budget
 		st.Budget = &b
+	}
+	if v.mark.Index > 0 {
+		m := v.mark
+		st.RaftMark = &m
 	}
 	decisions := map[string]string{}
 	var holding []string

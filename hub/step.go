@@ -36,6 +36,11 @@ type passState struct {
 	// majority of its observers (nil: nothing said yet), and why each machine is not started.
 	saidMajority *bool
 	saidHold     map[string]hold
+	// mark is the highest raft index seen (or journaled, when the hub started); recorded is the one in
+	// the journal, written at recordedAt; markErr why the last write failed.
+	mark, recorded RaftMark
+	recordedAt     time.Time
+	markErr        string
 }
 
 func newPassState() *passState {
@@ -60,6 +65,8 @@ type view struct {
 	holds map[string]hold
 	// quorumLost: the latest pass that planned saw etcd's quorum lost.
 	quorumLost bool
+	// mark: the highest raft index seen or journaled (passState.mark).
+	mark RaftMark
 }
 
 // Ready is what a pass does: its only effects, applied in this order.
@@ -70,6 +77,8 @@ type Ready struct {
 	KeepJoined []string
 	// Begin: the remediations to begin, in the planner's order.
 	Begin []toBegin
+	// RecordMark, when set, is the raft mark to journal.
+	RecordMark *RaftMark
 	// QuorumBack: etcd's quorum, lost in the previous planning pass, is back; nothing was decided. The
 	// assessor judges what it gathered during the loss again, from now (Assessor.QuorumBack), and the
 	// pass steps again on a fresh assessment.
@@ -102,6 +111,8 @@ func step(s *passState, f facts) Ready {
 		}
 	}
 	s.lastPass = f.now
+	s.track(&rd, f.obs.Reports)
+	v.mark = s.mark
 	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.
@@ -122,10 +133,12 @@ func step(s *passState, f facts) Ready {
 	}
 	if d.notPlanning != "" {
 		v.notPlanning = notPlanning(&rd, prev.notPlanning, d.notPlanning)
+		rd.RecordMark = s.toRecord(f.now, prev.notPlanning == "")
 		return rd
 	}
 	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
 	v.quorumLost = d.outcome.Budget.QuorumLost()
+	rd.RecordMark = s.toRecord(f.now, v.quorumLost && !prev.quorumLost)
 	s.sayHolds(&rd, d)
 	for _, b := range d.begin {
 		b.detected = s.unhealthyAt[b.machine.Name]

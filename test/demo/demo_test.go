@@ -73,11 +73,17 @@ func hasEvent(h *hub.Hub, substr string) func() bool {
 // The demo's four scenarios, on real components; each must end as expected.
 func TestScenarios(t *testing.T) {
 	tb := newBed(t, Options{})
+	start := tb.Hub().Status(t.Context()).RaftMark
+	require.NotNil(t, start, "the raft mark from the agents' reports of real etcd members")
+	assert.Regexp(t, "^[0-9a-f]+$", start.ClusterID)
 	for _, s := range Scenarios() {
 		t.Run(s.Name, func(t *testing.T) {
 			require.NoError(t, Run(t.Context(), tb, []Scenario{s}))
 		})
 	}
+	end := tb.Hub().Status(t.Context()).RaftMark
+	assert.Equal(t, start.ClusterID, end.ClusterID)
+	assert.Greater(t, end.Index, start.Index, "the mark rose with the scenarios' writes")
 }
 
 // Suspended, detached and paused: no BMC call while they hold (the would-do is said when

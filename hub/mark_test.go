@@ -1,0 +1,144 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/health"
+)
+
+func etcdReport(node, cluster string, term, index uint64) health.Report {
+	return health.Report{Node: node, Etcd: &health.EtcdView{ClusterID: cluster, LocalName: "etcd-" + node, RaftTerm: term, RaftIndex: index}}
+}
+
+func reportsOf(rs ...health.Report) map[string]health.Report {
+	out := map[string]health.Report{}
+	for _, r := range rs {
+		out[r.Node] = r
+	}
+	return out
+}
+
+func TestReportedMark(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reports map[string]health.Report
+		want    RaftMark // zero: none
+	}{
+		{"no reports", nil, RaftMark{}},
+		{"no etcd view, no cluster ID (an older agent), index 0", reportsOf(health.Report{Node: "a"}, etcdReport("b", "", 3, 90), etcdReport("c", "c1", 3, 0)), RaftMark{}},
+		{"the highest index", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("b", "c1", 4, 120), etcdReport("c", "c1", 4, 110)),
+			RaftMark{ClusterID: "c1", Term: 4, Index: 120, Member: "etcd-b"}},
+		{"the cluster most members report, even with lower indexes", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "new", 2, 30), etcdReport("c", "new", 2, 31)),
+			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
+		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower node", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)),
+			RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := reportedMark(tc.reports)
+			assert.Equal(t, tc.want.Index > 0, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// The mark rises with the reports and never falls; it is written at most every markEvery, at once
+// when quorum is lost, again after a failed write (said once), and starts again for a new cluster ID.
+func TestMarkIsRecordedAsPassesGo(t *testing.T) {
+	s := newPassState()
+	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	var rd Ready
+	pass := func(at time.Duration, urgent bool, rs ...health.Report) *RaftMark {
+		rd = Ready{}
+		s.track(&rd, reportsOf(rs...))
+		return s.toRecord(t0.Add(at), urgent)
+	}
+	m := pass(0, false, etcdReport("a", "c1", 2, 100))
+	require.NotNil(t, m, "the first mark is written at once")
+	assert.Equal(t, uint64(100), m.Index)
+	_, _ = s.markWritten(*m, nil)
+
+	assert.Nil(t, pass(time.Second, false, etcdReport("a", "c1", 2, 150)), "within markEvery: kept in memory")
+	assert.Equal(t, uint64(150), s.mark.Index)
+	assert.Nil(t, pass(2*time.Second, false, etcdReport("a", "c1", 2, 140)), "a lower report (a member behind) lowers nothing")
+	assert.Equal(t, uint64(150), s.mark.Index)
+	m = pass(3*time.Second, true, etcdReport("a", "c1", 2, 160))
+	require.NotNil(t, m, "quorum lost: written at once")
+	assert.Equal(t, uint64(160), m.Index)
+
+	n, say := s.markWritten(*m, errors.New("disk full"))
+	assert.True(t, say)
+	assert.Contains(t, n.Message, "cannot journal the raft mark (raft index 160")
+	assert.Nil(t, pass(4*time.Second, false, etcdReport("a", "c1", 2, 160)), "a failed write is tried again after markEvery")
+	m = pass(3*time.Second+markEvery, false, etcdReport("a", "c1", 2, 160))
+	require.NotNil(t, m)
+	_, say = s.markWritten(*m, errors.New("disk full"))
+	assert.False(t, say, "the same failure is said once")
+	m = pass(3*time.Second+2*markEvery, false, etcdReport("a", "c1", 2, 160))
+	require.NotNil(t, m)
+	_, _ = s.markWritten(*m, nil)
+	assert.Nil(t, pass(4*time.Second+3*markEvery, false, etcdReport("a", "c1", 2, 160)), "nothing new: nothing written")
+
+	m = pass(5*time.Second+3*markEvery, false, etcdReport("a", "c2", 1, 8), etcdReport("b", "c2", 1, 9))
+	require.NotNil(t, m, "a new cluster: its mark written at once")
+	assert.Equal(t, RaftMark{ClusterID: "c2", Term: 1, Index: 9, Member: "etcd-b"}, *m)
+	require.Len(t, rd.Say, 1)
+	assert.Equal(t, ReasonEtcdClusterChanged, rd.Say[0].Reason)
+	assert.Contains(t, rd.Say[0].Message, "from c1 to c2")
+}
+
+// The bbolt journal keeps the mark across a reopen.
+func TestJournalKeepsTheRaftMark(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := OpenJournal(path, 0)
+	require.NoError(t, err)
+	m, err := j.RaftMark(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, RaftMark{}, m, "none in a new journal")
+	want := RaftMark{ClusterID: "c1", Term: 3, Index: 4242, Member: "etcd-2", At: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}
+	require.NoError(t, j.RecordRaftMark(ctx, want))
+	require.NoError(t, j.Close())
+
+	j, err = OpenJournal(path, 0)
+	require.NoError(t, err)
+	defer j.Close()
+	m, err = j.RaftMark(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, want, m)
+}
+
+// A running hub journals the mark as the reports raise it, shows it in status, and journals it at
+// once when it stops planning (two of three members gone).
+func TestHubJournalsTheRaftMark(t *testing.T) {
+	pool := newTestPool(3)
+	r := newPassRig(t, pool, testPolicy(), nil)
+	ctx := t.Context()
+	r.run(t)
+	r.awaitPasses(t, 3)
+	st := r.hub.Status(ctx)
+	require.NotNil(t, st.RaftMark)
+	assert.Equal(t, testClusterID, st.RaftMark.ClusterID)
+	journaled := func() RaftMark {
+		m, err := r.hub.cfg.Marks.RaftMark(ctx)
+		require.NoError(t, err)
+		return m
+	}
+	first := journaled()
+	assert.Positive(t, first.Index, "the first mark is journaled at once")
+	r.awaitPasses(t, 10)
+	assert.Equal(t, first, journaled(), "within markEvery the journal is not written again")
+	assert.Greater(t, r.hub.Status(ctx).RaftMark.Index, first.Index, "status shows the highest seen")
+
+	pool.mu.Lock()
+	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
+	pool.mu.Unlock()
+	require.Eventually(t, func() bool { return journaled().Index > first.Index }, 10*time.Second, 10*time.Millisecond,
+		"two of three members gone (the hub then hears too few observers to plan): the mark journaled at once, not after markEvery")
+}
