@@ -45,6 +45,8 @@ type facts struct {
 	recentStarts int
 	// quorumLost: the latest pass that planned saw etcd's quorum lost.
 	quorumLost bool
+	// bmcs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
+	bmcs map[string]BMCReadiness
 	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
 	listen string

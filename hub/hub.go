@@ -97,14 +97,16 @@ type Hub struct {
 	inv  Inventory
 	view view // the latest pass's (published by apply)
 	// running: the remediations under way (their goroutines update them).
-	running  map[string]*running
-	ledger   *ledger                 // the journal's summary the passes read (never the journal)
-	logins   *logins                 // BMC accounts that refused the credentials (its own lock)
-	bmcs     map[string]BMCReadiness // what the last readiness checks found
-	timeline []string                // what the hub said, oldest first (bounded)
-	override PolicyOverride          // over the inventory's policy (Kubernetes mode's HealthPolicy)
-	brakes   Brakes                  // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
-	pauses   map[string]Brake        // pauses of other sources (a paused Cluster API Cluster)
+	running map[string]*running
+	ledger  *ledger                 // the journal's summary the passes read (never the journal)
+	logins  *logins                 // BMC accounts that refused the credentials (its own lock)
+	bmcs    map[string]BMCReadiness // what the last readiness checks found
+	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
+	checkBMCs chan struct{}
+	timeline  []string         // what the hub said, oldest first (bounded)
+	override  PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
+	brakes    Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	pauses    map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
@@ -176,7 +178,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: newPassState(), inv: cfg.Inventory,
 		view: newPassState().view, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]Brake{},
-		resumed: make(chan struct{})}
+		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
 			return nil, err
@@ -354,6 +356,16 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 func (inv Inventory) Machine(name string) (Machine, bool) {
 	for _, m := range inv.Machines {
 		if m.Name == name {
+			return m, true
+		}
+	}
+	return Machine{}, false
+}
+
+// MachineOfMember is the inventory's machine whose etcd member is member.
+func (inv Inventory) MachineOfMember(member string) (Machine, bool) {
+	for _, m := range inv.Machines {
+		if m.Member != "" && m.Member == member {
 			return m, true
 		}
 	}

@@ -22,6 +22,7 @@ type metrics struct {
 //	hale_hub_machines_needing_operator{reason}             Unhealthy machines the hub will not heal again by itself (GaveUp, Flapping, Fenced, Unseen)
 //	hale_hub_etcd_voters, _healthy_voters, _quorum         the membership the hub plans with
 //	hale_hub_etcd_fault_tolerance, hale_hub_budget         healthy voters beyond quorum; what Hale may disrupt now
+//	hale_hub_etcd_quorum_lost_for_good                     1 while quorum is lost and no lost voter will come back by itself
 //	hale_hub_planning                                      1 when the latest pass planned, 0 when it waited
 //	hale_hub_remediations_in_flight                        remediations under way
 //	hale_hub_paused{state}, hale_hub_suspended             the operator's brakes (state: Running, Pausing, Paused)
@@ -90,7 +91,7 @@ type hubCollector struct {
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
 	needOperator, degraded, machineVerdict, machineStep     *prometheus.Desc
-	bmcReady                                                *prometheus.Desc
+	bmcReady, lostForGood                                   *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -119,13 +120,16 @@ func newHubCollector(h *Hub) *hubCollector {
 		degraded:          d("hale_hub_degraded", "1 while this hub acts without the API server (Kubernetes mode's degraded mode: etcd quorum lost; see hub status)."),
 		bmcReady: d("hale_hub_bmc_ready", "For each machine whose BMC was checked, 1 when its last readiness check passed (it answered, took the login, "+
 			"has the system, read the power), 0 when not (hub status and explain say why; `hub check` checks again).", "machine"),
+		lostForGood: d("hale_hub_etcd_quorum_lost_for_good", "1 while etcd's quorum is lost and every lost voter has evidence that it will not come back "+
+			"(its BMC unreachable or without the system, its power Off, maxAttempts power-cycles that did not bring it back), 0 otherwise: "+
+			"only a recovery from a survivor brings the cluster back (hub status says which voters, and why)."),
 		loginWaits: d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady, c.lostForGood} {
 		ch <- d
 	}
 }
@@ -190,6 +194,7 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	gauge(c.observersHeard, float64(len(st.Observers.Heard)))
 	gauge(c.loginWaits, loginWaits)
 	gauge(c.degraded, boolGauge(st.Degraded != ""))
+	gauge(c.lostForGood, boolGauge(st.QuorumLoss != nil && st.QuorumLoss.ForGood))
 }
 
 func boolGauge(b bool) float64 {

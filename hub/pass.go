@@ -91,6 +91,12 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 			h.say(n)
 		}
 	}
+	if rd.CheckBMCs {
+		select {
+		case h.checkBMCs <- struct{}{}:
+		default: // a check is already asked for
+		}
+	}
 	for _, b := range rd.Begin {
 		_, err := h.begin(ctx, b.machine, b.rem, b.plan, b.detected)
 		if n, news := h.state.began(b.machine.Name, err, time.Now()); news {
@@ -123,7 +129,7 @@ func (h *Hub) observe(listen string) facts {
 	if h.isPaused() {
 		f.paused = DescribeBrakes(h.pausedBy())
 	}
-	f.suspended, f.detached = h.brakes.Suspended != nil, h.brakes.Detached
+	f.suspended, f.detached, f.bmcs = h.brakes.Suspended != nil, h.brakes.Detached, h.bmcs
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
 		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {

@@ -117,6 +117,7 @@ func (h *Hub) watchBMCs(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-h.checkBMCs: // a pass asks for fresh evidence (quorum lost)
 		case <-time.After(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))):
 		}
 	}
@@ -141,15 +142,15 @@ func (h *Hub) checkBMCsOnce(ctx context.Context) {
 		return // the hub stops: what a cancelled call says is no finding
 	}
 	h.mu.Lock()
-	before := h.bmcs
-	h.bmcs = map[string]BMCReadiness{}
+	before, now := h.bmcs, map[string]BMCReadiness{}
 	for _, m := range inv.Machines {
 		if r, ok := found[m.Name]; ok {
-			h.bmcs[m.Name] = r
+			now[m.Name] = r
 		} else if r, ok := before[m.Name]; ok && m.Endpoint.Driver != "" {
-			h.bmcs[m.Name] = r // not checked this time: the last finding stands
+			now[m.Name] = r // not checked this time: the last finding stands
 		}
 	}
+	h.bmcs = now // replaced whole, never changed once published: a pass's facts hold it as it is
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
 		r, ok := found[m.Name]

@@ -30,6 +30,9 @@ type Status struct {
 	// limit).
 	Holding string         `json:"holding,omitempty"`
 	Budget  *quorum.Budget `json:"budget,omitempty"`
+	// QuorumLoss says which voters etcd's lost quorum lacks and whether they are lost for good (absent
+	// while quorum holds).
+	QuorumLoss *QuorumLoss `json:"quorumLoss,omitempty"`
 	// RaftMark is the highest raft index a member has reported to the hub (or the journal held when
 	// the hub started): what a recovery after a permanent loss of quorum is checked against.
 	RaftMark *RaftMark `json:"raftMark,omitempty"`
@@ -103,7 +106,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 		Observers: ObserversStatus{Expected: v.hearing.Expected, Heard: v.hearing.Heard, Missing: v.hearing.Missing, Majority: v.hearing.Majority()}, Policy: h.effective()}
 	if v.notPlanning == "" && v.outcome.Budget.Voters > 0 {
 		b := v.outcome.Budget
-		st.Budget = &b
+		st.Budget, st.QuorumLoss = &b, v.loss
 	}
 	if v.mark.Index > 0 {
 		m := v.mark
@@ -185,6 +188,8 @@ type Explanation struct {
 	Budget  *quorum.Budget `json:"budget,omitempty"`
 	// Holding is the hold that keeps it, when one does.
 	Holding string `json:"holding,omitempty"`
+	// Lost is its part in a loss of etcd's quorum, when it is a lost voter.
+	Lost *LostVoter `json:"lostVoter,omitempty"`
 	// Brakes are what keeps the hub from acting on it (pause, suspend, detach, a refused BMC login).
 	Brakes []string `json:"brakes,omitempty"`
 	// History is its last remediations (at most 5), oldest first, with every journaled step.
@@ -225,6 +230,13 @@ func (h *Hub) explain(ctx context.Context, st Status, machine string) (Explanati
 		e.Planner = "no decision about it in the latest pass"
 	default:
 		e.Planner = fmt.Sprintf("nothing to do: %s is %s, and only Unhealthy machines are remediated", m.Name, ms.Verdict)
+	}
+	if l := st.QuorumLoss; l != nil {
+		for _, v := range l.Lost {
+			if v.Machine == m.Name {
+				e.Lost = &v
+			}
+		}
 	}
 	if strings.Contains(st.Holding, " "+m.Name+" ") {
 		e.Holding = st.Holding
@@ -279,6 +291,16 @@ func (e Explanation) String() string {
 	fmt.Fprintf(&b, "planner: %s\n", e.Planner)
 	if e.Budget != nil {
 		fmt.Fprintf(&b, "budget: %s\n", e.Budget)
+	}
+	if l := e.Lost; l != nil {
+		switch {
+		case l.ForGood:
+			fmt.Fprintf(&b, "quorum loss: %s is lost for good: %s\n", l.Member, l.Evidence)
+		case l.PoweredOn:
+			fmt.Fprintf(&b, "quorum loss: %s is lost, but its BMC reads the host powered on: it may be serving on the far side of a partition; silence is no proof\n", l.Member)
+		default:
+			fmt.Fprintf(&b, "quorum loss: %s is lost; nothing says yet that it will not come back\n", l.Member)
+		}
 	}
 	if e.Holding != "" {
 		fmt.Fprintf(&b, "holding: %s\n", e.Holding)

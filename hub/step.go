@@ -63,8 +63,9 @@ type view struct {
 	// planner considered and the hub did not start waits.
 	needs map[string]OperatorNeed
 	holds map[string]hold
-	// quorumLost: the latest pass that planned saw etcd's quorum lost.
+	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it.
 	quorumLost bool
+	loss       *QuorumLoss
 	// mark: the highest raft index seen or journaled (passState.mark).
 	mark RaftMark
 }
@@ -79,6 +80,9 @@ type Ready struct {
 	Begin []toBegin
 	// RecordMark, when set, is the raft mark to journal.
 	RecordMark *RaftMark
+	// CheckBMCs: check every BMC now, not at the next interval (quorum was just lost, or its lost
+	// voters changed: the evidence of a permanent loss should be fresh).
+	CheckBMCs bool
 	// QuorumBack: etcd's quorum, lost in the previous planning pass, is back; nothing was decided. The
 	// assessor judges what it gathered during the loss again, from now (Assessor.QuorumBack), and the
 	// pass steps again on a fresh assessment.
@@ -139,6 +143,8 @@ func step(s *passState, f facts) Ready {
 	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
 	v.quorumLost = d.outcome.Budget.QuorumLost()
 	rd.RecordMark = s.toRecord(f.now, v.quorumLost && !prev.quorumLost)
+	v.loss = assessLoss(d, f.inv, f.bmcs)
+	sayLoss(&rd, prev.loss, v.loss)
 	s.sayHolds(&rd, d)
 	for _, b := range d.begin {
 		b.detected = s.unhealthyAt[b.machine.Name]

@@ -125,6 +125,11 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 	assert.Equal(t, boolGauge(st.Suspended), g.value(c.suspended), "%s: hale_hub_suspended", at)
 	assert.Equal(t, boolGauge(st.NotPlanning == ""), g.value(c.planning), "%s: hale_hub_planning", at)
 	assert.Equal(t, float64(len(st.Observers.Heard)), g.value(c.observersHeard), "%s: hale_hub_observers_heard", at)
+	assert.Equal(t, boolGauge(st.QuorumLoss != nil && st.QuorumLoss.ForGood), g.value(c.lostForGood), "%s: hale_hub_etcd_quorum_lost_for_good", at)
+	if st.QuorumLoss != nil {
+		assert.NotNil(t, st.Budget, at)
+		assert.True(t, st.Budget.QuorumLost(), "%s: a quorum loss in status, with a budget of %s", at, st.Budget)
+	}
 	if b := st.Budget; b != nil {
 		assert.Equal(t, float64(b.Voters), g.value(c.voters), "%s: hale_hub_etcd_voters", at)
 		assert.Equal(t, float64(b.Available), g.value(c.available), "%s: hale_hub_budget", at)

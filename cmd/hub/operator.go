@@ -467,6 +467,9 @@ func printStatus(w io.Writer, st hub.Status, wide bool) {
 	if st.Budget != nil {
 		fmt.Fprintf(w, "etcd: %s\n", st.Budget)
 	}
+	if st.QuorumLoss != nil {
+		fmt.Fprintf(w, "%s\n", st.QuorumLoss)
+	}
 	fmt.Fprintf(w, "policy: %s\n", st.Policy)
 	if st.NotPlanning != "" {
 		fmt.Fprintf(w, "not planning: %s\n", st.NotPlanning)

@@ -1,0 +1,142 @@
+package hub
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/hale-dev/hale/bmc"
+)
+
+// QuorumLoss is what the hub knows of a loss of etcd's quorum: each voter that does not count, and
+// whether evidence from outside etcd and the gossip says it will not come back.
+//
+// Unseen is not dead. A hub cut off from two healthy members that still hold quorum between them sees
+// what a permanent loss looks like from inside: no reports, no etcd answers, power-cycles that "did
+// not bring them back". Recovering from a member on the hub's side would throw away what the far side
+// committed meanwhile. So a voter whose BMC answers and reads the host powered on is never lost for
+// good on silence alone, and a voter without evidence is not either.
+type QuorumLoss struct {
+	Voters        int `json:"voters"`
+	HealthyVoters int `json:"healthyVoters"`
+	Quorum        int `json:"quorum"`
+	// Lost are the voters that do not count toward quorum now, in the membership's order.
+	Lost []LostVoter `json:"lost"`
+	// ForGood: every lost voter has evidence that it will not come back. Quorum cannot come back by
+	// itself then: only a recovery from a survivor brings the cluster back. The hub never acts on it
+	// alone.
+	ForGood bool `json:"forGood"`
+}
+
+// LostVoter is one voter of a lost quorum.
+type LostVoter struct {
+	Member  string `json:"member"`
+	Machine string `json:"machine,omitempty"`
+	// Evidence says why it will not come back by itself ("": no evidence).
+	Evidence string `json:"evidence,omitempty"`
+	// PoweredOn: its BMC answers and reads the host on: it may be serving on the far side of a
+	// partition, whatever else is said of it.
+	PoweredOn bool `json:"poweredOn,omitempty"`
+	// ForGood: evidence, and not powered on (nor a BMC the hub has not read yet).
+	ForGood bool `json:"forGood"`
+}
+
+func (l *QuorumLoss) String() string {
+	var lost []string
+	for _, v := range l.Lost {
+		switch {
+		case v.ForGood:
+			lost = append(lost, fmt.Sprintf("%s lost for good (%s)", v.Member, v.Evidence))
+		case v.PoweredOn:
+			lost = append(lost, fmt.Sprintf("%s silent, but its BMC reads it powered on: it may serve on the far side of a partition", v.Member))
+		default:
+			lost = append(lost, fmt.Sprintf("%s lost, no evidence it will not come back", v.Member))
+		}
+	}
+	head := fmt.Sprintf("quorum lost (%d of %d voters healthy, quorum needs %d)", l.HealthyVoters, l.Voters, l.Quorum)
+	if l.ForGood {
+		head = "quorum lost FOR GOOD: no lost voter will come back by itself; a recovery from a survivor is the way back (" + head[len("quorum lost ("):]
+	}
+	return head + ": " + strings.Join(lost, "; ")
+}
+
+// assessLoss is the quorum loss of a pass that planned (nil when quorum holds): the lost voters, and
+// for each the evidence the hub has that it will not come back: what the last check of its BMC found
+// (no answer, no such system, the power read Off) and the hub's own remediations (maxAttempts power-
+// cycles that did not bring it back, or one after which nobody has seen it).
+func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *QuorumLoss {
+	b := d.outcome.Budget
+	if !b.QuorumLost() {
+		return nil
+	}
+	l := &QuorumLoss{Voters: b.Voters, HealthyVoters: b.HealthyVoters, Quorum: b.Quorum, ForGood: true}
+	for _, m := range d.cluster.Members {
+		if m.Learner || m.CountsHealthy() {
+			continue
+		}
+		v := LostVoter{Member: m.Name}
+		var evidence []string
+		unchecked := false // a BMC Hale has not read: it may read the host on
+		if mach, ok := inv.MachineOfMember(m.Name); ok {
+			v.Machine = mach.Name
+			r, checked := bmcs[mach.Name]
+			unchecked = mach.Endpoint.Driver != "" && !checked
+			if checked {
+				switch {
+				case r.Ready && r.Power == bmc.PowerOn:
+					v.PoweredOn = true
+				case r.Ready && r.Power == bmc.PowerOff:
+					evidence = append(evidence, "its BMC read the power Off at "+r.Checked.UTC().Format("15:04:05Z"))
+				case r.Problem == bmc.ProblemUnreachable || r.Problem == bmc.ProblemNoSystem:
+					evidence = append(evidence, fmt.Sprintf("its BMC: %s at %s", r.Problem, r.Checked.UTC().Format("15:04:05Z")))
+				}
+			}
+			switch need := d.needs[mach.Name]; need {
+			case NeedGaveUp, NeedFlapping:
+				evidence = append(evidence, "maxAttempts power-cycles did not bring it back")
+			case NeedUnseen:
+				evidence = append(evidence, "power-cycled, and nobody has seen it since")
+			case NeedFenced:
+				evidence = append(evidence, "fenced (kept off on purpose)")
+			}
+		}
+		v.Evidence = strings.Join(evidence, "; ")
+		v.ForGood = v.Evidence != "" && !v.PoweredOn && !unchecked
+		l.ForGood = l.ForGood && v.ForGood
+		l.Lost = append(l.Lost, v)
+	}
+	return l
+}
+
+// sayLoss says when quorum is lost for good and when it no longer is, and asks for fresh BMC
+// evidence when quorum is lost or its lost voters change.
+func sayLoss(rd *Ready, before, now *QuorumLoss) {
+	if now != nil && (before == nil || !sameEvidence(before.Lost, now.Lost)) {
+		rd.CheckBMCs = true
+	}
+	wasForGood, forGood := before != nil && before.ForGood, now != nil && now.ForGood
+	switch {
+	case forGood && !wasForGood:
+		rd.say(Notice{Reason: ReasonQuorumLostForGood, Warning: true, Message: now.String() +
+			"; the hub will not act on this by itself: `hub status` and `hub explain MACHINE` show the evidence"})
+	case wasForGood && !forGood:
+		what := "quorum is back"
+		if now != nil {
+			what = now.String()
+		}
+		rd.say(Notice{Reason: ReasonQuorumLostForGood, Message: "quorum no longer lost for good: " + what})
+	}
+}
+
+// sameEvidence: the same voters lost, with the same evidence (a new finding asks for a fresh check of
+// the BMCs: a voter given up while its BMC was in use has no reading since).
+func sameEvidence(a, b []LostVoter) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Member != b[i].Member || a[i].Evidence != b[i].Evidence {
+			return false
+		}
+	}
+	return true
+}
