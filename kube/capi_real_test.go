@@ -107,14 +107,21 @@ spec:
 `
 
 // Cluster API's real controllers (core, kubeadm bootstrap and control plane, CAPD in memory) bring up
-// a Cluster; Hale hands a KubeadmControlPlane Machine and a MachineSet Machine over with the
-// MachineHealthCheck contract and each owner replaces its machine its own way (delete first); a hand-
-// over KCP refuses (its retry limit) is read as the owner's answer and withdrawn, not waited for.
+// two Clusters side by side, each in a namespace of its own (a cluster takes over a minute to come
+// up, as KCP adds its machines one at a time: one start of the controllers serves both parts).
 func TestClusterAPIWithTheRealControllers(t *testing.T) {
-	c := inMemoryClusterUp(t)
+	c := inMemoryClustersUp(t, "prod", "kcp")
+	t.Run("OwnersAnswerHandOvers", func(t *testing.T) { ownersAnswerHandOvers(t, c) })
+	t.Run("KCPReplacesWhatHaleHandsOver", func(t *testing.T) { kcpReplacesWhatHaleHandsOver(t, c, "kcp") })
+}
+
+// Hale hands a KubeadmControlPlane Machine and a MachineSet Machine over with the MachineHealthCheck
+// contract and each owner replaces its machine its own way (delete first); a hand-over KCP refuses
+// (its retry limit) is read as the owner's answer and withdrawn, not waited for. In namespace prod.
+func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	ctx := t.Context()
 
-	kcpMachine := ownedMachines(ctx, t, c, "KubeadmControlPlane")[0]
+	kcpMachine := ownedMachines(ctx, t, c, "prod", "KubeadmControlPlane")[0]
 	start := time.Now()
 	kcp := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
@@ -123,7 +130,7 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	require.Equal(t, hub.OwnerDone, st, where)
 	t.Logf("KubeadmControlPlane replaced %s in %v: %s", kcpMachine.Name, time.Since(start).Round(time.Second), where)
 	var replacement *clusterv1.Machine
-	for _, m := range ownedMachines(ctx, t, c, "KubeadmControlPlane") {
+	for _, m := range ownedMachines(ctx, t, c, "prod", "KubeadmControlPlane") {
 		if strings.Contains(m.Annotations["controlplane.cluster.x-k8s.io/remediation-for"], kcpMachine.Name) {
 			replacement = &m
 		}
@@ -147,7 +154,7 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	require.NoError(t, c.Get(ctx, again.Machine, &m), "the refused machine is still there")
 	assert.Nil(t, m.DeletionTimestamp)
 
-	msMachine := ownedMachines(ctx, t, c, "MachineSet")[0]
+	msMachine := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
 	ms := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&msMachine), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&msMachine).Name}
 	start = time.Now()
@@ -159,7 +166,7 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	// Scale up first, through the real MachineDeployment and MachineSet controllers: one more replica, the
 	// new machine's node ready (the Machine's NodeReady condition, as the Machine controller copies it
 	// from the workload cluster), then delete-machine on the old one and the count back.
-	old := ownedMachines(ctx, t, c, "MachineSet")[0]
+	old := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
 	surge := &DeploymentOwner{MachineOwner: MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&old), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&old).Name}, Deployment: client.ObjectKey{Namespace: "prod", Name: "prod-md"}}
 	start = time.Now()
@@ -175,7 +182,7 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	var md clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, surge.Deployment, &md))
 	assert.Equal(t, int32(1), *md.Spec.Replicas, "the count put back")
-	assert.Len(t, ownedMachines(ctx, t, c, "MachineSet"), 1)
+	assert.Len(t, ownedMachines(ctx, t, c, "prod", "MachineSet"), 1)
 
 	// A paused Cluster: KCP leaves a handed-over machine alone, and Hale says why it waits; resumed, KCP
 	// replaces it. minHealthyPeriodSeconds 1 makes this hand-over a new remediation for KCP, not a retry.
@@ -188,7 +195,7 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "prod", Name: "prod"}, &cluster))
 	require.NoError(t, c.Patch(ctx, &cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":true}}`))))
 	var original *clusterv1.Machine
-	for _, m := range ownedMachines(ctx, t, c, "KubeadmControlPlane") {
+	for _, m := range ownedMachines(ctx, t, c, "prod", "KubeadmControlPlane") {
 		if _, ok := m.Annotations["controlplane.cluster.x-k8s.io/remediation-for"]; !ok {
 			original = &m
 		}
@@ -222,7 +229,7 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 		"spec": map[string]any{"clusterName": "prod", "selector": map[string]any{"matchLabels": map[string]any{clusterv1.MachineDeploymentNameLabel: "prod-md"}},
 			"checks": map[string]any{"unhealthyNodeConditions": []any{map[string]any{"type": "Ready", "status": "False", "timeoutSeconds": int64(300)}}}}}}
 	require.NoError(t, c.Create(ctx, mhc))
-	watched := ownedMachines(ctx, t, c, "MachineSet")[0]
+	watched := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
 	deferred := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&watched), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&watched).Name}
 	time.Sleep(3 * time.Second) // the MachineHealthCheck has looked at the machine once
@@ -246,39 +253,44 @@ func TestClusterAPIWithTheRealControllers(t *testing.T) {
 		meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition))
 }
 
-// inMemoryClusterUp starts an API server and Cluster API's controllers, creates inMemoryCluster in
-// namespace prod and waits until it is whole.
-func inMemoryClusterUp(t *testing.T) client.Client {
+// inMemoryClustersUp starts an API server and Cluster API's controllers, creates inMemoryCluster in
+// each namespace given (its objects named after the namespace) and waits until all are whole.
+func inMemoryClustersUp(t *testing.T, namespaces ...string) client.Client {
 	t.Helper()
 	c, cfg := kubeenv.StartBare(t)
 	ctx := t.Context()
 	start := time.Now()
 	capi.Start(t, c, kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""), 20*time.Second)
 	t.Logf("Cluster API %s: CRDs, webhooks and 4 managers ready in %v", capi.Version, time.Since(start).Round(100*time.Millisecond))
-	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}))
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(inMemoryCluster), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			require.ErrorIs(t, err, io.EOF)
-			break
+	for _, ns := range namespaces {
+		require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(strings.ReplaceAll(inMemoryCluster, "prod", ns)), 4096)
+		for {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); err != nil {
+				require.ErrorIs(t, err, io.EOF)
+				break
+			}
+			require.NoError(t, c.Create(ctx, &u), "creating %s %s/%s", u.GetKind(), ns, u.GetName())
 		}
-		require.NoError(t, c.Create(ctx, &u), "creating %s %s", u.GetKind(), u.GetName())
 	}
 	start = time.Now()
-	waitWhole(ctx, t, c, 4*time.Minute)
-	t.Logf("Cluster up (KubeadmControlPlane 3 ready, MachineDeployment 1 ready) in %v", time.Since(start).Round(time.Second))
+	for _, ns := range namespaces {
+		waitWhole(ctx, t, c, ns, 4*time.Minute)
+	}
+	t.Logf("%d clusters up (KubeadmControlPlane 3 ready, MachineDeployment 1 ready) in %v", len(namespaces), time.Since(start).Round(time.Second))
 	return c
 }
 
-// waitWhole waits until the KubeadmControlPlane and the MachineDeployment have all their replicas ready.
-func waitWhole(ctx context.Context, t *testing.T, c client.Client, timeout time.Duration) {
+// waitWhole waits until the KubeadmControlPlane and the MachineDeployment in ns have all their
+// replicas ready.
+func waitWhole(ctx context.Context, t *testing.T, c client.Client, ns string, timeout time.Duration) {
 	t.Helper()
 	ready := func(apiVersion, kind, name string) int64 {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion(apiVersion)
 		u.SetKind(kind)
-		if c.Get(ctx, client.ObjectKey{Namespace: "prod", Name: name}, u) != nil {
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u) != nil {
 			return -1
 		}
 		n, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")
@@ -286,23 +298,23 @@ func waitWhole(ctx context.Context, t *testing.T, c client.Client, timeout time.
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		kcp := ready("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "prod")
-		md := ready(clusterv1.GroupVersion.String(), "MachineDeployment", "prod-md")
+		kcp := ready("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", ns)
+		md := ready(clusterv1.GroupVersion.String(), "MachineDeployment", ns+"-md")
 		if kcp == 3 && md == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the cluster did not come up in %v: KubeadmControlPlane ready %d/3, MachineDeployment ready %d/1", timeout, kcp, md)
+			t.Fatalf("cluster %s did not come up in %v: KubeadmControlPlane ready %d/3, MachineDeployment ready %d/1", ns, timeout, kcp, md)
 		}
 		time.Sleep(time.Second)
 	}
 }
 
-// ownedMachines lists the live Machines whose controller is of kind.
-func ownedMachines(ctx context.Context, t *testing.T, c client.Client, kind string) []clusterv1.Machine {
+// ownedMachines lists the live Machines in ns whose controller is of kind.
+func ownedMachines(ctx context.Context, t *testing.T, c client.Client, ns, kind string) []clusterv1.Machine {
 	t.Helper()
 	var all clusterv1.MachineList
-	require.NoError(t, c.List(ctx, &all, client.InNamespace("prod")))
+	require.NoError(t, c.List(ctx, &all, client.InNamespace(ns)))
 	var out []clusterv1.Machine
 	for _, m := range all.Items {
 		if ref := metav1.GetControllerOf(&m); ref != nil && ref.Kind == kind && m.DeletionTimestamp == nil {
@@ -338,11 +350,10 @@ func awaitOwnerAnswer(ctx context.Context, t *testing.T, o hub.Owner, timeout ti
 // creates a replacement. The harness plays what KCP and kubeadm would do to the real etcd (the in-memory
 // provider's etcd is simulated): the deleted Machine's member is removed, the new Machine's joins, its
 // agent starts and its Node appears. Hale closes the Remediation once KCP is whole, and the new machine
-// is Healthy in its eyes.
-func TestKCPReplacesWhatHaleHandsOver(t *testing.T) {
-	c := inMemoryClusterUp(t)
+// is Healthy in its eyes. In namespace ns.
+func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 	ctx := t.Context()
-	machines := ownedMachines(ctx, t, c, "KubeadmControlPlane")
+	machines := ownedMachines(ctx, t, c, ns, "KubeadmControlPlane")
 	slices.SortFunc(machines, func(a, b clusterv1.Machine) int { return strings.Compare(a.Name, b.Name) })
 	var names []string
 	for _, m := range machines {
@@ -363,8 +374,8 @@ func TestKCPReplacesWhatHaleHandsOver(t *testing.T) {
 	for _, m := range inv.Machines {
 		createNode(t, c, m.Node, m.Member, true)
 	}
-	go mirrorToEtcd(ctx, t, c, tb, names)
-	d := &Discovery{Client: c, Namespace: "prod", Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
+	go mirrorToEtcd(ctx, t, c, ns, tb, names)
+	d := &Discovery{Client: c, Namespace: ns, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
 	startDiscoveredHub(t, c, tb, d)
 
 	sick := machines[2].Name
@@ -380,7 +391,7 @@ func TestKCPReplacesWhatHaleHandsOver(t *testing.T) {
 	assert.Equal(t, "remove "+inv.Machines[2].Member+" → add-voter "+inv.Machines[2].Member+"-replacement → await-healthy "+inv.Machines[2].Member+"-replacement",
 		quorum.StepList(hist[0].Steps))
 	var replacement string
-	for _, m := range ownedMachines(ctx, t, c, "KubeadmControlPlane") {
+	for _, m := range ownedMachines(ctx, t, c, ns, "KubeadmControlPlane") {
 		if strings.Contains(m.Annotations["controlplane.cluster.x-k8s.io/remediation-for"], sick) {
 			replacement = m.Name
 		}
@@ -403,22 +414,22 @@ func TestKCPReplacesWhatHaleHandsOver(t *testing.T) {
 	for _, m := range tb.Hub().Status(ctx).Machines {
 		assert.Nil(t, m.Remediation, "nothing more in flight: %s", m.Name)
 	}
-	assert.Contains(t, eventsAbout(t, c, "prod", "Machine", sick), "RemediationStarted")
+	assert.Contains(t, eventsAbout(t, c, ns, "Machine", sick), "RemediationStarted")
 	assert.NoError(t, tb.WaitFor(ctx, 10*time.Second, "the Remediated Event on the Machine KCP deleted", func() bool {
-		return slices.Contains(eventsAbout(t, c, "prod", "Machine", sick), "Remediated")
+		return slices.Contains(eventsAbout(t, c, ns, "Machine", sick), "Remediated")
 	}))
 }
 
 // mirrorToEtcd does to the real etcd what KCP and kubeadm do to a real control plane's, while the
 // in-memory provider only simulates it: a KCP Machine that is deleted (or deleting) has its member
 // removed and its Node deleted; a new one with a node gets a member joined, an agent and a Node.
-func mirrorToEtcd(ctx context.Context, t *testing.T, c client.Client, tb *demo.Testbed, names []string) {
+func mirrorToEtcd(ctx context.Context, t *testing.T, c client.Client, ns string, tb *demo.Testbed, names []string) {
 	gone := map[string]bool{}
 	known := slices.Clone(names)
 	for ctx.Err() == nil {
 		time.Sleep(200 * time.Millisecond)
 		var list clusterv1.MachineList
-		if err := c.List(ctx, &list, client.InNamespace("prod")); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			continue
 		}
 		live := map[string]bool{}
