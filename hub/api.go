@@ -37,6 +37,7 @@ type APIError struct {
 func (h *Hub) APIHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status(r.Context())) })
+	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.RecoveryPlan(r.Context())) })
 	mux.HandleFunc("GET /v1/remediations/{id...}", func(w http.ResponseWriter, r *http.Request) {
 		rem, err := h.cfg.Journal.Get(r.Context(), r.PathValue("id"))
 		if err != nil {

@@ -39,13 +39,17 @@ type testPool struct {
 	// frozen (a partition just began: the hub holds the last reports, still fresh).
 	version uint64
 	frozen  bool
+	// witnesses are witness agents (never dead): they report the members' reachability from outside.
+	witnesses []string
+	// behind lowers a node's reported raft index by that much.
+	behind map[string]uint64
 }
 
 // testClusterID is the etcd cluster ID in a testPool's reports; their raft index rises with every read.
 const testClusterID = "c0ffee"
 
 func newTestPool(n int, dead ...string) *testPool {
-	p := &testPool{dead: map[string]bool{}, started: map[string]time.Time{}}
+	p := &testPool{dead: map[string]bool{}, started: map[string]time.Time{}, behind: map[string]uint64{}}
 	for i := range n {
 		p.nodes = append(p.nodes, MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i)})
 	}
@@ -79,7 +83,7 @@ func (p *testPool) Reports() map[string]health.Report {
 			started = now.Add(-time.Hour)
 		}
 		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started,
-			Etcd:   &health.EtcdView{ClusterID: testClusterID, LocalName: m.Member, RaftTerm: 2, RaftIndex: 1000 + p.version},
+			Etcd:   &health.EtcdView{ClusterID: testClusterID, LocalName: m.Member, RaftTerm: 2, RaftIndex: 1000 + p.version - p.behind[m.Node]},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
@@ -90,6 +94,17 @@ func (p *testPool) Reports() map[string]health.Report {
 		}
 		out[m.Node] = r
 	}
+	for _, w := range p.witnesses {
+		r := health.Report{Node: w, SentAt: now, Version: p.version, Started: now.Add(-time.Hour), Etcd: &health.EtcdView{}}
+		for _, o := range p.nodes {
+			reachable := !p.dead[o.Node]
+			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &reachable})
+		}
+		for _, o := range p.nodes {
+			r.Peers = append(r.Peers, p.view(o.Node, now))
+		}
+		out[w] = r
+	}
 	return out
 }
 
@@ -99,6 +114,9 @@ func (p *testPool) Peers() []health.PeerView {
 	var out []health.PeerView
 	for _, m := range p.nodes {
 		out = append(out, p.view(m.Node, time.Now()))
+	}
+	for _, w := range p.witnesses {
+		out = append(out, p.view(w, time.Now()))
 	}
 	return out
 }
@@ -162,7 +180,7 @@ func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]er
 	t.Cleanup(func() { _ = sim.Close() })
 	ep, err := bmc.ParseEndpoint(sim.Endpoint())
 	require.NoError(t, err)
-	inv := Inventory{Cluster: "test", Policy: p}
+	inv := Inventory{Cluster: "test", Policy: p, Witnesses: pool.witnesses}
 	for _, m := range pool.nodes {
 		e := ep
 		e.SystemID = m.Name

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/config"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/quorum"
@@ -63,6 +64,7 @@ detached by an operator and its BMC refuses the login. The field names are the A
 		{"hub explain", []string{"explain", "cp-2"}, []string{"table", "json", "yaml"}},
 		{"hub reboot", []string{"reboot", "cp-1", "--dry-run"}, []string{"table", "json"}},
 		{"hub reboot --wait", []string{"reboot", "cp-1", "--wait"}, []string{"table", "yaml"}},
+		{"hub recover", []string{"recover"}, []string{"table", "json"}},
 		{"hub plan", []string{"plan", "-f", "../../examples/quorum-lost.yaml"}, []string{"table", "json"}},
 	}
 	for _, c := range cases {
@@ -169,7 +171,24 @@ func fixedAPI(t *testing.T) http.Handler {
 			{At: t0.Add(5 * time.Second), Step: 1, Kind: hub.EntryIntent, Detail: "await-healthy etcd-1", Epoch: 7},
 			{At: t0.Add(94 * time.Second), Step: 1, Kind: hub.EntryOutcome, Result: hub.ResultDone, Detail: "recovered: agent back in the pool, member healthy", Epoch: 7},
 		}}
+	// The recovery plan from the hub's own planner: cp-2 and cp-3 lost for good, cp-1 answers at the mark.
+	recoverInv := hub.Inventory{Policy: hub.Policy{Assess: hub.AssessPolicy{StaleAfter: 10 * time.Second}}}
+	for _, n := range []string{"1", "2", "3"} {
+		ep, err := bmc.ParseEndpoint("redfish+https://10.0.0.1" + n + "/redfish/v1/Systems/1")
+		require.NoError(t, err)
+		recoverInv.Machines = append(recoverInv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
+	}
+	mark := hub.RaftMark{ClusterID: "8e9e05c52164694d", Term: 4, Index: 48213, Member: "etcd-3", At: t0.Add(-3 * time.Minute)}
+	lossStatus := hub.Status{Time: t0, RaftMark: &mark, QuorumLoss: &hub.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, ForGood: true, Lost: []hub.LostVoter{
+		{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 08:59:30Z; maxAttempts power-cycles did not bring it back", ForGood: true},
+		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 08:59:30Z", ForGood: true}}}}
+	survivor := health.Report{Node: "cp-1", SentAt: t0.Add(-time.Second),
+		Etcd: &health.EtcdView{ClusterID: mark.ClusterID, LocalName: "etcd-1", RaftTerm: 4, RaftIndex: 48213, ObservedAt: t0.Add(-time.Second)}}
+	recovery := hub.PlanRecovery(lossStatus, recoverInv, hub.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
+		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}})
+	require.Empty(t, recovery.Blockers)
 	answers := map[string]any{
+		"GET /v1/recovery":               recovery,
 		"GET /v1/status":                 st,
 		"GET /v1/machines/cp-2/explain":  explain,
 		"GET /v1/remediations/cp-1/0003": manual,

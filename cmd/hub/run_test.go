@@ -114,6 +114,11 @@ func TestRunAndOperatorCommands(t *testing.T) {
 		out, _ := cli("status", "-o", "wide")
 		return strings.Count(out, " ready ") == 3
 	}, 30*time.Second, 100*time.Millisecond)
+	// A recovery plan while etcd holds quorum: not ready, and says why (exit 2).
+	out, code = cli("recover")
+	assert.Equal(t, exitRefused, code, out)
+	assert.Contains(t, out, "etcd's quorum is not lost: there is nothing to recover")
+	assert.Contains(t, out, "survivor: etcd-")
 	out, code = cli("explain", "cp-1")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "etcd member etcd-1: voter, healthy")

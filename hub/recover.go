@@ -1,0 +1,210 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/health"
+)
+
+// RecoveryPlan is how etcd would be rebuilt from its most advanced survivor after a permanent loss of
+// quorum (`hub recover`): who survives and why, what is at risk, whom to fence, the revision bump and
+// each step. Blockers say what keeps it from going ahead as it stands, each with what to do. The hub
+// computes it from what it sees now; it changes nothing.
+type RecoveryPlan struct {
+	Time time.Time `json:"time"`
+	// Loss is the quorum loss as status shows it (nil: the hub does not see quorum lost).
+	Loss *QuorumLoss `json:"quorumLoss,omitempty"`
+	// Survivor is the member to rebuild from: the one with the highest raft index among the members
+	// that answer now (Candidates, best first).
+	Survivor   *Survivor  `json:"survivor,omitempty"`
+	Candidates []Survivor `json:"candidates,omitempty"`
+	// Mark is the journaled raft mark of the survivor's cluster; DataAtRisk the raft entries the
+	// survivor lacks against it (0: none, or no mark).
+	Mark       *RaftMark `json:"raftMark,omitempty"`
+	DataAtRisk uint64    `json:"dataAtRisk"`
+	// BumpRevision is what etcdutl's --bump-revision gets, BumpWhy how it was chosen.
+	BumpRevision uint64 `json:"bumpRevision"`
+	BumpWhy      string `json:"bumpWhy"`
+	// Fence are the lost members to power off, and how, before anything else.
+	Fence []FenceStep `json:"fence,omitempty"`
+	Steps []string    `json:"steps"`
+	// Blockers say why the plan cannot be carried out as it stands, and what to do.
+	Blockers []string `json:"blockers,omitempty"`
+}
+
+// Survivor is a member that answers, as its agent last reported it.
+type Survivor struct {
+	Member    string    `json:"member"`
+	Machine   string    `json:"machine,omitempty"`
+	ClusterID string    `json:"clusterID"`
+	Term      uint64    `json:"term"`
+	Index     uint64    `json:"index"`
+	Observed  time.Time `json:"observed"`
+}
+
+// FenceStep is one lost member to power off before the cluster is rebuilt.
+type FenceStep struct {
+	Machine string `json:"machine"`
+	Member  string `json:"member"`
+	// How: through its BMC, read back Off; or, where the BMC cannot be reached, by the operator, who
+	// confirms by name that it is off.
+	How string `json:"how"`
+}
+
+// Bump bounds: without a mark, a billion (as etcd's recovery guide suggests for an unknown gap);
+// otherwise the gap to the mark plus a fifth of the highest index known, at least minBump.
+const (
+	bumpWithoutMark = 1_000_000_000
+	minBump         = 10_000
+)
+
+// RecoveryPlan says how etcd would be recovered now from its most advanced survivor.
+func (h *Hub) RecoveryPlan(ctx context.Context) RecoveryPlan {
+	st := h.Status(ctx)
+	return PlanRecovery(st, h.inventory(), h.gossipNow())
+}
+
+// PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory and the gossip's observations.
+func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
+	p := RecoveryPlan{Time: st.Time, Loss: st.QuorumLoss}
+	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
+	lost := map[string]bool{}
+	switch {
+	case st.NotPlanning != "":
+		block("the hub does not plan (%s): it cannot tell which voters are lost; with three members and no witness, two members lost leave it too few observers (add a witness)", st.NotPlanning)
+	case p.Loss == nil:
+		block("etcd's quorum is not lost: there is nothing to recover (hub status)")
+	}
+	if p.Loss != nil {
+		for _, v := range p.Loss.Lost {
+			lost[v.Member] = true
+			fs := FenceStep{Machine: v.Machine, Member: v.Member}
+			m, ok := inv.Machine(v.Machine)
+			switch {
+			case !ok:
+				fs.How = "not in the inventory: power it off by hand and confirm by name"
+			case m.Endpoint.Driver == "":
+				fs.How = "no BMC: power it off by hand (or delete its owner's object) and confirm by name"
+			case strings.Contains(v.Evidence, "BMC: "):
+				fs.How = fmt.Sprintf("its BMC (%s) does not answer: make sure by hand that it is off, and confirm by name", m.Endpoint)
+			default:
+				fs.How = fmt.Sprintf("power off through its BMC (%s) and read back Off", m.Endpoint)
+			}
+			p.Fence = append(p.Fence, fs)
+			switch {
+			case v.PoweredOn:
+				block("%s (%s): its BMC reads the host powered on; it may be serving on the far side of a partition, with quorum there: "+
+					"recovering here would throw away what it committed. Find out; only if it is truly lost, confirm it by name", v.Machine, v.Member)
+			case !v.ForGood:
+				block("%s (%s): nothing says it will not come back (%s): wait for the hub's power-cycles, or find out and confirm it by name",
+					v.Machine, v.Member, cmp.Or(v.Evidence, "no evidence"))
+			}
+		}
+	}
+	for _, r := range obs.Reports {
+		e := r.Etcd
+		if e == nil || e.LocalName == "" || e.RaftIndex == 0 || lost[e.LocalName] || !answering(r, obs, inv) {
+			continue
+		}
+		s := Survivor{Member: e.LocalName, ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Observed: e.ObservedAt}
+		if m, ok := inv.MachineOfMember(e.LocalName); ok {
+			s.Machine = m.Name
+		}
+		p.Candidates = append(p.Candidates, s)
+	}
+	slices.SortFunc(p.Candidates, func(a, b Survivor) int {
+		return cmp.Or(cmp.Compare(b.Index, a.Index), cmp.Compare(b.Term, a.Term), strings.Compare(a.Member, b.Member))
+	})
+	if len(p.Candidates) == 0 {
+		block("no member answers: there is no survivor to recover from (restore from a backup: etcd's disaster recovery guide)")
+		p.BumpRevision, p.BumpWhy = bumpWithoutMark, "no survivor"
+		p.Steps = recoverySteps(p)
+		return p
+	}
+	s := p.Candidates[0]
+	p.Survivor = &s
+	highest := s.Index
+	switch m := st.RaftMark; {
+	case m == nil:
+		p.BumpRevision, p.BumpWhy = bumpWithoutMark, "no raft mark journaled: a billion, as etcd's guide suggests for an unknown gap"
+	case m.ClusterID != s.ClusterID:
+		p.BumpRevision, p.BumpWhy = bumpWithoutMark, fmt.Sprintf("the raft mark is of etcd cluster %s, the survivor's is %s: a billion", m.ClusterID, s.ClusterID)
+	default:
+		p.Mark = m
+		if m.Index > s.Index {
+			p.DataAtRisk, highest = m.Index-s.Index, m.Index
+			block("%s is at raft index %d, %d entries behind the journaled mark %d (%s at %s): recovering from it loses them; "+
+				"no member that answers is further ahead", s.Member, s.Index, p.DataAtRisk, m.Index, m.Member, m.At.UTC().Format(time.RFC3339))
+		}
+		p.BumpRevision = max(p.DataAtRisk+highest/5, minBump)
+		p.BumpWhy = fmt.Sprintf("the %d entries at risk plus a fifth of the highest raft index known (%d), at least %d: revisions never go backwards for the API server's watchers",
+			p.DataAtRisk, highest, minBump)
+	}
+	p.Steps = recoverySteps(p)
+	return p
+}
+
+// answering: its agent's report is fresh and the hub hears the agent alive.
+func answering(r health.Report, obs Observations, inv Inventory) bool {
+	pv, ok := obs.HubPeers[r.Node]
+	return ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= inv.Policy.Assess.StaleAfter
+}
+
+func recoverySteps(p RecoveryPlan) []string {
+	steps := []string{"pause the hub (`hub pause --wait`): nothing else happens meanwhile"}
+	for _, f := range p.Fence {
+		steps = append(steps, fmt.Sprintf("fence %s (%s): %s", f.Machine, f.Member, f.How))
+	}
+	survivor, machine := "the survivor", "its machine"
+	if s := p.Survivor; s != nil {
+		survivor, machine = s.Member, cmp.Or(s.Machine, s.Member)
+	}
+	return append(steps,
+		fmt.Sprintf("on %s: stop %s, and move its data directory aside (never delete it)", machine, survivor),
+		fmt.Sprintf("restore %s's own database (member/snap/db) with `etcdutl snapshot restore --skip-hash-check --bump-revision %d --mark-compacted` "+
+			"and a new --initial-cluster-token (a new cluster ID: no old member can rejoin)", survivor, p.BumpRevision),
+		fmt.Sprintf("start %s as a one-member cluster on the restored data", survivor),
+		"add the other members back one at a time: as a learner, started on an empty data directory, promoted once etcd allows it",
+		"restart every kube-apiserver (none may serve from the old data), then the controller-managers and schedulers",
+		"resume the hub (`hub resume`)")
+}
+
+// String is the plan as `hub recover` prints it.
+func (p RecoveryPlan) String() string {
+	var b strings.Builder
+	if p.Loss != nil {
+		fmt.Fprintf(&b, "%s\n", p.Loss)
+	}
+	if s := p.Survivor; s != nil {
+		why := fmt.Sprintf("the highest of the %d members that answer", len(p.Candidates))
+		if len(p.Candidates) == 1 {
+			why = "the only member that answers"
+		}
+		fmt.Fprintf(&b, "survivor: %s (%s): raft index %d, term %d, etcd cluster %s; %s\n",
+			s.Member, cmp.Or(s.Machine, "no machine"), s.Index, s.Term, s.ClusterID, why)
+		for _, c := range p.Candidates[1:] {
+			fmt.Fprintf(&b, "  also answers: %s at raft index %d, term %d\n", c.Member, c.Index, c.Term)
+		}
+	}
+	if p.Mark != nil {
+		fmt.Fprintf(&b, "raft mark: %s; data at risk: %d entries\n", p.Mark, p.DataAtRisk)
+	}
+	fmt.Fprintf(&b, "revision bump: %d (%s)\n", p.BumpRevision, p.BumpWhy)
+	b.WriteString("steps:\n")
+	for i, s := range p.Steps {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
+	}
+	if len(p.Blockers) > 0 {
+		b.WriteString("NOT READY:\n")
+		for _, x := range p.Blockers {
+			fmt.Fprintf(&b, "  - %s\n", x)
+		}
+	}
+	b.WriteString("Hale does not carry out a recovery itself yet: docs/operating.md#permanent-quorum-loss says how to follow this plan.\n")
+	return b.String()
+}
