@@ -117,7 +117,7 @@ func sayLoss(rd *Ready, before, now *QuorumLoss) {
 	switch {
 	case forGood && !wasForGood:
 		rd.say(Notice{Reason: ReasonQuorumLostForGood, Warning: true, Message: now.String() +
-			"; the hub will not act on this by itself: `hub status` and `hub explain MACHINE` show the evidence"})
+			"; the hub will not act on this by itself: `hub recover` shows the recovery plan"})
 	case wasForGood && !forGood:
 		what := "quorum is back"
 		if now != nil {

@@ -567,3 +567,41 @@ func TestPartitionHubOnTheMajoritySide(t *testing.T) {
 	tb.wait(t, "every machine Healthy after the heal", tb.AllHealthy)
 	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 0}))
 }
+
+// A permanent loss on real etcd members: two of three machines lose their power for good (their BMCs
+// read Off; the hub is suspended, so nothing powers them on). The hub, still hearing a majority of its
+// observers through the witnesses, finds quorum lost for good, and the recovery plan picks the one
+// member that answers, at or above the raft mark the hub journaled from the real members' reports.
+func TestPermanentLossRecoveryPlan(t *testing.T) {
+	tb := newBed(t, Options{})
+	h := tb.Hub()
+	ctx := t.Context()
+	mark := h.Status(ctx).RaftMark
+	require.NotNil(t, mark)
+	require.NoError(t, h.SetSuspended(ctx, true, "test", "nothing powered on"))
+	tb.Sim().SetPowerState(Name(1), "Off")
+	tb.Sim().SetPowerState(Name(2), "Off")
+	tb.wait(t, "quorum lost for good", func() bool {
+		l := h.Status(ctx).QuorumLoss
+		return l != nil && l.ForGood
+	})
+	st := h.Status(ctx)
+	for _, v := range st.QuorumLoss.Lost {
+		assert.Contains(t, v.Evidence, "its BMC read the power Off", v.Member)
+	}
+	tb.wait(t, "said", hasEvent(h, "quorum lost FOR GOOD"))
+	p := h.RecoveryPlan(ctx)
+	require.NotNil(t, p.Survivor, "%s", p)
+	assert.Equal(t, Name(0), p.Survivor.Machine)
+	assert.Equal(t, mark.ClusterID, p.Survivor.ClusterID, "the survivor's cluster is the one the mark was journaled for")
+	assert.Empty(t, p.Blockers, "%s", p)
+	assert.Zero(t, p.DataAtRisk)
+	require.Len(t, p.Fence, 2)
+	for _, f := range p.Fence {
+		assert.Contains(t, f.How, "power off through its BMC")
+	}
+	why, err := h.Explain(ctx, Name(1))
+	require.NoError(t, err)
+	assert.Contains(t, why.String(), "quorum loss: "+st.QuorumLoss.Lost[0].Member+" is lost for good: its BMC read the power Off")
+	t.Logf("plan:\n%s", p)
+}
