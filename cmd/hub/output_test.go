@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -28,9 +29,15 @@ import (
 // the commands' golden output, run against an API that answers with one fixed status (a machine in a
 // step, one detached, one BMC refusing its login), so a change to any format shows in review.
 func TestOutputReference(t *testing.T) {
-	local := time.Local
-	time.Local = time.UTC // the tables print local times
-	t.Cleanup(func() { time.Local = local })
+	if os.Getenv("TZ") != "UTC" {
+		// The tables print local times: the page is written in UTC, by this test binary run again with
+		// TZ=UTC (time.Local is read once, at start; setting it here would race with other goroutines).
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOutputReference$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TZ=UTC")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return
+	}
 	var requests atomic.Int64
 	srv := httptest.NewServer(counted(&requests, fixedAPI(t)))
 	t.Cleanup(srv.Close)
