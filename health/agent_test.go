@@ -64,6 +64,7 @@ func everyReport(agents []*testAgent, names []string, cond func(observer string,
 }
 
 func TestAgentsOnRealEtcd(t *testing.T) {
+	t.Parallel() // a long wait (TestGossipLossyLink says why)
 	c := etcdcluster.Start(t, 3)
 	agents := startAgents(t, c, 5)
 	all := []string{"cp-0", "cp-1", "cp-2", "cp-3", "cp-4"}

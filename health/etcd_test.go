@@ -30,6 +30,7 @@ func check(t *testing.T, p Probe, timeout time.Duration) (bool, string) {
 // TestEtcdViewAndProbe reads membership and health from each member of a real 3-member cluster,
 // then stops members one by one.
 func TestEtcdViewAndProbe(t *testing.T) {
+	t.Parallel() // a long wait (TestGossipLossyLink says why)
 	c := etcdcluster.Start(t, 3)
 	eps := c.Endpoints()
 	e0, e2 := localEtcd(t, eps[0]), localEtcd(t, eps[2])

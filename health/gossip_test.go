@@ -213,6 +213,10 @@ func TestGossipLossyLink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("60 s run; not in -short")
 	}
+	// The package's long waits (this one, the key rotations, the real-etcd tests) run side by side
+	// once the others are done: they mostly sleep, and one after another they took 113 s of the
+	// package's 122.
+	t.Parallel()
 	seed := seed.FromEnv(t)
 	duration := durationFromEnv(t, "HALE_LOSS_SECONDS", 60*time.Second)
 	p := &pool{t: t}
@@ -404,6 +408,7 @@ func (rp *rotationPool) watch(d time.Duration) {
 // A key rotated in three steps through the members' key files (as a mounted Secret changes: no
 // restart) never costs a peer: nobody is seen dead at any point, and gossip flows on the new key alone.
 func TestKeyRotationThroughKeyFilesInThreeSteps(t *testing.T) {
+	t.Parallel() // a long wait (TestGossipLossyLink says why)
 	rp := startRotationPool(t, time.Minute)
 	rp.roll(t, 300*time.Millisecond, keyA, keyB) // 1. the new key second, everywhere
 	rp.roll(t, 300*time.Millisecond, keyB, keyA) // 2. first, everywhere
@@ -424,6 +429,7 @@ func TestKeyRotationThroughKeyFilesInThreeSteps(t *testing.T) {
 // encrypts with it, and says so loudly; without that delay the same roll kills peers (the check can
 // fail).
 func TestKeyRotationOutOfOrder(t *testing.T) {
+	t.Parallel() // a long wait (TestGossipLossyLink says why)
 	t.Run("held before used: nobody dies", func(t *testing.T) {
 		rp := startRotationPool(t, 8*time.Second)
 		rp.roll(t, 500*time.Millisecond, keyB, keyA) // every file within 3 s, well inside the delay
