@@ -52,11 +52,12 @@ func (l *QuorumLoss) String() string {
 			lost = append(lost, fmt.Sprintf("%s lost, no evidence it will not come back", v.Member))
 		}
 	}
-	head := fmt.Sprintf("quorum lost (%d of %d voters healthy, quorum needs %d)", l.HealthyVoters, l.Voters, l.Quorum)
+	counts := fmt.Sprintf("%d of %d voters healthy, quorum needs %d", l.HealthyVoters, l.Voters, l.Quorum)
 	if l.ForGood {
-		head = "quorum lost FOR GOOD: no lost voter will come back by itself; a recovery from a survivor is the way back (" + head[len("quorum lost ("):]
+		return fmt.Sprintf("quorum lost FOR GOOD: no lost voter will come back by itself; a recovery from a survivor is the way back (%s): %s",
+			counts, strings.Join(lost, "; "))
 	}
-	return head + ": " + strings.Join(lost, "; ")
+	return fmt.Sprintf("quorum lost (%s): %s", counts, strings.Join(lost, "; "))
 }
 
 // assessLoss is the quorum loss of a pass that planned (nil when quorum holds): the lost voters, and
