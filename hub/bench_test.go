@@ -46,7 +46,7 @@ func passBench(n int) (Inventory, Observations) {
 		r := health.Report{Node: m.Node, SentAt: now, Peers: dead,
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: t0}, {Name: "etcd", OK: true, Since: t0}}}
 		if i < 5 || m.Node == "w-0" || m.Node == "w-1" {
-			r.Etcd = &health.EtcdView{LocalName: m.Member, Members: members}
+			r.Etcd = &health.EtcdView{ClusterID: "c0ffee", LocalName: m.Member, Members: members, RaftTerm: 2, RaftIndex: uint64(90_000 + i)}
 		}
 		obs.Reports[m.Node] = r
 	}

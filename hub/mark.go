@@ -44,12 +44,17 @@ type MarkStore interface {
 // hears too few observers to plan may be seeing the start of the loss).
 const markEvery = 10 * time.Second
 
-// reportedMark is the highest raft index in the reports of the cluster most members report (a report
-// without a cluster ID, from an agent older than the field, counts for none); ok is false when no
-// report has one.
-func reportedMark(reports map[string]health.Report) (RaftMark, bool) {
+// reportedMark is the highest raft index in the reports of the inventory's etcd members, for the
+// cluster most of them report (a report without a cluster ID, from an agent older than the field,
+// counts for none); ok is false when no report has one. It walks the members, not the reports: a pool
+// of thousands of machines has a handful of members.
+func reportedMark(inv Inventory, reports map[string]health.Report) (RaftMark, bool) {
 	count, best := map[string]int{}, map[string]RaftMark{}
-	for _, r := range reports {
+	for _, m := range inv.Machines {
+		r, ok := reports[m.Node]
+		if m.Member == "" || !ok {
+			continue
+		}
 		e := r.Etcd
 		if e == nil || e.ClusterID == "" || e.RaftIndex == 0 {
 			continue
@@ -70,8 +75,8 @@ func reportedMark(reports map[string]health.Report) (RaftMark, bool) {
 
 // track raises the mark to what the reports show (or starts it again for a cluster with another ID),
 // and says when the cluster ID changed.
-func (s *passState) track(rd *Ready, reports map[string]health.Report) {
-	m, ok := reportedMark(reports)
+func (s *passState) track(rd *Ready, inv Inventory, reports map[string]health.Report) {
+	m, ok := reportedMark(inv, reports)
 	switch {
 	case !ok:
 	case s.mark.ClusterID != "" && m.ClusterID != s.mark.ClusterID:

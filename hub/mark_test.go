@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,17 @@ func reportsOf(rs ...health.Report) map[string]health.Report {
 	return out
 }
 
+// membersOf is an inventory with a member machine for each report's node (but w-*: witnesses).
+func membersOf(reports map[string]health.Report) Inventory {
+	var inv Inventory
+	for node := range reports {
+		if !strings.HasPrefix(node, "w-") {
+			inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: node, Node: node, Member: "etcd-" + node}})
+		}
+	}
+	return inv
+}
+
 func TestReportedMark(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -37,11 +49,13 @@ func TestReportedMark(t *testing.T) {
 			RaftMark{ClusterID: "c1", Term: 4, Index: 120, Member: "etcd-b"}},
 		{"the cluster most members report, even with lower indexes", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "new", 2, 30), etcdReport("c", "new", 2, 31)),
 			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
+		{"a node that is no member (a witness) counts for none", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("w-1", "c1", 3, 500)),
+			RaftMark{ClusterID: "c1", Term: 3, Index: 90, Member: "etcd-a"}},
 		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower node", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)),
 			RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := reportedMark(tc.reports)
+			got, ok := reportedMark(membersOf(tc.reports), tc.reports)
 			assert.Equal(t, tc.want.Index > 0, ok)
 			assert.Equal(t, tc.want, got)
 		})
@@ -56,7 +70,7 @@ func TestMarkIsRecordedAsPassesGo(t *testing.T) {
 	var rd Ready
 	pass := func(at time.Duration, urgent bool, rs ...health.Report) *RaftMark {
 		rd = Ready{}
-		s.track(&rd, reportsOf(rs...))
+		s.track(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...))
 		return s.toRecord(t0.Add(at), urgent)
 	}
 	m := pass(0, false, etcdReport("a", "c1", 2, 100))

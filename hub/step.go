@@ -115,7 +115,7 @@ func step(s *passState, f facts) Ready {
 		}
 	}
 	s.lastPass = f.now
-	s.track(&rd, f.obs.Reports)
+	s.track(&rd, f.inv, f.obs.Reports)
 	v.mark = s.mark
 	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
