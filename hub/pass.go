@@ -75,7 +75,7 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 }
 
 // apply is a pass's only I/O: it publishes the pass's view, says what the pass said, keeps the
-// observers joined, and begins what it decided.
+// observers joined, journals the raft mark, asks for a check of the BMCs, and begins what it decided.
 func (h *Hub) apply(ctx context.Context, rd Ready) {
 	h.mu.Lock()
 	h.view = h.state.view
