@@ -115,6 +115,11 @@ type Assessor struct {
 	// lostOnce: the hub has heard no majority (or etcd had no quorum) at some point since it started,
 	// so a heardSince marks a return, not the hub's first pass.
 	lostOnce bool
+	// heardVersions is each observer's report version when heardSince was last set (snapVersions: to
+	// be taken at the next look at the observations): a report no newer holds views from before it,
+	// which say nothing of now (see memberAnswers).
+	heardVersions map[string]uint64
+	snapVersions  bool
 	// raft is each node's etcd raft index as its latest report gave it, and the index of the report
 	// before (a member catching up: see catchingUp).
 	raft map[string]raftProgress
@@ -181,7 +186,13 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	case !hearing.Majority():
 		a.heardSince, a.lostOnce = time.Time{}, true
 	case a.heardSince.IsZero():
-		a.heardSince, a.heardWhy = obs.Now, "the hub last began to hear a majority of its observers"
+		a.heardSince, a.heardWhy, a.snapVersions = obs.Now, "the hub last began to hear a majority of its observers", a.lostOnce
+	}
+	if a.snapVersions && !a.heardSince.IsZero() {
+		a.heardVersions, a.snapVersions = map[string]uint64{}, false
+		for node, r := range obs.Reports {
+			a.heardVersions[node] = r.Version
+		}
 	}
 	a.leader, a.leaderVotes = majorityLeader(observers)
 	// Who sees whom dead, counted once a pass (per machine it would be quadratic).
@@ -310,9 +321,15 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
 	// reboot cost quorum).
 	if m.Member != "" {
-		if reach, unreach, _ := reachability(m.Member, observers, m.Node); 2*reach > reach+unreach {
+		reach, unreach, stale := a.memberAnswers(m.Member, observers, m.Node)
+		if 2*reach > reach+unreach {
 			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
 				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
+			return false
+		}
+		if reach+unreach == 0 && stale > 0 {
+			ev.doubt("%s's agent is gone per %d of %d expected observers; whether its etcd member %s answers, only reports from before %s say "+
+				"(%d: it does not): waiting for newer ones", m.Node, votes, e.Size(), m.Member, a.heardWhy, stale)
 			return false
 		}
 	}
@@ -342,6 +359,33 @@ func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 	return now.Sub(since), ""
 }
 
+// memberAnswers counts the live observers that reach member and those that do not, for the check that
+// tells a dead machine from a dead agent. An observer's "does not answer" counts only from a report
+// newer than the one it had sent when the hub last began to hear a majority (or quorum came back):
+// views from a partition say a member on its far side does not answer, and an agent that dies right
+// after the heal would otherwise make its healthy member's machine look dead (test/chaos seed 1, on a
+// cold machine: cp-1's agent stopped 0.2 s after quorum came back, and the observers' reports from the
+// partition took its healthy voter down). stale counts the "does not answer" left out.
+func (a *Assessor) memberAnswers(member string, observers []health.Report, except string) (reach, unreach, stale int) {
+	for _, r := range observers {
+		if r.Etcd == nil || r.Node == except {
+			continue
+		}
+		for _, em := range r.Etcd.Members {
+			switch {
+			case em.Name != member || em.Reachable == nil:
+			case *em.Reachable:
+				reach++
+			case r.Version <= a.heardVersions[r.Node] && a.heardVersions != nil:
+				stale++
+			default:
+				unreach++
+			}
+		}
+	}
+	return reach, unreach, stale
+}
+
 // QuorumBack tells the assessor that etcd's quorum, lost in the hub's previous pass, is back at now.
 // What was gathered while it was lost is no evidence now: every member fails its own probe ("no
 // leader") and every API server its own while quorum is lost, and the survivors recover within a
@@ -350,5 +394,5 @@ func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 // after the heal its stale report made it Unhealthy while etcd-1 and etcd-2 were healthy again, and
 // it was power-cycled). The caller assesses again before it decides anything.
 func (a *Assessor) QuorumBack(now time.Time) {
-	a.heardSince, a.heardWhy, a.lostOnce = now, "etcd's quorum came back", true
+	a.heardSince, a.heardWhy, a.lostOnce, a.snapVersions = now, "etcd's quorum came back", true, true
 }

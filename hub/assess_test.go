@@ -488,3 +488,38 @@ func TestEtcdCatchUp(t *testing.T) {
 		})
 	}
 }
+
+// versioned sets every report's version (the agents' reports grow theirs with each one they send).
+func (w *world) versioned(v uint64) *world {
+	for n, r := range w.obs.Reports {
+		r.Version = v
+		w.obs.Reports[n] = r
+	}
+	return w
+}
+
+// After the hub hears a majority again, an observer's "does not answer" counts only from a report newer
+// than the one it held then: the views from the partition said cp-2's member did not answer, and cp-2's
+// agent stopping right after the heal must not make its healthy voter's machine dead (test/chaos seed 1).
+func TestAViewFromBeforeTheHealDoesNotKillAMachine(t *testing.T) {
+	now := t0.Add(time.Hour)
+	a := hearing(DefaultAssessPolicy())
+	cut := newWorld(now.Add(-30*time.Second)).versioned(1).cut(now.Add(-time.Minute), "cp-1", "cp-2")
+	a.Assess(machines, nil, cut.obs)
+	require.False(t, Hear(ExpectedOf(machines, nil), cut.obs, DefaultAssessPolicy().StaleAfter).Majority())
+
+	// Healed, and cp-2's agent stops at once: the reports the hub holds are from the partition.
+	healed := newWorld(now).versioned(1).unreachable("etcd-2", "cp-0", "cp-1").agentDead("cp-2", now, "cp-0", "cp-1")
+	got := byName(a.Assess(machines, nil, healed.obs))["m2"]
+	assert.Equal(t, VerdictSuspect, got.Verdict, "%+v", got)
+	assert.Contains(t, joinLines(got.Reasons), "whether its etcd member etcd-2 answers, only reports from before the hub last began to hear a majority")
+
+	// Newer reports: the member answers, so the agent is what is down.
+	got = byName(a.Assess(machines, nil, newWorld(now.Add(time.Second)).versioned(2).agentDead("cp-2", now, "cp-0", "cp-1").obs))["m2"]
+	assert.Equal(t, VerdictSuspect, got.Verdict, "%+v", got)
+	assert.Contains(t, joinLines(got.Reasons), "the agent is down, not the machine")
+
+	// Newer reports that it does not answer: the machine is dead.
+	got = byName(a.Assess(machines, nil, newWorld(now.Add(2*time.Second)).versioned(3).dead("cp-2", now, "cp-0", "cp-1").obs))["m2"]
+	assert.Equal(t, VerdictUnhealthy, got.Verdict, "%+v", got)
+}
