@@ -117,7 +117,7 @@ type Assessor struct {
 	lostOnce bool
 	// heardVersions is each observer's report version when heardSince was last set (snapVersions: to
 	// be taken at the next look at the observations): a report no newer holds views from before it,
-	// which say nothing of now (see memberAnswers).
+	// which say nothing of now (see newerThanHeard).
 	heardVersions map[string]uint64
 	snapVersions  bool
 	// raft is each node's etcd raft index as its latest report gave it, and the index of the report
@@ -321,7 +321,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
 	// reboot cost quorum).
 	if m.Member != "" {
-		reach, unreach, stale := a.memberAnswers(m.Member, observers, m.Node)
+		reach, unreach, stale, _ := reachability(m.Member, observers, m.Node, a.newerThanHeard)
 		if 2*reach > reach+unreach {
 			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
 				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
@@ -359,31 +359,15 @@ func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 	return now.Sub(since), ""
 }
 
-// memberAnswers counts the live observers that reach member and those that do not, for the check that
-// tells a dead machine from a dead agent. An observer's "does not answer" counts only from a report
-// newer than the one it had sent when the hub last began to hear a majority (or quorum came back):
-// views from a partition say a member on its far side does not answer, and an agent that dies right
-// after the heal would otherwise make its healthy member's machine look dead (test/chaos seed 1, on a
-// cold machine: cp-1's agent stopped 0.2 s after quorum came back, and the observers' reports from the
-// partition took its healthy voter down). stale counts the "does not answer" left out.
-func (a *Assessor) memberAnswers(member string, observers []health.Report, except string) (reach, unreach, stale int) {
-	for _, r := range observers {
-		if r.Etcd == nil || r.Node == except {
-			continue
-		}
-		for _, em := range r.Etcd.Members {
-			switch {
-			case em.Name != member || em.Reachable == nil:
-			case *em.Reachable:
-				reach++
-			case r.Version <= a.heardVersions[r.Node] && a.heardVersions != nil:
-				stale++
-			default:
-				unreach++
-			}
-		}
-	}
-	return reach, unreach, stale
+// newerThanHeard says whether r is newer than the report its observer had sent when the hub last
+// began to hear a majority (or quorum came back). In the check that tells a dead machine from a dead
+// agent, an observer's "does not answer" counts only from such a report: views from a partition say a
+// member on its far side does not answer, and an agent that dies right after the heal would otherwise
+// make its healthy member's machine look dead (test/chaos seed 1, on a cold machine: cp-1's agent
+// stopped 0.2 s after quorum came back, and the observers' reports from the partition took its
+// healthy voter down).
+func (a *Assessor) newerThanHeard(r health.Report) bool {
+	return a.heardVersions == nil || r.Version > a.heardVersions[r.Node]
 }
 
 // QuorumBack tells the assessor that etcd's quorum, lost in the hub's previous pass, is back at now.

@@ -70,7 +70,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 	if dead {
 		return quorum.Unhealthy, false, time.Time{}
 	}
-	reach, unreach, oldest := reachability(m.Member, observers, "")
+	reach, unreach, _, oldest := reachability(m.Member, observers, "", nil)
 	if answers = 2*reach > reach+unreach; answers {
 		answeredAt = oldest
 	}
@@ -114,24 +114,27 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 }
 
 // reachability counts the observers whose etcd view reaches member, and those whose view does not,
-// and says when the oldest report among those that reach it was sent.
-func reachability(member string, observers []health.Report, except string) (reach, unreach int, oldest time.Time) {
+// and says when the oldest report among those that reach it was sent. When unreachCounts is set, a
+// "does not answer" from a report it refuses is counted apart, as stale.
+func reachability(member string, observers []health.Report, except string, unreachCounts func(health.Report) bool) (reach, unreach, stale int, oldest time.Time) {
 	for _, r := range observers {
 		if r.Etcd == nil || r.Node == except {
 			continue
 		}
 		for _, em := range r.Etcd.Members {
-			if em.Name == member && em.Reachable != nil {
-				if *em.Reachable {
-					if reach == 0 || r.SentAt.Before(oldest) {
-						oldest = r.SentAt
-					}
-					reach++
-				} else {
-					unreach++
+			switch {
+			case em.Name != member || em.Reachable == nil:
+			case *em.Reachable:
+				if reach == 0 || r.SentAt.Before(oldest) {
+					oldest = r.SentAt
 				}
+				reach++
+			case unreachCounts != nil && !unreachCounts(r):
+				stale++
+			default:
+				unreach++
 			}
 		}
 	}
-	return reach, unreach, oldest
+	return reach, unreach, stale, oldest
 }
