@@ -110,11 +110,16 @@ func hearingOf(e Expected, observers []health.Report) Hearing {
 
 // appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
 // report is fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
+// live: the hub hears r's sender alive, and r is no older than staleAfter.
+func live(r health.Report, obs Observations, staleAfter time.Duration) bool {
+	pv, ok := obs.HubPeers[r.Node]
+	return ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter
+}
+
 func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
 	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, node := range nodes {
-			r, reported := obs.Reports[node]
-			if pv, ok := obs.HubPeers[node]; reported && ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter {
+			if r, reported := obs.Reports[node]; reported && live(r, obs, staleAfter) {
 				out = append(out, r)
 			}
 		}

@@ -33,6 +33,8 @@ type LostVoter struct {
 	Machine string `json:"machine,omitempty"`
 	// Evidence says why it will not come back by itself ("": no evidence).
 	Evidence string `json:"evidence,omitempty"`
+	// BMCProblem: its BMC does not answer, or has no such system (Unreachable, NoSuchSystem).
+	BMCProblem bmc.Problem `json:"bmcProblem,omitempty"`
 	// PoweredOn: its BMC answers and reads the host on: it may be serving on the far side of a
 	// partition, whatever else is said of it.
 	PoweredOn bool `json:"poweredOn,omitempty"`
@@ -88,6 +90,7 @@ func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *Quorum
 				case r.Ready && r.Power == bmc.PowerOff:
 					evidence = append(evidence, "its BMC read the power Off at "+r.Checked.UTC().Format("15:04:05Z"))
 				case r.Problem == bmc.ProblemUnreachable || r.Problem == bmc.ProblemNoSystem:
+					v.BMCProblem = r.Problem
 					evidence = append(evidence, fmt.Sprintf("its BMC: %s at %s", r.Problem, r.Checked.UTC().Format("15:04:05Z")))
 				}
 			}

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/hale-dev/hale/health"
 )
 
 // RecoveryPlan is how etcd would be rebuilt from its most advanced survivor after a permanent loss of
@@ -90,7 +88,7 @@ func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
 				fs.How = "not in the inventory: power it off by hand and confirm by name"
 			case m.Endpoint.Driver == "":
 				fs.How = "no BMC: power it off by hand (or delete its owner's object) and confirm by name"
-			case strings.Contains(v.Evidence, "BMC: "):
+			case v.BMCProblem != "":
 				fs.How = fmt.Sprintf("its BMC (%s) does not answer: make sure by hand that it is off, and confirm by name", m.Endpoint)
 			default:
 				fs.How = fmt.Sprintf("power off through its BMC (%s) and read back Off", m.Endpoint)
@@ -108,7 +106,7 @@ func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
 	}
 	for _, r := range obs.Reports {
 		e := r.Etcd
-		if e == nil || e.LocalName == "" || e.RaftIndex == 0 || lost[e.LocalName] || !answering(r, obs, inv) {
+		if e == nil || e.LocalName == "" || e.RaftIndex == 0 || lost[e.LocalName] || !live(r, obs, inv.Policy.Assess.StaleAfter) {
 			continue
 		}
 		s := Survivor{Member: e.LocalName, ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Observed: e.ObservedAt}
@@ -147,12 +145,6 @@ func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
 	}
 	p.Steps = recoverySteps(p)
 	return p
-}
-
-// answering: its agent's report is fresh and the hub hears the agent alive.
-func answering(r health.Report, obs Observations, inv Inventory) bool {
-	pv, ok := obs.HubPeers[r.Node]
-	return ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= inv.Policy.Assess.StaleAfter
 }
 
 func recoverySteps(p RecoveryPlan) []string {

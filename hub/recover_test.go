@@ -26,7 +26,7 @@ func TestPlanRecovery(t *testing.T) {
 	// 5 members, 3 lost for good (cp-1: BMC silent, cp-2 and cp-3: power Off); cp-0 and cp-4 answer,
 	// cp-4 further ahead.
 	loss := &QuorumLoss{Voters: 5, HealthyVoters: 2, Quorum: 3, ForGood: true, Lost: []LostVoter{
-		{Member: "etcd-1", Machine: "cp-1", Evidence: "its BMC: Unreachable at 02:59:00Z", ForGood: true},
+		{Member: "etcd-1", Machine: "cp-1", Evidence: "its BMC: Unreachable at 02:59:00Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true},
 		{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 02:59:00Z", ForGood: true},
 		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC read the power Off at 02:59:00Z", ForGood: true}}}
 	report := func(node string, index uint64, cluster string) health.Report {

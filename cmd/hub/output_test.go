@@ -188,7 +188,7 @@ func fixedAPI(t *testing.T) http.Handler {
 	mark := hub.RaftMark{ClusterID: "8e9e05c52164694d", Term: 4, Index: 48213, Member: "etcd-3", At: t0.Add(-3 * time.Minute)}
 	lossStatus := hub.Status{Time: t0, RaftMark: &mark, QuorumLoss: &hub.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, ForGood: true, Lost: []hub.LostVoter{
 		{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 08:59:30Z; maxAttempts power-cycles did not bring it back", ForGood: true},
-		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 08:59:30Z", ForGood: true}}}}
+		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 08:59:30Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}}}
 	survivor := health.Report{Node: "cp-1", SentAt: t0.Add(-time.Second),
 		Etcd: &health.EtcdView{ClusterID: mark.ClusterID, LocalName: "etcd-1", RaftTerm: 4, RaftIndex: 48213, ObservedAt: t0.Add(-time.Second)}}
 	recovery := hub.PlanRecovery(lossStatus, recoverInv, hub.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
