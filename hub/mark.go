@@ -60,8 +60,9 @@ func reportedMark(inv Inventory, reports map[string]health.Report) (RaftMark, bo
 			continue
 		}
 		count[e.ClusterID]++
-		if b := best[e.ClusterID]; e.RaftIndex > b.Index || e.RaftIndex == b.Index && r.Node < b.Member {
-			best[e.ClusterID] = RaftMark{ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Member: cmp.Or(e.LocalName, r.Node), At: e.ObservedAt}
+		member := cmp.Or(e.LocalName, r.Node)
+		if b := best[e.ClusterID]; e.RaftIndex > b.Index || e.RaftIndex == b.Index && member < b.Member {
+			best[e.ClusterID] = RaftMark{ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Member: member, At: e.ObservedAt}
 		}
 	}
 	var out RaftMark

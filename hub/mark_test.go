@@ -51,7 +51,7 @@ func TestReportedMark(t *testing.T) {
 			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
 		{"a node that is no member (a witness) counts for none", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("w-1", "c1", 3, 500)),
 			RaftMark{ClusterID: "c1", Term: 3, Index: 90, Member: "etcd-a"}},
-		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower node", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)),
+		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower member", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)),
 			RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
