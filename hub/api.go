@@ -38,6 +38,26 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status(r.Context())) })
 	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.RecoveryPlan(r.Context())) })
+	mux.HandleFunc("POST /v1/recovery", func(w http.ResponseWriter, r *http.Request) {
+		var req RecoverRequest
+		err := decodeBody(w, r, &req, false)
+		if err == nil {
+			err = checkText("by", req.By, maxBy)
+			for _, c := range req.ConfirmLost {
+				err = errors.Join(err, checkText("confirmLost", c, maxBy))
+			}
+		}
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("recover request body: %v", err)})
+			return
+		}
+		p, err := h.Recover(r.Context(), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, p)
+	})
 	mux.HandleFunc("GET /v1/remediations/{id...}", func(w http.ResponseWriter, r *http.Request) {
 		rem, err := h.cfg.Journal.Get(r.Context(), r.PathValue("id"))
 		if err != nil {

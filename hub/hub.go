@@ -64,6 +64,10 @@ type Config struct {
 	// Marks, when set, keeps the raft mark (RaftMark) across restarts (default: the journal, when it is
 	// a MarkStore, as the bbolt journal is).
 	Marks MarkStore
+	// Recoveries, when set, journals a recovery after a permanent loss of quorum (`hub recover --yes`;
+	// default: the journal, when it is a RecoveryStore, as the bbolt journal is). Without it the hub
+	// refuses to begin one.
+	Recoveries RecoveryStore
 	// Degraded, when set, says why this hub acts without the API server and with what (Kubernetes
 	// mode's degraded mode, cmd/hub): shown in status and the metric hale_hub_degraded.
 	Degraded string
@@ -91,6 +95,9 @@ type Hub struct {
 	metrics  *metrics
 	assessor *Assessor  // the pass goroutine's only
 	state    *passState // the pass goroutine's only: what one pass leaves the next
+
+	// recovering is held while `hub recover --yes` is carried out: a second caller is refused.
+	recovering sync.Mutex
 
 	mu   sync.Mutex
 	ctx  context.Context // Run's, once it runs
@@ -164,6 +171,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if ms, ok := cfg.Journal.(MarkStore); ok && cfg.Marks == nil {
 		cfg.Marks = ms
+	}
+	if rs, ok := cfg.Journal.(RecoveryStore); ok && cfg.Recoveries == nil {
+		cfg.Recoveries = rs
 	}
 	if cfg.OwnerFor == nil {
 		cfg.OwnerFor = func(m Machine) (Owner, error) {

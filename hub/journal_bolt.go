@@ -20,6 +20,7 @@ var (
 	keyEpoch    = []byte("epoch")
 	keyBrakes   = []byte("brakes")
 	keyRaftMark = []byte("raftMark")
+	keyRecovery = []byte("recovery")
 )
 
 // Journal is the standalone hub's record of remediations, in a bbolt file: intent before each side
@@ -163,29 +164,16 @@ func (j *Journal) event(id string, e Entry, finish RemediationState) error {
 // LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
 func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
 	var b Brakes
-	err := j.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketMeta).Get(keyBrakes)
-		if v == nil {
-			return nil
-		}
-		if err := json.Unmarshal(v, &b); err != nil {
-			return fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.path, err)
-		}
-		return nil
-	})
-	return b, err
+	if _, err := j.getMeta(keyBrakes, &b); err != nil {
+		return Brakes{}, fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.path, err)
+	}
+	return b, nil
 }
 
 // RaftMark returns the journaled raft mark (none: the zero mark).
 func (j *Journal) RaftMark(context.Context) (RaftMark, error) {
 	var m RaftMark
-	err := j.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyRaftMark); v != nil {
-			return json.Unmarshal(v, &m)
-		}
-		return nil
-	})
-	if err != nil {
+	if _, err := j.getMeta(keyRaftMark, &m); err != nil {
 		return RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.path, err)
 	}
 	return m, nil
@@ -193,21 +181,53 @@ func (j *Journal) RaftMark(context.Context) (RaftMark, error) {
 
 // RecordRaftMark journals m as the raft mark (only this journal's writer: ErrStaleEpoch otherwise).
 func (j *Journal) RecordRaftMark(_ context.Context, m RaftMark) error {
-	v, err := json.Marshal(m)
+	return j.putMeta(keyRaftMark, m)
+}
+
+// Recovery returns the journaled recovery (nil: none was ever begun). It stays recorded once done
+// (Done set), until the next one is begun.
+func (j *Journal) Recovery(context.Context) (*RecoveryRecord, error) {
+	var r RecoveryRecord
+	found, err := j.getMeta(keyRecovery, &r)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: the recovery record is unreadable: %w", j.path, err)
+	}
+	if !found {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+// RecordRecovery journals r as the recovery (only this journal's writer: ErrStaleEpoch otherwise).
+func (j *Journal) RecordRecovery(_ context.Context, r RecoveryRecord) error {
+	return j.putMeta(keyRecovery, r)
+}
+
+// getMeta reads the meta bucket's JSON value under key into v, saying whether there was one.
+func (j *Journal) getMeta(key []byte, v any) (bool, error) {
+	found := false
+	err := j.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta).Get(key)
+		if b == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(b, v)
+	})
+	return found, err
+}
+
+// putMeta writes v as JSON under key in the meta bucket.
+func (j *Journal) putMeta(key []byte, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyRaftMark, v) })
+	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(key, b) })
 }
 
 // SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
-func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error {
-	v, err := json.Marshal(b)
-	if err != nil {
-		return err
-	}
-	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyBrakes, v) })
-}
+func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error { return j.putMeta(keyBrakes, b) }
 
 // Active returns every remediation in progress, oldest first: what a restarted hub must resume.
 func (j *Journal) Active(_ context.Context) ([]Remediation, error) {

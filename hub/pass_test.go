@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,8 @@ type testPool struct {
 	witnesses []string
 	// behind lowers a node's reported raft index by that much.
 	behind map[string]uint64
+	// clusterID, when set, is the etcd cluster ID the nodes report (default testClusterID).
+	clusterID string
 }
 
 // testClusterID is the etcd cluster ID in a testPool's reports; their raft index rises with every read.
@@ -83,7 +86,7 @@ func (p *testPool) Reports() map[string]health.Report {
 			started = now.Add(-time.Hour)
 		}
 		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started,
-			Etcd:   &health.EtcdView{ClusterID: testClusterID, LocalName: m.Member, RaftTerm: 2, RaftIndex: 1000 + p.version - p.behind[m.Node]},
+			Etcd:   &health.EtcdView{ClusterID: cmp.Or(p.clusterID, testClusterID), LocalName: m.Member, RaftTerm: 2, RaftIndex: 1000 + p.version - p.behind[m.Node]},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
@@ -191,7 +194,7 @@ func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]er
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	r := &passRig{pool: pool, sim: sim, journal: &countingStore{Store: j}, done: make(chan error, 1)}
-	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
+	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Recoveries: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
 		BMC:       bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second},
 		AfterPass: func(n uint64) { r.passes.Store(n) }}
 	cfg.PowerFor = func(m Machine) (Power, error) {

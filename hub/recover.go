@@ -33,6 +33,9 @@ type RecoveryPlan struct {
 	Steps []string    `json:"steps"`
 	// Blockers say why the plan cannot be carried out as it stands, and what to do.
 	Blockers []string `json:"blockers,omitempty"`
+	// Token is the new cluster's --initial-cluster-token, given when `hub recover --yes` begins the
+	// recovery (empty: a plan only).
+	Token string `json:"token,omitempty"`
 }
 
 // Survivor is a member that answers, as its agent last reported it.
@@ -49,9 +52,13 @@ type Survivor struct {
 type FenceStep struct {
 	Machine string `json:"machine"`
 	Member  string `json:"member"`
-	// How: through its BMC, read back Off; or, where the BMC cannot be reached, by the operator, who
-	// confirms by name that it is off.
-	How string `json:"how"`
+	// How: through its BMC, read back Off; or, where the BMC cannot be reached (ByHand), by the
+	// operator, who confirms by name that it is off.
+	How    string `json:"how"`
+	ByHand bool   `json:"byHand,omitempty"`
+	// Fenced: `hub recover --yes` read its power back Off, or the operator confirmed it by name (How
+	// says which).
+	Fenced bool `json:"fenced"`
 }
 
 // Bump bounds: without a mark, a billion (as etcd's recovery guide suggests for an unknown gap);
@@ -61,14 +68,19 @@ const (
 	minBump         = 10_000
 )
 
-// RecoveryPlan says how etcd would be recovered now from its most advanced survivor.
+// RecoveryPlan says how etcd would be recovered now from its most advanced survivor; while a recovery
+// is under way, the plan it follows.
 func (h *Hub) RecoveryPlan(ctx context.Context) RecoveryPlan {
+	if rec, _ := h.underway(ctx); rec != nil {
+		return rec.Plan
+	}
 	st := h.Status(ctx)
-	return PlanRecovery(st, h.inventory(), h.gossipNow())
+	return PlanRecovery(st, h.inventory(), h.gossipNow(), RecoverRequest{})
 }
 
-// PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory and the gossip's observations.
-func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
+// PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory, the gossip's
+// observations and what the operator confirmed (req).
+func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest) RecoveryPlan {
 	p := RecoveryPlan{Time: st.Time, Loss: st.QuorumLoss}
 	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
 	lost := map[string]bool{}
@@ -81,26 +93,33 @@ func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
 	if p.Loss != nil {
 		for _, v := range p.Loss.Lost {
 			lost[v.Member] = true
+			confirmed := req.confirms(v.Machine, v.Member)
 			fs := FenceStep{Machine: v.Machine, Member: v.Member}
 			m, ok := inv.Machine(v.Machine)
+			cannot := ""
 			switch {
 			case !ok:
-				fs.How = "not in the inventory: power it off by hand and confirm by name"
+				cannot = "not in the inventory"
 			case m.Endpoint.Driver == "":
-				fs.How = "no BMC: power it off by hand (or delete its owner's object) and confirm by name"
+				cannot = "no BMC"
 			case v.BMCProblem != "":
-				fs.How = fmt.Sprintf("its BMC (%s) does not answer: make sure by hand that it is off, and confirm by name", m.Endpoint)
-			default:
-				fs.How = fmt.Sprintf("power off through its BMC (%s) and read back Off", m.Endpoint)
+				cannot = fmt.Sprintf("its BMC (%s) does not answer", m.Endpoint)
+			}
+			fs.How, fs.ByHand = fmt.Sprintf("power off through its BMC (%s) and read back Off", m.Endpoint), cannot != ""
+			if fs.ByHand {
+				fs.How = cannot + ": make sure by hand that it is off, and confirm it by name"
 			}
 			p.Fence = append(p.Fence, fs)
 			switch {
+			case confirmed:
 			case v.PoweredOn:
 				block("%s (%s): its BMC reads the host powered on; it may be serving on the far side of a partition, with quorum there: "+
-					"recovering here would throw away what it committed. Find out; only if it is truly lost, confirm it by name", v.Machine, v.Member)
+					"recovering here would throw away what it committed. Find out; only if it is truly lost, confirm it by name (--confirm-lost %s)", v.Machine, v.Member, v.Machine)
+			case fs.ByHand:
+				block("%s (%s): the hub cannot fence it (%s): make sure it is off, then confirm it by name (--confirm-lost %s)", v.Machine, v.Member, cannot, v.Machine)
 			case !v.ForGood:
-				block("%s (%s): nothing says it will not come back (%s): wait for the hub's power-cycles, or find out and confirm it by name",
-					v.Machine, v.Member, cmp.Or(v.Evidence, "no evidence"))
+				block("%s (%s): nothing says it will not come back (%s): wait for the hub's power-cycles, or find out and confirm it by name (--confirm-lost %s)",
+					v.Machine, v.Member, cmp.Or(v.Evidence, "no evidence"), v.Machine)
 			}
 		}
 	}
@@ -136,8 +155,11 @@ func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
 		p.Mark = m
 		if m.Index > s.Index {
 			p.DataAtRisk, highest = m.Index-s.Index, m.Index
-			block("%s is at raft index %d, %d entries behind the journaled mark %d (%s at %s): recovering from it loses them; "+
-				"no member that answers is further ahead", s.Member, s.Index, p.DataAtRisk, m.Index, m.Member, m.At.UTC().Format(time.RFC3339))
+			if req.AcceptDataLoss != p.DataAtRisk {
+				block("%s is at raft index %d, %d entries behind the journaled mark %d (%s at %s): recovering from it loses them; "+
+					"no member that answers is further ahead. To recover anyway, accept the loss by its size: --accept-data-loss %d",
+					s.Member, s.Index, p.DataAtRisk, m.Index, m.Member, m.At.UTC().Format(time.RFC3339), p.DataAtRisk)
+			}
 		}
 		p.BumpRevision = max(p.DataAtRisk+highest/5, minBump)
 		p.BumpWhy = fmt.Sprintf("the %d entries at risk plus a fifth of the highest raft index known (%d), at least %d: revisions never go backwards for the API server's watchers",
@@ -147,23 +169,24 @@ func PlanRecovery(st Status, inv Inventory, obs Observations) RecoveryPlan {
 	return p
 }
 
+// fenced says whether every lost member is fenced.
+func (p RecoveryPlan) fenced() bool {
+	return !slices.ContainsFunc(p.Fence, func(f FenceStep) bool { return !f.Fenced })
+}
+
 func recoverySteps(p RecoveryPlan) []string {
-	steps := []string{"pause the hub (`hub pause --wait`): nothing else happens meanwhile"}
-	for _, f := range p.Fence {
-		steps = append(steps, fmt.Sprintf("fence %s (%s): %s", f.Machine, f.Member, f.How))
-	}
 	survivor, machine := "the survivor", "its machine"
 	if s := p.Survivor; s != nil {
 		survivor, machine = s.Member, cmp.Or(s.Machine, s.Member)
 	}
-	return append(steps,
-		fmt.Sprintf("on %s: stop %s, and move its data directory aside (never delete it)", machine, survivor),
-		fmt.Sprintf("restore %s's own database (member/snap/db) with `etcdutl snapshot restore --skip-hash-check --bump-revision %d --mark-compacted` "+
-			"and a new --initial-cluster-token (a new cluster ID: no old member can rejoin)", survivor, p.BumpRevision),
-		fmt.Sprintf("start %s as a one-member cluster on the restored data", survivor),
+	return []string{"`hub recover --yes`: the hub journals the recovery, pauses itself (nothing else happens meanwhile) and fences every lost member (fence, below)",
+		fmt.Sprintf("on %s: `agent recover --plan FILE` (FILE from `hub recover -o json` once fenced) checks the plan again there, stops %s, and moves its data directory's member/ aside (never deleted)", machine, survivor),
+		fmt.Sprintf("it restores %s's own database with etcd's restore: revision bump %d, the latest revision marked compacted, "+
+			"a new cluster token (a new cluster ID: no old member can rejoin)", survivor, p.BumpRevision),
+		fmt.Sprintf("it starts %s as a one-member cluster on the restored data, and waits until it answers", survivor),
 		"add the other members back one at a time: as a learner, started on an empty data directory, promoted once etcd allows it",
 		"restart every kube-apiserver (none may serve from the old data), then the controller-managers and schedulers",
-		"resume the hub (`hub resume`)")
+		"resume the hub (`hub resume`)"}
 }
 
 // String is the plan as `hub recover` prints it.
@@ -191,12 +214,29 @@ func (p RecoveryPlan) String() string {
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
 	}
+	if len(p.Fence) > 0 {
+		b.WriteString("fence:\n")
+	}
+	for _, f := range p.Fence {
+		done := "to do"
+		if f.Fenced {
+			done = "done"
+		}
+		fmt.Fprintf(&b, "  %s (%s), %s: %s\n", f.Machine, f.Member, done, f.How)
+	}
 	if len(p.Blockers) > 0 {
 		b.WriteString("NOT READY:\n")
 		for _, x := range p.Blockers {
 			fmt.Fprintf(&b, "  - %s\n", x)
 		}
 	}
-	b.WriteString("Hale does not carry out a recovery itself yet: docs/operating.md#permanent-quorum-loss says how to follow this plan.\n")
+	switch {
+	case p.Token != "" && !p.fenced():
+		fmt.Fprintf(&b, "under way (token %s), but not every lost member is fenced yet: run `hub recover --yes` again\n", p.Token)
+	case p.Token != "":
+		fmt.Fprintf(&b, "under way (token %s): every lost member is fenced; go on on the survivor with `agent recover --plan FILE`, FILE from `hub recover -o json` (docs/operating.md#permanent-quorum-loss)\n", p.Token)
+	default:
+		b.WriteString("nothing was changed: `hub recover --yes` carries the plan out, fencing first (docs/operating.md#permanent-quorum-loss)\n")
+	}
 	return b.String()
 }

@@ -41,13 +41,18 @@ func TestPlanRecovery(t *testing.T) {
 		}
 		return o
 	}
+	farSide := &QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, Lost: []LostVoter{
+		{Member: "etcd-1", Machine: "cp-1", Evidence: "maxAttempts power-cycles did not bring it back", PoweredOn: true},
+		{Member: "etcd-2", Machine: "cp-2"}}}
 	mark := &RaftMark{ClusterID: "c1", Term: 7, Index: 90_000, Member: "etcd-2", At: now.Add(-time.Minute)}
 	answering := obs(report("cp-0", 80_000, "c1"), report("cp-4", 90_100, "c1"),
 		report("cp-1", 95_000, "c1")) // a lost member's stale report never makes it a survivor
+	confirmed := RecoverRequest{ConfirmLost: []string{"cp-1"}} // its BMC does not answer: the operator's word
 	for _, tc := range []struct {
 		name      string
 		st        Status
 		obs       Observations
+		req       RecoverRequest
 		survivor  string
 		atRisk    uint64
 		bump      uint64
@@ -56,23 +61,30 @@ func TestPlanRecovery(t *testing.T) {
 		{name: "quorum held", st: Status{}, obs: answering, survivor: "etcd-1", bump: bumpWithoutMark, blockedBy: []string{"quorum is not lost"}},
 		{name: "the hub does not plan", st: Status{NotPlanning: "hears 2 of 4 expected observers"}, obs: answering, survivor: "etcd-1", bump: bumpWithoutMark,
 			blockedBy: []string{"the hub does not plan (hears 2 of 4 expected observers)"}},
-		{name: "lost for good: the survivor furthest ahead, not the first listed", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: answering,
+		{name: "lost for good: the survivor furthest ahead, not the first listed", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: answering, req: confirmed,
 			survivor: "etcd-4", bump: 90_100 / 5},
-		{name: "every survivor behind the mark", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
-			survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5, blockedBy: []string{"etcd-0 is at raft index 80000, 10000 entries behind the journaled mark 90000"}},
-		{name: "a mark of another cluster says nothing", st: Status{QuorumLoss: loss, RaftMark: &RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering,
+		{name: "a member the hub cannot fence needs the operator's word", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: answering,
+			survivor: "etcd-4", bump: 90_100 / 5, blockedBy: []string{"cp-1 (etcd-1): the hub cannot fence it (its BMC (redfish+http://10.0.0.1:80/systems/1) does not answer): make sure it is off", "--confirm-lost cp-1"}},
+		{name: "every survivor behind the mark", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")), req: confirmed,
+			survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5, blockedBy: []string{"etcd-0 is at raft index 80000, 10000 entries behind the journaled mark 90000", "--accept-data-loss 10000"}},
+		{name: "the loss accepted by its size", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
+			req: RecoverRequest{ConfirmLost: []string{"cp-1"}, AcceptDataLoss: 10_000}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5},
+		{name: "the loss accepted by another size", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
+			req: RecoverRequest{ConfirmLost: []string{"etcd-1"}, AcceptDataLoss: 9_999}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5,
+			blockedBy: []string{"10000 entries behind"}},
+		{name: "a mark of another cluster says nothing", st: Status{QuorumLoss: loss, RaftMark: &RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering, req: confirmed,
 			survivor: "etcd-4", bump: bumpWithoutMark},
-		{name: "no survivor", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(), bump: bumpWithoutMark, blockedBy: []string{"no member answers"}},
+		{name: "no survivor", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(), req: confirmed, bump: bumpWithoutMark, blockedBy: []string{"no member answers"}},
 		{name: "the far side: a lost member's BMC reads it on", obs: answering, survivor: "etcd-4", bump: 90_100 / 5,
-			st: Status{RaftMark: mark, QuorumLoss: &QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, Lost: []LostVoter{
-				{Member: "etcd-1", Machine: "cp-1", Evidence: "maxAttempts power-cycles did not bring it back", PoweredOn: true},
-				{Member: "etcd-2", Machine: "cp-2"}}}},
+			st: Status{RaftMark: mark, QuorumLoss: farSide},
 			blockedBy: []string{"cp-1 (etcd-1): its BMC reads the host powered on; it may be serving on the far side of a partition",
 				"cp-2 (etcd-2): nothing says it will not come back (no evidence)"}},
+		{name: "the far side, confirmed by name", obs: answering, survivor: "etcd-4", bump: 90_100 / 5, req: RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}},
+			st: Status{RaftMark: mark, QuorumLoss: farSide}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.st.Time = now
-			p := PlanRecovery(tc.st, inv, tc.obs)
+			p := PlanRecovery(tc.st, inv, tc.obs, tc.req)
 			if tc.survivor == "" {
 				assert.Nil(t, p.Survivor)
 			} else if assert.NotNil(t, p.Survivor) {
@@ -80,23 +92,26 @@ func TestPlanRecovery(t *testing.T) {
 			}
 			assert.Equal(t, tc.atRisk, p.DataAtRisk)
 			assert.Equal(t, max(tc.bump, minBump), p.BumpRevision, p.BumpWhy)
-			require.Len(t, p.Blockers, len(tc.blockedBy), "%q", p.Blockers)
-			for i, b := range tc.blockedBy {
-				assert.Contains(t, p.Blockers[i], b)
+			blockers := strings.Join(p.Blockers, "\n")
+			if len(tc.blockedBy) == 0 {
+				assert.Empty(t, p.Blockers)
+			}
+			for _, b := range tc.blockedBy {
+				assert.Contains(t, blockers, b)
 			}
 			text := p.String()
-			assert.Contains(t, text, "Hale does not carry out a recovery itself yet")
+			assert.Contains(t, text, "nothing was changed: `hub recover --yes` carries the plan out")
 			assert.Equal(t, len(p.Blockers) > 0, strings.Contains(text, "NOT READY"))
 		})
 	}
 
-	p := PlanRecovery(Status{Time: now, QuorumLoss: loss, RaftMark: mark}, inv, answering)
+	p := PlanRecovery(Status{Time: now, QuorumLoss: loss, RaftMark: mark}, inv, answering, confirmed)
 	assert.Equal(t, []FenceStep{
-		{Machine: "cp-1", Member: "etcd-1", How: "its BMC (redfish+http://10.0.0.1:80/systems/1) does not answer: make sure by hand that it is off, and confirm by name"},
+		{Machine: "cp-1", Member: "etcd-1", How: "its BMC (redfish+http://10.0.0.1:80/systems/1) does not answer: make sure by hand that it is off, and confirm it by name", ByHand: true},
 		{Machine: "cp-2", Member: "etcd-2", How: "power off through its BMC (redfish+http://10.0.0.2:80/systems/1) and read back Off"},
 		{Machine: "cp-3", Member: "etcd-3", How: "power off through its BMC (redfish+http://10.0.0.3:80/systems/1) and read back Off"},
 	}, p.Fence)
-	assert.Contains(t, strings.Join(p.Steps, "\n"), "etcdutl snapshot restore --skip-hash-check --bump-revision 18020 --mark-compacted")
+	assert.Contains(t, strings.Join(p.Steps, "\n"), "revision bump 18020, the latest revision marked compacted")
 	assert.Equal(t, []string{"etcd-4", "etcd-0"}, []string{p.Candidates[0].Member, p.Candidates[1].Member})
 }
 
@@ -162,15 +177,123 @@ func TestRecoveryPlanOnARunningHub(t *testing.T) {
 	assert.True(t, slices.ContainsFunc(said, func(s string) bool { return strings.HasPrefix(s, "quorum lost FOR GOOD") }), "%q", said)
 	mu.Unlock()
 	p = r.hub.RecoveryPlan(ctx)
-	require.Len(t, p.Blockers, 1, "%q", p.Blockers)
-	assert.Contains(t, p.Blockers[0], "50 entries behind the journaled mark")
+	require.Len(t, p.Blockers, 3, "%q", p.Blockers)
+	assert.Contains(t, p.Blockers[0], "cp-1 (etcd-1): the hub cannot fence it")
+	assert.Contains(t, p.Blockers[2], "50 entries behind the journaled mark")
 	assert.Contains(t, p.Fence[0].How, "does not answer: make sure by hand that it is off")
 
 	pool.mu.Lock()
 	pool.behind["cp-0"] = 0
 	pool.mu.Unlock()
 	p = r.hub.RecoveryPlan(ctx)
-	assert.Empty(t, p.Blockers, "the survivor at the mark: ready")
+	assert.Len(t, p.Blockers, 2, "the survivor at the mark: only the operator's word is missing")
 	assert.Zero(t, p.DataAtRisk)
 	assert.Equal(t, uint64(minBump), p.BumpRevision)
+
+	// The hub cannot fence them: the operator's word, by name.
+	p, err = r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "etcd-2"}, By: "alice"})
+	require.NoError(t, err)
+	assert.NotEmpty(t, p.Token)
+	for _, f := range p.Fence {
+		assert.True(t, f.Fenced, f.Machine)
+		assert.Equal(t, "confirmed off by name by alice", f.How)
+	}
+}
+
+// `hub recover --yes` on a running hub: refused, with nothing changed, until every lost member that
+// reads powered on is confirmed by name and the data at risk is accepted by its size; then journaled,
+// the hub paused, every lost member powered off through its (simulated Redfish) BMC and read back
+// Off. Run again, it resumes the same recovery; two at once, the second is refused; the survivor
+// answering as a new cluster ends it.
+func TestRecoverFencesThroughTheBMCs(t *testing.T) {
+	pool := newTestPool(3)
+	pool.witnesses = []string{"w-1", "w-2"}
+	r := newPassRig(t, pool, testPolicy(), nil)
+	r.hub.cfg.BMCCheckInterval = time.Hour
+	r.hub.cfg.BMC.Retries = -1
+	ctx := t.Context()
+	r.run(t)
+	r.awaitPasses(t, 3)
+	require.NoError(t, r.hub.SetSuspended(ctx, true, "test", "nothing power-cycled"))
+	pool.mu.Lock()
+	pool.behind["cp-0"] = 50
+	pool.mu.Unlock()
+	r.awaitPasses(t, 3)
+	pool.mu.Lock()
+	pool.frozen = true
+	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
+	pool.mu.Unlock()
+	require.Eventually(t, func() bool {
+		st := r.hub.Status(ctx)
+		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.QuorumLoss.Lost[1].PoweredOn
+	}, 10*time.Second, 10*time.Millisecond, "quorum lost, the lost members' BMCs read on")
+
+	unchanged := func() {
+		t.Helper()
+		assert.Equal(t, "On", r.sim.PowerState("cp-1"))
+		assert.Equal(t, "On", r.sim.PowerState("cp-2"))
+		assert.Equal(t, Running, r.hub.PauseState())
+		rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+		require.NoError(t, err)
+		assert.Nil(t, rec, "nothing journaled")
+	}
+	for _, tc := range []struct {
+		req  RecoverRequest
+		want []string
+	}{
+		{RecoverRequest{}, []string{"cp-1 (etcd-1): its BMC reads the host powered on", "--confirm-lost cp-2", "--accept-data-loss 50"}},
+		{RecoverRequest{ConfirmLost: []string{"cp-1"}, AcceptDataLoss: 50}, []string{"--confirm-lost cp-2"}},
+		{RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, AcceptDataLoss: 49}, []string{"--accept-data-loss 50"}},
+		{RecoverRequest{ConfirmLost: []string{"cp-1", "cp-9"}}, []string{"--confirm-lost cp-9: not a lost voter of the plan (lost: cp-1, cp-2)"}},
+	} {
+		_, err := r.hub.Recover(ctx, tc.req)
+		require.ErrorIs(t, err, ErrRefused, "%+v", tc.req)
+		for _, w := range tc.want {
+			assert.Contains(t, err.Error(), w)
+		}
+		unchanged()
+	}
+	r.hub.recovering.Lock()
+	_, err := r.hub.Recover(ctx, RecoverRequest{})
+	r.hub.recovering.Unlock()
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "being carried out by another `hub recover --yes` right now")
+	unchanged()
+
+	confirmed := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, AcceptDataLoss: 50, By: "alice"}
+	p, err := r.hub.Recover(ctx, confirmed)
+	require.NoError(t, err)
+	require.NotEmpty(t, p.Token)
+	assert.Equal(t, "etcd-0", p.Survivor.Member)
+	for _, f := range p.Fence {
+		assert.True(t, f.Fenced, f.Machine)
+		assert.Contains(t, f.How, "powered off through its BMC")
+		assert.Equal(t, "Off", r.sim.PowerState(f.Machine), f.Machine)
+	}
+	assert.Equal(t, "On", r.sim.PowerState("cp-0"), "the survivor is never fenced")
+	assert.Equal(t, Paused, r.hub.PauseState())
+	rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, rec)
+	assert.Equal(t, p.Token, rec.Plan.Token)
+	assert.Equal(t, "alice", rec.By)
+	assert.Contains(t, p.String(), "every lost member is fenced; go on on the survivor with `agent recover --plan FILE`")
+
+	// Again: the same recovery, resumed; nothing sent to the BMCs.
+	resets := len(r.sim.Resets("cp-1"))
+	again, err := r.hub.Recover(ctx, RecoverRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, p.Token, again.Token)
+	assert.Len(t, r.sim.Resets("cp-1"), resets)
+	assert.Equal(t, p.Token, r.hub.RecoveryPlan(ctx).Token, "the plan shown is the one under way")
+
+	// The survivor answers as a new cluster: the recovery is done, a new plan is made again.
+	pool.mu.Lock()
+	pool.clusterID = "5eed"
+	pool.mu.Unlock()
+	assert.Empty(t, r.hub.RecoveryPlan(ctx).Token)
+	rec, err = r.hub.cfg.Recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, rec.Done)
+	assert.Equal(t, "5eed", rec.NewClusterID)
 }

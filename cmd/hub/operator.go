@@ -177,44 +177,7 @@ func operatorCommands() []*cobra.Command {
 	}
 	cmds = append(cmds, explain)
 
-	recoverCmd := &cobra.Command{Use: "recover", Short: "Show how etcd would be rebuilt from its most advanced survivor after a permanent loss of quorum",
-		Long: `recover prints the recovery plan after a permanent loss of etcd's quorum: the survivor (the highest
-raft index among the members that answer) and why, the data at risk against the raft mark the hub has
-journaled, the lost members to fence and how, the revision bump, and each step. It changes nothing.
-What keeps the plan from going ahead as it stands is listed under NOT READY, with what to do: quorum
-not lost, a lost member whose BMC reads it powered on (it may serve on the far side of a partition), a
-survivor behind the mark.
-
-Hale does not carry out the recovery itself yet: docs/operating.md says how to follow the plan.
-
-Exit codes: 0 the plan is ready, 2 something keeps it from going ahead (NOT READY), 4 the hub's API
-could not be reached.`,
-		Args: cobra.NoArgs}
-	recoverOutput := cli.OutputFlag(recoverCmd)
-	recoverCmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := usageErr(cli.CheckOutput(*recoverOutput)); err != nil {
-			return err
-		}
-		c, err := f.client()
-		if err != nil {
-			return err
-		}
-		var p hub.RecoveryPlan
-		if err := c.do(cmd.Context(), http.MethodGet, "/v1/recovery", nil, &p); err != nil {
-			return err
-		}
-		ok, err := cli.WriteData(cmd.OutOrStdout(), *recoverOutput, p)
-		if !ok {
-			_, err = io.WriteString(cmd.OutOrStdout(), p.String())
-		}
-		if err != nil {
-			return err
-		}
-		if len(p.Blockers) > 0 {
-			return &codedError{exitRefused, fmt.Errorf("the recovery plan is not ready: %s", strings.Join(p.Blockers, "; "))}
-		}
-		return nil
-	}
+	recoverCmd := newRecoverCommand(f)
 	cmds = append(cmds, recoverCmd)
 
 	cmds = append(cmds, newRebootCommand(f))

@@ -66,13 +66,15 @@ detached by an operator and its BMC refuses the login. The field names are the A
 		title   string
 		args    []string
 		formats []string
+		exit    int
 	}{
-		{"hub status", []string{"status"}, []string{"table", "wide", "json", "yaml"}},
-		{"hub explain", []string{"explain", "cp-2"}, []string{"table", "json", "yaml"}},
-		{"hub reboot", []string{"reboot", "cp-1", "--dry-run"}, []string{"table", "json"}},
-		{"hub reboot --wait", []string{"reboot", "cp-1", "--wait"}, []string{"table", "yaml"}},
-		{"hub recover", []string{"recover"}, []string{"table", "json"}},
-		{"hub plan", []string{"plan", "-f", "../../examples/quorum-lost.yaml"}, []string{"table", "json"}},
+		{"hub status", []string{"status"}, []string{"table", "wide", "json", "yaml"}, 0},
+		{"hub explain", []string{"explain", "cp-2"}, []string{"table", "json", "yaml"}, 0},
+		{"hub reboot", []string{"reboot", "cp-1", "--dry-run"}, []string{"table", "json"}, 0},
+		{"hub reboot --wait", []string{"reboot", "cp-1", "--wait"}, []string{"table", "yaml"}, 0},
+		{"hub recover", []string{"recover"}, []string{"table", "json"}, exitRefused},
+		{"hub recover --yes", []string{"recover", "--yes", "--confirm-lost", "cp-3"}, []string{"table", "json"}, 0},
+		{"hub plan", []string{"plan", "-f", "../../examples/quorum-lost.yaml"}, []string{"table", "json"}, 0},
 	}
 	for _, c := range cases {
 		fmt.Fprintf(&page, "\n## %s\n", c.title)
@@ -84,7 +86,12 @@ detached by an operator and its BMC refuses the login. The field names are the A
 			var out, errOut bytes.Buffer
 			cmd := newRootCommand(&out, &errOut)
 			cmd.SetArgs(args)
-			require.NoError(t, cmd.Execute(), "hub %s: %s", strings.Join(args, " "), errOut.String())
+			err := cmd.Execute()
+			if c.exit == 0 {
+				require.NoError(t, err, "hub %s: %s", strings.Join(args, " "), errOut.String())
+			} else {
+				require.Equal(t, c.exit, exitCode(err), "hub %s: %v", strings.Join(args, " "), err)
+			}
 			shown := strings.Join(append(append([]string{}, c.args...), "-o", o), " ")
 			shown = strings.Replace(shown, "../../examples/", "examples/", 1)
 			if o == "json" || o == "yaml" {
@@ -192,10 +199,18 @@ func fixedAPI(t *testing.T) http.Handler {
 	survivor := health.Report{Node: "cp-1", SentAt: t0.Add(-time.Second),
 		Etcd: &health.EtcdView{ClusterID: mark.ClusterID, LocalName: "etcd-1", RaftTerm: 4, RaftIndex: 48213, ObservedAt: t0.Add(-time.Second)}}
 	recovery := hub.PlanRecovery(lossStatus, recoverInv, hub.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
-		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}})
-	require.Empty(t, recovery.Blockers)
+		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, hub.RecoverRequest{})
+	require.Len(t, recovery.Blockers, 1, "cp-3's BMC does not answer: the operator's word is needed")
+	// `hub recover --yes --confirm-lost cp-3`: journaled, cp-2 fenced through its BMC, cp-3 on the operator's word.
+	begun := hub.PlanRecovery(lossStatus, recoverInv, hub.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
+		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, hub.RecoverRequest{ConfirmLost: []string{"cp-3"}})
+	require.Empty(t, begun.Blockers)
+	begun.Token = "hale-8e9e05c52164694d-1795683600"
+	begun.Fence[0].Fenced, begun.Fence[0].How = true, "powered off through its BMC (redfish://10.0.0.12:443/systems/1), read back Off: already Off: nothing sent"
+	begun.Fence[1].Fenced, begun.Fence[1].How = true, "confirmed off by name by operator@laptop"
 	answers := map[string]any{
 		"GET /v1/recovery":               recovery,
+		"POST /v1/recovery":              begun,
 		"GET /v1/status":                 st,
 		"GET /v1/machines/cp-2/explain":  explain,
 		"GET /v1/remediations/cp-1/0003": manual,

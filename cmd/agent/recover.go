@@ -1,0 +1,130 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hale-dev/hale/recovery"
+)
+
+// recoverFlags are `agent recover`'s.
+type recoverFlags struct {
+	config, plan, layout, manifest, unit, dataDir, stateDir, endpoint string
+	stopTimeout, startTimeout                                         time.Duration
+}
+
+// Layouts `agent recover` knows.
+const (
+	layoutStaticPod = "static-pod"
+	layoutSystemd   = "systemd"
+)
+
+func newRecoverCommand(stdout, stderr io.Writer) *cobra.Command {
+	var f recoverFlags
+	cmd := &cobra.Command{
+		Use:   "recover --plan FILE",
+		Short: "Rebuild etcd on this node, the survivor, after a permanent loss of quorum (the node's part of `hub recover`)",
+		Long: `recover carries out the survivor's part of a recovery from a permanent loss of etcd's quorum, with the
+plan the hub wrote once it fenced the lost members (` + "`hub recover --yes`" + `, then ` + "`hub recover -o json > FILE`" + `).
+
+It checks the plan again here, changing nothing if any check fails: this node's member is the plan's
+survivor, of the plan's etcd cluster, not behind the plan's raft index; etcd has no quorum (a
+linearizable read fails); no fenced member answers at its peer URL. Then it stops the member (kubeadm's
+static pod: the manifest is moved out of the kubelet's directory; systemd: the unit is stopped), moves
+the data directory's member/ aside (kept, never deleted), restores the member's own database with
+etcd's restore (the plan's revision bump, the latest revision marked compacted, the plan's new cluster
+token: a new cluster ID), and starts it as a one-member cluster, waiting until it answers.
+
+Each step is journaled in --state-dir; run the same command again after a crash and it resumes. One
+recovery runs on a node at a time. Run it as root: it moves the manifest and the data directory.
+
+The agent's DaemonSet has no write access to manifests or data directories: run this on the host
+(the agent binary is static), or from a pod the operator adds for the purpose (docs/operating.md).`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, p, err := f.node(stdout, stderr)
+			if err != nil {
+				return err
+			}
+			r, err := recovery.Recover(cmd.Context(), n, p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "recovered: %s is etcd cluster %s, one member, at revision %d; its old data is kept in %s\n"+
+				"next: add the other members back one at a time (as learners, on empty data directories), restart every kube-apiserver, then `hub resume`\n",
+				r.Member, r.NewClusterID, r.Revision, r.Aside)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.plan, "plan", "", "the recovery plan, from `hub recover -o json` once `hub recover --yes` has fenced (required)")
+	fl.StringVar(&f.config, "config", "", "the agent's config file, for how to reach the local etcd member (etcd.endpoint, etcd.tls)")
+	fl.StringVar(&f.endpoint, "etcd-endpoint", "", "the local member's client URL (default: the config's, or kubeadm's https://127.0.0.1:2379)")
+	fl.StringVar(&f.layout, "layout", layoutStaticPod, "how etcd runs here: static-pod (kubeadm) or systemd")
+	fl.StringVar(&f.manifest, "manifest", "/etc/kubernetes/manifests/etcd.yaml", "with static-pod: etcd's manifest (its --data-dir is read from it)")
+	fl.StringVar(&f.unit, "unit", "etcd.service", "with systemd: etcd's unit")
+	fl.StringVar(&f.dataDir, "data-dir", "", "the member's data directory (static-pod: default from the manifest; systemd: required)")
+	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/hale/recovery", "the recovery's journal and lock, on this node")
+	fl.DurationVar(&f.stopTimeout, "stop-timeout", 90*time.Second, "how long the member may take to stop")
+	fl.DurationVar(&f.startTimeout, "start-timeout", 2*time.Minute, "how long the rebuilt member may take to answer")
+	return cmd
+}
+
+// node checks the flags and makes the recovery's view of this node.
+func (f recoverFlags) node(stdout, stderr io.Writer) (recovery.Node, recovery.Plan, error) {
+	if f.plan == "" {
+		return recovery.Node{}, recovery.Plan{}, errors.New("--plan: required (write it with `hub recover -o json > FILE` once `hub recover --yes` has fenced)")
+	}
+	p, err := recovery.ReadPlan(f.plan)
+	if err != nil {
+		return recovery.Node{}, recovery.Plan{}, err
+	}
+	n := recovery.Node{DataDir: f.dataDir, StateDir: f.stateDir, Out: stdout, StopTimeout: f.stopTimeout, StartTimeout: f.startTimeout,
+		Log: slog.New(slog.NewJSONHandler(stderr, nil))}
+	switch f.layout {
+	case layoutStaticPod:
+		m, err := recovery.ManifestMember(f.manifest)
+		if err != nil {
+			return n, p, fmt.Errorf("--manifest: %w", err)
+		}
+		n.Layout = recovery.StaticPod{Manifest: f.manifest, Parked: filepath.Join(f.stateDir, filepath.Base(f.manifest))}
+		if n.DataDir == "" {
+			n.DataDir = m.DataDir
+		}
+	case layoutSystemd:
+		if n.DataDir == "" {
+			return n, p, errors.New("--data-dir: required with --layout systemd (etcd's --data-dir, e.g. /var/lib/etcd)")
+		}
+		n.Layout = recovery.Systemd{Unit: f.unit}
+	default:
+		return n, p, fmt.Errorf("--layout %q: want %s or %s", f.layout, layoutStaticPod, layoutSystemd)
+	}
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return n, p, err
+	}
+	e := cfg.Etcd
+	if f.endpoint != "" {
+		e.Endpoint = f.endpoint
+	}
+	e = e.WithDefaults()
+	n.Endpoint = e.Endpoint
+	if strings.HasPrefix(e.Endpoint, "https://") {
+		var tc *tls.Config
+		if tc, err = e.TLS.Config(); err != nil {
+			return n, p, fmt.Errorf("etcd at %s: %w (etcd.tls in --config)", e.Endpoint, err)
+		}
+		n.TLS = tc
+	}
+	return n, p, nil
+}

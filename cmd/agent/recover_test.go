@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// `agent recover` refuses bad input with an error that names what is wrong, before it touches
+// anything (the recovery itself runs against real etcd members in recovery/).
+func TestRecoverCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	ready := write("plan.json", `{"survivor": {"member": "etcd-1", "clusterID": "c1", "index": 10}, "bumpRevision": 10000, "token": "hale-c1-1",
+		"fence": [{"machine": "cp-2", "member": "etcd-2", "fenced": true}]}`)
+	manifest := write("etcd.yaml", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: etcd\n    command: [etcd, --name=etcd-1, --data-dir=/nonexistent/etcd]\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no plan", nil, "--plan: required"},
+		{"no such plan", []string{"--plan", filepath.Join(dir, "none.json")}, "recovery plan: open"},
+		{"not JSON", []string{"--plan", write("bad.json", "survivor: x")}, "write it with `hub recover --yes -o json > FILE`"},
+		{"a plan only", []string{"--plan", write("plan-only.json", `{"survivor": {"member": "etcd-1", "clusterID": "c1"}, "bumpRevision": 10000}`)},
+			"no new cluster token: it was not made by `hub recover --yes`"},
+		{"not ready", []string{"--plan", write("blocked.json", `{"survivor": {"member": "etcd-1", "clusterID": "c1"}, "token": "t", "bumpRevision": 1, "blockers": ["cp-2 powered on"]}`)},
+			"it is not ready: cp-2 powered on"},
+		{"not fenced", []string{"--plan", write("unfenced.json", `{"survivor": {"member": "etcd-1", "clusterID": "c1"}, "token": "t", "bumpRevision": 1,
+			"fence": [{"machine": "cp-2", "member": "etcd-2", "how": "its BMC does not answer"}]}`)}, "cp-2 (etcd-2) is not fenced: run `hub recover --yes` again"},
+		{"no bump", []string{"--plan", write("nobump.json", `{"survivor": {"member": "etcd-1", "clusterID": "c1"}, "token": "t"}`)}, "bumpRevision is 0"},
+		{"bad layout", []string{"--plan", ready, "--layout", "docker"}, `--layout "docker": want static-pod or systemd`},
+		{"systemd without a data directory", []string{"--plan", ready, "--layout", "systemd"}, "--data-dir: required with --layout systemd"},
+		{"no manifest", []string{"--plan", ready, "--manifest", filepath.Join(dir, "none.yaml")}, "--manifest: etcd manifest: open"},
+		{"a manifest without etcd", []string{"--plan", ready, "--manifest", write("pod.yaml", "spec:\n  containers:\n  - name: nginx\n")}, "no container named etcd"},
+		{"no local member", []string{"--plan", ready, "--manifest", manifest, "--state-dir", filepath.Join(dir, "state"), "--etcd-endpoint", "http://127.0.0.1:1"},
+			"the local member at http://127.0.0.1:1 does not answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), append([]string{"recover"}, tc.args...), io.Discard, io.Discard, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := os.Stat(filepath.Join(dir, "state", "recovery.json"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "nothing journaled when a check fails")
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/internal/cli"
+)
+
+// newRecoverCommand is `hub recover`: the plan after a permanent loss of quorum, and with --yes the
+// hub's part of carrying it out.
+func newRecoverCommand(f *apiFlags) *cobra.Command {
+	var req hub.RecoverRequest
+	var yes bool
+	cmd := &cobra.Command{Use: "recover [--yes [--confirm-lost MACHINE,...] [--accept-data-loss N]]",
+		Short: "Plan, then begin, etcd's rebuild from its most advanced survivor after a permanent loss of quorum",
+		Long: `recover prints the recovery plan after a permanent loss of etcd's quorum: the survivor (the highest
+raft index among the members that answer) and why, the data at risk against the raft mark the hub has
+journaled, the lost members to fence and how, the revision bump, and each step. Without --yes it
+changes nothing. What keeps the plan from going ahead is listed under NOT READY, with what to do:
+quorum not lost, a lost member whose BMC reads it powered on (it may serve on the far side of a
+partition), one the hub cannot fence, a survivor behind the mark.
+
+With --yes the hub carries out its part: it journals the recovery with a new cluster token, pauses
+itself, and fences every lost member (powered off through its BMC and read back Off). Run again, it
+resumes the recovery it journaled; while one is being carried out, a second is refused. Then, on the
+survivor: ` + "`agent recover --plan FILE`" + ` with FILE from ` + "`hub recover -o json`" + `.
+
+--confirm-lost names machines you have checked yourself: lost for good, and off. It is needed for a
+lost member whose BMC reads it powered on, one with no evidence that it will not come back, and one
+the hub cannot fence (no BMC, or a BMC that does not answer). --accept-data-loss N, when the survivor
+is N raft entries behind the hub's journaled mark, accepts losing them; N must be the plan's figure.
+
+Exit codes: 0 the plan is ready (with --yes: fenced), 1 bad usage, 2 something keeps it from going
+ahead (NOT READY, or refused), 4 the hub's API could not be reached.`,
+		Args: cobra.NoArgs}
+	output := cli.OutputFlag(cmd)
+	fl := cmd.Flags()
+	fl.BoolVar(&yes, "yes", false, "carry out the hub's part: journal, pause, fence")
+	fl.StringSliceVar(&req.ConfirmLost, "confirm-lost", nil, "machines you confirm by name to be lost for good and off (with --yes)")
+	fl.Uint64Var(&req.AcceptDataLoss, "accept-data-loss", 0, "accept losing this many raft entries: the plan's data at risk, exactly (with --yes)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := usageErr(cli.CheckOutput(*output)); err != nil {
+			return err
+		}
+		if !yes && (len(req.ConfirmLost) > 0 || req.AcceptDataLoss > 0) {
+			return &codedError{exitUsage, fmt.Errorf("--confirm-lost and --accept-data-loss go with --yes: without it nothing is done")}
+		}
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		var p hub.RecoveryPlan
+		if yes {
+			if host, err := os.Hostname(); err == nil {
+				req.By = "operator@" + host
+			}
+			err = c.do(cmd.Context(), http.MethodPost, "/v1/recovery", req, &p)
+		} else {
+			err = c.do(cmd.Context(), http.MethodGet, "/v1/recovery", nil, &p)
+		}
+		if err != nil {
+			return err
+		}
+		ok, err := cli.WriteData(cmd.OutOrStdout(), *output, p)
+		if !ok {
+			_, err = io.WriteString(cmd.OutOrStdout(), p.String())
+		}
+		if err != nil {
+			return err
+		}
+		if len(p.Blockers) > 0 {
+			return &codedError{exitRefused, fmt.Errorf("the recovery plan is not ready: %s", strings.Join(p.Blockers, "; "))}
+		}
+		return nil
+	}
+	return cmd
+}

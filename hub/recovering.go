@@ -1,0 +1,197 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// RecoverRequest is `hub recover --yes`: carry the recovery plan out, as far as the hub's part goes
+// (pause, journal, fence). What the operator confirms clears what the hub cannot know by itself.
+type RecoverRequest struct {
+	// ConfirmLost are machines (or members) the operator confirms by name to be lost and off: a lost
+	// voter whose BMC reads it powered on, one without evidence, one the hub cannot fence.
+	ConfirmLost []string `json:"confirmLost,omitempty"`
+	// AcceptDataLoss, when the survivor is behind the journaled raft mark, must name the gap exactly.
+	AcceptDataLoss uint64 `json:"acceptDataLoss,omitempty"`
+	By             string `json:"by,omitempty"`
+}
+
+// confirms says whether the operator confirmed the machine (or its member) lost by name.
+func (r RecoverRequest) confirms(machine, member string) bool {
+	return slices.Contains(r.ConfirmLost, machine) || slices.Contains(r.ConfirmLost, member)
+}
+
+// RecoveryRecord is a recovery the hub began, journaled before its first BMC request.
+type RecoveryRecord struct {
+	// Plan is the plan as begun (its survivor, bump and token are kept), each fence step marked as done.
+	Plan  RecoveryPlan `json:"plan"`
+	By    string       `json:"by"`
+	Began time.Time    `json:"began"`
+	// Done is when the survivor was seen answering as a new etcd cluster (NewClusterID).
+	Done         *time.Time `json:"done,omitempty"`
+	NewClusterID string     `json:"newClusterID,omitempty"`
+}
+
+// RecoveryStore keeps the recovery under way across hub restarts: the bbolt journal does (the
+// standalone hub's, and the degraded-mode journal of a hub in Kubernetes mode).
+type RecoveryStore interface {
+	Recovery(ctx context.Context) (*RecoveryRecord, error)
+	RecordRecovery(ctx context.Context, r RecoveryRecord) error
+}
+
+// underway returns the recovery under way (nil: none), recording it done once the survivor answers as
+// a new etcd cluster.
+func (h *Hub) underway(ctx context.Context) (*RecoveryRecord, error) {
+	store := h.cfg.Recoveries
+	if store == nil {
+		return nil, nil
+	}
+	rec, err := store.Recovery(ctx)
+	if err != nil || rec == nil || rec.Done != nil {
+		return nil, err
+	}
+	s := rec.Plan.Survivor
+	for _, r := range h.gossipNow().Reports {
+		if e := r.Etcd; e != nil && s != nil && e.LocalName == s.Member && e.ClusterID != "" && e.ClusterID != s.ClusterID {
+			now := time.Now().UTC()
+			rec.Done, rec.NewClusterID = &now, e.ClusterID
+			if err := store.RecordRecovery(ctx, *rec); err != nil {
+				return rec, err
+			}
+			h.log.Info("etcd recovery done: the survivor answers as a new cluster", "survivor", s.Member, "cluster", e.ClusterID, "token", rec.Plan.Token)
+			return nil, nil
+		}
+	}
+	return rec, nil
+}
+
+// Recover carries the hub's part of a recovery out: it checks the plan (with what the operator
+// confirmed), journals it with a new cluster token, pauses the hub, and fences every lost member
+// (power off through its BMC, read back Off; by the operator's word where no BMC can). A recovery
+// under way is resumed, never begun twice; one that is being carried out right now refuses a second
+// caller. The survivor's part is `agent recover` with the returned plan.
+func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, error) {
+	store := h.cfg.Recoveries
+	if store == nil {
+		return RecoveryPlan{}, fmt.Errorf("%w: this hub keeps no journal to record a recovery in (in Kubernetes mode, run the hub with --degraded-journal: "+
+			"a recovery happens while the API server is down)", ErrRefused)
+	}
+	if why := h.standby(); why != "" {
+		return RecoveryPlan{}, fmt.Errorf("%w: %s", ErrRefused, why)
+	}
+	if !h.recovering.TryLock() {
+		return RecoveryPlan{}, fmt.Errorf("%w: a recovery is being carried out by another `hub recover --yes` right now: wait for it to return", ErrRefused)
+	}
+	defer h.recovering.Unlock()
+	by := cmp.Or(req.By, "operator")
+	rec, err := h.underway(ctx)
+	if err != nil {
+		return RecoveryPlan{}, fmt.Errorf("reading the recovery journal: %w", err)
+	}
+	if rec == nil {
+		inv := h.inventory()
+		p := PlanRecovery(h.Status(ctx), inv, h.gossipNow(), req)
+		if err := unknownConfirmations(p, req); err != nil {
+			return p, err
+		}
+		if len(p.Blockers) > 0 {
+			return p, fmt.Errorf("%w: the recovery plan is not ready: %s", ErrRefused, strings.Join(p.Blockers, "; "))
+		}
+		p.Token = fmt.Sprintf("hale-%s-%d", p.Survivor.ClusterID, time.Now().Unix())
+		rec = &RecoveryRecord{Plan: p, By: by, Began: time.Now().UTC()}
+		if err := store.RecordRecovery(ctx, *rec); err != nil {
+			return p, fmt.Errorf("journaling the recovery before any BMC request: %w", err)
+		}
+		h.log.Warn("etcd recovery begun", "by", by, "survivor", p.Survivor.Member, "token", p.Token, "bumpRevision", p.BumpRevision)
+	} else if err := unknownConfirmations(rec.Plan, req); err != nil {
+		return rec.Plan, err
+	}
+	if err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
+		return rec.Plan, err
+	}
+	inv := h.inventory()
+	for i := range rec.Plan.Fence {
+		f := &rec.Plan.Fence[i]
+		if f.Fenced {
+			continue
+		}
+		if err := h.fence(ctx, inv, f, req, by); err != nil {
+			return rec.Plan, fmt.Errorf("fencing %s (%s): %w; the recovery is journaled (token %s): run `hub recover --yes` again once it is fixed",
+				f.Machine, f.Member, err, rec.Plan.Token)
+		}
+		if err := store.RecordRecovery(ctx, *rec); err != nil {
+			return rec.Plan, fmt.Errorf("journaling the fence of %s: %w", f.Machine, err)
+		}
+		h.log.Warn("etcd recovery: fenced", "machine", f.Machine, "member", f.Member, "how", f.How, "token", rec.Plan.Token)
+	}
+	return rec.Plan, nil
+}
+
+// unknownConfirmations refuses a confirmation that names no lost voter of the plan (a typo must not
+// read as a confirmation given).
+func unknownConfirmations(p RecoveryPlan, req RecoverRequest) error {
+	var names []string
+	for _, f := range p.Fence {
+		names = append(names, f.Machine)
+	}
+	for _, c := range req.ConfirmLost {
+		if !slices.ContainsFunc(p.Fence, func(f FenceStep) bool { return f.Machine == c || f.Member == c }) {
+			return fmt.Errorf("%w: --confirm-lost %s: not a lost voter of the plan (lost: %s)", ErrRefused, c, cmp.Or(strings.Join(names, ", "), "none"))
+		}
+	}
+	return nil
+}
+
+// pauseForRecovery pauses the hub for the recovery and waits until no remediation is inside an
+// irreversible step.
+func (h *Hub) pauseForRecovery(ctx context.Context, by, token string) error {
+	if err := h.SetPaused(ctx, true, by, "etcd recovery "+token); err != nil {
+		return fmt.Errorf("pausing the hub for the recovery: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for h.PauseState() != Paused {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the hub is pausing, but a remediation is still inside an irreversible step after 30 s (hub status): run `hub recover --yes` again once it is Paused", ErrRefused)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// fence powers a lost member's machine off through its BMC and reads it back Off, or takes the
+// operator's word by name where the hub cannot.
+func (h *Hub) fence(ctx context.Context, inv Inventory, f *FenceStep, req RecoverRequest, by string) error {
+	confirmed := req.confirms(f.Machine, f.Member)
+	m, ok := inv.Machine(f.Machine)
+	if f.ByHand || !ok || m.Endpoint.Driver == "" {
+		if !confirmed {
+			return fmt.Errorf("%w: the hub cannot fence it (%s): make sure it is off, then confirm it by name (--confirm-lost %s)", ErrRefused, f.How, f.Machine)
+		}
+		f.Fenced, f.How = true, fmt.Sprintf("confirmed off by name by %s", by)
+		return nil
+	}
+	power, err := h.cfg.PowerFor(m)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	res, err := h.logins.guard(m, power).ForceOff(fctx)
+	if err != nil {
+		if !confirmed {
+			return fmt.Errorf("its BMC (%s): %w: fix the BMC, or make sure by hand that it is off and confirm it by name (--confirm-lost %s)", m.Endpoint, err, f.Machine)
+		}
+		f.Fenced, f.How = true, fmt.Sprintf("its BMC failed (%v); confirmed off by name by %s", err, by)
+		return nil
+	}
+	f.Fenced, f.How = true, fmt.Sprintf("powered off through its BMC (%s), read back Off: %s", m.Endpoint, res.Evidence)
+	return nil
+}

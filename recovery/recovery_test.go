@@ -1,0 +1,480 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/hale-dev/hale/test/kubeassets"
+	"github.com/hale-dev/hale/test/proc"
+)
+
+// member is one control-plane machine of the test: its etcd runs as a static pod, from a kubeadm-style
+// manifest, under a stand-in for the kubelet (below) that runs the real etcd binary.
+type member struct {
+	name, dir, manifest string
+	client, peer        string
+	kubelet             *kubelet
+}
+
+type cluster struct {
+	t       *testing.T
+	members []*member
+}
+
+// startCluster starts n real etcd members, each as a static pod of its own node directory.
+func startCluster(t *testing.T, n int) *cluster {
+	etcd := filepath.Join(kubeassets.Dir(), "etcd")
+	if _, err := os.Stat(etcd); err != nil {
+		t.Fatalf("the etcd binary (test/kube/build-assets builds it, or set KUBEBUILDER_ASSETS): %v", err)
+	}
+	c := &cluster{t: t}
+	var initial []string
+	for i := range n {
+		node := t.TempDir()
+		m := &member{name: fmt.Sprintf("etcd-%d", i+1), dir: filepath.Join(node, "var-lib-etcd"), manifest: filepath.Join(node, "manifests", "etcd.yaml"),
+			client: fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t)), peer: fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t))}
+		require.NoError(t, os.MkdirAll(filepath.Dir(m.manifest), 0o755))
+		c.members = append(c.members, m)
+		initial = append(initial, m.name+"="+m.peer)
+	}
+	for _, m := range c.members {
+		m.writeManifest(t, strings.Join(initial, ","), "new")
+		m.kubelet = runKubelet(t, etcd, m.name, m.manifest)
+	}
+	cli := c.client(c.members...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := cli.Put(ctx, "/registry/ready", "yes"); err == nil {
+			break
+		}
+		require.NoError(t, ctx.Err(), "the cluster did not come up")
+		time.Sleep(100 * time.Millisecond)
+	}
+	return c
+}
+
+// writeManifest writes m's static pod manifest as kubeadm lays it out.
+func (m *member) writeManifest(t *testing.T, initial, state string) {
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: etcd
+  namespace: kube-system
+spec:
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:3.6.5-0
+    command:
+    - etcd
+    - --name=%s
+    - --data-dir=%s
+    - --listen-client-urls=%[3]s
+    - --advertise-client-urls=%[3]s
+    - --listen-peer-urls=%[4]s
+    - --initial-advertise-peer-urls=%[4]s
+    - --initial-cluster=%s
+    - --initial-cluster-state=%s
+    - --initial-cluster-token=test
+    - --snapshot-count=10000
+    volumeMounts:
+    - {name: etcd-data, mountPath: /var/lib/etcd}
+  volumes:
+  - {name: etcd-data, hostPath: {path: /var/lib/etcd, type: DirectoryOrCreate}}
+`, m.name, m.dir, m.client, m.peer, initial, state)
+	require.NoError(t, os.WriteFile(m.manifest, []byte(manifest), 0o600))
+}
+
+func (c *cluster) client(ms ...*member) *clientv3.Client {
+	var eps []string
+	for _, m := range ms {
+		eps = append(eps, m.client)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	require.NoError(c.t, err)
+	c.t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// kubelet stands in for the kubelet's static pods: while the manifest is in its directory, the
+// command it names runs (the real etcd binary); when the manifest goes, the process is stopped.
+type kubelet struct {
+	mu   sync.Mutex
+	p    *proc.Process
+	runs int
+	hold bool // a machine powered off: nothing runs until it is powered on again
+}
+
+func runKubelet(t *testing.T, bin, name, manifest string) *kubelet {
+	k := &kubelet{}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(done); <-stopped })
+	go func() {
+		defer close(stopped)
+		for {
+			k.sync(t, bin, name, manifest)
+			select {
+			case <-done:
+				k.mu.Lock()
+				if k.p != nil {
+					k.p.Stop(10 * time.Second)
+				}
+				k.mu.Unlock()
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return k
+}
+
+func (k *kubelet) sync(t *testing.T, bin, name, manifest string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.p != nil && !k.p.Running() {
+		k.p = nil // it exited; the kubelet would restart it
+	}
+	_, err := os.Stat(manifest)
+	switch {
+	case (err != nil || k.hold) && k.p != nil:
+		k.p.Stop(30 * time.Second) // SIGTERM, as the kubelet stops a pod
+		k.p = nil
+	case err == nil && !k.hold && k.p == nil:
+		b, err := os.ReadFile(manifest)
+		if err != nil {
+			return
+		}
+		var args []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if a, ok := strings.CutPrefix(l, "    - --"); ok {
+				args = append(args, "--"+a)
+			}
+		}
+		k.runs++
+		k.p = proc.Start(t, fmt.Sprintf("%s (run %d)", name, k.runs), exec.Command(bin, args...))
+	}
+}
+
+// powerOff kills the member at once (the machine loses power) and keeps it off.
+func (k *kubelet) powerOff() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.hold = true
+	if k.p != nil {
+		k.p.Kill()
+		k.p = nil
+	}
+}
+
+func (k *kubelet) powerOn() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.hold = false
+}
+
+// loseForGood powers members off and destroys their data directories (dead disks).
+func (c *cluster) loseForGood(ms ...*member) {
+	for _, m := range ms {
+		m.kubelet.powerOff()
+		require.NoError(c.t, os.RemoveAll(m.dir))
+	}
+}
+
+// write puts n keys under prefix and returns the revision of the last.
+func write(t *testing.T, cli *clientv3.Client, prefix string, n int) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rev int64
+	for i := range n {
+		r, err := cli.Put(ctx, fmt.Sprintf("%s/%04d", prefix, i), strings.Repeat("v", 100))
+		require.NoError(t, err)
+		rev = r.Header.Revision
+	}
+	return rev
+}
+
+// planFor is the plan `hub recover --yes` would hand the node: s the survivor, lost fenced.
+func (c *cluster) planFor(s *member, lost ...*member) Plan {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.client(s).Status(ctx, s.client)
+	require.NoError(c.t, err)
+	p := Plan{Time: time.Now(), Survivor: &Survivor{Member: s.name, Machine: "cp-" + s.name, ClusterID: hexID(st.Header.ClusterId), Index: st.RaftIndex},
+		BumpRevision: 10000, Token: "hale-test-" + hexID(st.Header.ClusterId)}
+	for _, m := range lost {
+		p.Fence = append(p.Fence, FenceStep{Machine: "cp-" + m.name, Member: m.name, Fenced: true, How: "BMC"})
+	}
+	return p
+}
+
+func (m *member) node(t *testing.T, out *strings.Builder) Node {
+	state := filepath.Join(filepath.Dir(m.dir), "hale-recovery")
+	return Node{Endpoint: m.client, Layout: StaticPod{Manifest: m.manifest, Parked: filepath.Join(state, "etcd.yaml")},
+		DataDir: m.dir, StateDir: state, Out: out, StopTimeout: 30 * time.Second, StartTimeout: time.Minute}
+}
+
+// The whole node-side recovery on real etcd members: two of three lost for good, the survivor (the
+// last listed) rebuilt as a one-member cluster with every key it had, a new cluster ID, revisions
+// moved forward by the bump; an old member powered on again with its old data can neither rejoin nor
+// serve; the cluster grown back to three, one learner at a time.
+func TestRecoverFromTheSurvivor(t *testing.T) {
+	c := startCluster(t, 3)
+	m1, m2, m3 := c.members[0], c.members[1], c.members[2]
+	cli := c.client(m1, m2, m3)
+	rev := write(t, cli, "/registry/before", 300)
+
+	m2.kubelet.powerOff() // fenced: its data stays, it must never come back into the cluster
+	c.loseForGood(m1)     // its disk is gone
+	p := c.planFor(m3, m1, m2)
+
+	var out strings.Builder
+	start := time.Now()
+	r, err := Recover(context.Background(), m3.node(t, &out), p)
+	require.NoError(t, err, out.String())
+	t.Logf("recovered in %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+	assert.Equal(t, StepDone, r.Step)
+	assert.NotEqual(t, p.Survivor.ClusterID, r.NewClusterID)
+	assert.GreaterOrEqual(t, r.Revision, rev+int64(p.BumpRevision), "revisions move forward by the bump")
+
+	c3 := c.client(m3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := c3.Get(ctx, "/registry/before/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.EqualValues(t, 300, got.Count, "every key the survivor had")
+	_, err = c3.Get(ctx, "/registry/before/0000", clientv3.WithRev(rev))
+	assert.Error(t, err, "the old revisions are compacted: a watcher from before must list again")
+	next, err := c3.Put(ctx, "/registry/after", "x")
+	require.NoError(t, err)
+	assert.Greater(t, next.Header.Revision, rev+int64(p.BumpRevision))
+	aside, err := os.Stat(filepath.Join(r.Aside, "member", "snap", "db"))
+	require.NoError(t, err, "the old data is kept aside")
+	assert.Positive(t, aside.Size())
+
+	// The fenced member powered on again with its old data: it cannot rejoin or serve.
+	m2.kubelet.powerOn()
+	c2 := c.client(m2)
+	time.Sleep(3 * time.Second)
+	qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = c2.Get(qctx, "/registry/after")
+	qcancel()
+	assert.Error(t, err, "the old member must not serve a linearizable read")
+	ml, err := c3.MemberList(ctx)
+	require.NoError(t, err)
+	assert.Len(t, ml.Members, 1, "the old member did not rejoin")
+	m2.kubelet.powerOff()
+
+	// Growing back, one learner at a time, each on an empty data directory.
+	for _, m := range []*member{m1, m2} {
+		require.NoError(t, os.RemoveAll(m.dir))
+		initial, err := AddLearner(ctx, c3, m.name, m.peer, time.Minute)
+		require.NoError(t, err)
+		m.writeManifest(t, initial, "existing")
+		m.kubelet.powerOn()
+		require.NoError(t, Promote(ctx, c3, m.name, time.Minute))
+	}
+	ml, err = c3.MemberList(ctx)
+	require.NoError(t, err)
+	assert.Len(t, ml.Members, 3)
+	for _, m := range c.members {
+		g, err := c.client(m).Get(ctx, "/registry/before/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		require.NoError(t, err, m.name)
+		assert.EqualValues(t, 300, g.Count, m.name)
+	}
+}
+
+// TestMain runs the recovery as a child process when asked (HALE_RECOVERY_CHILD holds its node and
+// plan): the crash test kills it with SIGKILL at each step.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("HALE_RECOVERY_CHILD"); spec != "" {
+		var c childSpec
+		if err := json.Unmarshal([]byte(spec), &c); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		n := Node{Endpoint: c.Endpoint, Layout: StaticPod{Manifest: c.Manifest, Parked: c.Parked}, DataDir: c.DataDir, StateDir: c.StateDir,
+			Out: os.Stdout, StopTimeout: 30 * time.Second, StartTimeout: time.Minute}
+		if _, err := Recover(context.Background(), n, c.Plan); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type childSpec struct {
+	Endpoint, Manifest, Parked, DataDir, StateDir string
+	Plan                                          Plan
+}
+
+// The node-side command killed (SIGKILL) just after it journaled each step, then run again: the
+// recovery completes, with every key, and never leaves two clusters or a half-restored member.
+func TestRecoverKilledAtEveryStep(t *testing.T) {
+	for _, at := range []Step{StepChecked, StepStopped, StepAside, StepRestored} {
+		t.Run(string(at), func(t *testing.T) {
+			t.Parallel()
+			c := startCluster(t, 3)
+			m1, m2, m3 := c.members[0], c.members[1], c.members[2]
+			write(t, c.client(m1, m2, m3), "/registry/before", 100)
+			c.loseForGood(m1, m2)
+			p := c.planFor(m3, m1, m2)
+			var out strings.Builder
+			n := m3.node(t, &out)
+			spec, err := json.Marshal(childSpec{Endpoint: n.Endpoint, Manifest: m3.manifest, Parked: n.Layout.(StaticPod).Parked,
+				DataDir: n.DataDir, StateDir: n.StateDir, Plan: p})
+			require.NoError(t, err)
+			self, err := os.Executable()
+			require.NoError(t, err)
+			cmd := exec.Command(self, "-test.run", "^$")
+			cmd.Env = append(os.Environ(), "HALE_RECOVERY_CHILD="+string(spec))
+			child := proc.Start(t, "agent recover (killed at "+string(at)+")", cmd)
+			journal := filepath.Join(n.StateDir, "recovery.json")
+			require.Eventually(t, func() bool {
+				b, err := os.ReadFile(journal)
+				var r Record
+				return err == nil && json.Unmarshal(b, &r) == nil && r.Step == at
+			}, time.Minute, time.Millisecond, "the child journals %s", at)
+			child.Kill()
+
+			r, err := Recover(context.Background(), n, p)
+			require.NoError(t, err, "resumed after a kill at %s:\n%s\nthe child's output:\n%s", at, out.String(), child.Logs())
+			assert.Equal(t, StepDone, r.Step)
+			assert.Contains(t, out.String(), "resuming the recovery journaled at step "+string(at))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cli := c.client(m3)
+			got, err := cli.Get(ctx, "/registry/before/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			require.NoError(t, err)
+			assert.EqualValues(t, 100, got.Count)
+			assert.NotEqual(t, p.Survivor.ClusterID, hexID(got.Header.ClusterId))
+			entries, err := os.ReadDir(m3.dir)
+			require.NoError(t, err)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			assert.ElementsMatch(t, []string{"member", "hale-aside-" + p.Token}, names, "no half-restored directory left behind")
+		})
+	}
+}
+
+// Every precondition is checked on the node before anything changes: refused with what to do, and
+// nothing journaled, stopped or moved.
+func TestRecoverRefuses(t *testing.T) {
+	c := startCluster(t, 3)
+	m1, m2, m3 := c.members[0], c.members[1], c.members[2]
+	write(t, c.client(m1, m2, m3), "/registry/before", 10)
+	intact := func(m *member) {
+		t.Helper()
+		_, err := os.Stat(m.manifest)
+		assert.NoError(t, err, "the manifest is in place")
+		_, err = os.Stat(filepath.Join(m.dir, "member", "snap", "db"))
+		assert.NoError(t, err, "the data directory is untouched")
+		_, err = os.Stat(filepath.Join(filepath.Dir(m.dir), "hale-recovery", "recovery.json"))
+		assert.ErrorIs(t, err, os.ErrNotExist, "nothing journaled")
+	}
+	refused := func(m *member, p Plan, want string) {
+		t.Helper()
+		var out strings.Builder
+		_, err := Recover(context.Background(), m.node(t, &out), p)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), want)
+		intact(m)
+	}
+	// Quorum held.
+	refused(m3, c.planFor(m3, m1, m2), "has quorum: "+m3.client+" answers a linearizable read, so there is nothing to recover")
+
+	m1.kubelet.powerOff()
+	m2.kubelet.powerOff()
+	p := c.planFor(m3, m1, m2)
+	wrong := p
+	wrong.Survivor = &Survivor{Member: "etcd-2", Machine: "cp-etcd-2", ClusterID: p.Survivor.ClusterID}
+	refused(m3, wrong, `the local member is "etcd-3", the plan's survivor is "etcd-2"`)
+	wrong.Survivor = &Survivor{Member: "etcd-3", ClusterID: "feed"}
+	refused(m3, wrong, "the local member is of etcd cluster "+p.Survivor.ClusterID+", the plan's survivor of feed")
+	wrong.Survivor = &Survivor{Member: "etcd-3", ClusterID: p.Survivor.ClusterID, Index: p.Survivor.Index + 1000}
+	refused(m3, wrong, "below the plan's")
+
+	// Something answers at the peer URL of a member the plan says is fenced (its etcd would give
+	// quorum back: a listener stands in for a member that serves elsewhere).
+	u, err := url.Parse(m2.peer)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", u.Host)
+	require.NoError(t, err)
+	refused(m3, p, "cp-etcd-2 (etcd-2) answers at its peer URL "+m2.peer+" although the plan says it is fenced")
+	require.NoError(t, ln.Close())
+
+	// Another recovery journaled on this node, and one running now.
+	var out strings.Builder
+	n := m3.node(t, &out)
+	require.NoError(t, os.MkdirAll(n.StateDir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(n.StateDir, "recovery.json"), []byte(`{"token": "hale-other", "step": "Stopped"}`), 0o600))
+	_, err = Recover(context.Background(), n, p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "records another recovery (token hale-other, at step Stopped")
+	require.NoError(t, os.Remove(filepath.Join(n.StateDir, "recovery.json")))
+	j, err := openJournal(n.StateDir)
+	require.NoError(t, err)
+	_, err = Recover(context.Background(), n, p)
+	j.close()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "another recovery is running on this node (pid")
+	intact(m3)
+}
+
+func TestPlanReady(t *testing.T) {
+	ok := Plan{Survivor: &Survivor{Member: "etcd-1", ClusterID: "c1"}, Token: "t", BumpRevision: 10,
+		Fence: []FenceStep{{Machine: "cp-2", Member: "etcd-2", Fenced: true}}}
+	require.NoError(t, ok.Ready())
+	for _, tc := range []struct {
+		name   string
+		change func(*Plan)
+		want   string
+	}{
+		{"no survivor", func(p *Plan) { p.Survivor = nil }, "names no survivor"},
+		{"blocked", func(p *Plan) { p.Blockers = []string{"cp-2 powered on"} }, "not ready: cp-2 powered on"},
+		{"no token", func(p *Plan) { p.Token = "" }, "not made by `hub recover --yes`"},
+		{"no bump", func(p *Plan) { p.BumpRevision = 0 }, "revisions would go backwards"},
+		{"not fenced", func(p *Plan) { p.Fence = []FenceStep{{Machine: "cp-2", Member: "etcd-2"}} }, "cp-2 (etcd-2) is not fenced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := ok
+			tc.change(&p)
+			err := p.Ready()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestMemberFromFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want Member
+	}{
+		{[]string{"etcd", "--name=cp-1", "--data-dir=/var/lib/etcd", "--initial-advertise-peer-urls=https://10.0.0.11:2380"},
+			Member{Name: "cp-1", DataDir: "/var/lib/etcd", PeerURL: "https://10.0.0.11:2380"}},
+		{[]string{"/usr/bin/etcd", "--name", "cp-2", "--data-dir", "/data", "--initial-advertise-peer-urls", "https://a:2380,https://b:2380"},
+			Member{Name: "cp-2", DataDir: "/data", PeerURL: "https://a:2380"}},
+		{[]string{"etcd", "-name=cp-3", "--data-dir=/d", "--listen-client-urls=https://127.0.0.1:2379"}, Member{Name: "cp-3", DataDir: "/d"}},
+	} {
+		assert.Equal(t, tc.want, memberFromFlags(tc.args), "%q", tc.args)
+	}
+}
