@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -168,17 +169,42 @@ func stop(ctx context.Context, n Node, r *Record) error {
 		return err
 	}
 	deadline := time.Now().Add(n.StopTimeout)
-	for answers(ctx, n.Endpoint) {
+	db := filepath.Join(r.DataDir, "member", "snap", "db")
+	for {
+		// The client port closes early in etcd's shutdown; the database's lock goes with the process.
+		// Nothing is moved before both: a member still writing would write into the copy restored.
+		open, locked := answers(ctx, n.Endpoint), heldByAnother(db)
+		if !open && !locked {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s still accepts connections %s after it was asked to stop: stop it by hand", n.Endpoint, n.StopTimeout)
+			what := n.Endpoint + " still accepts connections"
+			if !open {
+				what = "a process still holds " + db
+			}
+			return fmt.Errorf("%s %s after the member was asked to stop: stop it by hand", what, n.StopTimeout)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return nil
+}
+
+// heldByAnother says whether another process holds the lock etcd takes on its database (bbolt's
+// flock); false when the file is not there.
+func heldByAnother(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
 }
 
 // aside moves the data directory's member/ aside, under the data directory itself (it may be a mount
@@ -265,12 +291,21 @@ func start(ctx context.Context, n Node, r *Record) error {
 	if err := n.Layout.Start(ctx); err != nil {
 		return err
 	}
+	deadline := time.Now().Add(n.StartTimeout)
+	// The client is made once the port accepts connections: gRPC's reconnect backoff would otherwise
+	// add seconds after a first refused dial.
+	for !answers(ctx, n.Endpoint) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	cli, err := n.client()
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	deadline := time.Now().Add(n.StartTimeout)
 	var last error
 	for time.Now().Before(deadline) {
 		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)

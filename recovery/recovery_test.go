@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,14 +20,15 @@ import (
 
 	"github.com/hale-dev/hale/test/kubeassets"
 	"github.com/hale-dev/hale/test/proc"
+	"github.com/hale-dev/hale/test/staticpod"
 )
 
 // member is one control-plane machine of the test: its etcd runs as a static pod, from a kubeadm-style
-// manifest, under a stand-in for the kubelet (below) that runs the real etcd binary.
+// manifest, under a stand-in for the kubelet that runs the real etcd binary (test/staticpod).
 type member struct {
 	name, dir, manifest string
 	client, peer        string
-	kubelet             *kubelet
+	kubelet             *staticpod.Kubelet
 }
 
 type cluster struct {
@@ -54,7 +54,7 @@ func startCluster(t *testing.T, n int) *cluster {
 	}
 	for _, m := range c.members {
 		m.writeManifest(t, strings.Join(initial, ","), "new")
-		m.kubelet = runKubelet(t, etcd, m.name, m.manifest)
+		m.kubelet = staticpod.Run(t, etcd, m.name, m.manifest)
 	}
 	cli := c.client(c.members...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -69,35 +69,10 @@ func startCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
-// writeManifest writes m's static pod manifest as kubeadm lays it out.
+// writeManifest writes m's static pod manifest.
 func (m *member) writeManifest(t *testing.T, initial, state string) {
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: etcd
-  namespace: kube-system
-spec:
-  containers:
-  - name: etcd
-    image: registry.k8s.io/etcd:3.6.5-0
-    command:
-    - etcd
-    - --name=%s
-    - --data-dir=%s
-    - --listen-client-urls=%[3]s
-    - --advertise-client-urls=%[3]s
-    - --listen-peer-urls=%[4]s
-    - --initial-advertise-peer-urls=%[4]s
-    - --initial-cluster=%s
-    - --initial-cluster-state=%s
-    - --initial-cluster-token=test
-    - --snapshot-count=10000
-    volumeMounts:
-    - {name: etcd-data, mountPath: /var/lib/etcd}
-  volumes:
-  - {name: etcd-data, hostPath: {path: /var/lib/etcd, type: DirectoryOrCreate}}
-`, m.name, m.dir, m.client, m.peer, initial, state)
-	require.NoError(t, os.WriteFile(m.manifest, []byte(manifest), 0o600))
+	require.NoError(t, staticpod.WriteManifest(m.manifest, staticpod.Etcd{Name: m.name, DataDir: m.dir, Client: m.client, Peer: m.peer,
+		Initial: initial, State: state, Token: "test"}))
 }
 
 func (c *cluster) client(ms ...*member) *clientv3.Client {
@@ -111,87 +86,10 @@ func (c *cluster) client(ms ...*member) *clientv3.Client {
 	return cli
 }
 
-// kubelet stands in for the kubelet's static pods: while the manifest is in its directory, the
-// command it names runs (the real etcd binary); when the manifest goes, the process is stopped.
-type kubelet struct {
-	mu   sync.Mutex
-	p    *proc.Process
-	runs int
-	hold bool // a machine powered off: nothing runs until it is powered on again
-}
-
-func runKubelet(t *testing.T, bin, name, manifest string) *kubelet {
-	k := &kubelet{}
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	t.Cleanup(func() { close(done); <-stopped })
-	go func() {
-		defer close(stopped)
-		for {
-			k.sync(t, bin, name, manifest)
-			select {
-			case <-done:
-				k.mu.Lock()
-				if k.p != nil {
-					k.p.Stop(10 * time.Second)
-				}
-				k.mu.Unlock()
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	return k
-}
-
-func (k *kubelet) sync(t *testing.T, bin, name, manifest string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.p != nil && !k.p.Running() {
-		k.p = nil // it exited; the kubelet would restart it
-	}
-	_, err := os.Stat(manifest)
-	switch {
-	case (err != nil || k.hold) && k.p != nil:
-		k.p.Stop(30 * time.Second) // SIGTERM, as the kubelet stops a pod
-		k.p = nil
-	case err == nil && !k.hold && k.p == nil:
-		b, err := os.ReadFile(manifest)
-		if err != nil {
-			return
-		}
-		var args []string
-		for _, l := range strings.Split(string(b), "\n") {
-			if a, ok := strings.CutPrefix(l, "    - --"); ok {
-				args = append(args, "--"+a)
-			}
-		}
-		k.runs++
-		k.p = proc.Start(t, fmt.Sprintf("%s (run %d)", name, k.runs), exec.Command(bin, args...))
-	}
-}
-
-// powerOff kills the member at once (the machine loses power) and keeps it off.
-func (k *kubelet) powerOff() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.hold = true
-	if k.p != nil {
-		k.p.Kill()
-		k.p = nil
-	}
-}
-
-func (k *kubelet) powerOn() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.hold = false
-}
-
 // loseForGood powers members off and destroys their data directories (dead disks).
 func (c *cluster) loseForGood(ms ...*member) {
 	for _, m := range ms {
-		m.kubelet.powerOff()
+		m.kubelet.PowerOff()
 		require.NoError(c.t, os.RemoveAll(m.dir))
 	}
 }
@@ -239,7 +137,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	cli := c.client(m1, m2, m3)
 	rev := write(t, cli, "/registry/before", 300)
 
-	m2.kubelet.powerOff() // fenced: its data stays, it must never come back into the cluster
+	m2.kubelet.PowerOff() // fenced: its data stays, it must never come back into the cluster
 	c.loseForGood(m1)     // its disk is gone
 	p := c.planFor(m3, m1, m2)
 
@@ -268,7 +166,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	assert.Positive(t, aside.Size())
 
 	// The fenced member powered on again with its old data: it cannot rejoin or serve.
-	m2.kubelet.powerOn()
+	m2.kubelet.PowerOn()
 	c2 := c.client(m2)
 	time.Sleep(3 * time.Second)
 	qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -278,7 +176,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	ml, err := c3.MemberList(ctx)
 	require.NoError(t, err)
 	assert.Len(t, ml.Members, 1, "the old member did not rejoin")
-	m2.kubelet.powerOff()
+	m2.kubelet.PowerOff()
 
 	// Growing back, one learner at a time, each on an empty data directory.
 	for _, m := range []*member{m1, m2} {
@@ -286,7 +184,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 		initial, err := AddLearner(ctx, c3, m.name, m.peer, time.Minute)
 		require.NoError(t, err)
 		m.writeManifest(t, initial, "existing")
-		m.kubelet.powerOn()
+		m.kubelet.PowerOn()
 		require.NoError(t, Promote(ctx, c3, m.name, time.Minute))
 	}
 	ml, err = c3.MemberList(ctx)
@@ -401,8 +299,8 @@ func TestRecoverRefuses(t *testing.T) {
 	// Quorum held.
 	refused(m3, c.planFor(m3, m1, m2), "has quorum: "+m3.client+" answers a linearizable read, so there is nothing to recover")
 
-	m1.kubelet.powerOff()
-	m2.kubelet.powerOff()
+	m1.kubelet.PowerOff()
+	m2.kubelet.PowerOff()
 	p := c.planFor(m3, m1, m2)
 	wrong := p
 	wrong.Survivor = &Survivor{Member: "etcd-2", Machine: "cp-etcd-2", ClusterID: p.Survivor.ClusterID}

@@ -91,42 +91,53 @@ func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Conf
 	t.Helper()
 	dirs, err := crdDirs(metal3CRDs)
 	require.NoError(t, err)
-	return startOn(t, nil, dirs...)
+	c, cfg, _ := startOn(t, nil, dirs...)
+	return c, cfg
 }
 
 // StartBare is Start with Hale's CRDs only: for tests that install Cluster API's own way (test/capi
 // renders each provider's config with its webhooks).
 func StartBare(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	return startOn(t, nil)
+	c, cfg, _ := startOn(t, nil)
+	return c, cfg
 }
 
 // StartOnEtcd is Start on the etcd cluster at endpoints (client URLs) instead of envtest's own
-// etcd: a test that stops its members stops the API server's storage, as a quorum loss does.
-func StartOnEtcd(t testing.TB, endpoints []string) (client.Client, *rest.Config) {
+// etcd: a test that stops its members stops the API server's storage, as a quorum loss does. The
+// environment restarts the API server (ControlPlane.APIServer's Stop and Start), as after an etcd
+// recovery.
+func StartOnEtcd(t testing.TB, endpoints []string) (client.Client, *rest.Config, *envtest.Environment) {
 	t.Helper()
 	return startOn(t, endpoints)
 }
 
 // startOn starts the API server with Hale's CRDs and those in crdDirs, on the etcd at endpoints when
 // there are any; it stops when the test ends.
-func startOn(t testing.TB, endpoints []string, crdDirs ...string) (client.Client, *rest.Config) {
+func startOn(t testing.TB, endpoints []string, crdDirs ...string) (client.Client, *rest.Config, *envtest.Environment) {
 	t.Helper()
-	env, c, cfg, err := launch(endpoints, crdDirs...)
+	certDir := ""
+	if len(endpoints) > 0 {
+		// The API server's certificates in a directory of the test's: a restart keeps them (envtest
+		// makes new ones, signed by a new CA, in a directory of its own).
+		certDir = t.TempDir()
+	}
+	env, c, cfg, err := launch(certDir, endpoints, crdDirs...)
 	for try := 2; err != nil && try <= 3; try++ {
 		// envtest's own etcd can lose the port it picked to another process of the test between the
 		// pick and the bind, and then fails at once five times ("timeout waiting for process etcd to
 		// start", in 0.35 s: test/quorumlost in a CI run): a new start picks new ports.
 		t.Logf("starting the API server (try %d of 3) after: %v", try, err)
-		env, c, cfg, err = launch(endpoints, crdDirs...)
+		env, c, cfg, err = launch(certDir, endpoints, crdDirs...)
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })
-	return c, cfg
+	return c, cfg, env
 }
 
-// launch starts an API server with Hale's CRDs and those in crdDirs.
-func launch(endpoints []string, crdDirs ...string) (*envtest.Environment, client.Client, *rest.Config, error) {
+// launch starts an API server with Hale's CRDs and those in crdDirs (its certificates in certDir, when
+// given).
+func launch(certDir string, endpoints []string, crdDirs ...string) (*envtest.Environment, client.Client, *rest.Config, error) {
 	assets := kubeassets.Dir()
 	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
 		return nil, nil, nil, fmt.Errorf("no kube-apiserver in %s: run test/kube/build-assets (test/run does) or set KUBEBUILDER_ASSETS", assets)
@@ -140,6 +151,7 @@ func launch(endpoints []string, crdDirs ...string) (*envtest.Environment, client
 	if len(endpoints) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Set("etcd-servers", strings.Join(endpoints, ","))
 	}
+	env.ControlPlane.GetAPIServer().CertDir = certDir
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("starting the API server: %w", err)
@@ -192,7 +204,7 @@ func (s *Shared) Namespace(t testing.TB) (client.Client, *rest.Config, string) {
 	s.once.Do(func() {
 		var dirs []string
 		if dirs, s.err = crdDirs(""); s.err == nil {
-			s.env, s.c, s.cfg, s.err = launch(nil, dirs...)
+			s.env, s.c, s.cfg, s.err = launch("", nil, dirs...)
 		}
 	})
 	require.NoError(t, s.err, "the package's shared API server")

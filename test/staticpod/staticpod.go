@@ -1,0 +1,178 @@
+// Package staticpod stands in for the kubelet's static pods in tests: while an etcd manifest (as
+// kubeadm writes it) is in its directory, the command it names runs, the real etcd binary in place of
+// the image's; when the manifest goes, the process is stopped with SIGTERM, as the kubelet stops a pod;
+// when it exits, it is started again. A machine's power is modelled too: off kills it at once and
+// nothing runs until on. The real etcd recovery (agent recover) moves these manifests as it would on a
+// kubeadm node.
+package staticpod
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/hale-dev/hale/test/proc"
+)
+
+// Etcd is an etcd member as its manifest gives it.
+type Etcd struct {
+	Name, DataDir string
+	// Client and Peer are the member's URLs (http://127.0.0.1:PORT).
+	Client, Peer string
+	// Initial is --initial-cluster, State --initial-cluster-state (new or existing).
+	Initial, State string
+	Token          string
+}
+
+// WriteManifest writes e's static pod manifest at path, as kubeadm lays it out.
+func WriteManifest(path string, e Etcd) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: etcd
+  namespace: kube-system
+spec:
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:3.6.5-0
+    command:
+    - etcd
+    - --name=%s
+    - --data-dir=%s
+    - --listen-client-urls=%[3]s
+    - --advertise-client-urls=%[3]s
+    - --listen-peer-urls=%[4]s
+    - --initial-advertise-peer-urls=%[4]s
+    - --initial-cluster=%s
+    - --initial-cluster-state=%s
+    - --initial-cluster-token=%s
+    - --snapshot-count=10000
+    volumeMounts:
+    - {name: etcd-data, mountPath: /var/lib/etcd}
+  volumes:
+  - {name: etcd-data, hostPath: {path: /var/lib/etcd, type: DirectoryOrCreate}}
+`, e.Name, e.DataDir, e.Client, e.Peer, e.Initial, e.State, e.Token)
+	return os.WriteFile(path, []byte(manifest), 0o600)
+}
+
+// Kubelet runs one manifest's etcd.
+type Kubelet struct {
+	t             proc.TB
+	bin, manifest string
+	name          string
+
+	mu   sync.Mutex
+	p    *proc.Process
+	runs int
+	off  bool // the machine is powered off: nothing runs
+}
+
+// Run starts watching manifest (every 50 ms) with the machine powered on, running bin for the
+// manifest's etcd command; it stops when the test ends.
+func Run(t proc.TB, bin, name, manifest string) *Kubelet {
+	k := &Kubelet{t: t, bin: bin, name: name, manifest: manifest}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(done); <-stopped })
+	go func() {
+		defer close(stopped)
+		for {
+			k.sync()
+			select {
+			case <-done:
+				k.mu.Lock()
+				if k.p != nil {
+					k.p.Stop(10 * time.Second)
+				}
+				k.mu.Unlock()
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return k
+}
+
+func (k *Kubelet) sync() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.p != nil && !k.p.Running() {
+		k.p = nil // it exited; the kubelet starts it again
+	}
+	_, err := os.Stat(k.manifest)
+	switch {
+	case (err != nil || k.off) && k.p != nil:
+		k.p.Stop(30 * time.Second)
+		k.p = nil
+	case err == nil && !k.off && k.p == nil:
+		args, err := command(k.manifest)
+		if err != nil {
+			k.t.Logf("%s: %v", k.name, err)
+			return
+		}
+		k.runs++
+		k.p = proc.Start(k.t, fmt.Sprintf("%s (run %d)", k.name, k.runs), exec.Command(k.bin, args...))
+	}
+}
+
+// command is the etcd container's command line, less the program.
+func command(manifest string) ([]string, error) {
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		return nil, err
+	}
+	var pod struct {
+		Spec struct {
+			Containers []struct {
+				Name    string   `json:"name"`
+				Command []string `json:"command"`
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &pod); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", manifest, err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "etcd" && len(c.Command) > 0 {
+			return c.Command[1:], nil
+		}
+	}
+	return nil, fmt.Errorf("manifest %s: no etcd container", manifest)
+}
+
+// PowerOff kills the member at once (the machine loses power) and runs nothing until PowerOn.
+func (k *Kubelet) PowerOff() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.off = true
+	if k.p != nil {
+		k.p.Kill()
+		k.p = nil
+	}
+}
+
+// PowerOn lets the manifest's etcd run again (with its data).
+func (k *Kubelet) PowerOn() {
+	k.mu.Lock()
+	k.off = false
+	k.mu.Unlock()
+	k.sync()
+}
+
+// Logs is the output of the member's current run ("" when none runs).
+func (k *Kubelet) Logs() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.p == nil {
+		return ""
+	}
+	return k.p.Logs()
+}
