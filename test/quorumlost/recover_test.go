@@ -3,8 +3,8 @@ package quorumlost
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -178,7 +178,10 @@ func TestPermanentLossRecovered(t *testing.T) {
 	require.NoError(t, l.c.List(ctx, &cms, client.InNamespace(ns)))
 	assert.Len(t, cms.Items, objects, "every object the survivor had")
 	require.NoError(t, l.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"}}))
-	require.Eventually(t, func() bool { synced, seen, _ := watch.state(); return seen == objects+1 && synced > before+int64(plan.BumpRevision) },
+	require.Eventually(t, func() bool {
+		synced, seen, _ := watch.state()
+		return seen == objects+1 && synced > before+int64(plan.BumpRevision)
+	},
 		time.Minute, 100*time.Millisecond, "the informer sees the object written after the recovery")
 	_, _, backwards := watch.state()
 	assert.Empty(t, backwards, "resource versions went backwards for the informer")
