@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,4 +298,56 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, rec.Done)
 	assert.Equal(t, "5eed", rec.NewClusterID)
+}
+
+// A fence that fails (the BMC errs) leaves the recovery journaled with what was fenced: run again once
+// the BMC answers, the same recovery goes on from there, the fenced machine untouched.
+func TestRecoverResumesAFailedFence(t *testing.T) {
+	pool := newTestPool(3)
+	pool.witnesses = []string{"w-1", "w-2"}
+	r := newPassRig(t, pool, testPolicy(), nil)
+	var cp2Fails atomic.Bool // set while the hub's goroutines may read it
+	power := r.hub.cfg.PowerFor
+	r.hub.cfg.PowerFor = func(m Machine) (Power, error) {
+		if m.Name == "cp-2" && cp2Fails.Load() {
+			return nil, errors.New("connect: connection refused")
+		}
+		return power(m)
+	}
+	r.hub.cfg.BMCCheckInterval = time.Hour
+	r.hub.cfg.BMC.Retries = -1
+	ctx := t.Context()
+	r.run(t)
+	r.awaitPasses(t, 3)
+	require.NoError(t, r.hub.SetSuspended(ctx, true, "test", "nothing power-cycled"))
+	pool.mu.Lock()
+	pool.frozen = true
+	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
+	pool.mu.Unlock()
+	require.Eventually(t, func() bool {
+		st := r.hub.Status(ctx)
+		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.QuorumLoss.Lost[1].PoweredOn
+	}, 10*time.Second, 10*time.Millisecond)
+
+	cp2Fails.Store(true)
+	req := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}}
+	_, err := r.hub.Recover(ctx, req)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "fencing cp-2 (etcd-2): connect: connection refused; the recovery is journaled")
+	rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, rec)
+	assert.True(t, rec.Plan.Fence[0].Fenced)
+	assert.False(t, rec.Plan.Fence[1].Fenced)
+	assert.Equal(t, "Off", r.sim.PowerState("cp-1"))
+	assert.Contains(t, r.hub.RecoveryPlan(ctx).String(), "not every lost member is fenced yet")
+
+	cp2Fails.Store(false)
+	resets := len(r.sim.Resets("cp-1"))
+	p, err := r.hub.Recover(ctx, RecoverRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, rec.Plan.Token, p.Token, "the same recovery")
+	assert.True(t, p.Fence[1].Fenced)
+	assert.Equal(t, "Off", r.sim.PowerState("cp-2"))
+	assert.Len(t, r.sim.Resets("cp-1"), resets, "the machine fenced before is not touched again")
 }

@@ -46,6 +46,9 @@ type sample struct {
 	HubUp           bool
 	// CutFromHub: the rules drop everything between the hub's host and the machine's, one way or both.
 	CutFromHub []bool
+	// HubRead: the hub's status was read within the last 1.5 s (property 6, the hub's own word);
+	// ForGood: it said etcd's quorum is lost for good.
+	HubRead, ForGood bool
 }
 
 // healthy says which members are healthy voters: up, answering, a voter, following the leader that
@@ -87,6 +90,9 @@ type checker struct {
 	samples []sample
 	voters  int
 	blocked map[[2]string]bool // host IP pairs (from, to) whose packets are all dropped
+	// forGood is the hub's latest word on a permanent loss, and when it was read (runHub).
+	forGood   bool
+	forGoodAt time.Time
 }
 
 func newChecker(c *lab.Cluster, tl *timeline) *checker {
@@ -131,8 +137,28 @@ func (chk *checker) rulesChanged() {
 	chk.mu.Unlock()
 }
 
+// runHub reads the hub's status every second until ctx ends: whether it says etcd's quorum is lost
+// for good (property 6). Apart from the samples, which a slow answer must not hold up.
+func (chk *checker) runHub(ctx context.Context) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := chk.c.Status(rctx)
+		cancel()
+		if err == nil {
+			chk.mu.Lock()
+			chk.forGood, chk.forGoodAt = st.QuorumLoss != nil && st.QuorumLoss.ForGood, time.Now()
+			chk.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // run samples until ctx ends.
 func (chk *checker) run(ctx context.Context) {
+	go chk.runHub(ctx)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	n := 0
@@ -189,6 +215,9 @@ func (chk *checker) sample(ctx context.Context, members bool) sample {
 	s.CutFromHub = make([]bool, len(c.Machines))
 	for i, m := range c.Machines {
 		s.CutFromHub[i] = !hears(m.Host)
+	}
+	if s.At.Sub(chk.forGoodAt) < 1500*time.Millisecond {
+		s.HubRead, s.ForGood = true, chk.forGood
 	}
 	if !s.HubUp {
 		return s

@@ -322,7 +322,7 @@ func summary(w io.Writer, results []result) {
 		return
 	}
 	passed, errs, faults, hale, op, far := 0, 0, 0, 0, 0, 0
-	var checked, violated [5]int
+	var checked, violated [6]int
 	var healed []time.Duration
 	for _, r := range results {
 		if r.passed() {
@@ -335,7 +335,7 @@ func summary(w io.Writer, results []result) {
 		far += len(r.TradeOffs)
 		hale += r.count("hale")
 		op += len(r.Actions) - r.count("hale")
-		for i := range 5 {
+		for i := range checked {
 			checked[i] += r.Checked[i]
 			violated[i] += len(r.Violations[i])
 		}
@@ -346,7 +346,8 @@ func summary(w io.Writer, results []result) {
 	fmt.Fprintf(w, "\nruns %d: %d passed, %d failed, %d harness errors; %d faults; power actions: hale %d, operator %d\n",
 		len(results), passed, len(results)-passed-errs, errs, faults, hale, op)
 	names := []string{"1 quorum never cost by Hale", "2 no healthy voter power-cycled, none without a majority", "3 one power action per step (cooldown)",
-		"4 nothing while detached, paused or suspended", "5 healed (or held with a reason) after the quiet period"}
+		"4 nothing while detached, paused or suspended", "5 healed (or held with a reason) after the quiet period",
+		"6 never 'lost for good' while a quorum holds (hub reads)"}
 	fmt.Fprintf(w, "%-58s %8s %10s\n", "property", "checked", "violations")
 	for i, n := range names {
 		fmt.Fprintf(w, "%-58s %8d %10d\n", n, checked[i], violated[i])

@@ -45,8 +45,8 @@ type result struct {
 	Requests int
 	// KilledInStep counts the hub's deaths inside a BMC step (kill-hub-bmc faults that fired).
 	KilledInStep int
-	Checked      [5]int // actions (or windows, or the quiet period) each property was checked on
-	Violations   [5][]string
+	Checked      [6]int // actions (or windows, or the quiet period, or the hub's status) each property was checked on
+	Violations   [6][]string
 	// HealedIn: from the quiet period's start until every machine was healthy (0: not within the bound).
 	HealedIn time.Duration
 	// Held: machines not healthy at the bound that the hub holds, with its reason.
@@ -202,6 +202,33 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 			}
 		}
 	}
+	// 6: unseen is not dead. The hub never says etcd's quorum is lost for good while a quorum of
+	// members holds it (on the far side of a partition from the hub, say), through the Lag before.
+	for _, s := range samples {
+		if !s.HubRead {
+			continue
+		}
+		res.Checked[5]++
+		if s.ForGood && quorumThrough(samples, s.At.Add(-Lag), s.At) {
+			res.Violations[5] = append(res.Violations[5], fmt.Sprintf("%s: the hub says etcd's quorum is lost for good while %d of %d voters hold it",
+				at(s.At), s.healthyCount(), s.Voters))
+		}
+	}
+}
+
+// quorumThrough: a quorum of healthy voters in every sample from from to to (and at least one).
+func quorumThrough(samples []sample, from, to time.Time) bool {
+	seen := false
+	for _, s := range samples {
+		if s.At.Before(from) || s.At.After(to) {
+			continue
+		}
+		if s.healthyCount() < s.quorum() {
+			return false
+		}
+		seen = true
+	}
+	return seen
 }
 
 // cycleBound is how long after an IPMI power-off the power-on of the same cycle comes (the BMC client
