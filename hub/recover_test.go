@@ -123,35 +123,17 @@ func TestPlanRecovery(t *testing.T) {
 // blocked by both. Once their BMCs do not answer, the loss is for good (said, counted); once the
 // survivor has caught up to the mark, the plan is ready.
 func TestRecoveryPlanOnARunningHub(t *testing.T) {
-	pool := newTestPool(3)
-	pool.witnesses = []string{"w-1", "w-2"}
-	r := newPassRig(t, pool, testPolicy(), nil)
-	r.hub.cfg.BMCCheckInterval = time.Hour // only the start and a quorum loss check the BMCs
-	r.hub.cfg.BMC.Retries = -1
-	ctx := t.Context()
 	var mu sync.Mutex
 	var said []string
-	r.hub.cfg.OnNotice = func(_ time.Time, msg string) { mu.Lock(); said = append(said, msg); mu.Unlock() }
-	r.run(t)
-	r.awaitPasses(t, 3)
+	r, pool := lossRig(t, func(r *passRig) {
+		r.hub.cfg.OnNotice = func(_ time.Time, msg string) { mu.Lock(); said = append(said, msg); mu.Unlock() }
+	})
+	ctx := t.Context()
 	p := r.hub.RecoveryPlan(ctx)
 	require.Len(t, p.Blockers, 1)
 	assert.Contains(t, p.Blockers[0], "etcd's quorum is not lost")
 
-	require.NoError(t, r.hub.SetSuspended(ctx, true, "test", "nothing power-cycled"))
-	pool.mu.Lock()
-	pool.behind["cp-0"] = 50
-	pool.mu.Unlock()
-	r.awaitPasses(t, 3)
-	pool.mu.Lock()
-	pool.frozen = true
-	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
-	pool.mu.Unlock()
-	lost := time.Now()
-	require.Eventually(t, func() bool {
-		st := r.hub.Status(ctx)
-		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.Machines[1].BMC != nil && st.Machines[1].BMC.Checked.After(lost)
-	}, 10*time.Second, 10*time.Millisecond, "quorum lost, and the BMCs checked again at once")
+	r.loseTwo(t, 50)
 	st := r.hub.Status(ctx)
 	assert.False(t, st.QuorumLoss.ForGood, "their BMCs read them on")
 	p = r.hub.RecoveryPlan(ctx)
@@ -208,27 +190,9 @@ func TestRecoveryPlanOnARunningHub(t *testing.T) {
 // Off. Run again, it resumes the same recovery; two at once, the second is refused; the survivor
 // answering as a new cluster ends it.
 func TestRecoverFencesThroughTheBMCs(t *testing.T) {
-	pool := newTestPool(3)
-	pool.witnesses = []string{"w-1", "w-2"}
-	r := newPassRig(t, pool, testPolicy(), nil)
-	r.hub.cfg.BMCCheckInterval = time.Hour
-	r.hub.cfg.BMC.Retries = -1
+	r, pool := lossRig(t, nil)
 	ctx := t.Context()
-	r.run(t)
-	r.awaitPasses(t, 3)
-	require.NoError(t, r.hub.SetSuspended(ctx, true, "test", "nothing power-cycled"))
-	pool.mu.Lock()
-	pool.behind["cp-0"] = 50
-	pool.mu.Unlock()
-	r.awaitPasses(t, 3)
-	pool.mu.Lock()
-	pool.frozen = true
-	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
-	pool.mu.Unlock()
-	require.Eventually(t, func() bool {
-		st := r.hub.Status(ctx)
-		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.QuorumLoss.Lost[1].PoweredOn
-	}, 10*time.Second, 10*time.Millisecond, "quorum lost, the lost members' BMCs read on")
+	r.loseTwo(t, 50)
 
 	unchanged := func() {
 		t.Helper()
@@ -303,31 +267,18 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 // A fence that fails (the BMC errs) leaves the recovery journaled with what was fenced: run again once
 // the BMC answers, the same recovery goes on from there, the fenced machine untouched.
 func TestRecoverResumesAFailedFence(t *testing.T) {
-	pool := newTestPool(3)
-	pool.witnesses = []string{"w-1", "w-2"}
-	r := newPassRig(t, pool, testPolicy(), nil)
 	var cp2Fails atomic.Bool // set while the hub's goroutines may read it
-	power := r.hub.cfg.PowerFor
-	r.hub.cfg.PowerFor = func(m Machine) (Power, error) {
-		if m.Name == "cp-2" && cp2Fails.Load() {
-			return nil, errors.New("connect: connection refused")
+	r, _ := lossRig(t, func(r *passRig) {
+		power := r.hub.cfg.PowerFor
+		r.hub.cfg.PowerFor = func(m Machine) (Power, error) {
+			if m.Name == "cp-2" && cp2Fails.Load() {
+				return nil, errors.New("connect: connection refused")
+			}
+			return power(m)
 		}
-		return power(m)
-	}
-	r.hub.cfg.BMCCheckInterval = time.Hour
-	r.hub.cfg.BMC.Retries = -1
+	})
 	ctx := t.Context()
-	r.run(t)
-	r.awaitPasses(t, 3)
-	require.NoError(t, r.hub.SetSuspended(ctx, true, "test", "nothing power-cycled"))
-	pool.mu.Lock()
-	pool.frozen = true
-	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
-	pool.mu.Unlock()
-	require.Eventually(t, func() bool {
-		st := r.hub.Status(ctx)
-		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.QuorumLoss.Lost[1].PoweredOn
-	}, 10*time.Second, 10*time.Millisecond)
+	r.loseTwo(t, 0)
 
 	cp2Fails.Store(true)
 	req := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}}
@@ -350,4 +301,42 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	assert.True(t, p.Fence[1].Fenced)
 	assert.Equal(t, "Off", r.sim.PowerState("cp-2"))
 	assert.Len(t, r.sim.Resets("cp-1"), resets, "the machine fenced before is not touched again")
+}
+
+// lossRig is a hub over three machines and two witnesses (so that it still hears a majority when two
+// machines go silent), running and suspended: nothing is power-cycled. Only the start and a quorum loss
+// check the BMCs.
+func lossRig(t *testing.T, setup func(*passRig)) (*passRig, *testPool) {
+	pool := newTestPool(3)
+	pool.witnesses = []string{"w-1", "w-2"}
+	r := newPassRig(t, pool, testPolicy(), nil)
+	r.hub.cfg.BMCCheckInterval = time.Hour
+	r.hub.cfg.BMC.Retries = -1
+	if setup != nil {
+		setup(r)
+	}
+	r.run(t)
+	r.awaitPasses(t, 3)
+	require.NoError(t, r.hub.SetSuspended(t.Context(), true, "test", "nothing power-cycled"))
+	return r, pool
+}
+
+// loseTwo has cp-0 fall behind by behind entries, then cp-1 and cp-2 go silent (their BMCs still read
+// them on), and waits until the hub finds quorum lost and has read their BMCs since.
+func (r *passRig) loseTwo(t *testing.T, behind uint64) {
+	pool := r.pool
+	pool.mu.Lock()
+	pool.behind["cp-0"] = behind
+	pool.mu.Unlock()
+	r.awaitPasses(t, 3)
+	pool.mu.Lock()
+	pool.frozen = true
+	pool.dead["cp-1"], pool.dead["cp-2"] = true, true
+	pool.mu.Unlock()
+	lost := time.Now()
+	require.Eventually(t, func() bool {
+		st := r.hub.Status(t.Context())
+		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.Machines[1].BMC != nil && st.Machines[1].BMC.Checked.After(lost) &&
+			st.Machines[2].BMC != nil && st.Machines[2].BMC.Checked.After(lost)
+	}, 10*time.Second, 10*time.Millisecond, "quorum lost, and the BMCs checked again at once")
 }
