@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,12 +33,12 @@ type member struct {
 }
 
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	members []*member
 }
 
 // startCluster starts n real etcd members, each as a static pod of its own node directory.
-func startCluster(t *testing.T, n int) *cluster {
+func startCluster(t testing.TB, n int) *cluster {
 	etcd := filepath.Join(kubeassets.Dir(), "etcd")
 	if _, err := os.Stat(etcd); err != nil {
 		t.Fatalf("the etcd binary (test/kube/build-assets builds it, or set KUBEBUILDER_ASSETS): %v", err)
@@ -70,7 +71,7 @@ func startCluster(t *testing.T, n int) *cluster {
 }
 
 // writeManifest writes m's static pod manifest.
-func (m *member) writeManifest(t *testing.T, initial, state string) {
+func (m *member) writeManifest(t testing.TB, initial, state string) {
 	require.NoError(t, staticpod.WriteManifest(m.manifest, staticpod.Etcd{Name: m.name, DataDir: m.dir, Client: m.client, Peer: m.peer,
 		Initial: initial, State: state, Token: "test"}))
 }
@@ -129,7 +130,7 @@ func (c *cluster) planFor(s *member, lost ...*member) Plan {
 	return p
 }
 
-func (m *member) node(t *testing.T, out *strings.Builder) Node {
+func (m *member) node(t testing.TB, out *strings.Builder) Node {
 	state := filepath.Join(filepath.Dir(m.dir), "hale-recovery")
 	return Node{Endpoint: m.client, Layout: StaticPod{Manifest: m.manifest, Parked: filepath.Join(state, "etcd.yaml")},
 		DataDir: m.dir, StateDir: state, Out: out, StopTimeout: 30 * time.Second, StartTimeout: time.Minute}
@@ -437,5 +438,46 @@ func TestMemberFromFlags(t *testing.T) {
 		{[]string{"etcd", "-name=cp-3", "--data-dir=/d", "--listen-client-urls=https://127.0.0.1:2379"}, Member{Name: "cp-3", DataDir: "/d"}},
 	} {
 		assert.Equal(t, tc.want, memberFromFlags(tc.args), "%q", tc.args)
+	}
+}
+
+// BenchmarkRecoverLargeDatabase measures `agent recover` on a survivor whose database holds
+// HALE_RECOVERY_MIB MiB of values (default 1024): three real members, two lost for good, the
+// survivor rebuilt. It reports the database's size and the time from the start of the recovery until
+// the one-member cluster answers. Not in CI (minutes, and gigabytes of disk):
+// go test -run '^$' -bench RecoverLargeDatabase -benchtime 1x ./recovery
+func BenchmarkRecoverLargeDatabase(b *testing.B) {
+	mib := 1024
+	if v := os.Getenv("HALE_RECOVERY_MIB"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(b, err, "HALE_RECOVERY_MIB")
+		mib = n
+	}
+	for range b.N {
+		b.StopTimer()
+		c := startCluster(b, 3)
+		m1, m2, m3 := c.members[0], c.members[1], c.members[2]
+		cli := c.client(m1, m2, m3)
+		value := strings.Repeat("v", 1<<20)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		for i := range mib {
+			_, err := cli.Put(ctx, fmt.Sprintf("/registry/large/%05d", i), value)
+			require.NoError(b, err)
+		}
+		cancel()
+		c.loseForGood(m1, m2)
+		p := c.planFor(m3, m1, m2)
+		info, err := os.Stat(filepath.Join(m3.dir, "member", "snap", "db"))
+		require.NoError(b, err)
+		var out strings.Builder
+		b.StartTimer()
+		start := time.Now()
+		_, err = Recover(context.Background(), m3.node(b, &out), p)
+		took := time.Since(start)
+		b.StopTimer()
+		require.NoError(b, err, out.String())
+		b.Logf("%d MiB database: recovered in %v\n%s", info.Size()>>20, took.Round(time.Millisecond), out.String())
+		b.ReportMetric(float64(info.Size()>>20), "db-MiB")
+		b.ReportMetric(took.Seconds(), "recover-s")
 	}
 }
