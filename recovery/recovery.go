@@ -34,7 +34,8 @@ type Node struct {
 	Log      *slog.Logger
 	// Out gets one line per step for the operator.
 	Out io.Writer
-	// Timeouts: for the member to stop (its client port closed), and to answer after the start.
+	// Timeouts: for the member to stop (its client port closed and its database let go), and to
+	// answer after the start.
 	StopTimeout, StartTimeout time.Duration
 }
 
