@@ -92,8 +92,8 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 	if err != nil {
 		return RecoveryPlan{}, fmt.Errorf("reading the recovery journal: %w", err)
 	}
+	inv := h.inventory()
 	if rec == nil {
-		inv := h.inventory()
 		p := PlanRecovery(h.Status(ctx), inv, h.gossipNow(), req)
 		if err := unknownConfirmations(p, req); err != nil {
 			return p, err
@@ -113,7 +113,6 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 	if err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
 		return rec.Plan, err
 	}
-	inv := h.inventory()
 	for i := range rec.Plan.Fence {
 		f := &rec.Plan.Fence[i]
 		if f.Fenced {

@@ -35,10 +35,8 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string,
 		if !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline) {
 			return "", fmt.Errorf("adding %s (%s) as a learner: %w", name, peerURL, err)
 		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(time.Second):
+		if err := sleep(ctx, time.Second); err != nil {
+			return "", err
 		}
 	}
 }
@@ -98,10 +96,8 @@ func Promote(ctx context.Context, cli *clientv3.Client, name string, timeout tim
 				last = fmt.Errorf("no started member named %s yet", name)
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	return fmt.Errorf("promoting %s: not done within %s (last: %w)", name, timeout, last)

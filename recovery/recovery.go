@@ -185,10 +185,8 @@ func stop(ctx context.Context, n Node, r *Record) error {
 			}
 			return fmt.Errorf("%s %s after the member was asked to stop: stop it by hand", what, n.StopTimeout)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }
@@ -296,10 +294,8 @@ func start(ctx context.Context, n Node, r *Record) error {
 	// The client is made once the port accepts connections: gRPC's reconnect backoff would otherwise
 	// add seconds after a first refused dial.
 	for !answers(ctx, n.Endpoint) && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	cli, err := n.client()
@@ -328,10 +324,8 @@ func start(ctx context.Context, n Node, r *Record) error {
 			say(n, r, "%s answers: etcd cluster %s, one member, revision %d (was at most %d)", r.Member, r.NewClusterID, r.Revision, r.Revision-int64(r.Bump))
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	return fmt.Errorf("%s did not answer a read within %s after the start (last: %w): see the member's log", n.Endpoint, n.StartTimeout, last)
@@ -359,6 +353,16 @@ func answers(ctx context.Context, rawURL string) bool {
 	}
 	_ = c.Close()
 	return true
+}
+
+// sleep waits d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 func hexID(id uint64) string { return strconv.FormatUint(id, 16) }
