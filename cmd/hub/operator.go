@@ -177,10 +177,7 @@ func operatorCommands() []*cobra.Command {
 	}
 	cmds = append(cmds, explain)
 
-	recoverCmd := newRecoverCommand(f)
-	cmds = append(cmds, recoverCmd)
-
-	cmds = append(cmds, newRebootCommand(f))
+	cmds = append(cmds, newRecoverCommand(f), newRebootCommand(f))
 
 	var wait bool
 	var waitFor time.Duration
