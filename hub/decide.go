@@ -66,6 +66,9 @@ type decision struct {
 	// needs are the Unhealthy machines the hub will not heal again by itself, by why: given up,
 	// flapping, fenced (what an on-call engineer is paged for).
 	needs map[string]OperatorNeed
+	// silent are, while etcd's quorum is lost, the voters of the inventory's machines whose members
+	// answer no majority of the observers (silentVoters).
+	silent []string
 	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back. Nothing else is
 	// decided: the evidence gathered while it was lost is judged again first (Assessor.QuorumBack).
 	quorumBack bool
@@ -135,7 +138,7 @@ func decide(f facts) decision {
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds}
+	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: silent}
 	for _, qd := range out.Decisions {
 		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
 			holds[qd.Machine] = hold{reason: ReasonWaiting, why: qd.Reason}

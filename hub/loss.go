@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hale-dev/hale/bmc"
@@ -19,9 +20,11 @@ type QuorumLoss struct {
 	Voters        int `json:"voters"`
 	HealthyVoters int `json:"healthyVoters"`
 	Quorum        int `json:"quorum"`
-	// Lost are the voters that do not count toward quorum now, in the membership's order.
+	// Lost are the voters that neither count toward quorum nor answer, in the membership's order. A
+	// voter whose member still answers is no lost voter: with quorum gone it fails its own probe (no
+	// leader) and stops counting, but it is what a recovery starts from (a survivor).
 	Lost []LostVoter `json:"lost"`
-	// ForGood: every lost voter has evidence that it will not come back. Quorum cannot come back by
+	// ForGood: there are lost voters, and every one has evidence that it will not come back. Quorum cannot come back by
 	// itself then: only a recovery from a survivor brings the cluster back. The hub never acts on it
 	// alone.
 	ForGood bool `json:"forGood"`
@@ -71,9 +74,9 @@ func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *Quorum
 	if !b.QuorumLost() {
 		return nil
 	}
-	l := &QuorumLoss{Voters: b.Voters, HealthyVoters: b.HealthyVoters, Quorum: b.Quorum, ForGood: true}
+	l := &QuorumLoss{Voters: b.Voters, HealthyVoters: b.HealthyVoters, Quorum: b.Quorum}
 	for _, m := range d.cluster.Members {
-		if m.Learner || m.CountsHealthy() {
+		if _, known := inv.MachineOfMember(m.Name); m.Learner || m.CountsHealthy() || known && !slices.Contains(d.silent, m.Name) {
 			continue
 		}
 		v := LostVoter{Member: m.Name}
@@ -105,9 +108,9 @@ func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *Quorum
 		}
 		v.Evidence = strings.Join(evidence, "; ")
 		v.ForGood = v.Evidence != "" && !v.PoweredOn && !unchecked
-		l.ForGood = l.ForGood && v.ForGood
 		l.Lost = append(l.Lost, v)
 	}
+	l.ForGood = len(l.Lost) > 0 && !slices.ContainsFunc(l.Lost, func(v LostVoter) bool { return !v.ForGood })
 	return l
 }
 

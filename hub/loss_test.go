@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -33,8 +34,19 @@ func TestAssessLoss(t *testing.T) {
 		}
 		return c
 	}
+	// decided: every voter that does not count is silent (answers no majority of the observers).
 	decided := func(c quorum.Cluster, needs map[string]OperatorNeed) decision {
-		return decision{cluster: c, outcome: quorum.Outcome{Budget: c.Budget(quorum.Policy{})}, needs: needs}
+		d := decision{cluster: c, outcome: quorum.Outcome{Budget: c.Budget(quorum.Policy{})}, needs: needs}
+		for _, m := range c.Members {
+			if !m.CountsHealthy() {
+				d.silent = append(d.silent, m.Name)
+			}
+		}
+		return d
+	}
+	answering := func(d decision, members ...string) decision {
+		d.silent = slices.DeleteFunc(d.silent, func(m string) bool { return slices.Contains(members, m) })
+		return d
 	}
 	unreachable := BMCReadiness{Checked: at, Problem: bmc.ProblemUnreachable, Error: "no answer"}
 	on := BMCReadiness{Checked: at, Ready: true, Power: bmc.PowerOn}
@@ -44,7 +56,7 @@ func TestAssessLoss(t *testing.T) {
 		d       decision
 		bmcs    map[string]BMCReadiness
 		forGood bool
-		lost    []LostVoter
+		lost    []LostVoter // nil: no loss (quorum holds)
 	}{
 		{name: "quorum holds: no loss", d: decided(cluster("etcd-1", "etcd-2"), nil)},
 		{name: "both BMCs silent, or off: lost for good", d: decided(cluster("etcd-1"), nil),
@@ -59,6 +71,12 @@ func TestAssessLoss(t *testing.T) {
 			bmcs: map[string]BMCReadiness{"cp-3": off},
 			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "maxAttempts power-cycles did not bring it back"},
 				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC read the power Off at 03:00:00Z; maxAttempts power-cycles did not bring it back", ForGood: true}}},
+		{name: "the survivor fails its own probe (no leader) but answers: not lost", d: answering(decided(cluster(), nil), "etcd-1"),
+			bmcs: map[string]BMCReadiness{"cp-1": on, "cp-2": off, "cp-3": unreachable}, forGood: true,
+			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 03:00:00Z", ForGood: true},
+				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 03:00:00Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}},
+		{name: "quorum lost while every member answers (no leader elected): no lost voter, not for good", d: answering(decided(cluster("etcd-1"), nil), "etcd-2", "etcd-3"),
+			bmcs: map[string]BMCReadiness{"cp-2": off, "cp-3": off}, lost: []LostVoter{}},
 		{name: "silence alone is no evidence", d: decided(cluster(), nil), bmcs: map[string]BMCReadiness{"cp-1": on},
 			lost: []LostVoter{{Member: "etcd-1", Machine: "cp-1", PoweredOn: true}, {Member: "etcd-2", Machine: "cp-2"}, {Member: "etcd-3", Machine: "cp-3"}}},
 	} {
@@ -70,7 +88,11 @@ func TestAssessLoss(t *testing.T) {
 			}
 			require.NotNil(t, l)
 			assert.Equal(t, tc.forGood, l.ForGood)
-			assert.Equal(t, tc.lost, l.Lost)
+			if len(tc.lost) == 0 {
+				assert.Empty(t, l.Lost)
+			} else {
+				assert.Equal(t, tc.lost, l.Lost)
+			}
 			if tc.forGood {
 				assert.Contains(t, l.String(), "quorum lost FOR GOOD")
 			} else {

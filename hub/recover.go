@@ -85,8 +85,10 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
 	lost := map[string]bool{}
 	switch {
-	case st.NotPlanning != "":
+	case st.NotPlanning != "" && len(inv.Witnesses) == 0:
 		block("the hub does not plan (%s): it cannot tell which voters are lost; with three members and no witness, two members lost leave it too few observers (add a witness)", st.NotPlanning)
+	case st.NotPlanning != "":
+		block("the hub does not plan (%s): it cannot tell which voters are lost, nor whether they hold quorum out of its sight", st.NotPlanning)
 	case p.Loss == nil:
 		block("etcd's quorum is not lost: there is nothing to recover (hub status)")
 	}

@@ -86,6 +86,11 @@ func TestChaos(t *testing.T) {
 				require.LessOrEqual(t, per["cp-1"], 1, r.line())
 				require.LessOrEqual(t, per["cp-2"], 1, r.line())
 				require.NotZero(t, r.HealedIn, r.line())
+				refusedRecovery(t, r, "cp-1 (etcd-1): its BMC reads the host powered on")
+				refusedRecovery(t, r, "cp-2 (etcd-2): its BMC reads the host powered on")
+				require.NotContains(t, r.Recoveries[0], "cp-0", "cp-0's member answers the hub's side: a survivor, not lost")
+			case "minority-hub":
+				refusedRecovery(t, r, "does not plan")
 			case "forger":
 				// cp-1 power-cycled once, for its real death; the forgers' reports and claims refused
 				// and counted by the hub: cp-1's (signed by a key not pinned for it) and cp-9's (no key
@@ -115,4 +120,13 @@ func TestChaos(t *testing.T) {
 			require.True(t, r.passed(), r.line())
 		})
 	}
+}
+
+// refusedRecovery: the run's one `hub recover --yes` (no machine confirmed lost) was refused, saying
+// why (want) and what to do.
+func refusedRecovery(t *testing.T, r result, want string) {
+	t.Helper()
+	require.Len(t, r.Recoveries, 1, r.line())
+	require.Contains(t, r.Recoveries[0], "failed: hub: refused: the recovery plan is not ready")
+	require.Contains(t, r.Recoveries[0], want)
 }

@@ -83,6 +83,10 @@ const (
 	opSuspend   = "suspend"      // hub suspend; unsuspend after For
 	opDetach    = "detach"       // hub detach A; attach after For
 	opReboot    = "reboot"       // hub reboot A [--force --yes]
+	// opRecover is `hub recover --yes` with no machine confirmed lost: what an operator who believes
+	// the hub's "lost" would run. While a quorum of members holds (on the far side of a partition, say),
+	// the hub must refuse it and fence nothing (the checker's property 6).
+	opRecover = "recover"
 	// forge runs, on host B, an agent that gives A's name: the pool key and a copy of A's config, but
 	// an identity key of its own (it does not have A's), its etcd probe failing: the reports that
 	// would make A look failed.
@@ -192,21 +196,26 @@ func without(list []string, x string) []string {
 // named are the schedules worth keeping by name.
 var named = map[string]func(d time.Duration) schedule{
 	// The case that found the partition bug: the hub and one agent cut off from the rest (two healthy
-	// machines and the witnesses) for most of the run. The hub hears a minority and must do nothing.
+	// machines and the witnesses) for most of the run. The hub hears a minority and must do nothing,
+	// not even when the operator runs `hub recover --yes` late in the partition.
 	"minority-hub": func(d time.Duration) schedule {
 		return schedule{Name: "minority-hub", Duration: d, Spare: []string{"cp-0", "cp-1", "cp-2"}, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0"}, B: []string{"cp-1", "cp-2", "w-0", "w-1"}},
+			{At: d - 15*time.Second, Kind: opRecover},
 		}}
 	},
 	// The far side of a partition holds etcd's quorum (cp-1, cp-2); the hub, both witnesses and cp-0
 	// are on this side with the BMC network. The hub hears 4 of 6 observers and sees two members dead:
 	// it may power-cycle each once (from here, a double crash looks the same), but not again while
 	// nobody sees it (DESIGN rule 9; the checker's property 2), and after the heal it touches nothing
-	// on its own side (cp-0's "no leader" is stale evidence then: TestChaos checks it). A short
+	// on its own side (cp-0's "no leader" is stale evidence then: TestChaos checks it). Late in the
+	// partition the operator runs `hub recover --yes`: refused, since cp-1 and cp-2 read powered on
+	// and nobody confirmed them lost by name (the checker's property 6). A short
 	// recoveryTimeout makes several cooldowns fit in the partition.
 	"far-side": func(d time.Duration) schedule {
 		return schedule{Name: "far-side", Duration: d, Policy: "recoveryTimeout: 15s", Spare: []string{"cp-0"}, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0", "w-0", "w-1"}, B: []string{"cp-1", "cp-2"}},
+			{At: d - 15*time.Second, Kind: opRecover},
 		}}
 	},
 	// A holder of the pool key speaks for cp-1 (forged reports of a failing etcd) before, during and after
@@ -399,6 +408,8 @@ func (in *injector) apply(ctx context.Context, f fault) {
 			args = append(args, "--force", "--yes")
 		}
 		in.operator(ctx, "reboot", f.A[0], args)
+	case opRecover:
+		in.operator(ctx, opRecover, "", []string{"recover", "--yes"})
 	}
 }
 
@@ -549,21 +560,24 @@ func (in *injector) operator(ctx context.Context, what, target string, args []st
 	out, err := in.c.HubCommand(ctx, args...)
 	verdict := "ok"
 	if err != nil {
-		verdict = "failed: " + firstLine(out)
+		verdict = "failed: " + lastLine(out) // the command's error ("hub: ..."), after what it printed
 	}
 	in.tl.add("op-end", target, what+": "+verdict)
 	return err == nil
 }
 
 func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	if len(line) > 160 {
+		line = line[:160] + "…"
+	}
+	return line
+}
+
+// lastLine is s's last line, whole: a command's error, which says why and what to do.
+func lastLine(s string) string {
 	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > 160 {
-		s = s[:160] + "…"
-	}
-	return s
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // poweredOff kills the hub when a kill-hub-bmc fault is armed: inside the BMC step that took m down.

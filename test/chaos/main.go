@@ -138,6 +138,9 @@ func campaign(ctx context.Context, o options) ([]result, error) {
 		for _, t := range r.TradeOffs {
 			fmt.Fprintf(o.out, "    far side: %s\n", t)
 		}
+		for _, a := range r.Recoveries {
+			fmt.Fprintf(o.out, "    hub recover --yes: %s\n", a)
+		}
 		if !r.passed() {
 			for p, vs := range r.Violations {
 				for _, v := range vs {
@@ -347,7 +350,7 @@ func summary(w io.Writer, results []result) {
 		len(results), passed, len(results)-passed-errs, errs, faults, hale, op)
 	names := []string{"1 quorum never cost by Hale", "2 no healthy voter power-cycled, none without a majority", "3 one power action per step (cooldown)",
 		"4 nothing while detached, paused or suspended", "5 healed (or held with a reason) after the quiet period",
-		"6 never 'lost for good' while a quorum holds (hub reads)"}
+		"6 never 'lost for good', no recovery, while a quorum holds"}
 	fmt.Fprintf(w, "%-58s %8s %10s\n", "property", "checked", "violations")
 	for i, n := range names {
 		fmt.Fprintf(w, "%-58s %8d %10d\n", n, checked[i], violated[i])

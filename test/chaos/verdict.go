@@ -63,6 +63,8 @@ type result struct {
 	// Rejected are the gossip messages the hub refused, by reason (its /metrics at the run's end):
 	// what a forger's reports and claims came to.
 	Rejected map[string]int
+	// Recoveries are the answers to the operator's `hub recover --yes` (recover faults), in order.
+	Recoveries []string
 	// Err is a harness failure (the run proves nothing).
 	Err string
 }
@@ -203,7 +205,21 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 		}
 	}
 	// 6: unseen is not dead. The hub never says etcd's quorum is lost for good while a quorum of
-	// members holds it (on the far side of a partition from the hub, say), through the Lag before.
+	// members holds it (on the far side of a partition from the hub, say), through the Lag before, nor
+	// carries out `hub recover --yes` (it fences) when no machine was confirmed lost.
+	for _, e := range events {
+		if e.Kind != "op-end" || !strings.HasPrefix(e.Detail, opRecover+": ") {
+			continue
+		}
+		res.Checked[5]++
+		res.Recoveries = append(res.Recoveries, strings.TrimPrefix(e.Detail, opRecover+": "))
+		if e.Detail == opRecover+": ok" {
+			if s, ok := before(e.At); !ok || quorumThrough(samples, e.At.Add(-Lag), e.At) {
+				res.Violations[5] = append(res.Violations[5], fmt.Sprintf("%s: the hub carried out `hub recover --yes`, confirming nobody lost, while %d of %d voters held etcd's quorum",
+					at(e.At), s.healthyCount(), s.Voters))
+			}
+		}
+	}
 	for _, s := range samples {
 		if !s.HubRead {
 			continue

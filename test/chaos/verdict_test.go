@@ -111,6 +111,12 @@ func TestEvaluate(t *testing.T) {
 			}
 			return allWell(t)
 		}, six), 20, 40)},
+		{name: "hub recover --yes carried out while quorum holds: property 6", samples: samples(allWell, six),
+			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": ok"}}, want: [6]int{0, 0, 0, 0, 0, 1}},
+		{name: "hub recover --yes refused while quorum holds: fine", samples: samples(allWell, six),
+			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": failed: hub: the recovery plan is not ready: …"}}},
+		{name: "hub recover --yes carried out while quorum is lost: fine", samples: samples(cp1cp2Down, six),
+			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": ok"}}},
 		{name: "a machine the schedule spares, sick (stale evidence at a heal): property 2", events: []event{power(30, "cp-0")}, spare: []string{"cp-0"},
 			samples: samples(func(time.Time) []memberSample { return []memberSample{down, voter(2), voter(3)} }, six), want: [6]int{0, 1}},
 	}
