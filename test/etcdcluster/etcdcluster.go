@@ -120,6 +120,11 @@ func (m *member) start(state string) error {
 	cfg.InitialCluster = m.initial
 	cfg.ClusterState = state
 	cfg.InitialClusterToken = "hale-test"
+	// No fsync: every member shares one disk with the rest of a test run, and a cold run's gigabytes of
+	// build cache can stall an fsync for seconds; a raft loop blocked there has no leader, and every
+	// member failed its probes for a minute at a testbed's start (test/demo, once, cold). A member
+	// "powered off" here is stopped by this process, so what it wrote is in the page cache either way.
+	cfg.UnsafeNoFsync = true
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop()) // stopping members on purpose is noisy
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
