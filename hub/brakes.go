@@ -115,6 +115,13 @@ func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bo
 // (by names who). A resume takes back only the operator's pause: a pause from another source (a
 // paused Cluster API Cluster) holds until that source lets go.
 func (h *Hub) SetPaused(ctx context.Context, on bool, by, reason string) error {
+	if !on {
+		// A recovery whose survivor answers as a new cluster is closed first, so that the hub does
+		// not pause itself again for it at its next start (holdForRecovery).
+		if _, err := h.underway(ctx); err != nil {
+			h.log.Warn("reading the recovery journal", "err", err)
+		}
+	}
 	return h.setHubBrake(ctx, func(b *Brakes) **Brake { return &b.Paused }, on, by, reason, "paused", "resumed")
 }
 

@@ -16,6 +16,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.loadBrakes(ctx); err != nil {
 		return err
 	}
+	if err := h.holdForRecovery(ctx); err != nil {
+		return err
+	}
 	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
 		return err
 	}

@@ -181,7 +181,7 @@ func recoverySteps(p RecoveryPlan) []string {
 	if s := p.Survivor; s != nil {
 		survivor, machine = s.Member, cmp.Or(s.Machine, s.Member)
 	}
-	return []string{"`hub recover --yes`: the hub journals the recovery, pauses itself (nothing else happens meanwhile) and fences every lost member (fence, below)",
+	return []string{"`hub recover --yes`: the hub pauses itself (nothing else happens meanwhile), journals the recovery and fences every lost member (fence, below)",
 		fmt.Sprintf("on %s: `agent recover --plan FILE` (FILE from `hub recover -o json` once fenced) checks the plan again there, stops %s, and moves its data directory's member/ aside (never deleted)", machine, survivor),
 		fmt.Sprintf("it restores %s's own database with etcd's restore: revision bump %d, the latest revision marked compacted, "+
 			"a new cluster token (a new cluster ID: no old member can rejoin)", survivor, p.BumpRevision),

@@ -262,6 +262,10 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, rec.Done)
 	assert.Equal(t, "5eed", rec.NewClusterID)
+	// Done: the hub, resumed, is not paused again at its next start.
+	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
+	require.NoError(t, r.hub.holdForRecovery(ctx))
+	assert.Equal(t, Running, r.hub.PauseState())
 }
 
 // A fence that fails (the BMC errs) leaves the recovery journaled with what was fenced: run again once
@@ -292,6 +296,11 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	assert.False(t, rec.Plan.Fence[1].Fenced)
 	assert.Equal(t, "Off", r.sim.PowerState("cp-1"))
 	assert.Contains(t, r.hub.RecoveryPlan(ctx).String(), "not every lost member is fenced yet")
+	// A hub that starts with this recovery under way is paused, its brakes lifted or not (Run).
+	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
+	require.Equal(t, Running, r.hub.PauseState())
+	require.NoError(t, r.hub.holdForRecovery(ctx))
+	require.Eventually(t, func() bool { return r.hub.PauseState() == Paused }, 5*time.Second, 10*time.Millisecond)
 
 	cp2Fails.Store(false)
 	resets := len(r.sim.Resets("cp-1"))

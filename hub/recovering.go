@@ -102,6 +102,11 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 			return p, fmt.Errorf("%w: the recovery plan is not ready: %s", ErrRefused, strings.Join(p.Blockers, "; "))
 		}
 		p.Token = fmt.Sprintf("hale-%s-%d", p.Survivor.ClusterID, time.Now().Unix())
+		// Paused (a recorded brake) before the recovery is journaled: a hub killed in between comes
+		// back paused with no recovery, never acting with a recovery under way.
+		if err := h.pauseForRecovery(ctx, by, p.Token); err != nil {
+			return p, err
+		}
 		rec = &RecoveryRecord{Plan: p, By: by, Began: time.Now().UTC()}
 		if err := store.RecordRecovery(ctx, *rec); err != nil {
 			return p, fmt.Errorf("journaling the recovery before any BMC request: %w", err)
@@ -109,8 +114,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 		h.log.Warn("etcd recovery begun", "by", by, "survivor", p.Survivor.Member, "token", p.Token, "bumpRevision", p.BumpRevision)
 	} else if err := unknownConfirmations(rec.Plan, req); err != nil {
 		return rec.Plan, err
-	}
-	if err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
+	} else if err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
 		return rec.Plan, err
 	}
 	for i := range rec.Plan.Fence {
@@ -141,6 +145,27 @@ func unknownConfirmations(p RecoveryPlan, req RecoverRequest) error {
 		if !slices.ContainsFunc(p.Fence, func(f FenceStep) bool { return f.Machine == c || f.Member == c }) {
 			return fmt.Errorf("%w: --confirm-lost %s: not a lost voter of the plan (lost: %s)", ErrRefused, c, cmp.Or(strings.Join(names, ", "), "none"))
 		}
+	}
+	return nil
+}
+
+// holdForRecovery pauses a hub that starts with a recovery under way (its brakes lost, or lifted
+// meanwhile): a fence may be half done, and nothing may power a fenced member on.
+func (h *Hub) holdForRecovery(ctx context.Context) error {
+	store := h.cfg.Recoveries
+	if store == nil {
+		return nil
+	}
+	rec, err := store.Recovery(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the recovery journal: %w", err)
+	}
+	if rec == nil || rec.Done != nil {
+		return nil
+	}
+	if err := h.SetPaused(ctx, true, rec.By, "etcd recovery "+rec.Plan.Token+" under way (hub recover)"); err != nil {
+		// In force all the same (not recorded: the API server is down, say); the next start pauses again.
+		h.log.Warn("paused for the etcd recovery under way", "token", rec.Plan.Token, "err", err)
 	}
 	return nil
 }

@@ -39,12 +39,8 @@ type Node struct {
 	StopTimeout, StartTimeout time.Duration
 }
 
-// Recover carries out the plan on this node, resuming a journaled recovery of the same plan. It
-// returns the journal's record once the one-member cluster answers.
-func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
-	if err := p.Ready(); err != nil {
-		return nil, err
-	}
+// withDefaults fills in what was left unset: the timeouts, no log, no output.
+func (n Node) withDefaults() Node {
 	n.StopTimeout = cmp.Or(n.StopTimeout, 90*time.Second)
 	n.StartTimeout = cmp.Or(n.StartTimeout, 2*time.Minute)
 	if n.Log == nil {
@@ -53,6 +49,16 @@ func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
 	if n.Out == nil {
 		n.Out = io.Discard
 	}
+	return n
+}
+
+// Recover carries out the plan on this node, resuming a journaled recovery of the same plan. It
+// returns the journal's record once the one-member cluster answers.
+func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
+	if err := p.Ready(); err != nil {
+		return nil, err
+	}
+	n = n.withDefaults()
 	j, err := openJournal(n.StateDir)
 	if err != nil {
 		return nil, err
@@ -101,7 +107,11 @@ func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
 func say(n Node, r *Record, format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
 	fmt.Fprintf(n.Out, "%s  %s\n", time.Now().UTC().Format("15:04:05"), msg)
-	n.Log.Info(msg, "token", r.Token, "step", r.Step)
+	attrs := []any{"token", r.Token}
+	if r.Step != "" { // a rejoin has no steps of its own
+		attrs = append(attrs, "step", r.Step)
+	}
+	n.Log.Info(msg, attrs...)
 }
 
 // check holds the plan to the node: the local member is the plan's survivor, of its cluster, not

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -18,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/hale-dev/hale/test/kubeassets"
 	"github.com/hale-dev/hale/test/proc"
@@ -188,25 +191,46 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	assert.Len(t, ml.Members, 1, "the old member did not rejoin")
 	m2.kubelet.PowerOff()
 
-	c.growBack(m3, 300, m1, m2)
+	c.growBack(p, m3, 300, m1, m2)
 }
 
-// growBack adds ms back to the survivor's cluster one learner at a time, each on an empty data
-// directory, and checks every member has the survivor's keys.
-func (c *cluster) growBack(survivor *member, keys int64, ms ...*member) {
+// growBack powers ms on again (repaired: with their old data, or an empty disk, and the manifest they
+// had) and rejoins each to the survivor's cluster (`agent rejoin`), one at a time; the first is
+// rejoined twice (a rerun finds it done). Then every member has the survivor's keys.
+func (c *cluster) growBack(p Plan, survivor *member, keys int64, ms ...*member) {
 	t := c.t
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cli := c.client(survivor)
-	for _, m := range ms {
-		m.kubelet.PowerOff()
-		require.NoError(t, os.RemoveAll(m.dir))
-		initial, err := AddLearner(ctx, cli, m.name, m.peer, time.Minute)
-		require.NoError(t, err)
-		m.writeManifest(t, initial, "existing")
+	var out strings.Builder
+	_, err := Rejoin(ctx, survivor.node(t, &out), p, Member{Name: survivor.name, PeerURL: survivor.peer}, []string{survivor.client})
+	require.ErrorContains(t, err, "is the plan's survivor: its part is `agent recover`")
+	other := p
+	other.Survivor = &Survivor{Member: "etcd-9", ClusterID: p.Survivor.ClusterID}
+	_, err = Rejoin(ctx, ms[0].node(t, &out), other, Member{Name: ms[0].name, PeerURL: ms[0].peer}, []string{survivor.client})
+	require.ErrorContains(t, err, "has no member etcd-9, the plan's survivor: it is not the cluster rebuilt from this plan")
+	_, err = os.Stat(ms[0].manifest)
+	require.NoError(t, err, "nothing stopped when a check fails")
+	for i, m := range ms {
+		_, hadData := os.Stat(filepath.Join(m.dir, "member"))
 		m.kubelet.PowerOn()
-		require.NoError(t, Promote(ctx, cli, m.name, time.Minute))
+		self, err := ManifestMember(m.manifest)
+		require.NoError(t, err)
+		runs := 1
+		if i == 0 {
+			runs = 2 // the rerun finds it a voter already
+		}
+		for range runs {
+			j, err := Rejoin(ctx, m.node(t, &out), p, self, []string{survivor.client})
+			require.NoError(t, err, out.String())
+			assert.Equal(t, m.name, j.Member)
+			if hadData == nil {
+				hadData = errors.New("moved aside by the first run")
+				assert.NotEmpty(t, j.Aside, "%s's old data is kept aside", m.name)
+			}
+		}
 	}
+	t.Logf("rejoined:\n%s", out.String())
 	ml, err := cli.MemberList(ctx)
 	require.NoError(t, err)
 	assert.Len(t, ml.Members, len(c.members))
@@ -249,7 +273,7 @@ func TestRecoverFiveMembersThreeLost(t *testing.T) {
 	_, err = c.client(m[4]).Get(qctx, "/registry/later/0000")
 	qcancel()
 	assert.Error(t, err, "the old cluster's member that was behind must not serve")
-	c.growBack(m[2], 301, m[0], m[1], m[3], m[4])
+	c.growBack(p, m[2], 301, m[0], m[1], m[3], m[4])
 }
 
 // TestMain runs the recovery as a child process when asked (HALE_RECOVERY_CHILD holds its node and
@@ -481,3 +505,53 @@ func BenchmarkRecoverLargeDatabase(b *testing.B) {
 		b.ReportMetric(took.Seconds(), "recover-s")
 	}
 }
+
+// Join rewrites the parked manifest's etcd flags in either form kubeadm or a hand-written manifest
+// uses, adds the ones missing, and keeps the rest of the pod.
+func TestStaticPodJoin(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, command, args string
+		want                []string
+	}{
+		{name: "kubeadm's first member", command: `["etcd", "--name=cp-1", "--initial-cluster=cp-1=https://10.0.0.11:2380", "--data-dir=/var/lib/etcd"]`,
+			want: []string{"etcd", "--name=cp-1", "--initial-cluster=" + joinInitial, "--data-dir=/var/lib/etcd", "--initial-cluster-state=existing"}},
+		{name: "a joined member, flags as two words", command: `["etcd", "--initial-cluster", "old", "--initial-cluster-state", "new"]`,
+			want: []string{"etcd", "--initial-cluster", joinInitial, "--initial-cluster-state", "existing"}},
+		{name: "flags in args", command: `["etcd"]`, args: `["--initial-cluster-state=new", "--initial-cluster=old"]`,
+			want: []string{"etcd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := StaticPod{Manifest: filepath.Join(dir, "manifests", "etcd.yaml"), Parked: filepath.Join(dir, tc.name+".yaml")}
+			args := ""
+			if tc.args != "" {
+				args = "\n    args: " + tc.args
+			}
+			require.NoError(t, os.WriteFile(s.Parked, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: etcd, namespace: kube-system}
+spec:
+  hostNetwork: true
+  containers:
+  - name: etcd
+    image: registry.k8s.io/etcd:3.6.5-0
+    command: `+tc.command+args+`
+`), 0o600))
+			require.NoError(t, s.Join(joinInitial))
+			b, err := os.ReadFile(s.Parked)
+			require.NoError(t, err)
+			var pod corev1.Pod
+			require.NoError(t, yaml.UnmarshalStrict(b, &pod))
+			assert.True(t, pod.Spec.HostNetwork, "the rest of the pod is kept")
+			assert.Equal(t, "registry.k8s.io/etcd:3.6.5-0", pod.Spec.Containers[0].Image)
+			assert.Equal(t, tc.want, pod.Spec.Containers[0].Command)
+			if tc.args != "" {
+				assert.Equal(t, []string{"--initial-cluster-state=existing", "--initial-cluster=" + joinInitial}, pod.Spec.Containers[0].Args)
+			}
+		})
+	}
+	err := StaticPod{Parked: filepath.Join(dir, "not-parked.yaml")}.Join(joinInitial)
+	require.ErrorContains(t, err, "the member must be stopped first")
+}
+
+const joinInitial = "cp-1=https://10.0.0.11:2380,cp-3=https://10.0.0.13:2380"

@@ -92,7 +92,7 @@ written --name (the older -name spelling is still accepted).`,
 	fl.BoolVar(&f.printIdentity, "print-identity", false, "print this node's line for the pinned-keys file (creating its key when missing) and exit")
 	fl.StringVar(&f.listen, "listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	root.AddCommand(cli.VersionCommand("agent"), newRecoverCommand(stdout, stderr))
+	root.AddCommand(cli.VersionCommand("agent"), newRecoverCommand(stdout, stderr), newRejoinCommand(stdout, stderr))
 	return root
 }
 

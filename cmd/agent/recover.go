@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hale-dev/hale/recovery"
 )
@@ -66,18 +67,25 @@ The agent's DaemonSet has no write access to manifests or data directories: run 
 			return nil
 		},
 	}
-	fl := cmd.Flags()
+	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+// register adds the flags `agent recover` and `agent rejoin` share (with layouts: --layout, --unit).
+func (f *recoverFlags) register(fl *pflag.FlagSet, layouts bool) {
+	f.layout = layoutStaticPod
 	fl.StringVar(&f.plan, "plan", "", "the recovery plan, from `hub recover -o json` once `hub recover --yes` has fenced (required)")
-	fl.StringVar(&f.config, "config", "", "the agent's config file, for how to reach the local etcd member (etcd.endpoint, etcd.tls)")
+	fl.StringVar(&f.config, "config", "", "the agent's config file, for how to reach etcd (etcd.endpoint, etcd.tls)")
 	fl.StringVar(&f.endpoint, "etcd-endpoint", "", "the local member's client URL (default: the config's, or kubeadm's https://127.0.0.1:2379)")
-	fl.StringVar(&f.layout, "layout", layoutStaticPod, "how etcd runs here: static-pod (kubeadm) or systemd")
-	fl.StringVar(&f.manifest, "manifest", "/etc/kubernetes/manifests/etcd.yaml", "with static-pod: etcd's manifest (its --data-dir is read from it)")
-	fl.StringVar(&f.unit, "unit", "etcd.service", "with systemd: etcd's unit")
-	fl.StringVar(&f.dataDir, "data-dir", "", "the member's data directory (static-pod: default from the manifest; systemd: required)")
+	fl.StringVar(&f.manifest, "manifest", "/etc/kubernetes/manifests/etcd.yaml", "etcd's static pod manifest (its --data-dir is read from it)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "the member's data directory (default: the manifest's; with --layout systemd: required)")
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/hale/recovery", "the recovery's journal and lock, on this node")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 90*time.Second, "how long the member may take to stop")
-	fl.DurationVar(&f.startTimeout, "start-timeout", 2*time.Minute, "how long the rebuilt member may take to answer")
-	return cmd
+	fl.DurationVar(&f.startTimeout, "start-timeout", 2*time.Minute, "how long the member may take to answer after its start")
+	if layouts {
+		fl.StringVar(&f.layout, "layout", layoutStaticPod, "how etcd runs here: static-pod (kubeadm) or systemd")
+		fl.StringVar(&f.unit, "unit", "etcd.service", "with systemd: etcd's unit")
+	}
 }
 
 // node checks the flags and makes the recovery's view of this node.
@@ -127,4 +135,55 @@ func (f recoverFlags) node(stdout, stderr io.Writer) (recovery.Node, recovery.Pl
 		n.TLS = tc
 	}
 	return n, p, nil
+}
+
+func newRejoinCommand(stdout, stderr io.Writer) *cobra.Command {
+	var f recoverFlags
+	var cluster []string
+	cmd := &cobra.Command{
+		Use:   "rejoin --plan FILE --cluster URL,...",
+		Short: "Add this node's etcd member back to the cluster rebuilt by `agent recover` (one node at a time)",
+		Long: `rejoin grows etcd back after a recovery from a permanent loss of quorum: run it on each lost member's
+machine once it is back (repaired, or replaced with the same name and addresses), one machine at a
+time, with the plan the survivor was rebuilt from and the rebuilt cluster's client URLs (the
+survivor's).
+
+It checks that the cluster at --cluster answers a linearizable read as a new etcd cluster (not the
+plan's old one), then stops the local member (its manifest moved out of the kubelet's directory),
+moves its data directory's member/ aside (kept, never deleted: it holds the old cluster's data),
+adds the member as a learner, rewrites the parked manifest's --initial-cluster and
+--initial-cluster-state=existing, starts it on the empty data directory and promotes it to a voter
+once it has caught up with the leader. Run again, it finds in the cluster's membership how far it got.
+
+Static pods (kubeadm) only: with a systemd unit, add the member by hand (docs/operating.md). Run it as
+root: it moves the manifest and the data directory.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(cluster) == 0 {
+				return errors.New("--cluster: required (the rebuilt cluster's client URLs: the survivor's, e.g. https://10.0.0.3:2379)")
+			}
+			n, p, err := f.node(stdout, stderr)
+			if err != nil {
+				return err
+			}
+			self, err := recovery.ManifestMember(f.manifest)
+			if err != nil {
+				return fmt.Errorf("--manifest: %w", err)
+			}
+			j, err := recovery.Rejoin(cmd.Context(), n, p, self, cluster)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "rejoined: %s is a voter of etcd cluster %s, one of %d members\n", j.Member, j.ClusterID, j.Members)
+			if j.Aside != "" {
+				fmt.Fprintf(stdout, "its old data is kept in %s (remove it once the cluster is healthy and backed up)\n", j.Aside)
+			}
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), false)
+	cmd.Flags().StringSliceVar(&cluster, "cluster", nil, "the rebuilt cluster's client URLs (the survivor's), comma-separated (required)")
+	return cmd
 }

@@ -27,9 +27,10 @@ changes nothing. What keeps the plan from going ahead is listed under NOT READY,
 quorum not lost, a lost member whose BMC reads it powered on (it may serve on the far side of a
 partition), one the hub cannot fence, a survivor behind the mark.
 
-With --yes the hub carries out its part: it journals the recovery with a new cluster token, pauses
-itself, and fences every lost member (powered off through its BMC and read back Off). Run again, it
-resumes the recovery it journaled; while one is being carried out, a second is refused. Then, on the
+With --yes the hub carries out its part: it pauses itself, journals the recovery with a new cluster
+token, and fences every lost member (powered off through its BMC and read back Off). Run again, it
+resumes the recovery it journaled (a hub restarted meanwhile is paused); while one is being carried
+out, a second is refused. Then, on the
 survivor: ` + "`agent recover --plan FILE`" + ` with FILE from ` + "`hub recover -o json`" + `.
 
 --confirm-lost names machines you have checked yourself: lost for good, and off. It is needed for a

@@ -10,14 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -25,10 +24,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
-	"github.com/hale-dev/hale/recovery"
-	"github.com/hale-dev/hale/test/staticpod"
 )
 
 // rvWatch follows an informer on the test's ConfigMaps across the recovery: each object's resource
@@ -147,13 +145,40 @@ func TestPermanentLossRecovered(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &refused))
 	assert.Empty(t, refused.Token, "nothing begun")
 
-	began := time.Now()
-	out, err = l.hubCLI(ctx, "recover", "--yes", "--confirm-lost", "cp-0,cp-1", "-o", "json")
+	// The hub killed (SIGKILL) in the middle of the fence: its BMC answers slowly, and the kill comes
+	// as the first lost machine reads Off. The restarted hub is paused, and shows the recovery it
+	// journaled; the rerun resumes it (the same token) and fences the rest.
+	l.redfish.SetFaults(bmcsim.Faults{Latency: time.Second})
+	first := exec.CommandContext(ctx, bins.Hub, "recover", "--yes", "--confirm-lost", "cp-0,cp-1", "--socket", l.socket)
+	require.NoError(t, first.Start())
+	require.Eventually(t, func() bool { return l.redfish.PowerState("cp-0") == "Off" }, time.Minute, 10*time.Millisecond, "cp-0 fenced")
+	l.killHub()
+	require.Error(t, first.Wait(), "the hub died under `hub recover --yes`")
+	l.redfish.SetFaults(bmcsim.Faults{})
+	l.startHub()
+	st := l.waitStatus(time.Minute, "the restarted hub paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
+	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery hale-")
+	out, err = l.hubCLI(ctx, "recover", "-o", "json")
+	var underway hub.RecoveryPlan
+	require.NoError(t, json.Unmarshal(out, &underway), "%s (%v)", out, err)
+	require.NotEmpty(t, underway.Token, "the journaled recovery, under way")
+
+	// The restarted hub stands by until the gossip has declared the killed one dead: it says so, and
+	// the operator runs the command again.
+	var began time.Time
+	for {
+		began = time.Now()
+		if out, err = l.hubCLI(ctx, "recover", "--yes", "--confirm-lost", "cp-0,cp-1", "-o", "json"); err == nil || !strings.Contains(err.Error(), "standing by") {
+			break
+		}
+		require.Less(t, time.Since(st.Time), time.Minute, "still standing by: %v", err)
+		time.Sleep(time.Second)
+	}
 	require.NoError(t, err, "%s", out)
 	fenced := time.Since(began)
 	var plan hub.RecoveryPlan
 	require.NoError(t, json.Unmarshal(out, &plan))
-	require.NotEmpty(t, plan.Token)
+	require.Equal(t, underway.Token, plan.Token, "the recovery begun before the kill, resumed")
 	assert.Equal(t, "etcd-2", plan.Survivor.Member)
 	for _, m := range []string{"cp-0", "cp-1"} {
 		assert.Equal(t, "Off", l.redfish.PowerState(m), "%s fenced through its BMC", m)
@@ -189,18 +214,14 @@ func TestPermanentLossRecovered(t *testing.T) {
 	_, _, backwards := watch.state()
 	assert.Empty(t, backwards, "resource versions went backwards for the informer")
 
-	// Grow back, one learner at a time, each on an empty data directory.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("http://127.0.0.1:%d", survivor.client)}, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	defer cli.Close()
+	// Grow back: each dead machine replaced (powered on by hand, its manifest as it was, an empty
+	// disk), then `agent rejoin` on it, one at a time.
 	for _, m := range l.machines[:2] {
-		peer := fmt.Sprintf("http://127.0.0.1:%d", m.peer)
-		initial, err := recovery.AddLearner(ctx, cli, m.member, peer, time.Minute)
-		require.NoError(t, err)
-		require.NoError(t, staticpod.WriteManifest(m.manifest, staticpod.Etcd{Name: m.member, DataDir: filepath.Join(l.dir, m.member),
-			Client: fmt.Sprintf("http://127.0.0.1:%d", m.client), Peer: peer, Initial: initial, State: "existing", Token: plan.Token}))
 		l.replaced(m)
-		require.NoError(t, recovery.Promote(ctx, cli, m.member, time.Minute))
+		out, err := exec.CommandContext(ctx, bins.Agent, "rejoin", "--plan", planFile, "--cluster", fmt.Sprintf("http://127.0.0.1:%d", survivor.client),
+			"--manifest", m.manifest, "--state-dir", filepath.Join(l.dir, m.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", m.client)).CombinedOutput()
+		require.NoError(t, err, "agent rejoin on %s:\n%s", m.name, out)
+		t.Logf("agent rejoin on %s:\n%s", m.name, out)
 	}
 	full := time.Since(began)
 	out, err = l.hubCLI(ctx, "resume")
