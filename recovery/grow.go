@@ -24,8 +24,8 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string,
 	for {
 		ml, err := cli.MemberList(ctx)
 		if err == nil {
-			if id, ok := withPeerURL(ml.Members, peerURL); ok {
-				return initialCluster(ml.Members, id, name), nil
+			if m := memberWithPeerURL(ml.Members, peerURL); m != nil {
+				return initialCluster(ml.Members, m.ID, name), nil
 			}
 			var resp *clientv3.MemberAddResponse
 			if resp, err = cli.MemberAddAsLearner(ctx, []string{peerURL}); err == nil {
@@ -41,13 +41,13 @@ func AddLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string,
 	}
 }
 
-func withPeerURL(ms []*etcdserverpb.Member, peerURL string) (uint64, bool) {
+func memberWithPeerURL(ms []*etcdserverpb.Member, peerURL string) *etcdserverpb.Member {
 	for _, m := range ms {
 		if slices.Contains(m.PeerURLs, peerURL) {
-			return m.ID, true
+			return m
 		}
 	}
-	return 0, false
+	return nil
 }
 
 // initialCluster is the --initial-cluster of the new member id, named name (not started yet, etcd

@@ -22,10 +22,11 @@ const (
 	StepStopped  Step = "Stopped"  // the member is stopped, its client port closed
 	StepAside    Step = "Aside"    // its data directory's member/ moved aside
 	StepRestored Step = "Restored" // the restored member/ in place
-	StepDone     Step = "Done"     // the one-member cluster answers, with a new cluster ID
+	StepStarted  Step = "Started"  // the one-member cluster answers, with a new cluster ID
+	StepDone     Step = "Done"     // the node's control-plane static pods restarted onto it
 )
 
-var steps = []Step{StepChecked, StepStopped, StepAside, StepRestored, StepDone}
+var steps = []Step{StepChecked, StepStopped, StepAside, StepRestored, StepStarted, StepDone}
 
 // after says whether s is at or past o.
 func (s Step) after(o Step) bool {

@@ -31,7 +31,11 @@ type Node struct {
 	DataDir string
 	// StateDir holds the journal (recovery.json), the lock, and a parked static pod manifest.
 	StateDir string
-	Log      *slog.Logger
+	// Restart are the node's control-plane static pods (kubeadm: kube-apiserver, the controller
+	// manager, the scheduler), restarted once the rebuilt member answers; those whose manifest is not
+	// there are not on this node.
+	Restart []StaticPod
+	Log     *slog.Logger
 	// Out gets one line per step for the operator.
 	Out io.Writer
 	// Timeouts: for the member to stop (its client port closed and its database let go), and to
@@ -89,7 +93,7 @@ func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
 	for _, s := range []struct {
 		step Step
 		do   func(context.Context, Node, *Record) error
-	}{{StepStopped, stop}, {StepAside, aside}, {StepRestored, restore}, {StepDone, start}} {
+	}{{StepStopped, stop}, {StepAside, aside}, {StepRestored, restore}, {StepStarted, start}, {StepDone, restartControlPlane}} {
 		if r.Step.after(s.step) {
 			continue
 		}

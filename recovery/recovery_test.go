@@ -150,16 +150,35 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	cli := c.client(m1, m2, m3)
 	rev := write(t, cli, "/registry/before", 300)
 
+	// The survivor's node runs an API server too (a stand-in process): restarted once etcd is rebuilt.
+	apiserver := filepath.Join(filepath.Dir(m3.manifest), "kube-apiserver.yaml")
+	argv := []string{"sleep", fmt.Sprintf("3600.%d", proc.FreePort(t))}
+	require.NoError(t, os.WriteFile(apiserver, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: kube-apiserver, namespace: kube-system}
+spec:
+  containers:
+  - name: kube-apiserver
+    command: ["`+strings.Join(argv, `", "`)+`"]
+`), 0o600))
+	apiKubelet := staticpod.Run(t, "", "kube-apiserver", apiserver)
+	require.Eventually(t, func() bool { return running(argv) }, 10*time.Second, 50*time.Millisecond)
+
 	m2.kubelet.PowerOff() // fenced: its data stays, it must never come back into the cluster
 	c.loseForGood(m1)     // its disk is gone
 	p := c.planFor(m3, m1, m2)
 
 	var out strings.Builder
 	start := time.Now()
-	r, err := Recover(context.Background(), m3.node(t, &out), p)
+	n := m3.node(t, &out)
+	n.Restart = []StaticPod{{Manifest: apiserver, Parked: filepath.Join(n.StateDir, "kube-apiserver.yaml")},
+		{Manifest: filepath.Join(filepath.Dir(m3.manifest), "kube-scheduler.yaml"), Parked: filepath.Join(n.StateDir, "kube-scheduler.yaml")}} // not on this node
+	r, err := Recover(context.Background(), n, p)
 	require.NoError(t, err, out.String())
 	t.Logf("recovered in %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
 	assert.Equal(t, StepDone, r.Step)
+	require.Eventually(t, func() bool { return apiKubelet.Runs() == 2 && running(argv) }, 10*time.Second, 50*time.Millisecond,
+		"the API server restarted once, and runs again")
 	assert.NotEqual(t, p.Survivor.ClusterID, r.NewClusterID)
 	assert.GreaterOrEqual(t, r.Revision, rev+int64(p.BumpRevision), "revisions move forward by the bump")
 
@@ -304,7 +323,7 @@ type childSpec struct {
 // The node-side command killed (SIGKILL) just after it journaled each step, then run again: the
 // recovery completes, with every key, and never leaves two clusters or a half-restored member.
 func TestRecoverKilledAtEveryStep(t *testing.T) {
-	for _, at := range []Step{StepChecked, StepStopped, StepAside, StepRestored} {
+	for _, at := range []Step{StepChecked, StepStopped, StepAside, StepRestored, StepStarted} {
 		t.Run(string(at), func(t *testing.T) {
 			t.Parallel()
 			c := startCluster(t, 3)

@@ -1,7 +1,6 @@
 package recovery
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,7 +46,7 @@ func Rejoin(ctx context.Context, n Node, p Plan, self Member, cluster []string) 
 	joiner, ok := n.Layout.(Joiner)
 	switch {
 	case self.Name == "" || self.PeerURL == "":
-		return nil, errors.New("this member's name and peer URL are needed (--name, --peer-url, or the manifest's --name and --initial-advertise-peer-urls)")
+		return nil, errors.New("this member's name and peer URL are needed: the etcd manifest's --name and --initial-advertise-peer-urls")
 	case self.Name == p.Survivor.Member:
 		return nil, fmt.Errorf("%s is the plan's survivor: its part is `agent recover`; run this on the other members' machines", self.Name)
 	case !ok:
@@ -124,18 +123,12 @@ func Rejoin(ctx context.Context, n Node, p Plan, self Member, cluster []string) 
 	}
 	out.Members = len(ml.Members)
 	say(n, r, "%s is a voter of etcd cluster %s, one of %d members", self.Name, r.NewClusterID, out.Members)
-	return out, nil
-}
-
-func memberWithPeerURL(ms []*etcdserverpb.Member, peerURL string) *etcdserverpb.Member {
-	if id, ok := withPeerURL(ms, peerURL); ok {
-		for _, m := range ms {
-			if m.ID == id {
-				return m
-			}
-		}
+	// A machine that was not fenced (a member that answered, behind the survivor) still runs its
+	// control plane on a cache of the old data.
+	if err := restartControlPlane(ctx, n, r); err != nil {
+		return out, err
 	}
-	return nil
+	return out, nil
 }
 
 // settle waits until, for quiet on end, nothing has listened at the member's client URL, held its
@@ -155,23 +148,6 @@ func settle(ctx context.Context, n Node, r *Record, quiet time.Duration) error {
 		}
 	}
 	return nil
-}
-
-// runsOn says whether a process on this host has dataDir as its --data-dir (etcd in a static pod's
-// container shows in the host's /proc with kubeadm's path, the same inside and out).
-func runsOn(dataDir string) bool {
-	lines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, l := range lines {
-		b, err := os.ReadFile(l)
-		if err != nil || !bytes.Contains(b, []byte(dataDir)) {
-			continue
-		}
-		args := strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00")
-		if m := memberFromFlags(args); filepath.Clean(m.DataDir) == filepath.Clean(dataDir) {
-			return true
-		}
-	}
-	return false
 }
 
 // moveAside moves the data directory's member/ (the old cluster's data, or what an earlier try

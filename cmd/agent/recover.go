@@ -20,6 +20,8 @@ import (
 type recoverFlags struct {
 	config, plan, layout, manifest, unit, dataDir, stateDir, endpoint string
 	stopTimeout, startTimeout                                         time.Duration
+	// restart are the control-plane static pods restarted once etcd is rebuilt (recover only).
+	restart []string
 }
 
 // Layouts `agent recover` knows.
@@ -42,7 +44,10 @@ linearizable read fails); no fenced member answers at its peer URL. Then it stop
 static pod: the manifest is moved out of the kubelet's directory; systemd: the unit is stopped), moves
 the data directory's member/ aside (kept, never deleted), restores the member's own database with
 etcd's restore (the plan's revision bump, the latest revision marked compacted, the plan's new cluster
-token: a new cluster ID), and starts it as a one-member cluster, waiting until it answers.
+token: a new cluster ID), and starts it as a one-member cluster, waiting until it answers. Last, with
+kubeadm's static pods, it restarts the API server, the controller manager and the scheduler on this
+node (--restart): an API server must not serve from its cache of the old data, and the others must
+not keep leader leases from before the loss.
 
 Each step is journaled in --state-dir; run the same command again after a crash and it resumes. One
 recovery runs on a node at a time. Run it as root: it moves the manifest and the data directory.
@@ -62,7 +67,7 @@ The agent's DaemonSet has no write access to manifests or data directories: run 
 				return err
 			}
 			fmt.Fprintf(stdout, "recovered: %s is etcd cluster %s, one member, at revision %d; its old data is kept in %s\n"+
-				"next: add the other members back one at a time (as learners, on empty data directories), restart every kube-apiserver, then `hub resume`\n",
+				"next: on each other member's machine once it is back, one at a time, `agent rejoin --plan FILE --cluster URL` (URL: this member's client URL); then `hub resume`\n",
 				r.Member, r.NewClusterID, r.Revision, r.Aside)
 			return nil
 		},
@@ -82,6 +87,8 @@ func (f *recoverFlags) register(fl *pflag.FlagSet, layouts bool) {
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/hale/recovery", "the recovery's journal and lock, on this node")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 90*time.Second, "how long the member may take to stop")
 	fl.DurationVar(&f.startTimeout, "start-timeout", 2*time.Minute, "how long the member may take to answer after its start")
+	fl.StringSliceVar(&f.restart, "restart", []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"},
+		"the static pods beside etcd's manifest restarted once the member answers in the rebuilt cluster (none: --restart=)")
 	if layouts {
 		fl.StringVar(&f.layout, "layout", layoutStaticPod, "how etcd runs here: static-pod (kubeadm) or systemd")
 		fl.StringVar(&f.unit, "unit", "etcd.service", "with systemd: etcd's unit")
@@ -108,6 +115,12 @@ func (f recoverFlags) node(stdout, stderr io.Writer) (recovery.Node, recovery.Pl
 		n.Layout = recovery.StaticPod{Manifest: f.manifest, Parked: filepath.Join(f.stateDir, filepath.Base(f.manifest))}
 		if n.DataDir == "" {
 			n.DataDir = m.DataDir
+		}
+		for _, pod := range f.restart {
+			if pod == "" || strings.ContainsAny(pod, `/\`) {
+				return n, p, fmt.Errorf("--restart %q: want the names of static pods beside %s (kube-apiserver, ...)", pod, f.manifest)
+			}
+			n.Restart = append(n.Restart, recovery.StaticPod{Manifest: filepath.Join(filepath.Dir(f.manifest), pod+".yaml"), Parked: filepath.Join(f.stateDir, pod+".yaml")})
 		}
 	case layoutSystemd:
 		if n.DataDir == "" {
@@ -154,6 +167,9 @@ moves its data directory's member/ aside (kept, never deleted: it holds the old 
 adds the member as a learner, rewrites the parked manifest's --initial-cluster and
 --initial-cluster-state=existing, starts it on the empty data directory and promotes it to a voter
 once it has caught up with the leader. Run again, it finds in the cluster's membership how far it got.
+
+Last, it restarts the API server, the controller manager and the scheduler on this node (--restart):
+a machine that was not fenced still runs them on a cache of the old data.
 
 Static pods (kubeadm) only: with a systemd unit, add the member by hand (docs/operating.md). Run it as
 root: it moves the manifest and the data directory.`,

@@ -76,7 +76,8 @@ type Kubelet struct {
 }
 
 // Run starts watching manifest (every 50 ms) with the machine powered on, running bin for the
-// manifest's etcd command; it stops when the test ends.
+// manifest's etcd command (any other pod: its first container's command as written); it stops when
+// the test ends.
 func Run(t proc.TB, bin, name, manifest string) *Kubelet {
 	k := &Kubelet{t: t, bin: bin, name: name, manifest: manifest}
 	done := make(chan struct{})
@@ -113,21 +114,25 @@ func (k *Kubelet) sync() {
 		k.p.Stop(30 * time.Second)
 		k.p = nil
 	case err == nil && !k.off && k.p == nil:
-		args, err := command(k.manifest)
+		bin, args, err := command(k.manifest)
 		if err != nil {
 			k.t.Logf("%s: %v", k.name, err)
 			return
 		}
+		if bin == "etcd" {
+			bin = k.bin
+		}
 		k.runs++
-		k.p = proc.Start(k.t, fmt.Sprintf("%s (run %d)", k.name, k.runs), exec.Command(k.bin, args...))
+		k.p = proc.Start(k.t, fmt.Sprintf("%s (run %d)", k.name, k.runs), exec.Command(bin, args...))
 	}
 }
 
-// command is the etcd container's command line, less the program.
-func command(manifest string) ([]string, error) {
+// command is the pod's command line: the etcd container's, or else the first container's, as its
+// program and its arguments.
+func command(manifest string) (string, []string, error) {
 	b, err := os.ReadFile(manifest)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	var pod struct {
 		Spec struct {
@@ -138,14 +143,24 @@ func command(manifest string) ([]string, error) {
 		} `json:"spec"`
 	}
 	if err := yaml.Unmarshal(b, &pod); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", manifest, err)
+		return "", nil, fmt.Errorf("manifest %s: %w", manifest, err)
 	}
 	for _, c := range pod.Spec.Containers {
 		if c.Name == "etcd" && len(c.Command) > 0 {
-			return c.Command[1:], nil
+			return c.Command[0], c.Command[1:], nil
 		}
 	}
-	return nil, fmt.Errorf("manifest %s: no etcd container", manifest)
+	if cs := pod.Spec.Containers; len(cs) > 0 && len(cs[0].Command) > 0 {
+		return cs[0].Command[0], cs[0].Command[1:], nil
+	}
+	return "", nil, fmt.Errorf("manifest %s: no container with a command", manifest)
+}
+
+// Runs is how many times the manifest's process was started.
+func (k *Kubelet) Runs() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.runs
 }
 
 // PowerOff kills the member at once (the machine loses power) and runs nothing until PowerOn.

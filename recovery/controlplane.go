@@ -1,0 +1,112 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// restartControlPlane restarts the node's control-plane static pods onto the rebuilt cluster, one at
+// a time: an API server must not go on serving from its cache of the old data, and the controller
+// manager and the scheduler must not keep leader leases from before the loss. Each pod's manifest is
+// parked, its process waited out, and the manifest put back. A rerun restarts again what it finds
+// parked or running.
+func restartControlPlane(ctx context.Context, n Node, r *Record) error {
+	for _, p := range n.Restart {
+		path := p.Manifest
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			if path = p.Parked; !exists(path) {
+				continue // not on this node
+			}
+		}
+		argv, err := podCommand(path)
+		if err != nil {
+			return err
+		}
+		say(n, r, "restarting %s onto etcd cluster %s", p, r.NewClusterID)
+		if err := p.Stop(ctx); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(n.StopTimeout)
+		for running(argv) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: its process (%s) still runs %s after its manifest was moved out: stop it by hand", p, argv[0], n.StopTimeout)
+			}
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// podCommand is the command line of a static pod's first container (its command, then its args).
+func podCommand(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("static pod manifest: %w", err)
+	}
+	var pod struct {
+		Spec struct {
+			Containers []struct {
+				Command []string `json:"command"`
+				Args    []string `json:"args"`
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &pod); err != nil {
+		return nil, fmt.Errorf("static pod manifest %s: %w", path, err)
+	}
+	if len(pod.Spec.Containers) == 0 || len(pod.Spec.Containers[0].Command) == 0 {
+		return nil, fmt.Errorf("static pod manifest %s: its first container has no command", path)
+	}
+	c := pod.Spec.Containers[0]
+	return append(c.Command, c.Args...), nil
+}
+
+// running says whether a process on this host runs argv (its program by base name, then the same
+// arguments): a static pod's container shows in the host's /proc as its manifest writes it.
+func running(argv []string) bool {
+	return slices.ContainsFunc(processes(), func(p []string) bool {
+		return len(p) == len(argv) && filepath.Base(p[0]) == filepath.Base(argv[0]) && slices.Equal(p[1:], argv[1:])
+	})
+}
+
+// runsOn says whether a process on this host has dataDir as its --data-dir (etcd in a static pod's
+// container shows in the host's /proc with kubeadm's path, the same inside and out).
+func runsOn(dataDir string) bool {
+	return slices.ContainsFunc(processes(), func(p []string) bool {
+		return filepath.Clean(memberFromFlags(p).DataDir) == filepath.Clean(dataDir)
+	})
+}
+
+// processes are the command lines of the host's processes (those that can be read).
+func processes() [][]string {
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out [][]string
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		out = append(out, strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00"))
+	}
+	return out
+}
