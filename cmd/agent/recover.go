@@ -20,7 +20,7 @@ import (
 type recoverFlags struct {
 	config, plan, layout, manifest, unit, dataDir, stateDir, endpoint string
 	stopTimeout, startTimeout                                         time.Duration
-	// restart are the control-plane static pods restarted once etcd is rebuilt (recover only).
+	// restart are the control-plane static pods restarted once the member answers in the rebuilt cluster.
 	restart []string
 }
 
