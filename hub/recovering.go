@@ -152,15 +152,11 @@ func unknownConfirmations(p RecoveryPlan, req RecoverRequest) error {
 // holdForRecovery pauses a hub that starts with a recovery under way (its brakes lost, or lifted
 // meanwhile): a fence may be half done, and nothing may power a fenced member on.
 func (h *Hub) holdForRecovery(ctx context.Context) error {
-	store := h.cfg.Recoveries
-	if store == nil {
-		return nil
-	}
-	rec, err := store.Recovery(ctx)
+	rec, err := h.underway(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the recovery journal: %w", err)
 	}
-	if rec == nil || rec.Done != nil {
+	if rec == nil {
 		return nil
 	}
 	if err := h.SetPaused(ctx, true, rec.By, "etcd recovery "+rec.Plan.Token+" under way (hub recover)"); err != nil {
