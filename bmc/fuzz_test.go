@@ -99,7 +99,9 @@ func FuzzRedfishResponses(f *testing.F) {
 			// there); a body naming another place gets a 404 and an error, checked above.
 			if json.Unmarshal(sys, &gofishReads) == nil && json.Unmarshal(sys, &body) == nil &&
 				strings.TrimSuffix(gofishReads.ODataID, "/") == "/redfish/v1/Systems/1" {
-				if err != nil {
+				// Out of time is not the body's fault: a fuzzing worker on a busy machine can be
+				// starved for the 2 s (the short fuzz runs share the machine with the test rigs).
+				if err != nil && ctx.Err() == nil {
 					t.Fatalf("a system body gofish reads gave an error: %v", err)
 				}
 				var s string
@@ -110,7 +112,7 @@ func FuzzRedfishResponses(f *testing.F) {
 						want = state
 					}
 				}
-				if st != want {
+				if err == nil && st != want {
 					t.Fatalf("PowerState %s read as %q, want %q", body.PowerState, st, want)
 				}
 			}
