@@ -155,6 +155,11 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if why := h.logins.blocked(m, time.Now()); why != "" && !req.DryRun && !(req.OwnWay && m.Strategy == quorum.Replace) {
 		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, why)
 	}
+	// Never forced: the old cluster's quorum running again is two etcds.
+	retired, err := h.oldQuorumIfOn(ctx, m.Name)
+	if err != nil {
+		return RebootResult{}, err
+	}
 	strategy := quorum.Reboot
 	if req.OwnWay && m.Strategy == quorum.Replace {
 		strategy = quorum.Replace
@@ -179,7 +184,11 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	}
 	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
 	if refusal != nil {
-		if !req.Force {
+		switch {
+		case retired && !req.Force:
+			return res, fmt.Errorf("%w: %s of %s: %v: retired by the last etcd recovery, it is in the new cluster's membership no longer, so powering it on costs "+
+				"that cluster nothing: --force powers it on; then run `agent rejoin` on it", ErrRefused, strategy, m.Name, refusal)
+		case !req.Force:
 			return res, fmt.Errorf("%w: %s of %s: %v (--force overrides this for a reboot; you would be acting against quorum)", ErrRefused, strategy, m.Name, refusal)
 		}
 		res.Overrides = refusal.Error()
@@ -209,7 +218,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if hubCtx == nil {
 		return res, fmt.Errorf("%w: the hub is not running yet", ErrRefused)
 	}
-	rem, err := h.begin(hubCtx, m, rem, plan, time.Time{})
+	rem, err = h.begin(hubCtx, m, rem, plan, time.Time{})
 	if err != nil {
 		return res, err
 	}

@@ -47,6 +47,8 @@ type facts struct {
 	quorumLost bool
 	// bmcs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
 	bmcs map[string]BMCReadiness
+	// retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
+	retired retirement
 	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
 	listen string
@@ -84,6 +86,7 @@ const (
 	NeedFlapping OperatorNeed = "Flapping" // maxAttempts remediations within the flap window
 	NeedFenced   OperatorNeed = "Fenced"   // fenced on purpose: it stays off until an operator acts
 	NeedUnseen   OperatorNeed = "Unseen"   // power-cycled, and nobody has seen it since: a partition, or a host that does not boot
+	NeedRetired  OperatorNeed = "Retired"  // a member of the old cluster an etcd recovery replaced, not yet back in the new one (`agent rejoin`)
 )
 
 // toBegin is a remediation to begin.
@@ -212,14 +215,18 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 }
 
 // holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
-// now: held by its owner, detached, its last start failed, cooling down after its last remediation, a
-// fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
+// now: retired by an etcd recovery (retired.go), held by its owner, detached, its last start failed,
+// cooling down after its last remediation, a fence that stands, or given up after maxAttempts failed
+// ones since it was last healthy or flapping.
 // It also says how many failed (a start escalates with it), and whether only an operator can go on.
 func holdOf(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
 	detached, isDetached := f.detached[m.Name]
 	sf := f.beginFailed[m.Name]
+	if h, ok := f.retired.hold(m.Name, f.obs, p.Assess.StaleAfter); ok {
+		return h
+	}
 	switch end := ended(hist); {
 	case m.Hold != "":
 		return hold{reason: ReasonHeldByOwner, why: m.Hold}

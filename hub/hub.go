@@ -113,6 +113,7 @@ type Hub struct {
 	timeline  []string         // what the hub said, oldest first (bounded)
 	override  PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes    Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	retired   retirement       // the old cluster the last etcd recovery journaled replaced, done or not
 	pauses    map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time

@@ -19,7 +19,7 @@ type metrics struct {
 // newMetrics registers the hub's metrics with reg (nil: none):
 //
 //	hale_hub_machines{verdict}                             machines by verdict
-//	hale_hub_machines_needing_operator{reason}             Unhealthy machines the hub will not heal again by itself (GaveUp, Flapping, Fenced, Unseen)
+//	hale_hub_machines_needing_operator{reason}             Unhealthy machines the hub will not heal again by itself (GaveUp, Flapping, Fenced, Unseen, Retired)
 //	hale_hub_etcd_voters, _healthy_voters, _quorum         the membership the hub plans with
 //	hale_hub_etcd_fault_tolerance, hale_hub_budget         healthy voters beyond quorum; what Hale may disrupt now
 //	hale_hub_etcd_quorum_lost_for_good                     1 while quorum is lost and no lost voter will come back by itself
@@ -102,7 +102,8 @@ func newHubCollector(h *Hub) *hubCollector {
 		machines: d("hale_hub_machines", "Machines by verdict.", "verdict"),
 		needOperator: d("hale_hub_machines_needing_operator", "Unhealthy machines the hub will not heal again by itself, by reason "+
 			"(GaveUp: maxAttempts failed; Flapping: maxAttempts within the flap window; Fenced: kept off on purpose; "+
-			"Unseen: power-cycled and seen by nobody since, a partition or a host that does not boot).", "reason"),
+			"Unseen: power-cycled and seen by nobody since, a partition or a host that does not boot; "+
+			"Retired: a member of the old etcd cluster a recovery replaced, until `agent rejoin` on it).", "reason"),
 		voters:            d("hale_hub_etcd_voters", "Voting etcd members in the membership the hub plans with."),
 		healthy:           d("hale_hub_etcd_healthy_voters", "Healthy, undisrupted voters."),
 		quorum:            d("hale_hub_etcd_quorum", "Voters etcd needs for quorum."),
@@ -145,7 +146,7 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	}
 	verdicts := map[Verdict]float64{VerdictHealthy: 0, VerdictSuspect: 0, VerdictUnhealthy: 0, "Unknown": 0}
 	inFlight, detached, loginWaits := 0.0, 0.0, 0.0
-	needs := map[OperatorNeed]float64{NeedGaveUp: 0, NeedFlapping: 0, NeedFenced: 0, NeedUnseen: 0}
+	needs := map[OperatorNeed]float64{NeedGaveUp: 0, NeedFlapping: 0, NeedFenced: 0, NeedUnseen: 0, NeedRetired: 0}
 	for _, m := range st.Machines {
 		for _, v := range []Verdict{VerdictHealthy, VerdictSuspect, VerdictUnhealthy, "Unknown"} {
 			gauge(c.machineVerdict, boolGauge(m.Verdict == v), m.Name, string(v))

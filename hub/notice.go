@@ -47,6 +47,7 @@ const (
 	ReasonFenced   = Reason(NeedFenced)
 	ReasonGaveUp   = Reason(NeedGaveUp)
 	ReasonFlapping = Reason(NeedFlapping)
+	ReasonRetired  = Reason(NeedRetired)
 	// The hub's brakes, over what the planner admitted.
 	ReasonPaused      Reason = "Paused"
 	ReasonSuspended   Reason = "Suspended"

@@ -133,6 +133,7 @@ func (h *Hub) observe(listen string) facts {
 		f.paused = DescribeBrakes(h.pausedBy())
 	}
 	f.suspended, f.detached, f.bmcs = h.brakes.Suspended != nil, h.brakes.Detached, h.bmcs
+	f.retired = h.retired
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
 		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {

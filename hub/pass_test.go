@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,8 +45,11 @@ type testPool struct {
 	witnesses []string
 	// behind lowers a node's reported raft index by that much.
 	behind map[string]uint64
-	// clusterID, when set, is the etcd cluster ID the nodes report (default testClusterID).
+	// clusterID, when set, is the etcd cluster ID the nodes report (default testClusterID); clusters
+	// sets it for one node. members, when set, is the membership the nodes report (default: every node's).
 	clusterID string
+	clusters  map[string]string
+	members   []string
 }
 
 // testClusterID is the etcd cluster ID in a testPool's reports; their raft index rises with every read.
@@ -86,11 +90,14 @@ func (p *testPool) Reports() map[string]health.Report {
 			started = now.Add(-time.Hour)
 		}
 		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started,
-			Etcd:   &health.EtcdView{ClusterID: cmp.Or(p.clusterID, testClusterID), LocalName: m.Member, RaftTerm: 2, RaftIndex: 1000 + p.version - p.behind[m.Node]},
+			Etcd: &health.EtcdView{ClusterID: cmp.Or(p.clusters[m.Node], p.clusterID, testClusterID), LocalName: m.Member, RaftTerm: 2,
+				RaftIndex: 1000 + p.version - p.behind[m.Node]},
 			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
-			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &reachable})
+			if p.members == nil || slices.Contains(p.members, o.Member) {
+				r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &reachable})
+			}
 			if o.Node != m.Node {
 				r.Peers = append(r.Peers, p.view(o.Node, now))
 			}
@@ -101,7 +108,9 @@ func (p *testPool) Reports() map[string]health.Report {
 		r := health.Report{Node: w, SentAt: now, Version: p.version, Started: now.Add(-time.Hour), Etcd: &health.EtcdView{}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
-			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &reachable})
+			if p.members == nil || slices.Contains(p.members, o.Member) {
+				r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &reachable})
+			}
 		}
 		for _, o := range p.nodes {
 			r.Peers = append(r.Peers, p.view(o.Node, now))

@@ -349,3 +349,112 @@ func (r *passRig) loseTwo(t *testing.T, behind uint64) {
 			st.Machines[2].BMC != nil && st.Machines[2].BMC.Checked.After(lost)
 	}, 10*time.Second, 10*time.Millisecond, "quorum lost, and the BMCs checked again at once")
 }
+
+// After a recovery, the old cluster's other members are retired. The hub, resumed, holds them: it never
+// powers one on by itself (its disk may hold the old cluster's member). `hub reboot` powers one on only
+// while the old members that may run stay short of the old quorum, --force or not; a member back in
+// the new cluster is released.
+func TestRetiredMembersAfterARecovery(t *testing.T) {
+	r, pool := lossRig(t, nil)
+	ctx := t.Context()
+	r.loseTwo(t, 0)
+	p, err := r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
+	require.NoError(t, err)
+	// `agent recover` on cp-0: a one-member cluster with a new ID.
+	pool.mu.Lock()
+	pool.clusterID, pool.members, pool.clusters = "5eed", []string{"etcd-0"}, map[string]string{}
+	pool.mu.Unlock()
+	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
+	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
+	// Quorum is back (one of one): the evidence is judged afresh, and the dead machines turn Unhealthy
+	// again, held.
+	for _, name := range []string{"cp-1", "cp-2"} {
+		require.Eventually(t, func() bool { return r.machine(name).NeedsOperator == NeedRetired }, 10*time.Second, 10*time.Millisecond, name)
+		m := r.machine(name)
+		assert.Equal(t, VerdictUnhealthy, m.Verdict)
+		assert.Contains(t, m.Decision, "retired by etcd recovery "+p.Token)
+	}
+	r.awaitPasses(t, 5)
+	for _, name := range []string{"cp-1", "cp-2"} {
+		assert.Equal(t, "Off", r.sim.PowerState(name), "%s: the hub does not power it on", name)
+	}
+
+	// cp-1 alone would run 1 of the old 3: no quorum. Not in the new membership, the quorum check
+	// has nothing to say, so it takes --force.
+	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-1"})
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "retired by the last etcd recovery, it is in the new cluster's membership no longer")
+	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-1", Force: true})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.sim.PowerState("cp-1") == "On" }, 10*time.Second, 10*time.Millisecond)
+	pool.mu.Lock()
+	pool.clusters["cp-1"] = testClusterID // it boots its old member
+	pool.mu.Unlock()
+	pool.restart("cp-1")
+
+	// cp-2 with it: 2 of the old 3, the old quorum. Refused, --force or not.
+	r.awaitPasses(t, 3)
+	for _, force := range []bool{false, true} {
+		_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-2", Force: force})
+		require.ErrorIs(t, err, ErrRefused)
+		assert.Contains(t, err.Error(), "cp-1 (etcd-1): its agent reports")
+		assert.Contains(t, err.Error(), "2 of the old cluster's members would run, its quorum (2)")
+	}
+	assert.Equal(t, "Off", r.sim.PowerState("cp-2"))
+
+	// `agent rejoin` on cp-1: in the new cluster, no longer retired; cp-2 may come on.
+	pool.mu.Lock()
+	pool.clusters["cp-1"], pool.members = "5eed", []string{"etcd-0", "etcd-1"}
+	pool.mu.Unlock()
+	r.awaitPasses(t, 3)
+	assert.Empty(t, r.machine("cp-1").NeedsOperator)
+	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-2", DryRun: true})
+	require.ErrorIs(t, err, ErrRefused, "etcd-2 is in no membership the quorum check knows")
+	assert.Contains(t, err.Error(), "--force powers it on; then run `agent rejoin` on it")
+}
+
+func TestRetirementHold(t *testing.T) {
+	now := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
+	rec := &RecoveryRecord{Plan: RecoveryPlan{Token: "hale-old-1", Loss: &QuorumLoss{Voters: 5, Quorum: 3},
+		Survivor:   &Survivor{Member: "etcd-4", Machine: "cp-4", ClusterID: "old"},
+		Candidates: []Survivor{{Member: "etcd-4", Machine: "cp-4"}, {Member: "etcd-3", Machine: "cp-3"}},
+		Fence:      []FenceStep{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-1", Member: "etcd-1"}, {Member: "etcd-9"}}}}
+	r := retirementOf(rec)
+	assert.Equal(t, 3, r.quorum)
+	assert.Equal(t, []retiree{{"cp-0", "etcd-0", true}, {"cp-1", "etcd-1", true}, {"cp-3", "etcd-3", false}}, r.members,
+		"the survivor is not retired, nor a lost member without a machine")
+	report := func(node, member, cluster string, age time.Duration) health.Report {
+		return health.Report{Node: node, SentAt: now.Add(-age), Etcd: &health.EtcdView{LocalName: member, ClusterID: cluster}}
+	}
+	for _, tc := range []struct {
+		name    string
+		machine string
+		reports []health.Report
+		want    string // "" not held
+	}{
+		{"not seen", "cp-0", nil, "retired by etcd recovery hale-old-1"},
+		{"its member back in the new cluster", "cp-0", []health.Report{report("cp-0", "etcd-0", "new", time.Second)}, ""},
+		{"its member in the old cluster", "cp-3", []health.Report{report("cp-3", "etcd-3", "old", time.Second)}, "cp-3 still runs etcd-3, a member of the old etcd cluster old"},
+		{"a report too old to say it rejoined", "cp-0", []health.Report{report("cp-0", "etcd-0", "new", time.Hour)}, "retired by etcd recovery"},
+		{"another member's report", "cp-0", []health.Report{report("cp-1", "etcd-1", "new", time.Second)}, "retired by etcd recovery"},
+		{"no cluster ID yet (the member is starting)", "cp-0", []health.Report{report("cp-0", "etcd-0", "", time.Second)}, "retired by etcd recovery"},
+		{"the survivor", "cp-4", nil, ""},
+		{"a machine of no recovery", "cp-7", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
+			for _, rep := range tc.reports {
+				obs.Reports[rep.Node] = rep
+				obs.HubPeers[rep.Node] = health.PeerView{Name: rep.Node, State: health.PeerAlive}
+			}
+			h, held := r.hold(tc.machine, obs, 10*time.Second)
+			assert.Equal(t, tc.want != "", held)
+			if held {
+				assert.Contains(t, h.why, tc.want)
+				assert.Equal(t, ReasonRetired, h.reason)
+				assert.Equal(t, NeedRetired, h.need)
+			}
+		})
+	}
+	assert.Equal(t, retirement{}, retirementOf(nil))
+}

@@ -51,8 +51,12 @@ func (h *Hub) underway(ctx context.Context) (*RecoveryRecord, error) {
 		return nil, nil
 	}
 	rec, err := store.Recovery(ctx)
-	if err != nil || rec == nil || rec.Done != nil {
+	if err != nil {
 		return nil, err
+	}
+	h.retire(rec)
+	if rec == nil || rec.Done != nil {
+		return nil, nil
 	}
 	s := rec.Plan.Survivor
 	for _, r := range h.gossipNow().Reports {
@@ -111,6 +115,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 		if err := store.RecordRecovery(ctx, *rec); err != nil {
 			return p, fmt.Errorf("journaling the recovery before any BMC request: %w", err)
 		}
+		h.retire(rec)
 		h.log.Warn("etcd recovery begun", "by", by, "survivor", p.Survivor.Member, "token", p.Token, "bumpRevision", p.BumpRevision)
 	} else if err := unknownConfirmations(rec.Plan, req); err != nil {
 		return rec.Plan, err

@@ -1,0 +1,178 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+)
+
+// What a recovery leaves behind. `hub recover` and `agent recover` rebuild etcd from the survivor as a
+// new cluster (a new cluster ID). The old cluster's other members, those the recovery fenced and those
+// that answered but were behind, keep the old data on their disks, and a machine of theirs that runs
+// runs its old member. One alone, or any number short of the old cluster's quorum, serves nothing; a
+// quorum of them running brings the old cluster back beside the new one, serving the old data (two
+// etcds, two truths). So until each one is back in the new cluster (`agent rejoin` on it), the hub
+// holds its machine, never powering it on or cycling it by itself, and `hub reboot` powers one on only
+// while the old members that may run stay short of the old quorum.
+
+// retiree is a member of the old cluster a recovery replaced, on its machine.
+type retiree struct {
+	machine, member string
+	// fenced: the recovery powered it off (or the operator confirmed it off); otherwise it answered
+	// and was behind the survivor.
+	fenced bool
+}
+
+// retirement is the old cluster the last recovery replaced: its ID, its quorum, and its members other
+// than the survivor (the zero value: no recovery).
+type retirement struct {
+	token, cluster string
+	quorum         int
+	members        []retiree
+}
+
+func retirementOf(rec *RecoveryRecord) retirement {
+	if rec == nil || rec.Plan.Survivor == nil {
+		return retirement{}
+	}
+	p := rec.Plan
+	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID}
+	if p.Loss != nil {
+		r.quorum = p.Loss.Quorum
+	}
+	for _, f := range p.Fence {
+		if f.Machine != "" {
+			r.members = append(r.members, retiree{machine: f.Machine, member: f.Member, fenced: true})
+		}
+	}
+	for _, c := range p.Candidates {
+		if c.Member != p.Survivor.Member && c.Machine != "" {
+			r.members = append(r.members, retiree{machine: c.Machine, member: c.Member})
+		}
+	}
+	return r
+}
+
+// retire records the old cluster the journaled recovery rec replaces (nil: none).
+func (h *Hub) retire(rec *RecoveryRecord) {
+	r := retirementOf(rec)
+	h.mu.Lock()
+	h.retired = r
+	h.mu.Unlock()
+}
+
+// where says where a retired member stands in the live reports: back in a cluster other than the old
+// one (rejoined: no longer retired), or answering as a member of the old one.
+func (r retirement) where(x retiree, obs Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
+	for _, rep := range obs.Reports {
+		e := rep.Etcd
+		if e == nil || e.LocalName != x.member || e.ClusterID == "" || !live(rep, obs, staleAfter) {
+			continue
+		}
+		if e.ClusterID != r.cluster {
+			return true, false
+		}
+		runsOld = true
+	}
+	return false, runsOld
+}
+
+// hold is the hold on a retired machine not yet back in the new cluster (ok false: not retired, or
+// rejoined).
+func (r retirement) hold(machine string, obs Observations, staleAfter time.Duration) (hold, bool) {
+	for _, x := range r.members {
+		if x.machine != machine {
+			continue
+		}
+		rejoined, runsOld := r.where(x, obs, staleAfter)
+		switch {
+		case rejoined:
+			return hold{}, false
+		case runsOld:
+			return hold{reason: ReasonRetired, need: NeedRetired, why: fmt.Sprintf("%s still runs %s, a member of the old etcd cluster %s that recovery %s replaced: "+
+				"run `agent rejoin` on %s (it stops that member, keeps its data aside and adds it to the new cluster); the hub does not act on it meanwhile",
+				machine, x.member, r.cluster, r.token, machine)}, true
+		default:
+			return hold{reason: ReasonRetired, need: NeedRetired, why: fmt.Sprintf("retired by etcd recovery %s: its disk may still hold %s of the old cluster %s, "+
+				"which starts when the machine runs; the hub does not power it on. Bring it back one machine at a time: power it on "+
+				"(`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it",
+				r.token, x.member, r.cluster, machine)}, true
+		}
+	}
+	return hold{}, false
+}
+
+// oldQuorumIfOn refuses to power machine on while the old cluster's members that may run (each not
+// back in the new cluster, whose agent reports or whose BMC does not read it Off now) would, with it,
+// reach the old cluster's quorum. retired says whether machine is retired (and not back).
+func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) (retired bool, err error) {
+	h.mu.Lock()
+	r := h.retired
+	h.mu.Unlock()
+	inv := h.inventory()
+	obs := h.gossipNow()
+	stale := inv.Policy.Assess.StaleAfter
+	if _, retired := r.hold(machine, obs, stale); !retired {
+		return false, nil
+	}
+	var running []string
+	for _, x := range r.members {
+		if x.machine == machine {
+			continue
+		}
+		if rejoined, _ := r.where(x, obs, stale); rejoined {
+			continue
+		}
+		if why := h.mayRun(ctx, inv, x, obs); why != "" {
+			running = append(running, fmt.Sprintf("%s (%s): %s", x.machine, x.member, why))
+		}
+	}
+	if len(running)+1 < r.quorum {
+		return true, nil
+	}
+	return true, fmt.Errorf("%w: %s was retired by etcd recovery %s and would run %s of the old cluster %s; with %s, "+
+		"%d of the old cluster's members would run, its quorum (%d): the old cluster would serve its old data beside the new one. "+
+		"Run `agent rejoin` on those first, one machine at a time", ErrRefused, machine, r.token, r.memberOf(machine), r.cluster,
+		strings.Join(running, "; "), len(running)+1, r.quorum)
+}
+
+func (r retirement) memberOf(machine string) string {
+	for _, x := range r.members {
+		if x.machine == machine {
+			return x.member
+		}
+	}
+	return ""
+}
+
+// mayRun says why a retired member's machine may be running ("": its BMC reads it Off now and its agent
+// does not report).
+func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs Observations) string {
+	m, ok := inv.Machine(x.machine)
+	if !ok {
+		return ""
+	}
+	if rep, reports := obs.Reports[m.Node]; reports && live(rep, obs, inv.Policy.Assess.StaleAfter) {
+		return "its agent reports"
+	}
+	if m.Endpoint.Driver == "" {
+		return "no BMC to read its power from"
+	}
+	power, err := h.cfg.PowerFor(m)
+	if err != nil {
+		return fmt.Sprintf("its BMC cannot be read (%v)", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, _, err := h.logins.guard(m, power).Status(rctx)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("its BMC cannot be read (%v)", err)
+	case st != bmc.PowerOff:
+		return fmt.Sprintf("its BMC reads the power %s", st)
+	}
+	return ""
+}
