@@ -111,6 +111,9 @@ func (h *Hub) APIHandler(token string) http.Handler {
 				writeError(w, err)
 				return
 			}
+			if detached {
+				h.settled(r.Context(), r.PathValue("name"))
+			}
 			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
@@ -118,7 +121,11 @@ func (h *Hub) APIHandler(token string) http.Handler {
 		"pause":  func(ctx context.Context, req BrakeRequest) error { return h.SetPaused(ctx, true, req.By, req.Reason) },
 		"resume": func(ctx context.Context, req BrakeRequest) error { return h.SetPaused(ctx, false, req.By, req.Reason) },
 		"suspend": func(ctx context.Context, req BrakeRequest) error {
-			return h.SetSuspended(ctx, true, req.By, req.Reason)
+			if err := h.SetSuspended(ctx, true, req.By, req.Reason); err != nil {
+				return err
+			}
+			h.settled(ctx, "")
+			return nil
 		},
 		"unsuspend": func(ctx context.Context, req BrakeRequest) error {
 			return h.SetSuspended(ctx, false, req.By, req.Reason)

@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -42,7 +44,7 @@ func TestGateHoldsStepsWhilePausedOrSuspended(t *testing.T) {
 				require.NoError(t, b.set(h, true))
 			}
 			passed := make(chan error, 1)
-			go func() { passed <- h.gate("cp-0")(t.Context()) }()
+			go func() { passed <- h.gate("cp-0", func() error { return nil })(t.Context()) }()
 			for _, b := range tt.brakes {
 				select {
 				case err := <-passed:
@@ -56,6 +58,55 @@ func TestGateHoldsStepsWhilePausedOrSuspended(t *testing.T) {
 				assert.NoError(t, err)
 			case <-time.After(5 * time.Second):
 				t.Fatal("the gate stayed shut after every brake was lifted")
+			}
+		})
+	}
+}
+
+// `hub suspend` and `hub detach` answer once no step they hold is inside a BMC call: a step past its
+// checkpoint when the brake came completes, and what the command returns is a brake in force over
+// nothing still being carried out (as a pause is acknowledged).
+func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
+	for _, tc := range []struct{ name, path string }{
+		{"suspend", "/v1/suspend"},
+		{"detach", "/v1/machines/cp-0/detach"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = j.Close() })
+			inv := Inventory{Cluster: "test", Machines: []Machine{{MachineRef: MachineRef{Name: "cp-0", Node: "cp-0"}}}}
+			h, err := New(Config{Inventory: inv, Gossip: &testPool{}, Journal: j, Metrics: prometheus.NewRegistry()})
+			require.NoError(t, err)
+			api := httptest.NewServer(h.APIHandler(""))
+			t.Cleanup(api.Close)
+			r := &running{rem: Remediation{Machine: "cp-0"}, busy: true} // inside its power-cycle
+			h.mu.Lock()
+			h.running["cp-0"] = r
+			h.mu.Unlock()
+			answered := make(chan int, 1)
+			go func() {
+				resp, err := http.Post(api.URL+tc.path, "application/json", nil)
+				if err != nil {
+					answered <- 0
+					return
+				}
+				resp.Body.Close()
+				answered <- resp.StatusCode
+			}()
+			select {
+			case code := <-answered:
+				t.Fatalf("answered (%d) while a step it holds was inside a BMC call", code)
+			case <-time.After(300 * time.Millisecond):
+			}
+			h.mu.Lock()
+			r.busy = false // the step's outcome is recorded
+			h.mu.Unlock()
+			select {
+			case code := <-answered:
+				assert.Equal(t, http.StatusOK, code)
+			case <-time.After(5 * time.Second):
+				t.Fatal("no answer once the step was done")
 			}
 		})
 	}

@@ -103,7 +103,7 @@ type toBegin struct {
 func decide(f facts) decision {
 	cluster, why := membershipOf(f.inv, f.obs, f.assessments, f.hearing, f.flights)
 	if why != "" {
-		return decision{notPlanning: why}
+		return decision{notPlanning: why + f.retired.runningOld(f.obs, f.inv.Policy.Assess.StaleAfter)}
 	}
 	p := f.inv.Policy
 	if f.quorumLost && !cluster.Budget(p.Quorum).QuorumLost() {
@@ -121,6 +121,10 @@ func decide(f facts) decision {
 		}
 		if fl, ok := f.flights[m.Name]; ok {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
+		} else if h, retired := f.retired.hold(m.Name, f.obs, p.Assess.StaleAfter); retired && a.Verdict != VerdictHealthy {
+			// Whatever its verdict: a machine whose member no membership lists is Suspect at most
+			// (nobody checks its member), and it stays out until it rejoins.
+			holds[m.Name], needs[m.Name] = h, h.need
 		} else if qm.Unhealthy && len(silent) > 0 && a.EtcdAnswers && !slices.Contains(silent, m.Member) {
 			holds[m.Name] = hold{reason: ReasonSilentVotersFirst, why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member answers, and its failures follow from the lost quorum "+
 				"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
@@ -215,18 +219,15 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 }
 
 // holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
-// now: retired by an etcd recovery (retired.go), held by its owner, detached, its last start failed,
-// cooling down after its last remediation, a fence that stands, or given up after maxAttempts failed
-// ones since it was last healthy or flapping.
+// now: held by its owner, detached, its last start failed, cooling down after its last remediation, a
+// fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
+// (A machine an etcd recovery retired is held before, whatever its verdict: retired.go.)
 // It also says how many failed (a start escalates with it), and whether only an operator can go on.
 func holdOf(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
 	detached, isDetached := f.detached[m.Name]
 	sf := f.beginFailed[m.Name]
-	if h, ok := f.retired.hold(m.Name, f.obs, p.Assess.StaleAfter); ok {
-		return h
-	}
 	switch end := ended(hist); {
 	case m.Hold != "":
 		return hold{reason: ReasonHeldByOwner, why: m.Hold}

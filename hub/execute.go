@@ -38,6 +38,10 @@ type World interface {
 	// not been judged Healthy again. It is asked, with the quorum check, just before each disruptive
 	// BMC request goes out (bmc.WithCheck), which can be seconds after the step began.
 	Wanted() error
+	// Overtaken says (nil) that nothing has taken the machine out of the cluster the remediation was
+	// begun for: an etcd recovery begun since retires it (retired.go). It is asked with Wanted, and
+	// while a step awaits the machine's recovery.
+	Overtaken() error
 	// Recovered says whether the machine is back: its agent restarted and in the gossip pool, and for
 	// an etcd member, the member healthy again. The BMC saying "On" is not enough.
 	Recovered(ctx context.Context) bool
@@ -171,6 +175,9 @@ func (e *Executor) take(ctx context.Context, rem Remediation, i int, steps []quo
 	if err := e.World.Gate(ctx); err != nil {
 		return err
 	}
+	if err := e.World.Overtaken(); err != nil {
+		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+	}
 	cost, err := e.recheck(ctx, rem, steps...)
 	if err != nil {
 		return err
@@ -218,6 +225,9 @@ func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, step q
 // forced step skips the quorum part, as it skipped recheck's.
 func (e *Executor) stillSafe(step quorum.Step, cost int) func(context.Context) error {
 	return func(ctx context.Context) error {
+		if err := e.World.Overtaken(); err != nil {
+			return err
+		}
 		if err := e.World.Wanted(); err != nil {
 			return err
 		}
@@ -340,6 +350,9 @@ func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Durat
 		ok, where := done(ctx)
 		if ok {
 			return nil
+		}
+		if err := e.World.Overtaken(); err != nil {
+			return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 		}
 		if time.Now().After(deadline) {
 			err := fmt.Errorf("%s not recovered within %v (%s)", rem.Machine, timeout, where)

@@ -60,6 +60,7 @@ type testWorld struct {
 	live      func(context.Context) (quorum.Cluster, error)
 	barrier   func(context.Context) error
 	wanted    error
+	overtaken error
 	recovered func(context.Context) bool
 	evidence  func(context.Context, time.Time) (bool, string)
 	trouble   []string
@@ -69,6 +70,7 @@ type testWorld struct {
 func (w *testWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.live(ctx) }
 func (w *testWorld) Gate(context.Context) error                       { return nil }
 func (w *testWorld) Wanted() error                                    { return w.wanted }
+func (w *testWorld) Overtaken() error                                 { return w.overtaken }
 func (w *testWorld) Recovered(ctx context.Context) bool {
 	return w.recovered != nil && w.recovered(ctx)
 }
@@ -152,6 +154,7 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 		name       string
 		later      quorum.Cluster // the membership once the step was re-checked
 		wanted     error
+		overtaken  error
 		force      bool
 		wantResets int
 		wantErr    string
@@ -161,6 +164,8 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 		{name: "another member died meanwhile", later: members("DHH"), wantErr: "rebooting etcd-2 leaves 1 of 3"},
 		{name: "nothing changed: sent", later: members("HHD"), wantResets: 1},
 		{name: "forced: the quorum part is not asked", later: members("HHH"), force: true, wantResets: 1},
+		{name: "overtaken by an etcd recovery, forced or not", later: members("HHD"), force: true, overtaken: errors.New("overtaken by etcd recovery hale-1"),
+			wantErr: "overtaken by etcd recovery hale-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,7 +182,7 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 				}
 				return members("HHD"), nil
 			}
-			worldOf(e).wanted = tt.wanted
+			worldOf(e).wanted, worldOf(e).overtaken = tt.wanted, tt.overtaken
 			e.Force = tt.force
 			err = e.Run(t.Context(), rem, plan, 0, r.power)
 			assert.Len(t, r.sim.Resets("1"), tt.wantResets)
@@ -194,6 +199,26 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 			assert.Equal(t, "On", r.sim.PowerState("1"))
 		})
 	}
+}
+
+// A remediation awaiting its machine's recovery when an etcd recovery retires the machine ends
+// Aborted at once, saying why, instead of waiting out its recovery timeout.
+func TestExecutorAwaitOvertaken(t *testing.T) {
+	r := newExecRig(t)
+	plan, err := members("HHD").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+	require.NoError(t, err)
+	rem := r.begin(t, plan)
+	e := r.executor(members("HHD"))
+	w := worldOf(e)
+	w.recovered = func(context.Context) bool {
+		w.overtaken = errors.New("overtaken by etcd recovery hale-1")
+		return false
+	}
+	err = e.Run(t.Context(), rem, plan, 0, r.power)
+	require.ErrorContains(t, err, "overtaken by etcd recovery hale-1")
+	got := mustGet(t, r.journal, "cp-2")
+	assert.Equal(t, Aborted, got.State)
+	assert.Contains(t, got.History[len(got.History)-1].Detail, "overtaken by etcd recovery hale-1")
 }
 
 // The hub dies between intent and outcome. The restarted hub (a new journal epoch) reads the BMC,

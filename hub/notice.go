@@ -75,6 +75,9 @@ const (
 	// ReasonDegradedMode: what a hub did while the API server did not answer (Kubernetes mode's degraded
 	// mode), said once it answers again.
 	ReasonDegradedMode Reason = "DegradedMode"
+	// ReasonEtcdRecovery: an etcd recovery after a permanent loss of quorum (`hub recover --yes`), and
+	// each member it fenced, said once the API server answers again.
+	ReasonEtcdRecovery Reason = "EtcdRecovery"
 )
 
 // Notice is one thing the hub decided or saw: about one machine (a verdict, a wait, a remediation's

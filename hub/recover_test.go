@@ -358,20 +358,27 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	r, pool := lossRig(t, nil)
 	ctx := t.Context()
 	r.loseTwo(t, 0)
+	// The hub power-cycles the silent voters; the recovery begins with a remediation under way.
+	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
+	require.Eventually(t, func() bool { return r.machine("cp-1").Remediation != nil || r.machine("cp-2").Remediation != nil },
+		10*time.Second, 10*time.Millisecond)
 	p, err := r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
 	require.NoError(t, err)
+	// It is overtaken: it ends (Aborted), and does not power the machine on again.
+	for _, name := range []string{"cp-1", "cp-2"} {
+		require.Eventually(t, func() bool { return r.machine(name).Remediation == nil }, 10*time.Second, 10*time.Millisecond, name)
+	}
 	// `agent recover` on cp-0: a one-member cluster with a new ID.
 	pool.mu.Lock()
 	pool.clusterID, pool.members, pool.clusters = "5eed", []string{"etcd-0"}, map[string]string{}
 	pool.mu.Unlock()
 	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
-	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
-	// Quorum is back (one of one): the evidence is judged afresh, and the dead machines turn Unhealthy
-	// again, held.
+	// Quorum is back (one of one): the dead machines are held whatever their verdict (the evidence is
+	// judged afresh; Suspect or Unhealthy).
 	for _, name := range []string{"cp-1", "cp-2"} {
 		require.Eventually(t, func() bool { return r.machine(name).NeedsOperator == NeedRetired }, 10*time.Second, 10*time.Millisecond, name)
 		m := r.machine(name)
-		assert.Equal(t, VerdictUnhealthy, m.Verdict)
+		assert.NotEqual(t, VerdictHealthy, m.Verdict)
 		assert.Contains(t, m.Decision, "retired by etcd recovery "+p.Token)
 	}
 	r.awaitPasses(t, 5)
@@ -457,4 +464,11 @@ func TestRetirementHold(t *testing.T) {
 		})
 	}
 	assert.Equal(t, retirement{}, retirementOf(nil))
+
+	// What a pass that cannot agree on a membership adds to why.
+	old := Observations{Now: now, Reports: map[string]health.Report{"cp-3": report("cp-3", "etcd-3", "old", time.Second)},
+		HubPeers: map[string]health.PeerView{"cp-3": {Name: "cp-3", State: health.PeerAlive}}}
+	assert.Equal(t, "; cp-3 (etcd-3) still run the old etcd cluster old that recovery hale-old-1 replaced, and report its membership: run `agent rejoin` on them",
+		r.runningOld(old, 10*time.Second))
+	assert.Empty(t, r.runningOld(Observations{Now: now}, 10*time.Second))
 }

@@ -30,6 +30,7 @@ type retiree struct {
 // than the survivor (the zero value: no recovery).
 type retirement struct {
 	token, cluster string
+	began          time.Time
 	quorum         int
 	members        []retiree
 }
@@ -39,7 +40,7 @@ func retirementOf(rec *RecoveryRecord) retirement {
 		return retirement{}
 	}
 	p := rec.Plan
-	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID}
+	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID, began: rec.Began}
 	if p.Loss != nil {
 		r.quorum = p.Loss.Quorum
 	}
@@ -60,8 +61,13 @@ func retirementOf(rec *RecoveryRecord) retirement {
 func (h *Hub) retire(rec *RecoveryRecord) {
 	r := retirementOf(rec)
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.token != h.retired.token {
+		// Executors held at a checkpoint (paused) look again: one overtaken by the recovery ends.
+		close(h.resumed)
+		h.resumed = make(chan struct{})
+	}
 	h.retired = r
-	h.mu.Unlock()
 }
 
 // where says where a retired member stands in the live reports: back in a cluster other than the old
@@ -103,6 +109,22 @@ func (r retirement) hold(machine string, obs Observations, staleAfter time.Durat
 		}
 	}
 	return hold{}, false
+}
+
+// runningOld says which retired members still answer as members of the old cluster, for a pass that
+// cannot agree on a membership: their agents report the old cluster's ("": none).
+func (r retirement) runningOld(obs Observations, staleAfter time.Duration) string {
+	var old []string
+	for _, x := range r.members {
+		if _, runsOld := r.where(x, obs, staleAfter); runsOld {
+			old = append(old, fmt.Sprintf("%s (%s)", x.machine, x.member))
+		}
+	}
+	if len(old) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s still run the old etcd cluster %s that recovery %s replaced, and report its membership: run `agent rejoin` on them",
+		strings.Join(old, ", "), r.cluster, r.token)
 }
 
 // oldQuorumIfOn refuses to power machine on while the old cluster's members that may run (each not
@@ -158,12 +180,9 @@ func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs Observat
 	if rep, reports := obs.Reports[m.Node]; reports && live(rep, obs, inv.Policy.Assess.StaleAfter) {
 		return "its agent reports"
 	}
-	if m.Endpoint.Driver == "" {
-		return "no BMC to read its power from"
-	}
-	power, err := h.cfg.PowerFor(m)
+	power, err := h.cfg.PowerFor(m) // Kubernetes mode: a BareMetalHost, or the inventory file's BMC
 	if err != nil {
-		return fmt.Sprintf("its BMC cannot be read (%v)", err)
+		return fmt.Sprintf("its power cannot be read (%v)", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -123,6 +123,11 @@ func (h *Hub) Status(ctx context.Context) Status {
 			}
 		}
 	}
+	for name, h := range v.holds { // held whatever the verdict (retired), so the planner said nothing
+		if _, ok := decisions[name]; !ok {
+			decisions[name] = h.why
+		}
+	}
 	st.Holding = strings.Join(holding, "; ")
 	for i, m := range h.inv.Machines {
 		a := assessmentOf(v.assessments, i, m.Name)

@@ -31,7 +31,9 @@ type remediationWorld struct {
 
 func (w *remediationWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.h.live(ctx) }
 func (w *remediationWorld) Barrier(ctx context.Context) error                { return w.h.freshBarrier(ctx) }
-func (w *remediationWorld) Gate(ctx context.Context) error                   { return w.h.gate(w.m.Name)(ctx) }
+func (w *remediationWorld) Gate(ctx context.Context) error {
+	return w.h.gate(w.m.Name, w.Overtaken)(ctx)
+}
 
 // Recorded turns each record into what the hub says and counts, and what `hub status` shows: the step
 // under way, a step's outcome (StepDone), a journal write refused and then accepted, the end.
@@ -150,6 +152,21 @@ func (h *Hub) freshBarrier(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Overtaken: an etcd recovery begun after the remediation retired its machine (until it rejoins).
+func (w *remediationWorld) Overtaken() error {
+	w.h.mu.Lock()
+	r := w.h.retired
+	w.h.mu.Unlock()
+	if !w.rem.Created.Before(r.began) {
+		return nil
+	}
+	if _, retired := r.hold(w.m.Name, w.h.gossipNow(), w.h.inventory().Policy.Assess.StaleAfter); !retired {
+		return nil
+	}
+	return fmt.Errorf("overtaken by etcd recovery %s (begun %s): %s is retired, a member of the old cluster, until `agent rejoin` on it",
+		r.token, r.began.UTC().Format(time.RFC3339), w.m.Name)
 }
 
 // Wanted: one of the hub's own remediations is wanted while the machine has not been judged Healthy

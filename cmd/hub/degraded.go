@@ -197,10 +197,11 @@ func (d *degradedRunner) run(ctx context.Context, t degraded.Term, brakes *hub.B
 }
 
 // importDegraded writes what a degraded term recorded in the local journal into Remediation objects
-// (j: this leader's), says each as an Event (notify), then removes the local journal and its term
-// file. An import cut short is done again by the next leader of this pod: the objects are not written
-// twice.
-func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, notify func(hub.Notice), log *slog.Logger) error {
+// (j: this leader's), says each as an Event (notify), writes an etcd recovery it carried out back
+// (kube.ImportRecovery: the record into recoveries, the HealthPolicy), then removes the local journal
+// and its term file. An import cut short is done again by the next leader of this pod: the objects
+// are not written twice.
+func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, recoveries hub.RecoveryStore, notify func(hub.Notice), log *slog.Logger) error {
 	t, err := degraded.ReadTerm(k.degradedJournal)
 	if err != nil {
 		return err
@@ -216,6 +217,10 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, notify
 		return err
 	}
 	rems, err := local.All(ctx)
+	var rec *hub.RecoveryRecord
+	if err == nil {
+		rec, err = local.Recovery(ctx)
+	}
 	local.Close()
 	if err != nil {
 		return err
@@ -248,6 +253,16 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, notify
 		}
 		notify(hub.Notice{Machine: r.Machine, Reason: reason, Remediation: r.ID, Warning: warn,
 			Message: fmt.Sprintf("while the API server did not answer (degraded mode), %s: %s: %s", strings.Join(quorum.Plan{Steps: r.Steps}.StepStrings(), " → "), r.State, last)})
+	}
+	if rec != nil {
+		if recoveries == nil {
+			log.Warn("no HealthPolicy to keep the etcd recovery in: the members it retired are not held once imported", "token", rec.Plan.Token)
+		}
+		note := fmt.Sprintf("fenced by etcd recovery %s, recorded in the local journal %s during %s; imported at epoch %d", rec.Plan.Token, k.degradedJournal, term, j.Epoch())
+		if err := kube.ImportRecovery(ctx, j, recoveries, *rec, note, notify); err != nil {
+			return fmt.Errorf("importing etcd recovery %s from %s: %w", rec.Plan.Token, k.degradedJournal, err)
+		}
+		log.Warn("etcd recovery imported", "token", rec.Plan.Token)
 	}
 	msg := fmt.Sprintf("%s: %d remediations recorded (%s), imported into Remediation objects", term, len(rems), strings.Join(names, ", "))
 	log.Warn("degraded term imported", "remediations", len(rems), "term", term)

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,16 +99,20 @@ type lab struct {
 	hubRuns   int
 }
 
-// startLab starts etcd, the API server on it, the agents, the witnesses and the BMCs; the hub's
-// arguments are ready, not started.
-func startLab(t *testing.T) *lab { return startLabWith(t, 200*time.Millisecond) }
+// startLab starts a three-member etcd, the API server on it, the agents, the witnesses and the BMCs;
+// the hub's arguments are ready, not started.
+func startLab(t *testing.T) *lab { return startLabOf(t, 3, 200*time.Millisecond, -1) }
 
 // startLabWith is startLab with BMCs that take powerOn to power a machine on.
-func startLabWith(t *testing.T, powerOn time.Duration) *lab {
+func startLabWith(t *testing.T, powerOn time.Duration) *lab { return startLabOf(t, 3, powerOn, -1) }
+
+// startLabOf is startLab with members machines, whose BMCs take powerOn to power one on, and the API
+// server on machine apiOn's member alone (as kubeadm's on its machine), or on every member (-1).
+func startLabOf(t *testing.T, members int, powerOn time.Duration, apiOn int) *lab {
 	l := &lab{t: t, dir: t.TempDir()}
 	l.socket = filepath.Join(l.dir, "hub.sock")
 	var initial, endpoints []string
-	for i := range 3 {
+	for i := range members {
 		m := &machine{name: fmt.Sprintf("cp-%d", i), member: fmt.Sprintf("etcd-%d", i),
 			client: proc.FreePort(t), peer: proc.FreePort(t), gossip: proc.FreePort(t), metrics: proc.FreePort(t)}
 		l.machines = append(l.machines, m)
@@ -174,6 +179,9 @@ etcd: {endpoints: [%s]}
 	inventory := l.write("inventory.yaml", inv.String())
 	breakGlass := l.write("break-glass.yaml", inv.String())
 
+	if apiOn >= 0 {
+		endpoints = endpoints[apiOn : apiOn+1]
+	}
 	l.c, l.cfg, l.env = kubeenv.StartOnEtcd(t, endpoints)
 	ctx := t.Context()
 	require.NoError(t, l.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
@@ -237,6 +245,14 @@ func (l *lab) powerOff(m *machine) {
 		m.agent.Kill()
 		m.agent = nil
 	}
+}
+
+// signalEtcd sends the machine's etcd member sig (SIGSTOP: it hangs, as on a stalled disk; SIGCONT:
+// it goes on).
+func (l *lab) signalEtcd(m *machine, sig syscall.Signal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.etcd.Signal(sig)
 }
 
 // killEtcd kills the machine's etcd member only (a crashed or hung etcd; its agent reports it); it
@@ -324,7 +340,7 @@ func (l *lab) waitStatus(within time.Duration, what string, ok func(hub.Status) 
 }
 
 func allHealthy(st hub.Status) bool {
-	if len(st.Machines) != 3 {
+	if len(st.Machines) == 0 {
 		return false
 	}
 	for _, m := range st.Machines {

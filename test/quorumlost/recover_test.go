@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
@@ -82,8 +84,10 @@ func (w *rvWatch) state() (synced int64, seen int, backwards []string) {
 // side of a partition). `hub recover` refuses until the operator confirms them by name; `hub recover
 // --yes --confirm-lost` fences them through their BMCs, read back Off; `agent recover` on the survivor
 // (cp-2, the last listed) rebuilds etcd there; the API server, restarted, serves every object, and an
-// informer that ran across it all saw resource versions only move forward. Then the cluster grows back
-// to three members, one learner at a time, and the hub, resumed, sees every machine healthy.
+// informer that ran across it all saw resource versions only move forward. The hub, resumed, holds the
+// machines the recovery retired. Then the cluster grows back to three members, one machine at a time
+// (`hub reboot`, which refuses the second while the first runs outside the new cluster, then `agent
+// rejoin`), and the hub sees every machine healthy.
 func TestPermanentLossRecovered(t *testing.T) {
 	l := startLab(t)
 	l.standalone()
@@ -92,10 +96,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	ctx := t.Context()
 
 	const objects = 50
-	for i := range objects {
-		require.NoError(t, l.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("before-%02d", i)},
-			Data: map[string]string{"i": strconv.Itoa(i)}}))
-	}
+	l.configMaps(ctx, "before", objects)
 	cs, err := kubernetes.NewForConfig(l.cfg)
 	require.NoError(t, err)
 	watch := &rvWatch{objects: map[string]int64{}}
@@ -186,21 +187,9 @@ func TestPermanentLossRecovered(t *testing.T) {
 	planFile := l.write("plan.json", string(out))
 
 	survivor := l.machines[2]
-	agentOut, err := exec.CommandContext(ctx, bins.Agent, "recover", "--plan", planFile, "--manifest", survivor.manifest,
-		"--state-dir", filepath.Join(l.dir, survivor.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", survivor.client)).CombinedOutput()
-	require.NoError(t, err, "agent recover:\n%s", agentOut)
+	l.agentRecover(ctx, planFile, survivor)
 	rebuilt := time.Since(began)
-	t.Logf("agent recover:\n%s", agentOut)
-
-	require.NoError(t, l.env.ControlPlane.APIServer.Stop())
-	require.NoError(t, l.env.ControlPlane.APIServer.Start())
-	for !l.apiAnswers(ctx) {
-		if time.Since(began) > 3*time.Minute {
-			var n corev1.Namespace
-			t.Fatalf("the API server does not answer again: %v", l.c.Get(ctx, client.ObjectKey{Name: ns}, &n))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	l.restartAPIServerOn(ctx, survivor)
 	answering := time.Since(began)
 	var cms corev1.ConfigMapList
 	require.NoError(t, l.c.List(ctx, &cms, client.InNamespace(ns)))
@@ -214,23 +203,205 @@ func TestPermanentLossRecovered(t *testing.T) {
 	_, _, backwards := watch.state()
 	assert.Empty(t, backwards, "resource versions went backwards for the informer")
 
-	// Grow back: each dead machine replaced (powered on by hand, its manifest as it was, an empty
-	// disk), then `agent rejoin` on it, one at a time.
-	for _, m := range l.machines[:2] {
-		l.replaced(m)
-		out, err := exec.CommandContext(ctx, bins.Agent, "rejoin", "--plan", planFile, "--cluster", fmt.Sprintf("http://127.0.0.1:%d", survivor.client),
-			"--manifest", m.manifest, "--state-dir", filepath.Join(l.dir, m.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", m.client)).CombinedOutput()
-		require.NoError(t, err, "agent rejoin on %s:\n%s", m.name, out)
-		t.Logf("agent rejoin on %s:\n%s", m.name, out)
-	}
-	full := time.Since(began)
+	// The hub resumed before the grow-back holds the machines the recovery retired: it powers neither on
+	// (a disk that still held the old data would start the old cluster's member).
 	out, err = l.hubCLI(ctx, "resume")
 	require.NoError(t, err, "%s", out)
+	l.waitStatus(time.Minute, "cp-0 and cp-1 held, retired by the recovery", func(st hub.Status) bool {
+		return st.Machines[0].NeedsOperator == hub.NeedRetired && st.Machines[1].NeedsOperator == hub.NeedRetired
+	})
+
+	// Grow back: each dead machine replaced (a new board, an empty disk, its manifest as it was),
+	// powered on with `hub reboot`, then `agent rejoin` on it, one at a time. While the first runs
+	// outside the new cluster, the second is refused: two old members would be the old quorum (a
+	// member started on an empty disk with its manifest as it was joins its old cluster).
+	l.powerOnRetired(ctx, l.machines[0])
+	l.refusedPowerOn(ctx, l.machines[1], "2 of the old cluster's members would run, its quorum (2)")
+	l.rejoin(ctx, planFile, survivor, l.machines[0])
+	l.powerOnRetired(ctx, l.machines[1])
+	l.rejoin(ctx, planFile, survivor, l.machines[1])
+	full := time.Since(began)
 	l.waitStatus(2*time.Minute, "every machine healthy after the recovery", allHealthy)
 	t.Logf("permanent loss: fenced %v, etcd rebuilt %v, API server answering %v, three members %v after `hub recover --yes`",
 		fenced.Round(time.Millisecond), rebuilt.Round(time.Millisecond), answering.Round(time.Millisecond), full.Round(time.Millisecond))
 	fmt.Printf("permanent loss (2 of 3 members): hub recover --yes → etcd rebuilt %v, API server answering %v, three members %v\n",
 		rebuilt.Round(time.Millisecond), answering.Round(time.Millisecond), full.Round(time.Millisecond))
+}
+
+// Kubernetes mode, five members, three lost for good, and of the two that answer one behind: its etcd
+// hung (SIGSTOP) while the others committed more, and goes on after the loss with no leader to catch
+// up from. The API server runs on etcd-4's member alone (as kubeadm's on its machine), so the hung
+// member holds up none of its requests. With the API server gone, the hub goes on in degraded mode
+// and carries the recovery out there; the plan picks the member furthest ahead (etcd-4), not the
+// first that answers. Once the API server answers, the recovery is written back (HealthPolicy,
+// fence Remediations, Events) and the leader keeps the members it retired held. The member behind is retired with the lost ones and runs the old
+// cluster until `agent rejoin` on it (the hub, which cannot agree on a membership meanwhile, says
+// so). `hub reboot` powers one lost machine on (2 of the old 5 would run, short of its quorum of 3)
+// and refuses a second.
+func TestPermanentLossFiveMembers(t *testing.T) {
+	l := startLabOf(t, 5, 200*time.Millisecond, 4)
+	l.startHub()
+	l.waitStatus(2*time.Minute, "every machine healthy", allHealthy)
+	ctx := t.Context()
+	l.configMaps(ctx, "before", 30)
+	behind, survivor := l.machines[3], l.machines[4]
+	// The hub is kept off cp-3 meanwhile: it would reboot a member that stops answering, and a
+	// restarted member answers nothing without a quorum.
+	out, err := l.hubCLI(ctx, "detach", behind.name, "--reason", "its etcd hangs on purpose")
+	require.NoError(t, err, "%s", out)
+	// Raft's leader sends a follower that does not answer at most 512 appends, which wait in its
+	// socket to be read when it goes on: 700 writes leave it behind.
+	l.signalEtcd(behind, syscall.SIGSTOP)
+	l.configMaps(ctx, "while-etcd-3-hung", 700)
+	for _, m := range l.machines[:3] {
+		l.deadForGood(m)
+	}
+	time.Sleep(3 * time.Second) // the leader steps down: nobody can catch etcd-3 up
+	l.signalEtcd(behind, syscall.SIGCONT)
+	// The API server is gone with etcd's quorum: the leading hub goes on alone (degraded mode, its
+	// local journal) and is the one that carries the recovery out.
+	l.waitStatus(2*time.Minute, "degraded, quorum lost, three voters, both that answer unhealthy", func(st hub.Status) bool {
+		return st.Degraded != "" && st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 3 &&
+			st.Machines[3].EtcdHealth == quorum.Unhealthy.String() && st.Machines[4].EtcdHealth == quorum.Unhealthy.String()
+	})
+
+	// The plan, once both members that answer are in it (etcd-3's agent reads it again after the hang).
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, _ := l.hubCLI(ctx, "recover", "-o", "json")
+		var plan hub.RecoveryPlan
+		require.NoError(c, json.Unmarshal(out, &plan))
+		assert.Len(c, plan.Candidates, 2, "%+v", plan.Candidates)
+	}, time.Minute, time.Second)
+	out, err = l.hubCLI(ctx, "recover", "--yes", "--confirm-lost", "cp-0,cp-1,cp-2", "-o", "json")
+	require.NoError(t, err, "%s", out)
+	var plan hub.RecoveryPlan
+	require.NoError(t, json.Unmarshal(out, &plan))
+	require.Len(t, plan.Candidates, 2, "%+v", plan.Candidates)
+	t.Logf("candidates: %+v", plan.Candidates)
+	assert.Equal(t, "etcd-4", plan.Survivor.Member)
+	assert.Equal(t, "etcd-3", plan.Candidates[1].Member)
+	assert.Less(t, plan.Candidates[1].Index, plan.Survivor.Index, "etcd-3 is behind")
+	assert.Zero(t, plan.DataAtRisk, "the survivor is at the journaled mark")
+	for _, m := range l.machines[:3] {
+		assert.Equal(t, "Off", l.redfish.PowerState(m.name), "%s fenced through its BMC", m.name)
+	}
+	assert.Equal(t, "On", l.redfish.PowerState(behind.name), "a member that answers is not fenced")
+	planFile := l.write("plan.json", string(out))
+	l.agentRecover(ctx, planFile, survivor)
+	l.restartAPIServerOn(ctx, survivor)
+	var cms corev1.ConfigMapList
+	require.NoError(t, l.c.List(ctx, &cms, client.InNamespace(ns)))
+	assert.Len(t, cms.Items, 730, "every object the survivor had, those written while etcd-3 hung too")
+
+	// The API server answers: the hub leaves degraded mode and writes the recovery back (its record
+	// into the HealthPolicy, a fence Remediation per lost member, Events). The survivor answers as a
+	// new cluster, so the recovery is done and the hub runs; etcd-3's agent reports the old cluster's
+	// membership: the observers do not agree on one, and the hub plans nothing, saying why.
+	l.waitStatus(2*time.Minute, "leading again, not planning, cp-3 named", func(st hub.Status) bool {
+		return st.Degraded == "" && strings.Contains(st.NotPlanning, "cp-3 (etcd-3) still run the old etcd cluster")
+	})
+	var policy v1alpha1.HealthPolicy
+	require.NoError(t, l.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
+	assert.Contains(t, policy.Annotations["hale.dev/etcd-recovery"], plan.Token)
+	var rems v1alpha1.RemediationList
+	require.NoError(t, l.c.List(ctx, &rems, client.InNamespace(ns)))
+	fences := map[string]v1alpha1.RemediationPhase{}
+	for _, r := range rems.Items {
+		if r.Spec.Strategy == "fence" {
+			fences[r.Spec.Machine] = r.Status.Phase
+		}
+	}
+	assert.Equal(t, map[string]v1alpha1.RemediationPhase{"cp-0": v1alpha1.PhaseSucceeded, "cp-1": v1alpha1.PhaseSucceeded, "cp-2": v1alpha1.PhaseSucceeded}, fences)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NotEmpty(c, l.events(string(hub.ReasonEtcdRecovery), "default"), "the EtcdRecovery Event on the HealthPolicy")
+		assert.NotEmpty(c, l.events(string(hub.ReasonEtcdRecovery), "cp-0"), "an EtcdRecovery Event on Node cp-0")
+	}, 30*time.Second, 500*time.Millisecond)
+
+	out, err = l.hubCLI(ctx, "attach", behind.name)
+	require.NoError(t, err, "%s", out)
+	// With etcd-3 running the old cluster, one more old member may come on (2 of the old 5), not two.
+	l.powerOnRetired(ctx, l.machines[0])
+	l.refusedPowerOn(ctx, l.machines[1], "3 of the old cluster's members would run, its quorum (3)")
+	for _, m := range []*machine{behind, l.machines[0]} {
+		l.rejoin(ctx, planFile, survivor, m)
+	}
+	// The observers agree again; the two still out are held until they rejoin.
+	l.waitStatus(time.Minute, "cp-1 and cp-2 held, retired by the recovery", func(st hub.Status) bool {
+		return st.NotPlanning == "" && st.Machines[1].NeedsOperator == hub.NeedRetired && st.Machines[2].NeedsOperator == hub.NeedRetired
+	})
+	for _, m := range l.machines[1:3] {
+		l.powerOnRetired(ctx, m)
+		l.rejoin(ctx, planFile, survivor, m)
+	}
+	l.waitStatus(2*time.Minute, "every machine healthy after the recovery", allHealthy)
+}
+
+// configMaps writes n ConfigMaps named prefix-NN through the API server.
+func (l *lab) configMaps(ctx context.Context, prefix string, n int) {
+	for i := range n {
+		require.NoError(l.t, l.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%02d", prefix, i)},
+			Data: map[string]string{"i": strconv.Itoa(i)}}))
+	}
+}
+
+// agentRecover runs `agent recover` with the plan on the survivor's machine.
+func (l *lab) agentRecover(ctx context.Context, planFile string, survivor *machine) {
+	out, err := exec.CommandContext(ctx, bins.Agent, "recover", "--plan", planFile, "--manifest", survivor.manifest,
+		"--state-dir", filepath.Join(l.dir, survivor.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", survivor.client)).CombinedOutput()
+	require.NoError(l.t, err, "agent recover:\n%s", out)
+	l.t.Logf("agent recover:\n%s", out)
+}
+
+// restartAPIServerOn restarts the API server on the survivor's member alone (as kubeadm's on its
+// machine: its local member), and waits until it answers.
+func (l *lab) restartAPIServerOn(ctx context.Context, survivor *machine) {
+	api := l.env.ControlPlane.APIServer
+	require.NoError(l.t, api.Stop())
+	api.Configure().Set("etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", survivor.client))
+	require.NoError(l.t, api.Start())
+	began := time.Now()
+	for !l.apiAnswers(ctx) {
+		if time.Since(began) > 2*time.Minute {
+			var n corev1.Namespace
+			l.t.Fatalf("the API server does not answer again: %v", l.c.Get(ctx, client.ObjectKey{Name: ns}, &n))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// powerOnRetired powers a machine the recovery retired on through the hub (`hub reboot --force`: its
+// member is in no membership the quorum check knows), as a replacement: an empty disk.
+func (l *lab) powerOnRetired(ctx context.Context, m *machine) {
+	assert.Equal(l.t, "Off", l.redfish.PowerState(m.name), "%s: the hub did not power it on", m.name)
+	l.replaced(m)
+	out, err := l.hubCLI(ctx, "reboot", m.name, "--force", "--yes")
+	require.NoError(l.t, err, "%s", out)
+	require.Eventually(l.t, func() bool { return l.redfish.PowerState(m.name) == "On" }, time.Minute, 50*time.Millisecond, "%s powered on", m.name)
+}
+
+// refusedPowerOn checks that `hub reboot --force` refuses to power a retired machine on, saying want.
+func (l *lab) refusedPowerOn(ctx context.Context, m *machine, want string) {
+	_, err := l.hubCLI(ctx, "reboot", m.name, "--force", "--yes")
+	require.Error(l.t, err, "%s powered on", m.name)
+	assert.Contains(l.t, err.Error(), want)
+	assert.Equal(l.t, "Off", l.redfish.PowerState(m.name))
+}
+
+// rejoin runs `agent rejoin` with the plan on m, against the survivor's rebuilt cluster.
+func (l *lab) rejoin(ctx context.Context, planFile string, survivor, m *machine) {
+	out, err := exec.CommandContext(ctx, bins.Agent, "rejoin", "--plan", planFile, "--cluster", fmt.Sprintf("http://127.0.0.1:%d", survivor.client),
+		"--manifest", m.manifest, "--state-dir", filepath.Join(l.dir, m.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", m.client)).CombinedOutput()
+	require.NoError(l.t, err, "agent rejoin on %s:\n%s", m.name, out)
+	l.t.Logf("agent rejoin on %s:\n%s", m.name, out)
+	// Its agent's next reports say so: the hub counts it in the new cluster from then on.
+	l.waitStatus(time.Minute, m.name+" a healthy voter of the rebuilt cluster", func(st hub.Status) bool {
+		for _, ms := range st.Machines {
+			if ms.Name == m.name {
+				return ms.Role == "voter" && ms.EtcdHealth == quorum.Healthy.String() && ms.NeedsOperator == ""
+			}
+		}
+		return false
+	})
 }
 
 // deadForGood kills a machine for good: its disk is gone, and its board dead (its BMC still powers it
@@ -243,13 +414,12 @@ func (l *lab) deadForGood(m *machine) {
 	require.NoError(l.t, os.RemoveAll(filepath.Join(l.dir, m.member)))
 }
 
-// replaced is a dead machine replaced by a new one in its place (same name, BMC and addresses), powered on.
+// replaced is a dead machine replaced by a new one in its place (same name, BMC and addresses; an
+// empty disk), still off.
 func (l *lab) replaced(m *machine) {
 	m.mu.Lock()
 	m.dead = false
 	m.mu.Unlock()
-	l.redfish.SetPowerState(m.name, "On")
-	l.powerOn(m)
 }
 
 // hubCLI runs a hub operator command against the running hub: its standard output, and an error

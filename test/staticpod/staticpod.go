@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -171,6 +172,15 @@ func (k *Kubelet) PowerOff() {
 	if k.p != nil {
 		k.p.Kill()
 		k.p = nil
+	}
+}
+
+// Signal sends the running process sig (none running: nothing).
+func (k *Kubelet) Signal(sig syscall.Signal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.p != nil {
+		k.p.Signal(sig)
 	}
 }
 

@@ -1,0 +1,81 @@
+package kube
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/hub"
+)
+
+// An etcd recovery a degraded term carried out, written back once the API server answers: the record
+// into the HealthPolicy (a new leader finds it there: the members it retired stay held), a fence
+// Remediation per lost member, and Events; imported twice, nothing is written twice; a record changed
+// later (done) is written over.
+func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	store := PolicyRecoveries{Client: c, Policy: client.ObjectKey{Namespace: ns, Name: "default"}}
+	none, err := store.Recovery(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, none, "no policy yet: no recovery")
+
+	began := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
+	rec := hub.RecoveryRecord{By: "alice", Began: began, Plan: hub.RecoveryPlan{Token: "hale-c1-1", BumpRevision: 20_000,
+		Survivor: &hub.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
+		Fence: []hub.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true},
+			{Machine: "cp-1", Member: "etcd-1", How: "confirmed off by name by alice", Fenced: true, ByHand: true}}}}
+	var said []hub.Notice
+	notify := func(n hub.Notice) { said = append(said, n) }
+	j := NewJournal(c, ns, 3, 5)
+	for range 2 {
+		require.NoError(t, ImportRecovery(ctx, j, store, rec, "recorded during a degraded term", notify))
+	}
+	got, err := store.Recovery(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	assert.Equal(t, rec.Plan.Token, got.Plan.Token)
+	assert.Equal(t, rec.Plan.Fence, got.Plan.Fence)
+	assert.True(t, got.Began.Equal(began))
+
+	var list v1alpha1.RemediationList
+	require.NoError(t, c.List(ctx, &list, client.InNamespace(ns)))
+	require.Len(t, list.Items, 2, "a fence Remediation per lost member, once")
+	for _, r := range list.Items {
+		assert.Equal(t, "fence", r.Spec.Strategy)
+		assert.Equal(t, "alice", r.Spec.RequestedBy)
+		assert.Equal(t, v1alpha1.PhaseSucceeded, r.Status.Phase)
+		assert.Contains(t, r.Spec.Reason, "etcd recovery hale-c1-1")
+	}
+	var machines, policy []string
+	for _, n := range said {
+		assert.Equal(t, hub.ReasonEtcdRecovery, n.Reason)
+		if n.Machine != "" {
+			machines = append(machines, n.Machine)
+		} else {
+			policy = append(policy, n.Message)
+		}
+	}
+	assert.Equal(t, []string{"cp-0", "cp-1"}, machines, "an Event per fenced machine, once")
+	require.Len(t, policy, 2)
+	assert.Contains(t, policy[0], "etcd recovery hale-c1-1 by alice, begun 2026-11-26T03:00:00Z while the API server did not answer: rebuilt from etcd-2 (cp-2), fenced cp-0 (etcd-0), cp-1 (etcd-1); under way")
+
+	done := time.Now().UTC()
+	rec.Done, rec.NewClusterID = &done, "c2"
+	require.NoError(t, store.RecordRecovery(ctx, rec))
+	got, err = store.Recovery(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "c2", got.NewClusterID)
+
+	// A record someone broke by hand is named, with what to do.
+	var p v1alpha1.HealthPolicy
+	require.NoError(t, c.Get(ctx, store.Policy, &p))
+	p.Annotations[RecoveryAnnotation] = "{"
+	require.NoError(t, c.Update(ctx, &p))
+	_, err = store.Recovery(ctx)
+	require.ErrorContains(t, err, "annotation hale.dev/etcd-recovery")
+}
