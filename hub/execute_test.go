@@ -57,20 +57,27 @@ func newExecRig(t *testing.T) *execRig {
 // machine back when the simulated BMC shows it reset and on (or recovered), no other evidence, and
 // the journal trouble it was told.
 type testWorld struct {
-	live      func(context.Context) (quorum.Cluster, error)
-	barrier   func(context.Context) error
-	wanted    error
-	overtaken error
-	recovered func(context.Context) bool
-	evidence  func(context.Context, time.Time) (bool, string)
-	trouble   []string
-	records   []Record
+	live                          func(context.Context) (quorum.Cluster, error)
+	barrier                       func(context.Context) error
+	wanted                        error
+	overtaken                     error
+	overtakenFrom, overtakenAsked int
+	recovered                     func(context.Context) bool
+	evidence                      func(context.Context, time.Time) (bool, string)
+	trouble                       []string
+	records                       []Record
 }
 
 func (w *testWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.live(ctx) }
 func (w *testWorld) Gate(context.Context) error                       { return nil }
 func (w *testWorld) Wanted() error                                    { return w.wanted }
-func (w *testWorld) Overtaken() error                                 { return w.overtaken }
+func (w *testWorld) Overtaken() error {
+	// overtaken from the overtakenFrom-th question on (the first is take's, at the checkpoint)
+	if w.overtakenAsked++; w.overtakenAsked < w.overtakenFrom {
+		return nil
+	}
+	return w.overtaken
+}
 func (w *testWorld) Recovered(ctx context.Context) bool {
 	return w.recovered != nil && w.recovered(ctx)
 }
@@ -164,8 +171,8 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 		{name: "another member died meanwhile", later: members("DHH"), wantErr: "rebooting etcd-2 leaves 1 of 3"},
 		{name: "nothing changed: sent", later: members("HHD"), wantResets: 1},
 		{name: "forced: the quorum part is not asked", later: members("HHH"), force: true, wantResets: 1},
-		{name: "overtaken by an etcd recovery, forced or not", later: members("HHD"), force: true, overtaken: errors.New("overtaken by etcd recovery hale-1"),
-			wantErr: "overtaken by etcd recovery hale-1"},
+		{name: "overtaken by an etcd recovery after the checkpoint, forced or not", later: members("HHD"), force: true,
+			overtaken: errors.New("overtaken by etcd recovery hale-1"), wantErr: "overtaken by etcd recovery hale-1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,7 +189,7 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 				}
 				return members("HHD"), nil
 			}
-			worldOf(e).wanted, worldOf(e).overtaken = tt.wanted, tt.overtaken
+			worldOf(e).wanted, worldOf(e).overtaken, worldOf(e).overtakenFrom = tt.wanted, tt.overtaken, 2
 			e.Force = tt.force
 			err = e.Run(t.Context(), rem, plan, 0, r.power)
 			assert.Len(t, r.sim.Resets("1"), tt.wantResets)
@@ -201,8 +208,22 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 	}
 }
 
-// A remediation awaiting its machine's recovery when an etcd recovery retires the machine ends
-// Aborted at once, saying why, instead of waiting out its recovery timeout.
+// A remediation an etcd recovery overtakes (it retired the machine) ends Aborted, saying why: at its
+// checkpoint, before any BMC request; or awaiting the machine's recovery, at once instead of waiting
+// out its recovery timeout.
+func TestExecutorOvertakenAtTheCheckpoint(t *testing.T) {
+	r := newExecRig(t)
+	plan, err := members("HHD").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+	require.NoError(t, err)
+	rem := r.begin(t, plan)
+	e := r.executor(members("HHD"))
+	worldOf(e).overtaken = errors.New("overtaken by etcd recovery hale-1")
+	err = e.Run(t.Context(), rem, plan, 0, r.power)
+	require.ErrorContains(t, err, "overtaken by etcd recovery hale-1")
+	assert.Empty(t, r.sim.Resets("1"), "no BMC request")
+	assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
+}
+
 func TestExecutorAwaitOvertaken(t *testing.T) {
 	r := newExecRig(t)
 	plan, err := members("HHD").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
