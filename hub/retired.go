@@ -18,13 +18,9 @@ import (
 // holds its machine, never powering it on or cycling it by itself, and `hub reboot` powers one on only
 // while the old members that may run stay short of the old quorum.
 
-// retiree is a member of the old cluster a recovery replaced, on its machine.
-type retiree struct {
-	machine, member string
-	// fenced: the recovery powered it off (or the operator confirmed it off); otherwise it answered
-	// and was behind the survivor.
-	fenced bool
-}
+// retiree is a member of the old cluster a recovery replaced (one it fenced, or one that answered and
+// was behind the survivor), on its machine.
+type retiree struct{ machine, member string }
 
 // retirement is the old cluster the last recovery replaced: its ID, its quorum, and its members other
 // than the survivor (the zero value: no recovery).
@@ -46,12 +42,12 @@ func retirementOf(rec *RecoveryRecord) retirement {
 	}
 	for _, f := range p.Fence {
 		if f.Machine != "" {
-			r.members = append(r.members, retiree{machine: f.Machine, member: f.Member, fenced: true})
+			r.members = append(r.members, retiree{f.Machine, f.Member})
 		}
 	}
 	for _, c := range p.Candidates {
 		if c.Member != p.Survivor.Member && c.Machine != "" {
-			r.members = append(r.members, retiree{machine: c.Machine, member: c.Member})
+			r.members = append(r.members, retiree{c.Machine, c.Member})
 		}
 	}
 	return r
@@ -175,7 +171,7 @@ func (r retirement) memberOf(machine string) string {
 func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs Observations) string {
 	m, ok := inv.Machine(x.machine)
 	if !ok {
-		return ""
+		return "not in the inventory: its power cannot be read"
 	}
 	if rep, reports := obs.Reports[m.Node]; reports && live(rep, obs, inv.Policy.Assess.StaleAfter) {
 		return "its agent reports"
