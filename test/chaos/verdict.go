@@ -194,7 +194,9 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 	// that ends an IPMI power cycle whose power-off went out before the brake is the rest of a step
 	// taken before it, not an action taken under it: a machine is never left off in the middle of a
 	// step (seed 1: the hub's cycle of cp-2 sent power 0, an operator's suspend took effect 0.1 s
-	// later, and power 1 followed 0.9 s after the power 0).
+	// later, and power 1 followed 0.9 s after the power 0). `hub suspend` and `hub detach` answer once no
+	// step they hold is inside a BMC call (seed 1 on a loaded machine: the power 0 itself went out 0.1 s
+	// after the suspend had answered, its step past the checkpoint before).
 	for _, w := range brakeWindows(events) {
 		res.Checked[3]++
 		for _, r := range reqs {
