@@ -370,7 +370,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 3, n, "no fourth attempt")
 	assert.Equal(t, hub.NeedGaveUp, h.Status(t.Context()).Machines[2].NeedsOperator)
-	assert.Equal(t, map[string]float64{"GaveUp": 1, "Flapping": 0, "Fenced": 0, "Unseen": 0}, gaugeByLabel(t, reg, "hale_hub_machines_needing_operator", "reason"),
+	assert.Equal(t, map[string]float64{"GaveUp": 1, "Flapping": 0, "Fenced": 0, "Unseen": 0, "Retired": 0}, gaugeByLabel(t, reg, "hale_hub_machines_needing_operator", "reason"),
 		"what an on-call alert fires on")
 
 	tb.Sim().SetFaults(bmcsim.Faults{})
