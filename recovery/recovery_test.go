@@ -139,6 +139,25 @@ func (m *member) node(t testing.TB, out *strings.Builder) Node {
 		DataDir: m.dir, StateDir: state, Out: out, StopTimeout: 30 * time.Second, StartTimeout: time.Minute}
 }
 
+// standInAPIServer runs a stand-in API server on m's node: a static pod beside its etcd manifest
+// (a uniquely named sleep, so that its process can be told apart), under a stand-in kubelet; it returns
+// the manifest, the process's command line and the kubelet.
+func standInAPIServer(t *testing.T, m *member) (string, []string, *staticpod.Kubelet) {
+	apiserver := filepath.Join(filepath.Dir(m.manifest), "kube-apiserver.yaml")
+	argv := []string{"sleep", fmt.Sprintf("3600.%d", proc.FreePort(t))}
+	require.NoError(t, os.WriteFile(apiserver, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: kube-apiserver, namespace: kube-system}
+spec:
+  containers:
+  - name: kube-apiserver
+    command: ["`+strings.Join(argv, `", "`)+`"]
+`), 0o600))
+	k := staticpod.Run(t, "", "kube-apiserver", apiserver)
+	require.Eventually(t, func() bool { return running(argv) }, 10*time.Second, 50*time.Millisecond)
+	return apiserver, argv, k
+}
+
 // The whole node-side recovery on real etcd members: two of three lost for good, the survivor (the
 // last listed) rebuilt as a one-member cluster with every key it had, a new cluster ID, revisions
 // moved forward by the bump; an old member powered on again with its old data can neither rejoin nor
@@ -151,18 +170,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	rev := write(t, cli, "/registry/before", 300)
 
 	// The survivor's node runs an API server too (a stand-in process): restarted once etcd is rebuilt.
-	apiserver := filepath.Join(filepath.Dir(m3.manifest), "kube-apiserver.yaml")
-	argv := []string{"sleep", fmt.Sprintf("3600.%d", proc.FreePort(t))}
-	require.NoError(t, os.WriteFile(apiserver, []byte(`apiVersion: v1
-kind: Pod
-metadata: {name: kube-apiserver, namespace: kube-system}
-spec:
-  containers:
-  - name: kube-apiserver
-    command: ["`+strings.Join(argv, `", "`)+`"]
-`), 0o600))
-	apiKubelet := staticpod.Run(t, "", "kube-apiserver", apiserver)
-	require.Eventually(t, func() bool { return running(argv) }, 10*time.Second, 50*time.Millisecond)
+	apiserver, argv, apiKubelet := standInAPIServer(t, m3)
 
 	m2.kubelet.PowerOff() // fenced: its data stays, it must never come back into the cluster
 	c.loseForGood(m1)     // its disk is gone
@@ -305,7 +313,7 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		n := Node{Endpoint: c.Endpoint, Layout: StaticPod{Manifest: c.Manifest, Parked: c.Parked}, DataDir: c.DataDir, StateDir: c.StateDir,
-			Out: os.Stdout, StopTimeout: 30 * time.Second, StartTimeout: time.Minute}
+			Out: os.Stdout, StopTimeout: 30 * time.Second, StartTimeout: time.Minute, Restart: c.Restart}
 		if _, err := Recover(context.Background(), n, c.Plan); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -318,10 +326,12 @@ func TestMain(m *testing.M) {
 type childSpec struct {
 	Endpoint, Manifest, Parked, DataDir, StateDir string
 	Plan                                          Plan
+	Restart                                       []StaticPod
 }
 
 // The node-side command killed (SIGKILL) just after it journaled each step, then run again: the
-// recovery completes, with every key, and never leaves two clusters or a half-restored member.
+// recovery completes, with every key, and never leaves two clusters or a half-restored member; the
+// node's API server (a stand-in static pod, whose restart is the step after Started) runs again.
 func TestRecoverKilledAtEveryStep(t *testing.T) {
 	for _, at := range []Step{StepChecked, StepStopped, StepAside, StepRestored, StepStarted} {
 		t.Run(string(at), func(t *testing.T) {
@@ -333,8 +343,10 @@ func TestRecoverKilledAtEveryStep(t *testing.T) {
 			p := c.planFor(m3, m1, m2)
 			var out strings.Builder
 			n := m3.node(t, &out)
+			apiserver, argv, _ := standInAPIServer(t, m3)
+			n.Restart = []StaticPod{{Manifest: apiserver, Parked: filepath.Join(n.StateDir, "kube-apiserver.yaml")}}
 			spec, err := json.Marshal(childSpec{Endpoint: n.Endpoint, Manifest: m3.manifest, Parked: n.Layout.(StaticPod).Parked,
-				DataDir: n.DataDir, StateDir: n.StateDir, Plan: p})
+				DataDir: n.DataDir, StateDir: n.StateDir, Plan: p, Restart: n.Restart})
 			require.NoError(t, err)
 			self, err := os.Executable()
 			require.NoError(t, err)
@@ -375,6 +387,8 @@ func TestRecoverKilledAtEveryStep(t *testing.T) {
 				names = append(names, e.Name())
 			}
 			assert.ElementsMatch(t, []string{"member", "hale-aside-" + p.Token}, names, "no half-restored directory left behind")
+			assert.FileExists(t, apiserver, "the API server's manifest back in place")
+			assert.Eventually(t, func() bool { return running(argv) }, 10*time.Second, 50*time.Millisecond, "the API server runs again")
 		})
 	}
 }
