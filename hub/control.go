@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"time"
 
 	"github.com/hale-dev/hale/quorum"
@@ -39,15 +37,24 @@ func (h *Hub) PauseState() PauseState {
 }
 
 func (h *Hub) pauseState() PauseState {
-	if !h.isPaused() {
+	switch {
+	case !h.isPaused():
 		return Running
-	}
-	for _, r := range h.running {
-		if r.busy {
-			return Pausing
-		}
+	case h.busy(""):
+		return Pausing
 	}
 	return Paused
+}
+
+// busy says whether a remediation (of machine, when set) is inside an irreversible step: between a
+// checkpoint and the step's outcome. Callers hold h.mu.
+func (h *Hub) busy(machine string) bool {
+	for _, r := range h.running {
+		if r.busy && (machine == "" || r.rem.Machine == machine) {
+			return true
+		}
+	}
+	return false
 }
 
 // settled waits, up to settleWait, until no remediation (of machine, when set) is inside an
@@ -59,9 +66,7 @@ func (h *Hub) settled(ctx context.Context, machine string) {
 	deadline := time.Now().Add(settleWait)
 	for time.Now().Before(deadline) {
 		h.mu.Lock()
-		busy := slices.ContainsFunc(slices.Collect(maps.Values(h.running)), func(r *running) bool {
-			return r.busy && (machine == "" || r.rem.Machine == machine)
-		})
+		busy := h.busy(machine)
 		h.mu.Unlock()
 		if !busy {
 			return

@@ -221,8 +221,8 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 // holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
 // now: held by its owner, detached, its last start failed, cooling down after its last remediation, a
 // fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
-// (A machine an etcd recovery retired is held before, whatever its verdict: retired.go.)
 // It also says how many failed (a start escalates with it), and whether only an operator can go on.
+// (A machine an etcd recovery retired is held before, in decide, whatever its verdict: retired.go.)
 func holdOf(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
