@@ -43,8 +43,9 @@ type facts struct {
 	history map[string][]past
 	// recentStarts counts the hub's own starts within the rate-limit window.
 	recentStarts int
-	// quorumLost: the latest pass that planned saw etcd's quorum lost.
+	// quorumLost: the latest pass that planned saw etcd's quorum lost, in lostIn (its membership).
 	quorumLost bool
+	lostIn     quorum.Cluster
 	// bmcs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
 	bmcs map[string]BMCReadiness
 	// retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
@@ -71,9 +72,11 @@ type decision struct {
 	// silent are, while etcd's quorum is lost, the voters of the inventory's machines whose members
 	// answer no majority of the observers (silentVoters).
 	silent []string
-	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back. Nothing else is
-	// decided: the evidence gathered while it was lost is judged again first (Assessor.QuorumBack).
-	quorumBack bool
+	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back, or (rebuilt) the
+	// cluster that lost it was replaced by another membership (a recovery from a survivor: etcd
+	// changes no membership without quorum). Nothing else is decided: the evidence gathered while it
+	// was lost is judged again first (Assessor.QuorumBack).
+	quorumBack, rebuilt bool
 }
 
 // OperatorNeed says why an Unhealthy machine waits for an operator: the hub will not start another
@@ -108,6 +111,11 @@ func decide(f facts) decision {
 	p := f.inv.Policy
 	if f.quorumLost && !cluster.Budget(p.Quorum).QuorumLost() {
 		return decision{cluster: cluster, quorumBack: true}
+	}
+	if f.quorumLost && len(f.lostIn.Members) > 0 && !sameVoters(f.lostIn, cluster) {
+		// The new cluster's only voter failed "no leader" in the old one until the recovery: that
+		// evidence is stale, and a member healed on it would take the rebuilt cluster down.
+		return decision{cluster: cluster, quorumBack: true, rebuilt: true}
 	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
@@ -304,4 +312,19 @@ type hold struct {
 // as holding).
 func (h hold) brake() bool {
 	return h.reason == ReasonPaused || h.reason == ReasonSuspended || h.reason == ReasonRateLimited
+}
+
+// sameVoters says whether a and b have the same voters.
+func sameVoters(a, b quorum.Cluster) bool { return slices.Equal(voters(a), voters(b)) }
+
+// voters are c's voters' names, sorted.
+func voters(c quorum.Cluster) []string {
+	var out []string
+	for _, m := range c.Members {
+		if !m.Learner {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

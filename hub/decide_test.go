@@ -292,7 +292,8 @@ func TestDecide(t *testing.T) {
 // The pass in which etcd's quorum comes back decides nothing: cp-0's verdict still rests on what was
 // gathered while quorum was lost ("no leader" for 16 minutes), and the hub judges it again first
 // (Assessor.QuorumBack; TestQuorumBackJudgesAfresh). A pass whose quorum stays lost, or stays held,
-// plans as usual.
+// plans as usual; a pass that finds other voters than those that lost quorum (a rebuilt cluster) decides
+// nothing either.
 func TestDecideWhenQuorumComesBack(t *testing.T) {
 	sick := func(s *scene) *scene {
 		s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
@@ -315,6 +316,20 @@ func TestDecideWhenQuorumComesBack(t *testing.T) {
 	d = s.decide()
 	assert.False(t, d.quorumBack, "still lost")
 	assert.Equal(t, []string{"m1", "m2"}, started(d))
+	s.f.lostIn = d.cluster
+	d = s.decide()
+	assert.False(t, d.quorumBack, "still lost, by the same voters")
+	assert.Equal(t, []string{"m1", "m2"}, started(d))
+
+	// Rebuilt: the voters that lost quorum are not the voters now (a recovery from a survivor; etcd
+	// changes no membership without quorum). Nothing begins on what was gathered in the old cluster.
+	old := d.cluster
+	old.Members = append(slices.Clone(old.Members), quorum.Member{Name: "etcd-9", Health: quorum.Unhealthy})
+	s.f.lostIn = old
+	d = s.decide()
+	assert.True(t, d.quorumBack)
+	assert.True(t, d.rebuilt)
+	assert.Empty(t, d.begin)
 }
 
 // A start records what its remediation needs: the agent's start (the machine is back only with a

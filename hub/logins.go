@@ -123,10 +123,17 @@ type guarded struct {
 	l     *logins
 	power Power
 	check bool
+	// seen, when set, is told each power state a call read (a state-changing call's last reading, also
+	// when it could not verify the state it asked for).
+	seen func(Machine, BMCReadiness)
 }
 
-func (l *logins) guard(m Machine, p Power) Power {
-	return &guarded{m: m, l: l, power: p}
+// guard is the hub's guarded Power of m: every power state its calls read is a BMC finding, as a
+// readiness check's is (noteBMCs).
+func (h *Hub) guard(m Machine, p Power) Power {
+	return &guarded{m: m, l: h.logins, power: p, seen: func(m Machine, r BMCReadiness) {
+		h.noteBMCs(h.inventory(), map[string]BMCReadiness{m.Name: r})
+	}}
 }
 
 // guardCheck is guard for a readiness check.
@@ -206,7 +213,17 @@ func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error)
 	defer end()
 	st, at, err := g.power.Status(ctx)
 	g.l.record(g.m, err, time.Now())
+	if err == nil {
+		g.saw(st, time.Now())
+	}
 	return st, at, err
+}
+
+// saw tells seen a power state read at at.
+func (g *guarded) saw(st bmc.PowerState, at time.Time) {
+	if g.seen != nil && st != "" && !at.IsZero() {
+		g.seen(g.m, BMCReadiness{Checked: at.UTC(), Ready: true, Power: st})
+	}
 }
 
 func (g *guarded) Reboot(ctx context.Context) (bmc.Result, error) { return g.do(ctx, g.power.Reboot) }
@@ -225,5 +242,8 @@ func (g *guarded) do(ctx context.Context, f func(context.Context) (bmc.Result, e
 	defer end()
 	res, err := f(ctx)
 	g.l.record(g.m, err, time.Now())
+	if err == nil || errors.Is(err, bmc.ErrUnverified) {
+		g.saw(res.After, res.ObservedAt)
+	}
 	return res, err
 }

@@ -62,6 +62,9 @@ func (l *QuorumLoss) String() string {
 		return fmt.Sprintf("quorum lost FOR GOOD: no lost voter will come back by itself; a recovery from a survivor is the way back (%s): %s",
 			counts, strings.Join(lost, "; "))
 	}
+	if len(lost) == 0 { // every voter answers, and none counts (no leader yet, or evidence judged again)
+		return fmt.Sprintf("quorum lost (%s)", counts)
+	}
 	return fmt.Sprintf("quorum lost (%s): %s", counts, strings.Join(lost, "; "))
 }
 

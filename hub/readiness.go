@@ -124,7 +124,7 @@ func (h *Hub) watchBMCs(ctx context.Context, interval time.Duration) {
 }
 
 // checkBMCsOnce checks every machine's BMC but those detached (no BMC call for them) and those with a
-// remediation in flight (their BMC is in use: the remediation says how it answers), records what it
+// remediation in flight (their BMC is in use: what its calls read is recorded as they answer), records what it
 // found and says what changed.
 func (h *Hub) checkBMCsOnce(ctx context.Context) {
 	inv := h.inventory()
@@ -141,19 +141,29 @@ func (h *Hub) checkBMCsOnce(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // the hub stops: what a cancelled call says is no finding
 	}
+	h.noteBMCs(inv, found)
+}
+
+// noteBMCs records what BMC calls found (by machine name: readiness checks, or the power a
+// remediation's or a fence's call read), keeps the last finding of the other machines of inv (a
+// finding older than the one recorded is dropped), and says what changed.
+func (h *Hub) noteBMCs(inv Inventory, found map[string]BMCReadiness) {
 	h.mu.Lock()
-	before, now := h.bmcs, map[string]BMCReadiness{}
+	before, now, fresh := h.bmcs, map[string]BMCReadiness{}, map[string]BMCReadiness{}
 	for _, m := range inv.Machines {
-		if r, ok := found[m.Name]; ok {
-			now[m.Name] = r
-		} else if r, ok := before[m.Name]; ok && m.Endpoint.Driver != "" {
-			now[m.Name] = r // not checked this time: the last finding stands
+		r, ok := found[m.Name]
+		was, known := before[m.Name]
+		switch {
+		case ok && (!known || !was.Checked.After(r.Checked)):
+			now[m.Name], fresh[m.Name] = r, r
+		case known && m.Endpoint.Driver != "":
+			now[m.Name] = was // not checked this time: the last finding stands
 		}
 	}
 	h.bmcs = now // replaced whole, never changed once published: a pass's facts hold it as it is
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
-		r, ok := found[m.Name]
+		r, ok := fresh[m.Name]
 		if !ok {
 			continue
 		}

@@ -184,6 +184,39 @@ func TestRecoveryPlanOnARunningHub(t *testing.T) {
 	}
 }
 
+// Power that does not come on is evidence at the first try: a power-cycle of a lost voter whose BMC
+// accepts On and goes on reading Off (a dead power supply) records that reading, so quorum is lost
+// for good before any retry, with no readiness check in between (the BMCs are checked once an hour
+// here, and a remediation's machine is never checked while it runs).
+func TestPowerThatDoesNotComeOnIsEvidence(t *testing.T) {
+	r, _ := lossRig(t, func(r *passRig) {
+		r.hub.cfg.PowerFor = func(m Machine) (Power, error) {
+			c := r.hub.cfg
+			c.BMC.VerifyTimeout = 300 * time.Millisecond
+			return c.BMCPower(m)
+		}
+	})
+	ctx := t.Context()
+	r.loseTwo(t, 0)
+	require.False(t, r.hub.Status(ctx).QuorumLoss.ForGood, "their BMCs read them on")
+	for _, name := range []string{"cp-1", "cp-2"} {
+		r.sim.SetDead(name, true)
+	}
+	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
+	require.Eventually(t, func() bool {
+		l := r.hub.Status(ctx).QuorumLoss
+		return l != nil && l.ForGood
+	}, 10*time.Second, 10*time.Millisecond)
+	for i, v := range r.hub.Status(ctx).QuorumLoss.Lost {
+		assert.Contains(t, v.Evidence, "its BMC read the power Off", v.Member)
+		hist, err := r.hub.History(ctx, v.Machine)
+		require.NoError(t, err)
+		require.Len(t, hist, 1, "one power-cycle of %s, failed", v.Machine)
+		assert.Equal(t, Failed, hist[0].State)
+		assert.Equal(t, bmc.PowerOff, r.machine(v.Machine).BMC.Power, "status shows the reading (%d)", i)
+	}
+}
+
 // `hub recover --yes` on a running hub: refused, with nothing changed, until every lost member that
 // reads powered on is confirmed by name and the data at risk is accepted by its size; then journaled,
 // the hub paused, every lost member powered off through its (simulated Redfish) BMC and read back

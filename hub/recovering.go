@@ -209,7 +209,7 @@ func (h *Hub) fence(ctx context.Context, inv Inventory, f *FenceStep, req Recove
 	}
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	res, err := h.logins.guard(m, power).ForceOff(fctx)
+	res, err := h.guard(m, power).ForceOff(fctx)
 	if err != nil {
 		if !confirmed {
 			return fmt.Errorf("its BMC (%s): %w: fix the BMC, or make sure by hand that it is off and confirm it by name (--confirm-lost %s)", m.Endpoint, err, f.Machine)

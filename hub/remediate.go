@@ -43,7 +43,7 @@ func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
 	if err != nil {
 		return actuator{}, err
 	}
-	return actuator{power: h.logins.guard(m, power)}, nil
+	return actuator{power: h.guard(m, power)}, nil
 }
 
 // machinePlan is the plan for a machine that is not an etcd member (quorum.PlanMachine).

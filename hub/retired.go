@@ -182,7 +182,7 @@ func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs Observat
 	}
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	st, _, err := h.logins.guard(m, power).Status(rctx)
+	st, _, err := h.guard(m, power).Status(rctx)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("its BMC cannot be read (%v)", err)

@@ -128,11 +128,16 @@ func step(s *passState, f facts) Ready {
 		return rd
 	}
 	s.sayHearing(&rd, f.hearing)
-	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost
+	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.cluster
 	d := decide(f)
 	if d.quorumBack {
 		v.quorumLost, rd.QuorumBack = false, true
-		rd.say(Notice{Reason: ReasonQuorumBack, Message: "etcd's quorum is back: the evidence gathered while it was lost counts again from now"})
+		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
+		if d.rebuilt {
+			msg = fmt.Sprintf("etcd's voters are now %s, where %s had lost quorum (rebuilt from a survivor): "+
+				"the evidence gathered while quorum was lost counts again from now", strings.Join(voters(d.cluster), ", "), strings.Join(voters(prev.cluster), ", "))
+		}
+		rd.say(Notice{Reason: ReasonQuorumBack, Message: msg})
 		return rd
 	}
 	if d.notPlanning != "" {

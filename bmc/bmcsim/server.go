@@ -180,6 +180,11 @@ func (s *Server) PowerState(id string) string {
 // SetPowerState changes a system's power from outside (a crash, a pulled plug).
 func (s *Server) SetPowerState(id, state string) { s.system(id).setPower(state) }
 
+// SetDead makes a system's power fail to come on, as a failed power supply or board does: resets
+// that would power it on are accepted and leave it Off (dead false: a new board, working again). Its
+// power stays as it is until a reset changes it.
+func (s *Server) SetDead(id string, dead bool) { s.system(id).setDead(dead) }
+
 // Resets returns the reset types a system accepted, in order (ignored ones included).
 func (s *Server) Resets(id string) []string { return s.system(id).resetLog() }
 

@@ -49,6 +49,8 @@ type system struct {
 	gen       int // bumped by every request; a timer from an older request does nothing
 	timers    []*time.Timer
 	closed    bool
+	// dead: its power does not come on (a failed power supply or board).
+	dead bool
 }
 
 func newSystem(cfg SystemConfig, hook func(string, bool)) *system {
@@ -124,6 +126,13 @@ func (s *system) setPower(state string) {
 	s.notify(n)
 }
 
+// setDead makes the power fail to come on (dead), or come on again (a new board).
+func (s *system) setDead(dead bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dead = dead
+}
+
 // setLocked moves to state and returns the running-changes to report.
 func (s *system) setLocked(state string) []bool {
 	wasRunning := s.state == On || s.state == PoweringOff
@@ -140,6 +149,9 @@ func (s *system) setLocked(state string) []bool {
 // powerOnLocked powers on after wait (off), spending PowerOnDelay in PoweringOn.
 func (s *system) powerOnLocked(gen int, wait time.Duration) []bool {
 	up := func() []bool {
+		if s.dead {
+			return nil
+		}
 		if s.cfg.PowerOnDelay <= 0 {
 			return s.setLocked(On)
 		}

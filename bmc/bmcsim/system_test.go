@@ -30,6 +30,7 @@ func TestSystemTransitionsAndHook(t *testing.T) {
 	tests := []struct {
 		name       string
 		cfg        SystemConfig
+		dead       bool
 		resets     []string
 		wantState  string
 		wantEvents []bool
@@ -48,12 +49,17 @@ func TestSystemTransitionsAndHook(t *testing.T) {
 		{name: "on when on does nothing", cfg: SystemConfig{ID: "1"}, resets: []string{"On"}, wantState: On},
 		{name: "a newer request cancels a pending transition", cfg: SystemConfig{ID: "1", ShutdownDelay: 50 * time.Millisecond},
 			resets: []string{"GracefulShutdown", "ForceOff", "On"}, wantState: On, wantEvents: []bool{false, true}},
+		{name: "a dead system's power cycle leaves it off", cfg: SystemConfig{ID: "1", CycleOffDuration: 20 * time.Millisecond}, dead: true,
+			resets: []string{"PowerCycle"}, wantState: Off, wantEvents: []bool{false}},
+		{name: "a dead system does not power on", cfg: SystemConfig{ID: "1", PowerState: Off}, dead: true,
+			resets: []string{"On", "GracefulRestart", "ForceRestart"}, wantState: Off},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := &hookLog{}
 			s := newSystem(tt.cfg, h.hook)
 			defer s.close()
+			s.setDead(tt.dead)
 			for _, r := range tt.resets {
 				s.reset(r)
 			}

@@ -49,6 +49,10 @@ order and print a timeline:
                           6 and does nothing; healed → all healthy, no BMC call
   refused-reboot          a manual reboot of a healthy member while another is down → refused with the reason
   pause                   a pause while a remediation is in flight → Pausing, then Paused once its BMC step is done
+  permanent-loss          cp-1 and cp-2 die for good (power supply and disk) → quorum lost FOR GOOD on the BMCs'
+                          word → hub recover: the plan; --yes: fenced → agent recover on cp-0: a one-member
+                          cluster with every key, revisions bumped → the replacements powered on one at a time
+                          (a second refused while the first could run the old cluster) and rejoined
 
 It exits 0 only if every scenario ended as expected. --keep leaves everything running afterwards and
 serves the operator API, so that hub status, explain, reboot, pause … can be tried in another terminal.`,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // Scenario is one story the demo tells, with the ending it must reach.
@@ -28,6 +29,9 @@ func Scenarios() []Scenario {
 		{"partition", "the hub and cp-0 cut off from cp-1, cp-2 and both witnesses → the hub hears 2 of 6: nothing is done; the partition heals → all healthy, no BMC call", partitionScenario},
 		{"refused-reboot", "a manual reboot of a healthy member while another is down → refused with the reason", refusedRebootScenario},
 		{"pause", "pause while a remediation is in flight → Pausing until its BMC step is done, then Paused", pauseScenario},
+		{"permanent-loss", "two of three machines die for good (power and disks) → quorum lost FOR GOOD on the BMCs' word → hub recover: the plan, " +
+			"then --yes: fenced → agent recover on cp-0: a new one-member cluster, every key kept, revisions bumped → replacements powered on one at a time " +
+			"(a second refused while the first could run the old cluster) and rejoined → three healthy members", permanentLossScenario},
 	}
 }
 
@@ -333,4 +337,128 @@ func Run(ctx context.Context, tb *Testbed, scenarios []Scenario) error {
 		tb.Say("demo", "✓ scenario %s passed", s.Name)
 	}
 	return errors.Join(errs...)
+}
+
+func permanentLossScenario(ctx context.Context, tb *Testbed) error {
+	h := tb.Hub()
+	before := tb.snapshot()
+	const key = "demo/written-before-the-loss"
+	written, err := tb.put(ctx, key, "kept")
+	if err != nil {
+		return err
+	}
+	tb.Say("demo", "written to etcd: %s at revision %d", key, written)
+	lost := make(chan error, 1)
+	go func() { lost <- tb.LoseForGood(1) }()
+	if err := errors.Join(tb.LoseForGood(2), <-lost); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, time.Minute, "quorum lost for good", func() bool {
+		l := h.Status(ctx).QuorumLoss
+		return l != nil && l.ForGood
+	}); err != nil {
+		return err
+	}
+	tb.Say("demo", "operator: hub recover (the plan; nothing is changed)")
+	plan := h.RecoveryPlan(ctx)
+	if plan.Survivor == nil || plan.Survivor.Machine != Name(0) || len(plan.Blockers) > 0 {
+		return fmt.Errorf("the recovery plan: want cp-0 as the survivor and no blocker, got:\n%s", plan)
+	}
+	tb.Say("hub", "survivor %s (%s) at raft index %d; data at risk: %d entries; revision bump %d", plan.Survivor.Member, plan.Survivor.Machine,
+		plan.Survivor.Index, plan.DataAtRisk, plan.BumpRevision)
+	for _, f := range plan.Fence {
+		tb.Say("hub", "fence %s (%s): %s", f.Machine, f.Member, f.How)
+	}
+	tb.Say("demo", "operator: hub recover --yes")
+	t0 := time.Now()
+	if plan, err = h.Recover(ctx, hub.RecoverRequest{By: "demo"}); err != nil {
+		return fmt.Errorf("hub recover --yes: %w", err)
+	}
+	for _, i := range []int{1, 2} {
+		if st := tb.sim.PowerState(Name(i)); st != bmcsim.Off {
+			return fmt.Errorf("%s not fenced: its BMC reads %s", Name(i), st)
+		}
+	}
+	tb.Say("hub", "recovery %s journaled, the hub paused, cp-1 and cp-2 fenced (read back Off) in %v", plan.Token, time.Since(t0).Round(time.Millisecond))
+	tb.Say("demo", "operator on cp-0: agent recover --plan plan.json")
+	if _, err := tb.RecoverOn(ctx, 0, plan); err != nil {
+		return fmt.Errorf("agent recover on cp-0: %w", err)
+	}
+	rebuilt := time.Since(t0)
+	value, rev, err := tb.get(ctx, 0, key)
+	switch {
+	case err != nil:
+		return err
+	case value != "kept" || rev < written+int64(plan.BumpRevision):
+		return fmt.Errorf("after the recovery: %s = %q at revision %d, want %q at a revision of at least %d", key, value, rev, "kept", written+int64(plan.BumpRevision))
+	}
+	tb.Say("demo", "etcd answers again %v after hub recover --yes: %s is there, the revision went from %d to %d, never back", rebuilt.Round(time.Millisecond), key, written, rev)
+
+	tb.Say("demo", "operator: hub resume")
+	if err := h.SetPaused(ctx, false, "demo", ""); err != nil {
+		return err
+	}
+	if err := tb.WaitFor(ctx, 30*time.Second, "cp-1 and cp-2 held as retired", func() bool {
+		st := h.Status(ctx)
+		return st.Machines[1].NeedsOperator == hub.NeedRetired && st.Machines[2].NeedsOperator == hub.NeedRetired
+	}); err != nil {
+		return err
+	}
+	tb.Say("hub", "cp-1: %s", decisionOf(h.Status(ctx), Name(1)))
+
+	// Grow back, one machine at a time: a replacement started with the old cluster's flags tries to
+	// join the old cluster; two of them would be its quorum.
+	for n, i := range []int{1, 2} {
+		tb.Replace(i)
+		tb.Say("demo", "operator: hub reboot %s --force (powers it on)", Name(i))
+		if _, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(i), Force: true, By: "demo"}); err != nil {
+			return fmt.Errorf("powering %s on: %w", Name(i), err)
+		}
+		if err := tb.WaitFor(ctx, 30*time.Second, Name(i)+" powered on", func() bool { return tb.sim.PowerState(Name(i)) == bmcsim.On }); err != nil {
+			return err
+		}
+		if n == 0 {
+			tb.Replace(2)
+			tb.Say("demo", "operator: hub reboot cp-2 --force (before cp-1 has rejoined)")
+			_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2), Force: true, By: "demo"})
+			if !errors.Is(err, hub.ErrRefused) || !strings.Contains(err.Error(), "quorum") {
+				return fmt.Errorf("powering cp-2 on while cp-1 runs outside the new cluster: want a refusal, got %v", err)
+			}
+			tb.Say("hub", "refused: %v", err)
+		}
+		tb.Say("demo", "operator on %s: agent rejoin --plan plan.json --cluster %s", Name(i), tb.etcd.Endpoints()[0])
+		if _, err := tb.RejoinOn(ctx, i, 0, plan); err != nil {
+			return fmt.Errorf("agent rejoin on %s: %w", Name(i), err)
+		}
+		// Its agent's next reports show it in the new cluster: the hub lets it go from then on.
+		if err := tb.WaitFor(ctx, 30*time.Second, Name(i)+" a healthy voter of the new cluster", func() bool {
+			for _, m := range h.Status(ctx).Machines {
+				if m.Name == Name(i) {
+					return m.Role == "voter" && m.EtcdHealth == quorum.Healthy.String() && m.NeedsOperator == ""
+				}
+			}
+			return false
+		}); err != nil {
+			return err
+		}
+		tb.Say("hub", "%s: %s", Name(i), decisionOf(h.Status(ctx), Name(i)))
+	}
+	if err := tb.WaitFor(ctx, time.Minute, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	tb.Say("demo", "three healthy members again %v after hub recover --yes", time.Since(t0).Round(time.Millisecond))
+	if got := len(tb.Resets(0)) - before.resets[0]; got != 0 {
+		return fmt.Errorf("the survivor cp-0 got %d power actions", got)
+	}
+	return nil
+}
+
+// decisionOf is what the hub says of machine name (status's decision).
+func decisionOf(st hub.Status, name string) string {
+	for _, m := range st.Machines {
+		if m.Name == name {
+			return m.Decision
+		}
+	}
+	return ""
 }

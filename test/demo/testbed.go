@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,12 +25,15 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/recovery"
 	"github.com/hale-dev/hale/test/etcdcluster"
 	"github.com/hale-dev/hale/test/ipmisim"
 	"github.com/hale-dev/hale/test/lossy"
@@ -535,7 +539,13 @@ func (tb *Testbed) stop(i int) {
 func (tb *Testbed) powerOn(i int) {
 	time.Sleep(tb.opts.BootDelay)
 	if err := tb.etcd.Restart(i); err != nil {
-		tb.Say("demo", "restarting etcd member of %s: %v", tb.name(i), err)
+		// etcd's own words come last ("member count is unequal": a member of an old cluster that
+		// finds its peers in another).
+		msg := err.Error()
+		if k := strings.LastIndex(msg, ": "); k >= 0 {
+			msg = msg[k+2:]
+		}
+		tb.Say("demo", "%s's etcd member does not start: %s", tb.name(i), msg)
 	}
 	if err := tb.startAgent(i); err != nil {
 		tb.Say("demo", "restarting the agent of %s: %v", tb.name(i), err)
@@ -830,3 +840,120 @@ func (tb *Testbed) Resets(i int) []string {
 
 // IPMI returns machine IPMIMachine's ipmi_sim (nil without Options.IPMI).
 func (tb *Testbed) IPMI() *ipmisim.Sim { return tb.ipmi }
+
+// LoseForGood kills machine i for good: its power supply fails (its BMC reads it Off and cannot power
+// it on) and its disk dies with its etcd member's data. Its BMC must be the Redfish simulator.
+func (tb *Testbed) LoseForGood(i int) error {
+	if i == IPMIMachine && tb.ipmi != nil {
+		return fmt.Errorf("demo: %s's BMC is ipmi_sim, whose power cannot be made to fail", tb.name(i))
+	}
+	tb.Say("demo", "%s dies for good: its power supply fails (its BMC reads it Off and cannot power it on), and its disk with its etcd data", tb.name(i))
+	tb.sim.SetDead(tb.name(i), true)
+	tb.sim.SetPowerState(tb.name(i), bmcsim.Off)
+	return tb.etcd.Wipe(i)
+}
+
+// Replace puts a new machine in the place of machine i, lost for good: the same name, BMC and
+// addresses, with a working power supply and an empty disk. It stays off until powered on.
+func (tb *Testbed) Replace(i int) {
+	tb.Say("demo", "%s is replaced: a new machine in its place (same name, BMC and addresses), an empty disk, still off", tb.name(i))
+	tb.sim.SetDead(tb.name(i), false)
+}
+
+// RecoverOn is `agent recover` on machine i, the survivor, with the hub's plan as `hub recover --yes
+// -o json` writes it: etcd rebuilt there as a one-member cluster. Its steps go to the timeline.
+func (tb *Testbed) RecoverOn(ctx context.Context, i int, plan hub.RecoveryPlan) (*recovery.Record, error) {
+	p, err := nodePlan(plan)
+	if err != nil {
+		return nil, err
+	}
+	return recovery.Recover(ctx, tb.node(i), p)
+}
+
+// RejoinOn is `agent rejoin` on machine i with the hub's plan: its member added back to the cluster
+// rebuilt on machine survivor, as a learner promoted once caught up.
+func (tb *Testbed) RejoinOn(ctx context.Context, i, survivor int, plan hub.RecoveryPlan) (*recovery.Joined, error) {
+	p, err := nodePlan(plan)
+	if err != nil {
+		return nil, err
+	}
+	self := recovery.Member{Name: tb.etcd.Name(i), DataDir: tb.etcd.DataDir(i), PeerURL: tb.etcd.PeerURL(i)}
+	return recovery.Rejoin(ctx, tb.node(i), p, self, []string{tb.etcd.Endpoints()[survivor]})
+}
+
+// nodePlan is the hub's plan as the node reads it: through its JSON, as the operator hands it over.
+func nodePlan(plan hub.RecoveryPlan) (recovery.Plan, error) {
+	var p recovery.Plan
+	b, err := json.Marshal(plan)
+	if err == nil {
+		err = json.Unmarshal(b, &p)
+	}
+	if err != nil {
+		return p, fmt.Errorf("demo: the recovery plan as JSON: %w", err)
+	}
+	return p, nil
+}
+
+// node is machine i as `agent recover` and `agent rejoin` find it.
+func (tb *Testbed) node(i int) recovery.Node {
+	return recovery.Node{Endpoint: tb.etcd.Endpoints()[i], Layout: tb.etcd.Layout(i), DataDir: tb.etcd.DataDir(i),
+		StateDir: filepath.Join(tb.opts.Dir, "recovery", tb.name(i)), Log: tb.opts.Log, Out: sayWriter{tb, tb.name(i)}}
+}
+
+// sayWriter puts each line written to it on the timeline, said by who (without the time the node's
+// commands print first).
+type sayWriter struct {
+	tb  *Testbed
+	who string
+}
+
+func (w sayWriter) Write(p []byte) (int, error) {
+	for line := range strings.Lines(string(p)) {
+		line = strings.TrimRight(line, "\n")
+		if len(line) > 10 && line[2] == ':' && line[5] == ':' {
+			line = strings.TrimLeft(line[8:], " ")
+		}
+		w.tb.Say(w.who, "%s", line)
+	}
+	return len(p), nil
+}
+
+// put writes key through the cluster and returns the revision it was written at.
+func (tb *Testbed) put(ctx context.Context, key, value string) (int64, error) {
+	cli, err := tb.etcdClient(tb.etcd.Endpoints()...)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	r, err := cli.Put(ctx, key, value)
+	if err != nil {
+		return 0, fmt.Errorf("demo: writing %s: %w", key, err)
+	}
+	return r.Header.Revision, nil
+}
+
+// get reads key through machine i's member (a linearizable read): its value and the revision the
+// cluster is at.
+func (tb *Testbed) get(ctx context.Context, i int, key string) (string, int64, error) {
+	cli, err := tb.etcdClient(tb.etcd.Endpoints()[i])
+	if err != nil {
+		return "", 0, err
+	}
+	defer cli.Close()
+	r, err := cli.Get(ctx, key)
+	if err != nil {
+		return "", 0, fmt.Errorf("demo: reading %s from %s: %w", key, tb.name(i), err)
+	}
+	if len(r.Kvs) == 0 {
+		return "", r.Header.Revision, nil
+	}
+	return string(r.Kvs[0].Value), r.Header.Revision, nil
+}
+
+func (tb *Testbed) etcdClient(endpoints ...string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("demo: an etcd client of %v: %w", endpoints, err)
+	}
+	return cli, nil
+}

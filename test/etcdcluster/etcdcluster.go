@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -192,6 +193,62 @@ func (c *Cluster) Running(i int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.members[i].etcd != nil
+}
+
+// Wipe stops member i and deletes its data directory, as a disk that dies takes the data with it.
+func (c *Cluster) Wipe(i int) error {
+	c.Stop(i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := os.RemoveAll(c.members[i].dir); err != nil {
+		return fmt.Errorf("etcdcluster: wiping %s: %w", c.members[i].name, err)
+	}
+	return nil
+}
+
+// DataDir returns member i's data directory; PeerURL its peer URL.
+func (c *Cluster) DataDir(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].dir
+}
+
+// PeerURL returns member i's peer URL.
+func (c *Cluster) PeerURL(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].peerURL.String()
+}
+
+// Layout is member i as a node's etcd recovery sees it (the recovery package's Layout and Joiner):
+// stopped and started on its data directory the way a kubelet stops and starts a static pod, its
+// start-up flags set for joining an existing cluster.
+func (c *Cluster) Layout(i int) Layout { return Layout{c: c, i: i} }
+
+// Layout is one member's stop, start and join flags (Cluster.Layout).
+type Layout struct {
+	c *Cluster
+	i int
+}
+
+func (l Layout) String() string { return "embedded etcd member " + l.c.Name(l.i) }
+
+// Stop stops the member (stopped already is no error).
+func (l Layout) Stop(context.Context) error {
+	l.c.Stop(l.i)
+	return nil
+}
+
+// Start starts it on its data directory and returns once it is ready.
+func (l Layout) Start(context.Context) error { return l.c.Restart(l.i) }
+
+// Join sets the member's --initial-cluster for its next start (its state is "existing" at every
+// restart already).
+func (l Layout) Join(initialCluster string) error {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	l.c.members[l.i].initial = initialCluster
+	return nil
 }
 
 // Add joins a new member named name the way kubeadm joins one: member add through a running member,
