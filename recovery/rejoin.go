@@ -123,6 +123,12 @@ func Rejoin(ctx context.Context, n Node, p Plan, self Member, cluster []string) 
 	}
 	out.Members = len(ml.Members)
 	say(n, r, "%s is a voter of etcd cluster %s, one of %d members", self.Name, r.NewClusterID, out.Members)
+	// A member that joined as a learner serves its clients only once it has published itself, which
+	// etcd retries after the promotion (7 s later, seen with etcd 3.6): the node's agent and API server
+	// are its clients.
+	if err := servesClients(ctx, n, r); err != nil {
+		return out, err
+	}
 	// A machine that was not fenced (a member that answered, behind the survivor) still runs its
 	// control plane on a cache of the old data.
 	if err := restartControlPlane(ctx, n, r); err != nil {
@@ -227,4 +233,29 @@ func setFlag(line []any, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// servesClients waits until the local member answers its status as a member of the new cluster.
+func servesClients(ctx context.Context, n Node, r *Record) error {
+	cli, err := n.client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(n.StartTimeout)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, n.Endpoint)
+		cancel()
+		if err == nil && hexID(st.Header.ClusterId) == r.NewClusterID {
+			say(n, r, "%s serves its clients at %s", r.Member, n.Endpoint)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is a voter but does not serve its clients at %s within %s (last: %v): see the member's log", r.Member, n.Endpoint, n.StartTimeout, err)
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }

@@ -40,7 +40,7 @@ type runOptions struct {
 	api                                                apiListen
 	metrics, logLevel                                  string
 	keep                                               int
-	bmcCheckEvery, bmcRequestTimeout                   time.Duration
+	bmcCheckEvery, bmcRequestTimeout, bmcVerifyTimeout time.Duration
 	// kube, when set, runs Kubernetes mode instead of the bbolt journal.
 	kube *kubeOptions
 }
@@ -86,6 +86,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.IntVar(&o.keep, "history", 20, "finished remediations kept per machine in the journal")
 	f.DurationVar(&o.bmcCheckEvery, "bmc-check-interval", 10*time.Minute, "how often every machine's BMC is checked (it answers, takes the login, has the system, reads the power; at most one login per BMC account a round); 0: never")
 	f.DurationVar(&o.bmcRequestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a Redfish BMC may take before the BMC is called unreachable (and the request retried)")
+	f.DurationVar(&o.bmcVerifyTimeout, "bmc-verify-timeout", 60*time.Second, "how long a power change may take before the BMC is read in the state asked for (servers that take longer to power on need more); a power-on not seen by then is evidence that the machine's power does not come on")
 	var k kubeOptions
 	var kubernetes bool
 	f.BoolVar(&kubernetes, "kubernetes", false, "Kubernetes mode: journal in Remediation objects, leader election, HealthPolicy (instead of --journal)")
@@ -126,8 +127,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	if o.inventory == "" || o.keyFile == "" {
 		return errors.New("--inventory and --gossip-key-file are required")
 	}
-	if o.bmcCheckEvery < 0 || o.bmcRequestTimeout < 0 {
-		return fmt.Errorf("--bmc-check-interval %v, --bmc-request-timeout %v: neither may be negative", o.bmcCheckEvery, o.bmcRequestTimeout)
+	if o.bmcCheckEvery < 0 || o.bmcRequestTimeout < 0 || o.bmcVerifyTimeout < 0 {
+		return fmt.Errorf("--bmc-check-interval %v, --bmc-request-timeout %v, --bmc-verify-timeout %v: none may be negative",
+			o.bmcCheckEvery, o.bmcRequestTimeout, o.bmcVerifyTimeout)
 	}
 	pinAs := o.node
 	if o.node == "" {
@@ -211,7 +213,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	newHub := func(store hub.Store, adjust func(*hub.Config)) (*hub.Hub, error) {
 		reg := prometheus.NewRegistry()
 		cfg := hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
-			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log, RequestTimeout: o.bmcRequestTimeout}, BMCCheckInterval: o.bmcCheckEvery}
+			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log, RequestTimeout: o.bmcRequestTimeout, VerifyTimeout: o.bmcVerifyTimeout}, BMCCheckInterval: o.bmcCheckEvery}
 		if o.bmcCheckEvery == 0 {
 			cfg.BMCCheckInterval = -1 // never
 		}

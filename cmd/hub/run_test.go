@@ -324,3 +324,27 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 	tb.Hang(1)
 	require.Eventually(t, func() bool { return len(tb.Resets(1)) == 1 }, 60*time.Second, 100*time.Millisecond, "hub-b heals")
 }
+
+// `hub run`'s bad flags are named before anything starts.
+func TestRunRefusesBadFlags(t *testing.T) {
+	base := runOptions{inventory: "inventory.yaml", keyFile: "gossip.key", logLevel: "info"}
+	tests := []struct {
+		name string
+		edit func(*runOptions)
+		want string
+	}{
+		{"no inventory", func(o *runOptions) { o.inventory = "" }, "--inventory and --gossip-key-file are required"},
+		{"a log level", func(o *runOptions) { o.logLevel = "loud" }, `--log-level "loud": want debug, info, warn or error`},
+		{"a negative verify timeout", func(o *runOptions) { o.bmcVerifyTimeout = -time.Second }, "--bmc-verify-timeout -1s: none may be negative"},
+		{"a negative check interval", func(o *runOptions) { o.bmcCheckEvery = -time.Second }, "--bmc-check-interval -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base
+			tt.edit(&o)
+			err := runHub(t.Context(), o, io.Discard, nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ func machinesOf(actions []powerAction) []string {
 }
 
 // TestChaos is CI's short campaign on real processes: the checker's self-test (it must object to a
-// healthy voter power-cycled behind the hub's back), the named schedules, and a few fixed seeds (seed 3
+// healthy voter power-cycled behind the hub's back), the named schedules (permanent-loss: the whole
+// recovery, run by the operator's commands), and a few fixed seeds (seed 3
 // made way for the far-side schedule; HALE_CHAOS_SEEDS=1,2,3 runs it). The
 // README has the long campaign's command and figures. HALE_CHAOS_SEEDS overrides the seeds (a
 // comma-separated list; "none" for none).
@@ -91,6 +93,26 @@ func TestChaos(t *testing.T) {
 				require.NotContains(t, r.Recoveries[0], "cp-0", "cp-0's member answers the hub's side: a survivor, not lost")
 			case "minority-hub":
 				refusedRecovery(t, r, "does not plan")
+			case "permanent-loss":
+				// The operator's whole recovery ran to its end, Hale powered nothing off, and the second
+				// lost machine's power-on was refused while the first could still run the old cluster.
+				require.Equal(t, opRecoverAll+": ok", r.Operator[len(r.Operator)-1], "%q", r.Operator)
+				require.Zero(t, r.count("hale"), r.line())
+				require.NotZero(t, r.HealedIn, r.line())
+				count := func(prefix string) int {
+					n := 0
+					for _, o := range r.Operator {
+						if strings.HasPrefix(o, prefix) {
+							n++
+						}
+					}
+					return n
+				}
+				require.Equal(t, 1, count("agent-recover: ok"), "%q", r.Operator)
+				require.Equal(t, 2, count("agent-rejoin: ok"), "%q", r.Operator)
+				require.True(t, slices.ContainsFunc(r.Operator, func(o string) bool {
+					return strings.HasPrefix(o, "reboot: failed:") && strings.Contains(o, "2 of the old cluster's members would run, its quorum (2)")
+				}), "%q", r.Operator)
 			case "forger":
 				// cp-1 power-cycled once, for its real death; the forgers' reports and claims refused
 				// and counted by the hub: cp-1's (signed by a key not pinned for it) and cp-9's (no key

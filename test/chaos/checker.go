@@ -27,10 +27,11 @@ import (
 type memberSample struct {
 	// Up: the member's process exists and is not stopped; AgentUp likewise for the machine's agent.
 	Up, AgentUp bool
-	// OK: it answered its status. ID, Leader, Term: its own member ID, its leader, its raft term.
-	OK               bool
-	ID, Leader, Term uint64
-	Learner          bool
+	// OK: it answered its status. ID, Leader, Term: its own member ID, its leader, its raft term;
+	// Cluster its etcd cluster's ID.
+	OK                        bool
+	ID, Leader, Term, Cluster uint64
+	Learner                   bool
 }
 
 // sample is the cluster at one moment.
@@ -258,7 +259,8 @@ func running(p *proc.Process) bool {
 func (chk *checker) status(ctx context.Context, addr string, into *memberSample) {
 	var st struct {
 		Header struct {
-			MemberID string `json:"member_id"`
+			MemberID  string `json:"member_id"`
+			ClusterID string `json:"cluster_id"`
 		} `json:"header"`
 		Leader    string `json:"leader"`
 		RaftTerm  string `json:"raftTerm"`
@@ -269,6 +271,7 @@ func (chk *checker) status(ctx context.Context, addr string, into *memberSample)
 	}
 	into.OK = true
 	into.ID, _ = strconv.ParseUint(st.Header.MemberID, 10, 64)
+	into.Cluster, _ = strconv.ParseUint(st.Header.ClusterID, 10, 64)
 	into.Leader, _ = strconv.ParseUint(st.Leader, 10, 64)
 	into.Term, _ = strconv.ParseUint(st.RaftTerm, 10, 64)
 	into.Learner = st.IsLearner

@@ -58,6 +58,10 @@ type schedule struct {
 	// Spare are machines no fault of the schedule makes sick: Hale must never power them off
 	// (property 2), whatever stale evidence a partition left behind when it healed.
 	Spare []string
+	// StaticPods runs each machine's etcd from a static pod manifest (lab.Options.StaticPods), for
+	// `agent recover` and `agent rejoin`; HubArgs are added to `hub run`'s arguments.
+	StaticPods bool
+	HubArgs    []string
 }
 
 // Fault kinds.
@@ -95,6 +99,13 @@ const (
 	// every member given time to read the file, A's agent restarted on the new key, the old line
 	// dropped. Nobody may see A dead for it, and Hale must not act on A.
 	rekey = "rekey"
+	// lose kills the machines in A for good: their power supplies fail (their BMCs read them Off and
+	// cannot power them on) and their disks with their etcd data. Not undone: only recoverAll brings
+	// them back.
+	lose = "lose"
+	// opRecoverAll is the operator's whole recovery after a permanent loss, as docs/operating.md has it
+	// (recoverAll), within For.
+	opRecoverAll = "recover-all"
 	// rogue power-cycles A through its BMC behind the hub's back (hub bmc power cycle): what a Hale
 	// that ignored quorum would do. Only the checker's self-test uses it: the checker must object.
 	rogue = "rogue-cycle"
@@ -230,6 +241,21 @@ var named = map[string]func(d time.Duration) schedule{
 			{At: 22 * time.Second, Kind: rekey, A: []string{"cp-0"}},
 			{At: 35 * time.Second, Kind: killEtcd, A: []string{"cp-1"}},
 		}}
+	},
+	// cp-0 and cp-1 die for good (power supplies and disks): their BMCs read them Off and cannot power
+	// them on, and the hub says quorum is lost for good. The operator recovers as the runbook says,
+	// from cp-2 (recoverAll), the hub killed in the middle of it. The lab's etcd runs from static pods
+	// for `agent recover`; the hub's power-ons that cannot come on fail after 10 s, not 60, and
+	// `hub recover --yes` waits for one in flight. Hale must never power cp-2 off (the survivor), two
+	// etcd clusters must never serve at once (property 7), and at the end all three are healthy
+	// members of the rebuilt cluster.
+	"permanent-loss": func(d time.Duration) schedule {
+		return schedule{Name: "permanent-loss", Duration: d, Spare: []string{"cp-2"}, StaticPods: true,
+			HubArgs: []string{"--bmc-verify-timeout", "10s"}, Faults: []fault{
+				{At: 5 * time.Second, Kind: lose, A: []string{"cp-0", "cp-1"}},
+				{At: 6 * time.Second, For: d - 11*time.Second, Kind: opRecoverAll},
+				{At: 10 * time.Second, For: 3 * time.Second, Kind: killHub},
+			}}
 	},
 	// A member dies and the hub is killed the moment its BMC takes the machine down: the restarted hub
 	// finishes the remediation without a second power action.
@@ -410,6 +436,14 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		in.operator(ctx, "reboot", f.A[0], args)
 	case opRecover:
 		in.operator(ctx, opRecover, "", []string{"recover", "--yes"})
+	case lose:
+		var wg sync.WaitGroup
+		for _, name := range f.A {
+			wg.Go(func() { in.c.Machine(name).LoseForGood() })
+		}
+		wg.Wait()
+	case opRecoverAll:
+		in.recoverAll(ctx, time.Now().Add(f.For))
 	}
 }
 
@@ -556,13 +590,19 @@ func (in *injector) brake(ctx context.Context, f fault, on, off []string) {
 
 // operator runs a hub command as an operator would, recording it and its answer.
 func (in *injector) operator(ctx context.Context, what, target string, args []string) bool {
-	in.tl.add("op-start", target, strings.Join(args, " "))
-	out, err := in.c.HubCommand(ctx, args...)
+	return in.record(command{what: what, target: target, args: args, run: func() (string, error) { return in.c.HubCommand(ctx, args...) }})
+}
+
+// record runs an operator's command (its output's last line is its error when it fails), recording
+// it and its answer.
+func (in *injector) record(cmd command) bool {
+	in.tl.add("op-start", cmd.target, strings.Join(cmd.args, " "))
+	out, err := cmd.run()
 	verdict := "ok"
 	if err != nil {
 		verdict = "failed: " + lastLine(out) // the command's error ("hub: ..."), after what it printed
 	}
-	in.tl.add("op-end", target, what+": "+verdict)
+	in.tl.add("op-end", cmd.target, cmd.what+": "+verdict)
 	return err == nil
 }
 

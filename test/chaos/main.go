@@ -200,7 +200,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	for _, f := range s.Faults {
 		fmt.Fprintf(logf, "schedule: at %5.1fs %s for %.1fs\n", f.At.Seconds(), f, f.For.Seconds())
 	}
-	c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: s.Policy, OnEvent: tl.add})
+	c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: s.Policy, OnEvent: tl.add, StaticPods: s.StaticPods, HubArgs: s.HubArgs})
 	chk := newChecker(c, tl)
 	chk.rulesChanged()
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -325,7 +325,7 @@ func summary(w io.Writer, results []result) {
 		return
 	}
 	passed, errs, faults, hale, op, far := 0, 0, 0, 0, 0, 0
-	var checked, violated [6]int
+	var checked, violated [7]int
 	var healed []time.Duration
 	for _, r := range results {
 		if r.passed() {
@@ -350,7 +350,7 @@ func summary(w io.Writer, results []result) {
 		len(results), passed, len(results)-passed-errs, errs, faults, hale, op)
 	names := []string{"1 quorum never cost by Hale", "2 no healthy voter power-cycled, none without a majority", "3 one power action per step (cooldown)",
 		"4 nothing while detached, paused or suspended", "5 healed (or held with a reason) after the quiet period",
-		"6 never 'lost for good', no recovery, while a quorum holds"}
+		"6 never 'lost for good', no recovery, while a quorum holds", "7 never two etcd clusters serving at once"}
 	fmt.Fprintf(w, "%-58s %8s %10s\n", "property", "checked", "violations")
 	for i, n := range names {
 		fmt.Fprintf(w, "%-58s %8d %10d\n", n, checked[i], violated[i])

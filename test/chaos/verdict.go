@@ -45,8 +45,8 @@ type result struct {
 	Requests int
 	// KilledInStep counts the hub's deaths inside a BMC step (kill-hub-bmc faults that fired).
 	KilledInStep int
-	Checked      [6]int // actions (or windows, or the quiet period, or the hub's status) each property was checked on
-	Violations   [6][]string
+	Checked      [7]int // actions (or windows, or the quiet period, or the hub's status, or samples) each property was checked on
+	Violations   [7][]string
 	// HealedIn: from the quiet period's start until every machine was healthy (0: not within the bound).
 	HealedIn time.Duration
 	// Held: machines not healthy at the bound that the hub holds, with its reason.
@@ -63,8 +63,9 @@ type result struct {
 	// Rejected are the gossip messages the hub refused, by reason (its /metrics at the run's end):
 	// what a forger's reports and claims came to.
 	Rejected map[string]int
-	// Recoveries are the answers to the operator's `hub recover --yes` (recover faults), in order.
-	Recoveries []string
+	// Recoveries are the answers to the operator's `hub recover --yes` (recover faults), in order;
+	// Operator every operator command's answer ("what: answer"), in order.
+	Recoveries, Operator []string
 	// Err is a harness failure (the run proves nothing).
 	Err string
 }
@@ -91,14 +92,17 @@ func (r result) count(by string) int {
 	return n
 }
 
-// evaluate checks properties 1 to 4 against the samples, the power actions and the requests.
+// evaluate checks properties 1 to 4, 6 and 7 against the samples, the power actions and the requests.
 func evaluate(res *result, tl *timeline, samples []sample, machines []string, reqs []request) {
 	events := tl.all()
 	res.Actions = actionsOf(events)
 	res.Requests = len(reqs)
 	for _, e := range events {
-		if e.Kind == "fault" && strings.HasPrefix(e.Detail, "killed as ") {
+		switch {
+		case e.Kind == "fault" && strings.HasPrefix(e.Detail, "killed as "):
 			res.KilledInStep++
+		case e.Kind == "op-end":
+			res.Operator = append(res.Operator, e.Detail)
 		}
 	}
 	idx := func(name string) int { return slices.Index(machines, name) }
@@ -135,9 +139,18 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: %s powered off by %s with quorum already lost: healthy voters %d → %d", at(a.At), a.Machine, a.By, n, n-1))
 		}
 	}
+	// The operator's recovery after a permanent loss changes the membership; the checker reads it every
+	// second, so a change it made may be seen up to the Lag after the recovery's end.
+	var recovering bool
+	var recovered time.Time
 	for _, e := range events {
-		if e.Kind == "membership" {
-			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: the membership changed (%s); nothing in this lab changes it", at(e.At), e.Detail))
+		switch {
+		case e.Kind == "op-start" && e.Detail == opRecoverAll:
+			recovering = true
+		case e.Kind == "op-end" && strings.HasPrefix(e.Detail, opRecoverAll+":"):
+			recovering, recovered = false, e.At
+		case e.Kind == "membership" && !recovering && e.At.Sub(recovered) > Lag:
+			res.Violations[0] = append(res.Violations[0], fmt.Sprintf("%s: the membership changed (%s); nothing in this lab changes it but an operator's recovery", at(e.At), e.Detail))
 		}
 	}
 	// 2: no healthy member of a working quorum power-cycled by Hale; none while the hub could not hear a
@@ -232,6 +245,26 @@ func evaluate(res *result, tl *timeline, samples []sample, machines []string, re
 				at(s.At), s.healthyCount(), s.Voters))
 		}
 	}
+	oneCluster(res, samples, at)
+}
+
+// oneCluster is property 7: never two etcd clusters serving at once. In every sample the members
+// that answer and follow a leader are of one cluster: an old member started again on its old data,
+// or two of them on empty disks with their old flags (two of three are the old quorum), would serve
+// the old cluster beside the one rebuilt from the survivor.
+func oneCluster(res *result, samples []sample, at func(time.Time) string) {
+	for _, s := range samples {
+		res.Checked[6]++
+		clusters := map[uint64][]int{}
+		for i, m := range s.Members {
+			if m.Up && m.OK && m.Leader != 0 {
+				clusters[m.Cluster] = append(clusters[m.Cluster], i)
+			}
+		}
+		if len(clusters) > 1 {
+			res.Violations[6] = append(res.Violations[6], fmt.Sprintf("%s: %d etcd clusters serve at once (members by cluster: %v)", at(s.At), len(clusters), clusters))
+		}
+	}
 }
 
 // quorumThrough: a quorum of healthy voters in every sample from from to to (and at least one).
@@ -282,8 +315,8 @@ func farThrough(samples []sample, i int, from, to time.Time) bool {
 }
 
 // actionsOf finds the power actions in the events: every power-off is a BMC's (the faults kill
-// processes, never the power); it is the operator's when an operator's reboot of that machine was
-// under way.
+// processes, never the power; but a machine lost for good, whose power supply fails); it is the
+// operator's when an operator's reboot of that machine was under way.
 func actionsOf(events []event) []powerAction {
 	type window struct {
 		from  time.Time
@@ -297,7 +330,7 @@ func actionsOf(events []event) []powerAction {
 			open[e.Target] = window{e.At, strings.Contains(e.Detail, "--force")}
 		case e.Kind == "op-end" && strings.HasPrefix(e.Detail, "reboot:"):
 			delete(open, e.Target)
-		case e.Kind == "power-off":
+		case e.Kind == "power-off" && e.Detail != lab.LostForGood:
 			a := powerAction{At: e.At, Machine: e.Target, By: "hale"}
 			if w, ok := open[e.Target]; ok {
 				a.By = "operator"

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/test/lab"
 )
 
 // The checker's own logic, on made-up timelines: each property fires on the case it exists for and
@@ -47,7 +49,7 @@ func TestEvaluate(t *testing.T) {
 		samples []sample
 		events  []event
 		reqs    []request
-		want    [6]int
+		want    [7]int
 		spare   []string
 	}{
 		{name: "a dead member power-cycled: fine", samples: samples(cp2Down, six), events: []event{power(30, "cp-2")}},
@@ -62,21 +64,21 @@ func TestEvaluate(t *testing.T) {
 				return cp2Down(t)
 			}
 			return allWell(t)
-		}, six), events: []event{power(30, "cp-2")}, want: [6]int{0, 1}},
+		}, six), events: []event{power(30, "cp-2")}, want: [7]int{0, 1}},
 		{name: "a healthy voter of a working quorum power-cycled: property 2", samples: samples(allWell, six), events: []event{power(30, "cp-1")},
-			want: [6]int{0, 1}},
+			want: [7]int{0, 1}},
 		{name: "the last healthy voters: properties 1 and 2", samples: samples(cp2Down, six), events: []event{power(30, "cp-1")},
-			want: [6]int{1, 1}},
+			want: [7]int{1, 1}},
 		{name: "quorum lost, a healthy one reduced: property 1", samples: samples(cp1cp2Down, six), events: []event{power(30, "cp-0")},
-			want: [6]int{1}},
+			want: [7]int{1}},
 		{name: "a forced manual reboot is the operator's", samples: samples(allWell, six), events: []event{
 			{At: at(29), Kind: "op-start", Target: "cp-1", Detail: "reboot cp-1 --wait --force --yes"}, power(30, "cp-1"),
 			{At: at(31), Kind: "op-end", Target: "cp-1", Detail: "reboot: ok"}}},
 		{name: "a quorum-checked manual reboot that cost quorum: property 1", samples: samples(cp2Down, six), events: []event{
 			{At: at(29), Kind: "op-start", Target: "cp-1", Detail: "reboot cp-1 --wait"}, power(30, "cp-1"),
-			{At: at(31), Kind: "op-end", Target: "cp-1", Detail: "reboot: ok"}}, want: [6]int{1}},
+			{At: at(31), Kind: "op-end", Target: "cp-1", Detail: "reboot: ok"}}, want: [7]int{1}},
 		{name: "acting on a dead member while the hub heard 3 of 6 for longer than the grace: property 2",
-			samples: samples(cp2Down, func(time.Time) int { return 3 }), events: []event{power(30, "cp-2")}, want: [6]int{0, 1}},
+			samples: samples(cp2Down, func(time.Time) int { return 3 }), events: []event{power(30, "cp-2")}, want: [7]int{0, 1}},
 		{name: "3 of 6 for less than the grace: no violation", samples: samples(cp2Down, func(ts time.Time) int {
 			if ts.After(at(25)) {
 				return 3
@@ -84,26 +86,26 @@ func TestEvaluate(t *testing.T) {
 			return 6
 		}), events: []event{power(30, "cp-2")}},
 		{name: "twice within the cooldown: property 3", samples: samples(cp2Down, six), events: []event{power(10, "cp-2"), power(20, "cp-2")},
-			want: [6]int{0, 0, 1}},
+			want: [7]int{0, 0, 1}},
 		{name: "twice, further apart than the cooldown: fine", samples: samples(cp2Down, six), events: []event{power(10, "cp-2"), power(35, "cp-2")}},
 		{name: "a request while detached: property 4", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Target: "cp-2", Detail: opDetach}, {At: at(20), Kind: "brake-off", Target: "cp-2", Detail: opDetach}},
-			reqs: []request{{At: at(15), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}}, want: [6]int{0, 0, 0, 1}},
+			reqs: []request{{At: at(15), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}}, want: [7]int{0, 0, 0, 1}},
 		{name: "the power-on ending a cycle whose power-off went out before a suspend: fine", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Detail: opSuspend}, {At: at(20), Kind: "brake-off", Detail: opSuspend}},
 			reqs: []request{{At: at(9.9), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(10.8), Machine: "cp-2", Detail: "IPMI power 1"}}},
 		{name: "a power-on under a suspend without a power-off before it: property 4", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Detail: opSuspend}, {At: at(20), Kind: "brake-off", Detail: opSuspend}},
-			reqs: []request{{At: at(11), Machine: "cp-2", Detail: "IPMI power 1"}}, want: [6]int{0, 0, 0, 1}},
+			reqs: []request{{At: at(11), Machine: "cp-2", Detail: "IPMI power 1"}}, want: [7]int{0, 0, 0, 1}},
 		{name: "a power-off and -on both under a suspend: property 4, twice", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Detail: opSuspend}, {At: at(20), Kind: "brake-off", Detail: opSuspend}},
-			reqs: []request{{At: at(11), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(12), Machine: "cp-2", Detail: "IPMI power 1"}}, want: [6]int{0, 0, 0, 2}},
+			reqs: []request{{At: at(11), Machine: "cp-2", Detail: "IPMI power 0"}, {At: at(12), Machine: "cp-2", Detail: "IPMI power 1"}}, want: [7]int{0, 0, 0, 2}},
 		{name: "a request while paused, and one after the resume", samples: samples(allWell, six), events: []event{
 			{At: at(10), Kind: "brake-on", Detail: opPause}, {At: at(20), Kind: "brake-off", Detail: opPause}},
 			reqs: []request{{At: at(15), Machine: "cp-1", Detail: "a Redfish reset"}, {At: at(21), Machine: "cp-1", Detail: "a Redfish reset"}},
-			want: [6]int{0, 0, 0, 1}},
+			want: [7]int{0, 0, 0, 1}},
 		{name: "the hub says lost for good while the far side holds quorum: property 6", samples: forGood(samples(allWell, six), 20, 40),
-			want: [6]int{0, 0, 0, 0, 0, 20}},
+			want: [7]int{0, 0, 0, 0, 0, 20}},
 		{name: "the hub says lost for good while quorum is lost: fine", samples: forGood(samples(cp1cp2Down, six), 20, 40)},
 		{name: "the hub still says lost for good just after quorum came back (within the lag): fine", samples: forGood(samples(func(t time.Time) []memberSample {
 			if t.Before(at(39)) {
@@ -112,20 +114,46 @@ func TestEvaluate(t *testing.T) {
 			return allWell(t)
 		}, six), 20, 40)},
 		{name: "hub recover --yes carried out while quorum holds: property 6", samples: samples(allWell, six),
-			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": ok"}}, want: [6]int{0, 0, 0, 0, 0, 1}},
+			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": ok"}}, want: [7]int{0, 0, 0, 0, 0, 1}},
 		{name: "hub recover --yes refused while quorum holds: fine", samples: samples(allWell, six),
 			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": failed: hub: the recovery plan is not ready: …"}}},
 		{name: "hub recover --yes carried out while quorum is lost: fine", samples: samples(cp1cp2Down, six),
 			events: []event{{At: at(30), Kind: "op-end", Detail: opRecover + ": ok"}}},
+		{name: "two etcd clusters serve at once: property 7", samples: samples(func(t time.Time) []memberSample {
+			if t.Before(at(20)) || !t.Before(at(21)) {
+				return allWell(t)
+			}
+			old := memberSample{Up: true, AgentUp: true, OK: true, ID: 9, Leader: 9, Term: 1, Cluster: 7}
+			return []memberSample{voter(1), old, voter(3)}
+		}, six), want: [7]int{6: 5}},
+		{name: "a rebuilt cluster, one at a time: fine", samples: samples(func(t time.Time) []memberSample {
+			if t.Before(at(20)) {
+				return allWell(t)
+			}
+			rebuilt := func(id uint64) memberSample {
+				return memberSample{Up: true, AgentUp: true, OK: true, ID: id, Leader: 11, Term: 2, Cluster: 7}
+			}
+			return []memberSample{rebuilt(11), down, rebuilt(13)}
+		}, six)},
+		{name: "a machine lost for good is no power action", samples: samples(allWell, six),
+			events: []event{{At: at(30), Kind: "power-off", Target: "cp-1", Detail: lab.LostForGood}}},
+		{name: "the membership changed: property 1", samples: samples(allWell, six),
+			events: []event{{At: at(30), Kind: "membership", Detail: "1 voters (were 3)"}}, want: [7]int{1}},
+		{name: "the membership changed during the operator's recovery: fine", samples: samples(allWell, six), events: []event{
+			{At: at(20), Kind: "op-start", Detail: opRecoverAll}, {At: at(30), Kind: "membership", Detail: "1 voters (were 3)"},
+			{At: at(40), Kind: "op-end", Detail: opRecoverAll + ": ok"}, {At: at(41), Kind: "membership", Detail: "3 voters (were 2)"}}},
+		{name: "the membership changed well after the operator's recovery: property 1", samples: samples(allWell, six), events: []event{
+			{At: at(20), Kind: "op-start", Detail: opRecoverAll}, {At: at(40), Kind: "op-end", Detail: opRecoverAll + ": ok"},
+			{At: at(45), Kind: "membership", Detail: "2 voters (were 3)"}}, want: [7]int{1}},
 		{name: "a machine the schedule spares, sick (stale evidence at a heal): property 2", events: []event{power(30, "cp-0")}, spare: []string{"cp-0"},
-			samples: samples(func(time.Time) []memberSample { return []memberSample{down, voter(2), voter(3)} }, six), want: [6]int{0, 1}},
+			samples: samples(func(time.Time) []memberSample { return []memberSample{down, voter(2), voter(3)} }, six), want: [7]int{0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tl := &timeline{start: t0, log: io.Discard, events: tt.events}
 			res := result{Schedule: schedule{Spare: tt.spare}}
 			evaluate(&res, tl, tt.samples, machines, tt.reqs)
-			var got [6]int
+			var got [7]int
 			for i, v := range res.Violations {
 				got[i] = len(v)
 			}

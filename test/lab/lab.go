@@ -25,6 +25,7 @@ import (
 	"github.com/hale-dev/hale/test/ipmisim"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
+	"github.com/hale-dev/hale/test/staticpod"
 )
 
 // Shape is the cluster under test: the control-plane machines (each an etcd member, an agent and a
@@ -42,6 +43,11 @@ type Machine struct {
 	Host         *netns.Host
 	BMC, Creds   string // its BMC's endpoint and credentials file
 	c            *Cluster
+
+	// Manifest and StateDir, with Options.StaticPods: its etcd's static pod manifest (a kubelet stand-in
+	// runs it while the machine is on) and the state directory of `agent recover` and `agent rejoin`.
+	Manifest, StateDir string
+	kubelet            *staticpod.Kubelet
 
 	mu          sync.Mutex
 	on          bool
@@ -85,6 +91,12 @@ type Options struct {
 	// OnEvent, when set, is told of every power change ("power-on", "power-off": by whom) and every
 	// Redfish reset request ("bmc-request").
 	OnEvent func(kind, target, detail string)
+	// StaticPods runs each machine's etcd as kubeadm does, from a static pod manifest (Machine.Manifest)
+	// while the machine is on, so that `agent recover` and `agent rejoin` can run there. A member that
+	// exits is started again, as a kubelet does.
+	StaticPods bool
+	// HubArgs are added to `hub run`'s arguments.
+	HubArgs []string
 }
 
 // Start starts a cluster of shape: its hosts, every member's identity, the machines powered on, the
@@ -112,6 +124,9 @@ func Start(t netns.TB, bins netns.Binaries, shape Shape, o Options) *Cluster {
 		c.Joins = append(c.Joins, m.Host.Addr(7946))
 	}
 	c.pinIdentities()
+	if o.StaticPods {
+		c.staticPods()
+	}
 	for _, m := range c.Machines {
 		m.PowerOn("start")
 	}
@@ -131,9 +146,53 @@ etcd: {endpoints: [%s]}
 		c.witProcs = append(c.witProcs, h.Start("agent-"+h.Name, bins.Agent, "-config", cfg))
 	}
 	c.startBMCs(shape, o.Policy)
+	c.hubArgs = append(c.hubArgs, o.HubArgs...)
 	c.StartHub()
 	return c
 }
+
+// staticPods writes each machine's etcd manifest and starts its kubelet stand-in, powered off.
+func (c *Cluster) staticPods() {
+	var initial []string
+	for _, o := range c.Machines {
+		initial = append(initial, fmt.Sprintf("%s=http://%s", o.Member, o.Host.Addr(2380)))
+	}
+	for _, m := range c.Machines {
+		m.Manifest = filepath.Join(c.Dir, m.Name, "manifests", "etcd.yaml")
+		m.StateDir = filepath.Join(c.Dir, m.Name, "recovery")
+		err := staticpod.WriteManifest(m.Manifest, staticpod.Etcd{Name: m.Member, DataDir: m.dataDir(), Client: "http://" + m.Host.Addr(2379),
+			Peer: "http://" + m.Host.Addr(2380), Initial: strings.Join(initial, ","), State: "new", Token: "lab"})
+		if err != nil {
+			c.T.Fatalf("lab: %s's etcd manifest: %v", m.Name, err)
+		}
+		m.kubelet = staticpod.New(c.T, c.Bins.Etcd, m.Member, m.Manifest, m.Host.Start)
+	}
+}
+
+// dataDir is the machine's etcd data directory.
+func (m *Machine) dataDir() string { return filepath.Join(m.c.Dir, m.Member) }
+
+// LostForGood is the power-off event's detail (Options.OnEvent) of a machine lost for good: no BMC's.
+const LostForGood = "lost for good"
+
+// LoseForGood kills the machine for good: its power supply fails (its BMC, which must be the Redfish
+// simulator, reads it Off and cannot power it on) and its disk with its etcd data.
+func (m *Machine) LoseForGood() {
+	c := m.c
+	if c.Redfish == nil || c.IPMI[m.Name] != nil {
+		c.T.Fatalf("lab: %s's BMC is not the Redfish simulator: its power cannot be made to fail", m.Name)
+	}
+	c.Redfish.SetDead(m.Name, true)
+	m.PowerOff(LostForGood)
+	c.Redfish.SetPowerState(m.Name, bmcsim.Off)
+	if err := os.RemoveAll(m.dataDir()); err != nil {
+		c.T.Fatalf("lab: wiping %s's disk: %v", m.Name, err)
+	}
+}
+
+// Replace puts a new machine in the place of one lost for good: the same name, BMC, addresses and
+// manifest, a working power supply and an empty disk. It stays off until powered on.
+func (m *Machine) Replace() { m.c.Redfish.SetDead(m.Name, false) }
 
 // pinIdentities makes every member's identity key as an operator would (`agent -print-identity`,
 // `hub identity`, each creating its key) and writes the pinned-keys file of their lines.
@@ -383,10 +442,14 @@ func (m *Machine) PowerOn(by string) {
 		initial = append(initial, fmt.Sprintf("%s=http://%s", o.Member, o.Host.Addr(2380)))
 	}
 	h := m.Host
-	m.etcd = h.Start(m.Member, c.Bins.Etcd, "--name", m.Member, "--data-dir", filepath.Join(c.Dir, m.Member),
-		"--listen-client-urls", "http://"+h.Addr(2379), "--advertise-client-urls", "http://"+h.Addr(2379),
-		"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
-		"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
+	if m.kubelet != nil {
+		m.kubelet.PowerOn()
+	} else {
+		m.etcd = h.Start(m.Member, c.Bins.Etcd, "--name", m.Member, "--data-dir", m.dataDir(),
+			"--listen-client-urls", "http://"+h.Addr(2379), "--advertise-client-urls", "http://"+h.Addr(2379),
+			"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
+	}
 	cfg := c.Write("agent-"+m.Name+".yaml", c.AgentConfig(m.Name, h.Addr(7946), c.IdentityFile(m.Name), "http://"+h.Addr(2379), "127.0.0.1:9101"))
 	m.agent = h.Start("agent-"+m.Name, c.Bins.Agent, "-config", cfg)
 	m.on = true
@@ -444,9 +507,14 @@ func (m *Machine) PowerOff(by string) {
 	m.on = false
 	m.c.event("power-off", m.Name, by)
 	hook := m.c.OnPowerOff
+	if m.kubelet != nil {
+		m.kubelet.PowerOff()
+	}
 	for _, p := range []*proc.Process{m.etcd, m.agent} {
-		p.Signal(syscall.SIGKILL)
-		<-p.Done()
+		if p != nil {
+			p.Signal(syscall.SIGKILL)
+			<-p.Done()
+		}
 	}
 	m.mu.Unlock()
 	if hook != nil {
@@ -479,7 +547,11 @@ func (m *Machine) RestartAgent(between func()) bool {
 func (m *Machine) Procs() (etcd, agent *proc.Process, on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.etcd, m.agent, m.on
+	etcd = m.etcd
+	if m.kubelet != nil {
+		etcd = m.kubelet.Process()
+	}
+	return etcd, m.agent, m.on
 }
 
 // Status is the hub's status (hub status -o json).
@@ -501,6 +573,21 @@ func (c *Cluster) HubCommand(ctx context.Context, args ...string) (string, error
 	cmd.Env = append(os.Environ(), "USER=lab")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// HubOutput runs `hub ARGS --socket S` like HubCommand, and returns its standard output alone (a
+// document, with -o json); its error carries the standard error.
+func (c *Cluster) HubOutput(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, c.Bins.Hub, append(args, "--socket", c.Socket)...)
+	cmd.Env, cmd.Stderr = append(os.Environ(), "USER=lab"), &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
 }
 
 // event tells the cluster's user of a power change or a BMC request.

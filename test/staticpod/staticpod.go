@@ -69,6 +69,7 @@ type Kubelet struct {
 	t             proc.TB
 	bin, manifest string
 	name          string
+	start         Starter
 
 	mu   sync.Mutex
 	p    *proc.Process
@@ -76,11 +77,24 @@ type Kubelet struct {
 	off  bool // the machine is powered off: nothing runs
 }
 
+// Starter starts a pod's process, named name, running argv (a network namespace's host, say).
+type Starter func(name string, argv ...string) *proc.Process
+
 // Run starts watching manifest (every 50 ms) with the machine powered on, running bin for the
 // manifest's etcd command (any other pod: its first container's command as written); it stops when
 // the test ends.
 func Run(t proc.TB, bin, name, manifest string) *Kubelet {
-	k := &Kubelet{t: t, bin: bin, name: name, manifest: manifest}
+	k := New(t, bin, name, manifest, func(name string, argv ...string) *proc.Process {
+		return proc.Start(t, name, exec.Command(argv[0], argv[1:]...))
+	})
+	k.PowerOn()
+	return k
+}
+
+// New is Run with the machine powered off (nothing runs until PowerOn), its processes started by
+// start.
+func New(t proc.TB, bin, name, manifest string, start Starter) *Kubelet {
+	k := &Kubelet{t: t, bin: bin, name: name, manifest: manifest, start: start, off: true}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	t.Cleanup(func() { close(done); <-stopped })
@@ -124,7 +138,7 @@ func (k *Kubelet) sync() {
 			bin = k.bin
 		}
 		k.runs++
-		k.p = proc.Start(k.t, fmt.Sprintf("%s (run %d)", k.name, k.runs), exec.Command(bin, args...))
+		k.p = k.start(fmt.Sprintf("%s-run-%d", k.name, k.runs), append([]string{bin}, args...)...)
 	}
 }
 
@@ -190,6 +204,13 @@ func (k *Kubelet) PowerOn() {
 	k.off = false
 	k.mu.Unlock()
 	k.sync()
+}
+
+// Process is the member's current run (nil when none runs).
+func (k *Kubelet) Process() *proc.Process {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.p
 }
 
 // Logs is the output of the member's current run ("" when none runs).
