@@ -111,3 +111,22 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 		})
 	}
 }
+
+// The pause an etcd recovery holds the hub with is told from the operator's own, by its reason.
+func TestRecoveryPause(t *testing.T) {
+	tests := []struct {
+		pause *Brake
+		token string
+	}{
+		{nil, ""},
+		{&Brake{By: "alice", Reason: "maintenance window"}, ""},
+		{&Brake{By: "alice", Reason: recoveryPause("hale-c1-7")}, "hale-c1-7"},
+		{&Brake{By: "alice", Reason: recoveryPause("hale-c1-7") + " under way (hub recover)"}, "hale-c1-7"},
+		{&Brake{By: "alice", Reason: recoveryPause("")}, ""},
+	}
+	for _, tt := range tests {
+		token, ok := RecoveryPause(tt.pause)
+		assert.Equal(t, tt.token, token, "%+v", tt.pause)
+		assert.Equal(t, tt.token != "", ok, "%+v", tt.pause)
+	}
+}

@@ -154,6 +154,23 @@ func unknownConfirmations(p RecoveryPlan, req RecoverRequest) error {
 	return nil
 }
 
+// recoveryPause is the reason of the pause an etcd recovery holds the hub with (RecoveryPause reads
+// it back).
+func recoveryPause(token string) string { return "etcd recovery " + token }
+
+// RecoveryPause says which etcd recovery a pause is held for (its token), if any: in Kubernetes mode,
+// Hale pauses the Cluster API Cluster for as long as that pause holds.
+func RecoveryPause(pause *Brake) (token string, ok bool) {
+	if pause == nil {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(pause.Reason, recoveryPause(""))
+	if token, _, _ = strings.Cut(rest, " "); !ok || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
 // holdForRecovery pauses a hub that starts with a recovery under way (its brakes lost, or lifted
 // meanwhile): a fence may be half done, and nothing may power a fenced member on.
 func (h *Hub) holdForRecovery(ctx context.Context) error {
@@ -164,7 +181,7 @@ func (h *Hub) holdForRecovery(ctx context.Context) error {
 	if rec == nil {
 		return nil
 	}
-	if err := h.SetPaused(ctx, true, rec.By, "etcd recovery "+rec.Plan.Token+" under way (hub recover)"); err != nil {
+	if err := h.SetPaused(ctx, true, rec.By, recoveryPause(rec.Plan.Token)+" under way (hub recover)"); err != nil {
 		// In force all the same (not recorded: the API server is down, say); the next start pauses again.
 		h.log.Warn("paused for the etcd recovery under way", "token", rec.Plan.Token, "err", err)
 	}
@@ -174,7 +191,7 @@ func (h *Hub) holdForRecovery(ctx context.Context) error {
 // pauseForRecovery pauses the hub for the recovery and waits until no remediation is inside an
 // irreversible step.
 func (h *Hub) pauseForRecovery(ctx context.Context, by, token string) error {
-	if err := h.SetPaused(ctx, true, by, "etcd recovery "+token); err != nil {
+	if err := h.SetPaused(ctx, true, by, recoveryPause(token)); err != nil {
 		return fmt.Errorf("pausing the hub for the recovery: %w", err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -205,6 +205,57 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	assert.Equal(t, hub.Running, st.Pause)
 }
 
+// While an etcd recovery pauses Hale, the Cluster API Cluster is paused too (KubeadmControlPlane and
+// the MachineHealthChecks leave the machines alone while their members are rebuilt and rejoined), and
+// `hub resume` lifts both. That pause of the Cluster is no second pause of Hale's; an operator's own
+// pause of Hale does not pause the Cluster, and a Cluster the operator paused is never resumed by Hale.
+func TestRecoveryPausesTheCluster(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	policyKey := client.ObjectKey{Namespace: ns, Name: "default"}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+	require.NoError(t, c.Create(ctx, cluster))
+	clusterKey := client.ObjectKeyFromObject(cluster)
+	tb := startTestbed(t)
+	require.NoError(t, tb.StartHub(demo.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey} }}))
+	require.NoError(t, tb.Settle(ctx))
+	sync := &PolicySync{Client: c, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
+	go sync.Run(ctx)
+	h := tb.Hub()
+	annotations := func() map[string]string {
+		var got clusterv1.Cluster
+		require.NoError(t, c.Get(ctx, clusterKey, &got))
+		return got.Annotations
+	}
+	paused := func() bool { _, ok := annotations()[clusterv1.PausedAnnotation]; return ok }
+
+	require.NoError(t, h.SetPaused(ctx, true, "alice", "maintenance window"))
+	time.Sleep(300 * time.Millisecond) // several syncs
+	assert.False(t, paused(), "an operator's pause of Hale is not the Cluster's")
+	require.NoError(t, h.SetPaused(ctx, false, "alice", ""))
+
+	// As `hub recover --yes` pauses the hub (the reason names the recovery).
+	require.NoError(t, h.SetPaused(ctx, true, "alice", "etcd recovery hale-c1-1"))
+	require.Eventually(t, paused, 10*time.Second, 20*time.Millisecond, "the Cluster paused for the recovery")
+	assert.Equal(t, "etcd recovery hale-c1-1", annotations()[ClusterPausedForAnnotation])
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, h.Status(ctx).PausedBy, 1, "Hale's own pause of the Cluster pauses Hale no further")
+	require.NoError(t, h.SetPaused(ctx, false, "alice", "")) // hub resume
+	require.Eventually(t, func() bool { return !paused() && h.PauseState() == hub.Running }, 10*time.Second, 20*time.Millisecond)
+	assert.NotContains(t, annotations(), ClusterPausedForAnnotation)
+
+	// A Cluster the operator paused stays paused, and keeps pausing Hale.
+	require.NoError(t, c.Patch(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}},
+		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"cluster.x-k8s.io/paused":""}}}`))))
+	require.NoError(t, h.SetPaused(ctx, true, "alice", "etcd recovery hale-c1-2"))
+	require.NoError(t, h.SetPaused(ctx, false, "alice", ""))
+	time.Sleep(300 * time.Millisecond)
+	assert.True(t, paused())
+	assert.NotContains(t, annotations(), ClusterPausedForAnnotation)
+	require.Eventually(t, func() bool { st := h.Status(ctx); return len(st.PausedBy) == 1 && strings.HasPrefix(st.PausedBy[0].By, "Cluster API Cluster") },
+		10*time.Second, 20*time.Millisecond)
+}
+
 // A notice about the hub as a whole (it lost the majority of its expected observers, or heard one
 // again) is an Event on its HealthPolicy, where `kubectl describe healthpolicy` shows it.
 func TestHubNoticeIsAnEventOnTheHealthPolicy(t *testing.T) {

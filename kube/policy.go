@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,8 +102,13 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 		if err := s.Client.Get(ctx, *s.Cluster, &c); err != nil {
 			return fmt.Errorf("reading Cluster %s: %w", *s.Cluster, err)
 		}
+		if err := s.holdCluster(ctx, &c, brakesOf(&p).Paused); err != nil {
+			return err
+		}
 		_, annotated := c.Annotations[clusterv1.PausedAnnotation]
-		s.Hub.SetPause(fmt.Sprintf("Cluster API Cluster %s", *s.Cluster), (c.Spec.Paused != nil && *c.Spec.Paused) || annotated,
+		_, ours := c.Annotations[ClusterPausedForAnnotation]
+		// Hale's own pause of the Cluster is no pause of Hale's: the recovery's pause holds it already.
+		s.Hub.SetPause(fmt.Sprintf("Cluster API Cluster %s", *s.Cluster), (c.Spec.Paused != nil && *c.Spec.Paused) || annotated && !ours,
 			"spec.paused or the "+clusterv1.PausedAnnotation+" annotation")
 	}
 
@@ -147,6 +153,45 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	}
 	if err := s.Client.Status().Patch(ctx, &p, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("writing the status of HealthPolicy %s: %w", s.Policy, err)
+	}
+	return nil
+}
+
+// ClusterPausedForAnnotation marks the Cluster API Cluster's pause as Hale's, for the etcd recovery it
+// names: Hale lifts only a pause it set.
+const ClusterPausedForAnnotation = "hale.dev/paused-for"
+
+// holdCluster pauses the Cluster API Cluster (its paused annotation, marked as Hale's) while an etcd
+// recovery pauses Hale, and lifts that pause once the recovery's is lifted (`hub resume`). Meanwhile
+// KubeadmControlPlane and the MachineHealthChecks leave the machines alone while their members are
+// rebuilt and rejoined; afterwards they replace, as usual, those that did not come back. A Cluster
+// paused by someone else is left as it is.
+func (s *PolicySync) holdCluster(ctx context.Context, c *clusterv1.Cluster, pause *hub.Brake) error {
+	token, recovering := hub.RecoveryPause(pause)
+	_, annotated := c.Annotations[clusterv1.PausedAnnotation]
+	pausedFor, ours := c.Annotations[ClusterPausedForAnnotation]
+	var set map[string]any
+	switch {
+	case recovering && !annotated:
+		set = map[string]any{clusterv1.PausedAnnotation: "", ClusterPausedForAnnotation: "etcd recovery " + token}
+	case !recovering && ours:
+		set = map[string]any{clusterv1.PausedAnnotation: nil, ClusterPausedForAnnotation: nil}
+	default:
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
+	if err != nil {
+		return err
+	}
+	if err := s.Client.Patch(ctx, c, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return fmt.Errorf("pausing or resuming Cluster %s for etcd recovery %s: %w", *s.Cluster, token, err)
+	}
+	if s.Log != nil {
+		msg := "Cluster API Cluster paused: an etcd recovery pauses Hale"
+		if !recovering {
+			msg = "Cluster API Cluster resumed: the etcd recovery's pause was lifted"
+		}
+		s.Log.Info(msg, "cluster", *s.Cluster, "for", cmp.Or(pausedFor, "etcd recovery "+token))
 	}
 	return nil
 }

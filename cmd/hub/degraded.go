@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -196,12 +198,20 @@ func (d *degradedRunner) run(ctx context.Context, t degraded.Term, brakes *hub.B
 	}
 }
 
+// policyStores are what the HealthPolicy keeps for the hub: the operator's brakes and the last etcd
+// recovery (both nil without a policy).
+type policyStores struct {
+	brakes     hub.BrakeStore
+	recoveries hub.RecoveryStore
+}
+
 // importDegraded writes what a degraded term recorded in the local journal into Remediation objects
 // (j: this leader's), says each as an Event (notify), writes an etcd recovery it carried out back
-// (kube.ImportRecovery: the record into recoveries, the HealthPolicy), then removes the local journal
-// and its term file. An import cut short is done again by the next leader of this pod: the objects
-// are not written twice.
-func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, recoveries hub.RecoveryStore, notify func(hub.Notice), log *slog.Logger) error {
+// (kube.ImportRecovery: the record into the HealthPolicy) and the brakes it recorded (importBrakes),
+// then removes the local journal and its term file. An import cut short is done again by the next
+// leader of this pod: the objects are not written twice.
+func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy policyStores, notify func(hub.Notice), log *slog.Logger) error {
+	recoveries := policy.recoveries
 	t, err := degraded.ReadTerm(k.degradedJournal)
 	if err != nil {
 		return err
@@ -218,8 +228,12 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, recove
 	}
 	rems, err := local.All(ctx)
 	var rec *hub.RecoveryRecord
+	var brakes hub.Brakes
 	if err == nil {
 		rec, err = local.Recovery(ctx)
+	}
+	if err == nil {
+		brakes, err = local.LoadBrakes(ctx)
 	}
 	local.Close()
 	if err != nil {
@@ -265,6 +279,15 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, recove
 		log.Warn("etcd recovery imported", "token", rec.Plan.Token)
 	}
 	msg := fmt.Sprintf("%s: %d remediations recorded (%s), imported into Remediation objects", term, len(rems), strings.Join(names, ", "))
+	if policy.brakes != nil {
+		carried, err := importBrakes(ctx, policy.brakes, brakes)
+		if err != nil {
+			return fmt.Errorf("carrying the brakes of %s back into the HealthPolicy: %w", k.degradedJournal, err)
+		}
+		if len(carried) > 0 {
+			msg += "; its brakes carried back into the HealthPolicy: " + strings.Join(carried, ", ")
+		}
+	}
 	log.Warn("degraded term imported", "remediations", len(rems), "term", term)
 	if notify != nil {
 		notify(hub.Notice{Reason: hub.ReasonDegradedMode, Message: msg, Warning: true})
@@ -276,4 +299,37 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, recove
 		return os.Remove(degraded.TermPath(k.degradedJournal))
 	}
 	return nil
+}
+
+// importBrakes carries the brakes a degraded term recorded back into the HealthPolicy (store): each
+// one the policy lacks is added, who set it and why kept; none is lifted. The pause `hub recover
+// --yes` set holds until `hub resume`, as in standalone mode. It returns what it added.
+func importBrakes(ctx context.Context, store hub.BrakeStore, term hub.Brakes) ([]string, error) {
+	b, err := store.LoadBrakes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var added []string
+	for _, f := range []struct {
+		what       string
+		from, into **hub.Brake
+	}{{"paused", &term.Paused, &b.Paused}, {"suspended", &term.Suspended, &b.Suspended}} {
+		if *f.from != nil && *f.into == nil {
+			*f.into = *f.from
+			added = append(added, fmt.Sprintf("%s by %s", f.what, **f.from))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(term.Detached)) {
+		if _, ok := b.Detached[m]; !ok {
+			if b.Detached == nil {
+				b.Detached = map[string]hub.Brake{}
+			}
+			b.Detached[m] = term.Detached[m]
+			added = append(added, fmt.Sprintf("%s detached by %s", m, term.Detached[m]))
+		}
+	}
+	if len(added) == 0 {
+		return nil, nil
+	}
+	return added, store.SaveBrakes(ctx, b)
 }

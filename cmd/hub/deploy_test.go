@@ -99,6 +99,7 @@ func TestDeployRBAC(t *testing.T) {
 		{"patch", "cluster.x-k8s.io", "machinedeployments", "", "capi"},
 		{"get", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", "", "capi"},
 		{"get", "cluster.x-k8s.io", "clusters", "", "capi"},
+		{"patch", "cluster.x-k8s.io", "clusters", "", "capi"},
 		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
 	} {
 		assert.True(t, can(hubSA, a.verb, a.group, a.resource, a.sub, a.ns), "the hub may %s %s/%s %s", a.verb, a.resource, a.sub, a.group)
@@ -290,6 +291,8 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 	require.NoError(t, c.Create(ctx, md))
 	machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "m-0", Labels: template.Labels}, Spec: template.Spec}
 	require.NoError(t, c.Create(ctx, machine))
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "prod"}, Spec: clusterv1.ClusterSpec{Paused: ptrTo(false)}}
+	require.NoError(t, c.Create(ctx, cluster))
 
 	uc := rest.CopyConfig(cfg)
 	uc.Impersonate = rest.ImpersonationConfig{UserName: hubSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
@@ -335,6 +338,10 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 		{"a deployment paused", md, false, `{"spec":{"paused":true}}`, "spec.replicas only"},
 		{"a deployment's template", md, false, `{"spec":{"template":{"spec":{"bootstrap":{"dataSecretName":"mine"}}}}}`, "spec.replicas only"},
 		{"an annotation on a deployment", md, false, `{"metadata":{"annotations":{"x":"y"}}}`, "spec.replicas only"},
+		{"a Cluster paused for a recovery", cluster, false, `{"metadata":{"annotations":{"cluster.x-k8s.io/paused":"","hale.dev/paused-for":"etcd recovery t"}}}`, ""},
+		{"and resumed", cluster, false, `{"metadata":{"annotations":{"cluster.x-k8s.io/paused":null,"hale.dev/paused-for":null}}}`, ""},
+		{"a Cluster paused through its spec", cluster, false, `{"spec":{"paused":true}}`, "may not change a Cluster's spec"},
+		{"another annotation on a Cluster", cluster, false, `{"metadata":{"annotations":{"x":"y"}}}`, "only a Cluster's pause annotations"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := patch(hubClient, tt.obj.DeepCopyObject().(client.Object), tt.status, tt.patch)

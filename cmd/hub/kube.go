@@ -144,24 +144,24 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}
 			log.Info("discovered", "machines", len(inv.Machines))
 		}
-		var recoveries hub.RecoveryStore
+		var stores policyStores
 		if k.policy != "" {
 			// The operator's brakes (pause, suspend, detached machines) live in the HealthPolicy: the
 			// socket's commands and kubectl write the same fields, and a new leader finds them there. So
 			// does the last etcd recovery (the members it retired stay held until they rejoin).
 			policy := client.ObjectKey{Namespace: k.namespace, Name: k.policy}
-			recoveries = kube.PolicyRecoveries{Client: c, Policy: policy}
+			stores = policyStores{brakes: kube.PolicyBrakes{Client: c, Policy: policy}, recoveries: kube.PolicyRecoveries{Client: c, Policy: policy}}
 			discovered := adjust
 			adjust = func(cfg *hub.Config) {
 				if discovered != nil {
 					discovered(cfg)
 				}
-				cfg.Brakes, cfg.Recoveries = kube.PolicyBrakes{Client: c, Policy: policy}, recoveries
+				cfg.Brakes, cfg.Recoveries = stores.brakes, stores.recoveries
 			}
 		}
 		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
 		if k.degradedJournal != "" {
-			if err := importDegraded(lctx, k, journal, recoveries, notify, log); err != nil {
+			if err := importDegraded(lctx, k, journal, stores, notify, log); err != nil {
 				log.Error("importing the degraded term's local journal", "journal", k.degradedJournal, "err", err)
 				return
 			}

@@ -294,9 +294,9 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	assert.Len(t, cms.Items, 730, "every object the survivor had, those written while etcd-3 hung too")
 
 	// The API server answers: the hub leaves degraded mode and writes the recovery back (its record
-	// into the HealthPolicy, a fence Remediation per lost member, Events). The survivor answers as a
-	// new cluster, so the recovery is done and the hub runs; etcd-3's agent reports the old cluster's
-	// membership: the observers do not agree on one, and the hub plans nothing, saying why.
+	// into the HealthPolicy, a fence Remediation per lost member, Events) with the pause `hub recover
+	// --yes` set; etcd-3's agent reports the old cluster's membership: the observers do not agree on
+	// one, and the hub plans nothing, saying why.
 	l.waitStatus(2*time.Minute, "leading again, not planning, cp-3 named", func(st hub.Status) bool {
 		return st.Degraded == "" && strings.Contains(st.NotPlanning, "cp-3 (etcd-3) still run the old etcd cluster")
 	})
@@ -317,8 +317,15 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 		assert.NotEmpty(c, l.events(string(hub.ReasonEtcdRecovery), "cp-0"), "an EtcdRecovery Event on Node cp-0")
 	}, 30*time.Second, 500*time.Millisecond)
 
-	out, err = l.hubCLI(ctx, "attach", behind.name)
-	require.NoError(t, err, "%s", out)
+	// The degraded term's pause is the HealthPolicy's now: the leader holds until the operator resumes.
+	require.NoError(t, l.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
+	assert.True(t, policy.Spec.Paused, "the recovery's pause carried back into the HealthPolicy")
+	st := l.waitStatus(time.Minute, "paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
+	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery "+plan.Token)
+	for _, cmd := range [][]string{{"resume"}, {"attach", behind.name}} {
+		out, err = l.hubCLI(ctx, cmd...)
+		require.NoError(t, err, "%s", out)
+	}
 	// With etcd-3 running the old cluster, one more old member may come on (2 of the old 5), not two.
 	l.powerOnRetired(ctx, l.machines[0])
 	l.refusedPowerOn(ctx, l.machines[1], "3 of the old cluster's members would run, its quorum (3)")
