@@ -50,6 +50,9 @@ type facts struct {
 	bmcs map[string]BMCReadiness
 	// retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
 	retired retirement
+	// rebuilt: the etcd cluster's ID changed and the old members the new cluster left out are not
+	// known yet (nil: nothing to tell).
+	rebuilt *clusterChange
 	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
 	listen string
@@ -77,6 +80,9 @@ type decision struct {
 	// changes no membership without quorum). Nothing else is decided: the evidence gathered while it
 	// was lost is judged again first (Assessor.QuorumBack).
 	quorumBack, rebuilt bool
+	// retire: etcd was rebuilt without a recovery of Hale's (rebuiltOutside); this pass held its old
+	// members already.
+	retire *RecoveryRecord
 }
 
 // OperatorNeed says why an Unhealthy machine waits for an operator: the hub will not start another
@@ -108,6 +114,19 @@ func decide(f facts) decision {
 	if why != "" {
 		return decision{notPlanning: why + f.retired.runningOld(f.obs, f.inv.Policy.Assess.StaleAfter)}
 	}
+	var retire *RecoveryRecord
+	if c := f.rebuilt; c != nil && f.retired.cluster != c.from {
+		if retire = rebuiltOutside(f, cluster, *c); retire != nil {
+			f.retired = retirementOf(retire)
+		}
+	}
+	d := decideIn(f, cluster)
+	d.retire = retire
+	return d
+}
+
+// decideIn is decide once the observers agree on the etcd membership (cluster).
+func decideIn(f facts, cluster quorum.Cluster) decision {
 	p := f.inv.Policy
 	if f.quorumLost && !cluster.Budget(p.Quorum).QuorumLost() {
 		return decision{cluster: cluster, quorumBack: true}

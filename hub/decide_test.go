@@ -373,3 +373,49 @@ func TestInFlightReplaceIsToldByItsRealMember(t *testing.T) {
 	assert.Contains(t, out.Decisions[1].Reason, "fencing etcd-3 is unsafe beside the work in flight")
 	assert.Contains(t, out.Decisions[1].Reason, "promote etcd-3")
 }
+
+// etcd rebuilt without `hub recover` (by hand, from m0's member): the cluster's ID changed and the
+// new cluster lists etcd-0 alone. m1 and m2, dead and in no membership, wait for a consistent view
+// that will not come, and `hub reboot --force` would power both on: two old members on their old
+// data are the old cluster's quorum. The pass that first sees the new membership retires them (held
+// as Retired, what to do said; `hub reboot` checks the old quorum); a recovery of Hale's that retired
+// the old cluster itself needs nothing more.
+func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
+	s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
+	for n, r := range s.w.obs.Reports {
+		if r.Etcd != nil {
+			e := *r.Etcd
+			e.Members = slices.DeleteFunc(slices.Clone(e.Members), func(m health.EtcdMember) bool { return m.Name != "etcd-0" })
+			r.Etcd = &e
+			s.w.obs.Reports[n] = r
+		}
+	}
+	d := s.decide()
+	assert.Empty(t, d.begin)
+	assert.Equal(t, ReasonWaiting, d.holds["m1"].reason, "without the rebuild known: waiting for a view that will not come")
+
+	s.f.rebuilt = &clusterChange{from: "c1", to: "c2"}
+	d = s.decide()
+	require.NotNil(t, d.retire)
+	assert.Empty(t, d.begin)
+	assert.Equal(t, "rebuilt-c2", d.retire.Plan.Token)
+	assert.Equal(t, "c1", d.retire.Plan.Survivor.ClusterID)
+	assert.Equal(t, 2, d.retire.Plan.Loss.Quorum, "the inventory's three members taken for the old cluster")
+	var left []string
+	for _, f := range d.retire.Plan.Fence {
+		left = append(left, f.Machine)
+		assert.False(t, f.Fenced)
+	}
+	assert.Equal(t, []string{"m1", "m2"}, left)
+	for _, m := range []string{"m1", "m2"} {
+		assert.Equal(t, ReasonRetired, d.holds[m].reason, m)
+		assert.Equal(t, NeedRetired, d.needs[m], m)
+	}
+	assert.Contains(t, d.retire.rebuiltOutsideMessage(), "etcd cluster c1 was rebuilt as c2 without `hub recover` (by hand?), and m1 (etcd-1), m2 (etcd-2) are not in it")
+
+	s.f.retired = retirementOf(d.retire) // journaled: the next pass, or a recovery of Hale's
+	s.f.rebuilt.from = "c1"
+	d = s.decide()
+	assert.Nil(t, d.retire, "retired already")
+	assert.Empty(t, d.begin)
+}

@@ -46,10 +46,12 @@ const markEvery = 10 * time.Second
 
 // reportedMark is the highest raft index in the reports of the inventory's etcd members, for the
 // cluster most of them report (a report without a cluster ID, from an agent older than the field,
-// counts for none); ok is false when no report has one. It walks the members, not the reports: a pool
-// of thousands of machines has a handful of members.
-func reportedMark(inv Inventory, reports map[string]health.Report) (RaftMark, bool) {
-	count, best := map[string]int{}, map[string]RaftMark{}
+// counts for none); ok is false when no report has one. The cluster is the one most live reports give
+// when any is live: the last reports of members that died in the old cluster, still gossiped, must not
+// outvote the members of a rebuilt one. It walks the members, not the reports: a pool of thousands of
+// machines has a handful of members.
+func reportedMark(inv Inventory, reports map[string]health.Report, live func(health.Report) bool) (RaftMark, bool) {
+	count, alive, best := map[string]int{}, map[string]int{}, map[string]RaftMark{}
 	for _, m := range inv.Machines {
 		r, ok := reports[m.Node]
 		if m.Member == "" || !ok {
@@ -60,10 +62,16 @@ func reportedMark(inv Inventory, reports map[string]health.Report) (RaftMark, bo
 			continue
 		}
 		count[e.ClusterID]++
+		if live(r) {
+			alive[e.ClusterID]++
+		}
 		member := cmp.Or(e.LocalName, r.Node)
 		if b := best[e.ClusterID]; e.RaftIndex > b.Index || e.RaftIndex == b.Index && member < b.Member {
 			best[e.ClusterID] = RaftMark{ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Member: member, At: e.ObservedAt}
 		}
+	}
+	if len(alive) > 0 {
+		count = alive
 	}
 	var out RaftMark
 	for id, n := range count {
@@ -76,13 +84,14 @@ func reportedMark(inv Inventory, reports map[string]health.Report) (RaftMark, bo
 
 // track raises the mark to what the reports show (or starts it again for a cluster with another ID),
 // and says when the cluster ID changed.
-func (s *passState) track(rd *Ready, inv Inventory, reports map[string]health.Report) {
-	m, ok := reportedMark(inv, reports)
+func (s *passState) track(rd *Ready, inv Inventory, reports map[string]health.Report, live func(health.Report) bool) {
+	m, ok := reportedMark(inv, reports, live)
 	switch {
 	case !ok:
 	case s.mark.ClusterID != "" && m.ClusterID != s.mark.ClusterID:
 		rd.say(Notice{Reason: ReasonEtcdClusterChanged, Warning: true, Message: fmt.Sprintf(
 			"the etcd cluster's ID changed from %s to %s (rebuilt from a snapshot?): the raft mark starts again, from %s", s.mark.ClusterID, m.ClusterID, m)})
+		s.rebuilt = &clusterChange{from: s.mark.ClusterID, to: m.ClusterID}
 		s.mark = m
 	case m.Index > s.mark.Index:
 		s.mark = m

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,21 +42,27 @@ func TestReportedMark(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		reports map[string]health.Report
+		stale   []string // nodes whose reports are not live
 		want    RaftMark // zero: none
 	}{
-		{"no reports", nil, RaftMark{}},
-		{"no etcd view, no cluster ID (an older agent), index 0", reportsOf(health.Report{Node: "a"}, etcdReport("b", "", 3, 90), etcdReport("c", "c1", 3, 0)), RaftMark{}},
-		{"the highest index", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("b", "c1", 4, 120), etcdReport("c", "c1", 4, 110)),
+		{"no reports", nil, nil, RaftMark{}},
+		{"no etcd view, no cluster ID (an older agent), index 0", reportsOf(health.Report{Node: "a"}, etcdReport("b", "", 3, 90), etcdReport("c", "c1", 3, 0)), nil, RaftMark{}},
+		{"the highest index", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("b", "c1", 4, 120), etcdReport("c", "c1", 4, 110)), nil,
 			RaftMark{ClusterID: "c1", Term: 4, Index: 120, Member: "etcd-b"}},
-		{"the cluster most members report, even with lower indexes", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "new", 2, 30), etcdReport("c", "new", 2, 31)),
+		{"the cluster most members report, even with lower indexes", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "new", 2, 30), etcdReport("c", "new", 2, 31)), nil,
 			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
-		{"a node that is no member (a witness) counts for none", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("w-1", "c1", 3, 500)),
+		{"the cluster the live reports give: the last reports of dead members do not outvote them",
+			reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "old", 9, 4990), etcdReport("c", "new", 2, 31)), []string{"a", "b"},
+			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
+		{"none live: all count", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "old", 9, 4990), etcdReport("c", "new", 2, 31)), []string{"a", "b", "c"},
+			RaftMark{ClusterID: "old", Term: 9, Index: 5000, Member: "etcd-a"}},
+		{"a node that is no member (a witness) counts for none", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("w-1", "c1", 3, 500)), nil,
 			RaftMark{ClusterID: "c1", Term: 3, Index: 90, Member: "etcd-a"}},
-		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower member", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)),
+		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower member", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)), nil,
 			RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := reportedMark(membersOf(tc.reports), tc.reports)
+			got, ok := reportedMark(membersOf(tc.reports), tc.reports, func(r health.Report) bool { return !slices.Contains(tc.stale, r.Node) })
 			assert.Equal(t, tc.want.Index > 0, ok)
 			assert.Equal(t, tc.want, got)
 		})
@@ -70,7 +77,7 @@ func TestMarkIsRecordedAsPassesGo(t *testing.T) {
 	var rd Ready
 	pass := func(at time.Duration, urgent bool, rs ...health.Report) *RaftMark {
 		rd = Ready{}
-		s.track(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...))
+		s.track(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...), func(health.Report) bool { return true })
 		return s.toRecord(t0.Add(at), urgent)
 	}
 	m := pass(0, false, etcdReport("a", "c1", 2, 100))

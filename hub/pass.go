@@ -77,14 +77,24 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 	}
 }
 
-// apply is a pass's only I/O: it publishes the pass's view, says what the pass said, keeps the
-// observers joined, journals the raft mark, asks for a check of the BMCs, and begins what it decided.
+// apply is a pass's only I/O: it publishes the pass's view, says what the pass said, retires the old
+// members of an etcd rebuild Hale did not journal, keeps the observers joined, journals the raft mark,
+// asks for a check of the BMCs, and begins what it decided.
 func (h *Hub) apply(ctx context.Context, rd Ready) {
 	h.mu.Lock()
 	h.view = h.state.view
 	h.mu.Unlock()
 	for _, n := range rd.Say {
 		h.say(n)
+	}
+	if rec := rd.Retire; rec != nil {
+		// Held from this pass on whatever the journal says; journaled so that the next hub holds them too.
+		h.retire(rec)
+		if store := h.cfg.Recoveries; store == nil {
+			h.log.Warn("no journal to record an etcd rebuild in: its old members are held until this hub stops", "token", rec.Plan.Token)
+		} else if err := store.RecordRecovery(ctx, *rec); err != nil {
+			h.log.Warn("journaling an etcd rebuild: its old members are held until this hub stops", "token", rec.Plan.Token, "err", err)
+		}
 	}
 	if rd.KeepJoined != nil {
 		h.cfg.Gossip.KeepJoined(rd.KeepJoined)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // What a recovery leaves behind. `hub recover` and `agent recover` rebuild etcd from the survivor as a
@@ -51,6 +52,45 @@ func retirementOf(rec *RecoveryRecord) retirement {
 		}
 	}
 	return r
+}
+
+// rebuiltOutside is the recovery record of an etcd rebuild that no recovery of Hale's journaled (by
+// hand: etcdutl snapshot restore, --force-new-cluster), seen as the cluster's ID changing (c). Its old
+// members are the inventory's members the new cluster (its membership now) left out: each keeps the
+// old data, and a quorum of them running would bring the old cluster back, so they are retired as a
+// recovery's are. The old cluster's size is not known: the inventory's members are taken for it. Nil
+// when the new cluster has every member of the inventory.
+func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryRecord {
+	var left []FenceStep
+	members := 0
+	for _, m := range f.inv.Machines {
+		if m.Member == "" {
+			continue
+		}
+		members++
+		if cluster.Index(m.Member) < 0 {
+			left = append(left, FenceStep{Machine: m.Name, Member: m.Member, How: "not fenced by Hale: etcd was rebuilt without `hub recover`"})
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	now := f.now.UTC()
+	return &RecoveryRecord{By: "etcd (rebuilt without `hub recover`)", Began: now, Done: &now, NewClusterID: c.to,
+		Plan: RecoveryPlan{Time: now, Token: "rebuilt-" + c.to, Survivor: &Survivor{ClusterID: c.from}, Fence: left,
+			Loss: &QuorumLoss{Voters: members, Quorum: quorum.Quorum(members)}}}
+}
+
+// rebuiltOutsideMessage says what a rebuild outside Hale (rebuiltOutside) means for its old members.
+func (rec *RecoveryRecord) rebuiltOutsideMessage() string {
+	var left []string
+	for _, f := range rec.Plan.Fence {
+		left = append(left, fmt.Sprintf("%s (%s)", f.Machine, f.Member))
+	}
+	return fmt.Sprintf("etcd cluster %s was rebuilt as %s without `hub recover` (by hand?), and %s are not in it: they are retired members of %s, "+
+		"held until `agent rejoin` brings each into %s (the hub never powers one on, and `hub reboot` refuses while they could reach %s's quorum of %d)",
+		rec.Plan.Survivor.ClusterID, rec.NewClusterID, strings.Join(left, ", "), rec.Plan.Survivor.ClusterID, rec.NewClusterID,
+		rec.Plan.Survivor.ClusterID, rec.Plan.Loss.Quorum)
 }
 
 // retire records the old cluster the journaled recovery rec replaces (nil: none).

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -41,7 +42,13 @@ type passState struct {
 	mark, recorded RaftMark
 	recordedAt     time.Time
 	markErr        string
+	// rebuilt: the etcd cluster's ID changed (from → to) and no pass has yet told which members the
+	// new cluster left out (decide: rebuiltOutside).
+	rebuilt *clusterChange
 }
+
+// clusterChange is the etcd cluster's ID changing: it was rebuilt from a snapshot or a survivor.
+type clusterChange struct{ from, to string }
 
 func newPassState() *passState {
 	return &passState{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
@@ -87,6 +94,9 @@ type Ready struct {
 	// assessor judges what it gathered during the loss again, from now (Assessor.QuorumBack), and the
 	// pass steps again on a fresh assessment.
 	QuorumBack bool
+	// Retire, when set, is a rebuild of etcd no recovery of Hale's journaled: its old members are
+	// retired from now on, and it is journaled as the last recovery.
+	Retire *RecoveryRecord
 }
 
 func (rd *Ready) say(n Notice) { rd.Say = append(rd.Say, n) }
@@ -115,7 +125,7 @@ func step(s *passState, f facts) Ready {
 		}
 	}
 	s.lastPass = f.now
-	s.track(&rd, f.inv, f.obs.Reports)
+	s.track(&rd, f.inv, f.obs.Reports, func(r health.Report) bool { return live(r, f.obs, f.inv.Policy.Assess.StaleAfter) })
 	v.mark = s.mark
 	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
@@ -129,7 +139,15 @@ func step(s *passState, f facts) Ready {
 	}
 	s.sayHearing(&rd, f.hearing)
 	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.cluster
+	f.rebuilt = s.rebuilt
 	d := decide(f)
+	if c := s.rebuilt; c != nil && (d.retire != nil || f.retired.cluster == c.from) {
+		s.rebuilt = nil // told, or a recovery of Hale's that retired the old members already
+	}
+	if d.retire != nil {
+		rd.Retire = d.retire
+		rd.say(Notice{Reason: ReasonRetired, Warning: true, Message: d.retire.rebuiltOutsideMessage()})
+	}
 	if d.quorumBack {
 		v.quorumLost, rd.QuorumBack = false, true
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"

@@ -77,20 +77,23 @@ func TestScenarios(t *testing.T) {
 	start := tb.Hub().Status(t.Context()).RaftMark
 	require.NotNil(t, start, "the raft mark from the agents' reports of real etcd members")
 	assert.Regexp(t, "^[0-9a-f]+$", start.ClusterID)
-	var before *hub.RaftMark
+	before, rebuilt := start, false
 	for _, s := range Scenarios() {
-		if s.Name == "permanent-loss" {
+		if s.Name == "permanent-loss" { // the last: it leaves a new cluster behind
 			before = tb.Hub().Status(t.Context()).RaftMark
 		}
 		t.Run(s.Name, func(t *testing.T) {
 			require.NoError(t, Run(t.Context(), tb, []Scenario{s}))
+			rebuilt = rebuilt || s.Name == "permanent-loss"
 		})
 	}
-	require.NotNil(t, before, "permanent-loss runs last")
-	assert.Equal(t, start.ClusterID, before.ClusterID)
-	assert.Greater(t, before.Index, start.Index, "the mark rose with the scenarios' writes")
 	end := tb.Hub().Status(t.Context()).RaftMark
-	assert.NotEqual(t, before.ClusterID, end.ClusterID, "the recovery's new cluster")
+	if rebuilt {
+		assert.NotEqual(t, before.ClusterID, end.ClusterID, "the recovery's new cluster")
+		end = before
+	}
+	assert.Equal(t, start.ClusterID, end.ClusterID)
+	assert.Greater(t, end.Index, start.Index, "the mark rose with the scenarios' writes")
 }
 
 // Suspended, detached and paused: no BMC call while they hold (the would-do is said when
@@ -611,4 +614,49 @@ func TestPermanentLossRecoveryPlan(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, why.String(), "quorum loss: "+st.QuorumLoss.Lost[0].Member+" is lost for good: its BMC read the power Off")
 	t.Logf("plan:\n%s", p)
+}
+
+// etcd rebuilt by hand while the hub was down (cp-1 and cp-2 powered off with their data, cp-0's
+// member restored as a new one-member cluster with the recovery package, no `hub recover`): the hub
+// that starts again finds the cluster's ID changed against the raft mark it journaled, and retires
+// cp-1 and cp-2 as a recovery of its own would (held, said, journaled). `hub reboot --force` powers
+// one on (its old member alone serves nothing) and refuses the second: two old members on their old
+// data are the old cluster's quorum, which would serve beside the new one.
+func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
+	tb := newBed(t, Options{})
+	ctx := t.Context()
+	mark := tb.Hub().Status(ctx).RaftMark
+	require.NotNil(t, mark)
+	tb.StopHub()
+	for _, i := range []int{1, 2} {
+		tb.Sim().SetPowerState(Name(i), bmcsim.Off)
+	}
+	plan := hub.RecoveryPlan{Token: "by-hand-1", BumpRevision: 10_000,
+		Survivor: &hub.Survivor{Member: "etcd-0", Machine: Name(0), ClusterID: mark.ClusterID, Index: mark.Index},
+		Fence:    []hub.FenceStep{{Machine: Name(1), Member: "etcd-1", Fenced: true}, {Machine: Name(2), Member: "etcd-2", Fenced: true}}}
+	rec, err := tb.RecoverOn(ctx, 0, plan)
+	require.NoError(t, err)
+	require.NoError(t, tb.StartHub(HubOptions{}))
+	h := tb.Hub()
+	tb.wait(t, "cp-1 and cp-2 retired", func() bool {
+		st := h.Status(ctx)
+		return st.Machines[1].NeedsOperator == hub.NeedRetired && st.Machines[2].NeedsOperator == hub.NeedRetired
+	})
+	tb.wait(t, "said", hasEvent(h, "etcd cluster "+mark.ClusterID+" was rebuilt as "+rec.NewClusterID+" without `hub recover`"))
+	journaled := h.RecoveryPlan(ctx)
+	assert.Empty(t, journaled.Token, "journaled as done, not under way")
+	assert.Equal(t, hub.Running, h.PauseState(), "a rebuild outside Hale pauses nothing")
+
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1), Force: true, By: "test"})
+	require.NoError(t, err, "one old member alone serves nothing")
+	tb.wait(t, "cp-1 on", func() bool { return tb.Sim().PowerState(Name(1)) == bmcsim.On })
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(2), Force: true, By: "test"})
+	require.ErrorIs(t, err, hub.ErrRefused)
+	assert.Contains(t, err.Error(), "2 of the old cluster's members would run, its quorum (2)")
+	assert.Equal(t, bmcsim.Off, tb.Sim().PowerState(Name(2)))
+
+	// A hub started again finds the rebuild in its journal: still held.
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{}))
+	tb.wait(t, "cp-2 still retired", func() bool { return tb.Hub().Status(ctx).Machines[2].NeedsOperator == hub.NeedRetired })
 }

@@ -36,6 +36,10 @@ type member struct {
 	initial    string
 	etcd       *embed.Etcd
 	clientAddr string
+	// starting: a Restart is bringing it up (outside the cluster's lock: a member without a quorum to
+	// join takes up to 30 s); stops counts Stop's calls, so that a start a Stop overtook is undone.
+	starting bool
+	stops    int
 }
 
 // Start starts an n-member cluster and stops it when the test ends.
@@ -101,7 +105,7 @@ func newOnce(dir string, n int) (*Cluster, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = m.start("new")
+			m.etcd, errs[i] = m.start("new")
 		}()
 	}
 	wg.Wait()
@@ -112,7 +116,8 @@ func newOnce(dir string, n int) (*Cluster, error) {
 	return c, nil
 }
 
-func (m *member) start(state string) error {
+// start starts the member and waits until it is ready; m.etcd is the caller's to set.
+func (m *member) start(state string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
 	cfg.Dir = m.dir
@@ -129,7 +134,7 @@ func (m *member) start(state string) error {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop()) // stopping members on purpose is noisy
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("etcdcluster: starting %s: %w", m.name, err)
+		return nil, fmt.Errorf("etcdcluster: starting %s: %w", m.name, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -142,10 +147,9 @@ func (m *member) start(state string) error {
 		case <-closed:
 		case <-time.After(10 * time.Second):
 		}
-		return fmt.Errorf("etcdcluster: %s: %w", m.name, errNotReady)
+		return nil, fmt.Errorf("etcdcluster: %s: %w", m.name, errNotReady)
 	}
-	m.etcd = e
-	return nil
+	return e, nil
 }
 
 // Endpoints returns every member's client URL, in member order.
@@ -166,26 +170,44 @@ func (c *Cluster) Name(i int) string {
 	return c.members[i].name
 }
 
-// Stop stops member i (its data stays), as a power cut does.
+// Stop stops member i (its data stays), as a power cut does; a start under way is undone once it is
+// up.
 func (c *Cluster) Stop(i int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m := c.members[i]; m.etcd != nil {
+	m := c.members[i]
+	m.stops++
+	if m.etcd != nil {
 		m.etcd.Close()
 		m.etcd = nil
 	}
 }
 
 // Restart starts a stopped member i again from its data. It returns once the member is ready, which
-// needs a quorum of members up.
+// needs a quorum of members up (nil at once when it runs or is starting already).
 func (c *Cluster) Restart(i int) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	m := c.members[i]
-	if m.etcd != nil {
+	if m.etcd != nil || m.starting {
+		c.mu.Unlock()
 		return nil
 	}
-	return m.start("existing")
+	m.starting = true
+	stops, cfg := m.stops, *m // its settings as they are now (Layout.Join sets them under the lock)
+	c.mu.Unlock()
+	e, err := cfg.start("existing")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.starting = false
+	switch {
+	case err != nil:
+		return err
+	case m.stops != stops: // stopped while it started
+		e.Close()
+	default:
+		m.etcd = e
+	}
+	return nil
 }
 
 // Running reports whether member i is running.
@@ -288,7 +310,7 @@ func (c *Cluster) Add(ctx context.Context, name string) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m.dir = filepath.Join(filepath.Dir(c.members[0].dir), name)
-	if err := m.start("existing"); err != nil {
+	if m.etcd, err = m.start("existing"); err != nil {
 		return 0, err
 	}
 	c.members = append(c.members, m)
