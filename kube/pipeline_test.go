@@ -252,7 +252,10 @@ func TestRecoveryPausesTheCluster(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	assert.True(t, paused())
 	assert.NotContains(t, annotations(), ClusterPausedForAnnotation)
-	require.Eventually(t, func() bool { st := h.Status(ctx); return len(st.PausedBy) == 1 && strings.HasPrefix(st.PausedBy[0].By, "Cluster API Cluster") },
+	require.Eventually(t, func() bool {
+		st := h.Status(ctx)
+		return len(st.PausedBy) == 1 && strings.HasPrefix(st.PausedBy[0].By, "Cluster API Cluster")
+	},
 		10*time.Second, 20*time.Millisecond)
 }
 
