@@ -139,6 +139,20 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
 }
 
+// policyBed is a testbed whose hub (started with withPolicyBrakes, settled) keeps its brakes in the
+// HealthPolicy "default" of ns, beside a Cluster API Cluster "prod", not paused.
+func policyBed(t *testing.T, c client.Client, ns string) (tb *demo.Testbed, policyKey client.ObjectKey, cluster *clusterv1.Cluster, withPolicyBrakes demo.HubOptions) {
+	t.Helper()
+	policyKey = client.ObjectKey{Namespace: ns, Name: "default"}
+	cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+	require.NoError(t, c.Create(t.Context(), cluster))
+	tb = startTestbed(t)
+	withPolicyBrakes = demo.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey} }}
+	require.NoError(t, tb.StartHub(withPolicyBrakes))
+	require.NoError(t, tb.Settle(t.Context()))
+	return tb, policyKey, cluster, withPolicyBrakes
+}
+
 // The operator's brakes live in the HealthPolicy: a pause, observe-only or a detach asked over a
 // replica's socket is written there (who and why included) and the sync does not undo it; kubectl's
 // change to the same fields reaches the hub; a paused Cluster API Cluster is a pause of its own, and
@@ -146,16 +160,8 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	policyKey := client.ObjectKey{Namespace: ns, Name: "default"}
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
-	require.NoError(t, c.Create(ctx, cluster))
+	tb, policyKey, cluster, withPolicyBrakes := policyBed(t, c, ns)
 	clusterKey := client.ObjectKeyFromObject(cluster)
-
-	tb := startTestbed(t)
-	brakes := PolicyBrakes{Client: c, Policy: policyKey}
-	withPolicyBrakes := demo.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = brakes }}
-	require.NoError(t, tb.StartHub(withPolicyBrakes))
-	require.NoError(t, tb.Settle(ctx))
 	syncCtx, stopSync := context.WithCancel(ctx)
 	sync := &PolicySync{Client: c, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
 	go sync.Run(syncCtx)
@@ -212,13 +218,8 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 func TestRecoveryPausesTheCluster(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	policyKey := client.ObjectKey{Namespace: ns, Name: "default"}
-	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
-	require.NoError(t, c.Create(ctx, cluster))
+	tb, policyKey, cluster, _ := policyBed(t, c, ns)
 	clusterKey := client.ObjectKeyFromObject(cluster)
-	tb := startTestbed(t)
-	require.NoError(t, tb.StartHub(demo.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey} }}))
-	require.NoError(t, tb.Settle(ctx))
 	sync := &PolicySync{Client: c, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
 	go sync.Run(ctx)
 	h := tb.Hub()
