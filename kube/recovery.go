@@ -16,8 +16,12 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// RecoveryAnnotation on the HealthPolicy holds the last etcd recovery (a hub.RecoveryRecord as JSON).
-const RecoveryAnnotation = "hale.dev/etcd-recovery"
+// Annotations on the HealthPolicy where every leader finds what the hub journals outside Remediations:
+// the last etcd recovery (a hub.RecoveryRecord as JSON) and the raft mark (a hub.RaftMark as JSON).
+const (
+	RecoveryAnnotation = "hale.dev/etcd-recovery"
+	MarkAnnotation     = "hale.dev/raft-mark"
+)
 
 // PolicyRecoveries keeps the last etcd recovery in the HealthPolicy (RecoveryAnnotation), where every
 // leader finds it: the old cluster's members it retired stay held until they rejoin (hub/retired.go),
@@ -30,46 +34,88 @@ type PolicyRecoveries struct {
 
 // Recovery reads the last recovery (nil: none, or no policy yet).
 func (pr PolicyRecoveries) Recovery(ctx context.Context) (*hub.RecoveryRecord, error) {
-	var p v1alpha1.HealthPolicy
-	err := pr.Client.Get(ctx, pr.Policy, &p)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("reading HealthPolicy %s: %w", pr.Policy, err)
-	}
-	v, ok := p.Annotations[RecoveryAnnotation]
-	if !ok {
-		return nil, nil
-	}
 	var r hub.RecoveryRecord
-	if err := json.Unmarshal([]byte(v), &r); err != nil {
-		return nil, fmt.Errorf("HealthPolicy %s: annotation %s: %w (it is Hale's record of the last etcd recovery: restore it, or remove it to forget that recovery)",
-			pr.Policy, RecoveryAnnotation, err)
+	ok, err := readAnnotation(ctx, pr.Client, pr.Policy, RecoveryAnnotation, &r,
+		"it is Hale's record of the last etcd recovery: restore it, or remove it to forget that recovery")
+	if !ok || err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
 
 // RecordRecovery writes r as the last recovery (creating the policy when missing).
 func (pr PolicyRecoveries) RecordRecovery(ctx context.Context, r hub.RecoveryRecord) error {
-	v, err := json.Marshal(r)
+	if err := writeAnnotation(ctx, pr.Client, pr.Policy, RecoveryAnnotation, r); err != nil {
+		return fmt.Errorf("recording etcd recovery %s: %w", r.Plan.Token, err)
+	}
+	return nil
+}
+
+// PolicyMarks keeps the raft mark in the HealthPolicy (MarkAnnotation): what `hub recover` checks a
+// survivor against, and what a new leader compares the cluster's ID with (a cluster rebuilt meanwhile
+// retires the members it left out).
+type PolicyMarks struct {
+	Client client.Client
+	Policy client.ObjectKey
+}
+
+// RaftMark reads the mark (the zero mark: none, or no policy yet).
+func (pm PolicyMarks) RaftMark(ctx context.Context) (hub.RaftMark, error) {
+	var m hub.RaftMark
+	_, err := readAnnotation(ctx, pm.Client, pm.Policy, MarkAnnotation, &m, "it is Hale's raft mark: remove it, and the hub starts it again from the reports")
+	return m, err
+}
+
+// RecordRaftMark writes the mark (creating the policy when missing).
+func (pm PolicyMarks) RecordRaftMark(ctx context.Context, m hub.RaftMark) error {
+	if err := writeAnnotation(ctx, pm.Client, pm.Policy, MarkAnnotation, m); err != nil {
+		return fmt.Errorf("recording the raft mark: %w", err)
+	}
+	return nil
+}
+
+// readAnnotation reads the policy's annotation key as JSON into v; ok is false when there is none (or
+// no policy). A broken one is an error that says what it is (what).
+func readAnnotation(ctx context.Context, c client.Client, policy client.ObjectKey, key string, v any, what string) (bool, error) {
+	var p v1alpha1.HealthPolicy
+	err := c.Get(ctx, policy, &p)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading HealthPolicy %s: %w", policy, err)
+	}
+	s, ok := p.Annotations[key]
+	if !ok {
+		return false, nil
+	}
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return false, fmt.Errorf("HealthPolicy %s: annotation %s: %w (%s)", policy, key, err, what)
+	}
+	return true, nil
+}
+
+// writeAnnotation writes v as JSON into the policy's annotation key (a merge patch; the policy made
+// when missing).
+func writeAnnotation(ctx context.Context, c client.Client, policy client.ObjectKey, key string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{RecoveryAnnotation: string(v)}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: string(b)}}})
 	if err != nil {
 		return err
 	}
-	p := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: pr.Policy.Namespace, Name: pr.Policy.Name}}
-	err = pr.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch))
+	p := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: policy.Namespace, Name: policy.Name}}
+	err = c.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch))
 	if apierrors.IsNotFound(err) {
-		p.Annotations = map[string]string{RecoveryAnnotation: string(v)}
-		if err = pr.Client.Create(ctx, p); apierrors.IsAlreadyExists(err) { // made meanwhile
-			err = pr.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch))
+		p.Annotations = map[string]string{key: string(b)}
+		if err = c.Create(ctx, p); apierrors.IsAlreadyExists(err) { // made meanwhile
+			err = c.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch))
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("recording etcd recovery %s in HealthPolicy %s: %w", r.Plan.Token, pr.Policy, err)
+		return fmt.Errorf("HealthPolicy %s: %w", policy, err)
 	}
 	return nil
 }

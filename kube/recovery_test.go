@@ -71,11 +71,33 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "c2", got.NewClusterID)
 
+	// The raft mark beside it, where a new leader finds it (and a cluster rebuilt while another
+	// replica led, by its ID).
+	marks := PolicyMarks{Client: c, Policy: store.Policy}
+	require.NoError(t, marks.RecordRaftMark(ctx, hub.RaftMark{ClusterID: "c2", Term: 2, Index: 40, Member: "etcd-2", At: began}))
+	m, err := marks.RaftMark(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(40), m.Index)
+	assert.Equal(t, "c2", m.ClusterID)
+	got, err = store.Recovery(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "c2", got.NewClusterID, "each annotation written alone")
+
 	// A record someone broke by hand is named, with what to do.
 	var p v1alpha1.HealthPolicy
 	require.NoError(t, c.Get(ctx, store.Policy, &p))
-	p.Annotations[RecoveryAnnotation] = "{"
+	p.Annotations[RecoveryAnnotation], p.Annotations[MarkAnnotation] = "{", "{"
 	require.NoError(t, c.Update(ctx, &p))
 	_, err = store.Recovery(ctx)
 	require.ErrorContains(t, err, "annotation hale.dev/etcd-recovery")
+	_, err = marks.RaftMark(ctx)
+	require.ErrorContains(t, err, "annotation hale.dev/raft-mark")
+	assert.ErrorContains(t, err, "remove it, and the hub starts it again")
+
+	// No policy: no mark, and a mark made with the policy.
+	other := PolicyMarks{Client: c, Policy: client.ObjectKey{Namespace: ns, Name: "other"}}
+	m, err = other.RaftMark(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, m)
+	require.NoError(t, other.RecordRaftMark(ctx, hub.RaftMark{ClusterID: "c3", Index: 1}))
 }

@@ -148,7 +148,8 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		if k.policy != "" {
 			// The operator's brakes (pause, suspend, detached machines) live in the HealthPolicy: the
 			// socket's commands and kubectl write the same fields, and a new leader finds them there. So
-			// does the last etcd recovery (the members it retired stay held until they rejoin).
+			// do the last etcd recovery (the members it retired stay held until they rejoin) and the raft
+			// mark (a cluster rebuilt while another replica led is found by its ID).
 			policy := client.ObjectKey{Namespace: k.namespace, Name: k.policy}
 			stores = policyStores{brakes: kube.PolicyBrakes{Client: c, Policy: policy}, recoveries: kube.PolicyRecoveries{Client: c, Policy: policy}}
 			discovered := adjust
@@ -156,7 +157,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				if discovered != nil {
 					discovered(cfg)
 				}
-				cfg.Brakes, cfg.Recoveries = stores.brakes, stores.recoveries
+				cfg.Brakes, cfg.Recoveries, cfg.Marks = stores.brakes, stores.recoveries, kube.PolicyMarks{Client: c, Policy: policy}
 			}
 		}
 		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)

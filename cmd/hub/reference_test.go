@@ -11,6 +11,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/internal/docgen"
+	"github.com/hale-dev/hale/kube"
 )
 
 // The reference pages under docs/reference are the hub as the code defines it: every command and
@@ -59,6 +60,17 @@ One per cluster, named `+"`default`"+`, created by the hub. Its spec is the poli
 
 `+fields(reflect.TypeFor[v1alpha1.HealthPolicySpec](), "spec")+`
 `+fields(reflect.TypeFor[v1alpha1.HealthPolicyStatus](), "status")+`
+The hub's records on it, as annotations (JSON; remove one only as its error message says):
+
+| annotation | |
+|---|---|
+| `+"`"+kube.PausedByAnnotation+"`, `"+kube.SuspendedByAnnotation+"`"+` | who set `+"`spec.paused`"+` and `+"`spec.suspended`"+`, why, and since when |
+| `+"`"+kube.RecoveryAnnotation+"`"+` | the last etcd recovery: its plan, the members it fenced, its new cluster; the members it retired are held until they rejoin |
+| `+"`"+kube.MarkAnnotation+"`"+` | the raft mark: the highest raft index seen, with the etcd cluster's ID |
+
+On a Cluster API Cluster (`+"`--capi-cluster`"+`), `+"`"+kube.ClusterPausedForAnnotation+"`"+` marks a pause Hale set for an etcd
+recovery (beside `+"`cluster.x-k8s.io/paused`"+`): Hale lifts only a pause so marked.
+
 ## Remediation
 
 One per remediation: the hub's journal in Kubernetes mode, and an operator's request for a reboot
