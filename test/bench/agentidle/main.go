@@ -181,7 +181,13 @@ func run(o options) error {
 			args = append(args, "--identity-file", idFile("hub-bench"), "--pinned-file", pinned)
 		}
 		cmd := exec.CommandContext(ctx, hubBin, args...)
-		cmd.Stderr = os.Stderr
+		// Its warnings are expected (the machines' BMCs are a closed port): kept beside the journal.
+		hubLog, err := os.Create(filepath.Join(dir, "hub.log"))
+		if err != nil {
+			return err
+		}
+		defer hubLog.Close()
+		cmd.Stderr = hubLog
 		if err := cmd.Start(); err != nil {
 			return err
 		}
