@@ -138,6 +138,9 @@ func campaign(ctx context.Context, o options) ([]result, error) {
 		for _, t := range r.TradeOffs {
 			fmt.Fprintf(o.out, "    far side: %s\n", t)
 		}
+		for _, h := range r.Held {
+			fmt.Fprintf(o.out, "    held: %s\n", h)
+		}
 		for _, a := range r.Recoveries {
 			fmt.Fprintf(o.out, "    hub recover --yes: %s\n", a)
 		}
