@@ -101,6 +101,8 @@ func TestDeployRBAC(t *testing.T) {
 		{"get", "cluster.x-k8s.io", "clusters", "", "capi"},
 		{"patch", "cluster.x-k8s.io", "clusters", "", "capi"},
 		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
+		{"update", "hale.dev", "healthpolicies", "", "hale-system"},
+		{"patch", "hale.dev", "healthpolicies", "", "hale-system"},
 	} {
 		assert.True(t, can(hubSA, a.verb, a.group, a.resource, a.sub, a.ns), "the hub may %s %s/%s %s", a.verb, a.resource, a.sub, a.group)
 	}
@@ -148,8 +150,14 @@ func TestDeployRBAC(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "cp-2 healed through its BareMetalHost, as the ServiceAccount")
 	var p v1alpha1.HealthPolicy
 	require.Eventually(t, func() bool {
-		return c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "default"}, &p) == nil && p.Status.Pause == "Running"
-	}, 10*time.Second, 100*time.Millisecond, "the HealthPolicy created and its status written by the hub")
+		return c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "default"}, &p) == nil && p.Status.Pause == "Running" &&
+			p.Annotations[kube.MarkAnnotation] != ""
+	}, 10*time.Second, 100*time.Millisecond, "the HealthPolicy created, its status and the raft mark written by the hub")
+	// The operator's brakes, through the hub's socket: written to the HealthPolicy as the ServiceAccount.
+	for _, args := range [][]string{{"pause", "--reason", "rbac"}, {"resume"}} {
+		out, err := runCLI(t, append(args, "--socket", filepath.Join(dir, "hub.sock"))...)
+		require.NoError(t, err, "hub %v: %s", args, out)
+	}
 	assert.NotEmpty(t, tb.Resets(2))
 	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "every call the hub made was allowed")
 }
