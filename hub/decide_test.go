@@ -419,3 +419,17 @@ func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 	assert.Nil(t, d.retire, "retired already")
 	assert.Empty(t, d.begin)
 }
+
+// A rebuild whose new cluster kept every member retires nobody, and the pass forgets it once the
+// observers agree on that membership: pending, a later member removal (an owner's replace) would be
+// taken for one the rebuild left out.
+func TestStepForgetsARebuildThatLeftNobodyOut(t *testing.T) {
+	sc := newScene().witnesses("w-0", "w-1")
+	sc.f.obs = sc.w.obs
+	sc.f.hearing = Hear(ExpectedOf(refs(sc.f.inv), sc.f.inv.Witnesses), sc.f.obs, sc.f.inv.Policy.Assess.StaleAfter)
+	s := newPassState()
+	s.rebuilt = &clusterChange{from: "c1", to: "c2"}
+	rd := step(s, sc.f)
+	assert.Nil(t, rd.Retire)
+	assert.Nil(t, s.rebuilt)
+}

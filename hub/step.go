@@ -141,8 +141,11 @@ func step(s *passState, f facts) Ready {
 	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.cluster
 	f.rebuilt = s.rebuilt
 	d := decide(f)
-	if c := s.rebuilt; c != nil && (d.retire != nil || f.retired.cluster == c.from) {
-		s.rebuilt = nil // told, or a recovery of Hale's that retired the old members already
+	if s.rebuilt != nil && (d.retire != nil || len(d.cluster.Members) > 0) {
+		// Told: the observers agreed on the new membership, and decide retired the members it left out
+		// (if any, and unless a recovery of Hale's had retired them already). Kept pending, a later
+		// member removal (an owner's replace) would be taken for one the rebuild left out.
+		s.rebuilt = nil
 	}
 	if d.retire != nil {
 		rd.Retire = d.retire
