@@ -590,12 +590,13 @@ func (in *injector) brake(ctx context.Context, f fault, on, off []string) {
 
 // operator runs a hub command as an operator would, recording it and its answer.
 func (in *injector) operator(ctx context.Context, what, target string, args []string) bool {
-	return in.record(command{what: what, target: target, args: args, run: func() (string, error) { return in.c.HubCommand(ctx, args...) }})
+	_, ok := in.record(command{what: what, target: target, args: args, run: func() (string, error) { return in.c.HubCommand(ctx, args...) }})
+	return ok
 }
 
 // record runs an operator's command (its output's last line is its error when it fails), recording
-// it and its answer.
-func (in *injector) record(cmd command) bool {
+// it and its answer; it returns the output and whether the command succeeded.
+func (in *injector) record(cmd command) (string, bool) {
 	in.tl.add("op-start", cmd.target, strings.Join(cmd.args, " "))
 	out, err := cmd.run()
 	verdict := "ok"
@@ -603,7 +604,7 @@ func (in *injector) record(cmd command) bool {
 		verdict = "failed: " + lastLine(out) // the command's error ("hub: ..."), after what it printed
 	}
 	in.tl.add("op-end", cmd.target, cmd.what+": "+verdict)
-	return err == nil
+	return out, err == nil
 }
 
 func firstLine(s string) string {

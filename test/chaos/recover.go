@@ -92,19 +92,9 @@ func (in *injector) recoverAll(ctx context.Context, deadline time.Time) {
 // its output.
 func (in *injector) until(ctx context.Context, deadline time.Time, cmd command) (string, bool) {
 	for {
-		var out string
-		run := cmd.run
-		cmd.run = func() (string, error) {
-			var err error
-			out, err = run()
-			return out, err
-		}
-		if in.record(cmd) {
-			return out, true
-		}
-		cmd.run = run
-		if time.Now().After(deadline) || !sleepUntil(ctx, time.Now().Add(2*time.Second)) {
-			return out, false
+		out, ok := in.record(cmd)
+		if ok || time.Now().After(deadline) || !sleepUntil(ctx, time.Now().Add(2*time.Second)) {
+			return out, ok
 		}
 	}
 }

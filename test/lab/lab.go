@@ -153,20 +153,25 @@ etcd: {endpoints: [%s]}
 
 // staticPods writes each machine's etcd manifest and starts its kubelet stand-in, powered off.
 func (c *Cluster) staticPods() {
-	var initial []string
-	for _, o := range c.Machines {
-		initial = append(initial, fmt.Sprintf("%s=http://%s", o.Member, o.Host.Addr(2380)))
-	}
 	for _, m := range c.Machines {
 		m.Manifest = filepath.Join(c.Dir, m.Name, "manifests", "etcd.yaml")
 		m.StateDir = filepath.Join(c.Dir, m.Name, "recovery")
 		err := staticpod.WriteManifest(m.Manifest, staticpod.Etcd{Name: m.Member, DataDir: m.dataDir(), Client: "http://" + m.Host.Addr(2379),
-			Peer: "http://" + m.Host.Addr(2380), Initial: strings.Join(initial, ","), State: "new", Token: "lab"})
+			Peer: "http://" + m.Host.Addr(2380), Initial: c.initialCluster(), State: "new", Token: "lab"})
 		if err != nil {
 			c.T.Fatalf("lab: %s's etcd manifest: %v", m.Name, err)
 		}
 		m.kubelet = staticpod.New(c.T, c.Bins.Etcd, m.Member, m.Manifest, m.Host.Start)
 	}
+}
+
+// initialCluster is every member's --initial-cluster entry, as the cluster was first started.
+func (c *Cluster) initialCluster() string {
+	var initial []string
+	for _, o := range c.Machines {
+		initial = append(initial, fmt.Sprintf("%s=http://%s", o.Member, o.Host.Addr(2380)))
+	}
+	return strings.Join(initial, ",")
 }
 
 // dataDir is the machine's etcd data directory.
@@ -437,10 +442,6 @@ func (m *Machine) PowerOn(by string) {
 		return
 	}
 	c := m.c
-	var initial []string
-	for _, o := range c.Machines {
-		initial = append(initial, fmt.Sprintf("%s=http://%s", o.Member, o.Host.Addr(2380)))
-	}
 	h := m.Host
 	if m.kubelet != nil {
 		m.kubelet.PowerOn()
@@ -448,7 +449,7 @@ func (m *Machine) PowerOn(by string) {
 		m.etcd = h.Start(m.Member, c.Bins.Etcd, "--name", m.Member, "--data-dir", m.dataDir(),
 			"--listen-client-urls", "http://"+h.Addr(2379), "--advertise-client-urls", "http://"+h.Addr(2379),
 			"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
+			"--initial-cluster", c.initialCluster(), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
 	}
 	cfg := c.Write("agent-"+m.Name+".yaml", c.AgentConfig(m.Name, h.Addr(7946), c.IdentityFile(m.Name), "http://"+h.Addr(2379), "127.0.0.1:9101"))
 	m.agent = h.Start("agent-"+m.Name, c.Bins.Agent, "-config", cfg)
@@ -567,10 +568,8 @@ func (c *Cluster) Status(ctx context.Context) (hub.Status, error) {
 // HubCommand runs `hub ARGS --socket S` from outside the lab (the socket is a path) and returns its
 // combined output.
 func (c *Cluster) HubCommand(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	cmd, cancel := c.hubCommand(ctx, args)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.Bins.Hub, append(args, "--socket", c.Socket)...)
-	cmd.Env = append(os.Environ(), "USER=lab")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -578,16 +577,23 @@ func (c *Cluster) HubCommand(ctx context.Context, args ...string) (string, error
 // HubOutput runs `hub ARGS --socket S` like HubCommand, and returns its standard output alone (a
 // document, with -o json); its error carries the standard error.
 func (c *Cluster) HubOutput(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	cmd, cancel := c.hubCommand(ctx, args)
 	defer cancel()
 	var stderr strings.Builder
-	cmd := exec.CommandContext(ctx, c.Bins.Hub, append(args, "--socket", c.Socket)...)
-	cmd.Env, cmd.Stderr = append(os.Environ(), "USER=lab"), &stderr
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		return string(out), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
+}
+
+// hubCommand is `hub ARGS --socket S`, run from outside the lab within 90 s (cancel ends it).
+func (c *Cluster) hubCommand(ctx context.Context, args []string) (*exec.Cmd, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	cmd := exec.CommandContext(ctx, c.Bins.Hub, append(args, "--socket", c.Socket)...)
+	cmd.Env = append(os.Environ(), "USER=lab")
+	return cmd, cancel
 }
 
 // event tells the cluster's user of a power change or a BMC request.
