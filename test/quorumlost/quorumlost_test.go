@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,6 +198,13 @@ etcd: {endpoints: [%s]}
 		"--lease-duration", "6s", "--discover-interval", "2s",
 		"--degraded-journal", filepath.Join(l.dir, "degraded.db"), "--break-glass-inventory", breakGlass}
 	return l
+}
+
+// setHubArg sets the value of one of the hub's flags.
+func (l *lab) setHubArg(flag, value string) {
+	i := slices.Index(l.hubArgs, flag)
+	require.True(l.t, i >= 0 && i+1 < len(l.hubArgs), "no hub flag %s", flag)
+	l.hubArgs[i+1] = value
 }
 
 func (l *lab) write(name, body string) string {
