@@ -61,7 +61,7 @@ type AssessPolicy struct {
 	// StaleAfter: a report older than this is no evidence of anything (the agent may be stuck).
 	StaleAfter time.Duration
 	// EtcdCatchUp: how much longer the etcd probe may fail while the member follows the leader that
-	// the other members follow and its raft index rises: it is catching up (see catchingUp).
+	// the other members follow, at their raft term: it is catching up (see catchingUp).
 	EtcdCatchUp time.Duration
 	// NodeConditionTimeouts: how long a Node condition must be bad (Ready not True; another, True)
 	// before it counts; conditions not listed are ignored. A Node condition is never enough alone: it
@@ -100,6 +100,12 @@ type Assessment struct {
 	// own agent, or (its member answering) the oldest report among the observers that reach its
 	// member. Zero: nobody sees it now.
 	SeenAt time.Time
+	// OwnAnswers: its own agent's fresh report says its member answers its status (a serializable call,
+	// answered with or without a leader): the member runs.
+	OwnAnswers bool
+	// EtcdReachedSince counts the observers whose reports, all sent since the member's latest (re)start
+	// or change of cluster and since the hub last began to hear a majority, reach its member.
+	EtcdReachedSince int
 }
 
 // Assessor turns reports into verdicts. It remembers when conditions without a since of their own
@@ -109,7 +115,7 @@ type Assessor struct {
 	firstSeen map[string]time.Time
 	// heardSince is when the hub's view last changed: it began to hear a strict majority of its
 	// expected observers (zero while it does not), or etcd's quorum came back (QuorumBack). Timed
-	// evidence counts from there at the earliest (see counted); heardWhy says which.
+	// evidence counts from there at the earliest (see countedFor); heardWhy says which.
 	heardSince time.Time
 	heardWhy   string
 	// lostOnce: the hub has heard no majority (or etcd had no quorum) at some point since it started,
@@ -120,9 +126,6 @@ type Assessor struct {
 	// which say nothing of now (see newerThanHeard).
 	heardVersions map[string]uint64
 	snapVersions  bool
-	// raft is each node's etcd raft index as its latest report gave it, and the index of the report
-	// before (a member catching up: see catchingUp).
-	raft map[string]raftProgress
 	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused).
 	deadBy map[string]*deadVotes
 	// expected is the expected set of the latest pass; observers its live observers (a buffer the
@@ -130,15 +133,15 @@ type Assessor struct {
 	expected  Expected
 	observers []health.Report
 	// leader is the etcd leader that a strict majority of the members' agents that name one follow
-	// (this pass's; "" when none), and leaderVotes how many name it.
+	// (this pass's; "" when none), at raft term leaderTerm (the highest its followers name), and
+	// leaderVotes how many name it.
 	leader      string
+	leaderTerm  uint64
 	leaderVotes int
-}
-
-// raftProgress is one node's etcd raft index across its reports.
-type raftProgress struct {
-	version     uint64 // the report it is from
-	index, from uint64 // the index, and the one before it
+	// own is what each member's own agent said of it last, and epochs each member's latest (re)start
+	// or change of cluster (assess_epoch.go).
+	own    map[string]ownView
+	epochs map[string]epoch
 }
 
 // deadVotes are the observers that see one node dead: how many, and since when at the earliest.
@@ -194,7 +197,8 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 			a.heardVersions[node] = r.Version
 		}
 	}
-	a.leader, a.leaderVotes = majorityLeader(observers)
+	a.leader, a.leaderTerm, a.leaderVotes = majorityLeader(observers)
+	a.noteRestarts(machines, obs)
 	// Who sees whom dead, counted once a pass (per machine it would be quadratic).
 	if a.deadBy == nil {
 		a.deadBy = map[string]*deadVotes{}
@@ -252,8 +256,7 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	own, fresh := obs.Reports[m.Node]
 	fresh = fresh && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
-		a.followRaft(own)
-		a.probes(own, obs.Now, &ev)
+		a.probes(m, own, obs.Now, &ev)
 	} else if !dead {
 		ev.doubt("no fresh report from %s (stale after %v)", m.Node, a.policy.StaleAfter)
 	}
@@ -263,10 +266,11 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	}
 	if m.Member != "" {
 		var answeredAt time.Time
-		res.EtcdHealth, res.EtcdAnswers, answeredAt = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
+		res.EtcdHealth, res.EtcdAnswers, res.EtcdReachedSince, answeredAt = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
 		if answeredAt.After(res.SeenAt) {
 			res.SeenAt = answeredAt
 		}
+		res.OwnAnswers = fresh && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	switch {
@@ -321,15 +325,17 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
 	// reboot cost quorum).
 	if m.Member != "" {
-		reach, unreach, stale, _ := reachability(m.Member, observers, m.Node, a.newerThanHeard)
+		v := reachability(m.Member, observers, m.Node, a.newerFor(m.Member))
+		reach, unreach, stale := v.reach, v.unreach, v.stale
 		if 2*reach > reach+unreach {
 			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
 				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
 			return false
 		}
 		if reach+unreach == 0 && stale > 0 {
+			_, why := a.floor(m.Member)
 			ev.doubt("%s's agent is gone per %d of %d expected observers; whether its etcd member %s answers, only reports from before %s say "+
-				"(%d: it does not): waiting for newer ones", m.Node, votes, e.Size(), m.Member, a.heardWhy, stale)
+				"(%d: it does not): waiting for newer ones", m.Node, votes, e.Size(), m.Member, why, stale)
 			return false
 		}
 	}
@@ -337,26 +343,13 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 	if a.lostOnce && a.heardSince.After(earliest) && wait < rejoinSettle {
 		wait = rejoinSettle
 	}
-	if d, _ := a.counted(obs.Now, earliest); d < wait {
+	if d, _ := a.countedFor(m.Member, obs.Now, earliest); d < wait {
 		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), wait)
 		return false
 	}
 	ev.bad(earliest, "%s dead since %s per %d of %d expected observers (the hub and %d others)", m.Node,
 		earliest.UTC().Format("15:04:05.000Z07:00"), votes, e.Size(), agree)
 	return true
-}
-
-// counted is how long a condition that began at since counts as evidence at now: time while the hub
-// did not hear a majority of its observers does not count, so after a partition heals (or the hub
-// starts) a failure must last its whole timeout again before it leads to action. A member on the
-// minority side of a partition fails its own etcd probe ("no leader") for as long as the partition
-// lasts, and is fine a second after it heals: that is no reason to reboot it. The string says from when, when
-// it applies.
-func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
-	if a.heardSince.After(since) {
-		return now.Sub(a.heardSince), fmt.Sprintf(", counted from %s when %s", a.heardSince.UTC().Format("15:04:05.000Z07:00"), a.heardWhy)
-	}
-	return now.Sub(since), ""
 }
 
 // newerThanHeard says whether r is newer than the report its observer had sent when the hub last
@@ -368,6 +361,13 @@ func (a *Assessor) counted(now, since time.Time) (time.Duration, string) {
 // healthy voter down).
 func (a *Assessor) newerThanHeard(r health.Report) bool {
 	return a.heardVersions == nil || r.Version > a.heardVersions[r.Node]
+}
+
+// Resumed tells the assessor that the hub's brakes were lifted at at (a resume, an unsuspend): as
+// after a partition, timed evidence counts again from there, and observers' views only from reports
+// sent after it.
+func (a *Assessor) Resumed(at time.Time) {
+	a.heardSince, a.heardWhy, a.lostOnce, a.snapVersions = at, "the hub was resumed", true, true
 }
 
 // QuorumBack tells the assessor that etcd's quorum, lost in the hub's previous pass, is back at now.

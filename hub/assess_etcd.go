@@ -12,39 +12,30 @@ import (
 
 // The etcd member's evidence: its health as the observers reach it, and whether it catches up.
 
-// followRaft notes the raft index of a node's report, when it is a report not seen before.
-func (a *Assessor) followRaft(r health.Report) {
-	if r.Etcd == nil || r.Etcd.RaftIndex == 0 {
-		return
-	}
-	if a.raft == nil {
-		a.raft = map[string]raftProgress{}
-	}
-	if p := a.raft[r.Node]; p.version != r.Version {
-		a.raft[r.Node] = raftProgress{version: r.Version, index: r.Etcd.RaftIndex, from: p.index}
-	}
-}
-
 // catchingUp says why a member whose etcd probe fails is catching up rather than failing ("" when it
-// is not): it follows the leader that the other members follow, and its raft index rose since its
-// agent's report before. A member that rejoins after a partition or a restart gets the entries it
-// missed (or a snapshot) from that leader, and until it has applied up to the leader's commit index it
-// cannot serve a linearizable read: etcd answers "request timed out" after its request timeout (5 s +
-// 2 election timeouts: 7 s by default) and the probe fails again (test: a member of the minority side
-// had a leader 1 s after a 60 s partition healed and answered no linearizable read for 12 s, past the
-// probe's 10 s). EtcdCatchUp bounds the extra time: a member that never catches up is judged as usual.
+// is not): its own status (a serializable call, answered without the leader) says it follows the
+// leader that the other members follow, at their raft term. A member that rejoins after a partition
+// or a restart gets the entries it missed (or a snapshot) from that leader, and until it has applied
+// up to the leader's commit index, or while its streams to the leader are still being dialled again,
+// it cannot serve a linearizable read: etcd answers "request timed out" after its request timeout (5 s
+// + 2 election timeouts: 7 s by default) and the probe fails again. Found on real processes: a member
+// of the minority side of a 60 s partition made with silent drops followed the new leader at its term
+// 1 s after the heal, and answered no linearizable read for 12 s ("waiting for ReadIndex response took
+// too long"), its raft index not moving (nothing was written). EtcdCatchUp bounds the extra time: a
+// member that never catches up is judged as usual.
 func (a *Assessor) catchingUp(own health.Report) string {
-	v, p := own.Etcd, a.raft[own.Node]
-	// Its own word is not enough: another member must follow that leader too.
-	if v == nil || a.leader == "" || a.leaderVotes < 2 || v.LeaderID != a.leader || p.version != own.Version || p.from == 0 || p.index <= p.from {
+	v := own.Etcd
+	// Its own word is not enough: another member must follow that leader too, at the same term.
+	if v == nil || v.LocalID == "" || a.leader == "" || a.leaderVotes < 2 || v.LeaderID != a.leader || v.RaftTerm != a.leaderTerm {
 		return ""
 	}
-	return fmt.Sprintf("it follows leader %s, as the other members do, and its raft index rose from %d to %d", v.LeaderID, p.from, p.index)
+	return fmt.Sprintf("it follows leader %s at raft term %d, as %d other members do (its raft index %d)", v.LeaderID, v.RaftTerm, a.leaderVotes-1, v.RaftIndex)
 }
 
-// majorityLeader is the etcd leader a strict majority of the observers that name one follow, and how
-// many name it ("" when none: quorum lost, or views that disagree).
-func majorityLeader(observers []health.Report) (string, int) {
+// majorityLeader is the etcd leader a strict majority of the observers that name one follow, the
+// highest raft term they name it at, and how many name it ("" when none: quorum lost, or views that
+// disagree).
+func majorityLeader(observers []health.Report) (string, uint64, int) {
 	counts, total := map[string]int{}, 0
 	for _, r := range observers {
 		if r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
@@ -54,25 +45,34 @@ func majorityLeader(observers []health.Report) (string, int) {
 	}
 	for id, n := range counts {
 		if 2*n > total {
-			return id, n
+			var term uint64
+			for _, r := range observers {
+				if r.Etcd != nil && r.Etcd.LeaderID == id {
+					term = max(term, r.Etcd.RaftTerm)
+				}
+			}
+			return id, term, n
 		}
 	}
-	return "", 0
+	return "", 0, 0
 }
 
 // etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
 // observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
-// strict majority of the expected agents and witnesses. It also says whether the member answers (a
-// strict majority of the observers that check it reach it, whatever its own probe says), and if so
-// when the oldest report among those that reach it was sent.
+// strict majority of the expected agents and witnesses, in reports sent since the member's epoch and
+// since the hub last began to hear a majority (newerFor). It also says whether the member answers (a
+// strict majority of the observers that check it reach it, whatever its own probe says), how many
+// observers reach it in such recent reports, and, when it answers, when the oldest report among those
+// that reach it was sent.
 func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own health.Report, fresh, dead bool, observers []health.Report,
-	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, answeredAt time.Time) {
+	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, reachedSince int, answeredAt time.Time) {
 	if dead {
-		return quorum.Unhealthy, false, time.Time{}
+		return quorum.Unhealthy, false, 0, time.Time{}
 	}
-	reach, unreach, _, oldest := reachability(m.Member, observers, "", nil)
+	v := reachability(m.Member, observers, "", a.newerFor(m.Member))
+	reach, unreach := v.reach, v.unreach
 	if answers = 2*reach > reach+unreach; answers {
-		answeredAt = oldest
+		answeredAt = v.oldest
 	}
 	ownOK, ownKnown := true, false
 	if fresh {
@@ -88,7 +88,7 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		if 2*unreach <= e.Judges() {
 			ev.doubt("etcd member %s unreachable from %d of the %d observers that report on it, but that is no strict majority of the %d expected agents and witnesses",
 				m.Member, unreach, voters, e.Judges())
-			return quorum.Unhealthy, answers, answeredAt
+			return quorum.Unhealthy, answers, v.newReach, answeredAt
 		}
 		key := "unreachable/" + m.Member
 		seen[key] = true
@@ -96,27 +96,42 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		if !ok {
 			first, a.firstSeen[key] = now, now
 		}
-		if d, _ := a.counted(now, first); d >= a.policy.EtcdUnreachableTimeout {
-			ev.bad(first, "etcd member %s unreachable from %d of %d expected observers for %v", m.Member, unreach, e.Judges(), d.Round(time.Second))
+		if d, from := a.countedFor(m.Member, now, first); d >= a.policy.EtcdUnreachableTimeout {
+			ev.bad(first, "etcd member %s unreachable from %d of %d expected observers for %v%s", m.Member, unreach, e.Judges(), d.Round(time.Second), from)
 		} else {
-			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v (unhealthy at %v)", m.Member, unreach, e.Judges(),
-				d.Round(time.Millisecond), a.policy.EtcdUnreachableTimeout)
+			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v%s (unhealthy at %v)", m.Member, unreach, e.Judges(),
+				d.Round(time.Millisecond), from, a.policy.EtcdUnreachableTimeout)
 		}
-		return quorum.Unhealthy, answers, answeredAt
-	case ownKnown && !ownOK:
-		return quorum.Unhealthy, answers, answeredAt
-	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
-		return quorum.Healthy, answers, answeredAt
-	case voters == 0 && ownKnown && ownOK:
-		return quorum.Healthy, answers, answeredAt // no other observer (a one-member cluster): its own word is all there is
+		return quorum.Unhealthy, answers, v.newReach, answeredAt
+	case v.stale > 0 && 2*(unreach+v.stale) > voters+v.stale:
+		_, why := a.floor(m.Member)
+		ev.doubt("etcd member %s: %d observers' reports from before %s say it does not answer; they say nothing of it now: waiting for newer ones",
+			m.Member, v.stale, why)
 	}
-	return quorum.HealthUnknown, answers, answeredAt
+	switch {
+	case ownKnown && !ownOK:
+		return quorum.Unhealthy, answers, v.newReach, answeredAt
+	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
+		return quorum.Healthy, answers, v.newReach, answeredAt
+	case voters == 0 && ownKnown && ownOK:
+		return quorum.Healthy, answers, v.newReach, answeredAt // no other observer (a one-member cluster): its own word is all there is
+	}
+	return quorum.HealthUnknown, answers, v.newReach, answeredAt
 }
 
-// reachability counts the observers whose etcd view reaches member, and those whose view does not,
-// and says when the oldest report among those that reach it was sent. When unreachCounts is set, a
-// "does not answer" from a report it refuses is counted apart, as stale.
-func reachability(member string, observers []health.Report, except string, unreachCounts func(health.Report) bool) (reach, unreach, stale int, oldest time.Time) {
+// votes are the observers' etcd views of one member: how many reach it, how many do not (counted), how
+// many do not in reports the caller's filter refuses (stale), and how many reach it in reports the
+// filter takes (newReach); oldest is when the oldest report among those that reach it was sent.
+type votes struct {
+	reach, unreach, stale, newReach int
+	oldest                          time.Time
+}
+
+// reachability counts the observers' views of member (but except's). When newer is set, a "does not
+// answer" from a report it refuses is counted apart, as stale, and a "reaches it" from one it takes
+// counts in newReach too.
+func reachability(member string, observers []health.Report, except string, newer func(health.Report) bool) votes {
+	var v votes
 	for _, r := range observers {
 		if r.Etcd == nil || r.Node == except {
 			continue
@@ -125,16 +140,19 @@ func reachability(member string, observers []health.Report, except string, unrea
 			switch {
 			case em.Name != member || em.Reachable == nil:
 			case *em.Reachable:
-				if reach == 0 || r.SentAt.Before(oldest) {
-					oldest = r.SentAt
+				if v.reach == 0 || r.SentAt.Before(v.oldest) {
+					v.oldest = r.SentAt
 				}
-				reach++
-			case unreachCounts != nil && !unreachCounts(r):
-				stale++
+				v.reach++
+				if newer == nil || newer(r) {
+					v.newReach++
+				}
+			case newer != nil && !newer(r):
+				v.stale++
 			default:
-				unreach++
+				v.unreach++
 			}
 		}
 	}
-	return reach, unreach, stale, oldest
+	return v
 }

@@ -387,13 +387,15 @@ func TestAssessNodeConditions(t *testing.T) {
 func TestDeathFromBeforeARegainedMajoritySettles(t *testing.T) {
 	now := t0.Add(time.Hour)
 	a := hearing(DefaultAssessPolicy())
-	cut := newWorld(now.Add(-10*time.Second)).cut(now.Add(-20*time.Second), "cp-1", "cp-2")
+	cut := newWorld(now.Add(-10*time.Second)).versioned(1).cut(now.Add(-20*time.Second), "cp-1", "cp-2")
 	a.Assess(machines, nil, cut.obs) // no majority: lost
-	dead := func(at time.Time) Verdict {
-		return byName(a.Assess(machines, nil, newWorld(at).dead("cp-2", now.Add(-15*time.Second), "cp-0", "cp-1").obs))["m2"].Verdict
+	dead := func(at time.Time, version uint64) Assessment {
+		return byName(a.Assess(machines, nil, newWorld(at).versioned(version).dead("cp-2", now.Add(-15*time.Second), "cp-0", "cp-1").obs))["m2"]
 	}
-	assert.Equal(t, VerdictSuspect, dead(now), "just after the majority came back")
-	assert.Equal(t, VerdictUnhealthy, dead(now.Add(rejoinSettle)), "still dead 5 s later")
+	got := dead(now, 2)
+	assert.Equal(t, VerdictSuspect, got.Verdict, "just after the majority came back: %q", got.Reasons)
+	got = dead(now.Add(rejoinSettle), 3)
+	assert.Equal(t, VerdictUnhealthy, got.Verdict, "still dead 5 s later, in newer reports: %q", got.Reasons)
 }
 
 // A hub that was not running (stopped, frozen) holds a view as old as its pause: evidence counts again
@@ -441,45 +443,50 @@ func TestQuorumBackJudgesAfresh(t *testing.T) {
 	assert.Equal(t, VerdictUnhealthy, got.Verdict, "%q", got.Reasons)
 }
 
-// A member whose etcd probe fails while it follows the leader the other members follow and its raft
-// index rises is catching up: EtcdCatchUp more before it is Unhealthy. Not when the index stands,
-// when it follows another leader (or none), nor past the bound.
+// A member whose etcd probe fails while its own status says it follows the leader the other members
+// follow, at their raft term, is catching up: EtcdCatchUp more before it is Unhealthy, whether or not
+// its raft index moves (a member whose streams to the leader are still being dialled again after a
+// partition of silent drops applies nothing new and serves no linearizable read). Not when it follows
+// another leader (or none, or the same at an older term), when its status did not answer, nor past the
+// bound.
 func TestEtcdCatchUp(t *testing.T) {
 	p := DefaultAssessPolicy()
-	withRaft := func(w *world, node, leader string, index, version uint64) {
+	withRaft := func(w *world, node, leader string, term, index uint64) {
 		r := w.obs.Reports[node]
 		e := *r.Etcd
-		e.LeaderID, e.RaftIndex = leader, index
-		r.Etcd, r.Version = &e, version
+		e.LeaderID, e.RaftTerm, e.RaftIndex = leader, term, index
+		if leader != "-" {
+			e.LocalID = "id-" + node
+		}
+		r.Etcd = &e
 		w.obs.Reports[node] = r
 	}
 	for _, tc := range []struct {
 		name            string
-		leader, others  string // the member's leader, and the others' (default a1)
-		from, to        uint64
+		leader, others  string // the member's leader ("-": its status did not answer), and the others' (default a1)
+		term            uint64 // the member's raft term (the others': 3)
 		failing         time.Duration
 		want            Verdict
 		reasonSubstring string
 	}{
-		{name: "rising, following the leader: catching up", leader: "a1", from: 100, to: 180, failing: 15 * time.Second, want: VerdictSuspect,
-			reasonSubstring: "catching up (it follows leader a1, as the other members do, and its raft index rose from 100 to 180): 30s more allowed"},
-		{name: "its index stands: failing", leader: "a1", from: 180, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
-		{name: "another leader: failing", leader: "b2", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
-		{name: "no leader: failing", leader: "0", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
-		{name: "past the bound: failing", leader: "a1", from: 100, to: 180, failing: 41 * time.Second, want: VerdictUnhealthy},
-		{name: "only its own word for the leader: failing", leader: "c3", others: "0", from: 100, to: 180, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "following the leader at its term: catching up", leader: "a1", term: 3, failing: 15 * time.Second, want: VerdictSuspect,
+			reasonSubstring: "catching up (it follows leader a1 at raft term 3, as 2 other members do (its raft index 180)): 30s more allowed"},
+		{name: "an older term: failing", leader: "a1", term: 2, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "another leader: failing", leader: "b2", term: 3, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "no leader: failing", leader: "0", term: 3, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "its status does not answer: failing", leader: "-", term: 3, failing: 15 * time.Second, want: VerdictUnhealthy},
+		{name: "past the bound: failing", leader: "a1", term: 3, failing: 41 * time.Second, want: VerdictUnhealthy},
+		{name: "only its own word for the leader: failing", leader: "c3", others: "0", term: 3, failing: 15 * time.Second, want: VerdictUnhealthy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0.Add(time.Hour)
 			w := newWorld(now)
 			for _, n := range []string{"cp-1", "cp-2"} {
-				withRaft(w, n, cmp.Or(tc.others, "a1"), 200, 1)
+				withRaft(w, n, cmp.Or(tc.others, "a1"), 3, 200)
 			}
 			a := hearing(p)
-			withRaft(w, "cp-0", tc.leader, tc.from, 1)
-			a.Assess(machines, nil, w.obs)
 			w.probe("cp-0", "etcd", false, now.Add(-tc.failing))
-			withRaft(w, "cp-0", tc.leader, tc.to, 2)
+			withRaft(w, "cp-0", tc.leader, tc.term, 180)
 			got := byName(a.Assess(machines, nil, w.obs))["m0"]
 			assert.Equal(t, tc.want, got.Verdict, "%q", got.Reasons)
 			if tc.reasonSubstring != "" {

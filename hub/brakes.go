@@ -52,11 +52,13 @@ type BrakeStore interface {
 const Operator = "operator"
 
 // wakeIfResumed wakes the executors held at a checkpoint (gate) when the last brake that holds steps
-// was just lifted. Callers hold h.mu.
+// was just lifted, and notes when (the evidence the hub acts on counts from there: observe). Callers
+// hold h.mu.
 func (h *Hub) wakeIfResumed(wasHeld bool) {
 	if wasHeld && !h.stepsHeld() {
 		close(h.resumed)
 		h.resumed = make(chan struct{})
+		h.resumedAt = time.Now()
 	}
 }
 

@@ -83,6 +83,9 @@ type decision struct {
 	// retire: etcd was rebuilt without a recovery of Hale's (rebuiltOutside); this pass held its old
 	// members already.
 	retire *RecoveryRecord
+	// survivorSeen: this pass is the first to see the rebuilt cluster healthy on the last recovery's
+	// survivor (retirement.survivorSeenNow).
+	survivorSeen bool
 }
 
 // OperatorNeed says why an Unhealthy machine waits for an operator: the hub will not start another
@@ -138,6 +141,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
+	lost := cluster.Budget(p.Quorum).QuorumLost()
 	silent := silentVoters(f, cluster)
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
@@ -152,10 +156,10 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 			// Whatever its verdict: a machine whose member no membership lists is Suspect at most
 			// (nobody checks its member), and it stays out until it rejoins.
 			holds[m.Name], needs[m.Name] = h, h.need
-		} else if qm.Unhealthy && len(silent) > 0 && a.EtcdAnswers && !slices.Contains(silent, m.Member) {
-			holds[m.Name] = hold{reason: ReasonSilentVotersFirst, why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member answers, and its failures follow from the lost quorum "+
-				"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
-				strings.Join(silent, ", "), m.Name, m.Name)}
+		} else if h, survivor := f.retired.survivorHold(m.Name); survivor && qm.Unhealthy {
+			holds[m.Name] = h
+		} else if h, answers := answersHold(f, m, a, lost, silent); answers && qm.Unhealthy {
+			holds[m.Name] = h
 		} else if qm.Unhealthy {
 			h := holdOf(f, m)
 			if failed[m.Name] = h.failed; h.why != "" {
@@ -172,7 +176,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: silent}
+	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: silent, survivorSeen: f.retired.survivorSeenNow(f)}
 	for _, qd := range out.Decisions {
 		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
 			holds[qd.Machine] = hold{reason: ReasonWaiting, why: qd.Reason}
@@ -200,16 +204,40 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	return d
 }
 
+// answersHold is the hold on a machine whose etcd member runs while etcd has lost quorum (lost): its own
+// agent says it answers its status, or a strict majority of the observers that check it reach it. With
+// quorum lost every member fails its own probe ("no leader") and every API server its own, so a
+// running member turns Unhealthy too once that has lasted its timeout, and the planner would count its
+// reboot free (it is no healthy voter). It is not (DESIGN.md rule 13): it takes down a running member,
+// perhaps the only one left with the data, and lengthens the outage (test/quorumlost: two members
+// killed, the BMCs slow, the survivor's reboot begun 10 s in; on real processes after `agent recover`:
+// the rebuilt cluster's only member, its observers still catching up, cycled as free). While other
+// voters are silent (silentVoters) they are healed first; when every voter runs, a cycle heals nothing
+// that a running member can be healed of, and an operator decides. ok false: not held.
+func answersHold(f facts, m Machine, a Assessment, lost bool, silent []string) (hold, bool) {
+	if !lost || !(a.EtcdAnswers || a.OwnAnswers) {
+		return hold{}, false
+	}
+	how := "answers a strict majority of the observers that check it"
+	if a.OwnAnswers {
+		how = "answers its status on its own machine"
+	}
+	others := slices.DeleteFunc(slices.Clone(silent), func(s string) bool { return s == m.Member })
+	if len(others) > 0 {
+		return hold{reason: ReasonSilentVotersFirst, why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member %s, and its failures follow from the lost quorum "+
+			"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
+			strings.Join(others, ", "), m.Name, how, m.Name)}, true
+	}
+	return hold{reason: ReasonMemberAnswers, why: fmt.Sprintf("etcd has lost quorum, and %s's member %s: it runs, and its failures follow from the lost quorum "+
+		"(`hub explain %s`). A power-cycle of a running member is no free action: the hub does not take it (`hub reboot %s --force` if it must be)",
+		m.Name, how, m.Name, m.Name)}, true
+}
+
 // silentVoters are, when etcd has lost quorum, the voters whose members answer no majority of the
-// observers, whatever their verdict (nil while quorum holds). While there are any, an Unhealthy
-// machine whose member still answers is held: with quorum lost every member fails its own probe ("no
-// leader") and every API server its own, so a survivor turns Unhealthy too once that has lasted its
-// timeout, and the planner would count its reboot free (it is no healthy voter). It is no help and
-// lengthens the outage (test/quorumlost: two members killed, the BMCs slow, the survivor's reboot
-// begun 10 s in). A silent voter need not be Unhealthy yet: at the heal of a partition whose far side
-// held the quorum, its members come back into view Suspect for a pass or two (test/chaos far-side:
-// cp-0's reboot begun 0.4 s after the heal, while etcd-1 was still Suspect and unreachable in the
-// observers' last reports from the partition).
+// observers, nor their own agents, whatever their verdict (nil while quorum holds). A silent voter need not be Unhealthy
+// yet: at the heal of a partition whose far side held the quorum, its members come back into view
+// Suspect for a pass or two (test/chaos far-side: cp-0's reboot begun 0.4 s after the heal, while
+// etcd-1 was still Suspect and unreachable in the observers' last reports from the partition).
 func silentVoters(f facts, cluster quorum.Cluster) []string {
 	if !cluster.Budget(f.inv.Policy.Quorum).QuorumLost() {
 		return nil
@@ -217,7 +245,7 @@ func silentVoters(f facts, cluster quorum.Cluster) []string {
 	var out []string
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
-		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && !a.EtcdAnswers {
+		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && !a.EtcdAnswers && !a.OwnAnswers {
 			out = append(out, m.Member)
 		}
 	}

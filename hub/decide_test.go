@@ -230,6 +230,38 @@ func TestDecide(t *testing.T) {
 				Reasons: []string{"etcd member etcd-1 unreachable from 3 of 5 expected observers for 0s"}}
 			return s
 		}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
+		{name: "quorum lost, every voter's member answering its own status: none is cycled", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1")
+			for i, m := range machines {
+				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.now.Add(-time.Minute)}
+			}
+			return s
+		}, reasons: map[string]string{"m0": "etcd has lost quorum, and m0's member answers its status on its own machine: it runs"},
+			kinds: map[string]Reason{"m0": ReasonMemberAnswers, "m1": ReasonMemberAnswers, "m2": ReasonMemberAnswers}},
+		{name: "quorum lost, one voter dead, the others answering only their own agents: the dead one starts", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1").dead(2)
+			for i := range 2 {
+				s.f.assessments[i] = Assessment{Machine: machines[i].Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+					Reasons: []string{"etcd member unreachable"}, Since: s.f.now.Add(-time.Minute)}
+			}
+			return s
+		}, starts: []string{"m2"}, reasons: map[string]string{"m1": "etcd has lost quorum and etcd-2 do not answer: m1's member answers its status on its own machine"},
+			kinds: map[string]Reason{"m0": ReasonSilentVotersFirst, "m1": ReasonSilentVotersFirst}},
+		{name: "a recovery's survivor, its rebuilt cluster not yet seen healthy: held whatever its verdict", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1")
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
+				Reasons: []string{"etcd member etcd-0 unreachable from 3 of 5 expected observers for 5s"}, Since: s.f.now.Add(-5 * time.Second)}
+			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
+			return s
+		}, reasons: map[string]string{"m0": "m0 is the survivor etcd recovery hale-c0-1 rebuilt the cluster from"}, kinds: map[string]Reason{"m0": ReasonSurvivor}},
+		{name: "a recovery's survivor, its rebuilt cluster seen healthy: healed as any machine", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1")
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy,
+				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.now.Add(-time.Minute)}
+			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}, survivorSeen: true}
+			return s
+		}, starts: []string{"m0"}},
 		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
 			s := newScene()
 			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
@@ -432,4 +464,30 @@ func TestStepForgetsARebuildThatLeftNobodyOut(t *testing.T) {
 	rd := step(s, sc.f)
 	assert.Nil(t, rd.Retire)
 	assert.Nil(t, s.rebuilt)
+}
+
+// The survivor of a recovery is held until a pass sees the rebuilt cluster healthy on it: its member
+// healthy, in a cluster other than the old one, reached by a strict majority of the expected judges of
+// etcd in reports since its change of cluster (DESIGN.md rule 13).
+func TestTheRebuiltClusterSeenHealthy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster string
+		reached int
+		health  quorum.Health
+		seen    bool
+	}{
+		{"a strict majority of five judges, in the new cluster", "c1", 3, quorum.Healthy, true},
+		{"two of five", "c1", 2, quorum.Healthy, false},
+		{"still the old cluster", "c0", 5, quorum.Healthy, false},
+		{"not healthy", "c1", 3, quorum.HealthUnknown, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene().witnesses("w-0", "w-1")
+			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
+			s.w.answering("cp-0", "a0", tc.cluster)
+			s.f.assessments[0].EtcdReachedSince, s.f.assessments[0].EtcdHealth = tc.reached, tc.health
+			assert.Equal(t, tc.seen, s.decide().survivorSeen)
+		})
+	}
 }

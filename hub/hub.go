@@ -95,6 +95,8 @@ type Hub struct {
 	metrics  *metrics
 	assessor *Assessor  // the pass goroutine's only
 	state    *passState // the pass goroutine's only: what one pass leaves the next
+	// resumedSeen: the latest resume the assessor was told of (the pass goroutine's only).
+	resumedSeen time.Time
 
 	// recovering is held while `hub recover --yes` is carried out: a second caller is refused.
 	recovering sync.Mutex
@@ -120,6 +122,8 @@ type Hub struct {
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
 	brakeSeq uint64
 	resumed  chan struct{} // closed and replaced when the hub is resumed
+	// resumedAt: when the last brake that held steps was lifted (the assessor counts from there).
+	resumedAt time.Time
 }
 
 type running struct {

@@ -42,6 +42,11 @@ const (
 	ReasonCoolingDown     Reason = "CoolingDown"
 	// ReasonSilentVotersFirst: etcd lost quorum and this machine's member answers: the silent ones first.
 	ReasonSilentVotersFirst Reason = "SilentVotersFirst"
+	// ReasonMemberAnswers: etcd lost quorum, every voter's member answers, this one's among them: a
+	// cycle of a running member is no free action (DESIGN.md rule 13).
+	ReasonMemberAnswers Reason = "MemberAnswers"
+	// ReasonSurvivor: the survivor of an etcd recovery, until the rebuilt cluster is seen healthy.
+	ReasonSurvivor Reason = "Survivor"
 	// Those an operator must resolve (OperatorNeed).
 	ReasonUnseen   = Reason(NeedUnseen)
 	ReasonFenced   = Reason(NeedFenced)

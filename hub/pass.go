@@ -78,7 +78,7 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 }
 
 // apply is a pass's only I/O: it publishes the pass's view, says what the pass said, retires the old
-// members of an etcd rebuild Hale did not journal, keeps the observers joined, journals the raft mark,
+// members of an etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps the observers joined, journals the raft mark,
 // asks for a check of the BMCs, and begins what it decided.
 func (h *Hub) apply(ctx context.Context, rd Ready) {
 	h.mu.Lock()
@@ -95,6 +95,9 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 		} else if err := store.RecordRecovery(ctx, *rec); err != nil {
 			h.log.Warn("journaling an etcd rebuild: its old members are held until this hub stops", "token", rec.Plan.Token, "err", err)
 		}
+	}
+	if rd.SurvivorSeen != "" {
+		h.survivorSeen(ctx, rd.SurvivorSeen)
 	}
 	if rd.KeepJoined != nil {
 		h.cfg.Gossip.KeepJoined(rd.KeepJoined)
@@ -125,8 +128,15 @@ func (h *Hub) observe(listen string) facts {
 	inv := h.inventory()
 	h.assessor.SetPolicy(inv.Policy.Assess)
 	h.mu.Lock()
-	last := h.lastPass
+	last, resumed := h.lastPass, h.resumedAt
 	h.mu.Unlock()
+	if resumed.After(h.resumedSeen) {
+		// Evidence gathered while the hub was paused or suspended counts from the resume at the
+		// earliest (DESIGN.md rule 12): an operator resumes as soon as the work it paused for is done
+		// (an etcd recovery: the rebuilt member answers), before its observers have caught up.
+		h.assessor.Resumed(resumed)
+		h.resumedSeen = resumed
+	}
 	if !last.IsZero() && time.Since(last) > maxPassGap {
 		// Passes this far apart: the hub was not running (test/chaos seeds 96 and 100: a hub stopped
 		// for 7 s power-cycled a member on its pre-stop view 0.1 s after it resumed; the member had

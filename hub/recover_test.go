@@ -202,6 +202,7 @@ func TestPowerThatDoesNotComeOnIsEvidence(t *testing.T) {
 	for _, name := range []string{"cp-1", "cp-2"} {
 		r.sim.SetDead(name, true)
 	}
+	r.reporting()
 	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
 	require.Eventually(t, func() bool {
 		l := r.hub.Status(ctx).QuorumLoss
@@ -387,6 +388,14 @@ func (r *passRig) loseTwo(t *testing.T, behind uint64) {
 	}, 10*time.Second, 10*time.Millisecond, "quorum lost, and the BMCs checked again at once")
 }
 
+// reporting has the live agents send new reports again (loseTwo froze them, to hold the raft indexes
+// where the loss left them): the evidence a resumed hub acts on is in reports sent since the resume.
+func (r *passRig) reporting() {
+	r.pool.mu.Lock()
+	r.pool.frozen = false
+	r.pool.mu.Unlock()
+}
+
 // After a recovery, the old cluster's other members are retired. The hub, resumed, holds them: it never
 // powers one on by itself (its disk may hold the old cluster's member). `hub reboot` powers one on only
 // while the old members that may run stay short of the old quorum, --force or not; a member back in
@@ -396,6 +405,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	ctx := t.Context()
 	r.loseTwo(t, 0)
 	// The hub power-cycles the silent voters; the recovery begins with a remediation under way.
+	r.reporting()
 	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
 	require.Eventually(t, func() bool { return r.machine("cp-1").Remediation != nil || r.machine("cp-2").Remediation != nil },
 		10*time.Second, 10*time.Millisecond)
@@ -422,6 +432,13 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	for _, name := range []string{"cp-1", "cp-2"} {
 		assert.Equal(t, "Off", r.sim.PowerState(name), "%s: the hub does not power it on", name)
 	}
+	// The rebuilt cluster, reached by cp-0 and both witnesses (3 of the 5 judges) since the rebuild:
+	// its survivor is held no longer, and the journal says so for the next hub.
+	require.Eventually(t, func() bool {
+		rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+		return err == nil && rec != nil && rec.SurvivorSeen != nil
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Contains(t, strings.Join(r.hub.Timeline(), "\n"), "a strict majority of the observers reach etcd-0 since the rebuild; cp-0 is held as its survivor no longer")
 
 	// cp-1 alone would run 1 of the old 3: no quorum. Not in the new membership, the quorum check
 	// has nothing to say, so it takes --force.

@@ -34,6 +34,10 @@ type RecoveryRecord struct {
 	// Done is when the survivor was seen answering as a new etcd cluster (NewClusterID).
 	Done         *time.Time `json:"done,omitempty"`
 	NewClusterID string     `json:"newClusterID,omitempty"`
+	// SurvivorSeen is when a strict majority of the expected observers first reached the survivor's
+	// member of the rebuilt cluster, in reports sent since the rebuild. Until then the hub never
+	// power-cycles, resets or fences the survivor by itself (DESIGN.md rule 13).
+	SurvivorSeen *time.Time `json:"survivorSeen,omitempty"`
 }
 
 // RecoveryStore keeps the recovery under way across hub restarts: the bbolt journal does (the

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,12 +25,15 @@ import (
 type retiree struct{ machine, member string }
 
 // retirement is the old cluster the last recovery replaced: its ID, its quorum, and its members other
-// than the survivor (the zero value: no recovery).
+// than the survivor (the zero value: no recovery); and the survivor, and whether the rebuilt cluster
+// has been seen healthy since (survivorSeen).
 type retirement struct {
 	token, cluster string
 	began          time.Time
 	quorum         int
 	members        []retiree
+	survivor       retiree
+	survivorSeen   bool
 }
 
 func retirementOf(rec *RecoveryRecord) retirement {
@@ -37,7 +41,8 @@ func retirementOf(rec *RecoveryRecord) retirement {
 		return retirement{}
 	}
 	p := rec.Plan
-	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID, began: rec.Began}
+	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID, began: rec.Began,
+		survivor: retiree{p.Survivor.Machine, p.Survivor.Member}, survivorSeen: rec.SurvivorSeen != nil}
 	if p.Loss != nil {
 		r.quorum = p.Loss.Quorum
 	}
@@ -103,7 +108,34 @@ func (h *Hub) retire(rec *RecoveryRecord) {
 		close(h.resumed)
 		h.resumed = make(chan struct{})
 	}
+	if r.token == h.retired.token && h.retired.survivorSeen {
+		r.survivorSeen = true // seen by this hub, even if the journal did not take it
+	}
 	h.retired = r
+}
+
+// survivorSeen journals that the rebuilt cluster of recovery token was seen healthy on its survivor,
+// and holds the survivor no longer. Not journaled (no journal, or it fails), it holds no longer in this
+// hub all the same; the next hub sees it again.
+func (h *Hub) survivorSeen(ctx context.Context, token string) {
+	h.mu.Lock()
+	if h.retired.token == token {
+		h.retired.survivorSeen = true
+	}
+	h.mu.Unlock()
+	store := h.cfg.Recoveries
+	if store == nil {
+		return
+	}
+	rec, err := store.Recovery(ctx)
+	if err == nil && rec != nil && rec.Plan.Token == token && rec.SurvivorSeen == nil {
+		now := time.Now().UTC()
+		rec.SurvivorSeen = &now
+		err = store.RecordRecovery(ctx, *rec)
+	}
+	if err != nil {
+		h.log.Warn("journaling the rebuilt cluster seen healthy: the next hub holds the survivor until it sees it again", "token", token, "err", err)
+	}
 }
 
 // where says where a retired member stands in the live reports: back in a cluster other than the old
@@ -145,6 +177,38 @@ func (r retirement) hold(machine string, obs Observations, staleAfter time.Durat
 		}
 	}
 	return hold{}, false
+}
+
+// survivorHold is the hold on the survivor of the last recovery until a strict majority of the
+// observers has seen the rebuilt cluster healthy (DESIGN.md rule 13): it holds the only copy of the
+// data, and while its observers still catch up with it (their clients dialling it again, their
+// reports from before the rebuild) it can look unhealthy, and the quorum of one it lacks makes a cycle
+// look free. ok false: not the survivor, or seen.
+func (r retirement) survivorHold(machine string) (hold, bool) {
+	if r.survivor.machine != machine || machine == "" || r.survivorSeen {
+		return hold{}, false
+	}
+	return hold{reason: ReasonSurvivor, why: fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from (%s holds the only copy of its data), and a "+
+		"strict majority of the observers has not yet reached the rebuilt cluster's member since the rebuild: the hub does not power-cycle, reset or fence it "+
+		"meanwhile (`hub explain %s`; `hub reboot %s --force` if it must be, knowing that a failed boot loses the cluster)",
+		machine, r.token, r.survivor.member, machine, machine)}, true
+}
+
+// survivorSeenNow says whether this pass sees the rebuilt cluster healthy on the survivor for the first
+// time: its member healthy, in a cluster other than the old one, and reached by a strict majority of
+// the expected judges of etcd in reports sent since it changed cluster.
+func (r retirement) survivorSeenNow(f facts) bool {
+	if r.survivor.machine == "" || r.survivorSeen {
+		return false
+	}
+	i := slices.IndexFunc(f.inv.Machines, func(m Machine) bool { return m.Name == r.survivor.machine })
+	if i < 0 {
+		return false
+	}
+	m, a := f.inv.Machines[i], assessmentOf(f.assessments, i, r.survivor.machine)
+	rep, ok := f.obs.Reports[m.Node]
+	return ok && rep.Etcd != nil && rep.Etcd.ClusterID != "" && rep.Etcd.ClusterID != r.cluster && a.Verdict == VerdictHealthy &&
+		a.EtcdHealth == quorum.Healthy && 2*a.EtcdReachedSince > f.hearing.set.Judges()
 }
 
 // runningOld says which retired members still answer as members of the old cluster, for a pass that

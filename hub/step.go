@@ -97,6 +97,9 @@ type Ready struct {
 	// Retire, when set, is a rebuild of etcd no recovery of Hale's journaled: its old members are
 	// retired from now on, and it is journaled as the last recovery.
 	Retire *RecoveryRecord
+	// SurvivorSeen, when set, is the token of the last recovery, whose rebuilt cluster this pass saw
+	// healthy on its survivor for the first time: journaled, the survivor is held no longer.
+	SurvivorSeen string
 }
 
 func (rd *Ready) say(n Notice) { rd.Say = append(rd.Say, n) }
@@ -165,6 +168,12 @@ func step(s *passState, f facts) Ready {
 		v.notPlanning = notPlanning(&rd, prev.notPlanning, d.notPlanning)
 		rd.RecordMark = s.toRecord(f.now, prev.notPlanning == "")
 		return rd
+	}
+	if d.survivorSeen {
+		r := f.retired
+		rd.SurvivorSeen = r.token
+		rd.say(Notice{Machine: r.survivor.machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
+			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.token, r.survivor.machine, r.survivor.member, r.survivor.machine)})
 	}
 	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
 	v.quorumLost = d.outcome.Budget.QuorumLost()
