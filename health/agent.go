@@ -39,6 +39,12 @@ func (a *Agent) Poke() {
 	}
 }
 
+// viewEvery is how often the agent looks at etcd between two reports: a view that changed (a member
+// reachable again or no longer, another leader or cluster, the local member answering or not) is
+// published at once, so that the hub's evidence about a member that came back is at most this old (a
+// view costs a Status per member over kept connections and a serializable member list: no raft write).
+const viewEvery = time.Second
+
 // Run probes and publishes until ctx ends, then leaves the gossip pool within leaveTimeout, so that
 // peers see this node as left rather than dead.
 func (a *Agent) Run(ctx context.Context, leaveTimeout time.Duration) error {
@@ -50,38 +56,60 @@ func (a *Agent) Run(ctx context.Context, leaveTimeout time.Duration) error {
 	}()
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
+	var look <-chan time.Time
+	if a.etcd != nil && viewEvery < a.interval {
+		lt := time.NewTicker(viewEvery)
+		defer lt.Stop()
+		look = lt.C
+	}
+	var last *EtcdView
 	for {
-		a.publish(ctx)
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			a.log.Info("leaving the gossip pool")
-			return a.gossip.Leave(leaveTimeout)
-		case <-t.C:
-		case <-a.poke:
+		last = a.publish(ctx, a.view(ctx))
+		for again := false; !again; {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				a.log.Info("leaving the gossip pool")
+				return a.gossip.Leave(leaveTimeout)
+			case <-t.C:
+				again = true
+			case <-a.poke:
+				again = true
+			case <-look:
+				if v := a.view(ctx); v != nil && !v.sameAs(last) {
+					last, again = a.publish(ctx, v), false
+				}
+			}
 		}
 	}
 }
 
-func (a *Agent) publish(ctx context.Context) {
-	r := Report{Probes: a.runner.Results(), Peers: a.gossip.Peers()}
-	if a.etcd != nil {
-		vctx, cancel := context.WithTimeout(ctx, a.interval)
-		v := a.etcd.View(vctx)
-		cancel()
-		r.Etcd = &v
+// view is the etcd view of this node (nil on a node without etcd), taken within a report interval.
+func (a *Agent) view(ctx context.Context) *EtcdView {
+	if a.etcd == nil {
+		return nil
 	}
+	vctx, cancel := context.WithTimeout(ctx, a.interval)
+	defer cancel()
+	v := a.etcd.View(vctx)
+	return &v
+}
+
+// publish sends a report with the probes' results, the peers and the etcd view v, and returns v.
+func (a *Agent) publish(ctx context.Context, v *EtcdView) *EtcdView {
+	r := Report{Probes: a.runner.Results(), Peers: a.gossip.Peers(), Etcd: v}
 	if ctx.Err() != nil {
-		return
+		return v
 	}
 	if err := a.gossip.Publish(r); err != nil {
 		a.log.Warn("publishing the report", "err", err)
-		return
+		return v
 	}
 	a.mu.Lock()
 	a.published++
 	a.lastPublish = time.Now()
 	a.mu.Unlock()
+	return v
 }
 
 // Status says how many reports were published and when the last one was.

@@ -127,3 +127,55 @@ func TestAgentsOnRealEtcd(t *testing.T) {
 	agents[4].done <- nil // for the cleanup
 	require.Eventually(t, func() bool { return stateOf(agents[0].agent.Gossip(), "cp-4") == PeerLeft }, 5*time.Second, 10*time.Millisecond)
 }
+
+// An agent reports a change of its etcd view at once, not at its next report: a member that stops or
+// comes back is in every observer's report within about a second (viewEvery), which is what the hub
+// needs to stop counting the observers' views from before a member restarted. Measured: the lag from
+// a member's restart, after 10 s away (its connections failing all along), to the report that reaches
+// it, from the agent on another member and from a witness outside the cluster.
+func TestAViewThatChangesIsPublishedAtOnce(t *testing.T) {
+	t.Parallel() // a long wait (TestGossipLossyLink says why)
+	c := etcdcluster.Start(t, 3)
+	eps := c.Endpoints()
+	witnessEtcd, err := NewEtcdOutside(eps, TLSFiles{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = witnessEtcd.Close() })
+	var agents []*Agent
+	for i, etcd := range []*Etcd{localEtcd(t, eps[0]), witnessEtcd} {
+		g, _ := startMember(t, fmt.Sprintf("obs-%d", i))
+		r, err := NewRunner(nil, nil, nil)
+		require.NoError(t, err)
+		ag := NewAgent(g, r, etcd, time.Minute, nil) // reports every minute, unless something changes
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ag.Run(ctx, time.Second) }()
+		t.Cleanup(func() { cancel(); <-done })
+		agents = append(agents, ag)
+	}
+	reaches := func(ag *Agent, want bool, after time.Time) bool {
+		r, ok := ag.Gossip().Reports()[ag.Gossip().cfg.Node]
+		if !ok || r.Etcd == nil || r.SentAt.Before(after) {
+			return false
+		}
+		for _, m := range r.Etcd.Members {
+			if m.Name == "etcd-2" {
+				return m.Reachable != nil && *m.Reachable == want
+			}
+		}
+		return false
+	}
+	stopped := time.Now()
+	c.Stop(2)
+	for i, ag := range agents {
+		require.Eventually(t, func() bool { return reaches(ag, false, stopped) }, 5*time.Second, 20*time.Millisecond, "observer %d", i)
+	}
+	time.Sleep(10 * time.Second)
+	require.NoError(t, c.Restart(2))
+	back := time.Now()
+	for i, ag := range agents {
+		require.Eventually(t, func() bool { return reaches(ag, true, back) }, 5*time.Second, 20*time.Millisecond, "observer %d", i)
+	}
+	lag := time.Since(back).Round(10 * time.Millisecond)
+	t.Logf("a member back after 10 s away: in every observer's report %v after it started (reports every minute otherwise)", lag)
+	fmt.Printf("etcd member restart → every observer's report reaches it: %v\n", lag)
+}

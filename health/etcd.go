@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 )
 
 // Defaults for the local etcd member, as kubeadm lays it out.
@@ -139,8 +141,12 @@ func (e *Etcd) Close() error {
 	return errors.Join(errs...)
 }
 
-// status asks the member at url for its status over the connection kept to it.
-func (e *Etcd) status(ctx context.Context, url string) (*clientv3.StatusResponse, error) {
+// status asks the member at url for its status over the connection kept to it. A connection that
+// failed is dialled again at once rather than after its backoff (a member back from an outage answers
+// the first view after it is up, not the one after the backoff: the hub counts an observer's "does not
+// answer" against a member that has just restarted, once the report is newer than the restart). With
+// wait, the call waits for the connection within ctx instead of failing at once while it is down.
+func (e *Etcd) status(ctx context.Context, url string, wait bool) (*clientv3.StatusResponse, error) {
 	cli := e.cli // the local member's client talks to it alone
 	if url != e.endpoint {
 		var err error
@@ -148,7 +154,11 @@ func (e *Etcd) status(ctx context.Context, url string) (*clientv3.StatusResponse
 			return nil, err
 		}
 	}
-	st, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	conn := cli.ActiveConnection()
+	if conn.GetState() == connectivity.TransientFailure {
+		conn.ResetConnectBackoff()
+	}
+	st, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(wait))
 	if err != nil {
 		return nil, clientv3.ContextError(ctx, err)
 	}
@@ -183,8 +193,9 @@ func (e *Etcd) forgetMembersBut(urls map[string]bool) {
 	}
 }
 
-// Probe returns the etcd probe: the local member answers Status, serves a linearizable read (so it
-// has a leader and is in the quorum), and no alarm (NOSPACE, CORRUPT) is raised.
+// Probe returns the etcd probe: the local member answers Status with no error (a leader, no alarm
+// such as NOSPACE or CORRUPT: the member's Status carries both), and serves a linearizable read (so it
+// is in the quorum).
 func (e *Etcd) Probe() Probe { return etcdProbe{e} }
 
 type etcdProbe struct{ e *Etcd }
@@ -192,7 +203,7 @@ type etcdProbe struct{ e *Etcd }
 func (p etcdProbe) Name() string { return "etcd" }
 
 func (p etcdProbe) Check(ctx context.Context) (bool, string) {
-	st, err := p.e.status(ctx, p.e.endpoint)
+	st, err := p.e.status(ctx, p.e.endpoint, false)
 	if err != nil {
 		return false, fmt.Sprintf("status of %s: %v", p.e.endpoint, err)
 	}
@@ -203,34 +214,27 @@ func (p etcdProbe) Check(ctx context.Context) (bool, string) {
 	if _, err := p.e.cli.Get(ctx, "health"); err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		return false, fmt.Sprintf("linearizable read on member %x: %v", st.Header.MemberId, err)
 	}
-	alarms, err := p.e.cli.AlarmList(ctx)
-	if err != nil {
-		return false, fmt.Sprintf("alarm list: %v", err)
-	}
-	if len(alarms.Alarms) > 0 {
-		var as []string
-		for _, a := range alarms.Alarms {
-			as = append(as, fmt.Sprintf("%s on member %x", a.Alarm, a.MemberID))
-		}
-		return false, "alarm: " + strings.Join(as, ", ")
-	}
 	return true, fmt.Sprintf("member %x: leader %x, raft term %d index %d, db %s", st.Header.MemberId, st.Leader,
 		st.RaftTerm, st.RaftIndex, bytesHuman(uint64(max(st.DbSize, 0))))
 }
 
 // View reads the membership, leader, raft term and index and alarms from the local member, and
 // checks whether each member's client URL answers from here. Whatever fails is said in Error; the
-// rest of the view is still filled in.
+// rest of the view is still filled in. Nothing in it goes through raft (the membership is read
+// serializably, the alarms come with the members' Status): it answers as fast with quorum lost as
+// with it, and costs the cluster no write.
 func (e *Etcd) View(ctx context.Context) EtcdView {
 	v := EtcdView{ObservedAt: time.Now().UTC()}
 	var problems []string
+	alarms := map[string]bool{}
 	if e.endpoint != "" {
-		st, err := e.status(ctx, e.endpoint)
+		st, err := e.status(ctx, e.endpoint, false)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("status of %s: %v", e.endpoint, err))
 		} else {
 			v.ClusterID, v.LocalID, v.LeaderID = hexID(st.Header.ClusterId), hexID(st.Header.MemberId), hexID(st.Leader)
 			v.RaftTerm, v.RaftIndex = st.RaftTerm, st.RaftIndex
+			addAlarms(alarms, st)
 		}
 	}
 	// Serializable: the member's own view, which it can give even when quorum is lost (exactly when
@@ -239,6 +243,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("member list: %v", err))
 	} else {
+		var mu sync.Mutex
 		var wg sync.WaitGroup
 		v.Members = make([]EtcdMember, len(ml.Members))
 		urls := map[string]bool{}
@@ -254,32 +259,46 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				reachable := e.reachable(ctx, m.ClientURLs[0])
+				st := e.reachable(ctx, m.ClientURLs[0])
+				reachable := st != nil
 				v.Members[i].Reachable = &reachable
+				if st != nil && e.endpoint == "" { // from outside, the alarms come with the members' Status
+					mu.Lock()
+					addAlarms(alarms, st)
+					mu.Unlock()
+				}
 			}()
 		}
 		wg.Wait()
 		e.forgetMembersBut(urls)
 		slices.SortFunc(v.Members, func(a, b EtcdMember) int { return strings.Compare(a.Name+a.ID, b.Name+b.ID) })
 	}
-	if alarms, err := e.cli.AlarmList(ctx); err != nil {
-		problems = append(problems, fmt.Sprintf("alarm list: %v", err))
-	} else {
-		for _, a := range alarms.Alarms {
-			v.Alarms = append(v.Alarms, fmt.Sprintf("%s on member %x", a.Alarm, a.MemberID))
-		}
-	}
+	v.Alarms = slices.Sorted(maps.Keys(alarms))
 	v.Error = strings.Join(problems, "; ")
 	return v
 }
 
+// addAlarms adds the alarms a member's Status lists among its errors (each "memberID:… alarm:…";
+// "no leader" is no alarm).
+func addAlarms(alarms map[string]bool, st *clientv3.StatusResponse) {
+	for _, e := range st.Errors {
+		if strings.Contains(e, "alarm:") {
+			alarms[strings.TrimSpace(e)] = true
+		}
+	}
+}
+
 // reachable asks a member's client URL for its status, through this client (same TLS), for at most
-// half a second: on a LAN a member that takes longer is as good as unreachable.
-func (e *Etcd) reachable(ctx context.Context, url string) bool {
+// half a second (dialling it again at once if its connection had failed): on a LAN a member that takes
+// longer is as good as unreachable. Nil: it did not answer.
+func (e *Etcd) reachable(ctx context.Context, url string) *clientv3.StatusResponse {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	_, err := e.status(ctx, url)
-	return err == nil
+	st, err := e.status(ctx, url, true)
+	if err != nil {
+		return nil
+	}
+	return st
 }
 
 func hexID(id uint64) string { return strconv.FormatUint(id, 16) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/hale-dev/hale/test/etcdcluster"
 )
@@ -56,6 +57,27 @@ func TestEtcdViewAndProbe(t *testing.T) {
 	v2 := e2.View(ctx)
 	assert.Equal(t, "etcd-2", v2.LocalName)
 	assert.Equal(t, memberIDs(v), memberIDs(v2))
+
+	// An alarm (raised here by hand, as etcd raises NOSPACE): the probe fails on it, and the view lists
+	// it, from a member and from outside, without a raft request (it comes with Status).
+	cli := e0.cli
+	raise := func(action pb.AlarmRequest_AlarmAction) {
+		_, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{Action: action, Alarm: pb.AlarmType_NOSPACE, MemberID: 1})
+		require.NoError(t, err)
+	}
+	raise(pb.AlarmRequest_ACTIVATE)
+	outside, err := NewEtcdOutside(eps, TLSFiles{})
+	require.NoError(t, err)
+	defer outside.Close()
+	require.Eventually(t, func() bool { return len(e2.View(ctx).Alarms) == 1 }, 5*time.Second, 50*time.Millisecond)
+	assert.Contains(t, e2.View(ctx).Alarms[0], "alarm:NOSPACE")
+	assert.Equal(t, e2.View(ctx).Alarms, outside.View(ctx).Alarms)
+	ok, detail = check(t, e0.Probe(), 2*time.Second)
+	assert.False(t, ok)
+	assert.Contains(t, detail, "alarm:NOSPACE")
+	raise(pb.AlarmRequest_DEACTIVATE)
+	require.Eventually(t, func() bool { ok, _ := check(t, e0.Probe(), time.Second); return ok }, 5*time.Second, 50*time.Millisecond)
+	assert.Empty(t, e0.View(ctx).Alarms)
 
 	// One member down: the others still have quorum and see it unreachable.
 	c.Stop(2)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -50,6 +51,24 @@ type EtcdView struct {
 	// Error says why the view is incomplete (the local member did not answer, …).
 	Error      string    `json:"error,omitempty"`
 	ObservedAt time.Time `json:"observedAt"`
+}
+
+// sameAs says whether v says what w says, as far as the hub judges from it: each member's
+// reachability, the leader, the cluster and member IDs, the alarms, and whether the local member
+// answered (the raft index and the time move on every view and are no news).
+func (v *EtcdView) sameAs(w *EtcdView) bool {
+	if w == nil || v.ClusterID != w.ClusterID || v.LocalID != w.LocalID || v.LeaderID != w.LeaderID || v.RaftTerm != w.RaftTerm ||
+		(v.Error == "") != (w.Error == "") || len(v.Members) != len(w.Members) || !slices.Equal(v.Alarms, w.Alarms) {
+		return false
+	}
+	for i, m := range v.Members {
+		o := w.Members[i]
+		if m.ID != o.ID || m.Name != o.Name || m.Learner != o.Learner || (m.Reachable == nil) != (o.Reachable == nil) ||
+			m.Reachable != nil && *m.Reachable != *o.Reachable {
+			return false
+		}
+	}
+	return true
 }
 
 // PeerState is how this agent's memberlist sees a peer.
