@@ -243,6 +243,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// LongestOperation is how long one state-changing call may take with these options, requests that
+// hang aside: a graceful restart given up after GracefulTimeout, then a power cycle whose off and on
+// are each verified for up to VerifyTimeout, and a minute for the requests and retries between.
+func (o Options) LongestOperation() time.Duration {
+	o = o.withDefaults()
+	return o.GracefulTimeout + 2*o.VerifyTimeout + time.Minute
+}
+
 // Controller controls one BMC: every change is verified by polling, transient failures are retried,
 // authentication failures are not.
 type Controller struct {

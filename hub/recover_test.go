@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -525,4 +526,59 @@ func TestRetirementHold(t *testing.T) {
 	assert.Equal(t, "; cp-3 (etcd-3) still run the old etcd cluster old that recovery hale-old-1 replaced, and report its membership: run `agent rejoin` on them",
 		r.runningOld(old, 10*time.Second))
 	assert.Empty(t, r.runningOld(Observations{Now: now}, 10*time.Second))
+}
+
+// `hub recover --yes` with a power-cycle under way: the hub waits for its BMC operation (here the
+// power-on of a machine whose power supply is dead: its BMC reads it Off until the verify timeout), as
+// long as such an operation may take, and then fences. A caller that gives up before leaves no pause
+// and no token behind; the next call begins the recovery.
+func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
+	r, _ := lossRig(t, func(r *passRig) {
+		r.hub.cfg.BMC.VerifyTimeout = 3 * time.Second
+		r.hub.cfg.PowerFor = func(m Machine) (Power, error) { return r.hub.cfg.BMCPower(m) }
+	})
+	ctx := t.Context()
+	r.loseTwo(t, 0)
+	for _, name := range []string{"cp-1", "cp-2"} {
+		r.sim.SetDead(name, true)
+	}
+	r.reporting()
+	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
+	busy := func() bool {
+		for _, name := range []string{"cp-1", "cp-2"} {
+			if rem := r.machine(name).Remediation; rem != nil && rem.Busy {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, busy, 10*time.Second, 10*time.Millisecond, "a power-cycle inside its BMC operation")
+	confirm := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, By: "alice"}
+
+	// Given up after 300 ms: refused, nothing left behind.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := r.hub.Recover(short, confirm)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "is still inside power-cycle")
+	assert.Equal(t, Running, r.hub.Status(ctx).Pause, "the pause it set is lifted")
+	rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	assert.Nil(t, rec, "nothing journaled")
+
+	// Waited for: it ends, then the recovery begins and fences both.
+	require.Eventually(t, busy, 10*time.Second, 10*time.Millisecond, "a power-cycle inside its BMC operation again")
+	began := time.Now()
+	p, err := r.hub.Recover(ctx, confirm)
+	require.NoError(t, err)
+	t.Logf("the recovery began %v after it was asked for, the power-cycle under way ended first", time.Since(began).Round(10*time.Millisecond))
+	for _, f := range p.Fence {
+		assert.True(t, f.Fenced, f.Machine)
+		assert.Equal(t, "Off", r.sim.PowerState(f.Machine))
+	}
+	rec, err = r.hub.cfg.Recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, rec)
+	assert.Equal(t, p.Token, rec.Plan.Token)
+	assert.Equal(t, Paused, r.hub.Status(ctx).Pause)
 }

@@ -111,20 +111,28 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 		}
 		p.Token = fmt.Sprintf("hale-%s-%d", p.Survivor.ClusterID, time.Now().Unix())
 		// Paused (a recorded brake) before the recovery is journaled: a hub killed in between comes
-		// back paused with no recovery, never acting with a recovery under way.
-		if err := h.pauseForRecovery(ctx, by, p.Token); err != nil {
-			return p, err
+		// back paused with no recovery, never acting with a recovery under way. A pause this call set
+		// and that leads to no recovery (the wait given up, the caller gone, the journal refusing) is
+		// lifted again: nothing is left behind for a recovery that did not begin.
+		set, err := h.pauseForRecovery(ctx, by, p.Token)
+		if err == nil {
+			rec = &RecoveryRecord{Plan: p, By: by, Began: time.Now().UTC()}
+			if err = store.RecordRecovery(ctx, *rec); err != nil {
+				err = fmt.Errorf("journaling the recovery before any BMC request: %w", err)
+			}
 		}
-		rec = &RecoveryRecord{Plan: p, By: by, Began: time.Now().UTC()}
-		if err := store.RecordRecovery(ctx, *rec); err != nil {
-			return p, fmt.Errorf("journaling the recovery before any BMC request: %w", err)
+		if err != nil {
+			if set {
+				h.liftRecoveryPause(by, p.Token, err)
+			}
+			return p, err
 		}
 		h.retire(rec)
 		h.log.Warn("etcd recovery begun", "by", by, "survivor", p.Survivor.Member, "token", p.Token, "bumpRevision", p.BumpRevision)
 	} else if err := unknownConfirmations(rec.Plan, req); err != nil {
 		return rec.Plan, err
-	} else if err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
-		return rec.Plan, err
+	} else if _, err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
+		return rec.Plan, err // journaled: the pause stays (holdForRecovery would set it again at the next start)
 	}
 	for i := range rec.Plan.Fence {
 		f := &rec.Plan.Fence[i]
@@ -193,23 +201,70 @@ func (h *Hub) holdForRecovery(ctx context.Context) error {
 }
 
 // pauseForRecovery pauses the hub for the recovery and waits until no remediation is inside an
-// irreversible step.
-func (h *Hub) pauseForRecovery(ctx context.Context, by, token string) error {
+// irreversible step, for as long as one such step may last (a BMC operation: LongestOperation), saying
+// every 5 s what it waits for. set says whether this call paused the hub (it was not paused before).
+func (h *Hub) pauseForRecovery(ctx context.Context, by, token string) (set bool, err error) {
+	h.mu.Lock()
+	set = h.brakes.Paused == nil
+	h.mu.Unlock()
 	if err := h.SetPaused(ctx, true, by, recoveryPause(token)); err != nil {
-		return fmt.Errorf("pausing the hub for the recovery: %w", err)
+		return set, fmt.Errorf("pausing the hub for the recovery: %w", err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	start, bound := time.Now(), h.cfg.BMC.LongestOperation()
+	next := start.Add(5 * time.Second)
 	for h.PauseState() != Paused {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: the hub is pausing, but a remediation is still inside an irreversible step after 30 s (hub status): run `hub recover --yes` again once it is Paused", ErrRefused)
+		busy := h.busyWith()
+		switch now := time.Now(); {
+		case now.Sub(start) > bound:
+			return set, fmt.Errorf("%w: the hub is pausing for etcd recovery %s, but %s after %v, longer than one BMC operation may take (%v with this hub's "+
+				"--bmc-verify-timeout and graceful timeout): its BMC may hang; check it (hub status, hub explain), then run `hub recover --yes` again",
+				ErrRefused, token, busy, now.Sub(start).Round(time.Second), bound)
+		case now.After(next):
+			h.log.Warn("etcd recovery: waiting for the pause", "token", token, "waitingFor", busy, "waited", now.Sub(start).Round(time.Second), "atMost", bound)
+			next = now.Add(5 * time.Second)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return set, fmt.Errorf("waiting for the pause of etcd recovery %s (%s): %w", token, busy, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	return nil
+	return set, nil
+}
+
+// busyWith says which remediations are inside an irreversible step, and where.
+func (h *Hub) busyWith() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.running {
+		if r.busy {
+			step := "its last step"
+			if r.next < len(r.rem.Steps) {
+				step = r.rem.Steps[r.next].String()
+			}
+			out = append(out, fmt.Sprintf("remediation %s of %s is still inside %s (a BMC operation: it cannot be called back)", r.rem.ID, r.rem.Machine, step))
+		}
+	}
+	slices.Sort(out)
+	return cmp.Or(strings.Join(out, "; "), "a remediation was just inside an irreversible step")
+}
+
+// liftRecoveryPause lifts the pause a recovery that did not begin set (why: what stopped it).
+func (h *Hub) liftRecoveryPause(by, token string, why error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the caller's may be gone
+	defer cancel()
+	err := h.setBrake(ctx, fmt.Sprintf("resumed by %s: etcd recovery %s did not begin", by, token), func(b *Brakes) bool {
+		if b.Paused == nil || b.Paused.Reason != recoveryPause(token) {
+			return false // paused since for another reason: that pause stays
+		}
+		b.Paused = nil
+		return true
+	})
+	if err != nil {
+		h.log.Warn("lifting the pause of a recovery that did not begin", "token", token, "err", err)
+	}
+	h.log.Warn("etcd recovery did not begin: the pause it set is lifted", "token", token, "err", why)
 }
 
 // fence powers a lost member's machine off through its BMC and reads it back Off, or takes the
