@@ -67,7 +67,10 @@ The agent's DaemonSet has no write access to manifests or data directories: run 
 				return err
 			}
 			fmt.Fprintf(stdout, "recovered: %s is etcd cluster %s, one member, at revision %d; its old data is kept in %s\n"+
-				"next: on each other member's machine once it is back, one at a time, `agent rejoin --plan FILE --cluster URL` (URL: this member's client URL); then `hub resume`\n",
+				"next: `hub resume` now (the hub leaves this survivor alone until its observers see the new cluster healthy, and holds the old members);\n"+
+				"then for each other machine, one at a time: repair or replace it (same name and addresses; etcd's certificates and its static pod\n"+
+				"manifest as kubeadm writes it; an empty data directory will do), power it on (`hub reboot MACHINE --force`), and run there\n"+
+				"`agent rejoin --plan FILE --cluster URL` (URL: this member's client URL); see docs/operating.md, \"Permanent quorum loss\"\n",
 				r.Member, r.NewClusterID, r.Revision, r.Aside)
 			return nil
 		},
