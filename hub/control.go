@@ -220,6 +220,17 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, err
 		}
 	}
+	h.mu.Lock()
+	last := h.retired
+	h.mu.Unlock()
+	if _, survivor := last.survivorHold(m.Name); survivor {
+		why := fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from, and a majority of the observers has not reached the rebuilt cluster "+
+			"since: %s holds the only copy of its data, and a boot that fails now loses the cluster", m.Name, last.token, last.survivor.member)
+		if refusal != nil {
+			why += "; and " + refusal.Error()
+		}
+		refusal = errors.New(why)
+	}
 	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
 	if refusal != nil {
 		switch {

@@ -416,6 +416,11 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	for _, name := range []string{"cp-1", "cp-2"} {
 		require.Eventually(t, func() bool { return r.machine(name).Remediation == nil }, 10*time.Second, 10*time.Millisecond, name)
 	}
+	// The survivor, its rebuilt cluster not yet seen: an operator's reboot of it says what it risks.
+	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "cp-0 is the survivor etcd recovery "+p.Token+" rebuilt the cluster from")
+	assert.Contains(t, err.Error(), "a boot that fails now loses the cluster")
 	// `agent recover` on cp-0: a one-member cluster with a new ID.
 	pool.mu.Lock()
 	pool.clusterID, pool.members, pool.clusters = "5eed", []string{"etcd-0"}, map[string]string{}

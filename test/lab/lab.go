@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +20,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
@@ -468,6 +473,66 @@ gossip: {bind: "%s", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
 etcd: {endpoint: "%s"}
 probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
 `, node, listen, gossip, strings.Join(c.Joins, ", "), c.KeyFile, identity, c.PinnedFile, etcd)
+}
+
+// EtcdStatus is m's etcd member's own status (its member ID, its leader, its raft term), asked from
+// the out-of-band host.
+func (c *Cluster) EtcdStatus(ctx context.Context, m *Machine) (*clientv3.StatusResponse, error) {
+	cli, err := c.etcdClient(m)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return cli.Status(ctx, "http://"+m.Host.Addr(2379))
+}
+
+// etcdClient is a client of m's etcd member alone, from the out-of-band host.
+func (c *Cluster) etcdClient(m *Machine) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: []string{"http://" + m.Host.Addr(2379)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return c.OOB.Dial(ctx, "tcp", addr)
+		})}})
+}
+
+// MoveLeader makes m's etcd member the leader (etcd's transfer of leadership, asked of the leader
+// from the out-of-band host), as an etcd leader on one side of a partition is.
+func (c *Cluster) MoveLeader(ctx context.Context, m *Machine) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		var to uint64
+		var leader *Machine
+		for _, o := range c.Machines {
+			st, err := c.EtcdStatus(ctx, o)
+			if err == nil && st.Leader == st.Header.MemberId {
+				leader = o
+			}
+			if err == nil && o == m {
+				to = st.Header.MemberId
+			}
+		}
+		switch {
+		case leader == m:
+			return nil
+		case to != 0 && leader != nil:
+			cli, err := c.etcdClient(leader)
+			if err != nil {
+				return err
+			}
+			_, err = cli.MoveLeader(ctx, to)
+			_ = cli.Close()
+			if err != nil {
+				return fmt.Errorf("moving etcd's leadership to %s: %w", m.Member, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("moving etcd's leadership to %s: %w", m.Member, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // HubRejected reads the hub's count of refused gossip messages by reason from its /metrics.

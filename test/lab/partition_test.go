@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -81,7 +82,10 @@ func waitHealthy(t *testing.T, c *Cluster, timeout time.Duration, what string) t
 // (no majority, not planning, observers missing), all cleared after the heal. After the heal: every observer sees every other again and every
 // machine is Healthy within seconds (memberlist alone never rejoins members it declared dead once it
 // stops gossiping to them), and no remediation was ever journaled, not even of cp-0, whose etcd had no
-// leader for the whole partition.
+// leader for the whole partition. etcd's leader is on the minority side when the partition begins, as
+// where a member catching up after the heal (following the new leader, its reads stalled over streams
+// dialled again through the silent drops) was once power-cycled: the test prints how long its reads
+// stalled.
 func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	hold := 70 * time.Second
 	if s := os.Getenv("HALE_PARTITION_SECONDS"); s != "" {
@@ -100,6 +104,11 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 		Start: func(argv ...string) { c.HubHost.Start("prometheus", argv...) }, Dial: c.HubHost.Dial})
 	prom.WaitFiring(30*time.Second, "all well")
 
+	// etcd's leader on the minority side, as it was where this was found on real processes: the other
+	// side elects another at a higher term, and after the heal etcd-0 follows it over streams dialled
+	// again through the silent drops, serving no linearizable read for seconds ("waiting for ReadIndex
+	// response took too long"): it is catching up, not failing.
+	require.NoError(t, c.MoveLeader(t.Context(), c.Machines[0]))
 	cps := []*netns.Host{c.Machines[0].Host, c.Machines[1].Host, c.Machines[2].Host}
 	c.Lab.Cut([]*netns.Host{c.HubHost, cps[0]}, cps[1:])
 	t.Logf("partition: {hub, cp-0} | {cp-1, cp-2} for %v", hold)
@@ -123,9 +132,13 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	c.Lab.Uncut([]*netns.Host{c.HubHost}, cps[1:])
 	time.Sleep(3 * time.Second)
 	c.Lab.Heal()
+	healed := time.Now()
 	took := waitHealthy(t, c, 60*time.Second, "after the heal")
-	t.Logf("partition of %v healed → every machine Healthy, all 4 observers heard, in %v", hold, took.Round(100*time.Millisecond))
-	fmt.Printf("netns partition: %v partition healed → all Healthy in %v\n", hold, took.Round(100*time.Millisecond))
+	stalled := readIndexStalls(t, filepath.Join(c.Lab.Dir(), "etcd-0.log"), healed)
+	t.Logf("partition of %v healed → every machine Healthy, all 4 observers heard, in %v (etcd-0, the old leader, served no linearizable read "+
+		"for %v after the heal)", hold, took.Round(100*time.Millisecond), stalled)
+	fmt.Printf("netns partition: %v partition healed → all Healthy in %v (etcd-0, the old leader, served no linearizable read for %v of it)\n",
+		hold, took.Round(100*time.Millisecond), stalled)
 	prom.WaitFiring(30*time.Second, "healed")
 	// And nothing happens later either: longer than the probes' timeout (10 s), whose failures on the
 	// minority side (cp-0's etcd had no leader) must not count once the partition is over.
@@ -146,4 +159,25 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, hist, "cp-%d: remediations journaled", i)
 	}
+}
+
+// readIndexStalls is how long after since the member whose log is file went on saying "waiting for
+// ReadIndex response took too long" (its linearizable reads stalled): from since to its last such line.
+func readIndexStalls(t *testing.T, file string, since time.Time) time.Duration {
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var last time.Time
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct {
+			TS  time.Time `json:"ts"`
+			Msg string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && strings.HasPrefix(e.Msg, "waiting for ReadIndex response took too long") && e.TS.After(since) {
+			last = e.TS
+		}
+	}
+	if last.IsZero() {
+		return 0
+	}
+	return last.Sub(since).Round(100 * time.Millisecond)
 }
