@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -539,4 +542,39 @@ hale_hub_gossip_rejected_total{reason="unsigned"} 0
 	assert.False(t, fresh, "its last report, pushed again by a peer, is not taken back")
 	_, fresh = g.merge(encode(Report{Node: "cp-0", Addr: "10.0.0.10:7946", Version: uint64(time.Now().UnixNano()), SentAt: time.Now()}))
 	assert.True(t, fresh, "a newer one is: cp-0 is back")
+}
+
+// A member that starts again (its machine rebooted, its agent restarted) is not what its last report
+// said: the report held from its earlier run is dropped when the new run joins, and a copy of it a peer
+// passes on later is refused, until the new run's first report.
+func TestAReportFromAnEarlierRunIsDropped(t *testing.T) {
+	p := startPool(t, 2)
+	observer, old := p.members[0], p.members[1]
+	require.NoError(t, old.Publish(Report{Probes: []ProbeResult{{Name: "etcd", OK: true, Detail: "the earlier run"}}}))
+	require.Eventually(t, func() bool { _, ok := observer.Reports()["node-1"]; return ok }, 5*time.Second, 10*time.Millisecond)
+	old.mu.Lock()
+	stale := slices.Clone(old.encoded["node-1"])
+	old.mu.Unlock()
+	_, port, err := net.SplitHostPort(old.Addr())
+	require.NoError(t, err)
+	require.NoError(t, old.Shutdown()) // a crash
+	require.Eventually(t, func() bool { return stateOf(observer, "node-1") == PeerDead }, 5*time.Second, 10*time.Millisecond)
+	_, held := observer.Reports()["node-1"]
+	assert.True(t, held, "while it is dead its last report is kept (the hub judges its age)")
+
+	again, _ := startMember(t, "node-1", func(c *GossipConfig) { c.BindPort, _ = strconv.Atoi(port) })
+	_, err = again.Join([]string{observer.Addr()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return stateOf(observer, "node-1") == PeerAlive }, 5*time.Second, 10*time.Millisecond)
+	_, held = observer.Reports()["node-1"]
+	assert.False(t, held, "the earlier run's report, dropped when the new run joined")
+	(*delegate)(observer).NotifyMsg(stale)
+	_, held = observer.Reports()["node-1"]
+	assert.False(t, held, "a copy of it passed on later, refused")
+
+	require.NoError(t, again.Publish(Report{Probes: []ProbeResult{{Name: "etcd", OK: false, Detail: "the new run"}}}))
+	require.Eventually(t, func() bool {
+		r, ok := observer.Reports()["node-1"]
+		return ok && len(r.Probes) == 1 && r.Probes[0].Detail == "the new run"
+	}, 5*time.Second, 10*time.Millisecond)
 }

@@ -206,6 +206,18 @@ func (g *Gossip) Members() []Member {
 	return out
 }
 
+// earlierIncarnation says whether r is from an earlier run of its member than the one alive in the pool
+// now: the member's gossip meta says when it started, and so does each report it sends, both on its own
+// clock. Callers hold g.mu.
+func (g *Gossip) earlierIncarnation(r Report) bool {
+	n, alive := g.nodes[r.Node]
+	if !alive || r.Started.IsZero() {
+		return false
+	}
+	_, started, _ := parseMeta(n.Meta)
+	return started != 0 && r.Started.UnixNano() < started
+}
+
 // events is memberlist's EventDelegate: peer liveness transitions.
 type events Gossip
 
@@ -219,6 +231,14 @@ func (e *events) set(n *memberlist.Node, st PeerState) {
 		cp := *n
 		cp.Addr, cp.Meta = slices.Clone(n.Addr), slices.Clone(n.Meta)
 		e.nodes[n.Name] = cp
+		if r, ok := e.reports[n.Name]; ok && (*Gossip)(e).earlierIncarnation(*r) {
+			// The report held is from before the member started again (its machine rebooted, its
+			// agent restarted): it says nothing of the member now, and must not pass for its newest
+			// until the new one comes (a hub took a rebooted machine's last report, 15 s old, for a
+			// view of etcd now, and its old cluster for the current one).
+			delete(e.reports, n.Name)
+			delete(e.encoded, n.Name)
+		}
 	} else {
 		delete(e.nodes, n.Name)
 	}

@@ -208,6 +208,8 @@ func (g *Gossip) admit(msg []byte) (*Report, bool) {
 		return nil, false
 	case r.Version <= g.expired[r.Node]:
 		return nil, false // the last report of a member that left long ago, still pushed by a peer
+	case g.earlierIncarnation(*r):
+		return nil, false // from before its member started again, still passed on by a peer
 	}
 	if addr, met := g.addrs[r.Node]; met && r.Addr != "" && r.Addr != addr {
 		// A gossip member is one name at one address: a report under a member's name from another

@@ -48,9 +48,11 @@ const markEvery = 10 * time.Second
 // cluster most of them report (a report without a cluster ID, from an agent older than the field,
 // counts for none); ok is false when no report has one. The cluster is the one most live reports give
 // when any is live: the last reports of members that died in the old cluster, still gossiped, must not
-// outvote the members of a rebuilt one. It walks the members, not the reports: a pool of thousands of
-// machines has a handful of members.
-func reportedMark(inv Inventory, reports map[string]health.Report, live func(health.Report) bool) (RaftMark, bool) {
+// outvote the members of a rebuilt one. A tie goes to the cluster of the mark so far (prefer: a member
+// of the old cluster back beside one of the new, before its rejoin, must not turn the mark back and
+// forth), then to the lower ID. It walks the members, not the reports: a pool of thousands of machines
+// has a handful of members.
+func reportedMark(inv Inventory, reports map[string]health.Report, live func(health.Report) bool, prefer string) (RaftMark, bool) {
 	count, alive, best := map[string]int{}, map[string]int{}, map[string]RaftMark{}
 	for _, m := range inv.Machines {
 		r, ok := reports[m.Node]
@@ -75,7 +77,7 @@ func reportedMark(inv Inventory, reports map[string]health.Report, live func(hea
 	}
 	var out RaftMark
 	for id, n := range count {
-		if n > count[out.ClusterID] || n == count[out.ClusterID] && id < out.ClusterID {
+		if n > count[out.ClusterID] || n == count[out.ClusterID] && out.ClusterID != prefer && (id == prefer || id < out.ClusterID) {
 			out = best[id]
 		}
 	}
@@ -85,7 +87,7 @@ func reportedMark(inv Inventory, reports map[string]health.Report, live func(hea
 // track raises the mark to what the reports show (or starts it again for a cluster with another ID),
 // and says when the cluster ID changed.
 func (s *passState) track(rd *Ready, inv Inventory, reports map[string]health.Report, live func(health.Report) bool) {
-	m, ok := reportedMark(inv, reports, live)
+	m, ok := reportedMark(inv, reports, live, s.mark.ClusterID)
 	switch {
 	case !ok:
 	case s.mark.ClusterID != "" && m.ClusterID != s.mark.ClusterID:

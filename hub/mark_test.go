@@ -62,11 +62,16 @@ func TestReportedMark(t *testing.T) {
 			RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := reportedMark(membersOf(tc.reports), tc.reports, func(r health.Report) bool { return !slices.Contains(tc.stale, r.Node) })
+			got, ok := reportedMark(membersOf(tc.reports), tc.reports, func(r health.Report) bool { return !slices.Contains(tc.stale, r.Node) }, "")
 			assert.Equal(t, tc.want.Index > 0, ok)
 			assert.Equal(t, tc.want, got)
 		})
 	}
+	// A tie of clusters goes to the mark's so far, before the lower ID: a member of the old cluster back
+	// beside one of the new, before its rejoin, does not turn the mark back.
+	tie := reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7))
+	got, _ := reportedMark(membersOf(tie), tie, func(health.Report) bool { return true }, "c2")
+	assert.Equal(t, RaftMark{ClusterID: "c2", Term: 1, Index: 10, Member: "etcd-b"}, got)
 }
 
 // The mark rises with the reports and never falls; it is written at most every markEvery, at once
