@@ -270,7 +270,9 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		if answeredAt.After(res.SeenAt) {
 			res.SeenAt = answeredAt
 		}
-		res.OwnAnswers = fresh && ownViewOf(own, m.Member).answers
+		// Only from a member alive in the hub's gossip: a hub that just started holds the last reports of
+		// members that died before it did, fresh by age, from peers that kept them.
+		res.OwnAnswers = fresh && live(own, obs, a.policy.StaleAfter) && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	switch {

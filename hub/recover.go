@@ -139,6 +139,9 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 	slices.SortFunc(p.Candidates, func(a, b Survivor) int {
 		return cmp.Or(cmp.Compare(b.Index, a.Index), cmp.Compare(b.Term, a.Term), strings.Compare(a.Member, b.Member))
 	})
+	if p.Loss != nil {
+		blockUnaccounted(st, lost, p.Candidates, p.Loss.Quorum, block)
+	}
 	if len(p.Candidates) == 0 {
 		block("no member answers: there is no survivor to recover from (restore from a backup: etcd's disaster recovery guide)")
 		p.BumpRevision, p.BumpWhy = bumpWithoutMark, "no survivor"
@@ -169,6 +172,36 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 	}
 	p.Steps = recoverySteps(p)
 	return p
+}
+
+// blockUnaccounted blocks a recovery that would leave old members running unseen or enough of them to
+// bring the old cluster back: every voter must be lost (and fenced) or answer (a candidate), and the
+// candidates other than the survivor, which keep running the old cluster until `agent rejoin`, must stay
+// short of its quorum. (Found on real processes: a hub restarted just before `hub recover --yes` had no
+// view yet of the two dead voters, neither lost nor answering, and planned a recovery fencing none.)
+func blockUnaccounted(st Status, lost map[string]bool, candidates []Survivor, quorum int, block func(string, ...any)) {
+	answering := map[string]bool{}
+	for _, c := range candidates {
+		answering[c.Member] = true
+	}
+	var unseen []string
+	for _, m := range st.Machines {
+		if m.Role == "voter" && m.Member != "" && !lost[m.Member] && !answering[m.Member] {
+			unseen = append(unseen, fmt.Sprintf("%s (%s)", m.Name, m.Member))
+		}
+	}
+	if len(unseen) > 0 {
+		block("%s: neither lost nor answering in the hub's view (a hub that has just started hears its observers first): wait, then run it again",
+			strings.Join(unseen, ", "))
+	}
+	if others := len(candidates) - 1; quorum > 0 && others >= quorum {
+		var names []string
+		for _, c := range candidates[1:] {
+			names = append(names, c.Member)
+		}
+		block("%s answer: they would go on running the old cluster beside the rebuilt one, %d of its members, its quorum (%d); quorum is not lost for good "+
+			"while they answer: find out why they have no leader (the network between them?)", strings.Join(names, ", "), others, quorum)
+	}
 }
 
 // fenced says whether every lost member is fenced.

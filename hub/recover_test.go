@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -84,6 +85,12 @@ func TestPlanRecovery(t *testing.T) {
 				"cp-2 (etcd-2): nothing says it will not come back (no evidence)"}},
 		{name: "the far side, confirmed by name", obs: answering, survivor: "etcd-4", bump: 90_100 / 5, req: RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}},
 			st: Status{RaftMark: mark, QuorumLoss: farSide}},
+		{name: "a voter neither lost nor answering (a hub that has just started)", obs: obs(report("cp-4", 90_100, "c1")), req: confirmed,
+			survivor: "etcd-4", bump: 90_100 / 5, st: Status{RaftMark: mark, QuorumLoss: loss, Machines: votingMachines(5)},
+			blockedBy: []string{"cp-0 (etcd-0): neither lost nor answering in the hub's view"}},
+		{name: "members that answer, as many as the old quorum: no loss for good", obs: answering, survivor: "etcd-1", bump: 95_000 / 5,
+			st:        Status{RaftMark: mark, QuorumLoss: &QuorumLoss{Voters: 3, Quorum: 2}},
+			blockedBy: []string{"etcd-4, etcd-0 answer: they would go on running the old cluster beside the rebuilt one, 2 of its members, its quorum (2)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.st.Time = now
@@ -116,6 +123,15 @@ func TestPlanRecovery(t *testing.T) {
 	}, p.Fence)
 	assert.Contains(t, strings.Join(p.Steps, "\n"), "revision bump 18020, the latest revision marked compacted")
 	assert.Equal(t, []string{"etcd-4", "etcd-0"}, []string{p.Candidates[0].Member, p.Candidates[1].Member})
+}
+
+// votingMachines is the status of n machines cp-0… whose members etcd-0… are voters.
+func votingMachines(n int) []MachineStatus {
+	var out []MachineStatus
+	for i := range n {
+		out = append(out, MachineStatus{Name: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i), Role: "voter"})
+	}
+	return out
 }
 
 // On a running hub, with witnesses so that it still hears a majority: two of three members go silent
@@ -571,11 +587,15 @@ func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, rec, "nothing journaled")
 
-	// Waited for: it ends, then the recovery begins and fences both.
+	// Waited for: it ends, then the recovery begins and fences both. A pause an earlier `hub recover
+	// --yes` left (its hub killed while it waited) is adopted, with its token.
 	require.Eventually(t, busy, 10*time.Second, 10*time.Millisecond, "a power-cycle inside its BMC operation again")
+	left := "hale-" + testClusterID + "-42"
+	require.NoError(t, r.hub.SetPaused(ctx, true, "alice", recoveryPause(left)))
 	began := time.Now()
 	p, err := r.hub.Recover(ctx, confirm)
 	require.NoError(t, err)
+	assert.Equal(t, left, p.Token)
 	t.Logf("the recovery began %v after it was asked for, the power-cycle under way ended first", time.Since(began).Round(10*time.Millisecond))
 	for _, f := range p.Fence {
 		assert.True(t, f.Fenced, f.Machine)

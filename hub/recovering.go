@@ -110,6 +110,15 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 			return p, fmt.Errorf("%w: the recovery plan is not ready: %s", ErrRefused, strings.Join(p.Blockers, "; "))
 		}
 		p.Token = fmt.Sprintf("hale-%s-%d", p.Survivor.ClusterID, time.Now().Unix())
+		h.mu.Lock()
+		left, adopt := RecoveryPause(h.brakes.Paused)
+		h.mu.Unlock()
+		if adopt && strings.HasPrefix(left, fmt.Sprintf("hale-%s-", p.Survivor.ClusterID)) {
+			// A pause an earlier `hub recover --yes` set and left, its recovery never journaled (the hub
+			// was killed while it waited): this one goes on under its token.
+			p.Token = left
+			h.log.Warn("etcd recovery: adopting the pause an earlier `hub recover --yes` left without beginning", "token", left)
+		}
 		// Paused (a recorded brake) before the recovery is journaled: a hub killed in between comes
 		// back paused with no recovery, never acting with a recovery under way. A pause this call set
 		// and that leads to no recovery (the wait given up, the caller gone, the journal refusing) is
