@@ -234,10 +234,11 @@ func answersHold(f facts, m Machine, a Assessment, lost bool, silent []string) (
 }
 
 // silentVoters are, when etcd has lost quorum, the voters whose members answer no majority of the
-// observers, nor their own agents, whatever their verdict (nil while quorum holds). A silent voter need not be Unhealthy
-// yet: at the heal of a partition whose far side held the quorum, its members come back into view
-// Suspect for a pass or two (test/chaos far-side: cp-0's reboot begun 0.4 s after the heal, while
-// etcd-1 was still Suspect and unreachable in the observers' last reports from the partition).
+// observers, nor their own agents, whatever their verdict (nil while quorum holds). A silent voter need
+// not be Unhealthy yet: at the heal of a partition whose far side held the quorum, its members come
+// back into view Suspect for a pass or two (test/chaos far-side: cp-0's reboot begun 0.4 s after the
+// heal, while etcd-1 was still Suspect and unreachable in the observers' last reports from the
+// partition).
 func silentVoters(f facts, cluster quorum.Cluster) []string {
 	if !cluster.Budget(f.inv.Policy.Quorum).QuorumLost() {
 		return nil
