@@ -259,7 +259,7 @@ func wrapRedfish(what string, err error, timeout time.Duration) error {
 	}
 	switch {
 	case isTLSVerification(err):
-		err = fmt.Errorf("%w; give the BMC's CA bundle (--ca-file), or skip verification explicitly (--insecure)", err)
+		err = fmt.Errorf("%w; give the BMC's CA bundle (the inventory's caFile for the machine; `hub bmc power` takes --ca-file), or skip verification explicitly (insecure: true; --insecure)", err)
 	case isPlainHTTP(err):
 		err = fmt.Errorf("%w: the BMC answers plain HTTP on this port, not HTTPS; if that is intended, say so in the endpoint (redfish+http://)", err)
 	}

@@ -252,6 +252,7 @@ func TestRedfishTLSAndSystems(t *testing.T) {
 	noCA.CAFile = ""
 	_, err := r.controller(r.sim.Endpoint()+"/systems/a", noCA, secret).PowerState(ctx)
 	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "the inventory's caFile")
 	assert.Contains(t, err.Error(), "--ca-file")
 
 	insecure := noCA

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +41,12 @@ type Journal struct {
 func OpenJournal(path string, keepFinished int) (*Journal, error) {
 	if keepFinished <= 0 {
 		keepFinished = 20
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("journal %s: its directory %s does not exist or is no directory: create it (owned by the hub's user, mode 0700) "+
+				"or give another path (--journal)", path, dir)
+		}
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	switch {

@@ -106,6 +106,12 @@ func TestJournalBadInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "journal "+garbage)
 	assert.Contains(t, err.Error(), "move the file aside")
 
+	// A directory that is not there (the default /var/lib/hale on a new host): that is the fix to name.
+	_, err = OpenJournal(filepath.Join(dir, "missing", "journal.db"), 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "its directory "+filepath.Join(dir, "missing")+" does not exist or is no directory: create it")
+	assert.NotContains(t, err.Error(), "move the file aside")
+
 	path := filepath.Join(dir, "journal.db")
 	j := openJournal(t, path)
 	defer j.Close()

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hale-dev/hale/config"
@@ -203,6 +204,8 @@ func (c Config) validate() error {
 		return errors.New("etcd.endpoint: a witness runs no etcd member; list the members' client URLs under etcd.endpoints to watch etcd from outside")
 	case c.Role == RoleAgent && len(c.Etcd.Endpoints) > 0:
 		return errors.New("etcd.endpoints: only a witness reads etcd from outside; an agent reads its own member at etcd.endpoint")
+	case c.Etcd.Endpoint != "" && !strings.HasPrefix(c.Etcd.Endpoint, "http://") && !strings.HasPrefix(c.Etcd.Endpoint, "https://"):
+		return fmt.Errorf("etcd.endpoint: %q: want an http:// or https:// URL (kubeadm's member: https://127.0.0.1:2379)", c.Etcd.Endpoint)
 	case c.Role == RoleWitness && slices.ContainsFunc(health.ProbeNames(), c.Probes.enabled):
 		return errors.New("probes: a witness runs none (it is not a machine Hale heals); remove the probes section or set role: agent")
 	case c.Cluster == "":

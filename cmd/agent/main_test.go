@@ -63,6 +63,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			want: "probes: a witness runs none"},
 		{name: "agent reading from outside", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [http://127.0.0.1:2379]}\n",
 			want: "etcd.endpoints: only a witness"},
+		{name: "agent with an etcd:// endpoint", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\netcd: {endpoint: \"etcd://10.0.0.1:2379\"}\n",
+			want: `etcd.endpoint: "etcd://10.0.0.1:2379": want an http:// or https:// URL`},
 		{name: "witness with a bad endpoint", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [127.0.0.1:2379]}\n",
 			want: `etcd.endpoints: "127.0.0.1:2379": want an http:// or https:// URL`},
 		{name: "unknown probe", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\nprobes: {kubelt: {enabled: false}}\n",

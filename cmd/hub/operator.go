@@ -112,7 +112,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body, out any) 
 	if resp.StatusCode != http.StatusOK {
 		var e hub.APIError
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
+			return c.notTheHub(fmt.Sprintf("%s (%q)", resp.Status, firstLine(string(b))))
 		}
 		code := exitUsage
 		if resp.StatusCode == http.StatusConflict {
@@ -126,10 +126,26 @@ func (c *apiClient) do(ctx context.Context, method, path string, body, out any) 
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("the hub's answer to %s %s: %w", method, path, err)
+			return c.notTheHub(fmt.Sprintf("%s to %s %s, which is no answer of Hale's (%v)", resp.Status, method, path, err))
 		}
 	}
 	return nil
+}
+
+// notTheHub is the error for an answer that is not the operator API's: another server listens where
+// the command was pointed (the hub's metrics port, say).
+func (c *apiClient) notTheHub(answer string) error {
+	return &codedError{exitUnreachable, fmt.Errorf("%s answered %s: that is not the hub's operator API. Point the command at the hub's "+
+		"--socket, or at the address `hub run --api-address` serves (not its --metrics-address)", c.where, answer)}
+}
+
+// firstLine is s's first line, at most 200 characters.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	if len(line) > 200 {
+		line = line[:200] + "…"
+	}
+	return line
 }
 
 // operatorCommands are the commands that talk to a running hub.
