@@ -3,6 +3,7 @@ package hub
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,17 +16,25 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// exampleInventory is examples/inventory.yaml in a temporary directory beside a copy of
-// examples/bmc-credentials that only its owner may read (a checkout leaves the example readable by all,
-// which the hub refuses). The example names its credentials relative to itself.
+// exampleInventory is examples/inventory.yaml in a temporary directory beside the credentials file
+// made there by the command its comment gives (only its owner may read it). The example names its
+// credentials relative to itself.
 func exampleInventory(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	creds, err := os.ReadFile("../examples/bmc-credentials")
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "bmc-credentials"), creds, 0o600))
 	inv, err := os.ReadFile("../examples/inventory.yaml")
 	require.NoError(t, err)
+	var make string
+	for _, line := range strings.Split(string(inv), "\n") {
+		if c, ok := strings.CutPrefix(line, "#   install -m 600"); ok {
+			make = "install -m 600" + c
+		}
+	}
+	require.NotEmpty(t, make, "the example says how to make its credentials file")
+	cmd := exec.Command("sh", "-c", make)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s: %s", make, out)
 	path := filepath.Join(dir, "inventory.yaml")
 	require.NoError(t, os.WriteFile(path, inv, 0o600))
 	return path
@@ -70,7 +79,8 @@ func TestLoadExampleInventory(t *testing.T) {
 	assert.Equal(t, "etcd-2", cp2.Member)
 	assert.Equal(t, "1", cp2.Endpoint.SystemID)
 	assert.Equal(t, quorum.Reboot, cp2.Strategy)
-	assert.Equal(t, "admin", cp2.Credentials.Username)
+	assert.Equal(t, "hale", cp2.Credentials.Username)
+	assert.Equal(t, "the password", cp2.Credentials.Password())
 	assert.Equal(t, "workers", inv.Machines[3].Pool)
 	assert.Equal(t, "control-plane", cp2.Pool)
 	assert.Equal(t, 10*time.Second, inv.Policy.Assess.ProbeTimeouts["etcd"])
