@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,8 +30,14 @@ type Endpoint struct {
 	SystemID string
 }
 
-// ParseEndpoint reads redfish://host[:port][/systems/ID], redfish+http://…, or ipmi://host[:port].
-// The Redfish path may also be the full resource path, /redfish/v1/Systems/ID, as metal3 writes it.
+// metal3RedfishSchemes are metal3's other URL schemes of a Redfish BMC (baremetal-operator's
+// bmc.address), each also with +http or +https: whatever they provision with, their power control is
+// Redfish's ComputerSystem.Reset.
+const metal3RedfishSchemes = "idrac-redfish, redfish-virtualmedia, idrac-virtualmedia, ilo5-redfish"
+
+// ParseEndpoint reads redfish://host[:port][/systems/ID] (redfish+https://: the same), redfish+http://…
+// (plain HTTP), metal3's Redfish schemes, or ipmi://host[:port]. The Redfish path may also be the full
+// resource path, /redfish/v1/Systems/ID, as metal3 writes it.
 func ParseEndpoint(s string) (Endpoint, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil || u.Host == "" {
@@ -42,15 +49,17 @@ func ParseEndpoint(s string) (Endpoint, error) {
 	}
 	ep := Endpoint{Host: u.Hostname()}
 	defPort := 443
-	switch u.Scheme {
-	case "redfish", "redfish+https":
-		ep.Driver = DriverRedfish
-	case "redfish+http":
-		ep.Driver, ep.PlainHTTP, defPort = DriverRedfish, true, 80
-	case "ipmi":
+	base, transport, _ := strings.Cut(u.Scheme, "+")
+	switch {
+	case u.Scheme == "ipmi":
 		ep.Driver, defPort = DriverIPMI, 623
+	case base != "redfish" && !slices.Contains(strings.Split(metal3RedfishSchemes, ", "), base) || transport != "" && transport != "http" && transport != "https":
+		return Endpoint{}, fmt.Errorf("BMC endpoint %q: unknown scheme %q; want redfish (redfish+https), redfish+http, ipmi, or one of metal3's "+
+			"Redfish schemes (%s, each also +http or +https)", s, u.Scheme, metal3RedfishSchemes)
+	case transport == "http":
+		ep.Driver, ep.PlainHTTP, defPort = DriverRedfish, true, 80
 	default:
-		return Endpoint{}, fmt.Errorf("BMC endpoint %q: unknown scheme %q; want redfish, redfish+http or ipmi", s, u.Scheme)
+		ep.Driver = DriverRedfish
 	}
 	ep.Port = defPort
 	if p := u.Port(); p != "" {

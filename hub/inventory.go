@@ -116,9 +116,10 @@ type MachineFile struct {
 
 // BMCFile says how to reach a machine's BMC.
 type BMCFile struct {
-	// Endpoint is redfish://HOST[:PORT][/systems/ID] (https; redfish+http:// for plain HTTP) or
-	// ipmi://HOST[:PORT] (IPMI over LAN, lanplus). A Redfish endpoint without a system ID needs a
-	// service with exactly one system.
+	// Endpoint is redfish://HOST[:PORT][/systems/ID] (https, also written redfish+https://;
+	// redfish+http:// for plain HTTP; metal3's idrac-redfish, redfish-virtualmedia, idrac-virtualmedia and
+	// ilo5-redfish schemes too, each also +http or +https) or ipmi://HOST[:PORT] (IPMI over LAN,
+	// lanplus). A Redfish endpoint without a system ID needs a service with exactly one system.
 	Endpoint string `json:"endpoint"`
 	// Credentials is a file of username= and password= lines, or a directory holding files named
 	// username and password (a mounted Secret); relative to the inventory's directory.

@@ -92,7 +92,9 @@ expected state.
   cycle    hard power cycle (PowerCycle, else ForceRestart, else ForceOff + On)
   reboot   graceful restart, hard cycle when it is not supported or not proven in time
 
-ENDPOINT is redfish://host[:port][/systems/ID], redfish+http://… (plain HTTP, only when asked) or
+ENDPOINT is redfish://host[:port][/systems/ID] (also redfish+https://…), redfish+http://… (plain HTTP,
+only when asked), a BareMetalHost's address in one of metal3's Redfish schemes (idrac-redfish://…,
+redfish-virtualmedia://…, idrac-virtualmedia://…, ilo5-redfish://…, each also +http or +https) or
 ipmi://host[:port]. Credentials come from --credentials (a file of username=… and password=… lines, or
 a directory with username and password files, such as a mounted Kubernetes Secret) or from
 HALE_BMC_USERNAME and HALE_BMC_PASSWORD; never from a flag value, which would show in ps.
