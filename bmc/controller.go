@@ -196,8 +196,8 @@ type Options struct {
 	GracefulTimeout time.Duration
 	// PollInterval is the time between power-state reads while verifying (default 500 ms).
 	PollInterval time.Duration
-	// RequestTimeout bounds one request to a Redfish BMC, its answer's body included (default 10 s;
-	// an answering BMC takes well under a second). IPMI's calls have their own bound of 10 s.
+	// RequestTimeout bounds one request to a Redfish BMC, its answer's body included, and one ipmitool
+	// call (default 10 s; an answering BMC takes well under a second).
 	RequestTimeout time.Duration
 	// Retries is how many times a transient failure is retried (default 4, negative for none); RetryBase and RetryMax
 	// bound the exponential backoff with jitter (defaults 250 ms and 5 s).
@@ -249,6 +249,13 @@ func (o Options) withDefaults() Options {
 func (o Options) LongestOperation() time.Duration {
 	o = o.withDefaults()
 	return o.GracefulTimeout + 2*o.VerifyTimeout + time.Minute
+}
+
+// deadlineRanOut is the error of a request cut short by the caller's deadline rather than by its own
+// (a command's --timeout, a step's bound): said so, not as "no answer within" the request timeout.
+func deadlineRanOut(ctx context.Context, what string) error {
+	return &marked{[]error{ErrUnreachable, ctx.Err()}, what + ": no answer before the operation's deadline ran out (its overall timeout, " +
+		"shorter than the BMC's request timeout allowed)"}
 }
 
 // Controller controls one BMC: every change is verified by polling, transient failures are retried,

@@ -21,6 +21,11 @@ type ipmiDriver struct {
 	tool   string
 	cipher string
 	conn   *ipmitool.Conn
+	// timeout bounds one ipmitool call (Options.RequestTimeout). An answering BMC takes well under a
+	// second; one that does not answer keeps ipmitool retrying its session for about a minute, and
+	// with the controller's retries a step would last minutes (found by test/chaos: a pause then
+	// waits that long for its checkpoint).
+	timeout time.Duration
 }
 
 func newIPMIDriver(ep Endpoint, creds Credentials, opts Options) (driver, error) {
@@ -37,7 +42,7 @@ func newIPMIDriver(ep Endpoint, creds Credentials, opts Options) (driver, error)
 	if err != nil {
 		return nil, fmt.Errorf("BMC endpoint %s: ipmitool at %s: %w", ep, tool, err)
 	}
-	return &ipmiDriver{ep: ep, creds: creds, tool: tool, cipher: opts.IPMICipherSuite, conn: c}, nil
+	return &ipmiDriver{ep: ep, creds: creds, tool: tool, cipher: opts.IPMICipherSuite, conn: c, timeout: opts.RequestTimeout}, nil
 }
 
 func (d *ipmiDriver) name() string { return DriverIPMI }
@@ -47,13 +52,8 @@ func (d *ipmiDriver) open(context.Context) (conn, error) { return d, nil }
 
 func (d *ipmiDriver) close() {}
 
-// callTimeout bounds one ipmitool call. An answering BMC takes well under a second; one that does not
-// answer keeps ipmitool retrying its session for about a minute, and with the controller's retries a
-// step would last minutes (found by test/chaos: a pause then waits that long for its checkpoint).
-const callTimeout = 10 * time.Second
-
 func (d *ipmiDriver) state(ctx context.Context) (PowerState, time.Time, error) {
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	out, err := d.conn.PowerStateGet(cctx)
 	if err != nil {
@@ -97,7 +97,7 @@ func (d *ipmiDriver) do(ctx context.Context, a action) (string, error) {
 		return "", refused(fmt.Errorf("IPMI has no %s", a))
 	}
 	what := "chassis power " + cmd
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	ok, err := d.conn.PowerSet(cctx, cmd)
 	if err != nil {
@@ -120,9 +120,9 @@ func (d *ipmiDriver) classify(ctx, call context.Context, what string, err error)
 	err = fmt.Errorf("%s: %w", what, err)
 	switch {
 	case ctx.Err() != nil:
-		return err
+		return deadlineRanOut(ctx, what)
 	case call.Err() != nil:
-		return transient(&marked{[]error{ErrUnreachable}, fmt.Sprintf("%s: no answer from %s:%d within %v", what, d.ep.Host, d.ep.Port, callTimeout)})
+		return transient(&marked{[]error{ErrUnreachable}, fmt.Sprintf("%s: no answer from %s:%d within %v", what, d.ep.Host, d.ep.Port, d.timeout)})
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err
 	case strings.Contains(err.Error(), sessionFailure):

@@ -87,9 +87,9 @@ func (d *redfishDriver) open(ctx context.Context) (conn, error) {
 		client, err = gofish.ConnectContext(ctx, cfg)
 	}
 	if err != nil {
-		return nil, wrapRedfish("connect", err, d.timeout)
+		return nil, wrapRedfish(ctx, "connect", err, d.timeout)
 	}
-	c := &redfishConn{client: client, timeout: d.timeout}
+	c := &redfishConn{client: client, timeout: d.timeout, ctx: ctx}
 	if err := c.pickSystem(d.ep.SystemID); err != nil {
 		client.Logout()
 		return nil, err
@@ -101,12 +101,14 @@ type redfishConn struct {
 	client  *gofish.APIClient
 	system  *redfish.ComputerSystem
 	timeout time.Duration
+	// ctx is the one the session was opened with, which gofish's requests go under.
+	ctx context.Context
 }
 
 func (c *redfishConn) pickSystem(id string) error {
 	systems, err := c.systems()
 	if err != nil {
-		return wrapRedfish("list systems", err, c.timeout)
+		return wrapRedfish(c.ctx, "list systems", err, c.timeout)
 	}
 	ids := make([]string, len(systems))
 	for i, s := range systems {
@@ -220,7 +222,7 @@ func describeIDs(ids []string) string {
 func (c *redfishConn) state(context.Context) (PowerState, time.Time, error) {
 	sys, err := getObject[redfish.ComputerSystem](c.client, c.system.ODataID)
 	if err != nil {
-		return PowerUnknown, time.Time{}, wrapRedfish("read system", err, c.timeout)
+		return PowerUnknown, time.Time{}, wrapRedfish(c.ctx, "read system", err, c.timeout)
 	}
 	var lastReset time.Time
 	if sys.LastResetTime != "" {
@@ -240,7 +242,7 @@ func (c *redfishConn) supports(a action) bool {
 
 func (c *redfishConn) do(_ context.Context, a action) (string, error) {
 	if err := c.system.Reset(redfish.ResetType(a)); err != nil {
-		return "", wrapRedfish("reset "+string(a), err, c.timeout)
+		return "", wrapRedfish(c.ctx, "reset "+string(a), err, c.timeout)
 	}
 	return string(a), nil
 }
@@ -249,7 +251,10 @@ func (c *redfishConn) close() { c.client.Logout() }
 
 // wrapRedfish classifies a gofish error and says which request failed, in a line: a BMC's error body
 // is reduced to its status, message ID and message, and one that never answered is ErrUnreachable.
-func wrapRedfish(what string, err error, timeout time.Duration) error {
+func wrapRedfish(ctx context.Context, what string, err error, timeout time.Duration) error {
+	if ctx.Err() != nil && unreachable(err, timeout) != "" {
+		return deadlineRanOut(ctx, what)
+	}
 	if why := unreachable(err, timeout); why != "" {
 		return transient(&marked{[]error{ErrUnreachable}, what + ": " + why})
 	}

@@ -71,6 +71,7 @@ type powerFlags struct {
 	api             apiFlags
 	output          *string
 	timeout         time.Duration
+	requestTimeout  time.Duration
 	gracefulTimeout time.Duration
 	caFile          string
 	insecure        bool
@@ -118,6 +119,8 @@ Exit codes: 0 done, 1 bad input (nothing sent), 2 the BMC refused or failed the 
 	fl.BoolVar(&f.force, "force", false, "take down a MACHINE the running hub manages though it is not detached")
 	f.api.register(cmd)
 	fl.DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long, verification included")
+	fl.DurationVar(&f.requestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to the BMC (Redfish, or one ipmitool call) may take; "+
+		"a status read tries twice, a change retries a transient failure four times")
 	fl.DurationVar(&f.gracefulTimeout, "graceful-timeout", 2*time.Minute, "how long a graceful shutdown or restart may take before it is forced")
 	fl.StringVar(&f.caFile, "ca-file", "", "PEM bundle to verify the Redfish BMC's certificate with")
 	fl.BoolVar(&f.insecure, "insecure", false, "do not verify the Redfish BMC's certificate")
@@ -137,8 +140,8 @@ func runPower(cmd *cobra.Command, f powerFlags, op, target string) error {
 	if err := cli.CheckOutput(*f.output); err != nil {
 		return usage(err)
 	}
-	if f.timeout <= 0 {
-		return usage(fmt.Errorf("--timeout %v: must be positive", f.timeout))
+	if f.timeout <= 0 || f.requestTimeout <= 0 {
+		return usage(fmt.Errorf("--timeout %v, --bmc-request-timeout %v: both must be positive", f.timeout, f.requestTimeout))
 	}
 	ep, creds, err := powerTarget(cmd, &f, op, target)
 	if err != nil {
@@ -148,10 +151,12 @@ func runPower(cmd *cobra.Command, f powerFlags, op, target string) error {
 	if f.verbose {
 		level = slog.LevelDebug
 	}
-	ctrl, err := bmc.New(ep, creds, bmc.Options{
-		VerifyTimeout: f.timeout, GracefulTimeout: f.gracefulTimeout, CAFile: f.caFile, Insecure: f.insecure,
-		Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),
-	})
+	opts := bmc.Options{VerifyTimeout: f.timeout, GracefulTimeout: f.gracefulTimeout, RequestTimeout: f.requestTimeout,
+		CAFile: f.caFile, Insecure: f.insecure, Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))}
+	if op == "status" {
+		opts.Retries = 1 // a read that fails twice says enough (as `hub check`): a silent BMC costs two request timeouts
+	}
+	ctrl, err := bmc.New(ep, creds, opts)
 	if err != nil {
 		return usage(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -141,4 +142,48 @@ func TestBMCPowerExitCodes(t *testing.T) {
 		assert.Equal(t, exitOK, code)
 		assert.Contains(t, out, `"powerState": "On"`)
 	})
+}
+
+// A BMC that takes the connection (or the packet) and never answers costs a status read its request
+// timeout per try (two tries), whatever the protocol; and a command whose own --timeout runs out first
+// says that, not the request timeout it never reached.
+func TestBMCPowerSilentBMC(t *testing.T) {
+	creds := filepath.Join(t.TempDir(), "creds")
+	require.NoError(t, os.WriteFile(creds, []byte("username=admin\npassword=cli-secret-pw\n"), 0o600))
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer tcp.Close()
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer udp.Close()
+	for _, tc := range []struct {
+		name, endpoint string
+		flags          []string
+		says           string
+		atMost         time.Duration
+	}{
+		{"Redfish, 1 s a request", "redfish+http://" + tcp.Addr().String(), []string{"--bmc-request-timeout", "1s"}, "no answer within 1s", 5 * time.Second},
+		{"IPMI, 1 s a call", "ipmi://" + udp.LocalAddr().String(), []string{"--bmc-request-timeout", "1s"}, "within 1s", 5 * time.Second},
+		{"the command's --timeout first", "redfish+http://" + tcp.Addr().String(), []string{"--timeout", "1500ms"},
+			"no answer before the operation's deadline ran out", 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, stderr, code := hubRun(t, append([]string{"bmc", "power", "status", tc.endpoint, "--credentials", creds}, tc.flags...)...)
+			took := time.Since(start)
+			assert.NotZero(t, code, stderr)
+			assert.Contains(t, stderr, tc.says)
+			assert.Less(t, took, tc.atMost, "a silent BMC cost %v: %s", took, stderr)
+			t.Logf("%s: %v: %s", tc.name, took.Round(10*time.Millisecond), stderr)
+		})
+	}
 }

@@ -28,7 +28,7 @@ machine. A running hub makes the same check when it starts and every --bmc-check
 
 The machines behind one BMC account are checked one after another and, once the account refuses the
 login, the others are not tried (BMC accounts lock after a few failed logins); accounts are checked
-side by side. A silent BMC costs --request-timeout twice (one retry), not a minute.
+side by side. A silent BMC costs --bmc-request-timeout twice (one retry), not a minute.
 
 Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not ready.`,
 		Args: cobra.NoArgs,
@@ -37,7 +37,10 @@ Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not r
 	f := cmd.Flags()
 	f.StringVar(&inventory, "inventory", "", "the inventory to check (YAML, as `hub run --inventory`) (required)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up on the whole check after this long")
-	f.DurationVar(&requestTimeout, "request-timeout", 10*time.Second, "how long one request to a Redfish BMC may take before the BMC is called unreachable")
+	f.DurationVar(&requestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a BMC (Redfish, or one ipmitool call) may take before the BMC is called unreachable")
+	// Its first name, which the operator API's commands use for their own requests to the hub.
+	f.DurationVar(&requestTimeout, "request-timeout", 10*time.Second, "")
+	_ = f.MarkDeprecated("request-timeout", "use --bmc-request-timeout")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := usageErr(cli.CheckOutput(*output)); err != nil {
 			return err
@@ -46,7 +49,7 @@ Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not r
 			return usageErr(fmt.Errorf("--inventory is required: the inventory file to check"))
 		}
 		if timeout <= 0 || requestTimeout <= 0 {
-			return usageErr(fmt.Errorf("--timeout %v, --request-timeout %v: both must be positive", timeout, requestTimeout))
+			return usageErr(fmt.Errorf("--timeout %v, --bmc-request-timeout %v: both must be positive", timeout, requestTimeout))
 		}
 		inv, err := hub.LoadInventory(inventory)
 		if err != nil {

@@ -54,7 +54,7 @@ machines:
 `, r.sim.Endpoint(), r.creds, r.ca, sim2.Endpoint(), ca2, silent.Addr(), closed.Addr(), ipmi.Endpoint(), ipmiCreds)), 0o600))
 
 	start := time.Now()
-	out, errOut, code := hubRun(t, "check", "--inventory", inv, "--request-timeout", "1s")
+	out, errOut, code := hubRun(t, "check", "--inventory", inv, "--bmc-request-timeout", "1s")
 	took := time.Since(start)
 	t.Logf("hub check (%v):\n%s%s", took.Round(10*time.Millisecond), out, errOut)
 	assert.Equal(t, exitBMCFailed, code)
@@ -69,7 +69,7 @@ machines:
 	assert.Contains(t, out, "cp-3: "+sim2.Endpoint()+`/systems/b status: not tried: the BMC refused the login of user "admin" for cp-2 just before`)
 	assert.Contains(t, out, "cp-4: redfish://"+silent.Addr().String()+" status: BMC unreachable: connect: no answer within 1s")
 
-	out, _, code = hubRun(t, "check", "--inventory", inv, "--request-timeout", "1s", "-o", "json")
+	out, _, code = hubRun(t, "check", "--inventory", inv, "--bmc-request-timeout", "1s", "-o", "json")
 	assert.Equal(t, exitBMCFailed, code)
 	var rows []struct {
 		Machine, Endpoint string
@@ -85,10 +85,10 @@ machines:
 	assert.Equal(t, bmc.ProblemNoSystem, rows[1].Problem)
 	assert.False(t, rows[1].Checked.IsZero())
 
-	out, _, _ = hubRun(t, "check", "--inventory", inv, "--request-timeout", "1s", "-o", "yaml")
+	out, _, _ = hubRun(t, "check", "--inventory", inv, "--bmc-request-timeout", "1s", "-o", "yaml")
 	assert.Contains(t, out, "- checked: ")
 	assert.Contains(t, out, "problem: NoSuchSystem")
-	out, _, _ = hubRun(t, "check", "--inventory", inv, "--request-timeout", "1s", "-o", "wide")
+	out, _, _ = hubRun(t, "check", "--inventory", inv, "--bmc-request-timeout", "1s", "-o", "wide")
 	assert.Regexp(t, `(?m)^MACHINE\s+BMC\s+READY\s+POWER\s+PROBLEM\s+ERROR$`, out)
 
 	for _, tt := range []struct {
@@ -99,7 +99,7 @@ machines:
 		{"no inventory flag", []string{"check"}, "--inventory is required"},
 		{"a missing file", []string{"check", "--inventory", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"an unknown output", []string{"check", "--inventory", inv, "-o", "xml"}, `-o "xml": want table, wide, json or yaml`},
-		{"a bad timeout", []string{"check", "--inventory", inv, "--request-timeout", "0s"}, "both must be positive"},
+		{"a bad timeout", []string{"check", "--inventory", inv, "--bmc-request-timeout", "0s"}, "both must be positive"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, errOut, code := hubRun(t, tt.args...)

@@ -85,7 +85,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&o.keep, "history", 20, "finished remediations kept per machine in the journal")
 	f.DurationVar(&o.bmcCheckEvery, "bmc-check-interval", 10*time.Minute, "how often every machine's BMC is checked (it answers, takes the login, has the system, reads the power; at most one login per BMC account a round); 0: never")
-	f.DurationVar(&o.bmcRequestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a Redfish BMC may take before the BMC is called unreachable (and the request retried)")
+	f.DurationVar(&o.bmcRequestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a BMC (Redfish, or one ipmitool call) may take before the BMC is called unreachable (and the request retried)")
 	f.DurationVar(&o.bmcVerifyTimeout, "bmc-verify-timeout", 60*time.Second, "how long a power change may take before the BMC is read in the state asked for (servers that take longer to power on need more); a power-on not seen by then is evidence that the machine's power does not come on")
 	var k kubeOptions
 	var kubernetes bool
