@@ -82,7 +82,7 @@ The agent's DaemonSet has no write access to manifests or data directories: run 
 // register adds the flags `agent recover` and `agent rejoin` share (with layouts: --layout, --unit).
 func (f *recoverFlags) register(fl *pflag.FlagSet, layouts bool) {
 	f.layout = layoutStaticPod
-	fl.StringVar(&f.plan, "plan", "", "the recovery plan, from `hub recover -o json` once `hub recover --yes` has fenced (required)")
+	fl.StringVar(&f.plan, "plan", "", "the recovery plan FILE, from hub recover -o json once hub recover --yes has fenced (required)")
 	fl.StringVar(&f.config, "config", "", "the agent's config file, for how to reach etcd (etcd.endpoint, etcd.tls)")
 	fl.StringVar(&f.endpoint, "etcd-endpoint", "", "the local member's client URL (default: the config's, or kubeadm's https://127.0.0.1:2379)")
 	fl.StringVar(&f.manifest, "manifest", "/etc/kubernetes/manifests/etcd.yaml", "etcd's static pod manifest (its --data-dir is read from it)")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/internal/cli"
 	"github.com/hale-dev/hale/internal/docgen"
 )
 
@@ -62,4 +63,9 @@ probe's failure makes its machine Unhealthy once it has lasted the hub's ` + "`p
 		b.WriteString("| `" + k.Name + "` | " + judged + " | " + k.Help + " |\n")
 	}
 	docgen.Check(t, "../../docs/reference/agent.md", b.String())
+}
+
+// Every flag's help reads right: no backquotes pflag would take for its value's name, none empty.
+func TestHelpReadsRight(t *testing.T) {
+	assert.Empty(t, cli.HelpProblems(newRootCommand(io.Discard, io.Discard, nil)))
 }

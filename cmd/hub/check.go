@@ -35,7 +35,7 @@ Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not r
 	}
 	output := cli.OutputFlag(cmd)
 	f := cmd.Flags()
-	f.StringVar(&inventory, "inventory", "", "the inventory to check (YAML, as `hub run --inventory`) (required)")
+	f.StringVar(&inventory, "inventory", "", "the inventory FILE to check (YAML, as hub run --inventory) (required)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up on the whole check after this long")
 	f.DurationVar(&requestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a BMC (Redfish, or one ipmitool call) may take before the BMC is called unreachable")
 	// Its first name, which the operator API's commands use for their own requests to the hub.

@@ -35,7 +35,7 @@ created (mode 0600) when the file does not exist.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&file, "identity-file", "", "the hub's signing key, as given to `hub run` (required)")
-	cmd.Flags().StringVar(&node, "node", "", "the hub's name, when `hub run` is given one (--node)")
+	cmd.Flags().StringVar(&file, "identity-file", "", "the hub's signing key FILE, as given to hub run (required)")
+	cmd.Flags().StringVar(&node, "node", "", "the hub's NAME, when hub run is given one (--node)")
 	return cmd
 }

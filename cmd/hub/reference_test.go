@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/internal/cli"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/kube"
 )
@@ -80,4 +81,9 @@ records the outcome in it).
 `+fields(reflect.TypeFor[v1alpha1.RemediationSpec](), "spec")+`
 `+fields(reflect.TypeFor[v1alpha1.RemediationStatus](), "status"))
 	})
+}
+
+// Every flag's help reads right: no backquotes pflag would take for its value's name, none empty.
+func TestHelpReadsRight(t *testing.T) {
+	assert.Empty(t, cli.HelpProblems(newRootCommand(io.Discard, io.Discard)))
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
@@ -93,4 +94,16 @@ func TestVersionCommand(t *testing.T) {
 	assert.EqualError(t, err, `-o "xml": want table, wide, json or yaml`)
 	_, err = run("extra")
 	assert.Error(t, err, "version takes no arguments")
+}
+
+func TestHelpProblems(t *testing.T) {
+	root := &cobra.Command{Use: "x"}
+	sub := &cobra.Command{Use: "y", Run: func(*cobra.Command, []string) {}}
+	root.AddCommand(sub)
+	sub.Flags().String("inventory", "", "the inventory (as `hub run --inventory`)")
+	sub.Flags().String("file", "", "the FILE to read")
+	sub.Flags().String("bare", "", "")
+	sub.Flags().String("old", "", "")
+	_ = sub.Flags().MarkDeprecated("old", "use --file")
+	assert.Equal(t, []string{`x y --bare: no usage`, `x y --inventory: its usage has backquotes, so its value is shown as "hub run --inventory"`}, HelpProblems(root))
 }
