@@ -32,7 +32,7 @@ func newSimulateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bmc-simulator",
 		Short: "Run a simulated Redfish BMC (for trying Hale and its tools by hand)",
-		Long: `simulate runs Hale's stateful Redfish BMC simulator until interrupted: a service root, sessions,
+		Long: `bmc-simulator runs Hale's stateful Redfish BMC simulator until interrupted: a service root, sessions,
 one or more systems whose power moves through timed transitions on ComputerSystem.Reset, managers and
 chassis, over HTTPS with a generated certificate (or plain HTTP with --http).
 
