@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/hale-dev/hale/quorum"
@@ -91,13 +92,29 @@ func (h *Hub) SetInventory(inv Inventory) error {
 		h.mu.Unlock()
 		return fmt.Errorf("cluster: %q → %q needs a restart of the hub (it names the gossip pool); keeping the previous inventory", h.inv.Cluster, inv.Cluster)
 	}
-	same := reflect.DeepEqual(h.inv, inv)
+	same, sameBMCs := reflect.DeepEqual(h.inv, inv), slices.EqualFunc(h.inv.Machines, inv.Machines, sameBMC)
 	h.inv = inv
 	h.mu.Unlock()
 	if !same {
 		h.say(Notice{Reason: ReasonInventoryReloaded, Message: fmt.Sprintf("inventory reloaded: %d machines", len(inv.Machines))})
 	}
+	if !sameBMCs {
+		h.askBMCCheck() // a corrected address or login shows at once, not at the next check
+	}
 	return nil
+}
+
+// sameBMC says whether a and b are the same machine behind the same BMC, reached the same way.
+func sameBMC(a, b Machine) bool {
+	return a.Name == b.Name && a.Endpoint == b.Endpoint && a.Credentials == b.Credentials && a.CAFile == b.CAFile && a.Insecure == b.Insecure
+}
+
+// askBMCCheck asks the BMC readiness checks (watchBMCs) for one now; one asked already will do.
+func (h *Hub) askBMCCheck() {
+	select {
+	case h.checkBMCs <- struct{}{}:
+	default:
+	}
 }
 
 // gate is the executors' checkpoint: it marks the remediation busy for the step that follows, or

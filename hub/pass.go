@@ -108,10 +108,7 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 		}
 	}
 	if rd.CheckBMCs {
-		select {
-		case h.checkBMCs <- struct{}{}:
-		default: // a check is already asked for
-		}
+		h.askBMCCheck()
 	}
 	for _, b := range rd.Begin {
 		_, err := h.begin(ctx, b.machine, b.rem, b.plan, b.detected)

@@ -117,7 +117,7 @@ func (h *Hub) watchBMCs(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-h.checkBMCs: // a pass asks for fresh evidence (quorum lost)
+		case <-h.checkBMCs: // a pass asks for fresh evidence (quorum lost), or the inventory changed
 		case <-time.After(time.Duration(float64(interval) * (0.9 + 0.2*rand.Float64()))):
 		}
 	}

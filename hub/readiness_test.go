@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,19 @@ func TestHubChecksItsBMCs(t *testing.T) {
 	assert.Equal(t, map[string]float64{"cp-0": 1, "cp-1": 1, "cp-2": 1}, bmcReadyGauges(t, r.hub.cfg.Metrics.(*prometheus.Registry)))
 	r.hub.checkBMCsOnce(t.Context())
 	assert.Equal(t, 1, saidAbout("cp-1: BMC"+" ready again"), "said once, when it changed")
+
+	// A wrong password, put right in the inventory (SIGHUP): checked again at once, not an hour later.
+	inv := r.hub.inventory()
+	bad := inv
+	bad.Machines = slices.Clone(inv.Machines)
+	for i := range bad.Machines {
+		bad.Machines[i].Credentials = bmc.NewCredentials("admin", "wrong-password")
+	}
+	require.NoError(t, r.hub.SetInventory(bad))
+	require.Eventually(t, func() bool { return r.machine("cp-1").BMC.Problem == bmc.ProblemLogin }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, r.hub.SetInventory(inv))
+	require.Eventually(t, func() bool { return r.machine("cp-1").BMC.Ready }, 10*time.Second, 10*time.Millisecond,
+		"the corrected login checked at once")
 }
 
 // bmcReadyGauges is hale_hub_bmc_ready by machine.
