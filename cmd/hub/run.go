@@ -70,7 +70,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.inventory, "inventory", "", "inventory and policy file (YAML; see examples/inventory.yaml) (required)")
-	f.StringVar(&o.journal, "journal", "/var/lib/hale/journal.db", "journal file (bbolt); its directory must exist")
+	f.StringVar(&o.journal, "journal", "/var/lib/hale-hub/journal.db", "journal file (bbolt); its directory must exist")
 	f.StringVar(&o.node, "node", "", "the hub's name in the gossip pool (default: hub-HOSTNAME-RANDOM, new at every start)")
 	f.StringVar(&o.bind, "gossip-bind", "0.0.0.0:7947", "gossip address to listen on (UDP and TCP)")
 	f.StringVar(&o.advertise, "gossip-advertise", "", "gossip address to advertise, when it differs from the bind address")

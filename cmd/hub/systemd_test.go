@@ -36,9 +36,34 @@ func TestSystemdUnits(t *testing.T) {
 
 	args := execStart(t, "../../deploy/systemd/hale-hub.service")
 	require.Equal(t, "/usr/local/bin/hub", args[0])
+	// Nothing of one site in the unit: the agents to join come from its EnvironmentFile.
+	assert.Contains(t, args, "${HALE_JOIN}")
+	assert.NotRegexp(t, `\d+\.\d+\.\d+\.\d+`, strings.Join(args, " "), "an address in the hub's command line")
+	// Each its own state directory: systemd would hand a shared one from root (the agent) to hale (the
+	// hub) and back on a host that runs both.
+	assert.Equal(t, "hale", directive(t, "../../deploy/systemd/hale-agent.service", "StateDirectory"))
+	assert.Equal(t, "hale-hub", directive(t, "../../deploy/systemd/hale-hub.service", "StateDirectory"))
+	for i, a := range args {
+		if a == "--journal" {
+			assert.True(t, strings.HasPrefix(args[i+1], "/var/lib/hale-hub/"), "the journal in the hub's state directory: %s", args[i+1])
+		}
+	}
 	cmd := newRootCommand(io.Discard, io.Discard)
 	cmd.SetArgs(append(args[1:], "--help"))
 	assert.NoError(t, cmd.Execute(), "hale-hub.service's command line: %q", args)
+}
+
+// directive is the value of a unit's key (the first).
+func directive(t *testing.T, unit, key string) string {
+	b, err := os.ReadFile(unit)
+	require.NoError(t, err)
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%s has no %s", unit, key)
+	return ""
 }
 
 // execStart is the unit's ExecStart command line, its continuation lines joined.
