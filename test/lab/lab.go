@@ -299,7 +299,7 @@ func (c *Cluster) startBMCs(shape Shape, policy string) {
 		}
 		c.IPMI[m.Name] = sim
 		c.Write("ipmi-credentials-"+m.Name, fmt.Sprintf("username=%s\npassword=%s\n", sim.Username, sim.Password))
-		c.followIPMI(m, sim)
+		followIPMI(c.T, m, sim)
 	}
 	var inv strings.Builder
 	if policy != "" {
@@ -328,12 +328,18 @@ func (c *Cluster) startBMCs(shape Shape, policy string) {
 		"--metrics-address", "127.0.0.1:9357", "--identity-file", c.IdentityFile("hub"), "--pinned-file", c.PinnedFile}
 }
 
+// powered is a machine whose power a BMC runs: a Machine, or a kubeadm lab's Node.
+type powered interface {
+	PowerOn(by string)
+	PowerOff(by string)
+}
+
 // followIPMI runs m's power from its ipmi_sim's chassis log: power 0 stops the machine, power 1 starts
 // it, reset 1 (a hard reset) does both, shutdown 1 stops it once its power is off.
-func (c *Cluster) followIPMI(m *Machine, sim *ipmisim.Sim) {
+func followIPMI(t netns.TB, m powered, sim *ipmisim.Sim) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	c.T.Cleanup(func() { close(stop); <-done; sim.Stop() })
+	t.Cleanup(func() { close(stop); <-done; sim.Stop() })
 	go func() {
 		defer close(done)
 		seen, soft := 0, false

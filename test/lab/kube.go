@@ -1,0 +1,638 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/test/ipmisim"
+	"github.com/hale-dev/hale/test/netns"
+)
+
+// A Kube lab is a real kubeadm cluster on the lab's hosts: each node a privileged podman container
+// running systemd (the approach of kind), joined to its host's network namespace, booted from the root
+// filesystem test/kube/build-cluster makes (containerd, the kubelet, kubeadm), with a disk of its own
+// (an overlay over that root filesystem, and a directory for containerd's store). kubeadm init and
+// join --control-plane make the control plane: etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler as static pods run by each node's kubelet. A load balancer host (haproxy, as kind's)
+// is the control-plane endpoint. Each node's power is its BMC's: Off kills every process of the node
+// at once (podman kill: the node's PID namespace goes), On boots it again from its disk; a hung node is
+// a frozen one (podman pause: the cgroup freezer).
+
+// KubeShape is the cluster: control-plane nodes (each an etcd member), workers, and how many of the
+// control-plane nodes (the last ones) have an IPMI BMC (ipmi_sim) instead of a Redfish one.
+type KubeShape struct {
+	ControlPlanes, Workers, IPMI int
+}
+
+// KubeCluster is a running kubeadm cluster.
+type KubeCluster struct {
+	T      netns.TB
+	Lab    *netns.Lab
+	Assets string // test/kube/build-cluster's directory
+	Dir    string
+	Nodes  []*Node // the control-plane nodes first
+	// LB is the control-plane endpoint's host (haproxy), Admin the operator's (kubectl, the hub's CLI),
+	// OOB the BMCs'.
+	LB, Admin, OOB *netns.Host
+	// Kubeconfig is kubeadm's admin.conf, for kubectl run on Admin.
+	Kubeconfig string
+	Redfish    *bmcsim.Server
+	IPMI       map[string]*ipmisim.Sim
+	// BMCCreds is the Redfish simulator's credentials file (username=, password=).
+	BMCCreds string
+	id       string
+	onEvent  func(kind, target, detail string)
+}
+
+// Node is one machine of the cluster.
+type Node struct {
+	Name         string
+	Host         *netns.Host
+	ControlPlane bool
+	PodCIDR      string
+	BMC, Creds   string // its BMC's endpoint and credentials file
+	c            *KubeCluster
+	dir          string
+	container    string
+
+	mu     sync.Mutex
+	on     bool
+	frozen bool
+}
+
+const (
+	kubePodSubnet     = "10.244.0.0/16"
+	kubeServiceSubnet = "10.96.0.0/16"
+	kubeToken         = "halelb.0123456789abcdef"
+	// kubeCertificateKey encrypts the control-plane certificates kubeadm init uploads for the joins.
+	kubeCertificateKey = "6e1b2c5a7d8f9e0a1b2c3d4e5f60718293a4b5c6d7e8f9011223344556677889"
+	// KubeContainerPrefix names every node container (KubeContainerPrefix-PID-…), so that a later run
+	// removes what a killed one left.
+	KubeContainerPrefix = "halek-"
+)
+
+// KubeAssets builds (or finds) test/kube/build-cluster's directory.
+func KubeAssets() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(root, "test", "kube", "build-cluster"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("test/kube/build-cluster: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the module: %w", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// KubeAvailable says why a kubeadm cluster cannot run here, or "" when it can.
+func KubeAvailable() string {
+	if why := netns.Available(); why != "" {
+		return why
+	}
+	for _, tool := range []string{"podman", "haproxy"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Sprintf("%s is not on PATH (Debian: apt-get install podman runc haproxy; test/run installs them)", tool)
+		}
+	}
+	return ""
+}
+
+// KubeOptions are a cluster's settings beyond its shape.
+type KubeOptions struct {
+	// OnEvent, when set, is told of every power change ("power-on", "power-off": by whom).
+	OnEvent func(kind, target, detail string)
+}
+
+// StartKube makes the cluster of shape from assets (KubeAssets): hosts, BMCs, nodes powered on, kubeadm
+// init on the first control-plane node, the others joined, every Node Ready. It is torn down when t
+// ends.
+func StartKube(t netns.TB, assets string, shape KubeShape, o KubeOptions) *KubeCluster {
+	t.Helper()
+	removeKubeLeftovers(t)
+	lab := netns.New(t)
+	c := &KubeCluster{T: t, Lab: lab, Assets: assets, Dir: t.TempDir(), IPMI: map[string]*ipmisim.Sim{}, onEvent: o.OnEvent,
+		id: fmt.Sprintf("%s%d-%d", KubeContainerPrefix, os.Getpid(), time.Now().UnixNano()%1e6)}
+	for i := range shape.ControlPlanes + shape.Workers {
+		n := &Node{c: c, ControlPlane: i < shape.ControlPlanes, PodCIDR: fmt.Sprintf("10.244.%d.0/24", i+1)}
+		n.Name = fmt.Sprintf("cp-%d", i)
+		if !n.ControlPlane {
+			n.Name = fmt.Sprintf("w-%d", i-shape.ControlPlanes)
+		}
+		n.Host = lab.Host(n.Name)
+		n.dir = filepath.Join(c.Dir, n.Name)
+		n.container = c.id + "-" + n.Name
+		c.Nodes = append(c.Nodes, n)
+	}
+	c.LB, c.Admin, c.OOB = lab.Host("lb"), lab.Host("admin"), lab.Host("oob")
+	// Each node routes every other node's pods to that node (what a CNI's routing does between nodes),
+	// and has a default route (the kubelet and kube-proxy look for one; it leads nowhere else).
+	for _, n := range c.Nodes {
+		c.must("ip", "-n", n.Host.NS, "route", "add", "default", "dev", "eth0")
+		for _, o := range c.Nodes {
+			if o != n {
+				c.must("ip", "-n", n.Host.NS, "route", "add", o.PodCIDR, "via", o.Host.IP)
+			}
+		}
+	}
+	c.startLB()
+	c.startBMCs(shape)
+	t.Cleanup(c.teardown)
+	for _, n := range c.Nodes {
+		n.prepare()
+		n.PowerOn("start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c.bootstrap(ctx)
+	return c
+}
+
+func (c *KubeCluster) must(args ...string) string {
+	c.T.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		c.T.Fatalf("kube lab: %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// removeKubeLeftovers removes the node containers of runs whose process is gone, and unmounts their
+// disks.
+func removeKubeLeftovers(t netns.TB) {
+	out, err := exec.Command("podman", "ps", "-a", "--format", "{{.Names}}").Output()
+	if err != nil {
+		t.Fatalf("podman ps: %v", err)
+	}
+	for _, name := range strings.Fields(string(out)) {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(name, KubeContainerPrefix), "-")
+		if !strings.HasPrefix(name, KubeContainerPrefix) || !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err == nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", n)); err == nil {
+				continue
+			}
+		}
+		rootfs, _ := exec.Command("podman", "inspect", "--format", "{{.Rootfs}}", name).Output()
+		_ = exec.Command("podman", "rm", "-f", "-t", "0", name).Run()
+		if r := strings.TrimSpace(string(rootfs)); r != "" {
+			_ = exec.Command("umount", "-l", r).Run()
+		}
+		t.Logf("kube lab: removed node container %s, left behind by an earlier run", name)
+	}
+}
+
+// startLB runs haproxy on the LB host: the control-plane endpoint, forwarding to every API server that
+// answers its /healthz (checked every second).
+func (c *KubeCluster) startLB() {
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, `global
+  log stderr format raw local0 notice
+defaults
+  mode tcp
+  log global
+  timeout connect 3s
+  timeout client 1h
+  timeout server 1h
+frontend control-plane
+  bind %s
+  default_backend apiservers
+backend apiservers
+  option httpchk GET /healthz
+  default-server check check-ssl verify none inter 1s fall 2 rise 1
+`, c.LB.Addr(6443))
+	for _, n := range c.Nodes {
+		if n.ControlPlane {
+			fmt.Fprintf(&cfg, "  server %s %s\n", n.Name, n.Host.Addr(6443))
+		}
+	}
+	path := filepath.Join(c.Dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	c.LB.Start("haproxy", "haproxy", "-db", "-f", path)
+}
+
+// startBMCs starts the Redfish simulator on the out-of-band host for the nodes without an IPMI BMC,
+// and an ipmi_sim for each of the last shape.IPMI control-plane nodes; their power is the nodes'.
+func (c *KubeCluster) startBMCs(shape KubeShape) {
+	c.BMCCreds = filepath.Join(c.Dir, "bmc-credentials")
+	if err := os.WriteFile(c.BMCCreds, []byte("username=admin\npassword=lab-secret\n"), 0o600); err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	ipmiFrom := shape.ControlPlanes - shape.IPMI
+	ln, err := c.OOB.Listen("tcp", c.OOB.Addr(8000))
+	if err != nil {
+		c.T.Fatalf("kube lab: the Redfish simulator's listener: %v", err)
+	}
+	cfg := bmcsim.Config{Listener: ln, Username: "admin", Password: "lab-secret", PlainHTTP: true,
+		OnPower: func(id string, running bool) {
+			n := c.Node(id)
+			if running {
+				n.PowerOn("Redfish")
+			} else {
+				n.PowerOff("Redfish")
+			}
+		},
+		OnRequest: func(r *http.Request) {
+			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "Reset") {
+				c.event("bmc-request", strings.TrimPrefix(r.URL.Path, "/redfish/v1/Systems/"), "POST")
+			}
+		}}
+	for i, n := range c.Nodes {
+		if n.ControlPlane && i >= ipmiFrom {
+			continue
+		}
+		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: n.Name, PowerOnDelay: 200 * time.Millisecond,
+			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
+		n.BMC, n.Creds = fmt.Sprintf("redfish+http://%s/systems/%s", c.OOB.Addr(8000), n.Name), c.BMCCreds
+	}
+	if c.Redfish, err = bmcsim.Start(cfg); err != nil {
+		c.T.Fatalf("kube lab: the Redfish simulator: %v", err)
+	}
+	c.T.Cleanup(func() { _ = c.Redfish.Close() })
+	for i, n := range c.Nodes[ipmiFrom:shape.ControlPlanes] {
+		dir := filepath.Join(c.Dir, "ipmi-"+n.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+		sim, err := ipmisim.StartAt(dir, ipmisim.Options{Host: c.OOB.IP, Port: 6230 + i, Wrap: []string{"ip", "netns", "exec", c.OOB.NS}})
+		if err != nil {
+			c.T.Fatalf("kube lab: ipmi_sim for %s: %v", n.Name, err)
+		}
+		c.IPMI[n.Name] = sim
+		n.Creds = filepath.Join(c.Dir, "ipmi-credentials-"+n.Name)
+		if err := os.WriteFile(n.Creds, []byte(fmt.Sprintf("username=%s\npassword=%s\n", sim.Username, sim.Password)), 0o600); err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+		n.BMC = sim.Endpoint()
+		followIPMI(c.T, n, sim)
+	}
+}
+
+func (c *KubeCluster) event(kind, target, detail string) {
+	if c.onEvent != nil {
+		c.onEvent(kind, target, detail)
+	}
+}
+
+// Node is the node named name.
+func (c *KubeCluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	c.T.Fatalf("kube lab: no node %s", name)
+	return nil
+}
+
+// ControlPlanes are the control-plane nodes.
+func (c *KubeCluster) ControlPlanes() []*Node {
+	var cps []*Node
+	for _, n := range c.Nodes {
+		if n.ControlPlane {
+			cps = append(cps, n)
+		}
+	}
+	return cps
+}
+
+// teardown removes the node containers and unmounts their disks (before the test's directory goes).
+func (c *KubeCluster) teardown() {
+	for _, n := range c.Nodes {
+		_ = exec.Command("podman", "rm", "-f", "-t", "0", n.container).Run()
+		_ = exec.Command("umount", "-l", n.root()).Run()
+	}
+}
+
+// root is where the node's root filesystem is mounted on this machine.
+func (n *Node) root() string { return filepath.Join(n.dir, "root") }
+
+// prepare makes the node's disk: an overlay over the built root filesystem (the node's writes go to
+// its upper directory) and the directory containerd's store lives in (containerd's overlay snapshots
+// cannot have an overlay beneath them), then writes the node's own files: its CNI configuration
+// (a bridge for its pods' subnet) and its hostname.
+func (n *Node) prepare() {
+	c := n.c
+	for _, d := range []string{"upper", "work", "root", "containerd"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+	}
+	n.mount()
+	cni := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "lab",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, n.PodCIDR)
+	n.WriteFile("/etc/cni/net.d/10-lab.conflist", cni)
+	n.WriteFile("/etc/hostname", n.Name+"\n")
+}
+
+// mount mounts the node's disk unless it is mounted.
+func (n *Node) mount() {
+	if exec.Command("mountpoint", "-q", n.root()).Run() == nil {
+		return
+	}
+	n.c.must("mount", "-t", "overlay", "overlay", "-o",
+		fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", filepath.Join(n.c.Assets, "rootfs"), filepath.Join(n.dir, "upper"), filepath.Join(n.dir, "work")),
+		n.root())
+}
+
+// WriteFile writes a file on the node's disk (path as the node sees it).
+func (n *Node) WriteFile(path, body string) {
+	p := filepath.Join(n.root(), path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		n.c.T.Fatalf("kube lab: %v", err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		n.c.T.Fatalf("kube lab: %v", err)
+	}
+}
+
+// ReadFile reads a file from the node's disk (path as the node sees it).
+func (n *Node) ReadFile(path string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(n.root(), path))
+}
+
+// PowerOn boots the node from its disk (systemd, then containerd, the kubelet and its static pods).
+func (n *Node) PowerOn(by string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.on {
+		return
+	}
+	c := n.c
+	if exec.Command("podman", "container", "exists", n.container).Run() == nil {
+		c.must("podman", "start", n.container)
+	} else {
+		// runc, not crun (crun refuses this machine's hybrid cgroup v1); limits within this machine's
+		// own (podman would raise them, which is refused here); a cgroup namespace of its own, so that
+		// the kubelet's cgroups nest under the node's and its freezer freezes them.
+		c.must("podman", "run", "-d", "--name", n.container, "--hostname", n.Name, "--runtime", "runc",
+			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--privileged", "--cgroupns", "private",
+			"--network", "ns:/run/netns/"+n.Host.NS, "--systemd", "always", "--tmpfs", "/run", "--tmpfs", "/tmp",
+			"-v", filepath.Join(n.dir, "containerd")+":/var/lib/containerd",
+			"--rootfs", n.root(), "/sbin/init")
+	}
+	n.on, n.frozen = true, false
+	c.event("power-on", n.Name, by)
+}
+
+// PowerOff stops every process of the node at once, as a power cut does; its disk stays.
+func (n *Node) PowerOff(by string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.on {
+		return
+	}
+	c := n.c
+	if n.frozen {
+		_ = exec.Command("podman", "unpause", n.container).Run()
+	}
+	c.must("podman", "kill", "--signal", "KILL", n.container)
+	_ = exec.Command("podman", "wait", n.container).Run()
+	n.on, n.frozen = false, false
+	c.event("power-off", n.Name, by)
+}
+
+// Freeze hangs the node: every process of it stops where it is (the cgroup freezer), its network
+// stays up and answers nothing.
+func (n *Node) Freeze() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.on && !n.frozen {
+		n.c.must("podman", "pause", n.container)
+		n.frozen = true
+	}
+}
+
+// Thaw lets a frozen node go on.
+func (n *Node) Thaw() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.frozen {
+		n.c.must("podman", "unpause", n.container)
+		n.frozen = false
+	}
+}
+
+// Exec runs a command on the node and returns its combined output.
+func (n *Node) Exec(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "podman", append([]string{"exec", n.container}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s on %s: %w: %s", strings.Join(args, " "), n.Name, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// keepForDebugging, with HALE_KUBE_KEEP set (to a duration, e.g. 30m), leaves a cluster that failed
+// to start running that long before it is torn down, for a look inside (podman exec NODE …).
+func (c *KubeCluster) keepForDebugging() {
+	if d, err := time.ParseDuration(os.Getenv("HALE_KUBE_KEEP")); err == nil {
+		c.T.Logf("kube lab: HALE_KUBE_KEEP: keeping the cluster for %s (containers %s-*)", d, c.id)
+		time.Sleep(d)
+	}
+}
+
+// Diagnose is what a failure on the node is read from: its containers and the kubelet's last words.
+func (n *Node) Diagnose(ctx context.Context) string {
+	ps, _ := n.Exec(ctx, "crictl", "ps", "-a")
+	journal, _ := n.Exec(ctx, "journalctl", "--no-pager", "-n", "60", "-u", "kubelet", "-u", "containerd")
+	return fmt.Sprintf("%s's containers:\n%s\n%s's kubelet and containerd:\n%s", n.Name, ps, n.Name, journal)
+}
+
+// bootstrap makes the cluster: kubeadm init on the first control-plane node, the other control-plane
+// nodes joined one at a time (each adds an etcd member), then the workers, and waits for every Node
+// to be Ready.
+func (c *KubeCluster) bootstrap(ctx context.Context) {
+	c.T.Helper()
+	first := c.Nodes[0]
+	for _, n := range c.Nodes {
+		n.WriteFile("/etc/kubernetes/lab/kubeadm.yaml", c.kubeadmConfig(n))
+		c.waitRunning(ctx, n)
+	}
+	start := time.Now()
+	if _, err := first.Exec(ctx, "kubeadm", "init", "--config", "/etc/kubernetes/lab/kubeadm.yaml", "--upload-certs"); err != nil {
+		c.keepForDebugging()
+		c.T.Fatalf("kube lab: kubeadm init: %v\n%s", err, first.Diagnose(ctx))
+	}
+	c.T.Logf("kube lab: kubeadm init on %s: %s", first.Name, time.Since(start).Round(time.Second))
+	admin, err := first.ReadFile("/etc/kubernetes/admin.conf")
+	if err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "admin.conf")
+	if err := os.WriteFile(c.Kubeconfig, admin, 0o600); err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	join := func(n *Node) {
+		start := time.Now()
+		if _, err := n.Exec(ctx, "kubeadm", "join", "--config", "/etc/kubernetes/lab/kubeadm.yaml"); err != nil {
+			c.keepForDebugging()
+			c.T.Fatalf("kube lab: kubeadm join on %s: %v\n%s", n.Name, err, n.Diagnose(ctx))
+		}
+		c.T.Logf("kube lab: kubeadm join on %s: %s", n.Name, time.Since(start).Round(time.Second))
+	}
+	for _, n := range c.Nodes[1:] {
+		if n.ControlPlane {
+			join(n)
+		}
+	}
+	for _, n := range c.Nodes {
+		if !n.ControlPlane {
+			join(n)
+		}
+	}
+	c.WaitReady(ctx)
+}
+
+// waitRunning waits until the node has booted (systemd's start-up done) with the control-plane image
+// imported.
+func (c *KubeCluster) waitRunning(ctx context.Context, n *Node) {
+	c.T.Helper()
+	for {
+		// Fails while systemd is not up to answer yet; then blocks until its start-up is done.
+		state, err := n.Exec(ctx, "systemctl", "is-system-running", "--wait")
+		state = strings.TrimSpace(state)
+		if err == nil || state == "degraded" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			c.T.Fatalf("kube lab: %s did not boot: %s", n.Name, state)
+		case <-time.After(time.Second):
+		}
+	}
+	if out, err := n.Exec(ctx, "systemctl", "is-active", "node-images.service", "containerd.service"); err != nil {
+		journal, _ := n.Exec(ctx, "journalctl", "--no-pager", "-n", "40", "-u", "node-images", "-u", "containerd")
+		c.T.Fatalf("kube lab: %s booted without containerd or its images: %s\n%s", n.Name, out, journal)
+	}
+}
+
+// WaitReady waits until every Node is Ready.
+func (c *KubeCluster) WaitReady(ctx context.Context) {
+	c.T.Helper()
+	start := time.Now()
+	var last string
+	for {
+		out, err := c.Kubectl(ctx, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+		ready := 0
+		for _, f := range strings.Fields(out) {
+			if strings.HasSuffix(f, "=True") {
+				ready++
+			}
+		}
+		if err == nil && ready == len(c.Nodes) {
+			c.T.Logf("kube lab: every node Ready after %s", time.Since(start).Round(time.Second))
+			return
+		}
+		last = out
+		select {
+		case <-ctx.Done():
+			c.T.Fatalf("kube lab: nodes not Ready: %s", last)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// Kubectl runs kubectl (the node image's) on the Admin host with kubeadm's admin.conf.
+func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	kubectl := filepath.Join(c.Assets, "rootfs", "usr", "local", "bin", "kubectl")
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Admin.NS, kubectl, "--kubeconfig", c.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// kubeadmConfig is node n's kubeadm configuration: InitConfiguration, ClusterConfiguration,
+// KubeletConfiguration and KubeProxyConfiguration for the first node, a JoinConfiguration for the
+// others. What differs from kubeadm's defaults, and why:
+//   - the control-plane endpoint is the load balancer, so that any two API servers serve the cluster;
+//   - the bootstrap token and the certificate key are fixed (a lab's), so every join is known ahead;
+//   - etcd's image tag is the etcd this lab builds (v3.6.16), not kubeadm's default 3.6.8;
+//   - the coredns addon is skipped: nothing here resolves names in the cluster;
+//   - preflight: SystemVerification reads the kernel's config, which a container cannot see; Swap,
+//     this machine's; FileContent--proc-sys-net-bridge-bridge-nf-call-iptables, a setting of the
+//     machine, not of the node's namespace;
+//   - the kubelet: failCgroupV1 false, because this machine runs cgroup v1 (hybrid) and the kubelet
+//     of v1.35 and later refuses to start on it otherwise (cgroup v1 is deprecated, not removed);
+//     cgroupfs as its cgroup driver (no systemd cgroup delegation under cgroup v1 in a container);
+//   - kube-proxy: conntrack's table size left as it is (a container may not set the machine's).
+func (c *KubeCluster) kubeadmConfig(n *Node) string {
+	var lb string
+	if c.LB != nil {
+		lb = c.LB.Addr(6443)
+	}
+	node := fmt.Sprintf(`nodeRegistration:
+  name: %s
+  criSocket: unix:///run/containerd/containerd.sock
+  kubeletExtraArgs:
+    - {name: node-ip, value: %s}
+  ignorePreflightErrors: [SystemVerification, Swap, FileContent--proc-sys-net-bridge-bridge-nf-call-iptables]
+`, n.Name, n.Host.IP)
+	if n != c.Nodes[0] {
+		cp := ""
+		if n.ControlPlane {
+			cp = fmt.Sprintf("controlPlane:\n  localAPIEndpoint: {advertiseAddress: %s, bindPort: 6443}\n  certificateKey: %s\n", n.Host.IP, kubeCertificateKey)
+		}
+		return fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: JoinConfiguration
+discovery:
+  bootstrapToken: {apiServerEndpoint: "%s", token: %s, unsafeSkipCAVerification: true}
+%s%s`, lb, kubeToken, cp, node)
+	}
+	return fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint: {advertiseAddress: %s, bindPort: 6443}
+bootstrapTokens:
+  - {token: %s, ttl: 24h0m0s}
+certificateKey: %s
+skipPhases: [addon/coredns]
+%s---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: v1.36.3
+controlPlaneEndpoint: "%s"
+networking: {podSubnet: %s, serviceSubnet: %s}
+etcd: {local: {imageTag: 3.6.16-0}}
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+---
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+conntrack: {maxPerCore: 0}
+`, n.Host.IP, kubeToken, kubeCertificateKey, node, lb, kubePodSubnet, kubeServiceSubnet)
+}
