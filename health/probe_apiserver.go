@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -23,10 +26,16 @@ type APIServerSection struct {
 	// TLS: the CA the API server's certificate is checked against (default kubeadm's
 	// /etc/kubernetes/pki/ca.crt); a client certificate only if /livez needs one.
 	TLS TLSFiles `json:"tls"`
+	// ServerName is the name the API server's certificate must be valid for. Default, when the URL's
+	// host is a loopback address: kubernetes, which kubeadm (and every distribution that follows it)
+	// puts in each API server's certificate, where 127.0.0.1 is not; otherwise the URL's host.
+	ServerName string `json:"serverName"`
 }
 
 // New makes the API server probe.
-func (s *APIServerSection) New(ProbeEnv) (Probe, error) { return NewAPIServerProbe(s.URL, s.TLS) }
+func (s *APIServerSection) New(ProbeEnv) (Probe, error) {
+	return NewAPIServerProbe(s.URL, s.TLS, s.ServerName)
+}
 
 // Paths are its TLS files.
 func (s *APIServerSection) Paths() []*string { return []*string{&s.TLS.CA, &s.TLS.Cert, &s.TLS.Key} }
@@ -38,10 +47,24 @@ const (
 	DefaultKubeCA       = "/etc/kubernetes/pki/ca.crt"
 )
 
-// NewAPIServerProbe passes while the local kube-apiserver's /livez answers "ok".
-func NewAPIServerProbe(url string, files TLSFiles) (Probe, error) {
+// DefaultAPIServerName is the name an API server reached at a loopback address is checked for: the
+// service's name, in every API server certificate kubeadm makes (127.0.0.1 is in none of them: a probe
+// checking the URL's host failed on every kubeadm machine).
+const DefaultAPIServerName = "kubernetes"
+
+// NewAPIServerProbe passes while the local kube-apiserver's /livez answers "ok", its certificate
+// checked for serverName (default: DefaultAPIServerName for a loopback URL, else the URL's host).
+func NewAPIServerProbe(rawURL string, files TLSFiles, serverName string) (Probe, error) {
+	url := rawURL
 	if url == "" {
 		url = DefaultAPIServerURL
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return nil, fmt.Errorf("probe apiserver: url %q: %w", url, err)
+	}
+	if ip := net.ParseIP(u.Hostname()); serverName == "" && u.Scheme == "https" && (u.Hostname() == "localhost" || ip != nil && ip.IsLoopback()) {
+		serverName = DefaultAPIServerName
 	}
 	if files.CA == "" && strings.HasPrefix(url, "https://") { // plain http:// takes no CA
 		files.CA = DefaultKubeCA
@@ -49,7 +72,15 @@ func NewAPIServerProbe(url string, files TLSFiles) (Probe, error) {
 			return nil, fmt.Errorf("probe apiserver: %w", err)
 		}
 	}
-	return newHTTPProbe("apiserver", url, "ok", files)
+	p, err := newHTTPProbe("apiserver", url, "ok", files)
+	if err != nil {
+		return nil, err
+	}
+	if c := p.client.Transport.(*http.Transport).TLSClientConfig; c != nil && serverName != "" {
+		c.ServerName = serverName
+		p.detail = " (certificate checked for " + serverName + ")"
+	}
+	return p, nil
 }
 
 // kubeadmDefault says, when path (a default where kubeadm puts a file) is not on this host, which

@@ -65,6 +65,7 @@ type httpProbe struct {
 	url    string
 	want   string
 	client *http.Client
+	detail string // said with a failed request (what the certificate is checked for)
 }
 
 func newHTTPProbe(name, url, want string, files TLSFiles) (*httpProbe, error) {
@@ -90,7 +91,7 @@ func (p *httpProbe) Check(ctx context.Context) (bool, string) {
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return false, fmt.Sprintf("GET %s: %v", p.url, err)
+		return false, fmt.Sprintf("GET %s%s: %v", p.url, p.detail, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -146,14 +146,22 @@ func TestHTTPProbes(t *testing.T) {
 	defer tlsSrv.Close()
 	ca := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(ca, pemOf(tlsSrv.Certificate().Raw), 0o600))
-	api, err := NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: ca})
+	// At a loopback address the certificate is checked for "kubernetes" (kubeadm's API server
+	// certificates name it, never 127.0.0.1); httptest's names example.com.
+	api, err := NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: ca}, "")
+	require.NoError(t, err)
+	ok, detail = check(t, api, time.Second)
+	assert.False(t, ok)
+	assert.Contains(t, detail, "(certificate checked for kubernetes): ")
+	assert.Contains(t, detail, "not kubernetes")
+	api, err = NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: ca}, "example.com")
 	require.NoError(t, err)
 	ok, detail = check(t, api, time.Second)
 	assert.True(t, ok, detail)
 
-	_, err = NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: "/nonexistent/ca.crt"})
+	_, err = NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: "/nonexistent/ca.crt"}, "")
 	assert.ErrorContains(t, err, "probe apiserver: CA file: open /nonexistent/ca.crt")
-	_, err = NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: ca, Cert: "x.crt"})
+	_, err = NewAPIServerProbe(tlsSrv.URL+"/livez", TLSFiles{CA: ca, Cert: "x.crt"}, "")
 	assert.ErrorContains(t, err, "give both or neither")
 
 	down, err := NewKubeletProbe("http://127.0.0.1:1/healthz")
@@ -213,6 +221,6 @@ func TestKubeadmDefaultMissing(t *testing.T) {
 
 	// A plain http:// API server endpoint needs no CA, so kubeadm's is not looked for (the agents of
 	// test/bench/agentidle, probing a local stub, exited at start for the want of it).
-	_, err := NewAPIServerProbe("http://127.0.0.1:8080/livez", TLSFiles{})
+	_, err := NewAPIServerProbe("http://127.0.0.1:8080/livez", TLSFiles{}, "")
 	assert.NoError(t, err)
 }

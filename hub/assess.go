@@ -106,6 +106,9 @@ type Assessment struct {
 	// EtcdReachedSince counts the observers whose reports, all sent since the member's latest (re)start
 	// or change of cluster and since the hub last began to hear a majority, reach its member.
 	EtcdReachedSince int
+	// Failing are the judged probes its own fresh report says fail (by name), past their timeout or
+	// not yet: what several machines failing alike share (commonCauses).
+	Failing []string
 }
 
 // Assessor turns reports into verdicts. It remembers when conditions without a since of their own
@@ -237,6 +240,7 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 type evidence struct {
 	unhealthy, suspect []string
 	since              time.Time
+	failing            []string // the machine's own judged probes failing (by name)
 }
 
 func (e *evidence) bad(since time.Time, format string, args ...any) {
@@ -275,6 +279,7 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		res.OwnAnswers = fresh && live(own, obs, a.policy.StaleAfter) && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
+	res.Failing = ev.failing
 	switch {
 	case len(ev.unhealthy) > 0:
 		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)

@@ -19,6 +19,7 @@ func (a *Assessor) probes(m MachineRef, own health.Report, now time.Time, ev *ev
 		if p.OK || !counts {
 			continue
 		}
+		ev.failing = append(ev.failing, p.Name)
 		if p.Name == "etcd" {
 			if why := a.catchingUp(own); why != "" {
 				timeout += a.policy.EtcdCatchUp

@@ -152,6 +152,7 @@ func TestAssess(t *testing.T) {
 		reason     string
 		wantSince  time.Time
 		allHealthy bool
+		failing    []string
 	}{
 		{name: "all well", world: newWorld(now), machine: "m1", verdict: VerdictHealthy, etcd: quorum.Healthy},
 		{name: "dead per the hub and every observer", world: newWorld(now).dead("cp-2", now.Add(-2*time.Second), "cp-0", "cp-1"),
@@ -185,15 +186,15 @@ func TestAssess(t *testing.T) {
 			unreachable("etcd-2", "cp-0"), machine: "m2", verdict: VerdictUnhealthy, etcd: quorum.Unhealthy, reason: "cp-2 dead since"},
 		{name: "dead for less than DeadTimeout", world: newWorld(now).dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1"),
 			policy: func(p *AssessPolicy) { p.DeadTimeout = 5 * time.Second }, machine: "m2", verdict: VerdictSuspect, reason: "unhealthy at 5s"},
-		{name: "kubelet failing short of its timeout", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-3*time.Second)),
+		{name: "kubelet failing short of its timeout", failing: []string{"kubelet"}, world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-3*time.Second)),
 			machine: "m1", verdict: VerdictSuspect, etcd: quorum.Healthy, reason: "kubelet failing for 3s (unhealthy at 10s): connection refused"},
-		{name: "kubelet failing past its timeout", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-12*time.Second)),
+		{name: "kubelet failing past its timeout", failing: []string{"kubelet"}, world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-12*time.Second)),
 			machine: "m1", verdict: VerdictUnhealthy, etcd: quorum.Healthy, reason: "kubelet failing for 12s (unhealthy at 10s)", wantSince: now.Add(-12 * time.Second)},
 		{name: "a probe without a timeout never makes a machine unhealthy", world: newWorld(now).probe("cp-1", "kubelet", false, now.Add(-time.Hour)),
 			policy: func(p *AssessPolicy) { delete(p.ProbeTimeouts, "kubelet") }, machine: "m1", verdict: VerdictHealthy, etcd: quorum.Healthy},
-		{name: "own etcd probe failing: member unhealthy for quorum", world: newWorld(now).probe("cp-1", "etcd", false, now.Add(-2*time.Second)),
+		{name: "own etcd probe failing: member unhealthy for quorum", failing: []string{"etcd"}, world: newWorld(now).probe("cp-1", "etcd", false, now.Add(-2*time.Second)),
 			machine: "m1", verdict: VerdictSuspect, etcd: quorum.Unhealthy, reason: "etcd failing for 2s"},
-		{name: "a failure counts until the report that carries it, not until now (test/chaos seed 3: the agent died while its probe failed)", world: func() *world {
+		{name: "a failure counts until the report that carries it, not until now (test/chaos seed 3: the agent died while its probe failed)", failing: []string{"etcd"}, world: func() *world {
 			w := newWorld(now).probe("cp-1", "etcd", false, now.Add(-20*time.Second))
 			r := w.obs.Reports["cp-1"]
 			r.SentAt = now.Add(-15 * time.Second) // still fresh; the failure is known to have lasted 5 s
@@ -235,6 +236,7 @@ func TestAssess(t *testing.T) {
 			if !tt.wantSince.IsZero() {
 				assert.Equal(t, tt.wantSince, got.Since)
 			}
+			assert.Equal(t, tt.failing, got.Failing)
 		})
 	}
 }

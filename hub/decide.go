@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -143,6 +144,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
 	lost := cluster.Budget(p.Quorum).QuorumLost()
 	silent := silentVoters(f, cluster)
+	common := commonCauses(f, cluster)
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
@@ -159,6 +161,8 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 		} else if h, survivor := f.retired.survivorHold(m.Name); survivor && qm.Unhealthy {
 			holds[m.Name] = h
 		} else if h, answers := answersHold(f, m, a, lost, silent); answers && qm.Unhealthy {
+			holds[m.Name] = h
+		} else if h, shared := common[m.Name]; shared && qm.Unhealthy {
 			holds[m.Name] = h
 		} else if qm.Unhealthy {
 			h := holdOf(f, m)
@@ -231,6 +235,54 @@ func answersHold(f facts, m Machine, a Assessment, lost bool, silent []string) (
 	return hold{reason: ReasonMemberAnswers, why: fmt.Sprintf("etcd has lost quorum, and %s's member %s: it runs, and its failures follow from the lost quorum "+
 		"(`hub explain %s`). A power-cycle of a running member is no free action: the hub does not take it (`hub reboot %s --force` if it must be)",
 		m.Name, how, m.Name, m.Name)}, true
+}
+
+// commonCauses holds the Unhealthy machines that fail a probe alike with a strict majority of the
+// voters' machines, every one of them with a healthy member: the API server probe failing on every
+// control-plane machine at once (an expired or wrong certificate, a bad flag rolled out everywhere, a
+// webhook or a dependency down) is one cause they share, not one fault each, and a power-cycle of each
+// in turn takes the control plane down member by member for nothing (found on a real kubeadm cluster:
+// the agents' API server probe failed on all three machines, and the hub power-cycled each in turn,
+// the budget allowing one at a time). A probe failing still within its timeout counts, so that
+// machines turning Unhealthy a few hundred milliseconds apart are seen together. The etcd probe is
+// not among them: a member failing its own probe is not healthy. An operator's `hub reboot` still
+// cycles a machine held so.
+func commonCauses(f facts, cluster quorum.Cluster) map[string]hold {
+	var voters int
+	alike := map[string][]string{} // probe → the voters' machines failing it with a healthy member
+	for i, m := range f.inv.Machines {
+		j := cluster.Index(m.Member)
+		if m.Member == "" || j < 0 || cluster.Members[j].Learner {
+			continue
+		}
+		voters++
+		a := assessmentOf(f.assessments, i, m.Name)
+		if a.EtcdHealth != quorum.Healthy {
+			continue
+		}
+		for _, p := range a.Failing {
+			if !slices.Contains(alike[p], m.Name) {
+				alike[p] = append(alike[p], m.Name)
+			}
+		}
+	}
+	holds := map[string]hold{}
+	for _, p := range slices.Sorted(maps.Keys(alike)) {
+		names := alike[p]
+		if 2*len(names) <= voters {
+			continue
+		}
+		for _, n := range names {
+			if _, ok := holds[n]; ok {
+				continue
+			}
+			holds[n] = hold{reason: ReasonCommonCause, why: fmt.Sprintf("%s fails on %s, %d of the %d voters' machines, while their etcd members are healthy: "+
+				"a cause they share (a certificate, a configuration, a dependency) that power-cycling them one by one does not fix. "+
+				"The hub holds them: fix the cause (`hub explain %s`), or `hub reboot %s` to cycle one anyway",
+				p, strings.Join(names, ", "), len(names), voters, n, n)}
+		}
+	}
+	return holds
 }
 
 // silentVoters are, when etcd has lost quorum, the voters whose members answer no majority of the

@@ -268,6 +268,36 @@ func TestDecide(t *testing.T) {
 				Reasons: []string{"kubelet failing for 10s"}, Since: s.f.now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m0"}},
+		{name: "a probe failing alike on every voter's machine, members healthy: a common cause, none is cycled", scene: func() *scene {
+			s := newScene()
+			for i, m := range machines {
+				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
+					Reasons: []string{"apiserver failing for 15s: x509: certificate is valid for 10.77.0.10, not 127.0.0.1"}, Since: s.f.now.Add(-15 * time.Second)}
+			}
+			return s
+		}, reasons: map[string]string{"m0": "apiserver fails on m0, m1, m2, 3 of the 3 voters' machines, while their etcd members are healthy"},
+			kinds: map[string]Reason{"m0": ReasonCommonCause, "m1": ReasonCommonCause, "m2": ReasonCommonCause}},
+		{name: "the first of them Unhealthy, the others failing alike still within the timeout: held all the same", scene: func() *scene {
+			s := newScene()
+			for i, m := range machines {
+				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
+			}
+			s.f.assessments[0].Verdict, s.f.assessments[0].Since = VerdictUnhealthy, s.f.now.Add(-10*time.Second)
+			return s
+		}, kinds: map[string]Reason{"m0": ReasonCommonCause}},
+		{name: "a probe failing on one machine of three: its own fault, cycled", scene: func() *scene {
+			s := newScene()
+			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
+				Reasons: []string{"apiserver failing for 15s"}, Since: s.f.now.Add(-15 * time.Second)}
+			s.f.assessments[2] = Assessment{Machine: "m2", Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"kubelet"}}
+			return s
+		}, starts: []string{"m1"}},
+		{name: "two machines failing alike, one of them with its member down: no majority of healthy members, cycled", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.assessments[2].Failing = []string{"apiserver"}
+			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
+			return s
+		}, starts: []string{"m2"}},
 		{name: "no slot left", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.recentStarts = 3

@@ -47,6 +47,9 @@ const (
 	ReasonMemberAnswers Reason = "MemberAnswers"
 	// ReasonSurvivor: the survivor of an etcd recovery, until the rebuilt cluster is seen healthy.
 	ReasonSurvivor Reason = "Survivor"
+	// ReasonCommonCause: a probe fails alike on a strict majority of the voters' machines while their
+	// members are healthy (commonCauses).
+	ReasonCommonCause Reason = "CommonCause"
 	// Those an operator must resolve (OperatorNeed).
 	ReasonUnseen   = Reason(NeedUnseen)
 	ReasonFenced   = Reason(NeedFenced)
