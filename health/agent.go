@@ -3,6 +3,10 @@ package health
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -20,6 +24,7 @@ type Agent struct {
 	mu          sync.Mutex
 	published   int
 	lastPublish time.Time
+	lastView    *EtcdView
 }
 
 // NewAgent returns an agent. Give its Poke method to the Runner's onChange and the gossip's
@@ -108,8 +113,37 @@ func (a *Agent) publish(ctx context.Context, v *EtcdView) *EtcdView {
 	a.mu.Lock()
 	a.published++
 	a.lastPublish = time.Now()
+	if v != nil && len(v.Members) > 0 {
+		a.lastView = v
+	}
 	a.mu.Unlock()
 	return v
+}
+
+// MemberPeers are the gossip addresses of the agents beside etcd's members, as this node last saw
+// the membership: each member's peer URL's host, at port (every agent's gossip port). It lists
+// nothing until the local member has answered, and never this node's own address (self).
+func (a *Agent) MemberPeers(port int, self string) []string {
+	a.mu.Lock()
+	v := a.lastView
+	a.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	var peers []string
+	for _, m := range v.Members {
+		for _, raw := range m.PeerURLs {
+			u, err := url.Parse(raw)
+			if err != nil || u.Hostname() == "" {
+				continue
+			}
+			addr := net.JoinHostPort(u.Hostname(), strconv.Itoa(port))
+			if addr != self && !slices.Contains(peers, addr) {
+				peers = append(peers, addr)
+			}
+		}
+	}
+	return peers
 }
 
 // Status says how many reports were published and when the last one was.

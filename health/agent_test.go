@@ -81,6 +81,10 @@ func TestAgentsOnRealEtcd(t *testing.T) {
 		assert.Equal(t, want, memberIDs(*reports[name].Etcd), name)
 	}
 	assert.Equal(t, "etcd-1", reports["cp-1"].Etcd.LocalName)
+	// The agents beside the members are at the members' peer hosts (here all 127.0.0.1), at the
+	// gossip port asked, and never at this agent's own address.
+	assert.Equal(t, []string{"127.0.0.1:7946"}, agents[0].agent.MemberPeers(7946, ""))
+	assert.Empty(t, agents[0].agent.MemberPeers(7946, "127.0.0.1:7946"))
 
 	// One etcd member stops: within the target every agent's own view shows it unreachable, and the
 	// agents on its node report their etcd probe failing.

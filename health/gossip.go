@@ -228,6 +228,9 @@ func (g *Gossip) Addr() string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
+// Port is the gossip port this member advertises.
+func (g *Gossip) Port() int { return int(g.ml.LocalNode().Port) }
+
 // Leave tells the pool this member is leaving, so that peers record it as "left", not "dead", and
 // stops it. (memberlist does not tell its event delegate a leave from a death, so the member first
 // gossips a last report marked Leaving.)

@@ -123,17 +123,22 @@ func (g *Gossip) Join(peers []string) (int, error) {
 	return n, nil
 }
 
-// JoinLoop joins peers, retrying with backoff (1 s doubling to 30 s) until one answers or ctx ends:
-// at boot the peers may not be up yet.
-func (g *Gossip) JoinLoop(ctx context.Context, peers []string) {
+// JoinLoop joins the peers peers() lists, retrying with backoff (1 s doubling to 30 s) until one
+// answers or ctx ends: at boot the peers may not be up yet, nor known (peers() is asked again at each
+// try: it may list what the node learns meanwhile, such as etcd's members or the cluster's Nodes).
+func (g *Gossip) JoinLoop(ctx context.Context, peers func() []string) {
 	wait := time.Second
 	for {
-		n, err := g.Join(peers)
-		if err == nil {
-			g.log.Info("joined the gossip pool", "answered", n)
-			return
+		if list := peers(); len(list) > 0 {
+			n, err := g.Join(list)
+			if err == nil {
+				g.log.Info("joined the gossip pool", "answered", n)
+				return
+			}
+			g.log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
+		} else {
+			g.log.Info("no peer to join known yet; will look again", "in", wait)
 		}
-		g.log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -214,6 +216,28 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	d.bound = bound
 	d.mu.Unlock()
 	return inv, nil
+}
+
+// NodePeers are the gossip addresses of the agents on the control-plane and witness Nodes: each
+// Node's InternalIP at port (the agents' DaemonSets use the host network, one port for all).
+func NodePeers(ctx context.Context, c client.Client, port int) ([]string, error) {
+	var peers []string
+	for _, label := range []string{ControlPlaneLabel, WitnessLabel} {
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes, client.HasLabels{label}); err != nil {
+			return peers, fmt.Errorf("listing the Nodes labelled %s: %w", label, err)
+		}
+		for _, n := range nodes.Items {
+			for _, a := range n.Status.Addresses {
+				if a.Type == corev1.NodeInternalIP {
+					if p := net.JoinHostPort(a.Address, strconv.Itoa(port)); !slices.Contains(peers, p) {
+						peers = append(peers, p)
+					}
+				}
+			}
+		}
+	}
+	return peers, nil
 }
 
 // healthCheckOf returns the MachineHealthCheck that selects the Machine, if one does: same cluster, its

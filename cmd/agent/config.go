@@ -47,6 +47,9 @@ type Config struct {
 	Probes ProbesConfig `json:"probes"`
 }
 
+// joins says whether the agent has peers to join (listed, or etcd's members).
+func (c GossipConfig) joins() bool { return len(c.Join) > 0 || c.JoinMembers }
+
 // GossipConfig is the gossip section.
 type GossipConfig struct {
 	// Bind is host:port for UDP and TCP gossip (default 0.0.0.0:7946).
@@ -57,6 +60,11 @@ type GossipConfig struct {
 	// Join lists peers (host:port, or a name resolving to several) to join at start; retried with
 	// backoff until one answers. A node that is not the first needs at least one.
 	Join []string `json:"join"`
+	// JoinMembers also joins the agents beside etcd's members: each member's peer URL host at this
+	// agent's gossip port (every agent uses the same one), from the membership the agent reads. No
+	// name to resolve, no list to keep: on Kubernetes, the agents of a DaemonSet find each other
+	// through etcd, even while cluster DNS is down with the control plane.
+	JoinMembers bool `json:"joinMembers"`
 	// KeyFile holds the base64 gossip keys, one a line, the first used to encrypt. Required.
 	KeyFile string `json:"keyFile"`
 	// IdentityFile is this node's own signing key (Ed25519, PEM; created on first start when

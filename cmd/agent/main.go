@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -235,8 +236,14 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
-	if len(cfg.Gossip.Join) > 0 {
-		go g.JoinLoop(ctx, cfg.Gossip.Join)
+	if cfg.Gossip.joins() {
+		go g.JoinLoop(ctx, func() []string {
+			peers := slices.Clone(cfg.Gossip.Join)
+			if cfg.Gossip.JoinMembers {
+				peers = append(peers, agent.MemberPeers(g.Port(), g.Addr())...)
+			}
+			return peers
+		})
 	}
 	log.Info("agent started", "role", cfg.Role, "node", cfg.Node, "cluster", cfg.Cluster, "gossip", g.Addr(), "http", ln.Addr().String(), "probes", len(specs))
 	if ready != nil {
@@ -288,7 +295,7 @@ func httpHandler(a *health.Agent, cfg Config, reg *prometheus.Registry) http.Han
 		if n == 0 {
 			problems = append(problems, "no report published yet")
 		}
-		if len(cfg.Gossip.Join) > 0 && len(a.Gossip().Reports()) < 2 {
+		if cfg.Gossip.joins() && len(a.Gossip().Reports()) < 2 {
 			problems = append(problems, "no peer's report received yet")
 		}
 		if len(problems) > 0 {

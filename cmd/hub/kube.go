@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ type kubeOptions struct {
 	discover         bool
 	machineNamespace string
 	discoverEvery    time.Duration
+	// agentPort: with discover, the agents' gossip port at each control-plane and witness Node's
+	// address, joined at start.
+	agentPort int
 	// degradedJournal, when set, turns degraded mode on (degraded.go): the local journal of a term
 	// without the API server; breakGlass is the inventory of the BMCs it may use then.
 	degradedJournal, breakGlass string
@@ -241,4 +245,28 @@ func lastDetail(obj v1alpha1.Remediation) string {
 		return obj.Status.History[n-1].Detail
 	}
 	return ""
+}
+
+// joinPeers lists the agents to join: --join's, and with --discover the agents at the control-plane
+// and witness Nodes' addresses (read again at each try). Nil: none.
+func joinPeers(ctx context.Context, o runOptions, log *slog.Logger) func() []string {
+	if o.kube == nil || !o.kube.discover {
+		if len(o.join) == 0 {
+			return nil
+		}
+		return func() []string { return o.join }
+	}
+	c, _, err := o.kube.kubeClient()
+	return func() []string {
+		peers := slices.Clone(o.join)
+		if err != nil {
+			log.Warn("finding the agents at the Nodes' addresses", "err", err)
+			return peers
+		}
+		nodes, lerr := kube.NodePeers(ctx, c, o.kube.agentPort)
+		if lerr != nil {
+			log.Warn("finding the agents at the Nodes' addresses", "err", lerr)
+		}
+		return append(peers, nodes...)
+	}
 }

@@ -99,6 +99,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.BoolVar(&k.discover, "discover", false, "with --kubernetes: find the machines in the cluster (control-plane Nodes, Cluster API Machines, metal3 BareMetalHosts); --inventory then gives the cluster name, the policy and machines with a BMC of their own")
 	f.StringVar(&k.machineNamespace, "machine-namespace", "", "with --discover: namespace of the Cluster API Machines and BareMetalHosts (default: all)")
 	f.DurationVar(&k.discoverEvery, "discover-interval", 10*time.Second, "with --discover: how often the cluster is read again")
+	f.IntVar(&k.agentPort, "agent-port", 7946, "with --discover: the agents' gossip port, joined at every control-plane and witness Node's address (no name to resolve: cluster DNS may be down with the control plane)")
 	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (docs/design.md: Quorum lost in Kubernetes mode)")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
@@ -184,8 +185,8 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		}
 		_ = g.Shutdown()
 	}()
-	if len(o.join) > 0 {
-		go g.JoinLoop(ctx, o.join)
+	if peers := joinPeers(ctx, o, log); peers != nil {
+		go g.JoinLoop(ctx, peers)
 	}
 	go g.WatchKeyFile(ctx, o.keyFile, health.KeyFileCheck) // a rotation, as the agents do
 	if gc.Pinned != nil {

@@ -6,6 +6,7 @@ package ipmisim
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,8 @@ type Options struct {
 	// Wrap prefixes ipmi_sim's command line and the readiness check's ipmitool (for example
 	// ip netns exec NS, to run it inside a network namespace).
 	Wrap []string
+	// Password of the admin user (default ipmi-PID).
+	Password string
 }
 
 // chassisControl is called by ipmi_sim as PROG <mc> get <parm>... or PROG <mc> set <parm> <value>....
@@ -100,7 +103,7 @@ func StartAt(dir string, o Options) (*Sim, error) {
 			return nil, err
 		}
 	}
-	s := &Sim{Host: host, Port: port, Username: "admin", Password: "ipmi-" + strconv.Itoa(os.Getpid()), dir: dir, wrap: o.Wrap}
+	s := &Sim{Host: host, Port: port, Username: "admin", Password: cmp.Or(o.Password, "ipmi-"+strconv.Itoa(os.Getpid())), dir: dir, wrap: o.Wrap}
 	lan := fmt.Sprintf(`name "hale"
 set_working_mc 0x20
   startlan 1

@@ -1,18 +1,24 @@
 // Package kubeadm runs Hale on a real kubeadm control plane (test/lab's kubeadm cluster): three
 // control-plane nodes and two workers, each a systemd machine with containerd and a kubelet, powered
-// by a BMC.
+// by a BMC, with Hale installed as docs/install.md says.
 package kubeadm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/lab"
 )
 
@@ -31,23 +37,231 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestKubeadmControlPlane(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+// TestHaleOnKubeadm makes the cluster, checks that kubeadm made what it says (a static etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler per control-plane node, run by its
+// kubelet), installs Hale as docs/install.md says, and runs the scenarios on it.
+func TestHaleOnKubeadm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	start := time.Now()
 	c := lab.StartKube(t, assets, lab.KubeShape{ControlPlanes: 3, Workers: 2, IPMI: 1}, lab.KubeOptions{})
-	t.Logf("cluster up in %s", time.Since(start).Round(time.Second))
+	t.Logf("cluster up (kubeadm init and joins, every Node Ready) in %s", time.Since(start).Round(time.Second))
 	out, err := c.Kubectl(ctx, "get", "pods", "-n", "kube-system", "-o", "wide")
 	require.NoError(t, err)
-	t.Log(out)
 	for _, n := range c.ControlPlanes() {
 		for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 			require.Contains(t, out, p+"-"+n.Name)
 		}
-	}
-	for _, n := range c.ControlPlanes() {
-		out, err = n.Exec(ctx, "crictl", "ps", "--name", "etcd", "-q")
+		ps, err := n.Exec(ctx, "crictl", "ps", "--name", "etcd", "-q")
 		require.NoError(t, err)
-		require.NotEmpty(t, strings.TrimSpace(out), "no etcd container runs on %s", n.Name)
+		require.NotEmpty(t, strings.TrimSpace(ps), "no etcd container runs on %s", n.Name)
 	}
+
+	booted := len(c.PowerEvents())
+	applied := install(ctx, t, c)
+	// Installed: every agent reports, a hub leads, and it sees every machine Healthy, having touched
+	// no machine's power on the way.
+	st := waitStatus(ctx, t, c, "every machine Healthy", allHealthy)
+	t.Logf("installed: %d machines Healthy %s after kubectl apply", len(st.Machines), time.Since(applied).Round(time.Second))
+	require.Empty(t, c.PowerEvents()[booted:], "no power action while Hale was installed")
+
+	// A control-plane node hangs (frozen: every process stops where it is), once on each machine (two
+	// Redfish BMCs, one IPMI): Unhealthy, power-cycled through its BMC, booted from its disk, its
+	// static pods and its etcd member back, its Node Ready, every machine Healthy again.
+	var heals []time.Duration
+	for _, name := range []string{"cp-1", "cp-2", "cp-0"} {
+		heals = append(heals, hangAndHeal(ctx, t, c, c.Node(name)))
+	}
+	slices.Sort(heals)
+	t.Logf("a hung control-plane node, hang → healthy control plane (every machine Healthy, the Node Ready): p50 %s, max %s over %d runs "+
+		"(Cluster API's MachineHealthCheck: 5 min before it starts to replace the machine, by default)", heals[len(heals)/2].Round(time.Second),
+		heals[len(heals)-1].Round(time.Second), len(heals))
+}
+
+// hangAndHeal freezes n and waits until the hub has power-cycled it through its BMC and the control
+// plane is whole again; it returns the time from the hang to then.
+func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.Node) time.Duration {
+	t.Helper()
+	before := len(c.PowerEvents())
+	hung := time.Now()
+	n.Freeze()
+	waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
+		m, ok := machineIn(st, n.Name)
+		return ok && (m.Verdict == hub.VerdictUnhealthy || m.Remediation != nil)
+	})
+	detected := time.Since(hung)
+	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle", func(st hub.Status) bool {
+		return allHealthy(st) && len(powerChanges(c, before)) >= 2
+	})
+	c.WaitReady(ctx)
+	healed := time.Since(hung)
+	for _, p := range []string{"etcd", "kube-apiserver"} {
+		ps, err := n.Exec(ctx, "crictl", "ps", "--name", p, "--state", "running", "-q")
+		require.NoError(t, err)
+		require.NotEmpty(t, strings.TrimSpace(ps), "%s's %s static pod does not run after its power-cycle", n.Name, p)
+	}
+	powered := powerChanges(c, before)
+	require.Len(t, powered, 2, "one power-cycle of the hung node, nothing else: %v", powered)
+	for i, kind := range []string{"power-off ", "power-on "} {
+		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" "+bmcOf(c, n)), "one power-cycle of the hung node by its BMC, nothing else: %v", powered)
+	}
+	t.Logf("%s hung: Unhealthy (or under remediation) after %s, power-cycled by %s, healthy control plane after %s",
+		n.Name, detected.Round(time.Second), bmcOf(c, n), healed.Round(time.Second))
+	return healed
+}
+
+// powerChanges are the power changes since the first'th event.
+func powerChanges(c *lab.KubeCluster, first int) []string {
+	var out []string
+	for _, e := range c.PowerEvents()[first:] {
+		if strings.HasPrefix(e, "power-") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// bmcOf is how n's BMC reports its power changes (the lab's event detail).
+func bmcOf(c *lab.KubeCluster, n *lab.Node) string {
+	if c.IPMI[n.Name] != nil {
+		return "IPMI"
+	}
+	return "Redfish"
+}
+
+func machineIn(st hub.Status, name string) (hub.MachineStatus, bool) {
+	for _, m := range st.Machines {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return hub.MachineStatus{}, false
+}
+
+// install follows docs/install.md ("On Kubernetes", the standalone-bmc overlay) step by step, with the
+// commands it gives, on a copy of deploy/ (step 2 edits its inventory). It returns when the apply
+// returned.
+func install(ctx context.Context, t *testing.T, c *lab.KubeCluster) time.Time {
+	t.Helper()
+	root := repoRoot(t)
+	deploy := filepath.Join(t.TempDir(), "deploy")
+	require.NoError(t, exec.Command("cp", "-r", filepath.Join(root, "deploy"), deploy).Run())
+	sh := func(cmd string) string {
+		t.Helper()
+		out, err := c.Shell(ctx, filepath.Dir(deploy), cmd)
+		require.NoError(t, err, "%s", cmd)
+		return out
+	}
+	// 1. Namespace and gossip key.
+	sh(`kubectl create namespace hale-system; kubectl -n hale-system create secret generic hale-gossip-key --from-literal=key="$(head -c 32 /dev/urandom | base64)"`)
+	// 2. BMC credentials, and the machines in deploy/components/bmc/inventory.yaml.
+	sh(`kubectl -n hale-system create secret generic hale-bmc-credentials --from-literal=username=admin --from-literal=password='lab-secret'`)
+	inventoryFile := filepath.Join(deploy, "components", "bmc", "inventory.yaml")
+	inv, err := os.ReadFile(inventoryFile)
+	require.NoError(t, err)
+	head, _, ok := strings.Cut(string(inv), "machines:\n")
+	require.True(t, ok, "%s has no machines: list", inventoryFile)
+	var machines strings.Builder
+	for _, n := range c.ControlPlanes() {
+		fmt.Fprintf(&machines, "  - {name: %s, member: %s, class: control-plane, bmc: {endpoint: %q, credentials: /etc/hale/bmc}}\n", n.Name, n.Name, n.BMC)
+	}
+	require.NoError(t, os.WriteFile(inventoryFile, []byte(head+"machines:\n"+machines.String()), 0o644))
+	// 3. The image, built without Docker, loaded where the nodes' containerd finds it, named in the
+	// overlay.
+	archive := filepath.Join(t.TempDir(), "hale.tar")
+	build := exec.CommandContext(ctx, filepath.Join(root, "deploy", "image", "build-oci"), archive, "lab")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/image/build-oci: %v\n%s", err, out)
+	}
+	for _, n := range c.Nodes {
+		n.LoadImage(ctx, archive, "hale.lab/hale")
+	}
+	overlay := filepath.Join(deploy, "overlays", "standalone-bmc", "kustomization.yaml")
+	k, err := os.ReadFile(overlay)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(overlay, append(k, []byte("images:\n  - {name: ghcr.io/hale-dev/hale, newName: hale.lab/hale, newTag: lab}\n")...), 0o644))
+	// 4. Apply.
+	applied := time.Now()
+	sh(`kubectl apply -k deploy/overlays/standalone-bmc`)
+	return applied
+}
+
+func repoRoot(t *testing.T) string {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	require.NoError(t, err)
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// hubStatus asks the leading hub replica (the Lease's holder) for its status, as install.md's check
+// does: kubectl exec … hub status.
+func hubStatus(ctx context.Context, c *lab.KubeCluster) (hub.Status, error) {
+	holder, err := c.Kubectl(ctx, "-n", "hale-system", "get", "lease", "hale-hub", "-o", "jsonpath={.spec.holderIdentity}")
+	if err != nil {
+		return hub.Status{}, err
+	}
+	pods, err := c.Kubectl(ctx, "-n", "hale-system", "get", "pods", "-l", "app.kubernetes.io/name=hale-hub", "-o", "jsonpath={.items[*].metadata.name}")
+	if err != nil {
+		return hub.Status{}, err
+	}
+	leader := "" // the holder is the leading replica's identity: hub-POD-RANDOM
+	for _, p := range strings.Fields(pods) {
+		if strings.HasPrefix(holder, "hub-"+p+"-") {
+			leader = p
+		}
+	}
+	if leader == "" {
+		return hub.Status{}, fmt.Errorf("no hub replica leads (lease holder %q, replicas %s)", holder, pods)
+	}
+	out, err := c.Kubectl(ctx, "-n", "hale-system", "exec", leader, "--", "hub", "status", "--socket", "/run/hale/hub.sock", "-o", "json")
+	if err != nil {
+		return hub.Status{}, err
+	}
+	var st hub.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return hub.Status{}, fmt.Errorf("hub status -o json: %w: %s", err, out)
+	}
+	return st, nil
+}
+
+// waitStatus waits until the leading hub's status satisfies ok.
+func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what string, ok func(hub.Status) bool) hub.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var last string
+	for {
+		st, err := hubStatus(ctx, c)
+		if err == nil && ok(st) {
+			return st
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			b, _ := json.Marshal(st.Machines)
+			last = string(b)
+		}
+		select {
+		case <-ctx.Done():
+			pods, _ := c.Kubectl(context.Background(), "-n", "hale-system", "get", "pods", "-o", "wide")
+			if d, err := time.ParseDuration(os.Getenv("HALE_KUBE_KEEP")); err == nil {
+				t.Logf("waiting for %s: %s\n%s\nHALE_KUBE_KEEP: keeping the cluster for %s", what, last, pods, d)
+				time.Sleep(d)
+			}
+			t.Fatalf("waiting for %s: %s\n%s", what, last, pods)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func allHealthy(st hub.Status) bool {
+	if len(st.Machines) != 3 || !st.Observers.Majority {
+		return false
+	}
+	for _, m := range st.Machines {
+		if m.Verdict != hub.VerdictHealthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,8 @@ type KubeCluster struct {
 	BMCCreds string
 	id       string
 	onEvent  func(kind, target, detail string)
+	mu       sync.Mutex
+	events   []string // every power change and BMC request: "power-off cp-0 Redfish"
 }
 
 // Node is one machine of the cluster.
@@ -275,24 +278,33 @@ func (c *KubeCluster) startBMCs(shape KubeShape) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			c.T.Fatalf("kube lab: %v", err)
 		}
-		sim, err := ipmisim.StartAt(dir, ipmisim.Options{Host: c.OOB.IP, Port: 6230 + i, Wrap: []string{"ip", "netns", "exec", c.OOB.NS}})
+		// One login for every BMC (as one Secret in deploy/components/bmc gives them all).
+		sim, err := ipmisim.StartAt(dir, ipmisim.Options{Host: c.OOB.IP, Port: 6230 + i, Wrap: []string{"ip", "netns", "exec", c.OOB.NS},
+			Password: "lab-secret"})
 		if err != nil {
 			c.T.Fatalf("kube lab: ipmi_sim for %s: %v", n.Name, err)
 		}
 		c.IPMI[n.Name] = sim
-		n.Creds = filepath.Join(c.Dir, "ipmi-credentials-"+n.Name)
-		if err := os.WriteFile(n.Creds, []byte(fmt.Sprintf("username=%s\npassword=%s\n", sim.Username, sim.Password)), 0o600); err != nil {
-			c.T.Fatalf("kube lab: %v", err)
-		}
-		n.BMC = sim.Endpoint()
+		n.BMC, n.Creds = sim.Endpoint(), c.BMCCreds
 		followIPMI(c.T, n, sim)
 	}
 }
 
 func (c *KubeCluster) event(kind, target, detail string) {
+	c.mu.Lock()
+	c.events = append(c.events, kind+" "+target+" "+detail)
+	c.mu.Unlock()
 	if c.onEvent != nil {
 		c.onEvent(kind, target, detail)
 	}
+}
+
+// PowerEvents are the power changes and BMC requests so far, "KIND NODE BY" each ("power-on cp-0
+// start", "power-off cp-1 Redfish", "bmc-request cp-1 POST").
+func (c *KubeCluster) PowerEvents() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.events)
 }
 
 // Node is the node named name.
@@ -570,6 +582,36 @@ func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, erro
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// Shell runs a shell command line on the Admin host, in dir, as an operator types it: kubectl (the
+// node image's) on PATH, KUBECONFIG set to kubeadm's admin.conf.
+func (c *KubeCluster) Shell(ctx context.Context, dir, line string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", c.Admin.NS, "sh", "-c", line)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig,
+		"PATH="+filepath.Join(c.Assets, "rootfs", "usr", "local", "bin")+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", line, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// LoadImage imports an OCI archive into the node's containerd (its Kubernetes namespace) as
+// name:TAG, TAG the archive's own: what a registry pull would have put there.
+func (n *Node) LoadImage(ctx context.Context, archive, name string) {
+	n.c.T.Helper()
+	dst := filepath.Join("/var/tmp", filepath.Base(archive))
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		n.c.T.Fatalf("kube lab: %v", err)
+	}
+	n.WriteFile(dst, string(data))
+	if out, err := n.Exec(ctx, "ctr", "--namespace", "k8s.io", "images", "import", "--base-name", name, dst); err != nil {
+		n.c.T.Fatalf("kube lab: loading %s on %s: %v\n%s", archive, n.Name, err, out)
+	}
+	_, _ = n.Exec(ctx, "rm", "-f", dst)
 }
 
 // kubeadmConfig is node n's kubeadm configuration: InitConfiguration, ClusterConfiguration,
