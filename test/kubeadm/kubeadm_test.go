@@ -93,7 +93,7 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle", func(st hub.Status) bool {
 		return allHealthy(st) && len(powerChanges(c, before)) >= 2
 	})
-	c.WaitReady(ctx)
+	c.WaitReady(ctx) // (the Node may not have gone NotReady at all: the node controller waits 50 s)
 	healed := time.Since(hung)
 	for _, p := range []string{"etcd", "kube-apiserver"} {
 		ps, err := n.Exec(ctx, "crictl", "ps", "--name", p, "--state", "running", "-q")
