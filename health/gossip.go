@@ -109,6 +109,7 @@ type Gossip struct {
 	relay     *memberlist.TransmitLimitedQueue // others' reports, passed on once
 	log       *slog.Logger
 	dedup     *logDedup
+	rejoin    time.Duration // RejoinEvery (tests shorten it)
 
 	mu       sync.Mutex
 	version  uint64
@@ -164,7 +165,7 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 	if (cfg.Identity == nil) != (cfg.Pinned == nil) {
 		return nil, errors.New("gossip: an identity and the pinned keys go together: give both or neither")
 	}
-	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
+	g := &Gossip{started: time.Now().UTC(), cfg: cfg, keyring: keyring, rejoin: RejoinEvery, log: cfg.Logger.With("gossip", cfg.Cluster), reports: map[string]*Report{},
 		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{},
 		rejected: map[string]int{}, expired: map[string]uint64{},
 		addrs: map[string]string{}, reported: map[string]string{}, nodes: map[string]memberlist.Node{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +86,31 @@ func stateOf(observer *Gossip, name string) PeerState {
 		}
 	}
 	return ""
+}
+
+// Two pools that formed apart merge: a hub that joined only the first peer up (a witness), agents that
+// found each other meanwhile. Its join loop joins again, every RejoinEvery, the listed peers that are
+// not live members of its pool (seen on a real kubeadm cluster: the hub and a witness on one side, the
+// three agents on the other, for good).
+func TestJoinLoopMergesPoolsThatFormedApart(t *testing.T) {
+	hub, _ := startMember(t, "hub")
+	hub.rejoin = 200 * time.Millisecond
+	witness, _ := startMember(t, "w-0")
+	agents := startPool(t, 2)
+	var agentsUp atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go hub.JoinLoop(ctx, func() []string {
+		if !agentsUp.Load() {
+			return []string{witness.Addr(), "127.0.0.1:1"} // the agents' node not up yet
+		}
+		return []string{witness.Addr(), agents.members[0].Addr()}
+	})
+	require.Eventually(t, func() bool { return hub.ml.NumMembers() == 2 }, 5*time.Second, 10*time.Millisecond, "the hub joins the witness")
+	agentsUp.Store(true)
+	require.Eventually(t, func() bool {
+		return hub.ml.NumMembers() == 4 && witness.ml.NumMembers() == 4 && agents.members[1].ml.NumMembers() == 4
+	}, 5*time.Second, 10*time.Millisecond, "the two pools merge")
 }
 
 func TestGossipSpreadsReports(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,29 +125,71 @@ func (g *Gossip) Join(peers []string) (int, error) {
 	return n, nil
 }
 
+// RejoinEvery is how often a member that has joined the pool joins again the listed peers that are
+// not in it: memberlist never reaches out to a node it does not know, so two pools that formed apart
+// (a hub that joined only a witness that was up first, agents that found each other through etcd
+// meanwhile: seen on a real cluster) would stay apart for good.
+const RejoinEvery = 10 * time.Second
+
 // JoinLoop joins the peers peers() lists, retrying with backoff (1 s doubling to 30 s) until one
-// answers or ctx ends: at boot the peers may not be up yet, nor known (peers() is asked again at each
-// try: it may list what the node learns meanwhile, such as etcd's members or the cluster's Nodes).
+// answers, and then every RejoinEvery joins those it lists that are not live members of the pool,
+// until ctx ends. At boot the peers may not be up yet, nor known: peers() is asked again each time (it
+// may list what the node learns meanwhile, such as etcd's members or the cluster's Nodes).
 func (g *Gossip) JoinLoop(ctx context.Context, peers func() []string) {
-	wait := time.Second
+	wait, joined := time.Second, false
 	for {
-		if list := peers(); len(list) > 0 {
-			n, err := g.Join(list)
-			if err == nil {
-				g.log.Info("joined the gossip pool", "answered", n)
-				return
-			}
-			g.log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
-		} else {
+		list := peers()
+		if joined {
+			list = g.outside(list)
+		}
+		switch n, err := g.join(list); {
+		case len(list) == 0 && !joined:
 			g.log.Info("no peer to join known yet; will look again", "in", wait)
+		case len(list) == 0:
+		case err == nil && !joined:
+			g.log.Info("joined the gossip pool", "answered", n)
+			joined, wait = true, g.rejoin
+		case err == nil:
+			g.log.Info("joined peers that were outside the gossip pool", "peers", list, "answered", n)
+		case !joined:
+			g.log.Warn("joining the gossip pool; will retry", "err", err, "in", wait)
+		default:
+			g.log.Debug("peers outside the gossip pool do not answer", "peers", list, "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 30*time.Second)
+		if !joined {
+			wait = min(2*wait, 30*time.Second)
+		}
 	}
+}
+
+func (g *Gossip) join(peers []string) (int, error) {
+	if len(peers) == 0 {
+		return 0, nil
+	}
+	return g.Join(peers)
+}
+
+// outside are the peers (host:port) that are not the address of a live member of the pool (a name
+// to resolve is never one: it is joined again each time).
+func (g *Gossip) outside(peers []string) []string {
+	live := map[string]bool{}
+	for _, m := range g.ml.Members() {
+		if m.State == memberlist.StateAlive {
+			live[net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))] = true
+		}
+	}
+	var out []string
+	for _, p := range peers {
+		if !live[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // liveNodes returns the live peers (memberlist's members but this one), as copied in its callbacks.

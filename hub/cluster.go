@@ -19,7 +19,7 @@ type flight struct {
 }
 
 // membershipOf builds the cluster the planner sees: the membership that a strict majority of the
-// expected agents and witnesses report (fresh reports from observers the hub sees alive), each
+// expected agents and witnesses that read etcd report (fresh reports from observers the hub sees alive), each
 // member's health from the assessments, the members of machines with a remediation in flight
 // marked. It returns why not instead when the hub does not hear a strict majority of its expected
 // observers (then nothing is done: a hub on the minority side of a partition must not act), or when
@@ -32,10 +32,19 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0
+	// Those that read no etcd at all (a witness without etcd endpoints: its fresh report carries no
+	// view) can never report the membership: they are not asked to. Counted, they left three agents and
+	// two such witnesses needing all three agents, and one dead control-plane machine was never healed
+	// (found on a real kubeadm cluster with deploy/components/witness as it comes). Judges unheard count:
+	// nobody knows whether they read etcd.
+	judges := e.Judges()
 	for _, node := range e.judgeNodes {
 		r, reported := obs.Reports[node]
-		if pv, ok := obs.HubPeers[node]; !reported || !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 ||
-			obs.Now.Sub(r.SentAt) > inv.Policy.Assess.StaleAfter {
+		fresh := reported && obs.Now.Sub(r.SentAt) <= inv.Policy.Assess.StaleAfter
+		if pv, ok := obs.HubPeers[node]; fresh && ok && pv.State == health.PeerAlive && r.Etcd == nil {
+			judges--
+		}
+		if pv, ok := obs.HubPeers[node]; !fresh || !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 {
 			continue
 		}
 		k := viewKey(r.Etcd.Members)
@@ -54,9 +63,9 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 		return quorum.Cluster{}, "no fresh etcd view from any agent: waiting"
 	case 2*n <= total:
 		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d): waiting", total, n)
-	case 2*n <= e.Judges():
-		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses report the etcd membership (%d needed): "+
-			"a majority of observers must agree on it before anything is planned; waiting", n, e.Judges(), e.Judges()/2+1)
+	case 2*n <= judges:
+		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses that read etcd report the etcd membership (%d needed): "+
+			"a majority of observers must agree on it before anything is planned; waiting", n, judges, judges/2+1)
 	}
 	type machineOf struct {
 		name   string

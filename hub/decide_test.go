@@ -138,12 +138,17 @@ func TestDecide(t *testing.T) {
 			s.w.obs.Reports["cp-1"] = r
 			return s
 		}, notPlanning: "agents disagree on the etcd membership (2 views, the most common held by 1)"},
-		{name: "a majority of views but not of the expected judges: waiting", scene: func() *scene {
+		{name: "witnesses without etcd access are not asked for the membership: two agents of three are a majority", scene: func() *scene {
 			s := newScene()
 			s.f.inv.Witnesses = []string{"w-0", "w-1", "w-2"}
 			s.w.witness(s.f.inv.Witnesses...) // witnesses without etcd access: no view of the membership
 			return s.dead(2)
-		}, notPlanning: "only 2 of the 6 expected agents and witnesses report the etcd membership (4 needed)"},
+		}, starts: []string{"m2"}},
+		{name: "a majority of views but not of the expected judges that read etcd: waiting", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1", "w-2")
+			s.w.cut(s.f.now, "w-1", "w-2") // unheard: nobody knows whether they read etcd
+			return s.dead(2)
+		}, notPlanning: "only 3 of the 6 expected agents and witnesses that read etcd report the etcd membership (4 needed)"},
 		{name: "workers' agents do not judge etcd (they have no etcd access): the members' agents decide", scene: func() *scene {
 			s := newScene()
 			for i := range 4 { // more workers than members
@@ -298,6 +303,15 @@ func TestDecide(t *testing.T) {
 			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
 			return s
 		}, starts: []string{"m2"}},
+		{name: "witnesses that read no etcd, two members of three silent: one agent's view is no majority", scene: func() *scene {
+			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
+			for _, w := range []string{"w-0", "w-1"} {
+				r := s.w.obs.Reports[w]
+				r.Etcd = nil
+				s.w.obs.Reports[w] = r
+			}
+			return s
+		}, notPlanning: "only 1 of the 3 expected agents and witnesses that read etcd report the etcd membership (2 needed)"},
 		{name: "no slot left", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.recentStarts = 3

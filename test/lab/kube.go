@@ -130,7 +130,7 @@ type KubeOptions struct {
 // ends.
 func StartKube(t netns.TB, assets string, shape KubeShape, o KubeOptions) *KubeCluster {
 	t.Helper()
-	removeKubeLeftovers(t)
+	RemoveKubeLeftovers(t)
 	lab := netns.New(t)
 	c := &KubeCluster{T: t, Lab: lab, Assets: assets, Dir: t.TempDir(), IPMI: map[string]*ipmisim.Sim{}, onEvent: o.OnEvent,
 		id: fmt.Sprintf("%s%d-%d", KubeContainerPrefix, os.Getpid(), time.Now().UnixNano()%1e6)}
@@ -178,9 +178,9 @@ func (c *KubeCluster) must(args ...string) string {
 	return string(out)
 }
 
-// removeKubeLeftovers removes the node containers of runs whose process is gone, and unmounts their
+// RemoveKubeLeftovers removes the node containers of runs whose process is gone, and unmounts their
 // disks.
-func removeKubeLeftovers(t netns.TB) {
+func RemoveKubeLeftovers(t netns.TB) {
 	out, err := exec.Command("podman", "ps", "-a", "--format", "{{.Names}}").Output()
 	if err != nil {
 		t.Fatalf("podman ps: %v", err)
@@ -336,6 +336,9 @@ func (c *KubeCluster) teardown() {
 		_ = exec.Command("umount", "-l", n.root()).Run()
 	}
 }
+
+// Container is the node's podman container.
+func (n *Node) Container() string { return n.container }
 
 // root is where the node's root filesystem is mounted on this machine.
 func (n *Node) root() string { return filepath.Join(n.dir, "root") }

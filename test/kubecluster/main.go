@@ -1,0 +1,138 @@
+// Command kubecluster brings up test/lab's real kubeadm cluster with Hale installed, for trying Hale
+// on Kubernetes without machines of one's own: three control-plane nodes and two workers (privileged
+// podman containers running systemd, containerd and the kubelet, made by kubeadm), each powered by a
+// BMC (the Redfish simulator, ipmi_sim for cp-2), and Hale installed as docs/install.md says. It runs
+// until interrupted, then tears everything down. As root, on Linux with podman, runc, haproxy,
+// mmdebstrap and umoci (Debian's packages); the first run builds the nodes (several minutes).
+//
+//	sudo go run ./test/kubecluster           # up, until Ctrl-C: down
+//	sudo go run ./test/kubecluster -clean    # remove what a killed run left behind
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hale-dev/hale/test/lab"
+	"github.com/hale-dev/hale/test/netns"
+)
+
+func main() {
+	clean := flag.Bool("clean", false, "remove the node containers, disks and network namespaces a killed run left, and exit")
+	flag.Parse()
+	if why := lab.KubeAvailable(); why != "" {
+		fmt.Fprintf(os.Stderr, "kubecluster: %s\n", why)
+		os.Exit(2)
+	}
+	dir, err := os.MkdirTemp("", "hale-kubecluster-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubecluster: %v\n", err)
+		os.Exit(1)
+	}
+	r := &runner{dir: dir}
+	code := r.run(*clean)
+	r.close()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func (r *runner) run(clean bool) (code int) {
+	defer func() {
+		if f, ok := recover().(fatal); ok {
+			fmt.Fprintf(os.Stderr, "kubecluster: %s\n", f)
+			code = 1
+		}
+	}()
+	if clean {
+		lab.RemoveKubeLeftovers(r)
+		netns.New(r).Close() // a new lab first removes what dead ones left
+		fmt.Println("kubecluster: nothing left behind")
+		return 0
+	}
+	assets, err := lab.KubeAssets()
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	c := lab.StartKube(r, assets, lab.KubeShape{ControlPlanes: 3, Workers: 2, IPMI: 1}, lab.KubeOptions{
+		OnEvent: func(kind, target, detail string) {
+			if kind != "bmc-request" {
+				fmt.Printf("%s  %s %s (%s)\n", time.Now().Format("15:04:05"), kind, target, detail)
+			}
+		}})
+	fmt.Printf("kubecluster: cluster up in %s; installing Hale (docs/install.md)\n", time.Since(start).Round(time.Second))
+	c.InstallHale(ctx)
+	if out, err := c.Kubectl(ctx, "-n", "hale-system", "wait", "--for=condition=Ready", "pods", "--all", "--timeout=5m"); err != nil {
+		r.Fatalf("Hale's pods not Ready: %v\n%s", err, out)
+	}
+	kubectl := fmt.Sprintf("ip netns exec %s %s --kubeconfig %s", c.Admin.NS, filepath.Join(assets, "rootfs", "usr", "local", "bin", "kubectl"), c.Kubeconfig)
+	var nodes []string
+	for _, n := range c.Nodes {
+		nodes = append(nodes, n.Name+" = "+n.Container())
+	}
+	fmt.Printf(`kubecluster: Hale is installed (%s in all). In another shell, as root:
+
+  kubectl:           %s get nodes
+  Hale's status:     %s -n hale-system exec deploy/hale-hub -- hub status --socket /run/hale/hub.sock
+                     (deploy/hale-hub may pick the standby, which says so: exec into the other pod)
+  hang a node:       podman pause NODE    (the hub power-cycles it through its BMC within seconds)
+  the nodes:         %s
+
+Ctrl-C tears it all down.
+`, time.Since(start).Round(time.Second), kubectl, kubectl, strings.Join(nodes, ", "))
+	<-ctx.Done()
+	fmt.Println("kubecluster: tearing down")
+	return 0
+}
+
+// runner is what the lab needs of a test (netns.TB), for a program: Fatalf ends the run.
+type runner struct {
+	dir      string
+	mu       sync.Mutex
+	cleanups []func()
+}
+
+type fatal string
+
+func (r *runner) Helper()                         {}
+func (r *runner) Failed() bool                    { return false }
+func (r *runner) Logf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+func (r *runner) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kubecluster: "+format+"\n", args...)
+}
+func (r *runner) Fatalf(format string, args ...any) { panic(fatal(fmt.Sprintf(format, args...))) }
+
+func (r *runner) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+func (r *runner) TempDir() string {
+	d, err := os.MkdirTemp(r.dir, "tmp")
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	return d
+}
+
+// close runs the cleanups, last first.
+func (r *runner) close() {
+	r.mu.Lock()
+	cs := r.cleanups
+	r.cleanups = nil
+	r.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
+}

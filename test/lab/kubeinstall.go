@@ -1,0 +1,152 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// InstallHale installs Hale on the cluster as docs/install.md says ("On Kubernetes", the standalone-bmc
+// overlay), step by step with the commands it gives, on a copy of the repository's deploy/ (step 2
+// edits its inventory), with witnesses on the workers (install.md's components/witness, added to the
+// overlay the same way, and the label on the nodes it runs on: two of three control-plane machines gone
+// then leave a majority of the expected observers). It returns when `kubectl apply -k` returned.
+func (c *KubeCluster) InstallHale(ctx context.Context) time.Time {
+	c.T.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	deploy := filepath.Join(c.T.TempDir(), "deploy")
+	c.must("cp", "-r", filepath.Join(root, "deploy"), deploy)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	// documented fails the install when install.md no longer says what the lab does: each command is
+	// the doc's text, with the doc's placeholders filled in by the lab's values.
+	documented := func(text string) {
+		c.T.Helper()
+		if !strings.Contains(string(doc), text) {
+			c.T.Fatalf("kube lab: docs/install.md no longer says %q: the install below follows it (test/lab/kubeinstall.go)", text)
+		}
+	}
+	sh := func(line string) {
+		c.T.Helper()
+		if out, err := c.Shell(ctx, filepath.Dir(deploy), line); err != nil {
+			c.T.Fatalf("kube lab: installing Hale: %v\n%s", err, out)
+		}
+	}
+	edit := func(path string, change func(string) (string, bool)) {
+		c.T.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+		s, ok := change(string(b))
+		if !ok {
+			c.T.Fatalf("kube lab: %s is not as install.md describes it", path)
+		}
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+	}
+	// 1. Namespace and gossip key.
+	gossip := `kubectl create namespace hale-system; kubectl -n hale-system create secret generic hale-gossip-key --from-literal=key="$(head -c 32 /dev/urandom | base64)"`
+	documented(gossip)
+	sh(gossip)
+	// 2. BMC credentials, and the machines in deploy/components/bmc/inventory.yaml.
+	creds := `kubectl -n hale-system create secret generic hale-bmc-credentials --from-literal=username=hale --from-literal=password='…'`
+	documented(creds)
+	sh(strings.NewReplacer("username=hale", "username=admin", "'…'", "'lab-secret'").Replace(creds))
+	edit(filepath.Join(deploy, "components", "bmc", "inventory.yaml"), func(s string) (string, bool) {
+		head, _, ok := strings.Cut(s, "machines:\n")
+		var machines strings.Builder
+		for _, n := range c.ControlPlanes() {
+			fmt.Fprintf(&machines, "  - {name: %s, member: %s, class: control-plane, bmc: {endpoint: %q, credentials: /etc/hale/bmc}}\n", n.Name, n.Name, n.BMC)
+		}
+		return head + "machines:\n" + machines.String(), ok
+	})
+	// 3. The image, built without Docker, loaded where the nodes' containerd finds it (what a push to a
+	// registry and the kubelet's pull would do), named in the overlay.
+	documented("`deploy/image/build-oci hale.tar TAG`")
+	archive := filepath.Join(c.T.TempDir(), "hale.tar")
+	build := exec.CommandContext(ctx, filepath.Join(root, "deploy", "image", "build-oci"), archive, "lab")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		c.T.Fatalf("kube lab: deploy/image/build-oci: %v\n%s", err, out)
+	}
+	for _, n := range c.Nodes {
+		n.LoadImage(ctx, archive, "hale.lab/hale")
+	}
+	images := "images: [{name: ghcr.io/hale-dev/hale, newName: REGISTRY/hale, newTag: TAG}]"
+	documented(images)
+	documented("add `- ../../components/witness` to its `components:`")
+	edit(filepath.Join(deploy, "overlays", "standalone-bmc", "kustomization.yaml"), func(s string) (string, bool) {
+		const bmc = "  - ../../components/bmc\n"
+		return strings.Replace(s, bmc, bmc+"  - ../../components/witness\n", 1) +
+			strings.NewReplacer("REGISTRY", "hale.lab", "TAG", "lab").Replace(images) + "\n", strings.Contains(s, bmc)
+	})
+	var workers []string
+	for _, n := range c.Nodes {
+		if !n.ControlPlane {
+			workers = append(workers, n.Name)
+		}
+	}
+	label := "`kubectl label node NODE... hale.dev/witness=true`"
+	documented(label)
+	if len(workers) > 0 {
+		sh(strings.NewReplacer("`", "", "NODE...", strings.Join(workers, " ")).Replace(label))
+		c.witnessEtcd(ctx, deploy, documented, sh)
+	}
+	// 4. Apply.
+	documented("`kubectl apply -k deploy/overlays/capi` (or another)")
+	documented("| `deploy/overlays/standalone-bmc` |")
+	applied := time.Now()
+	sh(`kubectl apply -k deploy/overlays/standalone-bmc`)
+	return applied
+}
+
+// witnessEtcd gives the witnesses etcd access as install.md says: the members' client URLs in the
+// witness component's configuration, and a Secret of kubeadm's healthcheck-client certificate, taken
+// from the first control-plane node's disk (install.md runs the command there).
+func (c *KubeCluster) witnessEtcd(ctx context.Context, deploy string, documented, sh func(string)) {
+	c.T.Helper()
+	documented("uncomment its\n`etcd:` section")
+	documented("`kubectl -n hale-system create secret generic hale-witness-etcd\n--from-file=ca.crt=/etc/kubernetes/pki/etcd/ca.crt")
+	pki := c.T.TempDir()
+	for _, f := range []string{"ca.crt", "healthcheck-client.crt", "healthcheck-client.key"} {
+		b, err := c.Nodes[0].ReadFile("/etc/kubernetes/pki/etcd/" + f)
+		if err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(pki, f), b, 0o600); err != nil {
+			c.T.Fatalf("kube lab: %v", err)
+		}
+	}
+	sh(fmt.Sprintf("kubectl -n hale-system create secret generic hale-witness-etcd --from-file=ca.crt=%[1]s/ca.crt "+
+		"--from-file=tls.crt=%[1]s/healthcheck-client.crt --from-file=tls.key=%[1]s/healthcheck-client.key", pki))
+	var urls []string
+	for _, n := range c.ControlPlanes() {
+		urls = append(urls, "https://"+n.Host.Addr(2379))
+	}
+	path := filepath.Join(deploy, "components", "witness", "witness.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	before := string(b)
+	after := strings.NewReplacer("    # etcd:\n", "    etcd:\n",
+		"    #   endpoints: [https://10.0.0.11:2379, https://10.0.0.12:2379, https://10.0.0.13:2379]\n", "      endpoints: ["+strings.Join(urls, ", ")+"]\n",
+		"    #   tls: {", "      tls: {").Replace(before)
+	if strings.Count(after, "\n") != strings.Count(before, "\n") || !strings.Contains(after, "      endpoints: [https://") {
+		c.T.Fatalf("kube lab: %s's etcd section is not as install.md describes it", path)
+	}
+	if err := os.WriteFile(path, []byte(after), 0o644); err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+}
