@@ -178,8 +178,7 @@ func (c *KubeCluster) must(args ...string) string {
 	return string(out)
 }
 
-// RemoveKubeLeftovers removes the node containers of runs whose process is gone, and unmounts their
-// disks.
+// RemoveKubeLeftovers removes the node containers of runs whose process is gone, and their disks.
 func RemoveKubeLeftovers(t netns.TB) {
 	out, err := exec.Command("podman", "ps", "-a", "--format", "{{.Names}}").Output()
 	if err != nil {
@@ -198,7 +197,10 @@ func RemoveKubeLeftovers(t netns.TB) {
 		rootfs, _ := exec.Command("podman", "inspect", "--format", "{{.Rootfs}}", name).Output()
 		_ = exec.Command("podman", "rm", "-f", "-t", "0", name).Run()
 		if r := strings.TrimSpace(string(rootfs)); r != "" {
-			_ = exec.Command("umount", "-l", r).Run()
+			// Its disk too (gigabytes each: a killed test leaves its directory behind).
+			if exec.Command("umount", "-l", r).Run() == nil && filepath.Base(r) == "root" {
+				_ = os.RemoveAll(filepath.Dir(r))
+			}
 		}
 		t.Logf("kube lab: removed node container %s, left behind by an earlier run", name)
 	}
@@ -447,16 +449,6 @@ func (n *Node) Freeze() {
 	}
 }
 
-// Thaw lets a frozen node go on.
-func (n *Node) Thaw() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.frozen {
-		n.c.must("podman", "unpause", n.container)
-		n.frozen = false
-	}
-}
-
 // Exec runs a command on the node and returns its combined output.
 func (n *Node) Exec(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "podman", append([]string{"exec", n.container}, args...)...).CombinedOutput()
@@ -630,6 +622,10 @@ func (n *Node) LoadImage(ctx context.Context, archive, name string) {
 //   - the kubelet: failCgroupV1 false, because this machine runs cgroup v1 (hybrid) and the kubelet
 //     of v1.35 and later refuses to start on it otherwise (cgroup v1 is deprecated, not removed);
 //     cgroupfs as its cgroup driver (no systemd cgroup delegation under cgroup v1 in a container);
+//   - the kubelet's disk thresholds at 1%, and no image garbage collection: every node's disk is this
+//     machine's, whose free share is not the node's business (at 14.7% free, under the default 15%,
+//     the workers were tainted with disk pressure and the hub never scheduled), and an image collected
+//     cannot be pulled again (no registry);
 //   - kube-proxy: conntrack's table size left as it is (a container may not set the machine's).
 func (c *KubeCluster) kubeadmConfig(n *Node) string {
 	var lb string
@@ -674,6 +670,9 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
+evictionHard: {memory.available: 100Mi, nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%", imagefs.inodesFree: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
