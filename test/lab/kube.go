@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,36 +244,14 @@ func (c *KubeCluster) startBMCs(shape KubeShape) {
 		c.T.Fatalf("kube lab: %v", err)
 	}
 	ipmiFrom := shape.ControlPlanes - shape.IPMI
-	ln, err := c.OOB.Listen("tcp", c.OOB.Addr(8000))
-	if err != nil {
-		c.T.Fatalf("kube lab: the Redfish simulator's listener: %v", err)
-	}
-	cfg := bmcsim.Config{Listener: ln, Username: "admin", Password: "lab-secret", PlainHTTP: true,
-		OnPower: func(id string, running bool) {
-			n := c.Node(id)
-			if running {
-				n.PowerOn("Redfish")
-			} else {
-				n.PowerOff("Redfish")
-			}
-		},
-		OnRequest: func(r *http.Request) {
-			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "Reset") {
-				c.event("bmc-request", strings.TrimPrefix(r.URL.Path, "/redfish/v1/Systems/"), "POST")
-			}
-		}}
+	var ids []string
 	for i, n := range c.Nodes {
-		if n.ControlPlane && i >= ipmiFrom {
-			continue
+		if !n.ControlPlane || i < ipmiFrom {
+			ids = append(ids, n.Name)
+			n.BMC, n.Creds = fmt.Sprintf("redfish+http://%s/systems/%s", c.OOB.Addr(8000), n.Name), c.BMCCreds
 		}
-		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: n.Name, PowerOnDelay: 200 * time.Millisecond,
-			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
-		n.BMC, n.Creds = fmt.Sprintf("redfish+http://%s/systems/%s", c.OOB.Addr(8000), n.Name), c.BMCCreds
 	}
-	if c.Redfish, err = bmcsim.Start(cfg); err != nil {
-		c.T.Fatalf("kube lab: the Redfish simulator: %v", err)
-	}
-	c.T.Cleanup(func() { _ = c.Redfish.Close() })
+	c.Redfish = startRedfish(c.T, c.OOB, ids, func(id string) powered { return c.Node(id) }, c.event)
 	for i, n := range c.Nodes[ipmiFrom:shape.ControlPlanes] {
 		dir := filepath.Join(c.Dir, "ipmi-"+n.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {

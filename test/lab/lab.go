@@ -260,34 +260,7 @@ func (c *Cluster) startBMCs(shape Shape, policy string) {
 	for _, m := range c.Machines[:nRedfish] {
 		ids = append(ids, m.Name)
 	}
-	ln, err := c.OOB.Listen("tcp", c.OOB.Addr(8000))
-	if err != nil {
-		c.T.Fatalf("lab: the Redfish simulator's listener: %v", err)
-	}
-	cfg := bmcsim.Config{Listener: ln, Username: "admin", Password: "lab-secret", PlainHTTP: true,
-		OnPower: func(id string, running bool) {
-			m := c.Machine(id)
-			if running {
-				m.PowerOn("Redfish")
-			} else {
-				m.PowerOff("Redfish")
-			}
-		},
-		OnRequest: func(r *http.Request) {
-			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "Reset") {
-				c.event("bmc-request", strings.TrimPrefix(r.URL.Path, "/redfish/v1/Systems/"), "POST")
-			}
-		}}
-	for _, id := range ids {
-		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: id, PowerOnDelay: 200 * time.Millisecond,
-			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
-	}
-	if len(ids) > 0 {
-		if c.Redfish, err = bmcsim.Start(cfg); err != nil {
-			c.T.Fatalf("lab: the Redfish simulator: %v", err)
-		}
-		c.T.Cleanup(func() { _ = c.Redfish.Close() })
-	}
+	c.Redfish = startRedfish(c.T, c.OOB, ids, func(id string) powered { return c.Machine(id) }, c.event)
 	for i, m := range c.Machines[nRedfish:] {
 		dir := filepath.Join(c.Dir, "ipmi-"+m.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -326,6 +299,42 @@ func (c *Cluster) startBMCs(shape Shape, policy string) {
 	c.hubArgs = []string{c.Bins.Hub, "run", "--inventory", inventory, "--gossip-key-file", c.KeyFile, "--join", strings.Join(c.Joins, ","),
 		"--gossip-bind", c.HubHost.Addr(7947), "--journal", filepath.Join(c.Dir, "journal.db"), "--socket", c.Socket,
 		"--metrics-address", "127.0.0.1:9357", "--identity-file", c.IdentityFile("hub"), "--pinned-file", c.PinnedFile}
+}
+
+// startRedfish starts the Redfish simulator (login admin / lab-secret, plain HTTP) on oob's port 8000,
+// listening there from inside this process, with one system per id whose power runs machine(id)'s,
+// each reset request told to event ("bmc-request"). Nil when ids is empty. It stops when t ends.
+func startRedfish(t netns.TB, oob *netns.Host, ids []string, machine func(id string) powered, event func(kind, target, detail string)) *bmcsim.Server {
+	if len(ids) == 0 {
+		return nil
+	}
+	ln, err := oob.Listen("tcp", oob.Addr(8000))
+	if err != nil {
+		t.Fatalf("lab: the Redfish simulator's listener: %v", err)
+	}
+	cfg := bmcsim.Config{Listener: ln, Username: "admin", Password: "lab-secret", PlainHTTP: true,
+		OnPower: func(id string, running bool) {
+			if running {
+				machine(id).PowerOn("Redfish")
+			} else {
+				machine(id).PowerOff("Redfish")
+			}
+		},
+		OnRequest: func(r *http.Request) {
+			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "Reset") {
+				event("bmc-request", strings.TrimPrefix(r.URL.Path, "/redfish/v1/Systems/"), "POST")
+			}
+		}}
+	for _, id := range ids {
+		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: id, PowerOnDelay: 200 * time.Millisecond,
+			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
+	}
+	sim, err := bmcsim.Start(cfg)
+	if err != nil {
+		t.Fatalf("lab: the Redfish simulator: %v", err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	return sim
 }
 
 // powered is a machine whose power a BMC runs: a Machine, or a kubeadm lab's Node.
