@@ -239,7 +239,7 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 	}
 	// Serializable: the member's own view, which it can give even when quorum is lost (exactly when
 	// the hub needs the membership to know which dead members to power-cycle).
-	ml, err := e.cli.MemberList(ctx, clientv3.WithSerializable())
+	ml, err := e.memberList(ctx)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("member list: %v", err))
 	} else {
@@ -247,6 +247,9 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 		var wg sync.WaitGroup
 		v.Members = make([]EtcdMember, len(ml.Members))
 		urls := map[string]bool{}
+		for _, ep := range e.cfg.Endpoints {
+			urls[ep] = true // a witness's configured endpoints keep their clients too
+		}
 		for i, m := range ml.Members {
 			v.Members[i] = EtcdMember{ID: hexID(m.ID), Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, Learner: m.IsLearner}
 			if v.LocalID != "" && hexID(m.ID) == v.LocalID {
@@ -276,6 +279,47 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 	v.Alarms = slices.Sorted(maps.Keys(alarms))
 	v.Error = strings.Join(problems, "; ")
 	return v
+}
+
+// memberList reads the membership serializably: from the local member, or from outside from whichever
+// member answers first. Outside, every configured endpoint is asked at once, each through its own
+// client: clientv3 balances one call round robin over its endpoints, and a frozen member (its TCP
+// accepts, it never answers) holds the call until ctx ends, so with two of three members hung a
+// witness would see the membership one view in three.
+func (e *Etcd) memberList(ctx context.Context) (*clientv3.MemberListResponse, error) {
+	if e.endpoint != "" {
+		return e.cli.MemberList(ctx, clientv3.WithSerializable())
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		ml  *clientv3.MemberListResponse
+		err error
+	}
+	answers := make(chan answer, len(e.cfg.Endpoints))
+	for _, url := range e.cfg.Endpoints {
+		go func() {
+			cli, err := e.memberClient(url)
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			ml, err := cli.MemberList(ctx, clientv3.WithSerializable())
+			if err != nil {
+				err = fmt.Errorf("%s: %w", url, clientv3.ContextError(ctx, err))
+			}
+			answers <- answer{ml, err}
+		}()
+	}
+	var errs []error
+	for range e.cfg.Endpoints {
+		a := <-answers
+		if a.err == nil {
+			return a.ml, nil
+		}
+		errs = append(errs, a.err)
+	}
+	return nil, errors.Join(errs...)
 }
 
 // addAlarms adds the alarms a member's Status lists among its errors (each "memberID:… alarm:…";

@@ -3,6 +3,9 @@ package health
 import (
 	"context"
 	"maps"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +60,25 @@ func TestEtcdViewAndProbe(t *testing.T) {
 	v2 := e2.View(ctx)
 	assert.Equal(t, "etcd-2", v2.LocalName)
 	assert.Equal(t, memberIDs(v), memberIDs(v2))
+
+	// A witness whose endpoints reach two hung members (their TCP connections stay open, nothing
+	// answers: a frozen machine) and one live member reads the membership from the live one at every
+	// view, within the agent's report interval.
+	frozen := []*freezer{newFreezer(t, eps[0]), newFreezer(t, eps[1]), newFreezer(t, eps[2])}
+	witness, err := NewEtcdOutside([]string{frozen[0].url(), frozen[1].url(), frozen[2].url()}, TLSFiles{})
+	require.NoError(t, err)
+	defer witness.Close()
+	require.Len(t, witness.View(ctx).Members, 3) // every connection up, as before a hang
+	frozen[0].freeze()
+	frozen[2].freeze()
+	for range 6 {
+		vctx, cancel := context.WithTimeout(ctx, time.Second)
+		wv := witness.View(vctx)
+		cancel()
+		assert.Len(t, wv.Members, 3, wv.Error)
+	}
+	frozen[0].thaw()
+	frozen[2].thaw()
 
 	// An alarm (raised here by hand, as etcd raises NOSPACE): the probe fails on it, and the view lists
 	// it, from a member and from outside, without a raft request (it comes with Status).
@@ -115,6 +137,68 @@ func TestEtcdViewAndProbe(t *testing.T) {
 	t.Logf("member 2 reachable again %v after it answered", time.Since(back).Round(10*time.Millisecond))
 	assert.Equal(t, kept, e0.members)
 }
+
+// freezer forwards TCP to an etcd member until frozen: then its connections stay open and carry
+// nothing either way, as a machine does when its processes are frozen.
+type freezer struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	thawed *sync.Cond
+	frozen bool
+}
+
+func newFreezer(t *testing.T, endpoint string) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &freezer{ln: ln}
+	f.thawed = sync.NewCond(&f.mu)
+	t.Cleanup(func() { f.thaw(); _ = ln.Close() })
+	target := strings.TrimPrefix(endpoint, "http://")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			m, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go f.pipe(c, m)
+			go f.pipe(m, c)
+		}
+	}()
+	return f
+}
+
+func (f *freezer) url() string { return "http://" + f.ln.Addr().String() }
+
+func (f *freezer) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		f.mu.Lock()
+		for f.frozen {
+			f.thawed.Wait()
+		}
+		f.mu.Unlock()
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (f *freezer) freeze() { f.mu.Lock(); f.frozen = true; f.mu.Unlock() }
+
+func (f *freezer) thaw() { f.mu.Lock(); f.frozen = false; f.thawed.Broadcast(); f.mu.Unlock() }
 
 func memberIDs(v EtcdView) []string {
 	var out []string

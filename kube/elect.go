@@ -80,7 +80,11 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 	if t.LeaseDuration == 0 {
 		t = LeaseTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// Each request of the lock ends after a quarter of the renew deadline: one held by an API server
+	// that hangs would otherwise use the whole deadline, and the renewal gets no second try.
+	lc := rest.CopyConfig(cfg)
+	lc.Timeout = t.RenewDeadline / 4
+	cs, err := kubernetes.NewForConfig(lc)
 	if err != nil {
 		return err
 	}

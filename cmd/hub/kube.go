@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -72,11 +73,27 @@ func (k *kubeOptions) restConfig() (*rest.Config, error) {
 	if k.config != nil {
 		return k.config, nil
 	}
+	quickHTTP2HealthCheck()
 	cfg, err := clientcmd.BuildConfigFromFlags("", k.kubeconfig) // "" → in-cluster
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig %q: %w", k.kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// quickHTTP2HealthCheck makes client-go drop a connection to an API server that has sent nothing for
+// 2 s and then left a ping unanswered for 2 s, unless the operator set these variables. client-go's
+// defaults are 30 s and 15 s: the hub reaches the API servers through the kubernetes Service, one
+// HTTP/2 connection carries every request, and when the control-plane machine behind it hangs (its
+// TCP still accepts, nothing answers) the Lease's renewals wait on it past the renew deadline, so
+// every hang of one control-plane machine cost the leader its Lease (a 15 s takeover, and no hub
+// acting meanwhile).
+func quickHTTP2HealthCheck() {
+	for _, v := range []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS", "HTTP2_PING_TIMEOUT_SECONDS"} {
+		if _, set := os.LookupEnv(v); !set {
+			_ = os.Setenv(v, "2")
+		}
+	}
 }
 
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to

@@ -90,6 +90,57 @@ func TestHaleOnKubeadm(t *testing.T) {
 	powered := powerChanges(c, before)
 	require.Len(t, powered, 2, "one power-cycle, cp-1's: %v", powered)
 	require.True(t, strings.HasPrefix(powered[0], "power-off cp-1 ") && strings.HasPrefix(powered[1], "power-on cp-1 "), "%v", powered)
+
+	// Two of three hang at once: etcd loses quorum and the API server with it; the leading hub, its
+	// Lease lost, goes on alone in degraded mode with the inventory's BMCs and power-cycles both.
+	twoHangAndHeal(ctx, t, c, c.Node("cp-1"), c.Node("cp-2"))
+}
+
+// twoHangAndHeal freezes two control-plane nodes at once and waits until both are power-cycled, the
+// API server answers and every machine is Healthy again; it logs the times.
+func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b *lab.Node) {
+	t.Helper()
+	before := len(c.PowerEvents())
+	hung := time.Now()
+	a.Freeze()
+	b.Freeze()
+	deadline := time.Now().Add(5 * time.Minute)
+	var cycled, answering time.Duration
+	for cycled == 0 || answering == 0 {
+		require.True(t, time.Now().Before(deadline), "two hung of three: after 5 min, power changes %v, API server answering: %v", powerChanges(c, before), answering != 0)
+		if cycled == 0 {
+			p := powerChanges(c, before)
+			if slices.ContainsFunc(p, func(e string) bool { return strings.HasPrefix(e, "power-on "+a.Name+" ") }) &&
+				slices.ContainsFunc(p, func(e string) bool { return strings.HasPrefix(e, "power-on "+b.Name+" ") }) {
+				cycled = time.Since(hung)
+			}
+		}
+		if cycled != 0 && answering == 0 {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, err := c.Kubectl(rctx, "--request-timeout=4s", "get", "--raw", "/readyz"); err == nil {
+				answering = time.Since(hung)
+			}
+			cancel()
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	waitStatus(ctx, t, c, "every machine Healthy after two of three hung", allHealthy)
+	c.WaitReady(ctx)
+	healed := time.Since(hung)
+	powered := powerChanges(c, before)
+	for _, n := range []*lab.Node{a, b} {
+		var mine []string
+		for _, e := range powered {
+			if strings.Contains(e, " "+n.Name+" ") {
+				mine = append(mine, e)
+			}
+		}
+		require.Len(t, mine, 2, "one power-cycle of each hung node, nothing else: %v", powered)
+		require.True(t, strings.HasPrefix(mine[0], "power-off ") && strings.HasPrefix(mine[1], "power-on "), "%v", powered)
+	}
+	require.Len(t, powered, 4, "one power-cycle of each hung node, nothing else: %v", powered)
+	t.Logf("two of three hung (%s, %s): both power-cycled by the degraded hub after %s, API server answering after %s, every machine Healthy after %s",
+		a.Name, b.Name, cycled.Round(time.Second), answering.Round(time.Second), healed.Round(time.Second))
 }
 
 // hangAndHeal freezes n and waits until the hub has power-cycled it through its BMC and the control
