@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,6 +70,7 @@ type Node struct {
 	mu     sync.Mutex
 	on     bool
 	frozen bool
+	dead   bool // destroyed: its BMC powers it on and nothing boots
 }
 
 const (
@@ -382,6 +384,11 @@ func (n *Node) PowerOn(by string) {
 		return
 	}
 	c := n.c
+	if n.dead {
+		n.on = true // the BMC reads it on; nothing boots
+		c.event("power-on", n.Name, by)
+		return
+	}
 	if exec.Command("podman", "container", "exists", n.container).Run() == nil {
 		c.must("podman", "start", n.container)
 	} else {
@@ -409,10 +416,52 @@ func (n *Node) PowerOff(by string) {
 	if n.frozen {
 		_ = exec.Command("podman", "unpause", n.container).Run()
 	}
-	c.must("podman", "kill", "--signal", "KILL", n.container)
-	_ = exec.Command("podman", "wait", n.container).Run()
+	if !n.dead {
+		c.must("podman", "kill", "--signal", "KILL", n.container)
+		_ = exec.Command("podman", "wait", n.container).Run()
+	}
 	n.on, n.frozen = false, false
 	c.event("power-off", n.Name, by)
+}
+
+// provisioning is what a machine's provisioning puts on a new disk of a control-plane node: kubeadm's
+// configuration and certificates, and the kubelet's (the same machine: name, addresses, BMC).
+func provisioning() []string {
+	return []string{"etc/kubernetes", "var/lib/kubelet/config.yaml", "var/lib/kubelet/kubeadm-flags.env", "var/lib/kubelet/pki"}
+}
+
+// Destroy loses the machine for good: its power cut, its disk gone (everything the node wrote: etcd's
+// data, kubeadm's files, the kubelet's), and its board dead (its BMC still powers it on and reads it
+// on, and nothing boots). What a provisioning system would put back on a replacement (provisioning)
+// is kept aside for Replace, as is containerd's image store (a replacement has the images; there is
+// no registry to pull them from).
+func (n *Node) Destroy() {
+	n.PowerOff("destroyed")
+	keep := filepath.Join(n.dir, "provisioning")
+	for _, p := range provisioning() {
+		n.c.must("mkdir", "-p", filepath.Dir(filepath.Join(keep, p)))
+		n.c.must("cp", "-a", filepath.Join(n.root(), p), filepath.Join(keep, p))
+	}
+	n.c.must("umount", n.root())
+	n.c.must("rm", "-rf", filepath.Join(n.dir, "upper"), filepath.Join(n.dir, "work"))
+	n.mu.Lock()
+	n.dead = true
+	n.mu.Unlock()
+}
+
+// Replace puts a new machine in a destroyed one's place, still off: a new board, the same name,
+// addresses and BMC, a new disk with its provisioning (Destroy) and nothing else (no etcd data).
+func (n *Node) Replace() {
+	n.mu.Lock()
+	n.dead = false
+	n.mu.Unlock()
+	n.prepare()
+	keep := filepath.Join(n.dir, "provisioning")
+	for _, p := range provisioning() {
+		n.c.must("mkdir", "-p", filepath.Dir(filepath.Join(n.root(), p)))
+		n.c.must("cp", "-a", filepath.Join(keep, p), filepath.Join(n.root(), p))
+	}
+	n.c.must("rm", "-rf", keep)
 }
 
 // Freeze hangs the node: every process of it stops where it is (the cgroup freezer), its network
@@ -475,23 +524,39 @@ func (c *KubeCluster) bootstrap(ctx context.Context) {
 	if err := os.WriteFile(c.Kubeconfig, admin, 0o600); err != nil {
 		c.T.Fatalf("kube lab: %v", err)
 	}
-	join := func(n *Node) {
+	join := func(n *Node) error {
 		start := time.Now()
 		if _, err := n.Exec(ctx, "kubeadm", "join", "--config", "/etc/kubernetes/lab/kubeadm.yaml"); err != nil {
-			c.keepForDebugging()
-			c.T.Fatalf("kube lab: kubeadm join on %s: %v\n%s", n.Name, err, n.Diagnose(ctx))
+			return fmt.Errorf("kubeadm join on %s: %w\n%s", n.Name, err, n.Diagnose(ctx))
 		}
 		c.T.Logf("kube lab: kubeadm join on %s: %s", n.Name, time.Since(start).Round(time.Second))
+		return nil
 	}
-	for _, n := range c.Nodes[1:] {
-		if n.ControlPlane {
-			join(n)
-		}
-	}
+	// The workers join beside the control-plane nodes, which join one at a time (each adds a member).
+	workers := make(chan error, len(c.Nodes))
+	var wg sync.WaitGroup
 	for _, n := range c.Nodes {
 		if !n.ControlPlane {
-			join(n)
+			wg.Go(func() { workers <- join(n) })
 		}
+	}
+	var errs []error
+	for _, n := range c.Nodes[1:] {
+		if n.ControlPlane {
+			if err := join(n); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	wg.Wait()
+	close(workers)
+	for err := range workers {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		c.keepForDebugging()
+		c.T.Fatalf("kube lab: %v", err)
 	}
 	c.WaitReady(ctx)
 }

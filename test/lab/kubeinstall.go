@@ -23,18 +23,7 @@ func (c *KubeCluster) InstallHale(ctx context.Context) time.Time {
 	}
 	deploy := filepath.Join(c.T.TempDir(), "deploy")
 	c.must("cp", "-r", filepath.Join(root, "deploy"), deploy)
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
-	if err != nil {
-		c.T.Fatalf("kube lab: %v", err)
-	}
-	// documented fails the install when install.md no longer says what the lab does: each command is
-	// the doc's text, with the doc's placeholders filled in by the lab's values.
-	documented := func(text string) {
-		c.T.Helper()
-		if !strings.Contains(string(doc), text) {
-			c.T.Fatalf("kube lab: docs/install.md no longer says %q: the install below follows it (test/lab/kubeinstall.go)", text)
-		}
-	}
+	documented := func(text string) { c.T.Helper(); c.Documented("install.md", text) }
 	sh := func(line string) {
 		c.T.Helper()
 		if out, err := c.Shell(ctx, filepath.Dir(deploy), line); err != nil {
@@ -148,5 +137,22 @@ func (c *KubeCluster) witnessEtcd(ctx context.Context, deploy string, documented
 	}
 	if err := os.WriteFile(path, []byte(after), 0o644); err != nil {
 		c.T.Fatalf("kube lab: %v", err)
+	}
+}
+
+// Documented fails the test when docs/doc no longer says text: what the lab types as an operator is
+// the doc's text, with the doc's placeholders filled in by the lab's values.
+func (c *KubeCluster) Documented(doc, text string) {
+	c.T.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "docs", doc))
+	if err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
+	if !strings.Contains(string(b), text) {
+		c.T.Fatalf("kube lab: docs/%s no longer says %q, which the test types as it says", doc, text)
 	}
 }
