@@ -69,6 +69,9 @@ It never acts on anything.
 
 The configuration file is YAML (docs/reference/agent.md); each flag set here overrides it. Flags are
 written --name (the older -name spelling is still accepted).`,
+		Example: `  agent --config /etc/hale/agent.yaml                  # as the DaemonSet and the systemd unit run it
+  agent --config /etc/hale/agent.yaml --log-level debug
+  agent --print-identity --identity-file /var/lib/hale/identity.key   # this node's line for the pinned-keys file`,
 		Version:       buildinfo.Get().String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,

@@ -53,7 +53,10 @@ Each step is journaled in --state-dir; run the same command again after a crash 
 recovery runs on a node at a time. Run it as root: it moves the manifest and the data directory.
 
 The agent's DaemonSet has no write access to manifests or data directories: run this on the host
-(the agent binary is static), or from a pod the operator adds for the purpose (docs/operating.md).`,
+(the agent binary is static; without the API server, take it from the image in the node's containerd:
+docs/operating.md).`,
+		Example: `  agent recover --plan plan.json                      # kubeadm: etcd as a static pod
+  agent recover --plan plan.json --layout systemd --unit etcd.service --data-dir /var/lib/etcd`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -176,6 +179,7 @@ a machine that was not fenced still runs them on a cache of the old data.
 
 Static pods (kubeadm) only: with a systemd unit, add the member by hand (docs/operating.md). Run it as
 root: it moves the manifest and the data directory.`,
+		Example:       `  agent rejoin --plan plan.json --cluster https://10.0.0.3:2379   # the survivor's client URL`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -56,6 +56,9 @@ order and print a timeline:
 
 It exits 0 only if every scenario ended as expected. --keep leaves everything running afterwards and
 serves the operator API, so that hub status, explain, reboot, pause … can be tried in another terminal.`,
+		Example: `  hale-demo                                     # every scenario, about 2 minutes
+  hale-demo --scenario permanent-loss           # one scenario
+  hale-demo --scenario hang --keep              # then, in another terminal: hub status (the socket it prints)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

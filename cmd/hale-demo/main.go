@@ -8,12 +8,20 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/spf13/cobra"
 )
 
-func main() {
+// newRootCommand is hale-demo with its commands.
+func newRootCommand() *cobra.Command {
 	root := newDemoCommand()
 	root.SilenceUsage, root.SilenceErrors = true, true
 	root.AddCommand(newSimulateCommand())
+	return root
+}
+
+func main() {
+	root := newRootCommand()
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "hale-demo:", err)
 		os.Exit(1)

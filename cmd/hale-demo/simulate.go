@@ -38,6 +38,9 @@ chassis, over HTTPS with a generated certificate (or plain HTTP with --http).
 
 It writes a credentials file and the certificate (its own CA) to --state-dir and prints the command
 that talks to it.`,
+		Example: `  hale-demo bmc-simulator                                   # HTTPS on 127.0.0.1:8443; prints the hub bmc power command
+  hale-demo bmc-simulator --http --system cp-0,cp-1,cp-2   # three systems over plain HTTP
+  hale-demo bmc-simulator --power-on-delay 30s             # a slow server, for --bmc-verify-timeout`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd, f) },
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/internal/cli"
 	"github.com/hale-dev/hale/test/capture"
 )
 
@@ -45,4 +46,9 @@ func TestBMCSimulator(t *testing.T) {
 	assert.Equal(t, bmc.PowerOn, st)
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// Every command's help reads right and has examples that give it only flags it has.
+func TestHelpReadsRight(t *testing.T) {
+	assert.Empty(t, cli.HelpProblems(newRootCommand()))
 }

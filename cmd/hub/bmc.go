@@ -109,6 +109,10 @@ This is the raw tool: it does not check etcd quorum (hub reboot does).
 
 Exit codes: 0 done, 1 bad input (nothing sent), 2 the BMC refused or failed the request,
 3 the BMC accepted it but the change could not be verified in time.`,
+		Example: `  hub bmc power status cp-1 --inventory /etc/hale/inventory.yaml    # a machine of the inventory
+  hub bmc power status redfish+https://10.0.0.101/redfish/v1/Systems/1 --credentials /etc/hale/bmc --ca-file bmc-ca.pem
+  hub bmc power cycle ipmi://10.0.0.103 --credentials /etc/hale/bmc --timeout 2m
+  hub bmc power force-off cp-3 --inventory /etc/hale/inventory.yaml   # detach cp-3 first (hub detach)`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error { return runPower(cmd, f, args[0], args[1]) },
 	}

@@ -31,6 +31,8 @@ login, the others are not tried (BMC accounts lock after a few failed logins); a
 side by side. A silent BMC costs --bmc-request-timeout twice (one retry), not a minute.
 
 Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not ready.`,
+		Example: `  hub check --inventory /etc/hale/inventory.yaml          # before the first hub run
+  hub check --inventory inventory.yaml -o json --timeout 30s`,
 		Args: cobra.NoArgs,
 	}
 	output := cli.OutputFlag(cmd)

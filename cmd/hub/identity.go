@@ -18,7 +18,8 @@ func newIdentityCommand() *cobra.Command {
 		Long: `Print the hub's line for the pinned-keys file every agent and hub reads (--pinned-file):
 "hub-* ed25519:..." (the hub takes a new name at every start; with --node, that name). The key is
 created (mode 0600) when the file does not exist.`,
-		Args: cobra.NoArgs,
+		Example: `  hub identity --identity-file /var/lib/hale-hub/identity.key >> pinned-keys   # then give every agent and hub that file`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return errors.New("--identity-file is required")

@@ -153,7 +153,11 @@ func operatorCommands() []*cobra.Command {
 	f := &apiFlags{}
 	var cmds []*cobra.Command
 
-	status := &cobra.Command{Use: "status", Short: "Show every machine's verdict, etcd role, remediation and the budget", Args: cobra.NoArgs}
+	status := &cobra.Command{Use: "status", Short: "Show every machine's verdict, etcd role, remediation and the budget", Args: cobra.NoArgs,
+		Example: `  hub status                                   # every machine, the budget, the brakes
+  hub status -o wide                           # with each machine's probes and observers
+  hub status -o json | jq '.machines[] | select(.verdict != "Healthy")'
+  kubectl -n hale-system exec deploy/hale-hub -- hub status --socket /run/hale/hub.sock   # Kubernetes: ask the leader`}
 	output := cli.OutputFlag(status)
 	status.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := usageErr(cli.CheckOutput(*output)); err != nil {
@@ -171,7 +175,9 @@ func operatorCommands() []*cobra.Command {
 	}
 	cmds = append(cmds, status)
 
-	explain := &cobra.Command{Use: "explain MACHINE", Short: "Say why the hub does (or does not) act on a machine", Args: cobra.ExactArgs(1)}
+	explain := &cobra.Command{Use: "explain MACHINE", Short: "Say why the hub does (or does not) act on a machine", Args: cobra.ExactArgs(1),
+		Example: `  hub explain cp-2            # its verdict, each observer's vote, the hold or the plan, and why
+  hub explain cp-2 -o yaml`}
 	explainOutput := cli.OutputFlag(explain)
 	explain.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := usageErr(cli.CheckOutput(*explainOutput)); err != nil {
@@ -199,6 +205,8 @@ func operatorCommands() []*cobra.Command {
 	var waitFor time.Duration
 	var reason string
 	pause := &cobra.Command{Use: "pause", Short: "Pause the hub: no new step starts; acknowledged (Paused) once steps in flight reached a checkpoint",
+		Example: `  hub pause --reason "firmware upgrade, CHG-1234"   # Pausing until steps in flight reach a checkpoint
+  hub pause --wait --timeout 5m                     # returns once Paused (exit 2 if not within 5m)`,
 		Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client()
 			if err != nil {
@@ -226,13 +234,15 @@ func operatorCommands() []*cobra.Command {
 	pause.Flags().DurationVar(&waitFor, "timeout", 10*time.Minute, "with --wait: give up after this long (exit 2)")
 	cmds = append(cmds, pause)
 
-	for _, v := range []struct{ use, short, path string }{
-		{"resume", "Lift your pause (a pause from another source, such as a paused Cluster API Cluster, holds until it is lifted there)", "/v1/resume"},
-		{"suspend", "Make the hub observe-only: it computes and explains, it executes nothing", "/v1/suspend"},
-		{"unsuspend", "End observe-only mode", "/v1/unsuspend"},
+	for _, v := range []struct{ use, short, path, example string }{
+		{"resume", "Lift your pause (a pause from another source, such as a paused Cluster API Cluster, holds until it is lifted there)", "/v1/resume",
+			`  hub resume --reason "firmware upgrade done"`},
+		{"suspend", "Make the hub observe-only: it computes and explains, it executes nothing", "/v1/suspend",
+			`  hub suspend --reason "debugging a verdict"   # then: hub status, hub explain MACHINE`},
+		{"unsuspend", "End observe-only mode", "/v1/unsuspend", `  hub unsuspend`},
 	} {
 		var reason string
-		c := &cobra.Command{Use: v.use, Short: v.short, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+		c := &cobra.Command{Use: v.use, Short: v.short, Example: v.example, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client()
 			if err != nil {
 				return err
@@ -250,12 +260,13 @@ func operatorCommands() []*cobra.Command {
 		c.Flags().StringVar(&reason, "reason", "", "why, for status and the record (who is taken from $USER)")
 		cmds = append(cmds, c)
 	}
-	for _, v := range []struct{ use, short string }{
-		{"detach", "Detach a machine: no action and no BMC call for it until attached"},
-		{"attach", "Attach a detached machine again"},
+	for _, v := range []struct{ use, short, example string }{
+		{"detach", "Detach a machine: no action and no BMC call for it until attached",
+			`  hub detach cp-1 --reason "RAM replacement, CHG-1234"   # hands off cp-1 (its BMC too)`},
+		{"attach", "Attach a detached machine again", `  hub attach cp-1`},
 	} {
 		var reason string
-		c := &cobra.Command{Use: v.use + " MACHINE", Short: v.short, Args: cobra.ExactArgs(1), RunE: func(cmd *cobra.Command, args []string) error {
+		c := &cobra.Command{Use: v.use + " MACHINE", Short: v.short, Example: v.example, Args: cobra.ExactArgs(1), RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
 			if err != nil {
 				return err
@@ -321,6 +332,10 @@ and the journal records the refusal it overrode.
 With --kubernetes the request is a Remediation object in the hub's namespace instead of a call to the
 hub's API: Kubernetes RBAC decides who may reboot (create on remediations.hale.dev), and the leading
 hub replica checks and carries it out the same way (` + "`kubectl get remediations`" + ` shows it).`,
+		Example: `  hub reboot cp-1 --dry-run         # the quorum check and the plan; nothing changes
+  hub reboot cp-1 --wait            # reboot it, and wait until it is back
+  hub reboot cp-1 --hard            # power-cycle at once (no graceful restart first)
+  hub reboot cp-1 --kubernetes      # as a Remediation object: Kubernetes RBAC decides`,
 		Args: cobra.ExactArgs(1),
 	}
 	output := cli.OutputFlag(cmd)

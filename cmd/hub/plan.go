@@ -68,6 +68,8 @@ func newPlanCommand() *cobra.Command {
 and prints what one planning pass would start now, in which order and with which quorum-safe steps, and why
 every other candidate waits. It touches nothing: use it to try a policy or to check a situation by hand.
 See examples/ for the file format.`,
+		Example: `  hub plan -f examples/quorum-lost.yaml     # what the hub would do with two of three members dead
+  hub plan -f state.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {

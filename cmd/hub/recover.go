@@ -92,6 +92,9 @@ is N raft entries behind the hub's journaled mark, accepts losing them; N must b
 
 Exit codes: 0 the plan is ready (with --yes: fenced), 1 bad usage, 2 something keeps it from going
 ahead (NOT READY, or refused), 4 the hub's API could not be reached.`,
+		Example: `  hub recover                                           # the plan: survivor, data at risk, fence, steps; changes nothing
+  hub recover --yes --confirm-lost cp-1,cp-2            # pause, journal, fence cp-1 and cp-2 (read back Off)
+  hub recover -o json > plan.json                       # for agent recover and agent rejoin`,
 		Args: cobra.NoArgs}
 	output := cli.OutputFlag(cmd)
 	fl := cmd.Flags()

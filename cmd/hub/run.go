@@ -61,6 +61,9 @@ so that a restarted hub resumes exactly where the last one stopped.
 
 SIGHUP reloads the inventory: a bad file is reported and the previous inventory stays in force.
 SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next hub resumes them.`,
+		Example: `  hub run --inventory /etc/hale/inventory.yaml --gossip-key-file /etc/hale/gossip.key \
+      --join 10.0.0.11:7946,10.0.0.12:7946 --journal /var/lib/hale-hub/journal.db
+  hub run --kubernetes --inventory /etc/hale/inventory.yaml --gossip-key-file /etc/hale/gossip/key   # as deploy/ runs it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

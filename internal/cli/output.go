@@ -61,7 +61,8 @@ func WriteData(w io.Writer, o string, v any) (bool, error) {
 // VersionCommand is `BINARY version [-o …]`: the build (version, commit, build date, Go, platform),
 // the same on the hub and the agent.
 func VersionCommand(binary string) *cobra.Command {
-	cmd := &cobra.Command{Use: "version", Short: "Print the " + binary + "'s version, commit, build date and Go version", Args: cobra.NoArgs}
+	cmd := &cobra.Command{Use: "version", Short: "Print the " + binary + "'s version, commit, build date and Go version", Args: cobra.NoArgs,
+		Example: "  " + binary + " version\n  " + binary + " version -o json"}
 	output := OutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := CheckOutput(*output); err != nil {

@@ -105,5 +105,8 @@ func TestHelpProblems(t *testing.T) {
 	sub.Flags().String("bare", "", "")
 	sub.Flags().String("old", "", "")
 	_ = sub.Flags().MarkDeprecated("old", "use --file")
-	assert.Equal(t, []string{`x y --bare: no usage`, `x y --inventory: its usage has backquotes, so its value is shown as "hub run --inventory"`}, HelpProblems(root))
+	assert.Equal(t, []string{`x y: no examples`, `x y --bare: no usage`, `x y --inventory: its usage has backquotes, so its value is shown as "hub run --inventory"`}, HelpProblems(root))
+
+	sub.Example = "  x y --file f.yaml -h   # read f.yaml\n  x y --inventry i.yaml | grep z\n  other --nope"
+	assert.Equal(t, []string{`x y: its example "x y --inventry i.yaml" gives it --inventry, which it does not have`}, exampleProblems(sub))
 }
