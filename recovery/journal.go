@@ -124,7 +124,10 @@ func (j *journal) write(r *Record) error {
 
 // writeFileSync writes path through a temporary file, synced, renamed, with the directory synced.
 func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
+	// A dot file: the kubelet reads every other file in its manifest directory as a static pod, and a
+	// manifest written as etcd.yaml.tmp and renamed was a second pod of the same name to it (on a real
+	// kubelet the manifest put back was then, now and then, never run).
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err

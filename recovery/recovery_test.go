@@ -14,11 +14,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -593,3 +595,33 @@ spec:
 }
 
 const joinInitial = "cp-1=https://10.0.0.11:2380,cp-3=https://10.0.0.13:2380"
+
+// A manifest put back into the kubelet's directory appears there under its own name only: the kubelet
+// reads every file there but dot files as a static pod (seen through inotify, as the kubelet sees it).
+func TestManifestPutBackUnderItsOwnName(t *testing.T) {
+	dir := t.TempDir()
+	manifests := filepath.Join(dir, "manifests")
+	require.NoError(t, os.MkdirAll(manifests, 0o755))
+	s := StaticPod{Manifest: filepath.Join(manifests, "etcd.yaml"), Parked: filepath.Join(dir, "etcd.yaml")}
+	require.NoError(t, os.WriteFile(s.Parked, []byte("apiVersion: v1\nkind: Pod\n"), 0o600))
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	_, err = unix.InotifyAddWatch(fd, manifests, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE|unix.IN_MODIFY)
+	require.NoError(t, err)
+	require.NoError(t, s.Start(context.Background()))
+	buf := make([]byte, 64<<10)
+	n, err := unix.Read(fd, buf)
+	require.NoError(t, err)
+	var names []string
+	for off := 0; off < n; {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+		names = append(names, name)
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+	}
+	require.Contains(t, names, "etcd.yaml")
+	for _, name := range names {
+		assert.True(t, name == "etcd.yaml" || strings.HasPrefix(name, "."), "the kubelet would read %q as a static pod (events: %v)", name, names)
+	}
+}

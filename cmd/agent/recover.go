@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -102,6 +104,28 @@ func (f *recoverFlags) register(fl *pflag.FlagSet, layouts bool) {
 }
 
 // node checks the flags and makes the recovery's view of this node.
+// parked is where etcd's manifest waits while the member is stopped: in the state directory.
+func (f recoverFlags) parked() string { return filepath.Join(f.stateDir, filepath.Base(f.manifest)) }
+
+// member reads the member from etcd's manifest, or from its parked copy when the manifest is not in
+// the kubelet's directory: a run killed while the member was stopped, or a replacement machine whose
+// manifest was parked before it was powered on (docs/operating.md).
+func (f recoverFlags) member() (recovery.Member, error) {
+	path, where := f.manifest, ""
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(f.parked()); err == nil {
+			path = f.parked()
+		} else {
+			where = " (nor is it parked at " + f.parked() + ")"
+		}
+	}
+	m, err := recovery.ManifestMember(path)
+	if err != nil {
+		return m, fmt.Errorf("--manifest: %w%s", err, where)
+	}
+	return m, nil
+}
+
 func (f recoverFlags) node(stdout, stderr io.Writer) (recovery.Node, recovery.Plan, error) {
 	if f.plan == "" {
 		return recovery.Node{}, recovery.Plan{}, errors.New("--plan: required (write it with `hub recover -o json > FILE` once `hub recover --yes` has fenced)")
@@ -114,11 +138,11 @@ func (f recoverFlags) node(stdout, stderr io.Writer) (recovery.Node, recovery.Pl
 		Log: slog.New(slog.NewJSONHandler(stderr, nil))}
 	switch f.layout {
 	case layoutStaticPod:
-		m, err := recovery.ManifestMember(f.manifest)
+		m, err := f.member()
 		if err != nil {
-			return n, p, fmt.Errorf("--manifest: %w", err)
+			return n, p, err
 		}
-		n.Layout = recovery.StaticPod{Manifest: f.manifest, Parked: filepath.Join(f.stateDir, filepath.Base(f.manifest))}
+		n.Layout = recovery.StaticPod{Manifest: f.manifest, Parked: f.parked()}
 		if n.DataDir == "" {
 			n.DataDir = m.DataDir
 		}
@@ -177,6 +201,10 @@ once it has caught up with the leader. Run again, it finds in the cluster's memb
 Last, it restarts the API server, the controller manager and the scheduler on this node (--restart):
 a machine that was not fenced still runs them on a cache of the old data.
 
+On a replacement machine, park etcd's manifest in --state-dir before powering it on: its kubelet,
+which no API server answers yet, would take no pod started from the old manifest down. rejoin reads the
+member from the parked copy and puts it in place once its flags are set.
+
 Static pods (kubeadm) only: with a systemd unit, add the member by hand (docs/operating.md). Run it as
 root: it moves the manifest and the data directory.`,
 		Example:       `  agent rejoin --plan plan.json --cluster https://10.0.0.3:2379   # the survivor's client URL`,
@@ -191,9 +219,9 @@ root: it moves the manifest and the data directory.`,
 			if err != nil {
 				return err
 			}
-			self, err := recovery.ManifestMember(f.manifest)
+			self, err := f.member()
 			if err != nil {
-				return fmt.Errorf("--manifest: %w", err)
+				return err
 			}
 			j, err := recovery.Rejoin(cmd.Context(), n, p, self, cluster)
 			if err != nil {

@@ -27,6 +27,11 @@ func TestRecoverCommandErrors(t *testing.T) {
 		" --initial-advertise-peer-urls=http://127.0.0.1:2]\n")
 	survivor := write("etcd-1.yaml", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: etcd\n    command: [etcd, --name=etcd-1, --data-dir=/nonexistent/etcd,"+
 		" --initial-advertise-peer-urls=http://127.0.0.1:3]\n")
+	parkedIn := filepath.Join(dir, "parked-state")
+	require.NoError(t, os.MkdirAll(parkedIn, 0o755))
+	b, err := os.ReadFile(member2)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(parkedIn, "etcd-2.yaml"), b, 0o600))
 	rejoin := func(args ...string) []string {
 		return append([]string{"rejoin", "--plan", ready, "--state-dir", filepath.Join(dir, "state"), "--etcd-endpoint", "http://127.0.0.1:1"}, args...)
 	}
@@ -58,6 +63,13 @@ func TestRecoverCommandErrors(t *testing.T) {
 		{"rejoin: on the survivor", rejoin("--manifest", survivor, "--cluster", "http://127.0.0.1:1"), "etcd-1 is the plan's survivor: its part is `agent recover`"},
 		{"rejoin: the rebuilt cluster does not answer", rejoin("--manifest", member2, "--cluster", "http://127.0.0.1:1"),
 			"the rebuilt cluster at http://127.0.0.1:1 does not answer a linearizable read"},
+		// A replacement's manifest parked in the state directory before power-on (docs/operating.md):
+		// read from there, and the rejoin goes on to the cluster.
+		{"rejoin: the manifest parked", []string{"rejoin", "--plan", ready, "--state-dir", parkedIn, "--etcd-endpoint", "http://127.0.0.1:1",
+			"--manifest", filepath.Join(dir, "manifests", "etcd-2.yaml"), "--cluster", "http://127.0.0.1:1"},
+			"the rebuilt cluster at http://127.0.0.1:1 does not answer a linearizable read"},
+		{"rejoin: the manifest neither there nor parked", rejoin("--manifest", filepath.Join(dir, "manifests", "etcd-3.yaml"), "--cluster", "http://127.0.0.1:1"),
+			"(nor is it parked at " + filepath.Join(dir, "state", "etcd-3.yaml") + ")"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -69,7 +81,7 @@ func TestRecoverCommandErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := os.Stat(filepath.Join(dir, "state", "recovery.json"))
+	_, err = os.Stat(filepath.Join(dir, "state", "recovery.json"))
 	assert.ErrorIs(t, err, os.ErrNotExist, "nothing journaled when a check fails")
 	_, err = os.Stat(member2)
 	assert.NoError(t, err, "the manifest stays where it was when rejoin refuses")

@@ -62,7 +62,17 @@ func (k *kubeOptions) kubeClient() (client.Client, *rest.Config, error) {
 			return nil, nil, err
 		}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	// Each request ends after a fifth of the lease (3 s by default, 2 s at least; 10 s without one): the API server
+	// of a cluster whose etcd just lost quorum accepts a write and never answers, and a pass held that
+	// long by its journal write keeps the hub's view from before the loss, which is what decides, when
+	// the Lease runs out, whether the leader goes on alone (degraded mode). A sequential loss (cp-0,
+	// then cp-1 seconds later) on the real cluster left the leader standing by that way.
+	cc := rest.CopyConfig(cfg)
+	cc.Timeout = 10 * time.Second
+	if k.leaseDuration > 0 {
+		cc.Timeout = max(k.leaseDuration/5, 2*time.Second)
+	}
+	c, err := client.New(cc, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -77,13 +78,14 @@ func TestHaleOnKubeadm(t *testing.T) {
 	permanentLoss(ctx, t, c)
 }
 
-// permanentLoss destroys cp-1 and cp-2 (their disks gone, their boards dead: their BMCs power them
-// on and nothing boots) and follows docs/operating.md's "Permanent quorum loss" with its commands: `hub
-// recover --yes --confirm-lost` in the degraded hub's container (the API server is down), `agent
-// recover` on the survivor cp-0 with the agent taken from the node's image, `hub resume`, then each
-// machine replaced (a new disk with its provisioning, no etcd data), powered on with `hub reboot
-// --force` and rejoined with `agent rejoin`, one at a time. Every object written before the loss is
-// there after it, and resource versions only move forward.
+// permanentLoss destroys cp-0 (where kubeadm init ran) and cp-1, a few seconds apart (their disks
+// gone, their boards dead: their BMCs power them on and nothing boots), and follows docs/operating.md's
+// "Permanent quorum loss" with its commands: `hub recover --yes --confirm-lost` in the degraded hub's
+// container (the API server is down), `agent recover` on the survivor cp-2 (behind IPMI) with the agent
+// taken from the node's image, `hub resume`, then each machine replaced (a new disk with its
+// provisioning, no etcd data, etcd's manifest parked where agent rejoin takes it from), powered on
+// with `hub reboot --force` and rejoined with `agent rejoin`, one at a time. Every object written
+// before the loss is there after it, and resource versions only move forward.
 func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	t.Helper()
 	const objects = 50
@@ -102,16 +104,17 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	require.NoError(t, err)
 	node, err := c.Kubectl(ctx, "-n", "hale-system", "get", "pod", leading, "-o", "jsonpath={.spec.nodeName}")
 	require.NoError(t, err)
-	hubNode, survivor := c.Node(node), c.Node("cp-0")
+	hubNode, survivor := c.Node(node), c.Node("cp-2")
 	lost := time.Now()
+	c.Node("cp-0").Destroy()
 	c.Node("cp-1").Destroy()
-	c.Node("cp-2").Destroy()
 
 	// The hub's part, from the node of the replica that leads (it went on alone, degraded): the plan
 	// is refused until the hub has classified the loss; the operator confirms the two machines (their
 	// BMCs read them on: the hub cannot tell them from the far side of a partition).
 	inHub := "crictl exec $(crictl ps -q --label io.kubernetes.container.name=hub) hub recover --yes --confirm-lost cp-1,cp-2 -o json --socket /run/hale/hub.sock > plan.json"
 	c.Documented("operating.md", inHub)
+	inHub = strings.Replace(inHub, "cp-1,cp-2", "cp-0,cp-1", 1)
 	var plan hub.RecoveryPlan
 	for {
 		out, err := hubNode.Exec(ctx, "sh", "-c", "cd /root && "+inHub)
@@ -126,7 +129,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	}
 	fenced := time.Since(lost)
 	require.NotNil(t, plan.Survivor, "a survivor")
-	require.Equal(t, "cp-0", plan.Survivor.Machine, "the survivor")
+	require.Equal(t, survivor.Name, plan.Survivor.Machine, "the survivor")
 	b, err := hubNode.ReadFile("/root/plan.json")
 	require.NoError(t, err)
 
@@ -137,7 +140,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	onNode := func(n *lab.Node, line string) string {
 		t.Helper()
 		out, err := n.Exec(ctx, "sh", "-c", "cd /root && "+line)
-		require.NoError(t, err, out)
+		require.NoError(t, err, "%s\n%s", out, n.Diagnose(ctx))
 		t.Logf("%s on %s:\n%s", line, n.Name, out)
 		return out
 	}
@@ -174,17 +177,24 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		require.Less(t, time.Since(lost), 12*time.Minute, "hub resume: %v", out)
 		time.Sleep(2 * time.Second)
 	}
-	waitStatus(ctx, t, c, "cp-1 and cp-2 retired by the recovery", func(st hub.Status) bool {
-		a, _ := machineIn(st, "cp-1")
-		b, _ := machineIn(st, "cp-2")
+	waitStatus(ctx, t, c, "cp-0 and cp-1 retired by the recovery", func(st hub.Status) bool {
+		a, _ := machineIn(st, "cp-0")
+		b, _ := machineIn(st, "cp-1")
 		return a.NeedsOperator == hub.NeedRetired && b.NeedsOperator == hub.NeedRetired
 	})
 
 	// Grow back, one machine at a time: replaced, powered on through the hub, rejoined.
 	c.Documented("operating.md", "agent rejoin --plan plan.json --cluster https://10.0.0.3:2379")
 	rejoin := "agent rejoin --plan plan.json --cluster https://" + survivor.Host.Addr(2379)
-	for _, n := range []*lab.Node{c.Node("cp-1"), c.Node("cp-2")} {
+	park := "mkdir -p /var/lib/hale/recovery && mv\n   /etc/kubernetes/manifests/etcd.yaml /var/lib/hale/recovery/etcd.yaml"
+	c.Documented("operating.md", park)
+	park = strings.ReplaceAll(park, "\n   ", " ")
+	for _, n := range []*lab.Node{c.Node("cp-0"), c.Node("cp-1")} {
 		n.Replace()
+		// Typed on its disk before it is powered on (here from outside, at the disk's mount point).
+		line := strings.NewReplacer(" /etc/", " "+n.DiskPath("/etc")+"/", " /var/", " "+n.DiskPath("/var")+"/").Replace(park)
+		moved, err := exec.CommandContext(ctx, "sh", "-c", line).CombinedOutput()
+		require.NoError(t, err, "%s: %s", line, moved)
 		out, err := hubCLI(ctx, c, "reboot", n.Name, "--force", "--yes")
 		require.NoError(t, err, out)
 		waitRunning(ctx, t, n)

@@ -371,6 +371,10 @@ func (n *Node) WriteFile(path, body string) {
 	}
 }
 
+// DiskPath is where path (as the node sees it) is on this machine: for what an operator does to a
+// disk while its machine is off.
+func (n *Node) DiskPath(path string) string { return filepath.Join(n.root(), path) }
+
 // ReadFile reads a file from the node's disk (path as the node sees it).
 func (n *Node) ReadFile(path string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(n.root(), path))
@@ -496,8 +500,10 @@ func (c *KubeCluster) keepForDebugging() {
 // Diagnose is what a failure on the node is read from: its containers and the kubelet's last words.
 func (n *Node) Diagnose(ctx context.Context) string {
 	ps, _ := n.Exec(ctx, "crictl", "ps", "-a")
-	journal, _ := n.Exec(ctx, "journalctl", "--no-pager", "-n", "60", "-u", "kubelet", "-u", "containerd")
-	return fmt.Sprintf("%s's containers:\n%s\n%s's kubelet and containerd:\n%s", n.Name, ps, n.Name, journal)
+	// (the kubelet repeats "Unable to register mirror pod" ten times a second while its API server is down)
+	journal, _ := n.Exec(ctx, "sh", "-c", "journalctl --no-pager -n 2000 -u kubelet -u containerd | grep -v 'register mirror pod' | tail -n 60")
+	etcd, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 20 $(crictl ps -a -q --name etcd | head -1)")
+	return fmt.Sprintf("%s's containers:\n%s\n%s's kubelet and containerd:\n%s\n%s's latest etcd container:\n%s", n.Name, ps, n.Name, journal, n.Name, etcd)
 }
 
 // bootstrap makes the cluster: kubeadm init on the first control-plane node, the other control-plane
