@@ -98,7 +98,9 @@ type (
 
 var idChars = regexp.MustCompile(`[^A-Za-z0-9.-]+`)
 
-func spdxID(parts ...string) string { return "SPDXRef-" + idChars.ReplaceAllString(strings.Join(parts, "-"), "-") }
+func spdxID(parts ...string) string {
+	return "SPDXRef-" + idChars.ReplaceAllString(strings.Join(parts, "-"), "-")
+}
 
 // Document is the SBOM of the binaries of release version, made at now.
 func Document(version string, binaries []string, now time.Time) (any, error) {
