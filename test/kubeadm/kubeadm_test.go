@@ -47,12 +47,21 @@ func TestHaleOnKubeadm(t *testing.T) {
 	start := time.Now()
 	c := lab.StartKube(t, assets, lab.KubeShape{ControlPlanes: 3, Workers: 2, IPMI: 1}, lab.KubeOptions{})
 	t.Logf("cluster up (kubeadm init and joins, every Node Ready) in %s", time.Since(start).Round(time.Second))
-	out, err := c.Kubectl(ctx, "get", "pods", "-n", "kube-system", "-o", "wide")
-	require.NoError(t, err)
+	// Each static pod's mirror Pod, as its kubelet registers it (a node that joined last may be Ready
+	// a few seconds before they are all there).
+	var mirrors []string
 	for _, n := range c.ControlPlanes() {
 		for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-			require.Contains(t, out, p+"-"+n.Name)
+			mirrors = append(mirrors, p+"-"+n.Name)
 		}
+	}
+	var out string
+	require.Eventually(t, func() bool {
+		var err error
+		out, err = c.Kubectl(ctx, "get", "pods", "-n", "kube-system", "-o", "wide")
+		return err == nil && !slices.ContainsFunc(mirrors, func(m string) bool { return !strings.Contains(out, m) })
+	}, 2*time.Minute, 2*time.Second, "the control plane's static pods, as kubeadm made them: %v", mirrors)
+	for _, n := range c.ControlPlanes() {
 		ps, err := n.Exec(ctx, "crictl", "ps", "--name", "etcd", "-q")
 		require.NoError(t, err)
 		require.NotEmpty(t, strings.TrimSpace(ps), "no etcd container runs on %s", n.Name)
