@@ -343,11 +343,15 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	require.NoError(t, err)
 	hung := time.Now()
 	n.Freeze()
-	waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
+	st := waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
 		m, ok := machineIn(st, n.Name)
 		return ok && (m.Verdict == hub.VerdictUnhealthy || m.Remediation != nil)
 	})
+	// The hub's own time of the verdict (the nodes share this host's clock), not when this poll saw it.
 	detected := time.Since(hung)
+	if m, _ := machineIn(st, n.Name); m.Verdict == hub.VerdictUnhealthy && m.Since.After(hung) {
+		detected = m.Since.Sub(hung)
+	}
 	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle", func(st hub.Status) bool {
 		return allHealthy(st) && len(powerChanges(c, before)) >= 2
 	})

@@ -208,7 +208,9 @@ func RemoveKubeLeftovers(t netns.TB) {
 }
 
 // startLB runs haproxy on the LB host: the control-plane endpoint, forwarding to every API server that
-// answers its /healthz (checked every second).
+// answers its /healthz (checked every second). A server marked down has its sessions closed: a
+// client's connection to a frozen API server would otherwise stay open, silent, until the client's
+// own timeout.
 func (c *KubeCluster) startLB() {
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `global
@@ -224,7 +226,7 @@ frontend control-plane
   default_backend apiservers
 backend apiservers
   option httpchk GET /healthz
-  default-server check check-ssl verify none inter 1s fall 2 rise 1
+  default-server check check-ssl verify none inter 1s fall 2 rise 1 on-marked-down shutdown-sessions
 `, c.LB.Addr(6443))
 	for _, n := range c.Nodes {
 		if n.ControlPlane {
@@ -616,8 +618,26 @@ func (c *KubeCluster) WaitReady(ctx context.Context) {
 	}
 }
 
-// Kubectl runs kubectl (the node image's) on the Admin host with kubeadm's admin.conf.
+// kubectlTimeout bounds a Kubectl call that sets no timeout of its own. Without one, a call whose
+// connection went (through the load balancer) to an API server that then froze waits forever: the
+// load balancer marks the server down for new connections only.
+const kubectlTimeout = 20 * time.Second
+
+// Kubectl runs kubectl (the node image's) on the Admin host with kubeadm's admin.conf. A call whose
+// arguments (before any "--") set no --timeout or --request-timeout ends after kubectlTimeout.
 func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	own := args
+	if i := slices.Index(args, "--"); i >= 0 {
+		own = args[:i]
+	}
+	if !slices.ContainsFunc(own, func(a string) bool {
+		return strings.HasPrefix(a, "--timeout") || strings.HasPrefix(a, "--request-timeout")
+	}) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, kubectlTimeout)
+		defer cancel()
+		args = append([]string{fmt.Sprintf("--request-timeout=%s", kubectlTimeout-2*time.Second)}, args...)
+	}
 	kubectl := filepath.Join(c.Assets, "rootfs", "usr", "local", "bin", "kubectl")
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Admin.NS, kubectl, "--kubeconfig", c.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
