@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -14,7 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/hale-dev/hale/internal/secretfile"
@@ -87,6 +89,24 @@ func LoadOrCreateIdentity(path string) (id Identity, created bool, err error) {
 		return Identity{}, false, fmt.Errorf("identity key %s: a %T key; Hale's identities are Ed25519", path, k)
 	}
 	return Identity{key: key}, false, nil
+}
+
+// EnrolmentRequest is this identity's certificate request for name (its node): a PEM CSR with the
+// identity's public key, the name as its common name, signed with the identity's key (proof that the
+// requester holds it). In Kubernetes mode an agent enrols with it (a CertificateSigningRequest the hub
+// approves by pinning the key; no certificate is issued).
+func (id Identity) EnrolmentRequest(name string) ([]byte, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, id.key)
+	if err != nil {
+		return nil, fmt.Errorf("identity: making the enrolment request for %s: %w", name, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// Fingerprint is a short name of the key (lower-case hex of its first 8 bytes' SHA-256), for object names.
+func (k PublicKey) Fingerprint() string {
+	sum := sha256.Sum256(k)
+	return hex.EncodeToString(sum[:8])
 }
 
 // PublicKey is a member's Ed25519 public key.
@@ -186,13 +206,41 @@ func (p Pinned) verify(name string, msg, sig []byte) (ok bool, reason string) {
 
 // LoadPinned reads a pinned-keys file: one member a line, its name and its key (NAME ed25519:BASE64),
 // # for comments; a name may have two lines while its key is rotated; hub-* pins the hub's key for
-// every name the hub takes. Errors name the file and line.
+// every name the hub takes. Errors name the file and line; a file with no key is an error.
 func LoadPinned(path string) (Pinned, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return Pinned{}, fmt.Errorf("pinned keys: %w", err)
 	}
+	p, err := ParsePinned(raw, path)
+	if err == nil && p.Len() == 0 {
+		err = fmt.Errorf("pinned keys %s: no key in it (`agent identity` prints a member's line)", path)
+	}
+	return p, err
+}
+
+// ParsePinned reads pinned keys in the pinned-keys file's format; source names where they come from
+// in errors. No line: no key pinned (every signature refused).
+func ParsePinned(raw []byte, source string) (Pinned, error) {
+	lines, err := ParsePinLines(raw, source)
 	var p Pinned
+	for _, l := range lines {
+		p.add(l.Name, l.Key)
+	}
+	return p, err
+}
+
+// PinLine is one line of a pinned-keys file: a name (or a prefix ending in *) and its key.
+type PinLine struct {
+	Name string
+	Key  PublicKey
+}
+
+func (l PinLine) String() string { return l.Name + " " + l.Key.String() }
+
+// ParsePinLines reads the lines of a pinned-keys file, in order.
+func ParsePinLines(raw []byte, source string) ([]PinLine, error) {
+	var out []PinLine
 	count := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for n := 1; sc.Scan(); n++ {
@@ -202,23 +250,32 @@ func LoadPinned(path string) (Pinned, error) {
 		case len(f) == 0:
 			continue
 		case len(f) != 2:
-			return Pinned{}, fmt.Errorf("pinned keys %s, line %d: want NAME ed25519:BASE64 (`agent identity` prints a member's line)", path, n)
+			return nil, fmt.Errorf("pinned keys %s, line %d: want NAME ed25519:BASE64 (`agent identity` prints a member's line)", source, n)
 		case strings.Contains(strings.TrimSuffix(f[0], "*"), "*"):
-			return Pinned{}, fmt.Errorf("pinned keys %s, line %d: %q: * may only end a name (hub-*)", path, n, f[0])
+			return nil, fmt.Errorf("pinned keys %s, line %d: %q: * may only end a name (hub-*)", source, n, f[0])
 		}
 		k, err := ParsePublicKey(f[1])
 		if err != nil {
-			return Pinned{}, fmt.Errorf("pinned keys %s, line %d: %w", path, n, err)
+			return nil, fmt.Errorf("pinned keys %s, line %d: %w", source, n, err)
 		}
 		if count[f[0]]++; count[f[0]] > 2 {
-			return Pinned{}, fmt.Errorf("pinned keys %s, line %d: %s has two keys already (the old and the new, while rotating); drop the old one first", path, n, f[0])
+			return nil, fmt.Errorf("pinned keys %s, line %d: %s has two keys already (the old and the new, while rotating); drop the old one first", source, n, f[0])
 		}
-		p.add(f[0], k)
+		out = append(out, PinLine{f[0], k})
 	}
-	if p.Len() == 0 {
-		return Pinned{}, fmt.Errorf("pinned keys %s: no key in it (`agent identity` prints a member's line)", path)
+	return out, sc.Err()
+}
+
+// FormatPinLines writes lines in the pinned-keys file's format, under a comment saying who keeps them.
+func FormatPinLines(header string, lines []PinLine) string {
+	var b strings.Builder
+	for l := range strings.SplitSeq(header, "\n") {
+		b.WriteString("# " + l + "\n")
 	}
-	return p, nil
+	for _, l := range lines {
+		b.WriteString(l.String() + "\n")
+	}
+	return b.String()
 }
 
 // aliveClaim is what a member's gossip metadata signs: its pool, name and address, its role and when
@@ -235,18 +292,39 @@ const (
 	RejectBadSignature = "bad_signature" // not signed by a key pinned for that name
 )
 
-// LoadIdentities loads this member's identity (creating it when missing) and the pinned keys: both
-// files, or neither (then nil, nil, and a warning: the pool key alone guards the pool). A member
-// whose own key is not pinned for its name is warned, not stopped: the others refuse it until the
-// pinned-keys file holds its line (which the warning gives), and the file is read again when it changes.
-// pinAs is the name its line pins (node, or a prefix of it: hub-*).
-func LoadIdentities(node, pinAs, identityFile, pinnedFile string, log *slog.Logger) (*Identity, *Pinned, error) {
-	if identityFile == "" && pinnedFile == "" {
-		log.Warn("gossip identities are off (no identity and pinned-keys files): any holder of the pool key can speak for any member")
-		return nil, nil, nil
+// IdentitiesOff is what a stolen gossip key allows a member without identities: said when an
+// operator turns them off, and in the error that asks for the files.
+const IdentitiesOff = "any holder of the gossip key can then speak for any member: make a healthy machine's reports say it failed (and have it power-cycled), or answer for a dead one"
+
+// CheckIdentitySettings says what is wrong with a member's identity settings: both files, or
+// identities turned off (setting names how), and not both.
+func CheckIdentitySettings(identityFile, pinnedFile string, off bool, setting string) error {
+	switch {
+	case off && (identityFile != "" || pinnedFile != ""):
+		return fmt.Errorf("%s, and an identity or pinned-keys file: identities are either on (the files) or off (%s), not both", setting, setting)
+	case off:
+		return nil
+	case identityFile == "" && pinnedFile == "":
+		return fmt.Errorf("per-node identities are on by default: give this member's identity file and every member's pinned keys (docs/identities.md), or turn them off with %s: %s", setting, IdentitiesOff)
+	case identityFile == "" || pinnedFile == "":
+		return errors.New("an identity file and a pinned-keys file go together: set both")
 	}
-	if identityFile == "" || pinnedFile == "" {
-		return nil, nil, errors.New("an identity file and a pinned-keys file go together: set both, or neither")
+	return nil
+}
+
+// LoadIdentities loads this member's identity (creating it when missing) and the pinned keys. Both
+// files are needed, unless off says the operator turned identities off (setting names how): then
+// neither, nil, nil and a warning. A member whose own key is not pinned for its name is warned, not
+// stopped: the others refuse it until the pinned-keys file holds its line (which the warning gives),
+// and the file is read again when it changes. pinAs is the name its line pins (node, or a prefix of it:
+// hub-*).
+func LoadIdentities(node, pinAs, identityFile, pinnedFile string, off bool, setting string, log *slog.Logger) (*Identity, *Pinned, error) {
+	if err := CheckIdentitySettings(identityFile, pinnedFile, off, setting); err != nil {
+		return nil, nil, err
+	}
+	if off {
+		log.Warn("gossip identities are off ("+setting+"): "+IdentitiesOff, "setting", setting)
+		return nil, nil, nil
 	}
 	id, created, err := LoadOrCreateIdentity(identityFile)
 	if err != nil {
@@ -260,7 +338,7 @@ func LoadIdentities(node, pinAs, identityFile, pinnedFile string, log *slog.Logg
 	if err != nil {
 		return nil, nil, err
 	}
-	if !slices.ContainsFunc(pinned.Keys(node), func(k PublicKey) bool { return bytes.Equal(k, id.Public()) }) {
+	if !pinnedFor(pinned, node, id.Public()) {
 		log.Warn("this member's key is not pinned for its name: the other members refuse it until the pinned-keys file holds this line",
 			"pinnedFile", pinnedFile, "line", line)
 	}

@@ -37,6 +37,9 @@ type APIError struct {
 func (h *Hub) APIHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status(r.Context())) })
+	mux.HandleFunc("POST /v1/bmc-check", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, h.CheckBMCsNow(r.Context()))
+	})
 	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.RecoveryPlan(r.Context())) })
 	mux.HandleFunc("POST /v1/recovery", func(w http.ResponseWriter, r *http.Request) {
 		var req RecoverRequest

@@ -115,6 +115,17 @@ func (l *logins) record(m Machine, err error, now time.Time) {
 	l.failed[k] = f
 }
 
+// lift ends every account's wait at now, keeping how many failures in a row it had: the next login
+// is tried, and a refusal waits longer than the last.
+func (l *logins) lift(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, f := range l.failed {
+		f.until = now
+		l.failed[k] = f
+	}
+}
+
 // guarded is a machine's Power behind the hub's login record: a call is refused without reaching the
 // BMC while its account waits, and every answer is recorded. A check's (guardCheck) starts only on an
 // account no call uses (errAccountBusy), and calls wait for it.

@@ -67,6 +67,13 @@ func TestLoginWaits(t *testing.T) {
 	// A wait recorded for old credentials is not the new ones', and their failure starts afresh.
 	l.record(fixed, authErr, at)
 	assert.Contains(t, l.blocked(fixed, at), "(1 in a row")
+
+	// An operator's check now (`hub check --now`) lifts the wait for one login; refused again, the
+	// wait is the next one in the row.
+	l.lift(at)
+	assert.Empty(t, l.blocked(fixed, at), "lifted")
+	l.record(fixed, authErr, at)
+	assert.Contains(t, l.blocked(fixed, at.Add(2*time.Minute-time.Second)), "(2 in a row")
 }
 
 // Across passes, machines and requests, the hub makes one failed login to a BMC account that refuses

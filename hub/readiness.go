@@ -123,6 +123,41 @@ func (h *Hub) watchBMCs(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// CheckBMCsNow checks every machine's BMC at once, as the periodic check does, for an operator who has
+// just fixed one (`hub check --now`), and returns what the hub now knows of each. The login wait of an
+// account that refused the credentials is lifted for this check: one login to it, which the operator
+// asked for (a refusal again makes the wait longer, as any other would). A machine whose BMC is in use
+// by a remediation, or detached, keeps its last finding.
+func (h *Hub) CheckBMCsNow(ctx context.Context) []BMCCheck {
+	h.logins.lift(time.Now())
+	h.checkBMCsOnce(ctx)
+	inv := h.inventory()
+	h.mu.Lock()
+	found := h.bmcs
+	h.mu.Unlock()
+	return BMCChecks(inv, found)
+}
+
+// BMCCheck is one machine's line of a BMC check: its BMC (empty: it has none) and what was found.
+type BMCCheck struct {
+	Machine  string `json:"machine"`
+	Endpoint string `json:"endpoint,omitempty"`
+	BMCReadiness
+}
+
+// BMCChecks are inv's machines, in its order, with what found says of their BMCs.
+func BMCChecks(inv Inventory, found map[string]BMCReadiness) []BMCCheck {
+	var rows []BMCCheck
+	for _, m := range inv.Machines {
+		row := BMCCheck{Machine: m.Name}
+		if m.Endpoint.Driver != "" {
+			row.Endpoint, row.BMCReadiness = m.Endpoint.String(), found[m.Name]
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
 // checkBMCsOnce checks every machine's BMC but those detached (no BMC call for them) and those with a
 // remediation in flight (their BMC is in use: what its calls read is recorded as they answer), records what it
 // found and says what changed.

@@ -72,8 +72,16 @@ type GossipConfig struct {
 	// the pinned keys (docs/identities.md).
 	IdentityFile string `json:"identityFile"`
 	// PinnedFile lists every member's public key, one "NAME ed25519:BASE64" a line (with
-	// identityFile).
+	// identityFile). With enrol, it is the agent's own copy of the pinned keys the hub keeps.
 	PinnedFile string `json:"pinnedFile"`
+	// Enrol: "kubernetes" (on Kubernetes, the default manifests' way): the agent enrols its key
+	// through the API server (a CertificateSigningRequest the hub approves for the node the agent's
+	// pod runs on) and reads the pinned keys from the ConfigMap hale-pinned-keys, which the hub keeps;
+	// no key step by hand. Empty: the operator writes pinnedFile.
+	Enrol string `json:"enrol"`
+	// InsecureNoIdentities turns per-node identities off (no identityFile, no pinnedFile): the
+	// gossip key alone guards the pool, and any holder of it can speak for any member.
+	InsecureNoIdentities bool `json:"insecureNoIdentities"`
 	// ProbeInterval is how often the agent probes a random peer for liveness (default 100 ms).
 	ProbeInterval Duration `json:"probeInterval"`
 	// ProbeTimeout is how long a liveness probe waits for its answer before asking others to try
@@ -203,6 +211,12 @@ const (
 	RoleWitness = "witness"
 )
 
+// EnrolKubernetes is gossip.enrol's value for enrolment through the API server.
+const EnrolKubernetes = "kubernetes"
+
+// pinnedConfigMap is the ConfigMap (in the agent's namespace) the hub keeps the pinned keys in.
+const pinnedConfigMap = "hale-pinned-keys"
+
 // validate names the first field that is wrong.
 func (c Config) validate() error {
 	switch {
@@ -222,8 +236,12 @@ func (c Config) validate() error {
 		return errors.New("gossip.keyFile: required: gossip is always encrypted (make a key with: head -c 32 /dev/urandom | base64)")
 	case c.Node == "":
 		return errors.New("node: empty and the host name is unknown; set it")
+	case c.Gossip.InsecureNoIdentities && (c.Gossip.IdentityFile != "" || c.Gossip.PinnedFile != "" || c.Gossip.Enrol != ""):
+		return errors.New("gossip.insecureNoIdentities: true, and gossip.identityFile, pinnedFile or enrol: identities are either on or off; remove one")
 	case (c.Gossip.IdentityFile == "") != (c.Gossip.PinnedFile == ""):
-		return errors.New("gossip.identityFile and gossip.pinnedFile go together: this node's key signs, the pinned keys check the others' (set both, or neither)")
+		return errors.New("gossip.identityFile and gossip.pinnedFile go together: this node's key signs, the pinned keys check the others' (with enrol: kubernetes, pinnedFile is its copy of them)")
+	case c.Gossip.Enrol != "" && c.Gossip.Enrol != EnrolKubernetes:
+		return fmt.Errorf("gossip.enrol: %q: want kubernetes (enrol through the API server), or leave it empty (the operator writes gossip.pinnedFile)", c.Gossip.Enrol)
 	}
 	if _, _, err := splitHostPort(c.Gossip.Bind); err != nil {
 		return fmt.Errorf("gossip.bind: %w", err)
@@ -267,6 +285,10 @@ func (c Config) validate() error {
 	}
 	if c.Gossip.SuspicionMult < 1 {
 		return fmt.Errorf("gossip.suspicionMult %d: must be at least 1", c.Gossip.SuspicionMult)
+	}
+	if c.Gossip.IdentityFile == "" && !c.Gossip.InsecureNoIdentities {
+		return fmt.Errorf("gossip.identityFile and gossip.pinnedFile: per-node identities are on by default: this node's key signs its reports, the pinned keys check the others' "+
+			"(docs/identities.md; on Kubernetes, with enrol: kubernetes, nothing to do by hand); or set gossip.insecureNoIdentities: true: %s", health.IdentitiesOff)
 	}
 	return nil
 }

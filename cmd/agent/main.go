@@ -176,7 +176,19 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	bindHost, bindPort, _ := splitHostPort(cfg.Gossip.Bind)
 	gc := health.GossipConfig{Node: cfg.Node, Cluster: cfg.Cluster, Role: cfg.Role, BindAddr: bindHost, BindPort: bindPort,
 		Keys: keys, Logger: log, Timing: health.DefaultTiming()}
-	if gc.Identity, gc.Pinned, err = health.LoadIdentities(cfg.Node, cfg.Node, cfg.Gossip.IdentityFile, cfg.Gossip.PinnedFile, log); err != nil {
+	var enrol *health.Enrolment
+	if cfg.Gossip.Enrol == EnrolKubernetes {
+		if enrol, err = enrolment(cfg, log); err != nil {
+			return err
+		}
+		gc.Identity = &enrol.Identity
+		pinned, err := enrol.LoadCopy()
+		if err != nil {
+			log.Warn("pinned keys: the local copy cannot be read; waiting for the API server's", "file", cfg.Gossip.PinnedFile, "err", err)
+		}
+		gc.Pinned = &pinned
+	} else if gc.Identity, gc.Pinned, err = health.LoadIdentities(cfg.Node, cfg.Node, cfg.Gossip.IdentityFile, cfg.Gossip.PinnedFile,
+		cfg.Gossip.InsecureNoIdentities, "gossip.insecureNoIdentities: true", log); err != nil {
 		return err
 	}
 	gc.Timing.ProbeInterval, gc.Timing.ProbeTimeout = cfg.Gossip.ProbeInterval.Duration, cfg.Gossip.ProbeTimeout.Duration
@@ -197,7 +209,10 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 		return err
 	}
 	go g.WatchKeyFile(ctx, cfg.Gossip.KeyFile, health.KeyFileCheck) // a rotation: a mounted Secret changes in place
-	if gc.Pinned != nil {
+	switch {
+	case enrol != nil:
+		go enrol.Run(ctx, g.SetPinned) // the hub's ConfigMap: members enrolled, re-keyed
+	case gc.Pinned != nil:
 		go g.WatchPinnedFile(ctx, cfg.Gossip.PinnedFile, health.KeyFileCheck) // a member added or re-keyed
 	}
 
@@ -309,4 +324,16 @@ func httpHandler(a *health.Agent, cfg Config, reg *prometheus.Registry) http.Han
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
+}
+
+// enrolment is the in-cluster enrolment of this agent's identity key (gossip.enrol: kubernetes).
+func enrolment(cfg Config, log *slog.Logger) (*health.Enrolment, error) {
+	id, created, err := health.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		log.Info("created this member's identity key; enrolling it through the API server", "file", cfg.Gossip.IdentityFile, "key", id.Public().String())
+	}
+	return health.InClusterEnrolment(cfg.Node, pinnedConfigMap, cfg.Gossip.PinnedFile, id, log)
 }

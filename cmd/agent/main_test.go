@@ -53,7 +53,18 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{name: "bad bind", yaml: "cluster: c\ngossip: {keyFile: " + key + ", bind: nowhere}\n", want: `gossip.bind: "nowhere": want host:port`},
 		{name: "timeout not below interval", yaml: "cluster: c\ngossip: {keyFile: " + key + ", probeInterval: 100ms, probeTimeout: 100ms}\n",
 			want: "gossip.probeTimeout 100ms: must be shorter than gossip.probeInterval 100ms"},
-		{name: "missing key file", yaml: "cluster: c\ngossip: {keyFile: /nonexistent/key}\n", want: "gossip key file: open /nonexistent/key"},
+		{name: "missing key file", yaml: "cluster: c\ngossip: {keyFile: /nonexistent/key, insecureNoIdentities: true}\n", want: "gossip key file: open /nonexistent/key"},
+		{name: "no identities", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\n",
+			want: "gossip.identityFile and gossip.pinnedFile: per-node identities are on by default"},
+		{name: "identities off, and a key", yaml: "cluster: c\ngossip: {keyFile: " + key + ", insecureNoIdentities: true, identityFile: id, pinnedFile: pinned}\n",
+			want: "identities are either on or off"},
+		{name: "an identity without the pinned keys", yaml: "cluster: c\ngossip: {keyFile: " + key + ", identityFile: id}\n",
+			want: "gossip.identityFile and gossip.pinnedFile go together"},
+		{name: "enrolment misspelt", yaml: "cluster: c\ngossip: {keyFile: " + key + ", identityFile: id, pinnedFile: pinned, enrol: kubernets}\n",
+			want: `gossip.enrol: "kubernets": want kubernetes`},
+		{name: "enrolment outside a pod", yaml: "cluster: c\ngossip: {keyFile: " + key + ", identityFile: " + filepath.Join(filepath.Dir(key), "id") +
+			", pinnedFile: " + filepath.Join(filepath.Dir(key), "pinned") + ", enrol: kubernetes}\n",
+			want: "gossip.enrol: kubernetes needs the agent in a pod with its service account token mounted"},
 		{name: "bad role", yaml: "cluster: c\nrole: judge\ngossip: {keyFile: " + key + "}\n", want: `role "judge": want agent`},
 		{name: "witness with a local member", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoint: http://127.0.0.1:2379}\n",
 			want: "etcd.endpoint: a witness runs no etcd member"},
@@ -65,7 +76,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			want: "etcd.endpoints: only a witness"},
 		{name: "agent with an etcd:// endpoint", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\netcd: {endpoint: \"etcd://10.0.0.1:2379\"}\n",
 			want: `etcd.endpoint: "etcd://10.0.0.1:2379": want an http:// or https:// URL`},
-		{name: "witness with a bad endpoint", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + "}\netcd: {endpoints: [127.0.0.1:2379]}\n",
+		{name: "witness with a bad endpoint", yaml: "cluster: c\nrole: witness\ngossip: {keyFile: " + key + ", insecureNoIdentities: true}\netcd: {endpoints: [127.0.0.1:2379]}\n",
 			want: `etcd.endpoints: "127.0.0.1:2379": want an http:// or https:// URL`},
 		{name: "unknown probe", yaml: "cluster: c\ngossip: {keyFile: " + key + "}\nprobes: {kubelt: {enabled: false}}\n",
 			want: `probes.kubelt: no probe named "kubelt" (known: ` + strings.Join(health.ProbeNames(), ", ") + ")"},
@@ -77,6 +88,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			want: "probes.clock.timeout 2s: must not be longer than its interval 1s"},
 		{name: "bad flag", args: []string{"-log-level", "loud"}, want: `-log-level "loud"`},
 	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // (as outside a pod)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := tt.args
@@ -110,7 +122,7 @@ func TestConfigPathsAreRelativeToTheFile(t *testing.T) {
 	// working directory's.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "keys"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "keys", "gossip"), []byte(testKey), 0o600))
-	require.NoError(t, os.WriteFile(path, []byte("cluster: c\ngossip: {keyFile: keys/gossip, bind: 127.0.0.1:0}\nprobes: {etcd: {enabled: false}, etcdDisk: {enabled: false}, kubelet: {enabled: false}, apiserver: {enabled: false}}\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("cluster: c\ngossip: {keyFile: keys/gossip, bind: 127.0.0.1:0, insecureNoIdentities: true}\nprobes: {etcd: {enabled: false}, etcdDisk: {enabled: false}, kubelet: {enabled: false}, apiserver: {enabled: false}}\n"), 0o600))
 	startAgent(t, "-config", path, "-listen", freePort(t))
 	err = run(context.Background(), []string{"-config", path, "-key-file", "keys/gossip", "-listen", freePort(t)}, io.Discard, io.Discard, nil)
 	require.Error(t, err)
@@ -164,7 +176,7 @@ func TestAgentProcess(t *testing.T) {
 	key := writeFile(t, "key", testKey)
 	cfg := writeFile(t, "agent.yaml", fmt.Sprintf(`cluster: test
 reportInterval: 200ms
-gossip: {keyFile: %s}
+gossip: {keyFile: %s, insecureNoIdentities: true}
 etcd: {endpoint: %s}
 probes:
   kubelet: {url: "http://127.0.0.1:1/healthz", interval: 200ms, timeout: 100ms}
@@ -215,7 +227,7 @@ probes:
 func TestWitnessProcess(t *testing.T) {
 	c := etcdcluster.Start(t, 3)
 	key := writeFile(t, "key", testKey)
-	cfg := writeFile(t, "witness.yaml", fmt.Sprintf("cluster: test\nrole: witness\nreportInterval: 200ms\ngossip: {keyFile: %s}\netcd: {endpoints: [%s]}\n",
+	cfg := writeFile(t, "witness.yaml", fmt.Sprintf("cluster: test\nrole: witness\nreportInterval: 200ms\ngossip: {keyFile: %s, insecureNoIdentities: true}\netcd: {endpoints: [%s]}\n",
 		key, strings.Join(c.Endpoints(), ", ")))
 	bind := freePort(t)
 	w := startAgent(t, "-config", cfg, "-node", "w-1", "-bind", bind, "-listen", "127.0.0.1:0")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,8 +20,10 @@ import (
 func newCheckCommand() *cobra.Command {
 	var inventory string
 	var timeout, requestTimeout time.Duration
+	var now bool
+	var api apiFlags
 	cmd := &cobra.Command{
-		Use:   "check --inventory FILE",
+		Use:   "check --inventory FILE | --now",
 		Short: "Check an inventory and every machine's BMC once, before the first `hub run` or in a pipeline",
 		Long: `check reads and validates the inventory, then asks every machine's BMC for its power state,
 once: does it answer, take the login, have the system, read the power. It changes nothing on any
@@ -30,14 +33,23 @@ The machines behind one BMC account are checked one after another and, once the 
 login, the others are not tried (BMC accounts lock after a few failed logins); accounts are checked
 side by side. A silent BMC costs --bmc-request-timeout twice (one retry), not a minute.
 
-Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not ready.`,
+With --now, the running hub makes its check at once (over --socket, or --api-address) instead of at
+its next --bmc-check-interval, records what it finds (hub status shows it) and prints it: after a BMC's
+password or network was fixed. An account whose login was refused is tried once more then, though the
+hub would otherwise wait before its next login (BMC accounts lock after a few failed logins).
+
+Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not ready, 4 (--now) the
+hub could not be reached.`,
 		Example: `  hub check --inventory /etc/hale/inventory.yaml          # before the first hub run
-  hub check --inventory inventory.yaml -o json --timeout 30s`,
+  hub check --inventory inventory.yaml -o json --timeout 30s
+  hub check --now                                         # the running hub checks its BMCs now`,
 		Args: cobra.NoArgs,
 	}
 	output := cli.OutputFlag(cmd)
 	f := cmd.Flags()
-	f.StringVar(&inventory, "inventory", "", "the inventory FILE to check (YAML, as hub run --inventory) (required)")
+	f.StringVar(&inventory, "inventory", "", "the inventory FILE to check (YAML, as hub run --inventory); or --now")
+	f.BoolVar(&now, "now", false, "have the running hub check its BMCs at once, and print what it found")
+	api.registerWhere(f)
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up on the whole check after this long")
 	f.DurationVar(&requestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a BMC (Redfish, or one ipmitool call) may take before the BMC is called unreachable")
 	// Its first name, which the operator API's commands use for their own requests to the hub.
@@ -47,53 +59,50 @@ Exit codes: 0 every BMC ready, 1 bad input (flags, the inventory), 2 a BMC not r
 		if err := usageErr(cli.CheckOutput(*output)); err != nil {
 			return err
 		}
-		if inventory == "" {
-			return usageErr(fmt.Errorf("--inventory is required: the inventory file to check"))
-		}
-		if timeout <= 0 || requestTimeout <= 0 {
+		switch {
+		case inventory == "" && !now:
+			return usageErr(fmt.Errorf("--inventory is required: the inventory file to check (or --now: the running hub checks its own)"))
+		case inventory != "" && now:
+			return usageErr(fmt.Errorf("--inventory and --now: give one (--now checks the running hub's inventory)"))
+		case timeout <= 0 || requestTimeout <= 0:
 			return usageErr(fmt.Errorf("--timeout %v, --bmc-request-timeout %v: both must be positive", timeout, requestTimeout))
-		}
-		inv, err := hub.LoadInventory(inventory)
-		if err != nil {
-			return usageErr(err)
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 		defer cancel()
-		cfg := hub.Config{BMC: bmc.Options{RequestTimeout: requestTimeout, Retries: 1}}
-		rows := checkRows(inv, hub.CheckBMCs(ctx, inv.Machines, cfg.BMCPower))
+		var rows []hub.BMCCheck
+		title := "inventory " + inventory + ": valid"
+		if now {
+			api.timeout = timeout
+			c, err := api.client()
+			if err != nil {
+				return usageErr(err)
+			}
+			if err := c.do(ctx, http.MethodPost, "/v1/bmc-check", nil, &rows); err != nil {
+				return err
+			}
+			title = "the hub at " + c.where + ", checked now"
+		} else {
+			inv, err := hub.LoadInventory(inventory)
+			if err != nil {
+				return usageErr(err)
+			}
+			cfg := hub.Config{BMC: bmc.Options{RequestTimeout: requestTimeout, Retries: 1}}
+			rows = hub.BMCChecks(inv, hub.CheckBMCs(ctx, inv.Machines, cfg.BMCPower))
+		}
 		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, rows); ok || err != nil {
 			if err == nil {
 				err = notReady(rows)
 			}
 			return err
 		}
-		printCheck(cmd.OutOrStdout(), inventory, rows, *output == cli.Wide)
+		printCheck(cmd.OutOrStdout(), title, rows, *output == cli.Wide)
 		return notReady(rows)
 	}
 	return cmd
 }
 
-// checkRow is one machine of `hub check`.
-type checkRow struct {
-	Machine  string `json:"machine"`
-	Endpoint string `json:"endpoint,omitempty"`
-	hub.BMCReadiness
-}
-
-func checkRows(inv hub.Inventory, found map[string]hub.BMCReadiness) []checkRow {
-	var rows []checkRow
-	for _, m := range inv.Machines {
-		row := checkRow{Machine: m.Name}
-		if m.Endpoint.Driver != "" {
-			row.Endpoint, row.BMCReadiness = m.Endpoint.String(), found[m.Name]
-		}
-		rows = append(rows, row)
-	}
-	return rows
-}
-
 // notReady is the error (exit 2) when a BMC is not ready.
-func notReady(rows []checkRow) error {
+func notReady(rows []hub.BMCCheck) error {
 	var bad []string
 	for _, r := range rows {
 		if r.Endpoint != "" && !r.Ready {
@@ -106,8 +115,8 @@ func notReady(rows []checkRow) error {
 	return &codedError{exitBMCFailed, fmt.Errorf("%d of %d BMCs not ready: %s", len(bad), len(rows), strings.Join(bad, ", "))}
 }
 
-func printCheck(w io.Writer, inventory string, rows []checkRow, wide bool) {
-	fmt.Fprintf(w, "inventory %s: valid, %d machines\n", inventory, len(rows))
+func printCheck(w io.Writer, title string, rows []hub.BMCCheck, wide bool) {
+	fmt.Fprintf(w, "%s, %d machines\n", title, len(rows))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "MACHINE\tBMC\tREADY\tPOWER\tPROBLEM"
 	if wide {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
@@ -29,7 +31,7 @@ import (
 
 const hubSA = "system:serviceaccount:hale-system:hale-hub"
 
-var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness", "metal3-break-glass", "capi-witness-identities"}
+var overlays = []string{"standalone-bmc", "capi", "metal3", "capi-witness", "metal3-break-glass"}
 
 // imageTag is the tag base/kustomization.yaml gives the image.
 func imageTag(t *testing.T) string {
@@ -114,12 +116,36 @@ func TestDeployRBAC(t *testing.T) {
 	out, err := kubectl(t, "--kubeconfig", admin, "apply", "-k", filepath.Join("..", "..", "deploy", "overlays", "metal3"))
 	require.NoError(t, err, out)
 
-	can := func(user, verb, group, resource, sub, ns string) bool {
+	canNamed := func(user, verb, group, resource, sub, ns, name string) bool {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
 			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: ns}}}
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource, Subresource: sub, Namespace: ns, Name: name}}}
 		require.NoError(t, c.Create(ctx, sar))
 		return sar.Status.Allowed
+	}
+	can := func(user, verb, group, resource, sub, ns string) bool {
+		return canNamed(user, verb, group, resource, sub, ns, "")
+	}
+	// Identities' enrolment: agents and witnesses ask and read; the hub answers and keeps the keys.
+	const agentSA, witnessSA = "system:serviceaccount:hale-system:hale-agent", "system:serviceaccount:hale-system:hale-witness"
+	for _, a := range []struct {
+		user, verb, group, resource, sub, ns, name string
+		allowed                                    bool
+	}{
+		{agentSA, "create", "certificates.k8s.io", "certificatesigningrequests", "", "", "", true},
+		{witnessSA, "create", "certificates.k8s.io", "certificatesigningrequests", "", "", "", true},
+		{agentSA, "get", "", "configmaps", "", "hale-system", "hale-pinned-keys", true},
+		{agentSA, "update", "", "configmaps", "", "hale-system", "hale-pinned-keys", false},
+		{agentSA, "get", "", "configmaps", "", "hale-system", "hale-hub-config", false},
+		{agentSA, "list", "certificates.k8s.io", "certificatesigningrequests", "", "", "", false},
+		{agentSA, "approve", "certificates.k8s.io", "signers", "", "", "hale.dev/identity", false},
+		{hubSA, "update", "", "configmaps", "", "hale-system", "hale-pinned-keys", true},
+		{hubSA, "update", "", "configmaps", "", "hale-system", "hale-agent-config", false},
+		{hubSA, "approve", "certificates.k8s.io", "signers", "", "", "hale.dev/identity", true},
+		{hubSA, "approve", "certificates.k8s.io", "signers", "", "", "kubernetes.io/kube-apiserver-client", false},
+		{hubSA, "update", "certificates.k8s.io", "certificatesigningrequests", "status", "", "", false},
+	} {
+		assert.Equal(t, a.allowed, canNamed(a.user, a.verb, a.group, a.resource, a.sub, a.ns, a.name), "%s %s %s/%s %s %q", a.user, a.verb, a.resource, a.sub, a.name, a.ns)
 	}
 	for _, a := range []struct{ verb, group, resource, sub, ns string }{
 		{"patch", "cluster.x-k8s.io", "machines", "status", "capi"},
@@ -165,10 +191,20 @@ func TestDeployRBAC(t *testing.T) {
 	go op.Run(ctx)
 
 	asHub := kubeenv.Kubeconfig(t, cfg, dir, hubSA, "system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
-	logs := runReplica(t, runOptions{inventory: invPath, node: "hub-rbac", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
-		api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
+	// Identities enrolled through the API server (the manifests' way): the testbed's agents are
+	// pinned in the ConfigMap as the hub would have pinned them, and the hub reads them there. Its own
+	// request, made as the ServiceAccount but with no pod's token, is denied (its key is the
+	// testbed's, pinned as hub-*).
+	testbedKeys, err := os.ReadFile(tb.PinnedKeysFile())
+	require.NoError(t, err)
+	var keys corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pinned-keys"}, &keys))
+	keys.Data = map[string]string{kube.PinnedKeysKey: string(testbedKeys)}
+	require.NoError(t, c.Update(ctx, &keys))
+	logs := runReplica(t, runOptions{inventory: invPath, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(),
+		pinnedFile: filepath.Join(dir, "pinned-keys-copy"), api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
 		kube: &kubeOptions{kubeconfig: asHub, namespace: "hale-system", lease: "hale-hub", policy: "default", leaseDuration: 2 * time.Second,
-			discover: true, discoverEvery: time.Second}})
+			discover: true, discoverEvery: time.Second, enrol: true, agents: []string{"hale-agent", "hale-witness"}, hubs: []string{"hale-hub"}}})
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"msg":"leading"`) }, 20*time.Second, 50*time.Millisecond)
 	time.Sleep(2 * time.Second) // agents heard, machines discovered
 	tb.Hang(2)
@@ -189,13 +225,30 @@ func TestDeployRBAC(t *testing.T) {
 	}
 	assert.NotEmpty(t, tb.Resets(2))
 	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "every call the hub made was allowed")
+	// An enrolment made as an agent's account, but with no pod's token (impersonated): the hub
+	// lists it, and denies it with the reason, as the ServiceAccount.
+	asAgentCfg := rest.CopyConfig(cfg)
+	asAgentCfg.Impersonate = rest.ImpersonationConfig{UserName: agentSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
+	asAgent, err := client.New(asAgentCfg, client.Options{Scheme: c.Scheme()})
+	require.NoError(t, err)
+	req, err := health.NewIdentity().EnrolmentRequest("cp-1")
+	require.NoError(t, err)
+	require.NoError(t, asAgent.Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "hale-identity-rbac"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: kube.IdentitySigner, Request: req, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
+	require.Eventually(t, func() bool {
+		var csr certificatesv1.CertificateSigningRequest
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "hale-identity-rbac"}, &csr))
+		return len(csr.Status.Conditions) == 1 && csr.Status.Conditions[0].Type == certificatesv1.CertificateDenied &&
+			strings.Contains(csr.Status.Conditions[0].Message, "the request carries no node")
+	}, 10*time.Second, 100*time.Millisecond, "the enrolment answered by the hub, as the ServiceAccount")
+	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "every call the hub made was allowed")
 }
 
 // The agent mounts exactly the host files it reads: kubeadm's /etc/kubernetes/pki/etcd also holds the
 // etcd CA key and the server and peer keys, so it gets the three files of its client, not the directory.
 // /var/lib/etcd is the one directory: the disk probe's statfs needs a path on etcd's filesystem; with the
 // etcd-disk-dir component, an empty directory beside it instead, at the same place in the container.
-// With the identities component, also /var/lib/hale-identity: the agent's own key, which it writes.
+// And /var/lib/hale-identity, its own: its identity key and its copy of the pinned keys, which it writes.
 func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 	files := []string{"/etc/kubernetes/pki/etcd/ca.crt", "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
 		"/etc/kubernetes/pki/etcd/healthcheck-client.key", "/etc/kubernetes/pki/ca.crt"}
@@ -232,10 +285,7 @@ func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 			}
 			assert.Contains(t, doc, "mountPath: /var/lib/etcd\n", "%s: the probe's path in the container is the same", dir)
 		}
-		want := append(slices.Clone(files), dataPath)
-		if strings.HasSuffix(dir, "-identities") {
-			want = append(want, "/var/lib/hale-identity")
-		}
+		want := append(slices.Clone(files), dataPath, "/var/lib/hale-identity")
 		assert.ElementsMatch(t, want, paths, dir)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/kube"
@@ -48,6 +49,75 @@ type kubeOptions struct {
 	// degradedJournal, when set, turns degraded mode on (degraded.go): the local journal of a term
 	// without the API server; breakGlass is the inventory of the BMCs it may use then.
 	degradedJournal, breakGlass string
+	// enrol: members enrol their identity keys through the API server (kube.Enroller); agents and
+	// hubs are the service accounts (in namespace) whose requests pin a node's key, or a replica's.
+	enrol        bool
+	agents, hubs []string
+}
+
+// pinnedConfigMap is the ConfigMap (in --namespace) where the hub keeps the pinned keys with --enrol.
+const pinnedConfigMap = "hale-pinned-keys"
+
+// enrolment is this replica's enrolment of its identity key, and its pinned keys from the ConfigMap
+// the leader keeps (--enrol): pinned for every name of its pod (kube.HubPinName).
+func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*health.Enrolment, error) {
+	id, created, err := health.LoadOrCreateIdentity(o.identityFile)
+	if err != nil {
+		return nil, err
+	}
+	_, cfg, err := k.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	httpc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's client: %w", err)
+	}
+	host, _ := os.Hostname()
+	if created {
+		log.Info("created this replica's identity key; enrolling it through the API server", "file", o.identityFile, "key", id.Public().String())
+	}
+	return &health.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: pinnedConfigMap, Node: kube.HubPinName(host),
+		Identity: id, Copy: o.pinnedFile, Log: log}, nil
+}
+
+// checkEnrol says what is wrong with --enrol's settings.
+func checkEnrol(o runOptions) error {
+	switch {
+	case o.noIdentities:
+		return errors.New("--enrol and --insecure-no-identities: enrolment is for identities; remove one")
+	case o.node != "":
+		return fmt.Errorf("--enrol and --node %s: an enrolled replica's names are its pod's (hub-POD-RANDOM, pinned as hub-POD-*); remove --node", o.node)
+	case o.identityFile == "" || o.pinnedFile == "":
+		return errors.New("--enrol needs --identity-file (this replica's own key, created when missing) and --pinned-file (its local copy of the pinned keys, read at a start while the API server is down)")
+	}
+	return nil
+}
+
+// runEnroller answers the members' enrolments while this replica leads (kube.Enroller), every
+// health.EnrolmentInterval.
+func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slog.Logger) {
+	accounts := func(names []string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, "system:serviceaccount:"+k.namespace+":"+n)
+		}
+		return out
+	}
+	e := &kube.Enroller{Client: c, Pinned: kube.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: pinnedConfigMap}},
+		Agents: accounts(k.agents), Hubs: accounts(k.hubs), Log: log}
+	var said string
+	for {
+		if err := e.Pass(ctx); err != nil && ctx.Err() == nil && err.Error() != said {
+			log.Warn("enrolment: the pinned keys cannot be kept now", "err", err)
+			said = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(health.EnrolmentInterval):
+		}
+	}
 }
 
 // kubeClient is a client with Hale's, Cluster API's and the built-in types.
@@ -151,6 +221,9 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, identity, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		defer current.Store(nil)
+		if k.enrol {
+			go k.runEnroller(lctx, c, log)
+		}
 		var adjust func(*hub.Config)
 		var notify func(hub.Notice)
 		var d *kube.Discovery

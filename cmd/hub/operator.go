@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	xterm "golang.org/x/term"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
@@ -45,14 +46,19 @@ type apiFlags struct {
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {
+	f.registerWhere(cmd.PersistentFlags())
+	cmd.PersistentFlags().DurationVar(&f.timeout, "request-timeout", 10*time.Second, "how long one API request may take")
+}
+
+// registerWhere registers the flags that say where the hub's API is.
+func (f *apiFlags) registerWhere(fs *pflag.FlagSet) {
 	socket := os.Getenv("HALE_HUB_SOCKET")
 	if socket == "" {
 		socket = defaultSocket
 	}
-	cmd.PersistentFlags().StringVar(&f.socket, "socket", socket, "the hub's operator API socket ($HALE_HUB_SOCKET)")
-	cmd.PersistentFlags().StringVar(&f.address, "api-address", "", "the hub's loopback API address instead of the socket (needs --token-file)")
-	cmd.PersistentFlags().StringVar(&f.tokenFile, "token-file", "", "the API token file, with --api-address")
-	cmd.PersistentFlags().DurationVar(&f.timeout, "request-timeout", 10*time.Second, "how long one API request may take")
+	fs.StringVar(&f.socket, "socket", socket, "the hub's operator API socket ($HALE_HUB_SOCKET)")
+	fs.StringVar(&f.address, "api-address", "", "the hub's loopback API address instead of the socket (needs --token-file)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "the API token file, with --api-address")
 }
 
 // status asks the hub for its status.

@@ -36,6 +36,7 @@ const defaultSocket = "/run/hale/hub.sock"
 type runOptions struct {
 	inventory, journal, node, bind, advertise, keyFile string
 	identityFile, pinnedFile                           string
+	noIdentities                                       bool
 	join                                               []string
 	api                                                apiListen
 	metrics, logLevel                                  string
@@ -81,6 +82,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.keyFile, "gossip-key-file", "", "gossip key file, the agents' (base64 keys, one a line) (required)")
 	f.StringVar(&o.identityFile, "identity-file", "", "the hub's signing key (created when missing; pinned as hub-* in the pinned-keys file; with --pinned-file)")
 	f.StringVar(&o.pinnedFile, "pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line, as the agents' (with --identity-file)")
+	f.BoolVar(&o.noIdentities, "insecure-no-identities", false, "run without per-node identities (no --identity-file, no --pinned-file): "+health.IdentitiesOff)
 	f.StringVar(&o.api.socket, "socket", defaultSocket, "Unix socket for the operator API (mode 0600; empty: none)")
 	f.StringVar(&o.api.address, "api-address", "", "also serve the operator API on this loopback TCP address (needs --api-token-file)")
 	f.StringVar(&o.api.tokenFile, "api-token-file", "", "file holding the bearer token for --api-address")
@@ -104,6 +106,9 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.DurationVar(&k.discoverEvery, "discover-interval", 10*time.Second, "with --discover: how often the cluster is read again")
 	f.IntVar(&k.agentPort, "agent-port", 7946, "with --discover: the agents' gossip port, joined at every control-plane and witness Node's address (no name to resolve: cluster DNS may be down with the control plane)")
 	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (docs/design.md: Quorum lost in Kubernetes mode)")
+	f.BoolVar(&k.enrol, "enrol", false, "with --kubernetes: agents and hub replicas enrol their identity keys through the API server (CertificateSigningRequests of signer hale.dev/identity, from their pods' own tokens) and the leader pins them in the ConfigMap "+pinnedConfigMap+"; --identity-file is then this replica's key, --pinned-file its local copy of the pinned keys")
+	f.StringSliceVar(&k.agents, "enrol-agents", []string{"hale-agent", "hale-witness"}, "with --enrol: the service accounts (in --namespace) whose requests pin the key of the node their pod runs on")
+	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol: the service accounts (in --namespace) whose requests pin a hub replica's key")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if kubernetes {
@@ -135,6 +140,13 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		return fmt.Errorf("--bmc-check-interval %v, --bmc-request-timeout %v, --bmc-verify-timeout %v: none may be negative",
 			o.bmcCheckEvery, o.bmcRequestTimeout, o.bmcVerifyTimeout)
 	}
+	if o.kube != nil && o.kube.enrol {
+		if err := checkEnrol(o); err != nil {
+			return err
+		}
+	} else if err := health.CheckIdentitySettings(o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities"); err != nil {
+		return err
+	}
 	pinAs := o.node
 	if o.node == "" {
 		pinAs = "hub-*"
@@ -155,7 +167,17 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	}
 	gc := health.GossipConfig{Node: o.node, Cluster: inventory.Current().Cluster, Role: "hub", Keys: keys, Logger: log, Timing: health.DefaultTiming()}
 	// The hub's name is new at every start: its key is pinned for every name it may take (hub-*).
-	if gc.Identity, gc.Pinned, err = health.LoadIdentities(o.node, pinAs, o.identityFile, o.pinnedFile, log); err != nil {
+	var enrol *health.Enrolment
+	if o.kube != nil && o.kube.enrol {
+		if enrol, err = o.kube.enrolment(o, log); err != nil {
+			return err
+		}
+		pinned, err := enrol.LoadCopy()
+		if err != nil {
+			log.Warn("pinned keys: the local copy cannot be read; waiting for the API server's", "file", o.pinnedFile, "err", err)
+		}
+		gc.Identity, gc.Pinned = &enrol.Identity, &pinned
+	} else if gc.Identity, gc.Pinned, err = health.LoadIdentities(o.node, pinAs, o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
 		return err
 	}
 	if gc.BindAddr, gc.BindPort, err = splitHostPort("--gossip-bind", o.bind); err != nil {
@@ -192,7 +214,10 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		go g.JoinLoop(ctx, peers)
 	}
 	go g.WatchKeyFile(ctx, o.keyFile, health.KeyFileCheck) // a rotation, as the agents do
-	if gc.Pinned != nil {
+	switch {
+	case enrol != nil:
+		go enrol.Run(ctx, g.SetPinned)
+	case gc.Pinned != nil:
 		go g.WatchPinnedFile(ctx, o.pinnedFile, health.KeyFileCheck)
 	}
 

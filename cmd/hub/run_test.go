@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -114,6 +115,29 @@ func TestRunAndOperatorCommands(t *testing.T) {
 		out, _ := cli("status", "-o", "wide")
 		return strings.Count(out, " ready ") == 3
 	}, 30*time.Second, 100*time.Millisecond)
+	// The BMC account's password changed on the BMC: `hub check --now` finds it at once (one failed
+	// login). Put right on the BMC, the hub would wait minutes before its next login to that account;
+	// `hub check --now` tries once more, and status shows every BMC ready.
+	failedBefore := tb.Sim().FailedLogins()
+	tb.Sim().SetFaults(bmcsim.Faults{RejectAuth: true})
+	out, code = cli("check", "--now")
+	assert.Equal(t, exitBMCFailed, code, out)
+	assert.Contains(t, out, "checked now, 3 machines")
+	assert.Equal(t, 3, strings.Count(out, "LoginRefused"), out)
+	assert.Equal(t, failedBefore+1, tb.Sim().FailedLogins(), "one failed login for the one account")
+	tb.Sim().SetFaults(bmcsim.Faults{})
+	out, code = cli("check", "--now", "-o", "json")
+	assert.Equal(t, 0, code, out)
+	var checks []hub.BMCCheck
+	require.NoError(t, json.Unmarshal([]byte(out), &checks), out)
+	require.Len(t, checks, 3)
+	for _, c := range checks {
+		assert.True(t, c.Ready, "%+v", c)
+	}
+	out, _ = cli("status", "-o", "wide")
+	assert.Equal(t, 3, strings.Count(out, " ready "), out)
+	_, code = cli("check", "--now", "--inventory", inv)
+	assert.Equal(t, exitUsage, code)
 	// A recovery plan while etcd holds quorum: not ready, and says why (exit 2).
 	out, code = cli("recover")
 	assert.Equal(t, exitRefused, code, out)
@@ -337,6 +361,14 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"a log level", func(o *runOptions) { o.logLevel = "loud" }, `--log-level "loud": want debug, info, warn or error`},
 		{"a negative verify timeout", func(o *runOptions) { o.bmcVerifyTimeout = -time.Second }, "--bmc-verify-timeout -1s: none may be negative"},
 		{"a negative check interval", func(o *runOptions) { o.bmcCheckEvery = -time.Second }, "--bmc-check-interval -1s"},
+		{"no identities", func(*runOptions) {}, "per-node identities are on by default: give this member's identity file and every member's pinned keys (docs/identities.md), " +
+			"or turn them off with --insecure-no-identities: any holder of the gossip key can then speak for any member"},
+		{"identities off, and files", func(o *runOptions) { o.noIdentities, o.pinnedFile = true, "pinned-keys" }, "--insecure-no-identities, and an identity or pinned-keys file"},
+		{"enrolment off", func(o *runOptions) {
+			o.kube = &kubeOptions{enrol: true}
+			o.noIdentities = true
+		}, "--enrol and --insecure-no-identities: enrolment is for identities"},
+		{"enrolment without files", func(o *runOptions) { o.kube = &kubeOptions{enrol: true} }, "--enrol needs --identity-file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

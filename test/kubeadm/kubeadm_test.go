@@ -74,6 +74,7 @@ func TestHaleOnKubeadm(t *testing.T) {
 	st := waitStatus(ctx, t, c, "every machine Healthy", allHealthy)
 	t.Logf("installed: %d machines Healthy %s after kubectl apply", len(st.Machines), time.Since(applied).Round(time.Second))
 	require.Empty(t, c.PowerEvents()[booted:], "no power action while Hale was installed")
+	enrolled(ctx, t, c)
 
 	// HALE_KUBEADM_ONLY=permanent-loss runs the last scenario alone (to work on it).
 	if os.Getenv("HALE_KUBEADM_ONLY") != "permanent-loss" {
@@ -85,6 +86,33 @@ func TestHaleOnKubeadm(t *testing.T) {
 
 	// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
 	permanentLoss(ctx, t, c)
+}
+
+// enrolled checks the identities the install turned on with no key step: every agent and witness
+// (on their nodes) and both hub replicas enrolled their keys through the API server, each request
+// approved, and every report the hub took (all Healthy, six observers heard) was signed by a pinned key.
+func enrolled(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
+	t.Helper()
+	keys, err := c.Kubectl(ctx, "-n", "hale-system", "get", "configmap", "hale-pinned-keys", "-o", "jsonpath={.data.pinned-keys}")
+	require.NoError(t, err)
+	var hubs int
+	for _, line := range strings.Split(keys, "\n") {
+		if strings.HasPrefix(line, "hub-") {
+			hubs++
+		}
+	}
+	for _, n := range c.Nodes {
+		require.Contains(t, keys, "\n"+n.Name+" ed25519:", "%s's key pinned for its node", n.Name)
+	}
+	require.Equal(t, 2, hubs, "one line for each hub replica:\n%s", keys)
+	csrs, err := c.Kubectl(ctx, "get", "csr", "-o", `jsonpath={range .items[?(@.spec.signerName=="hale.dev/identity")]}{.metadata.name}={.status.conditions[0].type} {end}`)
+	require.NoError(t, err)
+	fields := strings.Fields(csrs)
+	require.Len(t, fields, len(c.Nodes)+2, "an enrolment for each agent, witness and hub replica: %s", csrs)
+	for _, f := range fields {
+		require.True(t, strings.HasSuffix(f, "=Approved"), "every enrolment approved: %s", csrs)
+	}
+	t.Logf("identities: %d keys enrolled through the API server, no step by hand", len(fields))
 }
 
 // permanentLoss destroys cp-0 (where kubeadm init ran) and cp-1, a few seconds apart (their disks
@@ -264,7 +292,9 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 	deadline := time.Now().Add(5 * time.Minute)
 	var cycled, answering time.Duration
 	for cycled == 0 || answering == 0 {
-		require.True(t, time.Now().Before(deadline), "two hung of three: after 5 min, power changes %v, API server answering: %v", powerChanges(c, before), answering != 0)
+		if time.Now().After(deadline) {
+			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s", powerChanges(c, before), answering != 0, c.Diagnostics(ctx))
+		}
 		if cycled == 0 {
 			p := powerChanges(c, before)
 			if slices.ContainsFunc(p, func(e string) bool { return strings.HasPrefix(e, "power-on "+a.Name+" ") }) &&
@@ -368,7 +398,7 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" "+bmcOf(c, n)), "one power-cycle of the hung node by its BMC, nothing else: %v", powered)
 	}
 	t.Logf("%s hung: Unhealthy (or under remediation) after %s, power-cycled by %s, healthy control plane after %s",
-		n.Name, detected.Round(time.Second), bmcOf(c, n), healed.Round(time.Second))
+		n.Name, detected.Round(100*time.Millisecond), bmcOf(c, n), healed.Round(time.Second))
 	// The leader keeps its Lease: its connection to the hung node's API server (through the kubernetes
 	// Service) is dropped within seconds, and its renewals go to another.
 	now, err := leader(ctx, c)
@@ -469,7 +499,7 @@ func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what stri
 				t.Logf("waiting for %s: %s\n%s\nHALE_KUBE_KEEP: keeping the cluster for %s", what, last, pods, d)
 				time.Sleep(d)
 			}
-			t.Fatalf("waiting for %s: %s\n%s", what, last, pods)
+			t.Fatalf("waiting for %s: %s\n%s\n%s", what, last, pods, c.Diagnostics(context.Background()))
 		case <-time.After(time.Second):
 		}
 	}

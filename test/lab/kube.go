@@ -508,6 +508,32 @@ func (n *Node) Diagnose(ctx context.Context) string {
 	return fmt.Sprintf("%s's containers:\n%s\n%s's kubelet and containerd:\n%s\n%s's latest etcd container:\n%s", n.Name, ps, n.Name, journal, n.Name, etcd)
 }
 
+// Diagnostics is what a failed scenario needs to be understood: each control-plane node's
+// containers and its latest etcd container's log, and each worker's hub containers' last log lines
+// (the hub's replicas run there; their logs are read through the node, as the API server may be down).
+// A frozen node says so and is skipped.
+func (c *KubeCluster) Diagnostics(ctx context.Context) string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		if state, _ := exec.CommandContext(ctx, "podman", "inspect", "--format", "{{.State.Status}}", n.container).Output(); strings.TrimSpace(string(state)) != "running" {
+			fmt.Fprintf(&b, "== %s: %s\n", n.Name, strings.TrimSpace(string(state)))
+			cancel()
+			continue
+		}
+		if n.ControlPlane {
+			ps, _ := n.Exec(ctx, "crictl", "ps", "-a")
+			etcd, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 15 $(crictl ps -a -q --name etcd | head -1) 2>&1")
+			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n", n.Name, ps, n.Name, etcd)
+		} else {
+			hub, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; crictl logs --tail 60 $c 2>&1; done")
+			fmt.Fprintf(&b, "== %s's hub containers:\n%s\n", n.Name, hub)
+		}
+		cancel()
+	}
+	return b.String()
+}
+
 // bootstrap makes the cluster: kubeadm init on the first control-plane node, the other control-plane
 // nodes joined one at a time (each adds an etcd member), then the workers, and waits for every Node
 // to be Ready.

@@ -35,6 +35,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/netns"
@@ -85,13 +86,15 @@ type lab struct {
 	machines []*machine
 	initial  string
 	keyFile  string
-	joins    []string
-	redfish  *bmcsim.Server
-	c        client.Client
-	cfg      *rest.Config
-	env      *envtest.Environment
-	hubArgs  []string
-	socket   string
+	// pinnedFile pins every member's key (idFile's).
+	pinnedFile string
+	joins      []string
+	redfish    *bmcsim.Server
+	c          client.Client
+	cfg        *rest.Config
+	env        *envtest.Environment
+	hubArgs    []string
+	socket     string
 	// witnesses are the witness agents; scrape is every agent's metrics address.
 	witnesses []*proc.Process
 	scrape    []string
@@ -127,6 +130,18 @@ func startLabOf(t *testing.T, members int, powerOn time.Duration, apiOn int) *la
 		key[i] = byte(i*7 + 3)
 	}
 	l.keyFile = l.write("gossip.key", base64.StdEncoding.EncodeToString(key)+"\n")
+	// Per-node identities, as on by default: a key for every member, all pinned (the hub's as hub-*).
+	var pins strings.Builder
+	for _, name := range append(machineNames(l.machines), "w-0", "w-1", "hub") {
+		id, _, err := health.LoadOrCreateIdentity(l.idFile(name))
+		require.NoError(t, err)
+		pin := name
+		if name == "hub" {
+			pin = "hub-*"
+		}
+		fmt.Fprintf(&pins, "%s %s\n", pin, id.Public())
+	}
+	l.pinnedFile = l.write("pinned-keys", pins.String())
 	for _, m := range l.machines {
 		m.manifest = filepath.Join(l.dir, m.name, "manifests", "etcd.yaml")
 		require.NoError(t, staticpod.WriteManifest(m.manifest, staticpod.Etcd{Name: m.member, DataDir: filepath.Join(l.dir, m.member),
@@ -146,9 +161,9 @@ node: w-%d
 role: witness
 reportInterval: 1s
 listen: 127.0.0.1:%d
-gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s}
+gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
 etcd: {endpoints: [%s]}
-`, i, metrics, proc.FreePort(t), strings.Join(l.joins, ", "), l.keyFile, strings.Join(endpoints, ", ")))
+`, i, metrics, proc.FreePort(t), strings.Join(l.joins, ", "), l.keyFile, l.idFile(fmt.Sprintf("w-%d", i)), l.pinnedFile, strings.Join(endpoints, ", ")))
 		l.witnesses = append(l.witnesses, proc.Start(t, fmt.Sprintf("agent w-%d", i), exec.Command(bins.Agent, "-config", cfg)))
 	}
 
@@ -194,6 +209,7 @@ etcd: {endpoints: [%s]}
 	kubeconfig := kubeenv.Kubeconfig(t, l.cfg, l.dir, "")
 	l.hubArgs = []string{"run", "--kubernetes", "--kubeconfig", kubeconfig, "--namespace", ns, "--discover",
 		"--inventory", inventory, "--gossip-key-file", l.keyFile, "--join", strings.Join(l.joins, ","),
+		"--identity-file", l.idFile("hub"), "--pinned-file", l.pinnedFile,
 		"--gossip-bind", fmt.Sprintf("127.0.0.1:%d", proc.FreePort(t)), "--socket", l.socket, "--metrics-address", "",
 		"--lease-duration", "6s", "--discover-interval", "2s",
 		"--degraded-journal", filepath.Join(l.dir, "degraded.db"), "--break-glass-inventory", breakGlass}
@@ -205,6 +221,17 @@ func (l *lab) setHubArg(flag, value string) {
 	i := slices.Index(l.hubArgs, flag)
 	require.True(l.t, i >= 0 && i+1 < len(l.hubArgs), "no hub flag %s", flag)
 	l.hubArgs[i+1] = value
+}
+
+// idFile is the identity key file of the member named name.
+func (l *lab) idFile(name string) string { return filepath.Join(l.dir, "identities", name+".key") }
+
+func machineNames(ms []*machine) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.name)
+	}
+	return out
 }
 
 func (l *lab) write(name, body string) string {
@@ -235,10 +262,10 @@ func (l *lab) powerOn(m *machine) {
 node: %s
 reportInterval: 1s
 listen: 127.0.0.1:%d
-gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s}
+gossip: {bind: "127.0.0.1:%d", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
 etcd: {endpoint: "http://127.0.0.1:%d"}
 probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enabled: false}}
-`, m.name, m.metrics, m.gossip, strings.Join(l.joins, ", "), l.keyFile, m.client))
+`, m.name, m.metrics, m.gossip, strings.Join(l.joins, ", "), l.keyFile, l.idFile(m.name), l.pinnedFile, m.client))
 		m.agentRun++
 		m.agent = proc.Start(l.t, fmt.Sprintf("agent %s (run %d)", m.name, m.agentRun), exec.Command(bins.Agent, "-config", cfg))
 	}

@@ -132,6 +132,8 @@ func run(o options) error {
 		}
 		if o.ids {
 			gossip += fmt.Sprintf(", identityFile: %s, pinnedFile: %s", idFile(fmt.Sprintf("cp-%d", i)), pinned)
+		} else {
+			gossip += ", insecureNoIdentities: true"
 		}
 		body := fmt.Sprintf("cluster: bench\ngossip: {%s}\n%s  kubelet: {url: %q}\n  apiserver: {url: %q}\n",
 			gossip, etcd, stub.URL+"/healthz", stub.URL+"/livez")
@@ -179,6 +181,8 @@ func run(o options) error {
 			"--gossip-bind", freeAddr(), "--join", first, "--gossip-key-file", key, "--socket", "", "--metrics-address", hubMetrics, "--log-level", "warn"}
 		if o.ids {
 			args = append(args, "--identity-file", idFile("hub-bench"), "--pinned-file", pinned)
+		} else {
+			args = append(args, "--insecure-no-identities")
 		}
 		cmd := exec.CommandContext(ctx, hubBin, args...)
 		// Its warnings are expected (the machines' BMCs are a closed port): kept beside the journal.
