@@ -203,8 +203,12 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 	}
 	inv.Policy = p
 	for _, name := range slices.Sorted(maps.Keys(f.Classes)) { // the same file, the same error
-		if _, err := quorum.ParseStrategy(f.Classes[name].Strategy); err != nil {
+		st, err := quorum.ParseStrategy(f.Classes[name].Strategy)
+		if err != nil {
 			return inv, fmt.Errorf("classes.%s.strategy: %w", name, err)
+		}
+		if st == quorum.Replace {
+			return inv, fmt.Errorf("classes.%s.strategy: replace is how a Cluster API owner heals its machines, found by hub run --kubernetes --discover, not a class of BMC machines: want reboot or fence", name)
 		}
 	}
 	if len(f.Machines) == 0 && machinesRequired {

@@ -112,6 +112,8 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 		{"witness on a machine's node", "cluster: c\nclasses: {cp: {strategy: reboot}}\nwitnesses: [m1]\n" + machine(""), `witnesses[0]: "m1" is a machine's node`},
 		{"empty witness", "cluster: c\nclasses: {cp: {strategy: reboot}}\nwitnesses: [\"\"]\n" + machine(""), `witnesses[0]: "" must be a gossip node name`},
 		{"bad strategy", "cluster: c\nclasses: {cp: {strategy: nuke}}\n" + machine(""), `classes.cp.strategy: strategy "nuke": want reboot, fence or replace`},
+		{"replace for BMC machines", "cluster: c\nclasses: {cp: {strategy: replace}}\n" + machine(""),
+			`classes.cp.strategy: replace is how a Cluster API owner heals its machines, found by hub run --kubernetes --discover, not a class of BMC machines: want reboot or fence`},
 		{"unknown class", "cluster: c\nclasses: {}\n" + machine(""), `machines[0] (m1).class: "cp" is not defined under classes`},
 		{"duplicate name", head + machine("") + "  - {name: m1, class: cp, bmc: {endpoint: \"ipmi://h\", credentials: " + creds + "}}\n",
 			`machines[1].name: "m1" is listed twice`},

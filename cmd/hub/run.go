@@ -54,7 +54,7 @@ type apiListen struct {
 func newRunCommand() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run --inventory FILE --gossip-key-file FILE --join HOST:PORT,...",
+		Use:   "run --inventory FILE --gossip-key-file FILE --identity-file FILE --pinned-file FILE [--join HOST:PORT,...]",
 		Short: "Run the standalone hub: watch the agents, heal machines through their BMCs, serve the operator API",
 		Long: `Run the standalone hub. It joins the agents' gossip pool, judges every machine of the inventory,
 plans with etcd's quorum and heals through the machines' BMCs, recording every step in a bbolt journal
@@ -63,8 +63,10 @@ so that a restarted hub resumes exactly where the last one stopped.
 SIGHUP reloads the inventory: a bad file is reported and the previous inventory stays in force.
 SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next hub resumes them.`,
 		Example: `  hub run --inventory /etc/hale/inventory.yaml --gossip-key-file /etc/hale/gossip.key \
+      --identity-file /var/lib/hale-hub/identity.key --pinned-file /etc/hale/pinned-keys \
       --join 10.0.0.11:7946,10.0.0.12:7946 --journal /var/lib/hale-hub/journal.db
-  hub run --kubernetes --inventory /etc/hale/inventory.yaml --gossip-key-file /etc/hale/gossip/key   # as deploy/ runs it`,
+  hub run --kubernetes --discover --enrol --inventory /etc/hale/inventory.yaml --gossip-key-file /etc/hale/gossip/key \
+      --identity-file /var/lib/hale/degraded/identity.key --pinned-file /var/lib/hale/degraded/pinned-keys   # as deploy/ runs it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
