@@ -232,8 +232,20 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		line := strings.NewReplacer(" /etc/", " "+n.DiskPath("/etc")+"/", " /var/", " "+n.DiskPath("/var")+"/").Replace(park)
 		moved, err := exec.CommandContext(ctx, "sh", "-c", line).CombinedOutput()
 		require.NoError(t, err, "%s: %s", line, moved)
-		out, err := hubCLI(ctx, c, "reboot", n.Name, "--force", "--yes")
-		require.NoError(t, err, out)
+		// The hub refuses while it does not see the machine rejoined before this one in the new cluster
+		// (its agent's report live, from the member of the new cluster): seen once already (below), a
+		// refusal may still come while that agent's liveness settles; an operator tries again.
+		asked := time.Now()
+		for {
+			out, err := hubCLI(ctx, c, "reboot", n.Name, "--force", "--yes")
+			if err == nil {
+				break
+			}
+			require.Contains(t, out, "the old cluster would serve its old data beside the new one", out)
+			require.Less(t, time.Since(asked), time.Minute, "hub reboot %s --force refused for a minute: %s\n%s", n.Name, out, c.Diagnostics(ctx))
+			t.Logf("hub reboot %s --force refused %s after asking (tried again in 2 s): %s", n.Name, time.Since(asked).Round(time.Second), strings.TrimSpace(out))
+			time.Sleep(2 * time.Second)
+		}
 		waitRunning(ctx, t, n)
 		n.WriteFile("/root/plan.json", string(b))
 		onNode(n, agentFromImage)
@@ -399,6 +411,9 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	}
 	t.Logf("%s hung: Unhealthy (or under remediation) after %s, power-cycled by %s, healthy control plane after %s",
 		n.Name, detected.Round(100*time.Millisecond), bmcOf(c, n), healed.Round(time.Second))
+	if healed > 30*time.Second { // slower than it should be: what the hub and the nodes say, for the record
+		t.Logf("%s's heal took %s:\n%s", n.Name, healed.Round(time.Second), c.Diagnostics(ctx))
+	}
 	// The leader keeps its Lease: its connection to the hung node's API server (through the kubernetes
 	// Service) is dropped within seconds, and its renewals go to another.
 	now, err := leader(ctx, c)
