@@ -409,10 +409,16 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	for i, kind := range []string{"power-off ", "power-on "} {
 		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" "+bmcOf(c, n)), "one power-cycle of the hung node by its BMC, nothing else: %v", powered)
 	}
-	t.Logf("%s hung: Unhealthy (or under remediation) after %s, power-cycled by %s, healthy control plane after %s",
-		n.Name, detected.Round(100*time.Millisecond), bmcOf(c, n), healed.Round(time.Second))
+	var on time.Duration // when the BMC powered it on again
+	for i, e := range c.PowerEvents()[before:] {
+		if strings.HasPrefix(e, "power-on ") {
+			on = c.PowerEventAt(before + i).Sub(hung)
+		}
+	}
+	t.Logf("%s hung: Unhealthy (or under remediation) after %s, power-cycled by %s (on again after %s), healthy control plane after %s",
+		n.Name, detected.Round(100*time.Millisecond), bmcOf(c, n), on.Round(100*time.Millisecond), healed.Round(time.Second))
 	if healed > 30*time.Second { // slower than it should be: what the hub and the nodes say, for the record
-		t.Logf("%s's heal took %s:\n%s", n.Name, healed.Round(time.Second), c.Diagnostics(ctx))
+		t.Logf("%s's heal took %s:\n%s\n%s", n.Name, healed.Round(time.Second), c.Diagnostics(ctx), n.Diagnose(ctx))
 	}
 	// The leader keeps its Lease: its connection to the hung node's API server (through the kubernetes
 	// Service) is dropped within seconds, and its renewals go to another.

@@ -53,7 +53,8 @@ type KubeCluster struct {
 	id       string
 	onEvent  func(kind, target, detail string)
 	mu       sync.Mutex
-	events   []string // every power change and BMC request: "power-off cp-0 Redfish"
+	events   []string    // every power change and BMC request: "power-off cp-0 Redfish"
+	times    []time.Time // when each of events happened
 }
 
 // Node is one machine of the cluster.
@@ -276,6 +277,7 @@ func (c *KubeCluster) startBMCs(shape KubeShape) {
 func (c *KubeCluster) event(kind, target, detail string) {
 	c.mu.Lock()
 	c.events = append(c.events, kind+" "+target+" "+detail)
+	c.times = append(c.times, time.Now())
 	c.mu.Unlock()
 	if c.onEvent != nil {
 		c.onEvent(kind, target, detail)
@@ -288,6 +290,13 @@ func (c *KubeCluster) PowerEvents() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.events)
+}
+
+// PowerEventAt is when the i'th of PowerEvents happened.
+func (c *KubeCluster) PowerEventAt(i int) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.times[i]
 }
 
 // Node is the node named name.
