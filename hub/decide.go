@@ -341,8 +341,8 @@ func holdOf(f facts, m Machine) hold {
 		return hold{reason: ReasonHeldByOwner, why: m.Hold}
 	case isDetached:
 		return hold{reason: ReasonDetached, why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}
-	case !sf.at.IsZero() && f.now.Sub(sf.at) < beginRetry:
-		return hold{reason: ReasonRemediationNotBegun, why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(beginRetry).Format(time.TimeOnly))}
+	case !sf.at.IsZero() && f.now.Sub(sf.at) < sf.wait():
+		return hold{reason: ReasonRemediationNotBegun, why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(sf.wait()).Format(time.TimeOnly))}
 	case f.loginWait[m.Name] != "":
 		return hold{reason: ReasonBMCLoginBackoff, why: f.loginWait[m.Name]}
 	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:

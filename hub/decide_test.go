@@ -172,9 +172,14 @@ func TestDecide(t *testing.T) {
 		}, reasons: map[string]string{"m2": "BareMetalHost detached"}, kinds: map[string]Reason{"m2": ReasonHeldByOwner}},
 		{name: "its last start failed: held until the retry", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second)}
+			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second), inARow: 4} // (16 s)
 			return s
 		}, reasons: map[string]string{"m2": "could not begin its remediation: ipmitool missing"}, kinds: map[string]Reason{"m2": ReasonRemediationNotBegun}},
+		{name: "its first start failed 3 s ago: tried again", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.beginFailed["m2"] = beginFailure{why: "journal write timed out", at: s.f.now.Add(-3 * time.Second), inARow: 1}
+			return s
+		}, starts: []string{"m2"}},
 		{name: "its last start failed long ago: tried again", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}

@@ -139,14 +139,23 @@ type running struct {
 }
 
 // beginFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner
-// could not be reached for, the journal refused it): retried after beginRetry, without a slot of the
-// rate limit, which only a remediation in the journal takes.
+// could not be reached for, the journal refused it): retried after a wait, without a slot of the rate
+// limit, which only a remediation in the journal takes. The wait is short after a first failure (the
+// journal's write timed out on the very API server that hung: the machine being healed often serves
+// one of the API endpoints, and the next request goes to another) and doubles with each failure in a
+// row, up to beginRetry.
 type beginFailure struct {
-	why string
-	at  time.Time
+	why    string
+	at     time.Time
+	inARow int
 }
 
-const beginRetry = 30 * time.Second
+const beginRetryFirst, beginRetry = 2 * time.Second, 30 * time.Second
+
+// wait is how long after at the remediation is tried again.
+func (b beginFailure) wait() time.Duration {
+	return min(beginRetryFirst<<min(max(b.inARow-1, 0), 5), beginRetry)
+}
 
 // maxPassGap: passes this far apart (they are a Tick, 200 ms, apart) mean the hub was not running.
 const maxPassGap = 2 * time.Second

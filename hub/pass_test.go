@@ -275,11 +275,20 @@ func TestAFailedStartTakesNoSlotOfTheRateLimit(t *testing.T) {
 	assert.Empty(t, hist, "nothing journaled for cp-3")
 	n := 0
 	for _, e := range events {
-		if e == "cannot remediate cp-3: ipmitool: executable file not found in $PATH (trying again in 30s)" {
+		if e == "cannot remediate cp-3: ipmitool: executable file not found in $PATH (trying again in 2s)" {
 			n++
 		}
 	}
 	assert.Equal(t, 1, n, "said once, not every pass: %q", events)
+}
+
+// A remediation that could not begin is tried again soon after a first failure (a journal write that
+// timed out on the API server of the machine being healed: the next goes to another), then less and
+// less often, up to beginRetry.
+func TestBeginRetryBacksOff(t *testing.T) {
+	for inARow, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 4: 16 * time.Second, 5: beginRetry, 50: beginRetry} {
+		assert.Equal(t, want, beginFailure{inARow: inARow}.wait(), "failure %d in a row", inARow)
+	}
 }
 
 // In steady state a pass reads nothing from the journal (in Kubernetes mode each read is a List

@@ -243,15 +243,16 @@ func (s *passState) sayHolds(rd *Ready, d decision) {
 }
 
 // began records how a begin went, and returns what to say: a remediation that could not begin is held
-// and tried again after beginRetry (said once per reason), without a slot of the rate limit, which
-// only a remediation in the journal takes.
+// and tried again after its wait (beginFailure; said once per reason), without a slot of the rate
+// limit, which only a remediation in the journal takes.
 func (s *passState) began(name string, err error, now time.Time) (Notice, bool) {
 	prev := s.beginFailed[name]
 	if err == nil {
 		delete(s.beginFailed, name)
 		return Notice{}, false
 	}
-	s.beginFailed[name] = beginFailure{why: err.Error(), at: now}
+	f := beginFailure{why: err.Error(), at: now, inARow: prev.inARow + 1}
+	s.beginFailed[name] = f
 	return Notice{Machine: name, Reason: ReasonRemediationNotBegun, Warning: true,
-		Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", name, err, beginRetry)}, prev.why != err.Error()
+		Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", name, err, f.wait())}, prev.why != err.Error()
 }
