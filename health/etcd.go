@@ -55,9 +55,9 @@ func (c EtcdConfig) WithDefaults() EtcdConfig {
 // Etcd talks to the node's own etcd member: the etcd probe and the membership view. A witness's
 // (NewEtcdOutside) talks to whichever member answers, and has no local member.
 type Etcd struct {
-	endpoint string // the local member's; empty from outside
-	cli      *clientv3.Client
-	cfg      clientv3.Config // how cli was made; each member's own client is made the same way
+	endpoint string           // the local member's; empty from outside
+	cli      *clientv3.Client // the local member's (nil from outside)
+	cfg      clientv3.Config  // how cli was made; each member's own client is made the same way
 
 	mu sync.Mutex
 	// members holds a client of each other member alone (by client URL), kept from one view to the
@@ -122,18 +122,18 @@ func NewEtcdOutside(endpoints []string, tls TLSFiles) (*Etcd, error) {
 			return nil, fmt.Errorf("etcd.endpoints: %q: want an http:// or https:// URL", ep)
 		}
 	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return nil, fmt.Errorf("etcd at %v: %w", endpoints, err)
-	}
-	return &Etcd{cli: cli, cfg: cc, members: map[string]*clientv3.Client{}}, nil
+	// No client of all the endpoints: each member is asked through its own (memberList, status).
+	return &Etcd{cfg: cc, members: map[string]*clientv3.Client{}}, nil
 }
 
 // Close closes the clients.
 func (e *Etcd) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	errs := []error{e.cli.Close()}
+	var errs []error
+	if e.cli != nil {
+		errs = append(errs, e.cli.Close())
+	}
 	for url, c := range e.members {
 		errs = append(errs, c.Close())
 		delete(e.members, url)
