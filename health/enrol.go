@@ -99,10 +99,10 @@ func (e *Enrolment) Run(ctx context.Context, set func(Pinned)) {
 		case err != nil:
 			warn("pinned keys: cannot read them from the API server; the last ones stay", err)
 		case text != last:
-			set(p)
-			if err := writeCopy(e.Copy, text); err != nil {
+			if err := writeCopy(e.Copy, text); err != nil { // (kept before it is used)
 				warn("pinned keys: cannot keep the local copy", err)
 			}
+			set(p)
 			e.Log.Info("pinned keys: read from the API server", "configMap", e.Namespace+"/"+e.ConfigMap, "entries", p.Len(), "thisNodePinned", e.pinned(p))
 			last, warned, known = text, "", p
 		}

@@ -303,9 +303,15 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 	b.Freeze()
 	deadline := time.Now().Add(5 * time.Minute)
 	var cycled, answering time.Duration
+	down := false
 	for cycled == 0 || answering == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s", powerChanges(c, before), answering != 0, c.Diagnostics(ctx))
+			var why strings.Builder
+			for _, n := range []*lab.Node{a, b} { // what the hub says of each, if it can be asked
+				out, _ := hubCLI(ctx, c, "explain", n.Name)
+				fmt.Fprintf(&why, "hub explain %s:\n%s\n", n.Name, out)
+			}
+			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s%s", powerChanges(c, before), answering != 0, why.String(), c.Diagnostics(ctx))
 		}
 		if cycled == 0 {
 			p := powerChanges(c, before)
@@ -314,12 +320,18 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 				cycled = time.Since(hung)
 			}
 		}
-		if cycled != 0 && answering == 0 {
+		// Answering again once it was seen down, or once both are cycled (it may answer again before:
+		// one member more is quorum).
+		if answering == 0 {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if _, err := c.Kubectl(rctx, "--request-timeout=4s", "get", "--raw", "/readyz"); err == nil {
+			_, err := c.Kubectl(rctx, "--request-timeout=4s", "get", "--raw", "/readyz")
+			cancel()
+			switch {
+			case err != nil:
+				down = true
+			case down || cycled != 0:
 				answering = time.Since(hung)
 			}
-			cancel()
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

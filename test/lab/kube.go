@@ -535,7 +535,8 @@ func (c *KubeCluster) Diagnostics(ctx context.Context) string {
 			etcd, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 15 $(crictl ps -a -q --name etcd | head -1) 2>&1")
 			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n", n.Name, ps, n.Name, etcd)
 		} else {
-			hub, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; crictl logs --tail 60 $c 2>&1; done")
+			// (prefixed: test/run's summary keeps only the errors of lines that begin as JSON logs)
+			hub, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; crictl logs --tail 60 $c 2>&1 | cut -c1-400 | sed 's/^/hub> /'; done")
 			fmt.Fprintf(&b, "== %s's hub containers:\n%s\n", n.Name, hub)
 		}
 		cancel()
