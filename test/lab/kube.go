@@ -480,14 +480,26 @@ func (n *Node) Replace() {
 }
 
 // Freeze hangs the node: every process of it stops where it is (the cgroup freezer), its network
-// stays up and answers nothing.
+// stays up and answers nothing. The cgroup v1 freezer gives up when a process does not stop in time
+// (runc: "unable to freeze", seen under the full test run's load): the node is thawed and frozen again,
+// up to five times.
 func (n *Node) Freeze() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.on && !n.frozen {
-		n.c.must("podman", "pause", n.container)
-		n.frozen = true
+	if !n.on || n.frozen {
+		return
 	}
+	var out []byte
+	var err error
+	for range 5 {
+		if out, err = exec.Command("podman", "pause", n.container).CombinedOutput(); err == nil {
+			n.frozen = true
+			return
+		}
+		_ = exec.Command("podman", "unpause", n.container).Run()
+		time.Sleep(time.Second)
+	}
+	n.c.T.Fatalf("kube lab: podman pause %s: %v\n%s", n.container, err, out)
 }
 
 // Exec runs a command on the node and returns its combined output.
