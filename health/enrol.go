@@ -30,7 +30,7 @@ type Enrolment struct {
 	// hub's, from its Kubernetes client configuration).
 	Server, CAFile, TokenFile string
 	Client                    *http.Client
-	// Namespace and ConfigMap name the pinned keys (data key pinned-keys).
+	// Namespace and ConfigMap name the pinned keys (data key PinnedKeysKey).
 	Namespace, ConfigMap string
 	// Node is this member's name, which its key is enrolled for; Identity its key.
 	Node     string
@@ -46,12 +46,18 @@ const EnrolmentInterval = 2 * time.Second
 // enrolAgain is how long an enrolment request is given before it is made again.
 const enrolAgain = time.Minute
 
-// identitySigner is kube.IdentitySigner (the hub's side), which this package cannot import.
-const identitySigner = "hale.dev/identity"
+// The names both sides of enrolment use (kube.Enroller, the hub's, and Enrolment): the signerName of
+// the requests through which members enrol their identity keys, and the ConfigMap (in Hale's
+// namespace) and its data key that hold the pinned keys, in the pinned-keys file's format.
+const (
+	IdentitySigner  = "hale.dev/identity"
+	PinnedConfigMap = "hale-pinned-keys"
+	PinnedKeysKey   = "pinned-keys"
+)
 
 // InClusterEnrolment is an Enrolment with the pod's own service account (its token, CA and namespace,
 // where the kubelet mounts them) and the API server it is told of (KUBERNETES_SERVICE_HOST and _PORT).
-func InClusterEnrolment(node, configMap, copyFile string, id Identity, log *slog.Logger) (*Enrolment, error) {
+func InClusterEnrolment(node, copyFile string, id Identity, log *slog.Logger) (*Enrolment, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 	ns, err := os.ReadFile(filepath.Join(sa, "namespace"))
@@ -60,7 +66,7 @@ func InClusterEnrolment(node, configMap, copyFile string, id Identity, log *slog
 			"set automountServiceAccountToken, or enrol by hand with gossip.pinnedFile (docs/identities.md)", host, sa, err)
 	}
 	return &Enrolment{Server: "https://" + net.JoinHostPort(host, port), CAFile: filepath.Join(sa, "ca.crt"), TokenFile: filepath.Join(sa, "token"),
-		Namespace: strings.TrimSpace(string(ns)), ConfigMap: configMap, Node: node, Identity: id, Copy: copyFile, Log: log}, nil
+		Namespace: strings.TrimSpace(string(ns)), ConfigMap: PinnedConfigMap, Node: node, Identity: id, Copy: copyFile, Log: log}, nil
 }
 
 // LoadCopy reads the local copy of the pinned keys: none yet (a first start) is no key pinned.
@@ -145,7 +151,7 @@ func (e *Enrolment) read(ctx context.Context) (string, error) {
 	if err := e.do(ctx, http.MethodGet, "/api/v1/namespaces/"+e.Namespace+"/configmaps/"+e.ConfigMap, nil, &cm); err != nil {
 		return "", err
 	}
-	return cm.Data["pinned-keys"], nil
+	return cm.Data[PinnedKeysKey], nil
 }
 
 // request asks for this member's key to be pinned for its node (a CertificateSigningRequest named
@@ -158,7 +164,7 @@ func (e *Enrolment) request(ctx context.Context) (string, error) {
 	name := "hale-identity-" + e.Identity.Public().Fingerprint()
 	body := map[string]any{"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
 		"metadata": map[string]any{"name": name, "labels": map[string]string{"app.kubernetes.io/part-of": "hale"}},
-		"spec":     map[string]any{"signerName": identitySigner, "request": req, "usages": []string{"digital signature"}}}
+		"spec":     map[string]any{"signerName": IdentitySigner, "request": req, "usages": []string{"digital signature"}}}
 	err = e.do(ctx, http.MethodPost, "/apis/certificates.k8s.io/v1/certificatesigningrequests", body, nil)
 	if errors.Is(err, errConflict) {
 		return name, nil // asked already: the hub answers it

@@ -24,7 +24,7 @@ import (
 
 // In Kubernetes mode, per-node identities need no key step by hand. An agent enrols its identity key
 // through the API server, as a kubelet bootstraps its certificate: it creates a
-// CertificateSigningRequest of signer IdentitySigner whose key is its identity key and whose common
+// CertificateSigningRequest of signer health.IdentitySigner whose key is its identity key and whose common
 // name is its node. The API server records who asked: the agent's service account, and (its token
 // being bound to its pod) the node the pod runs on, in spec.extra. The leading hub pins the key for
 // that node in the PinnedKeys ConfigMap, only when the request came from an agent's service account
@@ -33,18 +33,12 @@ import (
 // its agent started. A stolen gossip key alone still speaks for no one, and no one can enrol a key for
 // a node without a token of a pod of Hale's agents running on that node.
 
-// IdentitySigner is the signerName of the requests through which agents enrol their identity keys.
-const IdentitySigner = "hale.dev/identity"
-
 // NodeNameExtra is where the API server records the node of the pod a service account token is
 // bound to, in a request's user extra.
 const NodeNameExtra = "authentication.kubernetes.io/node-name"
 
 // PodNameExtra is where the API server records the pod a service account token is bound to.
 const PodNameExtra = "authentication.kubernetes.io/pod-name"
-
-// PinnedKeysKey is the ConfigMap's data key that holds the pinned keys, in the pinned-keys file's format.
-const PinnedKeysKey = "pinned-keys"
 
 // pinnedHeader heads the ConfigMap's pinned keys.
 const pinnedHeader = "Kept by Hale's hub: each agent's node key as it enrolled (kubectl get csr), each hub replica's own.\nEdit by hand only to remove a node for good; the hub adds and replaces lines."
@@ -58,11 +52,18 @@ type PinnedKeys struct {
 
 // Read returns the pinned keys (none when the ConfigMap has none yet).
 func (p PinnedKeys) Read(ctx context.Context) ([]health.PinLine, error) {
+	_, lines, err := p.read(ctx)
+	return lines, err
+}
+
+// read returns the ConfigMap and the pinned keys in it.
+func (p PinnedKeys) read(ctx context.Context) (corev1.ConfigMap, []health.PinLine, error) {
 	var cm corev1.ConfigMap
 	if err := p.Client.Get(ctx, p.Key, &cm); err != nil {
-		return nil, fmt.Errorf("reading the pinned keys (ConfigMap %s): %w", p.Key, err)
+		return cm, nil, fmt.Errorf("reading the pinned keys (ConfigMap %s): %w", p.Key, err)
 	}
-	return health.ParsePinLines([]byte(cm.Data[PinnedKeysKey]), "ConfigMap "+p.Key.String())
+	lines, err := health.ParsePinLines([]byte(cm.Data[health.PinnedKeysKey]), "ConfigMap "+p.Key.String())
+	return cm, lines, err
 }
 
 // Pin makes key the one pinned for name (a node, or hub-POD-* for a hub replica), replacing the
@@ -91,11 +92,7 @@ func (p PinnedKeys) Unpin(ctx context.Context, drop func(name string) bool) (boo
 func (p PinnedKeys) edit(ctx context.Context, change func([]health.PinLine) []health.PinLine) (bool, error) {
 	changed := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cm corev1.ConfigMap
-		if err := p.Client.Get(ctx, p.Key, &cm); err != nil {
-			return fmt.Errorf("reading the pinned keys (ConfigMap %s): %w", p.Key, err)
-		}
-		lines, err := health.ParsePinLines([]byte(cm.Data[PinnedKeysKey]), "ConfigMap "+p.Key.String())
+		cm, lines, err := p.read(ctx)
 		if err != nil {
 			return err
 		}
@@ -106,7 +103,7 @@ func (p PinnedKeys) edit(ctx context.Context, change func([]health.PinLine) []he
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		cm.Data[PinnedKeysKey] = health.FormatPinLines(pinnedHeader, next)
+		cm.Data[health.PinnedKeysKey] = health.FormatPinLines(pinnedHeader, next)
 		if err := p.Client.Update(ctx, &cm); err != nil {
 			return err
 		}
@@ -139,13 +136,13 @@ type Enroller struct {
 // unpins the hub replicas that are gone (their pods deleted).
 func (e *Enroller) Pass(ctx context.Context) error {
 	var csrs certificatesv1.CertificateSigningRequestList
-	if err := e.Client.List(ctx, &csrs, client.MatchingFields{"spec.signerName": IdentitySigner}); err != nil {
-		return fmt.Errorf("listing the enrolments (CertificateSigningRequests of %s): %w", IdentitySigner, err)
+	if err := e.Client.List(ctx, &csrs, client.MatchingFields{"spec.signerName": health.IdentitySigner}); err != nil {
+		return fmt.Errorf("listing the enrolments (CertificateSigningRequests of %s): %w", health.IdentitySigner, err)
 	}
 	var errs []error
 	for i := range csrs.Items {
 		csr := &csrs.Items[i]
-		if csr.Spec.SignerName != IdentitySigner || answered(csr) {
+		if csr.Spec.SignerName != health.IdentitySigner || answered(csr) {
 			continue
 		}
 		node, key, why := e.check(csr)

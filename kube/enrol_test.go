@@ -45,7 +45,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: "Group", Name: "system:serviceaccounts:" + ns}}}))
 	// The agents may read the pinned keys (deploy/base/identities.yaml).
 	require.NoError(t, c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned-keys"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"hale-pinned-keys"}, Verbs: []string{"get"}}}}))
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{health.PinnedConfigMap}, Verbs: []string{"get"}}}}))
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned-keys"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "pinned-keys"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "hale-agent"}}}))
@@ -82,7 +82,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		pemReq, err := id.EnrolmentRequest(forNode)
 		require.NoError(t, err)
 		require.NoError(t, as.Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
-			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: IdentitySigner, Request: pemReq,
+			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: health.IdentitySigner, Request: pemReq,
 				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
 	}
 	answer := func(name string) (certificatesv1.RequestConditionType, string) {
@@ -92,8 +92,8 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		return csr.Status.Conditions[0].Type, csr.Status.Conditions[0].Message
 	}
 
-	pinned := PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "hale-pinned-keys"}}
-	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hale-pinned-keys"}}))
+	pinned := PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: ns, Name: health.PinnedConfigMap}}
+	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: health.PinnedConfigMap}}))
 	logs := &capture.Buffer{}
 	e := &Enroller{Client: c, Pinned: pinned, Agents: []string{"system:serviceaccount:" + ns + ":hale-agent"},
 		Hubs: []string{"system:serviceaccount:" + ns + ":hale-hub"}, Log: slog.New(slog.NewTextHandler(logs, nil))}
@@ -152,7 +152,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	// What every member reads back is a pinned-keys file: the key pinned for the node verifies.
 	var cm corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, pinned.Key, &cm))
-	p, err := health.ParsePinned([]byte(cm.Data[PinnedKeysKey]), "test")
+	p, err := health.ParsePinned([]byte(cm.Data[health.PinnedKeysKey]), "test")
 	require.NoError(t, err)
 	assert.Equal(t, []health.PublicKey{id1b.Public()}, p.Keys(node("cp-1")))
 	assert.Equal(t, 2, p.Len())

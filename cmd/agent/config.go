@@ -214,9 +214,6 @@ const (
 // EnrolKubernetes is gossip.enrol's value for enrolment through the API server.
 const EnrolKubernetes = "kubernetes"
 
-// pinnedConfigMap is the ConfigMap (in the agent's namespace) the hub keeps the pinned keys in.
-const pinnedConfigMap = "hale-pinned-keys"
-
 // validate names the first field that is wrong.
 func (c Config) validate() error {
 	switch {

@@ -335,5 +335,5 @@ func enrolment(cfg Config, log *slog.Logger) (*health.Enrolment, error) {
 	if created {
 		log.Info("created this member's identity key; enrolling it through the API server", "file", cfg.Gossip.IdentityFile, "key", id.Public().String())
 	}
-	return health.InClusterEnrolment(cfg.Node, pinnedConfigMap, cfg.Gossip.PinnedFile, id, log)
+	return health.InClusterEnrolment(cfg.Node, cfg.Gossip.PinnedFile, id, log)
 }

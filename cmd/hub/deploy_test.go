@@ -199,7 +199,7 @@ func TestDeployRBAC(t *testing.T) {
 	require.NoError(t, err)
 	var keys corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pinned-keys"}, &keys))
-	keys.Data = map[string]string{kube.PinnedKeysKey: string(testbedKeys)}
+	keys.Data = map[string]string{health.PinnedKeysKey: string(testbedKeys)}
 	require.NoError(t, c.Update(ctx, &keys))
 	logs := runReplica(t, runOptions{inventory: invPath, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(),
 		pinnedFile: filepath.Join(dir, "pinned-keys-copy"), api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
@@ -234,7 +234,7 @@ func TestDeployRBAC(t *testing.T) {
 	req, err := health.NewIdentity().EnrolmentRequest("cp-1")
 	require.NoError(t, err)
 	require.NoError(t, asAgent.Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "hale-identity-rbac"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: kube.IdentitySigner, Request: req, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
+		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: health.IdentitySigner, Request: req, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
 	require.Eventually(t, func() bool {
 		var csr certificatesv1.CertificateSigningRequest
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "hale-identity-rbac"}, &csr))

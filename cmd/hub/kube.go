@@ -55,9 +55,6 @@ type kubeOptions struct {
 	agents, hubs []string
 }
 
-// pinnedConfigMap is the ConfigMap (in --namespace) where the hub keeps the pinned keys with --enrol.
-const pinnedConfigMap = "hale-pinned-keys"
-
 // enrolment is this replica's enrolment of its identity key, and its pinned keys from the ConfigMap
 // the leader keeps (--enrol): pinned for every name of its pod (kube.HubPinName).
 func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*health.Enrolment, error) {
@@ -77,7 +74,7 @@ func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*health.Enrolme
 	if created {
 		log.Info("created this replica's identity key; enrolling it through the API server", "file", o.identityFile, "key", id.Public().String())
 	}
-	return &health.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: pinnedConfigMap, Node: kube.HubPinName(host),
+	return &health.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: health.PinnedConfigMap, Node: kube.HubPinName(host),
 		Identity: id, Copy: o.pinnedFile, Log: log}, nil
 }
 
@@ -104,7 +101,7 @@ func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slo
 		}
 		return out
 	}
-	e := &kube.Enroller{Client: c, Pinned: kube.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: pinnedConfigMap}},
+	e := &kube.Enroller{Client: c, Pinned: kube.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: health.PinnedConfigMap}},
 		Agents: accounts(k.agents), Hubs: accounts(k.hubs), Log: log}
 	var said string
 	for {
