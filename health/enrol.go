@@ -38,6 +38,8 @@ type Enrolment struct {
 	// Copy is the local copy of the pinned keys (the pinned-keys file's format).
 	Copy string
 	Log  *slog.Logger
+
+	known Pinned // the pinned keys in force: the copy's (Start), then the ConfigMap's
 }
 
 // EnrolmentInterval is how often the pinned keys are read from the API server.
@@ -69,16 +71,22 @@ func InClusterEnrolment(node, copyFile string, id Identity, log *slog.Logger) (*
 		Namespace: strings.TrimSpace(string(ns)), ConfigMap: PinnedConfigMap, Node: node, Identity: id, Copy: copyFile, Log: log}, nil
 }
 
-// LoadCopy reads the local copy of the pinned keys: none yet (a first start) is no key pinned.
-func (e *Enrolment) LoadCopy() (Pinned, error) {
+// Start returns the pinned keys a member starts with: its local copy's (none yet on a first start:
+// no key pinned), until Run has read the ConfigMap. A copy that cannot be read is said, and counts as none.
+func (e *Enrolment) Start() *Pinned {
 	raw, err := os.ReadFile(e.Copy)
-	if errors.Is(err, os.ErrNotExist) {
-		return Pinned{}, nil
+	switch {
+	case err == nil:
+		e.known, err = ParsePinned(raw, e.Copy)
+	case errors.Is(err, os.ErrNotExist):
+		err = nil
 	}
 	if err != nil {
-		return Pinned{}, fmt.Errorf("pinned keys: %w", err)
+		e.known = Pinned{}
+		e.Log.Warn("pinned keys: the local copy cannot be read; waiting for the API server's", "file", e.Copy, "err", err)
 	}
-	return ParsePinned(raw, e.Copy)
+	p := e.known
+	return &p
 }
 
 // Run keeps the pinned keys until ctx ends, handing each change to set.
@@ -94,7 +102,6 @@ func (e *Enrolment) Run(ctx context.Context, set func(Pinned)) {
 	}
 	t := time.NewTicker(EnrolmentInterval)
 	defer t.Stop()
-	known, _ := e.LoadCopy() // what is in force: this member's key pinned there needs no request
 	for {
 		text, err := e.read(ctx)
 		var p Pinned
@@ -110,9 +117,9 @@ func (e *Enrolment) Run(ctx context.Context, set func(Pinned)) {
 			}
 			set(p)
 			e.Log.Info("pinned keys: read from the API server", "configMap", e.Namespace+"/"+e.ConfigMap, "entries", p.Len(), "thisNodePinned", e.pinned(p))
-			last, warned, known = text, "", p
+			last, warned, e.known = text, "", p
 		}
-		if !e.pinned(known) && time.Since(asked) > enrolAgain {
+		if !e.pinned(e.known) && time.Since(asked) > enrolAgain {
 			if name, err := e.request(ctx); err != nil {
 				warn("enrolment: cannot ask the API server to pin this node's key", err)
 			} else {

@@ -181,12 +181,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 		if enrol, err = enrolment(cfg, log); err != nil {
 			return err
 		}
-		gc.Identity = &enrol.Identity
-		pinned, err := enrol.LoadCopy()
-		if err != nil {
-			log.Warn("pinned keys: the local copy cannot be read; waiting for the API server's", "file", cfg.Gossip.PinnedFile, "err", err)
-		}
-		gc.Pinned = &pinned
+		gc.Identity, gc.Pinned = &enrol.Identity, enrol.Start()
 	} else if gc.Identity, gc.Pinned, err = health.LoadIdentities(cfg.Node, cfg.Node, cfg.Gossip.IdentityFile, cfg.Gossip.PinnedFile,
 		cfg.Gossip.InsecureNoIdentities, "gossip.insecureNoIdentities: true", log); err != nil {
 		return err

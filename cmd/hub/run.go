@@ -174,11 +174,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		if enrol, err = o.kube.enrolment(o, log); err != nil {
 			return err
 		}
-		pinned, err := enrol.LoadCopy()
-		if err != nil {
-			log.Warn("pinned keys: the local copy cannot be read; waiting for the API server's", "file", o.pinnedFile, "err", err)
-		}
-		gc.Identity, gc.Pinned = &enrol.Identity, &pinned
+		gc.Identity, gc.Pinned = &enrol.Identity, enrol.Start()
 	} else if gc.Identity, gc.Pinned, err = health.LoadIdentities(o.node, pinAs, o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
 		return err
 	}
