@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -261,6 +262,51 @@ func (h *Hub) EtcdQuorum(now time.Time) (EtcdQuorum, string) {
 	default:
 		return QuorumHeld, "etcd: " + b.String()
 	}
+}
+
+// EtcdQuorumSince is EtcdQuorum held only on evidence from after since: besides the latest pass's
+// count, the agents of a quorum of the voters must have seen their own member's etcd probe pass at a
+// check made after since (a member without quorum fails it: "no leader"). It is degraded mode's test
+// that etcd has quorum again. A hub that starts at the loss (the degraded term's) holds the last
+// reports of the members that hung just before, fresh by age, and the observers' views from before
+// the loss: its first pass that planned counted two of three hung voters healthy, and the term
+// started nothing for the rest of the outage (found on a real kubeadm cluster, two of three nodes
+// frozen).
+func (h *Hub) EtcdQuorumSince(now, since time.Time) (EtcdQuorum, string) {
+	q, why := h.EtcdQuorum(now)
+	if q != QuorumHeld {
+		return q, why
+	}
+	h.mu.Lock()
+	cluster := h.view.cluster
+	h.mu.Unlock()
+	back, voters := votersBackSince(cluster, h.inventory(), h.cfg.Gossip.Reports(), since)
+	if need := quorum.Quorum(voters); len(back) < need {
+		return QuorumUnknown, fmt.Sprintf("%s, but the etcd probe passed since %s on %d of the %d voters' machines (%s), quorum needs %d",
+			why, since.UTC().Format("15:04:05.000Z07:00"), len(back), voters, strings.Join(back, ", "), need)
+	}
+	return QuorumHeld, fmt.Sprintf("%s; the etcd probe passed since %s on %s", why, since.UTC().Format("15:04:05.000Z07:00"), strings.Join(back, ", "))
+}
+
+// votersBackSince are the machines of cluster's voters whose own agent's report says their member's
+// etcd probe passed at a check made after since, and how many voters the cluster has.
+func votersBackSince(cluster quorum.Cluster, inv Inventory, reports map[string]health.Report, since time.Time) (back []string, voters int) {
+	for _, mb := range cluster.Members {
+		if mb.Learner {
+			continue
+		}
+		voters++
+		i := slices.IndexFunc(inv.Machines, func(m Machine) bool { return m.Member == mb.Name })
+		if i < 0 {
+			continue
+		}
+		m := inv.Machines[i]
+		r, ok := reports[m.Node]
+		if ok && slices.ContainsFunc(r.Probes, func(p health.ProbeResult) bool { return p.Name == "etcd" && p.OK && p.CheckedAt.After(since) }) {
+			back = append(back, m.Name)
+		}
+	}
+	return back, voters
 }
 
 // Inventory is the inventory in force.

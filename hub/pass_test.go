@@ -92,7 +92,7 @@ func (p *testPool) Reports() map[string]health.Report {
 		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started,
 			Etcd: &health.EtcdView{ClusterID: cmp.Or(p.clusters[m.Node], p.clusterID, testClusterID), LocalName: m.Member, RaftTerm: 2,
 				RaftIndex: 1000 + p.version - p.behind[m.Node]},
-			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour)}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour)}}}
+			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour), CheckedAt: now}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour), CheckedAt: now}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
 			if p.members == nil || slices.Contains(p.members, o.Member) {
@@ -502,5 +502,54 @@ func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
 	for i, want := range []string{"RemediationStarted: ", "StepDone: cp-2: remediation " + hist[0].ID + ": power-cycle etcd-2: On",
 		"StepDone: cp-2: remediation " + hist[0].ID + ": await-healthy etcd-2: recovered", "Remediated: "} {
 		assert.True(t, strings.HasPrefix(said[i], want), "notice %d: %q, want %q…", i, said[i], want)
+	}
+}
+
+// Degraded mode's test that etcd has quorum again counts only etcd probes checked after the loss: a
+// hub that starts at the loss holds reports from before it that say every member is fine.
+func TestEtcdQuorumSinceCountsOnlyChecksAfterIt(t *testing.T) {
+	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
+	r.run(t)
+	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now()); return q == QuorumHeld }, 30*time.Second, 10*time.Millisecond)
+	q, why := r.hub.EtcdQuorumSince(time.Now(), time.Now().Add(-time.Minute))
+	assert.Equal(t, QuorumHeld, q, why)
+	assert.Contains(t, why, "the etcd probe passed since")
+	q, why = r.hub.EtcdQuorumSince(time.Now(), time.Now().Add(time.Hour))
+	assert.Equal(t, QuorumUnknown, q, why)
+	assert.Contains(t, why, "on 0 of the 3 voters' machines (), quorum needs 2")
+}
+
+func TestVotersBackSince(t *testing.T) {
+	since := time.Date(2026, 11, 27, 19, 29, 15, 0, time.UTC)
+	inv := Inventory{}
+	for i := range 3 {
+		inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("node-%d", i), Member: fmt.Sprintf("etcd-%d", i)}})
+	}
+	cluster := quorum.Cluster{Members: []quorum.Member{{Name: "etcd-0"}, {Name: "etcd-1"}, {Name: "etcd-2"}, {Name: "etcd-3", Learner: true}, {Name: "etcd-9"}}}
+	probe := func(ok bool, at time.Time) []health.ProbeResult {
+		return []health.ProbeResult{{Name: "kubelet", OK: true, CheckedAt: since.Add(time.Second)}, {Name: "etcd", OK: ok, CheckedAt: at}}
+	}
+	for _, tc := range []struct {
+		name    string
+		reports map[string]health.Report
+		back    []string
+	}{
+		{"none reported", nil, nil},
+		{"every probe checked after the loss", map[string]health.Report{
+			"node-0": {Probes: probe(true, since.Add(time.Second))}, "node-1": {Probes: probe(true, since.Add(2 * time.Second))}, "node-2": {Probes: probe(true, since.Add(time.Millisecond))},
+		}, []string{"cp-0", "cp-1", "cp-2"}},
+		{"two hung just before the loss: their last reports say fine", map[string]health.Report{
+			"node-0": {Probes: probe(false, since.Add(time.Second))}, "node-1": {Probes: probe(true, since.Add(-12 * time.Second))}, "node-2": {Probes: probe(true, since)},
+		}, nil},
+		{"one back after a power-cycle, one running", map[string]health.Report{
+			"node-0": {Probes: probe(true, since.Add(20 * time.Second))}, "node-1": {Probes: probe(true, since.Add(21 * time.Second))}, "node-2": {Probes: probe(true, since.Add(-time.Second))},
+		}, []string{"cp-0", "cp-1"}},
+		{"no etcd probe", map[string]health.Report{"node-0": {Probes: probe(true, since.Add(time.Second))[:1]}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			back, voters := votersBackSince(cluster, inv, tc.reports, since)
+			assert.Equal(t, tc.back, back)
+			assert.Equal(t, 4, voters, "the learner is no voter; a member of no machine is one")
+		})
 	}
 }

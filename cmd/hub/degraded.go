@@ -138,7 +138,7 @@ func (d *degradedRunner) run(ctx context.Context, t degraded.Term, brakes *hub.B
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var h *hub.Hub
-	var quorumBack atomic.Pointer[string] // once a pass sees etcd's quorum again: nothing new starts
+	var quorumBack atomic.Pointer[string] // once a pass sees etcd's quorum again (EtcdQuorumSince): nothing new starts
 	h, err = d.newHub(j, func(cfg *hub.Config) {
 		cfg.Inventory, cfg.Degraded, cfg.Brakes, cfg.Notify = inv, why, j, nil
 		if d.breakGlass == nil {
@@ -157,7 +157,8 @@ func (d *degradedRunner) run(ctx context.Context, t degraded.Term, brakes *hub.B
 			return d.lease().Standby(time.Unix(0, unreachable.Load()), time.Now(), *back)
 		}
 		cfg.AfterPass = func(uint64) {
-			if q, why := h.EtcdQuorum(time.Now()); q == hub.QuorumHeld && quorumBack.Load() == nil {
+			// Only on evidence from after the loss: this hub starts holding reports from before it.
+			if q, why := h.EtcdQuorumSince(time.Now(), t.Since); q == hub.QuorumHeld && quorumBack.Load() == nil {
 				quorumBack.Store(&why)
 				d.log.Warn("degraded mode: etcd has quorum again; starting nothing new until the API server answers", "etcd", why)
 			}

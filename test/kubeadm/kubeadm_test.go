@@ -306,10 +306,14 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 	down := false
 	for cycled == 0 || answering == 0 {
 		if time.Now().After(deadline) {
+			// What each hub replica says of each machine, asked on its worker (the API server may not
+			// answer kubectl exec).
 			var why strings.Builder
-			for _, n := range []*lab.Node{a, b} { // what the hub says of each, if it can be asked
-				out, _ := hubCLI(ctx, c, "explain", n.Name)
-				fmt.Fprintf(&why, "hub explain %s:\n%s\n", n.Name, out)
+			for _, w := range []string{"w-0", "w-1"} {
+				for _, n := range []*lab.Node{a, b} {
+					out, _ := c.Node(w).Exec(ctx, "sh", "-c", "crictl exec $(crictl ps -q --label io.kubernetes.container.name=hub) hub explain "+n.Name+" --socket /run/hale/hub.sock 2>&1")
+					fmt.Fprintf(&why, "hub explain %s, in the replica on %s:\n%s\n", n.Name, w, out)
+				}
 			}
 			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s%s", powerChanges(c, before), answering != 0, why.String(), c.Diagnostics(ctx))
 		}
