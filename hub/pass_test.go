@@ -536,13 +536,13 @@ func TestVotersBackSince(t *testing.T) {
 	}{
 		{"none reported", nil, nil},
 		{"every probe checked after the loss", map[string]health.Report{
-			"node-0": {Probes: probe(true, since.Add(time.Second))}, "node-1": {Probes: probe(true, since.Add(2 * time.Second))}, "node-2": {Probes: probe(true, since.Add(time.Millisecond))},
+			"node-0": {Probes: probe(true, since.Add(time.Second))}, "node-1": {Probes: probe(true, since.Add(2*time.Second))}, "node-2": {Probes: probe(true, since.Add(time.Millisecond))},
 		}, []string{"cp-0", "cp-1", "cp-2"}},
 		{"two hung just before the loss: their last reports say fine", map[string]health.Report{
-			"node-0": {Probes: probe(false, since.Add(time.Second))}, "node-1": {Probes: probe(true, since.Add(-12 * time.Second))}, "node-2": {Probes: probe(true, since)},
+			"node-0": {Probes: probe(false, since.Add(time.Second))}, "node-1": {Probes: probe(true, since.Add(-12*time.Second))}, "node-2": {Probes: probe(true, since)},
 		}, nil},
 		{"one back after a power-cycle, one running", map[string]health.Report{
-			"node-0": {Probes: probe(true, since.Add(20 * time.Second))}, "node-1": {Probes: probe(true, since.Add(21 * time.Second))}, "node-2": {Probes: probe(true, since.Add(-time.Second))},
+			"node-0": {Probes: probe(true, since.Add(20*time.Second))}, "node-1": {Probes: probe(true, since.Add(21*time.Second))}, "node-2": {Probes: probe(true, since.Add(-time.Second))},
 		}, []string{"cp-0", "cp-1"}},
 		{"no etcd probe", map[string]health.Report{"node-0": {Probes: probe(true, since.Add(time.Second))[:1]}}, nil},
 	} {
