@@ -41,6 +41,9 @@ type Node struct {
 	// Timeouts: for the member to stop (its client port closed and its database let go), and to
 	// answer after the start.
 	StopTimeout, StartTimeout time.Duration
+	// journaled, when set, is called after each step is journaled (the crash test's child stops
+	// there to be killed).
+	journaled func(Step)
 }
 
 // withDefaults fills in what was left unset: the timeouts, no log, no output.
@@ -77,7 +80,7 @@ func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
 		if r, err = check(ctx, n, p); err != nil {
 			return nil, err
 		}
-		if err := j.write(r); err != nil {
+		if err := n.write(j, r); err != nil {
 			return nil, err
 		}
 		say(n, r, "every precondition holds on this node: %s is the survivor of etcd cluster %s", r.Member, r.OldClusterID)
@@ -101,11 +104,22 @@ func Recover(ctx context.Context, n Node, p Plan) (*Record, error) {
 			return r, fmt.Errorf("recovery step %s (journaled at %s; run the same command again to resume): %w", s.step, r.Step, err)
 		}
 		r.Step = s.step
-		if err := j.write(r); err != nil {
+		if err := n.write(j, r); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
+}
+
+// write journals r.
+func (n Node) write(j *journal, r *Record) error {
+	if err := j.write(r); err != nil {
+		return err
+	}
+	if n.journaled != nil {
+		n.journaled(r.Step)
+	}
+	return nil
 }
 
 func say(n Node, r *Record, format string, a ...any) {
