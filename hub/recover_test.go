@@ -514,21 +514,30 @@ func TestRetirementHold(t *testing.T) {
 		machine string
 		reports []health.Report
 		want    string // "" not held
+		// dead: the senders are dead in the hub's gossip (alive otherwise).
+		dead bool
 	}{
-		{"not seen", "cp-0", nil, "retired by etcd recovery hale-old-1"},
-		{"its member back in the new cluster", "cp-0", []health.Report{report("cp-0", "etcd-0", "new", time.Second)}, ""},
-		{"its member in the old cluster", "cp-3", []health.Report{report("cp-3", "etcd-3", "old", time.Second)}, "cp-3 still runs etcd-3, a member of the old etcd cluster old"},
-		{"a report too old to say it rejoined", "cp-0", []health.Report{report("cp-0", "etcd-0", "new", time.Hour)}, "retired by etcd recovery"},
-		{"another member's report", "cp-0", []health.Report{report("cp-1", "etcd-1", "new", time.Second)}, "retired by etcd recovery"},
-		{"no cluster ID yet (the member is starting)", "cp-0", []health.Report{report("cp-0", "etcd-0", "", time.Second)}, "retired by etcd recovery"},
-		{"the survivor", "cp-4", nil, ""},
-		{"a machine of no recovery", "cp-7", nil, ""},
+		{"not seen", "cp-0", nil, "retired by etcd recovery hale-old-1", false},
+		{"its member back in the new cluster", "cp-0", []health.Report{report("cp-0", "etcd-0", "new", time.Second)}, "", false},
+		{"back in the new cluster, its agent (restarted by the rejoin) still dead in the hub's gossip", "cp-0",
+			[]health.Report{report("cp-0", "etcd-0", "new", time.Second)}, "", true},
+		{"its member in the old cluster", "cp-3", []health.Report{report("cp-3", "etcd-3", "old", time.Second)}, "cp-3 still runs etcd-3, a member of the old etcd cluster old", false},
+		{"the old cluster in the last report of an agent dead in the hub's gossip", "cp-3", []health.Report{report("cp-3", "etcd-3", "old", time.Second)},
+			"retired by etcd recovery hale-old-1: its disk may still hold etcd-3", true},
+		{"a report too old to say it rejoined", "cp-0", []health.Report{report("cp-0", "etcd-0", "new", time.Hour)}, "retired by etcd recovery", false},
+		{"another member's report", "cp-0", []health.Report{report("cp-1", "etcd-1", "new", time.Second)}, "retired by etcd recovery", false},
+		{"no cluster ID yet (the member is starting)", "cp-0", []health.Report{report("cp-0", "etcd-0", "", time.Second)}, "retired by etcd recovery", false},
+		{"the survivor", "cp-4", nil, "", false},
+		{"a machine of no recovery", "cp-7", nil, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs := Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
 			for _, rep := range tc.reports {
 				obs.Reports[rep.Node] = rep
 				obs.HubPeers[rep.Node] = health.PeerView{Name: rep.Node, State: health.PeerAlive}
+				if tc.dead {
+					obs.HubPeers[rep.Node] = health.PeerView{Name: rep.Node, State: health.PeerDead}
+				}
 			}
 			h, held := r.hold(tc.machine, obs, 10*time.Second)
 			assert.Equal(t, tc.want != "", held)

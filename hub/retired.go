@@ -138,18 +138,23 @@ func (h *Hub) survivorSeen(ctx context.Context, token string) {
 	}
 }
 
-// where says where a retired member stands in the live reports: back in a cluster other than the old
-// one (rejoined: no longer retired), or answering as a member of the old one.
+// where says where a retired member stands in the fresh reports: back in a cluster other than the
+// old one (rejoined: no longer retired), or answering as a member of the old one (from a sender alive
+// in the hub's gossip). A fresh report of the new cluster is enough for rejoined, alive in the gossip
+// or not yet: `agent rejoin` moved the old member's data aside before it joined, so the machine runs
+// the old cluster no more. Requiring it alive held the next machine's power-on for ~20 s after each
+// rejoin on the real kubeadm cluster: the rejoined agent restarts under its name with a new key, and
+// the hub's gossip sees it dead until memberlist settles its incarnation.
 func (r retirement) where(x retiree, obs Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
 	for _, rep := range obs.Reports {
 		e := rep.Etcd
-		if e == nil || e.LocalName != x.member || e.ClusterID == "" || !live(rep, obs, staleAfter) {
+		if e == nil || e.LocalName != x.member || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
 			continue
 		}
 		if e.ClusterID != r.cluster {
 			return true, false
 		}
-		runsOld = true
+		runsOld = runsOld || live(rep, obs, staleAfter)
 	}
 	return false, runsOld
 }

@@ -232,9 +232,8 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		line := strings.NewReplacer(" /etc/", " "+n.DiskPath("/etc")+"/", " /var/", " "+n.DiskPath("/var")+"/").Replace(park)
 		moved, err := exec.CommandContext(ctx, "sh", "-c", line).CombinedOutput()
 		require.NoError(t, err, "%s: %s", line, moved)
-		// The hub refuses while it does not see the machine rejoined before this one in the new cluster
-		// (its agent's report live, from the member of the new cluster): seen once already (below), a
-		// refusal may still come while that agent's liveness settles; an operator tries again.
+		// The hub refuses while it has not heard the machine rejoined before this one report the new
+		// cluster (its agent enrols the new key its new disk made first): an operator tries again.
 		asked := time.Now()
 		for {
 			out, err := hubCLI(ctx, c, "reboot", n.Name, "--force", "--yes")
