@@ -1,7 +1,9 @@
 package health
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,7 +70,18 @@ func detect(b *testing.B, timing Timing, n int) []time.Duration {
 					break
 				}
 				if time.Now().After(deadline) {
-					b.Fatalf("%s never declared %s dead", g.cfg.Node, name)
+					// What each survivor holds of it, and whom its memberlist lists (to tell a death
+					// never noticed from one noticed and undone).
+					var views []string
+					for _, o := range p.members[:4] {
+						pv, _ := peerView(o, name)
+						var listed []string
+						for _, n := range o.ml.Members() {
+							listed = append(listed, n.Name)
+						}
+						views = append(views, fmt.Sprintf("%s: %s since %s, memberlist lists %v", o.cfg.Node, pv.State, pv.Since.Format("15:04:05.000"), listed))
+					}
+					b.Fatalf("%s never declared %s dead (killed at %s):\n%s", g.cfg.Node, name, killed[i].Format("15:04:05.000"), strings.Join(views, "\n"))
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
