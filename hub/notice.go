@@ -103,7 +103,15 @@ type Notice struct {
 	Warning bool
 }
 
-// say sends a notice down the one event path.
+// Say sends notices from outside the pass down the one event path (what the import of a degraded
+// term recorded).
+func (h *Hub) Say(ns ...Notice) {
+	for _, n := range ns {
+		h.say(n)
+	}
+}
+
+// say sends a notice down the one event path: a log line, the timeline, a metric and an Event.
 func (h *Hub) say(n Notice) {
 	now := time.Now()
 	level := slog.LevelInfo

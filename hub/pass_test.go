@@ -434,45 +434,60 @@ func TestOneEventPath(t *testing.T) {
 	var notices []Notice
 	r.hub.cfg.OnNotice = func(_ time.Time, msg string) { mu.Lock(); timeline = append(timeline, msg); mu.Unlock() }
 	r.hub.cfg.Notify = func(n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
-	r.run(t)
-	var started Notice
-	require.Eventually(t, func() bool {
+	// said waits for the notice of reason the Notify sink got, and checks the timeline, the log line and
+	// the metric say it too.
+	said := func(reason Reason) Notice {
+		t.Helper()
+		var got Notice
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, n := range notices {
+				if n.Reason == reason {
+					got = n
+					return true
+				}
+			}
+			return false
+		}, 10*time.Second, 10*time.Millisecond)
 		mu.Lock()
-		defer mu.Unlock()
-		for _, n := range notices {
-			if n.Reason == ReasonRemediationStarted {
-				started = n
-				return true
+		assert.Contains(t, timeline, got.Message, "the timeline says it in the same words")
+		mu.Unlock()
+		var line map[string]any
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `"reason":"`+string(reason)+`"`) {
+				require.NoError(t, json.Unmarshal([]byte(l), &line))
 			}
 		}
-		return false
-	}, 10*time.Second, 10*time.Millisecond)
+		require.NotNil(t, line, "the log line: %s", logs.String())
+		assert.Equal(t, got.Message, line["msg"])
+		if got.Machine != "" {
+			assert.Equal(t, got.Machine, line["machine"])
+		}
+		if got.Remediation != "" {
+			assert.Equal(t, got.Remediation, line["remediation"])
+		}
+		mfs, err := r.hub.cfg.Metrics.(*prometheus.Registry).Gather()
+		require.NoError(t, err)
+		found := false
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "hale_hub_notices_total" && len(m.GetLabel()) == 2 && m.GetLabel()[0].GetValue() == string(reason) {
+					found = m.GetCounter().GetValue() == 1
+				}
+			}
+		}
+		assert.True(t, found, "hale_hub_notices_total{reason=%s} 1", reason)
+		return got
+	}
+	r.run(t)
+	started := said(ReasonRemediationStarted)
 	assert.Equal(t, "cp-2", started.Machine)
 	assert.NotEmpty(t, started.Remediation)
-	mu.Lock()
-	assert.Contains(t, timeline, started.Message, "the timeline says it in the same words")
-	mu.Unlock()
-	var line map[string]any
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, `"reason":"RemediationStarted"`) {
-			require.NoError(t, json.Unmarshal([]byte(l), &line))
-		}
-	}
-	require.NotNil(t, line, "the log line: %s", logs.String())
-	assert.Equal(t, started.Message, line["msg"])
-	assert.Equal(t, "cp-2", line["machine"])
-	assert.Equal(t, started.Remediation, line["remediation"])
-	mfs, err := r.hub.cfg.Metrics.(*prometheus.Registry).Gather()
-	require.NoError(t, err)
-	found := false
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "hale_hub_notices_total" && len(m.GetLabel()) == 2 && m.GetLabel()[0].GetValue() == "RemediationStarted" {
-				found = m.GetCounter().GetValue() == 1
-			}
-		}
-	}
-	assert.True(t, found, "hale_hub_notices_total{reason=RemediationStarted} 1")
+
+	// From outside the pass (a degraded term's import), the same door.
+	r.hub.Say(Notice{Reason: ReasonDegradedMode, Warning: true, Message: "the degraded term of hub-a at epoch 3: 1 remediations recorded (cp-2 Succeeded), imported"})
+	assert.Equal(t, "the degraded term of hub-a at epoch 3: 1 remediations recorded (cp-2 Succeeded), imported", said(ReasonDegradedMode).Message)
 }
 
 // A remediation says each step as its outcome is journaled, the await for the machine included, and

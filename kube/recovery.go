@@ -121,18 +121,19 @@ func writeAnnotation(ctx context.Context, c client.Client, policy client.ObjectK
 }
 
 // ImportRecovery writes back a recovery that a degraded term journaled locally while the API server
-// did not answer: the record into store (the HealthPolicy), a Remediation per fenced member (strategy
-// fence, its fence as its history; note says where it was recorded), and Events (notify): one per
-// fenced machine and one for the recovery. Imported again (an import cut short), nothing is written
-// twice.
-func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, rec hub.RecoveryRecord, note string, notify func(hub.Notice)) error {
+// did not answer: the record into store (the HealthPolicy) and a Remediation per fenced member
+// (strategy fence, its fence as its history; note says where it was recorded). It returns the notices
+// to say (through the hub's one event path: Hub.Say): one per machine fenced by this import and one
+// for the recovery. Imported again (an import cut short), nothing is written twice.
+func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, rec hub.RecoveryRecord, note string) ([]hub.Notice, error) {
 	if store != nil {
 		if err := store.RecordRecovery(ctx, rec); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	p := rec.Plan
 	var fenced []string
+	var said []hub.Notice
 	for _, f := range p.Fence {
 		if f.Machine == "" {
 			continue
@@ -151,24 +152,21 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 		}
 		fresh, err := j.Import(ctx, r, note)
 		if err != nil {
-			return fmt.Errorf("importing the fence of %s by etcd recovery %s: %w", f.Machine, p.Token, err)
+			return said, fmt.Errorf("importing the fence of %s by etcd recovery %s: %w", f.Machine, p.Token, err)
 		}
 		fenced = append(fenced, fmt.Sprintf("%s (%s)", f.Machine, f.Member))
-		if fresh && notify != nil {
-			notify(hub.Notice{Machine: f.Machine, Reason: hub.ReasonEtcdRecovery, Warning: true,
+		if fresh {
+			said = append(said, hub.Notice{Machine: f.Machine, Reason: hub.ReasonEtcdRecovery, Warning: true,
 				Message: fmt.Sprintf("%s: fenced by etcd recovery %s (%s): %s", f.Machine, p.Token, state, f.How)})
 		}
 	}
-	if notify != nil {
-		done := "under way: the survivor had not yet answered as a new cluster"
-		if rec.Done != nil {
-			done = "done: etcd cluster " + rec.NewClusterID
-		}
-		notify(hub.Notice{Reason: hub.ReasonEtcdRecovery, Warning: true,
-			Message: fmt.Sprintf("etcd recovery %s by %s, begun %s while the API server did not answer: rebuilt from %s, fenced %s; %s",
-				p.Token, rec.By, rec.Began.UTC().Format("2006-01-02T15:04:05Z"), survivorOf(p), strings.Join(fenced, ", "), done)})
+	done := "under way: the survivor had not yet answered as a new cluster"
+	if rec.Done != nil {
+		done = "done: etcd cluster " + rec.NewClusterID
 	}
-	return nil
+	return append(said, hub.Notice{Reason: hub.ReasonEtcdRecovery, Warning: true,
+		Message: fmt.Sprintf("etcd recovery %s by %s, begun %s while the API server did not answer: rebuilt from %s, fenced %s; %s",
+			p.Token, rec.By, rec.Began.UTC().Format("2006-01-02T15:04:05Z"), survivorOf(p), strings.Join(fenced, ", "), done)}), nil
 }
 
 func survivorOf(p hub.RecoveryPlan) string {

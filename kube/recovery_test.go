@@ -30,10 +30,11 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 		Fence: []hub.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true},
 			{Machine: "cp-1", Member: "etcd-1", How: "confirmed off by name by alice", Fenced: true, ByHand: true}}}}
 	var said []hub.Notice
-	notify := func(n hub.Notice) { said = append(said, n) }
 	j := NewJournal(c, ns, 3, 5)
 	for range 2 {
-		require.NoError(t, ImportRecovery(ctx, j, store, rec, "recorded during a degraded term", notify))
+		notices, err := ImportRecovery(ctx, j, store, rec, "recorded during a degraded term")
+		require.NoError(t, err)
+		said = append(said, notices...)
 	}
 	got, err := store.Recovery(ctx)
 	require.NoError(t, err)

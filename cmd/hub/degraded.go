@@ -207,25 +207,26 @@ type policyStores struct {
 }
 
 // importDegraded writes what a degraded term recorded in the local journal into Remediation objects
-// (j: this leader's), says each as an Event (notify), writes an etcd recovery it carried out back
-// (kube.ImportRecovery: the record into the HealthPolicy) and the brakes it recorded (importBrakes),
-// then removes the local journal and its term file. An import cut short is done again by the next
-// leader of this pod: the objects are not written twice.
-func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy policyStores, notify func(hub.Notice), log *slog.Logger) error {
+// (j: this leader's), writes an etcd recovery it carried out back (kube.ImportRecovery: the record
+// into the HealthPolicy) and the brakes it recorded (importBrakes), then removes the local journal and
+// its term file. It returns the notices to say once this leader's hub runs (Hub.Say: a log line, the
+// timeline, a metric and an Event each). An import cut short is done again by the next leader of this
+// pod: the objects are not written twice.
+func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy policyStores, log *slog.Logger) ([]hub.Notice, error) {
 	recoveries := policy.recoveries
 	t, err := degraded.ReadTerm(k.degradedJournal)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := os.Stat(k.degradedJournal); errors.Is(err, os.ErrNotExist) {
 		if t != nil {
-			return os.Remove(degraded.TermPath(k.degradedJournal))
+			return nil, os.Remove(degraded.TermPath(k.degradedJournal))
 		}
-		return nil
+		return nil, nil
 	}
 	local, err := hub.OpenJournal(k.degradedJournal, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rems, err := local.All(ctx)
 	var rec *hub.RecoveryRecord
@@ -238,21 +239,22 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy
 	}
 	local.Close()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	term := "a degraded term"
 	if t != nil {
 		term = fmt.Sprintf("the degraded term of %s at epoch %d (from %s, %s)", t.Identity, t.Epoch, t.Since.UTC().Format(time.RFC3339), t.Why)
 	}
 	var names []string
+	var said []hub.Notice
 	for _, r := range rems {
 		note := fmt.Sprintf("recorded in the local journal %s during %s, while the API server did not answer; imported at epoch %d", k.degradedJournal, term, j.Epoch())
 		fresh, err := j.Import(ctx, r, note)
 		if err != nil {
-			return fmt.Errorf("importing remediation %s of %s from %s: %w", r.ID, r.Machine, k.degradedJournal, err)
+			return said, fmt.Errorf("importing remediation %s of %s from %s: %w", r.ID, r.Machine, k.degradedJournal, err)
 		}
 		names = append(names, fmt.Sprintf("%s %s", r.Machine, r.State))
-		if !fresh || notify == nil {
+		if !fresh {
 			continue
 		}
 		reason, warn := hub.ReasonRemediated, false
@@ -266,7 +268,7 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy
 		if n := len(r.History); n > 0 {
 			last = r.History[n-1].Detail
 		}
-		notify(hub.Notice{Machine: r.Machine, Reason: reason, Remediation: r.ID, Warning: warn,
+		said = append(said, hub.Notice{Machine: r.Machine, Reason: reason, Remediation: r.ID, Warning: warn,
 			Message: fmt.Sprintf("while the API server did not answer (degraded mode), %s: %s: %s", strings.Join(quorum.Plan{Steps: r.Steps}.StepStrings(), " → "), r.State, last)})
 	}
 	if rec != nil {
@@ -274,8 +276,10 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy
 			log.Warn("no HealthPolicy to keep the etcd recovery in: the members it retired are not held once imported", "token", rec.Plan.Token)
 		}
 		note := fmt.Sprintf("fenced by etcd recovery %s, recorded in the local journal %s during %s; imported at epoch %d", rec.Plan.Token, k.degradedJournal, term, j.Epoch())
-		if err := kube.ImportRecovery(ctx, j, recoveries, *rec, note, notify); err != nil {
-			return fmt.Errorf("importing etcd recovery %s from %s: %w", rec.Plan.Token, k.degradedJournal, err)
+		notices, err := kube.ImportRecovery(ctx, j, recoveries, *rec, note)
+		said = append(said, notices...)
+		if err != nil {
+			return said, fmt.Errorf("importing etcd recovery %s from %s: %w", rec.Plan.Token, k.degradedJournal, err)
 		}
 		log.Warn("etcd recovery imported", "token", rec.Plan.Token)
 	}
@@ -283,23 +287,20 @@ func importDegraded(ctx context.Context, k *kubeOptions, j *kube.Journal, policy
 	if policy.brakes != nil {
 		carried, err := importBrakes(ctx, policy.brakes, brakes)
 		if err != nil {
-			return fmt.Errorf("carrying the brakes of %s back into the HealthPolicy: %w", k.degradedJournal, err)
+			return said, fmt.Errorf("carrying the brakes of %s back into the HealthPolicy: %w", k.degradedJournal, err)
 		}
 		if len(carried) > 0 {
 			msg += "; its brakes carried back into the HealthPolicy: " + strings.Join(carried, ", ")
 		}
 	}
-	log.Warn("degraded term imported", "remediations", len(rems), "term", term)
-	if notify != nil {
-		notify(hub.Notice{Reason: hub.ReasonDegradedMode, Message: msg, Warning: true})
-	}
+	said = append(said, hub.Notice{Reason: hub.ReasonDegradedMode, Message: msg, Warning: true})
 	if err := os.Remove(k.degradedJournal); err != nil {
-		return err
+		return said, err
 	}
 	if t != nil {
-		return os.Remove(degraded.TermPath(k.degradedJournal))
+		return said, os.Remove(degraded.TermPath(k.degradedJournal))
 	}
-	return nil
+	return said, nil
 }
 
 // importBrakes carries the brakes a degraded term recorded back into the HealthPolicy (store): each

@@ -222,7 +222,6 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			go k.runEnroller(lctx, c, log)
 		}
 		var adjust func(*hub.Config)
-		var notify func(hub.Notice)
 		var d *kube.Discovery
 		if k.discover {
 			d = &kube.Discovery{Client: c, Base: inventory.Current(), Namespace: k.machineNamespace, Log: log}
@@ -236,7 +235,6 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: k.namespace, Name: k.policy}
 			}
 			go sink.Run(lctx)
-			notify = sink.Notify
 			adjust = func(cfg *hub.Config) {
 				cfg.Inventory = inv
 				cfg.PowerFor = d.PowerFor(cfg.BMCPower)
@@ -262,8 +260,13 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}
 		}
 		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
+		var imported []hub.Notice
 		if k.degradedJournal != "" {
-			if err := importDegraded(lctx, k, journal, stores, notify, log); err != nil {
+			var err error
+			if imported, err = importDegraded(lctx, k, journal, stores, log); err != nil {
+				for _, n := range imported { // written already: the next import does not say them again
+					log.Warn(n.Message, "reason", n.Reason, "machine", n.Machine)
+				}
 				log.Error("importing the degraded term's local journal", "journal", k.degradedJournal, "err", err)
 				return
 			}
@@ -273,6 +276,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			log.Error("starting the hub", "err", err)
 			return
 		}
+		h.Say(imported...)
 		last.Store(h)
 		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
 			Machines: k.discover, MachineNamespace: k.machineNamespace}
