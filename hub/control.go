@@ -229,24 +229,25 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 			opts := m.Replace
 			opts.NewMember = m.Member + newMemberSuffix
 			plan, err = live.PlanBeside(inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: strategy, Replace: opts}, h.inFlight(inv))
+			// The pass's hold on a member that runs while quorum is lost holds an operator too: the
+			// quorum check counts such a member down ("no leader"), and its reboot free.
+			if hd, held := h.runningMemberHold(m, live, inv); held {
+				refusal = errors.New(hd.why)
+			}
 		} else {
 			err = fmt.Errorf("cannot check quorum: %w", err)
 		}
 		if err != nil {
 			plan, refusal = quorum.Plan{Strategy: quorum.Reboot, Member: m.Member,
-				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, err
+				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, andRefused(refusal, err.Error())
 		}
 	}
 	h.mu.Lock()
 	last := h.retired
 	h.mu.Unlock()
 	if _, survivor := last.survivorHold(m.Name); survivor {
-		why := fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from, and a majority of the observers has not reached the rebuilt cluster "+
-			"since: %s holds the only copy of its data, and a boot that fails now loses the cluster", m.Name, last.token, last.survivor.member)
-		if refusal != nil {
-			why += "; and " + refusal.Error()
-		}
-		refusal = errors.New(why)
+		refusal = andRefused(refusal, fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from, and a majority of the observers has not reached the rebuilt cluster "+
+			"since: %s holds the only copy of its data, and a boot that fails now loses the cluster", m.Name, last.token, last.survivor.member))
 	}
 	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
 	if refusal != nil {
@@ -290,4 +291,22 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	}
 	res.Remediation = rem.ID
 	return res, nil
+}
+
+// andRefused adds why to a reboot's refusal (nil: none yet), the newest first.
+func andRefused(refusal error, why string) error {
+	if refusal != nil {
+		why += "; and " + refusal.Error()
+	}
+	return errors.New(why)
+}
+
+// runningMemberHold is the pass's hold on a machine whose member runs while etcd has lost quorum
+// (answersHold), judged for an operator's reboot on the latest pass's assessments and cluster, the
+// live membership.
+func (h *Hub) runningMemberHold(m Machine, cluster quorum.Cluster, inv Inventory) (hold, bool) {
+	h.mu.Lock()
+	f := facts{inv: inv, assessments: h.view.assessments}
+	h.mu.Unlock()
+	return answersHold(f, m, assessmentOf(f.assessments, -1, m.Name), cluster.Budget(inv.Policy.Quorum).QuorumLost(), silentVoters(f, cluster))
 }

@@ -50,6 +50,9 @@ type testPool struct {
 	clusterID string
 	clusters  map[string]string
 	members   []string
+	// noLeader: the live members' own etcd probe fails ("no leader": quorum lost); they answer their
+	// status and their observers.
+	noLeader bool
 }
 
 // testClusterID is the etcd cluster ID in a testPool's reports; their raft index rises with every read.
@@ -92,7 +95,7 @@ func (p *testPool) Reports() map[string]health.Report {
 		r := health.Report{Node: m.Node, SentAt: now, Version: p.version, Started: started,
 			Etcd: &health.EtcdView{ClusterID: cmp.Or(p.clusters[m.Node], p.clusterID, testClusterID), LocalName: m.Member, RaftTerm: 2,
 				RaftIndex: 1000 + p.version - p.behind[m.Node]},
-			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour), CheckedAt: now}, {Name: "etcd", OK: true, Since: now.Add(-time.Hour), CheckedAt: now}}}
+			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: now.Add(-time.Hour), CheckedAt: now}, {Name: "etcd", OK: !p.noLeader, Since: now.Add(-time.Hour), CheckedAt: now}}}
 		for _, o := range p.nodes {
 			reachable := !p.dead[o.Node]
 			if p.members == nil || slices.Contains(p.members, o.Member) {
@@ -567,4 +570,30 @@ func TestVotersBackSince(t *testing.T) {
 			assert.Equal(t, 4, voters, "the learner is no voter; a member of no machine is one")
 		})
 	}
+}
+
+// An operator's reboot of a machine whose member runs while etcd has lost quorum is held as the pass
+// holds it: refused without --force (the pass's hold says `hub reboot --force` if it must be). It went
+// through as free: the member fails its own probe ("no leader"), so the quorum check counted it down.
+func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
+	pool := newTestPool(3, "cp-1", "cp-2")
+	pool.witnesses, pool.noLeader = []string{"w-0", "w-1"}, true
+	p := testPolicy()
+	p.Assess.ProbeTimeouts = map[string]time.Duration{"etcd": time.Second}
+	r := newPassRig(t, pool, p, nil)
+	r.run(t)
+	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now()); return q == QuorumLost }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == VerdictUnhealthy }, 30*time.Second, 10*time.Millisecond)
+	ctx := t.Context()
+	_, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), "etcd has lost quorum and etcd-1, etcd-2 do not answer: cp-0's member")
+	assert.Contains(t, err.Error(), "--force overrides this")
+	res, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true, Force: true})
+	require.NoError(t, err)
+	assert.Contains(t, res.Overrides, "etcd has lost quorum")
+	// The pass holds it in the same words.
+	require.Eventually(t, func() bool {
+		return strings.Contains(r.machine("cp-0").Decision, "etcd has lost quorum and etcd-1, etcd-2 do not answer: cp-0's member")
+	}, 10*time.Second, 10*time.Millisecond, "the pass: %s", r.machine("cp-0").Decision)
 }
