@@ -186,8 +186,6 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		return RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
 	}
 	h.mu.Lock()
-	paused, suspended := h.isPaused(), h.brakes.Suspended != nil
-	_, detached := h.brakes.Detached[m.Name]
 	r, inFlight := h.running[m.Name]
 	h.mu.Unlock()
 	switch why := h.standby(); {
@@ -195,59 +193,54 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		return RebootResult{}, fmt.Errorf("%w: %s", ErrRefused, why)
 	case inFlight:
 		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, r.rem.ID, m.Name)
-	case detached && !req.DryRun:
-		return RebootResult{}, fmt.Errorf("%w: %s is detached: no BMC call for it until `hub attach %s`", ErrRefused, m.Name, m.Name)
-	case paused && !req.DryRun:
-		h.mu.Lock()
-		why := DescribeBrakes(h.pausedBy())
-		h.mu.Unlock()
-		return RebootResult{}, fmt.Errorf("%w: the hub is paused (%s): nothing starts until the pause is lifted", ErrRefused, why)
-	case suspended && !req.DryRun:
-		return RebootResult{}, fmt.Errorf("%w: the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`", ErrRefused)
-	case m.Hold != "" && !req.DryRun:
-		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, m.Hold)
 	}
-	if why := h.logins.blocked(m, time.Now()); why != "" && !req.DryRun && !(req.OwnWay && m.Strategy == quorum.Replace) {
-		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, why)
+	strategy := quorum.Reboot
+	if req.OwnWay && m.Strategy == quorum.Replace {
+		strategy = quorum.Replace
+	}
+	// The holds, as the pass finds them (machineHolds): those no force overrides refuse at once (a dry
+	// run still shows the plan); the others join the quorum check's refusal.
+	f := h.operatorFacts(inv, m, strategy)
+	var live quorum.Cluster
+	var liveErr error = errNoMember
+	if m.Member != "" {
+		live, liveErr = h.live(ctx)
+	}
+	ad := admission{}
+	if liveErr == nil {
+		ad.lost, ad.silent = live.Budget(inv.Policy.Quorum).QuorumLost(), silentVoters(f, live)
+	}
+	holds := machineHolds(f, m, assessmentOf(f.assessments, -1, m.Name), ad, byOperator)
+	if hd, ok, _ := forcedPast(holds); ok && !req.DryRun {
+		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.why)
 	}
 	// Never forced: the old cluster's quorum running again is two etcds.
 	retired, err := h.oldQuorumIfOn(ctx, m.Name)
 	if err != nil {
 		return RebootResult{}, err
 	}
-	strategy := quorum.Reboot
-	if req.OwnWay && m.Strategy == quorum.Replace {
-		strategy = quorum.Replace
-	}
 	if strategy == quorum.Replace && req.Force {
 		return RebootResult{}, fmt.Errorf("%w: %s: a replace is never forced over the quorum check", ErrRefused, m.Name)
 	}
 	plan, refusal := machinePlan(strategy, m), error(nil)
 	if m.Member != "" {
-		live, err := h.live(ctx)
+		err := liveErr
 		if err == nil {
 			opts := m.Replace
 			opts.NewMember = m.Member + newMemberSuffix
 			plan, err = live.PlanBeside(inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: strategy, Replace: opts}, h.inFlight(inv))
-			// The pass's hold on a member that runs while quorum is lost holds an operator too: the
-			// quorum check counts such a member down ("no leader"), and its reboot free.
-			if hd, held := h.runningMemberHold(m, live, inv); held {
-				refusal = errors.New(hd.why)
-			}
 		} else {
 			err = fmt.Errorf("cannot check quorum: %w", err)
 		}
 		if err != nil {
 			plan, refusal = quorum.Plan{Strategy: quorum.Reboot, Member: m.Member,
-				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, andRefused(refusal, err.Error())
+				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, err
 		}
 	}
-	h.mu.Lock()
-	last := h.retired
-	h.mu.Unlock()
-	if _, survivor := last.survivorHold(m.Name); survivor {
-		refusal = andRefused(refusal, fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from, and a majority of the observers has not reached the rebuilt cluster "+
-			"since: %s holds the only copy of its data, and a boot that fails now loses the cluster", m.Name, last.token, last.survivor.member))
+	for _, hd := range holds {
+		if ruleOf(hd.reason).forceable && hd.reason != ReasonRetired { // a retired machine's refusal says it below
+			refusal = andRefused(refusal, hd.why)
+		}
 	}
 	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
 	if refusal != nil {
@@ -293,6 +286,9 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	return res, nil
 }
 
+// errNoMember: a machine that is no etcd member has no quorum to check.
+var errNoMember = errors.New("not an etcd member")
+
 // andRefused adds why to a reboot's refusal (nil: none yet), the newest first.
 func andRefused(refusal error, why string) error {
 	if refusal != nil {
@@ -301,12 +297,18 @@ func andRefused(refusal error, why string) error {
 	return errors.New(why)
 }
 
-// runningMemberHold is the pass's hold on a machine whose member runs while etcd has lost quorum
-// (answersHold), judged for an operator's reboot on the latest pass's assessments and cluster, the
-// live membership.
-func (h *Hub) runningMemberHold(m Machine, cluster quorum.Cluster, inv Inventory) (hold, bool) {
+// operatorFacts are the facts an operator's request for m is admitted on (machineHolds): the latest
+// pass's assessments, the brakes, the last etcd recovery, the gossip now, and m's BMC login wait (a
+// replace by its owner makes no login).
+func (h *Hub) operatorFacts(inv Inventory, m Machine, s quorum.Strategy) facts {
+	obs := h.gossipNow()
+	f := facts{now: obs.Now, inv: inv, obs: obs}
 	h.mu.Lock()
-	f := facts{inv: inv, assessments: h.view.assessments}
+	f.assessments = h.view.assessments
+	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
-	return answersHold(f, m, assessmentOf(f.assessments, -1, m.Name), cluster.Budget(inv.Policy.Quorum).QuorumLost(), silentVoters(f, cluster))
+	if why := h.logins.blocked(m, f.now); why != "" && s != quorum.Replace {
+		f.loginWait = map[string]string{m.Name: why}
+	}
+	return f
 }

@@ -142,9 +142,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
-	lost := cluster.Budget(p.Quorum).QuorumLost()
-	silent := silentVoters(f, cluster)
-	common := commonCauses(f, cluster)
+	ad := admission{lost: cluster.Budget(p.Quorum).QuorumLost(), silent: silentVoters(f, cluster), common: commonCauses(f, cluster)}
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
@@ -154,18 +152,8 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 		}
 		if fl, ok := f.flights[m.Name]; ok {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
-		} else if h, retired := f.retired.hold(m.Name, f.obs, p.Assess.StaleAfter); retired && a.Verdict != VerdictHealthy {
-			// Whatever its verdict: a machine whose member no membership lists is Suspect at most
-			// (nobody checks its member), and it stays out until it rejoins.
-			holds[m.Name], needs[m.Name] = h, h.need
-		} else if h, survivor := f.retired.survivorHold(m.Name); survivor && qm.Unhealthy {
-			holds[m.Name] = h
-		} else if h, answers := answersHold(f, m, a, lost, silent); answers && qm.Unhealthy {
-			holds[m.Name] = h
-		} else if h, shared := common[m.Name]; shared && qm.Unhealthy {
-			holds[m.Name] = h
-		} else if qm.Unhealthy {
-			h := holdOf(f, m)
+		} else if hs := machineHolds(f, m, a, ad, byHub); len(hs) > 0 {
+			h := hs[0]
 			if failed[m.Name] = h.failed; h.why != "" {
 				holds[m.Name] = h
 			}
@@ -180,7 +168,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: silent, survivorSeen: f.retired.survivorSeenNow(f)}
+	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: ad.silent, survivorSeen: f.retired.survivorSeenNow(f)}
 	for _, qd := range out.Decisions {
 		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
 			holds[qd.Machine] = hold{reason: ReasonWaiting, why: qd.Reason}
@@ -326,26 +314,13 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 	return toBegin{machine: m, plan: plan, rem: rem}
 }
 
-// holdOf says why the hub will not start a remediation of an Unhealthy machine with none in flight
-// now: held by its owner, detached, its last start failed, cooling down after its last remediation, a
-// fence that stands, or given up after maxAttempts failed ones since it was last healthy or flapping.
-// It also says how many failed (a start escalates with it), and whether only an operator can go on.
-// (A machine an etcd recovery retired is held before, in decide, whatever its verdict: retired.go.)
-func holdOf(f facts, m Machine) hold {
+// historyHold is the hold the hub's own history with m gives (its last remediation's cooldown, a cycle
+// nobody has seen the machine since, a fence, too many failures or remediations), with the count of
+// its failed remediations (held or not: an escalation counts them).
+func historyHold(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
-	detached, isDetached := f.detached[m.Name]
-	sf := f.beginFailed[m.Name]
-	switch end := ended(hist); {
-	case m.Hold != "":
-		return hold{reason: ReasonHeldByOwner, why: m.Hold}
-	case isDetached:
-		return hold{reason: ReasonDetached, why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}
-	case !sf.at.IsZero() && f.now.Sub(sf.at) < sf.wait():
-		return hold{reason: ReasonRemediationNotBegun, why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why, sf.at.Add(sf.wait()).Format(time.TimeOnly))}
-	case f.loginWait[m.Name] != "":
-		return hold{reason: ReasonBMCLoginBackoff, why: f.loginWait[m.Name]}
-	case !end.IsZero() && f.now.Sub(end) < p.Cooldown:
+	if end := ended(hist); !end.IsZero() && f.now.Sub(end) < p.Cooldown {
 		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
 	if c, ok := unseenSinceCycle(hist, f.seenAt[m.Name]); ok {

@@ -145,12 +145,8 @@ func (h *Hub) observe(listen string) facts {
 	f := facts{now: obs.Now, inv: inv, obs: obs, assessments: assessments, hearing: hearing, listen: listen, history: map[string][]past{},
 		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
 	h.mu.Lock()
-	f.flights = h.flightsLocked()
-	if h.isPaused() {
-		f.paused = DescribeBrakes(h.pausedBy())
-	}
-	f.suspended, f.detached, f.bmcs = h.brakes.Suspended != nil, h.brakes.Detached, h.bmcs
-	f.retired = h.retired
+	f.flights, f.bmcs = h.flightsLocked(), h.bmcs
+	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
 		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {
@@ -166,6 +162,15 @@ func (h *Hub) observe(listen string) facts {
 		}
 	}
 	return f
+}
+
+// brakeFactsLocked fills in what the brakes and the last etcd recovery say: who paused the hub, whether
+// it is suspended, the detached machines, the retired members. Called with h.mu held.
+func (h *Hub) brakeFactsLocked(f *facts) {
+	if h.isPaused() {
+		f.paused = DescribeBrakes(h.pausedBy())
+	}
+	f.suspended, f.detached, f.retired = h.brakes.Suspended != nil, h.brakes.Detached, h.retired
 }
 
 // warmUp listens, without planning or acting, until the agents' reports give a membership to plan

@@ -436,7 +436,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "cp-0 is the survivor etcd recovery "+p.Token+" rebuilt the cluster from")
-	assert.Contains(t, err.Error(), "a boot that fails now loses the cluster")
+	assert.Contains(t, err.Error(), "a failed boot loses the cluster")
 	// `agent recover` on cp-0: a one-member cluster with a new ID.
 	pool.mu.Lock()
 	pool.clusterID, pool.members, pool.clusters = "5eed", []string{"etcd-0"}, map[string]string{}

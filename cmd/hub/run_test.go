@@ -185,7 +185,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	require.Equal(t, 0, code)
 	out, code = cli("reboot", "cp-1")
 	assert.Equal(t, exitRefused, code)
-	assert.Contains(t, out, "cp-1 is detached")
+	assert.Contains(t, out, "cp-1: detached by")
 	out, _ = cli("status")
 	assert.Contains(t, out, "Healthy (Detached)")
 	_, code = cli("attach", "cp-1")

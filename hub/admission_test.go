@@ -1,0 +1,122 @@
+package hub
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/quorum"
+)
+
+// Every reason a machine is held for, through both paths: the pass (decide) holds the machine with
+// it, and an operator's reboot (machineHolds for byOperator, then the quorum check) is refused by it
+// exactly when ruleOf says it holds an operator, and goes through with --force exactly when it says
+// a force overrides it.
+func TestOneAdmissionRule(t *testing.T) {
+	quorumLost := func() *scene { return newScene().witnesses("w-0", "w-1").dead(1).dead(2) }
+	for _, tc := range []struct {
+		reason  Reason
+		machine string
+		scene   func() *scene
+	}{
+		{ReasonHeldByOwner, "m2", func() *scene { s := newScene().dead(2); s.f.inv.Machines[2].Hold = "BareMetalHost detached"; return s }},
+		{ReasonDetached, "m2", func() *scene { s := newScene().dead(2); s.f.detached["m2"] = Brake{By: "alice"}; return s }},
+		{ReasonPaused, "m2", func() *scene { s := newScene().dead(2); s.f.paused = "operator alice"; return s }},
+		{ReasonSuspended, "m2", func() *scene { s := newScene().dead(2); s.f.suspended = true; return s }},
+		{ReasonBMCLoginBackoff, "m2", func() *scene {
+			s := newScene().dead(2)
+			s.f.loginWait = map[string]string{"m2": "its BMC refused the credentials: no login until 04:05:00"}
+			return s
+		}},
+		{ReasonRemediationNotBegun, "m2", func() *scene {
+			s := newScene().dead(2)
+			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second), inARow: 4}
+			return s
+		}},
+		{ReasonCoolingDown, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, time.Minute, 1) }},
+		{ReasonFenced, "m2", func() *scene { return newScene().dead(2).remediated(2, "fence", Succeeded, time.Hour, 1) }},
+		{ReasonGaveUp, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 3) }},
+		{ReasonFlapping, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, 10*time.Minute, 3) }},
+		{ReasonUnseen, "m2", func() *scene {
+			return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
+		}},
+		{ReasonRateLimited, "m2", func() *scene {
+			s := quorumLost()
+			s.f.inv.Policy.RateMax, s.f.recentStarts = 3, 2
+			return s
+		}},
+		{ReasonCommonCause, "m0", func() *scene {
+			s := newScene()
+			for i, m := range machines {
+				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+					Failing: []string{"apiserver"}, Reasons: []string{"apiserver failing for 15s"}, Since: s.f.now.Add(-15 * time.Second)}
+			}
+			return s
+		}},
+		{ReasonSilentVotersFirst, "m0", func() *scene {
+			s := quorumLost()
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
+			return s
+		}},
+		{ReasonMemberAnswers, "m0", func() *scene {
+			s := newScene().witnesses("w-0", "w-1")
+			for i, m := range machines {
+				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.now.Add(-time.Minute)}
+			}
+			return s
+		}},
+		{ReasonSurvivor, "m0", func() *scene {
+			s := newScene().witnesses("w-0", "w-1")
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
+				Reasons: []string{"etcd member etcd-0 unreachable"}, Since: s.f.now.Add(-5 * time.Second)}
+			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
+			return s
+		}},
+		{ReasonRetired, "m2", func() *scene {
+			s := newScene().dead(2)
+			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", quorum: 2, members: []retiree{{"m2", "etcd-2"}}}
+			return s
+		}},
+		{ReasonWaiting, "m0", func() *scene { // m2 dead; m0's member healthy, its kubelet failing: its reboot would cost quorum
+			s := newScene().dead(2)
+			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.now.Add(-time.Minute)}
+			return s
+		}},
+	} {
+		t.Run(string(tc.reason), func(t *testing.T) {
+			rule := ruleOf(tc.reason)
+			s := tc.scene()
+			d := s.decide()
+			assert.Equal(t, tc.reason, d.holds[tc.machine].reason, "the pass: %s", d.holds[tc.machine].why)
+			assert.True(t, rule.hub, "every reason holds the hub's own pass")
+
+			// The operator's path, as Reboot takes it: the holds, then the quorum check.
+			i := slices.IndexFunc(s.f.inv.Machines, func(m Machine) bool { return m.Name == tc.machine })
+			m := s.f.inv.Machines[i]
+			ad := admission{lost: d.cluster.Budget(s.f.inv.Policy.Quorum).QuorumLost(), silent: silentVoters(s.f, d.cluster)}
+			holds := machineHolds(s.f, m, s.f.assessments[i], ad, byOperator)
+			if tc.reason == ReasonWaiting {
+				_, err := d.cluster.PlanBeside(s.f.inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: quorum.Reboot}, nil)
+				assert.Error(t, err, "the quorum check refuses the operator too")
+				assert.True(t, rule.operator && rule.forceable)
+				return
+			}
+			held := slices.ContainsFunc(holds, func(h hold) bool { return h.reason == tc.reason })
+			assert.Equal(t, rule.operator, held, "an operator held by %s: %v", tc.reason, holds)
+			if !held {
+				return
+			}
+			unforceable, refused, _ := forcedPast(holds)
+			require.Equal(t, !rule.forceable, refused, "--force past %s: %v", tc.reason, holds)
+			if refused {
+				assert.Equal(t, tc.reason, unforceable.reason)
+			}
+		})
+	}
+}
