@@ -113,12 +113,11 @@ func machineHolds(f facts, m Machine, a Assessment, ad admission, who asker) []h
 	return out
 }
 
-// forcedPast says, of an operator's holds, the first that --force does not override (ok false: none),
-// and the ones it does.
-func forcedPast(holds []hold) (unforceable hold, ok bool, forceable []hold) {
+// unforceable is the first of an operator's holds that --force does not override (ok false: none).
+func unforceable(holds []hold) (hold, bool) {
 	i := slices.IndexFunc(holds, func(h hold) bool { return !ruleOf(h.reason).forceable })
-	if i >= 0 {
-		return holds[i], true, nil
+	if i < 0 {
+		return hold{}, false
 	}
-	return hold{}, false, holds
+	return holds[i], true
 }

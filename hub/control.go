@@ -211,7 +211,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		ad.lost, ad.silent = live.Budget(inv.Policy.Quorum).QuorumLost(), silentVoters(f, live)
 	}
 	holds := machineHolds(f, m, assessmentOf(f.assessments, -1, m.Name), ad, byOperator)
-	if hd, ok, _ := forcedPast(holds); ok && !req.DryRun {
+	if hd, ok := unforceable(holds); ok && !req.DryRun {
 		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.why)
 	}
 	// Never forced: the old cluster's quorum running again is two etcds.
