@@ -73,7 +73,9 @@ func TestHaleOnKubeadm(t *testing.T) {
 	// no machine's power on the way.
 	st := waitStatus(ctx, t, c, "every machine Healthy", allHealthy)
 	t.Logf("installed: %d machines Healthy %s after kubectl apply", len(st.Machines), time.Since(applied).Round(time.Second))
-	require.Empty(t, c.PowerEvents()[booted:], "no power action while Hale was installed")
+	if p := c.PowerEvents()[booted:]; len(p) > 0 { // why, from the hubs' logs and the nodes (seen once in a full run: cp-0 cycled)
+		t.Fatalf("a power action while Hale was installed: %v\n%s", p, c.Diagnostics(ctx))
+	}
 	enrolled(ctx, t, c)
 
 	// HALE_KUBEADM_ONLY=permanent-loss runs the last scenario alone (to work on it).
