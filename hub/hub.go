@@ -296,11 +296,10 @@ func votersBackSince(cluster quorum.Cluster, inv Inventory, reports map[string]h
 			continue
 		}
 		voters++
-		i := slices.IndexFunc(inv.Machines, func(m Machine) bool { return m.Member == mb.Name })
-		if i < 0 {
+		m, ok := inv.MachineOfMember(mb.Name)
+		if !ok {
 			continue
 		}
-		m := inv.Machines[i]
 		r, ok := reports[m.Node]
 		if ok && slices.ContainsFunc(r.Probes, func(p health.ProbeResult) bool { return p.Name == "etcd" && p.OK && p.CheckedAt.After(since) }) {
 			back = append(back, m.Name)
