@@ -556,6 +556,24 @@ func (c *KubeCluster) Diagnostics(ctx context.Context) string {
 	return b.String()
 }
 
+// HubLines are the lines of every hub container's log (on the workers, read through the node) that
+// match the extended regular expression pattern, prefixed like Diagnostics' (e.g. the notices that
+// explain a power action: what made a machine Unhealthy, which remediation began).
+func (c *KubeCluster) HubLines(ctx context.Context, pattern string) string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		if n.ControlPlane {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		out, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; "+
+			"crictl logs $c 2>&1 | grep -E \"$0\" | tail -n 40 | cut -c1-600 | sed 's/^/hub> /'; done", pattern)
+		cancel()
+		fmt.Fprintf(&b, "== %s's hub containers, lines matching %q:\n%s\n", n.Name, pattern, out)
+	}
+	return b.String()
+}
+
 // bootstrap makes the cluster: kubeadm init on the first control-plane node, the other control-plane
 // nodes joined one at a time (each adds an etcd member), then the workers, and waits for every Node
 // to be Ready.
