@@ -99,23 +99,35 @@ type Executor struct {
 // record writes one record to the journal, retried until it is in (persist), and tells the world.
 // A finish of a remediation finished already is done.
 func (e *Executor) record(ctx context.Context, id string, rec Record) error {
-	refused := func(err error) { e.World.Recorded(rec, err) }
+	err := writeRecord(ctx, e.Journal, id, rec, e.World.Recorded)
+	if errors.Is(err, ErrFinished) && rec.Finished != "" {
+		return nil
+	}
+	return err
+}
+
+// writeRecord is the one door through which the hub writes to a remediation begun in the journal
+// (Hub.begin begins it): every intent, outcome, note and end, retried until the journal accepts it
+// (persist). told, when set, hears of the first refusal and of the write accepted. TestOneDoor
+// holds that no other code writes them.
+func writeRecord(ctx context.Context, j Store, id string, rec Record, told func(Record, error)) error {
+	var refused func(error)
+	if told != nil {
+		refused = func(err error) { told(rec, err) }
+	}
 	err := persist(ctx, refused, func(ctx context.Context) error {
 		switch {
 		case rec.Finished != "":
-			return e.Journal.Finish(ctx, id, rec.Finished, rec.Detail)
+			return j.Finish(ctx, id, rec.Finished, rec.Detail)
 		case rec.Kind == EntryIntent:
-			return e.Journal.Intent(ctx, id, rec.Step, rec.Detail)
+			return j.Intent(ctx, id, rec.Step, rec.Detail)
 		case rec.Kind == EntryOutcome:
-			return e.Journal.Outcome(ctx, id, rec.Step, rec.Result, rec.Detail)
+			return j.Outcome(ctx, id, rec.Step, rec.Result, rec.Detail)
 		}
-		return e.Journal.Note(ctx, id, rec.Detail)
+		return j.Note(ctx, id, rec.Detail)
 	})
-	if rec.Finished != "" && errors.Is(err, ErrFinished) {
-		return nil
-	}
-	if err == nil {
-		e.World.Recorded(rec, nil)
+	if err == nil && told != nil {
+		told(rec, nil)
 	}
 	return err
 }
