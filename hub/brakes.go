@@ -119,7 +119,7 @@ func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bo
 func (h *Hub) SetPaused(ctx context.Context, on bool, by, reason string) error {
 	if !on {
 		// A recovery whose survivor answers as a new cluster is closed first, so that the hub does
-		// not pause itself again for it at its next start (holdForRecovery).
+		// not pause itself again for it at its next start (pauseIfRecovering).
 		if _, err := h.underway(ctx); err != nil {
 			h.log.Warn("reading the recovery journal", "err", err)
 		}

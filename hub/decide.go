@@ -11,7 +11,7 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// decide is the part of a pass's step (step.go) that decides what to begin and why each other machine
+// decide is the part of a pass's compute (compute.go) that decides what to begin and why each other machine
 // waits. It reads no clock, no journal, no gossip and no lock: the same facts give the same decision,
 // which is what its table tests rely on.
 

@@ -510,7 +510,7 @@ func TestStepForgetsARebuildThatLeftNobodyOut(t *testing.T) {
 	sc.f.hearing = Hear(ExpectedOf(refs(sc.f.inv), sc.f.inv.Witnesses), sc.f.obs, sc.f.inv.Policy.Assess.StaleAfter)
 	s := newPassState()
 	s.rebuilt = &clusterChange{from: "c1", to: "c2"}
-	rd := step(s, sc.f)
+	rd := compute(s, sc.f)
 	assert.Nil(t, rd.Retire)
 	assert.Nil(t, s.rebuilt)
 }

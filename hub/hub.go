@@ -87,7 +87,7 @@ func (cfg Config) BMCPower(m Machine) (Power, error) {
 	return bmc.New(m.Endpoint, m.Credentials, o)
 }
 
-// Hub runs the pipeline: a pass (pass.go: observe, step, apply) every Tick in one goroutine; each
+// Hub runs the pipeline: a pass (pass.go: observe, compute, apply) every Tick in one goroutine; each
 // remediation in its own goroutine through an Executor (remediate.go). This file is its configuration,
 // construction and accessors.
 type Hub struct {
@@ -134,9 +134,9 @@ type running struct {
 	cancel context.CancelFunc
 	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
 	busy bool
-	// waiting: why the remediation cannot go on right now (the journal refuses a write, retried until
+	// stalled: why the remediation cannot go on right now (the journal refuses a write, retried until
 	// it is in; a resumed one reads the world before anything else).
-	waiting string
+	stalled string
 }
 
 // beginFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner

@@ -126,14 +126,14 @@ func sayLoss(rd *Ready, before, now *QuorumLoss) {
 	wasForGood, forGood := before != nil && before.ForGood, now != nil && now.ForGood
 	switch {
 	case forGood && !wasForGood:
-		rd.say(Notice{Reason: ReasonQuorumLostForGood, Warning: true, Message: now.String() +
+		rd.queue(Notice{Reason: ReasonQuorumLostForGood, Warning: true, Message: now.String() +
 			"; the hub will not act on this by itself: `hub recover` shows the recovery plan"})
 	case wasForGood && !forGood:
 		what := "quorum is back"
 		if now != nil {
 			what = now.String()
 		}
-		rd.say(Notice{Reason: ReasonQuorumLostForGood, Message: "quorum no longer lost for good: " + what})
+		rd.queue(Notice{Reason: ReasonQuorumLostForGood, Message: "quorum no longer lost for good: " + what})
 	}
 }
 

@@ -127,12 +127,12 @@ func TestSayLoss(t *testing.T) {
 			sayLoss(&rd, tc.before, tc.now)
 			assert.Equal(t, tc.check, rd.CheckBMCs)
 			if tc.say == "" {
-				assert.Empty(t, rd.Say)
+				assert.Empty(t, rd.Notices)
 				return
 			}
-			require.Len(t, rd.Say, 1)
-			assert.Equal(t, ReasonQuorumLostForGood, rd.Say[0].Reason)
-			assert.Contains(t, rd.Say[0].Message, tc.say)
+			require.Len(t, rd.Notices, 1)
+			assert.Equal(t, ReasonQuorumLostForGood, rd.Notices[0].Reason)
+			assert.Contains(t, rd.Notices[0].Message, tc.say)
 		})
 	}
 }

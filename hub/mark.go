@@ -91,7 +91,7 @@ func (s *passState) track(rd *Ready, inv Inventory, reports map[string]health.Re
 	switch {
 	case !ok:
 	case s.mark.ClusterID != "" && m.ClusterID != s.mark.ClusterID:
-		rd.say(Notice{Reason: ReasonEtcdClusterChanged, Warning: true, Message: fmt.Sprintf(
+		rd.queue(Notice{Reason: ReasonEtcdClusterChanged, Warning: true, Message: fmt.Sprintf(
 			"the etcd cluster's ID changed from %s to %s (rebuilt from a snapshot?): the raft mark starts again, from %s", s.mark.ClusterID, m.ClusterID, m)})
 		s.rebuilt = &clusterChange{from: s.mark.ClusterID, to: m.ClusterID}
 		s.mark = m

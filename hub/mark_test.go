@@ -114,9 +114,9 @@ func TestMarkIsRecordedAsPassesGo(t *testing.T) {
 	m = pass(5*time.Second+3*markEvery, false, etcdReport("a", "c2", 1, 8), etcdReport("b", "c2", 1, 9))
 	require.NotNil(t, m, "a new cluster: its mark written at once")
 	assert.Equal(t, RaftMark{ClusterID: "c2", Term: 1, Index: 9, Member: "etcd-b"}, *m)
-	require.Len(t, rd.Say, 1)
-	assert.Equal(t, ReasonEtcdClusterChanged, rd.Say[0].Reason)
-	assert.Contains(t, rd.Say[0].Message, "from c1 to c2")
+	require.Len(t, rd.Notices, 1)
+	assert.Equal(t, ReasonEtcdClusterChanged, rd.Notices[0].Reason)
+	assert.Contains(t, rd.Notices[0].Message, "from c1 to c2")
 }
 
 // The bbolt journal keeps the mark across a reopen.

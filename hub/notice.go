@@ -21,7 +21,7 @@ const (
 	ReasonRemediationFailed      Reason = "RemediationFailed"
 	ReasonRemediationInterrupted Reason = "RemediationInterrupted"
 	ReasonRemediationResumed     Reason = "RemediationResumed"
-	ReasonResumeWaiting          Reason = "ResumeWaiting"
+	ReasonResumeStalled          Reason = "ResumeStalled"
 	ReasonJournalWriteFailing    Reason = "JournalWriteFailing"
 	ReasonJournalWriteRecorded   Reason = "JournalWriteRecorded"
 	ReasonDetached               Reason = "Detached"

@@ -16,7 +16,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.loadBrakes(ctx); err != nil {
 		return err
 	}
-	if err := h.holdForRecovery(ctx); err != nil {
+	if err := h.pauseIfRecovering(ctx); err != nil {
 		return err
 	}
 	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
@@ -30,7 +30,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		h.state.mark, h.state.recorded = m, m
 	}
 	h.warmUp(ctx)
-	h.waitLeading(ctx)
+	h.untilLeading(ctx)
 	if err := h.resume(ctx); err != nil {
 		return err
 	}
@@ -60,20 +60,20 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 }
 
-// pass is one observe → step → apply round. A pass with listen set only listens: it assesses, says
+// pass is one observe → compute → apply round. A pass with listen set only listens: it assesses, says
 // what changed and why it does not plan (listen), and begins nothing.
 func (h *Hub) pass(ctx context.Context, listen string) {
 	if listen == "" {
 		listen = h.standby() // remediations it began before go on; nothing new begins
 	}
 	f := h.observe(listen)
-	rd := step(h.state, f)
+	rd := compute(h.state, f)
 	h.apply(ctx, rd)
 	if rd.QuorumBack {
 		// What was gathered while quorum was lost is judged again, from now, before anything is
 		// decided on it (a survivor's "no leader" is stale the moment quorum is back).
 		h.assessor.QuorumBack(f.now)
-		h.apply(ctx, step(h.state, h.observe(listen)))
+		h.apply(ctx, compute(h.state, h.observe(listen)))
 	}
 }
 
@@ -84,7 +84,7 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 	h.mu.Lock()
 	h.view = h.state.view
 	h.mu.Unlock()
-	for _, n := range rd.Say {
+	for _, n := range rd.Notices {
 		h.say(n)
 	}
 	if rec := rd.Retire; rec != nil {
@@ -184,7 +184,7 @@ func (h *Hub) warmUp(ctx context.Context) {
 		if why == "" || time.Now().After(deadline) {
 			return
 		}
-		h.apply(ctx, step(h.state, f))
+		h.apply(ctx, compute(h.state, f))
 		select {
 		case <-ctx.Done():
 			return
@@ -193,8 +193,8 @@ func (h *Hub) warmUp(ctx context.Context) {
 	}
 }
 
-// waitLeading listens (nothing resumed, nothing started) while this hub stands by.
-func (h *Hub) waitLeading(ctx context.Context) {
+// untilLeading listens (nothing resumed, nothing started) while this hub stands by.
+func (h *Hub) untilLeading(ctx context.Context) {
 	for {
 		why := h.standby()
 		if why == "" {

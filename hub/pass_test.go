@@ -389,7 +389,7 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "cp-3's remediation begins while cp-2's waits for its BMC")
 	require.Eventually(t, func() bool {
 		st := r.machine("cp-2").Remediation
-		return st != nil && st.ID == rem.ID && strings.Contains(st.Waiting, "cannot resume yet")
+		return st != nil && st.ID == rem.ID && strings.Contains(st.Stalled, "cannot resume yet")
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.Empty(t, r.sim.Resets("cp-2"))
 

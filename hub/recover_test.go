@@ -319,7 +319,7 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 	assert.Equal(t, "5eed", rec.NewClusterID)
 	// Done: the hub, resumed, is not paused again at its next start.
 	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
-	require.NoError(t, r.hub.holdForRecovery(ctx))
+	require.NoError(t, r.hub.pauseIfRecovering(ctx))
 	assert.Equal(t, Running, r.hub.PauseState())
 }
 
@@ -354,7 +354,7 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	// A hub that starts with this recovery under way is paused, its brakes lifted or not (Run).
 	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
 	require.Equal(t, Running, r.hub.PauseState())
-	require.NoError(t, r.hub.holdForRecovery(ctx))
+	require.NoError(t, r.hub.pauseIfRecovering(ctx))
 	require.Eventually(t, func() bool { return r.hub.PauseState() == Paused }, 5*time.Second, 10*time.Millisecond)
 
 	cp2Fails.Store(false)

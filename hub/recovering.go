@@ -141,7 +141,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 	} else if err := unknownConfirmations(rec.Plan, req); err != nil {
 		return rec.Plan, err
 	} else if _, err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
-		return rec.Plan, err // journaled: the pause stays (holdForRecovery would set it again at the next start)
+		return rec.Plan, err // journaled: the pause stays (pauseIfRecovering would set it again at the next start)
 	}
 	for i := range rec.Plan.Fence {
 		f := &rec.Plan.Fence[i]
@@ -192,9 +192,9 @@ func RecoveryPause(pause *Brake) (token string, ok bool) {
 	return token, true
 }
 
-// holdForRecovery pauses a hub that starts with a recovery under way (its brakes lost, or lifted
+// pauseIfRecovering pauses a hub that starts with a recovery under way (its brakes lost, or lifted
 // meanwhile): a fence may be half done, and nothing may power a fenced member on.
-func (h *Hub) holdForRecovery(ctx context.Context) error {
+func (h *Hub) pauseIfRecovering(ctx context.Context) error {
 	rec, err := h.underway(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the recovery journal: %w", err)

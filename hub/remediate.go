@@ -105,8 +105,8 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 // remediation holds its machine: a BMC that cannot be read now (unreachable, refusing the
 // credentials) is read again every resumeRetry, said once, and nothing is repeated on a guess.
 func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, exec *Executor, r *running) (int, error) {
-	h.setWaiting(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
-	defer h.setWaiting(r, "")
+	h.setStalled(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
+	defer h.setStalled(r, "")
 	said := ""
 	for {
 		from, err := exec.Resume(ctx, rem, plan, act.power)
@@ -123,8 +123,8 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quo
 		}
 		if err.Error() != said {
 			said = err.Error()
-			h.setWaiting(r, fmt.Sprintf("cannot resume yet: %v (trying again every %v; nothing is repeated without knowing)", err, resumeRetry))
-			h.say(Notice{Machine: m.Name, Reason: ReasonResumeWaiting, Remediation: rem.ID, Warning: true,
+			h.setStalled(r, fmt.Sprintf("cannot resume yet: %v (trying again every %v; nothing is repeated without knowing)", err, resumeRetry))
+			h.say(Notice{Machine: m.Name, Reason: ReasonResumeStalled, Remediation: rem.ID, Warning: true,
 				Message: fmt.Sprintf("%s: remediation %s cannot resume yet: %v (trying again every %v)", m.Name, rem.ID, err, resumeRetry)})
 		}
 		select {
@@ -137,9 +137,9 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quo
 
 const resumeRetry = 5 * time.Second
 
-func (h *Hub) setWaiting(r *running, why string) {
+func (h *Hub) setStalled(r *running, why string) {
 	h.mu.Lock()
-	r.waiting = why
+	r.stalled = why
 	h.mu.Unlock()
 }
 

@@ -91,10 +91,10 @@ type InFlight struct {
 	Hard    bool `json:"hard,omitempty"`
 	Forced  bool `json:"forced,omitempty"`
 	Attempt int  `json:"attempt,omitempty"`
-	// Waiting says why the remediation cannot go on right now: the journal refuses a write (retried
+	// Stalled says why the remediation cannot go on right now: the journal refuses a write (retried
 	// until it is in), or, resumed after a hub restart, it reads the BMC and the machine before
 	// anything else. The machine stays in flight meanwhile.
-	Waiting string `json:"waiting,omitempty"`
+	Stalled string `json:"stalled,omitempty"`
 }
 
 // Status returns the hub's status now.
@@ -153,7 +153,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 		}
 		if r, ok := h.running[m.Name]; ok { // from memory: a status (and a scrape) reads no journal
 			ms.Remediation = &InFlight{ID: r.rem.ID, Strategy: r.rem.Strategy, RequestedBy: r.rem.RequestedBy, Steps: r.rem.Steps,
-				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Waiting: r.waiting}
+				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Stalled: r.stalled}
 		}
 		st.Machines = append(st.Machines, ms)
 	}
@@ -315,8 +315,8 @@ func (e Explanation) String() string {
 	}
 	if r := ms.Remediation; r != nil {
 		fmt.Fprintf(&b, "in flight: %s (%s, attempt %d, requested by %s), step %d of %d\n", r.ID, r.Strategy, r.Attempt, r.RequestedBy, r.Step+1, len(r.Steps))
-		if r.Waiting != "" {
-			fmt.Fprintf(&b, "  waiting: %s\n", r.Waiting)
+		if r.Stalled != "" {
+			fmt.Fprintf(&b, "  stalled: %s\n", r.Stalled)
 		}
 	}
 	for _, rem := range e.History {

@@ -41,14 +41,14 @@ func (w *remediationWorld) Recorded(rec Record, err error) {
 	h, m, id := w.h, w.m.Name, w.rem.ID
 	if err != nil {
 		w.failing = true
-		h.setWaiting(w.r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
+		h.setStalled(w.r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
 		h.say(Notice{Machine: m, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
 			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", m, id, err, m)})
 		return
 	}
 	if w.failing {
 		w.failing = false
-		h.setWaiting(w.r, "")
+		h.setStalled(w.r, "")
 		h.say(Notice{Machine: m, Reason: ReasonJournalWriteRecorded, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", m, id)})
 	}

@@ -12,12 +12,12 @@ import (
 
 // A pass is raft's Ready loop in small (pass.go runs it): observe gathers the facts (the gossip's
 // reports, the assessor's verdicts, a snapshot of the remediations in flight, the brakes and the
-// ledger), step turns them and what the previous pass left into what this pass leaves and a Ready
+// ledger), compute turns them and what the previous pass left into what this pass leaves and a Ready
 // (what to say, what to begin, whom to keep joined), and apply does it: apply is a pass's only I/O.
-// step reads no clock, no journal, no gossip and no lock: the same state and facts give the same
+// compute reads no clock, no journal, no gossip and no lock: the same state and facts give the same
 // Ready, which is what its table tests and its randomized check rely on.
 
-// passState is what one pass leaves the next. It is the pass goroutine's alone: step updates it, and
+// passState is what one pass leaves the next. It is the pass goroutine's alone: compute updates it, and
 // nothing else reads it; what others read is its view, replaced whole by every pass.
 type passState struct {
 	view view
@@ -79,8 +79,8 @@ type view struct {
 
 // Ready is what a pass does: its only effects, applied in this order.
 type Ready struct {
-	// Say: the notices, in the order they happened.
-	Say []Notice
+	// Notices: what apply says (Hub.say), in the order they happened.
+	Notices []Notice
 	// KeepJoined, when not nil, is the set of observers the gossip keeps joined from now on.
 	KeepJoined []string
 	// Begin: the remediations to begin, in the planner's order.
@@ -102,11 +102,12 @@ type Ready struct {
 	SurvivorSeen string
 }
 
-func (rd *Ready) say(n Notice) { rd.Say = append(rd.Say, n) }
+// queue adds a notice to those apply says (Hub.say emits it).
+func (rd *Ready) queue(n Notice) { rd.Notices = append(rd.Notices, n) }
 
-// step is a pass's pure core: it records the verdicts, then decides (decide) unless the pass only
+// compute is a pass's pure core: it records the verdicts, then decides (decide) unless the pass only
 // listens, and says what changed.
-func step(s *passState, f facts) Ready {
+func compute(s *passState, f facts) Ready {
 	var rd Ready
 	prev := s.view
 	v := prev
@@ -115,7 +116,7 @@ func step(s *passState, f facts) Ready {
 	for i, a := range f.assessments {
 		old := assessmentOf(prev.assessments, i, a.Machine)
 		if old.Verdict != a.Verdict {
-			rd.say(verdictNotice(a))
+			rd.queue(verdictNotice(a))
 			if a.Verdict == VerdictUnhealthy {
 				s.unhealthyAt[a.Machine] = f.now
 			}
@@ -152,7 +153,7 @@ func step(s *passState, f facts) Ready {
 	}
 	if d.retire != nil {
 		rd.Retire = d.retire
-		rd.say(Notice{Reason: ReasonRetired, Warning: true, Message: d.retire.rebuiltOutsideMessage()})
+		rd.queue(Notice{Reason: ReasonRetired, Warning: true, Message: d.retire.rebuiltOutsideMessage()})
 	}
 	if d.quorumBack {
 		v.quorumLost, rd.QuorumBack = false, true
@@ -161,7 +162,7 @@ func step(s *passState, f facts) Ready {
 			msg = fmt.Sprintf("etcd's voters are now %s, where %s had lost quorum (rebuilt from a survivor): "+
 				"the evidence gathered while quorum was lost counts again from now", strings.Join(voters(d.cluster), ", "), strings.Join(voters(prev.cluster), ", "))
 		}
-		rd.say(Notice{Reason: ReasonQuorumBack, Message: msg})
+		rd.queue(Notice{Reason: ReasonQuorumBack, Message: msg})
 		return rd
 	}
 	if d.notPlanning != "" {
@@ -172,7 +173,7 @@ func step(s *passState, f facts) Ready {
 	if d.survivorSeen {
 		r := f.retired
 		rd.SurvivorSeen = r.token
-		rd.say(Notice{Machine: r.survivor.machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
+		rd.queue(Notice{Machine: r.survivor.machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
 			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.token, r.survivor.machine, r.survivor.member, r.survivor.machine)})
 	}
 	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
@@ -199,7 +200,7 @@ func verdictNotice(a Assessment) Notice {
 // notPlanning says why a pass does not plan when that changed to something, and returns it.
 func notPlanning(rd *Ready, before, why string) string {
 	if why != before {
-		rd.say(Notice{Reason: ReasonNotPlanning, Message: "not planning: " + why})
+		rd.queue(Notice{Reason: ReasonNotPlanning, Message: "not planning: " + why})
 	}
 	return why
 }
@@ -211,9 +212,9 @@ func (s *passState) sayHearing(rd *Ready, hearing Hearing) {
 	s.saidMajority = &now
 	switch {
 	case !now && (before == nil || *before):
-		rd.say(Notice{Reason: ReasonObserverMajorityLost, Message: hearing.NoMajority(), Warning: true})
+		rd.queue(Notice{Reason: ReasonObserverMajorityLost, Message: hearing.NoMajority(), Warning: true})
 	case now && before != nil && !*before:
-		rd.say(Notice{Reason: ReasonObserverMajorityHeard, Message: hearing.String() + ": planning again"})
+		rd.queue(Notice{Reason: ReasonObserverMajorityHeard, Message: hearing.String() + ": planning again"})
 	}
 }
 
@@ -233,7 +234,7 @@ func (s *passState) sayHolds(rd *Ready, d decision) {
 			continue
 		}
 		s.saidHold[qd.Machine] = h
-		rd.say(Notice{Machine: qd.Machine, Reason: h.reason, Warning: true, Message: fmt.Sprintf("%s of %s not started: %s", qd.Strategy, qd.Machine, h.why)})
+		rd.queue(Notice{Machine: qd.Machine, Reason: h.reason, Warning: true, Message: fmt.Sprintf("%s of %s not started: %s", qd.Strategy, qd.Machine, h.why)})
 	}
 	for m := range s.saidHold {
 		if !considered[m] {

@@ -17,7 +17,7 @@ import (
 // said lists a Ready's notices as "reason machine" (or the reason alone, about the hub).
 func said(rd Ready) []string {
 	var out []string
-	for _, n := range rd.Say {
+	for _, n := range rd.Notices {
 		out = append(out, string(n.Reason)+" "+n.Machine)
 	}
 	return out
@@ -32,7 +32,7 @@ func begun(rd Ready) []string {
 }
 
 // What a pass says is part of what it decides: each thing once, when it changes, under one reason.
-func TestStepSaysWhatChangedOnce(t *testing.T) {
+func TestComputeSaysWhatChangedOnce(t *testing.T) {
 	type pass struct {
 		edit   func(*scene)
 		says   []string // exactly, in order
@@ -96,7 +96,7 @@ func TestStepSaysWhatChangedOnce(t *testing.T) {
 			for i, p := range tc.passes {
 				s := newScene()
 				p.edit(s)
-				rd := step(st, s.stepFacts(st))
+				rd := compute(st, s.stepFacts(st))
 				assert.Equal(t, p.says, said(rd), "pass %d says", i)
 				assert.Equal(t, p.begins, begun(rd), "pass %d begins", i)
 			}
@@ -114,7 +114,7 @@ func (s *scene) stepFacts(st *passState) facts {
 // TestStepRandomized runs random sequences of passes (members dying and coming back, brakes set and
 // lifted, remediations in flight, holds from history, the hub cut off, quorum lost and back) through
 // one state, and checks what every pass must never do, whatever came before.
-func TestStepRandomized(t *testing.T) {
+func TestComputeRandomized(t *testing.T) {
 	seeds, passes := 300, 40
 	if testing.Short() {
 		seeds = 50
@@ -160,9 +160,9 @@ func TestStepRandomized(t *testing.T) {
 			s.f.recentStarts = rng.IntN(4)
 			f := s.stepFacts(st)
 			twin, before := cloneState(st), maps.Clone(st.saidHold)
-			rd := step(st, f)
+			rd := compute(st, f)
 			where := fmt.Sprintf("seed %d pass %d", seed, n)
-			require.Equal(t, rd, step(twin, f), "%s: the same state and facts, the same Ready", where)
+			require.Equal(t, rd, compute(twin, f), "%s: the same state and facts, the same Ready", where)
 
 			if f.paused != "" || f.suspended || f.listen != "" || !f.hearing.Majority() || rd.QuorumBack {
 				require.Empty(t, rd.Begin, "%s: nothing begins while paused, suspended, listening, without a majority or at a quorum return", where)
@@ -174,7 +174,7 @@ func TestStepRandomized(t *testing.T) {
 				_, held := st.view.holds[b.machine.Name]
 				require.False(t, held, "%s: %s both begun and held", where, b.machine.Name)
 			}
-			for _, nt := range rd.Say {
+			for _, nt := range rd.Notices {
 				require.NotEmpty(t, nt.Reason, "%s: a notice without a reason: %q", where, nt.Message)
 				h, isHold := st.view.holds[nt.Machine]
 				if nt.Machine == "" || !isHold || nt.Reason != h.reason {
