@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/quorum"
 )
 
 // RecoveryPlan is how etcd would be rebuilt from its most advanced survivor after a permanent loss of
@@ -14,51 +16,20 @@ import (
 // each step. Blockers say what keeps it from going ahead as it stands, each with what to do. The hub
 // computes it from what it sees now; it changes nothing.
 type RecoveryPlan struct {
-	Time time.Time `json:"time"`
+	// Rebuild is what the node that carries it out reads (`agent recover`): the survivor, the
+	// revision bump, the fence, the blockers, the token.
+	quorum.Rebuild
 	// Loss is the quorum loss as status shows it (nil: the hub does not see quorum lost).
 	Loss *QuorumLoss `json:"quorumLoss,omitempty"`
-	// Survivor is the member to rebuild from: the one with the highest raft index among the members
-	// that answer now (Candidates, best first).
-	Survivor   *Survivor  `json:"survivor,omitempty"`
-	Candidates []Survivor `json:"candidates,omitempty"`
+	// Candidates are the members that answer now, best first (Survivor is the first).
+	Candidates []quorum.Survivor `json:"candidates,omitempty"`
 	// Mark is the journaled raft mark of the survivor's cluster; DataAtRisk the raft entries the
 	// survivor lacks against it (0: none, or no mark).
 	Mark       *RaftMark `json:"raftMark,omitempty"`
 	DataAtRisk uint64    `json:"dataAtRisk"`
-	// BumpRevision is what etcdutl's --bump-revision gets, BumpWhy how it was chosen.
-	BumpRevision uint64 `json:"bumpRevision"`
-	BumpWhy      string `json:"bumpWhy"`
-	// Fence are the lost members to power off, and how, before anything else.
-	Fence []FenceStep `json:"fence,omitempty"`
-	Steps []string    `json:"steps"`
-	// Blockers say why the plan cannot be carried out as it stands, and what to do.
-	Blockers []string `json:"blockers,omitempty"`
-	// Token is the new cluster's --initial-cluster-token, given when `hub recover --yes` begins the
-	// recovery (empty: a plan only).
-	Token string `json:"token,omitempty"`
-}
-
-// Survivor is a member that answers, as its agent last reported it.
-type Survivor struct {
-	Member    string    `json:"member"`
-	Machine   string    `json:"machine,omitempty"`
-	ClusterID string    `json:"clusterID"`
-	Term      uint64    `json:"term"`
-	Index     uint64    `json:"index"`
-	Observed  time.Time `json:"observed"`
-}
-
-// FenceStep is one lost member to power off before the cluster is rebuilt.
-type FenceStep struct {
-	Machine string `json:"machine"`
-	Member  string `json:"member"`
-	// How: through its BMC, read back Off; or, where the BMC cannot be reached (ByHand), by the
-	// operator, who confirms by name that it is off.
-	How    string `json:"how"`
-	ByHand bool   `json:"byHand,omitempty"`
-	// Fenced: `hub recover --yes` read its power back Off, or the operator confirmed it by name (How
-	// says which).
-	Fenced bool `json:"fenced"`
+	// BumpWhy says how Rebuild.BumpRevision was chosen.
+	BumpWhy string   `json:"bumpWhy"`
+	Steps   []string `json:"steps"`
 }
 
 // Bump bounds: without a mark, a billion (as etcd's recovery guide suggests for an unknown gap);
@@ -81,7 +52,7 @@ func (h *Hub) RecoveryPlan(ctx context.Context) RecoveryPlan {
 // PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory, the gossip's
 // observations and what the operator confirmed (req).
 func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest) RecoveryPlan {
-	p := RecoveryPlan{Time: st.Time, Loss: st.QuorumLoss}
+	p := RecoveryPlan{Rebuild: quorum.Rebuild{Time: st.Time}, Loss: st.QuorumLoss}
 	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
 	lost := map[string]bool{}
 	switch {
@@ -96,7 +67,7 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 		for _, v := range p.Loss.Lost {
 			lost[v.Member] = true
 			confirmed := req.confirms(v.Machine, v.Member)
-			fs := FenceStep{Machine: v.Machine, Member: v.Member}
+			fs := quorum.FenceStep{Machine: v.Machine, Member: v.Member}
 			m, ok := inv.Machine(v.Machine)
 			cannot := ""
 			switch {
@@ -130,13 +101,13 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 		if e == nil || e.LocalName == "" || e.RaftIndex == 0 || lost[e.LocalName] || !live(r, obs, inv.Policy.Assess.StaleAfter) {
 			continue
 		}
-		s := Survivor{Member: e.LocalName, ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Observed: e.ObservedAt}
+		s := quorum.Survivor{Member: e.LocalName, ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Observed: e.ObservedAt}
 		if m, ok := inv.MachineOfMember(e.LocalName); ok {
 			s.Machine = m.Name
 		}
 		p.Candidates = append(p.Candidates, s)
 	}
-	slices.SortFunc(p.Candidates, func(a, b Survivor) int {
+	slices.SortFunc(p.Candidates, func(a, b quorum.Survivor) int {
 		return cmp.Or(cmp.Compare(b.Index, a.Index), cmp.Compare(b.Term, a.Term), strings.Compare(a.Member, b.Member))
 	})
 	if p.Loss != nil {
@@ -179,7 +150,7 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 // candidates other than the survivor, which keep running the old cluster until `agent rejoin`, must stay
 // short of its quorum. (Found on real processes: a hub restarted just before `hub recover --yes` had no
 // view yet of the two dead voters, neither lost nor answering, and planned a recovery fencing none.)
-func blockUnaccounted(st Status, lost map[string]bool, candidates []Survivor, quorum int, block func(string, ...any)) {
+func blockUnaccounted(st Status, lost map[string]bool, candidates []quorum.Survivor, quorum int, block func(string, ...any)) {
 	answering := map[string]bool{}
 	for _, c := range candidates {
 		answering[c.Member] = true
@@ -206,7 +177,7 @@ func blockUnaccounted(st Status, lost map[string]bool, candidates []Survivor, qu
 
 // fenced says whether every lost member is fenced.
 func (p RecoveryPlan) fenced() bool {
-	return !slices.ContainsFunc(p.Fence, func(f FenceStep) bool { return !f.Fenced })
+	return !slices.ContainsFunc(p.Fence, func(f quorum.FenceStep) bool { return !f.Fenced })
 }
 
 func recoverySteps(p RecoveryPlan) []string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/quorum"
 )
 
 func TestPlanRecovery(t *testing.T) {
@@ -116,7 +117,7 @@ func TestPlanRecovery(t *testing.T) {
 	}
 
 	p := PlanRecovery(Status{Time: now, QuorumLoss: loss, RaftMark: mark}, inv, answering, confirmed)
-	assert.Equal(t, []FenceStep{
+	assert.Equal(t, []quorum.FenceStep{
 		{Machine: "cp-1", Member: "etcd-1", How: "its BMC (redfish+http://10.0.0.1:80/systems/1) does not answer: make sure by hand that it is off, and confirm it by name", ByHand: true},
 		{Machine: "cp-2", Member: "etcd-2", How: "power off through its BMC (redfish+http://10.0.0.2:80/systems/1) and read back Off"},
 		{Machine: "cp-3", Member: "etcd-3", How: "power off through its BMC (redfish+http://10.0.0.3:80/systems/1) and read back Off"},
@@ -498,10 +499,10 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 
 func TestRetirementHold(t *testing.T) {
 	now := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	rec := &RecoveryRecord{Plan: RecoveryPlan{Token: "hale-old-1", Loss: &QuorumLoss{Voters: 5, Quorum: 3},
-		Survivor:   &Survivor{Member: "etcd-4", Machine: "cp-4", ClusterID: "old"},
-		Candidates: []Survivor{{Member: "etcd-4", Machine: "cp-4"}, {Member: "etcd-3", Machine: "cp-3"}},
-		Fence:      []FenceStep{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-1", Member: "etcd-1"}, {Member: "etcd-9"}}}}
+	rec := &RecoveryRecord{Plan: RecoveryPlan{Loss: &QuorumLoss{Voters: 5, Quorum: 3},
+		Rebuild: quorum.Rebuild{Token: "hale-old-1", Survivor: &quorum.Survivor{Member: "etcd-4", Machine: "cp-4", ClusterID: "old"},
+			Fence: []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-1", Member: "etcd-1"}, {Member: "etcd-9"}}},
+		Candidates: []quorum.Survivor{{Member: "etcd-4", Machine: "cp-4"}, {Member: "etcd-3", Machine: "cp-3"}}}}
 	r := retirementOf(rec)
 	assert.Equal(t, 3, r.quorum)
 	assert.Equal(t, []retiree{{"cp-0", "etcd-0"}, {"cp-1", "etcd-1"}, {"cp-3", "etcd-3"}}, r.members,

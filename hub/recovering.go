@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/quorum"
 )
 
 // RecoverRequest is `hub recover --yes`: carry the recovery plan out, as far as the hub's part goes
@@ -168,7 +170,7 @@ func unknownConfirmations(p RecoveryPlan, req RecoverRequest) error {
 		names = append(names, f.Machine)
 	}
 	for _, c := range req.ConfirmLost {
-		if !slices.ContainsFunc(p.Fence, func(f FenceStep) bool { return f.Machine == c || f.Member == c }) {
+		if !slices.ContainsFunc(p.Fence, func(f quorum.FenceStep) bool { return f.Machine == c || f.Member == c }) {
 			return fmt.Errorf("%w: --confirm-lost %s: not a lost voter of the plan (lost: %s)", ErrRefused, c, cmp.Or(strings.Join(names, ", "), "none"))
 		}
 	}
@@ -278,7 +280,7 @@ func (h *Hub) liftRecoveryPause(by, token string, why error) {
 
 // fence powers a lost member's machine off through its BMC and reads it back Off, or takes the
 // operator's word by name where the hub cannot.
-func (h *Hub) fence(ctx context.Context, inv Inventory, f *FenceStep, req RecoverRequest, by string) error {
+func (h *Hub) fence(ctx context.Context, inv Inventory, f *quorum.FenceStep, req RecoverRequest, by string) error {
 	confirmed := req.confirms(f.Machine, f.Member)
 	m, ok := inv.Machine(f.Machine)
 	if f.ByHand || !ok || m.Endpoint.Driver == "" {

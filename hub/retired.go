@@ -66,7 +66,7 @@ func retirementOf(rec *RecoveryRecord) retirement {
 // recovery's are. The old cluster's size is not known: the inventory's members are taken for it. Nil
 // when the new cluster has every member of the inventory.
 func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryRecord {
-	var left []FenceStep
+	var left []quorum.FenceStep
 	members := 0
 	for _, m := range f.inv.Machines {
 		if m.Member == "" {
@@ -74,7 +74,7 @@ func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryR
 		}
 		members++
 		if cluster.Index(m.Member) < 0 {
-			left = append(left, FenceStep{Machine: m.Name, Member: m.Member, How: "not fenced by Hale: etcd was rebuilt without `hub recover`"})
+			left = append(left, quorum.FenceStep{Machine: m.Name, Member: m.Member, How: "not fenced by Hale: etcd was rebuilt without `hub recover`"})
 		}
 	}
 	if len(left) == 0 {
@@ -82,7 +82,7 @@ func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryR
 	}
 	now := f.now.UTC()
 	return &RecoveryRecord{By: "etcd (rebuilt without `hub recover`)", Began: now, Done: &now, NewClusterID: c.to,
-		Plan: RecoveryPlan{Time: now, Token: "rebuilt-" + c.to, Survivor: &Survivor{ClusterID: c.from}, Fence: left,
+		Plan: RecoveryPlan{Rebuild: quorum.Rebuild{Time: now, Token: "rebuilt-" + c.to, Survivor: &quorum.Survivor{ClusterID: c.from}, Fence: left},
 			Loss: &QuorumLoss{Voters: members, Quorum: quorum.Quorum(members)}}}
 }
 

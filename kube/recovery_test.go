@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // An etcd recovery a degraded term carried out, written back once the API server answers: the record
@@ -25,10 +26,10 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	assert.Nil(t, none, "no policy yet: no recovery")
 
 	began := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	rec := hub.RecoveryRecord{By: "alice", Began: began, Plan: hub.RecoveryPlan{Token: "hale-c1-1", BumpRevision: 20_000,
-		Survivor: &hub.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
-		Fence: []hub.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true},
-			{Machine: "cp-1", Member: "etcd-1", How: "confirmed off by name by alice", Fenced: true, ByHand: true}}}}
+	rec := hub.RecoveryRecord{By: "alice", Began: began, Plan: hub.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "hale-c1-1", BumpRevision: 20_000,
+		Survivor: &quorum.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
+		Fence: []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true},
+			{Machine: "cp-1", Member: "etcd-1", How: "confirmed off by name by alice", Fenced: true, ByHand: true}}}}}
 	var said []hub.Notice
 	j := NewJournal(c, ns, 3, 5)
 	for range 2 {

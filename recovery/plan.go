@@ -12,37 +12,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
+
+	"github.com/hale-dev/hale/quorum"
 )
 
-// Plan is what the node needs of the hub's recovery plan (`hub recover --yes -o json`); the JSON
-// names are the hub's.
-type Plan struct {
-	Time         time.Time   `json:"time"`
-	Survivor     *Survivor   `json:"survivor"`
-	BumpRevision uint64      `json:"bumpRevision"`
-	Fence        []FenceStep `json:"fence"`
-	Blockers     []string    `json:"blockers"`
-	// Token is the new cluster's --initial-cluster-token, set by the hub when it fenced.
-	Token string `json:"token"`
-}
-
-// Survivor is the member the hub chose to rebuild from.
-type Survivor struct {
-	Member    string `json:"member"`
-	Machine   string `json:"machine"`
-	ClusterID string `json:"clusterID"`
-	Index     uint64 `json:"index"`
-}
-
-// FenceStep is a lost member; Fenced says the hub read its power back Off, or the operator confirmed by
-// name that it is off.
-type FenceStep struct {
-	Machine string `json:"machine"`
-	Member  string `json:"member"`
-	Fenced  bool   `json:"fenced"`
-	How     string `json:"how"`
-}
+// Plan is what the node needs of the hub's recovery plan (`hub recover --yes -o json`): its
+// quorum.Rebuild, the same type the hub writes.
+type Plan quorum.Rebuild
 
 // ReadPlan reads a plan written by `hub recover --yes -o json` and checks it can be carried out.
 func ReadPlan(path string) (Plan, error) {

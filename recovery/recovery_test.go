@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/kubeassets"
 	"github.com/hale-dev/hale/test/proc"
 	"github.com/hale-dev/hale/test/staticpod"
@@ -127,10 +128,10 @@ func (c *cluster) planFor(s *member, lost ...*member) Plan {
 	defer cancel()
 	st, err := c.client(s).Status(ctx, s.client)
 	require.NoError(c.t, err)
-	p := Plan{Time: time.Now(), Survivor: &Survivor{Member: s.name, Machine: "cp-" + s.name, ClusterID: hexID(st.Header.ClusterId), Index: st.RaftIndex},
+	p := Plan{Time: time.Now(), Survivor: &quorum.Survivor{Member: s.name, Machine: "cp-" + s.name, ClusterID: hexID(st.Header.ClusterId), Index: st.RaftIndex},
 		BumpRevision: 10000, Token: "hale-test-" + hexID(st.Header.ClusterId)}
 	for _, m := range lost {
-		p.Fence = append(p.Fence, FenceStep{Machine: "cp-" + m.name, Member: m.name, Fenced: true, How: "BMC"})
+		p.Fence = append(p.Fence, quorum.FenceStep{Machine: "cp-" + m.name, Member: m.name, Fenced: true, How: "BMC"})
 	}
 	return p
 }
@@ -235,7 +236,7 @@ func (c *cluster) growBack(p Plan, survivor *member, keys int64, ms ...*member) 
 	_, err := Rejoin(ctx, survivor.node(t, &out), p, Member{Name: survivor.name, PeerURL: survivor.peer}, []string{survivor.client})
 	require.ErrorContains(t, err, "is the plan's survivor: its part is `agent recover`")
 	other := p
-	other.Survivor = &Survivor{Member: "etcd-9", ClusterID: p.Survivor.ClusterID}
+	other.Survivor = &quorum.Survivor{Member: "etcd-9", ClusterID: p.Survivor.ClusterID}
 	_, err = Rejoin(ctx, ms[0].node(t, &out), other, Member{Name: ms[0].name, PeerURL: ms[0].peer}, []string{survivor.client})
 	require.ErrorContains(t, err, "has no member etcd-9, the plan's survivor: it is not the cluster rebuilt from this plan")
 	_, err = os.Stat(ms[0].manifest)
@@ -439,11 +440,11 @@ func TestRecoverRefuses(t *testing.T) {
 	m2.kubelet.PowerOff()
 	p := c.planFor(m3, m1, m2)
 	wrong := p
-	wrong.Survivor = &Survivor{Member: "etcd-2", Machine: "cp-etcd-2", ClusterID: p.Survivor.ClusterID}
+	wrong.Survivor = &quorum.Survivor{Member: "etcd-2", Machine: "cp-etcd-2", ClusterID: p.Survivor.ClusterID}
 	refused(m3, wrong, `the local member is "etcd-3", the plan's survivor is "etcd-2"`)
-	wrong.Survivor = &Survivor{Member: "etcd-3", ClusterID: "feed"}
+	wrong.Survivor = &quorum.Survivor{Member: "etcd-3", ClusterID: "feed"}
 	refused(m3, wrong, "the local member is of etcd cluster "+p.Survivor.ClusterID+", the plan's survivor of feed")
-	wrong.Survivor = &Survivor{Member: "etcd-3", ClusterID: p.Survivor.ClusterID, Index: p.Survivor.Index + 1000}
+	wrong.Survivor = &quorum.Survivor{Member: "etcd-3", ClusterID: p.Survivor.ClusterID, Index: p.Survivor.Index + 1000}
 	refused(m3, wrong, "below the plan's")
 
 	// Something answers at the peer URL of a member the plan says is fenced (its etcd would give
@@ -474,8 +475,8 @@ func TestRecoverRefuses(t *testing.T) {
 }
 
 func TestPlanReady(t *testing.T) {
-	ok := Plan{Survivor: &Survivor{Member: "etcd-1", ClusterID: "c1"}, Token: "t", BumpRevision: 10,
-		Fence: []FenceStep{{Machine: "cp-2", Member: "etcd-2", Fenced: true}}}
+	ok := Plan{Survivor: &quorum.Survivor{Member: "etcd-1", ClusterID: "c1"}, Token: "t", BumpRevision: 10,
+		Fence: []quorum.FenceStep{{Machine: "cp-2", Member: "etcd-2", Fenced: true}}}
 	require.NoError(t, ok.Ready())
 	for _, tc := range []struct {
 		name   string
@@ -486,7 +487,7 @@ func TestPlanReady(t *testing.T) {
 		{"blocked", func(p *Plan) { p.Blockers = []string{"cp-2 powered on"} }, "not ready: cp-2 powered on"},
 		{"no token", func(p *Plan) { p.Token = "" }, "not made by `hub recover --yes`"},
 		{"no bump", func(p *Plan) { p.BumpRevision = 0 }, "revisions would go backwards"},
-		{"not fenced", func(p *Plan) { p.Fence = []FenceStep{{Machine: "cp-2", Member: "etcd-2"}} }, "cp-2 (etcd-2) is not fenced"},
+		{"not fenced", func(p *Plan) { p.Fence = []quorum.FenceStep{{Machine: "cp-2", Member: "etcd-2"}} }, "cp-2 (etcd-2) is not fenced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := ok

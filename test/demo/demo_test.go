@@ -631,9 +631,9 @@ func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
 	for _, i := range []int{1, 2} {
 		tb.Sim().SetPowerState(Name(i), bmcsim.Off)
 	}
-	plan := hub.RecoveryPlan{Token: "by-hand-1", BumpRevision: 10_000,
-		Survivor: &hub.Survivor{Member: "etcd-0", Machine: Name(0), ClusterID: mark.ClusterID, Index: mark.Index},
-		Fence:    []hub.FenceStep{{Machine: Name(1), Member: "etcd-1", Fenced: true}, {Machine: Name(2), Member: "etcd-2", Fenced: true}}}
+	plan := hub.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "by-hand-1", BumpRevision: 10_000,
+		Survivor: &quorum.Survivor{Member: "etcd-0", Machine: Name(0), ClusterID: mark.ClusterID, Index: mark.Index},
+		Fence:    []quorum.FenceStep{{Machine: Name(1), Member: "etcd-1", Fenced: true}, {Machine: Name(2), Member: "etcd-2", Fenced: true}}}}
 	rec, err := tb.RecoverOn(ctx, 0, plan)
 	require.NoError(t, err)
 	require.NoError(t, tb.StartHub(HubOptions{}))
