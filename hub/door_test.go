@@ -13,16 +13,16 @@ import (
 )
 
 // TestOneDoor holds the two doors of docs/hub-internals.md: a remediation's journal lines are written
-// only through writeRecord (and begun in Hub.begin), and a notice leaves only through Hub.say (its log
+// only through writeEntry (and begun in Hub.begin), and a notice leaves only through Hub.say (its log
 // line, timeline entry, metric and Event, with Config.Notify). It reads the source of every package
 // that holds a hub or a journal: a call by one of those names anywhere else fails it.
 func TestOneDoor(t *testing.T) {
 	doors := map[string][]string{
 		// method name → the functions allowed to call it ("Type.Method" or "func")
-		"Intent":  {"writeRecord", "recorder.Intent"},
-		"Outcome": {"writeRecord", "recorder.Outcome"},
-		"Note":    {"writeRecord", "recorder.Note"},
-		"Finish":  {"writeRecord", "recorder.Finish"},
+		"Intent":  {"writeEntry", "recorder.Intent"},
+		"Outcome": {"writeEntry", "recorder.Outcome"},
+		"Note":    {"writeEntry", "recorder.Note"},
+		"Finish":  {"writeEntry", "recorder.Finish"},
 		"Begin":   {"Hub.begin", "recorder.Begin"},
 		"Notify":  {"Hub.say"},
 	}

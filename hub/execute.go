@@ -52,20 +52,7 @@ type World interface {
 	// Recorded is told every record once the journal has it, in order: the one value the notice and
 	// the metric are derived from. A write the journal refuses is told with its error (once; the
 	// executor retries it until it is in, then tells the record).
-	Recorded(rec Record, err error)
-}
-
-// Record is one thing an executor writes to its remediation's journal record: an intent, an outcome,
-// a note, or the end (Finished).
-type Record struct {
-	Kind EntryKind
-	// Step is the plan step's index (intent, outcome), Op the step.
-	Step int
-	Op   quorum.Step
-	// Result is an outcome's; Finished, when set, makes the record the remediation's end.
-	Result   Result
-	Finished RemediationState
-	Detail   string
+	Recorded(en Entry, err error)
 }
 
 // Executor carries out one remediation's plan, step by step, with the journal written before and
@@ -98,54 +85,54 @@ type Executor struct {
 
 // record writes one record to the journal, retried until it is in (persist), and tells the world.
 // A finish of a remediation finished already is done.
-func (e *Executor) record(ctx context.Context, id string, rec Record) error {
-	err := writeRecord(ctx, e.Journal, id, rec, e.World.Recorded)
-	if errors.Is(err, ErrFinished) && rec.Finished != "" {
+func (e *Executor) record(ctx context.Context, id string, en Entry) error {
+	err := writeEntry(ctx, e.Journal, id, en, e.World.Recorded)
+	if errors.Is(err, ErrFinished) && en.Ends != "" {
 		return nil
 	}
 	return err
 }
 
-// writeRecord is the one door through which the hub writes to a remediation begun in the journal
+// writeEntry is the one door through which the hub writes to a remediation begun in the journal
 // (Hub.begin begins it): every intent, outcome, note and end, retried until the journal accepts it
 // (persist). told, when set, hears of the first refusal and of the write accepted. TestOneDoor
 // holds that no other code writes them.
-func writeRecord(ctx context.Context, j Store, id string, rec Record, told func(Record, error)) error {
+func writeEntry(ctx context.Context, j Store, id string, en Entry, told func(Entry, error)) error {
 	var refused func(error)
 	if told != nil {
-		refused = func(err error) { told(rec, err) }
+		refused = func(err error) { told(en, err) }
 	}
 	err := persist(ctx, refused, func(ctx context.Context) error {
 		switch {
-		case rec.Finished != "":
-			return j.Finish(ctx, id, rec.Finished, rec.Detail)
-		case rec.Kind == EntryIntent:
-			return j.Intent(ctx, id, rec.Step, rec.Detail)
-		case rec.Kind == EntryOutcome:
-			return j.Outcome(ctx, id, rec.Step, rec.Result, rec.Detail)
+		case en.Ends != "":
+			return j.Finish(ctx, id, en.Ends, en.Detail)
+		case en.Kind == EntryIntent:
+			return j.Intent(ctx, id, en.Step, en.Detail)
+		case en.Kind == EntryOutcome:
+			return j.Outcome(ctx, id, en.Step, en.Result, en.Detail)
 		}
-		return j.Note(ctx, id, rec.Detail)
+		return j.Note(ctx, id, en.Detail)
 	})
 	if err == nil && told != nil {
-		told(rec, nil)
+		told(en, nil)
 	}
 	return err
 }
 
-func (e *Executor) intent(ctx context.Context, id string, i int, op quorum.Step, detail string) error {
-	return e.record(ctx, id, Record{Kind: EntryIntent, Step: i, Op: op, Detail: detail})
+func (e *Executor) intent(ctx context.Context, id string, i int, detail string) error {
+	return e.record(ctx, id, Entry{Kind: EntryIntent, Step: i, Detail: detail})
 }
 
-func (e *Executor) outcome(ctx context.Context, id string, i int, op quorum.Step, result Result, detail string) error {
-	return e.record(ctx, id, Record{Kind: EntryOutcome, Step: i, Op: op, Result: result, Detail: detail})
+func (e *Executor) outcome(ctx context.Context, id string, i int, result Result, detail string) error {
+	return e.record(ctx, id, Entry{Kind: EntryOutcome, Step: i, Result: result, Detail: detail})
 }
 
 func (e *Executor) note(ctx context.Context, id string, detail string) error {
-	return e.record(ctx, id, Record{Kind: EntryNote, Detail: detail})
+	return e.record(ctx, id, Entry{Step: -1, Kind: EntryNote, Detail: detail})
 }
 
 func (e *Executor) finish(ctx context.Context, id string, state RemediationState, detail string) error {
-	return e.record(ctx, id, Record{Kind: EntryNote, Finished: state, Detail: detail})
+	return e.record(ctx, id, Entry{Step: -1, Kind: EntryNote, Ends: state, Detail: detail})
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
@@ -194,7 +181,7 @@ func (e *Executor) take(ctx context.Context, rem Remediation, i int, steps []quo
 	if err != nil {
 		return err
 	}
-	if err := e.intent(ctx, rem.ID, i, steps[0], intent); err != nil {
+	if err := e.intent(ctx, rem.ID, i, intent); err != nil {
 		return err
 	}
 	result, outcome, err := act(ctx, cost)
@@ -204,7 +191,7 @@ func (e *Executor) take(ctx context.Context, rem Remediation, i int, steps []quo
 	case err != nil:
 		return e.stepFailed(ctx, rem, i, steps[0], err)
 	}
-	return e.outcome(ctx, rem.ID, i, steps[0], result, outcome)
+	return e.outcome(ctx, rem.ID, i, result, outcome)
 }
 
 // stepFailed records that step i's side effect failed and ends the remediation Failed. When the hub
@@ -214,7 +201,7 @@ func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, step 
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if werr := e.outcome(ctx, rem.ID, i, step, ResultFailed, "failed: "+err.Error()); werr != nil {
+	if werr := e.outcome(ctx, rem.ID, i, ResultFailed, "failed: "+err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
@@ -224,7 +211,7 @@ func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, step 
 // longer held when it would have gone out, and ends the remediation Aborted: the next pass decides
 // afresh (a machine that is Healthy again is left alone).
 func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, step quorum.Step, err error) error {
-	if werr := e.outcome(ctx, rem.ID, i, step, ResultWithdrawn, err.Error()); werr != nil {
+	if werr := e.outcome(ctx, rem.ID, i, ResultWithdrawn, err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
 	return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
@@ -347,7 +334,7 @@ func (e *Executor) await(ctx context.Context, rem Remediation, i int, step quoru
 	if err != nil {
 		return err
 	}
-	return e.outcome(ctx, rem.ID, i, step, ResultDone, "recovered: agent back in the pool, member healthy")
+	return e.outcome(ctx, rem.ID, i, ResultDone, "recovered: agent back in the pool, member healthy")
 }
 
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what

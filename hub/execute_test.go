@@ -65,7 +65,7 @@ type testWorld struct {
 	recovered                     func(context.Context) bool
 	evidence                      func(context.Context, time.Time) (bool, string)
 	trouble                       []string
-	records                       []Record
+	records                       []Entry
 }
 
 func (w *testWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.live(ctx) }
@@ -96,7 +96,7 @@ func (w *testWorld) ResetEvidence(ctx context.Context, since time.Time) (bool, s
 	return w.evidence(ctx, since)
 }
 
-func (w *testWorld) Recorded(rec Record, err error) {
+func (w *testWorld) Recorded(rec Entry, err error) {
 	if err != nil {
 		w.trouble = append(w.trouble, err.Error())
 		return
@@ -631,7 +631,7 @@ func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
 			assert.Contains(t, w.trouble[0], "etcdserver")
 			var kinds []string
 			for _, rec := range w.records {
-				kinds = append(kinds, fmt.Sprintf("%s %s %s", rec.Kind, rec.Result, rec.Finished))
+				kinds = append(kinds, fmt.Sprintf("%s %s %s", rec.Kind, rec.Result, rec.Ends))
 			}
 			assert.Equal(t, []string{"intent  ", "outcome Done ", "outcome Done ", "note  Succeeded"}, kinds,
 				"each record told once, when the journal has it")

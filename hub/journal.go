@@ -71,15 +71,18 @@ func (r Result) announced() bool {
 	return r == ResultDone || r == ResultHandedOver || r == ResultOldRemoved || r == ResultReplaced
 }
 
-// Entry is one line of a remediation's history.
+// Entry is one line of a remediation's history: what the executor writes (writeEntry) and what the
+// journal keeps.
 type Entry struct {
 	At   time.Time `json:"at"`
 	Step int       `json:"step"`
 	Kind EntryKind `json:"kind"`
 	// Result is an outcome's (empty for an intent or a note).
 	Result Result `json:"result,omitempty"`
-	Detail string `json:"detail"`
-	Epoch  uint64 `json:"epoch"`
+	// Ends, on the note that ends the remediation, is the state it ends in.
+	Ends   RemediationState `json:"ends,omitempty"`
+	Detail string           `json:"detail"`
+	Epoch  uint64           `json:"epoch"`
 }
 
 // Remediation is one persisted operation on one machine.

@@ -141,7 +141,7 @@ func (j *Journal) Finish(_ context.Context, id string, state RemediationState, d
 	if state == InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
-	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: string(state) + ": " + detail}, state)
+	return j.event(id, Entry{Step: -1, Kind: EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
 }
 
 func (j *Journal) event(id string, e Entry, finish RemediationState) error {

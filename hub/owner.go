@@ -119,7 +119,7 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 		}
 		removed = true
 	}
-	if err := e.outcome(ctx, rem.ID, last, plan.Steps[last], ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, last, ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
 		return err
 	}
 	return e.finish(ctx, rem.ID, Succeeded, "every step done")

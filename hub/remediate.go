@@ -159,7 +159,7 @@ func (h *Hub) resume(ctx context.Context) error {
 		}
 		if !ok || err != nil {
 			// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
-			err := writeRecord(ctx, h.cfg.Journal, rem.ID, Record{Kind: EntryNote, Finished: Aborted, Detail: why}, nil)
+			err := writeEntry(ctx, h.cfg.Journal, rem.ID, Entry{Step: -1, Kind: EntryNote, Ends: Aborted, Detail: why}, nil)
 			switch {
 			case errors.Is(err, ErrFinished):
 			case err != nil:

@@ -33,7 +33,7 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
 		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
-		if err := e.outcome(ctx, rem.ID, pending.Step, step, ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
 			return 0, err
 		}
 		return pending.Step, nil
@@ -57,12 +57,12 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
 	if done {
-		if err := e.outcome(ctx, rem.ID, pending.Step, step, ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
 			return 0, err
 		}
 		return pending.Step + 1, nil
 	}
-	if err := e.outcome(ctx, rem.ID, pending.Step, step, ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+	if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
 		return 0, err
 	}
 	return pending.Step, nil

@@ -26,7 +26,7 @@ type remediationWorld struct {
 	// failing: a journal write was refused and not yet accepted (the remediation holds its machine).
 	failing bool
 	// end: the record that ended the remediation, said once it no longer holds its machine.
-	end *Record
+	end *Entry
 }
 
 func (w *remediationWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.h.live(ctx) }
@@ -37,7 +37,7 @@ func (w *remediationWorld) Gate(ctx context.Context) error {
 
 // Recorded turns each record into what the hub says and counts, and what `hub status` shows: the step
 // under way, a step's outcome (StepDone), a journal write refused and then accepted, the end.
-func (w *remediationWorld) Recorded(rec Record, err error) {
+func (w *remediationWorld) Recorded(en Entry, err error) {
 	h, m, id := w.h, w.m.Name, w.rem.ID
 	if err != nil {
 		w.failing = true
@@ -53,27 +53,35 @@ func (w *remediationWorld) Recorded(rec Record, err error) {
 			Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", m, id)})
 	}
 	switch {
-	case rec.Finished != "":
-		w.end = &rec
-	case rec.Kind == EntryIntent:
+	case en.Ends != "":
+		w.end = &en
+	case en.Kind == EntryIntent:
 		if !w.acted && w.rem.RequestedBy == "hub" && !w.detected.IsZero() {
 			h.metrics.detectionToAction(time.Since(w.detected))
 		}
 		w.acted = true
 		h.mu.Lock()
-		w.r.next = rec.Step
+		w.r.next = en.Step
 		h.mu.Unlock()
-	case rec.Kind == EntryOutcome:
+	case en.Kind == EntryOutcome:
 		h.mu.Lock()
 		w.r.busy = false
-		if rec.Result.completes() {
-			w.r.next = rec.Step + 1
+		if en.Result.completes() {
+			w.r.next = en.Step + 1
 		}
 		h.mu.Unlock()
-		if rec.Result.announced() {
-			h.say(Notice{Machine: m, Reason: ReasonStepDone, Remediation: id, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m, id, rec.Op, rec.Detail)})
+		if en.Result.announced() {
+			h.say(Notice{Machine: m, Reason: ReasonStepDone, Remediation: id, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m, id, stepName(w.rem, en.Step), en.Detail)})
 		}
 	}
+}
+
+// stepName names step i of rem's plan as the journal wrote it ("power-cycle etcd-2").
+func stepName(rem Remediation, i int) string {
+	if i < 0 || i >= len(rem.Steps) {
+		return fmt.Sprintf("step %d", i)
+	}
+	return rem.Steps[i].String()
 }
 
 // ended says how the remediation ended, once it no longer holds its machine: from the journal's end
@@ -84,7 +92,7 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 	case stopping:
 		h.say(Notice{Machine: m, Reason: ReasonRemediationInterrupted, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m, id)})
-	case w.end != nil && w.end.Finished == Succeeded:
+	case w.end != nil && w.end.Ends == Succeeded:
 		h.metrics.remediation(w.rem, "succeeded")
 		h.say(Notice{Machine: m, Reason: ReasonRemediated, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m, id, quorum.StepList(w.rem.Steps))})

@@ -173,7 +173,7 @@ func (j *Journal) Finish(ctx context.Context, id string, state hub.RemediationSt
 	if state == hub.InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
-	return j.event(ctx, id, hub.Entry{Step: -1, Kind: hub.EntryNote, Detail: string(state) + ": " + detail}, state)
+	return j.event(ctx, id, hub.Entry{Step: -1, Kind: hub.EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
 }
 
 func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.RemediationState) error {
@@ -195,8 +195,8 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.
 			return err
 		}
 		obj.Status.Epoch = int64(j.epoch)
-		obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: int32(e.Step),
-			Kind: string(e.Kind), Result: string(e.Result), Detail: e.Detail, Epoch: int64(j.epoch)})
+		e.At, e.Epoch = j.now(), j.epoch
+		obj.Status.History = append(obj.Status.History, eventOf(e))
 		if finish != "" {
 			obj.Status.Phase = v1alpha1.RemediationPhase(finish)
 			status, reason := metav1.ConditionFalse, string(finish)
@@ -225,6 +225,12 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.
 }
 
 // prune deletes the machine's oldest finished remediations beyond the bound.
+// eventOf is a journal entry as a Remediation's status keeps it.
+func eventOf(e hub.Entry) v1alpha1.RemediationEvent {
+	return v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(e.At), Step: int32(e.Step), Kind: string(e.Kind),
+		Result: string(e.Result), Ends: string(e.Ends), Detail: e.Detail, Epoch: int64(e.Epoch)}
+}
+
 func (j *Journal) prune(ctx context.Context, machine string) error {
 	all, err := j.list(ctx, machine, false)
 	if err != nil {
@@ -324,7 +330,7 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 	}
 	r.Updated = r.Created
 	for _, e := range obj.Status.History {
-		r.History = append(r.History, hub.Entry{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EntryKind(e.Kind), Result: hub.Result(e.Result), Detail: e.Detail, Epoch: uint64(e.Epoch)})
+		r.History = append(r.History, hub.Entry{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EntryKind(e.Kind), Result: hub.Result(e.Result), Ends: hub.RemediationState(e.Ends), Detail: e.Detail, Epoch: uint64(e.Epoch)})
 		r.Updated = e.Time.UTC()
 	}
 	for i, text := range obj.Spec.Steps {
@@ -374,8 +380,7 @@ func (j *Journal) Import(ctx context.Context, r hub.Remediation, note string) (b
 	}
 	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.RemediationPhase(r.State), Epoch: int64(j.epoch)}
 	for _, e := range r.History {
-		obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(e.At), Step: int32(e.Step),
-			Kind: string(e.Kind), Result: string(e.Result), Detail: e.Detail, Epoch: int64(e.Epoch)})
+		obj.Status.History = append(obj.Status.History, eventOf(e))
 	}
 	obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: -1,
 		Kind: string(hub.EntryNote), Detail: note, Epoch: int64(j.epoch)})

@@ -67,6 +67,10 @@ type RemediationEvent struct {
 	// +kubebuilder:validation:Enum=Done;Failed;HandedOver;OldRemoved;Replaced;NotRepeated;Retaken;Withdrawn
 	// +optional
 	Result string `json:"result,omitempty"`
+	// Ends, on the note that ends the remediation, is the state it ends in.
+	// +kubebuilder:validation:Enum=Succeeded;Failed;Aborted
+	// +optional
+	Ends string `json:"ends,omitempty"`
 	// Detail says it for people.
 	Detail string `json:"detail"`
 	// Epoch of the hub that wrote it.
