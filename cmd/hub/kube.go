@@ -194,7 +194,9 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	if err != nil {
 		return err
 	}
-	dg := &degradedRunner{o: o, k: k, log: log, c: c, newHub: newHub, breakGlass: breakGlass, current: current}
+	dg := &kube.Degraded{Journal: k.degradedJournal, History: o.keep, BreakGlass: breakGlass, BreakGlassPath: k.breakGlass,
+		Namespace: k.namespace, Lease: k.lease, LeaseDuration: k.leaseDuration, Client: c, NewHub: newHub,
+		Stopped: func() { current.Store(nil) }, Log: log}
 	identity := o.node
 	if k.degradedJournal != "" {
 		t, err := degraded.ReadTerm(k.degradedJournal)
@@ -203,7 +205,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		}
 		if t != nil { // a hub of this pod left a degraded term: this one is its continuation
 			identity = t.Identity
-			dg.resume(ctx, *t, inventory.Current())
+			dg.Resume(ctx, *t, inventory.Current())
 		}
 	} else {
 		log.Info("degraded mode is off (no --degraded-journal): with etcd's quorum lost this hub stops with the API server")
@@ -213,7 +215,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", identity, "leaseDuration", d)
 	var last atomic.Pointer[hub.Hub] // the hub of the latest term, for degraded mode's decision
 	lost := func(ctx context.Context, leader *kube.Leader, renewed time.Time) {
-		dg.afterLoss(ctx, leader, renewed, last.Swap(nil))
+		dg.AfterLoss(ctx, leader, renewed, last.Swap(nil))
 	}
 	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, identity, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
@@ -243,27 +245,28 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}
 			log.Info("discovered", "machines", len(inv.Machines))
 		}
-		var stores policyStores
+		var brakes hub.BrakeStore
+		var recoveries hub.RecoveryStore
 		if k.policy != "" {
 			// The operator's brakes (pause, suspend, detached machines) live in the HealthPolicy: the
 			// socket's commands and kubectl write the same fields, and a new leader finds them there. So
 			// do the last etcd recovery (the members it retired stay held until they rejoin) and the raft
 			// mark (a cluster rebuilt while another replica led is found by its ID).
 			policy := client.ObjectKey{Namespace: k.namespace, Name: k.policy}
-			stores = policyStores{brakes: kube.PolicyBrakes{Client: c, Policy: policy}, recoveries: kube.PolicyRecoveries{Client: c, Policy: policy}}
+			brakes, recoveries = kube.PolicyBrakes{Client: c, Policy: policy}, kube.PolicyRecoveries{Client: c, Policy: policy}
 			discovered := adjust
 			adjust = func(cfg *hub.Config) {
 				if discovered != nil {
 					discovered(cfg)
 				}
-				cfg.Brakes, cfg.Recoveries, cfg.Marks = stores.brakes, stores.recoveries, kube.PolicyMarks{Client: c, Policy: policy}
+				cfg.Brakes, cfg.Recoveries, cfg.Marks = brakes, recoveries, kube.PolicyMarks{Client: c, Policy: policy}
 			}
 		}
 		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
 		var imported []hub.Notice
 		if k.degradedJournal != "" {
 			var err error
-			if imported, err = importDegraded(lctx, k, journal, stores, log); err != nil {
+			if imported, err = kube.ImportDegraded(lctx, k.degradedJournal, journal, brakes, recoveries, log); err != nil {
 				for _, n := range imported { // written already: the next import does not say them again
 					log.Warn(n.Message, "reason", n.Reason, "machine", n.Machine)
 				}

@@ -1,6 +1,7 @@
 // Package degraded holds degraded mode's rules: when a Kubernetes-mode leader that lost the API server
-// may act alone, for how long, and what it acts with (its term, its inventory, its brakes). The
-// hub's main package runs the terms (cmd/hub/degraded.go); everything here is pure but the term file.
+// may act alone, for how long, and what it acts with (its term, its inventory, its brakes).
+// kube.Degraded runs the terms (kube/degraded.go); everything here is pure but the term file and
+// ImportBrakes.
 //
 // Degraded mode: Kubernetes mode when etcd has lost quorum. The API server cannot answer, so the
 // Lease cannot be renewed and the Remediation objects cannot be written; every Kubernetes-native
