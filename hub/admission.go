@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/hale-dev/hale/hub/assess"
 )
 
 // Admission: whether a machine may be acted on now, and if not why, for the hub's own pass and for an
@@ -63,7 +65,7 @@ type admission struct {
 // holds only a machine it would act on (Unhealthy; a retired one whatever its verdict but Healthy);
 // an operator is held whatever the verdict. For the pass, the last remediation's history is
 // consulted only when nothing else holds it, and its count of failures comes with it.
-func machineHolds(f facts, m Machine, a Assessment, ad admission, who asker) []hold {
+func machineHolds(f facts, m Machine, a assess.Assessment, ad admission, who asker) []hold {
 	var out []hold
 	add := func(h hold, ok bool) bool {
 		if ok && ruleOf(h.reason).holds(who) {
@@ -71,8 +73,8 @@ func machineHolds(f facts, m Machine, a Assessment, ad admission, who asker) []h
 		}
 		return who == byHub && len(out) > 0 // the pass says one
 	}
-	unhealthy := who == byOperator || a.Verdict == VerdictUnhealthy
-	if h, ok := f.retired.hold(m.Name, f.obs, f.inv.Policy.Assess.StaleAfter); add(h, ok && (who == byOperator || a.Verdict != VerdictHealthy)) {
+	unhealthy := who == byOperator || a.Verdict == assess.VerdictUnhealthy
+	if h, ok := f.retired.hold(m.Name, f.obs, f.inv.Policy.Assess.StaleAfter); add(h, ok && (who == byOperator || a.Verdict != assess.VerdictHealthy)) {
 		return out
 	}
 	if h, ok := f.retired.survivorHold(m.Name); add(h, ok && unhealthy) {

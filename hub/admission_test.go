@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -50,29 +52,29 @@ func TestOneAdmissionRule(t *testing.T) {
 		}},
 		{ReasonCommonCause, "m0", func() *scene {
 			s := newScene()
-			for i, m := range machines {
-				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+			for i, m := range assesstest.Machines() {
+				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
 					Failing: []string{"apiserver"}, Reasons: []string{"apiserver failing for 15s"}, Since: s.f.now.Add(-15 * time.Second)}
 			}
 			return s
 		}},
 		{ReasonSilentVotersFirst, "m0", func() *scene {
 			s := quorumLost()
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
 			return s
 		}},
 		{ReasonMemberAnswers, "m0", func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			for i, m := range machines {
-				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+			for i, m := range assesstest.Machines() {
+				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
 					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.now.Add(-time.Minute)}
 			}
 			return s
 		}},
 		{ReasonSurvivor, "m0", func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
 				Reasons: []string{"etcd member etcd-0 unreachable"}, Since: s.f.now.Add(-5 * time.Second)}
 			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
 			return s
@@ -84,7 +86,7 @@ func TestOneAdmissionRule(t *testing.T) {
 		}},
 		{ReasonWaiting, "m0", func() *scene { // m2 dead; m0's member healthy, its kubelet failing: its reboot would cost quorum
 			s := newScene().dead(2)
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
 				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.now.Add(-time.Minute)}
 			return s
 		}},

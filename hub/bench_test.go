@@ -6,16 +6,18 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // passBench is one pass's inputs at scale: n machines (the first five etcd members, the rest workers
 // in pools of 500), each with a fresh report from its agent (two probes; the members' agents with
 // the etcd view), one worker dead per pool (seen dead by every other agent), two witnesses.
-func passBench(n int) (Inventory, Observations) {
-	now := t0.Add(time.Hour)
+func passBench(n int) (Inventory, assess.Observations) {
+	now := assesstest.T0().Add(time.Hour)
 	inv := Inventory{Cluster: "bench", Policy: testPolicy(), Witnesses: []string{"w-0", "w-1"}}
-	obs := Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
+	obs := assess.Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
 	var members []health.EtcdMember
 	for i := range 5 {
 		yes := true
@@ -23,7 +25,7 @@ func passBench(n int) (Inventory, Observations) {
 	}
 	var dead []health.PeerView
 	for i := range n {
-		m := Machine{MachineRef: MachineRef{Name: fmt.Sprintf("m-%d", i), Node: fmt.Sprintf("n-%d", i)}, Strategy: quorum.Reboot, Pool: fmt.Sprintf("pool-%d", i/500)}
+		m := Machine{MachineRef: assess.MachineRef{Name: fmt.Sprintf("m-%d", i), Node: fmt.Sprintf("n-%d", i)}, Strategy: quorum.Reboot, Pool: fmt.Sprintf("pool-%d", i/500)}
 		if i < 5 {
 			m.Member, m.Pool = fmt.Sprintf("etcd-%d", i), "control-plane"
 		}
@@ -36,15 +38,15 @@ func passBench(n int) (Inventory, Observations) {
 	for _, d := range dead {
 		isDead[d.Name] = true
 	}
-	nodes := append(refs(inv), MachineRef{Node: "w-0"}, MachineRef{Node: "w-1"})
+	nodes := append(refs(inv), assess.MachineRef{Node: "w-0"}, assess.MachineRef{Node: "w-1"})
 	for i, m := range nodes {
 		if isDead[m.Node] {
 			obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerDead, Since: now.Add(-time.Minute)}
 			continue
 		}
-		obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerAlive, Since: t0}
+		obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerAlive, Since: assesstest.T0()}
 		r := health.Report{Node: m.Node, SentAt: now, Peers: dead,
-			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: t0}, {Name: "etcd", OK: true, Since: t0}}}
+			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: assesstest.T0()}, {Name: "etcd", OK: true, Since: assesstest.T0()}}}
 		if i < 5 || m.Node == "w-0" || m.Node == "w-1" {
 			r.Etcd = &health.EtcdView{ClusterID: "c0ffee", LocalName: m.Member, Members: members, RaftTerm: 2, RaftIndex: uint64(90_000 + i)}
 		}
@@ -58,7 +60,7 @@ func passBench(n int) (Inventory, Observations) {
 // go test -run '^$' -bench Pass5000 -benchmem ./hub
 func BenchmarkPass5000(b *testing.B) {
 	inv, obs := passBench(5000)
-	a := hearing(inv.Policy.Assess)
+	a := assesstest.Hearing(inv.Policy.Assess)
 	machines := refs(inv)
 	f := facts{now: obs.Now, inv: inv, obs: obs, flights: map[string]flight{}, detached: map[string]Brake{}, history: map[string][]past{}}
 	st := newPassState()

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/hub/assess"
 )
 
 // No step of a remediation in flight starts while the hub is paused or suspended (observe-only
@@ -75,7 +77,7 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 			j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = j.Close() })
-			inv := Inventory{Cluster: "test", Machines: []Machine{{MachineRef: MachineRef{Name: "cp-0", Node: "cp-0"}}}}
+			inv := Inventory{Cluster: "test", Machines: []Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "cp-0"}}}}
 			h, err := New(Config{Inventory: inv, Gossip: &testPool{}, Journal: j, Metrics: prometheus.NewRegistry()})
 			require.NoError(t, err)
 			api := httptest.NewServer(h.APIHandler(""))

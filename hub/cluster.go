@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -24,11 +25,11 @@ type flight struct {
 // marked. It returns why not instead when the hub does not hear a strict majority of its expected
 // observers (then nothing is done: a hub on the minority side of a partition must not act), or when
 // no view has such a majority.
-func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hearing Hearing, flights map[string]flight) (quorum.Cluster, string) {
+func membershipOf(inv Inventory, obs assess.Observations, assessments []assess.Assessment, hearing assess.Hearing, flights map[string]flight) (quorum.Cluster, string) {
 	if !hearing.Majority() {
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
-	e := hearing.set // the expected set the hearing was judged against
+	e := hearing.Set // the expected set the hearing was judged against
 	votes := map[string]int{}
 	lists := map[string][]health.EtcdMember{}
 	total := 0
@@ -38,7 +39,7 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 	// (found on a real kubeadm cluster with deploy/components/witness as it comes). Judges unheard count:
 	// nobody knows whether they read etcd.
 	judges := e.Judges()
-	for _, node := range e.judgeNodes {
+	for _, node := range e.JudgeNodes {
 		r, reported := obs.Reports[node]
 		fresh := reported && obs.Now.Sub(r.SentAt) <= inv.Policy.Assess.StaleAfter
 		if pv, ok := obs.HubPeers[node]; fresh && ok && pv.State == health.PeerAlive && r.Etcd == nil {
@@ -93,7 +94,7 @@ func membershipOf(inv Inventory, obs Observations, assessments []Assessment, hea
 
 // assessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
 // order, or found by name when they are not.
-func assessmentOf(as []Assessment, i int, machine string) Assessment {
+func assessmentOf(as []assess.Assessment, i int, machine string) assess.Assessment {
 	if i >= 0 && i < len(as) && as[i].Machine == machine {
 		return as[i]
 	}
@@ -102,7 +103,7 @@ func assessmentOf(as []Assessment, i int, machine string) Assessment {
 			return a
 		}
 	}
-	return Assessment{}
+	return assess.Assessment{}
 }
 
 // viewKey is an etcd membership as one comparable string: the members' names and roles, sorted.

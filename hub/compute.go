@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -24,7 +25,7 @@ type passState struct {
 	// unhealthyAt: when each machine's verdict last became Unhealthy (the detection time a hub
 	// remediation's detection-to-action metric counts from); healthyAt: when each machine that is not
 	// Healthy now was last Healthy (its failed remediations count from then; written when it leaves
-	// Healthy, not every pass); seenAt: when each was last in view (Assessment.SeenAt, the newest of any
+	// Healthy, not every pass); seenAt: when each was last in view (assess.Assessment.SeenAt, the newest of any
 	// pass since the hub started).
 	unhealthyAt, healthyAt, seenAt map[string]time.Time
 	// lastPass is the time of the previous pass's facts.
@@ -32,7 +33,7 @@ type passState struct {
 	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
 	beginFailed map[string]beginFailure
 	// kept: the observers the gossip is told to keep joined.
-	kept Expected
+	kept assess.Expected
 	// What was said last, so that each thing is said once, when it changes: whether the hub hears a
 	// majority of its observers (nil: nothing said yet), and why each machine is not started.
 	saidMajority *bool
@@ -59,8 +60,8 @@ func newPassState() *passState {
 // mode read it. Each pass publishes a new one; none is changed once published.
 type view struct {
 	// assessments: each machine's, in the inventory's order (as the assessor returns them).
-	assessments []Assessment
-	hearing     Hearing
+	assessments []assess.Assessment
+	hearing     assess.Hearing
 	// notPlanning says why the latest pass did not plan ("" when it did). cluster, outcome, needs and
 	// holds are those of the latest pass that planned.
 	notPlanning string
@@ -91,7 +92,7 @@ type Ready struct {
 	// voters changed: the evidence of a permanent loss should be fresh).
 	CheckBMCs bool
 	// QuorumBack: etcd's quorum, lost in the previous planning pass, is back; nothing was decided. The
-	// assessor judges what it gathered during the loss again, from now (Assessor.QuorumBack), and the
+	// assessor judges what it gathered during the loss again, from now (assess.Assessor.QuorumBack), and the
 	// pass steps again on a fresh assessment.
 	QuorumBack bool
 	// Retire, when set, is a rebuild of etcd no recovery of Hale's journaled: its old members are
@@ -117,10 +118,10 @@ func compute(s *passState, f facts) Ready {
 		old := assessmentOf(prev.assessments, i, a.Machine)
 		if old.Verdict != a.Verdict {
 			rd.queue(verdictNotice(a))
-			if a.Verdict == VerdictUnhealthy {
+			if a.Verdict == assess.VerdictUnhealthy {
 				s.unhealthyAt[a.Machine] = f.now
 			}
-			if old.Verdict == VerdictHealthy { // last seen Healthy in the previous pass
+			if old.Verdict == assess.VerdictHealthy { // last seen Healthy in the previous pass
 				s.healthyAt[a.Machine] = s.lastPass
 			}
 		}
@@ -129,9 +130,9 @@ func compute(s *passState, f facts) Ready {
 		}
 	}
 	s.lastPass = f.now
-	s.track(&rd, f.inv, f.obs.Reports, func(r health.Report) bool { return live(r, f.obs, f.inv.Policy.Assess.StaleAfter) })
+	s.track(&rd, f.inv, f.obs.Reports, func(r health.Report) bool { return assess.Live(r, f.obs, f.inv.Policy.Assess.StaleAfter) })
 	v.mark = s.mark
-	if e := f.hearing.set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
+	if e := f.hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.
 		rd.KeepJoined = append(slices.Clone(e.Agents), e.Witnesses...)
@@ -189,12 +190,12 @@ func compute(s *passState, f facts) Ready {
 	return rd
 }
 
-func verdictNotice(a Assessment) Notice {
+func verdictNotice(a assess.Assessment) Notice {
 	msg := fmt.Sprintf("%s is %s", a.Machine, a.Verdict)
 	if len(a.Reasons) > 0 {
 		msg += ": " + strings.Join(a.Reasons, "; ")
 	}
-	return Notice{Machine: a.Machine, Reason: Reason(a.Verdict), Message: msg, Warning: a.Verdict == VerdictUnhealthy}
+	return Notice{Machine: a.Machine, Reason: Reason(a.Verdict), Message: msg, Warning: a.Verdict == assess.VerdictUnhealthy}
 }
 
 // notPlanning says why a pass does not plan when that changed to something, and returns it.
@@ -207,7 +208,7 @@ func notPlanning(rd *Ready, before, why string) string {
 
 // sayHearing says the hub lost the majority of its expected observers, and that it hears one again
 // after it had lost it (each once, when it changes).
-func (s *passState) sayHearing(rd *Ready, hearing Hearing) {
+func (s *passState) sayHearing(rd *Ready, hearing assess.Hearing) {
 	now, before := hearing.Majority(), s.saidMajority
 	s.saidMajority = &now
 	switch {

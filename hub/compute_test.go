@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -80,8 +82,8 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 		}},
 		{name: "the observer majority lost, then heard again: each said once", passes: []pass{
 			{edit: func(*scene) {}, says: []string{"Healthy m0", "Healthy m1", "Healthy m2"}},
-			{edit: func(s *scene) { s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }, says: []string{"ObserverMajorityLost ", "NotPlanning "}},
-			{edit: func(s *scene) { s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }},
+			{edit: func(s *scene) { s.w.Cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }, says: []string{"ObserverMajorityLost ", "NotPlanning "}},
+			{edit: func(s *scene) { s.w.Cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }},
 			{edit: func(*scene) {}, says: []string{"ObserverMajorityHeard "}},
 		}},
 		{name: "quorum back: nothing decided, said, and the next pass plans", passes: []pass{
@@ -106,8 +108,8 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 
 // stepFacts completes a scene's facts for a pass of st (the state keeps what the scene would set).
 func (s *scene) stepFacts(st *passState) facts {
-	s.f.obs = s.w.obs
-	s.f.hearing = Hear(ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
+	s.f.obs = s.w.Obs
+	s.f.hearing = assess.Hear(assess.ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
 	return s.f
 }
 
@@ -125,7 +127,7 @@ func TestComputeRandomized(t *testing.T) {
 		for n := range passes {
 			s := newScene()
 			dead := map[int]bool{}
-			for i := range machines {
+			for i := range assesstest.Machines() {
 				if rng.IntN(3) == 0 {
 					dead[i] = true
 					s.dead(i)
@@ -142,10 +144,10 @@ func TestComputeRandomized(t *testing.T) {
 			case 2:
 				s.f.listen = "standing by"
 			case 3:
-				s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
+				s.w.Cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
 			}
-			for i := range machines {
-				m := machines[i].Name
+			for i := range assesstest.Machines() {
+				m := assesstest.Machines()[i].Name
 				switch rng.IntN(10) {
 				case 0:
 					s.f.detached[m] = Brake{By: "alice"}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -19,9 +20,9 @@ import (
 type facts struct {
 	now         time.Time
 	inv         Inventory
-	obs         Observations
-	assessments []Assessment
-	hearing     Hearing
+	obs         assess.Observations
+	assessments []assess.Assessment
+	hearing     assess.Hearing
 	// flights are the remediations under way, by machine.
 	flights map[string]flight
 	// paused says who paused the hub ("" when nothing pauses it); suspended whether it is
@@ -33,7 +34,7 @@ type facts struct {
 	// remediation could not begin.
 	healthyAt   map[string]time.Time
 	beginFailed map[string]beginFailure
-	// seenAt is when each machine was last in view (its Assessment's SeenAt, the newest of any pass
+	// seenAt is when each machine was last in view (its assess.Assessment's SeenAt, the newest of any pass
 	// since the hub started).
 	seenAt map[string]time.Time
 	// loginWait says, for a machine whose BMC account refused the credentials and is in its wait
@@ -79,7 +80,7 @@ type decision struct {
 	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back, or (rebuilt) the
 	// cluster that lost it was replaced by another membership (a recovery from a survivor: etcd
 	// changes no membership without quorum). Nothing else is decided: the evidence gathered while it
-	// was lost is judged again first (Assessor.QuorumBack).
+	// was lost is judged again first (assess.Assessor.QuorumBack).
 	quorumBack, rebuilt bool
 	// retire: etcd was rebuilt without a recovery of Hale's (rebuiltOutside); this pass held its old
 	// members already.
@@ -146,7 +147,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 	for i, m := range f.inv.Machines {
 		a := assessmentOf(f.assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
-			Unhealthy: a.Verdict == VerdictUnhealthy, Since: a.Since, Replace: m.Replace}
+			Unhealthy: a.Verdict == assess.VerdictUnhealthy, Since: a.Since, Replace: m.Replace}
 		if m.Strategy == quorum.Replace && m.Member != "" {
 			qm.Replace.NewMember = m.Member + newMemberSuffix
 		}
@@ -206,7 +207,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 // the rebuilt cluster's only member, its observers still catching up, cycled as free). While other
 // voters are silent (silentVoters) they are healed first; when every voter runs, a cycle heals nothing
 // that a running member can be healed of, and an operator decides. ok false: not held.
-func answersHold(f facts, m Machine, a Assessment, lost bool, silent []string) (hold, bool) {
+func answersHold(f facts, m Machine, a assess.Assessment, lost bool, silent []string) (hold, bool) {
 	if !lost || !(a.EtcdAnswers || a.OwnAnswers) {
 		return hold{}, false
 	}

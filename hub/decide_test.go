@@ -11,24 +11,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // scene builds the facts of one pass in the style of etcd's raft tests: a world (every observer
 // heard, every member healthy) that each case edits, then decide, then what it decided.
 type scene struct {
-	w *world
+	w *assesstest.World
 	f facts
 }
 
 func newScene() *scene {
-	now := t0.Add(time.Hour)
-	s := &scene{w: newWorld(now)}
+	now := assesstest.T0().Add(time.Hour)
+	s := &scene{w: assesstest.NewWorld(now)}
 	s.f = facts{now: now, inv: Inventory{Cluster: "test", Policy: testPolicy()}, flights: map[string]flight{}, detached: map[string]Brake{},
 		healthyAt: map[string]time.Time{}, beginFailed: map[string]beginFailure{}, history: map[string][]past{}}
-	for _, m := range machines {
+	for _, m := range assesstest.Machines() {
 		s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
-		s.f.assessments = append(s.f.assessments, Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true})
+		s.f.assessments = append(s.f.assessments, assess.Assessment{Machine: m.Name, Verdict: assess.VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true})
 		s.f.healthyAt[m.Name] = now.Add(-2 * time.Hour)
 	}
 	return s
@@ -36,21 +38,21 @@ func newScene() *scene {
 
 // dead makes machine i dead: its agent gone, its member unreachable, its verdict Unhealthy.
 func (s *scene) dead(i int) *scene {
-	m := machines[i]
+	m := assesstest.Machines()[i]
 	others := slices.Clone(s.f.inv.Witnesses)
-	for _, o := range machines {
+	for _, o := range assesstest.Machines() {
 		if o.Node != m.Node {
 			others = append(others, o.Node)
 		}
 	}
-	s.w.dead(m.Node, s.f.now.Add(-time.Minute), others...)
-	s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.now.Add(-time.Minute)}
+	s.w.Dead(m.Node, s.f.now.Add(-time.Minute), others...)
+	s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.now.Add(-time.Minute)}
 	return s
 }
 
 // remediated adds finished remediations of machine i to its history, the last ended ago.
 func (s *scene) remediated(i int, strategy string, state RemediationState, ago time.Duration, n int) *scene {
-	m := machines[i].Name
+	m := assesstest.Machines()[i].Name
 	for k := range n {
 		at := s.f.now.Add(-ago - time.Duration(n-1-k)*time.Minute)
 		s.f.history[m] = append(s.f.history[m], past{id: fmt.Sprintf("%s/%d", m, k), strategy: strategy, byHub: true, state: state,
@@ -61,7 +63,7 @@ func (s *scene) remediated(i int, strategy string, state RemediationState, ago t
 
 // cycled says machine i's latest remediation power-cycled it ago, and when it was last seen.
 func (s *scene) cycled(i int, ago, seenAgo time.Duration) *scene {
-	m := machines[i].Name
+	m := assesstest.Machines()[i].Name
 	h := s.f.history[m]
 	h[len(h)-1].cycled, h[len(h)-1].shown = s.f.now.Add(-ago), "On: Off then On observed after GracefulRestart"
 	if s.f.seenAt == nil {
@@ -74,22 +76,22 @@ func (s *scene) cycled(i int, ago, seenAgo time.Duration) *scene {
 // witnesses adds witness agents that read etcd from outside, as the demo's do.
 func (s *scene) witnesses(nodes ...string) *scene {
 	s.f.inv.Witnesses = append(s.f.inv.Witnesses, nodes...)
-	s.w.witness(nodes...)
+	s.w.Witness(nodes...)
 	for _, n := range nodes {
-		r := s.w.obs.Reports[n]
+		r := s.w.Obs.Reports[n]
 		r.Etcd = &health.EtcdView{}
-		for _, m := range machines {
+		for _, m := range assesstest.Machines() {
 			yes := true
 			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: m.Member, Reachable: &yes})
 		}
-		s.w.obs.Reports[n] = r
+		s.w.Obs.Reports[n] = r
 	}
 	return s
 }
 
 func (s *scene) decide() decision {
-	s.f.obs = s.w.obs
-	s.f.hearing = Hear(ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
+	s.f.obs = s.w.Obs
+	s.f.hearing = assess.Hear(assess.ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
 	return decide(s.f)
 }
 
@@ -128,35 +130,35 @@ func TestDecide(t *testing.T) {
 		{name: "a dead member is rebooted", scene: func() *scene { return newScene().dead(2) }, starts: []string{"m2"}},
 		{name: "the hub hears no majority: nothing planned", scene: func() *scene {
 			s := newScene().dead(2)
-			s.w.cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
+			s.w.Cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
 			return s
 		}, notPlanning: "the hub hears 1 of 4 expected observers"},
 		{name: "agents disagree on the membership: waiting", scene: func() *scene {
 			s := newScene().dead(2)
-			r := s.w.obs.Reports["cp-1"]
+			r := s.w.Obs.Reports["cp-1"]
 			r.Etcd = &health.EtcdView{LocalName: "etcd-1", Members: append(r.Etcd.Members, health.EtcdMember{Name: "etcd-9"})}
-			s.w.obs.Reports["cp-1"] = r
+			s.w.Obs.Reports["cp-1"] = r
 			return s
 		}, notPlanning: "agents disagree on the etcd membership (2 views, the most common held by 1)"},
 		{name: "witnesses without etcd access are not asked for the membership: two agents of three are a majority", scene: func() *scene {
 			s := newScene()
 			s.f.inv.Witnesses = []string{"w-0", "w-1", "w-2"}
-			s.w.witness(s.f.inv.Witnesses...) // witnesses without etcd access: no view of the membership
+			s.w.Witness(s.f.inv.Witnesses...) // witnesses without etcd access: no view of the membership
 			return s.dead(2)
 		}, starts: []string{"m2"}},
 		{name: "a majority of views but not of the expected judges that read etcd: waiting", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1", "w-2")
-			s.w.cut(s.f.now, "w-1", "w-2") // unheard: nobody knows whether they read etcd
+			s.w.Cut(s.f.now, "w-1", "w-2") // unheard: nobody knows whether they read etcd
 			return s.dead(2)
 		}, notPlanning: "only 3 of the 6 expected agents and witnesses that read etcd report the etcd membership (4 needed)"},
 		{name: "workers' agents do not judge etcd (they have no etcd access): the members' agents decide", scene: func() *scene {
 			s := newScene()
 			for i := range 4 { // more workers than members
-				w := MachineRef{Name: fmt.Sprintf("w%d", i), Node: fmt.Sprintf("worker-%d", i)}
+				w := assess.MachineRef{Name: fmt.Sprintf("w%d", i), Node: fmt.Sprintf("worker-%d", i)}
 				s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: w, Strategy: quorum.Reboot, Pool: "workers"})
-				s.f.assessments = append(s.f.assessments, Assessment{Machine: w.Name, Verdict: VerdictHealthy})
-				s.w.obs.HubPeers[w.Node] = health.PeerView{Name: w.Node, State: health.PeerAlive, Since: t0}
-				s.w.obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.now}
+				s.f.assessments = append(s.f.assessments, assess.Assessment{Machine: w.Name, Verdict: assess.VerdictHealthy})
+				s.w.Obs.HubPeers[w.Node] = health.PeerView{Name: w.Node, State: health.PeerAlive, Since: assesstest.T0()}
+				s.w.Obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.now}
 			}
 			return s.dead(2)
 		}, starts: []string{"m2"}},
@@ -228,22 +230,22 @@ func TestDecide(t *testing.T) {
 		}, starts: []string{"m1"}, held: "rate limit: 3 remediations started in the last 10m0s (max 3): m2 waits", kinds: map[string]Reason{"m2": ReasonRateLimited}},
 		{name: "quorum lost: the survivor that answers, failing with it, is held; the silent members start", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
 			return s
 		}, starts: []string{"m1", "m2"}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1, etcd-2 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
 		{name: "quorum lost, at a heal: a member back in view but still Suspect and silent holds the survivor too", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1)
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}}
-			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictSuspect, EtcdHealth: quorum.Unhealthy,
+			s.f.assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Unhealthy,
 				Reasons: []string{"etcd member etcd-1 unreachable from 3 of 5 expected observers for 0s"}}
 			return s
 		}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
 		{name: "quorum lost, every voter's member answering its own status: none is cycled", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			for i, m := range machines {
-				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+			for i, m := range assesstest.Machines() {
+				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
 					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.now.Add(-time.Minute)}
 			}
 			return s
@@ -252,7 +254,7 @@ func TestDecide(t *testing.T) {
 		{name: "quorum lost, one voter dead, the others answering only their own agents: the dead one starts", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(2)
 			for i := range 2 {
-				s.f.assessments[i] = Assessment{Machine: machines[i].Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+				s.f.assessments[i] = assess.Assessment{Machine: assesstest.Machines()[i].Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
 					Reasons: []string{"etcd member unreachable"}, Since: s.f.now.Add(-time.Minute)}
 			}
 			return s
@@ -260,28 +262,28 @@ func TestDecide(t *testing.T) {
 			kinds: map[string]Reason{"m0": ReasonSilentVotersFirst, "m1": ReasonSilentVotersFirst}},
 		{name: "a recovery's survivor, its rebuilt cluster not yet seen healthy: held whatever its verdict", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
 				Reasons: []string{"etcd member etcd-0 unreachable from 3 of 5 expected observers for 5s"}, Since: s.f.now.Add(-5 * time.Second)}
 			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
 			return s
 		}, reasons: map[string]string{"m0": "m0 is the survivor etcd recovery hale-c0-1 rebuilt the cluster from"}, kinds: map[string]Reason{"m0": ReasonSurvivor}},
 		{name: "a recovery's survivor, its rebuilt cluster seen healthy: healed as any machine", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy,
 				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.now.Add(-time.Minute)}
 			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}, survivorSeen: true}
 			return s
 		}, starts: []string{"m0"}},
 		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
 			s := newScene()
-			s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
 				Reasons: []string{"kubelet failing for 10s"}, Since: s.f.now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m0"}},
 		{name: "a probe failing alike on every voter's machine, members healthy: a common cause, none is cycled", scene: func() *scene {
 			s := newScene()
-			for i, m := range machines {
-				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
+			for i, m := range assesstest.Machines() {
+				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
 					Reasons: []string{"apiserver failing for 15s: x509: certificate is valid for 10.77.0.10, not 127.0.0.1"}, Since: s.f.now.Add(-15 * time.Second)}
 			}
 			return s
@@ -289,31 +291,31 @@ func TestDecide(t *testing.T) {
 			kinds: map[string]Reason{"m0": ReasonCommonCause, "m1": ReasonCommonCause, "m2": ReasonCommonCause}},
 		{name: "the first of them Unhealthy, the others failing alike still within the timeout: held all the same", scene: func() *scene {
 			s := newScene()
-			for i, m := range machines {
-				s.f.assessments[i] = Assessment{Machine: m.Name, Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
+			for i, m := range assesstest.Machines() {
+				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
 			}
-			s.f.assessments[0].Verdict, s.f.assessments[0].Since = VerdictUnhealthy, s.f.now.Add(-10*time.Second)
+			s.f.assessments[0].Verdict, s.f.assessments[0].Since = assess.VerdictUnhealthy, s.f.now.Add(-10*time.Second)
 			return s
 		}, kinds: map[string]Reason{"m0": ReasonCommonCause}},
 		{name: "a probe failing on one machine of three: its own fault, cycled", scene: func() *scene {
 			s := newScene()
-			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
+			s.f.assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
 				Reasons: []string{"apiserver failing for 15s"}, Since: s.f.now.Add(-15 * time.Second)}
-			s.f.assessments[2] = Assessment{Machine: "m2", Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"kubelet"}}
+			s.f.assessments[2] = assess.Assessment{Machine: "m2", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"kubelet"}}
 			return s
 		}, starts: []string{"m1"}},
 		{name: "two machines failing alike, one of them with its member down: no majority of healthy members, cycled", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.assessments[2].Failing = []string{"apiserver"}
-			s.f.assessments[1] = Assessment{Machine: "m1", Verdict: VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
+			s.f.assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
 			return s
 		}, starts: []string{"m2"}},
 		{name: "witnesses that read no etcd, two members of three silent: one agent's view is no majority", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
 			for _, w := range []string{"w-0", "w-1"} {
-				r := s.w.obs.Reports[w]
+				r := s.w.Obs.Reports[w]
 				r.Etcd = nil
-				s.w.obs.Reports[w] = r
+				s.w.Obs.Reports[w] = r
 			}
 			return s
 		}, notPlanning: "only 1 of the 3 expected agents and witnesses that read etcd report the etcd membership (2 needed)"},
@@ -372,12 +374,12 @@ func TestDecide(t *testing.T) {
 
 // The pass in which etcd's quorum comes back decides nothing: cp-0's verdict still rests on what was
 // gathered while quorum was lost ("no leader" for 16 minutes), and the hub judges it again first
-// (Assessor.QuorumBack; TestQuorumBackJudgesAfresh). A pass whose quorum stays lost, or stays held,
+// (assess.Assessor.QuorumBack; TestQuorumBackJudgesAfresh). A pass whose quorum stays lost, or stays held,
 // plans as usual; a pass that finds other voters than those that lost quorum (a rebuilt cluster) decides
 // nothing either.
 func TestDecideWhenQuorumComesBack(t *testing.T) {
 	sick := func(s *scene) *scene {
-		s.f.assessments[0] = Assessment{Machine: "m0", Verdict: VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+		s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 			Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}, Since: s.f.now.Add(-16 * time.Minute)}
 		return s
 	}
@@ -417,16 +419,16 @@ func TestDecideWhenQuorumComesBack(t *testing.T) {
 // later one), the members at the start, the attempt; after a failed one, a hard power cycle.
 func TestDecideEscalatesAfterAFailure(t *testing.T) {
 	s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1)
-	r := s.w.obs.Reports["cp-2"]
-	r.Started = t0
-	s.w.obs.Reports["cp-2"] = r
+	r := s.w.Obs.Reports["cp-2"]
+	r.Started = assesstest.T0()
+	s.w.Obs.Reports["cp-2"] = r
 	d := s.decide()
 	require.Len(t, d.begin, 1)
 	rem := d.begin[0].rem
 	assert.True(t, rem.Hard)
 	assert.Equal(t, 2, rem.Attempt)
 	assert.Contains(t, rem.Reason, "attempt 2 of 3, escalated to a hard power cycle after 1 failed")
-	assert.Equal(t, t0, rem.AgentStarted)
+	assert.Equal(t, assesstest.T0(), rem.AgentStarted)
 	assert.Equal(t, []string{"etcd-0", "etcd-1", "etcd-2"}, rem.Members)
 	assert.Equal(t, steps("power-cycle etcd-2", "await-healthy etcd-2"), rem.Steps)
 }
@@ -463,12 +465,12 @@ func TestInFlightReplaceIsToldByItsRealMember(t *testing.T) {
 // the old cluster itself needs nothing more.
 func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 	s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
-	for n, r := range s.w.obs.Reports {
+	for n, r := range s.w.Obs.Reports {
 		if r.Etcd != nil {
 			e := *r.Etcd
 			e.Members = slices.DeleteFunc(slices.Clone(e.Members), func(m health.EtcdMember) bool { return m.Name != "etcd-0" })
 			r.Etcd = &e
-			s.w.obs.Reports[n] = r
+			s.w.Obs.Reports[n] = r
 		}
 	}
 	d := s.decide()
@@ -506,8 +508,8 @@ func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 // taken for one the rebuild left out.
 func TestStepForgetsARebuildThatLeftNobodyOut(t *testing.T) {
 	sc := newScene().witnesses("w-0", "w-1")
-	sc.f.obs = sc.w.obs
-	sc.f.hearing = Hear(ExpectedOf(refs(sc.f.inv), sc.f.inv.Witnesses), sc.f.obs, sc.f.inv.Policy.Assess.StaleAfter)
+	sc.f.obs = sc.w.Obs
+	sc.f.hearing = assess.Hear(assess.ExpectedOf(refs(sc.f.inv), sc.f.inv.Witnesses), sc.f.obs, sc.f.inv.Policy.Assess.StaleAfter)
 	s := newPassState()
 	s.rebuilt = &clusterChange{from: "c1", to: "c2"}
 	rd := compute(s, sc.f)
@@ -534,7 +536,7 @@ func TestTheRebuiltClusterSeenHealthy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScene().witnesses("w-0", "w-1")
 			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
-			s.w.answering("cp-0", "a0", tc.cluster)
+			s.w.Answering("cp-0", "a0", tc.cluster)
 			s.f.assessments[0].EtcdReachedSince, s.f.assessments[0].EtcdHealth = tc.reached, tc.health
 			assert.Equal(t, tc.seen, s.decide().survivorSeen)
 		})

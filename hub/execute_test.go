@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -427,7 +428,7 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 // quorum to check, and its steps are not refused for naming no member.
 func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
 	r := newExecRig(t)
-	plan := machinePlan(quorum.Reboot, Machine{MachineRef: MachineRef{Name: "worker-1"}})
+	plan := machinePlan(quorum.Reboot, Machine{MachineRef: assess.MachineRef{Name: "worker-1"}})
 	rem := r.begin(t, plan)
 	e := r.executor(members("HHH"))
 	require.ErrorContains(t, e.Run(t.Context(), rem, plan, 0, r.power), "no member named worker-1",

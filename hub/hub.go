@@ -13,6 +13,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -94,8 +95,8 @@ type Hub struct {
 	cfg      Config
 	log      *slog.Logger
 	metrics  *metrics
-	assessor *Assessor  // the pass goroutine's only
-	state    *passState // the pass goroutine's only: what one pass leaves the next
+	assessor *assess.Assessor // the pass goroutine's only
+	state    *passState       // the pass goroutine's only: what one pass leaves the next
 	// resumedSeen: the latest resume the assessor was told of (the pass goroutine's only).
 	resumedSeen time.Time
 
@@ -201,7 +202,7 @@ func New(cfg Config) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{cfg: cfg, log: cfg.Log, assessor: NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: newPassState(), inv: cfg.Inventory,
+	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: newPassState(), inv: cfg.Inventory,
 		view: newPassState().view, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]Brake{},
 		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1)}
 	if cfg.Metrics != nil {
@@ -319,7 +320,7 @@ func (h *Hub) Timeline() []string {
 }
 
 // Assessment returns the latest assessment of a machine.
-func (h *Hub) Assessment(machine string) (Assessment, bool) {
+func (h *Hub) Assessment(machine string) (assess.Assessment, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a := assessmentOf(h.view.assessments, -1, machine)
@@ -345,16 +346,16 @@ func (h *Hub) inventoryLocked() Inventory {
 }
 
 // gossipNow is what the gossip pool shows now.
-func (h *Hub) gossipNow() Observations {
-	obs := Observations{Now: time.Now(), Reports: h.cfg.Gossip.Reports(), HubPeers: map[string]health.PeerView{}}
+func (h *Hub) gossipNow() assess.Observations {
+	obs := assess.Observations{Now: time.Now(), Reports: h.cfg.Gossip.Reports(), HubPeers: map[string]health.PeerView{}}
 	for _, p := range h.cfg.Gossip.Peers() {
 		obs.HubPeers[p.Name] = p
 	}
 	return obs
 }
 
-func refs(inv Inventory) []MachineRef {
-	out := make([]MachineRef, len(inv.Machines))
+func refs(inv Inventory) []assess.MachineRef {
+	out := make([]assess.MachineRef, len(inv.Machines))
 	for i, m := range inv.Machines {
 		out[i] = m.MachineRef
 	}

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/hale-dev/hale/hub/assess/assesstest"
 )
 
 // /healthz's word on the pipeline: a leader whose passes stopped must not look alive.
 func TestStalled(t *testing.T) {
-	now := t0.Add(time.Hour)
+	now := assesstest.T0().Add(time.Hour)
 	for _, tc := range []struct {
 		name              string
 		started, lastPass time.Time

@@ -13,6 +13,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/config"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -143,7 +144,7 @@ type Inventory struct {
 // Policy is the validated policy.
 type Policy struct {
 	Quorum      quorum.Policy
-	Assess      AssessPolicy
+	Assess      assess.Policy
 	RateMax     int
 	RatePer     time.Duration
 	Cooldown    time.Duration
@@ -155,7 +156,7 @@ type Policy struct {
 
 // Machine is a validated inventory machine.
 type Machine struct {
-	MachineRef
+	assess.MachineRef
 	Class    string
 	Strategy quorum.Strategy
 	Pool     string
@@ -217,7 +218,7 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 	names, nodes, members := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i, mf := range f.Machines {
 		at := fmt.Sprintf("machines[%d]", i)
-		m := Machine{MachineRef: MachineRef{Name: mf.Name, Node: mf.Node, Member: mf.Member}, Class: mf.Class,
+		m := Machine{MachineRef: assess.MachineRef{Name: mf.Name, Node: mf.Node, Member: mf.Member}, Class: mf.Class,
 			CAFile: mf.BMC.CAFile, Insecure: mf.BMC.Insecure}
 		switch {
 		case mf.Name == "" || strings.Contains(mf.Name, "/"):
@@ -277,7 +278,7 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 }
 
 func (pf PolicyFile) validate() (Policy, error) {
-	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: DefaultAssessPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
+	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
 		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, RecoveryTimeout: 10 * time.Minute}
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {

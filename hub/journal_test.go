@@ -11,8 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/quorum"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hale-dev/hale/quorum"
 )
 
 func openJournal(t *testing.T, path string) *Journal {

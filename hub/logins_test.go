@@ -11,13 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/assess"
 )
 
 func loginMachine(t *testing.T, name, endpoint, user, password string) Machine {
 	t.Helper()
 	ep, err := bmc.ParseEndpoint(endpoint)
 	require.NoError(t, err)
-	return Machine{MachineRef: MachineRef{Name: name}, Endpoint: ep, Credentials: bmc.NewCredentials(user, password)}
+	return Machine{MachineRef: assess.MachineRef{Name: name}, Endpoint: ep, Credentials: bmc.NewCredentials(user, password)}
 }
 
 // The login record: a failed login starts a wait for the account (the BMC and the user: its other

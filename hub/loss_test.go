@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -18,9 +19,9 @@ func TestAssessLoss(t *testing.T) {
 	for _, n := range []string{"1", "2", "3"} {
 		ep, err := bmc.ParseEndpoint("redfish+http://10.0.0." + n + "/redfish/v1/Systems/1")
 		require.NoError(t, err)
-		inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
+		inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
 	}
-	inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: "cp-4", Node: "cp-4", Member: "etcd-4"}}) // no BMC
+	inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: "cp-4", Node: "cp-4", Member: "etcd-4"}}) // no BMC
 	cluster := func(healthy ...string) quorum.Cluster {
 		var c quorum.Cluster
 		for _, n := range []string{"etcd-1", "etcd-2", "etcd-3"} {

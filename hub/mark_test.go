@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 )
 
 func etcdReport(node, cluster string, term, index uint64) health.Report {
@@ -32,7 +33,7 @@ func membersOf(reports map[string]health.Report) Inventory {
 	var inv Inventory
 	for node := range reports {
 		if !strings.HasPrefix(node, "w-") {
-			inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: node, Node: node, Member: "etcd-" + node}})
+			inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: node, Node: node, Member: "etcd-" + node}})
 		}
 	}
 	return inv

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hale-dev/hale/hub/assess"
 )
 
 // metrics holds what must be counted as it happens; everything else is read from Status at scrape
@@ -144,11 +146,11 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	verdicts := map[Verdict]float64{VerdictHealthy: 0, VerdictSuspect: 0, VerdictUnhealthy: 0, "Unknown": 0}
+	verdicts := map[assess.Verdict]float64{assess.VerdictHealthy: 0, assess.VerdictSuspect: 0, assess.VerdictUnhealthy: 0, "Unknown": 0}
 	inFlight, detached, loginWaits := 0.0, 0.0, 0.0
 	needs := map[OperatorNeed]float64{NeedGaveUp: 0, NeedFlapping: 0, NeedFenced: 0, NeedUnseen: 0, NeedRetired: 0}
 	for _, m := range st.Machines {
-		for _, v := range []Verdict{VerdictHealthy, VerdictSuspect, VerdictUnhealthy, "Unknown"} {
+		for _, v := range []assess.Verdict{assess.VerdictHealthy, assess.VerdictSuspect, assess.VerdictUnhealthy, "Unknown"} {
 			gauge(c.machineVerdict, boolGauge(m.Verdict == v), m.Name, string(v))
 		}
 		if m.BMC != nil {

@@ -20,6 +20,9 @@ func TestConstantsAreNamedAsTheirValues(t *testing.T) {
 	prefixes := map[string]string{"Reason": "Reason", "OperatorNeed": "Need", "Result": "Result", "Verdict": "Verdict", "EntryKind": "Entry"}
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
+	sub, err := filepath.Glob("*/*.go") // hub/assess and the other packages under hub
+	require.NoError(t, err)
+	files = append(files, sub...)
 	checked := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {

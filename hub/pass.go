@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -157,7 +158,7 @@ func (h *Hub) observe(listen string) facts {
 		}
 	}
 	for _, a := range assessments {
-		if _, inFlight := f.flights[a.Machine]; a.Verdict == VerdictUnhealthy && !inFlight {
+		if _, inFlight := f.flights[a.Machine]; a.Verdict == assess.VerdictUnhealthy && !inFlight {
 			f.history[a.Machine] = h.ledger.of(a.Machine)
 		}
 	}

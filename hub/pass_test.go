@@ -25,6 +25,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 )
@@ -34,7 +35,7 @@ import (
 // unreachable, since a minute ago).
 type testPool struct {
 	mu      sync.Mutex
-	nodes   []MachineRef
+	nodes   []assess.MachineRef
 	dead    map[string]bool
 	started map[string]time.Time // when a node's agent started (default: an hour ago)
 	// version is the reports' version: each read of the reports is a new round of them, unless
@@ -61,7 +62,7 @@ const testClusterID = "c0ffee"
 func newTestPool(n int, dead ...string) *testPool {
 	p := &testPool{dead: map[string]bool{}, started: map[string]time.Time{}, behind: map[string]uint64{}}
 	for i := range n {
-		p.nodes = append(p.nodes, MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i)})
+		p.nodes = append(p.nodes, assess.MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i)})
 	}
 	for _, d := range dead {
 		p.dead[d] = true
@@ -541,7 +542,7 @@ func TestVotersBackSince(t *testing.T) {
 	since := time.Date(2026, 11, 27, 19, 29, 15, 0, time.UTC)
 	inv := Inventory{}
 	for i := range 3 {
-		inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("node-%d", i), Member: fmt.Sprintf("etcd-%d", i)}})
+		inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("node-%d", i), Member: fmt.Sprintf("etcd-%d", i)}})
 	}
 	cluster := quorum.Cluster{Members: []quorum.Member{{Name: "etcd-0"}, {Name: "etcd-1"}, {Name: "etcd-2"}, {Name: "etcd-3", Learner: true}, {Name: "etcd-9"}}}
 	probe := func(ok bool, at time.Time) []health.ProbeResult {
@@ -583,7 +584,7 @@ func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
 	r := newPassRig(t, pool, p, nil)
 	r.run(t)
 	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now()); return q == QuorumLost }, 30*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == VerdictUnhealthy }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == assess.VerdictUnhealthy }, 30*time.Second, 10*time.Millisecond)
 	ctx := t.Context()
 	_, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})
 	require.ErrorIs(t, err, ErrRefused)

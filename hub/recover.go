@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -51,7 +52,7 @@ func (h *Hub) RecoveryPlan(ctx context.Context) RecoveryPlan {
 
 // PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory, the gossip's
 // observations and what the operator confirmed (req).
-func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest) RecoveryPlan {
+func PlanRecovery(st Status, inv Inventory, obs assess.Observations, req RecoverRequest) RecoveryPlan {
 	p := RecoveryPlan{Rebuild: quorum.Rebuild{Time: st.Time}, Loss: st.QuorumLoss}
 	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
 	lost := map[string]bool{}
@@ -98,7 +99,7 @@ func PlanRecovery(st Status, inv Inventory, obs Observations, req RecoverRequest
 	}
 	for _, r := range obs.Reports {
 		e := r.Etcd
-		if e == nil || e.LocalName == "" || e.RaftIndex == 0 || lost[e.LocalName] || !live(r, obs, inv.Policy.Assess.StaleAfter) {
+		if e == nil || e.LocalName == "" || e.RaftIndex == 0 || lost[e.LocalName] || !assess.Live(r, obs, inv.Policy.Assess.StaleAfter) {
 			continue
 		}
 		s := quorum.Survivor{Member: e.LocalName, ClusterID: e.ClusterID, Term: e.RaftTerm, Index: e.RaftIndex, Observed: e.ObservedAt}

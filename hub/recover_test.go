@@ -16,6 +16,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -26,7 +27,7 @@ func TestPlanRecovery(t *testing.T) {
 		n := string(rune('0' + i))
 		ep, err := bmc.ParseEndpoint("redfish+http://10.0.0." + n + "/redfish/v1/Systems/1")
 		require.NoError(t, err)
-		inv.Machines = append(inv.Machines, Machine{MachineRef: MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
+		inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
 	}
 	// 5 members, 3 lost for good (cp-1: BMC silent, cp-2 and cp-3: power Off); cp-0 and cp-4 answer,
 	// cp-4 further ahead.
@@ -38,8 +39,8 @@ func TestPlanRecovery(t *testing.T) {
 		return health.Report{Node: node, SentAt: now.Add(-time.Second),
 			Etcd: &health.EtcdView{ClusterID: cluster, LocalName: "etcd-" + strings.TrimPrefix(node, "cp-"), RaftTerm: 7, RaftIndex: index, ObservedAt: now.Add(-time.Second)}}
 	}
-	obs := func(rs ...health.Report) Observations {
-		o := Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
+	obs := func(rs ...health.Report) assess.Observations {
+		o := assess.Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
 		for _, r := range rs {
 			o.Reports[r.Node] = r
 			o.HubPeers[r.Node] = health.PeerView{Name: r.Node, State: health.PeerAlive}
@@ -56,7 +57,7 @@ func TestPlanRecovery(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		st        Status
-		obs       Observations
+		obs       assess.Observations
 		req       RecoverRequest
 		survivor  string
 		atRisk    uint64
@@ -448,7 +449,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	for _, name := range []string{"cp-1", "cp-2"} {
 		require.Eventually(t, func() bool { return r.machine(name).NeedsOperator == NeedRetired }, 10*time.Second, 10*time.Millisecond, name)
 		m := r.machine(name)
-		assert.NotEqual(t, VerdictHealthy, m.Verdict)
+		assert.NotEqual(t, assess.VerdictHealthy, m.Verdict)
 		assert.Contains(t, m.Decision, "retired by etcd recovery "+p.Token)
 	}
 	r.awaitPasses(t, 5)
@@ -532,7 +533,7 @@ func TestRetirementHold(t *testing.T) {
 		{"a machine of no recovery", "cp-7", nil, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			obs := Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
+			obs := assess.Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
 			for _, rep := range tc.reports {
 				obs.Reports[rep.Node] = rep
 				obs.HubPeers[rep.Node] = health.PeerView{Name: rep.Node, State: health.PeerAlive}
@@ -552,11 +553,11 @@ func TestRetirementHold(t *testing.T) {
 	assert.Equal(t, retirement{}, retirementOf(nil))
 
 	// What a pass that cannot agree on a membership adds to why.
-	old := Observations{Now: now, Reports: map[string]health.Report{"cp-3": report("cp-3", "etcd-3", "old", time.Second)},
+	old := assess.Observations{Now: now, Reports: map[string]health.Report{"cp-3": report("cp-3", "etcd-3", "old", time.Second)},
 		HubPeers: map[string]health.PeerView{"cp-3": {Name: "cp-3", State: health.PeerAlive}}}
 	assert.Equal(t, "; cp-3 (etcd-3) still run the old etcd cluster old that recovery hale-old-1 replaced, and report its membership: run `agent rejoin` on them",
 		r.runningOld(old, 10*time.Second))
-	assert.Empty(t, r.runningOld(Observations{Now: now}, 10*time.Second))
+	assert.Empty(t, r.runningOld(assess.Observations{Now: now}, 10*time.Second))
 }
 
 // `hub recover --yes` with a power-cycle under way: the hub waits for its BMC operation (here the

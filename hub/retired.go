@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -145,7 +146,7 @@ func (h *Hub) survivorSeen(ctx context.Context, token string) {
 // the old cluster no more. Requiring it alive held the next machine's power-on for ~20 s after each
 // rejoin on the real kubeadm cluster: the rejoined agent restarts under its name with a new key, and
 // the hub's gossip sees it dead until memberlist settles its incarnation.
-func (r retirement) where(x retiree, obs Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
+func (r retirement) where(x retiree, obs assess.Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
 	for _, rep := range obs.Reports {
 		e := rep.Etcd
 		if e == nil || e.LocalName != x.member || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
@@ -154,14 +155,14 @@ func (r retirement) where(x retiree, obs Observations, staleAfter time.Duration)
 		if e.ClusterID != r.cluster {
 			return true, false
 		}
-		runsOld = runsOld || live(rep, obs, staleAfter)
+		runsOld = runsOld || assess.Live(rep, obs, staleAfter)
 	}
 	return false, runsOld
 }
 
 // hold is the hold on a retired machine not yet back in the new cluster (ok false: not retired, or
 // rejoined).
-func (r retirement) hold(machine string, obs Observations, staleAfter time.Duration) (hold, bool) {
+func (r retirement) hold(machine string, obs assess.Observations, staleAfter time.Duration) (hold, bool) {
 	for _, x := range r.members {
 		if x.machine != machine {
 			continue
@@ -212,13 +213,13 @@ func (r retirement) survivorSeenNow(f facts) bool {
 	}
 	m, a := f.inv.Machines[i], assessmentOf(f.assessments, i, r.survivor.machine)
 	rep, ok := f.obs.Reports[m.Node]
-	return ok && rep.Etcd != nil && rep.Etcd.ClusterID != "" && rep.Etcd.ClusterID != r.cluster && a.Verdict == VerdictHealthy &&
-		a.EtcdHealth == quorum.Healthy && 2*a.EtcdReachedSince > f.hearing.set.Judges()
+	return ok && rep.Etcd != nil && rep.Etcd.ClusterID != "" && rep.Etcd.ClusterID != r.cluster && a.Verdict == assess.VerdictHealthy &&
+		a.EtcdHealth == quorum.Healthy && 2*a.EtcdReachedSince > f.hearing.Set.Judges()
 }
 
 // runningOld says which retired members still answer as members of the old cluster, for a pass that
 // cannot agree on a membership: their agents report the old cluster's ("": none).
-func (r retirement) runningOld(obs Observations, staleAfter time.Duration) string {
+func (r retirement) runningOld(obs assess.Observations, staleAfter time.Duration) string {
 	var old []string
 	for _, x := range r.members {
 		if _, runsOld := r.where(x, obs, staleAfter); runsOld {
@@ -277,12 +278,12 @@ func (r retirement) memberOf(machine string) string {
 
 // mayRun says why a retired member's machine may be running ("": its BMC reads it Off now and its agent
 // does not report).
-func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs Observations) string {
+func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs assess.Observations) string {
 	m, ok := inv.Machine(x.machine)
 	if !ok {
 		return "not in the inventory: its power cannot be read"
 	}
-	if rep, reports := obs.Reports[m.Node]; reports && live(rep, obs, inv.Policy.Assess.StaleAfter) {
+	if rep, reports := obs.Reports[m.Node]; reports && assess.Live(rep, obs, inv.Policy.Assess.StaleAfter) {
 		return "its agent reports"
 	}
 	power, err := h.cfg.PowerFor(m) // Kubernetes mode: a BareMetalHost, or the inventory file's BMC

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -59,14 +60,14 @@ type MachineStatus struct {
 	Member string `json:"member,omitempty"`
 	// Role: voter or learner in the membership the hub plans with, "absent" when the member is not in
 	// it, empty for a machine that is not an etcd member.
-	Role       string    `json:"role,omitempty"`
-	EtcdHealth string    `json:"etcdHealth,omitempty"`
-	Verdict    Verdict   `json:"verdict"`
-	Since      time.Time `json:"since,omitzero"`
-	Reasons    []string  `json:"reasons,omitempty"`
-	Detached   bool      `json:"detached,omitempty"`
-	DetachedBy *Brake    `json:"detachedBy,omitempty"`
-	Decision   string    `json:"decision,omitempty"`
+	Role       string         `json:"role,omitempty"`
+	EtcdHealth string         `json:"etcdHealth,omitempty"`
+	Verdict    assess.Verdict `json:"verdict"`
+	Since      time.Time      `json:"since,omitzero"`
+	Reasons    []string       `json:"reasons,omitempty"`
+	Detached   bool           `json:"detached,omitempty"`
+	DetachedBy *Brake         `json:"detachedBy,omitempty"`
+	Decision   string         `json:"decision,omitempty"`
 	// NeedsOperator: the hub will not heal this Unhealthy machine again by itself (given up, flapping,
 	// fenced); Decision says what to do.
 	NeedsOperator OperatorNeed `json:"needsOperator,omitempty"`
@@ -229,9 +230,9 @@ func (h *Hub) explain(ctx context.Context, st Status, machine string) (Explanati
 		e.Planner = "not planning: " + st.NotPlanning
 	case ms.Decision != "":
 		e.Planner = ms.Decision
-	case ms.Verdict == VerdictHealthy:
+	case ms.Verdict == assess.VerdictHealthy:
 		e.Planner = "nothing to do: the machine is healthy"
-	case ms.Verdict == VerdictUnhealthy:
+	case ms.Verdict == assess.VerdictUnhealthy:
 		e.Planner = "no decision about it in the latest pass"
 	default:
 		e.Planner = fmt.Sprintf("nothing to do: %s is %s, and only Unhealthy machines are remediated", m.Name, ms.Verdict)

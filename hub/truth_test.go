@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/hub/assess"
 )
 
 // Status, explain and the metrics say one thing at every moment. A sampler takes one status about
@@ -67,7 +69,7 @@ func TestStatusExplainAndMetricsAgree(t *testing.T) {
 		require.Eventually(t, func() bool { return cond(r.machine(machine)) }, 30*time.Second, 5*time.Millisecond, what)
 	}
 	inFlight := func(m MachineStatus) bool { return m.Remediation != nil }
-	idle := func(m MachineStatus) bool { return m.Remediation == nil && m.Verdict == VerdictHealthy }
+	idle := func(m MachineStatus) bool { return m.Remediation == nil && m.Verdict == assess.VerdictHealthy }
 
 	r.run(t)
 	r.awaitPasses(t, 5)
@@ -152,7 +154,7 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 			continue
 		}
 		assert.Equal(t, m, e.Machine, "%s: explain's machine is status' row", at)
-		for _, v := range []Verdict{VerdictHealthy, VerdictSuspect, VerdictUnhealthy, "Unknown"} {
+		for _, v := range []assess.Verdict{assess.VerdictHealthy, assess.VerdictSuspect, assess.VerdictUnhealthy, "Unknown"} {
 			assert.Equal(t, boolGauge(m.Verdict == v), g.value(c.machineVerdict, "machine", m.Name, "verdict", string(v)),
 				"%s: hale_hub_machine_verdict{machine=%s,verdict=%s} while status says %s", at, m.Name, v, m.Verdict)
 		}
@@ -170,7 +172,7 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 		switch {
 		case st.NotPlanning != "":
 			assert.Equal(t, "not planning: "+st.NotPlanning, e.Planner, at)
-		case m.Verdict == VerdictUnhealthy:
+		case m.Verdict == assess.VerdictUnhealthy:
 			assert.NotContains(t, e.Planner, "only Unhealthy machines", "%s: %s is Unhealthy", at, m.Name)
 		}
 		if e.Holding != "" {

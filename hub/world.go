@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -116,7 +117,7 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 	v, inv, flights := h.view, h.inventoryLocked(), h.flightsLocked()
 	h.mu.Unlock()
 	obs := h.gossipNow()
-	c, why := membershipOf(inv, obs, v.assessments, Hear(ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
+	c, why := membershipOf(inv, obs, v.assessments, assess.Hear(assess.ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
 	if why != "" {
 		return c, fmt.Errorf("%s", why)
 	}
@@ -131,7 +132,7 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 // differ from the hub's). It gives up after StaleAfter.
 func (h *Hub) freshBarrier(ctx context.Context) error {
 	h.mu.Lock()
-	e, wait := h.view.hearing.set, h.inventoryLocked().Policy.Assess.StaleAfter
+	e, wait := h.view.hearing.Set, h.inventoryLocked().Policy.Assess.StaleAfter
 	h.mu.Unlock()
 	before := h.cfg.Gossip.Reports()
 	need := e.Judges()/2 + 1
@@ -142,7 +143,7 @@ func (h *Hub) freshBarrier(ctx context.Context) error {
 			alive[p.Name] = p.State == health.PeerAlive
 		}
 		n := 0
-		for _, node := range e.judgeNodes {
+		for _, node := range e.JudgeNodes {
 			if r, ok := now[node]; ok && alive[node] && r.Etcd != nil && r.Version > before[node].Version {
 				n++
 			}
@@ -180,7 +181,7 @@ func (w *remediationWorld) Overtaken() error {
 // Wanted: one of the hub's own remediations is wanted while the machine has not been judged Healthy
 // again (an operator's reboot is wanted whatever the verdict).
 func (w *remediationWorld) Wanted() error {
-	if a, ok := w.h.Assessment(w.m.Name); ok && w.rem.RequestedBy == "hub" && a.Verdict == VerdictHealthy {
+	if a, ok := w.h.Assessment(w.m.Name); ok && w.rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy {
 		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", w.m.Name)
 	}
 	return nil
@@ -193,7 +194,7 @@ func (w *remediationWorld) Wanted() error {
 func (w *remediationWorld) Recovered(context.Context) bool {
 	h, m := w.h, w.m
 	a, ok := h.Assessment(m.Name)
-	if !ok || a.Verdict == VerdictUnhealthy {
+	if !ok || a.Verdict == assess.VerdictUnhealthy {
 		return false
 	}
 	if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !r.Started.After(w.rem.AgentStarted) {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/capture"
@@ -401,7 +402,7 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 		st := tb.Hub().Status(ctx)
 		healthy := 0
 		for _, m := range st.Machines {
-			if m.Verdict == hub.VerdictHealthy && m.EtcdHealth == quorum.Healthy.String() {
+			if m.Verdict == assess.VerdictHealthy && m.EtcdHealth == quorum.Healthy.String() {
 				healthy++
 			}
 		}

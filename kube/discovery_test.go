@@ -20,6 +20,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -123,7 +124,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{HostDetachedAnnotation: ""})
 	ep, err := bmc.ParseEndpoint("redfish+http://127.0.0.1:1/redfish/v1/Systems/1")
 	require.NoError(t, err)
-	base := hub.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []hub.Machine{{MachineRef: hub.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
+	base := hub.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []hub.Machine{{MachineRef: assess.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
 		Class: "file", Strategy: quorum.Reboot, Endpoint: ep}}}
 	d := &Discovery{Client: c, Base: base}
 	inv, err := d.Build(ctx)
@@ -147,7 +148,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	}, got, "m-b: the MachineHealthCheck that selects its labels is another cluster's")
 	assert.Equal(t, []quorum.Order{quorum.ScaleDownFirst}, inv.Machines[1].Replace.Orders, "KCP remediates delete-first")
 	assert.Equal(t, []string{"rack-2-witness", "worker-2"}, inv.Witnesses, "the file's witnesses and the Nodes labelled "+WitnessLabel)
-	assert.Equal(t, []hub.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,
+	assert.Equal(t, []assess.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,
 		"the Node's conditions, as evidence for the assessor")
 
 	power := d.PowerFor(func(m hub.Machine) (hub.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
@@ -318,7 +319,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	require.NoError(t, tb.WaitFor(ctx, 10*time.Second, "cooldown over and rediscovered", func() bool {
 		for _, ms := range tb.Hub().Status(ctx).Machines {
 			if ms.Name == "cp-2" {
-				return ms.Verdict == hub.VerdictHealthy
+				return ms.Verdict == assess.VerdictHealthy
 			}
 		}
 		return false

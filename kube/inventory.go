@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -144,13 +145,13 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	bound := map[string]binding{}
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes.Items {
-		m := hub.Machine{MachineRef: hub.MachineRef{Name: n.Name, Node: n.Name, Member: n.Name}, Class: "kubernetes", Pool: ControlPlanePool, Strategy: quorum.Reboot}
+		m := hub.Machine{MachineRef: assess.MachineRef{Name: n.Name, Node: n.Name, Member: n.Name}, Class: "kubernetes", Pool: ControlPlanePool, Strategy: quorum.Reboot}
 		member, annotated := n.Annotations[EtcdMemberAnnotation]
 		if annotated {
 			m.Member = member
 		}
 		for _, c := range n.Status.Conditions {
-			m.Conditions = append(m.Conditions, hub.NodeCondition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason, Since: c.LastTransitionTime.Time})
+			m.Conditions = append(m.Conditions, assess.NodeCondition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason, Since: c.LastTransitionTime.Time})
 		}
 		b := binding{node: n.Name}
 		cm := byNode[n.Name]

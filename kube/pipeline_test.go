@@ -25,6 +25,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
@@ -398,7 +399,7 @@ func TestPassesMakeNoAPIRequests(t *testing.T) {
 	tb.Hang(1)
 	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-1 held", func() bool {
 		m := tb.Hub().Status(ctx).Machines[1]
-		return m.Verdict == hub.VerdictUnhealthy && m.Detached
+		return m.Verdict == assess.VerdictUnhealthy && m.Detached
 	}))
 	require.NoError(t, tb.Passes(ctx, 3)) // the hold's notice said, and its Event written
 	require.NotEmpty(t, seen(), "the counter sees the journal's load and the detach's write")

@@ -24,6 +24,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/quorum"
@@ -287,7 +288,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		if d != nil {
 			d.Healthy = func(machine string) bool {
 				a, ok := h.Assessment(machine)
-				return ok && a.Verdict == hub.VerdictHealthy && a.EtcdHealth == quorum.Healthy
+				return ok && a.Verdict == assess.VerdictHealthy && a.EtcdHealth == quorum.Healthy
 			}
 			go d.Run(lctx, k.discoverEvery, func(inv hub.Inventory) error {
 				d.Base = inventory.Current()

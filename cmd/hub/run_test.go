@@ -20,6 +20,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
 )
@@ -155,7 +156,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	var e hub.Explanation
 	require.NoError(t, json.Unmarshal([]byte(out), &e), out)
 	assert.Equal(t, "cp-1", e.Machine.Name)
-	assert.Equal(t, hub.VerdictHealthy, e.Machine.Verdict)
+	assert.Equal(t, assess.VerdictHealthy, e.Machine.Verdict)
 	assert.Equal(t, "nothing to do: the machine is healthy", e.Planner)
 	assert.True(t, e.Machine.BMC.Ready)
 	out, code = cli("explain", "cp-1", "-o", "yaml")
@@ -334,7 +335,7 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 	tb.Hang(2)
 	require.Eventually(t, func() bool {
 		st := status(a)
-		return len(tb.Resets(2)) == 1 && st.Machines[2].Verdict == hub.VerdictHealthy && st.Machines[2].Remediation == nil
+		return len(tb.Resets(2)) == 1 && st.Machines[2].Verdict == assess.VerdictHealthy && st.Machines[2].Remediation == nil
 	}, 60*time.Second, 100*time.Millisecond)
 	time.Sleep(time.Second)
 	assert.Len(t, tb.Resets(2), 1, "one power action: the hub that stands by did nothing")
@@ -345,7 +346,7 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 	a.done <- nil
 	require.Eventually(t, func() bool { st := status(b); return st.Budget != nil && st.NotPlanning == "" }, 30*time.Second, 100*time.Millisecond,
 		"hub-b leads once hub-a is gone")
-	require.Eventually(t, func() bool { return status(b).Machines[2].Verdict == hub.VerdictHealthy }, 30*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return status(b).Machines[2].Verdict == assess.VerdictHealthy }, 30*time.Second, 100*time.Millisecond)
 	time.Sleep(1100 * time.Millisecond) // past the cooldown
 	tb.Hang(1)
 	require.Eventually(t, func() bool { return len(tb.Resets(1)) == 1 }, 60*time.Second, 100*time.Millisecond, "hub-b heals")

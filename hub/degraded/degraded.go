@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -168,7 +169,7 @@ func Inventory(last hub.Inventory, breakGlass *hub.Inventory) hub.Inventory {
 func TermInventory(base hub.Inventory, t Term) hub.Inventory {
 	inv := hub.Inventory{Cluster: base.Cluster, Policy: base.Policy, Witnesses: t.Witnesses}
 	for _, m := range t.Machines {
-		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: m.Name, Node: m.Node, Member: m.Member},
+		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: assess.MachineRef{Name: m.Name, Node: m.Node, Member: m.Member},
 			Class: m.Class, Pool: m.Pool, Hold: m.Hold, Strategy: quorum.Reboot})
 	}
 	return inv

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -95,7 +96,7 @@ func TestStandby(t *testing.T) {
 
 // A new term records the leader, the epoch, why, and the inventory's machines and witnesses.
 func TestNewTerm(t *testing.T) {
-	inv := hub.Inventory{Witnesses: []string{"w-0"}, Machines: []hub.Machine{{MachineRef: hub.MachineRef{Name: "cp-0", Node: "n0", Member: "e0"}, Pool: "cp", Hold: "h"}}}
+	inv := hub.Inventory{Witnesses: []string{"w-0"}, Machines: []hub.Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "n0", Member: "e0"}, Pool: "cp", Hold: "h"}}}
 	term := NewTerm("hub-a", 4, t0, "quorum lost", inv)
 	assert.Equal(t, Term{Identity: "hub-a", Epoch: 4, Since: t0, Unreachable: t0, Why: "quorum lost", Witnesses: []string{"w-0"},
 		Machines: []TermMachine{{Name: "cp-0", Node: "n0", Member: "e0", Pool: "cp", Hold: "h"}}}, term)
@@ -109,14 +110,14 @@ func TestInventory(t *testing.T) {
 	require.NoError(t, err)
 	creds := bmc.NewCredentials("hale", "s3cret")
 	last := hub.Inventory{Cluster: "prod", Witnesses: []string{"w-0", "w-1"}, Machines: []hub.Machine{
-		{MachineRef: hub.MachineRef{Name: "cp-0", Node: "cp-0", Member: "cp-0"}, Strategy: quorum.Replace,
+		{MachineRef: assess.MachineRef{Name: "cp-0", Node: "cp-0", Member: "cp-0"}, Strategy: quorum.Replace,
 			Replace: quorum.ReplaceOptions{Orders: []quorum.Order{quorum.ScaleDownFirst}}},
-		{MachineRef: hub.MachineRef{Name: "cp-1", Node: "cp-1", Member: "cp-1"}, Strategy: quorum.Reboot, Hold: "BareMetalHost detached"},
-		{MachineRef: hub.MachineRef{Name: "cp-2", Node: "cp-2"}, Strategy: quorum.Replace},
+		{MachineRef: assess.MachineRef{Name: "cp-1", Node: "cp-1", Member: "cp-1"}, Strategy: quorum.Reboot, Hold: "BareMetalHost detached"},
+		{MachineRef: assess.MachineRef{Name: "cp-2", Node: "cp-2"}, Strategy: quorum.Replace},
 	}}
 	breakGlass := &hub.Inventory{Cluster: "other", Machines: []hub.Machine{
-		{MachineRef: hub.MachineRef{Name: "cp-1", Member: "cp-1"}, Strategy: quorum.Reboot, Endpoint: ep, Credentials: creds},
-		{MachineRef: hub.MachineRef{Name: "cp-2", Member: "etcd-cp-2"}, Strategy: quorum.Reboot, Endpoint: ep, Credentials: creds},
+		{MachineRef: assess.MachineRef{Name: "cp-1", Member: "cp-1"}, Strategy: quorum.Reboot, Endpoint: ep, Credentials: creds},
+		{MachineRef: assess.MachineRef{Name: "cp-2", Member: "etcd-cp-2"}, Strategy: quorum.Reboot, Endpoint: ep, Credentials: creds},
 	}}
 	inv := Inventory(last, breakGlass)
 	assert.Equal(t, "prod", inv.Cluster)

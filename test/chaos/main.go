@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/netns"
 )
@@ -252,7 +252,7 @@ func hubSeesAll(ctx context.Context, c *lab.Cluster, within time.Duration) bool 
 		}
 		ok := true
 		for _, m := range st.Machines {
-			ok = ok && m.Verdict == hub.VerdictHealthy && m.Remediation == nil
+			ok = ok && m.Verdict == assess.VerdictHealthy && m.Remediation == nil
 		}
 		if ok {
 			return true

@@ -18,6 +18,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/seed"
@@ -55,7 +56,7 @@ func (tb *Testbed) wait(t *testing.T, what string, cond func() bool) {
 func (tb *Testbed) unhealthy(i int) func() bool {
 	return func() bool {
 		a, _ := tb.Hub().Assessment(Name(i))
-		return a.Verdict == hub.VerdictUnhealthy
+		return a.Verdict == assess.VerdictUnhealthy
 	}
 }
 
@@ -478,7 +479,7 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		for _, m := range h.Status(context.Background()).Machines {
-			require.NotEqual(t, hub.VerdictUnhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
+			require.NotEqual(t, assess.VerdictUnhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
 			require.Nil(t, m.Remediation, m.Name)
 		}
 		time.Sleep(50 * time.Millisecond)

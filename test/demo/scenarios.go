@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -246,7 +247,7 @@ func refusedRebootScenario(ctx context.Context, tb *Testbed) error {
 	tb.Hang(2)
 	if err := tb.WaitFor(ctx, 30*time.Second, "cp-2 Unhealthy", func() bool {
 		a, _ := h.Assessment(Name(2))
-		return a.Verdict == hub.VerdictUnhealthy
+		return a.Verdict == assess.VerdictUnhealthy
 	}); err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/recovery"
 	"github.com/hale-dev/hale/test/etcdcluster"
@@ -555,7 +556,7 @@ func (tb *Testbed) powerOn(i int) {
 // Inventory is the hub's inventory for the testbed: every machine a control-plane etcd member,
 // healed by reboot; short timeouts so that the demo moves at a human pace.
 func (tb *Testbed) Inventory() (hub.Inventory, error) {
-	inv := hub.Inventory{Cluster: "demo", Policy: hub.Policy{Quorum: quorum.DefaultPolicy(), Assess: hub.DefaultAssessPolicy(),
+	inv := hub.Inventory{Cluster: "demo", Policy: hub.Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(),
 		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3, FlapWindow: 2 * time.Second}}
 	for i := range Witnesses {
 		inv.Witnesses = append(inv.Witnesses, WitnessName(i))
@@ -573,7 +574,7 @@ func (tb *Testbed) Inventory() (hub.Inventory, error) {
 			}
 			creds = bmc.NewCredentials(tb.ipmi.Username, tb.ipmi.Password)
 		}
-		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: hub.MachineRef{Name: tb.name(i), Node: tb.name(i),
+		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: assess.MachineRef{Name: tb.name(i), Node: tb.name(i),
 			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
 			Credentials: creds})
 	}
@@ -809,7 +810,7 @@ func (tb *Testbed) AllHealthy() bool {
 		return false
 	}
 	for _, m := range h.Status(context.Background()).Machines {
-		if m.Verdict != hub.VerdictHealthy || (m.Member != "" && m.EtcdHealth != quorum.Healthy.String()) || m.Remediation != nil {
+		if m.Verdict != assess.VerdictHealthy || (m.Member != "" && m.EtcdHealth != quorum.Healthy.String()) || m.Remediation != nil {
 			return false
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/lab"
 )
@@ -410,11 +411,11 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	n.Freeze()
 	st := waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
 		m, ok := machineIn(st, n.Name)
-		return ok && (m.Verdict == hub.VerdictUnhealthy || m.Remediation != nil)
+		return ok && (m.Verdict == assess.VerdictUnhealthy || m.Remediation != nil)
 	})
 	// The hub's own time of the verdict (the nodes share this host's clock), not when this poll saw it.
 	detected := time.Since(hung)
-	if m, _ := machineIn(st, n.Name); m.Verdict == hub.VerdictUnhealthy && m.Since.After(hung) {
+	if m, _ := machineIn(st, n.Name); m.Verdict == assess.VerdictUnhealthy && m.Since.After(hung) {
 		detected = m.Since.Sub(hung)
 	}
 	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle", func(st hub.Status) bool {
@@ -554,7 +555,7 @@ func allHealthy(st hub.Status) bool {
 		return false
 	}
 	for _, m := range st.Machines {
-		if m.Verdict != hub.VerdictHealthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
+		if m.Verdict != assess.VerdictHealthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
 			return false
 		}
 	}

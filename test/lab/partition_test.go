@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/promtest"
@@ -53,7 +54,7 @@ func allHealthy(st hub.Status) bool {
 		return false
 	}
 	for _, m := range st.Machines {
-		if m.Verdict != hub.VerdictHealthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
+		if m.Verdict != assess.VerdictHealthy || m.EtcdHealth != quorum.Healthy.String() || m.Remediation != nil {
 			return false
 		}
 	}

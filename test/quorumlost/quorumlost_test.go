@@ -37,6 +37,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
@@ -387,7 +388,7 @@ func allHealthy(st hub.Status) bool {
 		return false
 	}
 	for _, m := range st.Machines {
-		if m.Verdict != hub.VerdictHealthy || m.EtcdHealth != "healthy" {
+		if m.Verdict != assess.VerdictHealthy || m.EtcdHealth != "healthy" {
 			return false
 		}
 	}

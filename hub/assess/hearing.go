@@ -1,6 +1,6 @@
 // Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
 // quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
-package hub
+package assess
 
 import (
 	"fmt"
@@ -19,8 +19,8 @@ import (
 type Expected struct {
 	// Agents and Witnesses are gossip node names.
 	Agents, Witnesses []string
-	// judgeNodes are the judges of etcd: the agents of etcd members and the witnesses.
-	judgeNodes []string
+	// JudgeNodes are the judges of etcd: the agents of etcd members and the witnesses.
+	JudgeNodes []string
 	members    []string // the etcd members of the machines, as ExpectedOf was given them
 	built      bool     // made by ExpectedOf
 }
@@ -32,10 +32,10 @@ func ExpectedOf(machines []MachineRef, witnesses []string) Expected {
 		e.Agents = append(e.Agents, m.Node)
 		e.members = append(e.members, m.Member)
 		if m.Member != "" {
-			e.judgeNodes = append(e.judgeNodes, m.Node)
+			e.JudgeNodes = append(e.JudgeNodes, m.Node)
 		}
 	}
-	e.judgeNodes = append(e.judgeNodes, witnesses...)
+	e.JudgeNodes = append(e.JudgeNodes, witnesses...)
 	return e
 }
 
@@ -57,13 +57,13 @@ func (e Expected) Size() int { return len(e.Agents) + len(e.Witnesses) + 1 }
 
 // Judges counts the observers that judge etcd: the agents of etcd members and the witnesses (not the
 // hub, not the agents of workers, which have no etcd access).
-func (e Expected) Judges() int { return len(e.judgeNodes) }
+func (e Expected) Judges() int { return len(e.JudgeNodes) }
 
 // Hearing is how many of the expected observers the hub hears now: itself, and every expected agent
 // and witness alive in its gossip view with a fresh report.
 type Hearing struct {
-	// set is the expected set heard from.
-	set      Expected
+	// Set is the expected set heard from.
+	Set      Expected
 	Expected int
 	// Heard lists the observers heard, the hub first; Missing the others.
 	Heard, Missing []string
@@ -92,7 +92,7 @@ func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
 // hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
 // order, which it relies on).
 func hearingOf(e Expected, observers []health.Report) Hearing {
-	h := Hearing{set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
+	h := Hearing{Set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
 	h.Heard[0] = "the hub"
 	j := 0
 	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
@@ -110,8 +110,8 @@ func hearingOf(e Expected, observers []health.Report) Hearing {
 
 // appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
 // report is fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
-// live: the hub hears r's sender alive, and r is no older than staleAfter.
-func live(r health.Report, obs Observations, staleAfter time.Duration) bool {
+// Live: the hub hears r's sender alive, and r is no older than staleAfter.
+func Live(r health.Report, obs Observations, staleAfter time.Duration) bool {
 	pv, ok := obs.HubPeers[r.Node]
 	return ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter
 }
@@ -119,7 +119,7 @@ func live(r health.Report, obs Observations, staleAfter time.Duration) bool {
 func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
 	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, node := range nodes {
-			if r, reported := obs.Reports[node]; reported && live(r, obs, staleAfter) {
+			if r, reported := obs.Reports[node]; reported && Live(r, obs, staleAfter) {
 				out = append(out, r)
 			}
 		}

@@ -1,6 +1,6 @@
 // Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
 // quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
-package hub
+package assess
 
 import (
 	"fmt"
@@ -46,9 +46,9 @@ func (c NodeCondition) bad() bool {
 	return c.Status == "True"
 }
 
-// AssessPolicy holds the timeouts that turn observations into verdicts, like a MachineHealthCheck's
+// Policy holds the timeouts that turn observations into verdicts, like a MachineHealthCheck's
 // unhealthyConditions.
-type AssessPolicy struct {
+type Policy struct {
 	// ProbeTimeouts: how long a probe must fail before the machine is Unhealthy. Probes not listed are
 	// reported but never make a machine unhealthy (a clock offset or a filling disk is not healed by a
 	// reboot).
@@ -70,11 +70,11 @@ type AssessPolicy struct {
 	NodeConditionTimeouts map[string]time.Duration
 }
 
-// DefaultAssessPolicy: each judged probe failing for its kind's Judged (kubelet, apiserver and etcd:
+// DefaultPolicy: each judged probe failing for its kind's Judged (kubelet, apiserver and etcd:
 // 10 s; etcd 30 s more while it catches up); dead at once; etcd unreachable from a majority for 5 s; reports stale after 20 s (four missed 5 s
 // reports); a Node not Ready for 30 s (with other evidence).
-func DefaultAssessPolicy() AssessPolicy {
-	return AssessPolicy{
+func DefaultPolicy() Policy {
+	return Policy{
 		ProbeTimeouts:          health.JudgedProbes(),
 		EtcdUnreachableTimeout: 5 * time.Second,
 		StaleAfter:             20 * time.Second,
@@ -114,7 +114,7 @@ type Assessment struct {
 // Assessor turns reports into verdicts. It remembers when conditions without a since of their own
 // (a member unreachable from a majority) were first seen.
 type Assessor struct {
-	policy    AssessPolicy
+	policy    Policy
 	firstSeen map[string]time.Time
 	// heardSince is when the hub's view last changed: it began to hear a strict majority of its
 	// expected observers (zero while it does not), or etcd's quorum came back (QuorumBack). Timed
@@ -154,7 +154,7 @@ type deadVotes struct {
 }
 
 // NewAssessor returns an assessor with policy p.
-func NewAssessor(p AssessPolicy) *Assessor {
+func NewAssessor(p Policy) *Assessor {
 	return &Assessor{policy: p, firstSeen: map[string]time.Time{}}
 }
 
@@ -168,7 +168,7 @@ type Observations struct {
 }
 
 // SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
-func (a *Assessor) SetPolicy(p AssessPolicy) { a.policy = p }
+func (a *Assessor) SetPolicy(p Policy) { a.policy = p }
 
 // Assess judges every machine. Rule 6 of DESIGN.md: the hub losing sight of a machine is never enough;
 // dead needs a strict majority of the expected observers (the hub and the agents and witnesses that
@@ -276,7 +276,7 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		}
 		// Only from a member alive in the hub's gossip: a hub that just started holds the last reports of
 		// members that died before it did, fresh by age, from peers that kept them.
-		res.OwnAnswers = fresh && live(own, obs, a.policy.StaleAfter) && ownViewOf(own, m.Member).answers
+		res.OwnAnswers = fresh && Live(own, obs, a.policy.StaleAfter) && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	res.Failing = ev.failing
@@ -368,6 +368,12 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 // healthy voter down).
 func (a *Assessor) newerThanHeard(r health.Report) bool {
 	return a.heardVersions == nil || r.Version > a.heardVersions[r.Node]
+}
+
+// HeardFrom tells the assessor that the hub has heard a majority of its observers since at, for why
+// (a hub learns it from its passes; a test's history starts there).
+func (a *Assessor) HeardFrom(at time.Time, why string) {
+	a.heardSince, a.heardWhy = at, why
 }
 
 // Resumed tells the assessor that the hub's brakes were lifted at at (a resume, an unsuspend): as

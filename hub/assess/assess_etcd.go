@@ -1,6 +1,6 @@
 // Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
 // quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
-package hub
+package assess
 
 import (
 	"fmt"
