@@ -49,9 +49,9 @@ type World interface {
 	// after since (its agent restarted, observers saw it go down): what Resume goes by when the BMC
 	// keeps no reset time (IPMI, metal3, some Redfish firmware).
 	ResetEvidence(ctx context.Context, since time.Time) (bool, string)
-	// Recorded is told every record once the journal has it, in order: the one value the notice and
+	// Recorded is told every entry once the journal has it, in order: the one value the notice and
 	// the metric are derived from. A write the journal refuses is told with its error (once; the
-	// executor retries it until it is in, then tells the record).
+	// executor retries it until it is in, then tells the entry).
 	Recorded(en Entry, err error)
 }
 
@@ -83,7 +83,7 @@ type Executor struct {
 	ResetWindow time.Duration
 }
 
-// record writes one record to the journal, retried until it is in (persist), and tells the world.
+// record writes one entry to the journal, retried until it is in (persist), and tells the world.
 // A finish of a remediation finished already is done.
 func (e *Executor) record(ctx context.Context, id string, en Entry) error {
 	err := writeEntry(ctx, e.Journal, id, en, e.World.Recorded)

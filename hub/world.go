@@ -26,7 +26,7 @@ type remediationWorld struct {
 	acted    bool
 	// failing: a journal write was refused and not yet accepted (the remediation holds its machine).
 	failing bool
-	// end: the record that ended the remediation, said once it no longer holds its machine.
+	// end: the entry that ended the remediation, said once it no longer holds its machine.
 	end *Entry
 }
 
@@ -36,7 +36,7 @@ func (w *remediationWorld) Gate(ctx context.Context) error {
 	return w.h.gate(w.m.Name, w.Overtaken)(ctx)
 }
 
-// Recorded turns each record into what the hub says and counts, and what `hub status` shows: the step
+// Recorded turns each entry into what the hub says and counts, and what `hub status` shows: the step
 // under way, a step's outcome (StepDone), a journal write refused and then accepted, the end.
 func (w *remediationWorld) Recorded(en Entry, err error) {
 	h, m, id := w.h, w.m.Name, w.rem.ID
