@@ -29,6 +29,7 @@ type World struct {
 	Witnesses []string
 }
 
+// NewWorld is the world as seen at now.
 func NewWorld(now time.Time) *World {
 	w := &World{Obs: assess.Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}}
 	for _, m := range Machines() {
@@ -114,6 +115,7 @@ func (w *World) Unreachable(member string, by ...string) *World {
 	return w
 }
 
+// Probe sets node's probe name to ok (failing: "connection refused") since since.
 func (w *World) Probe(node, name string, ok bool, since time.Time) *World {
 	r := w.Obs.Reports[node]
 	r.Probes = append([]health.ProbeResult(nil), r.Probes...)
