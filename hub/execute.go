@@ -42,9 +42,9 @@ type World interface {
 	// begun for: an etcd recovery begun since retires it (retired.go). It is asked with Wanted, and
 	// while a step awaits the machine's recovery.
 	Overtaken() error
-	// Recovered says whether the machine is back: its agent restarted and in the gossip pool, and for
+	// CameBack says whether the machine is back: its agent restarted and in the gossip pool, and for
 	// an etcd member, the member healthy again. The BMC saying "On" is not enough.
-	Recovered(ctx context.Context) bool
+	CameBack(ctx context.Context) bool
 	// ResetEvidence says whether the machine shows, other than through its BMC, that it was reset
 	// after since (its agent restarted, observers saw it go down): what Resume goes by when the BMC
 	// keeps no reset time (IPMI, metal3, some Redfish firmware).
@@ -63,8 +63,8 @@ type Executor struct {
 	World        World
 	Log          *slog.Logger
 	PollInterval time.Duration
-	// RecoveryTimeout bounds an await-healthy step (default 10 min).
-	RecoveryTimeout time.Duration
+	// ComeBackTimeout bounds an await-healthy step (default 10 min).
+	ComeBackTimeout time.Duration
 	// ReplaceTimeout bounds the wait for an owner's replacement, which provisions a machine (default
 	// 60 min: bare metal takes long to provision).
 	ReplaceTimeout time.Duration
@@ -328,13 +328,13 @@ func (e *Executor) check(live quorum.Cluster, steps []quorum.Step) (int, quorum.
 }
 
 func (e *Executor) await(ctx context.Context, rem Remediation, i int, step quorum.Step) error {
-	err := e.poll(ctx, rem, cmp.Or(e.RecoveryTimeout, 10*time.Minute), func(ctx context.Context) (bool, string) {
-		return e.World.Recovered(ctx), "agent in the pool, member healthy"
+	err := e.poll(ctx, rem, cmp.Or(e.ComeBackTimeout, 10*time.Minute), func(ctx context.Context) (bool, string) {
+		return e.World.CameBack(ctx), "agent in the pool, member healthy"
 	})
 	if err != nil {
 		return err
 	}
-	return e.outcome(ctx, rem.ID, i, ResultDone, "recovered: agent back in the pool, member healthy")
+	return e.outcome(ctx, rem.ID, i, ResultDone, "back: agent in the pool, member healthy")
 }
 
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
@@ -354,7 +354,7 @@ func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Durat
 			return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
 		}
 		if time.Now().After(deadline) {
-			err := fmt.Errorf("%s not recovered within %v (%s)", rem.Machine, timeout, where)
+			err := fmt.Errorf("%s did not come back within %v (%s)", rem.Machine, timeout, where)
 			return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
 		}
 		select {

@@ -63,7 +63,7 @@ type testWorld struct {
 	wanted                        error
 	overtaken                     error
 	overtakenFrom, overtakenAsked int
-	recovered                     func(context.Context) bool
+	cameBack                      func(context.Context) bool
 	evidence                      func(context.Context, time.Time) (bool, string)
 	trouble                       []string
 	records                       []Entry
@@ -79,8 +79,8 @@ func (w *testWorld) Overtaken() error {
 	}
 	return w.overtaken
 }
-func (w *testWorld) Recovered(ctx context.Context) bool {
-	return w.recovered != nil && w.recovered(ctx)
+func (w *testWorld) CameBack(ctx context.Context) bool {
+	return w.cameBack != nil && w.cameBack(ctx)
 }
 
 func (w *testWorld) Barrier(ctx context.Context) error {
@@ -106,14 +106,14 @@ func (w *testWorld) Recorded(rec Entry, err error) {
 }
 
 func (r *execRig) executor(live quorum.Cluster) *Executor {
-	return &Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, RecoveryTimeout: 5 * time.Second,
-		World: &testWorld{live: func(context.Context) (quorum.Cluster, error) { return live, nil }, recovered: r.recovered}}
+	return &Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, ComeBackTimeout: 5 * time.Second,
+		World: &testWorld{live: func(context.Context) (quorum.Cluster, error) { return live, nil }, cameBack: r.cameBack}}
 }
 
 func worldOf(e *Executor) *testWorld { return e.World.(*testWorld) }
 
-// recovered: the simulated machine is on and has been reset at least once.
-func (r *execRig) recovered(context.Context) bool {
+// cameBack: the simulated machine is on and has been reset at least once.
+func (r *execRig) cameBack(context.Context) bool {
 	return r.sim.PowerState("1") == "On" && len(r.sim.Resets("1")) > 0
 }
 
@@ -232,7 +232,7 @@ func TestExecutorAwaitOvertaken(t *testing.T) {
 	rem := r.begin(t, plan)
 	e := r.executor(members("HHD"))
 	w := worldOf(e)
-	w.recovered = func(context.Context) bool {
+	w.cameBack = func(context.Context) bool {
 		w.overtaken = errors.New("overtaken by etcd recovery hale-1")
 		return false
 	}
@@ -574,7 +574,7 @@ func TestResumeWithoutAResetTime(t *testing.T) {
 				}
 				return false, ""
 			}
-			worldOf(e).recovered = nil
+			worldOf(e).cameBack = nil
 			from, err := e.Resume(t.Context(), rem, plan, noResetTime{Power: r.power, off: tc.off})
 			require.NoError(t, err)
 			if tc.wantDone {
@@ -678,7 +678,7 @@ func TestExecutorConfirmsACostlyStepWithFreshReports(t *testing.T) {
 				worldOf(e).live = func(context.Context) (quorum.Cluster, error) { return members(tc.after), nil }
 				return tc.barrierErr
 			}
-			worldOf(e).recovered = func(context.Context) bool { return true }
+			worldOf(e).cameBack = func(context.Context) bool { return true }
 			err = e.Run(t.Context(), rem, plan, 0, r.power)
 			assert.Equal(t, tc.barriers, barriers)
 			if tc.wantErr == "" {

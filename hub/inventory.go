@@ -72,10 +72,10 @@ type PolicyFile struct {
 	// FlapWindow: a machine remediated maxAttempts times within it is flapping (it comes back, then
 	// fails again): the hub gives up on it (default 1 h).
 	FlapWindow config.Duration `json:"flapWindow"`
-	// RecoveryTimeout: how long a remediated machine may take to come back (its agent reporting
+	// ComeBackTimeout: how long a remediated machine may take to come back (its agent reporting
 	// again, its member healthy) before the remediation fails (default 10 min: a bare-metal server's
 	// POST and boot). A power cycle after which nobody sees the machine is not repeated by itself.
-	RecoveryTimeout config.Duration `json:"recoveryTimeout"`
+	ComeBackTimeout config.Duration `json:"comeBackTimeout"`
 	// DeadTimeout: how long a machine must have been declared dead, by the hub and a majority of live
 	// observers, before it is Unhealthy (default 0: at once; the gossip's suspicion already had its
 	// say).
@@ -150,8 +150,8 @@ type Policy struct {
 	Cooldown    time.Duration
 	MaxAttempts int
 	FlapWindow  time.Duration
-	// RecoveryTimeout bounds an await-healthy step.
-	RecoveryTimeout time.Duration
+	// ComeBackTimeout bounds an await-healthy step.
+	ComeBackTimeout time.Duration
 }
 
 // Machine is a validated inventory machine.
@@ -279,7 +279,7 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 
 func (pf PolicyFile) validate() (Policy, error) {
 	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
-		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, RecoveryTimeout: 10 * time.Minute}
+		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, ComeBackTimeout: 10 * time.Minute}
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {
 		p.Quorum.MaxLearners = *pf.MaxLearners
@@ -330,7 +330,7 @@ func (pf PolicyFile) validate() (Policy, error) {
 		dst   *time.Duration
 	}{{"deadTimeout", pf.DeadTimeout, &p.Assess.DeadTimeout}, {"etcdUnreachableTimeout", pf.EtcdUnreachableTimeout, &p.Assess.EtcdUnreachableTimeout},
 		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}, {"cooldown", pf.Cooldown, &p.Cooldown}, {"flapWindow", pf.FlapWindow, &p.FlapWindow},
-		{"recoveryTimeout", pf.RecoveryTimeout, &p.RecoveryTimeout}, {"etcdCatchUp", pf.EtcdCatchUp, &p.Assess.EtcdCatchUp}} {
+		{"comeBackTimeout", pf.ComeBackTimeout, &p.ComeBackTimeout}, {"etcdCatchUp", pf.EtcdCatchUp, &p.Assess.EtcdCatchUp}} {
 		if d.value.Duration < 0 {
 			return p, fmt.Errorf("policy.%s: %v must not be negative", d.field, d.value)
 		}

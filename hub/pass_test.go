@@ -519,7 +519,7 @@ func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for i, want := range []string{"RemediationStarted: ", "StepDone: cp-2: remediation " + hist[0].ID + ": power-cycle etcd-2: On",
-		"StepDone: cp-2: remediation " + hist[0].ID + ": await-healthy etcd-2: recovered", "Remediated: "} {
+		"StepDone: cp-2: remediation " + hist[0].ID + ": await-healthy etcd-2: back", "Remediated: "} {
 		assert.True(t, strings.HasPrefix(said[i], want), "notice %d: %q, want %q…", i, said[i], want)
 	}
 }

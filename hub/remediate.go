@@ -81,7 +81,7 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 	}
 	policy := h.inventory().Policy
 	w := &remediationWorld{h: h, m: m, rem: rem, r: r, detected: detected}
-	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, World: w, Log: h.log, RecoveryTimeout: policy.RecoveryTimeout,
+	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, World: w, Log: h.log, ComeBackTimeout: policy.ComeBackTimeout,
 		Hard: rem.Hard, Force: rem.Forced, Owner: act.owner, NotAMember: m.Member == "",
 		ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 	go func() {

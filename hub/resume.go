@@ -49,7 +49,7 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		done, why = st == bmc.PowerOff, fmt.Sprintf("the BMC reports %s", st)
 	case !lastReset.IsZero() && lastReset.After(pending.At):
 		done, why = st == bmc.PowerOn, fmt.Sprintf("the BMC reports %s, last reset at %s, after the intent", st, lastReset.Format(time.RFC3339Nano))
-	case e.World.Recovered(ctx):
+	case e.World.CameBack(ctx):
 		done, why = true, "the machine is back already"
 	case lastReset.IsZero():
 		done, why = e.awaitReset(ctx, pending.At, power)
@@ -82,7 +82,7 @@ func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power
 		if ok, why := e.World.ResetEvidence(ctx, intent); ok {
 			return true, "the BMC keeps no reset time, but " + why
 		}
-		if e.World.Recovered(ctx) {
+		if e.World.CameBack(ctx) {
 			return true, "the BMC keeps no reset time, but the machine is back already"
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

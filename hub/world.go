@@ -187,11 +187,11 @@ func (w *remediationWorld) Wanted() error {
 	return nil
 }
 
-// recovered: the machine's agent restarted since the remediation began (a report from an agent
+// CameBack: the machine's agent restarted since the remediation began (a report from an agent
 // started later than the one before), is alive in the hub's view and not Unhealthy, and for an etcd
 // member, the member is healthy. Without the restart, a machine the hub has not yet seen go down
 // would count as back the moment it was rebooted.
-func (w *remediationWorld) Recovered(context.Context) bool {
+func (w *remediationWorld) CameBack(context.Context) bool {
 	h, m := w.h, w.m
 	a, ok := h.Assessment(m.Name)
 	if !ok || a.Verdict == assess.VerdictUnhealthy {

@@ -92,8 +92,8 @@ func materialize(base Cluster, tracks []track, prog []int, onlyRecoveries bool) 
 	// Per member, by position in ms: brought back, its shown disruption ended by its own track's
 	// await, held down by a track's power step, removed.
 	type marks struct {
-		recovered, released, removed bool
-		held                         Disruption
+		cameBack, released, removed bool
+		held                        Disruption
 	}
 	var buf [16]marks
 	mk := append(buf[:0], make([]marks, len(ms))...)
@@ -103,7 +103,7 @@ func materialize(base Cluster, tracks []track, prog []int, onlyRecoveries bool) 
 			j := Cluster{ms}.Index(s.Member)
 			if onlyRecoveries && t.fresh {
 				if s.Op == OpAwaitHealthy && j >= 0 && j < len(base.Members) {
-					mk[j].recovered = true
+					mk[j].cameBack = true
 				}
 				continue
 			}
@@ -125,7 +125,7 @@ func materialize(base Cluster, tracks []track, prog []int, onlyRecoveries bool) 
 				}
 			case OpAwaitHealthy:
 				if j >= 0 {
-					mk[j].recovered = true
+					mk[j].cameBack = true
 					mk[j].released = mk[j].released || s.Member == t.member
 				}
 			}
@@ -136,7 +136,7 @@ func materialize(base Cluster, tracks []track, prog []int, onlyRecoveries bool) 
 		if mk[j].removed {
 			continue
 		}
-		if mk[j].recovered {
+		if mk[j].cameBack {
 			m.Health = Healthy
 		}
 		if mk[j].released {

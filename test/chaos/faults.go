@@ -53,7 +53,7 @@ type schedule struct {
 	Seed     uint64
 	Duration time.Duration
 	Faults   []fault
-	// Policy is added to the inventory's policy (flow style, e.g. "recoveryTimeout: 15s").
+	// Policy is added to the inventory's policy (flow style, e.g. "comeBackTimeout: 15s").
 	Policy string
 	// Spare are machines no fault of the schedule makes sick: Hale must never power them off
 	// (property 2), whatever stale evidence a partition left behind when it healed.
@@ -222,9 +222,9 @@ var named = map[string]func(d time.Duration) schedule{
 	// on its own side (cp-0's "no leader" is stale evidence then: TestChaos checks it). Late in the
 	// partition the operator runs `hub recover --yes`: refused, since cp-1 and cp-2 read powered on
 	// and nobody confirmed them lost by name (the checker's property 6). A short
-	// recoveryTimeout makes several cooldowns fit in the partition.
+	// comeBackTimeout makes several cooldowns fit in the partition.
 	"far-side": func(d time.Duration) schedule {
-		return schedule{Name: "far-side", Duration: d, Policy: "recoveryTimeout: 15s", Spare: []string{"cp-0"}, Faults: []fault{
+		return schedule{Name: "far-side", Duration: d, Policy: "comeBackTimeout: 15s", Spare: []string{"cp-0"}, Faults: []fault{
 			{At: 5 * time.Second, For: d - 10*time.Second, Kind: partition, A: []string{"hub", "cp-0", "w-0", "w-1"}, B: []string{"cp-1", "cp-2"}},
 			{At: d - 15*time.Second, Kind: opRecover},
 		}}

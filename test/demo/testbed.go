@@ -636,7 +636,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		_ = g.Shutdown()
 		return err
 	}
-	inv.Policy.RecoveryTimeout = 30 * time.Second
+	inv.Policy.ComeBackTimeout = 30 * time.Second
 	if o.Inventory != nil {
 		o.Inventory(&inv)
 	}
