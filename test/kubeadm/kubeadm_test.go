@@ -334,7 +334,8 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 					fmt.Fprintf(&why, "hub explain %s, in the replica on %s:\n%s\n", n.Name, w, out)
 				}
 			}
-			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s%s", powerChanges(c, before), answering != 0, why.String(), c.Diagnostics(ctx))
+			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s%s%s", powerChanges(c, before), answering != 0, why.String(),
+				c.HubLines(ctx, `degraded|lost the lease|leading|campaigning|QuorumLost|ObserverMajority`), c.Diagnostics(ctx))
 		}
 		if cycled == 0 {
 			p := powerChanges(c, before)
