@@ -547,9 +547,7 @@ func (c *KubeCluster) Diagnostics(ctx context.Context) string {
 			etcd, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 15 $(crictl ps -a -q --name etcd | head -1) 2>&1")
 			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n", n.Name, ps, n.Name, etcd)
 		} else {
-			// (prefixed: test/run's summary keeps only the errors of lines that begin as JSON logs)
-			hub, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; crictl logs --tail 60 $c 2>&1 | cut -c1-400 | sed 's/^/hub> /'; done")
-			fmt.Fprintf(&b, "== %s's hub containers:\n%s\n", n.Name, hub)
+			fmt.Fprintf(&b, "== %s's hub containers:\n%s\n", n.Name, n.hubLogs(ctx, "tail -n 60 | cut -c1-400", ""))
 		}
 		cancel()
 	}
@@ -566,12 +564,20 @@ func (c *KubeCluster) HubLines(ctx context.Context, pattern string) string {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		out, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; "+
-			"crictl logs $c 2>&1 | grep -E \"$0\" | tail -n 40 | cut -c1-600 | sed 's/^/hub> /'; done", pattern)
+		out := n.hubLogs(ctx, `grep -E "$1" | tail -n 40 | cut -c1-600`, pattern)
 		cancel()
 		fmt.Fprintf(&b, "== %s's hub containers, lines matching %q:\n%s\n", n.Name, pattern, out)
 	}
 	return b.String()
+}
+
+// hubLogs is the log of each hub container on worker n, through the shell pipeline pipe (arg is its
+// $1), each line prefixed "hub> " (test/run's summary keeps only the errors of lines that begin as
+// JSON logs).
+func (n *Node) hubLogs(ctx context.Context, pipe, arg string) string {
+	out, _ := n.Exec(ctx, "sh", "-c", "for c in $(crictl ps -a -q --label io.kubernetes.container.name=hub); do echo \"-- container $c\"; "+
+		"crictl logs $c 2>&1 | "+pipe+" | sed 's/^/hub> /'; done", "sh", arg)
+	return out
 }
 
 // bootstrap makes the cluster: kubeadm init on the first control-plane node, the other control-plane
