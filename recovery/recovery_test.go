@@ -171,6 +171,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	m1, m2, m3 := c.members[0], c.members[1], c.members[2]
 	cli := c.client(m1, m2, m3)
 	rev := write(t, cli, "/registry/before", 300)
+	require.True(t, c.holds(t.Context(), m3, 301), "the survivor has every key before the others are lost")
 
 	// The survivor's node runs an API server too (a stand-in process): restarted once etcd is rebuilt.
 	apiserver, argv, apiKubelet := standInAPIServer(t, m3)
@@ -265,15 +266,20 @@ func (c *cluster) growBack(p Plan, survivor *member, keys int64, ms ...*member) 
 	require.NoError(t, err)
 	assert.Len(t, ml.Members, len(c.members))
 	for _, m := range c.members {
-		// Its own data (a serializable read): a member promoted a moment ago may still be applying
-		// what the leader sent it.
-		assert.EventuallyWithT(t, func(ct *assert.CollectT) {
-			g, err := c.client(m).Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
-			if assert.NoError(ct, err, m.name) {
-				assert.GreaterOrEqual(ct, g.Count, keys, m.name)
-			}
-		}, 30*time.Second, 100*time.Millisecond)
+		c.holds(ctx, m, keys)
 	}
+}
+
+// holds waits until m has at least n keys under /registry/ in its own data (a serializable read),
+// and says whether it came to: a put returns once a majority has it, so a member may still be an
+// entry behind, and a member promoted a moment ago may still be applying what the leader sent it.
+func (c *cluster) holds(ctx context.Context, m *member, n int64) bool {
+	return assert.EventuallyWithT(c.t, func(ct *assert.CollectT) {
+		g, err := c.client(m).Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		if assert.NoError(ct, err, m.name) {
+			assert.GreaterOrEqual(ct, g.Count, n, m.name)
+		}
+	}, 30*time.Second, 100*time.Millisecond)
 }
 
 // Five members, three lost for good: the two that answer are etcd-3, ahead, and etcd-5, which was
@@ -290,6 +296,7 @@ func TestRecoverFiveMembersThreeLost(t *testing.T) {
 	require.NoError(t, err)
 	m[4].kubelet.PowerOff()
 	write(t, c.client(m[:4]...), "/registry/later", 100)
+	require.True(t, c.holds(ctx, m[2], 301), "etcd-3 has every key before the others are lost")
 	c.loseForGood(m[0], m[1], m[3])
 	// etcd-5 runs again on its old data: without a quorum to publish itself to, it serves no client,
 	// but it is up, at its peer URL, as an old member not fenced.
@@ -354,6 +361,7 @@ func TestRecoverKilledAtEveryStep(t *testing.T) {
 			c := startCluster(t, 3)
 			m1, m2, m3 := c.members[0], c.members[1], c.members[2]
 			write(t, c.client(m1, m2, m3), "/registry/before", 100)
+			require.True(t, c.holds(t.Context(), m3, 101), "the survivor has every key before the others are lost")
 			c.loseForGood(m1, m2)
 			p := c.planFor(m3, m1, m2)
 			var out strings.Builder
