@@ -81,21 +81,24 @@ func TestHaleOnKubeadm(t *testing.T) {
 	}
 	enrolled(ctx, t, c)
 
-	// HALE_KUBEADM_ONLY=install stops here; =permanent-loss runs the last scenario alone (to work on
-	// either, e.g. the install in a loop under load).
+	// HALE_KUBEADM_ONLY=install stops here; =two-hang or =permanent-loss runs that scenario alone (to
+	// work on one, e.g. in a loop under load).
 	only := os.Getenv("HALE_KUBEADM_ONLY")
 	if only == "install" {
 		return
 	}
-	if only != "permanent-loss" {
+	if only == "" {
 		hangsAndReboots(ctx, t, c)
+	}
+	if only == "" || only == "two-hang" {
 		// Two of three hang at once: etcd loses quorum and the API server with it; the leading hub,
 		// its Lease lost, goes on alone in degraded mode with the inventory's BMCs and power-cycles both.
 		twoHangAndHeal(ctx, t, c, c.Node("cp-1"), c.Node("cp-2"))
 	}
-
-	// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
-	permanentLoss(ctx, t, c)
+	if only == "" || only == "permanent-loss" {
+		// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
+		permanentLoss(ctx, t, c)
+	}
 }
 
 // enrolled checks the identities the install turned on with no key step: every agent and witness
@@ -335,7 +338,7 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 				}
 			}
 			t.Fatalf("two hung of three: after 5 min, power changes %v, API server answering: %v\n%s%s%s", powerChanges(c, before), answering != 0, why.String(),
-				c.HubLines(ctx, `degraded|lost the lease|leading|campaigning|QuorumLost|ObserverMajority`), c.Diagnostics(ctx))
+				c.HubLines(ctx, degradedLines), c.Diagnostics(ctx))
 		}
 		if cycled == 0 {
 			p := powerChanges(c, before)
@@ -376,7 +379,12 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 	require.Len(t, powered, 4, "one power-cycle of each hung node, nothing else: %v", powered)
 	t.Logf("two of three hung (%s, %s): both power-cycled by the degraded hub after %s, API server answering after %s, every machine Healthy after %s",
 		a.Name, b.Name, cycled.Round(time.Second), answering.Round(time.Second), healed.Round(time.Second))
+	// How much of the leader's window was left: it must see quorum lost before its Lease runs out.
+	t.Logf("hung at %s; the hubs on the Lease and degraded mode:\n%s", hung.UTC().Format("15:04:05.000"), c.HubLines(ctx, degradedLines))
 }
+
+// degradedLines are the hub's log lines about its Lease, etcd's quorum and degraded mode.
+const degradedLines = `degraded|lost the lease|leading|campaigning|QuorumLost|ObserverMajority`
 
 // hangsAndReboots hangs each control-plane node in turn (each healed before the next), then has an
 // operator reboot one and try a second.
