@@ -130,6 +130,11 @@ func compute(s *passState, f facts) Ready {
 		}
 	}
 	s.lastPass = f.now
+	if w := f.markWritten; w != nil {
+		if n, news := s.markWritten(w.m, w.err); news {
+			rd.queue(n)
+		}
+	}
 	s.track(&rd, f.inv, f.obs.Reports, func(r health.Report) bool { return assess.Live(r, f.obs, f.inv.Policy.Assess.StaleAfter) })
 	v.mark = s.mark
 	if e := f.hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
@@ -180,6 +185,9 @@ func compute(s *passState, f facts) Ready {
 	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
 	v.quorumLost = d.outcome.Budget.QuorumLost()
 	rd.RecordMark = s.toRecord(f.now, v.quorumLost && !prev.quorumLost)
+	if v.quorumLost && !prev.quorumLost {
+		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd has lost quorum: %s (%s)", d.outcome.Budget, f.hearing)})
+	}
 	v.loss = assessLoss(d, f.inv, f.bmcs)
 	sayLoss(&rd, prev.loss, v.loss)
 	s.sayHolds(&rd, d)

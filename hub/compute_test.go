@@ -86,9 +86,9 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 			{edit: func(s *scene) { s.w.Cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1") }},
 			{edit: func(*scene) {}, says: []string{"ObserverMajorityHeard "}},
 		}},
-		{name: "quorum back: nothing decided, said, and the next pass plans", passes: []pass{
+		{name: "quorum lost, said; back: nothing decided, said, and the next pass plans", passes: []pass{
 			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(1).dead(2); s.f.paused = "operator alice" },
-				says: []string{"Healthy m0", "Unhealthy m1", "Unhealthy m2", "Paused m1", "Paused m2"}},
+				says: []string{"Healthy m0", "Unhealthy m1", "Unhealthy m2", "QuorumLost ", "Paused m1", "Paused m2"}},
 			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, says: []string{"Healthy m1", "QuorumBack "}},
 			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, begins: []string{"m2"}},
 		}},

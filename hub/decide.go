@@ -58,6 +58,8 @@ type facts struct {
 	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
 	listen string
+	// markWritten: how the raft mark's latest write went, when it ended since the previous pass.
+	markWritten *markResult
 }
 
 // decision is what a pass decided.

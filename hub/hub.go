@@ -114,11 +114,13 @@ type Hub struct {
 	bmcs    map[string]BMCReadiness // what the last readiness checks found
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
-	timeline  []string         // what the hub said, oldest first (bounded)
-	override  PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
-	brakes    Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
-	retired   retirement       // the old cluster the last etcd recovery journaled replaced, done or not
-	pauses    map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
+	// marks writes the raft mark the passes hand it (its own lock).
+	marks    *markWriter
+	timeline []string         // what the hub said, oldest first (bounded)
+	override PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
+	brakes   Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	retired  retirement       // the old cluster the last etcd recovery journaled replaced, done or not
+	pauses   map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
@@ -204,7 +206,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: newPassState(), inv: cfg.Inventory,
 		view: newPassState().view, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]Brake{},
-		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1)}
+		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newMarkWriter()}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
 			return nil, err

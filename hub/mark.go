@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hale-dev/hale/health"
@@ -122,4 +123,67 @@ func (s *passState) markWritten(m RaftMark, err error) (Notice, bool) {
 	s.markErr = err.Error()
 	return Notice{Reason: ReasonRaftMarkNotRecorded, Warning: true, Message: fmt.Sprintf("cannot journal the raft mark (%s): %v (trying again in %v)",
 		m, err, markEvery)}, prev != s.markErr
+}
+
+// markWriter writes the raft mark beside the passes, the latest one handed over at a time: in
+// Kubernetes mode the mark goes to the API server, which, once etcd has lost quorum (when a pass
+// writes the mark at once), accepts the write and answers only at the client's timeout. A pass held
+// that long kept the hub from passing for seconds at the moment degraded mode is decided, and the
+// leader, its Lease lost then, found no recent pass and did not go on alone (test/quorumlost, five
+// members). How a write went comes back to the next pass as a fact (passState.markWritten).
+type markWriter struct {
+	wake chan struct{} // one pending signal
+
+	mu      sync.Mutex
+	pending *RaftMark   // handed over, not yet taken by the writer
+	done    *markResult // written (or not), not yet taken by a pass
+}
+
+type markResult struct {
+	m   RaftMark
+	err error
+}
+
+func newMarkWriter() *markWriter { return &markWriter{wake: make(chan struct{}, 1)} }
+
+// post hands m to the writer, in place of a mark it has not taken yet.
+func (w *markWriter) post(m RaftMark) {
+	w.mu.Lock()
+	w.pending = &m
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes what is posted to store until ctx ends.
+func (w *markWriter) run(ctx context.Context, store MarkStore) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		m := w.pending
+		w.pending = nil
+		w.mu.Unlock()
+		if m == nil {
+			continue
+		}
+		err := store.RecordRaftMark(ctx, *m)
+		w.mu.Lock()
+		w.done = &markResult{m: *m, err: err}
+		w.mu.Unlock()
+	}
+}
+
+// written takes how the latest write went (nil: none since the last call).
+func (w *markWriter) written() *markResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.done
+	w.done = nil
+	return r
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,8 +158,8 @@ func TestHubJournalsTheRaftMark(t *testing.T) {
 		require.NoError(t, err)
 		return m
 	}
+	require.Eventually(t, func() bool { return journaled().Index > 0 }, 10*time.Second, 10*time.Millisecond, "the first mark is journaled at once")
 	first := journaled()
-	assert.Positive(t, first.Index, "the first mark is journaled at once")
 	r.awaitPasses(t, 10)
 	assert.Equal(t, first, journaled(), "within markEvery the journal is not written again")
 	assert.Greater(t, r.hub.Status(ctx).RaftMark.Index, first.Index, "status shows the highest seen")
@@ -168,4 +169,38 @@ func TestHubJournalsTheRaftMark(t *testing.T) {
 	pool.mu.Unlock()
 	require.Eventually(t, func() bool { return journaled().Index > first.Index }, 10*time.Second, 10*time.Millisecond,
 		"two of three members gone (the hub then hears too few observers to plan): the mark journaled at once, not after markEvery")
+}
+
+// stuckMarks is a mark store whose writes wait until release is closed, then fail: the API server of a
+// cluster whose etcd just lost quorum, which answers a write only at the client's timeout.
+type stuckMarks struct {
+	MarkStore
+	release chan struct{}
+	writes  atomic.Int32
+}
+
+func (s *stuckMarks) RecordRaftMark(ctx context.Context, _ RaftMark) error {
+	s.writes.Add(1)
+	select {
+	case <-s.release:
+		return errors.New("the server was unable to return a response in the time allotted")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A write of the mark that hangs holds no pass: the passes go on (the degraded-mode decision reads a
+// recent one), and how the write went is said by a later pass.
+func TestMarkWriteHoldsNoPass(t *testing.T) {
+	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
+	stuck := &stuckMarks{MarkStore: r.hub.cfg.Marks, release: make(chan struct{})}
+	r.hub.cfg.Marks = stuck
+	r.run(t)
+	require.Eventually(t, func() bool { return stuck.writes.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "the first mark handed to the writer")
+	r.awaitPasses(t, 20)
+	assert.EqualValues(t, 1, stuck.writes.Load(), "one write at a time")
+	close(stuck.release)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(r.hub.Timeline(), func(l string) bool { return strings.Contains(l, "cannot journal the raft mark") })
+	}, 10*time.Second, 5*time.Millisecond, "the failed write said by a later pass")
 }

@@ -66,7 +66,9 @@ const (
 const (
 	ReasonObserverMajorityLost  Reason = "ObserverMajorityLost"
 	ReasonObserverMajorityHeard Reason = "ObserverMajorityHeard"
-	// ReasonQuorumBack: etcd's quorum, lost in the hub's view, is back; evidence counts again from now.
+	// ReasonQuorumLost: etcd has lost quorum in the hub's view (a planning pass counts fewer healthy
+	// voters than quorum needs); ReasonQuorumBack: it is back, and evidence counts again from now.
+	ReasonQuorumLost        Reason = "QuorumLost"
 	ReasonQuorumBack        Reason = "QuorumBack"
 	ReasonNotPlanning       Reason = "NotPlanning"
 	ReasonBrake             Reason = "Brake"

@@ -38,6 +38,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	if h.cfg.BMCCheckInterval > 0 {
 		go h.watchBMCs(ctx, h.cfg.BMCCheckInterval)
 	}
+	if h.cfg.Marks != nil {
+		go h.marks.run(ctx, h.cfg.Marks)
+	}
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	for n := uint64(1); ; n++ {
@@ -79,8 +82,9 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 }
 
 // apply is a pass's only I/O: it publishes the pass's view, says what the pass said, retires the old
-// members of an etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps the observers joined, journals the raft mark,
-// asks for a check of the BMCs, and begins what it decided.
+// members of an etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps
+// the observers joined, hands the raft mark to its writer (how the write went is a fact of a later
+// pass), asks for a check of the BMCs, and begins what it decided.
 func (h *Hub) apply(ctx context.Context, rd Ready) {
 	h.mu.Lock()
 	h.view = h.state.view
@@ -104,9 +108,7 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 		h.cfg.Gossip.KeepJoined(rd.KeepJoined)
 	}
 	if m := rd.RecordMark; m != nil && h.cfg.Marks != nil {
-		if n, news := h.state.markWritten(*m, h.cfg.Marks.RecordRaftMark(ctx, *m)); news {
-			h.say(n)
-		}
+		h.marks.post(*m)
 	}
 	if rd.CheckBMCs {
 		h.askBMCCheck()
@@ -144,7 +146,7 @@ func (h *Hub) observe(listen string) facts {
 	obs := h.gossipNow()
 	assessments, hearing := h.assessor.AssessHearing(refs(inv), inv.Witnesses, obs)
 	f := facts{now: obs.Now, inv: inv, obs: obs, assessments: assessments, hearing: hearing, listen: listen, history: map[string][]past{},
-		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
+		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer), markWritten: h.marks.written()}
 	h.mu.Lock()
 	f.flights, f.bmcs = h.flightsLocked(), h.bmcs
 	h.brakeFactsLocked(&f)

@@ -68,15 +68,17 @@ func (l *Leader) Check(ctx context.Context) error {
 // this replica campaigns again one lease duration later. It returns when ctx ends.
 //
 // When the leadership was lost without being given up (renewals failed for the renew deadline: the
-// API server did not answer), lost, when set, is called with the leader that was and the time of its
-// last renewal, and Elect campaigns again once it returns, as the same identity: a Lease nobody took
-// meanwhile is renewed at the same epoch (degraded mode, cmd/hub).
+// API server did not answer), lost, when set, is called at once with the leader that was, the time of
+// its last renewal and a channel closed once lead has returned (its pipeline has stopped: lost decides
+// at once, while the lease is still its own by its clock, and starts anything only after that), and
+// Elect campaigns again once it returns, as the same identity: a Lease nobody took meanwhile is renewed
+// at the same epoch (degraded mode, cmd/hub).
 //
 // A Lease held by another replica is taken over only once the API server has answered with it
 // unchanged for a lease duration (patientLock): client-go counts from the last time it saw the record
 // change, so after an outage it would take a Lease at once whose holder had no chance to renew it.
 func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, identity string, t LeaseTiming,
-	lead func(context.Context, *Leader), lost func(context.Context, *Leader, time.Time)) error {
+	lead func(context.Context, *Leader), lost func(ctx context.Context, leader *Leader, renewed time.Time, stopped <-chan struct{})) error {
 	if t.LeaseDuration == 0 {
 		t = LeaseTiming{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
 	}
@@ -132,8 +134,8 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 			case <-time.After(t.LeaseDuration):
 			}
 		case leader != nil && ctx.Err() == nil && lost != nil:
-			<-leadDone // its pipeline has stopped: nothing of the lost term runs beside what lost starts
-			lost(ctx, leader, lock.renewed())
+			lost(ctx, leader, lock.renewed(), leadDone)
+			<-leadDone
 		}
 	}
 	return nil

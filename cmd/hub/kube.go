@@ -215,8 +215,8 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
 	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", identity, "leaseDuration", d)
 	var last atomic.Pointer[hub.Hub] // the hub of the latest term, for degraded mode's decision
-	lost := func(ctx context.Context, leader *kube.Leader, renewed time.Time) {
-		dg.AfterLoss(ctx, leader, renewed, last.Swap(nil))
+	lost := func(ctx context.Context, leader *kube.Leader, renewed time.Time, stopped <-chan struct{}) {
+		dg.AfterLoss(ctx, leader, renewed, last.Swap(nil), stopped)
 	}
 	return kube.Elect(ctx, cfg, c, k.namespace, k.lease, identity, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
