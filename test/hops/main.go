@@ -1,0 +1,153 @@
+// Command hops counts how often a reader following one function's calls moves between files: a
+// depth-first walk of the static call graph from the function (each function of the module read
+// once, its calls in the order they appear), where a hop is a call followed into another file than
+// the caller's, and a hop back is one into a file read before. docs/hub-internals.md keeps the
+// figures for one pass.
+//
+//	go run ./test/hops '(*github.com/hale-dev/hale/hub.Hub).pass'
+//
+// -v lists the walk. Calls through interfaces and function values are not followed (the static call
+// graph): where the reader goes from there depends on what is plugged in.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/tools/go/callgraph"
+	"golang.org/x/tools/go/callgraph/static"
+	"golang.org/x/tools/go/packages"
+	"golang.org/x/tools/go/ssa"
+	"golang.org/x/tools/go/ssa/ssautil"
+)
+
+func main() {
+	verbose := flag.Bool("v", false, "list the walk: each function read, with its file")
+	module := flag.String("module", "github.com/hale-dev/hale", "only functions of packages under this path are followed")
+	flag.Usage = func() {
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: hops [-v] [-module PATH] FUNCTION   (as go/ssa names it, e.g. '(*github.com/hale-dev/hale/hub.Hub).pass')")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	w, err := walk(flag.Arg(0), *module)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hops:", err)
+		os.Exit(1)
+	}
+	if *verbose {
+		for _, s := range w.steps {
+			fmt.Printf("%s%s  %s\n", strings.Repeat("  ", s.depth), s.fn, s.file)
+		}
+	}
+	fmt.Printf("%s: %d functions in %d files, %d hops between files, %d of them back to a file already left\n",
+		flag.Arg(0), len(w.steps), len(w.files), w.hops, w.back)
+}
+
+type step struct {
+	fn, file string
+	depth    int
+}
+
+type walked struct {
+	steps      []step
+	files      map[string]bool
+	hops, back int
+}
+
+func walk(root, module string) (walked, error) {
+	cfg := &packages.Config{Mode: packages.LoadAllSyntax}
+	pkgs, err := packages.Load(cfg, module+"/...")
+	if err != nil {
+		return walked{}, fmt.Errorf("loading %s: %w", module, err)
+	}
+	if packages.PrintErrors(pkgs) > 0 {
+		return walked{}, errors.New("the packages do not load (above)")
+	}
+	prog, _ := ssautil.AllPackages(pkgs, ssa.InstantiateGenerics)
+	prog.Build()
+	cg := static.CallGraph(prog)
+	var start *callgraph.Node
+	for fn, n := range cg.Nodes {
+		if fn != nil && fn.String() == root {
+			start = n
+		}
+	}
+	if start == nil {
+		return walked{}, fmt.Errorf("no function %s in %s (name it as go/ssa does: '(*PKG.Type).method' or 'PKG.func')", root, module)
+	}
+	wd, _ := os.Getwd()
+	w := walked{files: map[string]bool{}}
+	seen := map[*callgraph.Node]bool{}
+	current := ""
+	var visit func(n *callgraph.Node, depth int)
+	visit = func(n *callgraph.Node, depth int) {
+		seen[n] = true
+		file := ""
+		if pos := n.Func.Pos(); pos.IsValid() {
+			file = prog.Fset.Position(pos).Filename
+			if rel, err := filepath.Rel(wd, file); err == nil {
+				file = rel
+			}
+		}
+		if file != "" { // a synthetic wrapper has no file: the reader goes straight through it
+			w.steps = append(w.steps, step{fn: n.Func.String(), file: file, depth: depth})
+			if current != "" && file != current {
+				w.hops++
+				if w.files[file] {
+					w.back++
+				}
+			}
+			w.files[file], current = true, file
+		}
+		out := slices.Clone(n.Out)
+		slices.SortStableFunc(out, func(a, b *callgraph.Edge) int { return int(sitePos(a) - sitePos(b)) })
+		for _, e := range out {
+			f := e.Callee.Func
+			if seen[e.Callee] || f.Pkg == nil && f.Parent() == nil && f.Synthetic == "" || !inModule(f, module) {
+				continue
+			}
+			visit(e.Callee, depth+1)
+			if file != "" {
+				current = file // back in the caller
+			}
+		}
+	}
+	visit(start, 0)
+	return w, nil
+}
+
+func sitePos(e *callgraph.Edge) token.Pos {
+	if e.Site == nil {
+		return token.NoPos
+	}
+	return e.Site.Pos()
+}
+
+func inModule(f *ssa.Function, module string) bool {
+	if o := f.Origin(); o != nil { // an instance of a generic function: where it is written
+		f = o
+	}
+	for f.Parent() != nil {
+		f = f.Parent()
+	}
+	if f.Pkg == nil {
+		if f.Synthetic != "" && len(f.Params) > 0 { // a method wrapper: its receiver's package
+			if t := f.Params[0].Type().String(); strings.Contains(t, module) {
+				return true
+			}
+		}
+		return false
+	}
+	p := f.Pkg.Pkg.Path()
+	return p == module || strings.HasPrefix(p, module+"/")
+}
