@@ -76,6 +76,8 @@ type view struct {
 	loss       *QuorumLoss
 	// mark: the highest raft index seen or journaled (passState.mark).
 	mark RaftMark
+	// at: when the pass that made this view gathered its facts.
+	at time.Time
 }
 
 // Ready is what a pass does: its only effects, applied in this order.
@@ -112,7 +114,7 @@ func compute(s *passState, f facts) Ready {
 	var rd Ready
 	prev := s.view
 	v := prev
-	v.assessments, v.hearing = f.assessments, f.hearing
+	v.assessments, v.hearing, v.at = f.assessments, f.hearing, f.now
 	defer func() { s.view = v }()
 	for i, a := range f.assessments {
 		old := assessmentOf(prev.assessments, i, a.Machine)
@@ -186,7 +188,7 @@ func compute(s *passState, f facts) Ready {
 	v.quorumLost = d.outcome.Budget.QuorumLost()
 	rd.RecordMark = s.toRecord(f.now, v.quorumLost && !prev.quorumLost)
 	if v.quorumLost && !prev.quorumLost {
-		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd has lost quorum: %s (%s)", d.outcome.Budget, f.hearing)})
+		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd: %s (%s)", d.outcome.Budget, f.hearing)})
 	}
 	v.loss = assessLoss(d, f.inv, f.bmcs)
 	sayLoss(&rd, prev.loss, v.loss)

@@ -245,17 +245,19 @@ const (
 	QuorumHeld
 )
 
-// EtcdQuorum says how the latest pass, within maxPassGap of now, saw etcd's quorum, and what it saw:
-// only a pass that heard a strict majority of the expected observers and planned knows. It is
-// Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone only when
-// the majority shows that etcd cannot serve it, and stops starting anything once it shows quorum again.
-func (h *Hub) EtcdQuorum(now time.Time) (EtcdQuorum, string) {
+// EtcdQuorum says how the latest pass saw etcd's quorum, and what it saw, if that pass gathered its
+// facts after after: only a pass that heard a strict majority of the expected observers and planned
+// knows. It is Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone
+// only when the majority shows that etcd cannot serve it (a pass since its last renewal of the Lease:
+// one blocked in apply, by a remediation's begin through an API server without quorum, still counts),
+// and stops starting anything once it shows quorum again.
+func (h *Hub) EtcdQuorum(after time.Time) (EtcdQuorum, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v := h.view
 	switch b := v.outcome.Budget; {
-	case h.lastPass.IsZero() || now.Sub(h.lastPass) > maxPassGap:
-		return QuorumUnknown, "no recent pass of the hub"
+	case !v.at.After(after):
+		return QuorumUnknown, "no pass of the hub since " + after.UTC().Format("15:04:05.000Z07:00")
 	case !v.hearing.Majority():
 		return QuorumUnknown, v.hearing.String()
 	case v.notPlanning != "" || b.Voters == 0:
@@ -276,7 +278,7 @@ func (h *Hub) EtcdQuorum(now time.Time) (EtcdQuorum, string) {
 // started nothing for the rest of the outage (found on a real kubeadm cluster, two of three nodes
 // frozen).
 func (h *Hub) EtcdQuorumSince(now, since time.Time) (EtcdQuorum, string) {
-	q, why := h.EtcdQuorum(now)
+	q, why := h.EtcdQuorum(now.Add(-maxPassGap))
 	if q != QuorumHeld {
 		return q, why
 	}

@@ -529,7 +529,7 @@ func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
 func TestEtcdQuorumSinceCountsOnlyChecksAfterIt(t *testing.T) {
 	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
 	r.run(t)
-	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now()); return q == QuorumHeld }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == QuorumHeld }, 30*time.Second, 10*time.Millisecond)
 	q, why := r.hub.EtcdQuorumSince(time.Now(), time.Now().Add(-time.Minute))
 	assert.Equal(t, QuorumHeld, q, why)
 	assert.Contains(t, why, "the etcd probe passed since")
@@ -583,7 +583,7 @@ func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
 	p.Assess.ProbeTimeouts = map[string]time.Duration{"etcd": time.Second}
 	r := newPassRig(t, pool, p, nil)
 	r.run(t)
-	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now()); return q == QuorumLost }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == QuorumLost }, 30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == assess.VerdictUnhealthy }, 30*time.Second, 10*time.Millisecond)
 	ctx := t.Context()
 	_, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})

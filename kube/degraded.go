@@ -55,18 +55,19 @@ func (d *Degraded) apiAnswers(ctx context.Context, timeout time.Duration) error 
 // AfterLoss is Elect's lost: the Lease was lost without being given up. With quorum lost as a
 // majority of observers sees it, and the lease still this leader's by its clock, it runs a degraded
 // term until the API server answers, once the lost term's pipeline has stopped (stopped closed);
-// otherwise it returns at once and the replica campaigns again. It decides at once, on the last pass of
-// the lost term's hub (last), not once that hub has stopped: the lease is lost a retry period and a
-// half before this leader's authority ends (0.85 and 0.95 of the lease duration), and a hub that took
-// longer to stop (a pass held by a write to the API server, on a busy node) found its authority lapsed
-// and campaigned again, which cannot succeed without quorum: nobody acted (found on the real kubeadm
-// cluster, two of three nodes frozen).
+// otherwise it returns at once and the replica campaigns again. It decides at once, on the latest view
+// of the lost term's hub (last) from after the last renewal (a renewal is a write: etcd had quorum
+// then), not once that hub has stopped: the lease is lost a retry period and a half before this
+// leader's authority ends (0.85 and 0.95 of the lease duration), and a hub that took longer to stop (a
+// pass held by a write to the API server, on a busy node) found its authority lapsed and campaigned
+// again, which cannot succeed without quorum: nobody acted (found on the real kubeadm cluster, two of
+// three nodes frozen).
 func (d *Degraded) AfterLoss(ctx context.Context, leader *Leader, renewed time.Time, last *hub.Hub, stopped <-chan struct{}) {
 	if d.Journal == "" || last == nil {
 		return
 	}
 	loss := degraded.Loss{Renewed: renewed}
-	if loss.Quorum, loss.QuorumWhy = last.EtcdQuorum(time.Now()); loss.Quorum == hub.QuorumLost {
+	if loss.Quorum, loss.QuorumWhy = last.EtcdQuorum(renewed); loss.Quorum == hub.QuorumLost {
 		// client-go gives the lease up after the renew deadline plus a retry period without a renewal
 		// (0.85 of the lease duration); half a retry period more for this probe leaves the decision
 		// within the authority.
