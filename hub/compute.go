@@ -137,6 +137,11 @@ func compute(s *passState, f facts) Ready {
 			rd.queue(n)
 		}
 	}
+	for _, b := range f.begun {
+		if n, news := s.began(b.machine, b.err, b.at); news {
+			rd.queue(n)
+		}
+	}
 	s.track(&rd, f.inv, f.obs.Reports, func(r health.Report) bool { return assess.Live(r, f.obs, f.inv.Policy.Assess.StaleAfter) })
 	v.mark = s.mark
 	if e := f.hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {

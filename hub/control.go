@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -192,7 +193,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	case why != "" && !req.DryRun:
 		return RebootResult{}, fmt.Errorf("%w: %s", ErrRefused, why)
 	case inFlight:
-		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, r.rem.ID, m.Name)
+		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, cmp.Or(r.rem.ID, "(being begun)"), m.Name)
 	}
 	strategy := quorum.Reboot
 	if req.OwnWay && m.Strategy == quorum.Replace {

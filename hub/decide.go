@@ -58,8 +58,10 @@ type facts struct {
 	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
 	listen string
-	// markWritten: how the raft mark's latest write went, when it ended since the previous pass.
+	// markWritten: how the raft mark's latest write went, when it ended since the previous pass; begun
+	// how the begins queued by earlier passes went (Hub.beginQueued), those that ended since.
 	markWritten *markResult
+	begun       []beginResult
 }
 
 // decision is what a pass decided.

@@ -13,7 +13,7 @@ import (
 )
 
 // TestOneDoor holds the two doors of docs/hub-internals.md: a remediation's journal lines are written
-// only through writeEntry (and begun in Hub.begin), and a notice leaves only through Hub.say (its log
+// only through writeEntry (and begun in Hub.journalBegin), and a notice leaves only through Hub.say (its log
 // line, timeline entry, metric and Event, with Config.Notify). It reads the source of every package
 // that holds a hub or a journal: a call by one of those names anywhere else fails it.
 func TestOneDoor(t *testing.T) {
@@ -23,7 +23,7 @@ func TestOneDoor(t *testing.T) {
 		"Outcome": {"writeEntry", "recorder.Outcome"},
 		"Note":    {"writeEntry", "recorder.Note"},
 		"Finish":  {"writeEntry", "recorder.Finish"},
-		"Begin":   {"Hub.begin", "recorder.Begin"},
+		"Begin":   {"Hub.journalBegin", "recorder.Begin"},
 		"Notify":  {"Hub.say"},
 	}
 	var found int

@@ -107,11 +107,15 @@ type Hub struct {
 	ctx  context.Context // Run's, once it runs
 	inv  Inventory
 	view view // the latest pass's (published by apply)
-	// running: the remediations under way (their goroutines update them).
+	// running: the remediations under way (their goroutines update them), from the moment a pass
+	// queues one (beginQueued); begun: how the queued begins went, for the next pass.
 	running map[string]*running
-	ledger  *ledger                 // the journal's summary the passes read (never the journal)
-	logins  *logins                 // BMC accounts that refused the credentials (its own lock)
-	bmcs    map[string]BMCReadiness // what the last readiness checks found
+	begun   []beginResult
+	// beginning counts the begins queued and not yet journaled (or refused): Run waits for them.
+	beginning sync.WaitGroup
+	ledger    *ledger                 // the journal's summary the passes read (never the journal)
+	logins    *logins                 // BMC accounts that refused the credentials (its own lock)
+	bmcs      map[string]BMCReadiness // what the last readiness checks found
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
 	// marks writes the raft mark the passes hand it (its own lock).

@@ -58,6 +58,7 @@ func (h *Hub) Run(ctx context.Context) error {
 				r.cancel()
 			}
 			h.mu.Unlock()
+			h.beginning.Wait() // a begin queued by the last pass has given up (its journal write ended)
 			return nil
 		case <-t.C:
 		}
@@ -114,10 +115,7 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 		h.askBMCCheck()
 	}
 	for _, b := range rd.Begin {
-		_, err := h.begin(ctx, b.machine, b.rem, b.plan, b.detected)
-		if n, news := h.state.began(b.machine.Name, err, time.Now()); news {
-			h.say(n)
-		}
+		h.beginQueued(ctx, b)
 	}
 }
 
@@ -148,7 +146,7 @@ func (h *Hub) observe(listen string) facts {
 	f := facts{now: obs.Now, inv: inv, obs: obs, assessments: assessments, hearing: hearing, listen: listen, history: map[string][]past{},
 		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer), markWritten: h.marks.written()}
 	h.mu.Lock()
-	f.flights, f.bmcs = h.flightsLocked(), h.bmcs
+	f.flights, f.bmcs, f.begun, h.begun = h.flightsLocked(), h.bmcs, h.begun, nil
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
 	for _, m := range inv.Machines {

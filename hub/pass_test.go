@@ -151,10 +151,21 @@ func (p *testPool) restart(node string) {
 type countingStore struct {
 	Store
 	reads, writes atomic.Int64
+	// hold, when set before the hub runs, holds every Begin until it is closed, then refuses it: the
+	// API server of a cluster whose etcd has lost quorum.
+	hold chan struct{}
 }
 
 func (s *countingStore) Begin(ctx context.Context, r Remediation) (Remediation, error) {
 	s.writes.Add(1)
+	if s.hold != nil {
+		select {
+		case <-s.hold:
+			return r, errors.New("the server was unable to return a response in the time allotted")
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
 	return s.Store.Begin(ctx, r)
 }
 
@@ -597,4 +608,23 @@ func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(r.machine("cp-0").Decision, "etcd has lost quorum and etcd-1, etcd-2 do not answer: cp-0's member")
 	}, 10*time.Second, 10*time.Millisecond, "the pass: %s", r.machine("cp-0").Decision)
+}
+
+// A begin whose journal write hangs holds no pass, and its machine is in flight for the planner
+// meanwhile (not begun twice); status shows it once journaled. When the journal refuses it, a later
+// pass says so, and the machine waits before it is tried again.
+func TestQueuedBeginHoldsNoPass(t *testing.T) {
+	r := newPassRig(t, newTestPool(3, "cp-2"), testPolicy(), nil)
+	r.journal.hold = make(chan struct{})
+	r.run(t)
+	require.Eventually(t, func() bool { return r.journal.writes.Load() == 1 }, 10*time.Second, 5*time.Millisecond, "cp-2's begin queued")
+	r.awaitPasses(t, 20)
+	assert.EqualValues(t, 1, r.journal.writes.Load(), "in flight while it is journaled: not begun twice")
+	assert.Nil(t, r.machine("cp-2").Remediation, "not shown before it is journaled")
+	close(r.journal.hold)
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(r.hub.Timeline(), func(l string) bool { return strings.Contains(l, "cannot remediate cp-2: the journal refused it") })
+	}, 10*time.Second, 5*time.Millisecond, "the refusal said by a later pass")
+	r.awaitPasses(t, 10)
+	assert.EqualValues(t, 1, r.journal.writes.Load(), "then cp-2 waits before it is tried again")
 }

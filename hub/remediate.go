@@ -10,19 +10,83 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// begin journals a new remediation and executes it (one word for the act: begin = journal + execute).
-// detected is when the hub found the machine Unhealthy (zero for an operator's remediation).
+// begin journals a new remediation and executes it (one word for the act: begin = journal + execute),
+// for an operator's request: it returns once the journal has it (or refused it). detected is when the
+// hub found the machine Unhealthy (zero for an operator's remediation).
 func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, detected time.Time) (Remediation, error) {
+	r, rctx := h.track(ctx, m.Name, rem, plan, 0)
+	rem, act, err := h.journalBegin(rctx, m, rem, plan)
+	if err != nil {
+		h.mu.Lock()
+		h.untrackLocked(m.Name, r)
+		h.mu.Unlock()
+		return rem, err
+	}
+	h.execute(ctx, rctx, r, m, rem, plan, act, false, detected)
+	return rem, nil
+}
+
+// beginQueued is the pass's begin: the remediation is in flight for the planner from now on, and it is
+// journaled and executed beside the passes. In Kubernetes mode the journal is the API server, which,
+// once etcd has lost quorum, answers a write only at the client's timeout: a pass held that long per
+// begin left the leader, when its Lease ran out, with no view from after its last renewal, and it did
+// not go on alone (found on the real kubeadm cluster, two of three nodes frozen). How the begin went is
+// a fact of a later pass (facts.begun), with the flight gone when it failed.
+func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
+	r, rctx := h.track(ctx, b.machine.Name, b.rem, b.plan, 0)
+	h.beginning.Add(1)
+	go func() {
+		defer h.beginning.Done()
+		rem, act, err := h.journalBegin(rctx, b.machine, b.rem, b.plan)
+		if err == nil {
+			h.execute(ctx, rctx, r, b.machine, rem, b.plan, act, false, b.detected)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if err != nil {
+			h.untrackLocked(b.machine.Name, r)
+		}
+		h.begun = append(h.begun, beginResult{machine: b.machine.Name, err: err, at: time.Now()})
+	}()
+}
+
+// beginResult is how a begin the pass queued went.
+type beginResult struct {
+	machine string
+	err     error
+	at      time.Time
+}
+
+// journalBegin finds what carries a remediation out and journals its intent.
+func (h *Hub) journalBegin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan) (Remediation, actuator, error) {
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
-		return rem, err
+		return rem, act, err
 	}
 	rem, err = h.cfg.Journal.Begin(ctx, rem)
 	if err != nil {
-		return rem, fmt.Errorf("the journal refused it: %w", err)
+		return rem, act, fmt.Errorf("the journal refused it: %w", err)
 	}
-	h.execute(ctx, m, rem, plan, act, false, detected)
-	return rem, nil
+	return rem, act, nil
+}
+
+// track makes a remediation in flight (the planner counts it, status shows it) from step next, with
+// the context that ends it.
+func (h *Hub) track(ctx context.Context, machine string, rem Remediation, plan quorum.Plan, next int) (*running, context.Context) {
+	rctx, cancel := context.WithCancel(ctx)
+	r := &running{rem: rem, plan: plan, next: next, cancel: cancel}
+	h.mu.Lock()
+	h.running[machine] = r
+	h.mu.Unlock()
+	return r, rctx
+}
+
+// untrackLocked ends r's flight (and its context), unless another has taken its place.
+func (h *Hub) untrackLocked(machine string, r *running) {
+	r.cancel()
+	if h.running[machine] == r {
+		delete(h.running, machine)
+	}
 }
 
 // newMemberSuffix names the replacement's etcd member in a plan: the owner picks the real name.
@@ -55,18 +119,10 @@ func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
 // progress in the journal (resuming), which first finds out where it stands (Executor.Resume: the BMC
 // and the machine are read before anything is repeated). Resuming runs there too, not before the
 // passes: one machine's wait for evidence of a reset must not hold up every other machine.
-func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
-	rctx, cancel := context.WithCancel(ctx)
-	from := 0
-	if resuming {
-		from = nextStep(rem)
-		if p, ok := rem.Pending(); ok {
-			from = p.Step
-		}
-	}
+func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
 	h.mu.Lock()
-	r := &running{rem: rem, plan: plan, next: from, cancel: cancel}
-	h.running[m.Name] = r
+	r.rem = rem // as journaled
+	from := r.next
 	h.mu.Unlock()
 	how := rem.Strategy
 	if rem.Hard {
@@ -85,7 +141,6 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 		Hard: rem.Hard, Force: rem.Forced, Owner: act.owner, NotAMember: m.Member == "",
 		ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 	go func() {
-		defer cancel()
 		var err error
 		if resuming {
 			from, err = h.resumeAt(rctx, m, rem, plan, act, exec, r)
@@ -94,7 +149,7 @@ func (h *Hub) execute(ctx context.Context, m Machine, rem Remediation, plan quor
 			err = exec.Run(rctx, rem, plan, from, act.power)
 		}
 		h.mu.Lock()
-		delete(h.running, m.Name)
+		h.untrackLocked(m.Name, r)
 		stopping := ctx.Err() != nil
 		h.mu.Unlock()
 		w.ended(stopping, err)
@@ -175,7 +230,12 @@ func (h *Hub) resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
-		h.execute(ctx, m, rem, plan, act, true, time.Time{})
+		from := nextStep(rem)
+		if p, ok := rem.Pending(); ok {
+			from = p.Step
+		}
+		r, rctx := h.track(ctx, m.Name, rem, plan, from)
+		h.execute(ctx, rctx, r, m, rem, plan, act, true, time.Time{})
 	}
 	return nil
 }

@@ -152,7 +152,9 @@ func (h *Hub) Status(ctx context.Context) Status {
 				}
 			}
 		}
-		if r, ok := h.running[m.Name]; ok { // from memory: a status (and a scrape) reads no journal
+		// From memory: a status (and a scrape) reads no journal. A remediation is shown once journaled
+		// (a begin the pass queued has no ID before).
+		if r, ok := h.running[m.Name]; ok && r.rem.ID != "" {
 			ms.Remediation = &InFlight{ID: r.rem.ID, Strategy: r.rem.Strategy, RequestedBy: r.rem.RequestedBy, Steps: r.rem.Steps,
 				Step: r.next, Busy: r.busy, Hard: r.rem.Hard, Forced: r.rem.Forced, Attempt: r.rem.Attempt, Stalled: r.stalled}
 		}
