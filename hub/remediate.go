@@ -70,8 +70,8 @@ func (h *Hub) journalBegin(ctx context.Context, m Machine, rem Remediation, plan
 	return rem, act, nil
 }
 
-// track makes a remediation in flight (the planner counts it, status shows it) from step next, with
-// the context that ends it.
+// track makes a remediation in flight (the planner counts it at once, status shows it once it is
+// journaled) from step next, with the context that ends it.
 func (h *Hub) track(ctx context.Context, machine string, rem Remediation, plan quorum.Plan, next int) (*running, context.Context) {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &running{rem: rem, plan: plan, next: next, cancel: cancel}

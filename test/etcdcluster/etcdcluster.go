@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/hale-dev/hale/test/proc"
 )
 
 // Cluster is a running embedded etcd cluster.
@@ -368,11 +369,14 @@ func (c *Cluster) Close() {
 	}
 }
 
+// freeAddr picks a port below the kernel's ephemeral range (proc.FreeAddr): a member stopped for a
+// while restarts on its own ports, and one from the ephemeral range had been taken meanwhile by
+// another process's connection (health's TestEtcdViewAndProbe in a full run: "bind: address already
+// in use").
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := proc.FreeAddr()
 	if err != nil {
 		return "", fmt.Errorf("etcdcluster: finding a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return a, nil
 }

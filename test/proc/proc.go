@@ -206,14 +206,31 @@ func (p *Process) WaitReady(t TB, url string, timeout time.Duration) {
 // binds it ("bind: address already in use").
 func FreePort(t TB) int {
 	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return port
+}
+
+// FreeAddr is FreePort's 127.0.0.1:PORT, for a helper without a test (a member restarted on its own
+// ports after a while away must find them still free: test/etcdcluster).
+func FreeAddr() (string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+}
+
+func freePort() (int, error) {
 	for range portSpan {
 		port := portBase + int(nextPort.Add(1)%portSpan)
 		if free(port) {
-			return port
+			return port, nil
 		}
 	}
-	t.Fatalf("no free port in %d–%d", portBase, portBase+portSpan-1)
-	return 0
+	return 0, fmt.Errorf("no free port in %d–%d", portBase, portBase+portSpan-1)
 }
 
 const portBase, portSpan = 20000, 12000
