@@ -61,7 +61,7 @@ func TestChaos(t *testing.T) {
 	t.Run("checker-selftest", func(t *testing.T) {
 		t.Parallel()
 		o := base
-		o.schedule, o.duration = selfTest(0).Name, 30*time.Second
+		o.schedule, o.duration = selfTest(0).Name, 40*time.Second
 		r := campaignOf(t, o)[0]
 		require.NotEmpty(t, r.Violations[1], "the checker missed a healthy voter power-cycled behind the hub's back: %s", r.line())
 		require.Contains(t, r.Violations[1][0], "cp-1 powered off by Hale while a healthy voter of a working quorum")

@@ -449,7 +449,9 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 		require.NotEmpty(t, strings.TrimSpace(ps), "%s's %s static pod does not run after its power-cycle", n.Name, p)
 	}
 	powered := powerChanges(c, before)
-	require.Len(t, powered, 2, "one power-cycle of the hung node, nothing else: %v", powered)
+	if len(powered) != 2 { // why, from the hubs (seen once in a cold run: a second node cycled)
+		t.Fatalf("one power-cycle of the hung node, nothing else: %v\n%s", powered, c.HubLines(ctx, `Unhealthy|Remediation|Suspect|Healthy|Quorum|Observer`))
+	}
 	for i, kind := range []string{"power-off ", "power-on "} {
 		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" "+bmcOf(c, n)), "one power-cycle of the hung node by its BMC, nothing else: %v", powered)
 	}
