@@ -28,8 +28,6 @@ type passState struct {
 	// Healthy, not every pass); seenAt: when each was last in view (assess.Assessment.SeenAt, the newest of any
 	// pass since the hub started).
 	unhealthyAt, healthyAt, seenAt map[string]time.Time
-	// lastPass is the time of the previous pass's facts.
-	lastPass time.Time
 	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
 	beginFailed map[string]beginFailure
 	// kept: the observers the gossip is told to keep joined.
@@ -76,7 +74,7 @@ type view struct {
 	loss       *QuorumLoss
 	// mark: the highest raft index seen or journaled (passState.mark).
 	mark RaftMark
-	// at: when the pass that made this view gathered its facts.
+	// at: when the pass that made this view gathered its facts (the previous pass's, for compute).
 	at time.Time
 }
 
@@ -124,14 +122,13 @@ func compute(s *passState, f facts) Ready {
 				s.unhealthyAt[a.Machine] = f.now
 			}
 			if old.Verdict == assess.VerdictHealthy { // last seen Healthy in the previous pass
-				s.healthyAt[a.Machine] = s.lastPass
+				s.healthyAt[a.Machine] = prev.at
 			}
 		}
 		if !a.SeenAt.Equal(old.SeenAt) && a.SeenAt.After(s.seenAt[a.Machine]) {
 			s.seenAt[a.Machine] = a.SeenAt
 		}
 	}
-	s.lastPass = f.now
 	if w := f.markWritten; w != nil {
 		if n, news := s.markWritten(w.m, w.err); news {
 			rd.queue(n)
