@@ -112,8 +112,7 @@ func walk(root, module string) (walked, error) {
 		out := slices.Clone(n.Out)
 		slices.SortStableFunc(out, func(a, b *callgraph.Edge) int { return int(sitePos(a) - sitePos(b)) })
 		for _, e := range out {
-			f := e.Callee.Func
-			if seen[e.Callee] || f.Pkg == nil && f.Parent() == nil && f.Synthetic == "" || !inModule(f, module) {
+			if seen[e.Callee] || !inModule(e.Callee.Func, module) {
 				continue
 			}
 			visit(e.Callee, depth+1)
