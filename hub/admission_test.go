@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -38,12 +39,12 @@ func TestOneAdmissionRule(t *testing.T) {
 			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second), inARow: 4}
 			return s
 		}},
-		{ReasonCoolingDown, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, time.Minute, 1) }},
-		{ReasonFenced, "m2", func() *scene { return newScene().dead(2).remediated(2, "fence", Succeeded, time.Hour, 1) }},
-		{ReasonGaveUp, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 3) }},
-		{ReasonFlapping, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, 10*time.Minute, 3) }},
+		{ReasonCoolingDown, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, time.Minute, 1) }},
+		{ReasonFenced, "m2", func() *scene { return newScene().dead(2).remediated(2, "fence", journal.Succeeded, time.Hour, 1) }},
+		{ReasonGaveUp, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 3) }},
+		{ReasonFlapping, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, 10*time.Minute, 3) }},
 		{ReasonUnseen, "m2", func() *scene {
-			return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
+			return newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
 		}},
 		{ReasonRateLimited, "m2", func() *scene {
 			s := quorumLost()

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/hale-dev/hale/hub/journal"
 )
 
 // The operator API: JSON over HTTP, served on a Unix socket (access by file permissions) or on
@@ -229,7 +231,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func writeError(w http.ResponseWriter, err error) {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNoRemediation):
+	case errors.Is(err, ErrNotFound), errors.Is(err, journal.ErrNoRemediation):
 		code = http.StatusNotFound
 	case errors.Is(err, ErrRefused):
 		code = http.StatusConflict

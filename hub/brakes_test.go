@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 )
 
 // No step of a remediation in flight starts while the hub is paused or suspended (observe-only
@@ -82,7 +83,7 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 			require.NoError(t, err)
 			api := httptest.NewServer(h.APIHandler(""))
 			t.Cleanup(api.Close)
-			r := &running{rem: Remediation{Machine: "cp-0"}, busy: true} // inside its power-cycle
+			r := &running{rem: journal.Remediation{Machine: "cp-0"}, busy: true} // inside its power-cycle
 			h.mu.Lock()
 			h.running["cp-0"] = r
 			h.mu.Unlock()

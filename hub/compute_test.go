@@ -13,6 +13,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -155,7 +156,7 @@ func TestComputeRandomized(t *testing.T) {
 					s.f.flights[m] = flight{plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps(fmt.Sprintf("power-cycle etcd-%d", i), fmt.Sprintf("await-healthy etcd-%d", i))}}
 				case 2:
 					if dead[i] {
-						s.remediated(i, "reboot", Failed, 10*time.Minute, 1+rng.IntN(3))
+						s.remediated(i, "reboot", journal.Failed, 10*time.Minute, 1+rng.IntN(3))
 					}
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -261,7 +262,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if by == "" {
 		by = "operator"
 	}
-	rem := Remediation{ID: req.Adopt, Machine: m.Name, Strategy: strategy.String(), RequestedBy: by, Reason: "manual " + strategy.String(),
+	rem := journal.Remediation{ID: req.Adopt, Machine: m.Name, Strategy: strategy.String(), RequestedBy: by, Reason: "manual " + strategy.String(),
 		Steps: plan.Steps, Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
 	if refusal != nil {
 		rem.Reason += "; forced over: " + refusal.Error()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -111,7 +112,7 @@ const (
 type toBegin struct {
 	machine Machine
 	plan    quorum.Plan
-	rem     Remediation
+	rem     journal.Remediation
 	// detected: when the machine last turned Unhealthy (step sets it).
 	detected time.Time
 }
@@ -305,7 +306,7 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = machinePlan(qd.Strategy, m)
 	}
-	rem := Remediation{Machine: m.Name, Strategy: qd.Strategy.String(), RequestedBy: "hub", Reason: qd.Reason,
+	rem := journal.Remediation{Machine: m.Name, Strategy: qd.Strategy.String(), RequestedBy: "hub", Reason: qd.Reason,
 		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && qd.Strategy == quorum.Reboot}
 	if rem.Hard {
 		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, f.inv.Policy.MaxAttempts, failed)
@@ -335,7 +336,7 @@ func historyHold(f facts, m Machine) hold {
 			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
 			c.id, c.cycled.UTC().Format(time.RFC3339), cmp.Or(c.shown, "the cycle"), m.Name, m.Name, m.Name), need: NeedUnseen}
 	}
-	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == Succeeded {
+	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == journal.Succeeded {
 		return hold{reason: ReasonFenced, why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),
 			need: NeedFenced}
 	}
@@ -348,7 +349,7 @@ func historyHold(f facts, m Machine) hold {
 	// new failures: its remediations within flapWindow count together, escalate, and give up.
 	recent := 0
 	for _, r := range hist {
-		if r.byHub && r.state != InProgress && f.now.Sub(r.created) < p.FlapWindow {
+		if r.byHub && r.state != journal.InProgress && f.now.Sub(r.created) < p.FlapWindow {
 			recent++
 		}
 	}
@@ -368,7 +369,7 @@ func historyHold(f facts, m Machine) hold {
 func unseenSinceCycle(hist []past, seen time.Time) (past, bool) {
 	var last past
 	for _, p := range hist {
-		if p.state == Succeeded && p.updated.After(seen) {
+		if p.state == journal.Succeeded && p.updated.After(seen) {
 			seen = p.updated
 		}
 		if p.cycled.After(last.cycled) {

@@ -13,6 +13,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -51,7 +52,7 @@ func (s *scene) dead(i int) *scene {
 }
 
 // remediated adds finished remediations of machine i to its history, the last ended ago.
-func (s *scene) remediated(i int, strategy string, state RemediationState, ago time.Duration, n int) *scene {
+func (s *scene) remediated(i int, strategy string, state journal.State, ago time.Duration, n int) *scene {
 	m := assesstest.Machines()[i].Name
 	for k := range n {
 		at := s.f.now.Add(-ago - time.Duration(n-1-k)*time.Minute)
@@ -187,29 +188,29 @@ func TestDecide(t *testing.T) {
 			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m2"}},
-		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, time.Minute, 1) },
+		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, time.Minute, 1) },
 			reasons: map[string]string{"m2": "cooling down until"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
-		{name: "a fence stands", scene: func() *scene { return newScene().dead(2).remediated(2, "fence", Succeeded, time.Hour, 1) },
+		{name: "a fence stands", scene: func() *scene { return newScene().dead(2).remediated(2, "fence", journal.Succeeded, time.Hour, 1) },
 			reasons: map[string]string{"m2": "fenced by remediation m2/0"}, kinds: map[string]Reason{"m2": ReasonFenced}},
-		{name: "gave up after maxAttempts failed", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 3) },
+		{name: "gave up after maxAttempts failed", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 3) },
 			reasons: map[string]string{"m2": "gave up after 3 failed remediations"}, kinds: map[string]Reason{"m2": ReasonGaveUp}},
-		{name: "flapping", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", Succeeded, 10*time.Minute, 3) },
+		{name: "flapping", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, 10*time.Minute, 3) },
 			reasons: map[string]string{"m2": "flapping: 3 remediations in the last 1h0m0s"}, kinds: map[string]Reason{"m2": ReasonFlapping}},
 		{name: "a power cycle that did not bring an unseen machine back into view is not repeated (a partition, or a host that does not boot)",
 			scene: func() *scene {
-				return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
+				return newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 30*time.Minute)
 			}, reasons: map[string]string{"m2": "power-cycled by remediation m2/0 at 2026-11-22T03:40:00Z (its BMC showed: On: Off then On observed after GracefulRestart) and seen by nobody since"},
 			needs: map[string]OperatorNeed{"m2": NeedUnseen}, kinds: map[string]Reason{"m2": ReasonUnseen}},
 		{name: "nor after a hub restart, which saw nothing since", scene: func() *scene {
-			s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 0)
+			s := newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 0)
 			delete(s.f.seenAt, "m2")
 			return s
 		}, reasons: map[string]string{"m2": "seen by nobody since"}, needs: map[string]OperatorNeed{"m2": NeedUnseen}, kinds: map[string]Reason{"m2": ReasonUnseen}},
 		{name: "a machine seen since its cycle, that failed again, is cycled again (escalated)", scene: func() *scene {
-			return newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 15*time.Minute)
+			return newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 1).cycled(2, 20*time.Minute, 15*time.Minute)
 		}, starts: []string{"m2"}},
 		{name: "a cycle that succeeded saw the machine back (a restarted hub has no other record of it)", scene: func() *scene {
-			s := newScene().dead(2).remediated(2, "reboot", Succeeded, 2*time.Hour, 1).cycled(2, 2*time.Hour+time.Minute, 0)
+			s := newScene().dead(2).remediated(2, "reboot", journal.Succeeded, 2*time.Hour, 1).cycled(2, 2*time.Hour+time.Minute, 0)
 			delete(s.f.seenAt, "m2")
 			return s
 		}, starts: []string{"m2"}},
@@ -418,7 +419,7 @@ func TestDecideWhenQuorumComesBack(t *testing.T) {
 // A start records what its remediation needs: the agent's start (the machine is back only with a
 // later one), the members at the start, the attempt; after a failed one, a hard power cycle.
 func TestDecideEscalatesAfterAFailure(t *testing.T) {
-	s := newScene().dead(2).remediated(2, "reboot", Failed, 10*time.Minute, 1)
+	s := newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 1)
 	r := s.w.Obs.Reports["cp-2"]
 	r.Started = assesstest.T0()
 	s.w.Obs.Reports["cp-2"] = r

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -52,13 +53,13 @@ type World interface {
 	// Recorded is told every entry once the journal has it, in order: the one value the notice and
 	// the metric are derived from. A write the journal refuses is told with its error (once; the
 	// executor retries it until it is in, then tells the entry).
-	Recorded(en Entry, err error)
+	Recorded(en journal.Entry, err error)
 }
 
 // Executor carries out one remediation's plan, step by step, with the journal written before and
 // after every side effect.
 type Executor struct {
-	Journal      Store
+	Journal      journal.Store
 	Policy       quorum.Policy
 	World        World
 	Log          *slog.Logger
@@ -85,9 +86,9 @@ type Executor struct {
 
 // record writes one entry to the journal, retried until it is in (persist), and tells the world.
 // A finish of a remediation finished already is done.
-func (e *Executor) record(ctx context.Context, id string, en Entry) error {
+func (e *Executor) record(ctx context.Context, id string, en journal.Entry) error {
 	err := writeEntry(ctx, e.Journal, id, en, e.World.Recorded)
-	if errors.Is(err, ErrFinished) && en.Ends != "" {
+	if errors.Is(err, journal.ErrFinished) && en.Ends != "" {
 		return nil
 	}
 	return err
@@ -97,7 +98,7 @@ func (e *Executor) record(ctx context.Context, id string, en Entry) error {
 // (Hub.begin begins it): every intent, outcome, note and end, retried until the journal accepts it
 // (persist). told, when set, hears of the first refusal and of the write accepted. TestOneDoor
 // holds that no other code writes them.
-func writeEntry(ctx context.Context, j Store, id string, en Entry, told func(Entry, error)) error {
+func writeEntry(ctx context.Context, j journal.Store, id string, en journal.Entry, told func(journal.Entry, error)) error {
 	var refused func(error)
 	if told != nil {
 		refused = func(err error) { told(en, err) }
@@ -106,9 +107,9 @@ func writeEntry(ctx context.Context, j Store, id string, en Entry, told func(Ent
 		switch {
 		case en.Ends != "":
 			return j.Finish(ctx, id, en.Ends, en.Detail)
-		case en.Kind == EntryIntent:
+		case en.Kind == journal.EntryIntent:
 			return j.Intent(ctx, id, en.Step, en.Detail)
-		case en.Kind == EntryOutcome:
+		case en.Kind == journal.EntryOutcome:
 			return j.Outcome(ctx, id, en.Step, en.Result, en.Detail)
 		}
 		return j.Note(ctx, id, en.Detail)
@@ -120,30 +121,30 @@ func writeEntry(ctx context.Context, j Store, id string, en Entry, told func(Ent
 }
 
 func (e *Executor) intent(ctx context.Context, id string, i int, detail string) error {
-	return e.record(ctx, id, Entry{Kind: EntryIntent, Step: i, Detail: detail})
+	return e.record(ctx, id, journal.Entry{Kind: journal.EntryIntent, Step: i, Detail: detail})
 }
 
-func (e *Executor) outcome(ctx context.Context, id string, i int, result Result, detail string) error {
-	return e.record(ctx, id, Entry{Kind: EntryOutcome, Step: i, Result: result, Detail: detail})
+func (e *Executor) outcome(ctx context.Context, id string, i int, result journal.Result, detail string) error {
+	return e.record(ctx, id, journal.Entry{Kind: journal.EntryOutcome, Step: i, Result: result, Detail: detail})
 }
 
 func (e *Executor) note(ctx context.Context, id string, detail string) error {
-	return e.record(ctx, id, Entry{Step: -1, Kind: EntryNote, Detail: detail})
+	return e.record(ctx, id, journal.Entry{Step: -1, Kind: journal.EntryNote, Detail: detail})
 }
 
-func (e *Executor) finish(ctx context.Context, id string, state RemediationState, detail string) error {
-	return e.record(ctx, id, Entry{Step: -1, Kind: EntryNote, Ends: state, Detail: detail})
+func (e *Executor) finish(ctx context.Context, id string, state journal.State, detail string) error {
+	return e.record(ctx, id, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: state, Detail: detail})
 }
 
 // Run executes plan for remediation rem (begun in the journal) from step from on; Resume finds from.
-func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, from int, power Power) error {
+func (e *Executor) Run(ctx context.Context, rem journal.Remediation, plan quorum.Plan, from int, power Power) error {
 	for i := from; i < len(plan.Steps); i++ {
 		step := plan.Steps[i]
 		switch step.Op {
 		case quorum.OpPowerCycle, quorum.OpPowerOff:
-			err := e.take(ctx, rem, i, plan.Steps[i:i+1], e.describe(step), func(ctx context.Context, cost int) (Result, string, error) {
+			err := e.take(ctx, rem, i, plan.Steps[i:i+1], e.describe(step), func(ctx context.Context, cost int) (journal.Result, string, error) {
 				res, err := e.act(bmc.WithCheck(ctx, e.stillSafe(step, cost)), step, power)
-				return ResultDone, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", ")), err
+				return journal.ResultDone, fmt.Sprintf("%s: %s (sent %s)", res.After, res.Evidence, strings.Join(res.Requests, ", ")), err
 			})
 			if err != nil {
 				return err
@@ -155,12 +156,12 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 		default:
 			if e.Owner == nil {
 				err := fmt.Errorf("step %v: membership changes are the owner controller's (Kubernetes mode), not the standalone hub's", step)
-				return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+				return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error()))
 			}
 			return e.handOver(ctx, rem, plan, i)
 		}
 	}
-	return e.finish(ctx, rem.ID, Succeeded, "every step done")
+	return e.finish(ctx, rem.ID, journal.Succeeded, "every step done")
 }
 
 // take is the one sequence of an irreversible step: the gate (a safe checkpoint: it holds while the
@@ -169,13 +170,13 @@ func (e *Executor) Run(ctx context.Context, rem Remediation, plan quorum.Plan, f
 // how far the steps take the fault tolerance down), and its outcome. A side effect withdrawn just
 // before its request went out (bmc.ErrWithdrawn) ends the remediation Aborted; one that failed,
 // Failed.
-func (e *Executor) take(ctx context.Context, rem Remediation, i int, steps []quorum.Step, intent string,
-	act func(ctx context.Context, cost int) (Result, string, error)) error {
+func (e *Executor) take(ctx context.Context, rem journal.Remediation, i int, steps []quorum.Step, intent string,
+	act func(ctx context.Context, cost int) (journal.Result, string, error)) error {
 	if err := e.World.Gate(ctx); err != nil {
 		return err
 	}
 	if err := e.World.Overtaken(); err != nil {
-		return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+		return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error()))
 	}
 	cost, err := e.recheck(ctx, rem, steps...)
 	if err != nil {
@@ -197,24 +198,24 @@ func (e *Executor) take(ctx context.Context, rem Remediation, i int, steps []quo
 // stepFailed records that step i's side effect failed and ends the remediation Failed. When the hub
 // is stopping in the middle of the call, whether it acted is unknown: the intent stays pending and
 // the next hub reads the world before doing anything.
-func (e *Executor) stepFailed(ctx context.Context, rem Remediation, i int, step quorum.Step, err error) error {
+func (e *Executor) stepFailed(ctx context.Context, rem journal.Remediation, i int, step quorum.Step, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if werr := e.outcome(ctx, rem.ID, i, ResultFailed, "failed: "+err.Error()); werr != nil {
+	if werr := e.outcome(ctx, rem.ID, i, journal.ResultFailed, "failed: "+err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
-	return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
+	return errors.Join(err, e.finish(ctx, rem.ID, journal.Failed, err.Error()))
 }
 
 // withdrawn records that step i's request was not sent, because what made it wanted or safe no
 // longer held when it would have gone out, and ends the remediation Aborted: the next pass decides
 // afresh (a machine that is Healthy again is left alone).
-func (e *Executor) withdrawn(ctx context.Context, rem Remediation, i int, step quorum.Step, err error) error {
-	if werr := e.outcome(ctx, rem.ID, i, ResultWithdrawn, err.Error()); werr != nil {
+func (e *Executor) withdrawn(ctx context.Context, rem journal.Remediation, i int, step quorum.Step, err error) error {
+	if werr := e.outcome(ctx, rem.ID, i, journal.ResultWithdrawn, err.Error()); werr != nil {
 		return errors.Join(err, werr)
 	}
-	return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+	return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error()))
 }
 
 // stillSafe is the check made just before each disruptive BMC request of step (bmc.WithCheck): the
@@ -271,7 +272,7 @@ func (e *Executor) act(ctx context.Context, step quorum.Step, power Power) (bmc.
 // recheck checks steps, in order, against the live membership just before the first is taken, and
 // returns how far they take the fault tolerance down (check); a refusal aborts the remediation with
 // the reason.
-func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum.Step) (int, error) {
+func (e *Executor) recheck(ctx context.Context, rem journal.Remediation, steps ...quorum.Step) (int, error) {
 	if e.NotAMember {
 		return 0, nil
 	}
@@ -281,7 +282,7 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 		return 0, e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
 		err = fmt.Errorf("re-checking quorum before %v: %w", first, err)
-		return 0, errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+		return 0, errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error()))
 	}
 	cost, at, err := e.check(live, steps)
 	if err == nil && cost > 0 {
@@ -302,7 +303,7 @@ func (e *Executor) recheck(ctx context.Context, rem Remediation, steps ...quorum
 		return cost, e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator over the quorum check: %v", err))
 	case err != nil:
 		err = fmt.Errorf("re-check before %v refused: %w", at, err)
-		return 0, errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+		return 0, errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error()))
 	}
 	return cost, nil
 }
@@ -327,19 +328,19 @@ func (e *Executor) check(live quorum.Cluster, steps []quorum.Step) (int, quorum.
 	return start - lowest, steps[0], nil
 }
 
-func (e *Executor) await(ctx context.Context, rem Remediation, i int, step quorum.Step) error {
+func (e *Executor) await(ctx context.Context, rem journal.Remediation, i int, step quorum.Step) error {
 	err := e.poll(ctx, rem, cmp.Or(e.ComeBackTimeout, 10*time.Minute), func(ctx context.Context) (bool, string) {
 		return e.World.CameBack(ctx), "agent in the pool, member healthy"
 	})
 	if err != nil {
 		return err
 	}
-	return e.outcome(ctx, rem.ID, i, ResultDone, "back: agent in the pool, member healthy")
+	return e.outcome(ctx, rem.ID, i, journal.ResultDone, "back: agent in the pool, member healthy")
 }
 
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
 // done last said.
-func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Duration, done func(context.Context) (bool, string)) error {
+func (e *Executor) poll(ctx context.Context, rem journal.Remediation, timeout time.Duration, done func(context.Context) (bool, string)) error {
 	interval := e.PollInterval
 	if interval <= 0 {
 		interval = 250 * time.Millisecond
@@ -351,11 +352,11 @@ func (e *Executor) poll(ctx context.Context, rem Remediation, timeout time.Durat
 			return nil
 		}
 		if err := e.World.Overtaken(); err != nil {
-			return errors.Join(err, e.finish(ctx, rem.ID, Aborted, err.Error()))
+			return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error()))
 		}
 		if time.Now().After(deadline) {
 			err := fmt.Errorf("%s did not come back within %v (%s)", rem.Machine, timeout, where)
-			return errors.Join(err, e.finish(ctx, rem.ID, Failed, err.Error()))
+			return errors.Join(err, e.finish(ctx, rem.ID, journal.Failed, err.Error()))
 		}
 		select {
 		case <-ctx.Done():

@@ -16,6 +16,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -66,7 +67,7 @@ type testWorld struct {
 	cameBack                      func(context.Context) bool
 	evidence                      func(context.Context, time.Time) (bool, string)
 	trouble                       []string
-	records                       []Entry
+	records                       []journal.Entry
 }
 
 func (w *testWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.live(ctx) }
@@ -97,7 +98,7 @@ func (w *testWorld) ResetEvidence(ctx context.Context, since time.Time) (bool, s
 	return w.evidence(ctx, since)
 }
 
-func (w *testWorld) Recorded(rec Entry, err error) {
+func (w *testWorld) Recorded(rec journal.Entry, err error) {
 	if err != nil {
 		w.trouble = append(w.trouble, err.Error())
 		return
@@ -117,9 +118,9 @@ func (r *execRig) cameBack(context.Context) bool {
 	return r.sim.PowerState("1") == "On" && len(r.sim.Resets("1")) > 0
 }
 
-func (r *execRig) begin(t *testing.T, plan quorum.Plan) Remediation {
+func (r *execRig) begin(t *testing.T, plan quorum.Plan) journal.Remediation {
 	t.Helper()
-	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.Steps})
+	rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: plan.Strategy.String(), RequestedBy: "hub", Reason: "test", Steps: plan.Steps})
 	require.NoError(t, err)
 	return rem
 }
@@ -133,7 +134,7 @@ func TestExecutorReboots(t *testing.T) {
 	require.NoError(t, r.executor(live).Run(context.Background(), rem, plan, 0, r.power))
 	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
 	h := mustGet(t, r.journal, "cp-2")
-	assert.Equal(t, Succeeded, h.State)
+	assert.Equal(t, journal.Succeeded, h.State)
 	var kinds []string
 	for _, ev := range h.History {
 		kinds = append(kinds, string(ev.Kind))
@@ -150,7 +151,7 @@ func TestExecutorRechecksQuorumBeforeActing(t *testing.T) {
 	err = r.executor(members("DHH")).Run(context.Background(), rem, plan, 0, r.power)
 	require.ErrorContains(t, err, "re-check before power-cycle etcd-2 refused: rebooting etcd-2 leaves 1 of 3 voters healthy; quorum needs 2")
 	assert.Empty(t, r.sim.Resets("1"), "no BMC call")
-	assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
+	assert.Equal(t, journal.Aborted, mustGet(t, r.journal, "cp-2").State)
 }
 
 // What made a power step wanted and safe is asked again just before its BMC request goes out (seed
@@ -197,13 +198,13 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 			got := mustGet(t, r.journal, "cp-2")
 			if tt.wantErr == "" {
 				require.NoError(t, err)
-				assert.Equal(t, Succeeded, got.State)
+				assert.Equal(t, journal.Succeeded, got.State)
 				return
 			}
 			require.ErrorIs(t, err, bmc.ErrWithdrawn)
 			assert.ErrorContains(t, err, tt.wantErr)
-			assert.Equal(t, Aborted, got.State, "aborted: the next pass decides afresh")
-			require.True(t, has(got, ResultWithdrawn), "the journal says the request was not sent: %+v", got.History)
+			assert.Equal(t, journal.Aborted, got.State, "aborted: the next pass decides afresh")
+			require.True(t, has(got, journal.ResultWithdrawn), "the journal says the request was not sent: %+v", got.History)
 			assert.Equal(t, "On", r.sim.PowerState("1"))
 		})
 	}
@@ -222,7 +223,7 @@ func TestExecutorOvertakenAtTheCheckpoint(t *testing.T) {
 	err = e.Run(t.Context(), rem, plan, 0, r.power)
 	require.ErrorContains(t, err, "overtaken by etcd recovery hale-1")
 	assert.Empty(t, r.sim.Resets("1"), "no BMC request")
-	assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
+	assert.Equal(t, journal.Aborted, mustGet(t, r.journal, "cp-2").State)
 }
 
 func TestExecutorAwaitOvertaken(t *testing.T) {
@@ -239,7 +240,7 @@ func TestExecutorAwaitOvertaken(t *testing.T) {
 	err = e.Run(t.Context(), rem, plan, 0, r.power)
 	require.ErrorContains(t, err, "overtaken by etcd recovery hale-1")
 	got := mustGet(t, r.journal, "cp-2")
-	assert.Equal(t, Aborted, got.State)
+	assert.Equal(t, journal.Aborted, got.State)
 	assert.Contains(t, got.History[len(got.History)-1].Detail, "overtaken by etcd recovery hale-1")
 }
 
@@ -281,7 +282,7 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 			require.NoError(t, e.Run(context.Background(), active[0], restored, from, r.power))
 			assert.Len(t, r.sim.Resets("1"), 1, "exactly one power action at the BMC: %v", r.sim.Resets("1"))
 			h := mustGet(t, r.journal, "cp-2")
-			assert.Equal(t, Succeeded, h.State)
+			assert.Equal(t, journal.Succeeded, h.State)
 			joined := ""
 			for _, ev := range h.History {
 				joined += ev.Detail + "\n"
@@ -298,15 +299,15 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 
 // The journal stores steps typed, written as text: a step that is not one does not read back.
 func TestJournalStepsReadBackTyped(t *testing.T) {
-	var rem Remediation
+	var rem journal.Remediation
 	require.NoError(t, json.Unmarshal([]byte(`{"id":"cp-1/1","strategy":"reboot","steps":["power-cycle etcd-1","await-healthy etcd-1"]}`), &rem))
 	plan, err := planOf(rem)
 	require.NoError(t, err)
 	assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-1"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-1"}}, plan.Steps)
 	assert.ErrorContains(t, json.Unmarshal([]byte(`{"steps":["explode etcd-1"]}`), &rem), `step "explode etcd-1": want an operation and a member`)
-	_, err = planOf(Remediation{ID: "cp-1/2", Strategy: "nuke", Steps: plan.Steps})
+	_, err = planOf(journal.Remediation{ID: "cp-1/2", Strategy: "nuke", Steps: plan.Steps})
 	assert.ErrorContains(t, err, "remediation cp-1/2")
-	_, err = planOf(Remediation{ID: "cp-1/3", Strategy: "reboot"})
+	_, err = planOf(journal.Remediation{ID: "cp-1/3", Strategy: "reboot"})
 	assert.ErrorContains(t, err, "remediation cp-1/3: no readable steps")
 }
 
@@ -342,11 +343,11 @@ func TestExecutorHandsOverToTheOwner(t *testing.T) {
 	opts := quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
 	for _, tc := range []struct {
 		name, live string
-		want       RemediationState
+		want       journal.State
 		handOvers  int
 	}{
-		{"dead member of three: handed over", "HHD", Succeeded, 1},
-		{"a second member down: the plan's remove would lose quorum, refused at the re-check", "HDD", Aborted, 0},
+		{"dead member of three: handed over", "HHD", journal.Succeeded, 1},
+		{"a second member down: the plan's remove would lose quorum, refused at the re-check", "HDD", journal.Aborted, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newExecRig(t)
@@ -361,7 +362,7 @@ func TestExecutorHandsOverToTheOwner(t *testing.T) {
 			got := mustGet(t, r.journal, "cp-2")
 			assert.Equal(t, tc.want, got.State, "journal: %+v", got.History)
 			assert.Equal(t, tc.handOvers, owner.handOvers)
-			if tc.want == Succeeded {
+			if tc.want == journal.Succeeded {
 				require.NoError(t, err)
 				assert.Equal(t, len(plan.Steps), nextStep(got), "the plan is closed")
 			} else {
@@ -386,7 +387,7 @@ func TestExecutorOwnerRefusal(t *testing.T) {
 	err = e.Run(t.Context(), rem, plan, 0, nil)
 	require.ErrorContains(t, err, "KubeadmControlPlane test/cp refused to replace cp-2: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)")
 	got := mustGet(t, r.journal, "cp-2")
-	assert.Equal(t, Failed, got.State)
+	assert.Equal(t, journal.Failed, got.State)
 	assert.Contains(t, got.History[len(got.History)-1].Detail, "(MaxRetry)")
 	assert.Equal(t, 1, owner.handOvers)
 	assert.Equal(t, 1, owner.withdrawals)
@@ -412,16 +413,16 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 	assert.Equal(t, 1, owner.handOvers)
 
 	// Resumed after the hand-over's outcome: the owner is waited for, not signalled again.
-	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
+	rem2, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
 	require.NoError(t, err)
 	require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, 0, "hand over"))
-	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, ResultHandedOver, "handed over to "+owner.Describe()))
+	require.NoError(t, r.journal.Outcome(t.Context(), rem2.ID, 0, journal.ResultHandedOver, "handed over to "+owner.Describe()))
 	rem2 = mustGet(t, r.journal, "cp-3")
 	from, err = e.Resume(t.Context(), rem2, plan, nil)
 	require.NoError(t, err)
 	require.NoError(t, e.Run(t.Context(), rem2, plan, from, nil))
 	assert.Equal(t, 1, owner.handOvers)
-	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
+	assert.Equal(t, journal.Succeeded, mustGet(t, r.journal, "cp-3").State)
 }
 
 // A machine that is not an etcd member (a worker, a control-plane node without a member): there is no
@@ -436,7 +437,7 @@ func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
 	rem = r.begin(t, plan)
 	e.NotAMember = true
 	require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power))
-	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
+	assert.Equal(t, journal.Succeeded, mustGet(t, r.journal, "cp-2").State)
 	assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"))
 }
 
@@ -477,10 +478,10 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	assert.Equal(t, 1, owner.handOvers)
 	assert.Equal(t, 1, owner.removes)
 	got := mustGet(t, r.journal, "cp-2")
-	assert.Equal(t, Succeeded, got.State)
+	assert.Equal(t, journal.Succeeded, got.State)
 	var steps []string
 	for _, ev := range got.History {
-		if ev.Kind == EntryIntent {
+		if ev.Kind == journal.EntryIntent {
 			steps = append(steps, fmt.Sprintf("%d", ev.Step))
 		}
 	}
@@ -488,13 +489,13 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 
 	// Resumed after the remove's outcome, the owner still saying ready for a moment: not removed again.
 	last := len(plan.Steps) - 1
-	rem2, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
+	rem2, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-3", Strategy: "replace", RequestedBy: "hub", Steps: plan.Steps})
 	require.NoError(t, err)
 	for _, ev := range []struct {
 		step   int
-		result Result // "": an intent
+		result journal.Result // "": an intent
 		detail string
-	}{{0, "", "hand over"}, {0, ResultHandedOver, "handed over to x"}, {last, "", "remove"}, {last, ResultOldRemoved, "old machine let go by x"}} {
+	}{{0, "", "hand over"}, {0, journal.ResultHandedOver, "handed over to x"}, {last, "", "remove"}, {last, journal.ResultOldRemoved, "old machine let go by x"}} {
 		if ev.result == "" {
 			require.NoError(t, r.journal.Intent(t.Context(), rem2.ID, ev.step, ev.detail))
 		} else {
@@ -507,7 +508,7 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	from, err := e.Resume(t.Context(), resumed, plan, nil)
 	require.NoError(t, err)
 	require.NoError(t, e.Run(t.Context(), resumed, plan, from, nil))
-	assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-3").State)
+	assert.Equal(t, journal.Succeeded, mustGet(t, r.journal, "cp-3").State)
 	assert.Equal(t, 3, again.polls, "waited for the owner, not closed at once")
 	assert.Equal(t, 0, again.removes)
 	assert.Equal(t, 0, again.handOvers)
@@ -590,21 +591,21 @@ func TestResumeWithoutAResetTime(t *testing.T) {
 
 // flakyStore refuses the first n writes of one kind (as an API server that is restarting would).
 type flakyStore struct {
-	Store
-	kind   EntryKind
+	journal.Store
+	kind   journal.EntryKind
 	refuse int
 }
 
-func (s *flakyStore) Outcome(ctx context.Context, id string, step int, result Result, detail string) error {
-	if s.kind == EntryOutcome && s.refuse > 0 {
+func (s *flakyStore) Outcome(ctx context.Context, id string, step int, result journal.Result, detail string) error {
+	if s.kind == journal.EntryOutcome && s.refuse > 0 {
 		s.refuse--
 		return errors.New("etcdserver: leader changed")
 	}
 	return s.Store.Outcome(ctx, id, step, result, detail)
 }
 
-func (s *flakyStore) Finish(ctx context.Context, id string, state RemediationState, detail string) error {
-	if s.kind == EntryNote && s.refuse > 0 {
+func (s *flakyStore) Finish(ctx context.Context, id string, state journal.State, detail string) error {
+	if s.kind == journal.EntryNote && s.refuse > 0 {
 		s.refuse--
 		return errors.New("etcdserver: request timed out")
 	}
@@ -615,7 +616,7 @@ func (s *flakyStore) Finish(ctx context.Context, id string, state RemediationSta
 // machine held), and said once when it fails and once when it went in: an outcome or an end that
 // was dropped would leave the remediation in progress in the journal, blocking its machine.
 func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
-	for _, kind := range []EntryKind{EntryOutcome, EntryNote} {
+	for _, kind := range []journal.EntryKind{journal.EntryOutcome, journal.EntryNote} {
 		t.Run(string(kind), func(t *testing.T) {
 			r := newExecRig(t)
 			live := members("HHH")
@@ -626,7 +627,7 @@ func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
 			e.Journal = &flakyStore{Store: r.journal, kind: kind, refuse: 3}
 			require.NoError(t, e.Run(t.Context(), rem, plan, 0, r.power))
 			assert.Equal(t, []string{"GracefulRestart"}, r.sim.Resets("1"), "one BMC call")
-			assert.Equal(t, Succeeded, mustGet(t, r.journal, "cp-2").State)
+			assert.Equal(t, journal.Succeeded, mustGet(t, r.journal, "cp-2").State)
 			w := worldOf(e)
 			require.Len(t, w.trouble, 1, "said once when refused: %q", w.trouble)
 			assert.Contains(t, w.trouble[0], "etcdserver")
@@ -643,8 +644,8 @@ func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
 // A write that no retry can make succeed is not retried: another hub took over the journal.
 func TestPersistGivesUpOnAStaleEpoch(t *testing.T) {
 	calls := 0
-	err := persist(t.Context(), nil, func(context.Context) error { calls++; return fmt.Errorf("journal x: %w", ErrStaleEpoch) })
-	require.ErrorIs(t, err, ErrStaleEpoch)
+	err := persist(t.Context(), nil, func(context.Context) error { calls++; return fmt.Errorf("journal x: %w", journal.ErrStaleEpoch) })
+	require.ErrorIs(t, err, journal.ErrStaleEpoch)
 	assert.Equal(t, 1, calls)
 }
 
@@ -688,7 +689,7 @@ func TestExecutorConfirmsACostlyStepWithFreshReports(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tc.wantErr)
 			assert.Empty(t, r.sim.Resets("1"), "no BMC call")
-			assert.Equal(t, Aborted, mustGet(t, r.journal, "cp-2").State)
+			assert.Equal(t, journal.Aborted, mustGet(t, r.journal, "cp-2").State)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -32,7 +33,7 @@ type Config struct {
 	Inventory Inventory
 	// Gossip is the hub's own membership of the agents' pool.
 	Gossip  Pool
-	Journal Store
+	Journal journal.Store
 	Log     *slog.Logger
 	// Tick is the time between passes (default 200 ms).
 	Tick time.Duration
@@ -135,7 +136,7 @@ type Hub struct {
 }
 
 type running struct {
-	rem    Remediation
+	rem    journal.Remediation
 	plan   quorum.Plan
 	next   int // the step under way: the planner counts it and those after it as still to come
 	cancel context.CancelFunc
@@ -336,7 +337,7 @@ func (h *Hub) Assessment(machine string) (assess.Assessment, bool) {
 }
 
 // History returns a machine's remediations from the journal, oldest first.
-func (h *Hub) History(ctx context.Context, machine string) ([]Remediation, error) {
+func (h *Hub) History(ctx context.Context, machine string) ([]journal.Remediation, error) {
 	return h.cfg.Journal.History(ctx, machine)
 }
 

@@ -27,6 +27,8 @@ func TestPackageImports(t *testing.T) {
 		{"assess", io},
 		{"assess/assesstest", io},
 		{"degraded", k8s},
+		// the journal keeps remediations; what they do and who decides them is the hub's
+		{"journal", append([]string{"log/slog", "github.com/prometheus/", mod + "bmc", mod + "hub"}, k8s...)},
 		{".", k8s},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -15,7 +16,7 @@ import (
 type past struct {
 	id, strategy     string
 	byHub            bool
-	state            RemediationState
+	state            journal.State
 	created, updated time.Time
 	// cycles are the indexes of its power-cycle steps; cycled is when the latest of them was done
 	// (its BMC showed the power go off and on, or the reset: zero when none was). A cycle that did
@@ -26,7 +27,7 @@ type past struct {
 	shown string
 }
 
-func pastOf(r Remediation) past {
+func pastOf(r journal.Remediation) past {
 	p := past{id: r.ID, strategy: r.Strategy, byHub: r.RequestedBy == "hub", state: r.State, created: r.Created, updated: r.Updated}
 	for i, s := range r.Steps {
 		if s.Op == quorum.OpPowerCycle {
@@ -34,7 +35,7 @@ func pastOf(r Remediation) past {
 		}
 	}
 	for _, e := range r.History {
-		if e.Kind == EntryOutcome {
+		if e.Kind == journal.EntryOutcome {
 			p.outcome(e.Step, e.Result, e.Detail, e.At)
 		}
 	}
@@ -43,8 +44,8 @@ func pastOf(r Remediation) past {
 
 // outcome records a step's outcome: a power cycle done (or found done after a restart) sets cycled
 // and what the BMC showed of it.
-func (p *past) outcome(step int, r Result, detail string, at time.Time) {
-	if (r == ResultDone || r == ResultNotRepeated) && slices.Contains(p.cycles, step) && at.After(p.cycled) {
+func (p *past) outcome(step int, r journal.Result, detail string, at time.Time) {
+	if (r == journal.ResultDone || r == journal.ResultNotRepeated) && slices.Contains(p.cycles, step) && at.After(p.cycled) {
 		p.cycled, p.shown = at, detail
 	}
 }
@@ -67,7 +68,7 @@ func newLedger(keep int) *ledger {
 }
 
 // load reads each machine's history from the journal.
-func (l *ledger) load(ctx context.Context, s Store, machines []string) error {
+func (l *ledger) load(ctx context.Context, s journal.Store, machines []string) error {
 	for _, m := range machines {
 		hist, err := s.History(ctx, m)
 		if err != nil {
@@ -83,7 +84,7 @@ func (l *ledger) load(ctx context.Context, s Store, machines []string) error {
 	return nil
 }
 
-func (l *ledger) begun(r Remediation) {
+func (l *ledger) begun(r journal.Remediation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.byID[r.ID] = r.Machine
@@ -99,7 +100,7 @@ func (l *ledger) begun(r Remediation) {
 	}
 }
 
-func (l *ledger) finished(id string, state RemediationState, at time.Time) {
+func (l *ledger) finished(id string, state journal.State, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rs := l.recent[l.byID[id]]
@@ -108,7 +109,7 @@ func (l *ledger) finished(id string, state RemediationState, at time.Time) {
 	}
 }
 
-func (l *ledger) outcome(id string, step int, r Result, detail string, at time.Time) {
+func (l *ledger) outcome(id string, step int, r journal.Result, detail string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rs := l.recent[l.byID[id]]
@@ -136,7 +137,7 @@ func (l *ledger) startsWithin(now time.Time, per time.Duration) int {
 func ended(hist []past) time.Time {
 	var t time.Time
 	for _, p := range hist {
-		if p.state != InProgress && p.updated.After(t) {
+		if p.state != journal.InProgress && p.updated.After(t) {
 			t = p.updated
 		}
 	}
@@ -149,10 +150,10 @@ func failures(hist []past, healthy time.Time) int {
 	n := 0
 	for i := len(hist) - 1; i >= 0; i-- {
 		r := hist[i]
-		if r.state == InProgress {
+		if r.state == journal.InProgress {
 			continue
 		}
-		if r.state == Succeeded || !r.updated.After(healthy) {
+		if r.state == journal.Succeeded || !r.updated.After(healthy) {
 			break
 		}
 		n++
@@ -163,11 +164,11 @@ func failures(hist []past, healthy time.Time) int {
 // recorder is the Store the hub writes through: each Begin, Outcome and Finish that the journal
 // accepted is also written to the ledger.
 type recorder struct {
-	Store
+	journal.Store
 	l *ledger
 }
 
-func (r recorder) Begin(ctx context.Context, rem Remediation) (Remediation, error) {
+func (r recorder) Begin(ctx context.Context, rem journal.Remediation) (journal.Remediation, error) {
 	rem, err := r.Store.Begin(ctx, rem)
 	if err == nil {
 		r.l.begun(rem)
@@ -175,7 +176,7 @@ func (r recorder) Begin(ctx context.Context, rem Remediation) (Remediation, erro
 	return rem, err
 }
 
-func (r recorder) Outcome(ctx context.Context, id string, step int, result Result, detail string) error {
+func (r recorder) Outcome(ctx context.Context, id string, step int, result journal.Result, detail string) error {
 	err := r.Store.Outcome(ctx, id, step, result, detail)
 	if err == nil {
 		r.l.outcome(id, step, result, detail, time.Now())
@@ -183,7 +184,7 @@ func (r recorder) Outcome(ctx context.Context, id string, step int, result Resul
 	return err
 }
 
-func (r recorder) Finish(ctx context.Context, id string, state RemediationState, detail string) error {
+func (r recorder) Finish(ctx context.Context, id string, state journal.State, detail string) error {
 	err := r.Store.Finish(ctx, id, state, detail)
 	if err == nil {
 		r.l.finished(id, state, time.Now())
@@ -191,23 +192,20 @@ func (r recorder) Finish(ctx context.Context, id string, state RemediationState,
 	return err
 }
 
-// ErrFinished: the remediation is finished already; nothing more can be written to it.
-var ErrFinished = errors.New("nothing more can be written to a finished remediation")
-
 // journalRetryMax bounds the wait between two attempts at a journal write.
 const journalRetryMax = 5 * time.Second
 
 // persist makes write, retrying until the journal accepts it: a remediation whose outcome or end is
 // not recorded would stay in progress in the journal and block its machine, so it keeps running (and
 // holding its machine) until the write is in. refused is told the first failure. It gives up only when no retry can succeed: another hub took over the journal
-// (ErrStaleEpoch), the remediation was finished already (ErrFinished), or ctx ended (the hub is
+// (ErrStaleEpoch), the remediation was finished already (journal.ErrFinished), or ctx ended (the hub is
 // stopping; the journal still says in progress and the next hub resumes from what it recorded).
 func persist(ctx context.Context, refused func(error), write func(context.Context) error) error {
 	wait := 250 * time.Millisecond
 	failed := false
 	for {
 		err := write(ctx)
-		if err == nil || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrFinished) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, journal.ErrStaleEpoch) || errors.Is(err, journal.ErrFinished) || ctx.Err() != nil {
 			return err
 		}
 		if !failed && refused != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 )
 
 // metrics holds what must be counted as it happens; everything else is read from Status at scrape
@@ -70,7 +71,7 @@ func (m *metrics) notice(n Notice) {
 	}
 }
 
-func (m *metrics) remediation(rem Remediation, result string) {
+func (m *metrics) remediation(rem journal.Remediation, result string) {
 	if m != nil {
 		requestedBy := "operator"
 		if rem.RequestedBy == "hub" {

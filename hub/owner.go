@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -51,7 +52,7 @@ const (
 // handOver hands the machine to its owner for the plan's steps from i on: the owner removes and adds
 // the members its own way, so every one of those steps is checked against the live membership first,
 // in order (DESIGN.md rule 1), the intent written, the owner signalled, and its work awaited.
-func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Plan, i int) error {
+func (e *Executor) handOver(ctx context.Context, rem journal.Remediation, plan quorum.Plan, i int) error {
 	rest := plan.Steps[i:]
 	if handedOver(rem) { // resumed after the hand-over: the owner is at work
 		if err := e.World.Gate(ctx); err != nil {
@@ -64,8 +65,8 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 		list = append(list, s.String())
 	}
 	err := e.take(ctx, rem, i, rest, fmt.Sprintf("hand over to %s: %s", e.Owner.Describe(), strings.Join(list, " → ")),
-		func(ctx context.Context, _ int) (Result, string, error) {
-			return ResultHandedOver, "handed over to " + e.Owner.Describe(), e.Owner.HandOver(ctx, rem.Reason, rest)
+		func(ctx context.Context, _ int) (journal.Result, string, error) {
+			return journal.ResultHandedOver, "handed over to " + e.Owner.Describe(), e.Owner.HandOver(ctx, rem.Reason, rest)
 		})
 	if err != nil {
 		return err
@@ -74,19 +75,19 @@ func (e *Executor) handOver(ctx context.Context, rem Remediation, plan quorum.Pl
 }
 
 // handedOver: the owner was signalled (and so is at work).
-func handedOver(rem Remediation) bool { return has(rem, ResultHandedOver) }
+func handedOver(rem journal.Remediation) bool { return has(rem, journal.ResultHandedOver) }
 
 // has says whether one of the remediation's outcomes has result r.
-func has(rem Remediation, r Result) bool {
-	return slices.ContainsFunc(rem.History, func(ev Entry) bool { return ev.Kind == EntryOutcome && ev.Result == r })
+func has(rem journal.Remediation, r journal.Result) bool {
+	return slices.ContainsFunc(rem.History, func(ev journal.Entry) bool { return ev.Kind == journal.EntryOutcome && ev.Result == r })
 }
 
 // awaitOwner waits for the owner to have replaced the machine, and closes the plan. When the owner
 // is ready for the old machine to go (scale up first), the plan's last step, the remove, is taken
 // here: gate, re-check, intent, Remove, outcome.
-func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.Plan) error {
+func (e *Executor) awaitOwner(ctx context.Context, rem journal.Remediation, plan quorum.Plan) error {
 	last := len(plan.Steps) - 1
-	removed := has(rem, ResultOldRemoved)
+	removed := has(rem, journal.ResultOldRemoved)
 	for {
 		ready, refused := false, ""
 		err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
@@ -111,24 +112,24 @@ func (e *Executor) awaitOwner(ctx context.Context, rem Remediation, plan quorum.
 		}
 		step := plan.Steps[last]
 		err = e.take(ctx, rem, last, plan.Steps[last:], fmt.Sprintf("%s: the replacement is ready; %s lets the old machine go", step, e.Owner.Describe()),
-			func(ctx context.Context, _ int) (Result, string, error) {
-				return ResultOldRemoved, "old machine let go by " + e.Owner.Describe(), e.Owner.Remove(ctx)
+			func(ctx context.Context, _ int) (journal.Result, string, error) {
+				return journal.ResultOldRemoved, "old machine let go by " + e.Owner.Describe(), e.Owner.Remove(ctx)
 			})
 		if err != nil {
 			return err
 		}
 		removed = true
 	}
-	if err := e.outcome(ctx, rem.ID, last, ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
+	if err := e.outcome(ctx, rem.ID, last, journal.ResultReplaced, "replaced by "+e.Owner.Describe()); err != nil {
 		return err
 	}
-	return e.finish(ctx, rem.ID, Succeeded, "every step done")
+	return e.finish(ctx, rem.ID, journal.Succeeded, "every step done")
 }
 
 // ownerRefused ends a remediation whose owner refused the hand-over: the hand-over is withdrawn first
 // (a refused hand-over left in place could be acted on later, outside the plan), then the hand-over
 // step fails with the owner's answer.
-func (e *Executor) ownerRefused(ctx context.Context, rem Remediation, plan quorum.Plan, answer string) error {
+func (e *Executor) ownerRefused(ctx context.Context, rem journal.Remediation, plan quorum.Plan, answer string) error {
 	step := slices.IndexFunc(plan.Steps, func(s quorum.Step) bool { return s.Op.ChangesMembership() })
 	err := fmt.Errorf("%s refused to replace %s: %s", e.Owner.Describe(), rem.Machine, answer)
 	if werr := e.Owner.Withdraw(ctx); werr != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 )
@@ -149,14 +150,14 @@ func (p *testPool) restart(node string) {
 
 // countingStore counts the journal's reads and writes.
 type countingStore struct {
-	Store
+	journal.Store
 	reads, writes atomic.Int64
 	// hold, when set before the hub runs, holds every Begin until it is closed, then refuses it: the
 	// API server of a cluster whose etcd has lost quorum.
 	hold chan struct{}
 }
 
-func (s *countingStore) Begin(ctx context.Context, r Remediation) (Remediation, error) {
+func (s *countingStore) Begin(ctx context.Context, r journal.Remediation) (journal.Remediation, error) {
 	s.writes.Add(1)
 	if s.hold != nil {
 		select {
@@ -169,17 +170,17 @@ func (s *countingStore) Begin(ctx context.Context, r Remediation) (Remediation, 
 	return s.Store.Begin(ctx, r)
 }
 
-func (s *countingStore) Get(ctx context.Context, id string) (Remediation, error) {
+func (s *countingStore) Get(ctx context.Context, id string) (journal.Remediation, error) {
 	s.reads.Add(1)
 	return s.Store.Get(ctx, id)
 }
 
-func (s *countingStore) Active(ctx context.Context) ([]Remediation, error) {
+func (s *countingStore) Active(ctx context.Context) ([]journal.Remediation, error) {
 	s.reads.Add(1)
 	return s.Store.Active(ctx)
 }
 
-func (s *countingStore) History(ctx context.Context, machine string) ([]Remediation, error) {
+func (s *countingStore) History(ctx context.Context, machine string) ([]journal.Remediation, error) {
 	s.reads.Add(1)
 	return s.Store.History(ctx, machine)
 }
@@ -316,9 +317,9 @@ func TestNoJournalReadsInThePass(t *testing.T) {
 	r := newPassRig(t, pool, p, nil)
 	// cp-4 failed maxAttempts times before this hub started: it is given up on.
 	for range p.MaxAttempts {
-		rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-4", Strategy: "reboot", RequestedBy: "hub", Reason: "test"})
+		rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-4", Strategy: "reboot", RequestedBy: "hub", Reason: "test"})
 		require.NoError(t, err)
-		require.NoError(t, r.journal.Finish(t.Context(), rem.ID, Failed, "not recovered"))
+		require.NoError(t, r.journal.Finish(t.Context(), rem.ID, journal.Failed, "not recovered"))
 	}
 	r.run(t)
 	require.Eventually(t, func() bool { return r.passes.Load() > 0 }, 10*time.Second, 5*time.Millisecond)
@@ -345,11 +346,11 @@ func TestRemediationEndpoint(t *testing.T) {
 	id := r.machine("cp-2").Remediation.ID
 	api := httptest.NewServer(r.hub.APIHandler(""))
 	defer api.Close()
-	get := func(path string) (int, Remediation) {
+	get := func(path string) (int, journal.Remediation) {
 		resp, err := http.Get(api.URL + path)
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		var rem Remediation
+		var rem journal.Remediation
 		if resp.StatusCode == http.StatusOK {
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&rem))
 		}
@@ -357,20 +358,20 @@ func TestRemediationEndpoint(t *testing.T) {
 	}
 	code, rem := get("/v1/remediations/" + id)
 	require.Equal(t, http.StatusOK, code)
-	assert.Equal(t, InProgress, rem.State)
+	assert.Equal(t, journal.InProgress, rem.State)
 	assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, rem.Steps)
 
 	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-2")) > 0 }, 10*time.Second, 10*time.Millisecond)
 	pool.restart("cp-2")
-	require.Eventually(t, func() bool { _, rem := get("/v1/remediations/" + id); return rem.State == Succeeded }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { _, rem := get("/v1/remediations/" + id); return rem.State == journal.Succeeded }, 10*time.Second, 20*time.Millisecond)
 	_, rem = get("/v1/remediations/" + id)
-	var results []Result
+	var results []journal.Result
 	for _, ev := range rem.History {
-		if ev.Kind == EntryOutcome {
+		if ev.Kind == journal.EntryOutcome {
 			results = append(results, ev.Result)
 		}
 	}
-	assert.Equal(t, []Result{ResultDone, ResultDone}, results, "typed outcomes: the cycle, the recovery")
+	assert.Equal(t, []journal.Result{journal.ResultDone, journal.ResultDone}, results, "typed outcomes: the cycle, the recovery")
 
 	resp, err := http.Get(api.URL + "/v1/remediations/cp-9/20260101T000000Z")
 	require.NoError(t, err)
@@ -387,7 +388,7 @@ func TestRemediationEndpoint(t *testing.T) {
 func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	pool := newTestPool(5, "cp-2", "cp-3")
 	r := newPassRig(t, pool, testPolicy(), nil)
-	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
+	rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
 		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "reboot etcd-2 (graceful, then hard)"))
@@ -410,11 +411,11 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	pool.restart("cp-2")
 	require.Eventually(t, func() bool {
 		got, err := r.journal.Get(t.Context(), rem.ID)
-		return err == nil && got.State == Succeeded
+		return err == nil && got.State == journal.Succeeded
 	}, 15*time.Second, 20*time.Millisecond)
 	got, err := r.journal.Get(t.Context(), rem.ID)
 	require.NoError(t, err)
-	assert.True(t, has(got, ResultRetaken), "the BMC showed no reset since the intent: taken again")
+	assert.True(t, has(got, journal.ResultRetaken), "the BMC showed no reset since the intent: taken again")
 	assert.Len(t, r.sim.Resets("cp-2"), 1, "once")
 }
 
@@ -422,7 +423,7 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 // is said and counted as any end is.
 func TestResumeEndsARemediationOfAMachineNoLongerThere(t *testing.T) {
 	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
-	rem, err := r.journal.Begin(t.Context(), Remediation{Machine: "cp-9", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
+	rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-9", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
 		Steps: steps("power-cycle etcd-9", "await-healthy etcd-9")})
 	require.NoError(t, err)
 	var mu sync.Mutex
@@ -432,7 +433,7 @@ func TestResumeEndsARemediationOfAMachineNoLongerThere(t *testing.T) {
 	r.awaitPasses(t, 2)
 	got, err := r.journal.Get(t.Context(), rem.ID)
 	require.NoError(t, err)
-	assert.Equal(t, Aborted, got.State)
+	assert.Equal(t, journal.Aborted, got.State)
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Contains(t, said, "cp-9: remediation "+rem.ID+" ended Aborted, found in progress at start: the machine is no longer in the inventory")
@@ -526,7 +527,7 @@ func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
 	hist, err := r.journal.History(t.Context(), "cp-2")
 	require.NoError(t, err)
 	require.Len(t, hist, 1)
-	assert.Equal(t, Succeeded, hist[0].State)
+	assert.Equal(t, journal.Succeeded, hist[0].State)
 	mu.Lock()
 	defer mu.Unlock()
 	for i, want := range []string{"RemediationStarted: ", "StepDone: cp-2: remediation " + hist[0].ID + ": power-cycle etcd-2: On",

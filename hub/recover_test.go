@@ -17,6 +17,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -235,7 +236,7 @@ func TestPowerThatDoesNotComeOnIsEvidence(t *testing.T) {
 			hist, err := r.hub.History(ctx, v.Machine)
 			require.NoError(c, err)
 			if assert.Len(c, hist, 1, "one power-cycle of %s", v.Machine) {
-				assert.Equal(c, Failed, hist[0].State)
+				assert.Equal(c, journal.Failed, hist[0].State)
 			}
 		}, 10*time.Second, 10*time.Millisecond)
 	}

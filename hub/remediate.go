@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // begin journals a new remediation and executes it (one word for the act: begin = journal + execute),
 // for an operator's request: it returns once the journal has it (or refused it). detected is when the
 // hub found the machine Unhealthy (zero for an operator's remediation).
-func (h *Hub) begin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, detected time.Time) (Remediation, error) {
+func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, detected time.Time) (journal.Remediation, error) {
 	r, rctx := h.track(ctx, m.Name, rem, plan, 0)
 	rem, act, err := h.journalBegin(rctx, m, rem, plan)
 	if err != nil {
@@ -58,7 +59,7 @@ type beginResult struct {
 }
 
 // journalBegin finds what carries a remediation out and journals its intent.
-func (h *Hub) journalBegin(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan) (Remediation, actuator, error) {
+func (h *Hub) journalBegin(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan) (journal.Remediation, actuator, error) {
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
 		return rem, act, err
@@ -72,7 +73,7 @@ func (h *Hub) journalBegin(ctx context.Context, m Machine, rem Remediation, plan
 
 // track makes a remediation in flight (the planner counts it at once, status shows it once it is
 // journaled) from step next, with the context that ends it.
-func (h *Hub) track(ctx context.Context, machine string, rem Remediation, plan quorum.Plan, next int) (*running, context.Context) {
+func (h *Hub) track(ctx context.Context, machine string, rem journal.Remediation, plan quorum.Plan, next int) (*running, context.Context) {
 	rctx, cancel := context.WithCancel(ctx)
 	r := &running{rem: rem, plan: plan, next: next, cancel: cancel}
 	h.mu.Lock()
@@ -119,7 +120,7 @@ func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
 // progress in the journal (resuming), which first finds out where it stands (Executor.Resume: the BMC
 // and the machine are read before anything is repeated). Resuming runs there too, not before the
 // passes: one machine's wait for evidence of a reset must not hold up every other machine.
-func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
+func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem journal.Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
 	h.mu.Lock()
 	r.rem = rem // as journaled
 	from := r.next
@@ -159,7 +160,7 @@ func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem Reme
 // resumeAt finds where a remediation found in progress goes on (Executor.Resume). Until it knows, the
 // remediation holds its machine: a BMC that cannot be read now (unreachable, refusing the
 // credentials) is read again every resumeRetry, said once, and nothing is repeated on a guess.
-func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quorum.Plan, act actuator, exec *Executor, r *running) (int, error) {
+func (h *Hub) resumeAt(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, act actuator, exec *Executor, r *running) (int, error) {
 	h.setStalled(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
 	defer h.setStalled(r, "")
 	said := ""
@@ -173,7 +174,7 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem Remediation, plan quo
 			h.mu.Unlock()
 			return from, nil
 		}
-		if ctx.Err() != nil || errors.Is(err, ErrStaleEpoch) {
+		if ctx.Err() != nil || errors.Is(err, journal.ErrStaleEpoch) {
 			return 0, err
 		}
 		if err.Error() != said {
@@ -214,9 +215,9 @@ func (h *Hub) resume(ctx context.Context) error {
 		}
 		if !ok || err != nil {
 			// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
-			err := writeEntry(ctx, h.cfg.Journal, rem.ID, Entry{Step: -1, Kind: EntryNote, Ends: Aborted, Detail: why}, nil)
+			err := writeEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
 			switch {
-			case errors.Is(err, ErrFinished):
+			case errors.Is(err, journal.ErrFinished):
 			case err != nil:
 				return fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
 			default:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -16,7 +17,7 @@ import (
 // counts as done when the machine shows it (power off: Off; a reboot: LastResetTime after the intent,
 // or the machine recovered already). Only a step that evidently did not happen is taken again, after
 // the same quorum re-check as the first time.
-func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan, power Power) (int, error) {
+func (e *Executor) Resume(ctx context.Context, rem journal.Remediation, plan quorum.Plan, power Power) (int, error) {
 	pending, ok := rem.Pending()
 	if !ok && handedOver(rem) {
 		// The owner is at work: whatever step's outcome came last, go back to waiting for it (the
@@ -33,7 +34,7 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
 		// A hand-over to the owner is idempotent: signalled again, it changes nothing already done.
-		if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, journal.ResultRetaken, "after a hub restart: the owner may not have been signalled: signalling it again (idempotent)"); err != nil {
 			return 0, err
 		}
 		return pending.Step, nil
@@ -57,12 +58,12 @@ func (e *Executor) Resume(ctx context.Context, rem Remediation, plan quorum.Plan
 		why = fmt.Sprintf("the BMC reports %s and no reset since the intent", st)
 	}
 	if done {
-		if err := e.outcome(ctx, rem.ID, pending.Step, ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
+		if err := e.outcome(ctx, rem.ID, pending.Step, journal.ResultNotRepeated, "after a hub restart: "+why+": not repeated"); err != nil {
 			return 0, err
 		}
 		return pending.Step + 1, nil
 	}
-	if err := e.outcome(ctx, rem.ID, pending.Step, ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
+	if err := e.outcome(ctx, rem.ID, pending.Step, journal.ResultRetaken, "after a hub restart: "+why+": the step did not happen; taking it again"); err != nil {
 		return 0, err
 	}
 	return pending.Step, nil
@@ -97,10 +98,10 @@ func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power
 }
 
 // nextStep is the step after the last one with an outcome.
-func nextStep(rem Remediation) int {
+func nextStep(rem journal.Remediation) int {
 	next := 0
 	for _, ev := range rem.History {
-		if ev.Kind == EntryOutcome && ev.Step+1 > next {
+		if ev.Kind == journal.EntryOutcome && ev.Step+1 > next {
 			next = ev.Step + 1
 		}
 	}
@@ -108,7 +109,7 @@ func nextStep(rem Remediation) int {
 }
 
 // planOf rebuilds a remediation's plan from its journal record.
-func planOf(rem Remediation) (quorum.Plan, error) {
+func planOf(rem journal.Remediation) (quorum.Plan, error) {
 	s, err := quorum.ParseStrategy(rem.Strategy)
 	if err != nil {
 		return quorum.Plan{}, fmt.Errorf("remediation %s: %w", rem.ID, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -201,7 +202,7 @@ type Explanation struct {
 	// Brakes are what keeps the hub from acting on it (pause, suspend, detach, a refused BMC login).
 	Brakes []string `json:"brakes,omitempty"`
 	// History is its last remediations (at most 5), oldest first, with every journaled step.
-	History []Remediation `json:"history,omitempty"`
+	History []journal.Remediation `json:"history,omitempty"`
 }
 
 // Explain says why the hub does or does not act on a machine: its verdict and evidence, its etcd

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -18,7 +19,7 @@ import (
 type remediationWorld struct {
 	h   *Hub
 	m   Machine
-	rem Remediation
+	rem journal.Remediation
 	r   *running
 	// detected: when the hub found the machine Unhealthy (zero for an operator's remediation, or one
 	// resumed); the first intent of a hub remediation observes the detection-to-action time.
@@ -27,7 +28,7 @@ type remediationWorld struct {
 	// failing: a journal write was refused and not yet accepted (the remediation holds its machine).
 	failing bool
 	// end: the entry that ended the remediation, said once it no longer holds its machine.
-	end *Entry
+	end *journal.Entry
 }
 
 func (w *remediationWorld) Live(ctx context.Context) (quorum.Cluster, error) { return w.h.live(ctx) }
@@ -38,7 +39,7 @@ func (w *remediationWorld) Gate(ctx context.Context) error {
 
 // Recorded turns each entry into what the hub says and counts, and what `hub status` shows: the step
 // under way, a step's outcome (StepDone), a journal write refused and then accepted, the end.
-func (w *remediationWorld) Recorded(en Entry, err error) {
+func (w *remediationWorld) Recorded(en journal.Entry, err error) {
 	h, m, id := w.h, w.m.Name, w.rem.ID
 	if err != nil {
 		w.failing = true
@@ -56,7 +57,7 @@ func (w *remediationWorld) Recorded(en Entry, err error) {
 	switch {
 	case en.Ends != "":
 		w.end = &en
-	case en.Kind == EntryIntent:
+	case en.Kind == journal.EntryIntent:
 		if !w.acted && w.rem.RequestedBy == "hub" && !w.detected.IsZero() {
 			h.metrics.detectionToAction(time.Since(w.detected))
 		}
@@ -64,21 +65,21 @@ func (w *remediationWorld) Recorded(en Entry, err error) {
 		h.mu.Lock()
 		w.r.next = en.Step
 		h.mu.Unlock()
-	case en.Kind == EntryOutcome:
+	case en.Kind == journal.EntryOutcome:
 		h.mu.Lock()
 		w.r.busy = false
-		if en.Result.completes() {
+		if en.Result.Completes() {
 			w.r.next = en.Step + 1
 		}
 		h.mu.Unlock()
-		if en.Result.announced() {
+		if en.Result.Announced() {
 			h.say(Notice{Machine: m, Reason: ReasonStepDone, Remediation: id, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m, id, stepName(w.rem, en.Step), en.Detail)})
 		}
 	}
 }
 
 // stepName names step i of rem's plan as the journal wrote it ("power-cycle etcd-2").
-func stepName(rem Remediation, i int) string {
+func stepName(rem journal.Remediation, i int) string {
 	if i < 0 || i >= len(rem.Steps) {
 		return fmt.Sprintf("step %d", i)
 	}
@@ -93,7 +94,7 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 	case stopping:
 		h.say(Notice{Machine: m, Reason: ReasonRemediationInterrupted, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m, id)})
-	case w.end != nil && w.end.Ends == Succeeded:
+	case w.end != nil && w.end.Ends == journal.Succeeded:
 		h.metrics.remediation(w.rem, "succeeded")
 		h.say(Notice{Machine: m, Reason: ReasonRemediated, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m, id, quorum.StepList(w.rem.Steps))})

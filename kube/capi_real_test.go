@@ -21,6 +21,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/capture"
@@ -384,10 +385,10 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 	tb.Hang(2)
 	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the Remediation of "+sick+" closed", func() bool {
 		hist, err := tb.Hub().History(ctx, sick)
-		return err == nil && len(hist) == 1 && hist[0].State != hub.InProgress
+		return err == nil && len(hist) == 1 && hist[0].State != journal.InProgress
 	}))
 	hist, _ := tb.Hub().History(ctx, sick)
-	require.Equal(t, hub.Succeeded, hist[0].State, "%+v", hist[0].History)
+	require.Equal(t, journal.Succeeded, hist[0].State, "%+v", hist[0].History)
 	t.Logf("hung → replaced by the real KubeadmControlPlane, Remediation Succeeded: %v", time.Since(start).Round(time.Second))
 	assert.Equal(t, "remove "+inv.Machines[2].Member+" → add-voter "+inv.Machines[2].Member+"-replacement → await-healthy "+inv.Machines[2].Member+"-replacement",
 		quorum.StepList(hist[0].Steps))

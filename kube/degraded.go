@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/degraded"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -36,7 +37,7 @@ type Degraded struct {
 	LeaseDuration    time.Duration
 	Client           client.Client
 	// NewHub starts a hub on a journal, with its configuration adjusted.
-	NewHub func(hub.Store, func(*hub.Config)) (*hub.Hub, error)
+	NewHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error)
 	// Stopped is called when a term's hub has stopped.
 	Stopped func()
 	Log     *slog.Logger
@@ -248,9 +249,9 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 		}
 		reason, warn := hub.ReasonRemediated, false
 		switch r.State {
-		case hub.InProgress:
+		case journal.InProgress:
 			reason = hub.ReasonRemediationInterrupted
-		case hub.Failed, hub.Aborted:
+		case journal.Failed, journal.Aborted:
 			reason, warn = hub.ReasonRemediationFailed, true
 		}
 		last := ""

@@ -21,6 +21,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -289,14 +290,14 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	tb.Hang(2)
 	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-2 healed through its BareMetalHost", func() bool {
 		n, st := tb.Remediations(2)
-		return n == 1 && st == hub.Succeeded
+		return n == 1 && st == journal.Succeeded
 	}))
 	hist, err := tb.Hub().History(ctx, "cp-2")
 	require.NoError(t, err)
 	require.Len(t, hist, 1)
 	var outcome string
 	for _, e := range hist[0].History {
-		if e.Kind == hub.EntryOutcome && outcome == "" {
+		if e.Kind == journal.EntryOutcome && outcome == "" {
 			outcome = e.Detail
 		}
 	}
@@ -397,7 +398,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 	require.NoError(t, c.Status().Patch(ctx, kcp, client.MergeFrom(before)))
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the Remediation closed", func() bool {
 		hist, err := tb.Hub().History(ctx, "cp-2")
-		return err == nil && len(hist) == 1 && hist[0].State == hub.Succeeded
+		return err == nil && len(hist) == 1 && hist[0].State == journal.Succeeded
 	}))
 	hist, _ := tb.Hub().History(ctx, "cp-2")
 	assert.Equal(t, "remove etcd-2 → add-voter etcd-2-replacement → await-healthy etcd-2-replacement", quorum.StepList(hist[0].Steps))
@@ -484,13 +485,13 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	require.NoError(t, c.Status().Patch(ctx, ms, client.MergeFrom(msBefore)))
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the Remediation closed", func() bool {
 		hist, err := tb.Hub().History(ctx, "cp-2")
-		return err == nil && len(hist) == 1 && hist[0].State == hub.Succeeded
+		return err == nil && len(hist) == 1 && hist[0].State == journal.Succeeded
 	}))
 	hist, _ := tb.Hub().History(ctx, "cp-2")
 	assert.Equal(t, "add-voter cp-2-replacement → await-healthy cp-2-replacement → remove cp-2", quorum.StepList(hist[0].Steps))
 	var intents []int
 	for _, e := range hist[0].History {
-		if e.Kind == hub.EntryIntent {
+		if e.Kind == journal.EntryIntent {
 			intents = append(intents, e.Step)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hale-dev/hale/hub/journal"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -15,8 +16,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/hale-dev/hale/hub"
 )
 
 // LeaseTiming is client-go's leader-election timing (defaults: 15 s lease, 10 s renew deadline, 2 s
@@ -55,7 +54,7 @@ func (l *Leader) Check(ctx context.Context) error {
 		transitions = *lease.Spec.LeaseTransitions
 	}
 	if holder != l.identity || uint64(transitions)+1 != l.epoch {
-		return fmt.Errorf("lease %s/%s: %w (held by %q at epoch %d; this hub is %q at epoch %d)", l.ns, l.name, hub.ErrStaleEpoch,
+		return fmt.Errorf("lease %s/%s: %w (held by %q at epoch %d; this hub is %q at epoch %d)", l.ns, l.name, journal.ErrStaleEpoch,
 			holder, transitions+1, l.identity, l.epoch)
 	}
 	return nil

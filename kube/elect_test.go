@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -34,7 +34,7 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	defer killA()
 	a := <-campaign(ctxA, "hub-a")
 	jA := NewJournal(c, ns, a.Epoch(), 5).WithFence(a.Check)
-	rem, err := jA.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-1 dead",
+	rem, err := jA.Begin(ctx, journal.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-1 dead",
 		Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-1"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-1"}}})
 	require.NoError(t, err)
 	require.NoError(t, jA.Intent(ctx, rem.ID, 0, "reboot etcd-1 (graceful, then hard)"))
@@ -64,14 +64,14 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	require.Len(t, active, 1)
 	_, pending := active[0].Pending()
 	require.True(t, pending)
-	require.NoError(t, jB.Outcome(ctx, rem.ID, 0, hub.ResultNotRepeated, "after a hub restart: the BMC shows the reset; not repeated"))
-	require.NoError(t, jB.Finish(ctx, rem.ID, hub.Succeeded, "every step done"))
+	require.NoError(t, jB.Outcome(ctx, rem.ID, 0, journal.ResultNotRepeated, "after a hub restart: the BMC shows the reset; not repeated"))
+	require.NoError(t, jB.Finish(ctx, rem.ID, journal.Succeeded, "every step done"))
 
 	// The deposed leader, still running somewhere, writes nothing: not to the remediation its
 	// successor took over, nor anything new.
-	require.ErrorIs(t, jA.Note(ctx, rem.ID, "late"), hub.ErrStaleEpoch)
-	_, err = jA.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "from a zombie"})
-	require.ErrorIs(t, err, hub.ErrStaleEpoch)
+	require.ErrorIs(t, jA.Note(ctx, rem.ID, "late"), journal.ErrStaleEpoch)
+	_, err = jA.Begin(ctx, journal.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "from a zombie"})
+	require.ErrorIs(t, err, journal.ErrStaleEpoch)
 	assert.Contains(t, err.Error(), `held by "hub-b"`)
 	h, err := jB.History(ctx, "cp-2")
 	require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -51,7 +51,7 @@ func (j *Journal) checkFence(ctx context.Context) error {
 	return j.fence(ctx)
 }
 
-var _ hub.Store = (*Journal)(nil)
+var _ journal.Store = (*Journal)(nil)
 
 // NewJournal returns the journal in namespace ns for a hub at epoch (in Kubernetes mode: from its
 // leader-election Lease); keep bounds the finished remediations kept per machine (default 20).
@@ -100,7 +100,7 @@ func machineLabel(machine string) string {
 }
 
 // Begin creates the Remediation (spec: what was asked) and its status (InProgress, a "begun" note).
-func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation, error) {
+func (j *Journal) Begin(ctx context.Context, r journal.Remediation) (journal.Remediation, error) {
 	if r.Machine == "" {
 		return r, errors.New("remediation: machine name is empty")
 	}
@@ -112,7 +112,7 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 		return r, err
 	}
 	if len(active) > 0 {
-		return r, fmt.Errorf("%s: %w (%s)", r.Machine, hub.ErrActive, active[0].Name)
+		return r, fmt.Errorf("%s: %w (%s)", r.Machine, journal.ErrActive, active[0].Name)
 	}
 	now := j.now()
 	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: nameFor(r.Machine, now), Namespace: j.ns}}
@@ -145,7 +145,7 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 		return r, fmt.Errorf("creating remediation %s/%s: %w", j.ns, obj.Name, err)
 	}
 	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.PhaseInProgress, Epoch: int64(j.epoch),
-		History: []v1alpha1.RemediationEvent{{Time: metav1.NewMicroTime(now), Step: -1, Kind: string(hub.EntryNote),
+		History: []v1alpha1.RemediationEvent{{Time: metav1.NewMicroTime(now), Step: -1, Kind: string(journal.EntryNote),
 			Detail: "begun: " + r.Reason, Epoch: int64(j.epoch)}}}
 	if err := j.c.Status().Update(ctx, obj); err != nil {
 		return r, fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, obj.Name, err)
@@ -155,41 +155,41 @@ func (j *Journal) Begin(ctx context.Context, r hub.Remediation) (hub.Remediation
 
 // Intent records that step is about to be taken (before the side effect).
 func (j *Journal) Intent(ctx context.Context, id string, step int, detail string) error {
-	return j.event(ctx, id, hub.Entry{Step: step, Kind: hub.EntryIntent, Detail: detail}, "")
+	return j.event(ctx, id, journal.Entry{Step: step, Kind: journal.EntryIntent, Detail: detail}, "")
 }
 
 // Outcome records what step did (after the side effect).
-func (j *Journal) Outcome(ctx context.Context, id string, step int, result hub.Result, detail string) error {
-	return j.event(ctx, id, hub.Entry{Step: step, Kind: hub.EntryOutcome, Result: result, Detail: detail}, "")
+func (j *Journal) Outcome(ctx context.Context, id string, step int, result journal.Result, detail string) error {
+	return j.event(ctx, id, journal.Entry{Step: step, Kind: journal.EntryOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing (step -1).
 func (j *Journal) Note(ctx context.Context, id string, detail string) error {
-	return j.event(ctx, id, hub.Entry{Step: -1, Kind: hub.EntryNote, Detail: detail}, "")
+	return j.event(ctx, id, journal.Entry{Step: -1, Kind: journal.EntryNote, Detail: detail}, "")
 }
 
 // Finish ends a remediation and prunes the machine's finished ones to the bound.
-func (j *Journal) Finish(ctx context.Context, id string, state hub.RemediationState, detail string) error {
-	if state == hub.InProgress {
+func (j *Journal) Finish(ctx context.Context, id string, state journal.State, detail string) error {
+	if state == journal.InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
-	return j.event(ctx, id, hub.Entry{Step: -1, Kind: hub.EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
+	return j.event(ctx, id, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
 }
 
-func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.RemediationState) error {
+func (j *Journal) event(ctx context.Context, id string, e journal.Entry, finish journal.State) error {
 	var obj v1alpha1.Remediation
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: id}, &obj); err != nil {
 			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("%s: %w in namespace %s", id, hub.ErrNoRemediation, j.ns)
+				return fmt.Errorf("%s: %w in namespace %s", id, journal.ErrNoRemediation, j.ns)
 			}
 			return fmt.Errorf("reading remediation %s/%s: %w", j.ns, id, err)
 		}
 		if uint64(obj.Status.Epoch) > j.epoch {
-			return fmt.Errorf("remediation %s: %w (this hub's epoch %d, the remediation's %d)", id, hub.ErrStaleEpoch, j.epoch, obj.Status.Epoch)
+			return fmt.Errorf("remediation %s: %w (this hub's epoch %d, the remediation's %d)", id, journal.ErrStaleEpoch, j.epoch, obj.Status.Epoch)
 		}
 		if obj.Status.Phase != v1alpha1.PhaseInProgress {
-			return fmt.Errorf("remediation %s is %s already: %w", id, obj.Status.Phase, hub.ErrFinished)
+			return fmt.Errorf("remediation %s is %s already: %w", id, obj.Status.Phase, journal.ErrFinished)
 		}
 		if err := j.checkFence(ctx); err != nil {
 			return err
@@ -200,7 +200,7 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.
 		if finish != "" {
 			obj.Status.Phase = v1alpha1.RemediationPhase(finish)
 			status, reason := metav1.ConditionFalse, string(finish)
-			if finish == hub.Succeeded {
+			if finish == journal.Succeeded {
 				status = metav1.ConditionTrue
 			}
 			meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: "Ready", Status: status, Reason: reason,
@@ -226,7 +226,7 @@ func (j *Journal) event(ctx context.Context, id string, e hub.Entry, finish hub.
 
 // prune deletes the machine's oldest finished remediations beyond the bound.
 // eventOf is a journal entry as a Remediation's status keeps it.
-func eventOf(e hub.Entry) v1alpha1.RemediationEvent {
+func eventOf(e journal.Entry) v1alpha1.RemediationEvent {
 	return v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(e.At), Step: int32(e.Step), Kind: string(e.Kind),
 		Result: string(e.Result), Ends: string(e.Ends), Detail: e.Detail, Epoch: int64(e.Epoch)}
 }
@@ -286,51 +286,51 @@ func begunAt(obj *v1alpha1.Remediation) time.Time {
 }
 
 // Get returns one remediation.
-func (j *Journal) Get(ctx context.Context, id string) (hub.Remediation, error) {
+func (j *Journal) Get(ctx context.Context, id string) (journal.Remediation, error) {
 	var obj v1alpha1.Remediation
 	if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: id}, &obj); apierrors.IsNotFound(err) {
-		return hub.Remediation{}, fmt.Errorf("%s: %w in namespace %s", id, hub.ErrNoRemediation, j.ns)
+		return journal.Remediation{}, fmt.Errorf("%s: %w in namespace %s", id, journal.ErrNoRemediation, j.ns)
 	} else if err != nil {
-		return hub.Remediation{}, fmt.Errorf("reading remediation %s/%s: %w", j.ns, id, err)
+		return journal.Remediation{}, fmt.Errorf("reading remediation %s/%s: %w", j.ns, id, err)
 	}
 	return toHub(&obj), nil
 }
 
 // Active returns every remediation in progress, oldest first.
-func (j *Journal) Active(ctx context.Context) ([]hub.Remediation, error) {
+func (j *Journal) Active(ctx context.Context) ([]journal.Remediation, error) {
 	return j.hubList(ctx, "", true)
 }
 
 // History returns a machine's remediations, oldest first.
-func (j *Journal) History(ctx context.Context, machine string) ([]hub.Remediation, error) {
+func (j *Journal) History(ctx context.Context, machine string) ([]journal.Remediation, error) {
 	return j.hubList(ctx, machine, false)
 }
 
-func (j *Journal) hubList(ctx context.Context, machine string, active bool) ([]hub.Remediation, error) {
+func (j *Journal) hubList(ctx context.Context, machine string, active bool) ([]journal.Remediation, error) {
 	list, err := j.list(ctx, machine, active)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]hub.Remediation, len(list))
+	out := make([]journal.Remediation, len(list))
 	for i := range list {
 		out[i] = toHub(&list[i])
 	}
 	return out, nil
 }
 
-func toHub(obj *v1alpha1.Remediation) hub.Remediation {
-	r := hub.Remediation{ID: obj.Name, Machine: obj.Spec.Machine, Strategy: obj.Spec.Strategy, RequestedBy: obj.Spec.RequestedBy,
+func toHub(obj *v1alpha1.Remediation) journal.Remediation {
+	r := journal.Remediation{ID: obj.Name, Machine: obj.Spec.Machine, Strategy: obj.Spec.Strategy, RequestedBy: obj.Spec.RequestedBy,
 		Reason: obj.Spec.Reason, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt), Members: obj.Spec.Members,
-		State: hub.RemediationState(obj.Status.Phase), Created: begunAt(obj)}
+		State: journal.State(obj.Status.Phase), Created: begunAt(obj)}
 	if r.State == "" { // created, status not written yet (the hub died in between): nothing was done
-		r.State = hub.InProgress
+		r.State = journal.InProgress
 	}
 	if obj.Spec.AgentStarted != nil {
 		r.AgentStarted = obj.Spec.AgentStarted.UTC()
 	}
 	r.Updated = r.Created
 	for _, e := range obj.Status.History {
-		r.History = append(r.History, hub.Entry{At: e.Time.UTC(), Step: int(e.Step), Kind: hub.EntryKind(e.Kind), Result: hub.Result(e.Result), Ends: hub.RemediationState(e.Ends), Detail: e.Detail, Epoch: uint64(e.Epoch)})
+		r.History = append(r.History, journal.Entry{At: e.Time.UTC(), Step: int(e.Step), Kind: journal.EntryKind(e.Kind), Result: journal.Result(e.Result), Ends: journal.State(e.Ends), Detail: e.Detail, Epoch: uint64(e.Epoch)})
 		r.Updated = e.Time.UTC()
 	}
 	for i, text := range obj.Spec.Steps {
@@ -338,7 +338,7 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 		if err != nil {
 			// Not the hub's writing: the plan is unreadable, and a resume aborts it (planOf) with this.
 			r.Steps = nil
-			r.History = append(r.History, hub.Entry{At: r.Updated, Step: -1, Kind: hub.EntryNote, Detail: fmt.Sprintf("spec.steps[%d]: %v", i, err)})
+			r.History = append(r.History, journal.Entry{At: r.Updated, Step: -1, Kind: journal.EntryNote, Detail: fmt.Sprintf("spec.steps[%d]: %v", i, err)})
 			break
 		}
 		r.Steps = append(r.Steps, step)
@@ -351,7 +351,7 @@ func toHub(obj *v1alpha1.Remediation) hub.Remediation {
 // it ended, one still in progress for this hub to resume as any other. The object's name comes from
 // the record (machine and start time), so a second import of the same record writes nothing and
 // reports false: an import cut short by a crash is simply done again.
-func (j *Journal) Import(ctx context.Context, r hub.Remediation, note string) (bool, error) {
+func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string) (bool, error) {
 	if err := j.checkFence(ctx); err != nil {
 		return false, err
 	}
@@ -383,10 +383,10 @@ func (j *Journal) Import(ctx context.Context, r hub.Remediation, note string) (b
 		obj.Status.History = append(obj.Status.History, eventOf(e))
 	}
 	obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: -1,
-		Kind: string(hub.EntryNote), Detail: note, Epoch: int64(j.epoch)})
-	if r.State != hub.InProgress {
+		Kind: string(journal.EntryNote), Detail: note, Epoch: int64(j.epoch)})
+	if r.State != journal.InProgress {
 		status := metav1.ConditionFalse
-		if r.State == hub.Succeeded {
+		if r.State == journal.Succeeded {
 			status = metav1.ConditionTrue
 		}
 		last := ""

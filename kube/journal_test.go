@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -24,12 +24,12 @@ func TestJournalOnAPIServer(t *testing.T) {
 
 	t.Run("crash between intent and outcome", func(t *testing.T) {
 		j1 := NewJournal(c, ns, 1, 3)
-		r, err := j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
+		r, err := j1.Begin(ctx, journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
 			Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, Attempt: 1, AgentStarted: time.Unix(1700000000, 0).UTC()})
 		require.NoError(t, err)
 		require.NoError(t, j1.Intent(ctx, r.ID, 0, "reboot etcd-2 (graceful, then hard)"))
-		_, err = j1.Begin(ctx, hub.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "again"})
-		require.ErrorIs(t, err, hub.ErrActive)
+		_, err = j1.Begin(ctx, journal.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "again"})
+		require.ErrorIs(t, err, journal.ErrActive)
 
 		// The hub dies; the next one (a newer epoch, as its lease says) finds the pending intent.
 		j2 := NewJournal(c, ns, 2, 3)
@@ -44,18 +44,18 @@ func TestJournalOnAPIServer(t *testing.T) {
 		require.True(t, ok)
 		assert.Equal(t, 0, pending.Step)
 		assert.Equal(t, uint64(1), pending.Epoch)
-		require.NoError(t, j2.Outcome(ctx, r.ID, 0, hub.ResultNotRepeated, "after a hub restart: not repeated"))
+		require.NoError(t, j2.Outcome(ctx, r.ID, 0, journal.ResultNotRepeated, "after a hub restart: not repeated"))
 
 		// The deposed hub cannot write any more.
 		err = j1.Note(ctx, r.ID, "still here")
-		require.ErrorIs(t, err, hub.ErrStaleEpoch)
+		require.ErrorIs(t, err, journal.ErrStaleEpoch)
 		assert.Contains(t, err.Error(), "this hub's epoch 1, the remediation's 2")
 
-		require.NoError(t, j2.Finish(ctx, r.ID, hub.Succeeded, "every step done"))
+		require.NoError(t, j2.Finish(ctx, r.ID, journal.Succeeded, "every step done"))
 		active, err = j2.Active(ctx)
 		require.NoError(t, err)
 		assert.Empty(t, active)
-		assert.ErrorIs(t, j2.Intent(ctx, r.ID, 1, "x"), hub.ErrFinished, "is Succeeded already")
+		assert.ErrorIs(t, j2.Intent(ctx, r.ID, 1, "x"), journal.ErrFinished, "is Succeeded already")
 
 		// What kubectl shows.
 		var obj v1alpha1.Remediation
@@ -67,22 +67,22 @@ func TestJournalOnAPIServer(t *testing.T) {
 		assert.Equal(t, metav1.ConditionTrue, obj.Status.Conditions[0].Status)
 		got, err := j2.Get(ctx, r.ID)
 		require.NoError(t, err)
-		kinds := []hub.EntryKind{}
+		kinds := []journal.EntryKind{}
 		for _, e := range got.History {
 			kinds = append(kinds, e.Kind)
 		}
-		assert.Equal(t, []hub.EntryKind{hub.EntryNote, hub.EntryIntent, hub.EntryOutcome, hub.EntryNote}, kinds)
-		assert.Equal(t, hub.ResultNotRepeated, got.History[2].Result, "the outcome's result reads back typed")
+		assert.Equal(t, []journal.EntryKind{journal.EntryNote, journal.EntryIntent, journal.EntryOutcome, journal.EntryNote}, kinds)
+		assert.Equal(t, journal.ResultNotRepeated, got.History[2].Result, "the outcome's result reads back typed")
 		assert.Equal(t, "NotRepeated", obj.Status.History[2].Result)
 		assert.True(t, got.History[1].At.Before(got.History[2].At), "microsecond timestamps keep the order")
 	})
 
 	t.Run("every typed result is one the CRD accepts", func(t *testing.T) {
 		j := NewJournal(c, ns, 1, 3)
-		results := []hub.Result{hub.ResultDone, hub.ResultFailed, hub.ResultHandedOver, hub.ResultOldRemoved, hub.ResultReplaced,
-			hub.ResultNotRepeated, hub.ResultRetaken, hub.ResultWithdrawn}
+		results := []journal.Result{journal.ResultDone, journal.ResultFailed, journal.ResultHandedOver, journal.ResultOldRemoved, journal.ResultReplaced,
+			journal.ResultNotRepeated, journal.ResultRetaken, journal.ResultWithdrawn}
 		for i, res := range results {
-			r, err := j.Begin(ctx, hub.Remediation{Machine: fmt.Sprintf("results-%d", i), Strategy: "reboot", RequestedBy: "hub", Reason: "test",
+			r, err := j.Begin(ctx, journal.Remediation{Machine: fmt.Sprintf("results-%d", i), Strategy: "reboot", RequestedBy: "hub", Reason: "test",
 				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-9"}}})
 			require.NoError(t, err)
 			require.NoError(t, j.Intent(ctx, r.ID, 0, "reboot etcd-9"))
@@ -90,16 +90,16 @@ func TestJournalOnAPIServer(t *testing.T) {
 			got, err := j.Get(ctx, r.ID)
 			require.NoError(t, err)
 			assert.Equal(t, res, got.History[len(got.History)-1].Result)
-			require.NoError(t, j.Finish(ctx, r.ID, hub.Aborted, "test"))
+			require.NoError(t, j.Finish(ctx, r.ID, journal.Aborted, "test"))
 		}
 	})
 
 	t.Run("bounded history, oldest first", func(t *testing.T) {
 		j := NewJournal(c, ns, 5, 3)
 		for i := range 5 {
-			r, err := j.Begin(ctx, hub.Remediation{Machine: "Worker_7", Strategy: "reboot", Reason: fmt.Sprint("round ", i)})
+			r, err := j.Begin(ctx, journal.Remediation{Machine: "Worker_7", Strategy: "reboot", Reason: fmt.Sprint("round ", i)})
 			require.NoError(t, err)
-			require.NoError(t, j.Finish(ctx, r.ID, hub.Failed, "BMC refused"))
+			require.NoError(t, j.Finish(ctx, r.ID, journal.Failed, "BMC refused"))
 		}
 		h, err := j.History(ctx, "Worker_7")
 		require.NoError(t, err)
@@ -111,11 +111,11 @@ func TestJournalOnAPIServer(t *testing.T) {
 
 	t.Run("bad input", func(t *testing.T) {
 		j := NewJournal(c, ns, 5, 3)
-		_, err := j.Begin(ctx, hub.Remediation{Strategy: "reboot"})
+		_, err := j.Begin(ctx, journal.Remediation{Strategy: "reboot"})
 		assert.ErrorContains(t, err, "machine name is empty")
-		assert.ErrorIs(t, j.Finish(ctx, "nope", hub.Failed, ""), hub.ErrNoRemediation)
-		assert.ErrorContains(t, j.Finish(ctx, "nope", hub.InProgress, ""), "is not a final state")
-		_, err = j.Begin(ctx, hub.Remediation{Machine: "cp-1", Strategy: "explode"})
+		assert.ErrorIs(t, j.Finish(ctx, "nope", journal.Failed, ""), journal.ErrNoRemediation)
+		assert.ErrorContains(t, j.Finish(ctx, "nope", journal.InProgress, ""), "is not a final state")
+		_, err = j.Begin(ctx, journal.Remediation{Machine: "cp-1", Strategy: "explode"})
 		assert.ErrorContains(t, err, `spec.strategy: Unsupported value: "explode"`, "the CRD's validation holds")
 	})
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
@@ -53,7 +54,7 @@ func TestHubOnRemediationObjects(t *testing.T) {
 	tb.Hang(2)
 	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-2 healed", func() bool {
 		n, st := tb.Remediations(2)
-		return n == 1 && st == hub.Succeeded
+		return n == 1 && st == journal.Succeeded
 	}))
 	assert.Len(t, tb.Resets(2), 1, "one power action")
 
@@ -126,7 +127,7 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
 	waitPause("Running")
-	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-1 healed", func() bool { n, st := tb.Remediations(1); return n == 1 && st == hub.Succeeded }))
+	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-1 healed", func() bool { n, st := tb.Remediations(1); return n == 1 && st == journal.Succeeded }))
 
 	// A paused Cluster API Cluster pauses Hale too, and says why.
 	cluster.Annotations = map[string]string{clusterv1.PausedAnnotation: ""}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -138,17 +139,17 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 		if f.Machine == "" {
 			continue
 		}
-		state := hub.Succeeded
+		state := journal.Succeeded
 		if !f.Fenced {
-			state = hub.Aborted
+			state = journal.Aborted
 		}
-		r := hub.Remediation{Machine: f.Machine, Strategy: quorum.Fence.String(), RequestedBy: rec.By, State: state, Attempt: 1,
+		r := journal.Remediation{Machine: f.Machine, Strategy: quorum.Fence.String(), RequestedBy: rec.By, State: state, Attempt: 1,
 			Reason:  fmt.Sprintf("etcd recovery %s: %s lost for good, fenced before etcd was rebuilt from %s", p.Token, f.Member, survivorOf(p)),
 			Steps:   []quorum.Step{{Op: quorum.OpPowerOff, Member: f.Member}},
 			Created: rec.Began, Updated: rec.Began,
-			History: []hub.Entry{{At: rec.Began, Step: 0, Kind: hub.EntryOutcome, Result: hub.ResultDone, Detail: f.How}}}
+			History: []journal.Entry{{At: rec.Began, Step: 0, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: f.How}}}
 		if !f.Fenced {
-			r.History[0].Result, r.History[0].Detail = hub.ResultFailed, "not fenced when the term ended: "+f.How
+			r.History[0].Result, r.History[0].Detail = journal.ResultFailed, "not fenced when the term ended: "+f.How
 		}
 		fresh, err := j.Import(ctx, r, note)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -167,7 +168,7 @@ func (s *RequestSync) refuse(ctx context.Context, key client.ObjectKey, why erro
 	}
 	now := metav1.NewMicroTime(time.Now())
 	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.PhaseAborted, Epoch: int64(s.Epoch),
-		History: []v1alpha1.RemediationEvent{{Time: now, Step: -1, Kind: string(hub.EntryNote), Detail: "refused: " + why.Error(), Epoch: int64(s.Epoch)}}}
+		History: []v1alpha1.RemediationEvent{{Time: now, Step: -1, Kind: string(journal.EntryNote), Detail: "refused: " + why.Error(), Epoch: int64(s.Epoch)}}}
 	meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Refused",
 		Message: why.Error(), ObservedGeneration: obj.Generation})
 	if err := s.Client.Status().Update(ctx, &obj); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/degraded"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -177,7 +178,7 @@ func quickHTTP2HealthCheck() {
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
 // Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
 func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *hub.InventoryReloader,
-	newHub func(hub.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
+	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
 	k := o.kube
 	c, cfg, err := k.kubeClient()
 	if err != nil {

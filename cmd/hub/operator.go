@@ -22,6 +22,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/internal/cli"
 )
 
@@ -446,26 +447,26 @@ hub replica checks and carries it out the same way (` + "`kubectl get remediatio
 
 // waitRemediation follows the remediation (GET /v1/remediations/ID) until it has ended, prints how it
 // ended in one line and returns it, with an error unless it succeeded.
-func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out io.Writer) (hub.Remediation, error) {
+func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out io.Writer) (journal.Remediation, error) {
 	var segs []string
 	for _, s := range strings.Split(id, "/") {
 		segs = append(segs, url.PathEscape(s))
 	}
 	for {
-		var rem hub.Remediation
+		var rem journal.Remediation
 		if err := c.do(ctx, http.MethodGet, "/v1/remediations/"+strings.Join(segs, "/"), nil, &rem); err != nil {
-			return hub.Remediation{}, err
+			return journal.Remediation{}, err
 		}
-		if rem.State != hub.InProgress {
+		if rem.State != journal.InProgress {
 			fmt.Fprintln(out, endLine(rem))
-			if rem.State != hub.Succeeded {
+			if rem.State != journal.Succeeded {
 				return rem, &codedError{exitRefused, fmt.Errorf("remediation %s ended %s (hub explain %s: every step)", id, rem.State, machine)}
 			}
 			return rem, nil
 		}
 		select {
 		case <-ctx.Done():
-			return hub.Remediation{}, ctx.Err()
+			return journal.Remediation{}, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -473,7 +474,7 @@ func waitRemediation(ctx context.Context, c *apiClient, machine, id string, out 
 
 // endLine is the one line `reboot --wait` ends with: how the remediation ended, how long it took, and
 // its last word (what failed, or how the machine was proven back).
-func endLine(rem hub.Remediation) string {
+func endLine(rem journal.Remediation) string {
 	line := fmt.Sprintf("remediation %s: %s, %s, requested by %s, in %v", rem.ID, rem.State, rem.Strategy, rem.RequestedBy,
 		rem.Updated.Sub(rem.Created).Round(100*time.Millisecond))
 	if n := len(rem.History); n > 0 && rem.History[n-1].Detail != "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -168,23 +169,23 @@ func fixedAPI(t *testing.T) http.Handler {
 					Error: "redfish https://10.0.0.13/redfish/v1/Systems/1: login refused (HTTP 401 Base.1.0.InsufficientPrivilege: the credentials were not accepted)"}},
 		},
 	}
-	rem := hub.Remediation{ID: "cp-2/0007", Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "Unhealthy for 2s: agent dead for 2s",
-		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"), Attempt: 1, State: hub.InProgress, Created: t0.Add(-10 * time.Second),
-		Updated: t0.Add(-6 * time.Second), History: []hub.Entry{
-			{At: t0.Add(-10 * time.Second), Step: 0, Kind: hub.EntryIntent, Detail: "power-cycle etcd-2", Epoch: 7},
-			{At: t0.Add(-6 * time.Second), Step: 0, Kind: hub.EntryOutcome, Result: hub.ResultDone, Detail: "On: went Off and came back On (sent ForceRestart)", Epoch: 7},
-			{At: t0.Add(-6 * time.Second), Step: 1, Kind: hub.EntryIntent, Detail: "await-healthy etcd-2", Epoch: 7},
+	rem := journal.Remediation{ID: "cp-2/0007", Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "Unhealthy for 2s: agent dead for 2s",
+		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"), Attempt: 1, State: journal.InProgress, Created: t0.Add(-10 * time.Second),
+		Updated: t0.Add(-6 * time.Second), History: []journal.Entry{
+			{At: t0.Add(-10 * time.Second), Step: 0, Kind: journal.EntryIntent, Detail: "power-cycle etcd-2", Epoch: 7},
+			{At: t0.Add(-6 * time.Second), Step: 0, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: "On: went Off and came back On (sent ForceRestart)", Epoch: 7},
+			{At: t0.Add(-6 * time.Second), Step: 1, Kind: journal.EntryIntent, Detail: "await-healthy etcd-2", Epoch: 7},
 		}}
 	var explain hub.Explanation
 	explain.Time, explain.Machine, explain.Strategy, explain.BMC = t0, st.Machines[1], "reboot", "redfish https://10.0.0.12/redfish/v1/Systems/1"
-	explain.Planner, explain.Budget, explain.History = "in flight: cp-2/0007", st.Budget, []hub.Remediation{rem}
-	manual := hub.Remediation{ID: "cp-1/0003", Machine: "cp-1", Strategy: "reboot", RequestedBy: "operator@laptop", Reason: "requested by operator@laptop",
-		Steps: steps("power-cycle etcd-1", "await-healthy etcd-1"), Attempt: 1, State: hub.Succeeded, Created: t0, Updated: t0.Add(94 * time.Second),
-		History: []hub.Entry{
-			{At: t0, Step: 0, Kind: hub.EntryIntent, Detail: "power-cycle etcd-1", Epoch: 7},
-			{At: t0.Add(5 * time.Second), Step: 0, Kind: hub.EntryOutcome, Result: hub.ResultDone, Detail: "On: went Off and came back On (sent GracefulRestart)", Epoch: 7},
-			{At: t0.Add(5 * time.Second), Step: 1, Kind: hub.EntryIntent, Detail: "await-healthy etcd-1", Epoch: 7},
-			{At: t0.Add(94 * time.Second), Step: 1, Kind: hub.EntryOutcome, Result: hub.ResultDone, Detail: "recovered: agent back in the pool, member healthy", Epoch: 7},
+	explain.Planner, explain.Budget, explain.History = "in flight: cp-2/0007", st.Budget, []journal.Remediation{rem}
+	manual := journal.Remediation{ID: "cp-1/0003", Machine: "cp-1", Strategy: "reboot", RequestedBy: "operator@laptop", Reason: "requested by operator@laptop",
+		Steps: steps("power-cycle etcd-1", "await-healthy etcd-1"), Attempt: 1, State: journal.Succeeded, Created: t0, Updated: t0.Add(94 * time.Second),
+		History: []journal.Entry{
+			{At: t0, Step: 0, Kind: journal.EntryIntent, Detail: "power-cycle etcd-1", Epoch: 7},
+			{At: t0.Add(5 * time.Second), Step: 0, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: "On: went Off and came back On (sent GracefulRestart)", Epoch: 7},
+			{At: t0.Add(5 * time.Second), Step: 1, Kind: journal.EntryIntent, Detail: "await-healthy etcd-1", Epoch: 7},
+			{At: t0.Add(94 * time.Second), Step: 1, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: "recovered: agent back in the pool, member healthy", Epoch: 7},
 		}}
 	// The recovery plan from the hub's own planner: cp-2 and cp-3 lost for good, cp-1 answers at the mark.
 	recoverInv := hub.Inventory{Policy: hub.Policy{Assess: assess.Policy{StaleAfter: 10 * time.Second}}}

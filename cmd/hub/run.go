@@ -26,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/hale-dev/hale/internal/secretfile"
 )
@@ -237,7 +238,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			}
 			return 0
 		}))
-	newHub := func(store hub.Store, adjust func(*hub.Config)) (*hub.Hub, error) {
+	newHub := func(store journal.Store, adjust func(*hub.Config)) (*hub.Hub, error) {
 		reg := prometheus.NewRegistry()
 		cfg := hub.Config{Inventory: inventory.Current(), Gossip: g, Journal: store, Log: log, Metrics: reg,
 			BMC: bmc.Options{Metrics: bmcMetrics, Logger: log, RequestTimeout: o.bmcRequestTimeout, VerifyTimeout: o.bmcVerifyTimeout}, BMCCheckInterval: o.bmcCheckEvery}

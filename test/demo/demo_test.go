@@ -19,6 +19,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/seed"
@@ -211,7 +212,7 @@ func TestFlappingMachineIsGivenUp(t *testing.T) {
 		tb.Hang(2)
 		tb.wait(t, fmt.Sprintf("remediation %d of cp-2 succeeded", n), func() bool {
 			got, st := tb.Remediations(2)
-			return got == before.remediations[2]+n && st == hub.Succeeded
+			return got == before.remediations[2]+n && st == journal.Succeeded
 		})
 		tb.wait(t, "every machine Healthy", tb.AllHealthy)
 		time.Sleep(1100 * time.Millisecond) // past the cooldown
@@ -308,10 +309,10 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 }
 
 // outcomesOf lists a remediation's outcomes, in order.
-func outcomesOf(rem hub.Remediation) []string {
+func outcomesOf(rem journal.Remediation) []string {
 	var out []string
 	for _, ev := range rem.History {
-		if ev.Kind == hub.EntryOutcome {
+		if ev.Kind == journal.EntryOutcome {
 			out = append(out, ev.Detail)
 		}
 	}
@@ -369,7 +370,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hist, 3)
 	for i, r := range hist {
-		assert.Equal(t, hub.Failed, r.State)
+		assert.Equal(t, journal.Failed, r.State)
 		assert.Equal(t, i+1, r.Attempt)
 		assert.Equal(t, i > 0, r.Hard, "attempts after the first are hard power cycles")
 	}
@@ -387,7 +388,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	tb.Sim().SetFaults(bmcsim.Faults{})
 	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "test"})
 	require.NoError(t, err)
-	tb.wait(t, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == hub.Succeeded })
+	tb.wait(t, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == journal.Succeeded })
 	hist, _ = h.History(context.Background(), Name(2))
 	assert.Equal(t, res.Remediation, hist[3].ID)
 	assert.Equal(t, "test", hist[3].RequestedBy)
@@ -439,7 +440,7 @@ func TestManualReboot(t *testing.T) {
 
 	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), Hard: true})
 	require.NoError(t, err)
-	tb.wait(t, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == hub.Succeeded })
+	tb.wait(t, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == journal.Succeeded })
 	assert.NotEqual(t, "GracefulRestart", tb.Resets(0)[1])
 	require.NoError(t, tb.Settle(ctx))
 
@@ -456,7 +457,7 @@ func TestManualReboot(t *testing.T) {
 	hist, err := h.History(context.Background(), Name(1))
 	require.NoError(t, err)
 	assert.True(t, hist[0].Forced)
-	assert.True(t, slices.ContainsFunc(hist[0].History, func(e hub.Entry) bool {
+	assert.True(t, slices.ContainsFunc(hist[0].History, func(e journal.Entry) bool {
 		return strings.Contains(e.Detail, "forced by the operator over the quorum check")
 	}), "the override is journaled: %+v", hist[0].History)
 	require.NoError(t, h.SetDetached(ctx, Name(2), false, "test", ""))
@@ -539,7 +540,7 @@ func TestFence(t *testing.T) {
 	assert.Len(t, tb.Resets(2), 1)
 	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2)})
 	require.NoError(t, err)
-	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 2 && st == hub.Succeeded })
+	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 2 && st == journal.Succeeded })
 	tb.wait(t, "every machine healthy", tb.AllHealthy)
 	assert.Equal(t, []string{"ForceOff", "On"}, tb.Resets(2))
 }

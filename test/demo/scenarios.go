@@ -11,6 +11,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -104,7 +105,7 @@ func (tb *Testbed) expectResets(before snapshot, want [Machines]int) error {
 func (tb *Testbed) succeeded(before snapshot, i int) func() bool {
 	return func() bool {
 		n, st := tb.Remediations(i)
-		return n > before.remediations[i] && st == hub.Succeeded
+		return n > before.remediations[i] && st == journal.Succeeded
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/recovery"
 	"github.com/hale-dev/hale/test/etcdcluster"
@@ -591,7 +592,7 @@ type HubOptions struct {
 	Inventory func(*hub.Inventory)
 	// Store, when set, is the hub's journal instead of a bbolt file (Kubernetes mode's Remediation
 	// objects); CrashHub cannot cut it off.
-	Store hub.Store
+	Store journal.Store
 	// Configure, when set, adjusts the hub's configuration last (Kubernetes mode's actuators).
 	Configure func(*hub.Config)
 }
@@ -615,7 +616,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 		_ = g.Shutdown()
 		return fmt.Errorf("demo: the hub cannot join the agents: %w", err)
 	}
-	var store hub.Store = o.Store
+	var store journal.Store = o.Store
 	var j *hub.Journal
 	where := "Remediation objects"
 	if store == nil {
@@ -818,7 +819,7 @@ func (tb *Testbed) AllHealthy() bool {
 }
 
 // Remediations returns how many remediations of machine i the journal holds, and the state of the latest.
-func (tb *Testbed) Remediations(i int) (int, hub.RemediationState) {
+func (tb *Testbed) Remediations(i int) (int, journal.State) {
 	h := tb.Hub()
 	if h == nil {
 		return 0, ""

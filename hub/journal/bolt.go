@@ -1,4 +1,4 @@
-package hub
+package journal
 
 import (
 	"context"
@@ -17,18 +17,15 @@ import (
 )
 
 var (
-	bucketMeta  = []byte("meta")
-	bucketRems  = []byte("remediations")
-	keyEpoch    = []byte("epoch")
-	keyBrakes   = []byte("brakes")
-	keyRaftMark = []byte("raftMark")
-	keyRecovery = []byte("recovery")
+	bucketMeta = []byte("meta")
+	bucketRems = []byte("remediations")
+	keyEpoch   = []byte("epoch")
 )
 
-// Journal is the standalone hub's record of remediations, in a bbolt file: intent before each side
+// File is the standalone hub's record of remediations, in a bbolt file: intent before each side
 // effect, outcome after, so that a restarted hub resumes exactly where the last one stopped. Each
 // opening takes a new epoch; a journal whose stored epoch moved past its own refuses to write.
-type Journal struct {
+type File struct {
 	db      *bolt.DB
 	path    string
 	epoch   uint64
@@ -36,9 +33,9 @@ type Journal struct {
 	now     func() time.Time
 }
 
-// OpenJournal opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
+// Open opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
 // finished remediations kept per machine (default 20).
-func OpenJournal(path string, keepFinished int) (*Journal, error) {
+func Open(path string, keepFinished int) (*File, error) {
 	if keepFinished <= 0 {
 		keepFinished = 20
 	}
@@ -55,7 +52,7 @@ func OpenJournal(path string, keepFinished int) (*Journal, error) {
 	case err != nil:
 		return nil, fmt.Errorf("journal %s: %w (move the file aside to start with an empty journal; the old one is kept for inspection)", path, err)
 	}
-	j := &Journal{db: db, path: path, maxDone: keepFinished, now: func() time.Time { return time.Now().UTC() }}
+	j := &File{db: db, path: path, maxDone: keepFinished, now: func() time.Time { return time.Now().UTC() }}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -77,19 +74,22 @@ func OpenJournal(path string, keepFinished int) (*Journal, error) {
 	return j, nil
 }
 
+// Path is the file's.
+func (j *File) Path() string { return j.path }
+
 // Epoch is this writer's epoch.
-func (j *Journal) Epoch() uint64 { return j.epoch }
+func (j *File) Epoch() uint64 { return j.epoch }
 
 // Close closes the file.
-func (j *Journal) Close() error { return j.db.Close() }
+func (j *File) Close() error { return j.db.Close() }
 
 // update runs f on the remediations in a write transaction after checking that no newer epoch took
 // over.
-func (j *Journal) update(f func(rems *bolt.Bucket) error) error {
+func (j *File) update(f func(rems *bolt.Bucket) error) error {
 	return j.updateTx(func(tx *bolt.Tx) error { return f(tx.Bucket(bucketRems)) })
 }
 
-func (j *Journal) updateTx(f func(tx *bolt.Tx) error) error {
+func (j *File) updateTx(f func(tx *bolt.Tx) error) error {
 	return j.db.Update(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyEpoch); binary.BigEndian.Uint64(v) != j.epoch {
 			return fmt.Errorf("journal %s: %w (epoch %d, journal at %d)", j.path, ErrStaleEpoch, j.epoch, binary.BigEndian.Uint64(v))
@@ -99,7 +99,7 @@ func (j *Journal) updateTx(f func(tx *bolt.Tx) error) error {
 }
 
 // Begin records a new remediation; it fails with ErrActive when the machine has one in progress.
-func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
+func (j *File) Begin(_ context.Context, r Remediation) (Remediation, error) {
 	if r.Machine == "" || strings.Contains(r.Machine, "/") {
 		return r, fmt.Errorf("journal: machine name %q must be non-empty and without /", r.Machine)
 	}
@@ -122,29 +122,29 @@ func (j *Journal) Begin(_ context.Context, r Remediation) (Remediation, error) {
 }
 
 // Intent records that step is about to be taken (before the side effect).
-func (j *Journal) Intent(_ context.Context, id string, step int, detail string) error {
+func (j *File) Intent(_ context.Context, id string, step int, detail string) error {
 	return j.event(id, Entry{Step: step, Kind: EntryIntent, Detail: detail}, "")
 }
 
 // Outcome records what step did (after the side effect).
-func (j *Journal) Outcome(_ context.Context, id string, step int, result Result, detail string) error {
+func (j *File) Outcome(_ context.Context, id string, step int, result Result, detail string) error {
 	return j.event(id, Entry{Step: step, Kind: EntryOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing that is neither an intent nor an outcome (step -1).
-func (j *Journal) Note(_ context.Context, id string, detail string) error {
+func (j *File) Note(_ context.Context, id string, detail string) error {
 	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: detail}, "")
 }
 
 // Finish ends a remediation and prunes the machine's finished history to the bound.
-func (j *Journal) Finish(_ context.Context, id string, state RemediationState, detail string) error {
+func (j *File) Finish(_ context.Context, id string, state State, detail string) error {
 	if state == InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
 	return j.event(id, Entry{Step: -1, Kind: EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
 }
 
-func (j *Journal) event(id string, e Entry, finish RemediationState) error {
+func (j *File) event(id string, e Entry, finish State) error {
 	return j.update(func(b *bolt.Bucket) error {
 		r, err := get(b, id)
 		if err != nil {
@@ -169,53 +169,12 @@ func (j *Journal) event(id string, e Entry, finish RemediationState) error {
 	})
 }
 
-// LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
-func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
-	var b Brakes
-	if _, err := j.getMeta(keyBrakes, &b); err != nil {
-		return Brakes{}, fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.path, err)
-	}
-	return b, nil
-}
-
-// RaftMark returns the journaled raft mark (none: the zero mark).
-func (j *Journal) RaftMark(context.Context) (RaftMark, error) {
-	var m RaftMark
-	if _, err := j.getMeta(keyRaftMark, &m); err != nil {
-		return RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.path, err)
-	}
-	return m, nil
-}
-
-// RecordRaftMark journals m as the raft mark (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordRaftMark(_ context.Context, m RaftMark) error {
-	return j.putMeta(keyRaftMark, m)
-}
-
-// Recovery returns the journaled recovery (nil: none was ever begun). It stays recorded once done
-// (Done set), until the next one is begun.
-func (j *Journal) Recovery(context.Context) (*RecoveryRecord, error) {
-	var r RecoveryRecord
-	found, err := j.getMeta(keyRecovery, &r)
-	if err != nil {
-		return nil, fmt.Errorf("journal %s: the recovery record is unreadable: %w", j.path, err)
-	}
-	if !found {
-		return nil, nil
-	}
-	return &r, nil
-}
-
-// RecordRecovery journals r as the recovery (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordRecovery(_ context.Context, r RecoveryRecord) error {
-	return j.putMeta(keyRecovery, r)
-}
-
-// getMeta reads the meta bucket's JSON value under key into v, saying whether there was one.
-func (j *Journal) getMeta(key []byte, v any) (bool, error) {
+// Meta reads the JSON value kept under key beside the remediations into v, saying whether there was
+// one (the hub keeps its brakes, the raft mark and the last etcd recovery there).
+func (j *File) Meta(key string, v any) (bool, error) {
 	found := false
 	err := j.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta).Get(key)
+		b := tx.Bucket(bucketMeta).Get([]byte(key))
 		if b == nil {
 			return nil
 		}
@@ -225,25 +184,25 @@ func (j *Journal) getMeta(key []byte, v any) (bool, error) {
 	return found, err
 }
 
-// putMeta writes v as JSON under key in the meta bucket.
-func (j *Journal) putMeta(key []byte, v any) error {
+// SetMeta keeps v as JSON under key (refused with ErrStaleEpoch once a newer hub took over the file).
+func (j *File) SetMeta(key string, v any) error {
+	if key == string(keyEpoch) {
+		return fmt.Errorf("journal %s: %q is the file's own key", j.path, key)
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(key, b) })
+	return j.updateTx(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), b) })
 }
 
-// SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
-func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error { return j.putMeta(keyBrakes, b) }
-
 // Active returns every remediation in progress, oldest first: what a restarted hub must resume.
-func (j *Journal) Active(_ context.Context) ([]Remediation, error) {
+func (j *File) Active(_ context.Context) ([]Remediation, error) {
 	return j.list(func(r Remediation) bool { return r.State == InProgress })
 }
 
 // Get returns one remediation.
-func (j *Journal) Get(_ context.Context, id string) (Remediation, error) {
+func (j *File) Get(_ context.Context, id string) (Remediation, error) {
 	var r Remediation
 	err := j.db.View(func(tx *bolt.Tx) error {
 		var err error
@@ -254,16 +213,16 @@ func (j *Journal) Get(_ context.Context, id string) (Remediation, error) {
 }
 
 // All returns every remediation the journal keeps, oldest first.
-func (j *Journal) All(context.Context) ([]Remediation, error) {
+func (j *File) All(context.Context) ([]Remediation, error) {
 	return j.list(func(Remediation) bool { return true })
 }
 
 // History returns a machine's remediations, oldest first.
-func (j *Journal) History(_ context.Context, machine string) ([]Remediation, error) {
+func (j *File) History(_ context.Context, machine string) ([]Remediation, error) {
 	return j.list(func(r Remediation) bool { return r.Machine == machine })
 }
 
-func (j *Journal) list(keep func(Remediation) bool) ([]Remediation, error) {
+func (j *File) list(keep func(Remediation) bool) ([]Remediation, error) {
 	var out []Remediation
 	err := j.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketRems).ForEach(func(k, v []byte) error {

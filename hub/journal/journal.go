@@ -1,4 +1,9 @@
-package hub
+// Package journal is what the hub keeps of its remediations: one Remediation per operation on a
+// machine, its history of entries (an intent before each side effect, its outcome after), the Store
+// the executor writes through, and File, the standalone hub's store in a bbolt file (Kubernetes mode
+// keeps them in Remediation objects: package kube). It knows nothing of how remediations are decided
+// or carried out.
+package journal
 
 import (
 	"context"
@@ -8,15 +13,15 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// RemediationState is where a remediation stands.
-type RemediationState string
+// State is where a remediation stands.
+type State string
 
 // Remediation states. Only InProgress is unfinished.
 const (
-	InProgress RemediationState = "InProgress"
-	Succeeded  RemediationState = "Succeeded"
-	Failed     RemediationState = "Failed"
-	Aborted    RemediationState = "Aborted"
+	InProgress State = "InProgress"
+	Succeeded  State = "Succeeded"
+	Failed     State = "Failed"
+	Aborted    State = "Aborted"
 )
 
 // EntryKind says what a journal entry records.
@@ -58,21 +63,21 @@ const (
 	ResultWithdrawn Result = "Withdrawn"
 )
 
-// completes: the step is behind the remediation (the planner counts only the steps after it as
+// Completes: the step is behind the remediation (the planner counts only the steps after it as
 // still to come). A step retaken, handed over (the owner's steps are under way), failed or withdrawn
 // is not.
-func (r Result) completes() bool {
+func (r Result) Completes() bool {
 	return r == ResultDone || r == ResultNotRepeated || r == ResultOldRemoved || r == ResultReplaced
 }
 
-// announced: the outcome is said as a step done (StepDone). A failed or withdrawn step is said by the
+// Announced: the hub says the outcome as a step done. A failed or withdrawn step is said by the
 // remediation's end; a step's fate after a restart by the resume.
-func (r Result) announced() bool {
+func (r Result) Announced() bool {
 	return r == ResultDone || r == ResultHandedOver || r == ResultOldRemoved || r == ResultReplaced
 }
 
-// Entry is one line of a remediation's history: what the executor writes (writeEntry) and what the
-// journal keeps.
+// Entry is one line of a remediation's history: what the hub's executor writes and what the journal
+// keeps.
 type Entry struct {
 	At   time.Time `json:"at"`
 	Step int       `json:"step"`
@@ -80,9 +85,9 @@ type Entry struct {
 	// Result is an outcome's (empty for an intent or a note).
 	Result Result `json:"result,omitempty"`
 	// Ends, on the note that ends the remediation, is the state it ends in.
-	Ends   RemediationState `json:"ends,omitempty"`
-	Detail string           `json:"detail"`
-	Epoch  uint64           `json:"epoch"`
+	Ends   State  `json:"ends,omitempty"`
+	Detail string `json:"detail"`
+	Epoch  uint64 `json:"epoch"`
 }
 
 // Remediation is one persisted operation on one machine.
@@ -105,11 +110,11 @@ type Remediation struct {
 	AgentStarted time.Time `json:"agentStarted,omitzero"`
 	// Members are the etcd members when it began: for a replace, the one that joins later is its
 	// replacement (its steps name it with a placeholder: the owner picks the real name).
-	Members []string         `json:"members,omitempty"`
-	State   RemediationState `json:"state"`
-	Created time.Time        `json:"created"`
-	Updated time.Time        `json:"updated"`
-	History []Entry          `json:"history"`
+	Members []string  `json:"members,omitempty"`
+	State   State     `json:"state"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	History []Entry   `json:"history"`
 }
 
 // Pending returns the last intent that has no outcome yet (ok false when there is none).
@@ -125,7 +130,7 @@ func (r Remediation) Pending() (Entry, bool) {
 	return Entry{}, false
 }
 
-// Store records remediations: intent before each side effect, outcome after. Journal (a bbolt file)
+// Store records remediations: intent before each side effect, outcome after. File (a bbolt file)
 // is the standalone hub's; Kubernetes mode keeps them in Remediation objects. Every write fails with
 // ErrStaleEpoch once a newer hub has taken over, and Begin with ErrActive when the machine already has
 // a remediation in progress.
@@ -134,7 +139,7 @@ type Store interface {
 	Intent(ctx context.Context, id string, step int, detail string) error
 	Outcome(ctx context.Context, id string, step int, result Result, detail string) error
 	Note(ctx context.Context, id string, detail string) error
-	Finish(ctx context.Context, id string, state RemediationState, detail string) error
+	Finish(ctx context.Context, id string, state State, detail string) error
 	Get(ctx context.Context, id string) (Remediation, error)
 	// Active returns every remediation in progress, oldest first; History a machine's, oldest first.
 	Active(ctx context.Context) ([]Remediation, error)
@@ -151,4 +156,6 @@ var (
 	ErrActive = errors.New("a remediation is already in progress")
 	// ErrNoRemediation: no remediation has that ID.
 	ErrNoRemediation = errors.New("no such remediation")
+	// ErrFinished: the remediation is finished already; nothing more can be written to it.
+	ErrFinished = errors.New("nothing more can be written to a finished remediation")
 )

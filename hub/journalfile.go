@@ -1,0 +1,75 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hale-dev/hale/hub/journal"
+)
+
+// Journal is the standalone hub's journal (the bbolt file of package journal): its remediations and,
+// beside them, the operator's brakes, the raft mark and the last etcd recovery. Degraded mode in
+// Kubernetes mode keeps one too.
+type Journal struct{ *journal.File }
+
+// The keys of what the hub keeps beside the remediations.
+const (
+	keyBrakes   = "brakes"
+	keyRaftMark = "raftMark"
+	keyRecovery = "recovery"
+)
+
+// OpenJournal opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
+// finished remediations kept per machine (default 20).
+func OpenJournal(path string, keepFinished int) (*Journal, error) {
+	f, err := journal.Open(path, keepFinished)
+	if err != nil {
+		return nil, err
+	}
+	return &Journal{f}, nil
+}
+
+// LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
+func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
+	var b Brakes
+	if _, err := j.Meta(keyBrakes, &b); err != nil {
+		return Brakes{}, fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.Path(), err)
+	}
+	return b, nil
+}
+
+// SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
+func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error { return j.SetMeta(keyBrakes, b) }
+
+// RaftMark returns the journaled raft mark (none: the zero mark).
+func (j *Journal) RaftMark(context.Context) (RaftMark, error) {
+	var m RaftMark
+	if _, err := j.Meta(keyRaftMark, &m); err != nil {
+		return RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.Path(), err)
+	}
+	return m, nil
+}
+
+// RecordRaftMark journals m as the raft mark (only this journal's writer: ErrStaleEpoch otherwise).
+func (j *Journal) RecordRaftMark(_ context.Context, m RaftMark) error {
+	return j.SetMeta(keyRaftMark, m)
+}
+
+// Recovery returns the journaled recovery (nil: none was ever begun). It stays recorded once done
+// (Done set), until the next one is begun.
+func (j *Journal) Recovery(context.Context) (*RecoveryRecord, error) {
+	var r RecoveryRecord
+	found, err := j.Meta(keyRecovery, &r)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: the recovery record is unreadable: %w", j.Path(), err)
+	}
+	if !found {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+// RecordRecovery journals r as the recovery (only this journal's writer: ErrStaleEpoch otherwise).
+func (j *Journal) RecordRecovery(_ context.Context, r RecoveryRecord) error {
+	return j.SetMeta(keyRecovery, r)
+}

@@ -1,0 +1,86 @@
+package hub
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/quorum"
+)
+
+func openJournal(t *testing.T, path string) *Journal {
+	t.Helper()
+	j, err := OpenJournal(path, 3)
+	require.NoError(t, err)
+	return j
+}
+
+// mustGet is the machine's latest remediation in j.
+func mustGet(t *testing.T, j *Journal, machine string) journal.Remediation {
+	t.Helper()
+	h, err := j.History(t.Context(), machine)
+	require.NoError(t, err)
+	require.NotEmpty(t, h)
+	return h[len(h)-1]
+}
+
+func steps(texts ...string) []quorum.Step {
+	out := make([]quorum.Step, len(texts))
+	for i, t := range texts {
+		s, err := quorum.ParseStep(t)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// The ledger knows when each remediation's power cycle was done, from the outcomes the hub writes and
+// from the journal when a restarted hub loads it: a cycle that did not bring an unseen machine back
+// is not repeated (holdOf), and a restart must not forget it.
+func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := openJournal(t, path)
+	l := newLedger(keepFinished)
+	rec := recorder{Store: j, l: l}
+	r, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
+		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
+	require.NoError(t, err)
+	assert.Zero(t, l.of("cp-2")[0].cycled, "no cycle yet")
+	require.NoError(t, rec.Intent(t.Context(), r.ID, 0, "PowerCycle"))
+	before := time.Now()
+	require.NoError(t, rec.Outcome(t.Context(), r.ID, 0, journal.ResultDone, "On: reset"))
+	cycled := l.of("cp-2")[0].cycled
+	assert.False(t, cycled.Before(before), "the cycle's outcome sets cycled")
+	assert.Equal(t, "On: reset", l.of("cp-2")[0].shown)
+	require.NoError(t, rec.Outcome(t.Context(), r.ID, 1, journal.ResultDone, "recovered"))
+	assert.Equal(t, cycled, l.of("cp-2")[0].cycled, "the await step is no cycle")
+	require.NoError(t, rec.Finish(t.Context(), r.ID, journal.Failed, "not recovered"))
+
+	w, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
+	require.NoError(t, err)
+	require.NoError(t, rec.Outcome(t.Context(), w.ID, 0, journal.ResultWithdrawn, "not sent"))
+	require.NoError(t, rec.Finish(t.Context(), w.ID, journal.Aborted, "withdrawn"))
+	assert.Zero(t, l.of("cp-2")[1].cycled, "a withdrawn request cycled nothing")
+	require.NoError(t, j.Close())
+
+	j2 := openJournal(t, path)
+	defer j2.Close()
+	l2 := newLedger(keepFinished)
+	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-2"}))
+	got := l2.of("cp-2")
+	require.Len(t, got, 2)
+	assert.WithinDuration(t, cycled, got[0].cycled, time.Second, "read back from the journal")
+	assert.Equal(t, "On: reset", got[0].shown)
+	assert.Zero(t, got[1].cycled)
+	c, unseen := unseenSinceCycle(got, time.Time{})
+	assert.True(t, unseen, "a restarted hub that has not seen cp-2 since its cycle holds it")
+	assert.Equal(t, r.ID, c.id)
+	_, unseen = unseenSinceCycle(got, time.Now())
+	assert.False(t, unseen, "seen since")
+}
