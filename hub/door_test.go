@@ -13,21 +13,21 @@ import (
 )
 
 // TestOneDoor holds the two doors of docs/hub-internals.md: a remediation's journal lines are written
-// only through writeEntry (and begun in Hub.journalBegin), and a notice leaves only through Hub.say (its log
+// only through execute.WriteEntry (and begun in Hub.journalBegin), and a notice leaves only through Hub.say (its log
 // line, timeline entry, metric and Event, with Config.Notify). It reads the source of every package
 // that holds a hub or a journal: a call by one of those names anywhere else fails it.
 func TestOneDoor(t *testing.T) {
 	doors := map[string][]string{
 		// method name → the functions allowed to call it ("Type.Method" or "func")
-		"Intent":  {"writeEntry", "recorder.Intent"},
-		"Outcome": {"writeEntry", "recorder.Outcome"},
-		"Note":    {"writeEntry", "recorder.Note"},
-		"Finish":  {"writeEntry", "recorder.Finish"},
+		"Intent":  {"WriteEntry", "recorder.Intent"},
+		"Outcome": {"WriteEntry", "recorder.Outcome"},
+		"Note":    {"WriteEntry", "recorder.Note"},
+		"Finish":  {"WriteEntry", "recorder.Finish"},
 		"Begin":   {"Hub.journalBegin", "recorder.Begin"},
 		"Notify":  {"Hub.say"},
 	}
 	var found int
-	for _, dir := range []string{".", "../cmd/hub", "../kube", "../recovery", "degraded", "journal"} {
+	for _, dir := range []string{".", "../cmd/hub", "../kube", "../recovery", "degraded", "journal", "execute"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
 		for _, path := range files {

@@ -16,6 +16,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -106,12 +107,12 @@ func (w *testWorld) Recorded(rec journal.Entry, err error) {
 	w.records = append(w.records, rec)
 }
 
-func (r *execRig) executor(live quorum.Cluster) *Executor {
-	return &Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, ComeBackTimeout: 5 * time.Second,
+func (r *execRig) executor(live quorum.Cluster) *execute.Executor {
+	return &execute.Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, ComeBackTimeout: 5 * time.Second,
 		World: &testWorld{live: func(context.Context) (quorum.Cluster, error) { return live, nil }, cameBack: r.cameBack}}
 }
 
-func worldOf(e *Executor) *testWorld { return e.World.(*testWorld) }
+func worldOf(e *execute.Executor) *testWorld { return e.World.(*testWorld) }
 
 // cameBack: the simulated machine is on and has been reset at least once.
 func (r *execRig) cameBack(context.Context) bool {
@@ -204,7 +205,7 @@ func TestExecutorWithdrawsARequestNoLongerWanted(t *testing.T) {
 			require.ErrorIs(t, err, bmc.ErrWithdrawn)
 			assert.ErrorContains(t, err, tt.wantErr)
 			assert.Equal(t, journal.Aborted, got.State, "aborted: the next pass decides afresh")
-			require.True(t, has(got, journal.ResultWithdrawn), "the journal says the request was not sent: %+v", got.History)
+			require.True(t, got.Has(journal.ResultWithdrawn), "the journal says the request was not sent: %+v", got.History)
 			assert.Equal(t, "On", r.sim.PowerState("1"))
 		})
 	}
@@ -268,7 +269,7 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 			active, err := r.journal.Active(t.Context())
 			require.NoError(t, err)
 			require.Len(t, active, 1)
-			restored, err := planOf(active[0])
+			restored, err := execute.PlanOf(active[0])
 			require.NoError(t, err)
 			assert.Equal(t, plan.Steps, restored.Steps)
 			e := r.executor(live)
@@ -301,13 +302,13 @@ func TestExecutorResumesWithoutRepeatingAPowerAction(t *testing.T) {
 func TestJournalStepsReadBackTyped(t *testing.T) {
 	var rem journal.Remediation
 	require.NoError(t, json.Unmarshal([]byte(`{"id":"cp-1/1","strategy":"reboot","steps":["power-cycle etcd-1","await-healthy etcd-1"]}`), &rem))
-	plan, err := planOf(rem)
+	plan, err := execute.PlanOf(rem)
 	require.NoError(t, err)
 	assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-1"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-1"}}, plan.Steps)
 	assert.ErrorContains(t, json.Unmarshal([]byte(`{"steps":["explode etcd-1"]}`), &rem), `step "explode etcd-1": want an operation and a member`)
-	_, err = planOf(journal.Remediation{ID: "cp-1/2", Strategy: "nuke", Steps: plan.Steps})
+	_, err = execute.PlanOf(journal.Remediation{ID: "cp-1/2", Strategy: "nuke", Steps: plan.Steps})
 	assert.ErrorContains(t, err, "remediation cp-1/2")
-	_, err = planOf(journal.Remediation{ID: "cp-1/3", Strategy: "reboot"})
+	_, err = execute.PlanOf(journal.Remediation{ID: "cp-1/3", Strategy: "reboot"})
 	assert.ErrorContains(t, err, "remediation cp-1/3: no readable steps")
 }
 
@@ -323,15 +324,15 @@ func (o *fakeOwner) HandOver(context.Context, string, []quorum.Step) error {
 	o.handOvers++
 	return nil
 }
-func (o *fakeOwner) Progress(context.Context) (OwnerProgress, string, error) {
+func (o *fakeOwner) Progress(context.Context) (execute.OwnerProgress, string, error) {
 	o.polls++
 	switch {
 	case o.refusal != "" && o.polls > 1:
-		return OwnerRefused, o.refusal, nil
+		return execute.OwnerRefused, o.refusal, nil
 	case o.polls > o.replacedAfter:
-		return OwnerDone, "replaced", nil
+		return execute.OwnerDone, "replaced", nil
 	}
-	return OwnerWorking, "waiting for the new machine", nil
+	return execute.OwnerWorking, "waiting for the new machine", nil
 }
 func (o *fakeOwner) Remove(context.Context) error { return nil }
 func (o *fakeOwner) Withdraw(context.Context) error {
@@ -364,7 +365,7 @@ func TestExecutorHandsOverToTheOwner(t *testing.T) {
 			assert.Equal(t, tc.handOvers, owner.handOvers)
 			if tc.want == journal.Succeeded {
 				require.NoError(t, err)
-				assert.Equal(t, len(plan.Steps), nextStep(got), "the plan is closed")
+				assert.Equal(t, len(plan.Steps), execute.NextStep(got), "the plan is closed")
 			} else {
 				require.ErrorContains(t, err, "refused")
 			}
@@ -447,15 +448,15 @@ type surgeOwner struct {
 	removes int
 }
 
-func (o *surgeOwner) Progress(context.Context) (OwnerProgress, string, error) {
+func (o *surgeOwner) Progress(context.Context) (execute.OwnerProgress, string, error) {
 	o.polls++
 	switch {
 	case o.removes > 0:
-		return OwnerDone, "old machine gone", nil
+		return execute.OwnerDone, "old machine gone", nil
 	case o.polls > 2:
-		return OwnerReadyToRemove, "replacement ready", nil
+		return execute.OwnerReadyToRemove, "replacement ready", nil
 	}
-	return OwnerWorking, "waiting for the replacement", nil
+	return execute.OwnerWorking, "waiting for the replacement", nil
 }
 func (o *surgeOwner) Remove(context.Context) error {
 	o.removes++
@@ -517,17 +518,17 @@ func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 // lateOwner says ready-to-remove for two polls (its status lags), then done.
 type lateOwner struct{ surgeOwner }
 
-func (o *lateOwner) Progress(context.Context) (OwnerProgress, string, error) {
+func (o *lateOwner) Progress(context.Context) (execute.OwnerProgress, string, error) {
 	o.polls++
 	if o.polls > 2 {
-		return OwnerDone, "old machine gone", nil
+		return execute.OwnerDone, "old machine gone", nil
 	}
-	return OwnerReadyToRemove, "replacement ready", nil
+	return execute.OwnerReadyToRemove, "replacement ready", nil
 }
 
 // noResetTime is a BMC that keeps no reset time (IPMI, metal3): Status says On, or Off when off.
 type noResetTime struct {
-	Power
+	execute.Power
 	off bool
 }
 
@@ -644,7 +645,7 @@ func TestExecutorRetriesJournalWritesUntilRecorded(t *testing.T) {
 // A write that no retry can make succeed is not retried: another hub took over the journal.
 func TestPersistGivesUpOnAStaleEpoch(t *testing.T) {
 	calls := 0
-	err := persist(t.Context(), nil, func(context.Context) error { calls++; return fmt.Errorf("journal x: %w", journal.ErrStaleEpoch) })
+	err := execute.Persist(t.Context(), nil, func(context.Context) error { calls++; return fmt.Errorf("journal x: %w", journal.ErrStaleEpoch) })
 	require.ErrorIs(t, err, journal.ErrStaleEpoch)
 	assert.Equal(t, 1, calls)
 }

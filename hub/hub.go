@@ -14,6 +14,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -39,10 +40,10 @@ type Config struct {
 	Tick time.Duration
 	// PowerFor returns a machine's BMC controller (default: bmc.New from the inventory, with BMC as
 	// the options: timeouts, metrics).
-	PowerFor func(Machine) (Power, error)
+	PowerFor func(Machine) (execute.Power, error)
 	// OwnerFor returns the controller that replaces a machine whose strategy is replace (Kubernetes
 	// mode); without it such remediations cannot start.
-	OwnerFor func(Machine) (Owner, error)
+	OwnerFor func(Machine) (execute.Owner, error)
 	BMC      bmc.Options
 	// BMCCheckInterval is how often the leading hub checks every machine's BMC (readiness.go; default
 	// 10 min, negative: never).
@@ -80,7 +81,7 @@ type Config struct {
 }
 
 // BMCPower is the default PowerFor: the machine's BMC from the inventory, with BMC as the options.
-func (cfg Config) BMCPower(m Machine) (Power, error) {
+func (cfg Config) BMCPower(m Machine) (execute.Power, error) {
 	o := cfg.BMC
 	o.CAFile, o.Insecure = m.CAFile, m.Insecure
 	if o.Logger == nil {
@@ -199,7 +200,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg.Recoveries = rs
 	}
 	if cfg.OwnerFor == nil {
-		cfg.OwnerFor = func(m Machine) (Owner, error) {
+		cfg.OwnerFor = func(m Machine) (execute.Owner, error) {
 			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
 		}
 	}

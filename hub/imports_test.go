@@ -28,6 +28,8 @@ func TestPackageImports(t *testing.T) {
 		{"assess/assesstest", io},
 		{"degraded", k8s},
 		// the journal keeps remediations; what they do and who decides them is the hub's
+		// the executor carries out one remediation through the interfaces it owns (World, Power, Owner)
+		{"execute", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub"}, k8s...)},
 		{"journal", append([]string{"log/slog", "github.com/prometheus/", mod + "bmc", mod + "hub"}, k8s...)},
 		{".", k8s},
 	} {

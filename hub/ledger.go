@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -190,33 +189,4 @@ func (r recorder) Finish(ctx context.Context, id string, state journal.State, de
 		r.l.finished(id, state, time.Now())
 	}
 	return err
-}
-
-// journalRetryMax bounds the wait between two attempts at a journal write.
-const journalRetryMax = 5 * time.Second
-
-// persist makes write, retrying until the journal accepts it: a remediation whose outcome or end is
-// not recorded would stay in progress in the journal and block its machine, so it keeps running (and
-// holding its machine) until the write is in. refused is told the first failure. It gives up only when no retry can succeed: another hub took over the journal
-// (ErrStaleEpoch), the remediation was finished already (journal.ErrFinished), or ctx ended (the hub is
-// stopping; the journal still says in progress and the next hub resumes from what it recorded).
-func persist(ctx context.Context, refused func(error), write func(context.Context) error) error {
-	wait := 250 * time.Millisecond
-	failed := false
-	for {
-		err := write(ctx)
-		if err == nil || errors.Is(err, journal.ErrStaleEpoch) || errors.Is(err, journal.ErrFinished) || ctx.Err() != nil {
-			return err
-		}
-		if !failed && refused != nil {
-			refused(err)
-		}
-		failed = true
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (the hub stopped before the journal accepted it: %w)", err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, journalRetryMax)
-	}
 }

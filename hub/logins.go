@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/execute"
 )
 
 // BMC accounts lock after a few failed logins (three to five on most firmware; some stay locked until
@@ -132,7 +133,7 @@ func (l *logins) lift(now time.Time) {
 type guarded struct {
 	m     Machine
 	l     *logins
-	power Power
+	power execute.Power
 	check bool
 	// seen, when set, is told each power state a call read (a state-changing call's last reading, also
 	// when it could not verify the state it asked for).
@@ -141,14 +142,14 @@ type guarded struct {
 
 // guard is the hub's guarded Power of m: every power state its calls read is a BMC finding, as a
 // readiness check's is (noteBMCs).
-func (h *Hub) guard(m Machine, p Power) Power {
+func (h *Hub) guard(m Machine, p execute.Power) execute.Power {
 	return &guarded{m: m, l: h.logins, power: p, seen: func(m Machine, r BMCReadiness) {
 		h.noteBMCs(h.inventory(), map[string]BMCReadiness{m.Name: r})
 	}}
 }
 
 // guardCheck is guard for a readiness check.
-func (l *logins) guardCheck(m Machine, p Power) Power {
+func (l *logins) guardCheck(m Machine, p execute.Power) execute.Power {
 	return &guarded{m: m, l: l, power: p, check: true}
 }
 

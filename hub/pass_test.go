@@ -26,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
@@ -222,7 +223,7 @@ func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]er
 	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Recoveries: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
 		BMC:       bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second},
 		AfterPass: func(n uint64) { r.passes.Store(n) }}
-	cfg.PowerFor = func(m Machine) (Power, error) {
+	cfg.PowerFor = func(m Machine) (execute.Power, error) {
 		if err := powerFails[m.Name]; err != nil {
 			return nil, err
 		}
@@ -415,7 +416,7 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond)
 	got, err := r.journal.Get(t.Context(), rem.ID)
 	require.NoError(t, err)
-	assert.True(t, has(got, journal.ResultRetaken), "the BMC showed no reset since the intent: taken again")
+	assert.True(t, got.Has(journal.ResultRetaken), "the BMC showed no reset since the intent: taken again")
 	assert.Len(t, r.sim.Resets("cp-2"), 1, "once")
 }
 

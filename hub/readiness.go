@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/execute"
 )
 
 // A BMC is checked before the day it is needed: at the start of a leading hub, then every
@@ -44,11 +45,11 @@ const checkParallel, checkRetries = 8, 1
 // name. The machines of one BMC account are checked one after another, and once the account refuses
 // the login the others are not tried (they say so): BMC accounts lock after a few failed logins.
 // Accounts are checked side by side, a few at a time.
-func CheckBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (Power, error)) map[string]BMCReadiness {
+func CheckBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (execute.Power, error)) map[string]BMCReadiness {
 	return checkBMCs(ctx, machines, powerFor, newLogins(0))
 }
 
-func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (Power, error), l *logins) map[string]BMCReadiness {
+func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (execute.Power, error), l *logins) map[string]BMCReadiness {
 	accounts := map[loginKey][]Machine{}
 	for _, m := range machines {
 		if m.Endpoint.Driver != "" {
@@ -91,7 +92,7 @@ func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (
 // checkBMC reads m's power state through the hub's login record (guardCheck): no login to an account
 // that waits, none while a call (a remediation's step) uses the account (ok false: not checked this
 // time), and no call logs in while the check does.
-func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (Power, error), l *logins) (r BMCReadiness, ok bool) {
+func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (execute.Power, error), l *logins) (r BMCReadiness, ok bool) {
 	r.Checked = time.Now().UTC()
 	p, err := powerFor(m)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -210,7 +211,7 @@ func TestRecoveryPlanOnARunningHub(t *testing.T) {
 // here, and a remediation's machine is never checked while it runs).
 func TestPowerThatDoesNotComeOnIsEvidence(t *testing.T) {
 	r, _ := lossRig(t, func(r *passRig) {
-		r.hub.cfg.PowerFor = func(m Machine) (Power, error) {
+		r.hub.cfg.PowerFor = func(m Machine) (execute.Power, error) {
 			c := r.hub.cfg
 			c.BMC.VerifyTimeout = 300 * time.Millisecond
 			return c.BMCPower(m)
@@ -332,7 +333,7 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	var cp2Fails atomic.Bool // set while the hub's goroutines may read it
 	r, _ := lossRig(t, func(r *passRig) {
 		power := r.hub.cfg.PowerFor
-		r.hub.cfg.PowerFor = func(m Machine) (Power, error) {
+		r.hub.cfg.PowerFor = func(m Machine) (execute.Power, error) {
 			if m.Name == "cp-2" && cp2Fails.Load() {
 				return nil, errors.New("connect: connection refused")
 			}
@@ -568,7 +569,7 @@ func TestRetirementHold(t *testing.T) {
 func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 	r, _ := lossRig(t, func(r *passRig) {
 		r.hub.cfg.BMC.VerifyTimeout = 3 * time.Second
-		r.hub.cfg.PowerFor = func(m Machine) (Power, error) { return r.hub.cfg.BMCPower(m) }
+		r.hub.cfg.PowerFor = func(m Machine) (execute.Power, error) { return r.hub.cfg.BMCPower(m) }
 	})
 	ctx := t.Context()
 	r.loseTwo(t, 0)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -95,8 +96,8 @@ const newMemberSuffix = "-replacement"
 
 // actuator is what carries out a machine's plan: its BMC, or for a replace its owner controller.
 type actuator struct {
-	power Power
-	owner Owner
+	power execute.Power
+	owner execute.Owner
 }
 
 func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
@@ -138,7 +139,7 @@ func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem jour
 	}
 	policy := h.inventory().Policy
 	w := &remediationWorld{h: h, m: m, rem: rem, r: r, detected: detected}
-	exec := &Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, World: w, Log: h.log, ComeBackTimeout: policy.ComeBackTimeout,
+	exec := &execute.Executor{Journal: h.cfg.Journal, Policy: policy.Quorum, World: w, Log: h.log, ComeBackTimeout: policy.ComeBackTimeout,
 		Hard: rem.Hard, Force: rem.Forced, Owner: act.owner, NotAMember: m.Member == "",
 		ResetWindow: cmp.Or(h.cfg.BMC.GracefulTimeout, 2*time.Minute) + 30*time.Second}
 	go func() {
@@ -160,7 +161,7 @@ func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem jour
 // resumeAt finds where a remediation found in progress goes on (Executor.Resume). Until it knows, the
 // remediation holds its machine: a BMC that cannot be read now (unreachable, refusing the
 // credentials) is read again every resumeRetry, said once, and nothing is repeated on a guess.
-func (h *Hub) resumeAt(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, act actuator, exec *Executor, r *running) (int, error) {
+func (h *Hub) resumeAt(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, act actuator, exec *execute.Executor, r *running) (int, error) {
 	h.setStalled(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
 	defer h.setStalled(r, "")
 	said := ""
@@ -209,13 +210,13 @@ func (h *Hub) resume(ctx context.Context) error {
 	for _, rem := range active {
 		m, ok := inv.Machine(rem.Machine)
 		why := "the machine is no longer in the inventory"
-		plan, err := planOf(rem)
+		plan, err := execute.PlanOf(rem)
 		if err != nil {
 			why = err.Error()
 		}
 		if !ok || err != nil {
 			// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
-			err := writeEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
+			err := execute.WriteEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
 			switch {
 			case errors.Is(err, journal.ErrFinished):
 			case err != nil:
@@ -231,7 +232,7 @@ func (h *Hub) resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resuming %s: %w", rem.ID, err)
 		}
-		from := nextStep(rem)
+		from := execute.NextStep(rem)
 		if p, ok := rem.Pending(); ok {
 			from = p.Step
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
@@ -129,7 +130,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	require.NoError(t, kcp.HandOver(ctx, "cp dead per 5 of 6 expected observers", nil))
 	st, where := awaitOwnerAnswer(ctx, t, kcp, 3*time.Minute)
-	require.Equal(t, hub.OwnerDone, st, where)
+	require.Equal(t, execute.OwnerDone, st, where)
 	t.Logf("KubeadmControlPlane replaced %s in %v: %s", kcpMachine.Name, time.Since(start).Round(time.Second), where)
 	var replacement *clusterv1.Machine
 	for _, m := range ownedMachines(ctx, t, c, "prod", "KubeadmControlPlane") {
@@ -145,7 +146,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	start = time.Now()
 	require.NoError(t, again.HandOver(ctx, "dead again", nil))
 	st, where = awaitOwnerAnswer(ctx, t, again, time.Minute)
-	require.Equal(t, hub.OwnerRefused, st, where)
+	require.Equal(t, execute.OwnerRefused, st, where)
 	assert.Contains(t, where, "(MaxRetry)")
 	t.Logf("KubeadmControlPlane refused in %v: %s", time.Since(start).Round(100*time.Millisecond), where)
 	require.NoError(t, again.Withdraw(ctx))
@@ -162,7 +163,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	start = time.Now()
 	require.NoError(t, ms.HandOver(ctx, "worker dead", nil))
 	st, where = awaitOwnerAnswer(ctx, t, ms, 3*time.Minute)
-	require.Equal(t, hub.OwnerDone, st, where)
+	require.Equal(t, execute.OwnerDone, st, where)
 	t.Logf("MachineSet replaced %s in %v: %s", msMachine.Name, time.Since(start).Round(time.Second), where)
 
 	// Scale up first, through the real MachineDeployment and MachineSet controllers: one more replica, the
@@ -173,13 +174,13 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&old).Name}, Deployment: client.ObjectKey{Namespace: "prod", Name: "prod-md"}}
 	start = time.Now()
 	require.NoError(t, surge.HandOver(ctx, "worker dead", []quorum.Step{{Op: quorum.OpAddVoter, Member: "none"}}))
-	st, where = awaitOwnerAnswer(ctx, t, surge, 3*time.Minute, hub.OwnerReadyToRemove)
-	require.Equal(t, hub.OwnerReadyToRemove, st, where)
+	st, where = awaitOwnerAnswer(ctx, t, surge, 3*time.Minute, execute.OwnerReadyToRemove)
+	require.Equal(t, execute.OwnerReadyToRemove, st, where)
 	t.Logf("MachineDeployment surged, its new machine ready in %v: %s", time.Since(start).Round(time.Second), where)
 	require.NoError(t, c.Get(ctx, surge.Machine, &m), "the old machine stays until its replacement is ready")
 	require.NoError(t, surge.Remove(ctx))
 	st, where = awaitOwnerAnswer(ctx, t, surge, 3*time.Minute)
-	require.Equal(t, hub.OwnerDone, st, where)
+	require.Equal(t, execute.OwnerDone, st, where)
 	t.Logf("MachineSet deleted the machine marked delete-machine, %v after the surge began: %s", time.Since(start).Round(time.Second), where)
 	var md clusterv1.MachineDeployment
 	require.NoError(t, c.Get(ctx, surge.Deployment, &md))
@@ -209,14 +210,14 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	time.Sleep(10 * time.Second)
 	st, where, err := pausedOwner.Progress(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, hub.OwnerWorking, st)
+	assert.Equal(t, execute.OwnerWorking, st)
 	assert.Contains(t, where, "Cluster prod/prod is paused")
 	require.NoError(t, c.Get(ctx, pausedOwner.Machine, &m))
 	assert.Nil(t, m.DeletionTimestamp, "KCP does nothing while the Cluster is paused")
 	require.NoError(t, c.Patch(ctx, &cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
 	start = time.Now()
 	st, where = awaitOwnerAnswer(ctx, t, pausedOwner, 3*time.Minute)
-	require.Equal(t, hub.OwnerDone, st, where)
+	require.Equal(t, execute.OwnerDone, st, where)
 	t.Logf("Cluster resumed: KubeadmControlPlane replaced %s in %v", original.Name, time.Since(start).Round(time.Second))
 
 	// A MachineHealthCheck on the MachineDeployment's machines, whose remediation is held back
@@ -329,7 +330,7 @@ func ownedMachines(ctx context.Context, t *testing.T, c client.Client, ns, kind 
 
 // awaitOwnerAnswer polls the owner's progress until it is done or refused (or one of also), as the
 // hub's executor does.
-func awaitOwnerAnswer(ctx context.Context, t *testing.T, o hub.Owner, timeout time.Duration, also ...hub.OwnerProgress) (hub.OwnerProgress, string) {
+func awaitOwnerAnswer(ctx context.Context, t *testing.T, o execute.Owner, timeout time.Duration, also ...execute.OwnerProgress) (execute.OwnerProgress, string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var where string
@@ -337,7 +338,7 @@ func awaitOwnerAnswer(ctx context.Context, t *testing.T, o hub.Owner, timeout ti
 		st, w, err := o.Progress(ctx)
 		require.NoError(t, err)
 		where = w
-		if st == hub.OwnerDone || st == hub.OwnerRefused || slices.Contains(also, st) {
+		if st == execute.OwnerDone || st == execute.OwnerRefused || slices.Contains(also, st) {
 			return st, where
 		}
 		time.Sleep(250 * time.Millisecond)

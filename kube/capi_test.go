@@ -3,14 +3,13 @@ package kube
 import (
 	"testing"
 
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/hale-dev/hale/hub"
 )
 
 // The MachineHealthCheck contract on real Cluster API v1beta2 Machines: the two conditions KCP and
@@ -79,12 +78,12 @@ func TestHandOverToOwner(t *testing.T) {
 	answer(cp1, "RemediationDeferred", "KubeadmControlPlane waiting for control plane Machine provisioning to complete before triggering remediation")
 	st, where, err := owner.Progress(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, hub.OwnerWorking, st)
+	assert.Equal(t, execute.OwnerWorking, st)
 	assert.Equal(t, "KubeadmControlPlane defers deleting Machine "+ns+"/cp-1: KubeadmControlPlane waiting for control plane Machine provisioning to complete before triggering remediation", where)
 	answer(cp1, "CannotBeRemediated", "KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)")
 	st, where, err = owner.Progress(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, hub.OwnerRefused, st)
+	assert.Equal(t, execute.OwnerRefused, st)
 	assert.Equal(t, "KubeadmControlPlane "+ns+"/prod: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)", where)
 	require.NoError(t, owner.Withdraw(ctx))
 	m = get(cp1)

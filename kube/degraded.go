@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/degraded"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -137,11 +138,11 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *hub.Brakes,
 	h, err = d.NewHub(j, func(cfg *hub.Config) {
 		cfg.Inventory, cfg.Degraded, cfg.Brakes, cfg.Notify = inv, why, j, nil
 		if d.BreakGlass == nil {
-			cfg.PowerFor = func(m hub.Machine) (hub.Power, error) {
+			cfg.PowerFor = func(m hub.Machine) (execute.Power, error) {
 				return nil, fmt.Errorf("%s: etcd has lost quorum and the API server does not answer; without a break-glass inventory (--break-glass-inventory) Hale cannot reach its BMC: held until the API server answers", m.Name)
 			}
 		}
-		cfg.OwnerFor = func(m hub.Machine) (hub.Owner, error) {
+		cfg.OwnerFor = func(m hub.Machine) (execute.Owner, error) {
 			return nil, fmt.Errorf("%s: its owner controller is reached through the API server, which does not answer (degraded mode): held until it does", m.Name)
 		}
 		cfg.Standby = func() string {

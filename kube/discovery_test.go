@@ -21,6 +21,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
@@ -152,7 +153,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	assert.Equal(t, []assess.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,
 		"the Node's conditions, as evidence for the assessor")
 
-	power := d.PowerFor(func(m hub.Machine) (hub.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
+	power := d.PowerFor(func(m hub.Machine) (execute.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
 	p, err := power(inv.Machines[0])
 	require.NoError(t, err)
 	assert.Equal(t, client.ObjectKey{Namespace: "capi", Name: "host-a"}, p.(*Metal3Host).Key)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -282,8 +283,8 @@ func (d *Discovery) Run(ctx context.Context, interval time.Duration, set func(hu
 
 // PowerFor is the hub's PowerFor in Kubernetes mode: the BareMetalHost's reboot annotation, or the
 // machine's own BMC when the inventory file lists it.
-func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (hub.Power, error)) func(hub.Machine) (hub.Power, error) {
-	return func(m hub.Machine) (hub.Power, error) {
+func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (execute.Power, error)) func(hub.Machine) (execute.Power, error) {
+	return func(m hub.Machine) (execute.Power, error) {
 		b, _ := d.binding(m.Name)
 		switch {
 		case b.host != nil:
@@ -296,7 +297,7 @@ func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (hub.Power, error)) 
 }
 
 // OwnerFor is the hub's OwnerFor in Kubernetes mode: the Cluster API Machine's owner.
-func (d *Discovery) OwnerFor(m hub.Machine) (hub.Owner, error) {
+func (d *Discovery) OwnerFor(m hub.Machine) (execute.Owner, error) {
 	b, _ := d.binding(m.Name)
 	if b.machine == nil || b.owner == nil {
 		return nil, fmt.Errorf("%s: not a Cluster API Machine with an owner: nothing can replace it", m.Name)

@@ -12,7 +12,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -44,37 +44,37 @@ func (o *MachineOwner) HandOver(ctx context.Context, reason string, _ []quorum.S
 // the owner answered on the Machine's OwnerRemediated condition that it cannot remediate it (both
 // KubeadmControlPlane and MachineSet write reason CannotBeRemediated: a retry limit, one replica,
 // KCP's own etcd check, a rollout); a deferral (RemediationDeferred) is waited out, its message shown.
-func (o *MachineOwner) Progress(ctx context.Context) (hub.OwnerProgress, string, error) {
+func (o *MachineOwner) Progress(ctx context.Context) (execute.OwnerProgress, string, error) {
 	var m clusterv1.Machine
 	err := o.Client.Get(ctx, o.Machine, &m)
 	switch {
 	case err == nil && m.DeletionTimestamp != nil:
-		return hub.OwnerWorking, fmt.Sprintf("Machine %s is being deleted", o.Machine), nil
+		return execute.OwnerWorking, fmt.Sprintf("Machine %s is being deleted", o.Machine), nil
 	case err == nil:
 		answer := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition)
 		if answer != nil && answer.Status == metav1.ConditionFalse {
 			switch answer.Reason {
 			case clusterv1.MachineSetMachineCannotBeRemediatedReason:
-				return hub.OwnerRefused, fmt.Sprintf("%s %s/%s: %s", o.OwnerKind, o.Machine.Namespace, o.OwnerName, answer.Message), nil
+				return execute.OwnerRefused, fmt.Sprintf("%s %s/%s: %s", o.OwnerKind, o.Machine.Namespace, o.OwnerName, answer.Message), nil
 			case clusterv1.MachineSetMachineRemediationDeferredReason:
-				return hub.OwnerWorking, fmt.Sprintf("%s defers deleting Machine %s: %s", o.OwnerKind, o.Machine, answer.Message), nil
+				return execute.OwnerWorking, fmt.Sprintf("%s defers deleting Machine %s: %s", o.OwnerKind, o.Machine, answer.Message), nil
 			}
 		}
 		if paused, err := clusterPaused(ctx, o.Client, o.Machine.Namespace, m.Spec.ClusterName); err != nil {
-			return hub.OwnerWorking, "", err
+			return execute.OwnerWorking, "", err
 		} else if paused {
-			return hub.OwnerWorking, fmt.Sprintf("Cluster %s/%s is paused (spec.paused or %s): %s does nothing until it is resumed",
+			return execute.OwnerWorking, fmt.Sprintf("Cluster %s/%s is paused (spec.paused or %s): %s does nothing until it is resumed",
 				o.Machine.Namespace, m.Spec.ClusterName, clusterv1.PausedAnnotation, o.OwnerKind), nil
 		}
-		return hub.OwnerWorking, fmt.Sprintf("waiting for %s to delete Machine %s", o.OwnerKind, o.Machine), nil
+		return execute.OwnerWorking, fmt.Sprintf("waiting for %s to delete Machine %s", o.OwnerKind, o.Machine), nil
 	case !apierrors.IsNotFound(err):
-		return hub.OwnerWorking, "", fmt.Errorf("reading Machine %s: %w", o.Machine, err)
+		return execute.OwnerWorking, "", fmt.Errorf("reading Machine %s: %w", o.Machine, err)
 	}
 	done, where, err := o.replaced(ctx)
 	if done {
-		return hub.OwnerDone, where, err
+		return execute.OwnerDone, where, err
 	}
-	return hub.OwnerWorking, where, err
+	return execute.OwnerWorking, where, err
 }
 
 // clusterPaused: Cluster API's controllers leave a paused Cluster's objects alone (spec.paused or the

@@ -13,7 +13,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -111,29 +111,29 @@ func (o *DeploymentOwner) scale(ctx context.Context, md *clusterv1.MachineDeploy
 
 // Progress follows the surge: the new machine ready → ready for the old one to go (the hub then
 // calls Remove) → the old one gone. For the delete-first way, see MachineOwner.Progress.
-func (o *DeploymentOwner) Progress(ctx context.Context) (hub.OwnerProgress, string, error) {
+func (o *DeploymentOwner) Progress(ctx context.Context) (execute.OwnerProgress, string, error) {
 	var m clusterv1.Machine
 	err := o.Client.Get(ctx, o.Machine, &m)
 	if apierrors.IsNotFound(err) {
 		return o.MachineOwner.Progress(ctx)
 	} else if err != nil {
-		return hub.OwnerWorking, "", fmt.Errorf("reading machine %s: %w", o.Machine, err)
+		return execute.OwnerWorking, "", fmt.Errorf("reading machine %s: %w", o.Machine, err)
 	}
 	from, surging := surgeFrom(&m)
 	if !surging {
 		return o.MachineOwner.Progress(ctx)
 	}
 	if _, marked := m.Annotations[clusterv1.DeleteMachineAnnotation]; marked {
-		return hub.OwnerWorking, fmt.Sprintf("machine %s marked for deletion, MachineDeployment %s back to %d: waiting for its MachineSet to delete it", o.Machine, o.Deployment, from), nil
+		return execute.OwnerWorking, fmt.Sprintf("machine %s marked for deletion, MachineDeployment %s back to %d: waiting for its MachineSet to delete it", o.Machine, o.Deployment, from), nil
 	}
 	ready, err := o.readyNewMachines(ctx)
 	if err != nil {
-		return hub.OwnerWorking, "", err
+		return execute.OwnerWorking, "", err
 	}
 	if ready < from {
-		return hub.OwnerWorking, fmt.Sprintf("MachineDeployment %s scaled to %d: %d of %d other machines ready", o.Deployment, from+1, ready, from), nil
+		return execute.OwnerWorking, fmt.Sprintf("MachineDeployment %s scaled to %d: %d of %d other machines ready", o.Deployment, from+1, ready, from), nil
 	}
-	return hub.OwnerReadyToRemove, fmt.Sprintf("MachineDeployment %s: %d other machines ready", o.Deployment, ready), nil
+	return execute.OwnerReadyToRemove, fmt.Sprintf("MachineDeployment %s: %d other machines ready", o.Deployment, ready), nil
 }
 
 // Withdraw is nothing to do: Hale scales the MachineDeployment itself, there is no answer to refuse.

@@ -8,6 +8,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/hale-dev/hale/quorum"
@@ -128,6 +129,11 @@ func (r Remediation) Pending() (Entry, bool) {
 		}
 	}
 	return Entry{}, false
+}
+
+// Has says whether one of the remediation's outcomes has result res.
+func (r Remediation) Has(res Result) bool {
+	return slices.ContainsFunc(r.History, func(e Entry) bool { return e.Kind == EntryOutcome && e.Result == res })
 }
 
 // Store records remediations: intent before each side effect, outcome after. File (a bbolt file)

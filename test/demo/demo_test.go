@@ -19,6 +19,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
@@ -240,7 +241,7 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 			tb := newBed(t, Options{})
 			tb.StopHub()
 			crashed := make(chan struct{})
-			require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(_ hub.Machine, p hub.Power) hub.Power {
+			require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(_ hub.Machine, p execute.Power) execute.Power {
 				return &crashingPower{Power: p, tb: tb, acted: acted, crashed: crashed}
 			}}))
 			tb.Hang(2)
@@ -279,7 +280,7 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 	tb := newBed(t, Options{IPMI: true, BootDelay: 3 * time.Second})
 	tb.StopHub()
 	crashed := make(chan struct{})
-	require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(m hub.Machine, p hub.Power) hub.Power {
+	require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(m hub.Machine, p execute.Power) execute.Power {
 		if m.Name != Name(IPMIMachine) {
 			return p
 		}
@@ -321,7 +322,7 @@ func outcomesOf(rem journal.Remediation) []string {
 
 // crashingPower crashes the hub at its first reboot, after or before passing it to the BMC.
 type crashingPower struct {
-	hub.Power
+	execute.Power
 	tb      *Testbed
 	acted   bool
 	crashed chan struct{}

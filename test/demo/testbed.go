@@ -33,6 +33,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/recovery"
@@ -587,7 +588,7 @@ type HubOptions struct {
 	// Journal path (default Dir/journal.db).
 	Journal string
 	// WrapPower wraps each machine's BMC controller (crash tests cut the hub off around a BMC call).
-	WrapPower func(m hub.Machine, p hub.Power) hub.Power
+	WrapPower func(m hub.Machine, p execute.Power) execute.Power
 	// Inventory, when set, adjusts the inventory (policy, strategies).
 	Inventory func(*hub.Inventory)
 	// Store, when set, is the hub's journal instead of a bbolt file (Kubernetes mode's Remediation
@@ -650,7 +651,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 				tb.opts.OnNotice(at, msg)
 			}
 		},
-		PowerFor: func(m hub.Machine) (hub.Power, error) {
+		PowerFor: func(m hub.Machine) (execute.Power, error) {
 			c, err := bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second,
 				GracefulTimeout: 2 * time.Second, Logger: log})
 			if err != nil || o.WrapPower == nil {

@@ -1,4 +1,4 @@
-package hub
+package execute
 
 import (
 	"cmp"
@@ -84,26 +84,26 @@ type Executor struct {
 	ResetWindow time.Duration
 }
 
-// record writes one entry to the journal, retried until it is in (persist), and tells the world.
+// record writes one entry to the journal, retried until it is in (Persist), and tells the world.
 // A finish of a remediation finished already is done.
 func (e *Executor) record(ctx context.Context, id string, en journal.Entry) error {
-	err := writeEntry(ctx, e.Journal, id, en, e.World.Recorded)
+	err := WriteEntry(ctx, e.Journal, id, en, e.World.Recorded)
 	if errors.Is(err, journal.ErrFinished) && en.Ends != "" {
 		return nil
 	}
 	return err
 }
 
-// writeEntry is the one door through which the hub writes to a remediation begun in the journal
+// WriteEntry is the one door through which the hub writes to a remediation begun in the journal
 // (Hub.begin begins it): every intent, outcome, note and end, retried until the journal accepts it
-// (persist). told, when set, hears of the first refusal and of the write accepted. TestOneDoor
+// (Persist). told, when set, hears of the first refusal and of the write accepted. TestOneDoor
 // holds that no other code writes them.
-func writeEntry(ctx context.Context, j journal.Store, id string, en journal.Entry, told func(journal.Entry, error)) error {
+func WriteEntry(ctx context.Context, j journal.Store, id string, en journal.Entry, told func(journal.Entry, error)) error {
 	var refused func(error)
 	if told != nil {
 		refused = func(err error) { told(en, err) }
 	}
-	err := persist(ctx, refused, func(ctx context.Context) error {
+	err := Persist(ctx, refused, func(ctx context.Context) error {
 		switch {
 		case en.Ends != "":
 			return j.Finish(ctx, id, en.Ends, en.Detail)
@@ -363,5 +363,34 @@ func (e *Executor) poll(ctx context.Context, rem journal.Remediation, timeout ti
 			return ctx.Err() // the hub is stopping: the journal still says InProgress, to resume
 		case <-time.After(interval):
 		}
+	}
+}
+
+// journalRetryMax bounds the wait between two attempts at a journal write.
+const journalRetryMax = 5 * time.Second
+
+// Persist makes write, retrying until the journal accepts it: a remediation whose outcome or end is
+// not recorded would stay in progress in the journal and block its machine, so it keeps running (and
+// holding its machine) until the write is in. refused is told the first failure. It gives up only when no retry can succeed: another hub took over the journal
+// (ErrStaleEpoch), the remediation was finished already (journal.ErrFinished), or ctx ended (the hub is
+// stopping; the journal still says in progress and the next hub resumes from what it recorded).
+func Persist(ctx context.Context, refused func(error), write func(context.Context) error) error {
+	wait := 250 * time.Millisecond
+	failed := false
+	for {
+		err := write(ctx)
+		if err == nil || errors.Is(err, journal.ErrStaleEpoch) || errors.Is(err, journal.ErrFinished) || ctx.Err() != nil {
+			return err
+		}
+		if !failed && refused != nil {
+			refused(err)
+		}
+		failed = true
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the hub stopped before the journal accepted it: %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, journalRetryMax)
 	}
 }

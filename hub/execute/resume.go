@@ -1,4 +1,4 @@
-package hub
+package execute
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ func (e *Executor) Resume(ctx context.Context, rem journal.Remediation, plan quo
 		}
 	}
 	if !ok {
-		return nextStep(rem), nil
+		return NextStep(rem), nil
 	}
 	step := plan.Steps[pending.Step]
 	if step.Op.ChangesMembership() {
@@ -97,8 +97,8 @@ func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power
 	}
 }
 
-// nextStep is the step after the last one with an outcome.
-func nextStep(rem journal.Remediation) int {
+// NextStep is the step after the last one with an outcome.
+func NextStep(rem journal.Remediation) int {
 	next := 0
 	for _, ev := range rem.History {
 		if ev.Kind == journal.EntryOutcome && ev.Step+1 > next {
@@ -108,8 +108,8 @@ func nextStep(rem journal.Remediation) int {
 	return next
 }
 
-// planOf rebuilds a remediation's plan from its journal record.
-func planOf(rem journal.Remediation) (quorum.Plan, error) {
+// PlanOf rebuilds a remediation's plan from its journal record.
+func PlanOf(rem journal.Remediation) (quorum.Plan, error) {
 	s, err := quorum.ParseStrategy(rem.Strategy)
 	if err != nil {
 		return quorum.Plan{}, fmt.Errorf("remediation %s: %w", rem.ID, err)

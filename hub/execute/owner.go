@@ -1,4 +1,4 @@
-package hub
+package execute
 
 import (
 	"cmp"
@@ -75,19 +75,14 @@ func (e *Executor) handOver(ctx context.Context, rem journal.Remediation, plan q
 }
 
 // handedOver: the owner was signalled (and so is at work).
-func handedOver(rem journal.Remediation) bool { return has(rem, journal.ResultHandedOver) }
-
-// has says whether one of the remediation's outcomes has result r.
-func has(rem journal.Remediation, r journal.Result) bool {
-	return slices.ContainsFunc(rem.History, func(ev journal.Entry) bool { return ev.Kind == journal.EntryOutcome && ev.Result == r })
-}
+func handedOver(rem journal.Remediation) bool { return rem.Has(journal.ResultHandedOver) }
 
 // awaitOwner waits for the owner to have replaced the machine, and closes the plan. When the owner
 // is ready for the old machine to go (scale up first), the plan's last step, the remove, is taken
 // here: gate, re-check, intent, Remove, outcome.
 func (e *Executor) awaitOwner(ctx context.Context, rem journal.Remediation, plan quorum.Plan) error {
 	last := len(plan.Steps) - 1
-	removed := has(rem, journal.ResultOldRemoved)
+	removed := rem.Has(journal.ResultOldRemoved)
 	for {
 		ready, refused := false, ""
 		err := e.poll(ctx, rem, cmp.Or(e.ReplaceTimeout, time.Hour), func(ctx context.Context) (bool, string) {
