@@ -326,6 +326,10 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 func historyHold(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
+	if last := len(hist) - 1; last >= 0 && hist[last].idle && f.now.Sub(hist[last].updated) < idleRetry {
+		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("its last remediation %s ended before its first step, having done nothing: tried again at %s",
+			hist[last].id, hist[last].updated.Add(idleRetry).Format(time.TimeOnly))}
+	}
 	if end := ended(hist); !end.IsZero() && f.now.Sub(end) < p.Cooldown {
 		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
@@ -349,7 +353,7 @@ func historyHold(f facts, m Machine) hold {
 	// new failures: its remediations within flapWindow count together, escalate, and give up.
 	recent := 0
 	for _, r := range hist {
-		if r.byHub && r.state != journal.InProgress && f.now.Sub(r.created) < p.FlapWindow {
+		if r.byHub && r.state != journal.InProgress && !r.idle && f.now.Sub(r.created) < p.FlapWindow {
 			recent++
 		}
 	}

@@ -62,6 +62,14 @@ func (s *scene) remediated(i int, strategy string, state journal.State, ago time
 	return s
 }
 
+// idle says machine i's remediations all ended having done nothing (no step's intent written).
+func (s *scene) idle(i int) *scene {
+	for k := range s.f.history[assesstest.Machines()[i].Name] {
+		s.f.history[assesstest.Machines()[i].Name][k].idle = true
+	}
+	return s
+}
+
 // cycled says machine i's latest remediation power-cycled it ago, and when it was last seen.
 func (s *scene) cycled(i int, ago, seenAgo time.Duration) *scene {
 	m := assesstest.Machines()[i].Name
@@ -190,6 +198,12 @@ func TestDecide(t *testing.T) {
 		}, starts: []string{"m2"}},
 		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, time.Minute, 1) },
 			reasons: map[string]string{"m2": "cooling down until"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
+		{name: "its last remediation ended idle 10 s ago (withdrawn before its first step): held a little, not a cooldown", scene: func() *scene {
+			return newScene().dead(2).remediated(2, "reboot", journal.Aborted, 10*time.Second, 1).idle(2)
+		}, reasons: map[string]string{"m2": "its last remediation m2/0 ended before its first step, having done nothing: tried again at"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
+		{name: "idle remediations start no cooldown, are no failed attempts and no flapping", scene: func() *scene {
+			return newScene().dead(2).remediated(2, "reboot", journal.Failed, time.Minute, 3).idle(2)
+		}, starts: []string{"m2"}},
 		{name: "a fence stands", scene: func() *scene { return newScene().dead(2).remediated(2, "fence", journal.Succeeded, time.Hour, 1) },
 			reasons: map[string]string{"m2": "fenced by remediation m2/0"}, kinds: map[string]Reason{"m2": ReasonFenced}},
 		{name: "gave up after maxAttempts failed", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Failed, 10*time.Minute, 3) },

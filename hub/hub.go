@@ -162,6 +162,11 @@ type beginFailure struct {
 
 const beginRetryFirst, beginRetry = 2 * time.Second, 30 * time.Second
 
+// idleRetry: a machine whose remediation ended idle (ledger.go: nothing done) is begun again no sooner
+// (a step the planner admits and the executor's fresh check refuses would otherwise be journaled
+// every pass).
+const idleRetry = beginRetry
+
 // wait is how long after at the remediation is tried again.
 func (b beginFailure) wait() time.Duration {
 	return min(beginRetryFirst<<min(max(b.inARow-1, 0), 5), beginRetry)

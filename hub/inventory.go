@@ -56,6 +56,9 @@ type PolicyFile struct {
 	// evidence (never alone); e.g. Ready: 30s.
 	NodeConditionTimeouts map[string]config.Duration `json:"nodeConditionTimeouts"`
 	// RateLimit stops a remediation storm: at most max remediations started in any window of per.
+	// Neither the rate limit, the cooldown nor maxAttempts counts a remediation that ended having done
+	// nothing (refused by the check before its first step, or its request withdrawn because the
+	// machine was healthy again); its machine is tried again 30 s after it.
 	RateLimit struct {
 		// Max remediations started within any window of per (default 3).
 		Max int `json:"max"`

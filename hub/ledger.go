@@ -24,6 +24,14 @@ type past struct {
 	cycled time.Time
 	// shown is what the BMC showed of that cycle (the outcome's evidence, as journaled).
 	shown string
+	// acts counts the steps whose intent was written (every side effect has one first) but those
+	// withdrawn (their request not sent). idle: it ended with none, having done nothing (refused at the
+	// check before its first step, or withdrawn, as when the machine was judged Healthy again while the
+	// journal took its begin). An idle remediation starts no cooldown, is no failed attempt and takes no
+	// slot of the rate limit: those bound actions, and it took none. It holds its machine for idleRetry
+	// (historyHold).
+	acts int
+	idle bool
 }
 
 func pastOf(r journal.Remediation) past {
@@ -34,16 +42,23 @@ func pastOf(r journal.Remediation) past {
 		}
 	}
 	for _, e := range r.History {
-		if e.Kind == journal.EntryOutcome {
+		switch e.Kind {
+		case journal.EntryIntent:
+			p.acts++
+		case journal.EntryOutcome:
 			p.outcome(e.Step, e.Result, e.Detail, e.At)
 		}
 	}
+	p.idle = r.State != journal.InProgress && p.acts <= 0
 	return p
 }
 
 // outcome records a step's outcome: a power cycle done (or found done after a restart) sets cycled
-// and what the BMC showed of it.
+// and what the BMC showed of it; a withdrawn step did nothing.
 func (p *past) outcome(step int, r journal.Result, detail string, at time.Time) {
+	if r == journal.ResultWithdrawn {
+		p.acts--
+	}
 	if (r == journal.ResultDone || r == journal.ResultNotRepeated) && slices.Contains(p.cycles, step) && at.After(p.cycled) {
 		p.cycled, p.shown = at, detail
 	}
@@ -59,7 +74,13 @@ type ledger struct {
 	keep   int
 	byID   map[string]string // remediation ID → machine, for Finish
 	recent map[string][]past // per machine, oldest first, at most keep
-	starts []time.Time       // when the hub itself began remediations, oldest first
+	starts []start           // the hub's own remediations, oldest first, but those that ended idle
+}
+
+// start is one of the hub's own remediations, as the rate limit counts it.
+type start struct {
+	id string
+	at time.Time
 }
 
 func newLedger(keep int) *ledger {
@@ -78,7 +99,7 @@ func (l *ledger) load(ctx context.Context, s journal.Store, machines []string) e
 		}
 	}
 	l.mu.Lock()
-	slices.SortFunc(l.starts, time.Time.Compare)
+	slices.SortFunc(l.starts, func(a, b start) int { return a.at.Compare(b.at) })
 	l.mu.Unlock()
 	return nil
 }
@@ -87,15 +108,16 @@ func (l *ledger) begun(r journal.Remediation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.byID[r.ID] = r.Machine
-	l.recent[r.Machine] = append(l.recent[r.Machine], pastOf(r))
+	p := pastOf(r)
+	l.recent[r.Machine] = append(l.recent[r.Machine], p)
 	if n := len(l.recent[r.Machine]); n > l.keep {
 		for _, p := range l.recent[r.Machine][:n-l.keep] {
 			delete(l.byID, p.id)
 		}
 		l.recent[r.Machine] = slices.Clone(l.recent[r.Machine][n-l.keep:])
 	}
-	if r.RequestedBy == "hub" {
-		l.starts = append(l.starts, r.Created)
+	if p.byHub && !p.idle {
+		l.starts = append(l.starts, start{id: r.ID, at: r.Created})
 	}
 }
 
@@ -104,7 +126,20 @@ func (l *ledger) finished(id string, state journal.State, at time.Time) {
 	defer l.mu.Unlock()
 	rs := l.recent[l.byID[id]]
 	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
-		rs[i].state, rs[i].updated = state, at
+		rs[i].state, rs[i].updated, rs[i].idle = state, at, rs[i].acts <= 0
+		if rs[i].idle {
+			l.starts = slices.DeleteFunc(l.starts, func(s start) bool { return s.id == id })
+		}
+	}
+}
+
+// intent notes that a remediation wrote a step's intent: it acts (or may have).
+func (l *ledger) intent(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rs := l.recent[l.byID[id]]
+	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
+		rs[i].acts++
 	}
 }
 
@@ -128,15 +163,15 @@ func (l *ledger) of(machine string) []past {
 func (l *ledger) startsWithin(now time.Time, per time.Duration) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.starts = slices.DeleteFunc(l.starts, func(t time.Time) bool { return now.Sub(t) > per })
+	l.starts = slices.DeleteFunc(l.starts, func(s start) bool { return now.Sub(s.at) > per })
 	return len(l.starts)
 }
 
-// ended is when the machine's latest finished remediation ended (zero: none).
+// ended is when the machine's latest finished remediation that acted ended (zero: none).
 func ended(hist []past) time.Time {
 	var t time.Time
 	for _, p := range hist {
-		if p.state != journal.InProgress && p.updated.After(t) {
+		if p.state != journal.InProgress && !p.idle && p.updated.After(t) {
 			t = p.updated
 		}
 	}
@@ -149,7 +184,7 @@ func failures(hist []past, healthy time.Time) int {
 	n := 0
 	for i := len(hist) - 1; i >= 0; i-- {
 		r := hist[i]
-		if r.state == journal.InProgress {
+		if r.state == journal.InProgress || r.idle {
 			continue
 		}
 		if r.state == journal.Succeeded || !r.updated.After(healthy) {
@@ -173,6 +208,14 @@ func (r recorder) Begin(ctx context.Context, rem journal.Remediation) (journal.R
 		r.l.begun(rem)
 	}
 	return rem, err
+}
+
+func (r recorder) Intent(ctx context.Context, id string, step int, detail string) error {
+	err := r.Store.Intent(ctx, id, step, detail)
+	if err == nil {
+		r.l.intent(id)
+	}
+	return err
 }
 
 func (r recorder) Outcome(ctx context.Context, id string, step int, result journal.Result, detail string) error {

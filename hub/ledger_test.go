@@ -84,3 +84,38 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	_, unseen = unseenSinceCycle(got, time.Now())
 	assert.False(t, unseen, "seen since")
 }
+
+// The rate limit counts the hub's remediations that acted (or may have: an intent written, or still
+// in progress), in memory and when a restarted hub loads the journal; one that ended idle (its only
+// step withdrawn) takes no slot and starts no cooldown.
+func TestIdleRemediationsTakeNoSlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := openJournal(t, path)
+	l := newLedger(keepFinished)
+	rec := recorder{Store: j, l: l}
+	plan := steps("power-cycle etcd-2", "await-healthy etcd-2")
+	idle, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: plan})
+	require.NoError(t, err)
+	assert.Equal(t, 1, l.startsWithin(time.Now(), time.Hour), "in progress: it may yet act")
+	require.NoError(t, rec.Intent(t.Context(), idle.ID, 0, "PowerCycle"))
+	require.NoError(t, rec.Outcome(t.Context(), idle.ID, 0, journal.ResultWithdrawn, "not sent: cp-2 is Healthy again"))
+	require.NoError(t, rec.Finish(t.Context(), idle.ID, journal.Aborted, "withdrawn"))
+	assert.Zero(t, l.startsWithin(time.Now(), time.Hour), "ended idle")
+	assert.True(t, ended(l.of("cp-2")).IsZero(), "no cooldown after an idle end")
+
+	acted, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Steps: plan})
+	require.NoError(t, err)
+	require.NoError(t, rec.Intent(t.Context(), acted.ID, 0, "PowerCycle"))
+	require.NoError(t, rec.Finish(t.Context(), acted.ID, journal.Failed, "re-check refused"))
+	assert.Equal(t, 1, l.startsWithin(time.Now(), time.Hour), "an intent written: it may have acted")
+	assert.False(t, ended(l.of("cp-1")).IsZero())
+	require.NoError(t, j.Close())
+
+	j2 := openJournal(t, path)
+	defer j2.Close()
+	l2 := newLedger(keepFinished)
+	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-1", "cp-2"}))
+	assert.Equal(t, 1, l2.startsWithin(time.Now(), time.Hour), "read back from the journal")
+	assert.True(t, l2.of("cp-2")[0].idle)
+	assert.False(t, l2.of("cp-1")[0].idle)
+}

@@ -320,6 +320,7 @@ func TestNoJournalReadsInThePass(t *testing.T) {
 	for range p.MaxAttempts {
 		rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-4", Strategy: "reboot", RequestedBy: "hub", Reason: "test"})
 		require.NoError(t, err)
+		require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "PowerCycle"))
 		require.NoError(t, r.journal.Finish(t.Context(), rem.ID, journal.Failed, "not recovered"))
 	}
 	r.run(t)

@@ -114,8 +114,9 @@ spec:
 // up, as KCP adds its machines one at a time: one start of the controllers serves both parts).
 func TestClusterAPIWithTheRealControllers(t *testing.T) {
 	c := inMemoryClustersUp(t, "prod", "kcp")
-	t.Run("OwnersAnswerHandOvers", func(t *testing.T) { ownersAnswerHandOvers(t, c) })
-	t.Run("KCPReplacesWhatHaleHandsOver", func(t *testing.T) { kcpReplacesWhatHaleHandsOver(t, c, "kcp") })
+	// One cluster each (namespaces prod and kcp), side by side: they mostly wait on the controllers.
+	t.Run("OwnersAnswerHandOvers", func(t *testing.T) { t.Parallel(); ownersAnswerHandOvers(t, c) })
+	t.Run("KCPReplacesWhatHaleHandsOver", func(t *testing.T) { t.Parallel(); kcpReplacesWhatHaleHandsOver(t, c, "kcp") })
 }
 
 // Hale hands a KubeadmControlPlane Machine and a MachineSet Machine over with the MachineHealthCheck
