@@ -52,6 +52,7 @@ type KubeCluster struct {
 	BMCCreds string
 	id       string
 	onEvent  func(kind, target, detail string)
+	cgroup   string // the nodes' parent cgroup (weighCPU)
 	mu       sync.Mutex
 	events   []string    // every power change and BMC request: "power-off cp-0 Redfish"
 	times    []time.Time // when each of events happened
@@ -160,6 +161,7 @@ func StartKube(t netns.TB, assets string, shape KubeShape, o KubeOptions) *KubeC
 	}
 	c.startLB()
 	c.startBMCs(shape)
+	c.weighCPU(len(c.Nodes))
 	t.Cleanup(c.teardown)
 	for _, n := range c.Nodes {
 		n.prepare()
@@ -205,6 +207,13 @@ func RemoveKubeLeftovers(t netns.TB) {
 			}
 		}
 		t.Logf("kube lab: removed node container %s, left behind by an earlier run", name)
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", KubeContainerPrefix+"*")) // their parent cgroups (weighCPU)
+	for _, d := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), KubeContainerPrefix), "-")
+		if _, err := os.Stat("/proc/" + pid); err != nil {
+			_ = os.Remove(d)
+		}
 	}
 }
 
@@ -321,11 +330,35 @@ func (c *KubeCluster) ControlPlanes() []*Node {
 	return cps
 }
 
-// teardown removes the node containers and unmounts their disks (before the test's directory goes).
+// teardown removes the node containers and unmounts their disks (before the test's directory goes),
+// then the nodes' parent cgroup.
 func (c *KubeCluster) teardown() {
 	for _, n := range c.Nodes {
 		_ = exec.Command("podman", "rm", "-f", "-t", "0", n.container).Run()
 		_ = exec.Command("umount", "-l", n.root()).Run()
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.cgroup))
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
+// weighCPU makes the cgroup the nodes run under (cgroup v1, podman's cgroupfs manager) weigh as much
+// as n busy processes of this machine: the machines of a real cluster have CPUs of their own, and here
+// they share two cores with a rig in the other lane of the test run. That rig's processes run in the
+// root cgroup, where each thread weighs 1024, and podman's own parent group, holding every node, 1024
+// in all: under load the five nodes together had the CPU of one process. Booting a node (its static
+// pods, its API server filling its caches) then starved the others for seconds: in a cold full run
+// (beside test/quorumlost) memberlist and etcd on a node that was not hung stopped answering the
+// observers, and the hub judged it dead (by 4 of 6 observers) and began a remediation of it.
+func (c *KubeCluster) weighCPU(n int) {
+	c.cgroup = "/" + c.id
+	dir := filepath.Join("/sys/fs/cgroup/cpu", c.cgroup)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.T.Fatalf("kube lab: the nodes' cgroup: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(1024*n)), 0o644); err != nil {
+		c.T.Fatalf("kube lab: the nodes' CPU weight: %v", err)
 	}
 }
 
@@ -410,7 +443,7 @@ func (n *Node) PowerOn(by string) {
 		// runc, not crun (crun refuses this machine's hybrid cgroup v1); limits within this machine's
 		// own (podman would raise them, which is refused here); a cgroup namespace of its own, so that
 		// the kubelet's cgroups nest under the node's and its freezer freezes them.
-		c.must("podman", "run", "-d", "--name", n.container, "--hostname", n.Name, "--runtime", "runc",
+		c.must("podman", "run", "-d", "--name", n.container, "--hostname", n.Name, "--runtime", "runc", "--cgroup-parent", c.cgroup,
 			"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096", "--privileged", "--cgroupns", "private",
 			"--network", "ns:/run/netns/"+n.Host.NS, "--systemd", "always", "--tmpfs", "/run", "--tmpfs", "/tmp",
 			"-v", filepath.Join(n.dir, "containerd")+":/var/lib/containerd",
