@@ -212,7 +212,7 @@ func RemoveKubeLeftovers(t netns.TB) {
 	for _, d := range dirs {
 		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), KubeContainerPrefix), "-")
 		if _, err := os.Stat("/proc/" + pid); err != nil {
-			_ = os.Remove(d)
+			removeCgroup(d)
 		}
 	}
 }
@@ -339,8 +339,17 @@ func (c *KubeCluster) teardown() {
 	}
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", c.cgroup))
 	for _, d := range dirs {
-		_ = os.Remove(d)
+		removeCgroup(d)
 	}
+}
+
+// removeCgroup removes a cgroup v1 directory and those under it (podman's conmon group stays behind).
+func removeCgroup(dir string) {
+	subs, _ := filepath.Glob(filepath.Join(dir, "*", "cgroup.procs"))
+	for _, s := range subs {
+		removeCgroup(filepath.Dir(s))
+	}
+	_ = os.Remove(dir)
 }
 
 // weighCPU makes the cgroup the nodes run under (cgroup v1, podman's cgroupfs manager) weigh as much
