@@ -327,7 +327,7 @@ func historyHold(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
 	if last := len(hist) - 1; last >= 0 && hist[last].idle && f.now.Sub(hist[last].updated) < idleRetry {
-		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("its last remediation %s ended before its first step, having done nothing: tried again at %s",
+		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
 			hist[last].id, hist[last].updated.Add(idleRetry).Format(time.TimeOnly))}
 	}
 	if end := ended(hist); !end.IsZero() && f.now.Sub(end) < p.Cooldown {

@@ -200,7 +200,7 @@ func TestDecide(t *testing.T) {
 			reasons: map[string]string{"m2": "cooling down until"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
 		{name: "its last remediation ended idle 10 s ago (withdrawn before its first step): held a little, not a cooldown", scene: func() *scene {
 			return newScene().dead(2).remediated(2, "reboot", journal.Aborted, 10*time.Second, 1).idle(2)
-		}, reasons: map[string]string{"m2": "its last remediation m2/0 ended before its first step, having done nothing: tried again at"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
+		}, reasons: map[string]string{"m2": "its last remediation m2/0 ended having taken no step: tried again at"}, kinds: map[string]Reason{"m2": ReasonCoolingDown}},
 		{name: "idle remediations start no cooldown, are no failed attempts and no flapping", scene: func() *scene {
 			return newScene().dead(2).remediated(2, "reboot", journal.Failed, time.Minute, 3).idle(2)
 		}, starts: []string{"m2"}},
