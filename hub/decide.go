@@ -326,7 +326,7 @@ func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 func historyHold(f facts, m Machine) hold {
 	p := f.inv.Policy
 	hist := f.history[m.Name]
-	if last := len(hist) - 1; last >= 0 && hist[last].idle && f.now.Sub(hist[last].updated) < idleRetry {
+	if last := len(hist) - 1; last >= 0 && hist[last].idle() && f.now.Sub(hist[last].updated) < idleRetry {
 		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
 			hist[last].id, hist[last].updated.Add(idleRetry).Format(time.TimeOnly))}
 	}
@@ -353,7 +353,7 @@ func historyHold(f facts, m Machine) hold {
 	// new failures: its remediations within flapWindow count together, escalate, and give up.
 	recent := 0
 	for _, r := range hist {
-		if r.byHub && r.state != journal.InProgress && !r.idle && f.now.Sub(r.created) < p.FlapWindow {
+		if r.byHub && r.state != journal.InProgress && !r.idle() && f.now.Sub(r.created) < p.FlapWindow {
 			recent++
 		}
 	}

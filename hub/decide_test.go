@@ -51,13 +51,14 @@ func (s *scene) dead(i int) *scene {
 	return s
 }
 
-// remediated adds finished remediations of machine i to its history, the last ended ago.
+// remediated adds finished remediations of machine i to its history, the last ended ago, each having
+// taken a step.
 func (s *scene) remediated(i int, strategy string, state journal.State, ago time.Duration, n int) *scene {
 	m := assesstest.Machines()[i].Name
 	for k := range n {
 		at := s.f.now.Add(-ago - time.Duration(n-1-k)*time.Minute)
 		s.f.history[m] = append(s.f.history[m], past{id: fmt.Sprintf("%s/%d", m, k), strategy: strategy, byHub: true, state: state,
-			created: at.Add(-time.Minute), updated: at})
+			created: at.Add(-time.Minute), updated: at, acts: 1})
 	}
 	return s
 }
@@ -65,7 +66,7 @@ func (s *scene) remediated(i int, strategy string, state journal.State, ago time
 // idle says machine i's remediations all ended having done nothing (no step's intent written).
 func (s *scene) idle(i int) *scene {
 	for k := range s.f.history[assesstest.Machines()[i].Name] {
-		s.f.history[assesstest.Machines()[i].Name][k].idle = true
+		s.f.history[assesstest.Machines()[i].Name][k].acts = 0
 	}
 	return s
 }

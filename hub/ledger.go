@@ -25,14 +25,15 @@ type past struct {
 	// shown is what the BMC showed of that cycle (the outcome's evidence, as journaled).
 	shown string
 	// acts counts the steps whose intent was written (every side effect has one first) but those
-	// withdrawn (their request not sent). idle: it ended with none, having done nothing (refused at the
-	// check before its first step, or withdrawn, as when the machine was judged Healthy again while the
-	// journal took its begin). An idle remediation starts no cooldown, is no failed attempt and takes no
-	// slot of the rate limit: those bound actions, and it took none. It holds its machine for idleRetry
-	// (historyHold).
+	// withdrawn (their request not sent).
 	acts int
-	idle bool
 }
+
+// idle: it ended having taken no step, having done nothing (refused at the check before its first
+// step, or withdrawn, as when the machine was judged Healthy again while the journal took its begin).
+// An idle remediation starts no cooldown, is no failed attempt and takes no slot of the rate limit:
+// those bound actions, and it took none. It holds its machine for idleRetry (historyHold).
+func (p past) idle() bool { return p.state != journal.InProgress && p.acts <= 0 }
 
 func pastOf(r journal.Remediation) past {
 	p := past{id: r.ID, strategy: r.Strategy, byHub: r.RequestedBy == "hub", state: r.State, created: r.Created, updated: r.Updated}
@@ -49,7 +50,6 @@ func pastOf(r journal.Remediation) past {
 			p.outcome(e.Step, e.Result, e.Detail, e.At)
 		}
 	}
-	p.idle = r.State != journal.InProgress && p.acts <= 0
 	return p
 }
 
@@ -116,18 +116,26 @@ func (l *ledger) begun(r journal.Remediation) {
 		}
 		l.recent[r.Machine] = slices.Clone(l.recent[r.Machine][n-l.keep:])
 	}
-	if p.byHub && !p.idle {
+	if p.byHub && !p.idle() {
 		l.starts = append(l.starts, start{id: r.ID, at: r.Created})
 	}
+}
+
+// find is remediation id's record (nil: not kept). Callers hold l.mu.
+func (l *ledger) find(id string) *past {
+	rs := l.recent[l.byID[id]]
+	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
+		return &rs[i]
+	}
+	return nil
 }
 
 func (l *ledger) finished(id string, state journal.State, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs := l.recent[l.byID[id]]
-	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
-		rs[i].state, rs[i].updated, rs[i].idle = state, at, rs[i].acts <= 0
-		if rs[i].idle {
+	if p := l.find(id); p != nil {
+		p.state, p.updated = state, at
+		if p.idle() {
 			l.starts = slices.DeleteFunc(l.starts, func(s start) bool { return s.id == id })
 		}
 	}
@@ -137,18 +145,16 @@ func (l *ledger) finished(id string, state journal.State, at time.Time) {
 func (l *ledger) intent(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs := l.recent[l.byID[id]]
-	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
-		rs[i].acts++
+	if p := l.find(id); p != nil {
+		p.acts++
 	}
 }
 
 func (l *ledger) outcome(id string, step int, r journal.Result, detail string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rs := l.recent[l.byID[id]]
-	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
-		rs[i].outcome(step, r, detail, at)
+	if p := l.find(id); p != nil {
+		p.outcome(step, r, detail, at)
 	}
 }
 
@@ -171,7 +177,7 @@ func (l *ledger) startsWithin(now time.Time, per time.Duration) int {
 func ended(hist []past) time.Time {
 	var t time.Time
 	for _, p := range hist {
-		if p.state != journal.InProgress && !p.idle && p.updated.After(t) {
+		if p.state != journal.InProgress && !p.idle() && p.updated.After(t) {
 			t = p.updated
 		}
 	}
@@ -184,7 +190,7 @@ func failures(hist []past, healthy time.Time) int {
 	n := 0
 	for i := len(hist) - 1; i >= 0; i-- {
 		r := hist[i]
-		if r.state == journal.InProgress || r.idle {
+		if r.state == journal.InProgress || r.idle() {
 			continue
 		}
 		if r.state == journal.Succeeded || !r.updated.After(healthy) {

@@ -116,6 +116,6 @@ func TestIdleRemediationsTakeNoSlot(t *testing.T) {
 	l2 := newLedger(keepFinished)
 	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-1", "cp-2"}))
 	assert.Equal(t, 1, l2.startsWithin(time.Now(), time.Hour), "read back from the journal")
-	assert.True(t, l2.of("cp-2")[0].idle)
-	assert.False(t, l2.of("cp-1")[0].idle)
+	assert.True(t, l2.of("cp-2")[0].idle())
+	assert.False(t, l2.of("cp-1")[0].idle())
 }
