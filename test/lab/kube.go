@@ -189,14 +189,8 @@ func RemoveKubeLeftovers(t netns.TB) {
 		t.Fatalf("podman ps: %v", err)
 	}
 	for _, name := range strings.Fields(string(out)) {
-		pid, _, ok := strings.Cut(strings.TrimPrefix(name, KubeContainerPrefix), "-")
-		if !strings.HasPrefix(name, KubeContainerPrefix) || !ok {
+		if !leftBehind(name) {
 			continue
-		}
-		if n, err := strconv.Atoi(pid); err == nil {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", n)); err == nil {
-				continue
-			}
 		}
 		rootfs, _ := exec.Command("podman", "inspect", "--format", "{{.Rootfs}}", name).Output()
 		_ = exec.Command("podman", "rm", "-f", "-t", "0", name).Run()
@@ -210,11 +204,25 @@ func RemoveKubeLeftovers(t netns.TB) {
 	}
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", KubeContainerPrefix+"*")) // their parent cgroups (weighCPU)
 	for _, d := range dirs {
-		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), KubeContainerPrefix), "-")
-		if _, err := os.Stat("/proc/" + pid); err != nil {
+		if leftBehind(filepath.Base(d)) {
 			removeCgroup(d)
 		}
 	}
+}
+
+// leftBehind says whether name (a node container's, or the nodes' cgroup's: the lab's id, "halek-PID-N")
+// belongs to a run whose process is gone.
+func leftBehind(name string) bool {
+	pid, _, ok := strings.Cut(strings.TrimPrefix(name, KubeContainerPrefix), "-")
+	if !strings.HasPrefix(name, KubeContainerPrefix) || !ok {
+		return false
+	}
+	if n, err := strconv.Atoi(pid); err == nil {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", n)); err == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // startLB runs haproxy on the LB host: the control-plane endpoint, forwarding to every API server that
