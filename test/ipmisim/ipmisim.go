@@ -48,8 +48,11 @@ type Options struct {
 // chassisControl is called by ipmi_sim as PROG <mc> get <parm>... or PROG <mc> set <parm> <value>....
 // It keeps the power in $DIR/power and logs each call to $DIR/calls. "shutdown 1" (chassis power soft)
 // is an OS shutting down: power goes to 0 after 200 ms. "reset 1" is a warm reset: logged only.
+// The power file is replaced, never rewritten in place: a "get" that read it between the truncation
+// and the write of an in-place rewrite saw no power, and ipmi_sim answered "Unspecified error".
 const chassisControl = `#!/bin/sh
 dir=$(dirname "$0")
+setpower() { t=$(mktemp "$dir/power.XXXXXX") && echo "$1" > "$t" && mv -f "$t" "$dir/power"; }
 echo "$(date +%s.%N) $*" >> "$dir/calls"
 shift
 op=$1; shift
@@ -61,8 +64,8 @@ get)
 set)
 	while [ $# -ge 2 ]; do
 		case $1 in
-		power) echo "$2" > "$dir/power" ;;
-		shutdown) [ "$2" = 1 ] && (sleep 0.2; echo 0 > "$dir/power") >/dev/null 2>&1 & ;;
+		power) setpower "$2" ;;
+		shutdown) [ "$2" = 1 ] && (sleep 0.2; setpower 0) >/dev/null 2>&1 & ;;
 		esac
 		shift 2
 	done ;;
@@ -191,7 +194,10 @@ func (s *Sim) SetPower(on bool) {
 	if on {
 		v = "1\n"
 	}
-	_ = os.WriteFile(filepath.Join(s.dir, "power"), []byte(v), 0o600)
+	tmp := filepath.Join(s.dir, "power.set")
+	if os.WriteFile(tmp, []byte(v), 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(s.dir, "power"))
+	}
 }
 
 // Actions returns every state-changing call the BMC made to the machine ("power 0", "power 1",
