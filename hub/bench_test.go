@@ -65,12 +65,12 @@ func BenchmarkPass5000(b *testing.B) {
 	f := facts{now: obs.Now, inv: inv, obs: obs, flights: map[string]flight{}, detached: map[string]Brake{}, history: map[string][]past{}}
 	st := newPassState()
 	f.assessments, f.hearing = a.AssessHearing(machines, inv.Witnesses, obs)
-	compute(st, f) // the first pass says every verdict once; the bench is the steady state
+	st, _ = compute(st, f) // the first pass says every verdict once; the bench is the steady state
 	var rd Ready
 	b.ReportAllocs()
 	for b.Loop() {
 		f.assessments, f.hearing = a.AssessHearing(machines, inv.Witnesses, obs)
-		rd = compute(st, f)
+		st, rd = compute(st, f)
 	}
 	if st.view.notPlanning != "" || len(rd.Begin) == 0 {
 		b.Fatalf("the bench does not plan: %q, %d starts", st.view.notPlanning, len(rd.Begin))

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -49,8 +50,8 @@ type passState struct {
 // clusterChange is the etcd cluster's ID changing: it was rebuilt from a snapshot or a survivor.
 type clusterChange struct{ from, to string }
 
-func newPassState() *passState {
-	return &passState{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
+func newPassState() passState {
+	return passState{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
 		beginFailed: map[string]beginFailure{}, saidHold: map[string]hold{}}
 }
 
@@ -82,33 +83,49 @@ type view struct {
 type Ready struct {
 	// Notices: what apply says (Hub.say), in the order they happened.
 	Notices []Notice
-	// KeepJoined, when not nil, is the set of observers the gossip keeps joined from now on.
-	KeepJoined []string
-	// Begin: the remediations to begin, in the planner's order.
-	Begin []toBegin
-	// RecordMark, when set, is the raft mark to journal.
-	RecordMark *RaftMark
-	// CheckBMCs: check every BMC now, not at the next interval (quorum was just lost, or its lost
-	// voters changed: the evidence of a permanent loss should be fresh).
-	CheckBMCs bool
-	// QuorumBack: etcd's quorum, lost in the previous planning pass, is back; nothing was decided. The
-	// assessor judges what it gathered during the loss again, from now (assess.Assessor.QuorumBack), and the
-	// pass steps again on a fresh assessment.
-	QuorumBack bool
+	// QuorumBack, when set, is when etcd's quorum, lost in the previous planning pass, was seen back;
+	// nothing was decided. The assessor judges what it gathered during the loss again, from then
+	// (assess.Assessor.QuorumBack), and the next pass decides on that fresh assessment.
+	QuorumBack time.Time
 	// Retire, when set, is a rebuild of etcd no recovery of Hale's journaled: its old members are
 	// retired from now on, and it is journaled as the last recovery.
 	Retire *RecoveryRecord
 	// SurvivorSeen, when set, is the token of the last recovery, whose rebuilt cluster this pass saw
 	// healthy on its survivor for the first time: journaled, the survivor is held no longer.
 	SurvivorSeen string
+	// KeepJoined, when not nil, is the set of observers the gossip keeps joined from now on.
+	KeepJoined []string
+	// RecordMark, when set, is the raft mark to journal.
+	RecordMark *RaftMark
+	// CheckBMCs: check every BMC now, not at the next interval (quorum was just lost, or its lost
+	// voters changed: the evidence of a permanent loss should be fresh).
+	CheckBMCs bool
+	// Begin: the remediations to begin, in the planner's order.
+	Begin []toBegin
 }
 
 // queue adds a notice to those apply says (Hub.say emits it).
 func (rd *Ready) queue(n Notice) { rd.Notices = append(rd.Notices, n) }
 
-// compute is a pass's pure core: it records the verdicts, then decides (decide) unless the pass only
-// listens, and says what changed.
-func compute(s *passState, f facts) Ready {
+// compute is a pass's pure core: from what the previous pass left and this pass's facts, what this
+// pass leaves and what it does. It records the verdicts, then decides (decide) unless the pass only
+// listens, and says what changed. prev is not changed: the maps are copied before anything is
+// written, so that a pass's state is the one it returns, whole, or the one before it.
+func compute(prev passState, f facts) (passState, Ready) {
+	s := prev.own()
+	rd := s.update(f)
+	return s, rd
+}
+
+// own returns a copy of s whose maps are its own (the rest is replaced whole, never changed in place).
+func (s passState) own() passState {
+	s.unhealthyAt, s.healthyAt, s.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
+	s.beginFailed, s.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
+	return s
+}
+
+// update is compute on a state of its own.
+func (s *passState) update(f facts) Ready {
 	var rd Ready
 	prev := s.view
 	v := prev
@@ -166,7 +183,7 @@ func compute(s *passState, f facts) Ready {
 		rd.queue(Notice{Reason: ReasonRetired, Warning: true, Message: d.retire.rebuiltOutsideMessage()})
 	}
 	if d.quorumBack {
-		v.quorumLost, rd.QuorumBack = false, true
+		v.quorumLost, rd.QuorumBack = false, f.now
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
 		if d.rebuilt {
 			msg = fmt.Sprintf("etcd's voters are now %s, where %s had lost quorum (rebuilt from a survivor): "+

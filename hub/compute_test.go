@@ -99,7 +99,8 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 			for i, p := range tc.passes {
 				s := newScene()
 				p.edit(s)
-				rd := compute(st, s.stepFacts(st))
+				var rd Ready
+				st, rd = compute(st, s.stepFacts())
 				assert.Equal(t, p.says, said(rd), "pass %d says", i)
 				assert.Equal(t, p.begins, begun(rd), "pass %d begins", i)
 			}
@@ -108,7 +109,7 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 }
 
 // stepFacts completes a scene's facts for a pass of st (the state keeps what the scene would set).
-func (s *scene) stepFacts(st *passState) facts {
+func (s *scene) stepFacts() facts {
 	s.f.obs = s.w.Obs
 	s.f.hearing = assess.Hear(assess.ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
 	return s.f
@@ -161,13 +162,17 @@ func TestComputeRandomized(t *testing.T) {
 				}
 			}
 			s.f.recentStarts = rng.IntN(4)
-			f := s.stepFacts(st)
-			twin, before := cloneState(st), maps.Clone(st.saidHold)
-			rd := compute(st, f)
+			f := s.stepFacts()
+			before := cloneState(st)
+			next, rd := compute(st, f)
 			where := fmt.Sprintf("seed %d pass %d", seed, n)
-			require.Equal(t, rd, compute(twin, f), "%s: the same state and facts, the same Ready", where)
+			require.Equal(t, before, st, "%s: the state a pass starts from is not changed", where)
+			again, rdAgain := compute(st, f)
+			require.Equal(t, rd, rdAgain, "%s: the same state and facts, the same Ready", where)
+			require.Equal(t, next, again, "%s: the same state and facts, the same state after", where)
+			st = next
 
-			if f.paused != "" || f.suspended || f.listen != "" || !f.hearing.Majority() || rd.QuorumBack {
+			if f.paused != "" || f.suspended || f.listen != "" || !f.hearing.Majority() || !rd.QuorumBack.IsZero() {
 				require.Empty(t, rd.Begin, "%s: nothing begins while paused, suspended, listening, without a majority or at a quorum return", where)
 			}
 			require.LessOrEqual(t, len(rd.Begin), max(0, f.inv.Policy.RateMax-f.recentStarts), "%s: the rate limit", where)
@@ -183,11 +188,11 @@ func TestComputeRandomized(t *testing.T) {
 				if nt.Machine == "" || !isHold || nt.Reason != h.reason {
 					continue
 				}
-				require.NotEqual(t, before[nt.Machine], hold{reason: h.reason, why: h.why}, "%s: %s's hold said again unchanged", where, nt.Machine)
+				require.NotEqual(t, before.saidHold[nt.Machine], hold{reason: h.reason, why: h.why}, "%s: %s's hold said again unchanged", where, nt.Machine)
 			}
 			for m, h := range st.view.holds {
 				require.NotEmpty(t, h.reason, "%s: %s held without a reason", where, m)
-				if st.saidHold[m] != (hold{reason: h.reason, why: h.why}) && !rd.QuorumBack && f.listen == "" {
+				if st.saidHold[m] != (hold{reason: h.reason, why: h.why}) && rd.QuorumBack.IsZero() && f.listen == "" {
 					t.Fatalf("%s: %s is held (%s: %s) and that was never said", where, m, h.reason, h.why)
 				}
 			}
@@ -195,8 +200,9 @@ func TestComputeRandomized(t *testing.T) {
 	}
 }
 
-func cloneState(s *passState) *passState {
-	c := *s
+// cloneState is a deep copy of s.
+func cloneState(s passState) passState {
+	c := s
 	c.unhealthyAt, c.healthyAt, c.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
 	c.beginFailed, c.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
 	if s.saidMajority != nil {
@@ -204,5 +210,5 @@ func cloneState(s *passState) *passState {
 		c.saidMajority = &b
 	}
 	c.kept.Agents, c.kept.Witnesses = slices.Clone(s.kept.Agents), slices.Clone(s.kept.Witnesses)
-	return &c
+	return c
 }

@@ -528,9 +528,9 @@ func TestStepForgetsARebuildThatLeftNobodyOut(t *testing.T) {
 	sc.f.hearing = assess.Hear(assess.ExpectedOf(refs(sc.f.inv), sc.f.inv.Witnesses), sc.f.obs, sc.f.inv.Policy.Assess.StaleAfter)
 	s := newPassState()
 	s.rebuilt = &clusterChange{from: "c1", to: "c2"}
-	rd := compute(s, sc.f)
+	next, rd := compute(s, sc.f)
 	assert.Nil(t, rd.Retire)
-	assert.Nil(t, s.rebuilt)
+	assert.Nil(t, next.rebuilt)
 }
 
 // The survivor of a recovery is held until a pass sees the rebuilt cluster healthy on it: its member

@@ -98,7 +98,7 @@ type Hub struct {
 	log      *slog.Logger
 	metrics  *metrics
 	assessor *assess.Assessor // the pass goroutine's only
-	state    *passState       // the pass goroutine's only: what one pass leaves the next
+	state    passState        // the pass goroutine's only: what one pass leaves the next (compute)
 	// resumedSeen: the latest resume the assessor was told of (the pass goroutine's only).
 	resumedSeen time.Time
 

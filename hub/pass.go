@@ -71,19 +71,14 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 	if listen == "" {
 		listen = h.standby() // remediations it began before go on; nothing new begins
 	}
-	f := h.observe(listen)
-	rd := compute(h.state, f)
+	var rd Ready
+	h.state, rd = compute(h.state, h.observe(listen))
 	h.apply(ctx, rd)
-	if rd.QuorumBack {
-		// What was gathered while quorum was lost is judged again, from now, before anything is
-		// decided on it (a survivor's "no leader" is stale the moment quorum is back).
-		h.assessor.QuorumBack(f.now)
-		h.apply(ctx, compute(h.state, h.observe(listen)))
-	}
 }
 
-// apply is a pass's only I/O: it publishes the pass's view, says what the pass said, retires the old
-// members of an etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps
+// apply is a pass's only I/O, in Ready's order: it publishes the pass's view, says what the pass said,
+// has the assessor judge again what it gathered while quorum was lost, retires the old members of an
+// etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps
 // the observers joined, hands the raft mark to its writer (how the write went is a fact of a later
 // pass), asks for a check of the BMCs, and begins what it decided.
 func (h *Hub) apply(ctx context.Context, rd Ready) {
@@ -92,6 +87,11 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 	h.mu.Unlock()
 	for _, n := range rd.Notices {
 		h.say(n)
+	}
+	if !rd.QuorumBack.IsZero() {
+		// What was gathered while quorum was lost is judged again, from then, before anything is
+		// decided on it (a survivor's "no leader" is stale the moment quorum is back).
+		h.assessor.QuorumBack(rd.QuorumBack)
 	}
 	if rec := rd.Retire; rec != nil {
 		// Held from this pass on whatever the journal says; journaled so that the next hub holds them too.
@@ -185,7 +185,9 @@ func (h *Hub) warmUp(ctx context.Context) {
 		if why == "" || time.Now().After(deadline) {
 			return
 		}
-		h.apply(ctx, compute(h.state, f))
+		var rd Ready
+		h.state, rd = compute(h.state, f)
+		h.apply(ctx, rd)
 		select {
 		case <-ctx.Done():
 			return
