@@ -110,9 +110,8 @@ type Hub struct {
 	inv  Inventory
 	view view // the latest pass's (published by apply)
 	// running: the remediations under way (their goroutines update them), from the moment a pass
-	// queues one (beginQueued); begun: how the queued begins went, for the next pass.
+	// queues one (beginQueued).
 	running map[string]*running
-	begun   []beginResult
 	// beginning counts the begins queued and not yet journaled (or refused): Run waits for them.
 	beginning sync.WaitGroup
 	ledger    *ledger                 // the journal's summary the passes read (never the journal)
@@ -121,7 +120,9 @@ type Hub struct {
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
 	// marks writes the raft mark the passes hand it (its own lock).
-	marks    *markWriter
+	marks *markWriter
+	// acted: how what the passes set going went (its own lock), for the next pass.
+	acted    acted
 	timeline []string         // what the hub said, oldest first (bounded)
 	override PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes   Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)

@@ -130,13 +130,12 @@ func (s *passState) markWritten(m RaftMark, err error) (Notice, bool) {
 // writes the mark at once), accepts the write and answers only at the client's timeout. A pass held
 // that long kept the hub from passing for seconds at the moment degraded mode is decided, and the
 // leader, its Lease lost then, found no recent pass and did not go on alone (test/quorumlost, five
-// members). How a write went comes back to the next pass as a fact (passState.markWritten).
+// members). How a write went comes back to the next pass as a fact (acted, passState.markWritten).
 type markWriter struct {
 	wake chan struct{} // one pending signal
 
 	mu      sync.Mutex
-	pending *RaftMark   // handed over, not yet taken by the writer
-	done    *markResult // written (or not), not yet taken by a pass
+	pending *RaftMark // handed over, not yet taken by the writer
 }
 
 type markResult struct {
@@ -157,8 +156,8 @@ func (w *markWriter) post(m RaftMark) {
 	}
 }
 
-// run writes what is posted to store until ctx ends.
-func (w *markWriter) run(ctx context.Context, store MarkStore) {
+// run writes what is posted to store until ctx ends, and tells done how each write went.
+func (w *markWriter) run(ctx context.Context, store MarkStore, done func(markResult)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -172,18 +171,36 @@ func (w *markWriter) run(ctx context.Context, store MarkStore) {
 		if m == nil {
 			continue
 		}
-		err := store.RecordRaftMark(ctx, *m)
-		w.mu.Lock()
-		w.done = &markResult{m: *m, err: err}
-		w.mu.Unlock()
+		done(markResult{m: *m, err: store.RecordRaftMark(ctx, *m)})
 	}
 }
 
-// written takes how the latest write went (nil: none since the last call).
-func (w *markWriter) written() *markResult {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r := w.done
-	w.done = nil
-	return r
+// acted is the one door by which what apply set going beside the passes comes back to them (raft's
+// Advance): how each queued begin went and how the latest write of the raft mark went, taken by the
+// next pass's observe as facts. (What the BMC checks found is the hub's published readiness, read
+// whole by each pass.)
+type acted struct {
+	mu    sync.Mutex
+	begun []beginResult
+	mark  *markResult // the latest write's: an older one is news to nobody
+}
+
+func (a *acted) began(r beginResult) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.begun = append(a.begun, r)
+}
+
+func (a *acted) markWritten(r markResult) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.mark = &r
+}
+
+// take returns what came back since the last call.
+func (a *acted) take() (begun []beginResult, mark *markResult) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	begun, mark, a.begun, a.mark = a.begun, a.mark, nil, nil
+	return begun, mark
 }

@@ -39,7 +39,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		go h.watchBMCs(ctx, h.cfg.BMCCheckInterval)
 	}
 	if h.cfg.Marks != nil {
-		go h.marks.run(ctx, h.cfg.Marks)
+		go h.marks.run(ctx, h.cfg.Marks, h.acted.markWritten)
 	}
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
@@ -144,11 +144,13 @@ func (h *Hub) observe(listen string) facts {
 	obs := h.gossipNow()
 	assessments, hearing := h.assessor.AssessHearing(refs(inv), inv.Witnesses, obs)
 	f := facts{now: obs.Now, inv: inv, obs: obs, assessments: assessments, hearing: hearing, listen: listen, history: map[string][]past{},
-		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer), markWritten: h.marks.written()}
+		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
 	h.mu.Lock()
-	f.flights, f.bmcs, f.begun, h.begun = h.flightsLocked(), h.bmcs, h.begun, nil
+	f.flights, f.bmcs = h.flightsLocked(), h.bmcs
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
+	// After the flights: a begin that failed is told before its flight goes (beginQueued).
+	f.begun, f.markWritten = h.acted.take()
 	for _, m := range inv.Machines {
 		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {
 			if f.loginWait == nil {

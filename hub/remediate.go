@@ -33,7 +33,7 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, pla
 // once etcd has lost quorum, answers a write only at the client's timeout: a pass held that long per
 // begin left the leader, when its Lease ran out, with no view from after its last renewal, and it did
 // not go on alone (found on the real kubeadm cluster, two of three nodes frozen). How the begin went is
-// a fact of a later pass (facts.begun), with the flight gone when it failed.
+// a fact of a later pass (acted, facts.begun), with the flight gone when it failed.
 func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
 	r, rctx := h.track(ctx, b.machine.Name, b.rem, b.plan, 0)
 	h.beginning.Add(1)
@@ -43,12 +43,14 @@ func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
 		if err == nil {
 			h.execute(ctx, rctx, r, b.machine, rem, b.plan, act, false, b.detected)
 		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
+		// Told before the flight goes (and observe reads the flights before it takes what came
+		// back): no pass sees a failed begin neither in flight nor failed, and begins it again.
+		h.acted.began(beginResult{machine: b.machine.Name, err: err, at: time.Now()})
 		if err != nil {
+			h.mu.Lock()
 			h.untrackLocked(b.machine.Name, r)
+			h.mu.Unlock()
 		}
-		h.begun = append(h.begun, beginResult{machine: b.machine.Name, err: err, at: time.Now()})
 	}()
 }
 
