@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -202,8 +203,10 @@ func RemoveKubeLeftovers(t netns.TB) {
 		}
 		t.Logf("kube lab: removed node container %s, left behind by an earlier run", name)
 	}
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", KubeContainerPrefix+"*")) // their parent cgroups (weighCPU)
-	for _, d := range dirs {
+	// Their parent cgroups (weighCPU), at the top or under a test/run lane's.
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", KubeContainerPrefix+"*"))
+	nested, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "*", KubeContainerPrefix+"*"))
+	for _, d := range append(dirs, nested...) {
 		if leftBehind(filepath.Base(d)) {
 			removeCgroup(d)
 		}
@@ -361,15 +364,17 @@ func removeCgroup(dir string) {
 }
 
 // weighCPU makes the cgroup the nodes run under (cgroup v1, podman's cgroupfs manager) weigh as much
-// as n busy processes of this machine: the machines of a real cluster have CPUs of their own, and here
-// they share two cores with a rig in the other lane of the test run. That rig's processes run in the
-// root cgroup, where each thread weighs 1024, and podman's own parent group, holding every node, 1024
-// in all: under load the five nodes together had the CPU of one process. Booting a node (its static
+// as n busy processes beside the test's own: the machines of a real cluster have CPUs of their own.
+// podman's own parent group, holding every node, weighs 1024 in all, as one thread of the processes
+// beside it: under load the five nodes together had the CPU of one process. Booting a node (its static
 // pods, its API server filling its caches) then starved the others for seconds: in a cold full run
 // (beside test/quorumlost) memberlist and etcd on a node that was not hung stopped answering the
 // observers, and the hub judged it dead (by 4 of 6 observers) and began a remediation of it.
+// The group is made under this process's own CPU cgroup: what the nodes take is taken from whoever
+// runs the test (test/run gives each of its lanes a cgroup of its own, so that the nodes' weight
+// does not starve the other lane's rig in turn).
 func (c *KubeCluster) weighCPU(n int) {
-	c.cgroup = "/" + c.id
+	c.cgroup = path.Join(ownCgroup("cpu"), c.id)
 	dir := filepath.Join("/sys/fs/cgroup/cpu", c.cgroup)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.T.Fatalf("kube lab: the nodes' cgroup: %v", err)
@@ -377,6 +382,18 @@ func (c *KubeCluster) weighCPU(n int) {
 	if err := os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(1024*n)), 0o644); err != nil {
 		c.T.Fatalf("kube lab: the nodes' CPU weight: %v", err)
 	}
+}
+
+// ownCgroup is this process's cgroup (v1) in the hierarchy of controller, "/" when it has none.
+func ownCgroup(controller string) string {
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), controller) {
+			return f[2]
+		}
+	}
+	return "/"
 }
 
 // Container is the node's podman container.
