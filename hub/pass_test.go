@@ -156,6 +156,9 @@ type countingStore struct {
 	// hold, when set before the hub runs, holds every Begin until it is closed, then refuses it: the
 	// API server of a cluster whose etcd has lost quorum.
 	hold chan struct{}
+	// wentThrough: that many Begins write the remediation and then fail, as a write the client gave up
+	// on while the API server went on with it.
+	wentThrough atomic.Int32
 }
 
 func (s *countingStore) Begin(ctx context.Context, r journal.Remediation) (journal.Remediation, error) {
@@ -167,6 +170,12 @@ func (s *countingStore) Begin(ctx context.Context, r journal.Remediation) (journ
 		case <-ctx.Done():
 			return r, ctx.Err()
 		}
+	}
+	if s.wentThrough.Add(-1) >= 0 {
+		if _, err := s.Store.Begin(ctx, r); err != nil {
+			return r, err
+		}
+		return r, errors.New("context deadline exceeded (Client.Timeout exceeded while awaiting headers)")
 	}
 	return s.Store.Begin(ctx, r)
 }
@@ -438,7 +447,7 @@ func TestResumeEndsARemediationOfAMachineNoLongerThere(t *testing.T) {
 	assert.Equal(t, journal.Aborted, got.State)
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Contains(t, said, "cp-9: remediation "+rem.ID+" ended Aborted, found in progress at start: the machine is no longer in the inventory")
+	assert.Contains(t, said, "cp-9: remediation "+rem.ID+" ended Aborted, found in progress with nobody to carry it out: the machine is no longer in the inventory")
 }
 
 // One event path: a notice is the log line (machine, reason and remediation as attributes), the
@@ -611,6 +620,29 @@ func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(r.machine("cp-0").Decision, "etcd has lost quorum and etcd-1, etcd-2 do not answer: cp-0's member")
 	}, 10*time.Second, 10*time.Millisecond, "the pass: %s", r.machine("cp-0").Decision)
+}
+
+// A begin the hub saw fail while its journal write went through (an API server answering after the
+// client's timeout) leaves a remediation in progress that nothing runs, and every later begin of the
+// machine refused for it: the next begin picks it up as a restarted hub would (the machine is
+// power-cycled once, and that remediation, the only one, ends Succeeded). It was a hung node on the
+// real kubeadm cluster, never power-cycled.
+func TestABeginSeenFailedThatWentThroughIsPickedUp(t *testing.T) {
+	pool := newTestPool(3, "cp-2")
+	r := newPassRig(t, pool, testPolicy(), nil)
+	r.journal.wentThrough.Store(1)
+	r.run(t)
+	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-2")) > 0 }, 30*time.Second, 10*time.Millisecond)
+	pool.restart("cp-2")
+	var hist []journal.Remediation
+	require.Eventually(t, func() bool {
+		hist, _ = r.journal.History(t.Context(), "cp-2")
+		return len(hist) == 1 && hist[0].State == journal.Succeeded
+	}, 30*time.Second, 20*time.Millisecond, "%+v", hist)
+	assert.Len(t, r.sim.Resets("cp-2"), 1, "once")
+	assert.True(t, slices.ContainsFunc(r.hub.Timeline(), func(l string) bool {
+		return strings.Contains(l, "cp-2: resuming remediation "+hist[0].ID)
+	}), "picked up as after a restart: %v", r.hub.Timeline())
 }
 
 // A begin whose journal write hangs holds no pass, and its machine is in flight for the planner

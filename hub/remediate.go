@@ -40,8 +40,11 @@ func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
 	go func() {
 		defer h.beginning.Done()
 		rem, act, err := h.journalBegin(rctx, b.machine, b.rem, b.plan)
-		if err == nil {
+		switch {
+		case err == nil:
 			h.execute(ctx, rctx, r, b.machine, rem, b.plan, act, false, b.detected)
+		case errors.Is(err, journal.ErrActive):
+			err = h.adopt(ctx, rctx, r, b.machine.Name, err)
 		}
 		// Told before the flight goes (and observe reads the flights before it takes what came
 		// back): no pass sees a failed begin neither in flight nor failed, and begins it again.
@@ -208,38 +211,84 @@ func (h *Hub) resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	inv := h.inventory()
 	for _, rem := range active {
-		m, ok := inv.Machine(rem.Machine)
-		why := "the machine is no longer in the inventory"
-		plan, err := execute.PlanOf(rem)
-		if err != nil {
-			why = err.Error()
+		r, rctx := h.track(ctx, rem.Machine, rem, quorum.Plan{}, 0)
+		if _, err := h.pickUp(ctx, rctx, r, rem); err != nil {
+			return err
 		}
-		if !ok || err != nil {
-			// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
-			err := execute.WriteEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
-			switch {
-			case errors.Is(err, journal.ErrFinished):
-			case err != nil:
-				return fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
-			default:
-				h.metrics.remediation(rem, "failed")
-				h.say(Notice{Machine: rem.Machine, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
-					Message: fmt.Sprintf("%s: remediation %s ended Aborted, found in progress at start: %s", rem.Machine, rem.ID, why)})
-			}
-			continue
-		}
-		act, err := h.actuator(m, plan.Strategy)
-		if err != nil {
-			return fmt.Errorf("resuming %s: %w", rem.ID, err)
-		}
-		from := execute.NextStep(rem)
-		if p, ok := rem.Pending(); ok {
-			from = p.Step
-		}
-		r, rctx := h.track(ctx, m.Name, rem, plan, from)
-		h.execute(ctx, rctx, r, m, rem, plan, act, true, time.Time{})
 	}
 	return nil
+}
+
+// adopt carries on the remediation the journal holds in progress for machine, when this hub's begin
+// of it (r, its flight) was refused for it (refused) and nothing here runs it: a begin whose journal
+// write this hub saw fail while it went through (in Kubernetes mode, an API server that answered
+// after the client's timeout, or created the Remediation and timed out writing its status) leaves a
+// remediation in progress with nobody to carry it out, and every later begin of the machine refused
+// for it (found on the real kubeadm cluster: a hung node never power-cycled). It is picked up as a
+// restarted hub picks up what it finds (resume). It returns why the begin did not go on, or nil.
+func (h *Hub) adopt(ctx, rctx context.Context, r *running, machine string, refused error) error {
+	active, err := h.cfg.Journal.Active(rctx)
+	if err != nil {
+		return fmt.Errorf("%w; reading it: %w", refused, err)
+	}
+	h.mu.Lock()
+	ours := h.running[machine] == r
+	h.mu.Unlock()
+	for _, rem := range active {
+		if rem.Machine != machine || !ours {
+			continue
+		}
+		h.log.Warn("a remediation in the journal that nothing here runs: picked up as after a restart", "machine", machine, "remediation", rem.ID)
+		if carried, err := h.pickUp(ctx, rctx, r, rem); err != nil || !carried {
+			return cmp.Or(err, fmt.Errorf("%w: ended, there was nothing to resume it with", refused))
+		}
+		return nil
+	}
+	return refused
+}
+
+// pickUp carries on rem, found in progress in the journal, with r (tracked for its machine): resumed
+// where it stopped (the BMC and the machine read first), or ended Aborted when there is nothing to
+// resume it with (carried false; r untracked).
+func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediation) (carried bool, err error) {
+	m, ok := h.inventory().Machine(rem.Machine)
+	why := "the machine is no longer in the inventory"
+	plan, err := execute.PlanOf(rem)
+	if err != nil {
+		why = err.Error()
+	}
+	if !ok || err != nil {
+		h.mu.Lock()
+		h.untrackLocked(rem.Machine, r)
+		h.mu.Unlock()
+		// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
+		err := execute.WriteEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
+		switch {
+		case errors.Is(err, journal.ErrFinished):
+		case err != nil:
+			return false, fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
+		default:
+			h.metrics.remediation(rem, "failed")
+			h.say(Notice{Machine: rem.Machine, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
+				Message: fmt.Sprintf("%s: remediation %s ended Aborted, found in progress with nobody to carry it out: %s", rem.Machine, rem.ID, why)})
+		}
+		return false, nil
+	}
+	act, err := h.actuator(m, plan.Strategy)
+	if err != nil {
+		h.mu.Lock()
+		h.untrackLocked(m.Name, r)
+		h.mu.Unlock()
+		return false, fmt.Errorf("resuming %s: %w", rem.ID, err)
+	}
+	from := execute.NextStep(rem)
+	if p, ok := rem.Pending(); ok {
+		from = p.Step
+	}
+	h.mu.Lock()
+	r.rem, r.plan, r.next = rem, plan, from
+	h.mu.Unlock()
+	h.execute(ctx, rctx, r, m, rem, plan, act, true, time.Time{})
+	return true, nil
 }

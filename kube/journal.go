@@ -188,6 +188,11 @@ func (j *Journal) event(ctx context.Context, id string, e journal.Entry, finish 
 		if uint64(obj.Status.Epoch) > j.epoch {
 			return fmt.Errorf("remediation %s: %w (this hub's epoch %d, the remediation's %d)", id, journal.ErrStaleEpoch, j.epoch, obj.Status.Epoch)
 		}
+		if obj.Status.Phase == "" && obj.Labels[v1alpha1.LabelPhase] == string(v1alpha1.PhaseInProgress) {
+			// Created, its status not written (the begin's second write failed, or its hub died in
+			// between): in progress, as Active and toHub take it.
+			obj.Status.Phase = v1alpha1.PhaseInProgress
+		}
 		if obj.Status.Phase != v1alpha1.PhaseInProgress {
 			return fmt.Errorf("remediation %s is %s already: %w", id, obj.Status.Phase, journal.ErrFinished)
 		}

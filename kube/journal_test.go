@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,6 +76,27 @@ func TestJournalOnAPIServer(t *testing.T) {
 		assert.Equal(t, journal.ResultNotRepeated, got.History[2].Result, "the outcome's result reads back typed")
 		assert.Equal(t, "NotRepeated", obj.Status.History[2].Result)
 		assert.True(t, got.History[1].At.Before(got.History[2].At), "microsecond timestamps keep the order")
+	})
+
+	t.Run("created, its status never written: in progress, and carried on", func(t *testing.T) {
+		// A begin's second write (the status) failed, or its hub died between the two: the object
+		// holds the machine (Begin refuses another), so whoever picks it up must be able to write.
+		obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: "cp-7-halfway", Namespace: ns,
+			Labels: map[string]string{v1alpha1.LabelPhase: string(v1alpha1.PhaseInProgress), v1alpha1.LabelMachine: "cp-7"}},
+			Spec: v1alpha1.RemediationSpec{Machine: "cp-7", Strategy: "reboot", RequestedBy: "hub", Steps: []string{"power-cycle etcd-7", "await-healthy etcd-7"}}}
+		require.NoError(t, c.Create(ctx, obj))
+		j := NewJournal(c, ns, 5, 3)
+		_, err := j.Begin(ctx, journal.Remediation{Machine: "cp-7", Strategy: "reboot"})
+		require.ErrorIs(t, err, journal.ErrActive)
+		active, err := j.Active(ctx)
+		require.NoError(t, err)
+		require.True(t, slices.ContainsFunc(active, func(r journal.Remediation) bool { return r.ID == obj.Name && r.State == journal.InProgress }))
+		require.NoError(t, j.Intent(ctx, obj.Name, 0, "reboot etcd-7"), "its first write")
+		require.NoError(t, j.Outcome(ctx, obj.Name, 0, journal.ResultDone, "cycled"))
+		require.NoError(t, j.Finish(ctx, obj.Name, journal.Succeeded, "every step done"))
+		got := remediationObject(t, c, ns, obj.Name)
+		assert.Equal(t, v1alpha1.PhaseSucceeded, got.Status.Phase)
+		assert.Equal(t, string(v1alpha1.PhaseSucceeded), got.Labels[v1alpha1.LabelPhase])
 	})
 
 	t.Run("every typed result is one the CRD accepts", func(t *testing.T) {
