@@ -566,7 +566,8 @@ func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what stri
 				t.Logf("waiting for %s: %s\n%s\nHALE_KUBE_KEEP: keeping the cluster for %s", what, last, pods, d)
 				time.Sleep(d)
 			}
-			t.Fatalf("waiting for %s: %s\n%s\n%s", what, last, pods, c.Diagnostics(context.Background()))
+			// What each hub said of remediations (begun, refused, ended) and its last lines.
+			t.Fatalf("waiting for %s: %s\n%s\n%s\n%s", what, last, pods, c.HubLines(context.Background(), "emediation"), c.Diagnostics(context.Background()))
 		case <-time.After(time.Second):
 		}
 	}
