@@ -16,7 +16,10 @@ import (
 // for an operator's request: it returns once the journal has it (or refused it). detected is when the
 // hub found the machine Unhealthy (zero for an operator's remediation).
 func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, detected time.Time) (journal.Remediation, error) {
-	r, rctx := h.track(ctx, m.Name, rem, plan, 0)
+	r, rctx, ok := h.track(ctx, m.Name, rem, plan, 0)
+	if !ok {
+		return rem, fmt.Errorf("%w: %s already has a remediation in flight (`hub explain %s`)", ErrRefused, m.Name, m.Name)
+	}
 	rem, act, err := h.journalBegin(rctx, m, rem, plan)
 	if err != nil {
 		h.mu.Lock()
@@ -35,7 +38,11 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, pla
 // not go on alone (found on the real kubeadm cluster, two of three nodes frozen). How the begin went is
 // a fact of a later pass (acted, facts.begun), with the flight gone when it failed.
 func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
-	r, rctx := h.track(ctx, b.machine.Name, b.rem, b.plan, 0)
+	r, rctx, ok := h.track(ctx, b.machine.Name, b.rem, b.plan, 0)
+	if !ok { // an operator's began since the pass read the flights
+		h.acted.began(beginResult{machine: b.machine.Name, err: errors.New("a remediation of it began meanwhile"), at: time.Now()})
+		return
+	}
 	h.beginning.Add(1)
 	go func() {
 		defer h.beginning.Done()
@@ -78,14 +85,20 @@ func (h *Hub) journalBegin(ctx context.Context, m Machine, rem journal.Remediati
 }
 
 // track makes a remediation in flight (the planner counts it at once, status shows it once it is
-// journaled) from step next, with the context that ends it.
-func (h *Hub) track(ctx context.Context, machine string, rem journal.Remediation, plan quorum.Plan, next int) (*running, context.Context) {
+// journaled) from step next, with the context that ends it; not when the machine has one in flight
+// already (ok false: an operator's reboot checks, then begins, and a pass's begin may come between).
+// One flight per machine: a flight put in another's place left that one running unseen, and a
+// remediation found in progress with no flight of its machine is picked up (adopt).
+func (h *Hub) track(ctx context.Context, machine string, rem journal.Remediation, plan quorum.Plan, next int) (*running, context.Context, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, busy := h.running[machine]; busy {
+		return nil, nil, false
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &running{rem: rem, plan: plan, next: next, cancel: cancel}
-	h.mu.Lock()
 	h.running[machine] = r
-	h.mu.Unlock()
-	return r, rctx
+	return r, rctx, true
 }
 
 // untrackLocked ends r's flight (and its context), unless another has taken its place.
@@ -212,7 +225,10 @@ func (h *Hub) resume(ctx context.Context) error {
 		return err
 	}
 	for _, rem := range active {
-		r, rctx := h.track(ctx, rem.Machine, rem, quorum.Plan{}, 0)
+		r, rctx, ok := h.track(ctx, rem.Machine, rem, quorum.Plan{}, 0)
+		if !ok {
+			continue // the journal keeps one in progress per machine
+		}
 		if _, err := h.pickUp(ctx, rctx, r, rem); err != nil {
 			return err
 		}
