@@ -70,8 +70,10 @@ type view struct {
 	// planner considered and the hub did not start waits.
 	needs map[string]OperatorNeed
 	holds map[string]hold
-	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it.
+	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
+	// planned: when that pass gathered its facts.
 	quorumLost bool
+	planned    time.Time
 	loss       *QuorumLoss
 	// mark: the highest raft index seen or journaled (passState.mark).
 	mark RaftMark
@@ -183,7 +185,10 @@ func (s *passState) update(f facts) Ready {
 		rd.queue(Notice{Reason: ReasonRetired, Warning: true, Message: d.retire.rebuiltOutsideMessage()})
 	}
 	if d.quorumBack {
+		// Nothing is decided in this pass (the next decides on a fresh assessment): its view says so,
+		// rather than the lost quorum of the pass before.
 		v.quorumLost, rd.QuorumBack = false, f.now
+		v.notPlanning = "etcd's quorum is back: the evidence gathered while it was lost is judged again"
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
 		if d.rebuilt {
 			msg = fmt.Sprintf("etcd's voters are now %s, where %s had lost quorum (rebuilt from a survivor): "+
@@ -203,7 +208,7 @@ func (s *passState) update(f facts) Ready {
 		rd.queue(Notice{Machine: r.survivor.machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
 			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.token, r.survivor.machine, r.survivor.member, r.survivor.machine)})
 	}
-	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds = "", d.cluster, d.outcome, d.needs, d.holds
+	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds, v.planned = "", d.cluster, d.outcome, d.needs, d.holds, f.now
 	v.quorumLost = d.outcome.Budget.QuorumLost()
 	rd.RecordMark = s.toRecord(f.now, v.quorumLost && !prev.quorumLost)
 	if v.quorumLost && !prev.quorumLost {

@@ -212,3 +212,40 @@ func cloneState(s passState) passState {
 	c.kept.Agents, c.kept.Witnesses = slices.Clone(s.kept.Agents), slices.Clone(s.kept.Witnesses)
 	return c
 }
+
+// A loss of etcd's quorum that the latest pass that planned saw stands for degraded mode's test
+// (EtcdQuorum) though a pass since heard no majority of its observers: on the real kubeadm cluster,
+// two of three nodes frozen, a witness missed a probe as the Lease was lost, and no replica went on
+// alone. A loss seen before `after` does not count; a pass since that planned and saw quorum is what
+// counts; and the pass of quorum's return decides nothing.
+func TestEtcdQuorumKeepsTheLossThePlanningPassSaw(t *testing.T) {
+	lost := func() *scene { return newScene().witnesses("w-0", "w-1").dead(1).dead(2) }
+	st := newPassState()
+	var rd Ready
+	s1 := lost()
+	st, rd = compute(st, s1.stepFacts())
+	require.True(t, st.view.quorumLost, "%v", said(rd))
+	h := &Hub{view: st.view}
+	q, why := h.EtcdQuorum(s1.f.now.Add(-time.Second))
+	require.Equal(t, QuorumLost, q, why)
+
+	s2 := lost()
+	s2.f.now = s1.f.now.Add(200 * time.Millisecond)
+	s2.w.Cut(s2.f.now.Add(-time.Second), "w-1")
+	st, rd = compute(st, s2.stepFacts())
+	require.False(t, st.view.hearing.Majority(), "%v", said(rd))
+	h.view = st.view
+	q, why = h.EtcdQuorum(s1.f.now.Add(-time.Second))
+	assert.Equal(t, QuorumLost, q, "the loss the planning pass saw stands: %s", why)
+	assert.Contains(t, why, "since then: ")
+	q, _ = h.EtcdQuorum(s1.f.now)
+	assert.Equal(t, QuorumUnknown, q, "seen before after: it does not count")
+
+	s3 := newScene().witnesses("w-0", "w-1").dead(2)
+	s3.f.now = s2.f.now.Add(200 * time.Millisecond)
+	st, rd = compute(st, s3.stepFacts())
+	require.False(t, rd.QuorumBack.IsZero(), "%v", said(rd))
+	h.view = st.view
+	q, why = h.EtcdQuorum(s1.f.now.Add(-time.Second))
+	assert.Equal(t, QuorumUnknown, q, "quorum's return decides nothing: %s", why)
+}

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -262,12 +263,17 @@ const (
 // knows. It is Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone
 // only when the majority shows that etcd cannot serve it (a pass since its last renewal of the Lease:
 // one blocked in apply, by a remediation's begin through an API server without quorum, still counts),
-// and stops starting anything once it shows quorum again.
+// and stops starting anything once it shows quorum again. A loss seen by the latest pass that planned,
+// after after, stands though a pass since did not plan: a majority of observers not heard for a
+// moment unsays nothing (on the real kubeadm cluster, two of three nodes frozen, one witness missed
+// a probe as the Lease was lost, and no replica went on alone).
 func (h *Hub) EtcdQuorum(after time.Time) (EtcdQuorum, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v := h.view
 	switch b := v.outcome.Budget; {
+	case v.quorumLost && v.planned.After(after) && v.planned.Before(v.at):
+		return QuorumLost, fmt.Sprintf("etcd: %s (at %s; since then: %s)", b, v.planned.UTC().Format("15:04:05.000Z07:00"), cmp.Or(v.notPlanning, v.hearing.String()))
 	case !v.at.After(after):
 		return QuorumUnknown, "no pass of the hub since " + after.UTC().Format("15:04:05.000Z07:00")
 	case !v.hearing.Majority():
