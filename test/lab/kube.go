@@ -371,8 +371,7 @@ func removeCgroup(dir string) {
 // (beside test/quorumlost) memberlist and etcd on a node that was not hung stopped answering the
 // observers, and the hub judged it dead (by 4 of 6 observers) and began a remediation of it.
 // The group is made under this process's own CPU cgroup: what the nodes take is taken from whoever
-// runs the test (test/run gives each of its lanes a cgroup of its own, so that the nodes' weight
-// does not starve the other lane's rig in turn).
+// runs the test.
 func (c *KubeCluster) weighCPU(n int) {
 	c.cgroup = path.Join(ownCgroup("cpu"), c.id)
 	dir := filepath.Join("/sys/fs/cgroup/cpu", c.cgroup)
