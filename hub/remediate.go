@@ -22,9 +22,7 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, pla
 	}
 	rem, act, err := h.journalBegin(rctx, m, rem, plan)
 	if err != nil {
-		h.mu.Lock()
-		h.untrackLocked(m.Name, r)
-		h.mu.Unlock()
+		h.untrack(m.Name, r)
 		return rem, err
 	}
 	h.execute(ctx, rctx, r, m, rem, plan, act, false, detected)
@@ -57,9 +55,7 @@ func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
 		// back): no pass sees a failed begin neither in flight nor failed, and begins it again.
 		h.acted.began(beginResult{machine: b.machine.Name, err: err, at: time.Now()})
 		if err != nil {
-			h.mu.Lock()
-			h.untrackLocked(b.machine.Name, r)
-			h.mu.Unlock()
+			h.untrack(b.machine.Name, r)
 		}
 	}()
 }
@@ -101,7 +97,14 @@ func (h *Hub) track(ctx context.Context, machine string, rem journal.Remediation
 	return r, rctx, true
 }
 
-// untrackLocked ends r's flight (and its context), unless another has taken its place.
+// untrack ends r's flight (and its context), unless another has taken its place.
+func (h *Hub) untrack(machine string, r *running) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.untrackLocked(machine, r)
+}
+
+// untrackLocked is untrack with h.mu held.
 func (h *Hub) untrackLocked(machine string, r *running) {
 	r.cancel()
 	if h.running[machine] == r {
@@ -275,9 +278,7 @@ func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediat
 		why = err.Error()
 	}
 	if !ok || err != nil {
-		h.mu.Lock()
-		h.untrackLocked(rem.Machine, r)
-		h.mu.Unlock()
+		h.untrack(rem.Machine, r)
 		// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
 		err := execute.WriteEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
 		switch {
@@ -293,9 +294,7 @@ func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediat
 	}
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
-		h.mu.Lock()
-		h.untrackLocked(m.Name, r)
-		h.mu.Unlock()
+		h.untrack(m.Name, r)
 		return false, fmt.Errorf("resuming %s: %w", rem.ID, err)
 	}
 	from := execute.NextStep(rem)
