@@ -203,7 +203,7 @@ func RemoveKubeLeftovers(t netns.TB) {
 		}
 		t.Logf("kube lab: removed node container %s, left behind by an earlier run", name)
 	}
-	// Their parent cgroups (weighCPU), at the top or under a test/run lane's.
+	// Their parent cgroups (weighCPU): at the top, or under the cgroup of the test that made them.
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", KubeContainerPrefix+"*"))
 	nested, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "*", KubeContainerPrefix+"*"))
 	for _, d := range append(dirs, nested...) {
