@@ -9,47 +9,12 @@ import (
 	"time"
 )
 
-// Brake is one hold on the hub or on a machine: who set it, why, and since when.
-type Brake struct {
-	By     string    `json:"by"`
-	Reason string    `json:"reason,omitempty"`
-	Since  time.Time `json:"since"`
-}
-
-func (b Brake) String() string {
-	s := b.By
-	if b.Reason != "" {
-		s += ": " + b.Reason
-	}
-	if !b.Since.IsZero() {
-		s += " (since " + b.Since.UTC().Format(time.RFC3339) + ")"
-	}
-	return s
-}
-
-// Brakes are the operator's brakes: a pause, observe-only, and machines detached. A BrakeStore keeps
-// them across hub restarts and leader failovers.
-type Brakes struct {
-	Paused    *Brake           `json:"paused,omitempty"`
-	Suspended *Brake           `json:"suspended,omitempty"`
-	Detached  map[string]Brake `json:"detached,omitempty"`
-}
-
-func (b Brakes) clone() Brakes {
-	out := b
-	out.Detached = maps.Clone(b.Detached)
-	return out
-}
-
 // BrakeStore keeps the operator's brakes: the bbolt journal in standalone mode; in Kubernetes mode the
 // HealthPolicy, so that `hub pause` over the socket and `kubectl patch healthpolicy` are one brake.
 type BrakeStore interface {
 	LoadBrakes(ctx context.Context) (Brakes, error)
 	SaveBrakes(ctx context.Context, b Brakes) error
 }
-
-// Operator names who asked, for a brake set through the operator API.
-const Operator = "operator"
 
 // wakeIfResumed wakes the executors held at a checkpoint (gate) when the last brake that holds steps
 // was just lifted, and notes when (the evidence the hub acts on counts from there: observe). Callers

@@ -150,30 +150,6 @@ type running struct {
 	stalled string
 }
 
-// beginFailure is a remediation the planner admitted and the hub could not begin (its BMC or owner
-// could not be reached for, the journal refused it): retried after a wait, without a slot of the rate
-// limit, which only a remediation in the journal takes. The wait is short after a first failure (the
-// journal's write timed out on the very API server that hung: the machine being healed often serves
-// one of the API endpoints, and the next request goes to another) and doubles with each failure in a
-// row, up to beginRetry.
-type beginFailure struct {
-	why    string
-	at     time.Time
-	inARow int
-}
-
-const beginRetryFirst, beginRetry = 2 * time.Second, 30 * time.Second
-
-// idleRetry: a machine whose remediation ended idle (ledger.go: nothing done) is begun again no sooner
-// (a step the planner admits and the executor's fresh check refuses would otherwise be journaled
-// every pass).
-const idleRetry = beginRetry
-
-// wait is how long after at the remediation is tried again.
-func (b beginFailure) wait() time.Duration {
-	return min(beginRetryFirst<<min(max(b.inARow-1, 0), 5), beginRetry)
-}
-
 // maxPassGap: passes this far apart (they are a Tick, 200 ms, apart) mean the hub was not running.
 const maxPassGap = 2 * time.Second
 
@@ -442,24 +418,4 @@ func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
 		}
 	}
 	return out
-}
-
-// Machine is the inventory's machine of that name.
-func (inv Inventory) Machine(name string) (Machine, bool) {
-	for _, m := range inv.Machines {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return Machine{}, false
-}
-
-// MachineOfMember is the inventory's machine whose etcd member is member.
-func (inv Inventory) MachineOfMember(member string) (Machine, bool) {
-	for _, m := range inv.Machines {
-		if m.Member != "" && m.Member == member {
-			return m, true
-		}
-	}
-	return Machine{}, false
 }

@@ -135,46 +135,6 @@ type BMCFile struct {
 	Insecure bool `json:"insecure"`
 }
 
-// Inventory is a validated inventory.
-type Inventory struct {
-	Cluster  string
-	Policy   Policy
-	Machines []Machine
-	// Witnesses are the node names of the witness agents (see InventoryFile).
-	Witnesses []string
-}
-
-// Policy is the validated policy.
-type Policy struct {
-	Quorum      quorum.Policy
-	Assess      assess.Policy
-	RateMax     int
-	RatePer     time.Duration
-	Cooldown    time.Duration
-	MaxAttempts int
-	FlapWindow  time.Duration
-	// ComeBackTimeout bounds an await-healthy step.
-	ComeBackTimeout time.Duration
-}
-
-// Machine is a validated inventory machine.
-type Machine struct {
-	assess.MachineRef
-	Class    string
-	Strategy quorum.Strategy
-	Pool     string
-	Endpoint bmc.Endpoint
-	// Credentials, CAFile, Insecure: how to log in to the BMC.
-	Credentials bmc.Credentials
-	CAFile      string
-	Insecure    bool
-	// Replace is what the machine's owner allows when Strategy is Replace (Kubernetes mode).
-	Replace quorum.ReplaceOptions
-	// Hold, when set, says why the hub must not act on this machine at all (a BareMetalHost detached
-	// or paused, no way to heal it): it is watched and explained, never remediated.
-	Hold string
-}
-
 // LoadInventory reads and validates an inventory file. Every error names the file and the field.
 func LoadInventory(path string) (Inventory, error) { return loadInventory(path, true) }
 

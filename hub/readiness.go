@@ -21,21 +21,6 @@ import (
 // (hale_hub_bmc_ready) and alerted on (HaleBMCNotReady), so that a wrong password or a dead BMC
 // network is found on day 0, not in the first outage. `hub check` makes the same check once.
 
-// BMCReadiness is what the last readiness check of a machine's BMC found.
-type BMCReadiness struct {
-	Checked time.Time `json:"checked"`
-	Ready   bool      `json:"ready"`
-	// Problem names what is wrong, in one word (bmc.Problem's, or ProblemConfig).
-	Problem bmc.Problem    `json:"problem,omitempty"`
-	Power   bmc.PowerState `json:"power,omitempty"`
-	// Error is the failed call's error, in one line that names the BMC.
-	Error string `json:"error,omitempty"`
-}
-
-// ProblemConfig: the hub cannot talk to the BMC as configured (ipmitool missing, an unreadable CA
-// bundle): nothing was sent.
-const ProblemConfig bmc.Problem = "Config"
-
 // checkParallel bounds how many BMC accounts are checked at once; checkRetries how many times a
 // check retries a BMC that does not answer (a remediation's call to the account waits for the check:
 // at most 2 requests' time).

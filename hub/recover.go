@@ -12,27 +12,6 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// RecoveryPlan is how etcd would be rebuilt from its most advanced survivor after a permanent loss of
-// quorum (`hub recover`): who survives and why, what is at risk, whom to fence, the revision bump and
-// each step. Blockers say what keeps it from going ahead as it stands, each with what to do. The hub
-// computes it from what it sees now; it changes nothing.
-type RecoveryPlan struct {
-	// Rebuild is what the node that carries it out reads (`agent recover`): the survivor, the
-	// revision bump, the fence, the blockers, the token.
-	quorum.Rebuild
-	// Loss is the quorum loss as status shows it (nil: the hub does not see quorum lost).
-	Loss *QuorumLoss `json:"quorumLoss,omitempty"`
-	// Candidates are the members that answer now, best first (Survivor is the first).
-	Candidates []quorum.Survivor `json:"candidates,omitempty"`
-	// Mark is the journaled raft mark of the survivor's cluster; DataAtRisk the raft entries the
-	// survivor lacks against it (0: none, or no mark).
-	Mark       *RaftMark `json:"raftMark,omitempty"`
-	DataAtRisk uint64    `json:"dataAtRisk"`
-	// BumpWhy says how Rebuild.BumpRevision was chosen.
-	BumpWhy string   `json:"bumpWhy"`
-	Steps   []string `json:"steps"`
-}
-
 // Bump bounds: without a mark, a billion (as etcd's recovery guide suggests for an unknown gap);
 // otherwise the gap to the mark plus a fifth of the highest index known, at least minBump.
 const (

@@ -27,21 +27,6 @@ func (r RecoverRequest) confirms(machine, member string) bool {
 	return slices.Contains(r.ConfirmLost, machine) || slices.Contains(r.ConfirmLost, member)
 }
 
-// RecoveryRecord is a recovery the hub began, journaled before its first BMC request.
-type RecoveryRecord struct {
-	// Plan is the plan as begun (its survivor, bump and token are kept), each fence step marked as done.
-	Plan  RecoveryPlan `json:"plan"`
-	By    string       `json:"by"`
-	Began time.Time    `json:"began"`
-	// Done is when the survivor was seen answering as a new etcd cluster (NewClusterID).
-	Done         *time.Time `json:"done,omitempty"`
-	NewClusterID string     `json:"newClusterID,omitempty"`
-	// SurvivorSeen is when a strict majority of the expected observers first reached the survivor's
-	// member of the rebuilt cluster, in reports sent since the rebuild. Until then the hub never
-	// power-cycles, resets or fences the survivor by itself (DESIGN.md rule 13).
-	SurvivorSeen *time.Time `json:"survivorSeen,omitempty"`
-}
-
 // RecoveryStore keeps the recovery under way across hub restarts: the bbolt journal does (the
 // standalone hub's, and the degraded-mode journal of a hub in Kubernetes mode).
 type RecoveryStore interface {

@@ -60,13 +60,6 @@ func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
 	}()
 }
 
-// beginResult is how a begin the pass queued went.
-type beginResult struct {
-	machine string
-	err     error
-	at      time.Time
-}
-
 // journalBegin finds what carries a remediation out and journals its intent.
 func (h *Hub) journalBegin(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan) (journal.Remediation, actuator, error) {
 	act, err := h.actuator(m, plan.Strategy)
@@ -112,9 +105,6 @@ func (h *Hub) untrackLocked(machine string, r *running) {
 	}
 }
 
-// newMemberSuffix names the replacement's etcd member in a plan: the owner picks the real name.
-const newMemberSuffix = "-replacement"
-
 // actuator is what carries out a machine's plan: its BMC, or for a replace its owner controller.
 type actuator struct {
 	power execute.Power
@@ -131,11 +121,6 @@ func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
 		return actuator{}, err
 	}
 	return actuator{power: h.guard(m, power)}, nil
-}
-
-// machinePlan is the plan for a machine that is not an etcd member (quorum.PlanMachine).
-func machinePlan(s quorum.Strategy, m Machine) quorum.Plan {
-	return quorum.PlanMachine(s, m.Name, m.Name+newMemberSuffix, m.Replace)
 }
 
 // execute runs a remediation in its own goroutine: a new one from its first step, or one found in

@@ -1,0 +1,84 @@
+package hub
+
+import (
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// Inventory is a validated inventory.
+type Inventory struct {
+	Cluster  string
+	Policy   Policy
+	Machines []Machine
+	// Witnesses are the node names of the witness agents (see InventoryFile).
+	Witnesses []string
+}
+
+// Policy is the validated policy.
+type Policy struct {
+	Quorum      quorum.Policy
+	Assess      assess.Policy
+	RateMax     int
+	RatePer     time.Duration
+	Cooldown    time.Duration
+	MaxAttempts int
+	FlapWindow  time.Duration
+	// ComeBackTimeout bounds an await-healthy step.
+	ComeBackTimeout time.Duration
+}
+
+// Machine is a validated inventory machine.
+type Machine struct {
+	assess.MachineRef
+	Class    string
+	Strategy quorum.Strategy
+	Pool     string
+	Endpoint bmc.Endpoint
+	// Credentials, CAFile, Insecure: how to log in to the BMC.
+	Credentials bmc.Credentials
+	CAFile      string
+	Insecure    bool
+	// Replace is what the machine's owner allows when Strategy is Replace (Kubernetes mode).
+	Replace quorum.ReplaceOptions
+	// Hold, when set, says why the hub must not act on this machine at all (a BareMetalHost detached
+	// or paused, no way to heal it): it is watched and explained, never remediated.
+	Hold string
+}
+
+// Machine is the inventory's machine of that name.
+func (inv Inventory) Machine(name string) (Machine, bool) {
+	for _, m := range inv.Machines {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Machine{}, false
+}
+
+// MachineOfMember is the inventory's machine whose etcd member is member.
+func (inv Inventory) MachineOfMember(member string) (Machine, bool) {
+	for _, m := range inv.Machines {
+		if m.Member != "" && m.Member == member {
+			return m, true
+		}
+	}
+	return Machine{}, false
+}
+
+// BMCReadiness is what the last readiness check of a machine's BMC found.
+type BMCReadiness struct {
+	Checked time.Time `json:"checked"`
+	Ready   bool      `json:"ready"`
+	// Problem names what is wrong, in one word (bmc.Problem's, or ProblemConfig).
+	Problem bmc.Problem    `json:"problem,omitempty"`
+	Power   bmc.PowerState `json:"power,omitempty"`
+	// Error is the failed call's error, in one line that names the BMC.
+	Error string `json:"error,omitempty"`
+}
+
+// ProblemConfig: the hub cannot talk to the BMC as configured (ipmitool missing, an unreadable CA
+// bundle): nothing was sent.
+const ProblemConfig bmc.Problem = "Config"

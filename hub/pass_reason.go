@@ -1,0 +1,100 @@
+package hub
+
+// Reason says what a notice is about: a CamelCase word, as a Kubernetes Event's reason.
+type Reason string
+
+// Notice reasons. About a machine:
+const (
+	ReasonHealthy                Reason = "Healthy"
+	ReasonSuspect                Reason = "Suspect"
+	ReasonUnhealthy              Reason = "Unhealthy"
+	ReasonRemediationNotBegun    Reason = "RemediationNotBegun"
+	ReasonRemediationStarted     Reason = "RemediationStarted"
+	ReasonStepDone               Reason = "StepDone"
+	ReasonRemediated             Reason = "Remediated"
+	ReasonRemediationFailed      Reason = "RemediationFailed"
+	ReasonRemediationInterrupted Reason = "RemediationInterrupted"
+	ReasonRemediationResumed     Reason = "RemediationResumed"
+	ReasonResumeStalled          Reason = "ResumeStalled"
+	ReasonJournalWriteFailing    Reason = "JournalWriteFailing"
+	ReasonJournalWriteRecorded   Reason = "JournalWriteRecorded"
+	ReasonDetached               Reason = "Detached"
+	// ReasonBMCNotReady: the readiness check of its BMC failed (unreachable, login refused, no such
+	// system, a bad answer): Hale could not heal it; ReasonBMCReady: it passes again.
+	ReasonBMCNotReady Reason = "BMCNotReady"
+	ReasonBMCReady    Reason = "BMCReady"
+)
+
+// Why a remediation a machine needs is not started (a hold): each kind of hold is said under one
+// reason, when the hold changes. The machine's own: Detached and RemediationNotBegun above, and
+const (
+	// ReasonWaiting: the planner keeps it waiting (etcd's quorum budget, a pool's limits).
+	ReasonWaiting     Reason = "Waiting"
+	ReasonHeldByOwner Reason = "HeldByOwner"
+	// ReasonBMCLoginBackoff: its BMC account refused the credentials; no login until the backoff ends.
+	ReasonBMCLoginBackoff Reason = "BMCLoginBackoff"
+	ReasonCoolingDown     Reason = "CoolingDown"
+	// ReasonSilentVotersFirst: etcd lost quorum and this machine's member answers: the silent ones first.
+	ReasonSilentVotersFirst Reason = "SilentVotersFirst"
+	// ReasonMemberAnswers: etcd lost quorum, every voter's member answers, this one's among them: a
+	// cycle of a running member is no free action (DESIGN.md rule 13).
+	ReasonMemberAnswers Reason = "MemberAnswers"
+	// ReasonSurvivor: the survivor of an etcd recovery, until the rebuilt cluster is seen healthy.
+	ReasonSurvivor Reason = "Survivor"
+	// ReasonCommonCause: a probe fails alike on a strict majority of the voters' machines while their
+	// members are healthy (commonCauses).
+	ReasonCommonCause Reason = "CommonCause"
+	// Those an operator must resolve (OperatorNeed).
+	ReasonUnseen   = Reason(NeedUnseen)
+	ReasonFenced   = Reason(NeedFenced)
+	ReasonGaveUp   = Reason(NeedGaveUp)
+	ReasonFlapping = Reason(NeedFlapping)
+	ReasonRetired  = Reason(NeedRetired)
+	// The hub's brakes, over what the planner admitted.
+	ReasonPaused      Reason = "Paused"
+	ReasonSuspended   Reason = "Suspended"
+	ReasonRateLimited Reason = "RateLimited"
+)
+
+// About the hub as a whole (no machine):
+const (
+	ReasonObserverMajorityLost  Reason = "ObserverMajorityLost"
+	ReasonObserverMajorityHeard Reason = "ObserverMajorityHeard"
+	// ReasonQuorumLost: etcd has lost quorum in the hub's view (a planning pass counts fewer healthy
+	// voters than quorum needs); ReasonQuorumBack: it is back, and evidence counts again from now.
+	ReasonQuorumLost        Reason = "QuorumLost"
+	ReasonQuorumBack        Reason = "QuorumBack"
+	ReasonNotPlanning       Reason = "NotPlanning"
+	ReasonBrake             Reason = "Brake"
+	ReasonBrakeNotRecorded  Reason = "BrakeNotRecorded"
+	ReasonInventoryReloaded Reason = "InventoryReloaded"
+	ReasonPolicyChanged     Reason = "PolicyChanged"
+	// ReasonEtcdClusterChanged: the members report another etcd cluster ID (a cluster rebuilt); the
+	// raft mark starts again. ReasonRaftMarkNotRecorded: the journal refused the raft mark.
+	ReasonEtcdClusterChanged  Reason = "EtcdClusterChanged"
+	ReasonRaftMarkNotRecorded Reason = "RaftMarkNotRecorded"
+	// ReasonQuorumLostForGood: etcd's quorum is lost and every lost voter has evidence that it will not
+	// come back (QuorumLoss), or no longer.
+	ReasonQuorumLostForGood Reason = "QuorumLostForGood"
+	// ReasonDegradedMode: what a hub did while the API server did not answer (Kubernetes mode's degraded
+	// mode), said once it answers again.
+	ReasonDegradedMode Reason = "DegradedMode"
+	// ReasonEtcdRecovery: an etcd recovery after a permanent loss of quorum (`hub recover --yes`), and
+	// each member it fenced, said once the API server answers again.
+	ReasonEtcdRecovery Reason = "EtcdRecovery"
+)
+
+// Notice is one thing the hub decided or saw: about one machine (a verdict, a wait, a remediation's
+// start, steps and end) or, with no machine, about the hub as a whole. It is the hub's one event
+// path (say): the log line (with the machine, reason and remediation as attributes), the timeline
+// (`hub` events, the demo), the Kubernetes Event (Config.Notify) and the metric
+// hale_hub_notices_total{reason}. Repeats are not said: a wait or a hold is said when it changes.
+type Notice struct {
+	Machine string
+	Reason  Reason
+	// Remediation is the remediation it is about, if any.
+	Remediation string
+	// Message is the whole sentence, as the timeline and the Event show it.
+	Message string
+	Warning bool
+}

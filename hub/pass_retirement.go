@@ -1,0 +1,228 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/quorum"
+)
+
+// RecoveryRecord is a recovery the hub began, journaled before its first BMC request.
+type RecoveryRecord struct {
+	// Plan is the plan as begun (its survivor, bump and token are kept), each fence step marked as done.
+	Plan  RecoveryPlan `json:"plan"`
+	By    string       `json:"by"`
+	Began time.Time    `json:"began"`
+	// Done is when the survivor was seen answering as a new etcd cluster (NewClusterID).
+	Done         *time.Time `json:"done,omitempty"`
+	NewClusterID string     `json:"newClusterID,omitempty"`
+	// SurvivorSeen is when a strict majority of the expected observers first reached the survivor's
+	// member of the rebuilt cluster, in reports sent since the rebuild. Until then the hub never
+	// power-cycles, resets or fences the survivor by itself (DESIGN.md rule 13).
+	SurvivorSeen *time.Time `json:"survivorSeen,omitempty"`
+}
+
+// retiree is a member of the old cluster a recovery replaced (one it fenced, or one that answered and
+// was behind the survivor), on its machine.
+type retiree struct{ machine, member string }
+
+// retirement is the old cluster the last recovery replaced: its ID, its quorum, and its members other
+// than the survivor (the zero value: no recovery); and the survivor, and whether the rebuilt cluster
+// has been seen healthy since (survivorSeen).
+type retirement struct {
+	token, cluster string
+	began          time.Time
+	quorum         int
+	members        []retiree
+	survivor       retiree
+	survivorSeen   bool
+}
+
+func retirementOf(rec *RecoveryRecord) retirement {
+	if rec == nil || rec.Plan.Survivor == nil {
+		return retirement{}
+	}
+	p := rec.Plan
+	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID, began: rec.Began,
+		survivor: retiree{p.Survivor.Machine, p.Survivor.Member}, survivorSeen: rec.SurvivorSeen != nil}
+	if p.Loss != nil {
+		r.quorum = p.Loss.Quorum
+	}
+	for _, f := range p.Fence {
+		if f.Machine != "" {
+			r.members = append(r.members, retiree{f.Machine, f.Member})
+		}
+	}
+	for _, c := range p.Candidates {
+		if c.Member != p.Survivor.Member && c.Machine != "" {
+			r.members = append(r.members, retiree{c.Machine, c.Member})
+		}
+	}
+	return r
+}
+
+// rebuiltOutside is the recovery record of an etcd rebuild that no recovery of Hale's journaled (by
+// hand: etcdutl snapshot restore, --force-new-cluster), seen as the cluster's ID changing (c). Its old
+// members are the inventory's members the new cluster (its membership now) left out: each keeps the
+// old data, and a quorum of them running would bring the old cluster back, so they are retired as a
+// recovery's are. The old cluster's size is not known: the inventory's members are taken for it. Nil
+// when the new cluster has every member of the inventory.
+func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryRecord {
+	var left []quorum.FenceStep
+	members := 0
+	for _, m := range f.inv.Machines {
+		if m.Member == "" {
+			continue
+		}
+		members++
+		if cluster.Index(m.Member) < 0 {
+			left = append(left, quorum.FenceStep{Machine: m.Name, Member: m.Member, How: "not fenced by Hale: etcd was rebuilt without `hub recover`"})
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	now := f.now.UTC()
+	return &RecoveryRecord{By: "etcd (rebuilt without `hub recover`)", Began: now, Done: &now, NewClusterID: c.to,
+		Plan: RecoveryPlan{Rebuild: quorum.Rebuild{Time: now, Token: "rebuilt-" + c.to, Survivor: &quorum.Survivor{ClusterID: c.from}, Fence: left},
+			Loss: &QuorumLoss{Voters: members, Quorum: quorum.Quorum(members)}}}
+}
+
+// rebuiltOutsideMessage says what a rebuild outside Hale (rebuiltOutside) means for its old members.
+func (rec *RecoveryRecord) rebuiltOutsideMessage() string {
+	var left []string
+	for _, f := range rec.Plan.Fence {
+		left = append(left, fmt.Sprintf("%s (%s)", f.Machine, f.Member))
+	}
+	return fmt.Sprintf("etcd cluster %s was rebuilt as %s without `hub recover` (by hand?), and %s are not in it: they are retired members of %s, "+
+		"held until `agent rejoin` brings each into %s (the hub never powers one on, and `hub reboot` refuses while they could reach %s's quorum of %d)",
+		rec.Plan.Survivor.ClusterID, rec.NewClusterID, strings.Join(left, ", "), rec.Plan.Survivor.ClusterID, rec.NewClusterID,
+		rec.Plan.Survivor.ClusterID, rec.Plan.Loss.Quorum)
+}
+
+// where says where a retired member stands in the fresh reports: back in a cluster other than the
+// old one (rejoined: no longer retired), or answering as a member of the old one (from a sender alive
+// in the hub's gossip). A fresh report of the new cluster is enough for rejoined, alive in the gossip
+// or not yet: `agent rejoin` moved the old member's data aside before it joined, so the machine runs
+// the old cluster no more. Requiring it alive held the next machine's power-on for ~20 s after each
+// rejoin on the real kubeadm cluster: the rejoined agent restarts under its name with a new key, and
+// the hub's gossip sees it dead until memberlist settles its incarnation.
+func (r retirement) where(x retiree, obs assess.Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
+	for _, rep := range obs.Reports {
+		e := rep.Etcd
+		if e == nil || e.LocalName != x.member || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
+			continue
+		}
+		if e.ClusterID != r.cluster {
+			return true, false
+		}
+		runsOld = runsOld || assess.Live(rep, obs, staleAfter)
+	}
+	return false, runsOld
+}
+
+// hold is the hold on a retired machine not yet back in the new cluster (ok false: not retired, or
+// rejoined).
+func (r retirement) hold(machine string, obs assess.Observations, staleAfter time.Duration) (hold, bool) {
+	for _, x := range r.members {
+		if x.machine != machine {
+			continue
+		}
+		rejoined, runsOld := r.where(x, obs, staleAfter)
+		switch {
+		case rejoined:
+			return hold{}, false
+		case runsOld:
+			return hold{reason: ReasonRetired, need: NeedRetired, why: fmt.Sprintf("%s still runs %s, a member of the old etcd cluster %s that recovery %s replaced: "+
+				"run `agent rejoin` on %s (it stops that member, keeps its data aside and adds it to the new cluster); the hub does not act on it meanwhile",
+				machine, x.member, r.cluster, r.token, machine)}, true
+		default:
+			return hold{reason: ReasonRetired, need: NeedRetired, why: fmt.Sprintf("retired by etcd recovery %s: its disk may still hold %s of the old cluster %s, "+
+				"which starts when the machine runs; the hub does not power it on. Bring it back one machine at a time: power it on "+
+				"(`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it",
+				r.token, x.member, r.cluster, machine)}, true
+		}
+	}
+	return hold{}, false
+}
+
+// survivorHold is the hold on the survivor of the last recovery until a strict majority of the
+// observers has seen the rebuilt cluster healthy (DESIGN.md rule 13): it holds the only copy of the
+// data, and while its observers still catch up with it (their clients dialling it again, their
+// reports from before the rebuild) it can look unhealthy, and the quorum of one it lacks makes a cycle
+// look free. ok false: not the survivor, or seen.
+func (r retirement) survivorHold(machine string) (hold, bool) {
+	if r.survivor.machine != machine || machine == "" || r.survivorSeen {
+		return hold{}, false
+	}
+	return hold{reason: ReasonSurvivor, why: fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from (%s holds the only copy of its data), and a "+
+		"strict majority of the observers has not yet reached the rebuilt cluster's member since the rebuild: the hub does not power-cycle, reset or fence it "+
+		"meanwhile (`hub explain %s`; `hub reboot %s --force` if it must be, knowing that a failed boot loses the cluster)",
+		machine, r.token, r.survivor.member, machine, machine)}, true
+}
+
+// survivorSeenNow says whether this pass sees the rebuilt cluster healthy on the survivor for the first
+// time: its member healthy, in a cluster other than the old one, and reached by a strict majority of
+// the expected judges of etcd in reports sent since it changed cluster.
+func (r retirement) survivorSeenNow(f facts) bool {
+	if r.survivor.machine == "" || r.survivorSeen {
+		return false
+	}
+	i := slices.IndexFunc(f.inv.Machines, func(m Machine) bool { return m.Name == r.survivor.machine })
+	if i < 0 {
+		return false
+	}
+	m, a := f.inv.Machines[i], assessmentOf(f.assessments, i, r.survivor.machine)
+	rep, ok := f.obs.Reports[m.Node]
+	return ok && rep.Etcd != nil && rep.Etcd.ClusterID != "" && rep.Etcd.ClusterID != r.cluster && a.Verdict == assess.VerdictHealthy &&
+		a.EtcdHealth == quorum.Healthy && 2*a.EtcdReachedSince > f.hearing.Set.Judges()
+}
+
+// runningOld says which retired members still answer as members of the old cluster, for a pass that
+// cannot agree on a membership: their agents report the old cluster's ("": none).
+func (r retirement) runningOld(obs assess.Observations, staleAfter time.Duration) string {
+	var old []string
+	for _, x := range r.members {
+		if _, runsOld := r.where(x, obs, staleAfter); runsOld {
+			old = append(old, fmt.Sprintf("%s (%s)", x.machine, x.member))
+		}
+	}
+	if len(old) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s still run the old etcd cluster %s that recovery %s replaced, and report its membership: run `agent rejoin` on them",
+		strings.Join(old, ", "), r.cluster, r.token)
+}
+
+func (r retirement) memberOf(machine string) string {
+	for _, x := range r.members {
+		if x.machine == machine {
+			return x.member
+		}
+	}
+	return ""
+}
+
+// RecoveryPlan is how etcd would be rebuilt from its most advanced survivor after a permanent loss of
+// quorum (`hub recover`): who survives and why, what is at risk, whom to fence, the revision bump and
+// each step. Blockers say what keeps it from going ahead as it stands, each with what to do. The hub
+// computes it from what it sees now; it changes nothing.
+type RecoveryPlan struct {
+	// Rebuild is what the node that carries it out reads (`agent recover`): the survivor, the
+	// revision bump, the fence, the blockers, the token.
+	quorum.Rebuild
+	// Loss is the quorum loss as status shows it (nil: the hub does not see quorum lost).
+	Loss *QuorumLoss `json:"quorumLoss,omitempty"`
+	// Candidates are the members that answer now, best first (Survivor is the first).
+	Candidates []quorum.Survivor `json:"candidates,omitempty"`
+	// Mark is the journaled raft mark of the survivor's cluster; DataAtRisk the raft entries the
+	// survivor lacks against it (0: none, or no mark).
+	Mark       *RaftMark `json:"raftMark,omitempty"`
+	DataAtRisk uint64    `json:"dataAtRisk"`
+	// BumpWhy says how Rebuild.BumpRevision was chosen.
+	BumpWhy string   `json:"bumpWhy"`
+	Steps   []string `json:"steps"`
+}
