@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // The operator API: JSON over HTTP, served on a Unix socket (access by file permissions) or on
@@ -179,7 +180,7 @@ func brakeRequest(w http.ResponseWriter, r *http.Request) (BrakeRequest, bool) {
 		return req, false
 	}
 	if req.By == "" {
-		req.By = Operator
+		req.By = pass.Operator
 	}
 	return req, true
 }

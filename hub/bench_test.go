@@ -8,15 +8,16 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // passBench is one pass's inputs at scale: n machines (the first five etcd members, the rest workers
 // in pools of 500), each with a fresh report from its agent (two probes; the members' agents with
 // the etcd view), one worker dead per pool (seen dead by every other agent), two witnesses.
-func passBench(n int) (Inventory, assess.Observations) {
+func passBench(n int) (pass.Inventory, assess.Observations) {
 	now := assesstest.T0().Add(time.Hour)
-	inv := Inventory{Cluster: "bench", Policy: testPolicy(), Witnesses: []string{"w-0", "w-1"}}
+	inv := pass.Inventory{Cluster: "bench", Policy: testPolicy(), Witnesses: []string{"w-0", "w-1"}}
 	obs := assess.Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}
 	var members []health.EtcdMember
 	for i := range 5 {
@@ -25,7 +26,7 @@ func passBench(n int) (Inventory, assess.Observations) {
 	}
 	var dead []health.PeerView
 	for i := range n {
-		m := Machine{MachineRef: assess.MachineRef{Name: fmt.Sprintf("m-%d", i), Node: fmt.Sprintf("n-%d", i)}, Strategy: quorum.Reboot, Pool: fmt.Sprintf("pool-%d", i/500)}
+		m := pass.Machine{MachineRef: assess.MachineRef{Name: fmt.Sprintf("m-%d", i), Node: fmt.Sprintf("n-%d", i)}, Strategy: quorum.Reboot, Pool: fmt.Sprintf("pool-%d", i/500)}
 		if i < 5 {
 			m.Member, m.Pool = fmt.Sprintf("etcd-%d", i), "control-plane"
 		}
@@ -38,7 +39,7 @@ func passBench(n int) (Inventory, assess.Observations) {
 	for _, d := range dead {
 		isDead[d.Name] = true
 	}
-	nodes := append(refs(inv), assess.MachineRef{Node: "w-0"}, assess.MachineRef{Node: "w-1"})
+	nodes := append(inv.Refs(), assess.MachineRef{Node: "w-0"}, assess.MachineRef{Node: "w-1"})
 	for i, m := range nodes {
 		if isDead[m.Node] {
 			obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerDead, Since: now.Add(-time.Minute)}
@@ -61,19 +62,19 @@ func passBench(n int) (Inventory, assess.Observations) {
 func BenchmarkPass5000(b *testing.B) {
 	inv, obs := passBench(5000)
 	a := assesstest.Hearing(inv.Policy.Assess)
-	machines := refs(inv)
-	f := facts{now: obs.Now, inv: inv, obs: obs, flights: map[string]flight{}, detached: map[string]Brake{}, history: map[string][]past{}}
-	st := newPassState()
-	f.assessments, f.hearing = a.AssessHearing(machines, inv.Witnesses, obs)
-	st, _ = compute(st, f) // the first pass says every verdict once; the bench is the steady state
-	var rd Ready
+	machines := inv.Refs()
+	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs, Flights: map[string]pass.Flight{}, Detached: map[string]pass.Brake{}, History: map[string][]pass.Past{}}
+	st := pass.NewState()
+	f.Assessments, f.Hearing = a.AssessHearing(machines, inv.Witnesses, obs)
+	st, _ = pass.Compute(st, f) // the first pass says every verdict once; the bench is the steady state
+	var rd pass.Ready
 	b.ReportAllocs()
 	for b.Loop() {
-		f.assessments, f.hearing = a.AssessHearing(machines, inv.Witnesses, obs)
-		st, rd = compute(st, f)
+		f.Assessments, f.Hearing = a.AssessHearing(machines, inv.Witnesses, obs)
+		st, rd = pass.Compute(st, f)
 	}
-	if st.view.notPlanning != "" || len(rd.Begin) == 0 {
-		b.Fatalf("the bench does not plan: %q, %d starts", st.view.notPlanning, len(rd.Begin))
+	if st.View.NotPlanning != "" || len(rd.Begin) == 0 {
+		b.Fatalf("the bench does not plan: %q, %d starts", st.View.NotPlanning, len(rd.Begin))
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/pass")
 }

@@ -7,13 +7,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // BrakeStore keeps the operator's brakes: the bbolt journal in standalone mode; in Kubernetes mode the
 // HealthPolicy, so that `hub pause` over the socket and `kubectl patch healthpolicy` are one brake.
 type BrakeStore interface {
-	LoadBrakes(ctx context.Context) (Brakes, error)
-	SaveBrakes(ctx context.Context, b Brakes) error
+	LoadBrakes(ctx context.Context) (pass.Brakes, error)
+	SaveBrakes(ctx context.Context, b pass.Brakes) error
 }
 
 // wakeIfResumed wakes the executors held at a checkpoint (gate) when the last brake that holds steps
@@ -35,8 +37,8 @@ func (h *Hub) isPaused() bool { return h.brakes.Paused != nil || len(h.pauses) >
 func (h *Hub) stepsHeld() bool { return h.isPaused() || h.brakes.Suspended != nil }
 
 // pausedBy lists every pause in force, the operator's first. Callers hold h.mu.
-func (h *Hub) pausedBy() []Brake {
-	var out []Brake
+func (h *Hub) pausedBy() []pass.Brake {
+	var out []pass.Brake
 	if h.brakes.Paused != nil {
 		out = append(out, *h.brakes.Paused)
 	}
@@ -49,10 +51,10 @@ func (h *Hub) pausedBy() []Brake {
 // setBrake changes the operator's brakes with change, records it in the BrakeStore, and tells what
 // changed. The brake is in force at once, even when it could not be recorded: then the error says
 // that it will not survive a restart.
-func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bool) error {
+func (h *Hub) setBrake(ctx context.Context, what string, change func(*pass.Brakes) bool) error {
 	h.mu.Lock()
 	wasHeld := h.stepsHeld()
-	next := h.brakes.clone()
+	next := h.brakes.Clone()
 	if !change(&next) {
 		h.mu.Unlock()
 		return nil
@@ -66,12 +68,12 @@ func (h *Hub) setBrake(ctx context.Context, what string, change func(*Brakes) bo
 		h.brakeSeq++
 		h.mu.Unlock()
 	}()
-	h.say(Notice{Reason: ReasonBrake, Message: what})
+	h.say(pass.Notice{Reason: pass.ReasonBrake, Message: what})
 	if h.cfg.Brakes == nil {
 		return nil
 	}
 	if err := h.cfg.Brakes.SaveBrakes(ctx, next); err != nil {
-		h.say(Notice{Reason: ReasonBrakeNotRecorded, Warning: true,
+		h.say(pass.Notice{Reason: pass.ReasonBrakeNotRecorded, Warning: true,
 			Message: fmt.Sprintf("could not record the brake (%s): it holds now but not across a restart: %v", what, err)})
 		return fmt.Errorf("%s: in force, but not recorded (it will not survive a restart): %w", what, err)
 	}
@@ -89,29 +91,29 @@ func (h *Hub) SetPaused(ctx context.Context, on bool, by, reason string) error {
 			h.log.Warn("reading the recovery journal", "err", err)
 		}
 	}
-	return h.setHubBrake(ctx, func(b *Brakes) **Brake { return &b.Paused }, on, by, reason, "paused", "resumed")
+	return h.setHubBrake(ctx, func(b *pass.Brakes) **pass.Brake { return &b.Paused }, on, by, reason, "paused", "resumed")
 }
 
 // SetSuspended makes the hub observe-only (everything is assessed and planned and what it would
 // start is reported, nothing is executed), or acting again.
 func (h *Hub) SetSuspended(ctx context.Context, on bool, by, reason string) error {
-	return h.setHubBrake(ctx, func(b *Brakes) **Brake { return &b.Suspended }, on, by, reason, "suspended (observe-only)", "unsuspended")
+	return h.setHubBrake(ctx, func(b *pass.Brakes) **pass.Brake { return &b.Suspended }, on, by, reason, "suspended (observe-only)", "unsuspended")
 }
 
 // setHubBrake sets or lifts the brake field picks out.
-func (h *Hub) setHubBrake(ctx context.Context, field func(*Brakes) **Brake, on bool, by, reason, onWord, offWord string) error {
+func (h *Hub) setHubBrake(ctx context.Context, field func(*pass.Brakes) **pass.Brake, on bool, by, reason, onWord, offWord string) error {
 	what := fmt.Sprintf("%s by %s", onWord, by)
 	if !on {
 		what = fmt.Sprintf("%s by %s", offWord, by)
 	}
-	return h.setBrake(ctx, what, func(b *Brakes) bool {
+	return h.setBrake(ctx, what, func(b *pass.Brakes) bool {
 		f := field(b)
 		if on == (*f != nil) {
 			return false
 		}
 		*f = nil
 		if on {
-			*f = &Brake{By: by, Reason: reason, Since: time.Now().UTC()}
+			*f = &pass.Brake{By: by, Reason: reason, Since: time.Now().UTC()}
 		}
 		return true
 	})
@@ -126,15 +128,15 @@ func (h *Hub) SetDetached(ctx context.Context, machine string, on bool, by, reas
 	if !on {
 		what = fmt.Sprintf("%s attached by %s", machine, by)
 	}
-	return h.setBrake(ctx, what, func(b *Brakes) bool {
+	return h.setBrake(ctx, what, func(b *pass.Brakes) bool {
 		if _, is := b.Detached[machine]; is == on {
 			return false
 		}
 		if on {
 			if b.Detached == nil {
-				b.Detached = map[string]Brake{}
+				b.Detached = map[string]pass.Brake{}
 			}
-			b.Detached[machine] = Brake{By: by, Reason: reason, Since: time.Now().UTC()}
+			b.Detached[machine] = pass.Brake{By: by, Reason: reason, Since: time.Now().UTC()}
 		} else {
 			delete(b.Detached, machine)
 		}
@@ -154,24 +156,24 @@ func (h *Hub) BrakeSeq() uint64 {
 // kubectl may have changed it); what changed is told. seq is BrakeSeq from before the read: a read
 // that began before the hub changed a brake itself, or while it was recording one, is older than that
 // change and is not applied (it would take the change back).
-func (h *Hub) ApplyBrakes(seq uint64, b Brakes) {
+func (h *Hub) ApplyBrakes(seq uint64, b pass.Brakes) {
 	h.mu.Lock()
 	if seq != h.brakeSeq || seq%2 == 1 {
 		h.mu.Unlock()
 		return
 	}
 	before, wasHeld := h.brakes, h.stepsHeld()
-	h.brakes = b.clone()
+	h.brakes = b.Clone()
 	h.wakeIfResumed(wasHeld)
 	h.mu.Unlock()
 	for _, c := range brakeChanges(before, b) {
-		h.say(Notice{Reason: ReasonBrake, Message: c})
+		h.say(pass.Notice{Reason: pass.ReasonBrake, Message: c})
 	}
 }
 
-func brakeChanges(a, b Brakes) []string {
+func brakeChanges(a, b pass.Brakes) []string {
 	var out []string
-	flip := func(x, y *Brake, on, off string) {
+	flip := func(x, y *pass.Brake, on, off string) {
 		switch {
 		case x == nil && y != nil:
 			out = append(out, fmt.Sprintf("%s by %s", on, y))
@@ -202,7 +204,7 @@ func (h *Hub) SetPause(source string, on bool, reason string) {
 	_, had := h.pauses[source]
 	switch {
 	case on && !had:
-		h.pauses[source] = Brake{By: source, Reason: reason, Since: time.Now().UTC()}
+		h.pauses[source] = pass.Brake{By: source, Reason: reason, Since: time.Now().UTC()}
 	case !on && had:
 		delete(h.pauses, source)
 	}
@@ -210,9 +212,9 @@ func (h *Hub) SetPause(source string, on bool, reason string) {
 	h.mu.Unlock()
 	switch {
 	case on && !had:
-		h.say(Notice{Reason: ReasonBrake, Message: fmt.Sprintf("paused by %s: %s", source, reason)})
+		h.say(pass.Notice{Reason: pass.ReasonBrake, Message: fmt.Sprintf("paused by %s: %s", source, reason)})
 	case !on && had:
-		h.say(Notice{Reason: ReasonBrake, Message: fmt.Sprintf("the pause of %s lifted", source)})
+		h.say(pass.Notice{Reason: pass.ReasonBrake, Message: fmt.Sprintf("the pause of %s lifted", source)})
 	}
 }
 
@@ -231,7 +233,7 @@ func (h *Hub) loadBrakes(ctx context.Context) error {
 }
 
 // DescribeBrakes says which brakes hold, for a log line or status.
-func DescribeBrakes(bs []Brake) string {
+func DescribeBrakes(bs []pass.Brake) string {
 	parts := make([]string, len(bs))
 	for i, b := range bs {
 		parts[i] = b.String()

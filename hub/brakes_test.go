@@ -14,6 +14,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // No step of a remediation in flight starts while the hub is paused or suspended (observe-only
@@ -41,7 +42,7 @@ func TestGateHoldsStepsWhilePausedOrSuspended(t *testing.T) {
 			j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = j.Close() })
-			h, err := New(Config{Inventory: Inventory{Cluster: "test"}, Gossip: &testPool{}, Journal: j, Metrics: prometheus.NewRegistry()})
+			h, err := New(Config{Inventory: pass.Inventory{Cluster: "test"}, Gossip: &testPool{}, Journal: j, Metrics: prometheus.NewRegistry()})
 			require.NoError(t, err)
 			for _, b := range tt.brakes {
 				require.NoError(t, b.set(h, true))
@@ -78,7 +79,7 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 			j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = j.Close() })
-			inv := Inventory{Cluster: "test", Machines: []Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "cp-0"}}}}
+			inv := pass.Inventory{Cluster: "test", Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "cp-0"}}}}
 			h, err := New(Config{Inventory: inv, Gossip: &testPool{}, Journal: j, Metrics: prometheus.NewRegistry()})
 			require.NoError(t, err)
 			api := httptest.NewServer(h.APIHandler(""))
@@ -118,14 +119,14 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 // The pause an etcd recovery holds the hub with is told from the operator's own, by its reason.
 func TestRecoveryPause(t *testing.T) {
 	tests := []struct {
-		pause *Brake
+		pause *pass.Brake
 		token string
 	}{
 		{nil, ""},
-		{&Brake{By: "alice", Reason: "maintenance window"}, ""},
-		{&Brake{By: "alice", Reason: recoveryPause("hale-c1-7")}, "hale-c1-7"},
-		{&Brake{By: "alice", Reason: recoveryPause("hale-c1-7") + " under way (hub recover)"}, "hale-c1-7"},
-		{&Brake{By: "alice", Reason: recoveryPause("")}, ""},
+		{&pass.Brake{By: "alice", Reason: "maintenance window"}, ""},
+		{&pass.Brake{By: "alice", Reason: recoveryPause("hale-c1-7")}, "hale-c1-7"},
+		{&pass.Brake{By: "alice", Reason: recoveryPause("hale-c1-7") + " under way (hub recover)"}, "hale-c1-7"},
+		{&pass.Brake{By: "alice", Reason: recoveryPause("")}, ""},
 	}
 	for _, tt := range tests {
 		token, ok := RecoveryPause(tt.pause)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -88,7 +89,7 @@ const settleWait = 2 * time.Minute
 
 // SetInventory puts a reloaded inventory in force. The gossip cluster cannot change without a
 // restart; remediations in flight go on with the machine as they started with it.
-func (h *Hub) SetInventory(inv Inventory) error {
+func (h *Hub) SetInventory(inv pass.Inventory) error {
 	h.mu.Lock()
 	if inv.Cluster != h.inv.Cluster {
 		h.mu.Unlock()
@@ -98,7 +99,7 @@ func (h *Hub) SetInventory(inv Inventory) error {
 	h.inv = inv
 	h.mu.Unlock()
 	if !same {
-		h.say(Notice{Reason: ReasonInventoryReloaded, Message: fmt.Sprintf("inventory reloaded: %d machines", len(inv.Machines))})
+		h.say(pass.Notice{Reason: pass.ReasonInventoryReloaded, Message: fmt.Sprintf("inventory reloaded: %d machines", len(inv.Machines))})
 	}
 	if !sameBMCs {
 		h.askBMCCheck() // a corrected address or login shows at once, not at the next check
@@ -107,7 +108,7 @@ func (h *Hub) SetInventory(inv Inventory) error {
 }
 
 // sameBMC says whether a and b are the same machine behind the same BMC, reached the same way.
-func sameBMC(a, b Machine) bool {
+func sameBMC(a, b pass.Machine) bool {
 	return a.Name == b.Name && a.Endpoint == b.Endpoint && a.Credentials == b.Credentials && a.CAFile == b.CAFile && a.Insecure == b.Insecure
 }
 
@@ -208,13 +209,13 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if m.Member != "" {
 		live, liveErr = h.live(ctx)
 	}
-	ad := admission{}
+	ad := pass.Admission{}
 	if liveErr == nil {
-		ad.lost, ad.silent = live.Budget(inv.Policy.Quorum).QuorumLost(), silentVoters(f, live)
+		ad.Lost, ad.Silent = live.Budget(inv.Policy.Quorum).QuorumLost(), pass.SilentVoters(f, live)
 	}
-	holds := machineHolds(f, m, assessmentOf(f.assessments, -1, m.Name), ad, byOperator)
-	if hd, ok := unforceable(holds); ok && !req.DryRun {
-		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.why)
+	holds := pass.MachineHolds(f, m, pass.AssessmentOf(f.Assessments, -1, m.Name), ad, pass.ByOperator)
+	if hd, ok := pass.Unforceable(holds); ok && !req.DryRun {
+		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.Why)
 	}
 	// Never forced: the old cluster's quorum running again is two etcds.
 	retired, err := h.oldQuorumIfOn(ctx, m.Name)
@@ -224,12 +225,12 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if strategy == quorum.Replace && req.Force {
 		return RebootResult{}, fmt.Errorf("%w: %s: a replace is never forced over the quorum check", ErrRefused, m.Name)
 	}
-	plan, refusal := machinePlan(strategy, m), error(nil)
+	plan, refusal := pass.MachinePlan(strategy, m), error(nil)
 	if m.Member != "" {
 		err := liveErr
 		if err == nil {
 			opts := m.Replace
-			opts.NewMember = m.Member + newMemberSuffix
+			opts.NewMember = m.Member + pass.NewMemberSuffix
 			plan, err = live.PlanBeside(inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: strategy, Replace: opts}, h.inFlight(inv))
 		} else {
 			err = fmt.Errorf("cannot check quorum: %w", err)
@@ -240,8 +241,8 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		}
 	}
 	for _, hd := range holds {
-		if ruleOf(hd.reason).forceable && hd.reason != ReasonRetired { // a retired machine's refusal says it below
-			refusal = andRefused(refusal, hd.why)
+		if pass.RuleOf(hd.Reason).Forceable && hd.Reason != pass.ReasonRetired { // a retired machine's refusal says it below
+			refusal = andRefused(refusal, hd.Why)
 		}
 	}
 	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
@@ -273,7 +274,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	// A manual remediation outlives the request that started it: it stops with the hub, not the caller.
 	h.mu.Lock()
 	hubCtx := h.ctx
-	for _, mb := range h.view.cluster.Members {
+	for _, mb := range h.view.Cluster.Members {
 		rem.Members = append(rem.Members, mb.Name)
 	}
 	h.mu.Unlock()
@@ -302,15 +303,15 @@ func andRefused(refusal error, why string) error {
 // operatorFacts are the facts an operator's request for m is admitted on (machineHolds): the latest
 // pass's assessments, the brakes, the last etcd recovery, the gossip now, and m's BMC login wait (a
 // replace by its owner makes no login).
-func (h *Hub) operatorFacts(inv Inventory, m Machine, s quorum.Strategy) facts {
+func (h *Hub) operatorFacts(inv pass.Inventory, m pass.Machine, s quorum.Strategy) pass.Facts {
 	obs := h.gossipNow()
-	f := facts{now: obs.Now, inv: inv, obs: obs}
+	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs}
 	h.mu.Lock()
-	f.assessments = h.view.assessments
+	f.Assessments = h.view.Assessments
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
-	if why := h.logins.blocked(m, f.now); why != "" && s != quorum.Replace {
-		f.loginWait = map[string]string{m.Name: why}
+	if why := h.logins.blocked(m, f.Now); why != "" && s != quorum.Replace {
+		f.LoginWait = map[string]string{m.Name: why}
 	}
 	return f
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -341,7 +342,7 @@ func (o *fakeOwner) Withdraw(context.Context) error {
 }
 
 func TestExecutorHandsOverToTheOwner(t *testing.T) {
-	opts := quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
+	opts := quorum.ReplaceOptions{NewMember: "etcd-2" + pass.NewMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}, Join: quorum.JoinAsVoter}
 	for _, tc := range []struct {
 		name, live string
 		want       journal.State
@@ -378,7 +379,7 @@ func TestExecutorHandsOverToTheOwner(t *testing.T) {
 func TestExecutorOwnerRefusal(t *testing.T) {
 	r := newExecRig(t)
 	live := members("HHD")
-	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}})
+	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + pass.NewMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}})
 	require.NoError(t, err)
 	rem := r.begin(t, plan)
 	owner := &fakeOwner{replacedAfter: 1 << 30, refusal: "KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)"}
@@ -398,7 +399,7 @@ func TestExecutorOwnerRefusal(t *testing.T) {
 func TestExecutorResumesAHandOver(t *testing.T) {
 	r := newExecRig(t)
 	live := members("HHD")
-	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}})
+	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + pass.NewMemberSuffix, Orders: []quorum.Order{quorum.ScaleDownFirst}})
 	require.NoError(t, err)
 	rem := r.begin(t, plan)
 	// The hub died between the hand-over's intent and its outcome.
@@ -430,7 +431,7 @@ func TestExecutorResumesAHandOver(t *testing.T) {
 // quorum to check, and its steps are not refused for naming no member.
 func TestExecutorRebootsAMachineThatIsNotAMember(t *testing.T) {
 	r := newExecRig(t)
-	plan := machinePlan(quorum.Reboot, Machine{MachineRef: assess.MachineRef{Name: "worker-1"}})
+	plan := pass.MachinePlan(quorum.Reboot, pass.Machine{MachineRef: assess.MachineRef{Name: "worker-1"}})
 	rem := r.begin(t, plan)
 	e := r.executor(members("HHH"))
 	require.ErrorContains(t, e.Run(t.Context(), rem, plan, 0, r.power), "no member named worker-1",
@@ -468,7 +469,7 @@ func (o *surgeOwner) Remove(context.Context) error {
 func TestExecutorSurgeRemovesTheOldMachineAsAStep(t *testing.T) {
 	r := newExecRig(t)
 	live := members("HHH")
-	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + newMemberSuffix, Orders: []quorum.Order{quorum.ScaleUpFirst}, Join: quorum.JoinAsLearner})
+	plan, err := live.PlanReplace(quorum.DefaultPolicy(), "etcd-2", quorum.ReplaceOptions{NewMember: "etcd-2" + pass.NewMemberSuffix, Orders: []quorum.Order{quorum.ScaleUpFirst}, Join: quorum.JoinAsLearner})
 	require.NoError(t, err)
 	require.Equal(t, quorum.OpRemove, plan.Steps[len(plan.Steps)-1].Op)
 	rem := r.begin(t, plan)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -62,7 +63,7 @@ func FuzzInventory(f *testing.F) {
 	})
 }
 
-func checkInventory(t *testing.T, inv Inventory) {
+func checkInventory(t *testing.T, inv pass.Inventory) {
 	t.Helper()
 	if inv.Cluster == "" {
 		t.Fatal("accepted without a cluster")
@@ -200,15 +201,15 @@ func FuzzAPIBodies(f *testing.F) {
 		if err := json.Unmarshal(raw, &st); err != nil {
 			t.Fatalf("%s: status %q: %v", path, raw, err)
 		}
-		want := Brake{By: cmp.Or(brake.By, Operator), Reason: brake.Reason}
+		want := pass.Brake{By: cmp.Or(brake.By, pass.Operator), Reason: brake.Reason}
 		got := st.PausedBy
 		if path == "/v1/suspend" {
 			got = nil
 			if st.SuspendedBy != nil {
-				got = []Brake{*st.SuspendedBy}
+				got = []pass.Brake{*st.SuspendedBy}
 			}
 		}
-		if !slices.ContainsFunc(got, func(b Brake) bool { return b.By == want.By && b.Reason == want.Reason }) {
+		if !slices.ContainsFunc(got, func(b pass.Brake) bool { return b.By == want.By && b.Reason == want.Reason }) {
 			t.Fatalf("%s %q: status shows %+v, want by %q reason %q", path, body, got, want.By, want.Reason)
 		}
 	})

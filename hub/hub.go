@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -32,7 +32,7 @@ type Pool interface {
 
 // Config configures a hub.
 type Config struct {
-	Inventory Inventory
+	Inventory pass.Inventory
 	// Gossip is the hub's own membership of the agents' pool.
 	Gossip  Pool
 	Journal journal.Store
@@ -41,10 +41,10 @@ type Config struct {
 	Tick time.Duration
 	// PowerFor returns a machine's BMC controller (default: bmc.New from the inventory, with BMC as
 	// the options: timeouts, metrics).
-	PowerFor func(Machine) (execute.Power, error)
+	PowerFor func(pass.Machine) (execute.Power, error)
 	// OwnerFor returns the controller that replaces a machine whose strategy is replace (Kubernetes
 	// mode); without it such remediations cannot start.
-	OwnerFor func(Machine) (execute.Owner, error)
+	OwnerFor func(pass.Machine) (execute.Owner, error)
 	BMC      bmc.Options
 	// BMCCheckInterval is how often the leading hub checks every machine's BMC (readiness.go; default
 	// 10 min, negative: never).
@@ -59,7 +59,7 @@ type Config struct {
 	OnNotice func(at time.Time, msg string)
 	// Notify, when set, is told every decision about a machine (Kubernetes mode turns them into
 	// Events on its Machine or Node). It must not block or call back into the hub.
-	Notify func(Notice)
+	Notify func(pass.Notice)
 	// Standby, when set, says why this hub must not act now ("" when it may): a second standalone hub
 	// on the same gossip pool stands by (FirstHubLeads). Kubernetes mode has its Lease instead.
 	Standby func() string
@@ -82,7 +82,7 @@ type Config struct {
 }
 
 // BMCPower is the default PowerFor: the machine's BMC from the inventory, with BMC as the options.
-func (cfg Config) BMCPower(m Machine) (execute.Power, error) {
+func (cfg Config) BMCPower(m pass.Machine) (execute.Power, error) {
 	o := cfg.BMC
 	o.CAFile, o.Insecure = m.CAFile, m.Insecure
 	if o.Logger == nil {
@@ -99,7 +99,7 @@ type Hub struct {
 	log      *slog.Logger
 	metrics  *metrics
 	assessor *assess.Assessor // the pass goroutine's only
-	state    passState        // the pass goroutine's only: what one pass leaves the next (compute)
+	state    pass.State       // the pass goroutine's only: what one pass leaves the next (compute)
 	// resumedSeen: the latest resume the assessor was told of (the pass goroutine's only).
 	resumedSeen time.Time
 
@@ -108,27 +108,27 @@ type Hub struct {
 
 	mu   sync.Mutex
 	ctx  context.Context // Run's, once it runs
-	inv  Inventory
-	view view // the latest pass's (published by apply)
+	inv  pass.Inventory
+	view pass.View // the latest pass's (published by apply)
 	// running: the remediations under way (their goroutines update them), from the moment a pass
 	// queues one (beginQueued).
 	running map[string]*running
 	// beginning counts the begins queued and not yet journaled (or refused): Run waits for them.
 	beginning sync.WaitGroup
-	ledger    *ledger                 // the journal's summary the passes read (never the journal)
-	logins    *logins                 // BMC accounts that refused the credentials (its own lock)
-	bmcs      map[string]BMCReadiness // what the last readiness checks found
+	ledger    *ledger                      // the journal's summary the passes read (never the journal)
+	logins    *logins                      // BMC accounts that refused the credentials (its own lock)
+	bmcs      map[string]pass.BMCReadiness // what the last readiness checks found
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
 	// marks writes the raft mark the passes hand it (its own lock).
 	marks *markWriter
 	// acted: how what the passes set going went (its own lock), for the next pass.
 	acted    acted
-	timeline []string         // what the hub said, oldest first (bounded)
-	override PolicyOverride   // over the inventory's policy (Kubernetes mode's HealthPolicy)
-	brakes   Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
-	retired  retirement       // the old cluster the last etcd recovery journaled replaced, done or not
-	pauses   map[string]Brake // pauses of other sources (a paused Cluster API Cluster)
+	timeline []string              // what the hub said, oldest first (bounded)
+	override PolicyOverride        // over the inventory's policy (Kubernetes mode's HealthPolicy)
+	brakes   pass.Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	retired  pass.Retirement       // the old cluster the last etcd recovery journaled replaced, done or not
+	pauses   map[string]pass.Brake // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
@@ -183,7 +183,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg.Recoveries = rs
 	}
 	if cfg.OwnerFor == nil {
-		cfg.OwnerFor = func(m Machine) (execute.Owner, error) {
+		cfg.OwnerFor = func(m pass.Machine) (execute.Owner, error) {
 			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
 		}
 	}
@@ -193,8 +193,8 @@ func New(cfg Config) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: newPassState(), inv: cfg.Inventory,
-		view: newPassState().view, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]Brake{},
+	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: pass.NewState(), inv: cfg.Inventory,
+		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
 		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newMarkWriter()}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
@@ -222,45 +222,11 @@ func (h *Hub) Stalled(now time.Time, startGrace, stall time.Duration) string {
 	return ""
 }
 
-// EtcdQuorum is etcd's quorum as the hub's latest pass saw it.
-type EtcdQuorum int
-
-const (
-	// QuorumUnknown: no recent pass, no majority of the expected observers, or no plan.
-	QuorumUnknown EtcdQuorum = iota
-	// QuorumLost: a majority heard, a plan made, fewer healthy voters than the quorum.
-	QuorumLost
-	// QuorumHeld: a majority heard, a plan made, the quorum held.
-	QuorumHeld
-)
-
-// EtcdQuorum says how the latest pass saw etcd's quorum, and what it saw, if that pass gathered its
-// facts after after: only a pass that heard a strict majority of the expected observers and planned
-// knows. It is Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone
-// only when the majority shows that etcd cannot serve it (a pass since its last renewal of the Lease:
-// one blocked in apply, by a remediation's begin through an API server without quorum, still counts),
-// and stops starting anything once it shows quorum again. A loss seen by the latest pass that planned,
-// after after, stands though a pass since did not plan: a majority of observers not heard for a
-// moment unsays nothing (on the real kubeadm cluster, two of three nodes frozen, one witness missed
-// a probe as the Lease was lost, and no replica went on alone).
-func (h *Hub) EtcdQuorum(after time.Time) (EtcdQuorum, string) {
+// EtcdQuorum is the latest pass's View.EtcdQuorum: Kubernetes mode's test for degraded mode.
+func (h *Hub) EtcdQuorum(after time.Time) (pass.EtcdQuorum, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v := h.view
-	switch b := v.outcome.Budget; {
-	case v.quorumLost && v.planned.After(after) && v.planned.Before(v.at):
-		return QuorumLost, fmt.Sprintf("etcd: %s (at %s; since then: %s)", b, v.planned.UTC().Format("15:04:05.000Z07:00"), cmp.Or(v.notPlanning, v.hearing.String()))
-	case !v.at.After(after):
-		return QuorumUnknown, "no pass of the hub since " + after.UTC().Format("15:04:05.000Z07:00")
-	case !v.hearing.Majority():
-		return QuorumUnknown, v.hearing.String()
-	case v.notPlanning != "" || b.Voters == 0:
-		return QuorumUnknown, "not planning: " + v.notPlanning
-	case b.QuorumLost():
-		return QuorumLost, fmt.Sprintf("etcd: %s (%s)", b, v.hearing)
-	default:
-		return QuorumHeld, "etcd: " + b.String()
-	}
+	return h.view.EtcdQuorum(after)
 }
 
 // EtcdQuorumSince is EtcdQuorum held only on evidence from after since: besides the latest pass's
@@ -271,25 +237,25 @@ func (h *Hub) EtcdQuorum(after time.Time) (EtcdQuorum, string) {
 // the loss: its first pass that planned counted two of three hung voters healthy, and the term
 // started nothing for the rest of the outage (found on a real kubeadm cluster, two of three nodes
 // frozen).
-func (h *Hub) EtcdQuorumSince(now, since time.Time) (EtcdQuorum, string) {
+func (h *Hub) EtcdQuorumSince(now, since time.Time) (pass.EtcdQuorum, string) {
 	q, why := h.EtcdQuorum(now.Add(-maxPassGap))
-	if q != QuorumHeld {
+	if q != pass.QuorumHeld {
 		return q, why
 	}
 	h.mu.Lock()
-	cluster := h.view.cluster
+	cluster := h.view.Cluster
 	h.mu.Unlock()
 	back, voters := votersBackSince(cluster, h.inventory(), h.cfg.Gossip.Reports(), since)
 	if need := quorum.Quorum(voters); len(back) < need {
-		return QuorumUnknown, fmt.Sprintf("%s, but the etcd probe passed since %s on %d of the %d voters' machines (%s), quorum needs %d",
+		return pass.QuorumUnknown, fmt.Sprintf("%s, but the etcd probe passed since %s on %d of the %d voters' machines (%s), quorum needs %d",
 			why, since.UTC().Format("15:04:05.000Z07:00"), len(back), voters, strings.Join(back, ", "), need)
 	}
-	return QuorumHeld, fmt.Sprintf("%s; the etcd probe passed since %s on %s", why, since.UTC().Format("15:04:05.000Z07:00"), strings.Join(back, ", "))
+	return pass.QuorumHeld, fmt.Sprintf("%s; the etcd probe passed since %s on %s", why, since.UTC().Format("15:04:05.000Z07:00"), strings.Join(back, ", "))
 }
 
 // votersBackSince are the machines of cluster's voters whose own agent's report says their member's
 // etcd probe passed at a check made after since, and how many voters the cluster has.
-func votersBackSince(cluster quorum.Cluster, inv Inventory, reports map[string]health.Report, since time.Time) (back []string, voters int) {
+func votersBackSince(cluster quorum.Cluster, inv pass.Inventory, reports map[string]health.Report, since time.Time) (back []string, voters int) {
 	for _, mb := range cluster.Members {
 		if mb.Learner {
 			continue
@@ -308,7 +274,7 @@ func votersBackSince(cluster quorum.Cluster, inv Inventory, reports map[string]h
 }
 
 // Inventory is the inventory in force.
-func (h *Hub) Inventory() Inventory { return h.inventory() }
+func (h *Hub) Inventory() pass.Inventory { return h.inventory() }
 
 // Timeline returns what the hub did and decided, oldest first (bounded).
 func (h *Hub) Timeline() []string {
@@ -321,7 +287,7 @@ func (h *Hub) Timeline() []string {
 func (h *Hub) Assessment(machine string) (assess.Assessment, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	a := assessmentOf(h.view.assessments, -1, machine)
+	a := pass.AssessmentOf(h.view.Assessments, -1, machine)
 	return a, a.Machine != ""
 }
 
@@ -331,13 +297,13 @@ func (h *Hub) History(ctx context.Context, machine string) ([]journal.Remediatio
 }
 
 // inventory is the inventory in force, its policy overridden where an override says (SetPolicyOverride).
-func (h *Hub) inventory() Inventory {
+func (h *Hub) inventory() pass.Inventory {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.inventoryLocked()
 }
 
-func (h *Hub) inventoryLocked() Inventory {
+func (h *Hub) inventoryLocked() pass.Inventory {
 	inv := h.inv
 	inv.Policy = h.override.Apply(inv.Policy)
 	return inv
@@ -350,14 +316,6 @@ func (h *Hub) gossipNow() assess.Observations {
 		obs.HubPeers[p.Name] = p
 	}
 	return obs
-}
-
-func refs(inv Inventory) []assess.MachineRef {
-	out := make([]assess.MachineRef, len(inv.Machines))
-	for i, m := range inv.Machines {
-		out[i] = m.MachineRef
-	}
-	return out
 }
 
 // FirstHubLeads is Config.Standby for a standalone hub on g: among the hubs live in the gossip pool,
@@ -389,15 +347,15 @@ func (h *Hub) standby() string {
 }
 
 // flightsLocked snapshots the remediations under way (h.mu held).
-func (h *Hub) flightsLocked() map[string]flight {
-	out := make(map[string]flight, len(h.running))
+func (h *Hub) flightsLocked() map[string]pass.Flight {
+	out := make(map[string]pass.Flight, len(h.running))
 	for name, r := range h.running {
-		out[name] = flight{plan: r.plan, next: r.next, members: r.rem.Members}
+		out[name] = pass.Flight{Plan: r.plan, Next: r.next, Members: r.rem.Members}
 	}
 	return out
 }
 
-func machineNames(inv Inventory) []string {
+func machineNames(inv pass.Inventory) []string {
 	out := make([]string, len(inv.Machines))
 	for i, m := range inv.Machines {
 		out[i] = m.Name
@@ -407,14 +365,14 @@ func machineNames(inv Inventory) []string {
 
 // inFlight lists the machines with a remediation running, each with its steps still to come, as the
 // latest pass's membership tells them.
-func (h *Hub) inFlight(inv Inventory) []quorum.Machine {
+func (h *Hub) inFlight(inv pass.Inventory) []quorum.Machine {
 	h.mu.Lock()
-	flights, cluster := h.flightsLocked(), h.view.cluster
+	flights, cluster := h.flightsLocked(), h.view.Cluster
 	h.mu.Unlock()
 	var out []quorum.Machine
 	for _, m := range inv.Machines {
 		if fl, ok := flights[m.Name]; ok {
-			out = append(out, quorum.Machine{Name: m.Name, Member: m.Member, InFlight: true, Strategy: fl.plan.Strategy, Remaining: fl.stillToCome(cluster)})
+			out = append(out, quorum.Machine{Name: m.Name, Member: m.Member, InFlight: true, Strategy: fl.Plan.Strategy, Remaining: fl.StillToCome(cluster)})
 		}
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"github.com/hale-dev/hale/config"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -136,28 +137,28 @@ type BMCFile struct {
 }
 
 // LoadInventory reads and validates an inventory file. Every error names the file and the field.
-func LoadInventory(path string) (Inventory, error) { return loadInventory(path, true) }
+func LoadInventory(path string) (pass.Inventory, error) { return loadInventory(path, true) }
 
 // loadInventory: machinesRequired is false when the cluster is where machines are found
 // (Kubernetes mode's discovery); the file then gives the cluster name, the policy and the machines
 // whose BMC Hale calls itself.
-func loadInventory(path string, machinesRequired bool) (Inventory, error) {
+func loadInventory(path string, machinesRequired bool) (pass.Inventory, error) {
 	var f InventoryFile
 	if err := config.Load("inventory", path, &f); err != nil {
-		return Inventory{}, err
+		return pass.Inventory{}, err
 	}
 	for i := range f.Machines { // relative paths are the inventory's directory's
 		config.RelativeTo(path, &f.Machines[i].BMC.Credentials, &f.Machines[i].BMC.CAFile)
 	}
 	inv, err := f.validate(machinesRequired)
 	if err != nil {
-		return Inventory{}, fmt.Errorf("inventory %s: %w", path, err)
+		return pass.Inventory{}, fmt.Errorf("inventory %s: %w", path, err)
 	}
 	return inv, nil
 }
 
-func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
-	inv := Inventory{Cluster: f.Cluster}
+func (f InventoryFile) validate(machinesRequired bool) (pass.Inventory, error) {
+	inv := pass.Inventory{Cluster: f.Cluster}
 	if f.Cluster == "" {
 		return inv, errors.New("cluster: required (the agents' gossip cluster name)")
 	}
@@ -181,7 +182,7 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 	names, nodes, members := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for i, mf := range f.Machines {
 		at := fmt.Sprintf("machines[%d]", i)
-		m := Machine{MachineRef: assess.MachineRef{Name: mf.Name, Node: mf.Node, Member: mf.Member}, Class: mf.Class,
+		m := pass.Machine{MachineRef: assess.MachineRef{Name: mf.Name, Node: mf.Node, Member: mf.Member}, Class: mf.Class,
 			CAFile: mf.BMC.CAFile, Insecure: mf.BMC.Insecure}
 		switch {
 		case mf.Name == "" || strings.Contains(mf.Name, "/"):
@@ -240,9 +241,8 @@ func (f InventoryFile) validate(machinesRequired bool) (Inventory, error) {
 	return inv, nil
 }
 
-func (pf PolicyFile) validate() (Policy, error) {
-	p := Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
-		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, ComeBackTimeout: 10 * time.Minute}
+func (pf PolicyFile) validate() (pass.Policy, error) {
+	p := pass.DefaultPolicy()
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {
 		p.Quorum.MaxLearners = *pf.MaxLearners
@@ -314,7 +314,7 @@ type InventoryReloader struct {
 	path             string
 	machinesRequired bool
 	mu               sync.Mutex
-	cur              Inventory
+	cur              pass.Inventory
 }
 
 // NewInventoryReloader loads path; the first load must succeed. machinesRequired: see loadInventory.
@@ -339,7 +339,7 @@ func (r *InventoryReloader) Reload() error {
 }
 
 // Current returns the inventory in force.
-func (r *InventoryReloader) Current() Inventory {
+func (r *InventoryReloader) Current() pass.Inventory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cur

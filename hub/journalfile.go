@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // Journal is the standalone hub's journal (the bbolt file of package journal): its remediations and,
@@ -30,35 +31,35 @@ func OpenJournal(path string, keepFinished int) (*Journal, error) {
 }
 
 // LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
-func (j *Journal) LoadBrakes(context.Context) (Brakes, error) {
-	var b Brakes
+func (j *Journal) LoadBrakes(context.Context) (pass.Brakes, error) {
+	var b pass.Brakes
 	if _, err := j.Meta(keyBrakes, &b); err != nil {
-		return Brakes{}, fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.Path(), err)
+		return pass.Brakes{}, fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.Path(), err)
 	}
 	return b, nil
 }
 
 // SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
-func (j *Journal) SaveBrakes(_ context.Context, b Brakes) error { return j.SetMeta(keyBrakes, b) }
+func (j *Journal) SaveBrakes(_ context.Context, b pass.Brakes) error { return j.SetMeta(keyBrakes, b) }
 
 // RaftMark returns the journaled raft mark (none: the zero mark).
-func (j *Journal) RaftMark(context.Context) (RaftMark, error) {
-	var m RaftMark
+func (j *Journal) RaftMark(context.Context) (pass.RaftMark, error) {
+	var m pass.RaftMark
 	if _, err := j.Meta(keyRaftMark, &m); err != nil {
-		return RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.Path(), err)
+		return pass.RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.Path(), err)
 	}
 	return m, nil
 }
 
 // RecordRaftMark journals m as the raft mark (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordRaftMark(_ context.Context, m RaftMark) error {
+func (j *Journal) RecordRaftMark(_ context.Context, m pass.RaftMark) error {
 	return j.SetMeta(keyRaftMark, m)
 }
 
 // Recovery returns the journaled recovery (nil: none was ever begun). It stays recorded once done
 // (Done set), until the next one is begun.
-func (j *Journal) Recovery(context.Context) (*RecoveryRecord, error) {
-	var r RecoveryRecord
+func (j *Journal) Recovery(context.Context) (*pass.RecoveryRecord, error) {
+	var r pass.RecoveryRecord
 	found, err := j.Meta(keyRecovery, &r)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: the recovery record is unreadable: %w", j.Path(), err)
@@ -70,6 +71,6 @@ func (j *Journal) Recovery(context.Context) (*RecoveryRecord, error) {
 }
 
 // RecordRecovery journals r as the recovery (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordRecovery(_ context.Context, r RecoveryRecord) error {
+func (j *Journal) RecordRecovery(_ context.Context, r pass.RecoveryRecord) error {
 	return j.SetMeta(keyRecovery, r)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // ledger is what the passes need of the journal, kept in memory: every machine's recent remediations
@@ -18,9 +19,9 @@ import (
 type ledger struct {
 	mu     sync.Mutex
 	keep   int
-	byID   map[string]string // remediation ID → machine, for Finish
-	recent map[string][]past // per machine, oldest first, at most keep
-	starts []start           // the hub's own remediations, oldest first, but those that ended idle
+	byID   map[string]string      // remediation ID → machine, for Finish
+	recent map[string][]pass.Past // per machine, oldest first, at most keep
+	starts []start                // the hub's own remediations, oldest first, but those that ended idle
 }
 
 // start is one of the hub's own remediations, as the rate limit counts it.
@@ -30,7 +31,7 @@ type start struct {
 }
 
 func newLedger(keep int) *ledger {
-	return &ledger{keep: keep, byID: map[string]string{}, recent: map[string][]past{}}
+	return &ledger{keep: keep, byID: map[string]string{}, recent: map[string][]pass.Past{}}
 }
 
 // load reads each machine's history from the journal.
@@ -54,23 +55,23 @@ func (l *ledger) begun(r journal.Remediation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.byID[r.ID] = r.Machine
-	p := pastOf(r)
+	p := pass.PastOf(r)
 	l.recent[r.Machine] = append(l.recent[r.Machine], p)
 	if n := len(l.recent[r.Machine]); n > l.keep {
 		for _, p := range l.recent[r.Machine][:n-l.keep] {
-			delete(l.byID, p.id)
+			delete(l.byID, p.ID)
 		}
 		l.recent[r.Machine] = slices.Clone(l.recent[r.Machine][n-l.keep:])
 	}
-	if p.byHub && !p.idle() {
+	if p.ByHub && !p.Idle() {
 		l.starts = append(l.starts, start{id: r.ID, at: r.Created})
 	}
 }
 
 // find is remediation id's record (nil: not kept). Callers hold l.mu.
-func (l *ledger) find(id string) *past {
+func (l *ledger) find(id string) *pass.Past {
 	rs := l.recent[l.byID[id]]
-	if i := slices.IndexFunc(rs, func(p past) bool { return p.id == id }); i >= 0 {
+	if i := slices.IndexFunc(rs, func(p pass.Past) bool { return p.ID == id }); i >= 0 {
 		return &rs[i]
 	}
 	return nil
@@ -80,8 +81,8 @@ func (l *ledger) finished(id string, state journal.State, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.find(id); p != nil {
-		p.state, p.updated = state, at
-		if p.idle() {
+		p.State, p.Updated = state, at
+		if p.Idle() {
 			l.starts = slices.DeleteFunc(l.starts, func(s start) bool { return s.id == id })
 		}
 	}
@@ -92,7 +93,7 @@ func (l *ledger) intent(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.find(id); p != nil {
-		p.acts++
+		p.Acts++
 	}
 }
 
@@ -100,12 +101,12 @@ func (l *ledger) outcome(id string, step int, r journal.Result, detail string, a
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.find(id); p != nil {
-		p.outcome(step, r, detail, at)
+		p.StepResult(step, r, detail, at)
 	}
 }
 
 // of returns a copy of a machine's recent remediations, oldest first.
-func (l *ledger) of(machine string) []past {
+func (l *ledger) of(machine string) []pass.Past {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.recent[machine])

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -51,22 +52,22 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	r, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
 		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
-	assert.Zero(t, l.of("cp-2")[0].cycled, "no cycle yet")
+	assert.Zero(t, l.of("cp-2")[0].Cycled, "no cycle yet")
 	require.NoError(t, rec.Intent(t.Context(), r.ID, 0, "PowerCycle"))
 	before := time.Now()
 	require.NoError(t, rec.Outcome(t.Context(), r.ID, 0, journal.ResultDone, "On: reset"))
-	cycled := l.of("cp-2")[0].cycled
+	cycled := l.of("cp-2")[0].Cycled
 	assert.False(t, cycled.Before(before), "the cycle's outcome sets cycled")
-	assert.Equal(t, "On: reset", l.of("cp-2")[0].shown)
+	assert.Equal(t, "On: reset", l.of("cp-2")[0].Shown)
 	require.NoError(t, rec.Outcome(t.Context(), r.ID, 1, journal.ResultDone, "recovered"))
-	assert.Equal(t, cycled, l.of("cp-2")[0].cycled, "the await step is no cycle")
+	assert.Equal(t, cycled, l.of("cp-2")[0].Cycled, "the await step is no cycle")
 	require.NoError(t, rec.Finish(t.Context(), r.ID, journal.Failed, "not recovered"))
 
 	w, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, rec.Outcome(t.Context(), w.ID, 0, journal.ResultWithdrawn, "not sent"))
 	require.NoError(t, rec.Finish(t.Context(), w.ID, journal.Aborted, "withdrawn"))
-	assert.Zero(t, l.of("cp-2")[1].cycled, "a withdrawn request cycled nothing")
+	assert.Zero(t, l.of("cp-2")[1].Cycled, "a withdrawn request cycled nothing")
 	require.NoError(t, j.Close())
 
 	j2 := openJournal(t, path)
@@ -75,13 +76,13 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-2"}))
 	got := l2.of("cp-2")
 	require.Len(t, got, 2)
-	assert.WithinDuration(t, cycled, got[0].cycled, time.Second, "read back from the journal")
-	assert.Equal(t, "On: reset", got[0].shown)
-	assert.Zero(t, got[1].cycled)
-	c, unseen := unseenSinceCycle(got, time.Time{})
+	assert.WithinDuration(t, cycled, got[0].Cycled, time.Second, "read back from the journal")
+	assert.Equal(t, "On: reset", got[0].Shown)
+	assert.Zero(t, got[1].Cycled)
+	c, unseen := pass.UnseenSinceCycle(got, time.Time{})
 	assert.True(t, unseen, "a restarted hub that has not seen cp-2 since its cycle holds it")
-	assert.Equal(t, r.ID, c.id)
-	_, unseen = unseenSinceCycle(got, time.Now())
+	assert.Equal(t, r.ID, c.ID)
+	_, unseen = pass.UnseenSinceCycle(got, time.Now())
 	assert.False(t, unseen, "seen since")
 }
 
@@ -101,14 +102,14 @@ func TestIdleRemediationsTakeNoSlot(t *testing.T) {
 	require.NoError(t, rec.Outcome(t.Context(), idle.ID, 0, journal.ResultWithdrawn, "not sent: cp-2 is Healthy again"))
 	require.NoError(t, rec.Finish(t.Context(), idle.ID, journal.Aborted, "withdrawn"))
 	assert.Zero(t, l.startsWithin(time.Now(), time.Hour), "ended idle")
-	assert.True(t, ended(l.of("cp-2")).IsZero(), "no cooldown after an idle end")
+	assert.True(t, pass.Ended(l.of("cp-2")).IsZero(), "no cooldown after an idle end")
 
 	acted, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Steps: plan})
 	require.NoError(t, err)
 	require.NoError(t, rec.Intent(t.Context(), acted.ID, 0, "PowerCycle"))
 	require.NoError(t, rec.Finish(t.Context(), acted.ID, journal.Failed, "re-check refused"))
 	assert.Equal(t, 1, l.startsWithin(time.Now(), time.Hour), "an intent written: it may have acted")
-	assert.False(t, ended(l.of("cp-1")).IsZero())
+	assert.False(t, pass.Ended(l.of("cp-1")).IsZero())
 	require.NoError(t, j.Close())
 
 	j2 := openJournal(t, path)
@@ -116,6 +117,6 @@ func TestIdleRemediationsTakeNoSlot(t *testing.T) {
 	l2 := newLedger(keepFinished)
 	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-1", "cp-2"}))
 	assert.Equal(t, 1, l2.startsWithin(time.Now(), time.Hour), "read back from the journal")
-	assert.True(t, l2.of("cp-2")[0].idle())
-	assert.False(t, l2.of("cp-1")[0].idle())
+	assert.True(t, l2.of("cp-2")[0].Idle())
+	assert.False(t, l2.of("cp-1")[0].Idle())
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/execute"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // BMC accounts lock after a few failed logins (three to five on most firmware; some stay locked until
@@ -61,12 +62,12 @@ func newLogins(base time.Duration) *logins {
 	return &logins{base: base, failed: map[loginKey]loginFailure{}, calls: map[loginKey]int{}, checking: map[loginKey]chan struct{}{}}
 }
 
-func keyOf(m Machine) loginKey {
+func keyOf(m pass.Machine) loginKey {
 	return loginKey{bmc: bmcOf(m), user: m.Credentials.Username}
 }
 
 // bmcOf names m's BMC without the system: the systems of one BMC share its accounts.
-func bmcOf(m Machine) string {
+func bmcOf(m pass.Machine) string {
 	ep := m.Endpoint
 	ep.SystemID = ""
 	return ep.String()
@@ -77,7 +78,7 @@ func secretOf(c bmc.Credentials) [sha256.Size]byte {
 }
 
 // blocked says why no login to m's BMC may be made at now ("" when one may).
-func (l *logins) blocked(m Machine, now time.Time) string {
+func (l *logins) blocked(m pass.Machine, now time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, ok := l.failed[keyOf(m)]
@@ -91,7 +92,7 @@ func (l *logins) blocked(m Machine, now time.Time) string {
 
 // record notes the result of a call to m's BMC that made a login: a failed login starts or doubles the
 // account's wait, any other answer ends it.
-func (l *logins) record(m Machine, err error, now time.Time) {
+func (l *logins) record(m pass.Machine, err error, now time.Time) {
 	k := keyOf(m)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -131,25 +132,25 @@ func (l *logins) lift(now time.Time) {
 // BMC while its account waits, and every answer is recorded. A check's (guardCheck) starts only on an
 // account no call uses (errAccountBusy), and calls wait for it.
 type guarded struct {
-	m     Machine
+	m     pass.Machine
 	l     *logins
 	power execute.Power
 	check bool
 	// seen, when set, is told each power state a call read (a state-changing call's last reading, also
 	// when it could not verify the state it asked for).
-	seen func(Machine, BMCReadiness)
+	seen func(pass.Machine, pass.BMCReadiness)
 }
 
 // guard is the hub's guarded Power of m: every power state its calls read is a BMC finding, as a
 // readiness check's is (noteBMCs).
-func (h *Hub) guard(m Machine, p execute.Power) execute.Power {
-	return &guarded{m: m, l: h.logins, power: p, seen: func(m Machine, r BMCReadiness) {
-		h.noteBMCs(h.inventory(), map[string]BMCReadiness{m.Name: r})
+func (h *Hub) guard(m pass.Machine, p execute.Power) execute.Power {
+	return &guarded{m: m, l: h.logins, power: p, seen: func(m pass.Machine, r pass.BMCReadiness) {
+		h.noteBMCs(h.inventory(), map[string]pass.BMCReadiness{m.Name: r})
 	}}
 }
 
 // guardCheck is guard for a readiness check.
-func (l *logins) guardCheck(m Machine, p execute.Power) execute.Power {
+func (l *logins) guardCheck(m pass.Machine, p execute.Power) execute.Power {
 	return &guarded{m: m, l: l, power: p, check: true}
 }
 
@@ -234,7 +235,7 @@ func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error)
 // saw tells seen a power state read at at.
 func (g *guarded) saw(st bmc.PowerState, at time.Time) {
 	if g.seen != nil && st != "" && !at.IsZero() {
-		g.seen(g.m, BMCReadiness{Checked: at.UTC(), Ready: true, Power: st})
+		g.seen(g.m, pass.BMCReadiness{Checked: at.UTC(), Ready: true, Power: st})
 	}
 }
 

@@ -12,13 +12,14 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
-func loginMachine(t *testing.T, name, endpoint, user, password string) Machine {
+func loginMachine(t *testing.T, name, endpoint, user, password string) pass.Machine {
 	t.Helper()
 	ep, err := bmc.ParseEndpoint(endpoint)
 	require.NoError(t, err)
-	return Machine{MachineRef: assess.MachineRef{Name: name}, Endpoint: ep, Credentials: bmc.NewCredentials(user, password)}
+	return pass.Machine{MachineRef: assess.MachineRef{Name: name}, Endpoint: ep, Credentials: bmc.NewCredentials(user, password)}
 }
 
 // The login record: a failed login starts a wait for the account (the BMC and the user: its other
@@ -90,7 +91,7 @@ func TestOneFailedLoginPerBMCAccountAcrossPasses(t *testing.T) {
 	r.hub.logins = newLogins(time.Hour)
 	good := r.hub.inventory()
 	bad := good
-	bad.Machines = append([]Machine(nil), good.Machines...)
+	bad.Machines = append([]pass.Machine(nil), good.Machines...)
 	for i := range bad.Machines {
 		bad.Machines[i].Credentials = bmc.NewCredentials("admin", "wrong-password")
 	}

@@ -3,12 +3,14 @@ package hub
 import (
 	"context"
 	"sync"
+
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // MarkStore keeps the raft mark across hub restarts: the journal does (Journal.RecordRaftMark).
 type MarkStore interface {
-	RaftMark(ctx context.Context) (RaftMark, error)
-	RecordRaftMark(ctx context.Context, m RaftMark) error
+	RaftMark(ctx context.Context) (pass.RaftMark, error)
+	RecordRaftMark(ctx context.Context, m pass.RaftMark) error
 }
 
 // markWriter writes the raft mark beside the passes, the latest one handed over at a time: in
@@ -21,13 +23,13 @@ type markWriter struct {
 	wake chan struct{} // one pending signal
 
 	mu      sync.Mutex
-	pending *RaftMark // handed over, not yet taken by the writer
+	pending *pass.RaftMark // handed over, not yet taken by the writer
 }
 
 func newMarkWriter() *markWriter { return &markWriter{wake: make(chan struct{}, 1)} }
 
 // post hands m to the writer, in place of a mark it has not taken yet.
-func (w *markWriter) post(m RaftMark) {
+func (w *markWriter) post(m pass.RaftMark) {
 	w.mu.Lock()
 	w.pending = &m
 	w.mu.Unlock()
@@ -38,7 +40,7 @@ func (w *markWriter) post(m RaftMark) {
 }
 
 // run writes what is posted to store until ctx ends, and tells done how each write went.
-func (w *markWriter) run(ctx context.Context, store MarkStore, done func(markResult)) {
+func (w *markWriter) run(ctx context.Context, store MarkStore, done func(pass.MarkResult)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,7 +54,7 @@ func (w *markWriter) run(ctx context.Context, store MarkStore, done func(markRes
 		if m == nil {
 			continue
 		}
-		done(markResult{m: *m, err: store.RecordRaftMark(ctx, *m)})
+		done(pass.MarkResult{Mark: *m, Err: store.RecordRaftMark(ctx, *m)})
 	}
 }
 
@@ -62,24 +64,24 @@ func (w *markWriter) run(ctx context.Context, store MarkStore, done func(markRes
 // whole by each pass.)
 type acted struct {
 	mu    sync.Mutex
-	begun []beginResult
-	mark  *markResult // the latest write's: an older one is news to nobody
+	begun []pass.BeginResult
+	mark  *pass.MarkResult // the latest write's: an older one is news to nobody
 }
 
-func (a *acted) began(r beginResult) {
+func (a *acted) began(r pass.BeginResult) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.begun = append(a.begun, r)
 }
 
-func (a *acted) markWritten(r markResult) {
+func (a *acted) markWritten(r pass.MarkResult) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.mark = &r
 }
 
 // take returns what came back since the last call.
-func (a *acted) take() (begun []beginResult, mark *markResult) {
+func (a *acted) take() (begun []pass.BeginResult, mark *pass.MarkResult) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	begun, mark, a.begun, a.mark = a.begun, a.mark, nil, nil

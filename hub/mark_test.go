@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 func etcdReport(node, cluster string, term, index uint64) health.Report {
@@ -30,11 +31,11 @@ func reportsOf(rs ...health.Report) map[string]health.Report {
 }
 
 // membersOf is an inventory with a member machine for each report's node (but w-*: witnesses).
-func membersOf(reports map[string]health.Report) Inventory {
-	var inv Inventory
+func membersOf(reports map[string]health.Report) pass.Inventory {
+	var inv pass.Inventory
 	for node := range reports {
 		if !strings.HasPrefix(node, "w-") {
-			inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: node, Node: node, Member: "etcd-" + node}})
+			inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: node, Node: node, Member: "etcd-" + node}})
 		}
 	}
 	return inv
@@ -44,27 +45,27 @@ func TestReportedMark(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		reports map[string]health.Report
-		stale   []string // nodes whose reports are not live
-		want    RaftMark // zero: none
+		stale   []string      // nodes whose reports are not live
+		want    pass.RaftMark // zero: none
 	}{
-		{"no reports", nil, nil, RaftMark{}},
-		{"no etcd view, no cluster ID (an older agent), index 0", reportsOf(health.Report{Node: "a"}, etcdReport("b", "", 3, 90), etcdReport("c", "c1", 3, 0)), nil, RaftMark{}},
+		{"no reports", nil, nil, pass.RaftMark{}},
+		{"no etcd view, no cluster ID (an older agent), index 0", reportsOf(health.Report{Node: "a"}, etcdReport("b", "", 3, 90), etcdReport("c", "c1", 3, 0)), nil, pass.RaftMark{}},
 		{"the highest index", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("b", "c1", 4, 120), etcdReport("c", "c1", 4, 110)), nil,
-			RaftMark{ClusterID: "c1", Term: 4, Index: 120, Member: "etcd-b"}},
+			pass.RaftMark{ClusterID: "c1", Term: 4, Index: 120, Member: "etcd-b"}},
 		{"the cluster most members report, even with lower indexes", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "new", 2, 30), etcdReport("c", "new", 2, 31)), nil,
-			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
+			pass.RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
 		{"the cluster the live reports give: the last reports of dead members do not outvote them",
 			reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "old", 9, 4990), etcdReport("c", "new", 2, 31)), []string{"a", "b"},
-			RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
+			pass.RaftMark{ClusterID: "new", Term: 2, Index: 31, Member: "etcd-c"}},
 		{"none live: all count", reportsOf(etcdReport("a", "old", 9, 5000), etcdReport("b", "old", 9, 4990), etcdReport("c", "new", 2, 31)), []string{"a", "b", "c"},
-			RaftMark{ClusterID: "old", Term: 9, Index: 5000, Member: "etcd-a"}},
+			pass.RaftMark{ClusterID: "old", Term: 9, Index: 5000, Member: "etcd-a"}},
 		{"a node that is no member (a witness) counts for none", reportsOf(etcdReport("a", "c1", 3, 90), etcdReport("w-1", "c1", 3, 500)), nil,
-			RaftMark{ClusterID: "c1", Term: 3, Index: 90, Member: "etcd-a"}},
+			pass.RaftMark{ClusterID: "c1", Term: 3, Index: 90, Member: "etcd-a"}},
 		{"a tie of clusters goes to the lower ID, a tie of indexes to the lower member", reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7), etcdReport("z", "c1", 1, 7)), nil,
-			RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
+			pass.RaftMark{ClusterID: "c1", Term: 1, Index: 7, Member: "etcd-a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := reportedMark(membersOf(tc.reports), tc.reports, func(r health.Report) bool { return !slices.Contains(tc.stale, r.Node) }, "")
+			got, ok := pass.ReportedMark(membersOf(tc.reports), tc.reports, func(r health.Report) bool { return !slices.Contains(tc.stale, r.Node) }, "")
 			assert.Equal(t, tc.want.Index > 0, ok)
 			assert.Equal(t, tc.want, got)
 		})
@@ -72,52 +73,52 @@ func TestReportedMark(t *testing.T) {
 	// A tie of clusters goes to the mark's so far, before the lower ID: a member of the old cluster back
 	// beside one of the new, before its rejoin, does not turn the mark back.
 	tie := reportsOf(etcdReport("b", "c2", 1, 10), etcdReport("a", "c1", 1, 7))
-	got, _ := reportedMark(membersOf(tie), tie, func(health.Report) bool { return true }, "c2")
-	assert.Equal(t, RaftMark{ClusterID: "c2", Term: 1, Index: 10, Member: "etcd-b"}, got)
+	got, _ := pass.ReportedMark(membersOf(tie), tie, func(health.Report) bool { return true }, "c2")
+	assert.Equal(t, pass.RaftMark{ClusterID: "c2", Term: 1, Index: 10, Member: "etcd-b"}, got)
 }
 
 // The mark rises with the reports and never falls; it is written at most every markEvery, at once
 // when quorum is lost, again after a failed write (said once), and starts again for a new cluster ID.
 func TestMarkIsRecordedAsPassesGo(t *testing.T) {
-	s := newPassState()
+	s := pass.NewState()
 	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
-	var rd Ready
-	pass := func(at time.Duration, urgent bool, rs ...health.Report) *RaftMark {
-		rd = Ready{}
-		s.track(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...), func(health.Report) bool { return true })
-		return s.toRecord(t0.Add(at), urgent)
+	var rd pass.Ready
+	passAt := func(at time.Duration, urgent bool, rs ...health.Report) *pass.RaftMark {
+		rd = pass.Ready{}
+		s.Track(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...), func(health.Report) bool { return true })
+		return s.ToRecord(t0.Add(at), urgent)
 	}
-	m := pass(0, false, etcdReport("a", "c1", 2, 100))
+	m := passAt(0, false, etcdReport("a", "c1", 2, 100))
 	require.NotNil(t, m, "the first mark is written at once")
 	assert.Equal(t, uint64(100), m.Index)
-	_, _ = s.markWritten(*m, nil)
+	_, _ = s.MarkWritten(*m, nil)
 
-	assert.Nil(t, pass(time.Second, false, etcdReport("a", "c1", 2, 150)), "within markEvery: kept in memory")
-	assert.Equal(t, uint64(150), s.mark.Index)
-	assert.Nil(t, pass(2*time.Second, false, etcdReport("a", "c1", 2, 140)), "a lower report (a member behind) lowers nothing")
-	assert.Equal(t, uint64(150), s.mark.Index)
-	m = pass(3*time.Second, true, etcdReport("a", "c1", 2, 160))
+	assert.Nil(t, passAt(time.Second, false, etcdReport("a", "c1", 2, 150)), "within markEvery: kept in memory")
+	assert.Equal(t, uint64(150), s.Mark.Index)
+	assert.Nil(t, passAt(2*time.Second, false, etcdReport("a", "c1", 2, 140)), "a lower report (a member behind) lowers nothing")
+	assert.Equal(t, uint64(150), s.Mark.Index)
+	m = passAt(3*time.Second, true, etcdReport("a", "c1", 2, 160))
 	require.NotNil(t, m, "quorum lost: written at once")
 	assert.Equal(t, uint64(160), m.Index)
 
-	n, say := s.markWritten(*m, errors.New("disk full"))
+	n, say := s.MarkWritten(*m, errors.New("disk full"))
 	assert.True(t, say)
 	assert.Contains(t, n.Message, "cannot journal the raft mark (raft index 160")
-	assert.Nil(t, pass(4*time.Second, false, etcdReport("a", "c1", 2, 160)), "a failed write is tried again after markEvery")
-	m = pass(3*time.Second+markEvery, false, etcdReport("a", "c1", 2, 160))
+	assert.Nil(t, passAt(4*time.Second, false, etcdReport("a", "c1", 2, 160)), "a failed write is tried again after markEvery")
+	m = passAt(3*time.Second+pass.MarkEvery, false, etcdReport("a", "c1", 2, 160))
 	require.NotNil(t, m)
-	_, say = s.markWritten(*m, errors.New("disk full"))
+	_, say = s.MarkWritten(*m, errors.New("disk full"))
 	assert.False(t, say, "the same failure is said once")
-	m = pass(3*time.Second+2*markEvery, false, etcdReport("a", "c1", 2, 160))
+	m = passAt(3*time.Second+2*pass.MarkEvery, false, etcdReport("a", "c1", 2, 160))
 	require.NotNil(t, m)
-	_, _ = s.markWritten(*m, nil)
-	assert.Nil(t, pass(4*time.Second+3*markEvery, false, etcdReport("a", "c1", 2, 160)), "nothing new: nothing written")
+	_, _ = s.MarkWritten(*m, nil)
+	assert.Nil(t, passAt(4*time.Second+3*pass.MarkEvery, false, etcdReport("a", "c1", 2, 160)), "nothing new: nothing written")
 
-	m = pass(5*time.Second+3*markEvery, false, etcdReport("a", "c2", 1, 8), etcdReport("b", "c2", 1, 9))
+	m = passAt(5*time.Second+3*pass.MarkEvery, false, etcdReport("a", "c2", 1, 8), etcdReport("b", "c2", 1, 9))
 	require.NotNil(t, m, "a new cluster: its mark written at once")
-	assert.Equal(t, RaftMark{ClusterID: "c2", Term: 1, Index: 9, Member: "etcd-b"}, *m)
+	assert.Equal(t, pass.RaftMark{ClusterID: "c2", Term: 1, Index: 9, Member: "etcd-b"}, *m)
 	require.Len(t, rd.Notices, 1)
-	assert.Equal(t, ReasonEtcdClusterChanged, rd.Notices[0].Reason)
+	assert.Equal(t, pass.ReasonEtcdClusterChanged, rd.Notices[0].Reason)
 	assert.Contains(t, rd.Notices[0].Message, "from c1 to c2")
 }
 
@@ -129,8 +130,8 @@ func TestJournalKeepsTheRaftMark(t *testing.T) {
 	require.NoError(t, err)
 	m, err := j.RaftMark(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, RaftMark{}, m, "none in a new journal")
-	want := RaftMark{ClusterID: "c1", Term: 3, Index: 4242, Member: "etcd-2", At: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}
+	assert.Equal(t, pass.RaftMark{}, m, "none in a new journal")
+	want := pass.RaftMark{ClusterID: "c1", Term: 3, Index: 4242, Member: "etcd-2", At: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}
 	require.NoError(t, j.RecordRaftMark(ctx, want))
 	require.NoError(t, j.Close())
 
@@ -153,7 +154,7 @@ func TestHubJournalsTheRaftMark(t *testing.T) {
 	st := r.hub.Status(ctx)
 	require.NotNil(t, st.RaftMark)
 	assert.Equal(t, testClusterID, st.RaftMark.ClusterID)
-	journaled := func() RaftMark {
+	journaled := func() pass.RaftMark {
 		m, err := r.hub.cfg.Marks.RaftMark(ctx)
 		require.NoError(t, err)
 		return m
@@ -179,7 +180,7 @@ type stuckMarks struct {
 	writes  atomic.Int32
 }
 
-func (s *stuckMarks) RecordRaftMark(ctx context.Context, _ RaftMark) error {
+func (s *stuckMarks) RecordRaftMark(ctx context.Context, _ pass.RaftMark) error {
 	s.writes.Add(1)
 	select {
 	case <-s.release:

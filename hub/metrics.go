@@ -9,6 +9,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // metrics holds what must be counted as it happens; everything else is read from Status at scrape
@@ -61,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) notice(n Notice) {
+func (m *metrics) notice(n pass.Notice) {
 	if m != nil {
 		typ := "Normal"
 		if n.Warning {
@@ -149,7 +150,7 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	}
 	verdicts := map[assess.Verdict]float64{assess.VerdictHealthy: 0, assess.VerdictSuspect: 0, assess.VerdictUnhealthy: 0, "Unknown": 0}
 	inFlight, detached, loginWaits := 0.0, 0.0, 0.0
-	needs := map[OperatorNeed]float64{NeedGaveUp: 0, NeedFlapping: 0, NeedFenced: 0, NeedUnseen: 0, NeedRetired: 0}
+	needs := map[pass.OperatorNeed]float64{pass.NeedGaveUp: 0, pass.NeedFlapping: 0, pass.NeedFenced: 0, pass.NeedUnseen: 0, pass.NeedRetired: 0}
 	for _, m := range st.Machines {
 		for _, v := range []assess.Verdict{assess.VerdictHealthy, assess.VerdictSuspect, assess.VerdictUnhealthy, "Unknown"} {
 			gauge(c.machineVerdict, boolGauge(m.Verdict == v), m.Name, string(v))

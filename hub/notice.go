@@ -4,18 +4,20 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // Say sends notices from outside the pass down the one event path (what the import of a degraded
 // term recorded).
-func (h *Hub) Say(ns ...Notice) {
+func (h *Hub) Say(ns ...pass.Notice) {
 	for _, n := range ns {
 		h.say(n)
 	}
 }
 
 // say sends a notice down the one event path: a log line, the timeline, a metric and an Event.
-func (h *Hub) say(n Notice) {
+func (h *Hub) say(n pass.Notice) {
 	now := time.Now()
 	level := slog.LevelInfo
 	if n.Warning {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/config"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -24,7 +25,7 @@ type PolicyOverride struct {
 }
 
 // Apply returns p with the override's fields in it.
-func (o PolicyOverride) Apply(p Policy) Policy {
+func (o PolicyOverride) Apply(p pass.Policy) pass.Policy {
 	if o.MinFaultTolerance != nil {
 		p.Quorum.MinFaultTolerance = *o.MinFaultTolerance
 	}
@@ -73,7 +74,7 @@ func (h *Hub) SetPolicyOverride(o PolicyOverride) {
 	after := h.effective()
 	h.mu.Unlock()
 	if !reflect.DeepEqual(before, after) {
-		h.say(Notice{Reason: ReasonPolicyChanged, Message: fmt.Sprintf("policy in force: %s", after)})
+		h.say(pass.Notice{Reason: pass.ReasonPolicyChanged, Message: fmt.Sprintf("policy in force: %s", after)})
 	}
 }
 
@@ -95,7 +96,7 @@ type EffectivePolicy struct {
 	Overridden []string `json:"overridden,omitempty"`
 }
 
-func effectiveOf(p Policy, overridden []string) EffectivePolicy {
+func effectiveOf(p pass.Policy, overridden []string) EffectivePolicy {
 	e := EffectivePolicy{MinFaultTolerance: p.Quorum.MinFaultTolerance, MaxInFlight: p.Quorum.Pools.MaxInFlight.String(),
 		MaxUnhealthy: p.Quorum.Pools.MaxUnhealthy.String(), Cooldown: config.Duration{Duration: p.Cooldown},
 		MaxAttempts: p.MaxAttempts, Overridden: overridden}

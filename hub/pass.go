@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -28,7 +29,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reading the raft mark: %w", err)
 		}
-		h.state.mark, h.state.recorded = m, m
+		h.state.Mark, h.state.Recorded = m, m
 	}
 	h.warmUp(ctx)
 	h.untilLeading(ctx)
@@ -71,8 +72,8 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 	if listen == "" {
 		listen = h.standby() // remediations it began before go on; nothing new begins
 	}
-	var rd Ready
-	h.state, rd = compute(h.state, h.observe(listen))
+	var rd pass.Ready
+	h.state, rd = pass.Compute(h.state, h.observe(listen))
 	h.apply(ctx, rd)
 }
 
@@ -81,9 +82,9 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 // etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps
 // the observers joined, hands the raft mark to its writer (how the write went is a fact of a later
 // pass), asks for a check of the BMCs, and begins what it decided.
-func (h *Hub) apply(ctx context.Context, rd Ready) {
+func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	h.mu.Lock()
-	h.view = h.state.view
+	h.view = h.state.View
 	h.mu.Unlock()
 	for _, n := range rd.Notices {
 		h.say(n)
@@ -122,7 +123,7 @@ func (h *Hub) apply(ctx context.Context, rd Ready) {
 // observe gathers a pass's facts: the gossip's reports and peers, the assessor's verdicts, and a
 // snapshot of the hub's own state (the remediations in flight, the brakes, the ledger, the BMC logins
 // in their wait).
-func (h *Hub) observe(listen string) facts {
+func (h *Hub) observe(listen string) pass.Facts {
 	inv := h.inventory()
 	h.assessor.SetPolicy(inv.Policy.Assess)
 	h.mu.Lock()
@@ -142,26 +143,26 @@ func (h *Hub) observe(listen string) facts {
 		h.assessor.HeardNothing()
 	}
 	obs := h.gossipNow()
-	assessments, hearing := h.assessor.AssessHearing(refs(inv), inv.Witnesses, obs)
-	f := facts{now: obs.Now, inv: inv, obs: obs, assessments: assessments, hearing: hearing, listen: listen, history: map[string][]past{},
-		recentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
+	assessments, hearing := h.assessor.AssessHearing(inv.Refs(), inv.Witnesses, obs)
+	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs, Assessments: assessments, Hearing: hearing, Listen: listen, History: map[string][]pass.Past{},
+		RecentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
 	h.mu.Lock()
-	f.flights, f.bmcs = h.flightsLocked(), h.bmcs
+	f.Flights, f.BMCs = h.flightsLocked(), h.bmcs
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
 	// After the flights: a begin that failed is told before its flight goes (beginQueued).
-	f.begun, f.markWritten = h.acted.take()
+	f.Begun, f.MarkWritten = h.acted.take()
 	for _, m := range inv.Machines {
-		if why := h.logins.blocked(m, f.now); why != "" && m.Strategy != quorum.Replace {
-			if f.loginWait == nil {
-				f.loginWait = map[string]string{}
+		if why := h.logins.blocked(m, f.Now); why != "" && m.Strategy != quorum.Replace {
+			if f.LoginWait == nil {
+				f.LoginWait = map[string]string{}
 			}
-			f.loginWait[m.Name] = why
+			f.LoginWait[m.Name] = why
 		}
 	}
 	for _, a := range assessments {
-		if _, inFlight := f.flights[a.Machine]; a.Verdict == assess.VerdictUnhealthy && !inFlight {
-			f.history[a.Machine] = h.ledger.of(a.Machine)
+		if _, inFlight := f.Flights[a.Machine]; a.Verdict == assess.VerdictUnhealthy && !inFlight {
+			f.History[a.Machine] = h.ledger.of(a.Machine)
 		}
 	}
 	return f
@@ -169,11 +170,11 @@ func (h *Hub) observe(listen string) facts {
 
 // brakeFactsLocked fills in what the brakes and the last etcd recovery say: who paused the hub, whether
 // it is suspended, the detached machines, the retired members. Called with h.mu held.
-func (h *Hub) brakeFactsLocked(f *facts) {
+func (h *Hub) brakeFactsLocked(f *pass.Facts) {
 	if h.isPaused() {
-		f.paused = DescribeBrakes(h.pausedBy())
+		f.Paused = DescribeBrakes(h.pausedBy())
 	}
-	f.suspended, f.detached, f.retired = h.brakes.Suspended != nil, h.brakes.Detached, h.retired
+	f.Suspended, f.Detached, f.Retired = h.brakes.Suspended != nil, h.brakes.Detached, h.retired
 }
 
 // warmUp listens, without planning or acting, until the agents' reports give a membership to plan
@@ -183,12 +184,12 @@ func (h *Hub) warmUp(ctx context.Context) {
 	deadline := time.Now().Add(wait)
 	for {
 		f := h.observe(fmt.Sprintf("warming up: listening to the observers for up to %v before anything is planned", wait))
-		_, why := membershipOf(f.inv, f.obs, f.assessments, f.hearing, nil)
+		_, why := pass.MembershipOf(f.Inventory, f.Observations, f.Assessments, f.Hearing, nil)
 		if why == "" || time.Now().After(deadline) {
 			return
 		}
-		var rd Ready
-		h.state, rd = compute(h.state, f)
+		var rd pass.Ready
+		h.state, rd = pass.Compute(h.state, f)
 		h.apply(ctx, rd)
 		select {
 		case <-ctx.Done():

@@ -28,6 +28,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 )
@@ -207,7 +208,7 @@ type passRig struct {
 	done    chan error
 }
 
-func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]error) *passRig {
+func newPassRig(t testing.TB, pool *testPool, p pass.Policy, powerFails map[string]error) *passRig {
 	t.Helper()
 	var systems []bmcsim.SystemConfig
 	for _, m := range pool.nodes {
@@ -218,11 +219,11 @@ func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]er
 	t.Cleanup(func() { _ = sim.Close() })
 	ep, err := bmc.ParseEndpoint(sim.Endpoint())
 	require.NoError(t, err)
-	inv := Inventory{Cluster: "test", Policy: p, Witnesses: pool.witnesses}
+	inv := pass.Inventory{Cluster: "test", Policy: p, Witnesses: pool.witnesses}
 	for _, m := range pool.nodes {
 		e := ep
 		e.SystemID = m.Name
-		inv.Machines = append(inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: e,
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: e,
 			Credentials: bmc.NewCredentials("admin", "pw")})
 	}
 	j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
@@ -232,7 +233,7 @@ func newPassRig(t testing.TB, pool *testPool, p Policy, powerFails map[string]er
 	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Recoveries: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
 		BMC:       bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second},
 		AfterPass: func(n uint64) { r.passes.Store(n) }}
-	cfg.PowerFor = func(m Machine) (execute.Power, error) {
+	cfg.PowerFor = func(m pass.Machine) (execute.Power, error) {
 		if err := powerFails[m.Name]; err != nil {
 			return nil, err
 		}
@@ -272,7 +273,7 @@ func (r *passRig) machine(name string) MachineStatus {
 	return MachineStatus{}
 }
 
-func testPolicy() Policy {
+func testPolicy() pass.Policy {
 	p, err := PolicyFile{}.validate()
 	if err != nil {
 		panic(err)
@@ -312,8 +313,8 @@ func TestAFailedStartTakesNoSlotOfTheRateLimit(t *testing.T) {
 // timed out on the API server of the machine being healed: the next goes to another), then less and
 // less often, up to beginRetry.
 func TestBeginRetryBacksOff(t *testing.T) {
-	for inARow, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 4: 16 * time.Second, 5: beginRetry, 50: beginRetry} {
-		assert.Equal(t, want, beginFailure{inARow: inARow}.wait(), "failure %d in a row", inARow)
+	for inARow, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 4: 16 * time.Second, 5: pass.BeginRetry, 50: pass.BeginRetry} {
+		assert.Equal(t, want, pass.BeginFailure{InARow: inARow}.Wait(), "failure %d in a row", inARow)
 	}
 }
 
@@ -458,14 +459,14 @@ func TestOneEventPath(t *testing.T) {
 	r.hub.log = slog.New(slog.NewJSONHandler(&logs, nil))
 	var mu sync.Mutex
 	var timeline []string
-	var notices []Notice
+	var notices []pass.Notice
 	r.hub.cfg.OnNotice = func(_ time.Time, msg string) { mu.Lock(); timeline = append(timeline, msg); mu.Unlock() }
-	r.hub.cfg.Notify = func(n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
+	r.hub.cfg.Notify = func(n pass.Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
 	// said waits for the notice of reason the Notify sink got, and checks the timeline, the log line and
 	// the metric say it too.
-	said := func(reason Reason) Notice {
+	said := func(reason pass.Reason) pass.Notice {
 		t.Helper()
-		var got Notice
+		var got pass.Notice
 		require.Eventually(t, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -508,13 +509,13 @@ func TestOneEventPath(t *testing.T) {
 		return got
 	}
 	r.run(t)
-	started := said(ReasonRemediationStarted)
+	started := said(pass.ReasonRemediationStarted)
 	assert.Equal(t, "cp-2", started.Machine)
 	assert.NotEmpty(t, started.Remediation)
 
 	// From outside the pass (a degraded term's import), the same door.
-	r.hub.Say(Notice{Reason: ReasonDegradedMode, Warning: true, Message: "the degraded term of hub-a at epoch 3: 1 remediations recorded (cp-2 Succeeded), imported"})
-	assert.Equal(t, "the degraded term of hub-a at epoch 3: 1 remediations recorded (cp-2 Succeeded), imported", said(ReasonDegradedMode).Message)
+	r.hub.Say(pass.Notice{Reason: pass.ReasonDegradedMode, Warning: true, Message: "the degraded term of hub-a at epoch 3: 1 remediations recorded (cp-2 Succeeded), imported"})
+	assert.Equal(t, "the degraded term of hub-a at epoch 3: 1 remediations recorded (cp-2 Succeeded), imported", said(pass.ReasonDegradedMode).Message)
 }
 
 // A remediation says each step as its outcome is journaled, the await for the machine included, and
@@ -524,7 +525,7 @@ func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
 	r := newPassRig(t, pool, testPolicy(), nil)
 	var mu sync.Mutex
 	var said []string
-	r.hub.cfg.Notify = func(n Notice) {
+	r.hub.cfg.Notify = func(n pass.Notice) {
 		if n.Machine == "cp-2" && n.Remediation != "" {
 			mu.Lock()
 			said = append(said, string(n.Reason)+": "+n.Message)
@@ -552,20 +553,20 @@ func TestARemediationSaysEachStepAndEndsAsTheJournalSays(t *testing.T) {
 func TestEtcdQuorumSinceCountsOnlyChecksAfterIt(t *testing.T) {
 	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
 	r.run(t)
-	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == QuorumHeld }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == pass.QuorumHeld }, 30*time.Second, 10*time.Millisecond)
 	q, why := r.hub.EtcdQuorumSince(time.Now(), time.Now().Add(-time.Minute))
-	assert.Equal(t, QuorumHeld, q, why)
+	assert.Equal(t, pass.QuorumHeld, q, why)
 	assert.Contains(t, why, "the etcd probe passed since")
 	q, why = r.hub.EtcdQuorumSince(time.Now(), time.Now().Add(time.Hour))
-	assert.Equal(t, QuorumUnknown, q, why)
+	assert.Equal(t, pass.QuorumUnknown, q, why)
 	assert.Contains(t, why, "on 0 of the 3 voters' machines (), quorum needs 2")
 }
 
 func TestVotersBackSince(t *testing.T) {
 	since := time.Date(2026, 11, 27, 19, 29, 15, 0, time.UTC)
-	inv := Inventory{}
+	inv := pass.Inventory{}
 	for i := range 3 {
-		inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("node-%d", i), Member: fmt.Sprintf("etcd-%d", i)}})
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: fmt.Sprintf("cp-%d", i), Node: fmt.Sprintf("node-%d", i), Member: fmt.Sprintf("etcd-%d", i)}})
 	}
 	cluster := quorum.Cluster{Members: []quorum.Member{{Name: "etcd-0"}, {Name: "etcd-1"}, {Name: "etcd-2"}, {Name: "etcd-3", Learner: true}, {Name: "etcd-9"}}}
 	probe := func(ok bool, at time.Time) []health.ProbeResult {
@@ -606,7 +607,7 @@ func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
 	p.Assess.ProbeTimeouts = map[string]time.Duration{"etcd": time.Second}
 	r := newPassRig(t, pool, p, nil)
 	r.run(t)
-	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == QuorumLost }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == pass.QuorumLost }, 30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == assess.VerdictUnhealthy }, 30*time.Second, 10*time.Millisecond)
 	ctx := t.Context()
 	_, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})

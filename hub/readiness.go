@@ -13,6 +13,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/execute"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // A BMC is checked before the day it is needed: at the start of a leading hub, then every
@@ -30,18 +31,18 @@ const checkParallel, checkRetries = 8, 1
 // name. The machines of one BMC account are checked one after another, and once the account refuses
 // the login the others are not tried (they say so): BMC accounts lock after a few failed logins.
 // Accounts are checked side by side, a few at a time.
-func CheckBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (execute.Power, error)) map[string]BMCReadiness {
+func CheckBMCs(ctx context.Context, machines []pass.Machine, powerFor func(pass.Machine) (execute.Power, error)) map[string]pass.BMCReadiness {
 	return checkBMCs(ctx, machines, powerFor, newLogins(0))
 }
 
-func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (execute.Power, error), l *logins) map[string]BMCReadiness {
-	accounts := map[loginKey][]Machine{}
+func checkBMCs(ctx context.Context, machines []pass.Machine, powerFor func(pass.Machine) (execute.Power, error), l *logins) map[string]pass.BMCReadiness {
+	accounts := map[loginKey][]pass.Machine{}
 	for _, m := range machines {
 		if m.Endpoint.Driver != "" {
 			accounts[keyOf(m)] = append(accounts[keyOf(m)], m)
 		}
 	}
-	out := map[string]BMCReadiness{}
+	out := map[string]pass.BMCReadiness{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, checkParallel)
@@ -51,14 +52,14 @@ func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (
 			defer func() { <-slots }()
 			refusedFor := ""
 			for _, m := range accounts[k] {
-				var r BMCReadiness
+				var r pass.BMCReadiness
 				if refusedFor == "" {
 					var checked bool
 					if r, checked = checkBMC(ctx, m, powerFor, l); !checked {
 						continue // its BMC is in use: the last finding stands
 					}
 				} else {
-					r = BMCReadiness{Checked: time.Now().UTC(), Problem: bmc.ProblemLogin,
+					r = pass.BMCReadiness{Checked: time.Now().UTC(), Problem: bmc.ProblemLogin,
 						Error: fmt.Sprintf("%s status: not tried: the BMC refused the login of user %q for %s just before (BMC accounts lock after a few failed logins)", m.Endpoint, m.Credentials.Username, refusedFor)}
 				}
 				if r.Problem == bmc.ProblemLogin && refusedFor == "" {
@@ -77,16 +78,16 @@ func checkBMCs(ctx context.Context, machines []Machine, powerFor func(Machine) (
 // checkBMC reads m's power state through the hub's login record (guardCheck): no login to an account
 // that waits, none while a call (a remediation's step) uses the account (ok false: not checked this
 // time), and no call logs in while the check does.
-func checkBMC(ctx context.Context, m Machine, powerFor func(Machine) (execute.Power, error), l *logins) (r BMCReadiness, ok bool) {
+func checkBMC(ctx context.Context, m pass.Machine, powerFor func(pass.Machine) (execute.Power, error), l *logins) (r pass.BMCReadiness, ok bool) {
 	r.Checked = time.Now().UTC()
 	p, err := powerFor(m)
 	if err != nil {
-		r.Problem, r.Error = ProblemConfig, err.Error()
+		r.Problem, r.Error = pass.ProblemConfig, err.Error()
 		return r, true
 	}
 	r.Power, _, err = l.guardCheck(m, p).Status(bmc.WithRetries(ctx, checkRetries))
 	if errors.Is(err, errAccountBusy) {
-		return BMCReadiness{}, false
+		return pass.BMCReadiness{}, false
 	}
 	r.Ready, r.Problem = err == nil, bmc.ProblemOf(err)
 	if err != nil {
@@ -128,11 +129,11 @@ func (h *Hub) CheckBMCsNow(ctx context.Context) []BMCCheck {
 type BMCCheck struct {
 	Machine  string `json:"machine"`
 	Endpoint string `json:"endpoint,omitempty"`
-	BMCReadiness
+	pass.BMCReadiness
 }
 
 // BMCChecks are inv's machines, in its order, with what found says of their BMCs.
-func BMCChecks(inv Inventory, found map[string]BMCReadiness) []BMCCheck {
+func BMCChecks(inv pass.Inventory, found map[string]pass.BMCReadiness) []BMCCheck {
 	var rows []BMCCheck
 	for _, m := range inv.Machines {
 		row := BMCCheck{Machine: m.Name}
@@ -150,7 +151,7 @@ func BMCChecks(inv Inventory, found map[string]BMCReadiness) []BMCCheck {
 func (h *Hub) checkBMCsOnce(ctx context.Context) {
 	inv := h.inventory()
 	h.mu.Lock()
-	var todo []Machine
+	var todo []pass.Machine
 	for _, m := range inv.Machines {
 		_, detached := h.brakes.Detached[m.Name]
 		if h.running[m.Name] == nil && !detached {
@@ -168,9 +169,9 @@ func (h *Hub) checkBMCsOnce(ctx context.Context) {
 // noteBMCs records what BMC calls found (by machine name: readiness checks, or the power a
 // remediation's or a fence's call read), keeps the last finding of the other machines of inv (a
 // finding older than the one recorded is dropped), and says what changed.
-func (h *Hub) noteBMCs(inv Inventory, found map[string]BMCReadiness) {
+func (h *Hub) noteBMCs(inv pass.Inventory, found map[string]pass.BMCReadiness) {
 	h.mu.Lock()
-	before, now, fresh := h.bmcs, map[string]BMCReadiness{}, map[string]BMCReadiness{}
+	before, now, fresh := h.bmcs, map[string]pass.BMCReadiness{}, map[string]pass.BMCReadiness{}
 	for _, m := range inv.Machines {
 		r, ok := found[m.Name]
 		was, known := before[m.Name]
@@ -191,10 +192,10 @@ func (h *Hub) noteBMCs(inv Inventory, found map[string]BMCReadiness) {
 		was, known := before[m.Name]
 		switch {
 		case !r.Ready && (!known || was.Ready || was.Problem != r.Problem):
-			h.say(Notice{Machine: m.Name, Reason: ReasonBMCNotReady, Warning: true,
+			h.say(pass.Notice{Machine: m.Name, Reason: pass.ReasonBMCNotReady, Warning: true,
 				Message: fmt.Sprintf("%s: BMC not ready (%s): %s; Hale cannot heal this machine until that is fixed", m.Name, r.Problem, r.Error)})
 		case r.Ready && known && !was.Ready:
-			h.say(Notice{Machine: m.Name, Reason: ReasonBMCReady, Message: fmt.Sprintf("%s: BMC ready again (power %s)", m.Name, r.Power)})
+			h.say(pass.Notice{Machine: m.Name, Reason: pass.ReasonBMCReady, Message: fmt.Sprintf("%s: BMC ready again (power %s)", m.Name, r.Power)})
 		}
 	}
 }

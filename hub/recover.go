@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -21,7 +22,7 @@ const (
 
 // RecoveryPlan says how etcd would be recovered now from its most advanced survivor; while a recovery
 // is under way, the plan it follows.
-func (h *Hub) RecoveryPlan(ctx context.Context) RecoveryPlan {
+func (h *Hub) RecoveryPlan(ctx context.Context) pass.RecoveryPlan {
 	if rec, _ := h.underway(ctx); rec != nil {
 		return rec.Plan
 	}
@@ -31,8 +32,8 @@ func (h *Hub) RecoveryPlan(ctx context.Context) RecoveryPlan {
 
 // PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory, the gossip's
 // observations and what the operator confirmed (req).
-func PlanRecovery(st Status, inv Inventory, obs assess.Observations, req RecoverRequest) RecoveryPlan {
-	p := RecoveryPlan{Rebuild: quorum.Rebuild{Time: st.Time}, Loss: st.QuorumLoss}
+func PlanRecovery(st Status, inv pass.Inventory, obs assess.Observations, req RecoverRequest) pass.RecoveryPlan {
+	p := pass.RecoveryPlan{Rebuild: quorum.Rebuild{Time: st.Time}, Loss: st.QuorumLoss}
 	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
 	lost := map[string]bool{}
 	switch {
@@ -155,12 +156,7 @@ func blockUnaccounted(st Status, lost map[string]bool, candidates []quorum.Survi
 	}
 }
 
-// fenced says whether every lost member is fenced.
-func (p RecoveryPlan) fenced() bool {
-	return !slices.ContainsFunc(p.Fence, func(f quorum.FenceStep) bool { return !f.Fenced })
-}
-
-func recoverySteps(p RecoveryPlan) []string {
+func recoverySteps(p pass.RecoveryPlan) []string {
 	survivor, machine := "the survivor", "its machine"
 	if s := p.Survivor; s != nil {
 		survivor, machine = s.Member, cmp.Or(s.Machine, s.Member)
@@ -173,56 +169,4 @@ func recoverySteps(p RecoveryPlan) []string {
 		"add the other members back one at a time: as a learner, started on an empty data directory, promoted once etcd allows it",
 		"restart every kube-apiserver (none may serve from the old data), then the controller-managers and schedulers",
 		"resume the hub (`hub resume`)"}
-}
-
-// String is the plan as `hub recover` prints it.
-func (p RecoveryPlan) String() string {
-	var b strings.Builder
-	if p.Loss != nil {
-		fmt.Fprintf(&b, "%s\n", p.Loss)
-	}
-	if s := p.Survivor; s != nil {
-		why := fmt.Sprintf("the highest of the %d members that answer", len(p.Candidates))
-		if len(p.Candidates) == 1 {
-			why = "the only member that answers"
-		}
-		fmt.Fprintf(&b, "survivor: %s (%s): raft index %d, term %d, etcd cluster %s; %s\n",
-			s.Member, cmp.Or(s.Machine, "no machine"), s.Index, s.Term, s.ClusterID, why)
-		for _, c := range p.Candidates[1:] {
-			fmt.Fprintf(&b, "  also answers: %s at raft index %d, term %d\n", c.Member, c.Index, c.Term)
-		}
-	}
-	if p.Mark != nil {
-		fmt.Fprintf(&b, "raft mark: %s; data at risk: %d entries\n", p.Mark, p.DataAtRisk)
-	}
-	fmt.Fprintf(&b, "revision bump: %d (%s)\n", p.BumpRevision, p.BumpWhy)
-	b.WriteString("steps:\n")
-	for i, s := range p.Steps {
-		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
-	}
-	if len(p.Fence) > 0 {
-		b.WriteString("fence:\n")
-	}
-	for _, f := range p.Fence {
-		done := "to do"
-		if f.Fenced {
-			done = "done"
-		}
-		fmt.Fprintf(&b, "  %s (%s), %s: %s\n", f.Machine, f.Member, done, f.How)
-	}
-	if len(p.Blockers) > 0 {
-		b.WriteString("NOT READY:\n")
-		for _, x := range p.Blockers {
-			fmt.Fprintf(&b, "  - %s\n", x)
-		}
-	}
-	switch {
-	case p.Token != "" && !p.fenced():
-		fmt.Fprintf(&b, "under way (token %s), but not every lost member is fenced yet: run `hub recover --yes` again\n", p.Token)
-	case p.Token != "":
-		fmt.Fprintf(&b, "under way (token %s): every lost member is fenced; go on on the survivor with `agent recover --plan FILE`, FILE from `hub recover -o json` (docs/operating.md#permanent-quorum-loss)\n", p.Token)
-	default:
-		b.WriteString("nothing was changed: `hub recover --yes` carries the plan out, fencing first (docs/operating.md#permanent-quorum-loss)\n")
-	}
-	return b.String()
 }

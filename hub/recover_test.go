@@ -19,21 +19,22 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
 func TestPlanRecovery(t *testing.T) {
 	now := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	inv := Inventory{Policy: testPolicy()}
+	inv := pass.Inventory{Policy: testPolicy()}
 	for i := range 5 {
 		n := string(rune('0' + i))
 		ep, err := bmc.ParseEndpoint("redfish+http://10.0.0." + n + "/redfish/v1/Systems/1")
 		require.NoError(t, err)
-		inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
 	}
 	// 5 members, 3 lost for good (cp-1: BMC silent, cp-2 and cp-3: power Off); cp-0 and cp-4 answer,
 	// cp-4 further ahead.
-	loss := &QuorumLoss{Voters: 5, HealthyVoters: 2, Quorum: 3, ForGood: true, Lost: []LostVoter{
+	loss := &pass.QuorumLoss{Voters: 5, HealthyVoters: 2, Quorum: 3, ForGood: true, Lost: []pass.LostVoter{
 		{Member: "etcd-1", Machine: "cp-1", Evidence: "its BMC: Unreachable at 02:59:00Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true},
 		{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 02:59:00Z", ForGood: true},
 		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC read the power Off at 02:59:00Z", ForGood: true}}}
@@ -49,10 +50,10 @@ func TestPlanRecovery(t *testing.T) {
 		}
 		return o
 	}
-	farSide := &QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, Lost: []LostVoter{
+	farSide := &pass.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, Lost: []pass.LostVoter{
 		{Member: "etcd-1", Machine: "cp-1", Evidence: "maxAttempts power-cycles did not bring it back", PoweredOn: true},
 		{Member: "etcd-2", Machine: "cp-2"}}}
-	mark := &RaftMark{ClusterID: "c1", Term: 7, Index: 90_000, Member: "etcd-2", At: now.Add(-time.Minute)}
+	mark := &pass.RaftMark{ClusterID: "c1", Term: 7, Index: 90_000, Member: "etcd-2", At: now.Add(-time.Minute)}
 	answering := obs(report("cp-0", 80_000, "c1"), report("cp-4", 90_100, "c1"),
 		report("cp-1", 95_000, "c1")) // a lost member's stale report never makes it a survivor
 	confirmed := RecoverRequest{ConfirmLost: []string{"cp-1"}} // its BMC does not answer: the operator's word
@@ -80,7 +81,7 @@ func TestPlanRecovery(t *testing.T) {
 		{name: "the loss accepted by another size", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
 			req: RecoverRequest{ConfirmLost: []string{"etcd-1"}, AcceptDataLoss: 9_999}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5,
 			blockedBy: []string{"10000 entries behind"}},
-		{name: "a mark of another cluster says nothing", st: Status{QuorumLoss: loss, RaftMark: &RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering, req: confirmed,
+		{name: "a mark of another cluster says nothing", st: Status{QuorumLoss: loss, RaftMark: &pass.RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering, req: confirmed,
 			survivor: "etcd-4", bump: bumpWithoutMark},
 		{name: "no survivor", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(), req: confirmed, bump: bumpWithoutMark, blockedBy: []string{"no member answers"}},
 		{name: "the far side: a lost member's BMC reads it on", obs: answering, survivor: "etcd-4", bump: 90_100 / 5,
@@ -93,7 +94,7 @@ func TestPlanRecovery(t *testing.T) {
 			survivor: "etcd-4", bump: 90_100 / 5, st: Status{RaftMark: mark, QuorumLoss: loss, Machines: votingMachines(5)},
 			blockedBy: []string{"cp-0 (etcd-0): neither lost nor answering in the hub's view"}},
 		{name: "members that answer, as many as the old quorum: no loss for good", obs: answering, survivor: "etcd-1", bump: 95_000 / 5,
-			st:        Status{RaftMark: mark, QuorumLoss: &QuorumLoss{Voters: 3, Quorum: 2}},
+			st:        Status{RaftMark: mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, Quorum: 2}},
 			blockedBy: []string{"etcd-4, etcd-0 answer: they would go on running the old cluster beside the rebuilt one, 2 of its members, its quorum (2)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,7 +212,7 @@ func TestRecoveryPlanOnARunningHub(t *testing.T) {
 // here, and a remediation's machine is never checked while it runs).
 func TestPowerThatDoesNotComeOnIsEvidence(t *testing.T) {
 	r, _ := lossRig(t, func(r *passRig) {
-		r.hub.cfg.PowerFor = func(m Machine) (execute.Power, error) {
+		r.hub.cfg.PowerFor = func(m pass.Machine) (execute.Power, error) {
 			c := r.hub.cfg
 			c.BMC.VerifyTimeout = 300 * time.Millisecond
 			return c.BMCPower(m)
@@ -333,7 +334,7 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	var cp2Fails atomic.Bool // set while the hub's goroutines may read it
 	r, _ := lossRig(t, func(r *passRig) {
 		power := r.hub.cfg.PowerFor
-		r.hub.cfg.PowerFor = func(m Machine) (execute.Power, error) {
+		r.hub.cfg.PowerFor = func(m pass.Machine) (execute.Power, error) {
 			if m.Name == "cp-2" && cp2Fails.Load() {
 				return nil, errors.New("connect: connection refused")
 			}
@@ -449,7 +450,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	// Quorum is back (one of one): the dead machines are held whatever their verdict (the evidence is
 	// judged afresh; Suspect or Unhealthy).
 	for _, name := range []string{"cp-1", "cp-2"} {
-		require.Eventually(t, func() bool { return r.machine(name).NeedsOperator == NeedRetired }, 10*time.Second, 10*time.Millisecond, name)
+		require.Eventually(t, func() bool { return r.machine(name).NeedsOperator == pass.NeedRetired }, 10*time.Second, 10*time.Millisecond, name)
 		m := r.machine(name)
 		assert.NotEqual(t, assess.VerdictHealthy, m.Verdict)
 		assert.Contains(t, m.Decision, "retired by etcd recovery "+p.Token)
@@ -502,13 +503,13 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 
 func TestRetirementHold(t *testing.T) {
 	now := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	rec := &RecoveryRecord{Plan: RecoveryPlan{Loss: &QuorumLoss{Voters: 5, Quorum: 3},
+	rec := &pass.RecoveryRecord{Plan: pass.RecoveryPlan{Loss: &pass.QuorumLoss{Voters: 5, Quorum: 3},
 		Rebuild: quorum.Rebuild{Token: "hale-old-1", Survivor: &quorum.Survivor{Member: "etcd-4", Machine: "cp-4", ClusterID: "old"},
 			Fence: []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-1", Member: "etcd-1"}, {Member: "etcd-9"}}},
 		Candidates: []quorum.Survivor{{Member: "etcd-4", Machine: "cp-4"}, {Member: "etcd-3", Machine: "cp-3"}}}}
-	r := retirementOf(rec)
-	assert.Equal(t, 3, r.quorum)
-	assert.Equal(t, []retiree{{"cp-0", "etcd-0"}, {"cp-1", "etcd-1"}, {"cp-3", "etcd-3"}}, r.members,
+	r := pass.RetirementOf(rec)
+	assert.Equal(t, 3, r.Quorum)
+	assert.Equal(t, []pass.Retiree{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-1", Member: "etcd-1"}, {Machine: "cp-3", Member: "etcd-3"}}, r.Members,
 		"the survivor is not retired, nor a lost member without a machine")
 	report := func(node, member, cluster string, age time.Duration) health.Report {
 		return health.Report{Node: node, SentAt: now.Add(-age), Etcd: &health.EtcdView{LocalName: member, ClusterID: cluster}}
@@ -543,23 +544,23 @@ func TestRetirementHold(t *testing.T) {
 					obs.HubPeers[rep.Node] = health.PeerView{Name: rep.Node, State: health.PeerDead}
 				}
 			}
-			h, held := r.hold(tc.machine, obs, 10*time.Second)
+			h, held := r.Hold(tc.machine, obs, 10*time.Second)
 			assert.Equal(t, tc.want != "", held)
 			if held {
-				assert.Contains(t, h.why, tc.want)
-				assert.Equal(t, ReasonRetired, h.reason)
-				assert.Equal(t, NeedRetired, h.need)
+				assert.Contains(t, h.Why, tc.want)
+				assert.Equal(t, pass.ReasonRetired, h.Reason)
+				assert.Equal(t, pass.NeedRetired, h.Need)
 			}
 		})
 	}
-	assert.Equal(t, retirement{}, retirementOf(nil))
+	assert.Equal(t, pass.Retirement{}, pass.RetirementOf(nil))
 
 	// What a pass that cannot agree on a membership adds to why.
 	old := assess.Observations{Now: now, Reports: map[string]health.Report{"cp-3": report("cp-3", "etcd-3", "old", time.Second)},
 		HubPeers: map[string]health.PeerView{"cp-3": {Name: "cp-3", State: health.PeerAlive}}}
 	assert.Equal(t, "; cp-3 (etcd-3) still run the old etcd cluster old that recovery hale-old-1 replaced, and report its membership: run `agent rejoin` on them",
-		r.runningOld(old, 10*time.Second))
-	assert.Empty(t, r.runningOld(assess.Observations{Now: now}, 10*time.Second))
+		r.RunningOld(old, 10*time.Second))
+	assert.Empty(t, r.RunningOld(assess.Observations{Now: now}, 10*time.Second))
 }
 
 // `hub recover --yes` with a power-cycle under way: the hub waits for its BMC operation (here the
@@ -569,7 +570,7 @@ func TestRetirementHold(t *testing.T) {
 func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 	r, _ := lossRig(t, func(r *passRig) {
 		r.hub.cfg.BMC.VerifyTimeout = 3 * time.Second
-		r.hub.cfg.PowerFor = func(m Machine) (execute.Power, error) { return r.hub.cfg.BMCPower(m) }
+		r.hub.cfg.PowerFor = func(m pass.Machine) (execute.Power, error) { return r.hub.cfg.BMCPower(m) }
 	})
 	ctx := t.Context()
 	r.loseTwo(t, 0)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -30,13 +31,13 @@ func (r RecoverRequest) confirms(machine, member string) bool {
 // RecoveryStore keeps the recovery under way across hub restarts: the bbolt journal does (the
 // standalone hub's, and the degraded-mode journal of a hub in Kubernetes mode).
 type RecoveryStore interface {
-	Recovery(ctx context.Context) (*RecoveryRecord, error)
-	RecordRecovery(ctx context.Context, r RecoveryRecord) error
+	Recovery(ctx context.Context) (*pass.RecoveryRecord, error)
+	RecordRecovery(ctx context.Context, r pass.RecoveryRecord) error
 }
 
 // underway returns the recovery under way (nil: none), recording it done once the survivor answers as
 // a new etcd cluster.
-func (h *Hub) underway(ctx context.Context) (*RecoveryRecord, error) {
+func (h *Hub) underway(ctx context.Context) (*pass.RecoveryRecord, error) {
 	store := h.cfg.Recoveries
 	if store == nil {
 		return nil, nil
@@ -69,23 +70,23 @@ func (h *Hub) underway(ctx context.Context) (*RecoveryRecord, error) {
 // (power off through its BMC, read back Off; by the operator's word where no BMC can). A recovery
 // under way is resumed, never begun twice; one that is being carried out right now refuses a second
 // caller. The survivor's part is `agent recover` with the returned plan.
-func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, error) {
+func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (pass.RecoveryPlan, error) {
 	store := h.cfg.Recoveries
 	if store == nil {
-		return RecoveryPlan{}, fmt.Errorf("%w: this hub keeps no journal to record a recovery in (in Kubernetes mode, run the hub with --degraded-journal: "+
+		return pass.RecoveryPlan{}, fmt.Errorf("%w: this hub keeps no journal to record a recovery in (in Kubernetes mode, run the hub with --degraded-journal: "+
 			"a recovery happens while the API server is down)", ErrRefused)
 	}
 	if why := h.standby(); why != "" {
-		return RecoveryPlan{}, fmt.Errorf("%w: %s", ErrRefused, why)
+		return pass.RecoveryPlan{}, fmt.Errorf("%w: %s", ErrRefused, why)
 	}
 	if !h.recovering.TryLock() {
-		return RecoveryPlan{}, fmt.Errorf("%w: a recovery is being carried out by another `hub recover --yes` right now: wait for it to return", ErrRefused)
+		return pass.RecoveryPlan{}, fmt.Errorf("%w: a recovery is being carried out by another `hub recover --yes` right now: wait for it to return", ErrRefused)
 	}
 	defer h.recovering.Unlock()
 	by := cmp.Or(req.By, "operator")
 	rec, err := h.underway(ctx)
 	if err != nil {
-		return RecoveryPlan{}, fmt.Errorf("reading the recovery journal: %w", err)
+		return pass.RecoveryPlan{}, fmt.Errorf("reading the recovery journal: %w", err)
 	}
 	inv := h.inventory()
 	if rec == nil {
@@ -112,7 +113,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 		// lifted again: nothing is left behind for a recovery that did not begin.
 		set, err := h.pauseForRecovery(ctx, by, p.Token)
 		if err == nil {
-			rec = &RecoveryRecord{Plan: p, By: by, Began: time.Now().UTC()}
+			rec = &pass.RecoveryRecord{Plan: p, By: by, Began: time.Now().UTC()}
 			if err = store.RecordRecovery(ctx, *rec); err != nil {
 				err = fmt.Errorf("journaling the recovery before any BMC request: %w", err)
 			}
@@ -149,7 +150,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (RecoveryPlan, er
 
 // unknownConfirmations refuses a confirmation that names no lost voter of the plan (a typo must not
 // read as a confirmation given).
-func unknownConfirmations(p RecoveryPlan, req RecoverRequest) error {
+func unknownConfirmations(p pass.RecoveryPlan, req RecoverRequest) error {
 	var names []string
 	for _, f := range p.Fence {
 		names = append(names, f.Machine)
@@ -168,7 +169,7 @@ func recoveryPause(token string) string { return "etcd recovery " + token }
 
 // RecoveryPause says which etcd recovery a pause is held for (its token), if any: in Kubernetes mode,
 // Hale pauses the Cluster API Cluster for as long as that pause holds.
-func RecoveryPause(pause *Brake) (token string, ok bool) {
+func RecoveryPause(pause *pass.Brake) (token string, ok bool) {
 	if pause == nil {
 		return "", false
 	}
@@ -250,7 +251,7 @@ func (h *Hub) busyWith() string {
 func (h *Hub) liftRecoveryPause(by, token string, why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the caller's may be gone
 	defer cancel()
-	err := h.setBrake(ctx, fmt.Sprintf("resumed by %s: etcd recovery %s did not begin", by, token), func(b *Brakes) bool {
+	err := h.setBrake(ctx, fmt.Sprintf("resumed by %s: etcd recovery %s did not begin", by, token), func(b *pass.Brakes) bool {
 		if b.Paused == nil || b.Paused.Reason != recoveryPause(token) {
 			return false // paused since for another reason: that pause stays
 		}
@@ -265,7 +266,7 @@ func (h *Hub) liftRecoveryPause(by, token string, why error) {
 
 // fence powers a lost member's machine off through its BMC and reads it back Off, or takes the
 // operator's word by name where the hub cannot.
-func (h *Hub) fence(ctx context.Context, inv Inventory, f *quorum.FenceStep, req RecoverRequest, by string) error {
+func (h *Hub) fence(ctx context.Context, inv pass.Inventory, f *quorum.FenceStep, req RecoverRequest, by string) error {
 	confirmed := req.confirms(f.Machine, f.Member)
 	m, ok := inv.Machine(f.Machine)
 	if f.ByHand || !ok || m.Endpoint.Driver == "" {

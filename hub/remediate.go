@@ -9,13 +9,14 @@ import (
 
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // begin journals a new remediation and executes it (one word for the act: begin = journal + execute),
 // for an operator's request: it returns once the journal has it (or refused it). detected is when the
 // hub found the machine Unhealthy (zero for an operator's remediation).
-func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, detected time.Time) (journal.Remediation, error) {
+func (h *Hub) begin(ctx context.Context, m pass.Machine, rem journal.Remediation, plan quorum.Plan, detected time.Time) (journal.Remediation, error) {
 	r, rctx, ok := h.track(ctx, m.Name, rem, plan, 0)
 	if !ok {
 		return rem, fmt.Errorf("%w: %s already has a remediation in flight (`hub explain %s`)", ErrRefused, m.Name, m.Name)
@@ -35,33 +36,33 @@ func (h *Hub) begin(ctx context.Context, m Machine, rem journal.Remediation, pla
 // begin left the leader, when its Lease ran out, with no view from after its last renewal, and it did
 // not go on alone (found on the real kubeadm cluster, two of three nodes frozen). How the begin went is
 // a fact of a later pass (acted, facts.begun), with the flight gone when it failed.
-func (h *Hub) beginQueued(ctx context.Context, b toBegin) {
-	r, rctx, ok := h.track(ctx, b.machine.Name, b.rem, b.plan, 0)
+func (h *Hub) beginQueued(ctx context.Context, b pass.ToBegin) {
+	r, rctx, ok := h.track(ctx, b.Machine.Name, b.Remediation, b.Plan, 0)
 	if !ok { // an operator's began since the pass read the flights
-		h.acted.began(beginResult{machine: b.machine.Name, err: errors.New("a remediation of it began meanwhile"), at: time.Now()})
+		h.acted.began(pass.BeginResult{Machine: b.Machine.Name, Err: errors.New("a remediation of it began meanwhile"), At: time.Now()})
 		return
 	}
 	h.beginning.Add(1)
 	go func() {
 		defer h.beginning.Done()
-		rem, act, err := h.journalBegin(rctx, b.machine, b.rem, b.plan)
+		rem, act, err := h.journalBegin(rctx, b.Machine, b.Remediation, b.Plan)
 		switch {
 		case err == nil:
-			h.execute(ctx, rctx, r, b.machine, rem, b.plan, act, false, b.detected)
+			h.execute(ctx, rctx, r, b.Machine, rem, b.Plan, act, false, b.Detected)
 		case errors.Is(err, journal.ErrActive):
-			err = h.adopt(ctx, rctx, r, b.machine.Name, err)
+			err = h.adopt(ctx, rctx, r, b.Machine.Name, err)
 		}
 		// Told before the flight goes (and observe reads the flights before it takes what came
 		// back): no pass sees a failed begin neither in flight nor failed, and begins it again.
-		h.acted.began(beginResult{machine: b.machine.Name, err: err, at: time.Now()})
+		h.acted.began(pass.BeginResult{Machine: b.Machine.Name, Err: err, At: time.Now()})
 		if err != nil {
-			h.untrack(b.machine.Name, r)
+			h.untrack(b.Machine.Name, r)
 		}
 	}()
 }
 
 // journalBegin finds what carries a remediation out and journals its intent.
-func (h *Hub) journalBegin(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan) (journal.Remediation, actuator, error) {
+func (h *Hub) journalBegin(ctx context.Context, m pass.Machine, rem journal.Remediation, plan quorum.Plan) (journal.Remediation, actuator, error) {
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
 		return rem, act, err
@@ -111,7 +112,7 @@ type actuator struct {
 	owner execute.Owner
 }
 
-func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
+func (h *Hub) actuator(m pass.Machine, s quorum.Strategy) (actuator, error) {
 	if s == quorum.Replace {
 		owner, err := h.cfg.OwnerFor(m)
 		return actuator{owner: owner}, err
@@ -127,7 +128,7 @@ func (h *Hub) actuator(m Machine, s quorum.Strategy) (actuator, error) {
 // progress in the journal (resuming), which first finds out where it stands (Executor.Resume: the BMC
 // and the machine are read before anything is repeated). Resuming runs there too, not before the
 // passes: one machine's wait for evidence of a reset must not hold up every other machine.
-func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem journal.Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
+func (h *Hub) execute(ctx, rctx context.Context, r *running, m pass.Machine, rem journal.Remediation, plan quorum.Plan, act actuator, resuming bool, detected time.Time) {
 	h.mu.Lock()
 	r.rem = rem // as journaled
 	from := r.next
@@ -140,7 +141,7 @@ func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem jour
 		how += ", forced"
 	}
 	if !resuming {
-		h.say(Notice{Machine: m.Name, Reason: ReasonRemediationStarted, Remediation: rem.ID,
+		h.say(pass.Notice{Machine: m.Name, Reason: pass.ReasonRemediationStarted, Remediation: rem.ID,
 			Message: fmt.Sprintf("%s: remediation %s started (%s, requested by %s): %s", m.Name, rem.ID, how, rem.RequestedBy, quorum.StepList(rem.Steps))})
 	}
 	policy := h.inventory().Policy
@@ -167,14 +168,14 @@ func (h *Hub) execute(ctx, rctx context.Context, r *running, m Machine, rem jour
 // resumeAt finds where a remediation found in progress goes on (Executor.Resume). Until it knows, the
 // remediation holds its machine: a BMC that cannot be read now (unreachable, refusing the
 // credentials) is read again every resumeRetry, said once, and nothing is repeated on a guess.
-func (h *Hub) resumeAt(ctx context.Context, m Machine, rem journal.Remediation, plan quorum.Plan, act actuator, exec *execute.Executor, r *running) (int, error) {
+func (h *Hub) resumeAt(ctx context.Context, m pass.Machine, rem journal.Remediation, plan quorum.Plan, act actuator, exec *execute.Executor, r *running) (int, error) {
 	h.setStalled(r, fmt.Sprintf("resuming after a hub restart: reading the BMC and the machine before anything else (a reset sent without a recorded outcome may take up to %v to show)", exec.ResetWindow))
 	defer h.setStalled(r, "")
 	said := ""
 	for {
 		from, err := exec.Resume(ctx, rem, plan, act.power)
 		if err == nil {
-			h.say(Notice{Machine: m.Name, Reason: ReasonRemediationResumed, Remediation: rem.ID,
+			h.say(pass.Notice{Machine: m.Name, Reason: pass.ReasonRemediationResumed, Remediation: rem.ID,
 				Message: fmt.Sprintf("%s: resuming remediation %s at step %d after a restart", m.Name, rem.ID, from)})
 			h.mu.Lock()
 			r.next = from
@@ -187,7 +188,7 @@ func (h *Hub) resumeAt(ctx context.Context, m Machine, rem journal.Remediation, 
 		if err.Error() != said {
 			said = err.Error()
 			h.setStalled(r, fmt.Sprintf("cannot resume yet: %v (trying again every %v; nothing is repeated without knowing)", err, resumeRetry))
-			h.say(Notice{Machine: m.Name, Reason: ReasonResumeStalled, Remediation: rem.ID, Warning: true,
+			h.say(pass.Notice{Machine: m.Name, Reason: pass.ReasonResumeStalled, Remediation: rem.ID, Warning: true,
 				Message: fmt.Sprintf("%s: remediation %s cannot resume yet: %v (trying again every %v)", m.Name, rem.ID, err, resumeRetry)})
 		}
 		select {
@@ -272,7 +273,7 @@ func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediat
 			return false, fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
 		default:
 			h.metrics.remediation(rem, "failed")
-			h.say(Notice{Machine: rem.Machine, Reason: ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
+			h.say(pass.Notice{Machine: rem.Machine, Reason: pass.ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
 				Message: fmt.Sprintf("%s: remediation %s ended Aborted, found in progress with nobody to carry it out: %s", rem.Machine, rem.ID, why)})
 		}
 		return false, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // What a recovery leaves behind. `hub recover` and `agent recover` rebuild etcd from the survivor as a
@@ -20,17 +21,17 @@ import (
 // while the old members that may run stay short of the old quorum.
 
 // retire records the old cluster the journaled recovery rec replaces (nil: none).
-func (h *Hub) retire(rec *RecoveryRecord) {
-	r := retirementOf(rec)
+func (h *Hub) retire(rec *pass.RecoveryRecord) {
+	r := pass.RetirementOf(rec)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if r.token != h.retired.token {
+	if r.Token != h.retired.Token {
 		// Executors held at a checkpoint (paused) look again: one overtaken by the recovery ends.
 		close(h.resumed)
 		h.resumed = make(chan struct{})
 	}
-	if r.token == h.retired.token && h.retired.survivorSeen {
-		r.survivorSeen = true // seen by this hub, even if the journal did not take it
+	if r.Token == h.retired.Token && h.retired.SurvivorSeen {
+		r.SurvivorSeen = true // seen by this hub, even if the journal did not take it
 	}
 	h.retired = r
 }
@@ -40,8 +41,8 @@ func (h *Hub) retire(rec *RecoveryRecord) {
 // hub all the same; the next hub sees it again.
 func (h *Hub) survivorSeen(ctx context.Context, token string) {
 	h.mu.Lock()
-	if h.retired.token == token {
-		h.retired.survivorSeen = true
+	if h.retired.Token == token {
+		h.retired.SurvivorSeen = true
 	}
 	h.mu.Unlock()
 	store := h.cfg.Recoveries
@@ -69,34 +70,34 @@ func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) (retired bool, 
 	inv := h.inventory()
 	obs := h.gossipNow()
 	stale := inv.Policy.Assess.StaleAfter
-	if _, retired := r.hold(machine, obs, stale); !retired {
+	if _, retired := r.Hold(machine, obs, stale); !retired {
 		return false, nil
 	}
 	var running []string
-	for _, x := range r.members {
-		if x.machine == machine {
+	for _, x := range r.Members {
+		if x.Machine == machine {
 			continue
 		}
-		if rejoined, _ := r.where(x, obs, stale); rejoined {
+		if rejoined, _ := r.Where(x, obs, stale); rejoined {
 			continue
 		}
 		if why := h.mayRun(ctx, inv, x, obs); why != "" {
-			running = append(running, fmt.Sprintf("%s (%s): %s", x.machine, x.member, why))
+			running = append(running, fmt.Sprintf("%s (%s): %s", x.Machine, x.Member, why))
 		}
 	}
-	if len(running)+1 < r.quorum {
+	if len(running)+1 < r.Quorum {
 		return true, nil
 	}
 	return true, fmt.Errorf("%w: %s was retired by etcd recovery %s and would run %s of the old cluster %s; with %s, "+
 		"%d of the old cluster's members would run, its quorum (%d): the old cluster would serve its old data beside the new one. "+
-		"Run `agent rejoin` on those first, one machine at a time", ErrRefused, machine, r.token, r.memberOf(machine), r.cluster,
-		strings.Join(running, "; "), len(running)+1, r.quorum)
+		"Run `agent rejoin` on those first, one machine at a time", ErrRefused, machine, r.Token, r.MemberOf(machine), r.Cluster,
+		strings.Join(running, "; "), len(running)+1, r.Quorum)
 }
 
 // mayRun says why a retired member's machine may be running ("": its BMC reads it Off now and its agent
 // does not report).
-func (h *Hub) mayRun(ctx context.Context, inv Inventory, x retiree, obs assess.Observations) string {
-	m, ok := inv.Machine(x.machine)
+func (h *Hub) mayRun(ctx context.Context, inv pass.Inventory, x pass.Retiree, obs assess.Observations) string {
+	m, ok := inv.Machine(x.Machine)
 	if !ok {
 		return "not in the inventory: its power cannot be read"
 	}

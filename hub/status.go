@@ -8,6 +8,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -18,13 +19,13 @@ type Status struct {
 	Epoch   uint64     `json:"epoch"`
 	Pause   PauseState `json:"pause"`
 	// PausedBy lists every pause in force (any one holds): who, why, since when.
-	PausedBy  []Brake `json:"pausedBy,omitempty"`
-	Suspended bool    `json:"suspended"`
+	PausedBy  []pass.Brake `json:"pausedBy,omitempty"`
+	Suspended bool         `json:"suspended"`
 	// Degraded says why the hub acts without the API server (Kubernetes mode's degraded mode), and
 	// with what: empty when it does not.
 	Degraded string `json:"degraded,omitempty"`
 	// SuspendedBy says who made the hub observe-only, why and since when.
-	SuspendedBy *Brake `json:"suspendedBy,omitempty"`
+	SuspendedBy *pass.Brake `json:"suspendedBy,omitempty"`
 	// NotPlanning says why the latest pass did not plan (agents disagree, suspended would-do, rate
 	// limit); empty when it planned.
 	NotPlanning string `json:"notPlanning,omitempty"`
@@ -34,10 +35,10 @@ type Status struct {
 	Budget  *quorum.Budget `json:"budget,omitempty"`
 	// QuorumLoss says which voters etcd's lost quorum lacks and whether they are lost for good (absent
 	// while quorum holds).
-	QuorumLoss *QuorumLoss `json:"quorumLoss,omitempty"`
+	QuorumLoss *pass.QuorumLoss `json:"quorumLoss,omitempty"`
 	// RaftMark is the highest raft index a member has reported to the hub (or the journal held when
 	// the hub started): what a recovery after a permanent loss of quorum is checked against.
-	RaftMark *RaftMark `json:"raftMark,omitempty"`
+	RaftMark *pass.RaftMark `json:"raftMark,omitempty"`
 	// Observers says how many of the expected observers the hub hears: it acts only on a strict
 	// majority.
 	Observers ObserversStatus `json:"observers"`
@@ -67,17 +68,17 @@ type MachineStatus struct {
 	Since      time.Time      `json:"since,omitzero"`
 	Reasons    []string       `json:"reasons,omitempty"`
 	Detached   bool           `json:"detached,omitempty"`
-	DetachedBy *Brake         `json:"detachedBy,omitempty"`
+	DetachedBy *pass.Brake    `json:"detachedBy,omitempty"`
 	Decision   string         `json:"decision,omitempty"`
 	// NeedsOperator: the hub will not heal this Unhealthy machine again by itself (given up, flapping,
 	// fenced); Decision says what to do.
-	NeedsOperator OperatorNeed `json:"needsOperator,omitempty"`
-	Remediation   *InFlight    `json:"remediation,omitempty"`
+	NeedsOperator pass.OperatorNeed `json:"needsOperator,omitempty"`
+	Remediation   *InFlight         `json:"remediation,omitempty"`
 	// BMCLogin says why the hub makes no login to the machine's BMC now: its account refused the
 	// credentials, and the hub waits before it tries again so that the account does not lock.
 	BMCLogin string `json:"bmcLogin,omitempty"`
 	// BMC is what the last readiness check of its BMC found (none yet, or no BMC: absent).
-	BMC *BMCReadiness `json:"bmc,omitempty"`
+	BMC *pass.BMCReadiness `json:"bmc,omitempty"`
 }
 
 // InFlight is a remediation in flight, as `hub status` shows it.
@@ -104,37 +105,37 @@ func (h *Hub) Status(ctx context.Context) Status {
 	h.mu.Lock()
 	v := h.view
 	st := Status{Cluster: h.inv.Cluster, Time: time.Now(), Epoch: h.cfg.Journal.Epoch(), Pause: h.pauseState(),
-		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: v.notPlanning, Degraded: h.cfg.Degraded,
-		Observers: ObserversStatus{Expected: v.hearing.Expected, Heard: v.hearing.Heard, Missing: v.hearing.Missing, Majority: v.hearing.Majority()}, Policy: h.effective()}
-	if v.notPlanning == "" && v.outcome.Budget.Voters > 0 {
-		b := v.outcome.Budget
-		st.Budget, st.QuorumLoss = &b, v.loss
+		PausedBy: h.pausedBy(), Suspended: h.brakes.Suspended != nil, SuspendedBy: h.brakes.Suspended, NotPlanning: v.NotPlanning, Degraded: h.cfg.Degraded,
+		Observers: ObserversStatus{Expected: v.Hearing.Expected, Heard: v.Hearing.Heard, Missing: v.Hearing.Missing, Majority: v.Hearing.Majority()}, Policy: h.effective()}
+	if v.NotPlanning == "" && v.Outcome.Budget.Voters > 0 {
+		b := v.Outcome.Budget
+		st.Budget, st.QuorumLoss = &b, v.Loss
 	}
-	if v.mark.Index > 0 {
-		m := v.mark
+	if v.Mark.Index > 0 {
+		m := v.Mark
 		st.RaftMark = &m
 	}
 	decisions := map[string]string{}
 	var holding []string
-	for _, d := range v.outcome.Decisions {
+	for _, d := range v.Outcome.Decisions {
 		decisions[d.Machine] = d.Reason
-		if h, ok := v.holds[d.Machine]; ok {
-			decisions[d.Machine] = h.why
-			if h.brake() {
-				holding = append(holding, h.why)
+		if h, ok := v.Holds[d.Machine]; ok {
+			decisions[d.Machine] = h.Why
+			if h.Brake() {
+				holding = append(holding, h.Why)
 			}
 		}
 	}
-	for name, h := range v.holds { // held whatever the verdict (retired), so the planner said nothing
+	for name, h := range v.Holds { // held whatever the verdict (retired), so the planner said nothing
 		if _, ok := decisions[name]; !ok {
-			decisions[name] = h.why
+			decisions[name] = h.Why
 		}
 	}
 	st.Holding = strings.Join(holding, "; ")
 	for i, m := range h.inv.Machines {
-		a := assessmentOf(v.assessments, i, m.Name)
+		a := pass.AssessmentOf(v.Assessments, i, m.Name)
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
-			Decision: decisions[m.Name], NeedsOperator: v.needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
+			Decision: decisions[m.Name], NeedsOperator: v.Needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
 		if b, ok := h.brakes.Detached[m.Name]; ok {
 			ms.Detached, ms.DetachedBy = true, &b
 		}
@@ -146,9 +147,9 @@ func (h *Hub) Status(ctx context.Context) Status {
 		}
 		if m.Member != "" {
 			ms.Role, ms.EtcdHealth = "absent", a.EtcdHealth.String()
-			if i := v.cluster.Index(m.Member); i >= 0 {
+			if i := v.Cluster.Index(m.Member); i >= 0 {
 				ms.Role = "voter"
-				if v.cluster.Members[i].Learner {
+				if v.Cluster.Members[i].Learner {
 					ms.Role = "learner"
 				}
 			}
@@ -198,7 +199,7 @@ type Explanation struct {
 	// Holding is the hold that keeps it, when one does.
 	Holding string `json:"holding,omitempty"`
 	// Lost is its part in a loss of etcd's quorum, when it is a lost voter.
-	Lost *LostVoter `json:"lostVoter,omitempty"`
+	Lost *pass.LostVoter `json:"lostVoter,omitempty"`
 	// Brakes are what keeps the hub from acting on it (pause, suspend, detach, a refused BMC login).
 	Brakes []string `json:"brakes,omitempty"`
 	// History is its last remediations (at most 5), oldest first, with every journaled step.
@@ -333,7 +334,7 @@ func (e Explanation) String() string {
 }
 
 // describeBMC is explain's line on the last readiness check of a machine's BMC.
-func describeBMC(r *BMCReadiness) string {
+func describeBMC(r *pass.BMCReadiness) string {
 	switch {
 	case r == nil:
 		return "bmc: not checked yet (the hub checks every BMC when it starts leading, then every 10 min)"

@@ -11,6 +11,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -18,7 +19,7 @@ import (
 // and the one path by which what it records becomes the hub's notices, metrics and status.
 type remediationWorld struct {
 	h   *Hub
-	m   Machine
+	m   pass.Machine
 	rem journal.Remediation
 	r   *running
 	// detected: when the hub found the machine Unhealthy (zero for an operator's remediation, or one
@@ -44,14 +45,14 @@ func (w *remediationWorld) Recorded(en journal.Entry, err error) {
 	if err != nil {
 		w.failing = true
 		h.setStalled(w.r, fmt.Sprintf("the journal refuses a write: %v (retrying until it is recorded)", err))
-		h.say(Notice{Machine: m, Reason: ReasonJournalWriteFailing, Remediation: id, Warning: true,
+		h.say(pass.Notice{Machine: m, Reason: pass.ReasonJournalWriteFailing, Remediation: id, Warning: true,
 			Message: fmt.Sprintf("%s: remediation %s: the journal refuses a write (%v): retrying until it is recorded; %s stays in flight meanwhile", m, id, err, m)})
 		return
 	}
 	if w.failing {
 		w.failing = false
 		h.setStalled(w.r, "")
-		h.say(Notice{Machine: m, Reason: ReasonJournalWriteRecorded, Remediation: id,
+		h.say(pass.Notice{Machine: m, Reason: pass.ReasonJournalWriteRecorded, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s: the journal accepted the write it refused before; going on", m, id)})
 	}
 	switch {
@@ -73,7 +74,7 @@ func (w *remediationWorld) Recorded(en journal.Entry, err error) {
 		}
 		h.mu.Unlock()
 		if en.Result.Announced() {
-			h.say(Notice{Machine: m, Reason: ReasonStepDone, Remediation: id, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m, id, stepName(w.rem, en.Step), en.Detail)})
+			h.say(pass.Notice{Machine: m, Reason: pass.ReasonStepDone, Remediation: id, Message: fmt.Sprintf("%s: remediation %s: %s: %s", m, id, stepName(w.rem, en.Step), en.Detail)})
 		}
 	}
 }
@@ -92,11 +93,11 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 	h, m, id := w.h, w.m.Name, w.rem.ID
 	switch {
 	case stopping:
-		h.say(Notice{Machine: m, Reason: ReasonRemediationInterrupted, Remediation: id,
+		h.say(pass.Notice{Machine: m, Reason: pass.ReasonRemediationInterrupted, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m, id)})
 	case w.end != nil && w.end.Ends == journal.Succeeded:
 		h.metrics.remediation(w.rem, "succeeded")
-		h.say(Notice{Machine: m, Reason: ReasonRemediated, Remediation: id,
+		h.say(pass.Notice{Machine: m, Reason: pass.ReasonRemediated, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m, id, quorum.StepList(w.rem.Steps))})
 	case w.end != nil || err != nil:
 		why := err
@@ -104,7 +105,7 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 			why = errors.New(w.end.Detail)
 		}
 		h.metrics.remediation(w.rem, "failed")
-		h.say(Notice{Machine: m, Reason: ReasonRemediationFailed, Remediation: id, Warning: true,
+		h.say(pass.Notice{Machine: m, Reason: pass.ReasonRemediationFailed, Remediation: id, Warning: true,
 			Message: fmt.Sprintf("%s: remediation %s ended: %v", m, id, why)})
 	}
 }
@@ -118,7 +119,7 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 	v, inv, flights := h.view, h.inventoryLocked(), h.flightsLocked()
 	h.mu.Unlock()
 	obs := h.gossipNow()
-	c, why := membershipOf(inv, obs, v.assessments, assess.Hear(assess.ExpectedOf(refs(inv), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
+	c, why := pass.MembershipOf(inv, obs, v.Assessments, assess.Hear(assess.ExpectedOf(inv.Refs(), inv.Witnesses), obs, inv.Policy.Assess.StaleAfter), flights)
 	if why != "" {
 		return c, fmt.Errorf("%s", why)
 	}
@@ -133,7 +134,7 @@ func (h *Hub) live(context.Context) (quorum.Cluster, error) {
 // differ from the hub's). It gives up after StaleAfter.
 func (h *Hub) freshBarrier(ctx context.Context) error {
 	h.mu.Lock()
-	e, wait := h.view.hearing.Set, h.inventoryLocked().Policy.Assess.StaleAfter
+	e, wait := h.view.Hearing.Set, h.inventoryLocked().Policy.Assess.StaleAfter
 	h.mu.Unlock()
 	before := h.cfg.Gossip.Reports()
 	need := e.Judges()/2 + 1
@@ -169,14 +170,14 @@ func (w *remediationWorld) Overtaken() error {
 	w.h.mu.Lock()
 	r := w.h.retired
 	w.h.mu.Unlock()
-	if !w.rem.Created.Before(r.began) {
+	if !w.rem.Created.Before(r.Began) {
 		return nil
 	}
-	if _, retired := r.hold(w.m.Name, w.h.gossipNow(), w.h.inventory().Policy.Assess.StaleAfter); !retired {
+	if _, retired := r.Hold(w.m.Name, w.h.gossipNow(), w.h.inventory().Policy.Assess.StaleAfter); !retired {
 		return nil
 	}
 	return fmt.Errorf("overtaken by etcd recovery %s (begun %s): %s is retired, a member of the old cluster, until `agent rejoin` on it",
-		r.token, r.began.UTC().Format(time.RFC3339), w.m.Name)
+		r.Token, r.Began.UTC().Format(time.RFC3339), w.m.Name)
 }
 
 // Wanted: one of the hub's own remediations is wanted while the machine has not been judged Healthy

@@ -19,10 +19,10 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/capture"
@@ -379,7 +379,7 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 		createNode(t, c, m.Node, m.Member, true)
 	}
 	go mirrorToEtcd(ctx, t, c, ns, tb, names)
-	d := &Discovery{Client: c, Namespace: ns, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
+	d := &Discovery{Client: c, Namespace: ns, Base: pass.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
 	startDiscoveredHub(t, c, tb, d)
 
 	sick := machines[2].Name

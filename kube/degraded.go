@@ -17,6 +17,7 @@ import (
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -31,7 +32,7 @@ type Degraded struct {
 	Journal string
 	History int
 	// BreakGlass is the break-glass inventory (nil: none given), read from BreakGlassPath.
-	BreakGlass     *hub.Inventory
+	BreakGlass     *pass.Inventory
 	BreakGlassPath string
 	// Namespace and Lease name the Lease the replicas lead through; LeaseDuration is its duration.
 	Namespace, Lease string
@@ -69,7 +70,7 @@ func (d *Degraded) AfterLoss(ctx context.Context, leader *Leader, renewed time.T
 		return
 	}
 	loss := degraded.Loss{Renewed: renewed}
-	if loss.Quorum, loss.QuorumWhy = last.EtcdQuorum(renewed); loss.Quorum == hub.QuorumLost {
+	if loss.Quorum, loss.QuorumWhy = last.EtcdQuorum(renewed); loss.Quorum == pass.QuorumLost {
 		// client-go gives the lease up after the renew deadline plus a retry period without a renewal
 		// (0.85 of the lease duration); half a retry period more for this probe leaves the decision
 		// within the authority.
@@ -92,7 +93,7 @@ func (d *Degraded) AfterLoss(ctx context.Context, leader *Leader, renewed time.T
 
 // Resume continues the degraded term a hub of this pod left (t, from the term file) when the API
 // server still does not answer and the term's authority lasts; it returns when it answers.
-func (d *Degraded) Resume(ctx context.Context, t degraded.Term, base hub.Inventory) {
+func (d *Degraded) Resume(ctx context.Context, t degraded.Term, base pass.Inventory) {
 	answers := d.apiAnswers(ctx, d.lease().Retry()) == nil
 	if ok, why := d.lease().Continue(t, answers, time.Now()); !ok {
 		d.Log.Warn(why, "identity", t.Identity, "epoch", t.Epoch, "apiServerLastUnreachable", t.Unreachable)
@@ -105,7 +106,7 @@ func (d *Degraded) Resume(ctx context.Context, t degraded.Term, base hub.Invento
 // run runs one degraded hub on inv with the local journal until the API server answers or ctx ends.
 // brakes, for a new term, are the brakes in force when the API server was lost (with the machines
 // whose remediation through the API server is in flight detached); a continued term has its own.
-func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *hub.Brakes, inv hub.Inventory) {
+func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *pass.Brakes, inv pass.Inventory) {
 	j, err := hub.OpenJournal(d.Journal, d.History)
 	if err != nil {
 		d.Log.Error("degraded mode: opening the local journal", "err", err)
@@ -138,11 +139,11 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *hub.Brakes,
 	h, err = d.NewHub(j, func(cfg *hub.Config) {
 		cfg.Inventory, cfg.Degraded, cfg.Brakes, cfg.Notify = inv, why, j, nil
 		if d.BreakGlass == nil {
-			cfg.PowerFor = func(m hub.Machine) (execute.Power, error) {
+			cfg.PowerFor = func(m pass.Machine) (execute.Power, error) {
 				return nil, fmt.Errorf("%s: etcd has lost quorum and the API server does not answer; without a break-glass inventory (--break-glass-inventory) Hale cannot reach its BMC: held until the API server answers", m.Name)
 			}
 		}
-		cfg.OwnerFor = func(m hub.Machine) (execute.Owner, error) {
+		cfg.OwnerFor = func(m pass.Machine) (execute.Owner, error) {
 			return nil, fmt.Errorf("%s: its owner controller is reached through the API server, which does not answer (degraded mode): held until it does", m.Name)
 		}
 		cfg.Standby = func() string {
@@ -154,7 +155,7 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *hub.Brakes,
 		}
 		cfg.AfterPass = func(uint64) {
 			// Only on evidence from after the loss: this hub starts holding reports from before it.
-			if q, why := h.EtcdQuorumSince(time.Now(), t.Since); q == hub.QuorumHeld && quorumBack.Load() == nil {
+			if q, why := h.EtcdQuorumSince(time.Now(), t.Since); q == pass.QuorumHeld && quorumBack.Load() == nil {
 				quorumBack.Store(&why)
 				d.Log.Warn("degraded mode: etcd has quorum again; starting nothing new until the API server answers", "etcd", why)
 			}
@@ -204,7 +205,7 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *hub.Brakes,
 // its term file. It returns the notices to say once this leader's hub runs (Hub.Say: a log line, the
 // timeline, a metric and an Event each). An import cut short is done again by the next leader of this
 // pod: the objects are not written twice.
-func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub.BrakeStore, recoveries hub.RecoveryStore, log *slog.Logger) ([]hub.Notice, error) {
+func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub.BrakeStore, recoveries hub.RecoveryStore, log *slog.Logger) ([]pass.Notice, error) {
 	t, err := degraded.ReadTerm(path)
 	if err != nil {
 		return nil, err
@@ -220,8 +221,8 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 		return nil, err
 	}
 	rems, err := local.All(ctx)
-	var rec *hub.RecoveryRecord
-	var brakes hub.Brakes
+	var rec *pass.RecoveryRecord
+	var brakes pass.Brakes
 	if err == nil {
 		rec, err = local.Recovery(ctx)
 	}
@@ -237,7 +238,7 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 		term = fmt.Sprintf("the degraded term of %s at epoch %d (from %s, %s)", t.Identity, t.Epoch, t.Since.UTC().Format(time.RFC3339), t.Why)
 	}
 	var names []string
-	var said []hub.Notice
+	var said []pass.Notice
 	for _, r := range rems {
 		note := fmt.Sprintf("recorded in the local journal %s during %s, while the API server did not answer; imported at epoch %d", path, term, j.Epoch())
 		fresh, err := j.Import(ctx, r, note)
@@ -248,18 +249,18 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 		if !fresh {
 			continue
 		}
-		reason, warn := hub.ReasonRemediated, false
+		reason, warn := pass.ReasonRemediated, false
 		switch r.State {
 		case journal.InProgress:
-			reason = hub.ReasonRemediationInterrupted
+			reason = pass.ReasonRemediationInterrupted
 		case journal.Failed, journal.Aborted:
-			reason, warn = hub.ReasonRemediationFailed, true
+			reason, warn = pass.ReasonRemediationFailed, true
 		}
 		last := ""
 		if n := len(r.History); n > 0 {
 			last = r.History[n-1].Detail
 		}
-		said = append(said, hub.Notice{Machine: r.Machine, Reason: reason, Remediation: r.ID, Warning: warn,
+		said = append(said, pass.Notice{Machine: r.Machine, Reason: reason, Remediation: r.ID, Warning: warn,
 			Message: fmt.Sprintf("while the API server did not answer (degraded mode), %s: %s: %s", strings.Join(quorum.Plan{Steps: r.Steps}.StepStrings(), " → "), r.State, last)})
 	}
 	if rec != nil {
@@ -284,7 +285,7 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 			msg += "; its brakes carried back into the HealthPolicy: " + strings.Join(carried, ", ")
 		}
 	}
-	said = append(said, hub.Notice{Reason: hub.ReasonDegradedMode, Message: msg, Warning: true})
+	said = append(said, pass.Notice{Reason: pass.ReasonDegradedMode, Message: msg, Warning: true})
 	if err := os.Remove(path); err != nil {
 		return said, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -126,7 +127,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{HostDetachedAnnotation: ""})
 	ep, err := bmc.ParseEndpoint("redfish+http://127.0.0.1:1/redfish/v1/Systems/1")
 	require.NoError(t, err)
-	base := hub.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []hub.Machine{{MachineRef: assess.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
+	base := pass.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
 		Class: "file", Strategy: quorum.Reboot, Endpoint: ep}}}
 	d := &Discovery{Client: c, Base: base}
 	inv, err := d.Build(ctx)
@@ -153,7 +154,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	assert.Equal(t, []assess.NodeCondition{{Type: "Ready", Status: "Unknown", Reason: "NodeStatusUnknown", Since: since.Time}}, inv.Machines[0].Conditions,
 		"the Node's conditions, as evidence for the assessor")
 
-	power := d.PowerFor(func(m hub.Machine) (execute.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
+	power := d.PowerFor(func(m pass.Machine) (execute.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
 	p, err := power(inv.Machines[0])
 	require.NoError(t, err)
 	assert.Equal(t, client.ObjectKey{Namespace: "capi", Name: "host-a"}, p.(*Metal3Host).Key)
@@ -207,7 +208,7 @@ func startTestbed(t *testing.T) *demo.Testbed {
 // kubeTestbed is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
 // a real kube-apiserver, started for the test with namespace ns: a control-plane Node per machine,
 // named as its agent, its etcd member named by annotation.
-func kubeTestbed(t *testing.T, ns string) (client.Client, *demo.Testbed, hub.Inventory) {
+func kubeTestbed(t *testing.T, ns string) (client.Client, *demo.Testbed, pass.Inventory) {
 	t.Helper()
 	c, _ := kubeenv.Start(t)
 	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
@@ -237,7 +238,7 @@ func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Disc
 		cfg.Notify = sink.Notify
 	}}))
 	// The hub is gone (nil) once the test's cleanup stopped it, while this goroutine may still run.
-	setInventory := func(inv hub.Inventory) error {
+	setInventory := func(inv pass.Inventory) error {
 		if h := tb.Hub(); h != nil {
 			return h.SetInventory(inv)
 		}
@@ -356,7 +357,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 		"spec": map[string]any{"replicas": int64(3), "version": "v1.36.3", "machineTemplate": map[string]any{"spec": map[string]any{
 			"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "cp"}}}}}}
 	require.NoError(t, c.Create(ctx, kcp))
-	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
+	d := &Discovery{Client: c, Base: pass.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
 	startDiscoveredHub(t, c, tb, d)
 	handedOver := func(name string) bool {
 		var m clusterv1.Machine
@@ -448,7 +449,7 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	all, err := quorum.ParseLimit("100%")
 	require.NoError(t, err)
 	policy.Quorum.Pools.MaxUnhealthy = all
-	d := &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: policy, Witnesses: inv.Witnesses}}
+	d := &Discovery{Client: c, Base: pass.Inventory{Cluster: inv.Cluster, Policy: policy, Witnesses: inv.Witnesses}}
 	startDiscoveredHub(t, c, tb, d)
 	replicas := func() int32 {
 		var got clusterv1.MachineDeployment
@@ -509,7 +510,7 @@ func TestRemediateMachineAnnotation(t *testing.T) {
 	for _, m := range inv.Machines {
 		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
 	}
-	startDiscoveredHub(t, c, tb, &Discovery{Client: c, Base: hub.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}})
+	startDiscoveredHub(t, c, tb, &Discovery{Client: c, Base: pass.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}})
 	machine := func(name string) *clusterv1.Machine {
 		var m clusterv1.Machine
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: name}, &m))

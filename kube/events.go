@@ -8,13 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/pass"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/hale-dev/hale/hub"
 )
 
 // EventSink turns the hub's notices into Kubernetes Events (events.k8s.io/v1) on the machine's
@@ -29,7 +28,7 @@ type EventSink struct {
 	// Hub is what Events about the hub as a whole (no machine) are attached to: its HealthPolicy.
 	Hub   corev1.ObjectReference
 	Log   *slog.Logger
-	queue chan hub.Notice
+	queue chan pass.Notice
 }
 
 // ReportingController names Hale in every Event it writes.
@@ -37,11 +36,11 @@ const ReportingController = "hale.dev/hub"
 
 // NewEventSink returns a sink; Run writes its queue.
 func NewEventSink(c client.Client, d *Discovery, instance string, log *slog.Logger) *EventSink {
-	return &EventSink{Client: c, Discovery: d, Instance: instance, Log: log, queue: make(chan hub.Notice, 256)}
+	return &EventSink{Client: c, Discovery: d, Instance: instance, Log: log, queue: make(chan pass.Notice, 256)}
 }
 
 // Notify is the hub's Config.Notify.
-func (s *EventSink) Notify(n hub.Notice) {
+func (s *EventSink) Notify(n pass.Notice) {
 	select {
 	case s.queue <- n:
 	default:
@@ -63,7 +62,7 @@ func (s *EventSink) Run(ctx context.Context) {
 	}
 }
 
-func (s *EventSink) write(ctx context.Context, n hub.Notice) error {
+func (s *EventSink) write(ctx context.Context, n pass.Notice) error {
 	ref := s.Hub
 	if n.Machine == "" && ref.Name == "" {
 		return errors.New("a notice about the hub as a whole, and no HealthPolicy to attach it to (EventSink.Hub unset)")

@@ -22,9 +22,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -61,7 +61,7 @@ var BareMetalHostGVK = schema.GroupVersionKind{Group: "metal3.io", Version: "v1a
 type Discovery struct {
 	Client client.Client
 	// Base gives the gossip cluster name, the policy, and the machines whose BMC Hale calls itself.
-	Base hub.Inventory
+	Base pass.Inventory
 	// Namespace, when set, is where Cluster API Machines and BareMetalHosts are looked for (default:
 	// every namespace).
 	Namespace string
@@ -99,7 +99,7 @@ type binding struct {
 	owner      *ownerRef
 	deployment *client.ObjectKey // the MachineDeployment over the owning MachineSet
 	host       *client.ObjectKey // the BareMetalHost
-	base       *hub.Machine      // the machine as Base lists it (its BMC)
+	base       *pass.Machine     // the machine as Base lists it (its BMC)
 }
 
 type ownerRef struct {
@@ -108,23 +108,23 @@ type ownerRef struct {
 
 // Build reads the cluster once and returns the inventory; the previous one stays with the caller
 // when it fails.
-func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
+func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 	var nodes corev1.NodeList
 	if err := d.Client.List(ctx, &nodes, client.HasLabels{ControlPlaneLabel}); err != nil {
-		return hub.Inventory{}, fmt.Errorf("listing control-plane nodes: %w", err)
+		return pass.Inventory{}, fmt.Errorf("listing control-plane nodes: %w", err)
 	}
 	var machines clusterv1.MachineList
 	if err := d.optional(d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)), "Cluster API Machines", "deploy/components/capi"); err != nil {
-		return hub.Inventory{}, err
+		return pass.Inventory{}, err
 	}
 	var checks clusterv1.MachineHealthCheckList
 	if err := d.optional(d.Client.List(ctx, &checks, client.InNamespace(d.Namespace)), "Cluster API MachineHealthChecks", "deploy/components/capi"); err != nil {
-		return hub.Inventory{}, err
+		return pass.Inventory{}, err
 	}
 	hosts := &unstructured.UnstructuredList{}
 	hosts.SetGroupVersionKind(BareMetalHostGVK.GroupVersion().WithKind(BareMetalHostGVK.Kind + "List"))
 	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
-		return hub.Inventory{}, err
+		return pass.Inventory{}, err
 	}
 	byNode := map[string]*clusterv1.Machine{}
 	for i := range machines.Items {
@@ -134,9 +134,9 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	}
 	var witnessNodes corev1.NodeList
 	if err := d.Client.List(ctx, &witnessNodes, client.HasLabels{WitnessLabel}); err != nil {
-		return hub.Inventory{}, fmt.Errorf("listing witness nodes (label %s): %w", WitnessLabel, err)
+		return pass.Inventory{}, fmt.Errorf("listing witness nodes (label %s): %w", WitnessLabel, err)
 	}
-	inv := hub.Inventory{Cluster: d.Base.Cluster, Policy: d.Base.Policy, Witnesses: slices.Clone(d.Base.Witnesses)}
+	inv := pass.Inventory{Cluster: d.Base.Cluster, Policy: d.Base.Policy, Witnesses: slices.Clone(d.Base.Witnesses)}
 	for _, n := range witnessNodes.Items {
 		if _, cp := n.Labels[ControlPlaneLabel]; !cp && !slices.Contains(inv.Witnesses, n.Name) {
 			inv.Witnesses = append(inv.Witnesses, n.Name)
@@ -146,7 +146,7 @@ func (d *Discovery) Build(ctx context.Context) (hub.Inventory, error) {
 	bound := map[string]binding{}
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes.Items {
-		m := hub.Machine{MachineRef: assess.MachineRef{Name: n.Name, Node: n.Name, Member: n.Name}, Class: "kubernetes", Pool: ControlPlanePool, Strategy: quorum.Reboot}
+		m := pass.Machine{MachineRef: assess.MachineRef{Name: n.Name, Node: n.Name, Member: n.Name}, Class: "kubernetes", Pool: ControlPlanePool, Strategy: quorum.Reboot}
 		member, annotated := n.Annotations[EtcdMemberAnnotation]
 		if annotated {
 			m.Member = member
@@ -262,7 +262,7 @@ func healthCheckOf(checks []clusterv1.MachineHealthCheck, m *clusterv1.Machine) 
 
 // Run rebuilds the inventory every interval and hands it to set; a failed build keeps the previous
 // inventory in force (logged).
-func (d *Discovery) Run(ctx context.Context, interval time.Duration, set func(hub.Inventory) error, log *slog.Logger) {
+func (d *Discovery) Run(ctx context.Context, interval time.Duration, set func(pass.Inventory) error, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -283,8 +283,8 @@ func (d *Discovery) Run(ctx context.Context, interval time.Duration, set func(hu
 
 // PowerFor is the hub's PowerFor in Kubernetes mode: the BareMetalHost's reboot annotation, or the
 // machine's own BMC when the inventory file lists it.
-func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (execute.Power, error)) func(hub.Machine) (execute.Power, error) {
-	return func(m hub.Machine) (execute.Power, error) {
+func (d *Discovery) PowerFor(defaultPower func(pass.Machine) (execute.Power, error)) func(pass.Machine) (execute.Power, error) {
+	return func(m pass.Machine) (execute.Power, error) {
 		b, _ := d.binding(m.Name)
 		switch {
 		case b.host != nil:
@@ -297,7 +297,7 @@ func (d *Discovery) PowerFor(defaultPower func(hub.Machine) (execute.Power, erro
 }
 
 // OwnerFor is the hub's OwnerFor in Kubernetes mode: the Cluster API Machine's owner.
-func (d *Discovery) OwnerFor(m hub.Machine) (execute.Owner, error) {
+func (d *Discovery) OwnerFor(m pass.Machine) (execute.Owner, error) {
 	b, _ := d.binding(m.Name)
 	if b.machine == nil || b.owner == nil {
 		return nil, fmt.Errorf("%s: not a Cluster API Machine with an owner: nothing can replace it", m.Name)
@@ -355,13 +355,13 @@ func findHost(hosts []unstructured.Unstructured, m *clusterv1.Machine, node stri
 	return nil
 }
 
-func baseMachine(inv hub.Inventory, node string) (hub.Machine, bool) {
+func baseMachine(inv pass.Inventory, node string) (pass.Machine, bool) {
 	for _, m := range inv.Machines {
 		if m.Node == node {
 			return m, true
 		}
 	}
-	return hub.Machine{}, false
+	return pass.Machine{}, false
 }
 
 // optional: listing a kind Hale can do without. Not installed (no CRD): there are none. Forbidden

@@ -27,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
@@ -270,7 +271,7 @@ func TestHubNoticeIsAnEventOnTheHealthPolicy(t *testing.T) {
 	sink := NewEventSink(c, &Discovery{Client: c}, "hub-test", slog.New(slog.DiscardHandler))
 	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: ns, Name: "default"}
 	go sink.Run(ctx)
-	sink.Notify(hub.Notice{Reason: "ObserverMajorityLost", Warning: true,
+	sink.Notify(pass.Notice{Reason: "ObserverMajorityLost", Warning: true,
 		Message: "the hub hears 2 of 6 expected observers (the hub, cp-0); a strict majority is 4: a partition and a crash look the same from here"})
 	require.Eventually(t, func() bool {
 		var events eventsv1.EventList

@@ -22,6 +22,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -166,7 +167,7 @@ const ClusterPausedForAnnotation = "hale.dev/paused-for"
 // KubeadmControlPlane and the MachineHealthChecks leave the machines alone while their members are
 // rebuilt and rejoined; afterwards they replace, as usual, those that did not come back. A Cluster
 // paused by someone else is left as it is.
-func (s *PolicySync) holdCluster(ctx context.Context, c *clusterv1.Cluster, pause *hub.Brake) error {
+func (s *PolicySync) holdCluster(ctx context.Context, c *clusterv1.Cluster, pause *pass.Brake) error {
 	token, recovering := hub.RecoveryPause(pause)
 	_, annotated := c.Annotations[clusterv1.PausedAnnotation]
 	pausedFor, ours := c.Annotations[ClusterPausedForAnnotation]
@@ -213,20 +214,20 @@ type PolicyBrakes struct {
 }
 
 // LoadBrakes reads the brakes (none when there is no policy yet).
-func (pb PolicyBrakes) LoadBrakes(ctx context.Context) (hub.Brakes, error) {
+func (pb PolicyBrakes) LoadBrakes(ctx context.Context) (pass.Brakes, error) {
 	var p v1alpha1.HealthPolicy
 	err := pb.Client.Get(ctx, pb.Policy, &p)
 	switch {
 	case apierrors.IsNotFound(err):
-		return hub.Brakes{}, nil
+		return pass.Brakes{}, nil
 	case err != nil:
-		return hub.Brakes{}, fmt.Errorf("reading HealthPolicy %s: %w", pb.Policy, err)
+		return pass.Brakes{}, fmt.Errorf("reading HealthPolicy %s: %w", pb.Policy, err)
 	}
 	return brakesOf(&p), nil
 }
 
 // SaveBrakes writes the brakes to the policy (creating it when missing).
-func (pb PolicyBrakes) SaveBrakes(ctx context.Context, b hub.Brakes) error {
+func (pb PolicyBrakes) SaveBrakes(ctx context.Context, b pass.Brakes) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var p v1alpha1.HealthPolicy
 		err := pb.Client.Get(ctx, pb.Policy, &p)
@@ -241,7 +242,7 @@ func (pb PolicyBrakes) SaveBrakes(ctx context.Context, b hub.Brakes) error {
 			p.Annotations = map[string]string{}
 		}
 		for _, f := range []struct {
-			brake      *hub.Brake
+			brake      *pass.Brake
 			spec       *bool
 			annotation string
 		}{{b.Paused, &p.Spec.Paused, PausedByAnnotation}, {b.Suspended, &p.Spec.Suspended, SuspendedByAnnotation}} {
@@ -274,14 +275,14 @@ func (pb PolicyBrakes) SaveBrakes(ctx context.Context, b hub.Brakes) error {
 }
 
 // brakesOf reads the operator's brakes from a policy.
-func brakesOf(p *v1alpha1.HealthPolicy) hub.Brakes {
-	var b hub.Brakes
-	who := func(annotation, field string) *hub.Brake {
-		var br hub.Brake
+func brakesOf(p *v1alpha1.HealthPolicy) pass.Brakes {
+	var b pass.Brakes
+	who := func(annotation, field string) *pass.Brake {
+		var br pass.Brake
 		if v, ok := p.Annotations[annotation]; ok && json.Unmarshal([]byte(v), &br) == nil && br.By != "" {
 			return &br
 		}
-		return &hub.Brake{By: fmt.Sprintf("HealthPolicy %s/%s spec.%s", p.Namespace, p.Name, field)}
+		return &pass.Brake{By: fmt.Sprintf("HealthPolicy %s/%s spec.%s", p.Namespace, p.Name, field)}
 	}
 	if p.Spec.Paused {
 		b.Paused = who(PausedByAnnotation, "paused")
@@ -291,9 +292,9 @@ func brakesOf(p *v1alpha1.HealthPolicy) hub.Brakes {
 	}
 	for _, d := range p.Spec.Detached {
 		if b.Detached == nil {
-			b.Detached = map[string]hub.Brake{}
+			b.Detached = map[string]pass.Brake{}
 		}
-		br := hub.Brake{By: cmp.Or(d.By, fmt.Sprintf("HealthPolicy %s/%s spec.detached", p.Namespace, p.Name)), Reason: d.Reason}
+		br := pass.Brake{By: cmp.Or(d.By, fmt.Sprintf("HealthPolicy %s/%s spec.detached", p.Namespace, p.Name)), Reason: d.Reason}
 		if d.Since != nil {
 			br.Since = d.Since.Time
 		}

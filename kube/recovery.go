@@ -14,6 +14,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -34,8 +35,8 @@ type PolicyRecoveries struct {
 }
 
 // Recovery reads the last recovery (nil: none, or no policy yet).
-func (pr PolicyRecoveries) Recovery(ctx context.Context) (*hub.RecoveryRecord, error) {
-	var r hub.RecoveryRecord
+func (pr PolicyRecoveries) Recovery(ctx context.Context) (*pass.RecoveryRecord, error) {
+	var r pass.RecoveryRecord
 	ok, err := readAnnotation(ctx, pr.Client, pr.Policy, RecoveryAnnotation, &r,
 		"it is Hale's record of the last etcd recovery: restore it, or remove it to forget that recovery")
 	if !ok || err != nil {
@@ -45,7 +46,7 @@ func (pr PolicyRecoveries) Recovery(ctx context.Context) (*hub.RecoveryRecord, e
 }
 
 // RecordRecovery writes r as the last recovery (creating the policy when missing).
-func (pr PolicyRecoveries) RecordRecovery(ctx context.Context, r hub.RecoveryRecord) error {
+func (pr PolicyRecoveries) RecordRecovery(ctx context.Context, r pass.RecoveryRecord) error {
 	if err := writeAnnotation(ctx, pr.Client, pr.Policy, RecoveryAnnotation, r); err != nil {
 		return fmt.Errorf("recording etcd recovery %s: %w", r.Plan.Token, err)
 	}
@@ -61,14 +62,14 @@ type PolicyMarks struct {
 }
 
 // RaftMark reads the mark (the zero mark: none, or no policy yet).
-func (pm PolicyMarks) RaftMark(ctx context.Context) (hub.RaftMark, error) {
-	var m hub.RaftMark
+func (pm PolicyMarks) RaftMark(ctx context.Context) (pass.RaftMark, error) {
+	var m pass.RaftMark
 	_, err := readAnnotation(ctx, pm.Client, pm.Policy, MarkAnnotation, &m, "it is Hale's raft mark: remove it, and the hub starts it again from the reports")
 	return m, err
 }
 
 // RecordRaftMark writes the mark (creating the policy when missing).
-func (pm PolicyMarks) RecordRaftMark(ctx context.Context, m hub.RaftMark) error {
+func (pm PolicyMarks) RecordRaftMark(ctx context.Context, m pass.RaftMark) error {
 	if err := writeAnnotation(ctx, pm.Client, pm.Policy, MarkAnnotation, m); err != nil {
 		return fmt.Errorf("recording the raft mark: %w", err)
 	}
@@ -126,7 +127,7 @@ func writeAnnotation(ctx context.Context, c client.Client, policy client.ObjectK
 // (strategy fence, its fence as its history; note says where it was recorded). It returns the notices
 // to say (through the hub's one event path: Hub.Say): one per machine fenced by this import and one
 // for the recovery. Imported again (an import cut short), nothing is written twice.
-func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, rec hub.RecoveryRecord, note string) ([]hub.Notice, error) {
+func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, rec pass.RecoveryRecord, note string) ([]pass.Notice, error) {
 	if store != nil {
 		if err := store.RecordRecovery(ctx, rec); err != nil {
 			return nil, err
@@ -134,7 +135,7 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 	}
 	p := rec.Plan
 	var fenced []string
-	var said []hub.Notice
+	var said []pass.Notice
 	for _, f := range p.Fence {
 		if f.Machine == "" {
 			continue
@@ -157,7 +158,7 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 		}
 		fenced = append(fenced, fmt.Sprintf("%s (%s)", f.Machine, f.Member))
 		if fresh {
-			said = append(said, hub.Notice{Machine: f.Machine, Reason: hub.ReasonEtcdRecovery, Warning: true,
+			said = append(said, pass.Notice{Machine: f.Machine, Reason: pass.ReasonEtcdRecovery, Warning: true,
 				Message: fmt.Sprintf("%s: fenced by etcd recovery %s (%s): %s", f.Machine, p.Token, state, f.How)})
 		}
 	}
@@ -165,12 +166,12 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 	if rec.Done != nil {
 		done = "done: etcd cluster " + rec.NewClusterID
 	}
-	return append(said, hub.Notice{Reason: hub.ReasonEtcdRecovery, Warning: true,
+	return append(said, pass.Notice{Reason: pass.ReasonEtcdRecovery, Warning: true,
 		Message: fmt.Sprintf("etcd recovery %s by %s, begun %s while the API server did not answer: rebuilt from %s, fenced %s; %s",
 			p.Token, rec.By, rec.Began.UTC().Format("2006-01-02T15:04:05Z"), survivorOf(p), strings.Join(fenced, ", "), done)}), nil
 }
 
-func survivorOf(p hub.RecoveryPlan) string {
+func survivorOf(p pass.RecoveryPlan) string {
 	if s := p.Survivor; s != nil {
 		return fmt.Sprintf("%s (%s)", s.Member, s.Machine)
 	}

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -26,11 +26,11 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	assert.Nil(t, none, "no policy yet: no recovery")
 
 	began := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	rec := hub.RecoveryRecord{By: "alice", Began: began, Plan: hub.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "hale-c1-1", BumpRevision: 20_000,
+	rec := pass.RecoveryRecord{By: "alice", Began: began, Plan: pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "hale-c1-1", BumpRevision: 20_000,
 		Survivor: &quorum.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
 		Fence: []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true},
 			{Machine: "cp-1", Member: "etcd-1", How: "confirmed off by name by alice", Fenced: true, ByHand: true}}}}}
-	var said []hub.Notice
+	var said []pass.Notice
 	j := NewJournal(c, ns, 3, 5)
 	for range 2 {
 		notices, err := ImportRecovery(ctx, j, store, rec, "recorded during a degraded term")
@@ -55,7 +55,7 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	}
 	var machines, policy []string
 	for _, n := range said {
-		assert.Equal(t, hub.ReasonEtcdRecovery, n.Reason)
+		assert.Equal(t, pass.ReasonEtcdRecovery, n.Reason)
 		if n.Machine != "" {
 			machines = append(machines, n.Machine)
 		} else {
@@ -76,7 +76,7 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	// The raft mark beside it, where a new leader finds it (and a cluster rebuilt while another
 	// replica led, by its ID).
 	marks := PolicyMarks{Client: c, Policy: store.Policy}
-	require.NoError(t, marks.RecordRaftMark(ctx, hub.RaftMark{ClusterID: "c2", Term: 2, Index: 40, Member: "etcd-2", At: began}))
+	require.NoError(t, marks.RecordRaftMark(ctx, pass.RaftMark{ClusterID: "c2", Term: 2, Index: 40, Member: "etcd-2", At: began}))
 	m, err := marks.RaftMark(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(40), m.Index)
@@ -101,5 +101,5 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	m, err = other.RaftMark(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, m)
-	require.NoError(t, other.RecordRaftMark(ctx, hub.RaftMark{ClusterID: "c3", Index: 1}))
+	require.NoError(t, other.RecordRaftMark(ctx, pass.RaftMark{ClusterID: "c3", Index: 1}))
 }

@@ -7,13 +7,14 @@ import (
 	"path/filepath"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // Degraded mode's rules are package hub/degraded's; kube.Degraded runs its terms.
 
 // checkDegradedFlags checks degraded mode's flags before the hub starts: the journal's directory
 // exists, the break-glass inventory reads (with its credentials files).
-func checkDegradedFlags(k *kubeOptions) (*hub.Inventory, error) {
+func checkDegradedFlags(k *kubeOptions) (*pass.Inventory, error) {
 	if k.breakGlass != "" && k.degradedJournal == "" {
 		return nil, errors.New("--break-glass-inventory needs --degraded-journal: the break-glass BMCs are used only in degraded mode")
 	}

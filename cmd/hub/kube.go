@@ -27,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -265,7 +266,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}
 		}
 		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
-		var imported []hub.Notice
+		var imported []pass.Notice
 		if k.degradedJournal != "" {
 			var err error
 			if imported, err = kube.ImportDegraded(lctx, k.degradedJournal, journal, brakes, recoveries, log); err != nil {
@@ -291,7 +292,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				a, ok := h.Assessment(machine)
 				return ok && a.Verdict == assess.VerdictHealthy && a.EtcdHealth == quorum.Healthy
 			}
-			go d.Run(lctx, k.discoverEvery, func(inv hub.Inventory) error {
+			go d.Run(lctx, k.discoverEvery, func(inv pass.Inventory) error {
 				d.Base = inventory.Current()
 				return h.SetInventory(inv)
 			}, log)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/demo"
@@ -239,7 +239,7 @@ func runReplica(t *testing.T, o runOptions) *capture.Buffer {
 
 // createBedNodes describes the testbed to the API server: a control-plane Node per machine, its etcd
 // member named by annotation. It returns the testbed's inventory.
-func createBedNodes(t *testing.T, c client.Client, tb *demo.Testbed) hub.Inventory {
+func createBedNodes(t *testing.T, c client.Client, tb *demo.Testbed) pass.Inventory {
 	t.Helper()
 	bed, err := tb.Inventory()
 	require.NoError(t, err)

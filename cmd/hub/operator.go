@@ -23,6 +23,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/cli"
 )
 
@@ -317,7 +318,7 @@ func machineNames(f *apiFlags) cobra.CompletionFunc {
 
 // brakeBody says who asks (the user running the command) and why.
 func brakeBody(reason string) hub.BrakeRequest {
-	by := hub.Operator
+	by := pass.Operator
 	if u := os.Getenv("USER"); u != "" {
 		by = "operator " + u
 	}
@@ -571,7 +572,7 @@ func printStatus(w io.Writer, st hub.Status, wide bool) {
 }
 
 // bmcCell is a machine's BMC readiness in `hub status -o wide`.
-func bmcCell(r *hub.BMCReadiness) string {
+func bmcCell(r *pass.BMCReadiness) string {
 	switch {
 	case r == nil:
 		return "-"

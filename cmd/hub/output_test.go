@@ -23,6 +23,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -149,7 +150,7 @@ func fixedAPI(t *testing.T) http.Handler {
 		}
 		return out
 	}
-	detached := hub.Brake{By: "alice", Reason: "firmware update", Since: t0.Add(-time.Hour)}
+	detached := pass.Brake{By: "alice", Reason: "firmware update", Since: t0.Add(-time.Hour)}
 	st := hub.Status{Cluster: "prod-east", Time: t0, Epoch: 7, Pause: hub.Running,
 		Observers: hub.ObserversStatus{Expected: 4, Heard: []string{"cp-1", "cp-3", "hub"}, Missing: []string{"cp-2"}, Majority: true},
 		Budget:    &quorum.Budget{Voters: 3, HealthyVoters: 2, Quorum: 2, FaultTolerance: 0, Available: 0},
@@ -157,15 +158,15 @@ func fixedAPI(t *testing.T) http.Handler {
 			MaxAttempts: 3},
 		Machines: []hub.MachineStatus{
 			{Name: "cp-1", Node: "cp-1", Member: "etcd-1", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
-				BMC: &hub.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On"}},
+				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On"}},
 			{Name: "cp-2", Node: "cp-2", Member: "etcd-2", Role: "voter", EtcdHealth: "unreachable", Verdict: assess.VerdictUnhealthy, Since: t0.Add(-12 * time.Second),
 				Reasons: []string{"agent dead for 12s (declared by hub, cp-1, cp-3)", "etcd-2 unreachable from 2 of 2 observers for 12s"},
 				Remediation: &hub.InFlight{ID: "cp-2/0007", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"),
 					Step: 1, Attempt: 1},
-				BMC: &hub.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On"}},
+				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On"}},
 			{Name: "cp-3", Node: "cp-3", Member: "etcd-3", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
 				Detached: true, DetachedBy: &detached, Decision: "detached by " + detached.String(),
-				BMC: &hub.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Problem: bmc.ProblemLogin,
+				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Problem: bmc.ProblemLogin,
 					Error: "redfish https://10.0.0.13/redfish/v1/Systems/1: login refused (HTTP 401 Base.1.0.InsufficientPrivilege: the credentials were not accepted)"}},
 		},
 	}
@@ -188,14 +189,14 @@ func fixedAPI(t *testing.T) http.Handler {
 			{At: t0.Add(94 * time.Second), Step: 1, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: "recovered: agent back in the pool, member healthy", Epoch: 7},
 		}}
 	// The recovery plan from the hub's own planner: cp-2 and cp-3 lost for good, cp-1 answers at the mark.
-	recoverInv := hub.Inventory{Policy: hub.Policy{Assess: assess.Policy{StaleAfter: 10 * time.Second}}}
+	recoverInv := pass.Inventory{Policy: pass.Policy{Assess: assess.Policy{StaleAfter: 10 * time.Second}}}
 	for _, n := range []string{"1", "2", "3"} {
 		ep, err := bmc.ParseEndpoint("redfish+https://10.0.0.1" + n + "/redfish/v1/Systems/1")
 		require.NoError(t, err)
-		recoverInv.Machines = append(recoverInv.Machines, hub.Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
+		recoverInv.Machines = append(recoverInv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
 	}
-	mark := hub.RaftMark{ClusterID: "8e9e05c52164694d", Term: 4, Index: 48213, Member: "etcd-3", At: t0.Add(-3 * time.Minute)}
-	lossStatus := hub.Status{Time: t0, RaftMark: &mark, QuorumLoss: &hub.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, ForGood: true, Lost: []hub.LostVoter{
+	mark := pass.RaftMark{ClusterID: "8e9e05c52164694d", Term: 4, Index: 48213, Member: "etcd-3", At: t0.Add(-3 * time.Minute)}
+	lossStatus := hub.Status{Time: t0, RaftMark: &mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, ForGood: true, Lost: []pass.LostVoter{
 		{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 08:59:30Z; maxAttempts power-cycles did not bring it back", ForGood: true},
 		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 08:59:30Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}}}
 	survivor := health.Report{Node: "cp-1", SentAt: t0.Add(-time.Second),

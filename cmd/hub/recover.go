@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/cli"
 )
 
@@ -108,7 +109,7 @@ ahead (NOT READY, or refused), 4 the hub's API could not be reached.`,
 		if !yes && (len(req.ConfirmLost) > 0 || req.AcceptDataLoss > 0) {
 			return &codedError{exitUsage, fmt.Errorf("--confirm-lost and --accept-data-loss go with --yes: without it nothing is done")}
 		}
-		var p hub.RecoveryPlan
+		var p pass.RecoveryPlan
 		if yes {
 			if host, err := os.Hostname(); err == nil {
 				req.By = "operator@" + host

@@ -9,27 +9,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // The brakes a degraded term recorded are carried back into the policy's store: each one it lacks is
 // added with who set it and why; none the policy holds is replaced or lifted.
 func TestImportBrakes(t *testing.T) {
 	since := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
-	recovery := &hub.Brake{By: "alice", Reason: "etcd recovery hale-c1-1", Since: since}
-	maintenance := &hub.Brake{By: "bob", Reason: "maintenance window", Since: since}
+	recovery := &pass.Brake{By: "alice", Reason: "etcd recovery hale-c1-1", Since: since}
+	maintenance := &pass.Brake{By: "bob", Reason: "maintenance window", Since: since}
 	tests := []struct {
 		name         string
-		policy, term hub.Brakes
-		want         hub.Brakes
+		policy, term pass.Brakes
+		want         pass.Brakes
 		added        []string
 	}{
-		{name: "nothing recorded", policy: hub.Brakes{Paused: maintenance}, want: hub.Brakes{Paused: maintenance}},
-		{name: "the recovery's pause carried back", term: hub.Brakes{Paused: recovery}, want: hub.Brakes{Paused: recovery},
+		{name: "nothing recorded", policy: pass.Brakes{Paused: maintenance}, want: pass.Brakes{Paused: maintenance}},
+		{name: "the recovery's pause carried back", term: pass.Brakes{Paused: recovery}, want: pass.Brakes{Paused: recovery},
 			added: []string{"paused by alice: etcd recovery hale-c1-1 (since 2026-11-26T03:00:00Z)"}},
-		{name: "the policy's own pause kept", policy: hub.Brakes{Paused: maintenance}, term: hub.Brakes{Paused: recovery}, want: hub.Brakes{Paused: maintenance}},
-		{name: "a suspend and a detach added to the policy's", policy: hub.Brakes{Detached: map[string]hub.Brake{"cp-0": *maintenance}},
-			term:  hub.Brakes{Suspended: maintenance, Detached: map[string]hub.Brake{"cp-0": *recovery, "cp-1": *recovery}},
-			want:  hub.Brakes{Suspended: maintenance, Detached: map[string]hub.Brake{"cp-0": *maintenance, "cp-1": *recovery}},
+		{name: "the policy's own pause kept", policy: pass.Brakes{Paused: maintenance}, term: pass.Brakes{Paused: recovery}, want: pass.Brakes{Paused: maintenance}},
+		{name: "a suspend and a detach added to the policy's", policy: pass.Brakes{Detached: map[string]pass.Brake{"cp-0": *maintenance}},
+			term:  pass.Brakes{Suspended: maintenance, Detached: map[string]pass.Brake{"cp-0": *recovery, "cp-1": *recovery}},
+			want:  pass.Brakes{Suspended: maintenance, Detached: map[string]pass.Brake{"cp-0": *maintenance, "cp-1": *recovery}},
 			added: []string{"suspended by bob: maintenance window (since 2026-11-26T03:00:00Z)", "cp-1 detached by alice: etcd recovery hale-c1-1 (since 2026-11-26T03:00:00Z)"}},
 	}
 	for _, tt := range tests {

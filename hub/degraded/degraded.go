@@ -40,6 +40,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -60,7 +61,7 @@ func (l Lease) Authority() time.Duration { return l.Duration - l.Retry()/2 }
 // act alone.
 type Loss struct {
 	// Quorum and QuorumWhy: etcd's quorum as its hub's latest pass saw it (hub.Hub.EtcdQuorum).
-	Quorum    hub.EtcdQuorum
+	Quorum    pass.EtcdQuorum
 	QuorumWhy string
 	// APIAnswers: the API server answered a read of the Lease just now.
 	APIAnswers bool
@@ -74,7 +75,7 @@ type Loss struct {
 // can have taken the Lease by then).
 func (l Lease) Enter(s Loss) (bool, string) {
 	switch held := s.Now.Sub(s.Renewed); {
-	case s.Quorum != hub.QuorumLost:
+	case s.Quorum != pass.QuorumLost:
 		return false, "not entering degraded mode: " + s.QuorumWhy
 	case s.APIAnswers:
 		return false, "the API server answers: deposed, or it is back: campaigning again"
@@ -144,13 +145,13 @@ type TermMachine struct {
 // (the expected observers stay the same), each machine with its BMC from the break-glass inventory and
 // healed by power (no owner is within reach). A machine the break-glass inventory does not list is
 // held; so is every machine without one (PowerFor says why), and a machine held before stays held.
-func Inventory(last hub.Inventory, breakGlass *hub.Inventory) hub.Inventory {
+func Inventory(last pass.Inventory, breakGlass *pass.Inventory) pass.Inventory {
 	inv := last
 	inv.Machines = nil
 	for _, m := range last.Machines {
 		m.Replace = quorum.ReplaceOptions{}
 		if breakGlass != nil {
-			i := slices.IndexFunc(breakGlass.Machines, func(b hub.Machine) bool { return b.Name == m.Name })
+			i := slices.IndexFunc(breakGlass.Machines, func(b pass.Machine) bool { return b.Name == m.Name })
 			if i < 0 {
 				m.Hold = cmp.Or(m.Hold, "not in the break-glass inventory: no BMC within reach while the API server does not answer")
 			} else {
@@ -166,10 +167,10 @@ func Inventory(last hub.Inventory, breakGlass *hub.Inventory) hub.Inventory {
 
 // TermInventory is the inventory a continued term starts from: base's cluster and policy (the
 // inventory file) with the term's machines and witnesses.
-func TermInventory(base hub.Inventory, t Term) hub.Inventory {
-	inv := hub.Inventory{Cluster: base.Cluster, Policy: base.Policy, Witnesses: t.Witnesses}
+func TermInventory(base pass.Inventory, t Term) pass.Inventory {
+	inv := pass.Inventory{Cluster: base.Cluster, Policy: base.Policy, Witnesses: t.Witnesses}
 	for _, m := range t.Machines {
-		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: assess.MachineRef{Name: m.Name, Node: m.Node, Member: m.Member},
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: m.Name, Node: m.Node, Member: m.Member},
 			Class: m.Class, Pool: m.Pool, Hold: m.Hold, Strategy: quorum.Reboot})
 	}
 	return inv
@@ -208,7 +209,7 @@ func WriteTerm(journal string, t Term) error {
 }
 
 // NewTerm is the term a leader begins at now: its identity and epoch, why, and its hub's inventory.
-func NewTerm(identity string, epoch uint64, now time.Time, why string, inv hub.Inventory) Term {
+func NewTerm(identity string, epoch uint64, now time.Time, why string, inv pass.Inventory) Term {
 	t := Term{Identity: identity, Epoch: epoch, Since: now, Why: why, Unreachable: now, Witnesses: inv.Witnesses}
 	for _, m := range inv.Machines {
 		t.Machines = append(t.Machines, TermMachine{Name: m.Name, Node: m.Node, Member: m.Member, Class: m.Class, Pool: m.Pool, Hold: m.Hold})
@@ -219,17 +220,17 @@ func NewTerm(identity string, epoch uint64, now time.Time, why string, inv hub.I
 // SnapshotBrakes are the brakes in force in st, for the degraded term: every pause (the operator's
 // and a Cluster API Cluster's) as one, the suspend, the detached machines, and the machines with a
 // remediation in flight through the API server, detached until it answers.
-func SnapshotBrakes(st hub.Status) *hub.Brakes {
-	b := &hub.Brakes{Suspended: st.SuspendedBy, Detached: map[string]hub.Brake{}}
+func SnapshotBrakes(st hub.Status) *pass.Brakes {
+	b := &pass.Brakes{Suspended: st.SuspendedBy, Detached: map[string]pass.Brake{}}
 	if len(st.PausedBy) > 0 {
-		b.Paused = &hub.Brake{By: st.PausedBy[0].By, Reason: hub.DescribeBrakes(st.PausedBy), Since: st.PausedBy[0].Since}
+		b.Paused = &pass.Brake{By: st.PausedBy[0].By, Reason: hub.DescribeBrakes(st.PausedBy), Since: st.PausedBy[0].Since}
 	}
 	for _, m := range st.Machines {
 		switch {
 		case m.DetachedBy != nil:
 			b.Detached[m.Name] = *m.DetachedBy
 		case m.Remediation != nil:
-			b.Detached[m.Name] = hub.Brake{By: "hale", Since: st.Time, Reason: fmt.Sprintf("remediation %s (%s), begun through the API server, is in flight: held until the API server answers",
+			b.Detached[m.Name] = pass.Brake{By: "hale", Since: st.Time, Reason: fmt.Sprintf("remediation %s (%s), begun through the API server, is in flight: held until the API server answers",
 				m.Remediation.ID, m.Remediation.Strategy)}
 		}
 	}

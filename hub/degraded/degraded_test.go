@@ -12,6 +12,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -29,7 +30,7 @@ func TestLeaseTiming(t *testing.T) {
 // own lease still its own by its clock when it decides (after the probe).
 func TestEnter(t *testing.T) {
 	l := Lease{Duration: 15 * time.Second}
-	lost := Loss{Quorum: hub.QuorumLost, QuorumWhy: "etcd: 1 of 3 voters healthy", Renewed: t0, Now: t0.Add(10 * time.Second)}
+	lost := Loss{Quorum: pass.QuorumLost, QuorumWhy: "etcd: 1 of 3 voters healthy", Renewed: t0, Now: t0.Add(10 * time.Second)}
 	for _, tc := range []struct {
 		name  string
 		edit  func(*Loss)
@@ -42,8 +43,8 @@ func TestEnter(t *testing.T) {
 			why: "more than this leader's authority (14.25s)"},
 		{name: "never renewed", edit: func(s *Loss) { s.Renewed = time.Time{} }, why: "another replica may hold it"},
 		{name: "the API server answers: deposed or back", edit: func(s *Loss) { s.APIAnswers = true }, why: "the API server answers"},
-		{name: "quorum held", edit: func(s *Loss) { s.Quorum, s.QuorumWhy = hub.QuorumHeld, "etcd: 3 of 3" }, why: "not entering degraded mode: etcd: 3 of 3"},
-		{name: "quorum unknown (no majority of observers)", edit: func(s *Loss) { s.Quorum, s.QuorumWhy = hub.QuorumUnknown, "the hub hears 1 of 4" },
+		{name: "quorum held", edit: func(s *Loss) { s.Quorum, s.QuorumWhy = pass.QuorumHeld, "etcd: 3 of 3" }, why: "not entering degraded mode: etcd: 3 of 3"},
+		{name: "quorum unknown (no majority of observers)", edit: func(s *Loss) { s.Quorum, s.QuorumWhy = pass.QuorumUnknown, "the hub hears 1 of 4" },
 			why: "the hub hears 1 of 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +97,7 @@ func TestStandby(t *testing.T) {
 
 // A new term records the leader, the epoch, why, and the inventory's machines and witnesses.
 func TestNewTerm(t *testing.T) {
-	inv := hub.Inventory{Witnesses: []string{"w-0"}, Machines: []hub.Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "n0", Member: "e0"}, Pool: "cp", Hold: "h"}}}
+	inv := pass.Inventory{Witnesses: []string{"w-0"}, Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "n0", Member: "e0"}, Pool: "cp", Hold: "h"}}}
 	term := NewTerm("hub-a", 4, t0, "quorum lost", inv)
 	assert.Equal(t, Term{Identity: "hub-a", Epoch: 4, Since: t0, Unreachable: t0, Why: "quorum lost", Witnesses: []string{"w-0"},
 		Machines: []TermMachine{{Name: "cp-0", Node: "n0", Member: "e0", Pool: "cp", Hold: "h"}}}, term)
@@ -109,13 +110,13 @@ func TestInventory(t *testing.T) {
 	ep, err := bmc.ParseEndpoint("redfish://10.0.0.12")
 	require.NoError(t, err)
 	creds := bmc.NewCredentials("hale", "s3cret")
-	last := hub.Inventory{Cluster: "prod", Witnesses: []string{"w-0", "w-1"}, Machines: []hub.Machine{
+	last := pass.Inventory{Cluster: "prod", Witnesses: []string{"w-0", "w-1"}, Machines: []pass.Machine{
 		{MachineRef: assess.MachineRef{Name: "cp-0", Node: "cp-0", Member: "cp-0"}, Strategy: quorum.Replace,
 			Replace: quorum.ReplaceOptions{Orders: []quorum.Order{quorum.ScaleDownFirst}}},
 		{MachineRef: assess.MachineRef{Name: "cp-1", Node: "cp-1", Member: "cp-1"}, Strategy: quorum.Reboot, Hold: "BareMetalHost detached"},
 		{MachineRef: assess.MachineRef{Name: "cp-2", Node: "cp-2"}, Strategy: quorum.Replace},
 	}}
-	breakGlass := &hub.Inventory{Cluster: "other", Machines: []hub.Machine{
+	breakGlass := &pass.Inventory{Cluster: "other", Machines: []pass.Machine{
 		{MachineRef: assess.MachineRef{Name: "cp-1", Member: "cp-1"}, Strategy: quorum.Reboot, Endpoint: ep, Credentials: creds},
 		{MachineRef: assess.MachineRef{Name: "cp-2", Member: "etcd-cp-2"}, Strategy: quorum.Reboot, Endpoint: ep, Credentials: creds},
 	}}
@@ -142,11 +143,11 @@ func TestInventory(t *testing.T) {
 func TestSnapshotBrakes(t *testing.T) {
 	since := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	st := hub.Status{Time: since.Add(time.Hour),
-		PausedBy:    []hub.Brake{{By: "alice", Reason: "upgrade", Since: since}, {By: "Cluster prod/prod", Reason: "paused", Since: since}},
-		SuspendedBy: &hub.Brake{By: "bob", Since: since},
+		PausedBy:    []pass.Brake{{By: "alice", Reason: "upgrade", Since: since}, {By: "Cluster prod/prod", Reason: "paused", Since: since}},
+		SuspendedBy: &pass.Brake{By: "bob", Since: since},
 		Machines: []hub.MachineStatus{
 			{Name: "cp-0"},
-			{Name: "cp-1", Detached: true, DetachedBy: &hub.Brake{By: "carol", Reason: "disk swap", Since: since}},
+			{Name: "cp-1", Detached: true, DetachedBy: &pass.Brake{By: "carol", Reason: "disk swap", Since: since}},
 			{Name: "cp-2", Remediation: &hub.InFlight{ID: "cp-2-0abc", Strategy: "replace"}},
 		}}
 	b := SnapshotBrakes(st)
@@ -174,7 +175,7 @@ func TestTermFile(t *testing.T) {
 	got, err = ReadTerm(journal)
 	require.NoError(t, err)
 	assert.Equal(t, want, *got)
-	inv := TermInventory(hub.Inventory{Cluster: "prod"}, *got)
+	inv := TermInventory(pass.Inventory{Cluster: "prod"}, *got)
 	assert.Equal(t, "prod", inv.Cluster)
 	assert.Equal(t, []string{"w-0"}, inv.Witnesses)
 	assert.Equal(t, "held", inv.Machines[0].Hold)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/lab"
 )
 
@@ -48,7 +48,7 @@ func (in *injector) recoverAll(ctx context.Context, deadline time.Time) {
 		done("failed: hub recover --yes")
 		return
 	}
-	var plan hub.RecoveryPlan
+	var plan pass.RecoveryPlan
 	if err := json.Unmarshal([]byte(out), &plan); err != nil || plan.Survivor == nil || plan.Survivor.Machine == "" {
 		done(fmt.Sprintf("failed: the plan names no survivor's machine (%v): %s", err, firstLine(out)))
 		return

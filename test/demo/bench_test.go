@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/stretchr/testify/require"
-
-	"github.com/hale-dev/hale/hub"
 )
 
 // BenchmarkDetectionToAction hangs one machine of the demo topology at a time (its agent and etcd
@@ -50,7 +49,7 @@ func BenchmarkDetectionToAction(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(tb.Close)
 	// 20 remediations in ~60 s is a storm by design: lift the rate limit, which is not what is measured.
-	require.NoError(b, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Policy.RateMax = 1000 }}))
+	require.NoError(b, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.RateMax = 1000 }}))
 	ctx := b.Context()
 
 	var toUnhealthy, toBMC, total []time.Duration

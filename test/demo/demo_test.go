@@ -21,6 +21,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/seed"
@@ -150,7 +151,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 func TestBrakesSurviveARestart(t *testing.T) {
 	tb := newBed(t, Options{})
 	ctx := t.Context()
-	policy := func(inv *hub.Inventory) {
+	policy := func(inv *pass.Inventory) {
 		inv.Policy.Cooldown, inv.Policy.RateMax, inv.Policy.RatePer = time.Minute, 1, time.Minute
 	}
 	tb.StopHub()
@@ -206,7 +207,7 @@ func decision(h *hub.Hub, i int) string {
 func TestFlappingMachineIsGivenUp(t *testing.T) {
 	tb := newBed(t, Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Policy.FlapWindow = time.Minute }}))
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.FlapWindow = time.Minute }}))
 	h := tb.Hub()
 	before := tb.snapshot()
 	for n := 1; n <= 3; n++ {
@@ -222,7 +223,7 @@ func TestFlappingMachineIsGivenUp(t *testing.T) {
 	tb.wait(t, "cp-2 given up as flapping", func() bool {
 		return strings.Contains(decision(h, 2), "flapping: 3 remediations in the last 1m0s (it comes back, then fails again; maxAttempts 3)")
 	})
-	assert.Equal(t, hub.NeedFlapping, h.Status(t.Context()).Machines[2].NeedsOperator)
+	assert.Equal(t, pass.NeedFlapping, h.Status(t.Context()).Machines[2].NeedsOperator)
 	tb.passes(t, 10)
 	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
 	hist, err := h.History(t.Context(), Name(2))
@@ -241,7 +242,7 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 			tb := newBed(t, Options{})
 			tb.StopHub()
 			crashed := make(chan struct{})
-			require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(_ hub.Machine, p execute.Power) execute.Power {
+			require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(_ pass.Machine, p execute.Power) execute.Power {
 				return &crashingPower{Power: p, tb: tb, acted: acted, crashed: crashed}
 			}}))
 			tb.Hang(2)
@@ -280,7 +281,7 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 	tb := newBed(t, Options{IPMI: true, BootDelay: 3 * time.Second})
 	tb.StopHub()
 	crashed := make(chan struct{})
-	require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(m hub.Machine, p execute.Power) execute.Power {
+	require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(m pass.Machine, p execute.Power) execute.Power {
 		if m.Name != Name(IPMIMachine) {
 			return p
 		}
@@ -382,7 +383,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	tb.passes(t, 15)
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 3, n, "no fourth attempt")
-	assert.Equal(t, hub.NeedGaveUp, h.Status(t.Context()).Machines[2].NeedsOperator)
+	assert.Equal(t, pass.NeedGaveUp, h.Status(t.Context()).Machines[2].NeedsOperator)
 	assert.Equal(t, map[string]float64{"GaveUp": 1, "Flapping": 0, "Fenced": 0, "Unseen": 0, "Retired": 0}, gaugeByLabel(t, reg, "hale_hub_machines_needing_operator", "reason"),
 		"what an on-call alert fires on")
 
@@ -496,7 +497,7 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	tb := newBed(t, Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Policy.RateMax, inv.Policy.RatePer = 1, 6*time.Second }}))
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.RateMax, inv.Policy.RatePer = 1, 6*time.Second }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
 	tb.Hang(1)
@@ -524,7 +525,7 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 func TestFence(t *testing.T) {
 	tb := newBed(t, Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *hub.Inventory) { inv.Machines[2].Strategy = quorum.Fence }}))
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Machines[2].Strategy = quorum.Fence }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
 	tb.Hang(2)
@@ -537,7 +538,7 @@ func TestFence(t *testing.T) {
 	tb.passes(t, 20) // past the 1 s cooldown
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "a fenced machine is not remediated again")
-	assert.Equal(t, hub.NeedFenced, h.Status(t.Context()).Machines[2].NeedsOperator)
+	assert.Equal(t, pass.NeedFenced, h.Status(t.Context()).Machines[2].NeedsOperator)
 	assert.Len(t, tb.Resets(2), 1)
 	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2)})
 	require.NoError(t, err)
@@ -634,7 +635,7 @@ func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
 	for _, i := range []int{1, 2} {
 		tb.Sim().SetPowerState(Name(i), bmcsim.Off)
 	}
-	plan := hub.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "by-hand-1", BumpRevision: 10_000,
+	plan := pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "by-hand-1", BumpRevision: 10_000,
 		Survivor: &quorum.Survivor{Member: "etcd-0", Machine: Name(0), ClusterID: mark.ClusterID, Index: mark.Index},
 		Fence:    []quorum.FenceStep{{Machine: Name(1), Member: "etcd-1", Fenced: true}, {Machine: Name(2), Member: "etcd-2", Fenced: true}}}}
 	rec, err := tb.RecoverOn(ctx, 0, plan)
@@ -643,7 +644,7 @@ func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
 	h := tb.Hub()
 	tb.wait(t, "cp-1 and cp-2 retired", func() bool {
 		st := h.Status(ctx)
-		return st.Machines[1].NeedsOperator == hub.NeedRetired && st.Machines[2].NeedsOperator == hub.NeedRetired
+		return st.Machines[1].NeedsOperator == pass.NeedRetired && st.Machines[2].NeedsOperator == pass.NeedRetired
 	})
 	tb.wait(t, "said", hasEvent(h, "etcd cluster "+mark.ClusterID+" was rebuilt as "+rec.NewClusterID+" without `hub recover`"))
 	journaled := h.RecoveryPlan(ctx)
@@ -661,5 +662,5 @@ func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
 	// A hub started again finds the rebuild in its journal: still held.
 	tb.StopHub()
 	require.NoError(t, tb.StartHub(HubOptions{}))
-	tb.wait(t, "cp-2 still retired", func() bool { return tb.Hub().Status(ctx).Machines[2].NeedsOperator == hub.NeedRetired })
+	tb.wait(t, "cp-2 still retired", func() bool { return tb.Hub().Status(ctx).Machines[2].NeedsOperator == pass.NeedRetired })
 }

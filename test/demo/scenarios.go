@@ -12,6 +12,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -402,7 +403,7 @@ func permanentLossScenario(ctx context.Context, tb *Testbed) error {
 	}
 	if err := tb.WaitFor(ctx, 30*time.Second, "cp-1 and cp-2 held as retired", func() bool {
 		st := h.Status(ctx)
-		return st.Machines[1].NeedsOperator == hub.NeedRetired && st.Machines[2].NeedsOperator == hub.NeedRetired
+		return st.Machines[1].NeedsOperator == pass.NeedRetired && st.Machines[2].NeedsOperator == pass.NeedRetired
 	}); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/recovery"
 	"github.com/hale-dev/hale/test/etcdcluster"
@@ -557,8 +558,8 @@ func (tb *Testbed) powerOn(i int) {
 
 // Inventory is the hub's inventory for the testbed: every machine a control-plane etcd member,
 // healed by reboot; short timeouts so that the demo moves at a human pace.
-func (tb *Testbed) Inventory() (hub.Inventory, error) {
-	inv := hub.Inventory{Cluster: "demo", Policy: hub.Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(),
+func (tb *Testbed) Inventory() (pass.Inventory, error) {
+	inv := pass.Inventory{Cluster: "demo", Policy: pass.Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(),
 		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3, FlapWindow: 2 * time.Second}}
 	for i := range Witnesses {
 		inv.Witnesses = append(inv.Witnesses, WitnessName(i))
@@ -576,7 +577,7 @@ func (tb *Testbed) Inventory() (hub.Inventory, error) {
 			}
 			creds = bmc.NewCredentials(tb.ipmi.Username, tb.ipmi.Password)
 		}
-		inv.Machines = append(inv.Machines, hub.Machine{MachineRef: assess.MachineRef{Name: tb.name(i), Node: tb.name(i),
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: tb.name(i), Node: tb.name(i),
 			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
 			Credentials: creds})
 	}
@@ -588,9 +589,9 @@ type HubOptions struct {
 	// Journal path (default Dir/journal.db).
 	Journal string
 	// WrapPower wraps each machine's BMC controller (crash tests cut the hub off around a BMC call).
-	WrapPower func(m hub.Machine, p execute.Power) execute.Power
+	WrapPower func(m pass.Machine, p execute.Power) execute.Power
 	// Inventory, when set, adjusts the inventory (policy, strategies).
-	Inventory func(*hub.Inventory)
+	Inventory func(*pass.Inventory)
 	// Store, when set, is the hub's journal instead of a bbolt file (Kubernetes mode's Remediation
 	// objects); CrashHub cannot cut it off.
 	Store journal.Store
@@ -651,7 +652,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 				tb.opts.OnNotice(at, msg)
 			}
 		},
-		PowerFor: func(m hub.Machine) (execute.Power, error) {
+		PowerFor: func(m pass.Machine) (execute.Power, error) {
 			c, err := bmc.New(m.Endpoint, m.Credentials, bmc.Options{PollInterval: 20 * time.Millisecond, VerifyTimeout: 10 * time.Second,
 				GracefulTimeout: 2 * time.Second, Logger: log})
 			if err != nil || o.WrapPower == nil {
@@ -865,7 +866,7 @@ func (tb *Testbed) Replace(i int) {
 
 // RecoverOn is `agent recover` on machine i, the survivor, with the hub's plan as `hub recover --yes
 // -o json` writes it: etcd rebuilt there as a one-member cluster. Its steps go to the timeline.
-func (tb *Testbed) RecoverOn(ctx context.Context, i int, plan hub.RecoveryPlan) (*recovery.Record, error) {
+func (tb *Testbed) RecoverOn(ctx context.Context, i int, plan pass.RecoveryPlan) (*recovery.Record, error) {
 	p, err := nodePlan(plan)
 	if err != nil {
 		return nil, err
@@ -875,7 +876,7 @@ func (tb *Testbed) RecoverOn(ctx context.Context, i int, plan hub.RecoveryPlan) 
 
 // RejoinOn is `agent rejoin` on machine i with the hub's plan: its member added back to the cluster
 // rebuilt on machine survivor, as a learner promoted once caught up.
-func (tb *Testbed) RejoinOn(ctx context.Context, i, survivor int, plan hub.RecoveryPlan) (*recovery.Joined, error) {
+func (tb *Testbed) RejoinOn(ctx context.Context, i, survivor int, plan pass.RecoveryPlan) (*recovery.Joined, error) {
 	p, err := nodePlan(plan)
 	if err != nil {
 		return nil, err
@@ -885,7 +886,7 @@ func (tb *Testbed) RejoinOn(ctx context.Context, i, survivor int, plan hub.Recov
 }
 
 // nodePlan is the hub's plan as the node reads it: through its JSON, as the operator hands it over.
-func nodePlan(plan hub.RecoveryPlan) (recovery.Plan, error) {
+func nodePlan(plan pass.RecoveryPlan) (recovery.Plan, error) {
 	var p recovery.Plan
 	b, err := json.Marshal(plan)
 	if err == nil {

@@ -1,7 +1,7 @@
-// Command hops counts how often a reader following one function's calls moves between files: a
-// depth-first walk of the static call graph from the function (each function of the module read
-// once, its calls in the order they appear), where a hop is a call followed into another file than
-// the caller's, and a hop back is one into a file read before. docs/hub-internals.md keeps the
+// Command hops counts how often a reader following one function's calls moves between files and
+// between packages: a depth-first walk of the static call graph from the function (each function of
+// the module read once, its calls in the order they appear), where a hop is a call followed into
+// another file (package) than the caller's, and a hop back is one into a file (package) read before. docs/hub-internals.md keeps the
 // figures for one pass.
 //
 //	go run ./test/hops '(*github.com/hale-dev/hale/hub.Hub).pass'
@@ -49,8 +49,9 @@ func main() {
 			fmt.Printf("%s%s  %s\n", strings.Repeat("  ", s.depth), s.fn, s.file)
 		}
 	}
-	fmt.Printf("%s: %d functions in %d files, %d hops between files, %d of them back to a file already left\n",
-		flag.Arg(0), len(w.steps), len(w.files), w.hops, w.back)
+	fmt.Printf("%s: %d functions in %d files, %d hops between files, %d of them back to a file already left; "+
+		"%d packages, %d hops between them, %d back to a package already left\n",
+		flag.Arg(0), len(w.steps), len(w.files), w.hops, w.back, len(w.pkgs), w.pkgHops, w.pkgBack)
 }
 
 type step struct {
@@ -62,6 +63,9 @@ type walked struct {
 	steps      []step
 	files      map[string]bool
 	hops, back int
+	// the same between packages (a file's directory)
+	pkgs             map[string]bool
+	pkgHops, pkgBack int
 }
 
 func walk(root, module string) (walked, error) {
@@ -86,7 +90,7 @@ func walk(root, module string) (walked, error) {
 		return walked{}, fmt.Errorf("no function %s in %s (name it as go/ssa does: '(*PKG.Type).method' or 'PKG.func')", root, module)
 	}
 	wd, _ := os.Getwd()
-	w := walked{files: map[string]bool{}}
+	w := walked{files: map[string]bool{}, pkgs: map[string]bool{}}
 	seen := map[*callgraph.Node]bool{}
 	current := ""
 	var visit func(n *callgraph.Node, depth int)
@@ -107,7 +111,14 @@ func walk(root, module string) (walked, error) {
 					w.back++
 				}
 			}
+			if dir := filepath.Dir(file); current != "" && dir != filepath.Dir(current) {
+				w.pkgHops++
+				if w.pkgs[dir] {
+					w.pkgBack++
+				}
+			}
 			w.files[file], current = true, file
+			w.pkgs[filepath.Dir(file)] = true
 		}
 		out := slices.Clone(n.Out)
 		slices.SortStableFunc(out, func(a, b *callgraph.Edge) int { return int(sitePos(a) - sitePos(b)) })

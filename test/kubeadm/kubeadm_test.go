@@ -21,6 +21,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/lab"
 )
@@ -170,7 +171,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	// server's last writes may go, accepts the loss by its size as operating.md says.
 	c.Documented("operating.md", "`--accept-data-loss N`: the survivor is N raft entries behind the mark, and you accept losing them.")
 	atRisk := regexp.MustCompile(`accept the loss by its size: --accept-data-loss (\d+)`)
-	var plan hub.RecoveryPlan
+	var plan pass.RecoveryPlan
 	for accepted := ""; ; {
 		out, err := hubNode.Exec(ctx, "sh", "-c", "cd /root && "+inHub+accepted)
 		if err == nil {
@@ -240,7 +241,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	waitStatus(ctx, t, c, "cp-0 and cp-1 retired by the recovery", func(st hub.Status) bool {
 		a, _ := machineIn(st, "cp-0")
 		b, _ := machineIn(st, "cp-1")
-		return a.NeedsOperator == hub.NeedRetired && b.NeedsOperator == hub.NeedRetired
+		return a.NeedsOperator == pass.NeedRetired && b.NeedsOperator == pass.NeedRetired
 	})
 
 	// Grow back, one machine at a time: replaced, powered on through the hub, rejoined.

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/hale-dev/hale/bmc"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // The operator's side of metal3's contract, spelled out here rather than imported from Hale's kube
@@ -46,7 +46,7 @@ type Operator struct {
 
 // InventoryPower is an Operator's Power for hosts named after the nodes of inv's machines: each
 // machine's own BMC, with short verification timeouts for tests.
-func InventoryPower(inv hub.Inventory) func(host string) (*bmc.Controller, error) {
+func InventoryPower(inv pass.Inventory) func(host string) (*bmc.Controller, error) {
 	return func(host string) (*bmc.Controller, error) {
 		for _, m := range inv.Machines {
 			if m.Node == host {

@@ -38,6 +38,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
@@ -489,16 +490,16 @@ func (l *lab) healedInKubernetesMode() {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, name := range []string{"cp-1", "cp-2"} {
 			var said []string
-			for _, reason := range []hub.Reason{hub.ReasonRemediated, hub.ReasonRemediationInterrupted} {
+			for _, reason := range []pass.Reason{pass.ReasonRemediated, pass.ReasonRemediationInterrupted} {
 				for _, e := range l.events(string(reason), name) {
 					said = append(said, e.Note)
 				}
 			}
 			assert.NotEmpty(c, said, "an Event on Node %s", name)
 		}
-		assert.NotEmpty(c, l.events(string(hub.ReasonDegradedMode), "default"), "the DegradedMode Event on the HealthPolicy")
+		assert.NotEmpty(c, l.events(string(pass.ReasonDegradedMode), "default"), "the DegradedMode Event on the HealthPolicy")
 	}, 30*time.Second, 500*time.Millisecond)
-	for _, e := range l.events(string(hub.ReasonDegradedMode), "default") {
+	for _, e := range l.events(string(pass.ReasonDegradedMode), "default") {
 		t.Logf("Event %s on HealthPolicy default: %s", e.Reason, e.Note)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 )
@@ -144,7 +145,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	assert.Contains(t, err.Error(), "--confirm-lost cp-0")
 	out, err = l.hubCLI(ctx, "recover", "-o", "json")
 	require.Error(t, err)
-	var refused hub.RecoveryPlan
+	var refused pass.RecoveryPlan
 	require.NoError(t, json.Unmarshal(out, &refused))
 	assert.Empty(t, refused.Token, "nothing begun")
 
@@ -176,7 +177,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	st := l.waitStatus(time.Minute, "the restarted hub paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery hale-")
 	out, err = l.hubCLI(ctx, "recover", "-o", "json")
-	var underway hub.RecoveryPlan
+	var underway pass.RecoveryPlan
 	require.NoError(t, json.Unmarshal(out, &underway), "%s (%v)", out, err)
 	require.NotEmpty(t, underway.Token, "the journaled recovery, under way")
 
@@ -193,7 +194,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	}
 	require.NoError(t, err, "%s", out)
 	fenced := time.Since(began)
-	var plan hub.RecoveryPlan
+	var plan pass.RecoveryPlan
 	require.NoError(t, json.Unmarshal(out, &plan))
 	require.Equal(t, underway.Token, plan.Token, "the recovery begun before the kill, resumed")
 	assert.Equal(t, "etcd-2", plan.Survivor.Member)
@@ -224,7 +225,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	out, err = l.hubCLI(ctx, "resume")
 	require.NoError(t, err, "%s", out)
 	l.waitStatus(time.Minute, "cp-0 and cp-1 held, retired by the recovery", func(st hub.Status) bool {
-		return st.Machines[0].NeedsOperator == hub.NeedRetired && st.Machines[1].NeedsOperator == hub.NeedRetired
+		return st.Machines[0].NeedsOperator == pass.NeedRetired && st.Machines[1].NeedsOperator == pass.NeedRetired
 	})
 
 	// Grow back: each dead machine replaced (a new board, an empty disk, its manifest as it was),
@@ -291,7 +292,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	// The plan, once both members that answer are in it (etcd-3's agent reads it again after the hang).
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, _ := l.hubCLI(ctx, "recover", "-o", "json")
-		var plan hub.RecoveryPlan
+		var plan pass.RecoveryPlan
 		require.NoError(c, json.Unmarshal(out, &plan))
 		assert.Len(c, plan.Candidates, 2, "%+v", plan.Candidates)
 	}, time.Minute, time.Second)
@@ -304,7 +305,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 		}
 	}
 	require.NoError(t, err, "%s", out)
-	var plan hub.RecoveryPlan
+	var plan pass.RecoveryPlan
 	require.NoError(t, json.Unmarshal(out, &plan))
 	require.Len(t, plan.Candidates, 2, "%+v", plan.Candidates)
 	t.Logf("candidates: %+v", plan.Candidates)
@@ -343,8 +344,8 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	}
 	assert.Equal(t, map[string]v1alpha1.RemediationPhase{"cp-0": v1alpha1.PhaseSucceeded, "cp-1": v1alpha1.PhaseSucceeded, "cp-2": v1alpha1.PhaseSucceeded}, fences)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.NotEmpty(c, l.events(string(hub.ReasonEtcdRecovery), "default"), "the EtcdRecovery Event on the HealthPolicy")
-		assert.NotEmpty(c, l.events(string(hub.ReasonEtcdRecovery), "cp-0"), "an EtcdRecovery Event on Node cp-0")
+		assert.NotEmpty(c, l.events(string(pass.ReasonEtcdRecovery), "default"), "the EtcdRecovery Event on the HealthPolicy")
+		assert.NotEmpty(c, l.events(string(pass.ReasonEtcdRecovery), "cp-0"), "an EtcdRecovery Event on Node cp-0")
 	}, 30*time.Second, 500*time.Millisecond)
 
 	// The degraded term's pause is the HealthPolicy's now: the leader holds until the operator resumes.
@@ -364,7 +365,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	}
 	// The observers agree again; the two still out are held until they rejoin.
 	l.waitStatus(time.Minute, "cp-1 and cp-2 held, retired by the recovery", func(st hub.Status) bool {
-		return st.NotPlanning == "" && st.Machines[1].NeedsOperator == hub.NeedRetired && st.Machines[2].NeedsOperator == hub.NeedRetired
+		return st.NotPlanning == "" && st.Machines[1].NeedsOperator == pass.NeedRetired && st.Machines[2].NeedsOperator == pass.NeedRetired
 	})
 	for _, m := range l.machines[1:3] {
 		l.powerOnRetired(ctx, m)

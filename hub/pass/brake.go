@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"maps"
@@ -31,7 +31,7 @@ type Brakes struct {
 	Detached  map[string]Brake `json:"detached,omitempty"`
 }
 
-func (b Brakes) clone() Brakes {
+func (b Brakes) Clone() Brakes {
 	out := b
 	out.Detached = maps.Clone(b.Detached)
 	return out

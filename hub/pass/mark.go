@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"cmp"
@@ -31,13 +31,13 @@ func (m RaftMark) String() string {
 		m.At.UTC().Format(time.RFC3339))
 }
 
-// markEvery is how often a rising mark is written, at most: the journal's mark lags the highest index
+// MarkEvery is how often a rising mark is written, at most: the journal's mark lags the highest index
 // seen by at most this long's writes, except when a pass finds quorum lost or stops planning (then it
 // is written at once: what was seen last may be what a recovery is checked against, and a hub that
 // hears too few observers to plan may be seeing the start of the loss).
-const markEvery = 10 * time.Second
+const MarkEvery = 10 * time.Second
 
-// reportedMark is the highest raft index in the reports of the inventory's etcd members, for the
+// ReportedMark is the highest raft index in the reports of the inventory's etcd members, for the
 // cluster most of them report (a report without a cluster ID, from an agent older than the field,
 // counts for none); ok is false when no report has one. The cluster is the one most live reports give
 // when any is live: the last reports of members that died in the old cluster, still gossiped, must not
@@ -45,7 +45,7 @@ const markEvery = 10 * time.Second
 // of the old cluster back beside one of the new, before its rejoin, must not turn the mark back and
 // forth), then to the lower ID. It walks the members, not the reports: a pool of thousands of machines
 // has a handful of members.
-func reportedMark(inv Inventory, reports map[string]health.Report, live func(health.Report) bool, prefer string) (RaftMark, bool) {
+func ReportedMark(inv Inventory, reports map[string]health.Report, live func(health.Report) bool, prefer string) (RaftMark, bool) {
 	count, alive, best := map[string]int{}, map[string]int{}, map[string]RaftMark{}
 	for _, m := range inv.Machines {
 		r, ok := reports[m.Node]
@@ -77,47 +77,47 @@ func reportedMark(inv Inventory, reports map[string]health.Report, live func(hea
 	return out, out.Index > 0
 }
 
-// track raises the mark to what the reports show (or starts it again for a cluster with another ID),
+// Track raises the mark to what the reports show (or starts it again for a cluster with another ID),
 // and says when the cluster ID changed.
-func (s *passState) track(rd *Ready, inv Inventory, reports map[string]health.Report, live func(health.Report) bool) {
-	m, ok := reportedMark(inv, reports, live, s.mark.ClusterID)
+func (s *State) Track(rd *Ready, inv Inventory, reports map[string]health.Report, live func(health.Report) bool) {
+	m, ok := ReportedMark(inv, reports, live, s.Mark.ClusterID)
 	switch {
 	case !ok:
-	case s.mark.ClusterID != "" && m.ClusterID != s.mark.ClusterID:
+	case s.Mark.ClusterID != "" && m.ClusterID != s.Mark.ClusterID:
 		rd.queue(Notice{Reason: ReasonEtcdClusterChanged, Warning: true, Message: fmt.Sprintf(
-			"the etcd cluster's ID changed from %s to %s (rebuilt from a snapshot?): the raft mark starts again, from %s", s.mark.ClusterID, m.ClusterID, m)})
-		s.rebuilt = &clusterChange{from: s.mark.ClusterID, to: m.ClusterID}
-		s.mark = m
-	case m.Index > s.mark.Index:
-		s.mark = m
+			"the etcd cluster's ID changed from %s to %s (rebuilt from a snapshot?): the raft mark starts again, from %s", s.Mark.ClusterID, m.ClusterID, m)})
+		s.rebuilt = &clusterChange{from: s.Mark.ClusterID, to: m.ClusterID}
+		s.Mark = m
+	case m.Index > s.Mark.Index:
+		s.Mark = m
 	}
 }
 
-// toRecord says whether this pass writes the mark: when it differs from the journal's and either
+// ToRecord says whether this pass writes the mark: when it differs from the journal's and either
 // markEvery has passed since the last write or the pass is urgent (quorum lost, or planning stopped,
 // in this pass).
-func (s *passState) toRecord(now time.Time, urgent bool) *RaftMark {
-	if s.mark.Index == 0 || s.mark == s.recorded || !urgent && now.Sub(s.recordedAt) < markEvery {
+func (s *State) ToRecord(now time.Time, urgent bool) *RaftMark {
+	if s.Mark.Index == 0 || s.Mark == s.Recorded || !urgent && now.Sub(s.recordedAt) < MarkEvery {
 		return nil
 	}
 	s.recordedAt = now
-	m := s.mark
+	m := s.Mark
 	return &m
 }
 
-// markWritten records how the write of m went; it returns what to say: a failure, once per cause.
-func (s *passState) markWritten(m RaftMark, err error) (Notice, bool) {
+// MarkWritten records how the write of m went; it returns what to say: a failure, once per cause.
+func (s *State) MarkWritten(m RaftMark, err error) (Notice, bool) {
 	prev := s.markErr
 	if err == nil {
-		s.recorded, s.markErr = m, ""
+		s.Recorded, s.markErr = m, ""
 		return Notice{}, false
 	}
 	s.markErr = err.Error()
 	return Notice{Reason: ReasonRaftMarkNotRecorded, Warning: true, Message: fmt.Sprintf("cannot journal the raft mark (%s): %v (trying again in %v)",
-		m, err, markEvery)}, prev != s.markErr
+		m, err, MarkEvery)}, prev != s.markErr
 }
 
-type markResult struct {
-	m   RaftMark
-	err error
+type MarkResult struct {
+	Mark RaftMark
+	Err  error
 }

@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"time"
@@ -28,6 +28,12 @@ type Policy struct {
 	FlapWindow  time.Duration
 	// ComeBackTimeout bounds an await-healthy step.
 	ComeBackTimeout time.Duration
+}
+
+// DefaultPolicy is the policy of an inventory that sets none.
+func DefaultPolicy() Policy {
+	return Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
+		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, ComeBackTimeout: 10 * time.Minute}
 }
 
 // Machine is a validated inventory machine.
@@ -82,3 +88,12 @@ type BMCReadiness struct {
 // ProblemConfig: the hub cannot talk to the BMC as configured (ipmitool missing, an unreadable CA
 // bundle): nothing was sent.
 const ProblemConfig bmc.Problem = "Config"
+
+// Refs are the machines as the assessor knows them, in the inventory's order.
+func (inv Inventory) Refs() []assess.MachineRef {
+	out := make([]assess.MachineRef, len(inv.Machines))
+	for i, m := range inv.Machines {
+		out[i] = m.MachineRef
+	}
+	return out
+}

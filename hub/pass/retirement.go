@@ -1,6 +1,7 @@
-package hub
+package pass
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,40 +26,40 @@ type RecoveryRecord struct {
 	SurvivorSeen *time.Time `json:"survivorSeen,omitempty"`
 }
 
-// retiree is a member of the old cluster a recovery replaced (one it fenced, or one that answered and
+// Retiree is a member of the old cluster a recovery replaced (one it fenced, or one that answered and
 // was behind the survivor), on its machine.
-type retiree struct{ machine, member string }
+type Retiree struct{ Machine, Member string }
 
-// retirement is the old cluster the last recovery replaced: its ID, its quorum, and its members other
+// Retirement is the old cluster the last recovery replaced: its ID, its quorum, and its members other
 // than the survivor (the zero value: no recovery); and the survivor, and whether the rebuilt cluster
 // has been seen healthy since (survivorSeen).
-type retirement struct {
-	token, cluster string
-	began          time.Time
-	quorum         int
-	members        []retiree
-	survivor       retiree
-	survivorSeen   bool
+type Retirement struct {
+	Token, Cluster string
+	Began          time.Time
+	Quorum         int
+	Members        []Retiree
+	survivor       Retiree
+	SurvivorSeen   bool
 }
 
-func retirementOf(rec *RecoveryRecord) retirement {
+func RetirementOf(rec *RecoveryRecord) Retirement {
 	if rec == nil || rec.Plan.Survivor == nil {
-		return retirement{}
+		return Retirement{}
 	}
 	p := rec.Plan
-	r := retirement{token: p.Token, cluster: p.Survivor.ClusterID, began: rec.Began,
-		survivor: retiree{p.Survivor.Machine, p.Survivor.Member}, survivorSeen: rec.SurvivorSeen != nil}
+	r := Retirement{Token: p.Token, Cluster: p.Survivor.ClusterID, Began: rec.Began,
+		survivor: Retiree{p.Survivor.Machine, p.Survivor.Member}, SurvivorSeen: rec.SurvivorSeen != nil}
 	if p.Loss != nil {
-		r.quorum = p.Loss.Quorum
+		r.Quorum = p.Loss.Quorum
 	}
 	for _, f := range p.Fence {
 		if f.Machine != "" {
-			r.members = append(r.members, retiree{f.Machine, f.Member})
+			r.Members = append(r.Members, Retiree{f.Machine, f.Member})
 		}
 	}
 	for _, c := range p.Candidates {
 		if c.Member != p.Survivor.Member && c.Machine != "" {
-			r.members = append(r.members, retiree{c.Machine, c.Member})
+			r.Members = append(r.Members, Retiree{c.Machine, c.Member})
 		}
 	}
 	return r
@@ -70,10 +71,10 @@ func retirementOf(rec *RecoveryRecord) retirement {
 // old data, and a quorum of them running would bring the old cluster back, so they are retired as a
 // recovery's are. The old cluster's size is not known: the inventory's members are taken for it. Nil
 // when the new cluster has every member of the inventory.
-func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryRecord {
+func rebuiltOutside(f Facts, cluster quorum.Cluster, c clusterChange) *RecoveryRecord {
 	var left []quorum.FenceStep
 	members := 0
-	for _, m := range f.inv.Machines {
+	for _, m := range f.Inventory.Machines {
 		if m.Member == "" {
 			continue
 		}
@@ -85,7 +86,7 @@ func rebuiltOutside(f facts, cluster quorum.Cluster, c clusterChange) *RecoveryR
 	if len(left) == 0 {
 		return nil
 	}
-	now := f.now.UTC()
+	now := f.Now.UTC()
 	return &RecoveryRecord{By: "etcd (rebuilt without `hub recover`)", Began: now, Done: &now, NewClusterID: c.to,
 		Plan: RecoveryPlan{Rebuild: quorum.Rebuild{Time: now, Token: "rebuilt-" + c.to, Survivor: &quorum.Survivor{ClusterID: c.from}, Fence: left},
 			Loss: &QuorumLoss{Voters: members, Quorum: quorum.Quorum(members)}}}
@@ -103,20 +104,20 @@ func (rec *RecoveryRecord) rebuiltOutsideMessage() string {
 		rec.Plan.Survivor.ClusterID, rec.Plan.Loss.Quorum)
 }
 
-// where says where a retired member stands in the fresh reports: back in a cluster other than the
+// Where says where a retired member stands in the fresh reports: back in a cluster other than the
 // old one (rejoined: no longer retired), or answering as a member of the old one (from a sender alive
 // in the hub's gossip). A fresh report of the new cluster is enough for rejoined, alive in the gossip
 // or not yet: `agent rejoin` moved the old member's data aside before it joined, so the machine runs
 // the old cluster no more. Requiring it alive held the next machine's power-on for ~20 s after each
 // rejoin on the real kubeadm cluster: the rejoined agent restarts under its name with a new key, and
 // the hub's gossip sees it dead until memberlist settles its incarnation.
-func (r retirement) where(x retiree, obs assess.Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
+func (r Retirement) Where(x Retiree, obs assess.Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
 	for _, rep := range obs.Reports {
 		e := rep.Etcd
-		if e == nil || e.LocalName != x.member || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
+		if e == nil || e.LocalName != x.Member || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
 			continue
 		}
-		if e.ClusterID != r.cluster {
+		if e.ClusterID != r.Cluster {
 			return true, false
 		}
 		runsOld = runsOld || assess.Live(rep, obs, staleAfter)
@@ -124,26 +125,26 @@ func (r retirement) where(x retiree, obs assess.Observations, staleAfter time.Du
 	return false, runsOld
 }
 
-// hold is the hold on a retired machine not yet back in the new cluster (ok false: not retired, or
+// Hold is the hold on a retired machine not yet back in the new cluster (ok false: not retired, or
 // rejoined).
-func (r retirement) hold(machine string, obs assess.Observations, staleAfter time.Duration) (hold, bool) {
-	for _, x := range r.members {
-		if x.machine != machine {
+func (r Retirement) Hold(machine string, obs assess.Observations, staleAfter time.Duration) (hold, bool) {
+	for _, x := range r.Members {
+		if x.Machine != machine {
 			continue
 		}
-		rejoined, runsOld := r.where(x, obs, staleAfter)
+		rejoined, runsOld := r.Where(x, obs, staleAfter)
 		switch {
 		case rejoined:
 			return hold{}, false
 		case runsOld:
-			return hold{reason: ReasonRetired, need: NeedRetired, why: fmt.Sprintf("%s still runs %s, a member of the old etcd cluster %s that recovery %s replaced: "+
+			return hold{Reason: ReasonRetired, Need: NeedRetired, Why: fmt.Sprintf("%s still runs %s, a member of the old etcd cluster %s that recovery %s replaced: "+
 				"run `agent rejoin` on %s (it stops that member, keeps its data aside and adds it to the new cluster); the hub does not act on it meanwhile",
-				machine, x.member, r.cluster, r.token, machine)}, true
+				machine, x.Member, r.Cluster, r.Token, machine)}, true
 		default:
-			return hold{reason: ReasonRetired, need: NeedRetired, why: fmt.Sprintf("retired by etcd recovery %s: its disk may still hold %s of the old cluster %s, "+
+			return hold{Reason: ReasonRetired, Need: NeedRetired, Why: fmt.Sprintf("retired by etcd recovery %s: its disk may still hold %s of the old cluster %s, "+
 				"which starts when the machine runs; the hub does not power it on. Bring it back one machine at a time: power it on "+
 				"(`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it",
-				r.token, x.member, r.cluster, machine)}, true
+				r.Token, x.Member, r.Cluster, machine)}, true
 		}
 	}
 	return hold{}, false
@@ -154,53 +155,53 @@ func (r retirement) hold(machine string, obs assess.Observations, staleAfter tim
 // data, and while its observers still catch up with it (their clients dialling it again, their
 // reports from before the rebuild) it can look unhealthy, and the quorum of one it lacks makes a cycle
 // look free. ok false: not the survivor, or seen.
-func (r retirement) survivorHold(machine string) (hold, bool) {
-	if r.survivor.machine != machine || machine == "" || r.survivorSeen {
+func (r Retirement) survivorHold(machine string) (hold, bool) {
+	if r.survivor.Machine != machine || machine == "" || r.SurvivorSeen {
 		return hold{}, false
 	}
-	return hold{reason: ReasonSurvivor, why: fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from (%s holds the only copy of its data), and a "+
+	return hold{Reason: ReasonSurvivor, Why: fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from (%s holds the only copy of its data), and a "+
 		"strict majority of the observers has not yet reached the rebuilt cluster's member since the rebuild: the hub does not power-cycle, reset or fence it "+
 		"meanwhile (`hub explain %s`; `hub reboot %s --force` if it must be, knowing that a failed boot loses the cluster)",
-		machine, r.token, r.survivor.member, machine, machine)}, true
+		machine, r.Token, r.survivor.Member, machine, machine)}, true
 }
 
 // survivorSeenNow says whether this pass sees the rebuilt cluster healthy on the survivor for the first
 // time: its member healthy, in a cluster other than the old one, and reached by a strict majority of
 // the expected judges of etcd in reports sent since it changed cluster.
-func (r retirement) survivorSeenNow(f facts) bool {
-	if r.survivor.machine == "" || r.survivorSeen {
+func (r Retirement) survivorSeenNow(f Facts) bool {
+	if r.survivor.Machine == "" || r.SurvivorSeen {
 		return false
 	}
-	i := slices.IndexFunc(f.inv.Machines, func(m Machine) bool { return m.Name == r.survivor.machine })
+	i := slices.IndexFunc(f.Inventory.Machines, func(m Machine) bool { return m.Name == r.survivor.Machine })
 	if i < 0 {
 		return false
 	}
-	m, a := f.inv.Machines[i], assessmentOf(f.assessments, i, r.survivor.machine)
-	rep, ok := f.obs.Reports[m.Node]
-	return ok && rep.Etcd != nil && rep.Etcd.ClusterID != "" && rep.Etcd.ClusterID != r.cluster && a.Verdict == assess.VerdictHealthy &&
-		a.EtcdHealth == quorum.Healthy && 2*a.EtcdReachedSince > f.hearing.Set.Judges()
+	m, a := f.Inventory.Machines[i], AssessmentOf(f.Assessments, i, r.survivor.Machine)
+	rep, ok := f.Observations.Reports[m.Node]
+	return ok && rep.Etcd != nil && rep.Etcd.ClusterID != "" && rep.Etcd.ClusterID != r.Cluster && a.Verdict == assess.VerdictHealthy &&
+		a.EtcdHealth == quorum.Healthy && 2*a.EtcdReachedSince > f.Hearing.Set.Judges()
 }
 
-// runningOld says which retired members still answer as members of the old cluster, for a pass that
+// RunningOld says which retired members still answer as members of the old cluster, for a pass that
 // cannot agree on a membership: their agents report the old cluster's ("": none).
-func (r retirement) runningOld(obs assess.Observations, staleAfter time.Duration) string {
+func (r Retirement) RunningOld(obs assess.Observations, staleAfter time.Duration) string {
 	var old []string
-	for _, x := range r.members {
-		if _, runsOld := r.where(x, obs, staleAfter); runsOld {
-			old = append(old, fmt.Sprintf("%s (%s)", x.machine, x.member))
+	for _, x := range r.Members {
+		if _, runsOld := r.Where(x, obs, staleAfter); runsOld {
+			old = append(old, fmt.Sprintf("%s (%s)", x.Machine, x.Member))
 		}
 	}
 	if len(old) == 0 {
 		return ""
 	}
 	return fmt.Sprintf("; %s still run the old etcd cluster %s that recovery %s replaced, and report its membership: run `agent rejoin` on them",
-		strings.Join(old, ", "), r.cluster, r.token)
+		strings.Join(old, ", "), r.Cluster, r.Token)
 }
 
-func (r retirement) memberOf(machine string) string {
-	for _, x := range r.members {
-		if x.machine == machine {
-			return x.member
+func (r Retirement) MemberOf(machine string) string {
+	for _, x := range r.Members {
+		if x.Machine == machine {
+			return x.Member
 		}
 	}
 	return ""
@@ -225,4 +226,61 @@ type RecoveryPlan struct {
 	// BumpWhy says how Rebuild.BumpRevision was chosen.
 	BumpWhy string   `json:"bumpWhy"`
 	Steps   []string `json:"steps"`
+}
+
+// fenced says whether every lost member is fenced.
+func (p RecoveryPlan) fenced() bool {
+	return !slices.ContainsFunc(p.Fence, func(f quorum.FenceStep) bool { return !f.Fenced })
+}
+
+// String is the plan as `hub recover` prints it.
+func (p RecoveryPlan) String() string {
+	var b strings.Builder
+	if p.Loss != nil {
+		fmt.Fprintf(&b, "%s\n", p.Loss)
+	}
+	if s := p.Survivor; s != nil {
+		why := fmt.Sprintf("the highest of the %d members that answer", len(p.Candidates))
+		if len(p.Candidates) == 1 {
+			why = "the only member that answers"
+		}
+		fmt.Fprintf(&b, "survivor: %s (%s): raft index %d, term %d, etcd cluster %s; %s\n",
+			s.Member, cmp.Or(s.Machine, "no machine"), s.Index, s.Term, s.ClusterID, why)
+		for _, c := range p.Candidates[1:] {
+			fmt.Fprintf(&b, "  also answers: %s at raft index %d, term %d\n", c.Member, c.Index, c.Term)
+		}
+	}
+	if p.Mark != nil {
+		fmt.Fprintf(&b, "raft mark: %s; data at risk: %d entries\n", p.Mark, p.DataAtRisk)
+	}
+	fmt.Fprintf(&b, "revision bump: %d (%s)\n", p.BumpRevision, p.BumpWhy)
+	b.WriteString("steps:\n")
+	for i, s := range p.Steps {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, s)
+	}
+	if len(p.Fence) > 0 {
+		b.WriteString("fence:\n")
+	}
+	for _, f := range p.Fence {
+		done := "to do"
+		if f.Fenced {
+			done = "done"
+		}
+		fmt.Fprintf(&b, "  %s (%s), %s: %s\n", f.Machine, f.Member, done, f.How)
+	}
+	if len(p.Blockers) > 0 {
+		b.WriteString("NOT READY:\n")
+		for _, x := range p.Blockers {
+			fmt.Fprintf(&b, "  - %s\n", x)
+		}
+	}
+	switch {
+	case p.Token != "" && !p.fenced():
+		fmt.Fprintf(&b, "under way (token %s), but not every lost member is fenced yet: run `hub recover --yes` again\n", p.Token)
+	case p.Token != "":
+		fmt.Fprintf(&b, "under way (token %s): every lost member is fenced; go on on the survivor with `agent recover --plan FILE`, FILE from `hub recover -o json` (docs/operating.md#permanent-quorum-loss)\n", p.Token)
+	default:
+		b.WriteString("nothing was changed: `hub recover --yes` carries the plan out, fencing first (docs/operating.md#permanent-quorum-loss)\n")
+	}
+	return b.String()
 }

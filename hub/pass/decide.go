@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"cmp"
@@ -17,52 +17,52 @@ import (
 // waits. It reads no clock, no journal, no gossip and no lock: the same facts give the same decision,
 // which is what its table tests rely on.
 
-// facts are what one pass decides from.
-type facts struct {
-	now         time.Time
-	inv         Inventory
-	obs         assess.Observations
-	assessments []assess.Assessment
-	hearing     assess.Hearing
-	// flights are the remediations under way, by machine.
-	flights map[string]flight
-	// paused says who paused the hub ("" when nothing pauses it); suspended whether it is
+// Facts are what one pass decides from.
+type Facts struct {
+	Now          time.Time
+	Inventory    Inventory
+	Observations assess.Observations
+	Assessments  []assess.Assessment
+	Hearing      assess.Hearing
+	// Flights are the remediations under way, by machine.
+	Flights map[string]Flight
+	// Paused says who paused the hub ("" when nothing pauses it); suspended whether it is
 	// observe-only.
-	paused    string
-	suspended bool
-	detached  map[string]Brake
+	Paused    string
+	Suspended bool
+	Detached  map[string]Brake
 	// healthyAt is when each machine was last seen Healthy; startFailed the machines whose last
 	// remediation could not begin.
 	healthyAt   map[string]time.Time
-	beginFailed map[string]beginFailure
+	beginFailed map[string]BeginFailure
 	// seenAt is when each machine was last in view (its assess.Assessment's SeenAt, the newest of any pass
 	// since the hub started).
 	seenAt map[string]time.Time
-	// loginWait says, for a machine whose BMC account refused the credentials and is in its wait
+	// LoginWait says, for a machine whose BMC account refused the credentials and is in its wait
 	// (logins), why no login is made now.
-	loginWait map[string]string
-	// history is the ledger's record of each Unhealthy machine without a remediation in flight (the
+	LoginWait map[string]string
+	// History is the ledger's record of each Unhealthy machine without a remediation in flight (the
 	// only ones hold reads).
-	history map[string][]past
-	// recentStarts counts the hub's own starts within the rate-limit window.
-	recentStarts int
+	History map[string][]Past
+	// RecentStarts counts the hub's own starts within the rate-limit window.
+	RecentStarts int
 	// quorumLost: the latest pass that planned saw etcd's quorum lost, in lostIn (its membership).
 	quorumLost bool
 	lostIn     quorum.Cluster
-	// bmcs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
-	bmcs map[string]BMCReadiness
-	// retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
-	retired retirement
+	// BMCs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
+	BMCs map[string]BMCReadiness
+	// Retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
+	Retired Retirement
 	// rebuilt: the etcd cluster's ID changed and the old members the new cluster left out are not
 	// known yet (nil: nothing to tell).
 	rebuilt *clusterChange
-	// listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
+	// Listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
-	listen string
-	// markWritten: how the raft mark's latest write went, when it ended since the previous pass; begun
+	Listen string
+	// MarkWritten: how the raft mark's latest write went, when it ended since the previous pass; begun
 	// how the begins queued by earlier passes went (Hub.beginQueued), those that ended since.
-	markWritten *markResult
-	begun       []beginResult
+	MarkWritten *MarkResult
+	Begun       []BeginResult
 }
 
 // decision is what a pass decided.
@@ -72,7 +72,7 @@ type decision struct {
 	cluster     quorum.Cluster
 	outcome     quorum.Outcome
 	// begin are the remediations to begin now, in order.
-	begin []toBegin
+	begin []ToBegin
 	// holds say why each machine the planner considered is not started now: the hub's own holds (the
 	// machine's history, its brakes, the rate limit) and the planner's waits.
 	holds map[string]hold
@@ -85,7 +85,7 @@ type decision struct {
 	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back, or (rebuilt) the
 	// cluster that lost it was replaced by another membership (a recovery from a survivor: etcd
 	// changes no membership without quorum). Nothing else is decided: the evidence gathered while it
-	// was lost is judged again first (assess.Assessor.QuorumBack).
+	// was lost is judged again first (assess.Assessor.quorumBack).
 	quorumBack, rebuilt bool
 	// retire: etcd was rebuilt without a recovery of Hale's (rebuiltOutside); this pass held its old
 	// members already.
@@ -108,26 +108,26 @@ const (
 	NeedRetired  OperatorNeed = "Retired"  // a member of the old cluster an etcd recovery replaced, not yet back in the new one (`agent rejoin`)
 )
 
-// toBegin is a remediation to begin.
-type toBegin struct {
-	machine Machine
-	plan    quorum.Plan
-	rem     journal.Remediation
-	// detected: when the machine last turned Unhealthy (step sets it).
-	detected time.Time
+// ToBegin is a remediation to begin.
+type ToBegin struct {
+	Machine     Machine
+	Plan        quorum.Plan
+	Remediation journal.Remediation
+	// Detected: when the machine last turned Unhealthy (step sets it).
+	Detected time.Time
 }
 
 // decide is the pass's pure core: membership, holds, the plan, then the hub's brakes and rate limit
 // over what the planner admitted.
-func decide(f facts) decision {
-	cluster, why := membershipOf(f.inv, f.obs, f.assessments, f.hearing, f.flights)
+func decide(f Facts) decision {
+	cluster, why := MembershipOf(f.Inventory, f.Observations, f.Assessments, f.Hearing, f.Flights)
 	if why != "" {
-		return decision{notPlanning: why + f.retired.runningOld(f.obs, f.inv.Policy.Assess.StaleAfter)}
+		return decision{notPlanning: why + f.Retired.RunningOld(f.Observations, f.Inventory.Policy.Assess.StaleAfter)}
 	}
 	var retire *RecoveryRecord
-	if c := f.rebuilt; c != nil && f.retired.cluster != c.from {
+	if c := f.rebuilt; c != nil && f.Retired.Cluster != c.from {
 		if retire = rebuiltOutside(f, cluster, *c); retire != nil {
-			f.retired = retirementOf(retire)
+			f.Retired = RetirementOf(retire)
 		}
 	}
 	d := decideIn(f, cluster)
@@ -136,8 +136,8 @@ func decide(f facts) decision {
 }
 
 // decideIn is decide once the observers agree on the etcd membership (cluster).
-func decideIn(f facts, cluster quorum.Cluster) decision {
-	p := f.inv.Policy
+func decideIn(f Facts, cluster quorum.Cluster) decision {
+	p := f.Inventory.Policy
 	if f.quorumLost && !cluster.Budget(p.Quorum).QuorumLost() {
 		return decision{cluster: cluster, quorumBack: true}
 	}
@@ -146,53 +146,53 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 		// evidence is stale, and a member healed on it would take the rebuilt cluster down.
 		return decision{cluster: cluster, quorumBack: true, rebuilt: true}
 	}
-	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.inv.Machines))}
+	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.Inventory.Machines))}
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
-	ad := admission{lost: cluster.Budget(p.Quorum).QuorumLost(), silent: silentVoters(f, cluster), common: commonCauses(f, cluster)}
-	for i, m := range f.inv.Machines {
-		a := assessmentOf(f.assessments, i, m.Name)
+	ad := Admission{Lost: cluster.Budget(p.Quorum).QuorumLost(), Silent: SilentVoters(f, cluster), common: commonCauses(f, cluster)}
+	for i, m := range f.Inventory.Machines {
+		a := AssessmentOf(f.Assessments, i, m.Name)
 		qm := quorum.Machine{Name: m.Name, Member: m.Member, Pool: m.Pool, Strategy: m.Strategy,
 			Unhealthy: a.Verdict == assess.VerdictUnhealthy, Since: a.Since, Replace: m.Replace}
 		if m.Strategy == quorum.Replace && m.Member != "" {
-			qm.Replace.NewMember = m.Member + newMemberSuffix
+			qm.Replace.NewMember = m.Member + NewMemberSuffix
 		}
-		if fl, ok := f.flights[m.Name]; ok {
-			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.plan.Strategy, fl.stillToCome(cluster)
-		} else if hs := machineHolds(f, m, a, ad, byHub); len(hs) > 0 {
+		if fl, ok := f.Flights[m.Name]; ok {
+			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.Plan.Strategy, fl.StillToCome(cluster)
+		} else if hs := MachineHolds(f, m, a, ad, byHub); len(hs) > 0 {
 			h := hs[0]
-			if failed[m.Name] = h.failed; h.why != "" {
+			if failed[m.Name] = h.failed; h.Why != "" {
 				holds[m.Name] = h
 			}
-			if h.need != "" {
-				needs[m.Name] = h.need
+			if h.Need != "" {
+				needs[m.Name] = h.Need
 			}
 		}
-		qm.Held = holds[m.Name].why
+		qm.Held = holds[m.Name].Why
 		in.Machines = append(in.Machines, qm)
 	}
 	out, err := quorum.PlanPass(in)
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: ad.silent, survivorSeen: f.retired.survivorSeenNow(f)}
+	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: ad.Silent, survivorSeen: f.Retired.survivorSeenNow(f)}
 	for _, qd := range out.Decisions {
 		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
-			holds[qd.Machine] = hold{reason: ReasonWaiting, why: qd.Reason}
+			holds[qd.Machine] = hold{Reason: ReasonWaiting, Why: qd.Reason}
 		}
 	}
-	slots := p.RateMax - f.recentStarts
+	slots := p.RateMax - f.RecentStarts
 	for _, qd := range out.Started() {
-		m, ok := f.inv.Machine(qd.Machine)
+		m, ok := f.Inventory.Machine(qd.Machine)
 		if !ok {
 			continue
 		}
 		switch {
-		case f.paused != "":
-			holds[m.Name] = hold{reason: ReasonPaused, why: fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.paused, qd.Strategy, m.Name)}
-		case f.suspended:
-			holds[m.Name] = hold{reason: ReasonSuspended, why: fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList())}
+		case f.Paused != "":
+			holds[m.Name] = hold{Reason: ReasonPaused, Why: fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.Paused, qd.Strategy, m.Name)}
+		case f.Suspended:
+			holds[m.Name] = hold{Reason: ReasonSuspended, Why: fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList())}
 		case slots <= 0:
-			holds[m.Name] = hold{reason: ReasonRateLimited, why: fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
+			holds[m.Name] = hold{Reason: ReasonRateLimited, Why: fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
 				p.RateMax-slots, p.RatePer, p.RateMax, m.Name)}
 		default:
 			slots--
@@ -212,7 +212,7 @@ func decideIn(f facts, cluster quorum.Cluster) decision {
 // the rebuilt cluster's only member, its observers still catching up, cycled as free). While other
 // voters are silent (silentVoters) they are healed first; when every voter runs, a cycle heals nothing
 // that a running member can be healed of, and an operator decides. ok false: not held.
-func answersHold(f facts, m Machine, a assess.Assessment, lost bool, silent []string) (hold, bool) {
+func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []string) (hold, bool) {
 	if !lost || !(a.EtcdAnswers || a.OwnAnswers) {
 		return hold{}, false
 	}
@@ -222,11 +222,11 @@ func answersHold(f facts, m Machine, a assess.Assessment, lost bool, silent []st
 	}
 	others := slices.DeleteFunc(slices.Clone(silent), func(s string) bool { return s == m.Member })
 	if len(others) > 0 {
-		return hold{reason: ReasonSilentVotersFirst, why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member %s, and its failures follow from the lost quorum "+
+		return hold{Reason: ReasonSilentVotersFirst, Why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member %s, and its failures follow from the lost quorum "+
 			"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
 			strings.Join(others, ", "), m.Name, how, m.Name)}, true
 	}
-	return hold{reason: ReasonMemberAnswers, why: fmt.Sprintf("etcd has lost quorum, and %s's member %s: it runs, and its failures follow from the lost quorum "+
+	return hold{Reason: ReasonMemberAnswers, Why: fmt.Sprintf("etcd has lost quorum, and %s's member %s: it runs, and its failures follow from the lost quorum "+
 		"(`hub explain %s`). A power-cycle of a running member is no free action: the hub does not take it (`hub reboot %s --force` if it must be)",
 		m.Name, how, m.Name, m.Name)}, true
 }
@@ -241,16 +241,16 @@ func answersHold(f facts, m Machine, a assess.Assessment, lost bool, silent []st
 // machines turning Unhealthy a few hundred milliseconds apart are seen together. The etcd probe is
 // not among them: a member failing its own probe is not healthy. An operator's `hub reboot` still
 // cycles a machine held so.
-func commonCauses(f facts, cluster quorum.Cluster) map[string]hold {
+func commonCauses(f Facts, cluster quorum.Cluster) map[string]hold {
 	var voters int
 	alike := map[string][]string{} // probe → the voters' machines failing it with a healthy member
-	for i, m := range f.inv.Machines {
+	for i, m := range f.Inventory.Machines {
 		j := cluster.Index(m.Member)
 		if m.Member == "" || j < 0 || cluster.Members[j].Learner {
 			continue
 		}
 		voters++
-		a := assessmentOf(f.assessments, i, m.Name)
+		a := AssessmentOf(f.Assessments, i, m.Name)
 		if a.EtcdHealth != quorum.Healthy {
 			continue
 		}
@@ -270,7 +270,7 @@ func commonCauses(f facts, cluster quorum.Cluster) map[string]hold {
 			if _, ok := holds[n]; ok {
 				continue
 			}
-			holds[n] = hold{reason: ReasonCommonCause, why: fmt.Sprintf("%s fails on %s, %d of the %d voters' machines, while their etcd members are healthy: "+
+			holds[n] = hold{Reason: ReasonCommonCause, Why: fmt.Sprintf("%s fails on %s, %d of the %d voters' machines, while their etcd members are healthy: "+
 				"a cause they share (a certificate, a configuration, a dependency) that power-cycling them one by one does not fix. "+
 				"The hub holds them: fix the cause (`hub explain %s`), or `hub reboot %s` to cycle one anyway",
 				p, strings.Join(names, ", "), len(names), voters, n, n)}
@@ -279,19 +279,19 @@ func commonCauses(f facts, cluster quorum.Cluster) map[string]hold {
 	return holds
 }
 
-// silentVoters are, when etcd has lost quorum, the voters whose members answer no majority of the
+// SilentVoters are, when etcd has lost quorum, the voters whose members answer no majority of the
 // observers, nor their own agents, whatever their verdict (nil while quorum holds). A silent voter need
 // not be Unhealthy yet: at the heal of a partition whose far side held the quorum, its members come
 // back into view Suspect for a pass or two (test/chaos far-side: cp-0's reboot begun 0.4 s after the
 // heal, while etcd-1 was still Suspect and unreachable in the observers' last reports from the
 // partition).
-func silentVoters(f facts, cluster quorum.Cluster) []string {
-	if !cluster.Budget(f.inv.Policy.Quorum).QuorumLost() {
+func SilentVoters(f Facts, cluster quorum.Cluster) []string {
+	if !cluster.Budget(f.Inventory.Policy.Quorum).QuorumLost() {
 		return nil
 	}
 	var out []string
-	for i, m := range f.inv.Machines {
-		a := assessmentOf(f.assessments, i, m.Name)
+	for i, m := range f.Inventory.Machines {
+		a := AssessmentOf(f.Assessments, i, m.Name)
 		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && !a.EtcdAnswers && !a.OwnAnswers {
 			out = append(out, m.Member)
 		}
@@ -301,102 +301,102 @@ func silentVoters(f facts, cluster quorum.Cluster) []string {
 
 // toBeginOf is the remediation the hub begins for a planner's decision: a machine whose last
 // remediation failed is escalated to a hard power cycle.
-func toBeginOf(f facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int) toBegin {
+func toBeginOf(f Facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int) ToBegin {
 	plan := qd.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
-		plan = machinePlan(qd.Strategy, m)
+		plan = MachinePlan(qd.Strategy, m)
 	}
 	rem := journal.Remediation{Machine: m.Name, Strategy: qd.Strategy.String(), RequestedBy: "hub", Reason: qd.Reason,
 		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && qd.Strategy == quorum.Reboot}
 	if rem.Hard {
-		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, f.inv.Policy.MaxAttempts, failed)
+		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, f.Inventory.Policy.MaxAttempts, failed)
 	}
-	if r, ok := f.obs.Reports[m.Node]; ok {
+	if r, ok := f.Observations.Reports[m.Node]; ok {
 		rem.AgentStarted = r.Started
 	}
 	for _, mb := range cluster.Members {
 		rem.Members = append(rem.Members, mb.Name)
 	}
-	return toBegin{machine: m, plan: plan, rem: rem}
+	return ToBegin{Machine: m, Plan: plan, Remediation: rem}
 }
 
 // historyHold is the hold the hub's own history with m gives (its last remediation's cooldown, a cycle
 // nobody has seen the machine since, a fence, too many failures or remediations), with the count of
 // its failed remediations (held or not: an escalation counts them).
-func historyHold(f facts, m Machine) hold {
-	p := f.inv.Policy
-	hist := f.history[m.Name]
-	if last := len(hist) - 1; last >= 0 && hist[last].idle() && f.now.Sub(hist[last].updated) < idleRetry {
-		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
-			hist[last].id, hist[last].updated.Add(idleRetry).Format(time.TimeOnly))}
+func historyHold(f Facts, m Machine) hold {
+	p := f.Inventory.Policy
+	hist := f.History[m.Name]
+	if last := len(hist) - 1; last >= 0 && hist[last].Idle() && f.Now.Sub(hist[last].Updated) < idleRetry {
+		return hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
+			hist[last].ID, hist[last].Updated.Add(idleRetry).Format(time.TimeOnly))}
 	}
-	if end := ended(hist); !end.IsZero() && f.now.Sub(end) < p.Cooldown {
-		return hold{reason: ReasonCoolingDown, why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
+	if end := Ended(hist); !end.IsZero() && f.Now.Sub(end) < p.Cooldown {
+		return hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
-	if c, ok := unseenSinceCycle(hist, f.seenAt[m.Name]); ok {
-		return hold{reason: ReasonUnseen, why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
+	if c, ok := UnseenSinceCycle(hist, f.seenAt[m.Name]); ok {
+		return hold{Reason: ReasonUnseen, Why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
 			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
 			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+
 			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
-			c.id, c.cycled.UTC().Format(time.RFC3339), cmp.Or(c.shown, "the cycle"), m.Name, m.Name, m.Name), need: NeedUnseen}
+			c.ID, c.Cycled.UTC().Format(time.RFC3339), cmp.Or(c.Shown, "the cycle"), m.Name, m.Name, m.Name), Need: NeedUnseen}
 	}
-	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].state == journal.Succeeded {
-		return hold{reason: ReasonFenced, why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].id, m.Name),
-			need: NeedFenced}
+	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].State == journal.Succeeded {
+		return hold{Reason: ReasonFenced, Why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name),
+			Need: NeedFenced}
 	}
 	n := failures(hist, f.healthyAt[m.Name])
 	if n >= p.MaxAttempts {
-		return hold{reason: ReasonGaveUp, why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
-			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), failed: n, need: NeedGaveUp}
+		return hold{Reason: ReasonGaveUp, Why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), failed: n, Need: NeedGaveUp}
 	}
 	// A machine that comes back and fails again soon after is one flapping machine, not a string of
 	// new failures: its remediations within flapWindow count together, escalate, and give up.
 	recent := 0
 	for _, r := range hist {
-		if r.byHub && r.state != journal.InProgress && !r.idle() && f.now.Sub(r.created) < p.FlapWindow {
+		if r.ByHub && r.State != journal.InProgress && !r.Idle() && f.Now.Sub(r.created) < p.FlapWindow {
 			recent++
 		}
 	}
 	if recent >= p.MaxAttempts {
-		return hold{reason: ReasonFlapping, why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+		return hold{Reason: ReasonFlapping, Why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name),
-			failed: recent, need: NeedFlapping}
+			failed: recent, Need: NeedFlapping}
 	}
 	return hold{failed: max(n, recent)}
 }
 
-// unseenSinceCycle finds the machine's latest power cycle when nobody has seen the machine since it
+// UnseenSinceCycle finds the machine's latest power cycle when nobody has seen the machine since it
 // (DESIGN.md rule 9): from the hub's side of a partition, the healthy members of a quorate far side
 // look exactly like dead ones, and the first cycle is the price of healing real crashes; a second one
 // of a member the first did not bring back into view is not. seen is when it was last in view; a
 // remediation that succeeded saw it come back (a hub restarted since has no other record of it).
-func unseenSinceCycle(hist []past, seen time.Time) (past, bool) {
-	var last past
+func UnseenSinceCycle(hist []Past, seen time.Time) (Past, bool) {
+	var last Past
 	for _, p := range hist {
-		if p.state == journal.Succeeded && p.updated.After(seen) {
-			seen = p.updated
+		if p.State == journal.Succeeded && p.Updated.After(seen) {
+			seen = p.Updated
 		}
-		if p.cycled.After(last.cycled) {
+		if p.Cycled.After(last.Cycled) {
 			last = p
 		}
 	}
-	return last, !last.cycled.IsZero() && !seen.After(last.cycled)
+	return last, !last.Cycled.IsZero() && !seen.After(last.Cycled)
 }
 
 // hold says why the hub does not start a machine's remediation now: under which one reason it is said,
 // why in words (empty: not held), and, for holdOf, how many of its remediations failed and whether
 // only an operator can go on.
 type hold struct {
-	reason Reason
-	why    string
+	Reason Reason
+	Why    string
 	failed int
-	need   OperatorNeed
+	Need   OperatorNeed
 }
 
-// brake: the hold is one of the hub's brakes over what the planner admitted (`hub status` shows them
+// Brake: the hold is one of the hub's brakes over what the planner admitted (`hub status` shows them
 // as holding).
-func (h hold) brake() bool {
-	return h.reason == ReasonPaused || h.reason == ReasonSuspended || h.reason == ReasonRateLimited
+func (h hold) Brake() bool {
+	return h.Reason == ReasonPaused || h.Reason == ReasonSuspended || h.Reason == ReasonRateLimited
 }
 
 // sameVoters says whether a and b have the same voters.

@@ -1,4 +1,4 @@
-package hub
+package pass
 
 // Reason says what a notice is about: a CamelCase word, as a Kubernetes Event's reason.
 type Reason string

@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"fmt"
@@ -10,22 +10,22 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// flight is a remediation under way, as a pass sees it.
-type flight struct {
-	plan quorum.Plan
-	// next is the step under way: it and those after it are still to come.
-	next int
-	// members are the etcd members when it began (a replace's new member is the one not in it).
-	members []string
+// Flight is a remediation under way, as a pass sees it.
+type Flight struct {
+	Plan quorum.Plan
+	// Next is the step under way: it and those after it are still to come.
+	Next int
+	// Members are the etcd members when it began (a replace's new member is the one not in it).
+	Members []string
 }
 
-// membershipOf builds the cluster the planner sees: the membership that a strict majority of the
+// MembershipOf builds the cluster the planner sees: the membership that a strict majority of the
 // expected agents and witnesses that read etcd report (fresh reports from observers the hub sees alive), each
 // member's health from the assessments, the members of machines with a remediation in flight
 // marked. It returns why not instead when the hub does not hear a strict majority of its expected
 // observers (then nothing is done: a hub on the minority side of a partition must not act), or when
 // no view has such a majority.
-func membershipOf(inv Inventory, obs assess.Observations, assessments []assess.Assessment, hearing assess.Hearing, flights map[string]flight) (quorum.Cluster, string) {
+func MembershipOf(inv Inventory, obs assess.Observations, assessments []assess.Assessment, hearing assess.Hearing, flights map[string]Flight) (quorum.Cluster, string) {
 	if !hearing.Majority() {
 		return quorum.Cluster{}, hearing.NoMajority()
 	}
@@ -75,7 +75,7 @@ func membershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 	member := map[string]machineOf{} // etcd member → its machine
 	for i, m := range inv.Machines {
 		if m.Member != "" {
-			member[m.Member] = machineOf{m.Name, assessmentOf(assessments, i, m.Name).EtcdHealth}
+			member[m.Member] = machineOf{m.Name, AssessmentOf(assessments, i, m.Name).EtcdHealth}
 		}
 	}
 	var c quorum.Cluster
@@ -92,9 +92,9 @@ func membershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 	return c, ""
 }
 
-// assessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
+// AssessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
 // order, or found by name when they are not.
-func assessmentOf(as []assess.Assessment, i int, machine string) assess.Assessment {
+func AssessmentOf(as []assess.Assessment, i int, machine string) assess.Assessment {
 	if i >= 0 && i < len(as) && as[i].Machine == machine {
 		return as[i]
 	}
@@ -116,15 +116,15 @@ func viewKey(members []health.EtcdMember) string {
 	return strings.Join(keys, ",")
 }
 
-// stillToCome is what the remediation has left: its plan's steps from the one under way on, for the
+// StillToCome is what the remediation has left: its plan's steps from the one under way on, for the
 // planner to check new starts against in every order (empty, not nil, when the machine is not an
 // etcd member: nothing of it touches the membership); for a replace whose new member has joined,
 // the steps with that member (replacementSteps).
-func (fl flight) stillToCome(c quorum.Cluster) []quorum.Step {
+func (fl Flight) StillToCome(c quorum.Cluster) []quorum.Step {
 	if steps, ok := fl.replacementSteps(c); ok {
 		return steps
 	}
-	return slices.Clone(fl.plan.Steps[min(fl.next, len(fl.plan.Steps)):])
+	return slices.Clone(fl.Plan.Steps[min(fl.Next, len(fl.Plan.Steps)):])
 }
 
 // replacementSteps rebuilds a replace's steps once its new member has joined: the plan names it with
@@ -132,13 +132,13 @@ func (fl flight) stillToCome(c quorum.Cluster) []quorum.Step {
 // owner's steps will promote and keep, and a start beside the replace must be checked against those.
 // It joined as a learner or a voter, whatever the plan assumed: the steps follow what it is. The
 // planner skips the steps the membership shows done.
-func (fl flight) replacementSteps(c quorum.Cluster) ([]quorum.Step, bool) {
-	if fl.plan.Strategy != quorum.Replace || len(fl.members) == 0 || len(fl.plan.Steps) == 0 {
+func (fl Flight) replacementSteps(c quorum.Cluster) ([]quorum.Step, bool) {
+	if fl.Plan.Strategy != quorum.Replace || len(fl.Members) == 0 || len(fl.Plan.Steps) == 0 {
 		return nil, false
 	}
 	// The order and the old member from the steps themselves (a plan rebuilt from the journal after a
 	// restart has no shape): delete-first starts with the remove.
-	i := slices.IndexFunc(fl.plan.Steps, func(s quorum.Step) bool { return s.Op == quorum.OpRemove })
+	i := slices.IndexFunc(fl.Plan.Steps, func(s quorum.Step) bool { return s.Op == quorum.OpRemove })
 	if i < 0 {
 		return nil, false
 	}
@@ -148,7 +148,7 @@ func (fl flight) replacementSteps(c quorum.Cluster) ([]quorum.Step, bool) {
 	}
 	var fresh []quorum.Member
 	for _, m := range c.Members {
-		if !slices.Contains(fl.members, m.Name) {
+		if !slices.Contains(fl.Members, m.Name) {
 			fresh = append(fresh, m)
 		}
 	}
@@ -158,5 +158,5 @@ func (fl flight) replacementSteps(c quorum.Cluster) ([]quorum.Step, bool) {
 	if fresh[0].Learner {
 		shape.Join = quorum.JoinAsLearner
 	}
-	return shape.Steps(fl.plan.Steps[i].Member, fresh[0].Name), true
+	return shape.Steps(fl.Plan.Steps[i].Member, fresh[0].Name), true
 }

@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"slices"
@@ -25,18 +25,22 @@ func TestOneAdmissionRule(t *testing.T) {
 		machine string
 		scene   func() *scene
 	}{
-		{ReasonHeldByOwner, "m2", func() *scene { s := newScene().dead(2); s.f.inv.Machines[2].Hold = "BareMetalHost detached"; return s }},
-		{ReasonDetached, "m2", func() *scene { s := newScene().dead(2); s.f.detached["m2"] = Brake{By: "alice"}; return s }},
-		{ReasonPaused, "m2", func() *scene { s := newScene().dead(2); s.f.paused = "operator alice"; return s }},
-		{ReasonSuspended, "m2", func() *scene { s := newScene().dead(2); s.f.suspended = true; return s }},
+		{ReasonHeldByOwner, "m2", func() *scene {
+			s := newScene().dead(2)
+			s.f.Inventory.Machines[2].Hold = "BareMetalHost detached"
+			return s
+		}},
+		{ReasonDetached, "m2", func() *scene { s := newScene().dead(2); s.f.Detached["m2"] = Brake{By: "alice"}; return s }},
+		{ReasonPaused, "m2", func() *scene { s := newScene().dead(2); s.f.Paused = "operator alice"; return s }},
+		{ReasonSuspended, "m2", func() *scene { s := newScene().dead(2); s.f.Suspended = true; return s }},
 		{ReasonBMCLoginBackoff, "m2", func() *scene {
 			s := newScene().dead(2)
-			s.f.loginWait = map[string]string{"m2": "its BMC refused the credentials: no login until 04:05:00"}
+			s.f.LoginWait = map[string]string{"m2": "its BMC refused the credentials: no login until 04:05:00"}
 			return s
 		}},
 		{ReasonRemediationNotBegun, "m2", func() *scene {
 			s := newScene().dead(2)
-			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second), inARow: 4}
+			s.f.beginFailed["m2"] = BeginFailure{why: "ipmitool missing", at: s.f.Now.Add(-10 * time.Second), InARow: 4}
 			return s
 		}},
 		{ReasonCoolingDown, "m2", func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, time.Minute, 1) }},
@@ -48,77 +52,77 @@ func TestOneAdmissionRule(t *testing.T) {
 		}},
 		{ReasonRateLimited, "m2", func() *scene {
 			s := quorumLost()
-			s.f.inv.Policy.RateMax, s.f.recentStarts = 3, 2
+			s.f.Inventory.Policy.RateMax, s.f.RecentStarts = 3, 2
 			return s
 		}},
 		{ReasonCommonCause, "m0", func() *scene {
 			s := newScene()
 			for i, m := range assesstest.Machines() {
-				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-					Failing: []string{"apiserver"}, Reasons: []string{"apiserver failing for 15s"}, Since: s.f.now.Add(-15 * time.Second)}
+				s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+					Failing: []string{"apiserver"}, Reasons: []string{"apiserver failing for 15s"}, Since: s.f.Now.Add(-15 * time.Second)}
 			}
 			return s
 		}},
 		{ReasonSilentVotersFirst, "m0", func() *scene {
 			s := quorumLost()
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
 			return s
 		}},
 		{ReasonMemberAnswers, "m0", func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
 			for i, m := range assesstest.Machines() {
-				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
-					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.now.Add(-time.Minute)}
+				s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.Now.Add(-time.Minute)}
 			}
 			return s
 		}},
 		{ReasonSurvivor, "m0", func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
-				Reasons: []string{"etcd member etcd-0 unreachable"}, Since: s.f.now.Add(-5 * time.Second)}
-			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
+				Reasons: []string{"etcd member etcd-0 unreachable"}, Since: s.f.Now.Add(-5 * time.Second)}
+			s.f.Retired = Retirement{Token: "hale-c0-1", Cluster: "c0", survivor: Retiree{Machine: "m0", Member: "etcd-0"}}
 			return s
 		}},
 		{ReasonRetired, "m2", func() *scene {
 			s := newScene().dead(2)
-			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", quorum: 2, members: []retiree{{"m2", "etcd-2"}}}
+			s.f.Retired = Retirement{Token: "hale-c0-1", Cluster: "c0", Quorum: 2, Members: []Retiree{{Machine: "m2", Member: "etcd-2"}}}
 			return s
 		}},
 		{ReasonWaiting, "m0", func() *scene { // m2 dead; m0's member healthy, its kubelet failing: its reboot would cost quorum
 			s := newScene().dead(2)
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.now.Add(-time.Minute)}
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-time.Minute)}
 			return s
 		}},
 	} {
 		t.Run(string(tc.reason), func(t *testing.T) {
-			rule := ruleOf(tc.reason)
+			rule := RuleOf(tc.reason)
 			s := tc.scene()
 			d := s.decide()
-			assert.Equal(t, tc.reason, d.holds[tc.machine].reason, "the pass: %s", d.holds[tc.machine].why)
+			assert.Equal(t, tc.reason, d.holds[tc.machine].Reason, "the pass: %s", d.holds[tc.machine].Why)
 			assert.True(t, rule.hub, "every reason holds the hub's own pass")
 
 			// The operator's path, as Reboot takes it: the holds, then the quorum check.
-			i := slices.IndexFunc(s.f.inv.Machines, func(m Machine) bool { return m.Name == tc.machine })
-			m := s.f.inv.Machines[i]
-			ad := admission{lost: d.cluster.Budget(s.f.inv.Policy.Quorum).QuorumLost(), silent: silentVoters(s.f, d.cluster)}
-			holds := machineHolds(s.f, m, s.f.assessments[i], ad, byOperator)
+			i := slices.IndexFunc(s.f.Inventory.Machines, func(m Machine) bool { return m.Name == tc.machine })
+			m := s.f.Inventory.Machines[i]
+			ad := Admission{Lost: d.cluster.Budget(s.f.Inventory.Policy.Quorum).QuorumLost(), Silent: SilentVoters(s.f, d.cluster)}
+			holds := MachineHolds(s.f, m, s.f.Assessments[i], ad, ByOperator)
 			if tc.reason == ReasonWaiting {
-				_, err := d.cluster.PlanBeside(s.f.inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: quorum.Reboot}, nil)
+				_, err := d.cluster.PlanBeside(s.f.Inventory.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: quorum.Reboot}, nil)
 				assert.Error(t, err, "the quorum check refuses the operator too")
-				assert.True(t, rule.operator && rule.forceable)
+				assert.True(t, rule.operator && rule.Forceable)
 				return
 			}
-			held := slices.ContainsFunc(holds, func(h hold) bool { return h.reason == tc.reason })
+			held := slices.ContainsFunc(holds, func(h hold) bool { return h.Reason == tc.reason })
 			assert.Equal(t, rule.operator, held, "an operator held by %s: %v", tc.reason, holds)
 			if !held {
 				return
 			}
-			first, refused := unforceable(holds)
-			require.Equal(t, !rule.forceable, refused, "--force past %s: %v", tc.reason, holds)
+			first, refused := Unforceable(holds)
+			require.Equal(t, !rule.Forceable, refused, "--force past %s: %v", tc.reason, holds)
 			if refused {
-				assert.Equal(t, tc.reason, first.reason)
+				assert.Equal(t, tc.reason, first.Reason)
 			}
 		})
 	}

@@ -1,9 +1,11 @@
-package hub
+package pass
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hale-dev/hale/bmc"
 )
@@ -149,4 +151,42 @@ func sameEvidence(a, b []LostVoter) bool {
 		}
 	}
 	return true
+}
+
+// EtcdQuorum is etcd's quorum as the hub's latest pass saw it.
+type EtcdQuorum int
+
+const (
+	// QuorumUnknown: no recent pass, no majority of the expected observers, or no plan.
+	QuorumUnknown EtcdQuorum = iota
+	// QuorumLost: a majority heard, a plan made, fewer healthy voters than the quorum.
+	QuorumLost
+	// QuorumHeld: a majority heard, a plan made, the quorum held.
+	QuorumHeld
+)
+
+// EtcdQuorum says how the pass of v saw etcd's quorum, and what it saw, if that pass gathered its
+// facts after after: only a pass that heard a strict majority of the expected observers and planned
+// knows. It is Kubernetes mode's test for degraded mode: a leader that loses the API server acts alone
+// only when the majority shows that etcd cannot serve it (a pass since its last renewal of the Lease:
+// one blocked in apply, by a remediation's begin through an API server without quorum, still counts),
+// and stops starting anything once it shows quorum again. A loss seen by the latest pass that planned,
+// after after, stands though a pass since did not plan: a majority of observers not heard for a
+// moment unsays nothing (on the real kubeadm cluster, two of three nodes frozen, one witness missed
+// a probe as the Lease was lost, and no replica went on alone).
+func (v View) EtcdQuorum(after time.Time) (EtcdQuorum, string) {
+	switch b := v.Outcome.Budget; {
+	case v.quorumLost && v.planned.After(after) && v.planned.Before(v.at):
+		return QuorumLost, fmt.Sprintf("etcd: %s (at %s; since then: %s)", b, v.planned.UTC().Format("15:04:05.000Z07:00"), cmp.Or(v.NotPlanning, v.Hearing.String()))
+	case !v.at.After(after):
+		return QuorumUnknown, "no pass of the hub since " + after.UTC().Format("15:04:05.000Z07:00")
+	case !v.Hearing.Majority():
+		return QuorumUnknown, v.Hearing.String()
+	case v.NotPlanning != "" || b.Voters == 0:
+		return QuorumUnknown, "not planning: " + v.NotPlanning
+	case b.QuorumLost():
+		return QuorumLost, fmt.Sprintf("etcd: %s (%s)", b, v.Hearing)
+	default:
+		return QuorumHeld, "etcd: " + b.String()
+	}
 }

@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"fmt"
@@ -19,14 +19,14 @@ type asker int
 
 const (
 	byHub      asker = iota // the pass
-	byOperator              // an operator's reboot
+	ByOperator              // an operator's reboot
 )
 
 // holdRule says whom a hold's reason holds, and whether an operator's --force overrides it.
-type holdRule struct{ hub, operator, forceable bool }
+type holdRule struct{ hub, operator, Forceable bool }
 
-// ruleOf is the one list of the reasons a machine is held for, and their rules.
-func ruleOf(r Reason) holdRule {
+// RuleOf is the one list of the reasons a machine is held for, and their rules.
+func RuleOf(r Reason) holdRule {
 	switch r {
 	// The brakes, the inventory's hold and a BMC account in its wait: nobody acts, and no force
 	// overrides them (they are lifted instead: attach, resume, unsuspend, the owner, the wait's end).
@@ -34,7 +34,7 @@ func ruleOf(r Reason) holdRule {
 		return holdRule{hub: true, operator: true}
 	// Quorum and the data: an operator may act against them, knowingly (--force, journaled).
 	case ReasonRetired, ReasonSurvivor, ReasonSilentVotersFirst, ReasonMemberAnswers, ReasonWaiting:
-		return holdRule{hub: true, operator: true, forceable: true}
+		return holdRule{hub: true, operator: true, Forceable: true}
 	// The hub's restraint with its own remediations (its history with the machine, a cause the
 	// machines share, its rate): an operator's reboot is the way past them.
 	case ReasonCommonCause, ReasonRemediationNotBegun, ReasonCoolingDown, ReasonUnseen, ReasonFenced, ReasonGaveUp, ReasonFlapping, ReasonRateLimited:
@@ -45,42 +45,42 @@ func ruleOf(r Reason) holdRule {
 
 // holds reports whether the rule holds who.
 func (r holdRule) holds(who asker) bool {
-	if who == byOperator {
+	if who == ByOperator {
 		return r.operator
 	}
 	return r.hub
 }
 
-// admission is what machineHolds reads beyond the pass's facts: whether etcd's quorum is lost in the
+// Admission is what machineHolds reads beyond the pass's facts: whether etcd's quorum is lost in the
 // membership planned with, the voters that do not answer then (silentVoters), and the machines held
 // for a cause they share (commonCauses).
-type admission struct {
-	lost   bool
-	silent []string
+type Admission struct {
+	Lost   bool
+	Silent []string
 	common map[string]hold
 }
 
-// machineHolds are the holds on m for who, in the order they are said (the first is the one the pass
+// MachineHolds are the holds on m for who, in the order they are said (the first is the one the pass
 // gives); none: it may be acted on, as far as the quorum check and the rate limit allow. The pass
 // holds only a machine it would act on (Unhealthy; a retired one whatever its verdict but Healthy);
 // an operator is held whatever the verdict. For the pass, the last remediation's history is
 // consulted only when nothing else holds it, and its count of failures comes with it.
-func machineHolds(f facts, m Machine, a assess.Assessment, ad admission, who asker) []hold {
+func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who asker) []hold {
 	var out []hold
 	add := func(h hold, ok bool) bool {
-		if ok && ruleOf(h.reason).holds(who) {
+		if ok && RuleOf(h.Reason).holds(who) {
 			out = append(out, h)
 		}
 		return who == byHub && len(out) > 0 // the pass says one
 	}
-	unhealthy := who == byOperator || a.Verdict == assess.VerdictUnhealthy
-	if h, ok := f.retired.hold(m.Name, f.obs, f.inv.Policy.Assess.StaleAfter); add(h, ok && (who == byOperator || a.Verdict != assess.VerdictHealthy)) {
+	unhealthy := who == ByOperator || a.Verdict == assess.VerdictUnhealthy
+	if h, ok := f.Retired.Hold(m.Name, f.Observations, f.Inventory.Policy.Assess.StaleAfter); add(h, ok && (who == ByOperator || a.Verdict != assess.VerdictHealthy)) {
 		return out
 	}
-	if h, ok := f.retired.survivorHold(m.Name); add(h, ok && unhealthy) {
+	if h, ok := f.Retired.survivorHold(m.Name); add(h, ok && unhealthy) {
 		return out
 	}
-	if h, ok := answersHold(f, m, a, ad.lost, ad.silent); add(h, ok && unhealthy) {
+	if h, ok := answersHold(f, m, a, ad.Lost, ad.Silent); add(h, ok && unhealthy) {
 		return out
 	}
 	if h, ok := ad.common[m.Name]; add(h, ok && unhealthy) {
@@ -89,35 +89,35 @@ func machineHolds(f facts, m Machine, a assess.Assessment, ad admission, who ask
 	if !unhealthy {
 		return out
 	}
-	detached, isDetached := f.detached[m.Name]
+	detached, isDetached := f.Detached[m.Name]
 	sf := f.beginFailed[m.Name]
 	for _, h := range []struct {
 		hold
 		ok bool
 	}{
-		{hold{reason: ReasonHeldByOwner, why: m.Hold}, m.Hold != ""},
-		{hold{reason: ReasonDetached, why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
-		{hold{reason: ReasonRemediationNotBegun, why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
-			sf.at.Add(sf.wait()).Format(time.TimeOnly))}, !sf.at.IsZero() && f.now.Sub(sf.at) < sf.wait()},
-		{hold{reason: ReasonBMCLoginBackoff, why: f.loginWait[m.Name]}, f.loginWait[m.Name] != ""},
-		{hold{reason: ReasonPaused, why: fmt.Sprintf("the hub is paused (%s): nothing starts until the pause is lifted", f.paused)}, who == byOperator && f.paused != ""},
-		{hold{reason: ReasonSuspended, why: "the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`"}, who == byOperator && f.suspended},
+		{hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
+		{hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
+		{hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
+			sf.at.Add(sf.Wait()).Format(time.TimeOnly))}, !sf.at.IsZero() && f.Now.Sub(sf.at) < sf.Wait()},
+		{hold{Reason: ReasonBMCLoginBackoff, Why: f.LoginWait[m.Name]}, f.LoginWait[m.Name] != ""},
+		{hold{Reason: ReasonPaused, Why: fmt.Sprintf("the hub is paused (%s): nothing starts until the pause is lifted", f.Paused)}, who == ByOperator && f.Paused != ""},
+		{hold{Reason: ReasonSuspended, Why: "the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`"}, who == ByOperator && f.Suspended},
 	} {
 		if add(h.hold, h.ok) {
 			return out
 		}
 	}
 	if who == byHub {
-		if h := historyHold(f, m); h.why != "" || h.failed > 0 {
+		if h := historyHold(f, m); h.Why != "" || h.failed > 0 {
 			out = append(out, h) // the count of failures rides with it, held or not
 		}
 	}
 	return out
 }
 
-// unforceable is the first of an operator's holds that --force does not override (ok false: none).
-func unforceable(holds []hold) (hold, bool) {
-	i := slices.IndexFunc(holds, func(h hold) bool { return !ruleOf(h.reason).forceable })
+// Unforceable is the first of an operator's holds that --force does not override (ok false: none).
+func Unforceable(holds []hold) (hold, bool) {
+	i := slices.IndexFunc(holds, func(h hold) bool { return !RuleOf(h.Reason).Forceable })
 	if i < 0 {
 		return hold{}, false
 	}

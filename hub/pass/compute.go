@@ -1,4 +1,10 @@
-package hub
+// Package pass is the pure part of the hub's pass: from the facts a pass gathered and the state the
+// previous pass left, Compute says what this pass leaves and what to do (Ready): each machine's hold or
+// begin, the membership, the quorum loss, the raft mark, and every notice. It holds the values those
+// decisions are about (the inventory, the brakes, the reasons, the recovery record) and does no I/O:
+// no clock, lock, log, journal, BMC or Kubernetes call (docs/hub-internals.md). The hub (package hub)
+// gathers the facts and carries Ready out.
+package pass
 
 import (
 	"fmt"
@@ -12,17 +18,17 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// A pass is raft's Ready loop in small (pass.go runs it): observe gathers the facts (the gossip's
+// A pass is raft's Ready loop in small (hub/pass.go runs it): observe gathers the facts (the gossip's
 // reports, the assessor's verdicts, a snapshot of the remediations in flight, the brakes and the
 // ledger), compute turns them and what the previous pass left into what this pass leaves and a Ready
 // (what to say, what to begin, whom to keep joined), and apply does it: apply is a pass's only I/O.
-// compute reads no clock, no journal, no gossip and no lock: the same state and facts give the same
+// Compute reads no clock, no journal, no gossip and no lock: the same state and facts give the same
 // Ready, which is what its table tests and its randomized check rely on.
 
-// passState is what one pass leaves the next. It is the pass goroutine's alone: compute updates it, and
+// State is what one pass leaves the next. It is the pass goroutine's alone: compute updates it, and
 // nothing else reads it; what others read is its view, replaced whole by every pass.
-type passState struct {
-	view view
+type State struct {
+	View View
 	// unhealthyAt: when each machine's verdict last became Unhealthy (the detection time a hub
 	// remediation's detection-to-action metric counts from); healthyAt: when each machine that is not
 	// Healthy now was last Healthy (its failed remediations count from then; written when it leaves
@@ -30,16 +36,16 @@ type passState struct {
 	// pass since the hub started).
 	unhealthyAt, healthyAt, seenAt map[string]time.Time
 	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
-	beginFailed map[string]beginFailure
+	beginFailed map[string]BeginFailure
 	// kept: the observers the gossip is told to keep joined.
 	kept assess.Expected
 	// What was said last, so that each thing is said once, when it changes: whether the hub hears a
 	// majority of its observers (nil: nothing said yet), and why each machine is not started.
 	saidMajority *bool
 	saidHold     map[string]hold
-	// mark is the highest raft index seen (or journaled, when the hub started); recorded is the one in
+	// Mark is the highest raft index seen (or journaled, when the hub started); recorded is the one in
 	// the journal, written at recordedAt; markErr why the last write failed.
-	mark, recorded RaftMark
+	Mark, Recorded RaftMark
 	recordedAt     time.Time
 	markErr        string
 	// rebuilt: the etcd cluster's ID changed (from → to) and no pass has yet told which members the
@@ -50,33 +56,33 @@ type passState struct {
 // clusterChange is the etcd cluster's ID changing: it was rebuilt from a snapshot or a survivor.
 type clusterChange struct{ from, to string }
 
-func newPassState() passState {
-	return passState{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
-		beginFailed: map[string]beginFailure{}, saidHold: map[string]hold{}}
+func NewState() State {
+	return State{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
+		beginFailed: map[string]BeginFailure{}, saidHold: map[string]hold{}}
 }
 
-// view is what the latest pass saw and decided, as `hub status`, the executor's world and degraded
+// View is what the latest pass saw and decided, as `hub status`, the executor's world and degraded
 // mode read it. Each pass publishes a new one; none is changed once published.
-type view struct {
-	// assessments: each machine's, in the inventory's order (as the assessor returns them).
-	assessments []assess.Assessment
-	hearing     assess.Hearing
-	// notPlanning says why the latest pass did not plan ("" when it did). cluster, outcome, needs and
+type View struct {
+	// Assessments: each machine's, in the inventory's order (as the assessor returns them).
+	Assessments []assess.Assessment
+	Hearing     assess.Hearing
+	// NotPlanning says why the latest pass did not plan ("" when it did). cluster, outcome, needs and
 	// holds are those of the latest pass that planned.
-	notPlanning string
-	cluster     quorum.Cluster
-	outcome     quorum.Outcome
-	// needs: the Unhealthy machines the hub will not heal again by itself; holds: why each machine the
+	NotPlanning string
+	Cluster     quorum.Cluster
+	Outcome     quorum.Outcome
+	// Needs: the Unhealthy machines the hub will not heal again by itself; holds: why each machine the
 	// planner considered and the hub did not start waits.
-	needs map[string]OperatorNeed
-	holds map[string]hold
+	Needs map[string]OperatorNeed
+	Holds map[string]hold
 	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
 	// planned: when that pass gathered its facts.
 	quorumLost bool
 	planned    time.Time
-	loss       *QuorumLoss
-	// mark: the highest raft index seen or journaled (passState.mark).
-	mark RaftMark
+	Loss       *QuorumLoss
+	// Mark: the highest raft index seen or journaled (passState.mark).
+	Mark RaftMark
 	// at: when the pass that made this view gathered its facts (the previous pass's, for compute).
 	at time.Time
 }
@@ -103,42 +109,42 @@ type Ready struct {
 	// voters changed: the evidence of a permanent loss should be fresh).
 	CheckBMCs bool
 	// Begin: the remediations to begin, in the planner's order.
-	Begin []toBegin
+	Begin []ToBegin
 }
 
 // queue adds a notice to those apply says (Hub.say emits it).
 func (rd *Ready) queue(n Notice) { rd.Notices = append(rd.Notices, n) }
 
-// compute is a pass's pure core: from what the previous pass left and this pass's facts, what this
+// Compute is a pass's pure core: from what the previous pass left and this pass's facts, what this
 // pass leaves and what it does. It records the verdicts, then decides (decide) unless the pass only
 // listens, and says what changed. prev is not changed: the maps are copied before anything is
 // written, so that a pass's state is the one it returns, whole, or the one before it.
-func compute(prev passState, f facts) (passState, Ready) {
+func Compute(prev State, f Facts) (State, Ready) {
 	s := prev.own()
 	rd := s.update(f)
 	return s, rd
 }
 
 // own returns a copy of s whose maps are its own (the rest is replaced whole, never changed in place).
-func (s passState) own() passState {
+func (s State) own() State {
 	s.unhealthyAt, s.healthyAt, s.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
 	s.beginFailed, s.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
 	return s
 }
 
 // update is compute on a state of its own.
-func (s *passState) update(f facts) Ready {
+func (s *State) update(f Facts) Ready {
 	var rd Ready
-	prev := s.view
+	prev := s.View
 	v := prev
-	v.assessments, v.hearing, v.at = f.assessments, f.hearing, f.now
-	defer func() { s.view = v }()
-	for i, a := range f.assessments {
-		old := assessmentOf(prev.assessments, i, a.Machine)
+	v.Assessments, v.Hearing, v.at = f.Assessments, f.Hearing, f.Now
+	defer func() { s.View = v }()
+	for i, a := range f.Assessments {
+		old := AssessmentOf(prev.Assessments, i, a.Machine)
 		if old.Verdict != a.Verdict {
 			rd.queue(verdictNotice(a))
 			if a.Verdict == assess.VerdictUnhealthy {
-				s.unhealthyAt[a.Machine] = f.now
+				s.unhealthyAt[a.Machine] = f.Now
 			}
 			if old.Verdict == assess.VerdictHealthy { // last seen Healthy in the previous pass
 				s.healthyAt[a.Machine] = prev.at
@@ -148,30 +154,32 @@ func (s *passState) update(f facts) Ready {
 			s.seenAt[a.Machine] = a.SeenAt
 		}
 	}
-	if w := f.markWritten; w != nil {
-		if n, news := s.markWritten(w.m, w.err); news {
+	if w := f.MarkWritten; w != nil {
+		if n, news := s.MarkWritten(w.Mark, w.Err); news {
 			rd.queue(n)
 		}
 	}
-	for _, b := range f.begun {
-		if n, news := s.began(b.machine, b.err, b.at); news {
+	for _, b := range f.Begun {
+		if n, news := s.began(b.Machine, b.Err, b.At); news {
 			rd.queue(n)
 		}
 	}
-	s.track(&rd, f.inv, f.obs.Reports, func(r health.Report) bool { return assess.Live(r, f.obs, f.inv.Policy.Assess.StaleAfter) })
-	v.mark = s.mark
-	if e := f.hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
+	s.Track(&rd, f.Inventory, f.Observations.Reports, func(r health.Report) bool {
+		return assess.Live(r, f.Observations, f.Inventory.Policy.Assess.StaleAfter)
+	})
+	v.Mark = s.Mark
+	if e := f.Hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.
 		rd.KeepJoined = append(slices.Clone(e.Agents), e.Witnesses...)
 		s.kept = e
 	}
-	if f.listen != "" { // standing by or warming up: remediations begun before go on, nothing new starts
-		v.notPlanning = notPlanning(&rd, prev.notPlanning, f.listen)
+	if f.Listen != "" { // standing by or warming up: remediations begun before go on, nothing new starts
+		v.NotPlanning = notPlanning(&rd, prev.NotPlanning, f.Listen)
 		return rd
 	}
-	s.sayHearing(&rd, f.hearing)
-	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.cluster
+	s.sayHearing(&rd, f.Hearing)
+	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.Cluster
 	f.rebuilt = s.rebuilt
 	d := decide(f)
 	if s.rebuilt != nil && (d.retire != nil || len(d.cluster.Members) > 0) {
@@ -187,38 +195,38 @@ func (s *passState) update(f facts) Ready {
 	if d.quorumBack {
 		// Nothing is decided in this pass (the next decides on a fresh assessment): its view says so,
 		// rather than the lost quorum of the pass before.
-		v.quorumLost, rd.QuorumBack = false, f.now
-		v.notPlanning = "etcd's quorum is back: the evidence gathered while it was lost is judged again"
+		v.quorumLost, rd.QuorumBack = false, f.Now
+		v.NotPlanning = "etcd's quorum is back: the evidence gathered while it was lost is judged again"
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
 		if d.rebuilt {
 			msg = fmt.Sprintf("etcd's voters are now %s, where %s had lost quorum (rebuilt from a survivor): "+
-				"the evidence gathered while quorum was lost counts again from now", strings.Join(voters(d.cluster), ", "), strings.Join(voters(prev.cluster), ", "))
+				"the evidence gathered while quorum was lost counts again from now", strings.Join(voters(d.cluster), ", "), strings.Join(voters(prev.Cluster), ", "))
 		}
 		rd.queue(Notice{Reason: ReasonQuorumBack, Message: msg})
 		return rd
 	}
 	if d.notPlanning != "" {
-		v.notPlanning = notPlanning(&rd, prev.notPlanning, d.notPlanning)
-		rd.RecordMark = s.toRecord(f.now, prev.notPlanning == "")
+		v.NotPlanning = notPlanning(&rd, prev.NotPlanning, d.notPlanning)
+		rd.RecordMark = s.ToRecord(f.Now, prev.NotPlanning == "")
 		return rd
 	}
 	if d.survivorSeen {
-		r := f.retired
-		rd.SurvivorSeen = r.token
-		rd.queue(Notice{Machine: r.survivor.machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
-			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.token, r.survivor.machine, r.survivor.member, r.survivor.machine)})
+		r := f.Retired
+		rd.SurvivorSeen = r.Token
+		rd.queue(Notice{Machine: r.survivor.Machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
+			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.Token, r.survivor.Machine, r.survivor.Member, r.survivor.Machine)})
 	}
-	v.notPlanning, v.cluster, v.outcome, v.needs, v.holds, v.planned = "", d.cluster, d.outcome, d.needs, d.holds, f.now
+	v.NotPlanning, v.Cluster, v.Outcome, v.Needs, v.Holds, v.planned = "", d.cluster, d.outcome, d.needs, d.holds, f.Now
 	v.quorumLost = d.outcome.Budget.QuorumLost()
-	rd.RecordMark = s.toRecord(f.now, v.quorumLost && !prev.quorumLost)
+	rd.RecordMark = s.ToRecord(f.Now, v.quorumLost && !prev.quorumLost)
 	if v.quorumLost && !prev.quorumLost {
-		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd: %s (%s)", d.outcome.Budget, f.hearing)})
+		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd: %s (%s)", d.outcome.Budget, f.Hearing)})
 	}
-	v.loss = assessLoss(d, f.inv, f.bmcs)
-	sayLoss(&rd, prev.loss, v.loss)
+	v.Loss = assessLoss(d, f.Inventory, f.BMCs)
+	sayLoss(&rd, prev.Loss, v.Loss)
 	s.sayHolds(&rd, d)
 	for _, b := range d.begin {
-		b.detected = s.unhealthyAt[b.machine.Name]
+		b.Detected = s.unhealthyAt[b.Machine.Name]
 		rd.Begin = append(rd.Begin, b)
 	}
 	return rd
@@ -242,7 +250,7 @@ func notPlanning(rd *Ready, before, why string) string {
 
 // sayHearing says the hub lost the majority of its expected observers, and that it hears one again
 // after it had lost it (each once, when it changes).
-func (s *passState) sayHearing(rd *Ready, hearing assess.Hearing) {
+func (s *State) sayHearing(rd *Ready, hearing assess.Hearing) {
 	now, before := hearing.Majority(), s.saidMajority
 	s.saidMajority = &now
 	switch {
@@ -256,7 +264,7 @@ func (s *passState) sayHearing(rd *Ready, hearing assess.Hearing) {
 // sayHolds says, for each machine the planner considered and the hub does not start, why, under its
 // hold's one reason: when the hold changes, not every pass. A machine that starts, is in flight or
 // is no longer considered (Healthy again) is forgotten, so that its next hold is news.
-func (s *passState) sayHolds(rd *Ready, d decision) {
+func (s *State) sayHolds(rd *Ready, d decision) {
 	considered := map[string]bool{}
 	for _, qd := range d.outcome.Decisions {
 		h, held := d.holds[qd.Machine]
@@ -265,11 +273,11 @@ func (s *passState) sayHolds(rd *Ready, d decision) {
 			continue
 		}
 		considered[qd.Machine] = true
-		if h = (hold{reason: h.reason, why: h.why}); s.saidHold[qd.Machine] == h {
+		if h = (hold{Reason: h.Reason, Why: h.Why}); s.saidHold[qd.Machine] == h {
 			continue
 		}
 		s.saidHold[qd.Machine] = h
-		rd.queue(Notice{Machine: qd.Machine, Reason: h.reason, Warning: true, Message: fmt.Sprintf("%s of %s not started: %s", qd.Strategy, qd.Machine, h.why)})
+		rd.queue(Notice{Machine: qd.Machine, Reason: h.Reason, Warning: true, Message: fmt.Sprintf("%s of %s not started: %s", qd.Strategy, qd.Machine, h.Why)})
 	}
 	for m := range s.saidHold {
 		if !considered[m] {
@@ -281,14 +289,14 @@ func (s *passState) sayHolds(rd *Ready, d decision) {
 // began records how a begin went, and returns what to say: a remediation that could not begin is held
 // and tried again after its wait (beginFailure; said once per reason), without a slot of the rate
 // limit, which only a remediation in the journal takes.
-func (s *passState) began(name string, err error, now time.Time) (Notice, bool) {
+func (s *State) began(name string, err error, now time.Time) (Notice, bool) {
 	prev := s.beginFailed[name]
 	if err == nil {
 		delete(s.beginFailed, name)
 		return Notice{}, false
 	}
-	f := beginFailure{why: err.Error(), at: now, inARow: prev.inARow + 1}
+	f := BeginFailure{why: err.Error(), at: now, InARow: prev.InARow + 1}
 	s.beginFailed[name] = f
 	return Notice{Machine: name, Reason: ReasonRemediationNotBegun, Warning: true,
-		Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", name, err, f.wait())}, prev.why != err.Error()
+		Message: fmt.Sprintf("cannot remediate %s: %v (trying again in %v)", name, err, f.Wait())}, prev.why != err.Error()
 }

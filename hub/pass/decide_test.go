@@ -1,4 +1,4 @@
-package hub
+package pass
 
 import (
 	"fmt"
@@ -21,17 +21,17 @@ import (
 // heard, every member healthy) that each case edits, then decide, then what it decided.
 type scene struct {
 	w *assesstest.World
-	f facts
+	f Facts
 }
 
 func newScene() *scene {
 	now := assesstest.T0().Add(time.Hour)
 	s := &scene{w: assesstest.NewWorld(now)}
-	s.f = facts{now: now, inv: Inventory{Cluster: "test", Policy: testPolicy()}, flights: map[string]flight{}, detached: map[string]Brake{},
-		healthyAt: map[string]time.Time{}, beginFailed: map[string]beginFailure{}, history: map[string][]past{}}
+	s.f = Facts{Now: now, Inventory: Inventory{Cluster: "test", Policy: DefaultPolicy()}, Flights: map[string]Flight{}, Detached: map[string]Brake{},
+		healthyAt: map[string]time.Time{}, beginFailed: map[string]BeginFailure{}, History: map[string][]Past{}}
 	for _, m := range assesstest.Machines() {
-		s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
-		s.f.assessments = append(s.f.assessments, assess.Assessment{Machine: m.Name, Verdict: assess.VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true})
+		s.f.Inventory.Machines = append(s.f.Inventory.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
+		s.f.Assessments = append(s.f.Assessments, assess.Assessment{Machine: m.Name, Verdict: assess.VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true})
 		s.f.healthyAt[m.Name] = now.Add(-2 * time.Hour)
 	}
 	return s
@@ -40,14 +40,14 @@ func newScene() *scene {
 // dead makes machine i dead: its agent gone, its member unreachable, its verdict Unhealthy.
 func (s *scene) dead(i int) *scene {
 	m := assesstest.Machines()[i]
-	others := slices.Clone(s.f.inv.Witnesses)
+	others := slices.Clone(s.f.Inventory.Witnesses)
 	for _, o := range assesstest.Machines() {
 		if o.Node != m.Node {
 			others = append(others, o.Node)
 		}
 	}
-	s.w.Dead(m.Node, s.f.now.Add(-time.Minute), others...)
-	s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.now.Add(-time.Minute)}
+	s.w.Dead(m.Node, s.f.Now.Add(-time.Minute), others...)
+	s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.Now.Add(-time.Minute)}
 	return s
 }
 
@@ -56,17 +56,17 @@ func (s *scene) dead(i int) *scene {
 func (s *scene) remediated(i int, strategy string, state journal.State, ago time.Duration, n int) *scene {
 	m := assesstest.Machines()[i].Name
 	for k := range n {
-		at := s.f.now.Add(-ago - time.Duration(n-1-k)*time.Minute)
-		s.f.history[m] = append(s.f.history[m], past{id: fmt.Sprintf("%s/%d", m, k), strategy: strategy, byHub: true, state: state,
-			created: at.Add(-time.Minute), updated: at, acts: 1})
+		at := s.f.Now.Add(-ago - time.Duration(n-1-k)*time.Minute)
+		s.f.History[m] = append(s.f.History[m], Past{ID: fmt.Sprintf("%s/%d", m, k), strategy: strategy, ByHub: true, State: state,
+			created: at.Add(-time.Minute), Updated: at, Acts: 1})
 	}
 	return s
 }
 
 // idle says machine i's remediations all ended having done nothing (no step's intent written).
 func (s *scene) idle(i int) *scene {
-	for k := range s.f.history[assesstest.Machines()[i].Name] {
-		s.f.history[assesstest.Machines()[i].Name][k].acts = 0
+	for k := range s.f.History[assesstest.Machines()[i].Name] {
+		s.f.History[assesstest.Machines()[i].Name][k].Acts = 0
 	}
 	return s
 }
@@ -74,18 +74,18 @@ func (s *scene) idle(i int) *scene {
 // cycled says machine i's latest remediation power-cycled it ago, and when it was last seen.
 func (s *scene) cycled(i int, ago, seenAgo time.Duration) *scene {
 	m := assesstest.Machines()[i].Name
-	h := s.f.history[m]
-	h[len(h)-1].cycled, h[len(h)-1].shown = s.f.now.Add(-ago), "On: Off then On observed after GracefulRestart"
+	h := s.f.History[m]
+	h[len(h)-1].Cycled, h[len(h)-1].Shown = s.f.Now.Add(-ago), "On: Off then On observed after GracefulRestart"
 	if s.f.seenAt == nil {
 		s.f.seenAt = map[string]time.Time{}
 	}
-	s.f.seenAt[m] = s.f.now.Add(-seenAgo)
+	s.f.seenAt[m] = s.f.Now.Add(-seenAgo)
 	return s
 }
 
 // witnesses adds witness agents that read etcd from outside, as the demo's do.
 func (s *scene) witnesses(nodes ...string) *scene {
-	s.f.inv.Witnesses = append(s.f.inv.Witnesses, nodes...)
+	s.f.Inventory.Witnesses = append(s.f.Inventory.Witnesses, nodes...)
 	s.w.Witness(nodes...)
 	for _, n := range nodes {
 		r := s.w.Obs.Reports[n]
@@ -100,22 +100,22 @@ func (s *scene) witnesses(nodes ...string) *scene {
 }
 
 func (s *scene) decide() decision {
-	s.f.obs = s.w.Obs
-	s.f.hearing = assess.Hear(assess.ExpectedOf(refs(s.f.inv), s.f.inv.Witnesses), s.f.obs, s.f.inv.Policy.Assess.StaleAfter)
+	s.f.Observations = s.w.Obs
+	s.f.Hearing = assess.Hear(assess.ExpectedOf(s.f.Inventory.Refs(), s.f.Inventory.Witnesses), s.f.Observations, s.f.Inventory.Policy.Assess.StaleAfter)
 	return decide(s.f)
 }
 
 func started(d decision) []string {
 	var out []string
 	for _, s := range d.begin {
-		out = append(out, s.machine.Name)
+		out = append(out, s.Machine.Name)
 	}
 	return out
 }
 
 func reasonOf(d decision, machine string) string {
 	if h, ok := d.holds[machine]; ok {
-		return h.why
+		return h.Why
 	}
 	for _, qd := range d.outcome.Decisions {
 		if qd.Machine == machine {
@@ -140,7 +140,7 @@ func TestDecide(t *testing.T) {
 		{name: "a dead member is rebooted", scene: func() *scene { return newScene().dead(2) }, starts: []string{"m2"}},
 		{name: "the hub hears no majority: nothing planned", scene: func() *scene {
 			s := newScene().dead(2)
-			s.w.Cut(s.f.now.Add(-time.Minute), "cp-0", "cp-1")
+			s.w.Cut(s.f.Now.Add(-time.Minute), "cp-0", "cp-1")
 			return s
 		}, notPlanning: "the hub hears 1 of 4 expected observers"},
 		{name: "agents disagree on the membership: waiting", scene: func() *scene {
@@ -152,49 +152,49 @@ func TestDecide(t *testing.T) {
 		}, notPlanning: "agents disagree on the etcd membership (2 views, the most common held by 1)"},
 		{name: "witnesses without etcd access are not asked for the membership: two agents of three are a majority", scene: func() *scene {
 			s := newScene()
-			s.f.inv.Witnesses = []string{"w-0", "w-1", "w-2"}
-			s.w.Witness(s.f.inv.Witnesses...) // witnesses without etcd access: no view of the membership
+			s.f.Inventory.Witnesses = []string{"w-0", "w-1", "w-2"}
+			s.w.Witness(s.f.Inventory.Witnesses...) // witnesses without etcd access: no view of the membership
 			return s.dead(2)
 		}, starts: []string{"m2"}},
 		{name: "a majority of views but not of the expected judges that read etcd: waiting", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1", "w-2")
-			s.w.Cut(s.f.now, "w-1", "w-2") // unheard: nobody knows whether they read etcd
+			s.w.Cut(s.f.Now, "w-1", "w-2") // unheard: nobody knows whether they read etcd
 			return s.dead(2)
 		}, notPlanning: "only 3 of the 6 expected agents and witnesses that read etcd report the etcd membership (4 needed)"},
 		{name: "workers' agents do not judge etcd (they have no etcd access): the members' agents decide", scene: func() *scene {
 			s := newScene()
 			for i := range 4 { // more workers than members
 				w := assess.MachineRef{Name: fmt.Sprintf("w%d", i), Node: fmt.Sprintf("worker-%d", i)}
-				s.f.inv.Machines = append(s.f.inv.Machines, Machine{MachineRef: w, Strategy: quorum.Reboot, Pool: "workers"})
-				s.f.assessments = append(s.f.assessments, assess.Assessment{Machine: w.Name, Verdict: assess.VerdictHealthy})
+				s.f.Inventory.Machines = append(s.f.Inventory.Machines, Machine{MachineRef: w, Strategy: quorum.Reboot, Pool: "workers"})
+				s.f.Assessments = append(s.f.Assessments, assess.Assessment{Machine: w.Name, Verdict: assess.VerdictHealthy})
 				s.w.Obs.HubPeers[w.Node] = health.PeerView{Name: w.Node, State: health.PeerAlive, Since: assesstest.T0()}
-				s.w.Obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.now}
+				s.w.Obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.Now}
 			}
 			return s.dead(2)
 		}, starts: []string{"m2"}},
 		{name: "detached: held", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.detached["m2"] = Brake{By: "alice", Reason: "disk swap"}
+			s.f.Detached["m2"] = Brake{By: "alice", Reason: "disk swap"}
 			return s
 		}, reasons: map[string]string{"m2": "detached by alice"}, kinds: map[string]Reason{"m2": ReasonDetached}},
 		{name: "held by its owner", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.inv.Machines[2].Hold = "BareMetalHost detached"
+			s.f.Inventory.Machines[2].Hold = "BareMetalHost detached"
 			return s
 		}, reasons: map[string]string{"m2": "BareMetalHost detached"}, kinds: map[string]Reason{"m2": ReasonHeldByOwner}},
 		{name: "its last start failed: held until the retry", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-10 * time.Second), inARow: 4} // (16 s)
+			s.f.beginFailed["m2"] = BeginFailure{why: "ipmitool missing", at: s.f.Now.Add(-10 * time.Second), InARow: 4} // (16 s)
 			return s
 		}, reasons: map[string]string{"m2": "could not begin its remediation: ipmitool missing"}, kinds: map[string]Reason{"m2": ReasonRemediationNotBegun}},
 		{name: "its first start failed 3 s ago: tried again", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.beginFailed["m2"] = beginFailure{why: "journal write timed out", at: s.f.now.Add(-3 * time.Second), inARow: 1}
+			s.f.beginFailed["m2"] = BeginFailure{why: "journal write timed out", at: s.f.Now.Add(-3 * time.Second), InARow: 1}
 			return s
 		}, starts: []string{"m2"}},
 		{name: "its last start failed long ago: tried again", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.beginFailed["m2"] = beginFailure{why: "ipmitool missing", at: s.f.now.Add(-time.Minute)}
+			s.f.beginFailed["m2"] = BeginFailure{why: "ipmitool missing", at: s.f.Now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m2"}},
 		{name: "cooling down", scene: func() *scene { return newScene().dead(2).remediated(2, "reboot", journal.Succeeded, time.Minute, 1) },
@@ -231,38 +231,38 @@ func TestDecide(t *testing.T) {
 		}, starts: []string{"m2"}},
 		{name: "paused: held", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.paused = "operator alice"
+			s.f.Paused = "operator alice"
 			return s
 		}, held: "paused (operator alice): reboot of m2 waits for the pause to be lifted", kinds: map[string]Reason{"m2": ReasonPaused}},
 		{name: "suspended: held, with the would-be plan", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.suspended = true
+			s.f.Suspended = true
 			return s
 		}, held: "suspended: would start reboot of m2", kinds: map[string]Reason{"m2": ReasonSuspended}},
 		{name: "the rate limit: one slot left, two admitted", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2) // quorum lost: both dead members may be power-cycled
-			s.f.inv.Policy.RateMax, s.f.recentStarts = 3, 2
+			s.f.Inventory.Policy.RateMax, s.f.RecentStarts = 3, 2
 			return s
 		}, starts: []string{"m1"}, held: "rate limit: 3 remediations started in the last 10m0s (max 3): m2 waits", kinds: map[string]Reason{"m2": ReasonRateLimited}},
 		{name: "quorum lost: the survivor that answers, failing with it, is held; the silent members start", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1).dead(2)
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}}
 			return s
 		}, starts: []string{"m1", "m2"}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1, etcd-2 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
 		{name: "quorum lost, at a heal: a member back in view but still Suspect and silent holds the survivor too", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(1)
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
 				Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}}
-			s.f.assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Unhealthy,
+			s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Unhealthy,
 				Reasons: []string{"etcd member etcd-1 unreachable from 3 of 5 expected observers for 0s"}}
 			return s
 		}, reasons: map[string]string{"m0": "etcd has lost quorum and etcd-1 do not answer: m0's member answers"}, kinds: map[string]Reason{"m0": ReasonSilentVotersFirst}},
 		{name: "quorum lost, every voter's member answering its own status: none is cycled", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
 			for i, m := range assesstest.Machines() {
-				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
-					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.now.Add(-time.Minute)}
+				s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+					Reasons: []string{"etcd failing for 10s: etcdserver: no leader"}, Since: s.f.Now.Add(-time.Minute)}
 			}
 			return s
 		}, reasons: map[string]string{"m0": "etcd has lost quorum, and m0's member answers its status on its own machine: it runs"},
@@ -270,37 +270,37 @@ func TestDecide(t *testing.T) {
 		{name: "quorum lost, one voter dead, the others answering only their own agents: the dead one starts", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").dead(2)
 			for i := range 2 {
-				s.f.assessments[i] = assess.Assessment{Machine: assesstest.Machines()[i].Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
-					Reasons: []string{"etcd member unreachable"}, Since: s.f.now.Add(-time.Minute)}
+				s.f.Assessments[i] = assess.Assessment{Machine: assesstest.Machines()[i].Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, OwnAnswers: true,
+					Reasons: []string{"etcd member unreachable"}, Since: s.f.Now.Add(-time.Minute)}
 			}
 			return s
 		}, starts: []string{"m2"}, reasons: map[string]string{"m1": "etcd has lost quorum and etcd-2 do not answer: m1's member answers its status on its own machine"},
 			kinds: map[string]Reason{"m0": ReasonSilentVotersFirst, "m1": ReasonSilentVotersFirst}},
 		{name: "a recovery's survivor, its rebuilt cluster not yet seen healthy: held whatever its verdict", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
-				Reasons: []string{"etcd member etcd-0 unreachable from 3 of 5 expected observers for 5s"}, Since: s.f.now.Add(-5 * time.Second)}
-			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy,
+				Reasons: []string{"etcd member etcd-0 unreachable from 3 of 5 expected observers for 5s"}, Since: s.f.Now.Add(-5 * time.Second)}
+			s.f.Retired = Retirement{Token: "hale-c0-1", Cluster: "c0", survivor: Retiree{Machine: "m0", Member: "etcd-0"}}
 			return s
 		}, reasons: map[string]string{"m0": "m0 is the survivor etcd recovery hale-c0-1 rebuilt the cluster from"}, kinds: map[string]Reason{"m0": ReasonSurvivor}},
 		{name: "a recovery's survivor, its rebuilt cluster seen healthy: healed as any machine", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy,
-				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.now.Add(-time.Minute)}
-			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}, survivorSeen: true}
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy,
+				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-time.Minute)}
+			s.f.Retired = Retirement{Token: "hale-c0-1", Cluster: "c0", survivor: Retiree{Machine: "m0", Member: "etcd-0"}, SurvivorSeen: true}
 			return s
 		}, starts: []string{"m0"}},
 		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
 			s := newScene()
-			s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-				Reasons: []string{"kubelet failing for 10s"}, Since: s.f.now.Add(-time.Minute)}
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+				Reasons: []string{"kubelet failing for 10s"}, Since: s.f.Now.Add(-time.Minute)}
 			return s
 		}, starts: []string{"m0"}},
 		{name: "a probe failing alike on every voter's machine, members healthy: a common cause, none is cycled", scene: func() *scene {
 			s := newScene()
 			for i, m := range assesstest.Machines() {
-				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
-					Reasons: []string{"apiserver failing for 15s: x509: certificate is valid for 10.77.0.10, not 127.0.0.1"}, Since: s.f.now.Add(-15 * time.Second)}
+				s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
+					Reasons: []string{"apiserver failing for 15s: x509: certificate is valid for 10.77.0.10, not 127.0.0.1"}, Since: s.f.Now.Add(-15 * time.Second)}
 			}
 			return s
 		}, reasons: map[string]string{"m0": "apiserver fails on m0, m1, m2, 3 of the 3 voters' machines, while their etcd members are healthy"},
@@ -308,22 +308,22 @@ func TestDecide(t *testing.T) {
 		{name: "the first of them Unhealthy, the others failing alike still within the timeout: held all the same", scene: func() *scene {
 			s := newScene()
 			for i, m := range assesstest.Machines() {
-				s.f.assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
+				s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
 			}
-			s.f.assessments[0].Verdict, s.f.assessments[0].Since = assess.VerdictUnhealthy, s.f.now.Add(-10*time.Second)
+			s.f.Assessments[0].Verdict, s.f.Assessments[0].Since = assess.VerdictUnhealthy, s.f.Now.Add(-10*time.Second)
 			return s
 		}, kinds: map[string]Reason{"m0": ReasonCommonCause}},
 		{name: "a probe failing on one machine of three: its own fault, cycled", scene: func() *scene {
 			s := newScene()
-			s.f.assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
-				Reasons: []string{"apiserver failing for 15s"}, Since: s.f.now.Add(-15 * time.Second)}
-			s.f.assessments[2] = assess.Assessment{Machine: "m2", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"kubelet"}}
+			s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
+				Reasons: []string{"apiserver failing for 15s"}, Since: s.f.Now.Add(-15 * time.Second)}
+			s.f.Assessments[2] = assess.Assessment{Machine: "m2", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"kubelet"}}
 			return s
 		}, starts: []string{"m1"}},
 		{name: "two machines failing alike, one of them with its member down: no majority of healthy members, cycled", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.assessments[2].Failing = []string{"apiserver"}
-			s.f.assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
+			s.f.Assessments[2].Failing = []string{"apiserver"}
+			s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"}}
 			return s
 		}, starts: []string{"m2"}},
 		{name: "witnesses that read no etcd, two members of three silent: one agent's view is no majority", scene: func() *scene {
@@ -337,12 +337,12 @@ func TestDecide(t *testing.T) {
 		}, notPlanning: "only 1 of the 3 expected agents and witnesses that read etcd report the etcd membership (2 needed)"},
 		{name: "no slot left", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.recentStarts = 3
+			s.f.RecentStarts = 3
 			return s
 		}, held: "rate limit: 3 remediations started", kinds: map[string]Reason{"m2": ReasonRateLimited}},
 		{name: "a machine in flight is not started again", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.flights["m2"] = flight{plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}, next: 1}
+			s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}, Next: 1}
 			return s
 		}},
 	} {
@@ -359,14 +359,14 @@ func TestDecide(t *testing.T) {
 			var brakes []string
 			for _, qd := range d.outcome.Decisions {
 				h, held := d.holds[qd.Machine]
-				begins := slices.ContainsFunc(d.begin, func(b toBegin) bool { return b.machine.Name == qd.Machine })
+				begins := slices.ContainsFunc(d.begin, func(b ToBegin) bool { return b.Machine.Name == qd.Machine })
 				assert.True(t, held != (begins || qd.InFlight), "%s: held (%v), or begins or in flight, never both nor neither", qd.Machine, held)
 				if held {
-					assert.NotEmpty(t, h.reason, qd.Machine)
-					assert.NotEmpty(t, h.why, qd.Machine)
+					assert.NotEmpty(t, h.Reason, qd.Machine)
+					assert.NotEmpty(t, h.Why, qd.Machine)
 				}
-				if held && h.brake() {
-					brakes = append(brakes, h.why)
+				if held && h.Brake() {
+					brakes = append(brakes, h.Why)
 				}
 			}
 			if tc.held == "" {
@@ -375,7 +375,7 @@ func TestDecide(t *testing.T) {
 				assert.Contains(t, strings.Join(brakes, "; "), tc.held)
 			}
 			for m, want := range tc.kinds {
-				assert.Equal(t, want, d.holds[m].reason, m)
+				assert.Equal(t, want, d.holds[m].Reason, m)
 			}
 			for m, want := range tc.reasons {
 				assert.Contains(t, reasonOf(d, m), want)
@@ -395,8 +395,8 @@ func TestDecide(t *testing.T) {
 // nothing either.
 func TestDecideWhenQuorumComesBack(t *testing.T) {
 	sick := func(s *scene) *scene {
-		s.f.assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
-			Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}, Since: s.f.now.Add(-16 * time.Minute)}
+		s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, EtcdAnswers: true,
+			Reasons: []string{"etcd failing for 16m0s: etcdserver: no leader"}, Since: s.f.Now.Add(-16 * time.Minute)}
 		return s
 	}
 	s := sick(newScene().witnesses("w-0", "w-1"))
@@ -440,7 +440,7 @@ func TestDecideEscalatesAfterAFailure(t *testing.T) {
 	s.w.Obs.Reports["cp-2"] = r
 	d := s.decide()
 	require.Len(t, d.begin, 1)
-	rem := d.begin[0].rem
+	rem := d.begin[0].Remediation
 	assert.True(t, rem.Hard)
 	assert.Equal(t, 2, rem.Attempt)
 	assert.Contains(t, rem.Reason, "attempt 2 of 3, escalated to a hard power cycle after 1 failed")
@@ -454,13 +454,13 @@ func TestDecideEscalatesAfterAFailure(t *testing.T) {
 // planner is told its real steps, promote included, and a fence of that learner, which looks free,
 // waits: promote etcd-3 → power-off etcd-3 → remove etcd-1 would leave 1 of 2 voters healthy.
 func TestInFlightReplaceIsToldByItsRealMember(t *testing.T) {
-	placeholder := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}.Steps("etcd-1", "etcd-1"+newMemberSuffix)
-	fl := flight{plan: quorum.Plan{Strategy: quorum.Replace, Steps: placeholder}, members: []string{"etcd-1", "etcd-2"}} // as rebuilt from the journal: no shape
+	placeholder := quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsVoter}.Steps("etcd-1", "etcd-1"+NewMemberSuffix)
+	fl := Flight{Plan: quorum.Plan{Strategy: quorum.Replace, Steps: placeholder}, Members: []string{"etcd-1", "etcd-2"}} // as rebuilt from the journal: no shape
 	c := quorum.Cluster{Members: []quorum.Member{{Name: "etcd-1", Health: quorum.Healthy}, {Name: "etcd-2", Health: quorum.Healthy},
 		{Name: "etcd-3", Learner: true, Health: quorum.Healthy}}}
 
-	assert.Equal(t, placeholder, fl.stillToCome(quorum.Cluster{Members: c.Members[:2]}), "not joined yet: the placeholder steps stand")
-	real := fl.stillToCome(c)
+	assert.Equal(t, placeholder, fl.StillToCome(quorum.Cluster{Members: c.Members[:2]}), "not joined yet: the placeholder steps stand")
+	real := fl.StillToCome(c)
 	assert.Equal(t, quorum.Shape{Order: quorum.ScaleUpFirst, Join: quorum.JoinAsLearner}.Steps("etcd-1", "etcd-3"), real)
 
 	in := quorum.Input{Cluster: c, Policy: quorum.DefaultPolicy(), Machines: []quorum.Machine{
@@ -491,7 +491,7 @@ func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 	}
 	d := s.decide()
 	assert.Empty(t, d.begin)
-	assert.Equal(t, ReasonWaiting, d.holds["m1"].reason, "without the rebuild known: waiting for a view that will not come")
+	assert.Equal(t, ReasonWaiting, d.holds["m1"].Reason, "without the rebuild known: waiting for a view that will not come")
 
 	s.f.rebuilt = &clusterChange{from: "c1", to: "c2"}
 	d = s.decide()
@@ -507,12 +507,12 @@ func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 	}
 	assert.Equal(t, []string{"m1", "m2"}, left)
 	for _, m := range []string{"m1", "m2"} {
-		assert.Equal(t, ReasonRetired, d.holds[m].reason, m)
+		assert.Equal(t, ReasonRetired, d.holds[m].Reason, m)
 		assert.Equal(t, NeedRetired, d.needs[m], m)
 	}
 	assert.Contains(t, d.retire.rebuiltOutsideMessage(), "etcd cluster c1 was rebuilt as c2 without `hub recover` (by hand?), and m1 (etcd-1), m2 (etcd-2) are not in it")
 
-	s.f.retired = retirementOf(d.retire) // journaled: the next pass, or a recovery of Hale's
+	s.f.Retired = RetirementOf(d.retire) // journaled: the next pass, or a recovery of Hale's
 	s.f.rebuilt.from = "c1"
 	d = s.decide()
 	assert.Nil(t, d.retire, "retired already")
@@ -524,11 +524,11 @@ func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 // taken for one the rebuild left out.
 func TestStepForgetsARebuildThatLeftNobodyOut(t *testing.T) {
 	sc := newScene().witnesses("w-0", "w-1")
-	sc.f.obs = sc.w.Obs
-	sc.f.hearing = assess.Hear(assess.ExpectedOf(refs(sc.f.inv), sc.f.inv.Witnesses), sc.f.obs, sc.f.inv.Policy.Assess.StaleAfter)
-	s := newPassState()
+	sc.f.Observations = sc.w.Obs
+	sc.f.Hearing = assess.Hear(assess.ExpectedOf(sc.f.Inventory.Refs(), sc.f.Inventory.Witnesses), sc.f.Observations, sc.f.Inventory.Policy.Assess.StaleAfter)
+	s := NewState()
 	s.rebuilt = &clusterChange{from: "c1", to: "c2"}
-	next, rd := compute(s, sc.f)
+	next, rd := Compute(s, sc.f)
 	assert.Nil(t, rd.Retire)
 	assert.Nil(t, next.rebuilt)
 }
@@ -551,10 +551,23 @@ func TestTheRebuiltClusterSeenHealthy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScene().witnesses("w-0", "w-1")
-			s.f.retired = retirement{token: "hale-c0-1", cluster: "c0", survivor: retiree{"m0", "etcd-0"}}
+			s.f.Retired = Retirement{Token: "hale-c0-1", Cluster: "c0", survivor: Retiree{Machine: "m0", Member: "etcd-0"}}
 			s.w.Answering("cp-0", "a0", tc.cluster)
-			s.f.assessments[0].EtcdReachedSince, s.f.assessments[0].EtcdHealth = tc.reached, tc.health
+			s.f.Assessments[0].EtcdReachedSince, s.f.Assessments[0].EtcdHealth = tc.reached, tc.health
 			assert.Equal(t, tc.seen, s.decide().survivorSeen)
 		})
 	}
+}
+
+// steps parses a plan's steps ("power-cycle etcd-2").
+func steps(texts ...string) []quorum.Step {
+	out := make([]quorum.Step, len(texts))
+	for i, t := range texts {
+		s, err := quorum.ParseStep(t)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = s
+	}
+	return out
 }
