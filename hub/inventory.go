@@ -93,6 +93,26 @@ type PolicyFile struct {
 	// EtcdCatchUp: how much longer than probeTimeouts.etcd the etcd probe may fail while the member
 	// follows the current leader and its raft index rises (default 30 s).
 	EtcdCatchUp config.Duration `json:"etcdCatchUp"`
+	// PlannedWork (Kubernetes mode): the planned work during which the hub starts nothing on a machine
+	// (its hold PlannedWork; an operator's `hub reboot` still may, and the machine's evidence still counts
+	// toward etcd's quorum): cordoned (its Node unschedulable: kubectl cordon, kubectl drain), deleting (its
+	// Cluster API Machine being deleted), rollout (its KubeadmControlPlane or MachineDeployment rolling
+	// out: RollingOut True), nodeMaintenance (a medik8s NodeMaintenance for its Node). Default: all four;
+	// [] for none.
+	PlannedWork *[]string `json:"plannedWork"`
+}
+
+// The kinds of planned work (policy.plannedWork).
+const (
+	WorkCordoned        = "cordoned"
+	WorkDeleting        = "deleting"
+	WorkRollout         = "rollout"
+	WorkNodeMaintenance = "nodeMaintenance"
+)
+
+// PlannedWorkKinds are the kinds of planned work, in the order they are checked.
+func PlannedWorkKinds() []string {
+	return []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance}
 }
 
 // Class is a machine class: how its machines are healed.
@@ -304,6 +324,18 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 	}
 	if pf.MaxAttempts > 0 {
 		p.MaxAttempts = pf.MaxAttempts
+	}
+	p.PlannedWork = PlannedWorkKinds()
+	if pf.PlannedWork != nil {
+		p.PlannedWork = []string{}
+		for i, w := range *pf.PlannedWork {
+			if !slices.Contains(PlannedWorkKinds(), w) {
+				return p, fmt.Errorf("policy.plannedWork[%d]: %q is no kind of planned work (%s)", i, w, strings.Join(PlannedWorkKinds(), ", "))
+			}
+			if !slices.Contains(p.PlannedWork, w) {
+				p.PlannedWork = append(p.PlannedWork, w)
+			}
+		}
 	}
 	return p, nil
 }

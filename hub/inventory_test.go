@@ -128,6 +128,8 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 		{"bad timeout", "cluster: c\npolicy: {probeTimeouts: {kubelet: 0s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""), "policy.probeTimeouts.kubelet: 0s must be positive"},
 		{"unknown probe", "cluster: c\npolicy: {probeTimeouts: {kubelt: 10s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
 			`policy.probeTimeouts.kubelt: no probe named "kubelt" (known: ` + strings.Join(health.ProbeNames(), ", ") + ")"},
+		{"unknown planned work", "cluster: c\npolicy: {plannedWork: [cordoned, upgrade]}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			`policy.plannedWork[1]: "upgrade" is no kind of planned work (cordoned, deleting, rollout, nodeMaintenance)`},
 		{"no machines", head, "machines: none listed"},
 	}
 	for _, tt := range tests {
@@ -161,4 +163,24 @@ func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(good), "cluster: prod-eu1", "cluster: prod-eu2", 1)), 0o600))
 	require.NoError(t, r.Reload())
 	assert.Equal(t, "prod-eu2", r.Current().Cluster)
+}
+
+// policy.plannedWork: all four kinds unless the file says otherwise; [] for none; repeats once.
+func TestPlannedWorkPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   []string
+	}{
+		{"{}", []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance}},
+		{"{plannedWork: []}", []string{}},
+		{"{plannedWork: [rollout, cordoned, rollout]}", []string{WorkRollout, WorkCordoned}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "inv.yaml")
+			require.NoError(t, os.WriteFile(path, []byte("cluster: c\npolicy: "+tc.policy+"\n"), 0o600))
+			inv, err := loadInventory(path, false)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, inv.Policy.PlannedWork)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -129,9 +130,31 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	require.NoError(t, err)
 	base := pass.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
 		Class: "file", Strategy: quorum.Reboot, Endpoint: ep}}}
+	base.Policy.PlannedWork = hub.PlannedWorkKinds()
+	makePlannedWork(t, c)
 	d := &Discovery{Client: c, Base: base}
 	inv, err := d.Build(ctx)
 	require.NoError(t, err)
+	work := map[string]string{}
+	for _, m := range inv.Machines {
+		work[m.Name] = m.PlannedWork
+	}
+	assert.Regexp(t, `^Machine capi/m-h is being deleted \(since \d\d:\d\d:\d\dZ\): its owner or an operator is taking it away \(policy.plannedWork: deleting\)$`,
+		work["m-h"], "deleting comes before rollout")
+	delete(work, "m-h")
+	rolling := "KubeadmControlPlane capi/cp is rolling out (RollingOut: Rolling out 1 not up-to-date replica) (policy.plannedWork: rollout)"
+	assert.Equal(t, map[string]string{"m-a": rolling, "m-b": rolling, "m-c": rolling, "m-g": rolling, "node-d": "",
+		"node-e": "Node node-e is cordoned (kubectl cordon or drain): planned work; `kubectl uncordon node-e` when it is done (policy.plannedWork: cordoned)",
+		"node-f": "NodeMaintenance nm-f puts Node node-f in maintenance (PSU swap): its operator drains it; Hale waits until it is deleted (policy.plannedWork: nodeMaintenance)",
+	}, work, "each machine's planned work, the first of the policy's kinds that applies")
+	only := base
+	only.Policy.PlannedWork = []string{hub.WorkCordoned}
+	invOnly, err := (&Discovery{Client: c, Base: only}).Build(ctx)
+	require.NoError(t, err)
+	for _, m := range invOnly.Machines {
+		assert.Equal(t, m.Name == "node-e", m.PlannedWork != "", "policy.plannedWork [cordoned]: %s: %q", m.Name, m.PlannedWork)
+	}
+	inv.Machines = inv.Machines[:len(inv.Machines)-1] // m-h (node-h) was here for its deletion only
 
 	type row struct{ name, node, member, strategy, hold string }
 	var got []row
@@ -188,6 +211,45 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	assert.Contains(t, o.Describe(), "KubeadmControlPlane capi/cp")
 	_, ok = d.Regarding("never-there")
 	assert.False(t, ok)
+}
+
+// makePlannedWork makes planned work for TestDiscoveryMapsNodesMachinesAndHosts: node-e cordoned, a
+// medik8s NodeMaintenance for node-f, Machine m-h (on node-h) being deleted (its finalizer keeps it),
+// and KubeadmControlPlane cp, which owns the Machines, rolling out.
+func makePlannedWork(t *testing.T, c client.Client) {
+	ctx := t.Context()
+	n := &corev1.Node{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "node-e"}, n))
+	n.Spec.Unschedulable = true
+	require.NoError(t, c.Update(ctx, n))
+	nm := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"nodeName": "node-f", "reason": "PSU swap"}}}
+	nm.SetGroupVersionKind(NodeMaintenanceGVK)
+	nm.SetName("nm-f")
+	require.NoError(t, c.Create(ctx, nm))
+	createNode(t, c, "node-h", "", true)
+	createMachine(t, c, "capi", "m-h", "node-h", "cp", nil)
+	m := &clusterv1.Machine{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: "m-h"}, m))
+	m.Finalizers = []string{"test.hale.dev/keep"}
+	require.NoError(t, c.Update(ctx, m))
+	require.NoError(t, c.Delete(ctx, m))
+	t.Cleanup(func() { // let the API server's namespace go
+		if c.Get(context.Background(), client.ObjectKey{Namespace: "capi", Name: "m-h"}, m) == nil {
+			m.Finalizers = nil
+			_ = c.Update(context.Background(), m)
+		}
+	})
+	kcp := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"replicas": int64(3), "version": "v1.36.3",
+		"machineTemplate":   map[string]any{"spec": map[string]any{"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "Metal3MachineTemplate", "name": "cp"}}},
+		"kubeadmConfigSpec": map[string]any{"clusterConfiguration": map[string]any{"apiServer": map[string]any{"certSANs": []any{"localhost"}}}}}}}
+	kcp.SetAPIVersion(kcpAPIVersion)
+	kcp.SetKind("KubeadmControlPlane")
+	kcp.SetNamespace("capi")
+	kcp.SetName("cp")
+	require.NoError(t, c.Create(ctx, kcp))
+	require.NoError(t, unstructured.SetNestedSlice(kcp.Object, []any{map[string]any{"type": "RollingOut", "status": "True", "reason": "RollingOut",
+		"message": "Rolling out 1 not up-to-date replica", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}, "status", "conditions"))
+	require.NoError(t, c.Status().Update(ctx, kcp))
 }
 
 // startTestbed starts the demo topology; its timeline is logged when the test fails.

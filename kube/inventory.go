@@ -126,6 +126,10 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
 		return pass.Inventory{}, err
 	}
+	work, err := d.newPlannedWork(ctx)
+	if err != nil {
+		return pass.Inventory{}, err
+	}
 	byNode := map[string]*clusterv1.Machine{}
 	for i := range machines.Items {
 		if n := machines.Items[i].Status.NodeRef.Name; n != "" {
@@ -197,6 +201,7 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 				m.Hold = fmt.Sprintf("Machine %s/%s is annotated %s", cm.Namespace, cm.Name, clusterv1.MachineSkipRemediationAnnotation)
 			}
 		}
+		m.PlannedWork = work.of(ctx, &n, cm, b)
 		inv.Machines = append(inv.Machines, m)
 		bound[m.Name] = b
 	}

@@ -156,6 +156,7 @@ func TestDeployRBAC(t *testing.T) {
 		{"get", "cluster.x-k8s.io", "clusters", "", "capi"},
 		{"patch", "cluster.x-k8s.io", "clusters", "", "capi"},
 		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
+		{"list", "nodemaintenance.medik8s.io", "nodemaintenances", "", ""},
 		{"update", "hale.dev", "healthpolicies", "", "hale-system"},
 		{"patch", "hale.dev", "healthpolicies", "", "hale-system"},
 	} {

@@ -37,7 +37,10 @@ func RuleOf(r Reason) holdRule {
 		return holdRule{hub: true, operator: true, Forceable: true}
 	// The hub's restraint with its own remediations (its history with the machine, a cause the
 	// machines share, its rate): an operator's reboot is the way past them.
-	case ReasonCommonCause, ReasonRemediationNotBegun, ReasonCoolingDown, ReasonUnseen, ReasonFenced, ReasonGaveUp, ReasonFlapping, ReasonRateLimited:
+	// Planned work under way on the machine (a cordon, a rollout, a NodeMaintenance): the hub keeps its
+	// hands off; an operator doing that work may reboot it.
+	case ReasonCommonCause, ReasonRemediationNotBegun, ReasonCoolingDown, ReasonUnseen, ReasonFenced, ReasonGaveUp, ReasonFlapping, ReasonRateLimited,
+		ReasonPlannedWork:
 		return holdRule{hub: true}
 	}
 	return holdRule{hub: true, operator: true} // a reason not listed holds everyone, unforced
@@ -96,6 +99,7 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who ask
 		ok bool
 	}{
 		{hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
+		{hold{Reason: ReasonPlannedWork, Why: m.PlannedWork}, m.PlannedWork != ""},
 		{hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
 		{hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
 			sf.at.Add(sf.Wait()).Format(time.TimeOnly))}, !sf.at.IsZero() && f.Now.Sub(sf.at) < sf.Wait()},

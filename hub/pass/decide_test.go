@@ -182,6 +182,11 @@ func TestDecide(t *testing.T) {
 			s.f.Inventory.Machines[2].Hold = "BareMetalHost detached"
 			return s
 		}, reasons: map[string]string{"m2": "BareMetalHost detached"}, kinds: map[string]Reason{"m2": ReasonHeldByOwner}},
+		{name: "planned work under way: held", scene: func() *scene {
+			s := newScene().dead(2)
+			s.f.Inventory.Machines[2].PlannedWork = "Node node-2 is cordoned"
+			return s
+		}, reasons: map[string]string{"m2": "Node node-2 is cordoned"}, kinds: map[string]Reason{"m2": ReasonPlannedWork}},
 		{name: "its last start failed: held until the retry", scene: func() *scene {
 			s := newScene().dead(2)
 			s.f.beginFailed["m2"] = BeginFailure{why: "ipmitool missing", at: s.f.Now.Add(-10 * time.Second), InARow: 4} // (16 s)
@@ -570,4 +575,17 @@ func steps(texts ...string) []quorum.Step {
 		out[i] = s
 	}
 	return out
+}
+
+// A machine under planned work that really dies still costs etcd its vote: it is held, and the
+// planner counts its member unhealthy (2 of 3 voters healthy), so that whatever is planned for the
+// others is judged against the quorum that is really left.
+func TestPlannedWorkStillCostsItsVote(t *testing.T) {
+	s := newScene().dead(1)
+	s.f.Inventory.Machines[1].PlannedWork = "Node node-1 is cordoned"
+	d := s.decide()
+	assert.Equal(t, ReasonPlannedWork, d.holds["m1"].Reason)
+	assert.Empty(t, d.begin, "nothing begins on a machine under planned work")
+	b := d.cluster.Budget(s.f.Inventory.Policy.Quorum)
+	assert.Equal(t, 2, b.HealthyVoters, "its member counts as unhealthy: %s", b)
 }

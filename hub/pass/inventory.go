@@ -28,6 +28,10 @@ type Policy struct {
 	FlapWindow  time.Duration
 	// ComeBackTimeout bounds an await-healthy step.
 	ComeBackTimeout time.Duration
+	// PlannedWork are the kinds of planned work (Kubernetes mode) during which the hub starts nothing
+	// on a machine: the inventory's policy.plannedWork (hub.PlannedWorkKinds; nil: none, while a file
+	// that sets none has them all).
+	PlannedWork []string
 }
 
 // DefaultPolicy is the policy of an inventory that sets none.
@@ -52,6 +56,10 @@ type Machine struct {
 	// Hold, when set, says why the hub must not act on this machine at all (a BareMetalHost detached
 	// or paused, no way to heal it): it is watched and explained, never remediated.
 	Hold string
+	// PlannedWork, when set, says what planned work is under way on the machine (its Node cordoned,
+	// its owner rolling out, a NodeMaintenance): the hub starts nothing on it meanwhile; an operator's
+	// reboot may. Its evidence counts as ever: a machine that dies under maintenance costs etcd a vote.
+	PlannedWork string
 }
 
 // Machine is the inventory's machine of that name.

@@ -31,6 +31,8 @@ const (
 	// ReasonWaiting: the planner keeps it waiting (etcd's quorum budget, a pool's limits).
 	ReasonWaiting     Reason = "Waiting"
 	ReasonHeldByOwner Reason = "HeldByOwner"
+	// ReasonPlannedWork: planned work is under way on it (Machine.PlannedWork); the hub waits for its end.
+	ReasonPlannedWork Reason = "PlannedWork"
 	// ReasonBMCLoginBackoff: its BMC account refused the credentials; no login until the backoff ends.
 	ReasonBMCLoginBackoff Reason = "BMCLoginBackoff"
 	ReasonCoolingDown     Reason = "CoolingDown"

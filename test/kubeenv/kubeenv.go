@@ -1,7 +1,7 @@
 // Package kubeenv starts a real kube-apiserver (and its etcd) for tests through envtest, with Hale's
-// CRDs, Cluster API's (core and KubeadmControlPlane) and a stand-in for metal3's BareMetalHost CRD,
-// from KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills (test/run builds them when
-// missing). Missing binaries fail the test: they are never silently skipped.
+// CRDs, Cluster API's (core and KubeadmControlPlane), medik8s' NodeMaintenance and a stand-in for
+// metal3's BareMetalHost CRD, from KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills
+// (test/run builds them when missing). Missing binaries fail the test: they are never silently skipped.
 package kubeenv
 
 import (
@@ -44,26 +44,43 @@ func repoRoot() (string, error) {
 }
 
 // moduleDir is where the module cache holds module@version (downloaded when missing): Cluster API's
-// CRDs come from there, as its own repository ships them.
-func moduleDir(modVersion string) (string, error) {
-	out, err := exec.Command("go", "mod", "download", "-json", modVersion).Output()
+// CRDs come from there, as its own repository ships them. A module the checksum database does not
+// know is downloaded without it, and its hash must be sum (pinned here instead).
+func moduleDir(modVersion, sum string) (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", modVersion)
+	if sum != "" {
+		path, _, _ := strings.Cut(modVersion, "@")
+		cmd.Env = append(os.Environ(), "GONOSUMDB="+path)
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go mod download %s: %w", modVersion, err)
 	}
-	var m struct{ Dir, Error string }
+	var m struct{ Dir, Error, Sum string }
 	if err := json.Unmarshal(out, &m); err != nil {
 		return "", fmt.Errorf("go mod download %s: %w", modVersion, err)
 	}
 	if m.Error != "" {
 		return "", fmt.Errorf("go mod download %s: %s", modVersion, m.Error)
 	}
+	if sum != "" && m.Sum != sum {
+		return "", fmt.Errorf("go mod download %s: its hash is %s, not the %s pinned in test/kubeenv: not used", modVersion, m.Sum, sum)
+	}
 	return m.Dir, nil
 }
 
+// medik8s' node-maintenance-operator, for its NodeMaintenance CRD: the checksum database does not know
+// it (the module proxy serves it), so its hash is pinned.
+const nodeMaintenance, nodeMaintenanceSum = "github.com/medik8s/node-maintenance-operator@v0.17.0", "h1:2zHpibBhwj3e+9k0J+4dy7rXDB3P1QQ/zZKQ0lVvW9E="
+
 // crdDirs are the CRDs Start installs besides Hale's: Cluster API's core and KubeadmControlPlane,
-// and the stand-in BareMetalHost (or metal3's own, when metal3CRDs is set).
+// medik8s' NodeMaintenance, and the stand-in BareMetalHost (or metal3's own, when metal3CRDs is set).
 func crdDirs(metal3CRDs string) ([]string, error) {
-	capi, err := moduleDir("sigs.k8s.io/cluster-api@v1.14.2")
+	capi, err := moduleDir("sigs.k8s.io/cluster-api@v1.14.2", "")
+	if err != nil {
+		return nil, err
+	}
+	nmo, err := moduleDir(nodeMaintenance, nodeMaintenanceSum)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +91,7 @@ func crdDirs(metal3CRDs string) ([]string, error) {
 		}
 		metal3CRDs = filepath.Join(root, "test", "kubeenv", "crds")
 	}
-	return []string{capi + "/core/config/crd/bases", capi + "/controlplane/kubeadm/config/crd/bases", metal3CRDs}, nil
+	return []string{capi + "/core/config/crd/bases", capi + "/controlplane/kubeadm/config/crd/bases", nmo + "/config/crd/bases", metal3CRDs}, nil
 }
 
 // Start starts the API server for the test and returns a client (with Hale's, Cluster API's and the
