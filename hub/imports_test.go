@@ -3,7 +3,6 @@ package hub
 import (
 	"go/ast"
 	"go/build"
-	"go/parser"
 	"go/token"
 	"path/filepath"
 	"slices"
@@ -61,14 +60,8 @@ func TestPurePackagesReadValuesOnly(t *testing.T) {
 	valuesOf := map[string]map[string]bool{}
 	for name, dir := range map[string]string{"bmc": "../bmc", "journal": "journal"} {
 		valuesOf[name] = map[string]bool{}
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		require.NoError(t, err)
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-			require.NoError(t, err)
+		_, files := sources(t, dir)
+		for _, f := range files {
 			for _, d := range f.Decls {
 				g, ok := d.(*ast.GenDecl)
 				if !ok || g.Tok == token.VAR || g.Tok == token.IMPORT {
@@ -90,15 +83,8 @@ func TestPurePackagesReadValuesOnly(t *testing.T) {
 	}
 	clock := map[string]bool{"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "AfterFunc": true, "Tick": true, "NewTimer": true, "NewTicker": true}
 	for _, dir := range []string{"assess", "pass"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		require.NoError(t, err)
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, path, nil, 0)
-			require.NoError(t, err)
+		fset, files := sources(t, dir)
+		for _, f := range files {
 			ast.Inspect(f, func(n ast.Node) bool {
 				sel, ok := n.(*ast.SelectorExpr)
 				if !ok {
