@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -561,6 +562,20 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 	}
 	assert.Equal(t, []int{0, 2}, intents, "journaled before each side effect: the scale-up, then the scale-down")
 	assert.Empty(t, tb.Resets(2), "no BMC call")
+
+	// The deployment rolling out (an upgrade replacing its machines) is planned work for its machines.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(md), md))
+	md.Status.Conditions = []metav1.Condition{{Type: clusterv1.RollingOutCondition, Status: metav1.ConditionTrue, Reason: clusterv1.RollingOutReason,
+		Message: "Rolling out 1 not up-to-date replica", LastTransitionTime: metav1.Now()}}
+	require.NoError(t, c.Status().Update(ctx, md))
+	base := d.Base // (the running hub's Discovery is left as it is)
+	base.Policy.PlannedWork = hub.PlannedWorkKinds()
+	inv2, err := (&Discovery{Client: c, Base: base}).Build(ctx)
+	require.NoError(t, err)
+	i := slices.IndexFunc(inv2.Machines, func(m pass.Machine) bool { return m.Name == "cp-3" })
+	require.GreaterOrEqual(t, i, 0, "%v", inv2.Machines)
+	assert.Equal(t, "MachineDeployment capi/md is rolling out (RollingOut: Rolling out 1 not up-to-date replica) (policy.plannedWork: rollout)",
+		inv2.Machines[i].PlannedWork)
 }
 
 // Cluster API's cluster.x-k8s.io/remediate-machine is a manual request, carried out the machine's own
