@@ -14,40 +14,40 @@ import (
 // an operator's --force overrides it; machineHolds finds the holds for either. The quorum check itself
 // (the planner's waiting) and the rate limit come after, on what the planner admits.
 
-// asker is who asks to act on a machine.
-type asker int
+// Asker is who asks to act on a machine.
+type Asker int
 
 const (
-	byHub      asker = iota // the pass
+	byHub      Asker = iota // the pass
 	ByOperator              // an operator's reboot
 )
 
-// holdRule says whom a hold's reason holds, and whether an operator's --force overrides it.
-type holdRule struct{ hub, operator, Forceable bool }
+// HoldRule says whom a hold's reason holds, and whether an operator's --force overrides it.
+type HoldRule struct{ hub, operator, Forceable bool }
 
 // RuleOf is the one list of the reasons a machine is held for, and their rules.
-func RuleOf(r Reason) holdRule {
+func RuleOf(r Reason) HoldRule {
 	switch r {
 	// The brakes, the inventory's hold and a BMC account in its wait: nobody acts, and no force
 	// overrides them (they are lifted instead: attach, resume, unsuspend, the owner, the wait's end).
 	case ReasonHeldByOwner, ReasonDetached, ReasonPaused, ReasonSuspended, ReasonBMCLoginBackoff:
-		return holdRule{hub: true, operator: true}
+		return HoldRule{hub: true, operator: true}
 	// Quorum and the data: an operator may act against them, knowingly (--force, journaled).
 	case ReasonRetired, ReasonSurvivor, ReasonSilentVotersFirst, ReasonMemberAnswers, ReasonWaiting:
-		return holdRule{hub: true, operator: true, Forceable: true}
+		return HoldRule{hub: true, operator: true, Forceable: true}
 	// The hub's restraint with its own remediations (its history with the machine, a cause the
 	// machines share, its rate): an operator's reboot is the way past them.
 	// Planned work under way on the machine (a cordon, a rollout, a NodeMaintenance): the hub keeps its
 	// hands off; an operator doing that work may reboot it.
 	case ReasonCommonCause, ReasonRemediationNotBegun, ReasonCoolingDown, ReasonUnseen, ReasonFenced, ReasonGaveUp, ReasonFlapping, ReasonRateLimited,
 		ReasonPlannedWork:
-		return holdRule{hub: true}
+		return HoldRule{hub: true}
 	}
-	return holdRule{hub: true, operator: true} // a reason not listed holds everyone, unforced
+	return HoldRule{hub: true, operator: true} // a reason not listed holds everyone, unforced
 }
 
 // holds reports whether the rule holds who.
-func (r holdRule) holds(who asker) bool {
+func (r HoldRule) holds(who Asker) bool {
 	if who == ByOperator {
 		return r.operator
 	}
@@ -60,7 +60,7 @@ func (r holdRule) holds(who asker) bool {
 type Admission struct {
 	Lost   bool
 	Silent []string
-	common map[string]hold
+	common map[string]Hold
 }
 
 // MachineHolds are the holds on m for who, in the order they are said (the first is the one the pass
@@ -68,9 +68,9 @@ type Admission struct {
 // holds only a machine it would act on (Unhealthy; a retired one whatever its verdict but Healthy);
 // an operator is held whatever the verdict. For the pass, the last remediation's history is
 // consulted only when nothing else holds it, and its count of failures comes with it.
-func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who asker) []hold {
-	var out []hold
-	add := func(h hold, ok bool) bool {
+func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Asker) []Hold {
+	var out []Hold
+	add := func(h Hold, ok bool) bool {
 		if ok && RuleOf(h.Reason).holds(who) {
 			out = append(out, h)
 		}
@@ -95,19 +95,19 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who ask
 	detached, isDetached := f.Detached[m.Name]
 	sf := f.beginFailed[m.Name]
 	for _, h := range []struct {
-		hold
+		Hold
 		ok bool
 	}{
-		{hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
-		{hold{Reason: ReasonPlannedWork, Why: m.PlannedWork}, m.PlannedWork != ""},
-		{hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
-		{hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
+		{Hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
+		{Hold{Reason: ReasonPlannedWork, Why: m.PlannedWork}, m.PlannedWork != ""},
+		{Hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
+		{Hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
 			sf.at.Add(sf.Wait()).Format(time.TimeOnly))}, !sf.at.IsZero() && f.Now.Sub(sf.at) < sf.Wait()},
-		{hold{Reason: ReasonBMCLoginBackoff, Why: f.LoginWait[m.Name]}, f.LoginWait[m.Name] != ""},
-		{hold{Reason: ReasonPaused, Why: fmt.Sprintf("the hub is paused (%s): nothing starts until the pause is lifted", f.Paused)}, who == ByOperator && f.Paused != ""},
-		{hold{Reason: ReasonSuspended, Why: "the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`"}, who == ByOperator && f.Suspended},
+		{Hold{Reason: ReasonBMCLoginBackoff, Why: f.LoginWait[m.Name]}, f.LoginWait[m.Name] != ""},
+		{Hold{Reason: ReasonPaused, Why: fmt.Sprintf("the hub is paused (%s): nothing starts until the pause is lifted", f.Paused)}, who == ByOperator && f.Paused != ""},
+		{Hold{Reason: ReasonSuspended, Why: "the hub is suspended (observe-only): use --dry-run to see the plan, or `hub unsuspend`"}, who == ByOperator && f.Suspended},
 	} {
-		if add(h.hold, h.ok) {
+		if add(h.Hold, h.ok) {
 			return out
 		}
 	}
@@ -120,10 +120,10 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who ask
 }
 
 // Unforceable is the first of an operator's holds that --force does not override (ok false: none).
-func Unforceable(holds []hold) (hold, bool) {
-	i := slices.IndexFunc(holds, func(h hold) bool { return !RuleOf(h.Reason).Forceable })
+func Unforceable(holds []Hold) (Hold, bool) {
+	i := slices.IndexFunc(holds, func(h Hold) bool { return !RuleOf(h.Reason).Forceable })
 	if i < 0 {
-		return hold{}, false
+		return Hold{}, false
 	}
 	return holds[i], true
 }

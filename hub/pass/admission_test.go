@@ -119,7 +119,7 @@ func TestOneAdmissionRule(t *testing.T) {
 				assert.True(t, rule.operator && rule.Forceable)
 				return
 			}
-			held := slices.ContainsFunc(holds, func(h hold) bool { return h.Reason == tc.reason })
+			held := slices.ContainsFunc(holds, func(h Hold) bool { return h.Reason == tc.reason })
 			assert.Equal(t, rule.operator, held, "an operator held by %s: %v", tc.reason, holds)
 			if !held {
 				return

@@ -42,7 +42,7 @@ type State struct {
 	// What was said last, so that each thing is said once, when it changes: whether the hub hears a
 	// majority of its observers (nil: nothing said yet), and why each machine is not started.
 	saidMajority *bool
-	saidHold     map[string]hold
+	saidHold     map[string]Hold
 	// Mark is the highest raft index seen (or journaled, when the hub started); recorded is the one in
 	// the journal, written at recordedAt; markErr why the last write failed.
 	Mark, Recorded RaftMark
@@ -58,7 +58,7 @@ type clusterChange struct{ from, to string }
 
 func NewState() State {
 	return State{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
-		beginFailed: map[string]BeginFailure{}, saidHold: map[string]hold{}}
+		beginFailed: map[string]BeginFailure{}, saidHold: map[string]Hold{}}
 }
 
 // View is what the latest pass saw and decided, as `hub status`, the executor's world and degraded
@@ -75,7 +75,7 @@ type View struct {
 	// Needs: the Unhealthy machines the hub will not heal again by itself; holds: why each machine the
 	// planner considered and the hub did not start waits.
 	Needs map[string]OperatorNeed
-	Holds map[string]hold
+	Holds map[string]Hold
 	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
 	// planned: when that pass gathered its facts.
 	quorumLost bool
@@ -273,7 +273,7 @@ func (s *State) sayHolds(rd *Ready, d decision) {
 			continue
 		}
 		considered[qd.Machine] = true
-		if h = (hold{Reason: h.Reason, Why: h.Why}); s.saidHold[qd.Machine] == h {
+		if h = (Hold{Reason: h.Reason, Why: h.Why}); s.saidHold[qd.Machine] == h {
 			continue
 		}
 		s.saidHold[qd.Machine] = h

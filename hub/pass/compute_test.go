@@ -188,11 +188,11 @@ func TestComputeRandomized(t *testing.T) {
 				if nt.Machine == "" || !isHold || nt.Reason != h.Reason {
 					continue
 				}
-				require.NotEqual(t, before.saidHold[nt.Machine], hold{Reason: h.Reason, Why: h.Why}, "%s: %s's hold said again unchanged", where, nt.Machine)
+				require.NotEqual(t, before.saidHold[nt.Machine], Hold{Reason: h.Reason, Why: h.Why}, "%s: %s's hold said again unchanged", where, nt.Machine)
 			}
 			for m, h := range st.View.Holds {
 				require.NotEmpty(t, h.Reason, "%s: %s held without a reason", where, m)
-				if st.saidHold[m] != (hold{Reason: h.Reason, Why: h.Why}) && rd.QuorumBack.IsZero() && f.Listen == "" {
+				if st.saidHold[m] != (Hold{Reason: h.Reason, Why: h.Why}) && rd.QuorumBack.IsZero() && f.Listen == "" {
 					t.Fatalf("%s: %s is held (%s: %s) and that was never said", where, m, h.Reason, h.Why)
 				}
 			}

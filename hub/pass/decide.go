@@ -75,7 +75,7 @@ type decision struct {
 	begin []ToBegin
 	// holds say why each machine the planner considered is not started now: the hub's own holds (the
 	// machine's history, its brakes, the rate limit) and the planner's waits.
-	holds map[string]hold
+	holds map[string]Hold
 	// needs are the Unhealthy machines the hub will not heal again by itself, by why: given up,
 	// flapping, fenced (what an on-call engineer is paged for).
 	needs map[string]OperatorNeed
@@ -147,7 +147,7 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 		return decision{cluster: cluster, quorumBack: true, rebuilt: true}
 	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.Inventory.Machines))}
-	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]hold{}
+	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]Hold{}
 	ad := Admission{Lost: cluster.Budget(p.Quorum).QuorumLost(), Silent: SilentVoters(f, cluster), common: commonCauses(f, cluster)}
 	for i, m := range f.Inventory.Machines {
 		a := AssessmentOf(f.Assessments, i, m.Name)
@@ -177,7 +177,7 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: ad.Silent, survivorSeen: f.Retired.survivorSeenNow(f)}
 	for _, qd := range out.Decisions {
 		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
-			holds[qd.Machine] = hold{Reason: ReasonWaiting, Why: qd.Reason}
+			holds[qd.Machine] = Hold{Reason: ReasonWaiting, Why: qd.Reason}
 		}
 	}
 	slots := p.RateMax - f.RecentStarts
@@ -188,11 +188,11 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 		}
 		switch {
 		case f.Paused != "":
-			holds[m.Name] = hold{Reason: ReasonPaused, Why: fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.Paused, qd.Strategy, m.Name)}
+			holds[m.Name] = Hold{Reason: ReasonPaused, Why: fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.Paused, qd.Strategy, m.Name)}
 		case f.Suspended:
-			holds[m.Name] = hold{Reason: ReasonSuspended, Why: fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList())}
+			holds[m.Name] = Hold{Reason: ReasonSuspended, Why: fmt.Sprintf("suspended: would start %s of %s (%s): %s", qd.Strategy, m.Name, qd.Reason, qd.Plan.StepList())}
 		case slots <= 0:
-			holds[m.Name] = hold{Reason: ReasonRateLimited, Why: fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
+			holds[m.Name] = Hold{Reason: ReasonRateLimited, Why: fmt.Sprintf("rate limit: %d remediations started in the last %v (max %d): %s waits, to stop a remediation storm",
 				p.RateMax-slots, p.RatePer, p.RateMax, m.Name)}
 		default:
 			slots--
@@ -212,9 +212,9 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 // the rebuilt cluster's only member, its observers still catching up, cycled as free). While other
 // voters are silent (silentVoters) they are healed first; when every voter runs, a cycle heals nothing
 // that a running member can be healed of, and an operator decides. ok false: not held.
-func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []string) (hold, bool) {
+func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []string) (Hold, bool) {
 	if !lost || !(a.EtcdAnswers || a.OwnAnswers) {
-		return hold{}, false
+		return Hold{}, false
 	}
 	how := "answers a strict majority of the observers that check it"
 	if a.OwnAnswers {
@@ -222,11 +222,11 @@ func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []st
 	}
 	others := slices.DeleteFunc(slices.Clone(silent), func(s string) bool { return s == m.Member })
 	if len(others) > 0 {
-		return hold{Reason: ReasonSilentVotersFirst, Why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member %s, and its failures follow from the lost quorum "+
+		return Hold{Reason: ReasonSilentVotersFirst, Why: fmt.Sprintf("etcd has lost quorum and %s do not answer: %s's member %s, and its failures follow from the lost quorum "+
 			"(`hub explain %s`): the members that do not answer are healed first, as rebooting one that answers only lengthens the outage",
 			strings.Join(others, ", "), m.Name, how, m.Name)}, true
 	}
-	return hold{Reason: ReasonMemberAnswers, Why: fmt.Sprintf("etcd has lost quorum, and %s's member %s: it runs, and its failures follow from the lost quorum "+
+	return Hold{Reason: ReasonMemberAnswers, Why: fmt.Sprintf("etcd has lost quorum, and %s's member %s: it runs, and its failures follow from the lost quorum "+
 		"(`hub explain %s`). A power-cycle of a running member is no free action: the hub does not take it (`hub reboot %s --force` if it must be)",
 		m.Name, how, m.Name, m.Name)}, true
 }
@@ -241,7 +241,7 @@ func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []st
 // machines turning Unhealthy a few hundred milliseconds apart are seen together. The etcd probe is
 // not among them: a member failing its own probe is not healthy. An operator's `hub reboot` still
 // cycles a machine held so.
-func commonCauses(f Facts, cluster quorum.Cluster) map[string]hold {
+func commonCauses(f Facts, cluster quorum.Cluster) map[string]Hold {
 	var voters int
 	alike := map[string][]string{} // probe → the voters' machines failing it with a healthy member
 	for i, m := range f.Inventory.Machines {
@@ -260,7 +260,7 @@ func commonCauses(f Facts, cluster quorum.Cluster) map[string]hold {
 			}
 		}
 	}
-	holds := map[string]hold{}
+	holds := map[string]Hold{}
 	for _, p := range slices.Sorted(maps.Keys(alike)) {
 		names := alike[p]
 		if 2*len(names) <= voters {
@@ -270,7 +270,7 @@ func commonCauses(f Facts, cluster quorum.Cluster) map[string]hold {
 			if _, ok := holds[n]; ok {
 				continue
 			}
-			holds[n] = hold{Reason: ReasonCommonCause, Why: fmt.Sprintf("%s fails on %s, %d of the %d voters' machines, while their etcd members are healthy: "+
+			holds[n] = Hold{Reason: ReasonCommonCause, Why: fmt.Sprintf("%s fails on %s, %d of the %d voters' machines, while their etcd members are healthy: "+
 				"a cause they share (a certificate, a configuration, a dependency) that power-cycling them one by one does not fix. "+
 				"The hub holds them: fix the cause (`hub explain %s`), or `hub reboot %s` to cycle one anyway",
 				p, strings.Join(names, ", "), len(names), voters, n, n)}
@@ -323,30 +323,30 @@ func toBeginOf(f Facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 // historyHold is the hold the hub's own history with m gives (its last remediation's cooldown, a cycle
 // nobody has seen the machine since, a fence, too many failures or remediations), with the count of
 // its failed remediations (held or not: an escalation counts them).
-func historyHold(f Facts, m Machine) hold {
+func historyHold(f Facts, m Machine) Hold {
 	p := f.Inventory.Policy
 	hist := f.History[m.Name]
 	if last := len(hist) - 1; last >= 0 && hist[last].Idle() && f.Now.Sub(hist[last].Updated) < idleRetry {
-		return hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
+		return Hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
 			hist[last].ID, hist[last].Updated.Add(idleRetry).Format(time.TimeOnly))}
 	}
 	if end := Ended(hist); !end.IsZero() && f.Now.Sub(end) < p.Cooldown {
-		return hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
+		return Hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
 	if c, ok := UnseenSinceCycle(hist, f.seenAt[m.Name]); ok {
-		return hold{Reason: ReasonUnseen, Why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
+		return Hold{Reason: ReasonUnseen, Why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
 			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
 			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+
 			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
 			c.ID, c.Cycled.UTC().Format(time.RFC3339), cmp.Or(c.Shown, "the cycle"), m.Name, m.Name, m.Name), Need: NeedUnseen}
 	}
 	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].State == journal.Succeeded {
-		return hold{Reason: ReasonFenced, Why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name),
+		return Hold{Reason: ReasonFenced, Why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name),
 			Need: NeedFenced}
 	}
 	n := failures(hist, f.healthyAt[m.Name])
 	if n >= p.MaxAttempts {
-		return hold{Reason: ReasonGaveUp, Why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+		return Hold{Reason: ReasonGaveUp, Why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), failed: n, Need: NeedGaveUp}
 	}
 	// A machine that comes back and fails again soon after is one flapping machine, not a string of
@@ -358,11 +358,11 @@ func historyHold(f Facts, m Machine) hold {
 		}
 	}
 	if recent >= p.MaxAttempts {
-		return hold{Reason: ReasonFlapping, Why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+		return Hold{Reason: ReasonFlapping, Why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
 			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name),
 			failed: recent, Need: NeedFlapping}
 	}
-	return hold{failed: max(n, recent)}
+	return Hold{failed: max(n, recent)}
 }
 
 // UnseenSinceCycle finds the machine's latest power cycle when nobody has seen the machine since it
@@ -383,10 +383,10 @@ func UnseenSinceCycle(hist []Past, seen time.Time) (Past, bool) {
 	return last, !last.Cycled.IsZero() && !seen.After(last.Cycled)
 }
 
-// hold says why the hub does not start a machine's remediation now: under which one reason it is said,
+// Hold says why the hub does not start a machine's remediation now: under which one reason it is said,
 // why in words (empty: not held), and, for holdOf, how many of its remediations failed and whether
 // only an operator can go on.
-type hold struct {
+type Hold struct {
 	Reason Reason
 	Why    string
 	failed int
@@ -395,7 +395,7 @@ type hold struct {
 
 // Brake: the hold is one of the hub's brakes over what the planner admitted (`hub status` shows them
 // as holding).
-func (h hold) Brake() bool {
+func (h Hold) Brake() bool {
 	return h.Reason == ReasonPaused || h.Reason == ReasonSuspended || h.Reason == ReasonRateLimited
 }
 

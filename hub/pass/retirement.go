@@ -127,7 +127,7 @@ func (r Retirement) Where(x Retiree, obs assess.Observations, staleAfter time.Du
 
 // Hold is the hold on a retired machine not yet back in the new cluster (ok false: not retired, or
 // rejoined).
-func (r Retirement) Hold(machine string, obs assess.Observations, staleAfter time.Duration) (hold, bool) {
+func (r Retirement) Hold(machine string, obs assess.Observations, staleAfter time.Duration) (Hold, bool) {
 	for _, x := range r.Members {
 		if x.Machine != machine {
 			continue
@@ -135,19 +135,19 @@ func (r Retirement) Hold(machine string, obs assess.Observations, staleAfter tim
 		rejoined, runsOld := r.Where(x, obs, staleAfter)
 		switch {
 		case rejoined:
-			return hold{}, false
+			return Hold{}, false
 		case runsOld:
-			return hold{Reason: ReasonRetired, Need: NeedRetired, Why: fmt.Sprintf("%s still runs %s, a member of the old etcd cluster %s that recovery %s replaced: "+
+			return Hold{Reason: ReasonRetired, Need: NeedRetired, Why: fmt.Sprintf("%s still runs %s, a member of the old etcd cluster %s that recovery %s replaced: "+
 				"run `agent rejoin` on %s (it stops that member, keeps its data aside and adds it to the new cluster); the hub does not act on it meanwhile",
 				machine, x.Member, r.Cluster, r.Token, machine)}, true
 		default:
-			return hold{Reason: ReasonRetired, Need: NeedRetired, Why: fmt.Sprintf("retired by etcd recovery %s: its disk may still hold %s of the old cluster %s, "+
+			return Hold{Reason: ReasonRetired, Need: NeedRetired, Why: fmt.Sprintf("retired by etcd recovery %s: its disk may still hold %s of the old cluster %s, "+
 				"which starts when the machine runs; the hub does not power it on. Bring it back one machine at a time: power it on "+
 				"(`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it",
 				r.Token, x.Member, r.Cluster, machine)}, true
 		}
 	}
-	return hold{}, false
+	return Hold{}, false
 }
 
 // survivorHold is the hold on the survivor of the last recovery until a strict majority of the
@@ -155,11 +155,11 @@ func (r Retirement) Hold(machine string, obs assess.Observations, staleAfter tim
 // data, and while its observers still catch up with it (their clients dialling it again, their
 // reports from before the rebuild) it can look unhealthy, and the quorum of one it lacks makes a cycle
 // look free. ok false: not the survivor, or seen.
-func (r Retirement) survivorHold(machine string) (hold, bool) {
+func (r Retirement) survivorHold(machine string) (Hold, bool) {
 	if r.survivor.Machine != machine || machine == "" || r.SurvivorSeen {
-		return hold{}, false
+		return Hold{}, false
 	}
-	return hold{Reason: ReasonSurvivor, Why: fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from (%s holds the only copy of its data), and a "+
+	return Hold{Reason: ReasonSurvivor, Why: fmt.Sprintf("%s is the survivor etcd recovery %s rebuilt the cluster from (%s holds the only copy of its data), and a "+
 		"strict majority of the observers has not yet reached the rebuilt cluster's member since the rebuild: the hub does not power-cycle, reset or fence it "+
 		"meanwhile (`hub explain %s`; `hub reboot %s --force` if it must be, knowing that a failed boot loses the cluster)",
 		machine, r.Token, r.survivor.Member, machine, machine)}, true
