@@ -201,7 +201,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if req.OwnWay && m.Strategy == quorum.Replace {
 		strategy = quorum.Replace
 	}
-	// The holds, as the pass finds them (machineHolds): those no force overrides refuse at once (a dry
+	// The holds, as the pass finds them (pass.MachineHolds): those no force overrides refuse at once (a dry
 	// run still shows the plan); the others join the quorum check's refusal.
 	f := h.operatorFacts(inv, m, strategy)
 	var live quorum.Cluster
@@ -300,7 +300,7 @@ func andRefused(refusal error, why string) error {
 	return errors.New(why)
 }
 
-// operatorFacts are the facts an operator's request for m is admitted on (machineHolds): the latest
+// operatorFacts are the facts an operator's request for m is admitted on (pass.MachineHolds): the latest
 // pass's assessments, the brakes, the last etcd recovery, the gossip now, and m's BMC login wait (a
 // replace by its owner makes no login).
 func (h *Hub) operatorFacts(inv pass.Inventory, m pass.Machine, s quorum.Strategy) pass.Facts {

@@ -18,7 +18,7 @@ type MarkStore interface {
 // writes the mark at once), accepts the write and answers only at the client's timeout. A pass held
 // that long kept the hub from passing for seconds at the moment degraded mode is decided, and the
 // leader, its Lease lost then, found no recent pass and did not go on alone (test/quorumlost, five
-// members). How a write went comes back to the next pass as a fact (acted, passState.markWritten).
+// members). How a write went comes back to the next pass as a fact (acted, pass.State.MarkWritten).
 type markWriter struct {
 	wake chan struct{} // one pending signal
 

@@ -10,8 +10,8 @@ import (
 
 // Admission: whether a machine may be acted on now, and if not why, for the hub's own pass and for an
 // operator (`hub reboot`, a Remediation made with kubectl, Cluster API's remediate-machine annotation)
-// alike. Every reason a machine is held for is listed once, in ruleOf, with whom it holds and whether
-// an operator's --force overrides it; machineHolds finds the holds for either. The quorum check itself
+// alike. Every reason a machine is held for is listed once, in RuleOf, with whom it holds and whether
+// an operator's --force overrides it; MachineHolds finds the holds for either. The quorum check itself
 // (the planner's waiting) and the rate limit come after, on what the planner admits.
 
 // Asker is who asks to act on a machine.
@@ -54,8 +54,8 @@ func (r HoldRule) holds(who Asker) bool {
 	return r.hub
 }
 
-// Admission is what machineHolds reads beyond the pass's facts: whether etcd's quorum is lost in the
-// membership planned with, the voters that do not answer then (silentVoters), and the machines held
+// Admission is what MachineHolds reads beyond the pass's facts: whether etcd's quorum is lost in the
+// membership planned with, the voters that do not answer then (SilentVoters), and the machines held
 // for a cause they share (commonCauses).
 type Admission struct {
 	Lost   bool

@@ -81,7 +81,7 @@ type View struct {
 	quorumLost bool
 	planned    time.Time
 	Loss       *QuorumLoss
-	// Mark: the highest raft index seen or journaled (passState.mark).
+	// Mark: the highest raft index seen or journaled (State.Mark).
 	Mark RaftMark
 	// at: when the pass that made this view gathered its facts (the previous pass's, for compute).
 	at time.Time
@@ -287,7 +287,7 @@ func (s *State) sayHolds(rd *Ready, d decision) {
 }
 
 // began records how a begin went, and returns what to say: a remediation that could not begin is held
-// and tried again after its wait (beginFailure; said once per reason), without a slot of the rate
+// and tried again after its wait (BeginFailure; said once per reason), without a slot of the rate
 // limit, which only a remediation in the journal takes.
 func (s *State) began(name string, err error, now time.Time) (Notice, bool) {
 	prev := s.beginFailed[name]

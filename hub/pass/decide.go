@@ -80,7 +80,7 @@ type decision struct {
 	// flapping, fenced (what an on-call engineer is paged for).
 	needs map[string]OperatorNeed
 	// silent are, while etcd's quorum is lost, the voters of the inventory's machines whose members
-	// answer no majority of the observers (silentVoters).
+	// answer no majority of the observers (SilentVoters).
 	silent []string
 	// quorumBack: etcd's quorum, lost in the latest pass that planned, is back, or (rebuilt) the
 	// cluster that lost it was replaced by another membership (a recovery from a survivor: etcd
@@ -210,7 +210,7 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 // perhaps the only one left with the data, and lengthens the outage (test/quorumlost: two members
 // killed, the BMCs slow, the survivor's reboot begun 10 s in; on real processes after `agent recover`:
 // the rebuilt cluster's only member, its observers still catching up, cycled as free). While other
-// voters are silent (silentVoters) they are healed first; when every voter runs, a cycle heals nothing
+// voters are silent (SilentVoters) they are healed first; when every voter runs, a cycle heals nothing
 // that a running member can be healed of, and an operator decides. ok false: not held.
 func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []string) (Hold, bool) {
 	if !lost || !(a.EtcdAnswers || a.OwnAnswers) {
