@@ -26,7 +26,7 @@ type plannedWork struct {
 	d        *Discovery
 	kinds    []string
 	maint    map[string]string // Node → why
-	rollouts map[string]string // owner → why ("" when not rolling out)
+	rollouts map[string]string // a Machine's owner → why ("" when not rolling out)
 }
 
 func (d *Discovery) newPlannedWork(ctx context.Context) (*plannedWork, error) {
@@ -94,17 +94,22 @@ func (w *plannedWork) rollout(ctx context.Context, ns string, b binding) string 
 	}
 	gvk := schema.FromAPIVersionAndKind(b.owner.apiVersion, b.owner.kind)
 	key := client.ObjectKey{Namespace: ns, Name: b.owner.name}
+	owner := gvk.Kind + " " + key.String() // the Machine's own owner: one read of it (and its deployment) per Build
+	if why, ok := w.rollouts[owner]; ok {
+		return why
+	}
 	if b.owner.kind == "MachineSet" {
-		md := w.d.deploymentOf(ctx, ns, b.owner)
+		md := b.deployment // Build found it for a machine its owner replaces
 		if md == nil {
+			md = w.d.deploymentOf(ctx, ns, b.owner)
+		}
+		if md == nil {
+			w.rollouts[owner] = ""
 			return ""
 		}
 		gvk, key = clusterv1.GroupVersion.WithKind("MachineDeployment"), *md
 	}
 	id := gvk.Kind + " " + key.String()
-	if why, ok := w.rollouts[id]; ok {
-		return why
-	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	why := ""
@@ -125,6 +130,6 @@ func (w *plannedWork) rollout(ctx context.Context, ns string, b binding) string 
 			}
 		}
 	}
-	w.rollouts[id] = why
+	w.rollouts[owner] = why
 	return why
 }
