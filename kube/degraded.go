@@ -203,8 +203,10 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *pass.Brakes
 // into the HealthPolicy's recoveries) and the brakes it recorded (degraded.ImportBrakes, into brakes;
 // both stores nil without a HealthPolicy), then removes the local journal and
 // its term file. It returns the notices to say once this leader's hub runs (Hub.Say: a log line, the
-// timeline, a metric and an Event each). An import cut short is done again by the next leader of this
-// pod: the objects are not written twice.
+// timeline, a metric and an Event each), all of them once the whole import succeeded: an import
+// cut short says nothing and is done again by the next leader of this pod, which writes no object
+// twice and returns every notice again (the local journal is removed only at the end, so no notice
+// is said twice).
 func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub.BrakeStore, recoveries hub.RecoveryStore, log *slog.Logger) ([]pass.Notice, error) {
 	t, err := degraded.ReadTerm(path)
 	if err != nil {
@@ -241,14 +243,10 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 	var said []pass.Notice
 	for _, r := range rems {
 		note := fmt.Sprintf("recorded in the local journal %s during %s, while the API server did not answer; imported at epoch %d", path, term, j.Epoch())
-		fresh, err := j.Import(ctx, r, note)
-		if err != nil {
+		if err := j.Import(ctx, r, note); err != nil {
 			return said, fmt.Errorf("importing remediation %s of %s from %s: %w", r.ID, r.Machine, path, err)
 		}
 		names = append(names, fmt.Sprintf("%s %s", r.Machine, r.State))
-		if !fresh {
-			continue
-		}
 		reason, warn := pass.ReasonRemediated, false
 		switch r.State {
 		case journal.InProgress:

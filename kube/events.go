@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/hale-dev/hale/hub/pass"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,17 +28,22 @@ type EventSink struct {
 	// Instance is the reporting instance: the hub replica's name.
 	Instance string
 	// Hub is what Events about the hub as a whole (no machine) are attached to: its HealthPolicy.
-	Hub   corev1.ObjectReference
-	Log   *slog.Logger
-	queue chan pass.Notice
+	Hub corev1.ObjectReference
+	Log *slog.Logger
+	// Retries are the waits before each new try of an Event the API server did not take (unreachable,
+	// 5xx, 429: as just after it came back from a quorum loss, when the recovery's Events are said);
+	// then the notice is dropped with a warning (its log line and timeline entry remain).
+	Retries []time.Duration
+	queue   chan pass.Notice
 }
 
 // ReportingController names Hale in every Event it writes.
 const ReportingController = "hale.dev/hub"
 
-// NewEventSink returns a sink; Run writes its queue.
+// NewEventSink returns a sink that tries an Event for about 30 s; Run writes its queue.
 func NewEventSink(c client.Client, d *Discovery, instance string, log *slog.Logger) *EventSink {
-	return &EventSink{Client: c, Discovery: d, Instance: instance, Log: log, queue: make(chan pass.Notice, 256)}
+	return &EventSink{Client: c, Discovery: d, Instance: instance, Log: log, queue: make(chan pass.Notice, 256),
+		Retries: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 15 * time.Second}}
 }
 
 // Notify is the hub's Config.Notify.
@@ -55,22 +62,48 @@ func (s *EventSink) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case n := <-s.queue:
-			if err := s.write(ctx, n); err != nil && ctx.Err() == nil {
+			err := s.write(ctx, n)
+			for i := 0; err != nil && transient(err) && i < len(s.Retries); i++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(s.Retries[i]):
+				}
+				err = s.write(ctx, n)
+			}
+			if err != nil && ctx.Err() == nil {
 				s.Log.Warn("writing an event", "machine", n.Machine, "reason", n.Reason, "err", err)
 			}
 		}
 	}
 }
 
+// errNotAttached: a notice with nothing to attach its Event to; trying again does not help.
+var errNotAttached = errors.New("no object to attach the Event to")
+
+// transient says whether a write's error may pass: the API server unreachable or answering 5xx or
+// 429, not a refusal of the Event itself.
+func transient(err error) bool {
+	if errors.Is(err, errNotAttached) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code == http.StatusTooManyRequests || code >= http.StatusInternalServerError
+	}
+	return true
+}
+
 func (s *EventSink) write(ctx context.Context, n pass.Notice) error {
 	ref := s.Hub
 	if n.Machine == "" && ref.Name == "" {
-		return errors.New("a notice about the hub as a whole, and no HealthPolicy to attach it to (EventSink.Hub unset)")
+		return fmt.Errorf("%w: a notice about the hub as a whole, and no HealthPolicy (EventSink.Hub unset)", errNotAttached)
 	}
 	if n.Machine != "" {
 		var ok bool
 		if ref, ok = s.Discovery.Regarding(n.Machine); !ok {
-			return fmt.Errorf("machine %s is not in the discovered inventory", n.Machine)
+			return fmt.Errorf("%w: machine %s is not in the discovered inventory", errNotAttached, n.Machine)
 		}
 	}
 	typ := corev1.EventTypeNormal

@@ -354,11 +354,11 @@ func toHub(obj *v1alpha1.Remediation) journal.Remediation {
 // Import records a remediation that a hub kept in its local journal while the API server did not
 // answer (degraded mode) as a Remediation object with its whole history, then note: a finished one as
 // it ended, one still in progress for this hub to resume as any other. The object's name comes from
-// the record (machine and start time), so a second import of the same record writes nothing and
-// reports false: an import cut short by a crash is simply done again.
-func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string) (bool, error) {
+// the record (machine and start time), so a second import of the same record writes nothing: an
+// import cut short by a crash is simply done again.
+func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string) error {
 	if err := j.checkFence(ctx); err != nil {
-		return false, err
+		return err
 	}
 	name := nameFor(r.Machine, r.Created)
 	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.ns,
@@ -374,14 +374,14 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 	if err := j.c.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
 		var got v1alpha1.Remediation
 		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: name}, &got); err != nil {
-			return false, fmt.Errorf("reading remediation %s/%s: %w", j.ns, name, err)
+			return fmt.Errorf("reading remediation %s/%s: %w", j.ns, name, err)
 		}
 		if got.Status.Phase != "" {
-			return false, nil // imported before
+			return nil // imported before
 		}
 		obj = &got // created, its status not written yet: the import was cut short
 	} else if err != nil {
-		return false, fmt.Errorf("creating remediation %s/%s: %w", j.ns, name, err)
+		return fmt.Errorf("creating remediation %s/%s: %w", j.ns, name, err)
 	}
 	obj.Status = v1alpha1.RemediationStatus{Phase: v1alpha1.RemediationPhase(r.State), Epoch: int64(j.epoch)}
 	for _, e := range r.History {
@@ -402,7 +402,7 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 			Message: last, ObservedGeneration: obj.Generation})
 	}
 	if err := j.c.Status().Update(ctx, obj); err != nil {
-		return false, fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, name, err)
+		return fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, name, err)
 	}
-	return true, nil
+	return nil
 }

@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -424,3 +426,44 @@ func TestPassesMakeNoAPIRequests(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// An Event the API server does not take for a moment (503, as just after a quorum loss) is tried
+// again until it is written; one it refuses (400) is tried once and dropped.
+func TestEventsOutlastABriefOutage(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	var mu sync.Mutex
+	posts, fail := 0, map[int]int{1: http.StatusServiceUnavailable, 2: http.StatusServiceUnavailable, 4: http.StatusBadRequest}
+	flaky := rest.CopyConfig(cfg)
+	flaky.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method != http.MethodPost || !strings.Contains(r.URL.Path, "/events") {
+				return rt.RoundTrip(r)
+			}
+			mu.Lock()
+			posts++
+			code := fail[posts]
+			mu.Unlock()
+			if code == 0 {
+				return rt.RoundTrip(r)
+			}
+			return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}}, Request: r,
+				Body: io.NopCloser(strings.NewReader(fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d}`, code)))}, nil
+		})
+	}
+	cc, err := client.New(flaky, client.Options{Scheme: c.Scheme()})
+	require.NoError(t, err)
+	sink := NewEventSink(cc, &Discovery{Client: cc}, "hub-test", slog.New(slog.DiscardHandler))
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: ns, Name: "default"}
+	sink.Retries = []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
+	go sink.Run(ctx)
+	sink.Notify(pass.Notice{Reason: pass.ReasonEtcdRecovery, Message: "recovered", Warning: true})
+	sink.Notify(pass.Notice{Reason: pass.ReasonDegradedMode, Message: "refused"})
+	sink.Notify(pass.Notice{Reason: pass.ReasonPaused, Message: "after"})
+	require.Eventually(t, func() bool {
+		return slices.Equal(eventsAbout(t, c, ns, "HealthPolicy", "default"), []string{string(pass.ReasonEtcdRecovery), string(pass.ReasonPaused)})
+	}, 10*time.Second, 50*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 5, posts, "the first Event tried 3 times, the refused one once, the last once")
+}

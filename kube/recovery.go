@@ -125,8 +125,9 @@ func writeAnnotation(ctx context.Context, c client.Client, policy client.ObjectK
 // ImportRecovery writes back a recovery that a degraded term journaled locally while the API server
 // did not answer: the record into store (the HealthPolicy) and a Remediation per fenced member
 // (strategy fence, its fence as its history; note says where it was recorded). It returns the notices
-// to say (through the hub's one event path: Hub.Say): one per machine fenced by this import and one
-// for the recovery. Imported again (an import cut short), nothing is written twice.
+// to say (through the hub's one event path: Hub.Say): one per fenced machine and one for the
+// recovery, to be said once the whole import succeeded. Imported again (an import cut short, whose
+// notices were not said), nothing is written twice and every notice is returned again.
 func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, rec pass.RecoveryRecord, note string) ([]pass.Notice, error) {
 	if store != nil {
 		if err := store.RecordRecovery(ctx, rec); err != nil {
@@ -152,15 +153,12 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 		if !f.Fenced {
 			r.History[0].Result, r.History[0].Detail = journal.ResultFailed, "not fenced when the term ended: "+f.How
 		}
-		fresh, err := j.Import(ctx, r, note)
-		if err != nil {
+		if err := j.Import(ctx, r, note); err != nil {
 			return said, fmt.Errorf("importing the fence of %s by etcd recovery %s: %w", f.Machine, p.Token, err)
 		}
 		fenced = append(fenced, fmt.Sprintf("%s (%s)", f.Machine, f.Member))
-		if fresh {
-			said = append(said, pass.Notice{Machine: f.Machine, Reason: pass.ReasonEtcdRecovery, Warning: true,
-				Message: fmt.Sprintf("%s: fenced by etcd recovery %s (%s): %s", f.Machine, p.Token, state, f.How)})
-		}
+		said = append(said, pass.Notice{Machine: f.Machine, Reason: pass.ReasonEtcdRecovery, Warning: true,
+			Message: fmt.Sprintf("%s: fenced by etcd recovery %s (%s): %s", f.Machine, p.Token, state, f.How)})
 	}
 	done := "under way: the survivor had not yet answered as a new cluster"
 	if rec.Done != nil {

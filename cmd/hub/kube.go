@@ -270,9 +270,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		if k.degradedJournal != "" {
 			var err error
 			if imported, err = kube.ImportDegraded(lctx, k.degradedJournal, journal, brakes, recoveries, log); err != nil {
-				for _, n := range imported { // written already: the next import does not say them again
-					log.Warn(n.Message, "reason", n.Reason, "machine", n.Machine)
-				}
+				// Nothing is said: the next import (this pod's next term) returns every notice again.
 				log.Error("importing the degraded term's local journal", "journal", k.degradedJournal, "err", err)
 				return
 			}
