@@ -100,6 +100,12 @@ type PolicyFile struct {
 	// out: RollingOut True), nodeMaintenance (a medik8s NodeMaintenance for its Node). Default: all four;
 	// [] for none.
 	PlannedWork *[]string `json:"plannedWork"`
+	// OutOfServiceAfter (Kubernetes mode): a machine Hale fenced (powered off, read back Off) whose BMC
+	// has read it Off for this long has its Node tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute
+	// (Kubernetes' non-graceful node shutdown: its pods are deleted and their volumes detached, so
+	// that they start elsewhere). The taint goes as soon as the BMC reads On or cannot be read, the
+	// machine is heard again or detached. Default 1m; "0s": never.
+	OutOfServiceAfter *config.Duration `json:"outOfServiceAfter"`
 }
 
 // The kinds of planned work (policy.plannedWork).
@@ -324,6 +330,12 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 	}
 	if pf.MaxAttempts > 0 {
 		p.MaxAttempts = pf.MaxAttempts
+	}
+	if d := pf.OutOfServiceAfter; d != nil {
+		if d.Duration < 0 {
+			return p, fmt.Errorf("policy.outOfServiceAfter: %v must not be negative (0s: never)", d)
+		}
+		p.OutOfServiceAfter = d.Duration
 	}
 	p.PlannedWork = PlannedWorkKinds()
 	if pf.PlannedWork != nil {

@@ -130,6 +130,8 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 			`policy.probeTimeouts.kubelt: no probe named "kubelt" (known: ` + strings.Join(health.ProbeNames(), ", ") + ")"},
 		{"unknown planned work", "cluster: c\npolicy: {plannedWork: [cordoned, upgrade]}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
 			`policy.plannedWork[1]: "upgrade" is no kind of planned work (cordoned, deleting, rollout, nodeMaintenance)`},
+		{"negative out-of-service", "cluster: c\npolicy: {outOfServiceAfter: -1m}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			"policy.outOfServiceAfter: -1m0s must not be negative (0s: never)"},
 		{"no machines", head, "machines: none listed"},
 	}
 	for _, tt := range tests {
@@ -168,12 +170,13 @@ func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
 // policy.plannedWork: all four kinds unless the file says otherwise; [] for none; repeats once.
 func TestPlannedWorkPolicy(t *testing.T) {
 	for _, tc := range []struct {
-		policy string
-		want   []string
+		policy       string
+		want         []string
+		outOfService time.Duration
 	}{
-		{"{}", []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance}},
-		{"{plannedWork: []}", []string{}},
-		{"{plannedWork: [rollout, cordoned, rollout]}", []string{WorkRollout, WorkCordoned}},
+		{"{}", []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance}, time.Minute},
+		{"{plannedWork: [], outOfServiceAfter: 0s}", []string{}, 0},
+		{"{plannedWork: [rollout, cordoned, rollout], outOfServiceAfter: 5m}", []string{WorkRollout, WorkCordoned}, 5 * time.Minute},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "inv.yaml")
@@ -181,6 +184,7 @@ func TestPlannedWorkPolicy(t *testing.T) {
 			inv, err := loadInventory(path, false)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, inv.Policy.PlannedWork)
+			assert.Equal(t, tc.outOfService, inv.Policy.OutOfServiceAfter)
 		})
 	}
 }

@@ -110,6 +110,10 @@ type Ready struct {
 	CheckBMCs bool
 	// Begin: the remediations to begin, in the planner's order.
 	Begin []ToBegin
+	// OutOfService, when not nil, is every machine whose Node must carry the out-of-service taint now,
+	// with why (OutOfService); the others' taints put on by Hale go. Nil: no change (the hub only
+	// listens, is paused or suspended).
+	OutOfService map[string]string
 }
 
 // queue adds a notice to those apply says (Hub.say emits it).
@@ -177,6 +181,9 @@ func (s *State) update(f Facts) Ready {
 	if f.Listen != "" { // standing by or warming up: remediations begun before go on, nothing new starts
 		v.NotPlanning = notPlanning(&rd, prev.NotPlanning, f.Listen)
 		return rd
+	}
+	if f.Paused == "" && !f.Suspended {
+		rd.OutOfService = OutOfService(f)
 	}
 	s.sayHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.Cluster

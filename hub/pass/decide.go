@@ -340,7 +340,7 @@ func historyHold(f Facts, m Machine) Hold {
 			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
 			c.ID, c.Cycled.UTC().Format(time.RFC3339), cmp.Or(c.Shown, "the cycle"), m.Name, m.Name, m.Name), Need: NeedUnseen}
 	}
-	if last := len(hist) - 1; last >= 0 && hist[last].strategy == quorum.Fence.String() && hist[last].State == journal.Succeeded {
+	if last := len(hist) - 1; last >= 0 && hist[last].Fenced() {
 		return Hold{Reason: ReasonFenced, Why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name),
 			Need: NeedFenced}
 	}

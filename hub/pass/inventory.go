@@ -32,12 +32,17 @@ type Policy struct {
 	// on a machine: the inventory's policy.plannedWork (hub.PlannedWorkKinds; nil: none, while a file
 	// that sets none has them all).
 	PlannedWork []string
+	// OutOfServiceAfter (Kubernetes mode): how long a machine Hale fenced must have been off, its BMC
+	// reading it Off, before its Node is tainted node.kubernetes.io/out-of-service (OutOfService; 0:
+	// never).
+	OutOfServiceAfter time.Duration
 }
 
 // DefaultPolicy is the policy of an inventory that sets none.
 func DefaultPolicy() Policy {
 	return Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
-		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, ComeBackTimeout: 10 * time.Minute}
+		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, ComeBackTimeout: 10 * time.Minute,
+		OutOfServiceAfter: time.Minute}
 }
 
 // Machine is a validated inventory machine.

@@ -84,6 +84,11 @@ const (
 	// ReasonEtcdRecovery: an etcd recovery after a permanent loss of quorum (`hub recover --yes`), and
 	// each member it fenced, said once the API server answers again.
 	ReasonEtcdRecovery Reason = "EtcdRecovery"
+	// ReasonOutOfService: the hub put the out-of-service taint on a fenced machine's Node (its BMC
+	// reads it Off), or could not; ReasonInService: it took the taint off again (the machine is back,
+	// or no longer known off).
+	ReasonOutOfService Reason = "OutOfService"
+	ReasonInService    Reason = "InService"
 )
 
 // Notice is one thing the hub decided or saw: about one machine (a verdict, a wait, a remediation's
