@@ -24,7 +24,9 @@ const FenceWatchEvery = 30 * time.Second
 const outOfServiceFresh = 3 * FenceWatchEvery
 
 // Fenced says whether this remediation is a fence that succeeded (powered off, read back Off).
-func (p Past) Fenced() bool { return p.strategy == quorum.Fence.String() && p.State == journal.Succeeded }
+func (p Past) Fenced() bool {
+	return p.strategy == quorum.Fence.String() && p.State == journal.Succeeded
+}
 
 // OutOfService are the machines whose Node must carry the out-of-service taint now, by machine, with
 // why (none when the policy turns it off: the taints Hale put on go). A machine qualifies while all of these hold: it has a Node, it

@@ -39,7 +39,11 @@ func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 			off(s, 10*time.Second)
 			return s
 		}, false},
-		{"the BMC reads On", func() *scene { s := base(); s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Ready: true, Power: bmc.PowerOn}; return s }, false},
+		{"the BMC reads On", func() *scene {
+			s := base()
+			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Ready: true, Power: bmc.PowerOn}
+			return s
+		}, false},
 		{"the BMC cannot be read", func() *scene {
 			s := base()
 			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Problem: bmc.ProblemUnreachable, Error: "dial tcp: timeout"}
