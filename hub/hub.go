@@ -76,6 +76,12 @@ type Config struct {
 	// Degraded, when set, says why this hub acts without the API server and with what (Kubernetes
 	// mode's degraded mode, cmd/hub): shown in status and the metric hale_hub_degraded.
 	Degraded string
+	// OutOfService, when set, puts the out-of-service taint on the Nodes of machines Hale fenced and
+	// its BMC reads Off (policy.outOfServiceAfter; Kubernetes mode: kube.NodeTaints), and takes it off.
+	OutOfService NodeTaints
+	// FenceWatch is how often the BMC of each fenced machine is read while OutOfService is set
+	// (default pass.FenceWatchEvery).
+	FenceWatch time.Duration
 	// AfterPass, when set, is called with the count of passes so far at the end of each (tests assert
 	// "nothing happened" over a number of passes, not a sleep).
 	AfterPass func(n uint64)
@@ -122,6 +128,8 @@ type Hub struct {
 	checkBMCs chan struct{}
 	// marks writes the raft mark the passes hand it (its own lock).
 	marks *markWriter
+	// taints writes the out-of-service taints the passes want (its own lock).
+	taints *taintWriter
 	// acted: how what the passes set going went (its own lock), for the next pass.
 	acted    acted
 	timeline []string              // what the hub said, oldest first (bounded)
@@ -167,6 +175,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.FenceWatch == 0 {
+		cfg.FenceWatch = pass.FenceWatchEvery
+	}
 	if cfg.BMCCheckInterval == 0 {
 		cfg.BMCCheckInterval = 10 * time.Minute
 	}
@@ -195,7 +206,8 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: pass.NewState(), inv: cfg.Inventory,
 		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
-		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newMarkWriter()}
+		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newMarkWriter(),
+		taints: newTaintWriter()}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
 			return nil, err

@@ -32,6 +32,7 @@ type metrics struct {
 //	hale_hub_paused{state}, hale_hub_suspended             the operator's brakes (state: Running, Pausing, Paused)
 //	hale_hub_detached_machines                             machines detached by the operator
 //	hale_hub_bmc_ready{machine}                            1 when the last readiness check of its BMC passed, 0 when not
+//	hale_hub_out_of_service{machine}                       1 while its Node carries the out-of-service taint Hale put on
 //	hale_hub_remediations_total{strategy,requested_by,result}  finished remediations (succeeded, failed)
 //	hale_hub_detection_to_action_seconds                   from Unhealthy to the first BMC call of the hub's own remediations
 //	hale_hub_notices_total{reason,type}                    what the hub said (type: Normal, Warning), as its Events
@@ -95,7 +96,7 @@ type hubCollector struct {
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
 	needOperator, degraded, machineVerdict, machineStep     *prometheus.Desc
-	bmcReady, lostForGood                                   *prometheus.Desc
+	bmcReady, lostForGood, outOfService                     *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -128,13 +129,15 @@ func newHubCollector(h *Hub) *hubCollector {
 		lostForGood: d("hale_hub_etcd_quorum_lost_for_good", "1 while etcd's quorum is lost and every lost voter has evidence that it will not come back "+
 			"(its BMC unreachable or without the system, its power Off, maxAttempts power-cycles that did not bring it back), 0 otherwise: "+
 			"only a recovery from a survivor brings the cluster back (hub status says which voters, and why)."),
+		outOfService: d("hale_hub_out_of_service", "For each machine whose Node carries the out-of-service taint Hale put on (a fenced machine its BMC reads Off: "+
+			"its pods are deleted and their volumes detached, to start elsewhere), 1 (hub explain says since when and why).", "machine"),
 		loginWaits: d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady, c.lostForGood} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady, c.lostForGood, c.outOfService} {
 		ch <- d
 	}
 }
@@ -157,6 +160,9 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 		}
 		if m.BMC != nil {
 			gauge(c.bmcReady, boolGauge(m.BMC.Ready), m.Name)
+		}
+		if m.OutOfService != "" {
+			gauge(c.outOfService, 1, m.Name)
 		}
 		if r := m.Remediation; r != nil {
 			gauge(c.machineStep, float64(r.Step), m.Name, r.Strategy, strconv.Itoa(len(r.Steps)))

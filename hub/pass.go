@@ -42,6 +42,10 @@ func (h *Hub) Run(ctx context.Context) error {
 	if h.cfg.Marks != nil {
 		go h.marks.run(ctx, h.cfg.Marks, h.acted.markWritten)
 	}
+	if h.cfg.OutOfService != nil {
+		go h.taints.run(ctx, h.cfg.OutOfService, h.machineOfNode, h.say)
+		go h.watchFenced(ctx)
+	}
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	for n := uint64(1); ; n++ {
@@ -81,7 +85,8 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 // has the assessor judge again what it gathered while quorum was lost, retires the old members of an
 // etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps
 // the observers joined, hands the raft mark to its writer (how the write went is a fact of a later
-// pass), asks for a check of the BMCs, and begins what it decided.
+// pass), asks for a check of the BMCs, hands the out-of-service taints wanted to their writer, and
+// begins what it decided.
 func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	h.mu.Lock()
 	h.view = h.state.View
@@ -114,6 +119,9 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	}
 	if rd.CheckBMCs {
 		h.askBMCCheck()
+	}
+	if rd.OutOfService != nil && h.cfg.OutOfService != nil {
+		h.taints.post(h.inventory(), rd.OutOfService)
 	}
 	for _, b := range rd.Begin {
 		h.beginQueued(ctx, b)

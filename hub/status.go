@@ -79,6 +79,9 @@ type MachineStatus struct {
 	BMCLogin string `json:"bmcLogin,omitempty"`
 	// BMC is what the last readiness check of its BMC found (none yet, or no BMC: absent).
 	BMC *pass.BMCReadiness `json:"bmc,omitempty"`
+	// OutOfService, when set, says why its Node carries the out-of-service taint Hale put on
+	// (Kubernetes mode, policy.outOfServiceAfter).
+	OutOfService string `json:"outOfService,omitempty"`
 }
 
 // InFlight is a remediation in flight, as `hub status` shows it.
@@ -141,6 +144,9 @@ func (h *Hub) Status(ctx context.Context) Status {
 		}
 		if r, ok := h.bmcs[m.Name]; ok {
 			ms.BMC = &r
+		}
+		if m.Node != "" {
+			ms.OutOfService = h.taints.of(m.Node)
 		}
 		if ms.Verdict == "" {
 			ms.Verdict = "Unknown"
@@ -262,6 +268,9 @@ func (h *Hub) explain(ctx context.Context, st Status, machine string) (Explanati
 	}
 	if ms.BMCLogin != "" {
 		e.Brakes = append(e.Brakes, "no BMC login: "+ms.BMCLogin)
+	}
+	if ms.OutOfService != "" {
+		e.Brakes = append(e.Brakes, fmt.Sprintf("Node %s carries the out-of-service taint: %s", m.Node, ms.OutOfService))
 	}
 	hist, err := h.cfg.Journal.History(ctx, machine)
 	if err != nil {

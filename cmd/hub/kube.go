@@ -265,6 +265,15 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				cfg.Brakes, cfg.Recoveries, cfg.Marks = brakes, recoveries, kube.PolicyMarks{Client: c, Policy: policy}
 			}
 		}
+		// A machine Hale fenced and its BMC reads Off gets the out-of-service taint on its Node
+		// (policy.outOfServiceAfter): the leader's only, never a degraded term's (no API server).
+		before := adjust
+		adjust = func(cfg *hub.Config) {
+			if before != nil {
+				before(cfg)
+			}
+			cfg.OutOfService = kube.NodeTaints{Client: c}
+		}
 		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
 		var imported []pass.Notice
 		if k.degradedJournal != "" {

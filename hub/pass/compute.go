@@ -110,10 +110,10 @@ type Ready struct {
 	CheckBMCs bool
 	// Begin: the remediations to begin, in the planner's order.
 	Begin []ToBegin
-	// OutOfService, when not nil, is every machine whose Node must carry the out-of-service taint now,
-	// with why (OutOfService); the others' taints put on by Hale go. Nil: no change (the hub only
-	// listens, is paused or suspended).
-	OutOfService map[string]string
+	// OutOfService, when not nil, says of each machine it names whether its Node must carry the
+	// out-of-service taint now (OutOfService); the others' taints stay as they are. Nil: no change at
+	// all (the hub only listens, is paused or suspended).
+	OutOfService map[string]Taint
 }
 
 // queue adds a notice to those apply says (Hub.say emits it).

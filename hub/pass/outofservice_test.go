@@ -15,13 +15,15 @@ import (
 
 // The out-of-service taint is wanted for a fenced machine only while its BMC, read after the fence and
 // recently, finds it Off, the fence is old enough, nobody hears the machine, and nothing else is under
-// way on it; each condition that fails takes it away.
+// way on it; each condition that fails for sure takes it away, and what the pass cannot tell yet (no
+// BMC read since the fence, a machine Suspect, a fence too recent) leaves it as it is.
 func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 	const fenced = 2
 	name := assesstest.Machines()[fenced].Name
 	off := func(s *scene, ago time.Duration) {
 		s.f.BMCs = map[string]BMCReadiness{name: {Checked: s.f.Now.Add(-ago), Ready: true, Power: bmc.PowerOff}}
 	}
+	yes, no := new(true), new(false)
 	base := func() *scene {
 		s := newScene().dead(fenced).remediated(fenced, quorum.Fence.String(), journal.Succeeded, 2*time.Minute, 1)
 		off(s, 10*time.Second)
@@ -30,71 +32,71 @@ func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		scene func() *scene
-		want  bool
+		want  *bool // nil: nothing said
 	}{
-		{"fenced, off for longer than outOfServiceAfter, read Off 10 s ago", base, true},
-		{"the policy turns it off", func() *scene { s := base(); s.f.Inventory.Policy.OutOfServiceAfter = 0; return s }, false},
+		{"fenced, off for longer than outOfServiceAfter, read Off 10 s ago", base, yes},
+		{"the policy turns it off", func() *scene { s := base(); s.f.Inventory.Policy.OutOfServiceAfter = 0; return s }, no},
 		{"fenced 30 s ago: not off long enough", func() *scene {
 			s := newScene().dead(fenced).remediated(fenced, quorum.Fence.String(), journal.Succeeded, 30*time.Second, 1)
 			off(s, 10*time.Second)
 			return s
-		}, false},
+		}, nil},
 		{"the BMC reads On", func() *scene {
 			s := base()
 			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Ready: true, Power: bmc.PowerOn}
 			return s
-		}, false},
+		}, no},
 		{"the BMC cannot be read", func() *scene {
 			s := base()
 			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Problem: bmc.ProblemUnreachable, Error: "dial tcp: timeout"}
 			return s
-		}, false},
-		{"the last Off read is 2 min old", func() *scene { s := base(); off(s, 2*time.Minute); return s }, false},
+		}, no},
+		{"the last Off read, after the fence, is 2 min old", func() *scene {
+			s := newScene().dead(fenced).remediated(fenced, quorum.Fence.String(), journal.Succeeded, 3*time.Minute, 1)
+			off(s, 2*time.Minute)
+			return s
+		}, no},
 		{"no BMC read since the fence (the Off read 70 s ago is from before it)", func() *scene {
 			s := newScene().dead(fenced).remediated(fenced, quorum.Fence.String(), journal.Succeeded, time.Minute, 1)
 			s.f.Inventory.Policy.OutOfServiceAfter = 30 * time.Second
 			off(s, 70*time.Second)
 			return s
-		}, false},
-		{"no BMC", func() *scene { s := base(); s.f.BMCs = nil; return s }, false},
-		{"detached", func() *scene { s := base(); s.f.Detached[name] = Brake{By: "operator alice"}; return s }, false},
-		{"a remediation in flight (an operator's reboot powers it on)", func() *scene { s := base(); s.f.Flights[name] = Flight{}; return s }, false},
-		{"heard again", func() *scene { s := base(); s.f.Assessments[fenced].Verdict = assess.VerdictHealthy; return s }, false},
+		}, nil},
+		{"no BMC read yet (a leader just started)", func() *scene { s := base(); s.f.BMCs = nil; return s }, nil},
+		{"Suspect", func() *scene { s := base(); s.f.Assessments[fenced].Verdict = assess.VerdictSuspect; return s }, nil},
+		{"detached", func() *scene { s := base(); s.f.Detached[name] = Brake{By: "operator alice"}; return s }, no},
+		{"a remediation in flight (an operator's reboot powers it on)", func() *scene { s := base(); s.f.Flights[name] = Flight{}; return s }, no},
+		{"heard again", func() *scene { s := base(); s.f.Assessments[fenced].Verdict = assess.VerdictHealthy; return s }, no},
 		{"its last remediation a reboot, not a fence", func() *scene {
 			s := base().remediated(fenced, quorum.Reboot.String(), journal.Succeeded, time.Minute, 1)
 			return s
-		}, false},
+		}, no},
 		{"the fence failed", func() *scene {
 			s := newScene().dead(fenced).remediated(fenced, quorum.Fence.String(), journal.Failed, 2*time.Minute, 1)
 			off(s, 10*time.Second)
 			return s
-		}, false},
-		{"no Node", func() *scene { s := base(); s.f.Inventory.Machines[fenced].Node = ""; return s }, false},
+		}, no},
+		{"no Node", func() *scene { s := base(); s.f.Inventory.Machines[fenced].Node = ""; return s }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := OutOfService(tc.scene().f)
-			assert.NotNil(t, got, "an empty set takes Hale's taints off")
-			if !tc.want {
-				assert.Empty(t, got)
-				return
+			got, said := OutOfService(tc.scene().f)[name]
+			switch {
+			case tc.want == nil:
+				assert.False(t, said, "%+v", got)
+			case *tc.want:
+				assert.True(t, got.On)
+				assert.Contains(t, got.Why, "fenced by remediation "+name+"/0")
+				assert.Contains(t, got.Why, "its BMC read the power Off at")
+			default:
+				assert.True(t, said)
+				assert.False(t, got.On)
 			}
-			assert.Equal(t, []string{name}, keys(got))
-			assert.Contains(t, got[name], "fenced by remediation "+name+"/0")
-			assert.Contains(t, got[name], "its BMC read the power Off at")
 		})
 	}
 }
 
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 // A pass that only listens, or a paused or suspended hub, changes no taint (nil); a planning pass
-// hands apply the whole set (empty: none).
+// hands apply what it says of each machine.
 func TestComputeHandsOutOfServiceOnlyWhenActing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
