@@ -157,6 +157,7 @@ func TestDeployRBAC(t *testing.T) {
 		{"patch", "cluster.x-k8s.io", "clusters", "", "capi"},
 		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
 		{"list", "nodemaintenance.medik8s.io", "nodemaintenances", "", ""},
+		{"update", "", "nodes", "", ""},
 		{"update", "hale.dev", "healthpolicies", "", "hale-system"},
 		{"patch", "hale.dev", "healthpolicies", "", "hale-system"},
 	} {
@@ -166,6 +167,7 @@ func TestDeployRBAC(t *testing.T) {
 		{hubSA, "list", "", "secrets", ""},
 		{hubSA, "get", "", "secrets", "hale-system"},
 		{hubSA, "delete", "", "nodes", ""},
+		{hubSA, "patch", "", "nodes", ""},
 		{hubSA, "delete", "cluster.x-k8s.io", "machines", "capi"},
 		{hubSA, "create", "", "pods", "hale-system"},
 		{hubSA, "update", "metal3.io", "baremetalhosts", "metal3"},
@@ -381,6 +383,9 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 	require.NoError(t, c.Create(ctx, machine))
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "capi", Name: "prod"}, Spec: clusterv1.ClusterSpec{Paused: ptrTo(false)}}
 	require.NoError(t, c.Create(ctx, cluster))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}}}
+	require.NoError(t, c.Create(ctx, node))
 
 	uc := rest.CopyConfig(cfg)
 	uc.Impersonate = rest.ImpersonationConfig{UserName: hubSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
@@ -442,8 +447,50 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 			require.NoError(t, patch(c, tt.obj.DeepCopyObject().(client.Object), tt.status, tt.patch), "an administrator is not limited")
 		})
 	}
-	// Hale's own hand-over to the Machine's owner (its status conditions), as the hub account.
+	// Nodes: RBAC gives update (kube.NodeTaints reads and writes the whole Node), not patch.
+	for _, tt := range []struct {
+		name   string
+		change func(*corev1.Node)
+		denied string
+	}{
+		{"a Node cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, "only a Node's out-of-service taint"},
+		{"another taint on a Node", func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "x", Effect: corev1.TaintEffectNoExecute}) },
+			"only a Node's out-of-service taint"},
+		{"a Node's taint taken off", func(n *corev1.Node) { n.Spec.Taints = nil }, "only a Node's out-of-service taint"},
+		{"another annotation on a Node", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} }, "only a Node's annotation hale.dev/out-of-service"},
+		{"a label on a Node", func(n *corev1.Node) { n.Labels["x"] = "y" }, "and no label"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// As above, the policy may not be in force at once: a change let through is undone.
+			require.EventuallyWithT(t, func(ct *assert.CollectT) {
+				var n corev1.Node
+				require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(node), &n))
+				was := n.DeepCopy()
+				tt.change(&n)
+				err := hubClient.Update(ctx, &n)
+				if err == nil {
+					was.ResourceVersion = n.ResourceVersion
+					require.NoError(ct, c.Update(ctx, was))
+				}
+				if assert.Error(ct, err) {
+					assert.Contains(ct, err.Error(), tt.denied)
+				}
+			}, 20*time.Second, 200*time.Millisecond)
+		})
+	}
+	// Hale's own hand-over to the Machine's owner (its status conditions), and the out-of-service
+	// taint on and off a Node (the taints it had stay), as the hub account.
 	require.NoError(t, kube.HandOverToOwner(ctx, hubClient, client.ObjectKeyFromObject(machine), "cp-0 is dead"))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
+	before := node.Spec.Taints
+	taints := kube.NodeTaints{Client: hubClient}
+	require.NoError(t, taints.Taint(ctx, "cp-0", "fenced"))
+	tainted, err := taints.Tainted(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"cp-0"}, tainted)
+	require.NoError(t, taints.Untaint(ctx, "cp-0"))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
+	assert.Equal(t, before, node.Spec.Taints)
 }
 
 func ptrTo[T any](v T) *T { return &v }
