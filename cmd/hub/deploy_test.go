@@ -454,7 +454,9 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 		denied string
 	}{
 		{"a Node cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, "only a Node's out-of-service taint"},
-		{"another taint on a Node", func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "x", Effect: corev1.TaintEffectNoExecute}) },
+		{"another taint on a Node", func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "x", Effect: corev1.TaintEffectNoExecute})
+		},
 			"only a Node's out-of-service taint"},
 		{"a Node's taint taken off", func(n *corev1.Node) { n.Spec.Taints = nil }, "only a Node's out-of-service taint"},
 		{"another annotation on a Node", func(n *corev1.Node) { n.Annotations = map[string]string{"x": "y"} }, "only a Node's annotation hale.dev/out-of-service"},
