@@ -97,8 +97,12 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 			Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m, id)})
 	case w.end != nil && w.end.Ends == journal.Succeeded:
 		h.metrics.remediation(w.rem, "succeeded")
+		outcome := "the machine is back"
+		if w.rem.Strategy == quorum.Fence.String() {
+			outcome = "the machine is off, and stays off until an operator acts"
+		}
 		h.say(pass.Notice{Machine: m, Reason: pass.ReasonRemediated, Remediation: id,
-			Message: fmt.Sprintf("%s: remediation %s succeeded: the machine is back (%s)", m, id, quorum.StepList(w.rem.Steps))})
+			Message: fmt.Sprintf("%s: remediation %s succeeded: %s (%s)", m, id, outcome, quorum.StepList(w.rem.Steps))})
 	case w.end != nil || err != nil:
 		why := err
 		if w.end != nil {

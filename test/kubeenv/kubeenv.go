@@ -265,3 +265,23 @@ func Kubeconfig(t testing.TB, cfg *rest.Config, dir, user string, groups ...stri
 	require.NoError(t, clientcmd.WriteToFile(kc, path))
 	return path
 }
+
+// ControllerManager runs the kube-controller-manager test/kube/build-assets built against cfg's API
+// server with only the named controllers (as `--controllers`), until the test ends; its output goes
+// to the test's log when the test fails.
+func ControllerManager(t testing.TB, cfg *rest.Config, controllers ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	cmd := exec.Command(filepath.Join(kubeassets.Dir(), "kube-controller-manager"), "--kubeconfig", Kubeconfig(t, cfg, dir, ""),
+		"--controllers", strings.Join(controllers, ","), "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start(), "kube-controller-manager (test/kube/build-assets builds it)")
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("kube-controller-manager:\n%s", out.String())
+		}
+	})
+}
