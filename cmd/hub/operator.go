@@ -550,6 +550,9 @@ func printStatus(w io.Writer, st hub.Status, wide bool) {
 		if m.BMCLogin != "" && !strings.Contains(reasons, m.BMCLogin) {
 			reasons = strings.TrimPrefix(reasons+"; no BMC login: "+m.BMCLogin, "; ")
 		}
+		if m.OutOfService != "" {
+			reasons = strings.TrimPrefix(reasons+"; Node out of service (tainted): "+m.OutOfService, "; ")
+		}
 		if reasons == "" {
 			reasons = "-"
 		}
