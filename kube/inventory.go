@@ -188,7 +188,7 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 				// A MachineDeployment can surge: scale up first where the plan allows it.
 				m.Replace.Orders = []quorum.Order{quorum.ScaleUpFirst, quorum.ScaleDownFirst}
 			}
-			if mhc := healthCheckOf(checks.Items, cm); mhc != nil {
+			if mhc := healthCheckOf(checks.Items, cm); mhc != nil && !delegatesToHale(mhc) {
 				m.Hold = fmt.Sprintf("Machine %s/%s is remediated by MachineHealthCheck %s/%s, which rewrites the conditions Hale "+
 					"would hand it over with: Hale watches it and leaves its remediation to that MachineHealthCheck (take the "+
 					"Machine out of its selector, or delete it, to let Hale heal it with its quorum checks)", cm.Namespace, cm.Name, mhc.Namespace, mhc.Name)
@@ -197,6 +197,10 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 			m.Hold = "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"
 		}
 		if cm != nil {
+			if mhc := healthCheckOf(checks.Items, cm); mhc != nil && delegatesToHale(mhc) {
+				m.CheckedBy = fmt.Sprintf("Machine %s/%s is judged by MachineHealthCheck %s/%s, which hands its remediations to Hale (HaleRemediationTemplate %s): "+
+					"Hale carries out its requests (HaleRemediations) and starts none of its own", cm.Namespace, cm.Name, mhc.Namespace, mhc.Name, mhc.Spec.Remediation.TemplateRef.Name)
+			}
 			if _, skip := cm.Annotations[clusterv1.MachineSkipRemediationAnnotation]; skip {
 				m.Hold = fmt.Sprintf("Machine %s/%s is annotated %s", cm.Namespace, cm.Name, clusterv1.MachineSkipRemediationAnnotation)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -22,6 +23,8 @@ import (
 // Rebooter is what RequestSync needs of the hub.
 type Rebooter interface {
 	Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error)
+	// Assessment is the hub's latest verdict on machine.
+	Assessment(machine string) (assess.Assessment, bool)
 }
 
 // RequestSync carries out the reboots operators ask for by creating a Remediation (with kubectl or
@@ -39,7 +42,8 @@ type RequestSync struct {
 	// Machines, when set, also carries out Cluster API's cluster.x-k8s.io/remediate-machine on the
 	// Machines in MachineNamespace (all when empty), as a MachineHealthCheck would: the machine's own
 	// way (its owner replaces it, or it is rebooted), through the same checks; the annotation is
-	// removed once the hub has taken the request, and stays while it is refused.
+	// removed once the hub has taken the request, and stays while it is refused. It also carries out
+	// the HaleRemediations there (Cluster API's external remediation: syncExternal).
 	Machines         bool
 	MachineNamespace string
 	Interval         time.Duration
@@ -83,7 +87,7 @@ func (s *RequestSync) Sync(ctx context.Context) error {
 		}
 	}
 	if s.Machines {
-		errs = append(errs, s.syncMachines(ctx))
+		errs = append(errs, s.syncMachines(ctx), s.syncExternal(ctx))
 	}
 	return errors.Join(errs...)
 }

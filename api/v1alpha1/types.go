@@ -219,3 +219,93 @@ type HealthPolicyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []HealthPolicy `json:"items"`
 }
+
+// ExternalPhase is where an external remediation request (HaleRemediation) stands.
+// +kubebuilder:validation:Enum=Waiting;Running;Succeeded;Failed
+type ExternalPhase string
+
+// External remediation phases.
+const (
+	// ExternalWaiting: Hale has not taken the request yet; status.message says why (the quorum
+	// check, a brake, a remediation already under way, a machine Hale does not know).
+	ExternalWaiting ExternalPhase = "Waiting"
+	// ExternalRunning: Hale's remediation status.remediation is under way.
+	ExternalRunning ExternalPhase = "Running"
+	// ExternalSucceeded: it ended well (the machine is back, or its owner replaced it).
+	ExternalSucceeded ExternalPhase = "Succeeded"
+	// ExternalFailed: it ended badly; Hale handed the Machine over to its owner (its
+	// OwnerRemediated condition False), as the external remediation contract says.
+	ExternalFailed ExternalPhase = "Failed"
+)
+
+// HaleRemediationSpec is what a MachineHealthCheck asks of Hale for one Machine.
+type HaleRemediationSpec struct {
+	// Hard power-cycles at once instead of a graceful restart first.
+	Hard bool `json:"hard,omitempty"`
+}
+
+// HaleRemediationStatus is what Hale did with the request, and why it waits.
+type HaleRemediationStatus struct {
+	Phase ExternalPhase `json:"phase,omitempty"`
+	// Remediation is Hale's Remediation (in the hub's namespace) that carries the request out.
+	Remediation string `json:"remediation,omitempty"`
+	// Message says why it waits, or how it ended.
+	Message string `json:"message,omitempty"`
+	// Conditions: Processing (True while Hale works on it), Succeeded (True or False once it ended).
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// HaleRemediation is a MachineHealthCheck's request that Hale remediate a Machine (Cluster API's
+// external remediation: the MachineHealthCheck creates it from a HaleRemediationTemplate, named after
+// the Machine, in the Machine's namespace, and deletes it once the Machine is healthy). Hale carries
+// it out as `hub reboot` would, through its quorum check, brakes and journal, the machine's own way
+// (through its BMC, or handed to its owner).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Remediation",type=string,JSONPath=`.status.remediation`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type HaleRemediation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              HaleRemediationSpec   `json:"spec,omitempty"`
+	Status            HaleRemediationStatus `json:"status,omitempty"`
+}
+
+// HaleRemediationList lists HaleRemediations.
+// +kubebuilder:object:root=true
+type HaleRemediationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HaleRemediation `json:"items"`
+}
+
+// HaleRemediationTemplateResource is what a HaleRemediation is made from.
+type HaleRemediationTemplateResource struct {
+	Spec HaleRemediationSpec `json:"spec"`
+}
+
+// HaleRemediationTemplateSpec holds the template.
+type HaleRemediationTemplateSpec struct {
+	Template HaleRemediationTemplateResource `json:"template"`
+}
+
+// HaleRemediationTemplate is what a MachineHealthCheck's spec.remediation.templateRef names to hand
+// its unhealthy Machines to Hale.
+// +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+type HaleRemediationTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              HaleRemediationTemplateSpec `json:"spec,omitempty"`
+}
+
+// HaleRemediationTemplateList lists HaleRemediationTemplates.
+// +kubebuilder:object:root=true
+type HaleRemediationTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HaleRemediationTemplate `json:"items"`
+}

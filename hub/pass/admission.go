@@ -39,8 +39,10 @@ func RuleOf(r Reason) HoldRule {
 	// machines share, its rate): an operator's reboot is the way past them.
 	// Planned work under way on the machine (a cordon, a rollout, a NodeMaintenance): the hub keeps its
 	// hands off; an operator doing that work may reboot it.
+	// Another health checker that judges the machine: the hub waits for its requests, which come as an
+	// operator's.
 	case ReasonCommonCause, ReasonRemediationNotBegun, ReasonCoolingDown, ReasonUnseen, ReasonFenced, ReasonGaveUp, ReasonFlapping, ReasonRateLimited,
-		ReasonPlannedWork:
+		ReasonPlannedWork, ReasonExternallyChecked:
 		return HoldRule{hub: true}
 	}
 	return HoldRule{hub: true, operator: true} // a reason not listed holds everyone, unforced
@@ -100,6 +102,7 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 	}{
 		{Hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
 		{Hold{Reason: ReasonPlannedWork, Why: m.PlannedWork}, m.PlannedWork != ""},
+		{Hold{Reason: ReasonExternallyChecked, Why: m.CheckedBy}, m.CheckedBy != ""},
 		{Hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
 		{Hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
 			sf.at.Add(sf.Wait()).Format(time.TimeOnly))}, !sf.at.IsZero() && f.Now.Sub(sf.at) < sf.Wait()},

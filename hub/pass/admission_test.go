@@ -35,6 +35,11 @@ func TestOneAdmissionRule(t *testing.T) {
 			s.f.Inventory.Machines[2].PlannedWork = "its Node is cordoned"
 			return s
 		}},
+		{ReasonExternallyChecked, "m2", func() *scene {
+			s := newScene().dead(2)
+			s.f.Inventory.Machines[2].CheckedBy = "MachineHealthCheck prod/cp judges it and hands its remediations to Hale"
+			return s
+		}},
 		{ReasonDetached, "m2", func() *scene { s := newScene().dead(2); s.f.Detached["m2"] = Brake{By: "alice"}; return s }},
 		{ReasonPaused, "m2", func() *scene { s := newScene().dead(2); s.f.Paused = "operator alice"; return s }},
 		{ReasonSuspended, "m2", func() *scene { s := newScene().dead(2); s.f.Suspended = true; return s }},

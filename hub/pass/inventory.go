@@ -65,6 +65,10 @@ type Machine struct {
 	// its owner rolling out, a NodeMaintenance): the hub starts nothing on it meanwhile; an operator's
 	// reboot may. Its evidence counts as ever: a machine that dies under maintenance costs etcd a vote.
 	PlannedWork string
+	// CheckedBy, when set, names the health checker that judges the machine and hands its
+	// remediations to Hale (a MachineHealthCheck whose templateRef is a HaleRemediationTemplate): the
+	// hub starts none of its own on it and carries out that checker's requests, as an operator's.
+	CheckedBy string
 }
 
 // Machine is the inventory's machine of that name.

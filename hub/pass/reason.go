@@ -33,6 +33,9 @@ const (
 	ReasonHeldByOwner Reason = "HeldByOwner"
 	// ReasonPlannedWork: planned work is under way on it (Machine.PlannedWork); the hub waits for its end.
 	ReasonPlannedWork Reason = "PlannedWork"
+	// ReasonExternallyChecked: another health checker judges it and hands its remediations to Hale
+	// (Machine.CheckedBy); the hub waits for that checker's request.
+	ReasonExternallyChecked Reason = "ExternallyChecked"
 	// ReasonBMCLoginBackoff: its BMC account refused the credentials; no login until the backoff ends.
 	ReasonBMCLoginBackoff Reason = "BMCLoginBackoff"
 	ReasonCoolingDown     Reason = "CoolingDown"

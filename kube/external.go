@@ -1,0 +1,145 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
+)
+
+// Cluster API's external remediation: a MachineHealthCheck whose spec.remediation.templateRef names a
+// HaleRemediationTemplate creates, for each Machine it finds unhealthy, a HaleRemediation named after
+// the Machine in its namespace (owned by the Machine), and deletes it once the Machine is healthy again.
+// Hale carries each out as `hub reboot` would, the machine's own way (through its BMC, or handed to
+// its owner), through the same quorum check, brakes and journal; never around them.
+
+// HaleRemediationTemplateKind is what a MachineHealthCheck's templateRef names to hand its Machines to
+// Hale.
+const HaleRemediationTemplateKind = "HaleRemediationTemplate"
+
+// Conditions on a HaleRemediation (the names medik8s' remediators use).
+const (
+	ConditionProcessing = "Processing"
+	ConditionSucceeded  = "Succeeded"
+)
+
+// delegatesToHale says whether the MachineHealthCheck hands its remediations to Hale.
+func delegatesToHale(mhc *clusterv1.MachineHealthCheck) bool {
+	ref := mhc.Spec.Remediation.TemplateRef
+	return ref.Kind == HaleRemediationTemplateKind && ref.APIVersion == v1alpha1.GroupVersion.String()
+}
+
+// syncExternal carries out the HaleRemediations in MachineNamespace once: a request not yet taken is
+// asked of the hub (refused: it waits, status.message says why, and is asked again); one taken is
+// followed to its end; one that failed hands its Machine to its owner.
+func (s *RequestSync) syncExternal(ctx context.Context) error {
+	var list v1alpha1.HaleRemediationList
+	err := s.Client.List(ctx, &list, client.InNamespace(s.MachineNamespace))
+	if meta.IsNoMatchError(err) || apierrors.IsForbidden(err) {
+		return nil // no HaleRemediation CRD here, or not Hale's to read
+	} else if err != nil {
+		return fmt.Errorf("listing HaleRemediations: %w", err)
+	}
+	var errs []error
+	for i := range list.Items {
+		r := &list.Items[i]
+		if r.DeletionTimestamp != nil {
+			continue
+		}
+		switch r.Status.Phase {
+		case "", v1alpha1.ExternalWaiting:
+			errs = append(errs, s.takeExternal(ctx, r))
+		case v1alpha1.ExternalRunning:
+			errs = append(errs, s.followExternal(ctx, r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// takeExternal asks the hub to remediate r's Machine.
+func (s *RequestSync) takeExternal(ctx context.Context, r *v1alpha1.HaleRemediation) error {
+	key := client.ObjectKeyFromObject(r)
+	by := "MachineHealthCheck (HaleRemediation " + key.String() + ")"
+	if !slices.ContainsFunc(r.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Machine" && o.Name == r.Name }) {
+		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", fmt.Sprintf("not owned by Machine %s: a MachineHealthCheck makes a HaleRemediation "+
+			"from a HaleRemediationTemplate, named after the Machine it owns; Hale takes no other", r.Name))
+	}
+	res, err := s.Hub.Reboot(ctx, hub.RebootRequest{Machine: r.Name, OwnWay: true, Hard: r.Spec.Hard, By: by})
+	if err != nil {
+		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", "waiting: "+err.Error())
+	}
+	s.Log.Info("external remediation taken", "request", key, "remediation", res.Remediation, "steps", res.Steps)
+	return s.writeExternal(ctx, r, v1alpha1.ExternalRunning, res.Remediation, fmt.Sprintf("remediation %s under way: %v", res.Remediation, res.Steps))
+}
+
+// followExternal reads the remediation r's request started and, once it ended, says how. One that ended
+// before it acted is asked again; a failed one hands the Machine to its owner (its OwnerRemediated
+// condition False), as the contract asks of an external remediator that cannot heal the machine,
+// unless Hale sees the machine Healthy (the owner would take away a member etcd counts).
+func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemediation) error {
+	var rem v1alpha1.Remediation
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: r.Status.Remediation}, &rem)
+	if apierrors.IsNotFound(err) {
+		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, r.Status.Remediation, fmt.Sprintf("remediation %s/%s is gone (deleted, or pruned from the journal): "+
+			"its outcome is unknown", s.Namespace, r.Status.Remediation))
+	} else if err != nil {
+		return fmt.Errorf("reading remediation %s/%s of HaleRemediation %s/%s: %w", s.Namespace, r.Status.Remediation, r.Namespace, r.Name, err)
+	}
+	last := ""
+	if c := meta.FindStatusCondition(rem.Status.Conditions, "Ready"); c != nil {
+		last = c.Message
+	}
+	switch rem.Status.Phase {
+	case v1alpha1.PhaseSucceeded:
+		return s.writeExternal(ctx, r, v1alpha1.ExternalSucceeded, r.Status.Remediation, fmt.Sprintf("remediation %s succeeded: %s", rem.Name, last))
+	case v1alpha1.PhaseAborted:
+		// Ended before it acted (the check before its step refused it, or its request was withdrawn):
+		// nothing was done, so nothing is handed on; the request is asked again.
+		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", fmt.Sprintf("waiting: remediation %s ended before it acted (%s); asked again", rem.Name, last))
+	case v1alpha1.PhaseFailed:
+		why := fmt.Sprintf("remediation %s failed: %s", rem.Name, last)
+		if a, ok := s.Hub.Assessment(r.Name); ok && a.Verdict == assess.VerdictHealthy {
+			// Handed over, its owner would take away a machine Hale sees healthy (a member etcd counts).
+			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.Name, why+"; not handed to its owner: Hale sees "+r.Name+" Healthy")
+		}
+		machine := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
+		if err := HandOverToOwner(ctx, s.Client, machine, "HaleRemediation "+r.Name+": "+why); err != nil {
+			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.Name, why+"; handing the Machine to its owner failed: "+err.Error())
+		}
+		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.Name, why+"; the Machine is handed to its owner (OwnerRemediated False)")
+	}
+	return nil
+}
+
+// writeExternal writes r's status when it changes.
+func (s *RequestSync) writeExternal(ctx context.Context, r *v1alpha1.HaleRemediation, phase v1alpha1.ExternalPhase, remediation, message string) error {
+	if r.Status.Phase == phase && r.Status.Remediation == remediation && r.Status.Message == message {
+		return nil
+	}
+	r.Status.Phase, r.Status.Remediation, r.Status.Message = phase, remediation, message
+	processing, succeeded := metav1.ConditionTrue, metav1.ConditionUnknown
+	switch phase {
+	case v1alpha1.ExternalSucceeded:
+		processing, succeeded = metav1.ConditionFalse, metav1.ConditionTrue
+	case v1alpha1.ExternalFailed:
+		processing, succeeded = metav1.ConditionFalse, metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: ConditionProcessing, Status: processing, Reason: string(phase), Message: message,
+		ObservedGeneration: r.Generation})
+	meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: ConditionSucceeded, Status: succeeded, Reason: string(phase), Message: message,
+		ObservedGeneration: r.Generation})
+	if err := s.Client.Status().Update(ctx, r); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("writing the status of HaleRemediation %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/test/demo"
+)
+
+// Cluster API's external remediation on a real API server, with HaleRemediations made as a
+// MachineHealthCheck makes them (from a HaleRemediationTemplate: named after the Machine, owned by
+// it): Hale reboots the machine through its BMC with its quorum check and journal; two at once, the
+// second waits (it would cost quorum) and says why, then goes once the first is done; a request for a
+// machine Hale does not know, or not owned by its Machine, waits and says why; one whose power-cycle
+// fails ends Failed and hands the Machine to its owner (OwnerRemediated False), unless Hale sees the
+// machine Healthy. The machines are judged by the MachineHealthCheck (Machine.CheckedBy, as Discovery
+// sets it): a hung one is held by the hub, which waits for the request.
+func TestHaleRemediationsFromAMachineHealthCheck(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	tb := startTestbed(t)
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(c, ns, 1, 5), Inventory: func(inv *pass.Inventory) {
+		for i := range inv.Machines {
+			inv.Machines[i].CheckedBy = "judged by MachineHealthCheck prod/cp, which hands its remediations to Hale"
+		}
+	}}))
+	require.NoError(t, tb.Settle(ctx))
+	sync := &RequestSync{Client: c, Namespace: ns, Hub: tb.Hub(), Epoch: 1, Machines: true, MachineNamespace: ns, Interval: 100 * time.Millisecond, Log: tb.Log()}
+	go sync.Run(ctx)
+
+	request := func(name string, owned bool, hard ...bool) client.ObjectKey {
+		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: clusterv1.MachineSpec{ClusterName: "prod", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name}}}
+		if err := c.Create(ctx, m); apierrors.IsAlreadyExists(err) {
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(m), m))
+		} else {
+			require.NoError(t, err)
+		}
+		r := &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels:      map[string]string{clusterv1.ClusterNameLabel: "prod"},
+			Annotations: map[string]string{clusterv1.TemplateClonedFromNameAnnotation: "hale", clusterv1.TemplateClonedFromGroupKindAnnotation: "HaleRemediationTemplate.hale.dev"}}}
+		r.Spec.Hard = len(hard) > 0 && hard[0]
+		if owned {
+			r.OwnerReferences = []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: name, UID: m.UID}}
+		}
+		require.NoError(t, c.Create(ctx, r))
+		return client.ObjectKeyFromObject(r)
+	}
+	status := func(key client.ObjectKey) v1alpha1.HaleRemediationStatus {
+		var r v1alpha1.HaleRemediation
+		require.NoError(t, c.Get(ctx, key, &r))
+		return r.Status
+	}
+	waitPhase := func(key client.ObjectKey, phase v1alpha1.ExternalPhase, timeout time.Duration) v1alpha1.HaleRemediationStatus {
+		t.Helper()
+		var st v1alpha1.HaleRemediationStatus
+		require.Eventually(t, func() bool { st = status(key); return st.Phase == phase }, timeout, 100*time.Millisecond, "%s %s: %+v", key.Name, phase, &st)
+		return st
+	}
+
+	// Two at once: the first goes, the second would take etcd below quorum and waits.
+	first, second := request(demo.Name(1), true), request(demo.Name(2), true)
+	start := time.Now()
+	st := waitPhase(first, v1alpha1.ExternalRunning, 10*time.Second)
+	assert.NotEmpty(t, st.Remediation)
+	assert.True(t, meta.IsStatusConditionTrue(st.Conditions, ConditionProcessing))
+	waiting := waitPhase(second, v1alpha1.ExternalWaiting, 10*time.Second)
+	assert.Contains(t, waiting.Message, "quorum", "why it waits")
+	st = waitPhase(first, v1alpha1.ExternalSucceeded, 60*time.Second)
+	assert.True(t, meta.IsStatusConditionTrue(st.Conditions, ConditionSucceeded))
+	assert.False(t, meta.IsStatusConditionTrue(st.Conditions, ConditionProcessing))
+	var rem v1alpha1.Remediation
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: st.Remediation}, &rem))
+	assert.Equal(t, []string{"power-cycle etcd-1", "await-healthy etcd-1"}, rem.Spec.Steps)
+	assert.Contains(t, rem.Spec.RequestedBy, "MachineHealthCheck (HaleRemediation "+first.String()+")")
+	t.Logf("first request Succeeded %v after it was made", time.Since(start).Round(100*time.Millisecond))
+	st2 := waitPhase(second, v1alpha1.ExternalSucceeded, 90*time.Second)
+	t.Logf("second request, waiting for the first, Succeeded %v after it was made", time.Since(start).Round(100*time.Millisecond))
+	var rem2 v1alpha1.Remediation
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: st2.Remediation}, &rem2))
+	firstEnded := rem.Status.History[len(rem.Status.History)-1].Time
+	assert.False(t, rem2.Status.History[0].Time.Before(&firstEnded), "the second began (%v) once the first had ended (%v)",
+		rem2.Status.History[0].Time, firstEnded)
+	assert.Len(t, tb.Resets(1), 1)
+	assert.Len(t, tb.Resets(2), 1)
+
+	// Requests Hale takes not.
+	unknown := request("cp-9", true)
+	assert.Contains(t, waitPhase(unknown, v1alpha1.ExternalWaiting, 10*time.Second).Message, "cp-9")
+	stray := request(demo.Name(0)+"-stray", false)
+	assert.Contains(t, waitPhase(stray, v1alpha1.ExternalWaiting, 10*time.Second).Message, "not owned by Machine")
+
+	// A power-cycle (spec.hard) that fails on a machine Hale sees Healthy: not handed over. Hung, held
+	// by the hub (the MachineHealthCheck judges it), then asked for: Failed, handed to its owner.
+	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "every machine healthy", tb.AllHealthy))
+	tb.Sim().SetFaults(bmcsim.Faults{IgnoreResets: true})
+	start = time.Now()
+	failing := request(demo.Name(0), true, true)
+	st = waitPhase(failing, v1alpha1.ExternalFailed, 90*time.Second)
+	t.Logf("a failed power-cycle: Failed %v after the request", time.Since(start).Round(100*time.Millisecond))
+	assert.Contains(t, st.Message, "not handed to its owner: Hale sees "+demo.Name(0)+" Healthy")
+	var m clusterv1.Machine
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: demo.Name(0)}, &m))
+	assert.False(t, HandedOver(&m))
+	require.NoError(t, c.Delete(ctx, &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: demo.Name(0)}}))
+
+	tb.Hang(0)
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-0 Unhealthy and held for its MachineHealthCheck", func() bool {
+		return strings.Contains(tb.Hub().Status(ctx).Machines[0].Decision, "judged by MachineHealthCheck prod/cp")
+	}))
+	failing = request(demo.Name(0), true, true)
+	st = waitPhase(failing, v1alpha1.ExternalFailed, 90*time.Second)
+	assert.Contains(t, st.Message, "the Machine is handed to its owner")
+	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: demo.Name(0)}, &m))
+	assert.True(t, HandedOver(&m), "%+v", m.Status.Conditions)
+	n, _ := tb.Remediations(0)
+	assert.Equal(t, 2, n, "the two requests, none of the hub's own")
+}
