@@ -15,6 +15,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
 )
 
 // Cluster API's external remediation: a MachineHealthCheck whose spec.remediation.templateRef names a
@@ -87,36 +88,37 @@ func (s *RequestSync) takeExternal(ctx context.Context, r *v1alpha1.HaleRemediat
 // condition False), as the contract asks of an external remediator that cannot heal the machine,
 // unless Hale sees the machine Healthy (the owner would take away a member etcd counts).
 func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemediation) error {
-	var rem v1alpha1.Remediation
-	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: r.Status.Remediation}, &rem)
-	if apierrors.IsNotFound(err) {
-		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, r.Status.Remediation, fmt.Sprintf("remediation %s/%s is gone (deleted, or pruned from the journal): "+
-			"its outcome is unknown", s.Namespace, r.Status.Remediation))
-	} else if err != nil {
-		return fmt.Errorf("reading remediation %s/%s of HaleRemediation %s/%s: %w", s.Namespace, r.Status.Remediation, r.Namespace, r.Name, err)
+	hist, err := s.Hub.History(ctx, r.Name)
+	if err != nil {
+		return fmt.Errorf("reading the remediations of %s for HaleRemediation %s/%s: %w", r.Name, r.Namespace, r.Name, err)
 	}
-	last := ""
-	if c := meta.FindStatusCondition(rem.Status.Conditions, "Ready"); c != nil {
-		last = c.Message
+	i := slices.IndexFunc(hist, func(h journal.Remediation) bool { return h.ID == r.Status.Remediation })
+	if i < 0 {
+		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, r.Status.Remediation, fmt.Sprintf("remediation %s is no longer in the journal (deleted, or pruned): "+
+			"its outcome is unknown", r.Status.Remediation))
 	}
-	switch rem.Status.Phase {
-	case v1alpha1.PhaseSucceeded:
-		return s.writeExternal(ctx, r, v1alpha1.ExternalSucceeded, r.Status.Remediation, fmt.Sprintf("remediation %s succeeded: %s", rem.Name, last))
-	case v1alpha1.PhaseAborted:
+	rem, last := hist[i], ""
+	if n := len(rem.History); n > 0 {
+		last = rem.History[n-1].Detail
+	}
+	switch rem.State {
+	case journal.Succeeded:
+		return s.writeExternal(ctx, r, v1alpha1.ExternalSucceeded, rem.ID, fmt.Sprintf("remediation %s succeeded: %s", rem.ID, last))
+	case journal.Aborted:
 		// Ended before it acted (the check before its step refused it, or its request was withdrawn):
 		// nothing was done, so nothing is handed on; the request is asked again.
-		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", fmt.Sprintf("waiting: remediation %s ended before it acted (%s); asked again", rem.Name, last))
-	case v1alpha1.PhaseFailed:
-		why := fmt.Sprintf("remediation %s failed: %s", rem.Name, last)
+		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", fmt.Sprintf("waiting: remediation %s ended before it acted (%s); asked again", rem.ID, last))
+	case journal.Failed:
+		why := fmt.Sprintf("remediation %s failed: %s", rem.ID, last)
 		if a, ok := s.Hub.Assessment(r.Name); ok && a.Verdict == assess.VerdictHealthy {
 			// Handed over, its owner would take away a machine Hale sees healthy (a member etcd counts).
-			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.Name, why+"; not handed to its owner: Hale sees "+r.Name+" Healthy")
+			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.ID, why+"; not handed to its owner: Hale sees "+r.Name+" Healthy")
 		}
 		machine := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
 		if err := HandOverToOwner(ctx, s.Client, machine, "HaleRemediation "+r.Name+": "+why); err != nil {
-			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.Name, why+"; handing the Machine to its owner failed: "+err.Error())
+			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.ID, why+"; handing the Machine to its owner failed: "+err.Error())
 		}
-		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.Name, why+"; the Machine is handed to its owner (OwnerRemediated False)")
+		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.ID, why+"; the Machine is handed to its owner (OwnerRemediated False)")
 	}
 	return nil
 }

@@ -23,8 +23,9 @@ import (
 // Rebooter is what RequestSync needs of the hub.
 type Rebooter interface {
 	Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error)
-	// Assessment is the hub's latest verdict on machine.
+	// Assessment is the hub's latest verdict on machine; History its remediations, as journaled.
 	Assessment(machine string) (assess.Assessment, bool)
+	History(ctx context.Context, machine string) ([]journal.Remediation, error)
 }
 
 // RequestSync carries out the reboots operators ask for by creating a Remediation (with kubectl or
