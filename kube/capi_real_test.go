@@ -19,6 +19,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
@@ -422,6 +423,77 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 	assert.NoError(t, tb.WaitFor(ctx, 10*time.Second, "the Remediated Event on the Machine KCP deleted", func() bool {
 		return slices.Contains(eventsAbout(t, c, ns, "Machine", sick), "Remediated")
 	}))
+	machineHealthCheckHandsToHale(t, c, ns, tb, machines[0].Name, machines[1].Name)
+}
+
+// The real MachineHealthCheck hands its remediations to Hale (spec.remediation.templateRef: a
+// HaleRemediationTemplate): it judges two KCP Machines unhealthy at once (a Machine condition it is
+// told to watch), and makes a HaleRemediation for each; Discovery holds the hub's own remediations
+// on the machines it judges (ExternallyChecked); Hale carries the first out the machine's own way
+// (handed to the real KCP, which replaces it), and the second waits, saying why (it would cost etcd's
+// quorum), until the first is done, then goes too.
+func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb *demo.Testbed, first, second string) {
+	ctx := t.Context()
+	template := &v1alpha1.HaleRemediationTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hale"}}
+	require.NoError(t, c.Create(ctx, template))
+	mhc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": clusterv1.GroupVersion.String(), "kind": "MachineHealthCheck",
+		"metadata": map[string]any{"namespace": ns, "name": ns + "-cp"},
+		"spec": map[string]any{"clusterName": ns, "selector": map[string]any{"matchLabels": map[string]any{clusterv1.MachineControlPlaneLabel: ""}},
+			"checks": map[string]any{"unhealthyMachineConditions": []any{map[string]any{"type": "hale.dev/TestFault", "status": "True", "timeoutSeconds": int64(0)}}},
+			"remediation": map[string]any{"templateRef": map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": HaleRemediationTemplateKind, "name": "hale"}}}}}
+	require.NoError(t, c.Create(ctx, mhc))
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "the hub's own remediations held for the MachineHealthCheck", func() bool {
+		for _, m := range tb.Hub().Inventory().Machines {
+			if m.Name == first && strings.Contains(m.CheckedBy, "MachineHealthCheck "+ns+"/"+ns+"-cp") {
+				return true
+			}
+		}
+		return false
+	}))
+	start := time.Now()
+	for _, name := range []string{first, second} {
+		var m clusterv1.Machine
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &m))
+		before := m.DeepCopy()
+		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: "hale.dev/TestFault", Status: metav1.ConditionTrue, Reason: "Injected"})
+		require.NoError(t, c.Status().Patch(ctx, &m, client.MergeFrom(before)))
+	}
+	phase := func(name string) v1alpha1.HaleRemediationStatus {
+		var r v1alpha1.HaleRemediation
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &r); err != nil {
+			return v1alpha1.HaleRemediationStatus{Message: err.Error()}
+		}
+		return r.Status
+	}
+	var waited string
+	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the MachineHealthCheck's first request carried out", func() bool {
+		if st := phase(second); st.Phase == v1alpha1.ExternalWaiting {
+			waited = st.Message
+		}
+		return phase(first).Phase == v1alpha1.ExternalSucceeded
+	}), "%+v; %+v", phase(first), phase(second))
+	t.Logf("MachineHealthCheck → two HaleRemediations → the first replaced by the real KCP, Succeeded %v after both were asked "+
+		"(its record closes once KCP is whole again); the second waited: %s", time.Since(start).Round(time.Second), waited)
+	assert.Contains(t, waited, "quorum", "the second waited for the first, and said why")
+	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the second request carried out", func() bool {
+		return phase(second).Phase == v1alpha1.ExternalSucceeded
+	}), "%+v", phase(second))
+	t.Logf("the second Succeeded %v after both were asked", time.Since(start).Round(time.Second))
+	var rems []journal.Remediation
+	for _, name := range []string{first, second} {
+		hist, err := tb.Hub().History(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, hist, 1, name)
+		r := hist[0]
+		assert.Contains(t, r.RequestedBy, "MachineHealthCheck (HaleRemediation "+ns+"/"+name+")")
+		assert.Equal(t, journal.Succeeded, r.State)
+		t.Logf("%s: %s, from %s to %s; etcd's members then: %v", name, quorum.StepList(r.Steps), r.Created.Format("15:04:05.0"), r.Updated.Format("15:04:05.0"), r.Members)
+		rems = append(rems, r)
+	}
+	// The second began once the first's machine had been replaced: its member gone, three members
+	// again (the first's own record closes only once KCP is whole, after both).
+	assert.NotContains(t, rems[1].Members, rems[0].Steps[0].Member)
+	assert.Len(t, rems[1].Members, 3)
 }
 
 // mirrorToEtcd does to the real etcd what KCP and kubeadm do to a real control plane's, while the
