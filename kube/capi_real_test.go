@@ -439,7 +439,7 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 	mhc := &unstructured.Unstructured{Object: map[string]any{"apiVersion": clusterv1.GroupVersion.String(), "kind": "MachineHealthCheck",
 		"metadata": map[string]any{"namespace": ns, "name": ns + "-cp"},
 		"spec": map[string]any{"clusterName": ns, "selector": map[string]any{"matchLabels": map[string]any{clusterv1.MachineControlPlaneLabel: ""}},
-			"checks": map[string]any{"unhealthyMachineConditions": []any{map[string]any{"type": "hale.dev/TestFault", "status": "True", "timeoutSeconds": int64(0)}}},
+			"checks":      map[string]any{"unhealthyMachineConditions": []any{map[string]any{"type": "hale.dev/TestFault", "status": "True", "timeoutSeconds": int64(0)}}},
 			"remediation": map[string]any{"templateRef": map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": HaleRemediationTemplateKind, "name": "hale"}}}}}
 	require.NoError(t, c.Create(ctx, mhc))
 	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "the hub's own remediations held for the MachineHealthCheck", func() bool {
