@@ -246,6 +246,8 @@ type HaleRemediationSpec struct {
 
 // HaleRemediationStatus is what Hale did with the request, and why it waits.
 type HaleRemediationStatus struct {
+	// Phase is Waiting (not taken yet: message says why), Running, Succeeded or Failed (the Machine
+	// then handed to its owner, unless Hale sees it Healthy).
 	Phase ExternalPhase `json:"phase,omitempty"`
 	// Remediation is Hale's Remediation (in the hub's namespace) that carries the request out.
 	Remediation string `json:"remediation,omitempty"`

@@ -158,6 +158,8 @@ func TestDeployRBAC(t *testing.T) {
 		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
 		{"list", "nodemaintenance.medik8s.io", "nodemaintenances", "", ""},
 		{"update", "", "nodes", "", ""},
+		{"list", "hale.dev", "haleremediations", "", "capi"},
+		{"update", "hale.dev", "haleremediations", "status", "capi"},
 		{"update", "hale.dev", "healthpolicies", "", "hale-system"},
 		{"patch", "hale.dev", "healthpolicies", "", "hale-system"},
 	} {
@@ -172,6 +174,8 @@ func TestDeployRBAC(t *testing.T) {
 		{hubSA, "create", "", "pods", "hale-system"},
 		{hubSA, "update", "metal3.io", "baremetalhosts", "metal3"},
 		{hubSA, "create", "hale.dev", "remediations", "kube-system"},
+		{hubSA, "update", "hale.dev", "haleremediations", "capi"},
+		{hubSA, "create", "hale.dev", "haleremediations", "capi"},
 		{hubSA, "update", "coordination.k8s.io", "leases", "kube-system"},
 		{"system:serviceaccount:hale-system:hale-agent", "get", "", "nodes", ""},
 		{"system:serviceaccount:hale-system:hale-agent", "list", "hale.dev", "remediations", "hale-system"},

@@ -50,7 +50,7 @@ An example: [examples/inventory.yaml](../../examples/inventory.yaml).
 `+fields(reflect.TypeFor[hub.InventoryFile](), ""))
 	})
 	t.Run("healthpolicy.md", func(t *testing.T) {
-		docgen.Check(t, "../../docs/reference/healthpolicy.md", docgen.Header+`# HealthPolicy and Remediation (Kubernetes mode)
+		docgen.Check(t, "../../docs/reference/healthpolicy.md", docgen.Header+`# HealthPolicy, Remediation and HaleRemediation (Kubernetes mode)
 
 `+"`hale.dev/v1alpha1`"+`, namespaced (in `+"`hale-system`"+`). The CRDs are in `+"`deploy/crds`"+`.
 
@@ -79,7 +79,16 @@ One per remediation: the hub's journal in Kubernetes mode, and an operator's req
 records the outcome in it).
 
 `+fields(reflect.TypeFor[v1alpha1.RemediationSpec](), "spec")+`
-`+fields(reflect.TypeFor[v1alpha1.RemediationStatus](), "status"))
+`+fields(reflect.TypeFor[v1alpha1.RemediationStatus](), "status")+`
+## HaleRemediation and HaleRemediationTemplate (Cluster API)
+
+Cluster API's external remediation: a MachineHealthCheck whose `+"`spec.remediation.templateRef`"+` names a
+`+"`HaleRemediationTemplate`"+` (in its namespace) makes a `+"`HaleRemediation`"+` from its `+"`spec.template`"+` for each
+Machine it finds unhealthy, named after the Machine, and deletes it once the Machine is healthy; the
+hub carries it out and writes its status ([coexistence](../coexistence.md#cluster-api-machinehealthcheck-and-kubeadmcontrolplane)).
+
+`+fields(reflect.TypeFor[v1alpha1.HaleRemediationSpec](), "spec")+`
+`+fields(reflect.TypeFor[v1alpha1.HaleRemediationStatus](), "status"))
 	})
 }
 
