@@ -1,10 +1,12 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,9 +20,14 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 )
 
-// Cluster API's external remediation: a MachineHealthCheck whose spec.remediation.templateRef names a
-// HaleRemediationTemplate creates, for each Machine it finds unhealthy, a HaleRemediation named after
-// the Machine in its namespace (owned by the Machine), and deletes it once the Machine is healthy again.
+// External remediation: a health checker hands its unhealthy machines to Hale by making a
+// HaleRemediation from a HaleRemediationTemplate, and deletes it once the machine is healthy again.
+// Two checkers do so, each its own way:
+//   - Cluster API's MachineHealthCheck (spec.remediation.templateRef): named after the Machine, in its
+//     namespace, owned by the Machine;
+//   - medik8s' NodeHealthCheck (spec.remediationTemplate, escalatingRemediations): named after the Node
+//     (or annotated remediation.medik8s.io/node-name), in the template's namespace, owned by the
+//     NodeHealthCheck; it reads the conditions Processing, Succeeded and PermanentNodeDeletionExpected.
 // Hale carries each out as `hub reboot` would, the machine's own way (through its BMC, or handed to
 // its owner), through the same quorum check, brakes and journal; never around them.
 
@@ -28,11 +35,43 @@ import (
 // Hale.
 const HaleRemediationTemplateKind = "HaleRemediationTemplate"
 
-// Conditions on a HaleRemediation (the names medik8s' remediators use).
+// Conditions on a HaleRemediation (the names medik8s' remediators use and NodeHealthCheck reads).
 const (
-	ConditionProcessing = "Processing"
-	ConditionSucceeded  = "Succeeded"
+	ConditionProcessing                    = "Processing"
+	ConditionSucceeded                     = "Succeeded"
+	ConditionPermanentNodeDeletionExpected = "PermanentNodeDeletionExpected"
 )
+
+// NodeNameAnnotation names the Node a NodeHealthCheck's request is about when its name does not.
+const NodeNameAnnotation = "remediation.medik8s.io/node-name"
+
+// external is what a HaleRemediation asks for: the inventory machine, who asked (for the journal), and
+// whether a NodeHealthCheck did (medik8s' contract: no owner to hand a machine to).
+type external struct {
+	machine, by     string
+	nodeHealthCheck bool
+}
+
+// externalOf reads whose request r is and which machine it is about, or says why Hale takes it not.
+func (s *RequestSync) externalOf(r *v1alpha1.HaleRemediation) (external, string) {
+	key := client.ObjectKeyFromObject(r)
+	for _, o := range r.OwnerReferences {
+		group, _, _ := strings.Cut(o.APIVersion, "/")
+		switch {
+		case group == clusterv1.GroupVersion.Group && o.Kind == "Machine" && o.Name == r.Name:
+			return external{machine: r.Name, by: "MachineHealthCheck (HaleRemediation " + key.String() + ")"}, ""
+		case group == "remediation.medik8s.io" && o.Kind == "NodeHealthCheck":
+			node := cmp.Or(r.Annotations[NodeNameAnnotation], r.Name)
+			for _, m := range s.Hub.Inventory().Machines {
+				if m.Node == node {
+					return external{machine: m.Name, by: "NodeHealthCheck " + o.Name + " (HaleRemediation " + key.String() + ")", nodeHealthCheck: true}, ""
+				}
+			}
+			return external{}, fmt.Sprintf("Node %s is none of Hale's machines (`hub status` lists them)", node)
+		}
+	}
+	return external{}, fmt.Sprintf("neither owned by Machine %s (a MachineHealthCheck's request) nor by a NodeHealthCheck: Hale takes no other", r.Name)
+}
 
 // delegatesToHale says whether the MachineHealthCheck hands its remediations to Hale.
 func delegatesToHale(mhc *clusterv1.MachineHealthCheck) bool {
@@ -69,18 +108,16 @@ func (s *RequestSync) syncExternal(ctx context.Context) error {
 
 // takeExternal asks the hub to remediate r's Machine.
 func (s *RequestSync) takeExternal(ctx context.Context, r *v1alpha1.HaleRemediation) error {
-	key := client.ObjectKeyFromObject(r)
-	by := "MachineHealthCheck (HaleRemediation " + key.String() + ")"
-	if !slices.ContainsFunc(r.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Machine" && o.Name == r.Name }) {
-		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", fmt.Sprintf("not owned by Machine %s: a MachineHealthCheck makes a HaleRemediation "+
-			"from a HaleRemediationTemplate, named after the Machine it owns; Hale takes no other", r.Name))
+	e, why := s.externalOf(r)
+	if why != "" {
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalWaiting, "", "waiting: "+why)
 	}
-	res, err := s.Hub.Reboot(ctx, hub.RebootRequest{Machine: r.Name, OwnWay: true, Hard: r.Spec.Hard, By: by})
+	res, err := s.Hub.Reboot(ctx, hub.RebootRequest{Machine: e.machine, OwnWay: true, Hard: r.Spec.Hard, By: e.by})
 	if err != nil {
-		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", "waiting: "+err.Error())
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalWaiting, "", "waiting: "+err.Error())
 	}
-	s.Log.Info("external remediation taken", "request", key, "remediation", res.Remediation, "steps", res.Steps)
-	return s.writeExternal(ctx, r, v1alpha1.ExternalRunning, res.Remediation, fmt.Sprintf("remediation %s under way: %v", res.Remediation, res.Steps))
+	s.Log.Info("external remediation taken", "request", client.ObjectKeyFromObject(r), "by", e.by, "remediation", res.Remediation, "steps", res.Steps)
+	return s.writeExternal(ctx, r, e, v1alpha1.ExternalRunning, res.Remediation, fmt.Sprintf("remediation %s under way: %v", res.Remediation, res.Steps))
 }
 
 // followExternal reads the remediation r's request started and, once it ended, says how. One that ended
@@ -88,13 +125,17 @@ func (s *RequestSync) takeExternal(ctx context.Context, r *v1alpha1.HaleRemediat
 // condition False), as the contract asks of an external remediator that cannot heal the machine,
 // unless Hale sees the machine Healthy (the owner would take away a member etcd counts).
 func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemediation) error {
-	hist, err := s.Hub.History(ctx, r.Name)
+	e, why := s.externalOf(r)
+	if why != "" { // its machine left the inventory meanwhile
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, r.Status.Remediation, why)
+	}
+	hist, err := s.Hub.History(ctx, e.machine)
 	if err != nil {
-		return fmt.Errorf("reading the remediations of %s for HaleRemediation %s/%s: %w", r.Name, r.Namespace, r.Name, err)
+		return fmt.Errorf("reading the remediations of %s for HaleRemediation %s/%s: %w", e.machine, r.Namespace, r.Name, err)
 	}
 	i := slices.IndexFunc(hist, func(h journal.Remediation) bool { return h.ID == r.Status.Remediation })
 	if i < 0 {
-		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, r.Status.Remediation, fmt.Sprintf("remediation %s is no longer in the journal (deleted, or pruned): "+
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, r.Status.Remediation, fmt.Sprintf("remediation %s is no longer in the journal (deleted, or pruned): "+
 			"its outcome is unknown", r.Status.Remediation))
 	}
 	rem, last := hist[i], ""
@@ -103,28 +144,31 @@ func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemedi
 	}
 	switch rem.State {
 	case journal.Succeeded:
-		return s.writeExternal(ctx, r, v1alpha1.ExternalSucceeded, rem.ID, fmt.Sprintf("remediation %s succeeded: %s", rem.ID, last))
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalSucceeded, rem.ID, fmt.Sprintf("remediation %s succeeded: %s", rem.ID, last))
 	case journal.Aborted:
 		// Ended before it acted (the check before its step refused it, or its request was withdrawn):
 		// nothing was done, so nothing is handed on; the request is asked again.
-		return s.writeExternal(ctx, r, v1alpha1.ExternalWaiting, "", fmt.Sprintf("waiting: remediation %s ended before it acted (%s); asked again", rem.ID, last))
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalWaiting, "", fmt.Sprintf("waiting: remediation %s ended before it acted (%s); asked again", rem.ID, last))
 	case journal.Failed:
 		why := fmt.Sprintf("remediation %s failed: %s", rem.ID, last)
-		if a, ok := s.Hub.Assessment(r.Name); ok && a.Verdict == assess.VerdictHealthy {
+		if e.nodeHealthCheck { // Succeeded False: the NodeHealthCheck may go on to its next remediator
+			return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why)
+		}
+		if a, ok := s.Hub.Assessment(e.machine); ok && a.Verdict == assess.VerdictHealthy {
 			// Handed over, its owner would take away a machine Hale sees healthy (a member etcd counts).
-			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.ID, why+"; not handed to its owner: Hale sees "+r.Name+" Healthy")
+			return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why+"; not handed to its owner: Hale sees "+e.machine+" Healthy")
 		}
 		machine := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
 		if err := HandOverToOwner(ctx, s.Client, machine, "HaleRemediation "+r.Name+": "+why); err != nil {
-			return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.ID, why+"; handing the Machine to its owner failed: "+err.Error())
+			return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why+"; handing the Machine to its owner failed: "+err.Error())
 		}
-		return s.writeExternal(ctx, r, v1alpha1.ExternalFailed, rem.ID, why+"; the Machine is handed to its owner (OwnerRemediated False)")
+		return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why+"; the Machine is handed to its owner (OwnerRemediated False)")
 	}
 	return nil
 }
 
 // writeExternal writes r's status when it changes.
-func (s *RequestSync) writeExternal(ctx context.Context, r *v1alpha1.HaleRemediation, phase v1alpha1.ExternalPhase, remediation, message string) error {
+func (s *RequestSync) writeExternal(ctx context.Context, r *v1alpha1.HaleRemediation, e external, phase v1alpha1.ExternalPhase, remediation, message string) error {
 	if r.Status.Phase == phase && r.Status.Remediation == remediation && r.Status.Message == message {
 		return nil
 	}
@@ -140,6 +184,10 @@ func (s *RequestSync) writeExternal(ctx context.Context, r *v1alpha1.HaleRemedia
 		ObservedGeneration: r.Generation})
 	meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: ConditionSucceeded, Status: succeeded, Reason: string(phase), Message: message,
 		ObservedGeneration: r.Generation})
+	if e.nodeHealthCheck {
+		meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: ConditionPermanentNodeDeletionExpected, Status: metav1.ConditionFalse,
+			Reason: "NotDeleted", Message: "Hale never deletes the Node", ObservedGeneration: r.Generation})
+	}
 	if err := s.Client.Status().Update(ctx, r); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("writing the status of HaleRemediation %s/%s: %w", r.Namespace, r.Name, err)
 	}

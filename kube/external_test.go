@@ -19,15 +19,17 @@ import (
 	"github.com/hale-dev/hale/test/demo"
 )
 
-// Cluster API's external remediation on a real API server, with HaleRemediations made as a
-// MachineHealthCheck makes them (from a HaleRemediationTemplate: named after the Machine, owned by
-// it): Hale reboots the machine through its BMC with its quorum check and journal; two at once, the
-// second waits (it would cost quorum) and says why, then goes once the first is done; a request for a
-// machine Hale does not know, or not owned by its Machine, waits and says why; one whose power-cycle
-// fails ends Failed and hands the Machine to its owner (OwnerRemediated False), unless Hale sees the
-// machine Healthy. The machines are judged by the MachineHealthCheck (Machine.CheckedBy, as Discovery
-// sets it): a hung one is held by the hub, which waits for the request.
-func TestHaleRemediationsFromAMachineHealthCheck(t *testing.T) {
+// External remediation on a real API server, with HaleRemediations made as a MachineHealthCheck makes
+// them (named after the Machine, owned by it) and as medik8s' NodeHealthCheck makes them (named after
+// the Node or annotated with it, owned by the NodeHealthCheck): Hale reboots the machine through its
+// BMC with its quorum check and journal; two at once, the second waits (it would cost quorum) and
+// says why, then goes once the first is done; a request for a machine Hale does not know, or owned by
+// neither checker, waits and says why. A MachineHealthCheck's whose power-cycle fails ends Failed and
+// hands the Machine to its owner (OwnerRemediated False), unless Hale sees the machine Healthy; a
+// NodeHealthCheck's ends Failed with Succeeded False (its next remediator may go on) and
+// PermanentNodeDeletionExpected False throughout. The machines are judged by the MachineHealthCheck
+// (Machine.CheckedBy, as Discovery sets it): a hung one is held by the hub, which waits for the request.
+func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
 	tb := startTestbed(t)
@@ -102,7 +104,28 @@ func TestHaleRemediationsFromAMachineHealthCheck(t *testing.T) {
 	unknown := request("cp-9", true)
 	assert.Contains(t, waitPhase(unknown, v1alpha1.ExternalWaiting, 10*time.Second).Message, "cp-9")
 	stray := request(demo.Name(0)+"-stray", false)
-	assert.Contains(t, waitPhase(stray, v1alpha1.ExternalWaiting, 10*time.Second).Message, "not owned by Machine")
+	assert.Contains(t, waitPhase(stray, v1alpha1.ExternalWaiting, 10*time.Second).Message, "neither owned by Machine")
+
+	// medik8s' NodeHealthCheck: its request is named after the Node, or annotated with it, and owned by
+	// the NodeHealthCheck; it reads Processing, Succeeded and PermanentNodeDeletionExpected.
+	fromNHC := func(name, node string, hard bool) client.ObjectKey {
+		r := &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels:          map[string]string{"app.kubernetes.io/part-of": "node-healthcheck-controller"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "remediation.medik8s.io/v1alpha1", Kind: "NodeHealthCheck", Name: "nhc-cp", UID: "0e3c6b4a-0000-4000-8000-00000000000a", Controller: new(false)}}},
+			Spec: v1alpha1.HaleRemediationSpec{Hard: hard}}
+		if node != name {
+			r.Annotations = map[string]string{NodeNameAnnotation: node}
+		}
+		require.NoError(t, c.Create(ctx, r))
+		return client.ObjectKeyFromObject(r)
+	}
+	start = time.Now()
+	st = waitPhase(fromNHC("nhc-"+demo.Name(1), demo.Name(1), false), v1alpha1.ExternalSucceeded, 60*time.Second)
+	t.Logf("a NodeHealthCheck's request Succeeded %v after it was made", time.Since(start).Round(100*time.Millisecond))
+	assert.True(t, meta.IsStatusConditionTrue(st.Conditions, ConditionSucceeded))
+	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionProcessing))
+	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionPermanentNodeDeletionExpected))
+	assert.Contains(t, waitPhase(fromNHC("nhc-cp-9", "cp-9", false), v1alpha1.ExternalWaiting, 10*time.Second).Message, "Node cp-9 is none of Hale's machines")
 
 	// A power-cycle (spec.hard) that fails on a machine Hale sees Healthy: not handed over. Hung, held
 	// by the hub (the MachineHealthCheck judges it), then asked for: Failed, handed to its owner.
@@ -128,6 +151,10 @@ func TestHaleRemediationsFromAMachineHealthCheck(t *testing.T) {
 	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: demo.Name(0)}, &m))
 	assert.True(t, HandedOver(&m), "%+v", m.Status.Conditions)
+	// A NodeHealthCheck's that fails: Succeeded False (it may go on to its next remediator), no owner.
+	st = waitPhase(fromNHC("nhc-"+demo.Name(0), demo.Name(0), true), v1alpha1.ExternalFailed, 90*time.Second)
+	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))
+	assert.NotContains(t, st.Message, "owner")
 	n, _ := tb.Remediations(0)
-	assert.Equal(t, 2, n, "the two requests, none of the hub's own")
+	assert.Equal(t, 3, n, "the three requests, none of the hub's own")
 }

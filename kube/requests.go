@@ -17,14 +17,17 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // Rebooter is what RequestSync needs of the hub.
 type Rebooter interface {
 	Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error)
-	// Assessment is the hub's latest verdict on machine; History its remediations, as journaled.
+	// Assessment is the hub's latest verdict on machine; History its remediations, as journaled;
+	// Inventory the machines it heals.
 	Assessment(machine string) (assess.Assessment, bool)
+	Inventory() pass.Inventory
 	History(ctx context.Context, machine string) ([]journal.Remediation, error)
 }
 
@@ -43,9 +46,10 @@ type RequestSync struct {
 	// Machines, when set, also carries out Cluster API's cluster.x-k8s.io/remediate-machine on the
 	// Machines in MachineNamespace (all when empty), as a MachineHealthCheck would: the machine's own
 	// way (its owner replaces it, or it is rebooted), through the same checks; the annotation is
-	// removed once the hub has taken the request, and stays while it is refused. It also carries out
-	// the HaleRemediations there (Cluster API's external remediation: syncExternal).
-	Machines         bool
+	// removed once the hub has taken the request, and stays while it is refused.
+	Machines bool
+	// MachineNamespace is also where the HaleRemediations are carried out (all when empty: a
+	// NodeHealthCheck makes them in its template's namespace): syncExternal.
 	MachineNamespace string
 	Interval         time.Duration
 	Log              *slog.Logger
@@ -88,8 +92,9 @@ func (s *RequestSync) Sync(ctx context.Context) error {
 		}
 	}
 	if s.Machines {
-		errs = append(errs, s.syncMachines(ctx), s.syncExternal(ctx))
+		errs = append(errs, s.syncMachines(ctx))
 	}
+	errs = append(errs, s.syncExternal(ctx))
 	return errors.Join(errs...)
 }
 

@@ -158,7 +158,7 @@ func TestDeployRBAC(t *testing.T) {
 		{"list", "cluster.x-k8s.io", "machinehealthchecks", "", "capi"},
 		{"list", "nodemaintenance.medik8s.io", "nodemaintenances", "", ""},
 		{"update", "", "nodes", "", ""},
-		{"list", "hale.dev", "haleremediations", "", "capi"},
+		{"list", "hale.dev", "haleremediations", "", ""},
 		{"update", "hale.dev", "haleremediations", "status", "capi"},
 		{"update", "hale.dev", "healthpolicies", "", "hale-system"},
 		{"patch", "hale.dev", "healthpolicies", "", "hale-system"},
