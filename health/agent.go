@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +22,7 @@ type Agent struct {
 	interval time.Duration
 	log      *slog.Logger
 	poke     chan struct{}
+	kubeadm  string // kubeadm's temporary directory, watched for an upgrade under way ("": none)
 
 	mu          sync.Mutex
 	published   int
@@ -34,6 +37,32 @@ func NewAgent(g *Gossip, r *Runner, etcd *Etcd, reportInterval time.Duration, lo
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Agent{gossip: g, runner: r, etcd: etcd, interval: reportInterval, log: log, poke: make(chan struct{}, 1)}
+}
+
+// WatchKubeadm makes every report say whether a kubeadm upgrade is replacing this node's static pod
+// manifests (Report.KubeadmUpgrade): `kubeadm upgrade apply` and `kubeadm upgrade node` hold a
+// directory kubeadm-upgraded-manifests* in kubeadm's temporary directory dir (/etc/kubernetes/tmp)
+// while they do, and remove it when done. It returns a.
+func (a *Agent) WatchKubeadm(dir string) *Agent {
+	a.kubeadm = dir
+	return a
+}
+
+// KubeadmUpgradeSince is when the kubeadm upgrade under way on this node began, as kubeadm's
+// temporary directory dir shows it (the newest kubeadm-upgraded-manifests* directory's time), or zero
+// when none is (no such directory, or no dir at all).
+func KubeadmUpgradeSince(dir string) time.Time {
+	var since time.Time
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "kubeadm-upgraded-manifests") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().After(since) {
+			since = info.ModTime()
+		}
+	}
+	return since
 }
 
 // Poke asks for a report now. It never blocks.
@@ -103,6 +132,9 @@ func (a *Agent) view(ctx context.Context) *EtcdView {
 // publish sends a report with the probes' results, the peers and the etcd view v, and returns v.
 func (a *Agent) publish(ctx context.Context, v *EtcdView) *EtcdView {
 	r := Report{Probes: a.runner.Results(), Peers: a.gossip.Peers(), Etcd: v}
+	if a.kubeadm != "" {
+		r.KubeadmUpgrade = KubeadmUpgradeSince(a.kubeadm).UTC()
+	}
 	if ctx.Err() != nil {
 		return v
 	}

@@ -106,6 +106,9 @@ type Report struct {
 	Peers  []PeerView    `json:"peers,omitempty"`
 	// Leaving marks a member's last report before it leaves the pool on purpose.
 	Leaving bool `json:"leaving,omitempty"`
+	// KubeadmUpgrade, when set, is since when a kubeadm upgrade has been replacing this node's static
+	// pod manifests (Agent.WatchKubeadm): planned work, during which the hub starts nothing on it.
+	KubeadmUpgrade time.Time `json:"kubeadmUpgrade,omitzero"`
 }
 
 // Wire format: one format byte, then the body.

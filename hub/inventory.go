@@ -97,8 +97,9 @@ type PolicyFile struct {
 	// (its hold PlannedWork; an operator's `hub reboot` still may, and the machine's evidence still counts
 	// toward etcd's quorum): cordoned (its Node unschedulable: kubectl cordon, kubectl drain), deleting (its
 	// Cluster API Machine being deleted), rollout (its KubeadmControlPlane or MachineDeployment rolling
-	// out: RollingOut True), nodeMaintenance (a medik8s NodeMaintenance for its Node). Default: all four;
-	// [] for none.
+	// out: RollingOut True), nodeMaintenance (a medik8s NodeMaintenance for its Node), kubeadmUpgrade (a
+	// `kubeadm upgrade` replacing its static pod manifests, as its agent reports; this one in standalone
+	// mode too). Default: all five; [] for none.
 	PlannedWork *[]string `json:"plannedWork"`
 	// OutOfServiceAfter (Kubernetes mode): a machine Hale fenced (powered off, read back Off) whose BMC
 	// has read it Off for this long has its Node tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute
@@ -114,11 +115,12 @@ const (
 	WorkDeleting        = "deleting"
 	WorkRollout         = "rollout"
 	WorkNodeMaintenance = "nodeMaintenance"
+	WorkKubeadmUpgrade  = pass.WorkKubeadmUpgrade
 )
 
 // PlannedWorkKinds are the kinds of planned work, in the order they are checked.
 func PlannedWorkKinds() []string {
-	return []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance}
+	return []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance, WorkKubeadmUpgrade}
 }
 
 // Class is a machine class: how its machines are healed.

@@ -129,7 +129,7 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 		{"unknown probe", "cluster: c\npolicy: {probeTimeouts: {kubelt: 10s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
 			`policy.probeTimeouts.kubelt: no probe named "kubelt" (known: ` + strings.Join(health.ProbeNames(), ", ") + ")"},
 		{"unknown planned work", "cluster: c\npolicy: {plannedWork: [cordoned, upgrade]}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
-			`policy.plannedWork[1]: "upgrade" is no kind of planned work (cordoned, deleting, rollout, nodeMaintenance)`},
+			`policy.plannedWork[1]: "upgrade" is no kind of planned work (cordoned, deleting, rollout, nodeMaintenance, kubeadmUpgrade)`},
 		{"negative out-of-service", "cluster: c\npolicy: {outOfServiceAfter: -1m}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
 			"policy.outOfServiceAfter: -1m0s must not be negative (0s: never)"},
 		{"no machines", head, "machines: none listed"},
@@ -174,7 +174,7 @@ func TestPlannedWorkPolicy(t *testing.T) {
 		want         []string
 		outOfService time.Duration
 	}{
-		{"{}", []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance}, time.Minute},
+		{"{}", []string{WorkCordoned, WorkDeleting, WorkRollout, WorkNodeMaintenance, WorkKubeadmUpgrade}, time.Minute},
 		{"{plannedWork: [], outOfServiceAfter: 0s}", []string{}, 0},
 		{"{plannedWork: [rollout, cordoned, rollout], outOfServiceAfter: 5m}", []string{WorkRollout, WorkCordoned}, 5 * time.Minute},
 	} {

@@ -89,7 +89,7 @@ func (t NodeTaints) update(ctx context.Context, node string, change func(*corev1
 		return t.Client.Update(ctx, &n)
 	})
 	if err != nil {
-		return fmt.Errorf("Node %s: %w", node, err)
+		return fmt.Errorf("updating node %s: %w", node, err)
 	}
 	return nil
 }

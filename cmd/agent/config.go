@@ -45,6 +45,11 @@ type Config struct {
 	// Probes has a section per probe, by its name (below); a probe without one runs with its
 	// defaults.
 	Probes ProbesConfig `json:"probes"`
+	// KubeadmTmpDir is kubeadm's temporary directory, where `kubeadm upgrade` keeps the new static pod
+	// manifests while it replaces them: each report says whether an upgrade is under way on this node,
+	// planned work during which the hub starts nothing on it (the hub's policy.plannedWork
+	// kubeadmUpgrade). Default /etc/kubernetes/tmp on an agent ("-": none); a witness has none.
+	KubeadmTmpDir string `json:"kubeadmTmpDir"`
 }
 
 // joins says whether the agent has peers to join (listed, or etcd's members).
@@ -194,6 +199,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Role != RoleWitness {
 		c.Etcd = c.Etcd.WithDefaults()
+		if c.KubeadmTmpDir == "" {
+			c.KubeadmTmpDir = "/etc/kubernetes/tmp"
+		}
+	}
+	if c.KubeadmTmpDir == "-" || c.Role == RoleWitness {
+		c.KubeadmTmpDir = ""
 	}
 	c.Probes = c.Probes.withDefaults(c.Role)
 	return c

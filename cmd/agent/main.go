@@ -235,7 +235,7 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 		_ = g.Shutdown()
 		return err
 	}
-	agent = health.NewAgent(g, runner, etcd, cfg.ReportInterval.Duration, log)
+	agent = health.NewAgent(g, runner, etcd, cfg.ReportInterval.Duration, log).WatchKubeadm(cfg.KubeadmTmpDir)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newAgentCollector(agent),

@@ -96,12 +96,14 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 	}
 	detached, isDetached := f.Detached[m.Name]
 	sf := f.beginFailed[m.Name]
+	upgrade := kubeadmUpgrade(f, m)
 	for _, h := range []struct {
 		Hold
 		ok bool
 	}{
 		{Hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
 		{Hold{Reason: ReasonPlannedWork, Why: m.PlannedWork}, m.PlannedWork != ""},
+		{Hold{Reason: ReasonPlannedWork, Why: upgrade}, upgrade != ""},
 		{Hold{Reason: ReasonExternallyChecked, Why: m.CheckedBy}, m.CheckedBy != ""},
 		{Hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
 		{Hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
@@ -129,4 +131,22 @@ func Unforceable(holds []Hold) (Hold, bool) {
 		return Hold{}, false
 	}
 	return holds[i], true
+}
+
+// WorkKubeadmUpgrade is the kind of planned work a kubeadm upgrade is (policy.plannedWork).
+const WorkKubeadmUpgrade = "kubeadmUpgrade"
+
+// kubeadmUpgradeFor bounds how long an upgrade holds its machine: kubeadm removes its directory when
+// done; one an upgrade that failed left behind holds no longer than this.
+const kubeadmUpgradeFor = time.Hour
+
+// kubeadmUpgrade says what kubeadm upgrade is under way on m, as its agent's latest report says
+// (health.Report.KubeadmUpgrade), when policy.plannedWork has it; "" when none.
+func kubeadmUpgrade(f Facts, m Machine) string {
+	r, ok := f.Observations.Reports[m.Node]
+	if !ok || r.KubeadmUpgrade.IsZero() || f.Now.Sub(r.KubeadmUpgrade) >= kubeadmUpgradeFor || !slices.Contains(f.Inventory.Policy.PlannedWork, WorkKubeadmUpgrade) {
+		return ""
+	}
+	return fmt.Sprintf("a kubeadm upgrade is replacing %s's static pod manifests (since %s, as its agent reports): planned work; "+
+		"Hale waits until it is done (policy.plannedWork: %s)", m.Node, r.KubeadmUpgrade.UTC().Format(time.RFC3339), WorkKubeadmUpgrade)
 }

@@ -2,6 +2,7 @@ package pass
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,6 +135,41 @@ func TestOneAdmissionRule(t *testing.T) {
 			if refused {
 				assert.Equal(t, tc.reason, first.Reason)
 			}
+		})
+	}
+}
+
+// A kubeadm upgrade its agent reports is planned work: the hub waits (an operator's reboot does not),
+// when policy.plannedWork has it, for at most kubeadmUpgradeFor.
+func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		since time.Duration // 0: no upgrade reported
+		kinds []string
+		who   Asker
+		held  bool
+	}{
+		{"under way for 3 min", 3 * time.Minute, []string{WorkKubeadmUpgrade}, byHub, true},
+		{"an operator's reboot", 3 * time.Minute, []string{WorkKubeadmUpgrade}, ByOperator, false},
+		{"not in policy.plannedWork", 3 * time.Minute, []string{"cordoned"}, byHub, false},
+		{"left behind 2 h ago by an upgrade that failed", 2 * time.Hour, []string{WorkKubeadmUpgrade}, byHub, false},
+		{"none reported", 0, []string{WorkKubeadmUpgrade}, byHub, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene().dead(2)
+			s.f.Inventory.Policy.PlannedWork = tc.kinds
+			m := s.f.Inventory.Machines[2]
+			if tc.since > 0 {
+				r := s.w.Obs.Reports[m.Node]
+				r.KubeadmUpgrade = s.f.Now.Add(-tc.since)
+				s.w.Obs.Reports[m.Node] = r
+			}
+			s.f.Observations = s.w.Obs
+			holds := MachineHolds(s.f, m, s.f.Assessments[2], Admission{}, tc.who)
+			planned := slices.ContainsFunc(holds, func(h Hold) bool {
+				return h.Reason == ReasonPlannedWork && strings.Contains(h.Why, "a kubeadm upgrade is replacing "+m.Node+"'s static pod manifests")
+			})
+			assert.Equal(t, tc.held, planned, "%+v", holds)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -663,4 +664,26 @@ func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
 	tb.StopHub()
 	require.NoError(t, tb.StartHub(HubOptions{}))
 	tb.wait(t, "cp-2 still retired", func() bool { return tb.Hub().Status(ctx).Machines[2].NeedsOperator == pass.NeedRetired })
+}
+
+// A kubeadm upgrade under way on a machine (kubeadm's directory of new manifests in its temporary
+// directory, as its agent reports) is planned work: the machine hangs mid-upgrade and the hub holds
+// it, saying why, with no power action; an operator's reboot still goes.
+func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
+	tb := newBed(t, Options{})
+	tb.StopHub()
+	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.PlannedWork = []string{pass.WorkKubeadmUpgrade} }}))
+	require.NoError(t, tb.Settle(t.Context()))
+	h := tb.Hub()
+	require.NoError(t, os.MkdirAll(filepath.Join(tb.KubeadmTmpDir(2), "kubeadm-upgraded-manifests1234"), 0o700))
+	tb.passes(t, 10) // its agent has reported the upgrade
+	tb.Hang(2)
+	tb.wait(t, "cp-2 held for the upgrade", func() bool {
+		return strings.Contains(h.Status(t.Context()).Machines[2].Decision, "a kubeadm upgrade is replacing cp-2's static pod manifests")
+	})
+	tb.passes(t, 20)
+	assert.Empty(t, tb.Resets(2), "no power action during the upgrade")
+	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "operator alice"})
+	require.NoError(t, err, "the operator doing the upgrade may reboot it")
+	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 1 && st == journal.Succeeded })
 }

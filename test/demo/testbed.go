@@ -484,7 +484,7 @@ func (tb *Testbed) startAgent(i int) error {
 		return err
 	}
 	agMu.Lock()
-	ag = health.NewAgent(g, r, etcd, 250*time.Millisecond, nil)
+	ag = health.NewAgent(g, r, etcd, 250*time.Millisecond, nil).WatchKubeadm(tb.KubeadmTmpDir(i))
 	agMu.Unlock()
 	tb.launch(g, ag, etcd, func(p *agentProc) { tb.agents[i], tb.ports[i] = p, port })
 	return nil
@@ -518,6 +518,12 @@ func (tb *Testbed) RemoveMember(ctx context.Context, i int) error {
 	tb.Say("demo", "%s's etcd member %s removed from the cluster", tb.name(i), tb.etcd.Name(i))
 	tb.stop(i)
 	return tb.etcd.Remove(ctx, i)
+}
+
+// KubeadmTmpDir is machine i's kubeadm temporary directory (its /etc/kubernetes/tmp), which its agent
+// watches for an upgrade under way.
+func (tb *Testbed) KubeadmTmpDir(i int) string {
+	return filepath.Join(tb.opts.Dir, "kubeadm-tmp-"+tb.name(i))
 }
 
 // Hang makes machine i stop answering: its agent and its etcd member die, its power stays on.
