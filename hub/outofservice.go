@@ -88,7 +88,7 @@ func (w *taintWriter) of(node string) string {
 // run lists what the Nodes carry, then writes what is posted until ctx ends, a Node that failed tried
 // again after taintRetry; machineOf names the machine of a Node the writer found tainted.
 func (w *taintWriter) run(ctx context.Context, nodes NodeTaints, machineOf func(node string) string, say func(pass.Notice)) {
-	for {
+	for failed := false; ; failed = true {
 		listed, err := nodes.Tainted(ctx)
 		if err == nil {
 			w.mu.Lock()
@@ -98,8 +98,10 @@ func (w *taintWriter) run(ctx context.Context, nodes NodeTaints, machineOf func(
 			w.mu.Unlock()
 			break
 		}
-		say(pass.Notice{Reason: pass.ReasonOutOfService, Warning: true,
-			Message: fmt.Sprintf("out-of-service taints: cannot list the Nodes that carry Hale's (%v): none is put on or taken off until they can be listed", err)})
+		if !failed { // said once; tried again every taintRetry
+			say(pass.Notice{Reason: pass.ReasonOutOfService, Warning: true,
+				Message: fmt.Sprintf("out-of-service taints: cannot list the Nodes that carry Hale's (%v): none is put on or taken off until they can be listed", err)})
+		}
 		select {
 		case <-ctx.Done():
 			return
