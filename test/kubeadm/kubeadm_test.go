@@ -243,6 +243,21 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		b, _ := machineIn(st, "cp-1")
 		return a.NeedsOperator == pass.NeedRetired && b.NeedsOperator == pass.NeedRetired
 	})
+	// Fenced through their BMCs and read Off since: their Nodes go out of service (policy.outOfServiceAfter,
+	// 1 min by default), and the pods there may start elsewhere; each `hub reboot` below takes it off.
+	resumed := time.Now()
+	waitStatus(ctx, t, c, "cp-0 and cp-1 out of service", func(st hub.Status) bool {
+		a, _ := machineIn(st, "cp-0")
+		b, _ := machineIn(st, "cp-1")
+		return a.OutOfService != "" && b.OutOfService != ""
+	})
+	t.Logf("permanent loss: the fenced Nodes out of service %s after hub resume", time.Since(resumed).Round(time.Second))
+	taints := func() string {
+		out, err := c.Kubectl(ctx, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.spec.taints[*].key} {end}`)
+		require.NoError(t, err, out)
+		return out
+	}
+	require.Contains(t, taints(), "cp-0=node.kubernetes.io/out-of-service")
 
 	// Grow back, one machine at a time: replaced, powered on through the hub, rejoined.
 	c.Documented("operating.md", "agent rejoin --plan plan.json --cluster https://10.0.0.3:2379")
@@ -279,6 +294,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		})
 	}
 	waitStatus(ctx, t, c, "every machine Healthy after the recovery", allHealthy)
+	require.NotContains(t, taints(), "node.kubernetes.io/out-of-service", "each replaced machine's taint taken off")
 	c.WaitReady(ctx)
 	out, err = c.Kubectl(ctx, "-n", "before-loss", "get", "configmaps", "-o", "name")
 	require.NoError(t, err, out)
