@@ -292,7 +292,7 @@ func TestAgentMountsOnlyWhatItReads(t *testing.T) {
 			}
 			assert.Contains(t, doc, "mountPath: /var/lib/etcd\n", "%s: the probe's path in the container is the same", dir)
 		}
-		want := append(slices.Clone(files), dataPath, "/var/lib/hale-identity")
+		want := append(slices.Clone(files), dataPath, "/etc/kubernetes/tmp", "/var/lib/hale-identity")
 		assert.ElementsMatch(t, want, paths, dir)
 	}
 }
