@@ -61,10 +61,11 @@ func (w *taintWriter) post(inv pass.Inventory, said map[string]pass.Taint) {
 	before := maps.Clone(w.want)
 	for machine, t := range said {
 		if m, ok := inv.Machine(machine); ok && m.Node != "" {
-			w.want[m.Node] = taint{machine, t.Why}
+			why := t.Why
 			if !t.On {
-				w.want[m.Node] = taint{machine, ""}
+				why = "" // must go
 			}
+			w.want[m.Node] = taint{machine, why}
 		}
 	}
 	changed := !w.posted || !maps.Equal(before, w.want) || !maps.Equal(nodes, w.nodes)
@@ -199,25 +200,14 @@ func (h *Hub) watchFenced(ctx context.Context) {
 	for {
 		inv := h.inventory()
 		if inv.Policy.OutOfServiceAfter > 0 {
-			var fenced, todo []pass.Machine
+			var fenced []pass.Machine
 			for _, m := range inv.Machines {
 				if hist := h.ledger.of(m.Name); m.Endpoint.Driver != "" && len(hist) > 0 && hist[len(hist)-1].Fenced() {
 					fenced = append(fenced, m)
 				}
 			}
-			h.mu.Lock()
-			for _, m := range fenced {
-				if _, detached := h.brakes.Detached[m.Name]; h.running[m.Name] == nil && !detached {
-					todo = append(todo, m)
-				}
-			}
-			h.mu.Unlock()
-			if len(todo) > 0 {
-				found := checkBMCs(ctx, todo, h.cfg.PowerFor, h.logins)
-				if ctx.Err() != nil {
-					return
-				}
-				h.noteBMCs(inv, found)
+			if len(fenced) > 0 {
+				h.checkBMCsOf(ctx, inv, fenced)
 			}
 		}
 		select {
@@ -228,12 +218,8 @@ func (h *Hub) watchFenced(ctx context.Context) {
 	}
 }
 
-// machineOfNode is the inventory's machine whose Node is node ("" when none).
+// machineOfNode is the name of the inventory's machine whose Node is node ("" when none).
 func (h *Hub) machineOfNode(node string) string {
-	for _, m := range h.inventory().Machines {
-		if m.Node == node {
-			return m.Name
-		}
-	}
-	return ""
+	m, _ := h.inventory().MachineOfNode(node)
+	return m.Name
 }

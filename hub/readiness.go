@@ -150,9 +150,14 @@ func BMCChecks(inv pass.Inventory, found map[string]pass.BMCReadiness) []BMCChec
 // found and says what changed.
 func (h *Hub) checkBMCsOnce(ctx context.Context) {
 	inv := h.inventory()
+	h.checkBMCsOf(ctx, inv, inv.Machines)
+}
+
+// checkBMCsOf is checkBMCsOnce for the machines of inv given.
+func (h *Hub) checkBMCsOf(ctx context.Context, inv pass.Inventory, machines []pass.Machine) {
 	h.mu.Lock()
 	var todo []pass.Machine
-	for _, m := range inv.Machines {
+	for _, m := range machines {
 		_, detached := h.brakes.Detached[m.Name]
 		if h.running[m.Name] == nil && !detached {
 			todo = append(todo, m)

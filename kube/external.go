@@ -62,12 +62,11 @@ func (s *RequestSync) externalOf(r *v1alpha1.HaleRemediation) (external, string)
 			return external{machine: r.Name, by: "MachineHealthCheck (HaleRemediation " + key.String() + ")"}, ""
 		case group == "remediation.medik8s.io" && o.Kind == "NodeHealthCheck":
 			node := cmp.Or(r.Annotations[NodeNameAnnotation], r.Name)
-			for _, m := range s.Hub.Inventory().Machines {
-				if m.Node == node {
-					return external{machine: m.Name, by: "NodeHealthCheck " + o.Name + " (HaleRemediation " + key.String() + ")", nodeHealthCheck: true}, ""
-				}
+			m, ok := s.Hub.Inventory().MachineOfNode(node)
+			if !ok {
+				return external{}, fmt.Sprintf("Node %s is none of Hale's machines (`hub status` lists them)", node)
 			}
-			return external{}, fmt.Sprintf("Node %s is none of Hale's machines (`hub status` lists them)", node)
+			return external{machine: m.Name, by: "NodeHealthCheck " + o.Name + " (HaleRemediation " + key.String() + ")", nodeHealthCheck: true}, ""
 		}
 	}
 	return external{}, fmt.Sprintf("neither owned by Machine %s (a MachineHealthCheck's request) nor by a NodeHealthCheck: Hale takes no other", r.Name)

@@ -91,6 +91,16 @@ func (inv Inventory) MachineOfMember(member string) (Machine, bool) {
 	return Machine{}, false
 }
 
+// MachineOfNode is the inventory's machine whose Node is node.
+func (inv Inventory) MachineOfNode(node string) (Machine, bool) {
+	for _, m := range inv.Machines {
+		if m.Node != "" && m.Node == node {
+			return m, true
+		}
+	}
+	return Machine{}, false
+}
+
 // BMCReadiness is what the last readiness check of a machine's BMC found.
 type BMCReadiness struct {
 	Checked time.Time `json:"checked"`
