@@ -244,7 +244,7 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 	for _, r := range rems {
 		note := fmt.Sprintf("recorded in the local journal %s during %s, while the API server did not answer; imported at epoch %d", path, term, j.Epoch())
 		if err := j.Import(ctx, r, note); err != nil {
-			return said, fmt.Errorf("importing remediation %s of %s from %s: %w", r.ID, r.Machine, path, err)
+			return nil, fmt.Errorf("importing remediation %s of %s from %s: %w", r.ID, r.Machine, path, err)
 		}
 		names = append(names, fmt.Sprintf("%s %s", r.Machine, r.State))
 		reason, warn := pass.ReasonRemediated, false
@@ -267,17 +267,17 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 		}
 		note := fmt.Sprintf("fenced by etcd recovery %s, recorded in the local journal %s during %s; imported at epoch %d", rec.Plan.Token, path, term, j.Epoch())
 		notices, err := ImportRecovery(ctx, j, recoveries, *rec, note)
-		said = append(said, notices...)
 		if err != nil {
-			return said, fmt.Errorf("importing etcd recovery %s from %s: %w", rec.Plan.Token, path, err)
+			return nil, fmt.Errorf("importing etcd recovery %s from %s: %w", rec.Plan.Token, path, err)
 		}
+		said = append(said, notices...)
 		log.Warn("etcd recovery imported", "token", rec.Plan.Token)
 	}
 	msg := fmt.Sprintf("%s: %d remediations recorded (%s), imported into Remediation objects", term, len(rems), strings.Join(names, ", "))
 	if brakeStore != nil {
 		carried, err := degraded.ImportBrakes(ctx, brakeStore, brakes)
 		if err != nil {
-			return said, fmt.Errorf("carrying the brakes of %s back into the HealthPolicy: %w", path, err)
+			return nil, fmt.Errorf("carrying the brakes of %s back into the HealthPolicy: %w", path, err)
 		}
 		if len(carried) > 0 {
 			msg += "; its brakes carried back into the HealthPolicy: " + strings.Join(carried, ", ")
@@ -285,10 +285,14 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 	}
 	said = append(said, pass.Notice{Reason: pass.ReasonDegradedMode, Message: msg, Warning: true})
 	if err := os.Remove(path); err != nil {
-		return said, err
+		return nil, err
 	}
+	// The local journal is gone: its notices are said now, whatever becomes of the term file (an
+	// import that finds a term file and no journal removes it).
 	if t != nil {
-		return said, os.Remove(degraded.TermPath(path))
+		if err := os.Remove(degraded.TermPath(path)); err != nil {
+			log.Warn("removing the degraded term's file: the next import removes it", "err", err)
+		}
 	}
 	return said, nil
 }

@@ -154,7 +154,7 @@ func ImportRecovery(ctx context.Context, j *Journal, store hub.RecoveryStore, re
 			r.History[0].Result, r.History[0].Detail = journal.ResultFailed, "not fenced when the term ended: "+f.How
 		}
 		if err := j.Import(ctx, r, note); err != nil {
-			return said, fmt.Errorf("importing the fence of %s by etcd recovery %s: %w", f.Machine, p.Token, err)
+			return nil, fmt.Errorf("importing the fence of %s by etcd recovery %s: %w", f.Machine, p.Token, err)
 		}
 		fenced = append(fenced, fmt.Sprintf("%s (%s)", f.Machine, f.Member))
 		said = append(said, pass.Notice{Machine: f.Machine, Reason: pass.ReasonEtcdRecovery, Warning: true,
