@@ -183,7 +183,15 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, client.ObjectKey{Namespace: "capi", Name: "host-a"}, p.(*Metal3Host).Key)
 	_, err = power(inv.Machines[4])
-	assert.EqualError(t, err, "BMC of e", "the inventory file's machine, with its BMC")
+	assert.EqualError(t, err, "BMC of node-e", "the inventory file's machine, with its BMC")
+	for _, m := range inv.Machines {
+		// The hub checks the file's BMCs, reads a fenced machine's power and fences through them.
+		if m.Name == "node-e" {
+			assert.Equal(t, ep, m.Endpoint, "node-e carries the file's BMC")
+		} else {
+			assert.Empty(t, m.Endpoint.Driver, "%s: no BMC in the file", m.Name)
+		}
+	}
 	_, err = power(inv.Machines[5])
 	assert.ErrorContains(t, err, "nothing can power-cycle it")
 	o, err := d.OwnerFor(inv.Machines[1])

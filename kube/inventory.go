@@ -99,7 +99,6 @@ type binding struct {
 	owner      *ownerRef
 	deployment *client.ObjectKey // the MachineDeployment over the owning MachineSet
 	host       *client.ObjectKey // the BareMetalHost
-	base       *pass.Machine     // the machine as Base lists it (its BMC)
 }
 
 type ownerRef struct {
@@ -176,8 +175,10 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 			b.host = &client.ObjectKey{Namespace: host.GetNamespace(), Name: host.GetName()}
 			m.Hold = hostHold(host)
 		case inBase:
-			b.base = &base
 			m.Strategy, m.Class, m.Pool = base.Strategy, base.Class, cmp.Or(base.Pool, ControlPlanePool)
+			// Its BMC, as the file gives it: the hub checks it, reads the power back after a fence and
+			// fences it to recover etcd, as it does in standalone mode.
+			m.Endpoint, m.Credentials, m.CAFile, m.Insecure = base.Endpoint, base.Credentials, base.CAFile, base.Insecure
 			if !annotated { // the file names the member; the Node's annotation, when there, wins
 				m.Member = base.Member
 			}
@@ -298,8 +299,8 @@ func (d *Discovery) PowerFor(defaultPower func(pass.Machine) (execute.Power, err
 		switch {
 		case b.host != nil:
 			return &Metal3Host{Client: d.Client, Key: *b.host, Poll: d.MetalPoll, Timeout: d.MetalTimeout}, nil
-		case b.base != nil:
-			return defaultPower(*b.base)
+		case m.Endpoint.Driver != "":
+			return defaultPower(m)
 		}
 		return nil, fmt.Errorf("%s: no BareMetalHost and no BMC in the inventory file: nothing can power-cycle it", m.Name)
 	}
