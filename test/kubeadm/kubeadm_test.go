@@ -82,11 +82,14 @@ func TestHaleOnKubeadm(t *testing.T) {
 	}
 	enrolled(ctx, t, c)
 
-	// HALE_KUBEADM_ONLY=install stops here; =two-hang or =permanent-loss runs that scenario alone (to
-	// work on one, e.g. in a loop under load).
+	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang or =permanent-loss runs that scenario
+	// alone (to work on one, e.g. in a loop under load).
 	only := os.Getenv("HALE_KUBEADM_ONLY")
 	if only == "install" {
 		return
+	}
+	if only == "" || only == "upgrade" {
+		kubeadmUpgrade(ctx, t, c, c.Node("cp-1"))
 	}
 	if only == "" {
 		hangsAndReboots(ctx, t, c)
@@ -100,6 +103,71 @@ func TestHaleOnKubeadm(t *testing.T) {
 		// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
 		permanentLoss(ctx, t, c)
 	}
+}
+
+// kubeadmUpgrade runs a real `kubeadm upgrade node` on n (same version, a patch that changes its
+// kube-apiserver's manifest, so that kubeadm replaces it and waits for the kubelet to run the new one)
+// and hangs n while kubeadm's directory of new manifests is there: the hub holds n as planned work,
+// saying why, and touches no power; thawed, the upgrade ends, the hold goes, every machine Healthy.
+func kubeadmUpgrade(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.Node) {
+	t.Helper()
+	before := len(c.PowerEvents())
+	n.WriteFile("/root/patches/kube-apiserver+strategic.yaml", "metadata:\n  annotations:\n    hale.dev/lab-upgrade: \"1\"\n")
+	started := time.Now()
+	upgraded := make(chan error, 1)
+	var out string
+	go func() {
+		var err error
+		// SystemVerification reads the kernel's config, which a container cannot see (as at init).
+		out, err = n.Exec(ctx, "kubeadm", "upgrade", "node", "--patches", "/root/patches", "--certificate-renewal=false", "--etcd-upgrade=false",
+			"--ignore-preflight-errors=SystemVerification")
+		upgraded <- err
+	}()
+	// kubeadm's new manifests, as the agent sees them (its DaemonSet mounts /etc/kubernetes/tmp).
+	for {
+		ls, err := n.Exec(ctx, "sh", "-c", "ls -d /etc/kubernetes/tmp/kubeadm-upgraded-manifests*")
+		if err == nil && strings.TrimSpace(ls) != "" {
+			break
+		}
+		select {
+		case err := <-upgraded:
+			t.Fatalf("kubeadm upgrade node on %s ended (%v) before its directory of new manifests was seen:\n%s", n.Name, err, out)
+		case <-time.After(200 * time.Millisecond):
+		}
+		require.Less(t, time.Since(started), 2*time.Minute, "kubeadm upgrade node on %s made no directory of new manifests", n.Name)
+	}
+	seen := time.Since(started)
+	time.Sleep(3 * time.Second) // a report or two of its agent
+	n.Freeze()
+	hung := time.Now()
+	const held = "a kubeadm upgrade is replacing " // hub/pass's words
+	st := waitStatus(ctx, t, c, n.Name+" held: a kubeadm upgrade under way", func(st hub.Status) bool {
+		m, _ := machineIn(st, n.Name)
+		return m.Verdict == assess.VerdictUnhealthy && strings.Contains(m.Decision, held)
+	})
+	m, _ := machineIn(st, n.Name)
+	t.Logf("kubeadm upgrade: %s hung mid-upgrade (its new manifests there %s after kubeadm started), held %s after: %s",
+		n.Name, seen.Round(100*time.Millisecond), time.Since(hung).Round(100*time.Millisecond), m.Decision)
+	time.Sleep(20 * time.Second) // a hung node is power-cycled within seconds otherwise
+	require.Empty(t, powerChanges(c, before), "no power action while %s's kubeadm upgrade is under way", n.Name)
+	n.Thaw()
+	select {
+	case err := <-upgraded:
+		require.NoError(t, err, "kubeadm upgrade node on %s:\n%s", n.Name, out)
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("kubeadm upgrade node on %s did not end within 5 minutes of the thaw", n.Name)
+	}
+	done := time.Since(started)
+	manifest, err := n.ReadFile("/etc/kubernetes/manifests/kube-apiserver.yaml")
+	require.NoError(t, err)
+	require.Contains(t, string(manifest), "hale.dev/lab-upgrade", "kubeadm replaced %s's kube-apiserver manifest", n.Name)
+	waitStatus(ctx, t, c, "every machine Healthy after the upgrade, the hold gone", func(st hub.Status) bool {
+		m, _ := machineIn(st, n.Name)
+		return allHealthy(st) && !strings.Contains(m.Decision, held)
+	})
+	require.Empty(t, powerChanges(c, before), "no power action during or after %s's kubeadm upgrade", n.Name)
+	t.Logf("kubeadm upgrade: kubeadm upgrade node on %s done %s after it started, every machine Healthy %s after, no power action",
+		n.Name, done.Round(time.Second), time.Since(started).Round(time.Second))
 }
 
 // enrolled checks the identities the install turned on with no key step: every agent and witness
@@ -190,6 +258,11 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	}
 	fenced := time.Since(lost)
 	require.NotNil(t, plan.Survivor, "a survivor")
+	for _, f := range plan.Fence { // confirmed by name, and still fenced by the hub itself: its BMC answers
+		require.True(t, f.Fenced, "%s fenced", f.Machine)
+		require.Contains(t, f.How, "powered off through its BMC", "%s fenced through its BMC", f.Machine)
+		t.Logf("permanent loss: %s %s", f.Machine, f.How)
+	}
 	require.Equal(t, survivor.Name, plan.Survivor.Machine, "the survivor")
 	b, err := hubNode.ReadFile("/root/plan.json")
 	require.NoError(t, err)
@@ -243,6 +316,27 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		b, _ := machineIn(st, "cp-1")
 		return a.NeedsOperator == pass.NeedRetired && b.NeedsOperator == pass.NeedRetired
 	})
+	// Fenced through their BMCs and read Off since: their Nodes go out of service (policy.outOfServiceAfter,
+	// 1 min by default), and the pods there may start elsewhere; each `hub reboot` below takes it off.
+	resumed := time.Now()
+	waitStatus(ctx, t, c, "cp-0 and cp-1 out of service", func(st hub.Status) bool {
+		a, _ := machineIn(st, "cp-0")
+		b, _ := machineIn(st, "cp-1")
+		return a.OutOfService != "" && b.OutOfService != ""
+	})
+	t.Logf("permanent loss: the fenced Nodes out of service %s after hub resume", time.Since(resumed).Round(time.Second))
+	outOfService := func() []string { // the Nodes tainted out of service
+		out, err := c.Kubectl(ctx, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.spec.taints[*].key}{"\n"}{end}`)
+		require.NoError(t, err, out)
+		var nodes []string
+		for line := range strings.Lines(out) {
+			if name, keys, _ := strings.Cut(strings.TrimSpace(line), "="); slices.Contains(strings.Fields(keys), "node.kubernetes.io/out-of-service") {
+				nodes = append(nodes, name)
+			}
+		}
+		return nodes
+	}
+	require.Equal(t, []string{"cp-0", "cp-1"}, outOfService())
 
 	// Grow back, one machine at a time: replaced, powered on through the hub, rejoined.
 	c.Documented("operating.md", "agent rejoin --plan plan.json --cluster https://10.0.0.3:2379")
@@ -279,6 +373,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		})
 	}
 	waitStatus(ctx, t, c, "every machine Healthy after the recovery", allHealthy)
+	require.Empty(t, outOfService(), "each replaced machine's taint taken off")
 	c.WaitReady(ctx)
 	out, err = c.Kubectl(ctx, "-n", "before-loss", "get", "configmaps", "-o", "name")
 	require.NoError(t, err, out)

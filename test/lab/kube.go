@@ -568,6 +568,19 @@ func (n *Node) Freeze() {
 	n.c.T.Fatalf("kube lab: podman pause %s: %v\n%s", n.container, err, out)
 }
 
+// Thaw lets a frozen node go on where it stopped, as a machine that hung and came back by itself.
+func (n *Node) Thaw() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.frozen {
+		return
+	}
+	if out, err := exec.Command("podman", "unpause", n.container).CombinedOutput(); err != nil {
+		n.c.T.Fatalf("kube lab: podman unpause %s: %v\n%s", n.container, err, out)
+	}
+	n.frozen = false
+}
+
 // Exec runs a command on the node and returns its combined output.
 func (n *Node) Exec(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "podman", append([]string{"exec", n.container}, args...)...).CombinedOutput()
