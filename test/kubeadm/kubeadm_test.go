@@ -213,9 +213,15 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	for i := range objects {
 		fmt.Fprintf(&list, "- {apiVersion: v1, kind: ConfigMap, metadata: {name: cm-%02d, namespace: before-loss}, data: {i: \"%d\"}}\n", i, i)
 	}
+	// A pod on cp-0 (as a StatefulSet's would be): once its Node is out of service the controllers
+	// delete it for good, so that its replacement may start elsewhere (non-graceful node shutdown).
+	list.WriteString("- {apiVersion: v1, kind: Pod, metadata: {name: on-cp-0, namespace: before-loss}, spec: {nodeName: cp-0, " +
+		"containers: [{name: pause, image: 'registry.k8s.io/pause:3.10.2', imagePullPolicy: Never}]}}\n")
 	file := filepath.Join(t.TempDir(), "before.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(list.String()), 0o644))
 	out, err := c.Kubectl(ctx, "apply", "-f", file)
+	require.NoError(t, err, out)
+	out, err = c.Kubectl(ctx, "-n", "before-loss", "wait", "--for=condition=Ready", "pod/on-cp-0", "--timeout=2m")
 	require.NoError(t, err, out)
 	before := listVersion(ctx, t, c)
 
@@ -337,6 +343,17 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		return nodes
 	}
 	require.Equal(t, []string{"cp-0", "cp-1"}, outOfService())
+	tainted := time.Now()
+	for {
+		out, err := c.Kubectl(ctx, "-n", "before-loss", "get", "pod", "on-cp-0", "-o", "name", "--ignore-not-found")
+		require.NoError(t, err, out)
+		if strings.TrimSpace(out) == "" {
+			break
+		}
+		require.Less(t, time.Since(tainted), 3*time.Minute, "the pod on cp-0 is still there 3 minutes after its Node went out of service")
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("permanent loss: the pod on cp-0 deleted %s after its Node went out of service", time.Since(tainted).Round(time.Second))
 
 	// Grow back, one machine at a time: replaced, powered on through the hub, rejoined.
 	c.Documented("operating.md", "agent rejoin --plan plan.json --cluster https://10.0.0.3:2379")
