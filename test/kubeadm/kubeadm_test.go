@@ -344,16 +344,20 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	}
 	require.Equal(t, []string{"cp-0", "cp-1"}, outOfService())
 	tainted := time.Now()
-	for {
-		out, err := c.Kubectl(ctx, "-n", "before-loss", "get", "pod", "on-cp-0", "-o", "name", "--ignore-not-found")
-		require.NoError(t, err, out)
-		if strings.TrimSpace(out) == "" {
-			break
+	// podGone waits until the controllers have deleted the pod on cp-0 (cp-1 is replaced meanwhile:
+	// `hub reboot cp-0` takes its taint off).
+	podGone := func() {
+		for {
+			out, err := c.Kubectl(ctx, "-n", "before-loss", "get", "pod", "on-cp-0", "-o", "name", "--ignore-not-found")
+			require.NoError(t, err, out)
+			if strings.TrimSpace(out) == "" {
+				break
+			}
+			require.Less(t, time.Since(tainted), 3*time.Minute, "the pod on cp-0 is still there 3 minutes after its Node went out of service")
+			time.Sleep(2 * time.Second)
 		}
-		require.Less(t, time.Since(tainted), 3*time.Minute, "the pod on cp-0 is still there 3 minutes after its Node went out of service")
-		time.Sleep(2 * time.Second)
+		t.Logf("permanent loss: the pod on cp-0 deleted %s after its Node went out of service", time.Since(tainted).Round(time.Second))
 	}
-	t.Logf("permanent loss: the pod on cp-0 deleted %s after its Node went out of service", time.Since(tainted).Round(time.Second))
 
 	// Grow back, one machine at a time: replaced, powered on through the hub, rejoined.
 	c.Documented("operating.md", "agent rejoin --plan plan.json --cluster https://10.0.0.3:2379")
@@ -361,7 +365,10 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	park := "mkdir -p /var/lib/hale/recovery && mv\n   /etc/kubernetes/manifests/etcd.yaml /var/lib/hale/recovery/etcd.yaml"
 	c.Documented("operating.md", park)
 	park = strings.ReplaceAll(park, "\n   ", " ")
-	for _, n := range []*lab.Node{c.Node("cp-0"), c.Node("cp-1")} {
+	for _, n := range []*lab.Node{c.Node("cp-1"), c.Node("cp-0")} {
+		if n.Name == "cp-0" {
+			podGone()
+		}
 		n.Replace()
 		// Typed on its disk before it is powered on (here from outside, at the disk's mount point).
 		line := strings.NewReplacer(" /etc/", " "+n.DiskPath("/etc")+"/", " /var/", " "+n.DiskPath("/var")+"/").Replace(park)
