@@ -45,7 +45,7 @@ type Enrolment struct {
 // EnrolmentInterval is how often the pinned keys are read from the API server.
 const EnrolmentInterval = 2 * time.Second
 
-// enrolAgain is how long an enrolment request is given before it is made again.
+// enrolAgain is how long an enrolment request the API server took is given before it is made again.
 const enrolAgain = time.Minute
 
 // The names both sides of enrolment use (kube.Enroller, the hub's, and Enrolment): the signerName of
@@ -120,13 +120,16 @@ func (e *Enrolment) Run(ctx context.Context, set func(Pinned)) {
 			last, warned, e.known = text, "", p
 		}
 		if !e.pinned(e.known) && time.Since(asked) > enrolAgain {
+			// A request that did not reach the API server is made again at the next read, not a minute
+			// later: a machine booting just after a quorum loss finds some API servers still listed in
+			// the kubernetes Service that do not answer, and its agent is not heard until it is pinned.
 			if name, err := e.request(ctx); err != nil {
 				warn("enrolment: cannot ask the API server to pin this node's key", err)
 			} else {
 				e.Log.Info("enrolment: asked for this node's key to be pinned; the hub pins it for the node this pod runs on", "node", e.Node,
 					"key", e.Identity.Public().String(), "csr", name)
+				asked = time.Now()
 			}
-			asked = time.Now()
 		}
 		select {
 		case <-ctx.Done():
