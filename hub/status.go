@@ -82,6 +82,10 @@ type MachineStatus struct {
 	// OutOfService, when set, says why its Node carries the out-of-service taint Hale put on
 	// (Kubernetes mode, policy.outOfServiceAfter).
 	OutOfService string `json:"outOfService,omitempty"`
+	// PlannedWork, when set, is the planned work under way on it (policy.plannedWork: a cordon, a
+	// rollout, a NodeMaintenance, a kubeadm upgrade): the hub starts nothing on it meanwhile, whatever
+	// its verdict.
+	PlannedWork string `json:"plannedWork,omitempty"`
 }
 
 // InFlight is a remediation in flight, as `hub status` shows it.
@@ -148,6 +152,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 		if m.Node != "" {
 			ms.OutOfService = h.taints.of(m.Node)
 		}
+		ms.PlannedWork = v.PlannedWork[m.Name]
 		if ms.Verdict == "" {
 			ms.Verdict = "Unknown"
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -380,7 +381,9 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 		createNode(t, c, m.Node, m.Member, true)
 	}
 	go mirrorToEtcd(ctx, t, c, ns, tb, names)
-	d := &Discovery{Client: c, Namespace: ns, Base: pass.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
+	// The first machine is in the inventory file with its BMC (healed by a power-cycle, below, when the
+	// MachineHealthCheck asks); the others are healed by their owner, KCP.
+	d := &Discovery{Client: c, Namespace: ns, Base: pass.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses, Machines: inv.Machines[:1]}}
 	startDiscoveredHub(t, c, tb, d)
 
 	sick := machines[2].Name
@@ -429,9 +432,11 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 // The real MachineHealthCheck hands its remediations to Hale (spec.remediation.templateRef: a
 // HaleRemediationTemplate): it judges two KCP Machines unhealthy at once (a Machine condition it is
 // told to watch), and makes a HaleRemediation for each; Discovery holds the hub's own remediations
-// on the machines it judges (ExternallyChecked); Hale carries the first out the machine's own way
-// (handed to the real KCP, which replaces it), and the second waits, saying why (it would cost etcd's
-// quorum), until the first is done, then goes too.
+// on the machines it judges (ExternallyChecked); Hale carries out each the machine's own way: the
+// first power-cycled through its BMC (the inventory file's), the second handed to the real KCP, which
+// replaces it. Whichever goes first, the other waits, saying why (either while the first is under
+// way would cost etcd's quorum); once power-cycled, the first's fault clears and the
+// MachineHealthCheck deletes its request.
 func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb *demo.Testbed, first, second string) {
 	ctx := t.Context()
 	template := &v1alpha1.HaleRemediationTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hale"}}
@@ -465,20 +470,34 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 		}
 		return r.Status
 	}
+	// Either goes first (both requests come at once); the other waits, saying why.
 	var waited string
-	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the MachineHealthCheck's first request carried out", func() bool {
-		if st := phase(second); st.Phase == v1alpha1.ExternalWaiting {
-			waited = st.Message
+	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the MachineHealthCheck's request for the first carried out", func() bool {
+		for _, name := range []string{first, second} {
+			if st := phase(name); st.Phase == v1alpha1.ExternalWaiting && waited == "" {
+				waited = name + ": " + st.Message
+			}
 		}
 		return phase(first).Phase == v1alpha1.ExternalSucceeded
 	}), "%+v; %+v", phase(first), phase(second))
-	t.Logf("MachineHealthCheck → two HaleRemediations → the first replaced by the real KCP, Succeeded %v after both were asked "+
-		"(its record closes once KCP is whole again); the second waited: %s", time.Since(start).Round(time.Second), waited)
-	assert.Contains(t, waited, "quorum", "the second waited for the first, and said why")
+	t.Logf("MachineHealthCheck → two HaleRemediations → the first power-cycled through its BMC, Succeeded %v after both were asked; "+
+		"one waited for the other: %s", time.Since(start).Round(time.Second), waited)
+	assert.Contains(t, waited, "quorum", "one waited for the other, and said why")
+	// Power-cycled, the first is healthy again: its fault goes (the condition this test made), and the
+	// MachineHealthCheck withdraws its request, as the contract says. KCP counts it ready again.
+	var m clusterv1.Machine
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &m))
+	before := m.DeepCopy()
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: "hale.dev/TestFault", Status: metav1.ConditionFalse, Reason: "PowerCycled"})
+	require.NoError(t, c.Status().Patch(ctx, &m, client.MergeFrom(before)))
+	require.NoError(t, tb.WaitFor(ctx, time.Minute, "the MachineHealthCheck's request for the first deleted once it is healthy", func() bool {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &v1alpha1.HaleRemediation{})
+		return apierrors.IsNotFound(err)
+	}))
 	require.NoError(t, tb.WaitFor(ctx, 3*time.Minute, "the second request carried out", func() bool {
 		return phase(second).Phase == v1alpha1.ExternalSucceeded
 	}), "%+v", phase(second))
-	t.Logf("the second Succeeded %v after both were asked", time.Since(start).Round(time.Second))
+	t.Logf("the second, replaced by the real KCP, Succeeded %v after both were asked (its record closes once KCP is whole again)", time.Since(start).Round(time.Second))
 	var rems []journal.Remediation
 	for _, name := range []string{first, second} {
 		hist, err := tb.Hub().History(ctx, name)
@@ -490,10 +509,19 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 		t.Logf("%s: %s, from %s to %s; etcd's members then: %v", name, quorum.StepList(r.Steps), r.Created.Format("15:04:05.0"), r.Updated.Format("15:04:05.0"), r.Members)
 		rems = append(rems, r)
 	}
-	// The second began once the first's machine had been replaced: its member gone, three members
-	// again (the first's own record closes only once KCP is whole, after both).
-	assert.NotContains(t, rems[1].Members, rems[0].Steps[0].Member)
-	assert.Len(t, rems[1].Members, 3)
+	// The first power-cycled through its BMC, the second handed to KCP, never both at once: the reboot
+	// came after the replacement's new member had joined (its old one gone, three again), or the
+	// replacement after the reboot had ended.
+	reboot, replace := rems[0], rems[1]
+	assert.Equal(t, quorum.OpPowerCycle, reboot.Steps[0].Op, quorum.StepList(reboot.Steps))
+	assert.Equal(t, quorum.OpRemove, replace.Steps[0].Op, quorum.StepList(replace.Steps))
+	if reboot.Created.Before(replace.Created) {
+		assert.False(t, replace.Created.Before(reboot.Updated), "the replacement began (%s) once the reboot had ended (%s)",
+			replace.Created.Format("15:04:05.0"), reboot.Updated.Format("15:04:05.0"))
+	} else {
+		assert.NotContains(t, reboot.Members, replace.Steps[0].Member, "the reboot began once the replaced member was gone")
+		assert.Len(t, reboot.Members, 3, "… and its replacement in")
+	}
 }
 
 // mirrorToEtcd does to the real etcd what KCP and kubeadm do to a real control plane's, while the

@@ -553,6 +553,9 @@ func printStatus(w io.Writer, st hub.Status, wide bool) {
 		if m.OutOfService != "" {
 			reasons = strings.TrimPrefix(reasons+"; Node out of service (tainted): "+m.OutOfService, "; ")
 		}
+		if m.PlannedWork != "" && !strings.Contains(reasons, m.PlannedWork) {
+			reasons = strings.TrimPrefix(reasons+"; planned work: "+m.PlannedWork, "; ")
+		}
 		if reasons == "" {
 			reasons = "-"
 		}

@@ -1,6 +1,7 @@
 package pass
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -96,14 +97,13 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 	}
 	detached, isDetached := f.Detached[m.Name]
 	sf := f.beginFailed[m.Name]
-	upgrade := kubeadmUpgrade(f, m)
+	work := PlannedWorkOn(f, m)
 	for _, h := range []struct {
 		Hold
 		ok bool
 	}{
 		{Hold{Reason: ReasonHeldByOwner, Why: m.Hold}, m.Hold != ""},
-		{Hold{Reason: ReasonPlannedWork, Why: m.PlannedWork}, m.PlannedWork != ""},
-		{Hold{Reason: ReasonPlannedWork, Why: upgrade}, upgrade != ""},
+		{Hold{Reason: ReasonPlannedWork, Why: work}, work != ""},
 		{Hold{Reason: ReasonExternallyChecked, Why: m.CheckedBy}, m.CheckedBy != ""},
 		{Hold{Reason: ReasonDetached, Why: fmt.Sprintf("detached by %s: no action until `hub attach %s`", detached, m.Name)}, isDetached},
 		{Hold{Reason: ReasonRemediationNotBegun, Why: fmt.Sprintf("could not begin its remediation: %s (trying again at %s)", sf.why,
@@ -139,6 +139,12 @@ const WorkKubeadmUpgrade = "kubeadmUpgrade"
 // kubeadmUpgradeFor bounds how long an upgrade holds its machine: kubeadm removes its directory when
 // done; one an upgrade that failed left behind holds no longer than this.
 const kubeadmUpgradeFor = time.Hour
+
+// PlannedWorkOn says what planned work is under way on m ("" when none): what the inventory says
+// (Machine.PlannedWork: Kubernetes mode's discovery), else a kubeadm upgrade its agent reports.
+func PlannedWorkOn(f Facts, m Machine) string {
+	return cmp.Or(m.PlannedWork, kubeadmUpgrade(f, m))
+}
 
 // kubeadmUpgrade says what kubeadm upgrade is under way on m, as its agent's latest report says
 // (health.Report.KubeadmUpgrade), when policy.plannedWork has it; "" when none.

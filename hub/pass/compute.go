@@ -76,6 +76,9 @@ type View struct {
 	// planner considered and the hub did not start waits.
 	Needs map[string]OperatorNeed
 	Holds map[string]Hold
+	// PlannedWork: the planned work under way on each machine that has some (PlannedWorkOn), whatever
+	// its verdict: the hub starts nothing there, and `hub status` says so before the machine fails.
+	PlannedWork map[string]string
 	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
 	// planned: when that pass gathered its facts.
 	quorumLost bool
@@ -172,6 +175,15 @@ func (s *State) update(f Facts) Ready {
 		return assess.Live(r, f.Observations, f.Inventory.Policy.Assess.StaleAfter)
 	})
 	v.Mark = s.Mark
+	v.PlannedWork = nil // a map of this view's own: the previous view's is published
+	for _, m := range f.Inventory.Machines {
+		if w := PlannedWorkOn(f, m); w != "" {
+			if v.PlannedWork == nil {
+				v.PlannedWork = map[string]string{}
+			}
+			v.PlannedWork[m.Name] = w
+		}
+	}
 	if e := f.Hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.

@@ -675,8 +675,12 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.PlannedWork = []string{pass.WorkKubeadmUpgrade} }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
-	require.NoError(t, os.MkdirAll(filepath.Join(tb.KubeadmTmpDir(2), "kubeadm-upgraded-manifests1234"), 0o700))
-	tb.passes(t, 10) // its agent has reported the upgrade
+	upgrading := filepath.Join(tb.KubeadmTmpDir(2), "kubeadm-upgraded-manifests1234")
+	require.NoError(t, os.MkdirAll(upgrading, 0o700))
+	tb.wait(t, "the upgrade in cp-2's status while it is Healthy", func() bool {
+		m := h.Status(t.Context()).Machines[2]
+		return m.Verdict == assess.VerdictHealthy && strings.Contains(m.PlannedWork, "a kubeadm upgrade is replacing cp-2's static pod manifests")
+	})
 	tb.Hang(2)
 	tb.wait(t, "cp-2 held for the upgrade", func() bool {
 		return strings.Contains(h.Status(t.Context()).Machines[2].Decision, "a kubeadm upgrade is replacing cp-2's static pod manifests")
@@ -686,4 +690,6 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "operator alice"})
 	require.NoError(t, err, "the operator doing the upgrade may reboot it")
 	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 1 && st == journal.Succeeded })
+	require.NoError(t, os.Remove(upgrading)) // kubeadm done
+	tb.wait(t, "no planned work on cp-2 once the upgrade is done", func() bool { return h.Status(t.Context()).Machines[2].PlannedWork == "" })
 }

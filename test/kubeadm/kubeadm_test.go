@@ -137,10 +137,13 @@ func kubeadmUpgrade(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *la
 		require.Less(t, time.Since(started), 2*time.Minute, "kubeadm upgrade node on %s made no directory of new manifests", n.Name)
 	}
 	seen := time.Since(started)
-	time.Sleep(3 * time.Second) // a report or two of its agent
+	const held = "a kubeadm upgrade is replacing " // hub/pass's words
+	waitStatus(ctx, t, c, n.Name+"'s upgrade in hub status (planned work)", func(st hub.Status) bool {
+		m, _ := machineIn(st, n.Name)
+		return strings.Contains(m.PlannedWork, held)
+	})
 	n.Freeze()
 	hung := time.Now()
-	const held = "a kubeadm upgrade is replacing " // hub/pass's words
 	st := waitStatus(ctx, t, c, n.Name+" held: a kubeadm upgrade under way", func(st hub.Status) bool {
 		m, _ := machineIn(st, n.Name)
 		return m.Verdict == assess.VerdictUnhealthy && strings.Contains(m.Decision, held)
@@ -163,7 +166,7 @@ func kubeadmUpgrade(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *la
 	require.Contains(t, string(manifest), "hale.dev/lab-upgrade", "kubeadm replaced %s's kube-apiserver manifest", n.Name)
 	waitStatus(ctx, t, c, "every machine Healthy after the upgrade, the hold gone", func(st hub.Status) bool {
 		m, _ := machineIn(st, n.Name)
-		return allHealthy(st) && !strings.Contains(m.Decision, held)
+		return allHealthy(st) && m.PlannedWork == ""
 	})
 	require.Empty(t, powerChanges(c, before), "no power action during or after %s's kubeadm upgrade", n.Name)
 	t.Logf("kubeadm upgrade: kubeadm upgrade node on %s done %s after it started, every machine Healthy %s after, no power action",
