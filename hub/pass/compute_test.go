@@ -249,3 +249,17 @@ func TestEtcdQuorumKeepsTheLossThePlanningPassSaw(t *testing.T) {
 	q, why = v.EtcdQuorum(s1.f.Now.Add(-time.Second))
 	assert.Equal(t, QuorumUnknown, q, "quorum's return decides nothing: %s", why)
 }
+
+// The view names the planned work on every machine that has some, healthy or not, and no longer once
+// it is done; a view published before is not changed by a later pass.
+func TestViewKeepsThePlannedWork(t *testing.T) {
+	s := newScene()
+	s.f.Inventory.Machines[1].PlannedWork = "Node cp-1 is cordoned"
+	st, _ := Compute(NewState(), s.stepFacts())
+	first := st.View
+	assert.Equal(t, map[string]string{"m1": "Node cp-1 is cordoned"}, first.PlannedWork)
+	assert.Equal(t, assess.VerdictHealthy, AssessmentOf(first.Assessments, 1, "m1").Verdict, "shown while healthy")
+	st, _ = Compute(st, newScene().stepFacts())
+	assert.Empty(t, st.View.PlannedWork, "done: no longer shown")
+	assert.Equal(t, map[string]string{"m1": "Node cp-1 is cordoned"}, first.PlannedWork, "the published view unchanged")
+}
