@@ -223,6 +223,12 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	file := filepath.Join(t.TempDir(), "before.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(list.String()), 0o644))
 	out, err := c.Kubectl(ctx, "apply", "-f", file)
+	for applied := time.Now(); err != nil && strings.Contains(out+err.Error(), `serviceaccount "default" not found`); {
+		// The pod may come before the namespace's default ServiceAccount (its controller makes it).
+		require.Less(t, time.Since(applied), 30*time.Second, "no default ServiceAccount in before-loss: %s", out)
+		time.Sleep(time.Second)
+		out, err = c.Kubectl(ctx, "apply", "-f", file)
+	}
 	require.NoError(t, err, out)
 	out, err = c.Kubectl(ctx, "-n", "before-loss", "wait", "--for=condition=Ready", "pod/on-cp-0", "--timeout=2m")
 	require.NoError(t, err, out)
