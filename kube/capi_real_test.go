@@ -456,12 +456,16 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 		return false
 	}))
 	start := time.Now()
-	for _, name := range []string{first, second} {
+	// fault sets the condition the MachineHealthCheck watches on a Machine.
+	fault := func(name string, status metav1.ConditionStatus, reason string) {
 		var m clusterv1.Machine
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &m))
 		before := m.DeepCopy()
-		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: "hale.dev/TestFault", Status: metav1.ConditionTrue, Reason: "Injected"})
+		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: "hale.dev/TestFault", Status: status, Reason: reason})
 		require.NoError(t, c.Status().Patch(ctx, &m, client.MergeFrom(before)))
+	}
+	for _, name := range []string{first, second} {
+		fault(name, metav1.ConditionTrue, "Injected")
 	}
 	phase := func(name string) v1alpha1.HaleRemediationStatus {
 		var r v1alpha1.HaleRemediation
@@ -485,11 +489,7 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 	assert.Contains(t, waited, "quorum", "one waited for the other, and said why")
 	// Power-cycled, the first is healthy again: its fault goes (the condition this test made), and the
 	// MachineHealthCheck withdraws its request, as the contract says. KCP counts it ready again.
-	var m clusterv1.Machine
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &m))
-	before := m.DeepCopy()
-	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: "hale.dev/TestFault", Status: metav1.ConditionFalse, Reason: "PowerCycled"})
-	require.NoError(t, c.Status().Patch(ctx, &m, client.MergeFrom(before)))
+	fault(first, metav1.ConditionFalse, "PowerCycled")
 	require.NoError(t, tb.WaitFor(ctx, time.Minute, "the MachineHealthCheck's request for the first deleted once it is healthy", func() bool {
 		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &v1alpha1.HaleRemediation{})
 		return apierrors.IsNotFound(err)
