@@ -198,6 +198,37 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *pass.Brakes
 	}
 }
 
+// ImportDegradedWhileLeading is ImportDegraded tried again every retry while ctx lasts (this replica
+// leads), for up to patience: the degraded term's local journal is on this pod's disk only, and a
+// standby that leads instead knows nothing of the term (an etcd recovery it carried out looks like a
+// rebuild outside Hale, its fences unknown: no out-of-service taint). Right after an etcd recovery the
+// API server comes and goes while etcd restarts under it, and a leader that gave the Lease up at the
+// first failed write left the term to a standby (found on the real kubeadm cluster). ok is false when
+// ctx ended or patience ran out (the caller gives the Lease up; this pod's next term imports again).
+func ImportDegradedWhileLeading(ctx context.Context, path string, j *Journal, brakeStore hub.BrakeStore, recoveries hub.RecoveryStore,
+	retry, patience time.Duration, log *slog.Logger) (said []pass.Notice, ok bool) {
+	deadline := time.Now().Add(patience)
+	for attempt := 1; ; attempt++ {
+		said, err := ImportDegraded(ctx, path, j, brakeStore, recoveries, log)
+		if err == nil {
+			return said, true
+		}
+		// Nothing is said: the next import returns every notice again.
+		if !time.Now().Add(retry).Before(deadline) {
+			log.Error("importing the degraded term's local journal: giving the Lease up; this pod's next term imports it",
+				"journal", path, "attempts", attempt, "err", err)
+			return nil, false
+		}
+		log.Warn("importing the degraded term's local journal: trying again while this replica leads (another replica would not know the term)",
+			"journal", path, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(retry):
+		}
+	}
+}
+
 // ImportDegraded writes what a degraded term recorded in the local journal at path into Remediation
 // objects (j: this leader's), writes an etcd recovery it carried out back (ImportRecovery: the record
 // into the HealthPolicy's recoveries) and the brakes it recorded (degraded.ImportBrakes, into brakes;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -164,4 +165,59 @@ func TestDegradedImportCutShortSaysEverythingOnce(t *testing.T) {
 	said, err = ImportDegraded(ctx, path, NewJournal(c, ns, 6, 5), brakes, recoveries, log)
 	require.NoError(t, err)
 	assert.Empty(t, said, "imported: nothing said again")
+}
+
+// A new leader imports its pod's degraded journal before anything else, trying again while it leads:
+// writes refused for a while (the API server comes and goes while etcd restarts after a recovery) are
+// waited out, never a reason to give the Lease up to a standby that knows nothing of the term; one that
+// keeps failing past its patience gives up with the local journal kept for this pod's next term.
+func TestDegradedImportTriedAgainWhileLeading(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "degraded.db")
+	local, err := hub.OpenJournal(path, 0)
+	require.NoError(t, err)
+	require.NoError(t, local.RecordRecovery(ctx, pass.RecoveryRecord{By: "alice", Began: time.Now().UTC(), Plan: pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "hale-c1-8",
+		Survivor: &quorum.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
+		Fence:    []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true}}}}}))
+	require.NoError(t, local.Close())
+	policy := client.ObjectKey{Namespace: ns, Name: "default"}
+	brakes, recoveries := PolicyBrakes{Client: c, Policy: policy}, PolicyRecoveries{Client: c, Policy: policy}
+	log := slog.New(slog.DiscardHandler)
+	gone := errors.New("connect: connection refused")
+
+	refused := 0
+	never := NewJournal(c, ns, 7, 5).WithFence(func(context.Context) error { refused++; return gone })
+	said, ok := ImportDegradedWhileLeading(ctx, path, never, brakes, recoveries, time.Millisecond, 20*time.Millisecond, log)
+	assert.False(t, ok, "past its patience")
+	assert.Empty(t, said)
+	assert.Greater(t, refused, 1, "tried again before giving up")
+	assert.FileExists(t, path, "kept for the next term")
+
+	writes := 0
+	flaky := NewJournal(c, ns, 8, 5).WithFence(func(context.Context) error {
+		if writes++; writes <= 3 {
+			return gone
+		}
+		return nil
+	})
+	said, ok = ImportDegradedWhileLeading(ctx, path, flaky, brakes, recoveries, time.Millisecond, time.Minute, log)
+	require.True(t, ok)
+	assert.Equal(t, 4, writes, "three refusals waited out")
+	var machines []string
+	for _, n := range said {
+		machines = append(machines, n.Machine)
+	}
+	assert.Equal(t, []string{"cp-0", "", ""}, machines, "the fence, the recovery, the term")
+	got, err := recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	assert.Equal(t, "hale-c1-8", got.Plan.Token, "the recovery is Hale's, for any leader to find")
+	assert.NoFileExists(t, path)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, os.WriteFile(path, nil, 0o600))
+	_, ok = ImportDegradedWhileLeading(cancelled, path, never, brakes, recoveries, time.Hour, 2*time.Hour, log)
+	assert.False(t, ok, "the leadership ended")
 }

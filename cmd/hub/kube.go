@@ -176,6 +176,10 @@ func quickHTTP2HealthCheck() {
 	}
 }
 
+// importPatience is how long a new leader tries to import its pod's degraded journal before it gives
+// the Lease up (kube.ImportDegradedWhileLeading).
+const importPatience = 5 * time.Minute
+
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
 // Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
 func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *hub.InventoryReloader,
@@ -226,6 +230,29 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		if k.enrol {
 			go k.runEnroller(lctx, c, log)
 		}
+		var brakes hub.BrakeStore
+		var recoveries hub.RecoveryStore
+		var policy client.ObjectKey
+		if k.policy != "" {
+			// The operator's brakes (pause, suspend, detached machines) live in the HealthPolicy: the
+			// socket's commands and kubectl write the same fields, and a new leader finds them there. So
+			// do the last etcd recovery (the members it retired stay held until they rejoin) and the raft
+			// mark (a cluster rebuilt while another replica led is found by its ID).
+			policy = client.ObjectKey{Namespace: k.namespace, Name: k.policy}
+			brakes, recoveries = kube.PolicyBrakes{Client: c, Policy: policy}, kube.PolicyRecoveries{Client: c, Policy: policy}
+		}
+		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
+		// A degraded term's local journal is imported first, before anything that may fail and give the
+		// Lease up: it is on this pod's disk only, and another replica leading first knows nothing of the
+		// term (an etcd recovery it carried out looks like a rebuild outside Hale; its fences are
+		// unknown, so no out-of-service taint).
+		var imported []pass.Notice
+		if k.degradedJournal != "" {
+			var ok bool
+			if imported, ok = kube.ImportDegradedWhileLeading(lctx, k.degradedJournal, journal, brakes, recoveries, timing.RetryPeriod, importPatience, log); !ok {
+				return
+			}
+		}
 		var adjust func(*hub.Config)
 		var d *kube.Discovery
 		if k.discover {
@@ -248,15 +275,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}
 			log.Info("discovered", "machines", len(inv.Machines))
 		}
-		var brakes hub.BrakeStore
-		var recoveries hub.RecoveryStore
 		if k.policy != "" {
-			// The operator's brakes (pause, suspend, detached machines) live in the HealthPolicy: the
-			// socket's commands and kubectl write the same fields, and a new leader finds them there. So
-			// do the last etcd recovery (the members it retired stay held until they rejoin) and the raft
-			// mark (a cluster rebuilt while another replica led is found by its ID).
-			policy := client.ObjectKey{Namespace: k.namespace, Name: k.policy}
-			brakes, recoveries = kube.PolicyBrakes{Client: c, Policy: policy}, kube.PolicyRecoveries{Client: c, Policy: policy}
 			discovered := adjust
 			adjust = func(cfg *hub.Config) {
 				if discovered != nil {
@@ -273,16 +292,6 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 				before(cfg)
 			}
 			cfg.OutOfService = kube.NodeTaints{Client: c}
-		}
-		journal := kube.NewJournal(c, k.namespace, leader.Epoch(), o.keep).WithFence(leader.Check)
-		var imported []pass.Notice
-		if k.degradedJournal != "" {
-			var err error
-			if imported, err = kube.ImportDegraded(lctx, k.degradedJournal, journal, brakes, recoveries, log); err != nil {
-				// Nothing is said: the next import (this pod's next term) returns every notice again.
-				log.Error("importing the degraded term's local journal", "journal", k.degradedJournal, "err", err)
-				return
-			}
 		}
 		h, err := newHub(journal, adjust)
 		if err != nil {
@@ -305,7 +314,7 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			}, log)
 		}
 		if k.policy != "" {
-			sync := &kube.PolicySync{Client: c, Policy: client.ObjectKey{Namespace: k.namespace, Name: k.policy}, Cluster: capi, Hub: h, Log: log}
+			sync := &kube.PolicySync{Client: c, Policy: policy, Cluster: capi, Hub: h, Log: log}
 			go sync.Run(lctx)
 		}
 		if err := h.Run(lctx); err != nil {
