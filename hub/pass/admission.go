@@ -140,6 +140,13 @@ const WorkKubeadmUpgrade = "kubeadmUpgrade"
 // done; one an upgrade that failed left behind holds no longer than this.
 const kubeadmUpgradeFor = time.Hour
 
+// kubeadmUpgradeSilent bounds how long an upgrade holds its machine once the agent that reported it is
+// silent: kubeadm waits at most 5 min (its default timeouts.upgradeManifests) for each static pod it
+// replaces, and replaces none on a machine that has died; an upgrade restarts static pods, never the
+// agent (a DaemonSet's pod), so a silent agent is a machine in trouble, not planned work. Without this
+// bound a machine that died during an upgrade waited kubeadmUpgradeFor.
+const kubeadmUpgradeSilent = 5 * time.Minute
+
 // PlannedWorkOn says what planned work is under way on m ("" when none): what the inventory says
 // (Machine.PlannedWork: Kubernetes mode's discovery), else a kubeadm upgrade its agent reports.
 func PlannedWorkOn(f Facts, m Machine) string {
@@ -150,9 +157,15 @@ func PlannedWorkOn(f Facts, m Machine) string {
 // (health.Report.KubeadmUpgrade), when policy.plannedWork has it; "" when none.
 func kubeadmUpgrade(f Facts, m Machine) string {
 	r, ok := f.Observations.Reports[m.Node]
-	if !ok || r.KubeadmUpgrade.IsZero() || f.Now.Sub(r.KubeadmUpgrade) >= kubeadmUpgradeFor || !slices.Contains(f.Inventory.Policy.PlannedWork, WorkKubeadmUpgrade) {
+	if !ok || r.KubeadmUpgrade.IsZero() || f.Now.Sub(r.KubeadmUpgrade) >= kubeadmUpgradeFor || f.Now.Sub(r.SentAt) >= kubeadmUpgradeSilent ||
+		!slices.Contains(f.Inventory.Policy.PlannedWork, WorkKubeadmUpgrade) {
 		return ""
 	}
+	silent := ""
+	if f.Now.Sub(r.SentAt) > f.Inventory.Policy.Assess.StaleAfter {
+		silent = fmt.Sprintf(", though its agent has been silent since %s: held until %s at most", r.SentAt.UTC().Format(time.RFC3339),
+			r.SentAt.Add(kubeadmUpgradeSilent).UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("a kubeadm upgrade is replacing %s's static pod manifests (since %s, as its agent reports): planned work; "+
-		"Hale waits until it is done (policy.plannedWork: %s)", m.Node, r.KubeadmUpgrade.UTC().Format(time.RFC3339), WorkKubeadmUpgrade)
+		"Hale waits until it is done (policy.plannedWork: %s)%s", m.Node, r.KubeadmUpgrade.UTC().Format(time.RFC3339), WorkKubeadmUpgrade, silent)
 }

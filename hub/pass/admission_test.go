@@ -140,20 +140,24 @@ func TestOneAdmissionRule(t *testing.T) {
 }
 
 // A kubeadm upgrade its agent reports is planned work: the hub waits (an operator's reboot does not),
-// when policy.plannedWork has it, for at most kubeadmUpgradeFor.
+// when policy.plannedWork has it, for at most kubeadmUpgradeFor, and for at most kubeadmUpgradeSilent
+// once its agent is silent (a machine that died during an upgrade).
 func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		since time.Duration // 0: no upgrade reported
-		kinds []string
-		who   Asker
-		held  bool
+		name   string
+		since  time.Duration // 0: no upgrade reported
+		silent time.Duration // since the agent's last report
+		kinds  []string
+		who    Asker
+		held   bool
 	}{
-		{"under way for 3 min", 3 * time.Minute, []string{WorkKubeadmUpgrade}, byHub, true},
-		{"an operator's reboot", 3 * time.Minute, []string{WorkKubeadmUpgrade}, ByOperator, false},
-		{"not in policy.plannedWork", 3 * time.Minute, []string{"cordoned"}, byHub, false},
-		{"left behind 2 h ago by an upgrade that failed", 2 * time.Hour, []string{WorkKubeadmUpgrade}, byHub, false},
-		{"none reported", 0, []string{WorkKubeadmUpgrade}, byHub, false},
+		{"under way for 3 min", 3 * time.Minute, 0, []string{WorkKubeadmUpgrade}, byHub, true},
+		{"an operator's reboot", 3 * time.Minute, 0, []string{WorkKubeadmUpgrade}, ByOperator, false},
+		{"not in policy.plannedWork", 3 * time.Minute, 0, []string{"cordoned"}, byHub, false},
+		{"left behind 2 h ago by an upgrade that failed", 2 * time.Hour, 0, []string{WorkKubeadmUpgrade}, byHub, false},
+		{"none reported", 0, 0, []string{WorkKubeadmUpgrade}, byHub, false},
+		{"its agent silent for 2 min", 3 * time.Minute, 2 * time.Minute, []string{WorkKubeadmUpgrade}, byHub, true},
+		{"its agent silent for 5 min", 10 * time.Minute, 5 * time.Minute, []string{WorkKubeadmUpgrade}, byHub, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScene().dead(2)
@@ -161,7 +165,7 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 			m := s.f.Inventory.Machines[2]
 			if tc.since > 0 {
 				r := s.w.Obs.Reports[m.Node]
-				r.KubeadmUpgrade = s.f.Now.Add(-tc.since)
+				r.KubeadmUpgrade, r.SentAt = s.f.Now.Add(-tc.since), s.f.Now.Add(-tc.silent)
 				s.w.Obs.Reports[m.Node] = r
 			}
 			s.f.Observations = s.w.Obs
@@ -170,6 +174,9 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 				return h.Reason == ReasonPlannedWork && strings.Contains(h.Why, "a kubeadm upgrade is replacing "+m.Node+"'s static pod manifests")
 			})
 			assert.Equal(t, tc.held, planned, "%+v", holds)
+			if tc.held && tc.silent > 0 {
+				assert.Contains(t, holds[0].Why, "its agent has been silent since", "the hold says how long it lasts")
+			}
 		})
 	}
 }
