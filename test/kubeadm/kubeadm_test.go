@@ -326,11 +326,18 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		require.Less(t, time.Since(lost), 12*time.Minute, "hub resume: %v", out)
 		time.Sleep(2 * time.Second)
 	}
-	waitStatus(ctx, t, c, "cp-0 and cp-1 retired by the recovery", func(st hub.Status) bool {
+	st := waitStatus(ctx, t, c, "cp-0 and cp-1 retired by the recovery", func(st hub.Status) bool {
 		a, _ := machineIn(st, "cp-0")
 		b, _ := machineIn(st, "cp-1")
 		return a.NeedsOperator == pass.NeedRetired && b.NeedsOperator == pass.NeedRetired
 	})
+	// By Hale's own recovery, which the degraded term journaled on its pod's disk and its next leader
+	// imported: a leader that knew nothing of it would take it for a rebuild outside Hale (token
+	// rebuilt-…) and not know its fences.
+	for _, name := range []string{"cp-0", "cp-1"} {
+		m, _ := machineIn(st, name)
+		require.Contains(t, m.Decision, "retired by etcd recovery "+plan.Token, "%s: the recovery imported from the degraded term", name)
+	}
 	// Fenced through their BMCs and read Off since: their Nodes go out of service (policy.outOfServiceAfter,
 	// 1 min by default), and the pods there may start elsewhere; each `hub reboot` below takes it off.
 	resumed := time.Now()
