@@ -263,7 +263,9 @@ func (e *Etcd) View(ctx context.Context) EtcdView {
 			go func() {
 				defer wg.Done()
 				st := e.reachable(ctx, m.ClientURLs[0])
-				reachable := st != nil
+				// Reachable only when the member that answered is this one, of this cluster: after an
+				// etcd recovery a machine at that URL may still run its old member of the old cluster.
+				reachable := st != nil && st.Header != nil && st.Header.MemberId == m.ID && st.Header.ClusterId == ml.Header.ClusterId
 				v.Members[i].Reachable = &reachable
 				if st != nil && e.endpoint == "" { // from outside, the alarms come with the members' Status
 					mu.Lock()

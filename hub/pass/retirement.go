@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -106,15 +107,27 @@ func (rec *RecoveryRecord) rebuiltOutsideMessage() string {
 
 // Where says where a retired member stands in the fresh reports: back in a cluster other than the
 // old one (rejoined: no longer retired), or answering as a member of the old one (from a sender alive
-// in the hub's gossip). A fresh report of the new cluster is enough for rejoined, alive in the gossip
-// or not yet: `agent rejoin` moved the old member's data aside before it joined, so the machine runs
-// the old cluster no more. Requiring it alive held the next machine's power-on for ~20 s after each
-// rejoin on the real kubeadm cluster: the rejoined agent restarts under its name with a new key, and
-// the hub's gossip sees it dead until memberlist settles its incarnation.
+// in the hub's gossip). Rejoined needs one of: a fresh report of the new cluster from the member's own
+// agent, alive in the gossip or not yet (`agent rejoin` moved the old member's data aside before it
+// joined, so the machine runs the old cluster no more; requiring it alive held the next machine's
+// power-on for ~20 s after each rejoin on the real kubeadm cluster: the rejoined agent restarts under
+// its name with a new key, and the hub's gossip sees it dead until memberlist settles its
+// incarnation); or a fresh report of another member of the new cluster that reached the member, as
+// itself and of the new cluster, at its client URL (health: Reachable checks the answer's member and
+// cluster IDs), which is the etcd on the machine: the rejoined agent's first report waits on its new
+// key's enrolment, another 20–30 s on the real cluster.
 func (r Retirement) Where(x Retiree, obs assess.Observations, staleAfter time.Duration) (rejoined, runsOld bool) {
 	for _, rep := range obs.Reports {
 		e := rep.Etcd
-		if e == nil || e.LocalName != x.Member || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
+		if e == nil || e.ClusterID == "" || obs.Now.Sub(rep.SentAt) > staleAfter {
+			continue
+		}
+		if e.LocalName != x.Member {
+			if e.ClusterID != r.Cluster && slices.ContainsFunc(e.Members, func(m health.EtcdMember) bool {
+				return m.Name == x.Member && m.Reachable != nil && *m.Reachable
+			}) {
+				return true, false
+			}
 			continue
 		}
 		if e.ClusterID != r.Cluster {
