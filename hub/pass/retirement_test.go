@@ -23,7 +23,9 @@ func TestWhereARetiredMemberStands(t *testing.T) {
 	view := func(node, cluster, local string, age time.Duration, members ...health.EtcdMember) health.Report {
 		return health.Report{Node: node, SentAt: now.Add(-age), Etcd: &health.EtcdView{ClusterID: cluster, LocalName: local, Members: members}}
 	}
-	member := func(reachable *bool) health.EtcdMember { return health.EtcdMember{Name: "etcd-1", Reachable: reachable} }
+	member := func(reachable *bool) health.EtcdMember {
+		return health.EtcdMember{Name: "etcd-1", Reachable: reachable}
+	}
 	for _, tc := range []struct {
 		name              string
 		report            health.Report
