@@ -146,7 +146,10 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	tb.Hang(2)
 	fenced := time.Now()
 	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-2 fenced", func() bool { return tb.Sim().PowerState(demo.Name(2)) == "Off" }))
+	// The Node first, then the hub's word: the hub records the taint once the API server has answered
+	// its write, a moment after the Node carries it (the full lane read the status in between once).
 	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-2's Node tainted", func() bool { return tainted(demo.Name(2)) }))
+	require.NoError(t, tb.WaitFor(ctx, 5*time.Second, "the hub's status saying so", func() bool { return tb.Hub().Status(ctx).Machines[2].OutOfService != "" }))
 	t.Logf("fence → taint: %v (policy.outOfServiceAfter 2s, BMC read every 0.5 s)", time.Since(fenced).Round(100*time.Millisecond))
 	n := node(demo.Name(2))
 	assert.Contains(t, n.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute,
