@@ -221,6 +221,10 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
 	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", identity, "leaseDuration", d)
 	var last atomic.Pointer[hub.Hub] // the hub of the latest term, for degraded mode's decision
+	// What an import said that no hub has said yet: a term that imported and then stopped before its
+	// hub ran (a discovery failure gives the Lease up) leaves them to this process's next term (the
+	// local journal is gone: the next import says nothing). Terms run one after another.
+	var unsaid []pass.Notice
 	lost := func(ctx context.Context, leader *kube.Leader, renewed time.Time, stopped <-chan struct{}) {
 		dg.AfterLoss(ctx, leader, renewed, last.Swap(nil), stopped)
 	}
@@ -246,12 +250,12 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 		// Lease up: it is on this pod's disk only, and another replica leading first knows nothing of the
 		// term (an etcd recovery it carried out looks like a rebuild outside Hale; its fences are
 		// unknown, so no out-of-service taint).
-		var imported []pass.Notice
 		if k.degradedJournal != "" {
-			var ok bool
-			if imported, ok = kube.ImportDegradedWhileLeading(lctx, k.degradedJournal, journal, brakes, recoveries, timing.RetryPeriod, importPatience, log); !ok {
+			imported, ok := kube.ImportDegradedWhileLeading(lctx, k.degradedJournal, journal, brakes, recoveries, timing.RetryPeriod, importPatience, log)
+			if !ok {
 				return
 			}
+			unsaid = append(unsaid, imported...)
 		}
 		var adjust func(*hub.Config)
 		var d *kube.Discovery
@@ -298,7 +302,8 @@ func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *
 			log.Error("starting the hub", "err", err)
 			return
 		}
-		h.Say(imported...)
+		h.Say(unsaid...)
+		unsaid = nil
 		last.Store(h)
 		requests := &kube.RequestSync{Client: c, Namespace: k.namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
 			Machines: k.discover, MachineNamespace: k.machineNamespace}
