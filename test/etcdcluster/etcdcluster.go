@@ -311,8 +311,19 @@ func (c *Cluster) Add(ctx context.Context, name string) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m.dir = filepath.Join(filepath.Dir(c.members[0].dir), name)
-	if m.etcd, err = m.start("existing"); err != nil {
-		return 0, err
+	// The new member checks its initial cluster against the membership a running peer gives it; a
+	// peer that has not applied the member add yet (committed, applied a moment later; under load)
+	// gives one member fewer ("member count is unequal", once in a full run). kubeadm's join tries
+	// again; so does this, for a few seconds.
+	for attempt := 1; ; attempt++ {
+		if m.etcd, err = m.start("existing"); err == nil {
+			break
+		}
+		if attempt == 10 || !strings.Contains(err.Error(), "member count is unequal") {
+			return 0, err
+		}
+		_ = os.RemoveAll(m.dir)
+		time.Sleep(500 * time.Millisecond)
 	}
 	c.members = append(c.members, m)
 	return len(c.members) - 1, nil
