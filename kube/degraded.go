@@ -203,10 +203,10 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *pass.Brakes
 // standby that leads instead knows nothing of the term (an etcd recovery it carried out looks like a
 // rebuild outside Hale, its fences unknown: no out-of-service taint). Right after an etcd recovery the
 // API server comes and goes while etcd restarts under it, and a leader that gave the Lease up at the
-// first failed write left the term to a standby (found on the real kubeadm cluster). ok is false when
-// ctx ended or patience ran out (the caller gives the Lease up; this pod's next term imports again).
+// first failed write left the term to a standby (found on the real kubeadm cluster). It returns the
+// notices to say and true, or false when ctx ended or patience ran out (the caller gives the Lease up; this pod's next term imports again).
 func ImportDegradedWhileLeading(ctx context.Context, path string, j *Journal, brakeStore hub.BrakeStore, recoveries hub.RecoveryStore,
-	retry, patience time.Duration, log *slog.Logger) (said []pass.Notice, ok bool) {
+	retry, patience time.Duration, log *slog.Logger) ([]pass.Notice, bool) {
 	deadline := time.Now().Add(patience)
 	for attempt := 1; ; attempt++ {
 		said, err := ImportDegraded(ctx, path, j, brakeStore, recoveries, log)
