@@ -204,7 +204,8 @@ func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *pass.Brakes
 // rebuild outside Hale, its fences unknown: no out-of-service taint). Right after an etcd recovery the
 // API server comes and goes while etcd restarts under it, and a leader that gave the Lease up at the
 // first failed write left the term to a standby (found on the real kubeadm cluster). It returns the
-// notices to say and true, or false when ctx ended or patience ran out (the caller gives the Lease up; this pod's next term imports again).
+// notices to say and true, or false when ctx ended or patience ran out (the caller gives the Lease
+// up; this pod's next term imports again).
 func ImportDegradedWhileLeading(ctx context.Context, path string, j *Journal, brakeStore hub.BrakeStore, recoveries hub.RecoveryStore,
 	retry, patience time.Duration, log *slog.Logger) ([]pass.Notice, bool) {
 	deadline := time.Now().Add(patience)
