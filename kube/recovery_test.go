@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -111,6 +112,18 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	require.NoError(t, other.RecordRaftMark(ctx, pass.RaftMark{ClusterID: "c3", Index: 1}))
 }
 
+// termRecovery is the record of an etcd recovery a degraded term carried out (token): rebuilt from
+// etcd-2 on cp-2, the machines cp-N of fenced powered off through their BMCs.
+func termRecovery(token string, fenced ...int) pass.RecoveryRecord {
+	var fence []quorum.FenceStep
+	for _, i := range fenced {
+		fence = append(fence, quorum.FenceStep{Machine: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i),
+			How: "powered off through its BMC, read back Off", Fenced: true})
+	}
+	return pass.RecoveryRecord{By: "alice", Began: time.Now().UTC(), Plan: pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: token,
+		Survivor: &quorum.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900}, Fence: fence}}}
+}
+
 // A degraded term's import cut short (the leader's fence refused a write halfway: a lost lease, the
 // API server gone again) says nothing; the next import writes no object twice and returns every
 // notice of the term, each once, and removes the local journal; a third finds nothing to import.
@@ -123,10 +136,7 @@ func TestDegradedImportCutShortSaysEverythingOnce(t *testing.T) {
 	r, err := local.Begin(ctx, journal.Remediation{Machine: "cp-5", Strategy: "reboot", RequestedBy: "hub", Reason: "agent silent"})
 	require.NoError(t, err)
 	require.NoError(t, local.Finish(ctx, r.ID, journal.Succeeded, "back"))
-	require.NoError(t, local.RecordRecovery(ctx, pass.RecoveryRecord{By: "alice", Began: time.Now().UTC(), Plan: pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "hale-c1-7",
-		Survivor: &quorum.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
-		Fence: []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true},
-			{Machine: "cp-1", Member: "etcd-1", How: "powered off through its BMC, read back Off", Fenced: true}}}}}))
+	require.NoError(t, local.RecordRecovery(ctx, termRecovery("hale-c1-7", 0, 1)))
 	require.NoError(t, local.Close())
 	policy := client.ObjectKey{Namespace: ns, Name: "default"}
 	brakes, recoveries := PolicyBrakes{Client: c, Policy: policy}, PolicyRecoveries{Client: c, Policy: policy}
@@ -177,9 +187,7 @@ func TestDegradedImportTriedAgainWhileLeading(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "degraded.db")
 	local, err := hub.OpenJournal(path, 0)
 	require.NoError(t, err)
-	require.NoError(t, local.RecordRecovery(ctx, pass.RecoveryRecord{By: "alice", Began: time.Now().UTC(), Plan: pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "hale-c1-8",
-		Survivor: &quorum.Survivor{Member: "etcd-2", Machine: "cp-2", ClusterID: "c1", Index: 900},
-		Fence:    []quorum.FenceStep{{Machine: "cp-0", Member: "etcd-0", How: "powered off through its BMC, read back Off", Fenced: true}}}}}))
+	require.NoError(t, local.RecordRecovery(ctx, termRecovery("hale-c1-8", 0)))
 	require.NoError(t, local.Close())
 	policy := client.ObjectKey{Namespace: ns, Name: "default"}
 	brakes, recoveries := PolicyBrakes{Client: c, Policy: policy}, PolicyRecoveries{Client: c, Policy: policy}
