@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -176,6 +177,39 @@ func quickHTTP2HealthCheck() {
 	}
 }
 
+// standbyAnswer is what a replica that does not lead answers an operator: which replica holds the
+// Lease ns/name, and its pod (a replica given no --node is named hub-POD-RANDOM: runHub), to ask instead.
+func standbyAnswer(ctx context.Context, c client.Client, ns, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var lease coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lease); err != nil {
+		return fmt.Sprintf("this hub replica stands by: the Lease %s/%s names the one that leads, and cannot be read now (%v): ask the other replica", ns, name, err)
+	}
+	var holder string
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	if holder == "" {
+		return fmt.Sprintf("this hub replica stands by: no replica leads right now (the Lease %s/%s has no holder): ask again in a few seconds", ns, name)
+	}
+	answer := fmt.Sprintf("this hub replica stands by: %s holds the Lease %s/%s", holder, ns, name)
+	if pod := holderPod(holder); pod != "" {
+		answer += fmt.Sprintf("; ask its pod: kubectl -n %s exec %s -- hub …", ns, pod)
+	}
+	return answer
+}
+
+// holderPod is the pod of a Lease holder named hub-POD-RANDOM (run.go's default name), or "".
+func holderPod(holder string) string {
+	rest, ok := strings.CutPrefix(holder, "hub-")
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i < 1 || len(rest)-i-1 != 6 {
+		return ""
+	}
+	return rest[:i]
+}
+
 // importPatience is how long a new leader tries to import its pod's degraded journal before it gives
 // the Lease up (kube.ImportDegradedWhileLeading).
 const importPatience = 5 * time.Minute
@@ -183,12 +217,14 @@ const importPatience = 5 * time.Minute
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
 // Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
 func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *hub.InventoryReloader,
-	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
+	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term], leads *atomic.Pointer[func(context.Context) string]) error {
 	k := o.kube
 	c, cfg, err := k.kubeClient()
 	if err != nil {
 		return err
 	}
+	answer := func(ctx context.Context) string { return standbyAnswer(ctx, c, k.namespace, k.lease) }
+	leads.Store(&answer)
 	var capi *client.ObjectKey
 	if k.capiCluster != "" {
 		ns, name, ok := strings.Cut(k.capiCluster, "/")

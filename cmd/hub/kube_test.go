@@ -26,6 +26,21 @@ import (
 	"github.com/hale-dev/hale/test/kubeenv"
 )
 
+// A standby names the leader's pod when the Lease holder has the default name (hub-POD-RANDOM).
+func TestHolderPod(t *testing.T) {
+	for holder, pod := range map[string]string{
+		"hub-hale-hub-5d8f7c9b4-x2x9k-ab12cd": "hale-hub-5d8f7c9b4-x2x9k",
+		"hub-node1-q1w2e3":                    "node1",
+		"hub-a":                               "", // a --node of the operator's: no pod in it
+		"hub-node1-abc":                       "",
+		"hub--ab12cd":                         "",
+		"witness-x-ab12cd":                    "",
+		"":                                    "",
+	} {
+		assert.Equal(t, pod, holderPod(holder), holder)
+	}
+}
+
 // `hub run --kubernetes` twice on the demo topology and a real kube-apiserver: one replica leads, the
 // other stands by (its API says so); the leader is killed in the middle of a remediation's BMC step;
 // the other takes over, resumes the same Remediation object and finishes it with one power action in
@@ -88,7 +103,7 @@ func TestKubernetesModeFailover(t *testing.T) {
 	b := start("hub-b")
 	out, code := status(b)
 	assert.NotEqual(t, 0, code)
-	assert.Contains(t, out, "this hub replica stands by")
+	assert.Contains(t, out, "this hub replica stands by: hub-a holds the Lease hale-system/hale-hub", "it names the one to ask")
 
 	// A slow BMC, so that hub-a dies inside the BMC step.
 	tb.Sim().SetFaults(bmcsim.Faults{Latency: 400 * time.Millisecond})

@@ -47,11 +47,10 @@ func TestMain(m *testing.M) {
 func TestHaleOnKubeadm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	start := time.Now()
-	c := lab.StartKube(t, assets, lab.KubeShape{ControlPlanes: 3, Workers: 2, IPMI: 1}, lab.KubeOptions{})
-	t.Logf("cluster up (kubeadm init and joins, every Node Ready) in %s", time.Since(start).Round(time.Second))
-	// Each static pod's mirror Pod, as its kubelet registers it (a node that joined last may be Ready
-	// a few seconds before they are all there).
+	// The cluster test/kubecluster gives a user, made by the same function, Hale installed as
+	// docs/install.md says.
+	c, applied := lab.UpWithHale(ctx, t, assets, lab.KubeOptions{})
+	// Each static pod's mirror Pod, as its kubelet registers it: kubeadm made what it says.
 	var mirrors []string
 	for _, n := range c.ControlPlanes() {
 		for _, p := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
@@ -70,16 +69,21 @@ func TestHaleOnKubeadm(t *testing.T) {
 		require.NotEmpty(t, strings.TrimSpace(ps), "no etcd container runs on %s", n.Name)
 	}
 
-	booted := len(c.PowerEvents())
-	applied := c.InstallHale(ctx)
 	// Installed: every agent reports, a hub leads, and it sees every machine Healthy, having touched
 	// no machine's power on the way.
 	st := waitStatus(ctx, t, c, "every machine Healthy", allHealthy)
 	t.Logf("installed: %d machines Healthy %s after kubectl apply", len(st.Machines), time.Since(applied).Round(time.Second))
-	if p := c.PowerEvents()[booted:]; len(p) > 0 { // why, from the hubs' logs and the nodes (seen once in a full run: cp-0 cycled)
-		t.Fatalf("a power action while Hale was installed: %v\n%s%s", p,
+	var powered []string
+	for i, e := range c.PowerEvents() {
+		if c.PowerEventAt(i).After(applied) {
+			powered = append(powered, e)
+		}
+	}
+	if len(powered) > 0 { // why, from the hubs' logs and the nodes (seen once in a full run: cp-0 cycled)
+		t.Fatalf("a power action while Hale was installed: %v\n%s%s", powered,
 			c.HubLines(ctx, `Unhealthy|Remediation|Suspect|Healthy|Quorum|Observer`), c.Diagnostics(ctx))
 	}
+	typeTries(ctx, t, c)
 	enrolled(ctx, t, c)
 
 	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang or =permanent-loss runs that scenario
@@ -102,6 +106,30 @@ func TestHaleOnKubeadm(t *testing.T) {
 	if only == "" || only == "permanent-loss" {
 		// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
 		permanentLoss(ctx, t, c)
+	}
+}
+
+// typeTries types what test/kubecluster tells its user to type, as the user would: the nodes listed,
+// each Ready; Hale's status, from the replica kubectl picks, or from the pod a standby names.
+func typeTries(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
+	t.Helper()
+	tries := lab.Tries()
+	require.Len(t, tries, 2, "test/kubecluster tells its user to type something this test does not")
+	c.Documented("../README.md", "`sudo go run ./test/kubecluster`")
+	c.Documented("install.md", "`"+tries[1].Line+"`") // install.md's check after the apply
+	nodes, err := c.Shell(ctx, "", tries[0].Line)
+	require.NoError(t, err)
+	for _, n := range c.Nodes {
+		require.Regexp(t, `(?m)^`+n.Name+`\s+Ready\s`, nodes, "%s: %s", tries[0].Line, tries[0].Shows)
+	}
+	status, err := c.Shell(ctx, "", tries[1].Line)
+	if m := regexp.MustCompile(`ask its pod: (kubectl -n hale-system exec \S+ -- hub) …`).FindStringSubmatch(status); err != nil && m != nil {
+		t.Logf("%s: the standby answered; as it says: %s status", tries[1].Line, m[1])
+		status, err = c.Shell(ctx, "", m[1]+" status")
+	}
+	require.NoError(t, err, "%s: %s", tries[1].Line, tries[1].Shows)
+	for _, n := range c.ControlPlanes() {
+		require.Regexp(t, `(?m)^`+n.Name+`\s+Healthy\s`, status, tries[1].Line)
 	}
 }
 
@@ -662,7 +690,7 @@ func hubCLI(ctx context.Context, c *lab.KubeCluster, args ...string) (string, er
 	if err != nil {
 		return "", err
 	}
-	return c.Kubectl(ctx, append([]string{"-n", "hale-system", "exec", pod, "--", "hub"}, append(args, "--socket", "/run/hale/hub.sock")...)...)
+	return c.Kubectl(ctx, append([]string{"-n", "hale-system", "exec", pod, "--", "hub"}, args...)...)
 }
 
 // hubStatus asks the leading hub replica for its status.

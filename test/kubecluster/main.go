@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,32 +63,31 @@ func (r *runner) run(clean bool) (code int) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	c := lab.StartKube(r, assets, lab.KubeShape{ControlPlanes: 3, Workers: 2, IPMI: 1}, lab.KubeOptions{
+	c, _ := lab.UpWithHale(ctx, r, assets, lab.KubeOptions{
 		OnEvent: func(kind, target, detail string) {
 			if kind != "bmc-request" {
 				fmt.Printf("%s  %s %s (%s)\n", time.Now().Format("15:04:05"), kind, target, detail)
 			}
 		}})
-	fmt.Printf("kubecluster: cluster up in %s; installing Hale (docs/install.md)\n", time.Since(start).Round(time.Second))
-	c.InstallHale(ctx)
-	if out, err := c.Kubectl(ctx, "-n", "hale-system", "wait", "--for=condition=Ready", "pods", "--all", "--timeout=5m"); err != nil {
-		r.Fatalf("Hale's pods not Ready: %v\n%s", err, out)
-	}
-	kubectl := fmt.Sprintf("ip netns exec %s %s --kubeconfig %s", c.Admin.NS, filepath.Join(assets, "rootfs", "usr", "local", "bin", "kubectl"), c.Kubeconfig)
-	var nodes []string
+	var nodes, tries []string
 	for _, n := range c.Nodes {
 		nodes = append(nodes, n.Name+" = "+n.Container())
 	}
-	fmt.Printf(`kubecluster: Hale is installed (%s in all). In another shell, as root:
+	for _, try := range lab.Tries() {
+		tries = append(tries, fmt.Sprintf("  %-58s # %s", try.Line, try.Shows))
+	}
+	fmt.Printf(`kubecluster: Hale is installed (%s in all). In another shell, as root, the operator's shell:
 
-  kubectl:           %s get nodes
-  Hale's status:     %s -n hale-system exec deploy/hale-hub -- hub status --socket /run/hale/hub.sock
-                     (deploy/hale-hub may pick the standby, which says so: exec into the other pod)
-  hang a node:       podman pause NODE    (the hub power-cycles it through its BMC within seconds)
-  the nodes:         %s
+  %s
+
+and in it:
+%s
+
+To hang a node (the hub power-cycles it through its BMC within seconds): podman pause NODE, in any
+shell as root; the nodes: %s.
 
 Ctrl-C tears it all down.
-`, time.Since(start).Round(time.Second), kubectl, kubectl, strings.Join(nodes, ", "))
+`, time.Since(start).Round(time.Second), c.AdminShell(), strings.Join(tries, "\n"), strings.Join(nodes, ", "))
 	<-ctx.Done()
 	fmt.Println("kubecluster: tearing down")
 	return 0

@@ -789,7 +789,7 @@ func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, erro
 		defer cancel()
 		args = append([]string{fmt.Sprintf("--request-timeout=%s", kubectlTimeout-2*time.Second)}, args...)
 	}
-	kubectl := filepath.Join(c.Assets, "rootfs", "usr", "local", "bin", "kubectl")
+	kubectl := filepath.Join(c.adminPath(), "kubectl")
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.Admin.NS, kubectl, "--kubeconfig", c.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -798,18 +798,26 @@ func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, erro
 	return string(out), nil
 }
 
-// Shell runs a shell command line on the Admin host, in dir, as an operator types it: kubectl (the
-// node image's) on PATH, KUBECONFIG set to kubeadm's admin.conf.
+// Shell runs a shell command line on the Admin host, in dir, as an operator types it in AdminShell.
 func (c *KubeCluster) Shell(ctx context.Context, dir, line string) (string, error) {
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", c.Admin.NS, "sh", "-c", line)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig,
-		"PATH="+filepath.Join(c.Assets, "rootfs", "usr", "local", "bin")+":"+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+c.adminPath()+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s: %w: %s", line, err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// AdminShell is the command line (as root, on this machine) that opens an operator's shell on the
+// Admin host: kubectl (the node image's) on PATH, KUBECONFIG set to kubeadm's admin.conf.
+func (c *KubeCluster) AdminShell() string {
+	return fmt.Sprintf("ip netns exec %s env KUBECONFIG=%s PATH=%s:$PATH bash", c.Admin.NS, c.Kubeconfig, c.adminPath())
+}
+
+func (c *KubeCluster) adminPath() string {
+	return filepath.Join(c.Assets, "rootfs", "usr", "local", "bin")
 }
 
 // LoadImage imports an OCI archive into the node's containerd (its Kubernetes namespace) as

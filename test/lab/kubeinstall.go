@@ -8,7 +8,38 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/test/netns"
 )
+
+// UpWithHale makes the cluster that test/kubecluster gives a user and test/kubeadm tests: three
+// control-plane nodes (cp-2's BMC behind IPMI) and two workers, Hale installed on it as
+// docs/install.md says, and waits until Hale's pods are Ready. It returns the cluster and when
+// `kubectl apply -k` returned.
+func UpWithHale(ctx context.Context, t netns.TB, assets string, o KubeOptions) (*KubeCluster, time.Time) {
+	t.Helper()
+	start := time.Now()
+	c := StartKube(t, assets, KubeShape{ControlPlanes: 3, Workers: 2, IPMI: 1}, o)
+	t.Logf("kube lab: cluster up (kubeadm init and joins, every Node Ready) in %s; installing Hale as docs/install.md says", time.Since(start).Round(time.Second))
+	applied := c.InstallHale(ctx)
+	if out, err := c.Kubectl(ctx, "-n", "hale-system", "wait", "--for=condition=Ready", "pods", "--all", "--timeout=5m"); err != nil {
+		t.Fatalf("kube lab: Hale's pods not Ready: %v\n%s", err, out)
+	}
+	t.Logf("kube lab: Hale's pods Ready %s after kubectl apply", time.Since(applied).Round(time.Second))
+	return c, applied
+}
+
+// Try is a command test/kubecluster tells its user to type in AdminShell, and what it shows.
+type Try struct{ Line, Shows string }
+
+// Tries are the commands test/kubecluster tells its user to type in AdminShell; test/kubeadm types
+// them on its cluster.
+func Tries() []Try {
+	return []Try{
+		{"kubectl get nodes", "the nodes"},
+		{"kubectl -n hale-system exec deploy/hale-hub -- hub status", "Hale's view (a standby replica names the pod to ask instead)"},
+	}
+}
 
 // InstallHale installs Hale on the cluster as docs/install.md says ("On Kubernetes", the standalone-bmc
 // overlay), step by step with the commands it gives, on a copy of the repository's deploy/ (step 2
