@@ -188,48 +188,45 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 		return res, dir
 	}
 	defer logf.Close()
-	r := &run{dir: dir, log: logf}
-	defer r.close()
-	defer func() {
-		if p := recover(); p != nil {
-			f, ok := p.(fatal)
-			if !ok {
-				panic(p)
-			}
-			res.Err = f.msg
+	r := &netns.Program{Dir: dir, Log: logf}
+	defer r.Close()
+	err = r.Run(func() {
+		tl := &timeline{start: time.Now(), log: logf}
+		for _, f := range s.Faults {
+			fmt.Fprintf(logf, "schedule: at %5.1fs %s for %.1fs\n", f.At.Seconds(), f, f.For.Seconds())
 		}
-	}()
-	tl := &timeline{start: time.Now(), log: logf}
-	for _, f := range s.Faults {
-		fmt.Fprintf(logf, "schedule: at %5.1fs %s for %.1fs\n", f.At.Seconds(), f, f.For.Seconds())
+		c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: s.Policy, OnEvent: tl.add, StaticPods: s.StaticPods, HubArgs: s.HubArgs})
+		chk := newChecker(c, tl)
+		chk.rulesChanged()
+		sctx, stopSampling := context.WithCancel(ctx)
+		defer stopSampling()
+		go chk.run(sctx)
+		if !waitHealthy(ctx, chk, 90*time.Second) || !hubSeesAll(ctx, c, 60*time.Second) {
+			r.Fatalf("the cluster was not healthy within 90 s of its start (see %s)", dir)
+		}
+		tl.add("start", "", s.Name)
+		in := newInjector(c, tl, chk)
+		in.play(ctx, s, time.Now())
+		tl.add("quiet", "", "every fault undone; the machines must heal within "+o.heal.String())
+		in.quiet()
+		quietAt := time.Now()
+		if waitHealthy(ctx, chk, o.heal) {
+			res.HealedIn = time.Since(quietAt)
+			res.HubSees = hubSeesAll(ctx, c, 30*time.Second)
+		}
+		res.Checked[4] = 1
+		stopSampling()
+		evaluate(&res, tl, chk.all(), machineNames(c), requestsOf(c, tl))
+		res.Rejected = c.HubRejected(ctx)
+		if res.HealedIn == 0 {
+			held(ctx, c, chk, &res)
+		}
+		fmt.Fprintf(logf, "result: %s\n", res.line())
+	})
+	if err != nil { // a harness error (Fatalf), not the checker's verdict
+		res.Err = err.Error()
+		fmt.Fprintf(logf, "error: %v\n", err)
 	}
-	c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: s.Policy, OnEvent: tl.add, StaticPods: s.StaticPods, HubArgs: s.HubArgs})
-	chk := newChecker(c, tl)
-	chk.rulesChanged()
-	sctx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	go chk.run(sctx)
-	if !waitHealthy(ctx, chk, 90*time.Second) || !hubSeesAll(ctx, c, 60*time.Second) {
-		r.Fatalf("the cluster was not healthy within 90 s of its start (see %s)", dir)
-	}
-	tl.add("start", "", s.Name)
-	in := newInjector(c, tl, chk)
-	in.play(ctx, s, time.Now())
-	tl.add("quiet", "", "every fault undone; the machines must heal within "+o.heal.String())
-	in.quiet()
-	quietAt := time.Now()
-	if waitHealthy(ctx, chk, o.heal) {
-		res.HealedIn = time.Since(quietAt)
-		res.HubSees = hubSeesAll(ctx, c, 30*time.Second)
-	}
-	res.Checked[4] = 1
-	stopSampling()
-	evaluate(&res, tl, chk.all(), machineNames(c), requestsOf(c, tl))
-	res.Rejected = c.HubRejected(ctx)
-	if res.HealedIn == 0 {
-		held(ctx, c, chk, &res)
-	}
-	fmt.Fprintf(logf, "result: %s\n", res.line())
 	return res, dir
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -41,57 +40,3 @@ func (tl *timeline) all() []event {
 
 // since formats t as seconds into the run.
 func (tl *timeline) since(t time.Time) string { return fmt.Sprintf("%.1fs", t.Sub(tl.start).Seconds()) }
-
-// run is one chaos run's context: its directory (logs, data), its log, and what to undo at its end. It
-// is what the netns lab needs of a test (netns.TB): Fatalf ends the run as a harness error.
-type run struct {
-	dir string
-	log io.Writer
-
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-// fatal is the panic Fatalf raises; the run's owner recovers it.
-type fatal struct{ msg string }
-
-func (r *run) Helper() {}
-
-// Failed is false: a run's verdict is the checker's, and its processes' logs are files in its directory
-// whatever the outcome.
-func (r *run) Failed() bool { return false }
-
-func (r *run) Logf(format string, args ...any) { fmt.Fprintf(r.log, format+"\n", args...) }
-
-// Errorf logs: the lab reports cleanup failures with it, and the next lab removes what is left.
-func (r *run) Errorf(format string, args ...any) { r.Logf("error: "+format, args...) }
-
-func (r *run) Fatalf(format string, args ...any) {
-	r.Logf(format, args...)
-	panic(fatal{fmt.Sprintf(format, args...)})
-}
-
-func (r *run) Cleanup(f func()) {
-	r.mu.Lock()
-	r.cleanups = append(r.cleanups, f)
-	r.mu.Unlock()
-}
-
-func (r *run) TempDir() string {
-	d, err := os.MkdirTemp(r.dir, "tmp")
-	if err != nil {
-		r.Fatalf("chaos: %v", err)
-	}
-	return d
-}
-
-// close runs the cleanups, last first.
-func (r *run) close() {
-	r.mu.Lock()
-	cs := r.cleanups
-	r.cleanups = nil
-	r.mu.Unlock()
-	for i := len(cs) - 1; i >= 0; i-- {
-		cs[i]()
-	}
-}

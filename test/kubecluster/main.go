@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -36,34 +35,33 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kubecluster: %v\n", err)
 		os.Exit(1)
 	}
-	r := &runner{dir: dir}
-	code := r.run(*clean)
-	r.close()
+	p := &netns.Program{Dir: dir, Log: os.Stdout}
+	err = p.Run(func() { up(p, *clean) })
+	p.Close()
 	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubecluster: %v\n", err)
+		os.Exit(1)
+	}
 }
 
-func (r *runner) run(clean bool) (code int) {
-	defer func() {
-		if f, ok := recover().(fatal); ok {
-			fmt.Fprintf(os.Stderr, "kubecluster: %s\n", f)
-			code = 1
-		}
-	}()
+// up brings the cluster up with Hale and keeps it until interrupted (clean: removes what a killed run
+// left behind instead).
+func up(p *netns.Program, clean bool) {
 	if clean {
-		lab.RemoveKubeLeftovers(r)
-		netns.New(r).Close() // a new lab first removes what dead ones left
+		lab.RemoveKubeLeftovers(p)
+		netns.New(p).Close() // a new lab first removes what dead ones left
 		fmt.Println("kubecluster: nothing left behind")
-		return 0
+		return
 	}
 	assets, err := lab.KubeAssets()
 	if err != nil {
-		r.Fatalf("%v", err)
+		p.Fatalf("%v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
-	c, _ := lab.UpWithHale(ctx, r, assets, lab.KubeOptions{
+	c, _ := lab.UpWithHale(ctx, p, assets, lab.KubeOptions{
 		OnEvent: func(kind, target, detail string) {
 			if kind != "bmc-request" {
 				fmt.Printf("%s  %s %s (%s)\n", time.Now().Format("15:04:05"), kind, target, detail)
@@ -90,47 +88,4 @@ Ctrl-C tears it all down.
 `, time.Since(start).Round(time.Second), c.AdminShell(), strings.Join(tries, "\n"), strings.Join(nodes, ", "))
 	<-ctx.Done()
 	fmt.Println("kubecluster: tearing down")
-	return 0
-}
-
-// runner is what the lab needs of a test (netns.TB), for a program: Fatalf ends the run.
-type runner struct {
-	dir      string
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-type fatal string
-
-func (r *runner) Helper()                         {}
-func (r *runner) Failed() bool                    { return false }
-func (r *runner) Logf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
-func (r *runner) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "kubecluster: "+format+"\n", args...)
-}
-func (r *runner) Fatalf(format string, args ...any) { panic(fatal(fmt.Sprintf(format, args...))) }
-
-func (r *runner) Cleanup(f func()) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.cleanups = append(r.cleanups, f)
-}
-
-func (r *runner) TempDir() string {
-	d, err := os.MkdirTemp(r.dir, "tmp")
-	if err != nil {
-		r.Fatalf("%v", err)
-	}
-	return d
-}
-
-// close runs the cleanups, last first.
-func (r *runner) close() {
-	r.mu.Lock()
-	cs := r.cleanups
-	r.cleanups = nil
-	r.mu.Unlock()
-	for i := len(cs) - 1; i >= 0; i-- {
-		cs[i]()
-	}
 }
