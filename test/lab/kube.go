@@ -798,11 +798,10 @@ func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, erro
 	return string(out), nil
 }
 
-// Shell runs a shell command line on the Admin host, in dir, as an operator types it in AdminShell.
+// Shell types a command line into AdminShell, started in dir, as an operator does.
 func (c *KubeCluster) Shell(ctx context.Context, dir, line string) (string, error) {
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", c.Admin.NS, "sh", "-c", line)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+c.adminPath()+":"+os.Getenv("PATH"))
+	cmd := exec.CommandContext(ctx, "sh", "-c", c.AdminShell())
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(line+"\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s: %w: %s", line, err, strings.TrimSpace(string(out)))
