@@ -203,7 +203,7 @@ func (w *remediationWorld) CameBack(context.Context) bool {
 	if !ok || a.Verdict == assess.VerdictUnhealthy {
 		return false
 	}
-	if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !r.Started.After(w.rem.AgentStarted) {
+	if r, ok := h.cfg.Gossip.Reports()[m.Node]; !ok || !w.rem.AgentRestarted(r.Started) {
 		return false
 	}
 	pv, alive := h.observePeer(m.Node)

@@ -24,9 +24,10 @@ func TestJournalOnAPIServer(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("crash between intent and outcome", func(t *testing.T) {
+		agent := time.Unix(1700000000, 734000000).UTC() // as an agent reports it, to the nanosecond
 		j1 := NewJournal(c, ns, 1, 3)
 		r, err := j1.Begin(ctx, journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
-			Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, Attempt: 1, AgentStarted: time.Unix(1700000000, 0).UTC()})
+			Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, Attempt: 1, AgentStarted: agent})
 		require.NoError(t, err)
 		require.NoError(t, j1.Intent(ctx, r.ID, 0, "reboot etcd-2 (graceful, then hard)"))
 		_, err = j1.Begin(ctx, journal.Remediation{Machine: "cp-2", Strategy: "reboot", Reason: "again"})
@@ -40,7 +41,10 @@ func TestJournalOnAPIServer(t *testing.T) {
 		assert.Equal(t, r.ID, active[0].ID)
 		assert.Equal(t, []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}, active[0].Steps, "typed, written as text")
 		assert.Equal(t, []string{"power-cycle etcd-2", "await-healthy etcd-2"}, remediationObject(t, c, ns, r.ID).Spec.Steps)
-		assert.Equal(t, time.Unix(1700000000, 0).UTC(), active[0].AgentStarted)
+		assert.Equal(t, time.Unix(1700000000, 0).UTC(), active[0].AgentStarted, "kept to the second (a metav1.Time)")
+		assert.False(t, r.AgentRestarted(agent), "the agent the remediation began with is no new one, read back as written")
+		assert.False(t, active[0].AgentRestarted(agent), "nor as the API server kept it")
+		assert.True(t, active[0].AgentRestarted(agent.Add(3*time.Second)), "an agent started after the reboot")
 		pending, ok := active[0].Pending()
 		require.True(t, ok)
 		assert.Equal(t, 0, pending.Step)

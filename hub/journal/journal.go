@@ -118,6 +118,16 @@ type Remediation struct {
 	History []Entry   `json:"history"`
 }
 
+// AgentRestarted says whether an agent that started at started is a later one than the one the
+// remediation began with (AgentStarted), compared to the second: the Kubernetes journal keeps that
+// time to the second (a metav1.Time), and compared to the nanosecond the agent that never restarted
+// counted as a new one, so that a machine counted as back once it was no longer Unhealthy, while it
+// was still rebooting (the real kubeadm cluster: "back" 50 ms after its power-on). A restarted agent
+// starts seconds after the one before it at the least: its machine rebooted.
+func (r Remediation) AgentRestarted(started time.Time) bool {
+	return started.Truncate(time.Second).After(r.AgentStarted.Truncate(time.Second))
+}
+
 // Pending returns the last intent that has no outcome yet (ok false when there is none).
 func (r Remediation) Pending() (Entry, bool) {
 	for i := len(r.History) - 1; i >= 0; i-- {
