@@ -595,7 +595,7 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	n.Freeze()
 	st := waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
 		m, ok := machineIn(st, n.Name)
-		return ok && (m.Verdict == assess.VerdictUnhealthy || m.Remediation != nil)
+		return ok && (m.Verdict == assess.VerdictUnhealthy || m.Remediation != nil) || len(powerChanges(c, before)) > 0
 	})
 	// The hub's own time of the verdict (the nodes share this host's clock), not when this poll saw it.
 	detected := time.Since(hung)
