@@ -177,6 +177,12 @@ func quickHTTP2HealthCheck() {
 	}
 }
 
+// kubeClient is Kubernetes mode's client of the API server, and its configuration.
+type kubeClient struct {
+	c   client.Client
+	cfg *rest.Config
+}
+
 // standbyAnswer is what a replica that does not lead answers an operator: which replica holds the
 // Lease ns/name, and its pod (a replica given no --node is named hub-POD-RANDOM: runHub), to ask instead.
 func standbyAnswer(ctx context.Context, c client.Client, ns, name string) string {
@@ -216,15 +222,9 @@ const importPatience = 5 * time.Minute
 
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
 // Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
-func runLeading(ctx context.Context, o runOptions, log *slog.Logger, inventory *hub.InventoryReloader,
-	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term], leads *atomic.Pointer[func(context.Context) string]) error {
-	k := o.kube
-	c, cfg, err := k.kubeClient()
-	if err != nil {
-		return err
-	}
-	answer := func(ctx context.Context) string { return standbyAnswer(ctx, c, k.namespace, k.lease) }
-	leads.Store(&answer)
+func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logger, inventory *hub.InventoryReloader,
+	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
+	k, c, cfg := o.kube, kc.c, kc.cfg
 	var capi *client.ObjectKey
 	if k.capiCluster != "" {
 		ns, name, ok := strings.Cut(k.capiCluster, "/")

@@ -231,8 +231,6 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	// The hub in charge: one for the process standalone; in Kubernetes mode, one per leadership term
 	// (none while another replica leads), each with its own registry for its metrics.
 	var current atomic.Pointer[term]
-	// Kubernetes mode: who leads instead (the Lease's holder), for a standby's answer to an operator.
-	var leads atomic.Pointer[func(context.Context) string]
 	base.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "hale_hub_leading",
 		Help: "1 while this hub is the one in charge (standalone; the Lease's leader, or degraded mode's), 0 on a standby replica."},
 		func() float64 {
@@ -264,9 +262,19 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			_ = s.Close()
 		}
 	}()
+	// Kubernetes mode: the API server's client, and who leads when this replica does not (the Lease's
+	// holder), for a standby's answer to an operator.
+	var kc kubeClient
+	var leads func(context.Context) string
+	if o.kube != nil {
+		if kc.c, kc.cfg, err = o.kube.kubeClient(); err != nil {
+			return err
+		}
+		leads = func(ctx context.Context) string { return standbyAnswer(ctx, kc.c, o.kube.namespace, o.kube.lease) }
+	}
 	var addrs runAddrs
 	for _, l := range apiLns {
-		s := &http.Server{Handler: termHandler(&current, &leads, l.token), ReadHeaderTimeout: 5 * time.Second}
+		s := &http.Server{Handler: termHandler(&current, leads, l.token), ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, s)
 		go func() { _ = s.Serve(l.ln) }()
 		addrs.API = append(addrs.API, l.ln.Addr().String())
@@ -339,7 +347,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		ready <- addrs
 	}
 	if o.kube != nil {
-		err = runLeading(ctx, o, log, inventory, newHub, &current, &leads)
+		err = runLeading(ctx, o, kc, log, inventory, newHub, &current)
 	} else {
 		var h *hub.Hub
 		if h, err = newHub(standalone, func(cfg *hub.Config) { cfg.Standby = hub.FirstHubLeads(g, o.node) }); err == nil {
@@ -358,14 +366,14 @@ type term struct {
 }
 
 // termHandler serves the operator API of the hub in charge, or says that this replica stands by and,
-// when leads is set, who leads.
-func termHandler(current *atomic.Pointer[term], leads *atomic.Pointer[func(context.Context) string], token string) http.Handler {
+// when leads is given, who leads.
+func termHandler(current *atomic.Pointer[term], leads func(context.Context) string, token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := current.Load()
 		if t == nil {
 			answer := "this hub replica stands by: another one leads; ask the leader"
-			if f := leads.Load(); f != nil {
-				answer = (*f)(r.Context())
+			if leads != nil {
+				answer = leads(r.Context())
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
