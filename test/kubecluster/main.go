@@ -74,11 +74,12 @@ func up(p *netns.Program, clean bool) {
 	for _, try := range lab.Tries() {
 		tries = append(tries, fmt.Sprintf("  %-58s # %s", try.Line, try.Shows))
 	}
-	fmt.Printf(`kubecluster: Hale is installed (%s in all). In another shell, as root, the operator's shell:
+	fmt.Printf(`kubecluster: Hale is installed (%s in all). In another shell, as root, open an operator's
+shell on the cluster's admin host:
 
   %s
 
-and in it:
+and type in it:
 %s
 
 To hang a node (the hub power-cycles it through its BMC within seconds): podman pause NODE, in any
