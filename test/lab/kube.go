@@ -494,9 +494,9 @@ func (n *Node) PowerOff(by string) {
 		return
 	}
 	c := n.c
-	if n.frozen {
-		_ = exec.Command("podman", "unpause", n.container).Run()
-	}
+	// A frozen node is killed frozen: the SIGKILL is pending when the freezer lets go, so none of its
+	// processes runs again, as on a hung machine whose power is cut. (It was thawed first until
+	// 2026-11-29, which let its agent send one more report after the hang.)
 	if !n.dead {
 		c.must("podman", "kill", "--signal", "KILL", n.container)
 		_ = exec.Command("podman", "wait", n.container).Run()
