@@ -210,7 +210,7 @@ func standbyAnswer(ctx context.Context, c client.Client, ns, name string) string
 func holderPod(holder string) string {
 	rest, ok := strings.CutPrefix(holder, "hub-")
 	i := strings.LastIndexByte(rest, '-')
-	if !ok || i < 1 || len(rest)-i-1 != 6 {
+	if !ok || i < 1 || len(rest)-i-1 != nodeSuffix {
 		return ""
 	}
 	return rest[:i]

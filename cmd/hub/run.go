@@ -35,6 +35,9 @@ import (
 // defaultSocket is where `hub run` serves the operator API and the operator commands look for it.
 const defaultSocket = "/run/hale/hub.sock"
 
+// nodeSuffix is the length of the random suffix of a hub's default name, hub-HOSTNAME-RANDOM.
+const nodeSuffix = 6
+
 type runOptions struct {
 	inventory, journal, node, bind, advertise, keyFile string
 	identityFile, pinnedFile                           string
@@ -158,7 +161,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		// conflicts with its own ghost in the agents' member lists, and while it does their failure
 		// detection slows to memberlist's longest suspicion timeout (15-22 s measured, instead of < 1 s).
 		host, _ := os.Hostname()
-		o.node = "hub-" + host + "-" + strings.ToLower(rand.Text()[:6])
+		o.node = "hub-" + host + "-" + strings.ToLower(rand.Text()[:nodeSuffix])
 	}
 	discover := o.kube != nil && o.kube.discover
 	inventory, err := hub.NewInventoryReloader(o.inventory, !discover)
