@@ -203,16 +203,28 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 		}
 		return out.String(), exitCode(err)
 	}
-	out, code := reboot("alice", "cp-1", "--wait")
-	t.Logf("alice: %s", out)
+	// The hub re-checks quorum with reports sent after the request just before the power action; on
+	// a loaded machine an agent's etcd read may time out then, the check finds too few views and the
+	// request ends Aborted, with no power action: alice asks again (twice at most).
+	var out string
+	var code, tries int
+	for tries = 1; ; tries++ {
+		out, code = reboot("alice", "cp-1", "--wait")
+		t.Logf("alice (request %d): %s", tries, out)
+		if code == 0 || tries == 3 || !strings.Contains(out, "confirming the quorum check with fresh reports") {
+			break
+		}
+	}
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, "accepted by the hub")
 	assert.Contains(t, out, "Succeeded")
 	assert.Len(t, tb.Resets(1), 1, "one power action")
 	var list v1alpha1.RemediationList
 	require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
-	require.Len(t, list.Items, 1, "recorded in alice's request, not a second object")
-	r := list.Items[0]
+	require.Len(t, list.Items, tries, "each request recorded in alice's object, not a second one")
+	i := slices.IndexFunc(list.Items, func(r v1alpha1.Remediation) bool { return strings.Contains(out, "remediation hale-system/"+r.Name+"\n") })
+	require.GreaterOrEqual(t, i, 0, "the object the last request named: %s", out)
+	r := list.Items[i]
 	assert.True(t, strings.HasPrefix(r.Name, "reboot-cp-1-"), r.Name)
 	assert.Equal(t, v1alpha1.PhaseSucceeded, r.Status.Phase)
 	assert.Contains(t, r.Spec.RequestedBy, "kubernetes: Remediation hale-system/reboot-cp-1-")
