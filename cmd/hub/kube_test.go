@@ -222,7 +222,9 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 	var list v1alpha1.RemediationList
 	require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
 	require.Len(t, list.Items, tries, "each request recorded in alice's object, not a second one")
-	i := slices.IndexFunc(list.Items, func(r v1alpha1.Remediation) bool { return strings.Contains(out, "remediation hale-system/"+r.Name+"\n") })
+	i := slices.IndexFunc(list.Items, func(r v1alpha1.Remediation) bool {
+		return strings.Contains(out, "remediation hale-system/"+r.Name+"\n")
+	})
 	require.GreaterOrEqual(t, i, 0, "the object the last request named: %s", out)
 	r := list.Items[i]
 	assert.True(t, strings.HasPrefix(r.Name, "reboot-cp-1-"), r.Name)
