@@ -252,7 +252,7 @@ func Kubeconfig(t testing.TB, cfg *rest.Config, dir, user string, groups ...stri
 	auth := &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
 		Impersonate: user, ImpersonateGroups: groups}
 	kc := clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"envtest": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
+		Clusters:       map[string]*clientcmdapi.Cluster{"envtest": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData, TLSServerName: cfg.ServerName}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"user": auth},
 		Contexts:       map[string]*clientcmdapi.Context{"envtest": {Cluster: "envtest", AuthInfo: "user"}},
 		CurrentContext: "envtest",

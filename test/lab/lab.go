@@ -2,10 +2,13 @@
 // Machine a host with a real etcd member and a real agent whose power is its BMC's (the project's
 // Redfish simulator, or ipmi_sim), witness hosts with their agents, a hub host running the real `hub
 // run`, and an out-of-band host holding the BMCs. Every member has its own identity key, made with the
-// real CLIs. The chaos runs, the partition test and the quorum-loss tests share it.
+// real CLIs; optionally a real kube-apiserver on the members (StartAPIServer). The chaos runs, the
+// partition test and the quorum-loss tests (test/quorumlost) share it; test/kubeadm's real cluster
+// (StartKube) shares its hosts, BMCs and power.
 package lab
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -56,6 +59,7 @@ type Machine struct {
 
 	mu          sync.Mutex
 	on          bool
+	broken      bool // BreakForGood: powered on, nothing boots
 	etcd, agent *proc.Process
 }
 
@@ -79,7 +83,9 @@ type Cluster struct {
 	// PinnedFile pins every member's key; IdentityFile(name) is each one's own.
 	PinnedFile string
 	Joins      []string
-	hubArgs    []string
+	// HubArgs is the hub's command line (the binary first): a standalone hub with the lab's inventory,
+	// journal and socket. A test may change it before StartHub (Kubernetes mode, say).
+	HubArgs []string
 
 	mu  sync.Mutex
 	hub *proc.Process
@@ -102,6 +108,10 @@ type Options struct {
 	StaticPods bool
 	// HubArgs are added to `hub run`'s arguments.
 	HubArgs []string
+	// NoHub leaves the hub to the test (StartHub, with Cluster.HubArgs as it wants them).
+	NoHub bool
+	// PowerOn is how long a Redfish BMC takes to power its machine on (default 200 ms).
+	PowerOn time.Duration
 }
 
 // Start starts a cluster of shape: its hosts, every member's identity, the machines powered on, the
@@ -144,15 +154,17 @@ func Start(t netns.TB, bins netns.Binaries, shape Shape, o Options) *Cluster {
 node: %s
 role: witness
 reportInterval: 1s
-listen: 127.0.0.1:9101
+listen: %s
 gossip: {bind: "%s", join: [%s], keyFile: %s, identityFile: %s, pinnedFile: %s}
 etcd: {endpoints: [%s]}
-`, h.Name, h.Addr(7946), strings.Join(c.Joins, ", "), c.KeyFile, c.IdentityFile(h.Name), c.PinnedFile, strings.Join(etcdURLs, ", ")))
+`, h.Name, h.Addr(9101), h.Addr(7946), strings.Join(c.Joins, ", "), c.KeyFile, c.IdentityFile(h.Name), c.PinnedFile, strings.Join(etcdURLs, ", ")))
 		c.witProcs = append(c.witProcs, h.Start("agent-"+h.Name, bins.Agent, "-config", cfg))
 	}
-	c.startBMCs(shape, o.Policy)
-	c.hubArgs = append(c.hubArgs, o.HubArgs...)
-	c.StartHub()
+	c.startBMCs(shape, o.Policy, cmp.Or(o.PowerOn, 200*time.Millisecond))
+	c.HubArgs = append(c.HubArgs, o.HubArgs...)
+	if !o.NoHub {
+		c.StartHub()
+	}
 	return c
 }
 
@@ -195,14 +207,36 @@ func (m *Machine) LoseForGood() {
 	c.Redfish.SetDead(m.Name, true)
 	m.PowerOff(LostForGood)
 	c.Redfish.SetPowerState(m.Name, bmcsim.Off)
+	m.wipe()
+}
+
+// BreakForGood kills the machine for good another way: its board dies and its disk with it. Its BMC
+// still answers, reads it On and powers it on and off; nothing boots.
+func (m *Machine) BreakForGood() {
+	m.mu.Lock()
+	m.broken = true
+	m.mu.Unlock()
+	m.PowerOff(LostForGood)
+	m.wipe()
+}
+
+// wipe removes the machine's etcd data: its disk is gone.
+func (m *Machine) wipe() {
 	if err := os.RemoveAll(m.dataDir()); err != nil {
-		c.T.Fatalf("lab: wiping %s's disk: %v", m.Name, err)
+		m.c.T.Fatalf("lab: wiping %s's disk: %v", m.Name, err)
 	}
 }
 
 // Replace puts a new machine in the place of one lost for good: the same name, BMC, addresses and
-// manifest, a working power supply and an empty disk. It stays off until powered on.
-func (m *Machine) Replace() { m.c.Redfish.SetDead(m.Name, false) }
+// manifest, a working board and power supply and an empty disk. It stays off until powered on.
+func (m *Machine) Replace() {
+	if m.c.Redfish != nil && m.c.IPMI[m.Name] == nil {
+		m.c.Redfish.SetDead(m.Name, false)
+	}
+	m.mu.Lock()
+	m.broken = false
+	m.mu.Unlock()
+}
 
 // pinIdentities makes every member's identity key as an operator would (`agent -print-identity`,
 // `hub identity`, each creating its key) and writes the pinned-keys file of their lines.
@@ -253,14 +287,14 @@ func (c *Cluster) Write(name, body string) string {
 // startBMCs starts the Redfish simulator (for the first machines) on the out-of-band host, listening
 // there from inside this process, and one ipmi_sim per IPMI machine (the last ones), each a process on
 // that host; their power runs the machines' processes.
-func (c *Cluster) startBMCs(shape Shape, policy string) {
+func (c *Cluster) startBMCs(shape Shape, policy string, powerOn time.Duration) {
 	creds := c.Write("bmc-credentials", "username=admin\npassword=lab-secret\n")
 	nRedfish := len(c.Machines) - shape.IPMI
 	var ids []string
 	for _, m := range c.Machines[:nRedfish] {
 		ids = append(ids, m.Name)
 	}
-	c.Redfish = startRedfish(c.T, c.OOB, ids, func(id string) powered { return c.Machine(id) }, c.event)
+	c.Redfish = startRedfish(c.T, c.OOB, ids, powerOn, func(id string) powered { return c.Machine(id) }, c.event)
 	for i, m := range c.Machines[nRedfish:] {
 		dir := filepath.Join(c.Dir, "ipmi-"+m.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -296,15 +330,16 @@ func (c *Cluster) startBMCs(shape Shape, policy string) {
 		fmt.Fprintf(&inv, "  - {name: %s, member: %s, class: cp, bmc: {endpoint: %q, credentials: %s}}\n", m.Name, m.Member, ep, file)
 	}
 	inventory := c.Write("inventory.yaml", inv.String())
-	c.hubArgs = []string{c.Bins.Hub, "run", "--inventory", inventory, "--gossip-key-file", c.KeyFile, "--join", strings.Join(c.Joins, ","),
+	c.HubArgs = []string{c.Bins.Hub, "run", "--inventory", inventory, "--gossip-key-file", c.KeyFile, "--join", strings.Join(c.Joins, ","),
 		"--gossip-bind", c.HubHost.Addr(7947), "--journal", filepath.Join(c.Dir, "journal.db"), "--socket", c.Socket,
 		"--metrics-address", "127.0.0.1:9357", "--identity-file", c.IdentityFile("hub"), "--pinned-file", c.PinnedFile}
 }
 
 // startRedfish starts the Redfish simulator (login admin / lab-secret, plain HTTP) on oob's port 8000,
-// listening there from inside this process, with one system per id whose power runs machine(id)'s,
-// each reset request told to event ("bmc-request"). Nil when ids is empty. It stops when t ends.
-func startRedfish(t netns.TB, oob *netns.Host, ids []string, machine func(id string) powered, event func(kind, target, detail string)) *bmcsim.Server {
+// listening there from inside this process, with one system per id whose power runs machine(id)'s
+// (powering one on takes powerOn), each reset request told to event ("bmc-request"). Nil when ids is
+// empty. It stops when t ends.
+func startRedfish(t netns.TB, oob *netns.Host, ids []string, powerOn time.Duration, machine func(id string) powered, event func(kind, target, detail string)) *bmcsim.Server {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -326,7 +361,7 @@ func startRedfish(t netns.TB, oob *netns.Host, ids []string, machine func(id str
 			}
 		}}
 	for _, id := range ids {
-		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: id, PowerOnDelay: 200 * time.Millisecond,
+		cfg.Systems = append(cfg.Systems, bmcsim.SystemConfig{ID: id, PowerOnDelay: powerOn,
 			ShutdownDelay: 200 * time.Millisecond, CycleOffDuration: 200 * time.Millisecond})
 	}
 	sim, err := bmcsim.Start(cfg)
@@ -394,7 +429,7 @@ func (c *Cluster) Machine(name string) *Machine {
 func (c *Cluster) StartHub() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.hub = c.HubHost.Start("hub", c.hubArgs...)
+	c.hub = c.HubHost.Start("hub", c.HubArgs...)
 }
 
 // KillHub kills the running hub and returns it (nil when none runs: another fault holds it down).
@@ -421,7 +456,7 @@ func (c *Cluster) RestartHub(old *proc.Process) bool {
 	if c.hub != old {
 		return false
 	}
-	c.hub = c.HubHost.Start("hub", c.hubArgs...)
+	c.hub = c.HubHost.Start("hub", c.HubArgs...)
 	return true
 }
 
@@ -458,7 +493,7 @@ func (c *Cluster) HubProc() *proc.Process {
 func (m *Machine) PowerOn(by string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.on {
+	if m.on || m.broken {
 		return
 	}
 	c := m.c
@@ -471,7 +506,7 @@ func (m *Machine) PowerOn(by string) {
 			"--listen-peer-urls", "http://"+h.Addr(2380), "--initial-advertise-peer-urls", "http://"+h.Addr(2380),
 			"--initial-cluster", c.initialCluster(), "--initial-cluster-state", "new", "--initial-cluster-token", "lab")
 	}
-	cfg := c.Write("agent-"+m.Name+".yaml", c.AgentConfig(m.Name, h.Addr(7946), c.IdentityFile(m.Name), "http://"+h.Addr(2379), "127.0.0.1:9101"))
+	cfg := c.Write("agent-"+m.Name+".yaml", c.AgentConfig(m.Name, h.Addr(7946), c.IdentityFile(m.Name), "http://"+h.Addr(2379), h.Addr(9101)))
 	m.agent = h.Start("agent-"+m.Name, c.Bins.Agent, "-config", cfg)
 	m.on = true
 	c.event("power-on", m.Name, by)
@@ -601,6 +636,30 @@ func (m *Machine) PowerOff(by string) {
 	if hook != nil {
 		hook(m)
 	}
+}
+
+// KillEtcd stops the machine's etcd member alone (a crashed or hung member, its agent reporting it);
+// it runs again when the machine is powered on. The machine must run its etcd as a static pod
+// (Options.StaticPods).
+func (m *Machine) KillEtcd() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.staticPod().PowerOff()
+}
+
+// SignalEtcd sends the machine's etcd member sig (SIGSTOP: it hangs, as on a stalled disk; SIGCONT:
+// it goes on). The machine must run its etcd as a static pod (Options.StaticPods).
+func (m *Machine) SignalEtcd(sig syscall.Signal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.staticPod().Signal(sig)
+}
+
+func (m *Machine) staticPod() *staticpod.Kubelet {
+	if m.kubelet == nil {
+		m.c.T.Fatalf("lab: %s runs no static pod (Options.StaticPods)", m.Name)
+	}
+	return m.kubelet
 }
 
 // RestartAgent kills the machine's agent and, after between returns, starts it again, unless the

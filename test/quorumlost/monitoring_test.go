@@ -2,9 +2,7 @@ package quorumlost
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -27,33 +25,38 @@ import (
 func TestPrometheusAlertsAndDashboard(t *testing.T) {
 	l := startLab(t)
 	l.standalone()
-	hubMetrics := fmt.Sprintf("127.0.0.1:%d", proc.FreePort(t))
-	for i, a := range l.hubArgs {
-		if a == "--metrics-address" {
-			l.hubArgs[i+1] = hubMetrics
-		}
-	}
-	l.startHub()
+	l.StartHub()
 	l.waitStatus(90*time.Second, "every machine healthy", allHealthy)
-	p := promtest.Start(t, promtest.Options{Dir: t.TempDir(), Addr: fmt.Sprintf("127.0.0.1:%d", proc.FreePort(t)),
+	// Prometheus on the hub's host, as in a cluster: the hub's metrics on its loopback, every
+	// agent's at its host's address.
+	var agents []string
+	for _, m := range l.Machines {
+		agents = append(agents, m.Host.Addr(9101))
+	}
+	for _, h := range l.Witnesses {
+		agents = append(agents, h.Addr(9101))
+	}
+	p := promtest.Start(t, promtest.Options{Dir: t.TempDir(), Addr: "127.0.0.1:9090",
 		Rules:   filepath.Join("..", "..", "deploy", "alerts", "hale.rules.yaml"),
-		Targets: map[string][]string{"hale-hub": {hubMetrics}, "hale-agent": l.scrape}})
+		Targets: map[string][]string{"hale-hub": {"127.0.0.1:9357"}, "hale-agent": agents},
+		Start:   func(argv ...string) { l.HubHost.Start("prometheus", argv...) }, Dial: l.HubHost.Dial})
 	began := time.Now()
 	p.WaitFiring(30*time.Second, "all well")
 
 	hub := func(args ...string) {
-		out, err := exec.Command(bins.Hub, append(args, "--socket", l.socket)...).CombinedOutput()
+		out, err := l.HubCommand(t.Context(), args...)
 		require.NoError(t, err, "hub %v: %s", args, out)
 	}
 	hub("suspend", "--reason", "alert test")
-	l.killEtcd(l.machines[1])
-	l.killEtcd(l.machines[2])
+	l.Machines[1].KillEtcd()
+	l.Machines[2].KillEtcd()
 	p.WaitFiring(60*time.Second, "quorum lost, hub suspended", "HaleEtcdQuorumLost", "HaleSuspendedTooLong")
 	hub("unsuspend")
 	l.waitStatus(90*time.Second, "healed", allHealthy)
 	p.WaitFiring(60*time.Second, "healed")
 
-	hung := []*proc.Process{l.witnesses[0], l.witnesses[1], l.machines[0].agent}
+	_, agent, _ := l.Machines[0].Procs()
+	hung := []*proc.Process{l.Witness("w-0"), l.Witness("w-1"), agent}
 	for _, a := range hung {
 		a.Signal(syscall.SIGSTOP)
 	}

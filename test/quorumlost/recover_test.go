@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +30,7 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/lab"
 )
 
 // rvWatch follows an informer on the test's ConfigMaps across the recovery: each object's resource
@@ -94,7 +93,7 @@ func (w *rvWatch) state() (synced int64, seen int, backwards []string) {
 func TestPermanentLossRecovered(t *testing.T) {
 	l := startLab(t)
 	l.standalone()
-	l.startHub()
+	l.StartHub()
 	l.waitStatus(90*time.Second, "every machine healthy", allHealthy)
 	ctx := t.Context()
 
@@ -125,8 +124,8 @@ func TestPermanentLossRecovered(t *testing.T) {
 	before, _, _ := watch.state()
 
 	// cp-0 and cp-1 die for good.
-	for _, m := range l.machines[:2] {
-		l.deadForGood(m)
+	for _, m := range l.Machines[:2] {
+		m.BreakForGood()
 	}
 	// The survivor's own probe fails too, without a leader: it stops counting toward quorum but still
 	// answers, so it is no lost voter (a plan made before its probe failed would not show that).
@@ -152,16 +151,16 @@ func TestPermanentLossRecovered(t *testing.T) {
 	// The hub killed (SIGKILL) in the middle of the fence: its BMC answers slowly, and the kill comes
 	// as the first lost machine reads Off. The restarted hub is paused, and shows the recovery it
 	// journaled; the rerun resumes it (the same token) and fences the rest.
-	l.redfish.SetFaults(bmcsim.Faults{Latency: time.Second})
+	l.Redfish.SetFaults(bmcsim.Faults{Latency: time.Second})
 	// As documented, with its default timeouts, the command works the first time: a remediation of a dead
 	// machine may be inside its BMC operation (each request 1 s late), and the hub waits for it, saying so.
-	first := exec.CommandContext(ctx, bins.Hub, "recover", "--yes", "--confirm-lost", "cp-0,cp-1", "--socket", l.socket)
+	first := exec.CommandContext(ctx, bins.Hub, "recover", "--yes", "--confirm-lost", "cp-0,cp-1", "--socket", l.Socket)
 	var firstOut capture.Buffer
 	first.Stdout, first.Stderr = &firstOut, &firstOut
 	require.NoError(t, first.Start())
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- first.Wait() }()
-	for deadline := time.Now().Add(3 * time.Minute); l.redfish.PowerState("cp-0") != "Off"; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); l.Redfish.PowerState("cp-0") != "Off"; time.Sleep(10 * time.Millisecond) {
 		select {
 		case err := <-firstDone:
 			require.Failf(t, "`hub recover --yes` returned before cp-0 was fenced", "%v:\n%s", err, firstOut.String())
@@ -172,8 +171,8 @@ func TestPermanentLossRecovered(t *testing.T) {
 	t.Logf("`hub recover --yes` said, before the fence:\n%s", firstOut.String())
 	l.killHub()
 	require.Error(t, <-firstDone, "the hub died under `hub recover --yes`")
-	l.redfish.SetFaults(bmcsim.Faults{})
-	l.startHub()
+	l.Redfish.SetFaults(bmcsim.Faults{})
+	l.StartHub()
 	st := l.waitStatus(time.Minute, "the restarted hub paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery hale-")
 	out, err = l.hubCLI(ctx, "recover", "-o", "json")
@@ -199,12 +198,12 @@ func TestPermanentLossRecovered(t *testing.T) {
 	require.Equal(t, underway.Token, plan.Token, "the recovery begun before the kill, resumed")
 	assert.Equal(t, "etcd-2", plan.Survivor.Member)
 	for _, m := range []string{"cp-0", "cp-1"} {
-		assert.Equal(t, "Off", l.redfish.PowerState(m), "%s fenced through its BMC", m)
+		assert.Equal(t, "Off", l.Redfish.PowerState(m), "%s fenced through its BMC", m)
 	}
-	planFile := l.write("plan.json", string(out))
+	planFile := l.Write("plan.json", string(out))
 
-	survivor := l.machines[2]
-	l.agentRecover(ctx, planFile, survivor)
+	survivor := l.Machines[2]
+	l.agentRecover(planFile, survivor)
 	rebuilt := time.Since(began)
 	l.restartAPIServerOn(ctx, survivor)
 	answering := time.Since(began)
@@ -232,11 +231,11 @@ func TestPermanentLossRecovered(t *testing.T) {
 	// powered on with `hub reboot`, then `agent rejoin` on it, one at a time. While the first runs
 	// outside the new cluster, the second is refused: two old members would be the old quorum (a
 	// member started on an empty disk with its manifest as it was joins its old cluster).
-	l.powerOnRetired(ctx, l.machines[0])
-	l.refusedPowerOn(ctx, l.machines[1], "2 of the old cluster's members would run, its quorum (2)")
-	l.rejoin(ctx, planFile, survivor, l.machines[0])
-	l.powerOnRetired(ctx, l.machines[1])
-	l.rejoin(ctx, planFile, survivor, l.machines[1])
+	l.powerOnRetired(ctx, l.Machines[0])
+	l.refusedPowerOn(ctx, l.Machines[1], "2 of the old cluster's members would run, its quorum (2)")
+	l.rejoin(planFile, survivor, l.Machines[0])
+	l.powerOnRetired(ctx, l.Machines[1])
+	l.rejoin(planFile, survivor, l.Machines[1])
 	full := time.Since(began)
 	l.waitStatus(2*time.Minute, "every machine healthy after the recovery", allHealthy)
 	t.Logf("permanent loss: fenced %v, etcd rebuilt %v, API server answering %v, three members %v after `hub recover --yes`",
@@ -264,24 +263,24 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	// `hub recover`); 12 s left it about 7, which a cold full test run missed too (etcd-3, going on
 	// with 512 appends in its socket, took longer to answer its agent); 20 s leave it about 14.
 	l.setHubArg("--lease-duration", "20s")
-	l.startHub()
+	l.StartHub()
 	l.waitStatus(2*time.Minute, "every machine healthy", allHealthy)
 	ctx := t.Context()
 	l.configMaps(ctx, "before", 30)
-	behind, survivor := l.machines[3], l.machines[4]
+	behind, survivor := l.Machines[3], l.Machines[4]
 	// The hub is kept off cp-3 meanwhile: it would reboot a member that stops answering, and a
 	// restarted member answers nothing without a quorum.
-	out, err := l.hubCLI(ctx, "detach", behind.name, "--reason", "its etcd hangs on purpose")
+	out, err := l.hubCLI(ctx, "detach", behind.Name, "--reason", "its etcd hangs on purpose")
 	require.NoError(t, err, "%s", out)
 	// Raft's leader sends a follower that does not answer at most 512 appends, which wait in its
 	// socket to be read when it goes on: 700 writes leave it behind.
-	l.signalEtcd(behind, syscall.SIGSTOP)
+	behind.SignalEtcd(syscall.SIGSTOP)
 	l.configMaps(ctx, "while-etcd-3-hung", 700)
-	for _, m := range l.machines[:3] {
-		l.deadForGood(m)
+	for _, m := range l.Machines[:3] {
+		m.BreakForGood()
 	}
 	time.Sleep(3 * time.Second) // the leader steps down: nobody can catch etcd-3 up
-	l.signalEtcd(behind, syscall.SIGCONT)
+	behind.SignalEtcd(syscall.SIGCONT)
 	// The API server is gone with etcd's quorum: the leading hub goes on alone (degraded mode, its
 	// local journal) and is the one that carries the recovery out.
 	l.waitStatus(2*time.Minute, "degraded, quorum lost, three voters, both that answer unhealthy", func(st hub.Status) bool {
@@ -313,12 +312,12 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	assert.Equal(t, "etcd-3", plan.Candidates[1].Member)
 	assert.Less(t, plan.Candidates[1].Index, plan.Survivor.Index, "etcd-3 is behind")
 	assert.Zero(t, plan.DataAtRisk, "the survivor is at the journaled mark")
-	for _, m := range l.machines[:3] {
-		assert.Equal(t, "Off", l.redfish.PowerState(m.name), "%s fenced through its BMC", m.name)
+	for _, m := range l.Machines[:3] {
+		assert.Equal(t, "Off", l.Redfish.PowerState(m.Name), "%s fenced through its BMC", m.Name)
 	}
-	assert.Equal(t, "On", l.redfish.PowerState(behind.name), "a member that answers is not fenced")
-	planFile := l.write("plan.json", string(out))
-	l.agentRecover(ctx, planFile, survivor)
+	assert.Equal(t, "On", l.Redfish.PowerState(behind.Name), "a member that answers is not fenced")
+	planFile := l.Write("plan.json", string(out))
+	l.agentRecover(planFile, survivor)
 	l.restartAPIServerOn(ctx, survivor)
 	var cms corev1.ConfigMapList
 	require.NoError(t, l.c.List(ctx, &cms, client.InNamespace(ns)))
@@ -353,23 +352,23 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	assert.True(t, policy.Spec.Paused, "the recovery's pause carried back into the HealthPolicy")
 	st := l.waitStatus(time.Minute, "paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery "+plan.Token)
-	for _, cmd := range [][]string{{"resume"}, {"attach", behind.name}} {
+	for _, cmd := range [][]string{{"resume"}, {"attach", behind.Name}} {
 		out, err = l.hubCLI(ctx, cmd...)
 		require.NoError(t, err, "%s", out)
 	}
 	// With etcd-3 running the old cluster, one more old member may come on (2 of the old 5), not two.
-	l.powerOnRetired(ctx, l.machines[0])
-	l.refusedPowerOn(ctx, l.machines[1], "3 of the old cluster's members would run, its quorum (3)")
-	for _, m := range []*machine{behind, l.machines[0]} {
-		l.rejoin(ctx, planFile, survivor, m)
+	l.powerOnRetired(ctx, l.Machines[0])
+	l.refusedPowerOn(ctx, l.Machines[1], "3 of the old cluster's members would run, its quorum (3)")
+	for _, m := range []*lab.Machine{behind, l.Machines[0]} {
+		l.rejoin(planFile, survivor, m)
 	}
 	// The observers agree again; the two still out are held until they rejoin.
 	l.waitStatus(time.Minute, "cp-1 and cp-2 held, retired by the recovery", func(st hub.Status) bool {
 		return st.NotPlanning == "" && st.Machines[1].NeedsOperator == pass.NeedRetired && st.Machines[2].NeedsOperator == pass.NeedRetired
 	})
-	for _, m := range l.machines[1:3] {
+	for _, m := range l.Machines[1:3] {
 		l.powerOnRetired(ctx, m)
-		l.rejoin(ctx, planFile, survivor, m)
+		l.rejoin(planFile, survivor, m)
 	}
 	l.waitStatus(2*time.Minute, "every machine healthy after the recovery", allHealthy)
 }
@@ -378,7 +377,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 // written again for up to 30 s, as a client would: on a loaded machine etcd may elect a new leader
 // meanwhile, and the API server answers "request timed out, possibly due to previous leader failure"
 // (the write may have been committed all the same: then it exists).
-func (l *lab) configMaps(ctx context.Context, prefix string, n int) {
+func (l *rig) configMaps(ctx context.Context, prefix string, n int) {
 	for i := range n {
 		name := fmt.Sprintf("%s-%02d", prefix, i)
 		var err error
@@ -394,20 +393,17 @@ func (l *lab) configMaps(ctx context.Context, prefix string, n int) {
 }
 
 // agentRecover runs `agent recover` with the plan on the survivor's machine.
-func (l *lab) agentRecover(ctx context.Context, planFile string, survivor *machine) {
-	out, err := exec.CommandContext(ctx, bins.Agent, "recover", "--plan", planFile, "--manifest", survivor.manifest,
-		"--state-dir", filepath.Join(l.dir, survivor.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", survivor.client)).CombinedOutput()
+func (l *rig) agentRecover(planFile string, survivor *lab.Machine) {
+	out, err := survivor.Host.Run(bins.Agent, "recover", "--plan", planFile, "--manifest", survivor.Manifest,
+		"--state-dir", survivor.StateDir, "--etcd-endpoint", "http://"+survivor.Host.Addr(2379))
 	require.NoError(l.t, err, "agent recover:\n%s", out)
 	l.t.Logf("agent recover:\n%s", out)
 }
 
 // restartAPIServerOn restarts the API server on the survivor's member alone (as kubeadm's on its
 // machine: its local member), and waits until it answers.
-func (l *lab) restartAPIServerOn(ctx context.Context, survivor *machine) {
-	api := l.env.ControlPlane.APIServer
-	require.NoError(l.t, api.Stop())
-	api.Configure().Set("etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", survivor.client))
-	require.NoError(l.t, api.Start())
+func (l *rig) restartAPIServerOn(ctx context.Context, survivor *lab.Machine) {
+	require.NoError(l.t, l.api.RestartOn(survivor))
 	began := time.Now()
 	for !l.apiAnswers(ctx) {
 		if time.Since(began) > 2*time.Minute {
@@ -420,32 +416,32 @@ func (l *lab) restartAPIServerOn(ctx context.Context, survivor *machine) {
 
 // powerOnRetired powers a machine the recovery retired on through the hub (`hub reboot --force`: its
 // member is in no membership the quorum check knows), as a replacement: an empty disk.
-func (l *lab) powerOnRetired(ctx context.Context, m *machine) {
-	assert.Equal(l.t, "Off", l.redfish.PowerState(m.name), "%s: the hub did not power it on", m.name)
-	l.replaced(m)
-	out, err := l.hubCLI(ctx, "reboot", m.name, "--force", "--yes")
+func (l *rig) powerOnRetired(ctx context.Context, m *lab.Machine) {
+	assert.Equal(l.t, "Off", l.Redfish.PowerState(m.Name), "%s: the hub did not power it on", m.Name)
+	m.Replace()
+	out, err := l.hubCLI(ctx, "reboot", m.Name, "--force", "--yes")
 	require.NoError(l.t, err, "%s", out)
-	require.Eventually(l.t, func() bool { return l.redfish.PowerState(m.name) == "On" }, time.Minute, 50*time.Millisecond, "%s powered on", m.name)
+	require.Eventually(l.t, func() bool { return l.Redfish.PowerState(m.Name) == "On" }, time.Minute, 50*time.Millisecond, "%s powered on", m.Name)
 }
 
 // refusedPowerOn checks that `hub reboot --force` refuses to power a retired machine on, saying want.
-func (l *lab) refusedPowerOn(ctx context.Context, m *machine, want string) {
-	_, err := l.hubCLI(ctx, "reboot", m.name, "--force", "--yes")
-	require.Error(l.t, err, "%s powered on", m.name)
+func (l *rig) refusedPowerOn(ctx context.Context, m *lab.Machine, want string) {
+	_, err := l.hubCLI(ctx, "reboot", m.Name, "--force", "--yes")
+	require.Error(l.t, err, "%s powered on", m.Name)
 	assert.Contains(l.t, err.Error(), want)
-	assert.Equal(l.t, "Off", l.redfish.PowerState(m.name))
+	assert.Equal(l.t, "Off", l.Redfish.PowerState(m.Name))
 }
 
 // rejoin runs `agent rejoin` with the plan on m, against the survivor's rebuilt cluster.
-func (l *lab) rejoin(ctx context.Context, planFile string, survivor, m *machine) {
-	out, err := exec.CommandContext(ctx, bins.Agent, "rejoin", "--plan", planFile, "--cluster", fmt.Sprintf("http://127.0.0.1:%d", survivor.client),
-		"--manifest", m.manifest, "--state-dir", filepath.Join(l.dir, m.name, "recovery"), "--etcd-endpoint", fmt.Sprintf("http://127.0.0.1:%d", m.client)).CombinedOutput()
-	require.NoError(l.t, err, "agent rejoin on %s:\n%s", m.name, out)
-	l.t.Logf("agent rejoin on %s:\n%s", m.name, out)
+func (l *rig) rejoin(planFile string, survivor, m *lab.Machine) {
+	out, err := m.Host.Run(bins.Agent, "rejoin", "--plan", planFile, "--cluster", "http://"+survivor.Host.Addr(2379),
+		"--manifest", m.Manifest, "--state-dir", m.StateDir, "--etcd-endpoint", "http://"+m.Host.Addr(2379))
+	require.NoError(l.t, err, "agent rejoin on %s:\n%s", m.Name, out)
+	l.t.Logf("agent rejoin on %s:\n%s", m.Name, out)
 	// Its agent's next reports say so: the hub counts it in the new cluster from then on.
-	l.waitStatus(time.Minute, m.name+" a healthy voter of the rebuilt cluster", func(st hub.Status) bool {
+	l.waitStatus(time.Minute, m.Name+" a healthy voter of the rebuilt cluster", func(st hub.Status) bool {
 		for _, ms := range st.Machines {
-			if ms.Name == m.name {
+			if ms.Name == m.Name {
 				return ms.Role == "voter" && ms.EtcdHealth == quorum.Healthy.String() && ms.NeedsOperator == ""
 			}
 		}
@@ -453,31 +449,13 @@ func (l *lab) rejoin(ctx context.Context, planFile string, survivor, m *machine)
 	})
 }
 
-// deadForGood kills a machine for good: its disk is gone, and its board dead (its BMC still powers it
-// on and reads it On, and nothing boots).
-func (l *lab) deadForGood(m *machine) {
-	l.powerOff(m)
-	m.mu.Lock()
-	m.dead = true
-	m.mu.Unlock()
-	require.NoError(l.t, os.RemoveAll(filepath.Join(l.dir, m.member)))
-}
-
-// replaced is a dead machine replaced by a new one in its place (same name, BMC and addresses; an
-// empty disk), still off.
-func (l *lab) replaced(m *machine) {
-	m.mu.Lock()
-	m.dead = false
-	m.mu.Unlock()
-}
-
 // hubCLI runs a hub operator command against the running hub: its standard output, and an error
 // that carries its standard error.
-func (l *lab) hubCLI(ctx context.Context, args ...string) ([]byte, error) {
+func (l *rig) hubCLI(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bins.Hub, append(args, "--socket", l.socket)...)
+	cmd := exec.CommandContext(ctx, bins.Hub, append(args, "--socket", l.Socket)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
