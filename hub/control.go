@@ -188,6 +188,8 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	if !ok {
 		return RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
 	}
+	h.rebooting.Lock()
+	defer h.rebooting.Unlock()
 	h.mu.Lock()
 	r, inFlight := h.running[m.Name]
 	h.mu.Unlock()

@@ -111,6 +111,9 @@ type Hub struct {
 
 	// recovering is held while `hub recover --yes` is carried out: a second caller is refused.
 	recovering sync.Mutex
+	// rebooting is held while an operator's reboot is admitted and begun: two retired machines
+	// asked for at once each found the other still off, and both came on (the old cluster's quorum).
+	rebooting sync.Mutex
 
 	mu   sync.Mutex
 	ctx  context.Context // Run's, once it runs

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
@@ -472,32 +473,51 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-1"})
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "retired by the last etcd recovery, it is in the new cluster's membership no longer")
-	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-1", Force: true})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return r.sim.PowerState("cp-1") == "On" }, 10*time.Second, 10*time.Millisecond)
+	// Both asked for at once, their BMC slow to answer (a power-on under way while the machine still
+	// reads Off): one is begun, the other refused (both were accepted, and came on: a chaos run under
+	// load).
+	r.sim.SetFaults(bmcsim.Faults{Latency: time.Second})
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, name := range []string{"cp-1", "cp-2"} {
+		wg.Go(func() { _, errs[i] = r.hub.Reboot(ctx, RebootRequest{Machine: name, Force: true}) })
+	}
+	wg.Wait()
+	r.sim.SetFaults(bmcsim.Faults{})
+	on, off := 1, 2
+	if errs[0] != nil {
+		on, off = 2, 1
+		errs[0], errs[1] = errs[1], errs[0]
+	}
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ErrRefused)
+	assert.Contains(t, errs[1].Error(), fmt.Sprintf("cp-%d (etcd-%d): remediation ", on, on))
+	assert.Contains(t, errs[1].Error(), "2 of the old cluster's members would run, its quorum (2)")
+	onName, offName := fmt.Sprintf("cp-%d", on), fmt.Sprintf("cp-%d", off)
+	require.Eventually(t, func() bool { return r.sim.PowerState(onName) == "On" }, 10*time.Second, 10*time.Millisecond)
 	pool.mu.Lock()
-	pool.clusters["cp-1"] = testClusterID // it boots its old member
+	pool.clusters[onName] = testClusterID // it boots its old member
 	pool.mu.Unlock()
-	pool.restart("cp-1")
+	pool.restart(onName)
 
-	// cp-2 with it: 2 of the old 3, the old quorum. Refused, --force or not.
+	// The other with it: 2 of the old 3, the old quorum. Refused, --force or not.
 	r.awaitPasses(t, 3)
 	for _, force := range []bool{false, true} {
-		_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-2", Force: force})
+		_, err = r.hub.Reboot(ctx, RebootRequest{Machine: offName, Force: force})
 		require.ErrorIs(t, err, ErrRefused)
-		assert.Contains(t, err.Error(), "cp-1 (etcd-1): its agent reports")
+		assert.Contains(t, err.Error(), fmt.Sprintf("cp-%d (etcd-%d): its agent reports", on, on))
 		assert.Contains(t, err.Error(), "2 of the old cluster's members would run, its quorum (2)")
 	}
-	assert.Equal(t, "Off", r.sim.PowerState("cp-2"))
+	assert.Equal(t, "Off", r.sim.PowerState(offName))
 
-	// `agent rejoin` on cp-1: in the new cluster, no longer retired; cp-2 may come on.
+	// `agent rejoin` on the first: in the new cluster, no longer retired; the other may come on.
 	pool.mu.Lock()
-	pool.clusters["cp-1"], pool.members = "5eed", []string{"etcd-0", "etcd-1"}
+	pool.clusters[onName], pool.members = "5eed", []string{"etcd-0", fmt.Sprintf("etcd-%d", on)}
 	pool.mu.Unlock()
 	r.awaitPasses(t, 3)
-	assert.Empty(t, r.machine("cp-1").NeedsOperator)
-	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-2", DryRun: true})
-	require.ErrorIs(t, err, ErrRefused, "etcd-2 is in no membership the quorum check knows")
+	assert.Empty(t, r.machine(onName).NeedsOperator)
+	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: offName, DryRun: true})
+	require.ErrorIs(t, err, ErrRefused, "its member is in no membership the quorum check knows")
 	assert.Contains(t, err.Error(), "--force powers it on; then run `agent rejoin` on it")
 }
 

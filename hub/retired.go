@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -94,8 +95,8 @@ func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) (retired bool, 
 		strings.Join(running, "; "), len(running)+1, r.Quorum)
 }
 
-// mayRun says why a retired member's machine may be running ("": its BMC reads it Off now and its agent
-// does not report).
+// mayRun says why a retired member's machine may be running ("": its agent does not report, no
+// remediation of it is in flight and its BMC reads it Off now).
 func (h *Hub) mayRun(ctx context.Context, inv pass.Inventory, x pass.Retiree, obs assess.Observations) string {
 	m, ok := inv.Machine(x.Machine)
 	if !ok {
@@ -103,6 +104,16 @@ func (h *Hub) mayRun(ctx context.Context, inv pass.Inventory, x pass.Retiree, ob
 	}
 	if rep, reports := obs.Reports[m.Node]; reports && assess.Live(rep, obs, inv.Policy.Assess.StaleAfter) {
 		return "its agent reports"
+	}
+	h.mu.Lock()
+	var flight string
+	if r, inFlight := h.running[m.Name]; inFlight {
+		flight = cmp.Or(r.rem.ID, "(being begun)")
+	}
+	h.mu.Unlock()
+	if flight != "" {
+		// An operator's power-on of it, begun and not yet read back: its BMC may still read Off.
+		return fmt.Sprintf("remediation %s of it is in flight", flight)
 	}
 	power, err := h.cfg.PowerFor(m) // Kubernetes mode: a BareMetalHost, or the inventory file's BMC
 	if err != nil {
