@@ -55,25 +55,42 @@ func (s *EventSink) Notify(n pass.Notice) {
 	}
 }
 
-// Run writes queued notices as Events until ctx ends.
-func (s *EventSink) Run(ctx context.Context) {
+// Run writes queued notices as Events until ctx ends, and returns those it did not write: still
+// queued, or cut short by ctx's end. A leader's term ends with it, and the next term of the same
+// process writes them (an etcd recovery imported just before the API server restarted lost its
+// Events with the term).
+func (s *EventSink) Run(ctx context.Context) []pass.Notice {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return s.drain(nil)
 		case n := <-s.queue:
 			err := s.write(ctx, n)
-			for i := 0; err != nil && transient(err) && i < len(s.Retries); i++ {
+			for i := 0; err != nil && transient(err) && i < len(s.Retries) && ctx.Err() == nil; i++ {
 				select {
 				case <-ctx.Done():
-					return
 				case <-time.After(s.Retries[i]):
+					err = s.write(ctx, n)
 				}
-				err = s.write(ctx, n)
 			}
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return s.drain([]pass.Notice{n})
+			case err != nil:
 				s.Log.Warn("writing an event", "machine", n.Machine, "reason", n.Reason, "err", err)
 			}
+		}
+	}
+}
+
+// drain appends what is still queued to unwritten.
+func (s *EventSink) drain(unwritten []pass.Notice) []pass.Notice {
+	for {
+		select {
+		case n := <-s.queue:
+			unwritten = append(unwritten, n)
+		default:
+			return unwritten
 		}
 	}
 }

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -466,4 +467,47 @@ func TestEventsOutlastABriefOutage(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Equal(t, 5, posts, "the first Event tried 3 times, the refused one once, the last once")
+}
+
+// A term that ends before its Events are written (the API server restarted just after an import)
+// hands them on: the sink returns what it did not write, and the next term's sink writes it.
+func TestEventsUnwrittenWhenTheTermEnds(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	down := rest.CopyConfig(cfg)
+	down.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/events") {
+				return nil, errors.New("connection refused")
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	policy := corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: ns, Name: "default"}
+	term := func(cfg *rest.Config) *EventSink {
+		cc, err := client.New(cfg, client.Options{Scheme: c.Scheme()})
+		require.NoError(t, err)
+		sink := NewEventSink(cc, &Discovery{Client: cc}, "hub-test", slog.New(slog.DiscardHandler))
+		sink.Hub, sink.Retries = policy, []time.Duration{time.Hour}
+		return sink
+	}
+	first := term(down)
+	notices := []pass.Notice{{Reason: pass.ReasonEtcdRecovery, Message: "recovered", Warning: true}, {Reason: pass.ReasonPaused, Message: "paused"}}
+	for _, n := range notices {
+		first.Notify(n)
+	}
+	ctx, end := context.WithCancel(t.Context())
+	unwritten := make(chan []pass.Notice, 1)
+	go func() { unwritten <- first.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond) // the first write failed: it waits to try again
+	end()
+	assert.Equal(t, notices, <-unwritten, "the one being tried, then the one still queued")
+
+	next := term(cfg)
+	go next.Run(t.Context())
+	for _, n := range notices {
+		next.Notify(n)
+	}
+	require.Eventually(t, func() bool {
+		return slices.Equal(eventsAbout(t, c, ns, "HealthPolicy", "default"), []string{string(pass.ReasonEtcdRecovery), string(pass.ReasonPaused)})
+	}, 10*time.Second, 50*time.Millisecond)
 }

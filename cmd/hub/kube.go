@@ -261,6 +261,8 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 	// hub ran (a discovery failure gives the Lease up) leaves them to this process's next term (the
 	// local journal is gone: the next import says nothing). Terms run one after another.
 	var unsaid []pass.Notice
+	// unwritten: notices said whose Events a term ended before writing; the next term writes them.
+	var unwritten []pass.Notice
 	lost := func(ctx context.Context, leader *kube.Leader, renewed time.Time, stopped <-chan struct{}) {
 		dg.AfterLoss(ctx, leader, renewed, last.Swap(nil), stopped)
 	}
@@ -306,7 +308,19 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 			if k.policy != "" {
 				sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: k.namespace, Name: k.policy}
 			}
-			go sink.Run(lctx)
+			// It stops with the term (also one that stops while leading: lctx goes on until the
+			// Lease is given up), and what it did not write goes to the next.
+			sctx, stop := context.WithCancel(lctx)
+			written := make(chan []pass.Notice, 1)
+			go func() { written <- sink.Run(sctx) }()
+			defer func() {
+				stop()
+				unwritten = append(unwritten, <-written...)
+			}()
+			for _, n := range unwritten {
+				sink.Notify(n)
+			}
+			unwritten = nil
 			adjust = func(cfg *hub.Config) {
 				cfg.Inventory = inv
 				cfg.PowerFor = d.PowerFor(cfg.BMCPower)
