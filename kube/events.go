@@ -47,7 +47,17 @@ func NewEventSink(c client.Client, d *Discovery, instance string, log *slog.Logg
 }
 
 // Notify is the hub's Config.Notify.
-func (s *EventSink) Notify(n pass.Notice) {
+func (s *EventSink) Notify(n pass.Notice) { s.enqueue(n) }
+
+// Carry queues the Events of notices said in an earlier term of this replica, which its sink's Run
+// returned unwritten: they are not said again (their log lines, timeline entries and metrics are).
+func (s *EventSink) Carry(unwritten []pass.Notice) {
+	for _, n := range unwritten {
+		s.enqueue(n)
+	}
+}
+
+func (s *EventSink) enqueue(n pass.Notice) {
 	select {
 	case s.queue <- n:
 	default:

@@ -503,10 +503,8 @@ func TestEventsUnwrittenWhenTheTermEnds(t *testing.T) {
 	assert.Equal(t, notices, <-unwritten, "the one being tried, then the one still queued")
 
 	next := term(cfg)
+	next.Carry(notices)
 	go next.Run(t.Context())
-	for _, n := range notices {
-		next.Notify(n)
-	}
 	require.Eventually(t, func() bool {
 		return slices.Equal(eventsAbout(t, c, ns, "HealthPolicy", "default"), []string{string(pass.ReasonEtcdRecovery), string(pass.ReasonPaused)})
 	}, 10*time.Second, 50*time.Millisecond)

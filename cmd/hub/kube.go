@@ -317,9 +317,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 				stop()
 				unwritten = append(unwritten, <-written...)
 			}()
-			for _, n := range unwritten {
-				sink.Notify(n)
-			}
+			sink.Carry(unwritten)
 			unwritten = nil
 			adjust = func(cfg *hub.Config) {
 				cfg.Inventory = inv
