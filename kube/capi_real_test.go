@@ -115,6 +115,7 @@ spec:
 // two Clusters side by side, each in a namespace of its own (a cluster takes over a minute to come
 // up, as KCP adds its machines one at a time: one start of the controllers serves both parts).
 func TestClusterAPIWithTheRealControllers(t *testing.T) {
+	t.Parallel() // beside the other real controllers' tests, each on its own API server
 	c := inMemoryClustersUp(t, "prod", "kcp")
 	// One cluster each (namespaces prod and kcp), side by side: they mostly wait on the controllers.
 	t.Run("OwnersAnswerHandOvers", func(t *testing.T) { t.Parallel(); ownersAnswerHandOvers(t, c) })

@@ -23,6 +23,7 @@ import (
 // the operator reports it, and so are a fence (off, kept off) and the reboot that ends it; a host the
 // operator treats as detached or paused is refused with the reason.
 func TestMetal3HostWithTheRealOperator(t *testing.T) {
+	t.Parallel() // beside the other real controllers' tests, each on its own API server
 	c, cfg := kubeenv.StartWithMetal3(t, bmo.CRDs(t))
 	ctx := t.Context()
 	const ns = "metal3-host-1"
@@ -105,6 +106,7 @@ func TestMetal3HostWithTheRealOperator(t *testing.T) {
 // reboot annotations (found here: Hale used to wait its whole timeout for a power-off that never
 // came, then ask whether the operator was running).
 func TestMetal3HostStatesWithTheRealOperator(t *testing.T) {
+	t.Parallel() // beside the other real controllers' tests, each on its own API server
 	c, cfg := kubeenv.StartWithMetal3(t, bmo.CRDs(t))
 	ctx := t.Context()
 	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
