@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -190,14 +189,12 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	}
 	h.rebooting.Lock()
 	defer h.rebooting.Unlock()
-	h.mu.Lock()
-	r, inFlight := h.running[m.Name]
-	h.mu.Unlock()
+	flight, inFlight := h.flightOf(m.Name)
 	switch why := h.standby(); {
 	case why != "" && !req.DryRun:
 		return RebootResult{}, fmt.Errorf("%w: %s", ErrRefused, why)
 	case inFlight:
-		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, cmp.Or(r.rem.ID, "(being begun)"), m.Name)
+		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, flight, m.Name)
 	}
 	strategy := quorum.Reboot
 	if req.OwnWay && m.Strategy == quorum.Replace {

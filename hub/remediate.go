@@ -91,6 +91,18 @@ func (h *Hub) track(ctx context.Context, machine string, rem journal.Remediation
 	return r, rctx, true
 }
 
+// flightOf is the ID of machine's remediation in flight ("(being begun)" until it is journaled), and
+// whether it has one.
+func (h *Hub) flightOf(machine string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.running[machine]
+	if !ok {
+		return "", false
+	}
+	return cmp.Or(r.rem.ID, "(being begun)"), true
+}
+
 // untrack ends r's flight (and its context), unless another has taken its place.
 func (h *Hub) untrack(machine string, r *running) {
 	h.mu.Lock()

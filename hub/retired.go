@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -105,13 +104,7 @@ func (h *Hub) mayRun(ctx context.Context, inv pass.Inventory, x pass.Retiree, ob
 	if rep, reports := obs.Reports[m.Node]; reports && assess.Live(rep, obs, inv.Policy.Assess.StaleAfter) {
 		return "its agent reports"
 	}
-	h.mu.Lock()
-	var flight string
-	if r, inFlight := h.running[m.Name]; inFlight {
-		flight = cmp.Or(r.rem.ID, "(being begun)")
-	}
-	h.mu.Unlock()
-	if flight != "" {
+	if flight, inFlight := h.flightOf(m.Name); inFlight {
 		// An operator's power-on of it, begun and not yet read back: its BMC may still read Off.
 		return fmt.Sprintf("remediation %s of it is in flight", flight)
 	}
