@@ -24,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -67,10 +66,8 @@ func TestMain(m *testing.M) {
 // command line ready for Kubernetes mode (not started).
 type rig struct {
 	*lab.Cluster
-	t   *testing.T
-	api *lab.APIServer
-	c   client.Client
-	cfg *rest.Config
+	*lab.APIServer
+	t *testing.T
 	// standaloneArgs are the lab's own hub command line (standalone: a bbolt journal).
 	standaloneArgs []string
 }
@@ -96,13 +93,12 @@ func startLabOf(t *testing.T, members int, powerOn time.Duration, apiOn int) *ri
 	if apiOn >= 0 {
 		on = on[apiOn : apiOn+1]
 	}
-	l.api = c.StartAPIServer(t, c.Lab.Host("api"), on...)
-	l.c, l.cfg = l.api.Client, l.api.Config
+	l.APIServer = c.StartAPIServer(t, c.Lab.Host("api"), on...)
 	ctx := t.Context()
-	require.NoError(t, l.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	require.NoError(t, l.c.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}))
+	require.NoError(t, l.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, l.Client.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}))
 	for _, m := range c.Machines {
-		require.NoError(t, l.c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name,
+		require.NoError(t, l.Client.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.Name,
 			Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}}))
 	}
 	// Kubernetes mode: the lab's command line without its journal, the Lease, discovery, degraded
@@ -111,7 +107,7 @@ func startLabOf(t *testing.T, members int, powerOn time.Duration, apiOn int) *ri
 	i := slices.Index(args, "--journal")
 	args = slices.Delete(args, i, i+2)
 	inventory := args[slices.Index(args, "--inventory")+1]
-	l.HubArgs = append(args, "--kubernetes", "--kubeconfig", l.api.Kubeconfig, "--namespace", ns, "--discover",
+	l.HubArgs = append(args, "--kubernetes", "--kubeconfig", l.Kubeconfig, "--namespace", ns, "--discover",
 		"--lease-duration", "6s", "--discover-interval", "2s",
 		"--degraded-journal", filepath.Join(c.Dir, "degraded.db"), "--break-glass-inventory", inventory)
 	return l
@@ -183,7 +179,7 @@ func (l *rig) apiAnswers(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var n corev1.Namespace
-	return l.c.Get(ctx, client.ObjectKey{Name: ns}, &n) == nil
+	return l.Client.Get(ctx, client.ObjectKey{Name: ns}, &n) == nil
 }
 
 // loseQuorum kills two members, waits for the API server to stop answering and then to answer
@@ -223,7 +219,7 @@ func (l *rig) remediationsEnded(within time.Duration) map[string][]v1alpha1.Reme
 	var by map[string][]v1alpha1.Remediation
 	require.EventuallyWithT(l.t, func(c *assert.CollectT) {
 		var list v1alpha1.RemediationList
-		require.NoError(c, l.c.List(l.t.Context(), &list, client.InNamespace(ns)))
+		require.NoError(c, l.Client.List(l.t.Context(), &list, client.InNamespace(ns)))
 		by = map[string][]v1alpha1.Remediation{}
 		for _, r := range list.Items {
 			by[r.Spec.Machine] = append(by[r.Spec.Machine], r)
@@ -238,7 +234,7 @@ func (l *rig) remediationsEnded(within time.Duration) map[string][]v1alpha1.Reme
 // events lists Hale's Events with reason, regarding name.
 func (l *rig) events(reason, regarding string) []eventsv1.Event {
 	var list eventsv1.EventList
-	require.NoError(l.t, l.c.List(l.t.Context(), &list))
+	require.NoError(l.t, l.Client.List(l.t.Context(), &list))
 	var out []eventsv1.Event
 	for _, e := range list.Items {
 		if e.Reason == reason && e.Regarding.Name == regarding {
@@ -303,7 +299,7 @@ func TestQuorumLostHealedInKubernetesMode(t *testing.T) {
 	l.healedInKubernetesMode()
 	l.waitStatus(60*time.Second, "leading again, every machine healthy", allHealthy)
 	var lease coordinationv1.Lease
-	require.NoError(t, l.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "hale-hub"}, &lease))
+	require.NoError(t, l.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "hale-hub"}, &lease))
 	assert.EqualValues(t, 0, *lease.Spec.LeaseTransitions, "the degraded leader renewed its Lease: no new epoch")
 	assert.NotContains(t, standby.Logs(), `"msg":"leading"`, "the standby replica stood by")
 	fmt.Printf("quorum lost (2 of 3 etcd members killed) → API server answering again: Kubernetes mode (degraded) %v\n", took.Round(time.Millisecond))

@@ -99,7 +99,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 
 	const objects = 50
 	l.configMaps(ctx, "before", objects)
-	cs, err := kubernetes.NewForConfig(l.cfg)
+	cs, err := kubernetes.NewForConfig(l.Config)
 	require.NoError(t, err)
 	watch := &rvWatch{objects: map[string]int64{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
@@ -208,9 +208,9 @@ func TestPermanentLossRecovered(t *testing.T) {
 	l.restartAPIServerOn(ctx, survivor)
 	answering := time.Since(began)
 	var cms corev1.ConfigMapList
-	require.NoError(t, l.c.List(ctx, &cms, client.InNamespace(ns)))
+	require.NoError(t, l.Client.List(ctx, &cms, client.InNamespace(ns)))
 	assert.Len(t, cms.Items, objects, "every object the survivor had")
-	require.NoError(t, l.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"}}))
+	require.NoError(t, l.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"}}))
 	require.Eventually(t, func() bool {
 		synced, seen, _ := watch.state()
 		return seen == objects+1 && synced > before+int64(plan.BumpRevision)
@@ -320,7 +320,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	l.agentRecover(planFile, survivor)
 	l.restartAPIServerOn(ctx, survivor)
 	var cms corev1.ConfigMapList
-	require.NoError(t, l.c.List(ctx, &cms, client.InNamespace(ns)))
+	require.NoError(t, l.Client.List(ctx, &cms, client.InNamespace(ns)))
 	assert.Len(t, cms.Items, 730, "every object the survivor had, those written while etcd-3 hung too")
 
 	// The API server answers: the hub leaves degraded mode and writes the recovery back (its record
@@ -331,10 +331,10 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 		return st.Degraded == "" && strings.Contains(st.NotPlanning, "cp-3 (etcd-3) still run the old etcd cluster")
 	})
 	var policy v1alpha1.HealthPolicy
-	require.NoError(t, l.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
+	require.NoError(t, l.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
 	assert.Contains(t, policy.Annotations["hale.dev/etcd-recovery"], plan.Token)
 	var rems v1alpha1.RemediationList
-	require.NoError(t, l.c.List(ctx, &rems, client.InNamespace(ns)))
+	require.NoError(t, l.Client.List(ctx, &rems, client.InNamespace(ns)))
 	fences := map[string]v1alpha1.RemediationPhase{}
 	for _, r := range rems.Items {
 		if r.Spec.Strategy == "fence" {
@@ -348,7 +348,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	}, 30*time.Second, 500*time.Millisecond)
 
 	// The degraded term's pause is the HealthPolicy's now: the leader holds until the operator resumes.
-	require.NoError(t, l.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
+	require.NoError(t, l.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
 	assert.True(t, policy.Spec.Paused, "the recovery's pause carried back into the HealthPolicy")
 	st := l.waitStatus(time.Minute, "paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery "+plan.Token)
@@ -382,7 +382,7 @@ func (l *rig) configMaps(ctx context.Context, prefix string, n int) {
 		name := fmt.Sprintf("%s-%02d", prefix, i)
 		var err error
 		for began := time.Now(); time.Since(began) < 30*time.Second; time.Sleep(200 * time.Millisecond) {
-			err = l.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"i": strconv.Itoa(i)}})
+			err = l.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"i": strconv.Itoa(i)}})
 			if err == nil || apierrors.IsAlreadyExists(err) {
 				err = nil
 				break
@@ -403,12 +403,12 @@ func (l *rig) agentRecover(planFile string, survivor *lab.Machine) {
 // restartAPIServerOn restarts the API server on the survivor's member alone (as kubeadm's on its
 // machine: its local member), and waits until it answers.
 func (l *rig) restartAPIServerOn(ctx context.Context, survivor *lab.Machine) {
-	require.NoError(l.t, l.api.RestartOn(survivor))
+	require.NoError(l.t, l.RestartOn(survivor))
 	began := time.Now()
 	for !l.apiAnswers(ctx) {
 		if time.Since(began) > 2*time.Minute {
 			var n corev1.Namespace
-			l.t.Fatalf("the API server does not answer again: %v", l.c.Get(ctx, client.ObjectKey{Name: ns}, &n))
+			l.t.Fatalf("the API server does not answer again: %v", l.Client.Get(ctx, client.ObjectKey{Name: ns}, &n))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
