@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -36,9 +38,22 @@ func restartControlPlane(ctx context.Context, n Node, r *Record) error {
 		if err := p.Stop(ctx); err != nil {
 			return err
 		}
-		deadline := time.Now().Add(n.StopTimeout)
-		for running(argv) {
-			if time.Now().After(deadline) {
+		parked := time.Now()
+		killed := false
+		for pids := running(argv); len(pids) > 0; pids = running(argv) {
+			if n.KillAfter > 0 && !killed && time.Since(parked) >= n.KillAfter {
+				// The kubelet waits out the pod's grace period (kubeadm's API server outlasts its 30
+				// s on a real cluster): a graceful shutdown of a process whose cache is of the old
+				// data serves nothing here, and it holds the recovery (and the API server) up.
+				say(n, r, "%s: its process still runs %s after its manifest was moved out: killing it (SIGKILL; --kill-after)", p, n.KillAfter)
+				for _, pid := range pids {
+					if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+						return fmt.Errorf("%s: killing its process %d (%s): %w", p, pid, argv[0], err)
+					}
+				}
+				killed = true
+			}
+			if time.Since(parked) > n.StopTimeout {
 				return fmt.Errorf("%s: its process (%s) still runs %s after its manifest was moved out: stop it by hand", p, argv[0], n.StopTimeout)
 			}
 			if err := sleep(ctx, 100*time.Millisecond); err != nil {
@@ -81,32 +96,43 @@ func podCommand(path string) ([]string, error) {
 	return append(c.Command, c.Args...), nil
 }
 
-// running says whether a process on this host runs argv (its program by base name, then the same
+// running are the processes on this host that run argv (its program by base name, then the same
 // arguments): a static pod's container shows in the host's /proc as its manifest writes it.
-func running(argv []string) bool {
-	return slices.ContainsFunc(processes(), func(p []string) bool {
-		return len(p) == len(argv) && filepath.Base(p[0]) == filepath.Base(argv[0]) && slices.Equal(p[1:], argv[1:])
-	})
+func running(argv []string) []int {
+	var pids []int
+	for pid, p := range processes() {
+		if len(p) == len(argv) && filepath.Base(p[0]) == filepath.Base(argv[0]) && slices.Equal(p[1:], argv[1:]) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // runsOn says whether a process on this host has dataDir as its --data-dir (etcd in a static pod's
 // container shows in the host's /proc with kubeadm's path, the same inside and out).
 func runsOn(dataDir string) bool {
-	return slices.ContainsFunc(processes(), func(p []string) bool {
-		return filepath.Clean(memberFromFlags(p).DataDir) == filepath.Clean(dataDir)
-	})
+	for _, p := range processes() {
+		if filepath.Clean(memberFromFlags(p).DataDir) == filepath.Clean(dataDir) {
+			return true
+		}
+	}
+	return false
 }
 
-// processes are the command lines of the host's processes (those that can be read).
-func processes() [][]string {
+// processes are the command lines of the host's processes (those that can be read), by pid.
+func processes() map[int][]string {
 	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var out [][]string
+	out := map[int][]string{}
 	for _, path := range paths {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			continue
+		}
 		b, err := os.ReadFile(path)
 		if err != nil || len(b) == 0 {
 			continue
 		}
-		out = append(out, strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00"))
+		out[pid] = strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00")
 	}
 	return out
 }

@@ -41,6 +41,9 @@ type Node struct {
 	// Timeouts: for the member to stop (its client port closed and its database let go), and to
 	// answer after the start.
 	StopTimeout, StartTimeout time.Duration
+	// KillAfter, when set, is how long a restarted static pod's process (Restart) may take to stop
+	// once its manifest is moved out before it is killed; unset, the kubelet's grace period is waited out.
+	KillAfter time.Duration
 	// journaled, when set, is called after each step is journaled (the crash test's child stops
 	// there to be killed).
 	journaled func(Step)

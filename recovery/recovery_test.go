@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -143,11 +145,18 @@ func (m *member) node(t testing.TB, out *strings.Builder) Node {
 }
 
 // standInAPIServer runs a stand-in API server on m's node: a static pod beside its etcd manifest
-// (a uniquely named sleep, so that its process can be told apart), under a stand-in kubelet; it returns
-// the manifest, the process's command line and the kubelet.
-func standInAPIServer(t *testing.T, m *member) (string, []string, *staticpod.Kubelet) {
+// (a uniquely named process, so that it can be told apart), under a stand-in kubelet; it returns the
+// manifest, the process's command line and the kubelet. One that holdsOn ignores SIGTERM, as
+// kubeadm's API server outlasts the kubelet's 30-s grace period, until the stand-in kubelet kills
+// it after its own 30 s.
+func standInAPIServer(t *testing.T, m *member, holdsOn bool) (string, []string, *staticpod.Kubelet) {
 	apiserver := filepath.Join(filepath.Dir(m.manifest), "kube-apiserver.yaml")
 	argv := []string{"sleep", fmt.Sprintf("3600.%d", proc.FreePort(t))}
+	if holdsOn {
+		self, err := os.Executable()
+		require.NoError(t, err)
+		argv = []string{self, holdsOnFlag, argv[1]}
+	}
 	require.NoError(t, os.WriteFile(apiserver, []byte(`apiVersion: v1
 kind: Pod
 metadata: {name: kube-apiserver, namespace: kube-system}
@@ -157,7 +166,7 @@ spec:
     command: ["`+strings.Join(argv, `", "`)+`"]
 `), 0o600))
 	k := staticpod.Run(t, "", "kube-apiserver", apiserver)
-	require.Eventually(t, func() bool { return running(argv) }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return len(running(argv)) > 0 }, 10*time.Second, 50*time.Millisecond)
 	return apiserver, argv, k
 }
 
@@ -174,7 +183,7 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	require.True(t, c.holds(t.Context(), m3, 301), "the survivor has every key before the others are lost")
 
 	// The survivor's node runs an API server too (a stand-in process): restarted once etcd is rebuilt.
-	apiserver, argv, apiKubelet := standInAPIServer(t, m3)
+	apiserver, argv, apiKubelet := standInAPIServer(t, m3, true)
 
 	m2.kubelet.PowerOff() // fenced: its data stays, it must never come back into the cluster
 	c.loseForGood(m1)     // its disk is gone
@@ -183,14 +192,17 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	var out strings.Builder
 	start := time.Now()
 	n := m3.node(t, &out)
+	n.KillAfter = time.Second
 	n.Restart = []StaticPod{{Manifest: apiserver, Parked: filepath.Join(n.StateDir, "kube-apiserver.yaml")},
 		{Manifest: filepath.Join(filepath.Dir(m3.manifest), "kube-scheduler.yaml"), Parked: filepath.Join(n.StateDir, "kube-scheduler.yaml")}} // not on this node
 	r, err := Recover(context.Background(), n, p)
 	require.NoError(t, err, out.String())
 	t.Logf("recovered in %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
 	assert.Equal(t, StepDone, r.Step)
-	require.Eventually(t, func() bool { return apiKubelet.Runs() == 2 && running(argv) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return apiKubelet.Runs() == 2 && len(running(argv)) > 0 }, 10*time.Second, 50*time.Millisecond,
 		"the API server restarted once, and runs again")
+	assert.Contains(t, out.String(), "its process still runs 1s after its manifest was moved out: killing it",
+		"the API server holding on through its grace period is killed after KillAfter, not waited out")
 	assert.NotEqual(t, p.Survivor.ClusterID, r.NewClusterID)
 	assert.GreaterOrEqual(t, r.Revision, rev+int64(p.BumpRevision), "revisions move forward by the bump")
 
@@ -321,6 +333,11 @@ func TestRecoverFiveMembersThreeLost(t *testing.T) {
 // TestMain runs the recovery as a child process when asked (HALE_RECOVERY_CHILD holds its node and
 // plan): the crash test kills it with SIGKILL at each step.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == holdsOnFlag { // standInAPIServer's process that holds on
+		signal.Ignore(syscall.SIGTERM)
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	}
 	if spec := os.Getenv("HALE_RECOVERY_CHILD"); spec != "" {
 		var c childSpec
 		if err := json.Unmarshal([]byte(spec), &c); err != nil {
@@ -342,6 +359,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// holdsOnFlag makes the test binary a stand-in API server that ignores SIGTERM (standInAPIServer).
+const holdsOnFlag = "-hale-stand-in-holds-on"
 
 type childSpec struct {
 	Endpoint, Manifest, Parked, DataDir, StateDir string
@@ -366,7 +386,7 @@ func TestRecoverKilledAtEveryStep(t *testing.T) {
 			p := c.planFor(m3, m1, m2)
 			var out strings.Builder
 			n := m3.node(t, &out)
-			apiserver, argv, _ := standInAPIServer(t, m3)
+			apiserver, argv, _ := standInAPIServer(t, m3, false)
 			n.Restart = []StaticPod{{Manifest: apiserver, Parked: filepath.Join(n.StateDir, "kube-apiserver.yaml")}}
 			spec, err := json.Marshal(childSpec{Endpoint: n.Endpoint, Manifest: m3.manifest, Parked: n.Layout.(StaticPod).Parked,
 				DataDir: n.DataDir, StateDir: n.StateDir, Plan: p, Restart: n.Restart, StopAt: at})
@@ -412,7 +432,7 @@ func TestRecoverKilledAtEveryStep(t *testing.T) {
 			}
 			assert.ElementsMatch(t, []string{"member", "hale-aside-" + p.Token}, names, "no half-restored directory left behind")
 			assert.FileExists(t, apiserver, "the API server's manifest back in place")
-			assert.Eventually(t, func() bool { return running(argv) }, 10*time.Second, 50*time.Millisecond, "the API server runs again")
+			assert.Eventually(t, func() bool { return len(running(argv)) > 0 }, 10*time.Second, 50*time.Millisecond, "the API server runs again")
 		})
 	}
 }

@@ -21,7 +21,7 @@ import (
 // recoverFlags are `agent recover`'s.
 type recoverFlags struct {
 	config, plan, layout, manifest, unit, dataDir, stateDir, endpoint string
-	stopTimeout, startTimeout                                         time.Duration
+	stopTimeout, startTimeout, killAfter                              time.Duration
 	// restart are the control-plane static pods restarted once the member answers in the rebuilt cluster.
 	restart []string
 }
@@ -95,6 +95,8 @@ func (f *recoverFlags) register(fl *pflag.FlagSet, layouts bool) {
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/hale/recovery", "the recovery's journal and lock, on this node")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 90*time.Second, "how long the member may take to stop")
 	fl.DurationVar(&f.startTimeout, "start-timeout", 2*time.Minute, "how long the member may take to answer after its start")
+	fl.DurationVar(&f.killAfter, "kill-after", 5*time.Second, "how long a --restart pod's process may take to stop once its manifest is moved out before it is killed "+
+		"(SIGKILL: kubeadm's API server outlasts the kubelet's 30-s grace period, holding the recovery up; 0: never kill, the kubelet's grace period is waited out)")
 	fl.StringSliceVar(&f.restart, "restart", []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"},
 		"the static pods beside etcd's manifest restarted once the member answers in the rebuilt cluster (none: --restart=)")
 	if layouts {
@@ -130,12 +132,15 @@ func (f recoverFlags) node(stdout, stderr io.Writer) (recovery.Node, recovery.Pl
 	if f.plan == "" {
 		return recovery.Node{}, recovery.Plan{}, errors.New("--plan: required (write it with `hub recover -o json > FILE` once `hub recover --yes` has fenced)")
 	}
+	if f.killAfter < 0 {
+		return recovery.Node{}, recovery.Plan{}, fmt.Errorf("--kill-after %s: negative (0 never kills: the kubelet's grace period is waited out)", f.killAfter)
+	}
 	p, err := recovery.ReadPlan(f.plan)
 	if err != nil {
 		return recovery.Node{}, recovery.Plan{}, err
 	}
 	n := recovery.Node{DataDir: f.dataDir, StateDir: f.stateDir, Out: stdout, StopTimeout: f.stopTimeout, StartTimeout: f.startTimeout,
-		Log: slog.New(slog.NewJSONHandler(stderr, nil))}
+		KillAfter: f.killAfter, Log: slog.New(slog.NewJSONHandler(stderr, nil))}
 	switch f.layout {
 	case layoutStaticPod:
 		m, err := f.member()
