@@ -819,20 +819,31 @@ func (c *KubeCluster) adminPath() string {
 	return filepath.Join(c.Assets, "rootfs", "usr", "local", "bin")
 }
 
-// LoadImage imports an OCI archive into the node's containerd (its Kubernetes namespace) as
-// name:TAG, TAG the archive's own: what a registry pull would have put there.
-func (n *Node) LoadImage(ctx context.Context, archive, name string) {
-	n.c.T.Helper()
-	dst := filepath.Join("/var/tmp", filepath.Base(archive))
+// LoadImage imports an OCI archive into every node's containerd (its Kubernetes namespace) as
+// name:TAG, TAG the archive's own: what a registry pull would have put there. The nodes import it
+// side by side.
+func (c *KubeCluster) LoadImage(ctx context.Context, archive, name string) {
+	c.T.Helper()
 	data, err := os.ReadFile(archive)
 	if err != nil {
-		n.c.T.Fatalf("kube lab: %v", err)
+		c.T.Fatalf("kube lab: %v", err)
 	}
-	n.WriteFile(dst, string(data))
-	if out, err := n.Exec(ctx, "ctr", "--namespace", "k8s.io", "images", "import", "--base-name", name, dst); err != nil {
-		n.c.T.Fatalf("kube lab: loading %s on %s: %v\n%s", archive, n.Name, err, out)
+	dst := filepath.Join("/var/tmp", filepath.Base(archive))
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		n.WriteFile(dst, string(data))
+		wg.Go(func() {
+			if out, err := n.Exec(ctx, "ctr", "--namespace", "k8s.io", "images", "import", "--base-name", name, dst); err != nil {
+				errs[i] = fmt.Errorf("loading %s on %s: %w\n%s", archive, n.Name, err, out)
+			}
+			_, _ = n.Exec(ctx, "rm", "-f", dst)
+		})
 	}
-	_, _ = n.Exec(ctx, "rm", "-f", dst)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.T.Fatalf("kube lab: %v", err)
+	}
 }
 
 // kubeadmConfig is node n's kubeadm configuration: InitConfiguration, ClusterConfiguration,

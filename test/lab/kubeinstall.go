@@ -95,14 +95,16 @@ func (c *KubeCluster) InstallHale(ctx context.Context) time.Time {
 	// registry and the kubelet's pull would do), named in the overlay.
 	documented("`deploy/image/build-oci hale.tar TAG`")
 	archive := filepath.Join(c.T.TempDir(), "hale.tar")
+	started := time.Now()
 	build := exec.CommandContext(ctx, filepath.Join(root, "deploy", "image", "build-oci"), archive, "lab")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		c.T.Fatalf("kube lab: deploy/image/build-oci: %v\n%s", err, out)
 	}
-	for _, n := range c.Nodes {
-		n.LoadImage(ctx, archive, "hale.lab/hale")
-	}
+	built := time.Now()
+	c.LoadImage(ctx, archive, "hale.lab/hale")
+	c.T.Logf("kube lab: the image built in %s, loaded on the %d nodes in %s", built.Sub(started).Round(100*time.Millisecond),
+		len(c.Nodes), time.Since(built).Round(100*time.Millisecond))
 	images := "images: [{name: ghcr.io/hale-dev/hale, newName: REGISTRY/hale, newTag: TAG}]"
 	documented(images)
 	documented("add `- ../../components/witness` to its `components:`")
