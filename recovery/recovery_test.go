@@ -166,6 +166,9 @@ spec:
     command: ["`+strings.Join(argv, `", "`)+`"]
 `), 0o600))
 	k := staticpod.Run(t, "", "kube-apiserver", apiserver)
+	if holdsOn {
+		t.Cleanup(k.PowerOff) // before the stand-in kubelet's own stop, which would wait out its 10 s
+	}
 	require.Eventually(t, func() bool { return len(running(argv)) > 0 }, 10*time.Second, 50*time.Millisecond)
 	return apiserver, argv, k
 }
