@@ -61,12 +61,12 @@ func MembershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 	}
 	switch {
 	case total == 0:
-		return quorum.Cluster{}, "no fresh etcd view from any agent: waiting"
+		return quorum.Cluster{}, "no fresh etcd view from any agent"
 	case 2*n <= total:
-		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d): waiting", total, n)
+		return quorum.Cluster{}, fmt.Sprintf("agents disagree on the etcd membership (%d views, the most common held by %d)", total, n)
 	case 2*n <= judges:
 		return quorum.Cluster{}, fmt.Sprintf("only %d of the %d expected agents and witnesses that read etcd report the etcd membership (%d needed): "+
-			"a majority of observers must agree on it before anything is planned; waiting", n, judges, judges/2+1)
+			"a majority of observers must agree on it before anything is planned", n, judges, judges/2+1)
 	}
 	type machineOf struct {
 		name   string
