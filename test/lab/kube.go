@@ -828,11 +828,12 @@ func (c *KubeCluster) LoadImage(ctx context.Context, archive, name string) {
 	if err != nil {
 		c.T.Fatalf("kube lab: %v", err)
 	}
+	body := string(data) // converted once, not once per node
 	dst := filepath.Join("/var/tmp", filepath.Base(archive))
 	errs := make([]error, len(c.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.Nodes {
-		n.WriteFile(dst, string(data))
+		n.WriteFile(dst, body)
 		wg.Go(func() {
 			if out, err := n.Exec(ctx, "ctr", "--namespace", "k8s.io", "images", "import", "--base-name", name, dst); err != nil {
 				errs[i] = fmt.Errorf("loading %s on %s: %w\n%s", archive, n.Name, err, out)
