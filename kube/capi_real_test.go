@@ -28,8 +28,8 @@ import (
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/capture"
-	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // inMemoryCluster is a plain Cluster (no ClusterClass) on CAPD's in-memory backend: a
@@ -368,7 +368,7 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 		names = append(names, m.Status.NodeRef.Name)
 	}
 	timeline := &capture.Buffer{}
-	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline, Names: names})
+	tb, err := inproc.Start(inproc.Options{Dir: t.TempDir(), Timeline: timeline, Names: names})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		tb.Close()
@@ -438,7 +438,7 @@ func kcpReplacesWhatHaleHandsOver(t *testing.T, c client.Client, ns string) {
 // replaces it. Whichever goes first, the other waits, saying why (either while the first is under
 // way would cost etcd's quorum); once power-cycled, the first's fault clears and the
 // MachineHealthCheck deletes its request.
-func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb *demo.Testbed, first, second string) {
+func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb *inproc.Cluster, first, second string) {
 	ctx := t.Context()
 	template := &v1alpha1.HaleRemediationTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hale"}}
 	require.NoError(t, c.Create(ctx, template))
@@ -528,7 +528,7 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 // mirrorToEtcd does to the real etcd what KCP and kubeadm do to a real control plane's, while the
 // in-memory provider only simulates it: a KCP Machine that is deleted (or deleting) has its member
 // removed and its Node deleted; a new one with a node gets a member joined, an agent and a Node.
-func mirrorToEtcd(ctx context.Context, t *testing.T, c client.Client, ns string, tb *demo.Testbed, names []string) {
+func mirrorToEtcd(ctx context.Context, t *testing.T, c client.Client, ns string, tb *inproc.Cluster, names []string) {
 	gone := map[string]bool{}
 	known := slices.Clone(names)
 	for ctx.Err() == nil {

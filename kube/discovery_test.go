@@ -28,8 +28,8 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
-	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/lab/inproc"
 	"github.com/hale-dev/hale/test/metal3sim"
 )
 
@@ -261,11 +261,11 @@ func makePlannedWork(t *testing.T, c client.Client) {
 	require.NoError(t, c.Status().Update(ctx, kcp))
 }
 
-// startTestbed starts the demo topology; its timeline is logged when the test fails.
-func startTestbed(t *testing.T) *demo.Testbed {
+// startInproc starts the demo topology; its timeline is logged when the test fails.
+func startInproc(t *testing.T) *inproc.Cluster {
 	t.Helper()
 	timeline := &capture.Buffer{}
-	tb, err := demo.Start(demo.Options{Dir: t.TempDir(), Timeline: timeline})
+	tb, err := inproc.Start(inproc.Options{Dir: t.TempDir(), Timeline: timeline})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		tb.Close()
@@ -276,14 +276,14 @@ func startTestbed(t *testing.T) *demo.Testbed {
 	return tb
 }
 
-// kubeTestbed is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
+// kubeInproc is the demo topology (real etcd members, agents, simulated Redfish BMCs) described to
 // a real kube-apiserver, started for the test with namespace ns: a control-plane Node per machine,
 // named as its agent, its etcd member named by annotation.
-func kubeTestbed(t *testing.T, ns string) (client.Client, *demo.Testbed, pass.Inventory) {
+func kubeInproc(t *testing.T, ns string) (client.Client, *inproc.Cluster, pass.Inventory) {
 	t.Helper()
 	c, _ := kubeenv.Start(t)
 	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	tb := startTestbed(t)
+	tb := startInproc(t)
 	inv, err := tb.Inventory()
 	require.NoError(t, err)
 	for _, m := range inv.Machines {
@@ -292,9 +292,9 @@ func kubeTestbed(t *testing.T, ns string) (client.Client, *demo.Testbed, pass.In
 	return c, tb, inv
 }
 
-// startDiscoveredHub starts the testbed's hub on the inventory Discovery finds, with its actuators,
+// startDiscoveredHub starts the in-process cluster's hub on the inventory Discovery finds, with its actuators,
 // Events, and a rediscovery every 200 ms.
-func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Discovery) {
+func startDiscoveredHub(t *testing.T, c client.Client, tb *inproc.Cluster, d *Discovery) {
 	t.Helper()
 	ctx := t.Context()
 	inv, err := d.Build(ctx)
@@ -302,7 +302,7 @@ func startDiscoveredHub(t *testing.T, c client.Client, tb *demo.Testbed, d *Disc
 	sink := NewEventSink(c, d, "hub-test", slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: "default", Name: "default"}
 	go sink.Run(ctx)
-	require.NoError(t, tb.StartHub(demo.HubOptions{Configure: func(cfg *hub.Config) {
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Configure: func(cfg *hub.Config) {
 		cfg.Inventory = inv
 		cfg.PowerFor = d.PowerFor(cfg.PowerFor)
 		cfg.OwnerFor = d.OwnerFor
@@ -349,7 +349,7 @@ func eventsAbout(t *testing.T, c client.Client, ns, kind, name string) []string 
 // rebooted through Hale's reboot annotation (never a direct BMC call), and a detached host is left
 // alone, with the reason in status and an Event.
 func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
-	c, tb, inv := kubeTestbed(t, "metal3")
+	c, tb, inv := kubeInproc(t, "metal3")
 	ctx := t.Context()
 	for _, m := range inv.Machines {
 		createHost(t, c, "metal3", m.Node, m.Endpoint.String(), "", nil)
@@ -398,7 +398,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 		}
 		return false
 	}))
-	time.Sleep(time.Second) // the cooldown (1 s in the testbed)
+	time.Sleep(time.Second) // the cooldown (1 s in the in-process cluster)
 	resets := len(tb.Resets(2))
 	tb.Hang(2)
 	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "the detached host held", func() bool {
@@ -418,7 +418,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 // KCP (no Cluster API controllers run here): it deletes the marked Machine and creates its
 // replacement, and Hale closes the Remediation when KCP has its replicas back.
 func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
-	c, tb, inv := kubeTestbed(t, "capi")
+	c, tb, inv := kubeInproc(t, "capi")
 	ctx := t.Context()
 	for _, m := range inv.Machines {
 		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)
@@ -484,7 +484,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 // (none runs here). cp-2 runs no etcd member in this test (its Node says so), like a control-plane
 // node of an external-etcd cluster.
 func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
-	c, tb, inv := kubeTestbed(t, "capi")
+	c, tb, inv := kubeInproc(t, "capi")
 	ctx := t.Context()
 	node := &corev1.Node{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "cp-2"}, node))
@@ -590,7 +590,7 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 // way (here: its KubeadmControlPlane replaces it) through the same quorum plan; the annotation is
 // removed once the hub has taken it, and stays while the plan refuses.
 func TestRemediateMachineAnnotation(t *testing.T) {
-	c, tb, inv := kubeTestbed(t, "capi")
+	c, tb, inv := kubeInproc(t, "capi")
 	ctx := t.Context()
 	for _, m := range inv.Machines {
 		createMachine(t, c, "capi", m.Name, m.Node, "cp", nil)

@@ -16,7 +16,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // External remediation on a real API server, with HaleRemediations made as a MachineHealthCheck makes
@@ -32,9 +32,9 @@ import (
 func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	tb := startTestbed(t)
+	tb := startInproc(t)
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(c, ns, 1, 5), Inventory: func(inv *pass.Inventory) {
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Store: NewJournal(c, ns, 1, 5), Inventory: func(inv *pass.Inventory) {
 		for i := range inv.Machines {
 			inv.Machines[i].CheckedBy = "judged by MachineHealthCheck prod/cp, which hands its remediations to Hale"
 		}
@@ -75,7 +75,7 @@ func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	}
 
 	// Two at once: the first goes, the second would take etcd below quorum and waits.
-	first, second := request(demo.Name(1), true), request(demo.Name(2), true)
+	first, second := request(inproc.Name(1), true), request(inproc.Name(2), true)
 	start := time.Now()
 	st := waitPhase(first, v1alpha1.ExternalRunning, 10*time.Second)
 	assert.NotEmpty(t, st.Remediation)
@@ -103,7 +103,7 @@ func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	// Requests Hale takes not.
 	unknown := request("cp-9", true)
 	assert.Contains(t, waitPhase(unknown, v1alpha1.ExternalWaiting, 10*time.Second).Message, "cp-9")
-	stray := request(demo.Name(0)+"-stray", false)
+	stray := request(inproc.Name(0)+"-stray", false)
 	assert.Contains(t, waitPhase(stray, v1alpha1.ExternalWaiting, 10*time.Second).Message, "neither owned by Machine")
 
 	// medik8s' NodeHealthCheck: its request is named after the Node, or annotated with it, and owned by
@@ -120,7 +120,7 @@ func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 		return client.ObjectKeyFromObject(r)
 	}
 	start = time.Now()
-	st = waitPhase(fromNHC("nhc-"+demo.Name(1), demo.Name(1), false), v1alpha1.ExternalSucceeded, 60*time.Second)
+	st = waitPhase(fromNHC("nhc-"+inproc.Name(1), inproc.Name(1), false), v1alpha1.ExternalSucceeded, 60*time.Second)
 	t.Logf("a NodeHealthCheck's request Succeeded %v after it was made", time.Since(start).Round(100*time.Millisecond))
 	assert.True(t, meta.IsStatusConditionTrue(st.Conditions, ConditionSucceeded))
 	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionProcessing))
@@ -132,33 +132,33 @@ func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "every machine healthy", tb.AllHealthy))
 	tb.Sim().SetFaults(bmcsim.Faults{IgnoreResets: true})
 	start = time.Now()
-	failing := request(demo.Name(0), true, true)
+	failing := request(inproc.Name(0), true, true)
 	st = waitPhase(failing, v1alpha1.ExternalFailed, 90*time.Second)
 	t.Logf("a failed power-cycle: Failed %v after the request", time.Since(start).Round(100*time.Millisecond))
-	assert.Contains(t, st.Message, "not handed to its owner: Hale sees "+demo.Name(0)+" Healthy")
+	assert.Contains(t, st.Message, "not handed to its owner: Hale sees "+inproc.Name(0)+" Healthy")
 	var m clusterv1.Machine
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: demo.Name(0)}, &m))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: inproc.Name(0)}, &m))
 	assert.False(t, HandedOver(&m))
-	require.NoError(t, c.Delete(ctx, &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: demo.Name(0)}}))
+	require.NoError(t, c.Delete(ctx, &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: inproc.Name(0)}}))
 
 	tb.Hang(0)
 	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-0 Unhealthy and held for its MachineHealthCheck", func() bool {
 		return strings.Contains(tb.Hub().Status(ctx).Machines[0].Decision, "judged by MachineHealthCheck prod/cp")
 	}))
-	failing = request(demo.Name(0), true, true)
+	failing = request(inproc.Name(0), true, true)
 	st = waitPhase(failing, v1alpha1.ExternalFailed, 90*time.Second)
 	assert.Contains(t, st.Message, "the Machine is handed to its owner")
 	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: demo.Name(0)}, &m))
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: inproc.Name(0)}, &m))
 	assert.True(t, HandedOver(&m), "%+v", m.Status.Conditions)
 	// A NodeHealthCheck's that fails: Succeeded False (it may go on to its next remediator), no owner.
-	st = waitPhase(fromNHC("nhc-"+demo.Name(0), demo.Name(0), true), v1alpha1.ExternalFailed, 90*time.Second)
+	st = waitPhase(fromNHC("nhc-"+inproc.Name(0), inproc.Name(0), true), v1alpha1.ExternalFailed, 90*time.Second)
 	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))
 	assert.NotContains(t, st.Message, "owner")
 	// Three requests, none of the hub's own: a request whose remediation was withdrawn before it acted
 	// (the quorum re-check, while the members settle after the reboots above) is asked again, and
 	// journals one remediation more.
-	hist, err := tb.Hub().History(ctx, demo.Name(0))
+	hist, err := tb.Hub().History(ctx, inproc.Name(0))
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, len(hist), 3)
 	for _, r := range hist {

@@ -31,8 +31,8 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // The same pipeline in Kubernetes mode's journal: the demo topology (real etcd, agents, simulated
@@ -51,8 +51,8 @@ func TestHubOnRemediationObjects(t *testing.T) {
 	}()
 	leader := <-leaders
 
-	tb := startTestbed(t)
-	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(c, ns, leader.Epoch(), 5).WithFence(leader.Check)}))
+	tb := startInproc(t)
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Store: NewJournal(c, ns, leader.Epoch(), 5).WithFence(leader.Check)}))
 	require.NoError(t, tb.Settle(ctx))
 
 	tb.Hang(2)
@@ -87,8 +87,8 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(ctx, cluster))
 
-	tb := startTestbed(t)
-	require.NoError(t, tb.StartHub(demo.HubOptions{}))
+	tb := startInproc(t)
+	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
 	require.NoError(t, tb.Settle(ctx))
 	clusterKey := client.ObjectKeyFromObject(cluster)
 	sync := &PolicySync{Client: c, Policy: client.ObjectKeyFromObject(policy), Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
@@ -103,7 +103,7 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 		require.Eventually(t, func() bool { return pauseState() == want }, 30*time.Second, 20*time.Millisecond, "status.pause %s", want)
 	}
 	waitPause("Running")
-	// The budget as the hub last planned: all three voters healthy once the testbed's etcd answers its
+	// The budget as the hub last planned: all three voters healthy once the in-process cluster's etcd answers its
 	// probes in time (on a loaded machine a pass may plan with a member whose probe just failed).
 	var p v1alpha1.HealthPolicy
 	require.Eventually(t, func() bool {
@@ -149,15 +149,15 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
 }
 
-// policyBed is a testbed whose hub (started with withPolicyBrakes, settled) keeps its brakes in the
+// policyBed is an in-process cluster whose hub (started with withPolicyBrakes, settled) keeps its brakes in the
 // HealthPolicy "default" of ns, beside a Cluster API Cluster "prod", not paused.
-func policyBed(t *testing.T, c client.Client, ns string) (tb *demo.Testbed, policyKey client.ObjectKey, cluster *clusterv1.Cluster, withPolicyBrakes demo.HubOptions) {
+func policyBed(t *testing.T, c client.Client, ns string) (tb *inproc.Cluster, policyKey client.ObjectKey, cluster *clusterv1.Cluster, withPolicyBrakes inproc.HubOptions) {
 	t.Helper()
 	policyKey = client.ObjectKey{Namespace: ns, Name: "default"}
 	cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(t.Context(), cluster))
-	tb = startTestbed(t)
-	withPolicyBrakes = demo.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey} }}
+	tb = startInproc(t)
+	withPolicyBrakes = inproc.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey} }}
 	require.NoError(t, tb.StartHub(withPolicyBrakes))
 	require.NoError(t, tb.Settle(t.Context()))
 	return tb, policyKey, cluster, withPolicyBrakes
@@ -299,8 +299,8 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 	ctx := t.Context()
 	policy := &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
 	require.NoError(t, c.Create(ctx, policy))
-	tb := startTestbed(t)
-	require.NoError(t, tb.StartHub(demo.HubOptions{}))
+	tb := startInproc(t)
+	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
 	require.NoError(t, tb.Settle(ctx))
 	sync := &PolicySync{Client: c, Policy: client.ObjectKeyFromObject(policy), Hub: tb.Hub(), Interval: 50 * time.Millisecond}
 	go sync.Run(ctx)
@@ -397,8 +397,8 @@ func TestPassesMakeNoAPIRequests(t *testing.T) {
 	sink := NewEventSink(cc, &Discovery{Client: cc}, "hub-test", slog.New(slog.DiscardHandler))
 	go sink.Run(ctx)
 	reg := prometheus.NewRegistry()
-	tb := startTestbed(t)
-	require.NoError(t, tb.StartHub(demo.HubOptions{Store: NewJournal(cc, ns, 1, 5), Configure: func(hc *hub.Config) {
+	tb := startInproc(t)
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Store: NewJournal(cc, ns, 1, 5), Configure: func(hc *hub.Config) {
 		hc.Brakes = PolicyBrakes{Client: cc, Policy: client.ObjectKey{Namespace: ns, Name: "default"}}
 		hc.Notify = sink.Notify
 		hc.Metrics = reg

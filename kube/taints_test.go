@@ -20,8 +20,8 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
-	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // prefixed is NodeTaints on Nodes named prefix+node: the package's API server is shared, and Nodes
@@ -110,14 +110,14 @@ func podWithVolume(t *testing.T, c client.Client, ns, node string) (*corev1.Pod,
 func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
-	tb := startTestbed(t)
+	tb := startInproc(t)
 	inv, err := tb.Inventory()
 	require.NoError(t, err)
 	for _, m := range inv.Machines {
 		createNode(t, c, ns+"-"+m.Node, "", true)
 	}
 	kubeenv.ControllerManager(t, cfg, "podgc", "attachdetach")
-	pod, attachment := podWithVolume(t, c, ns, ns+"-"+demo.Name(2))
+	pod, attachment := podWithVolume(t, c, ns, ns+"-"+inproc.Name(2))
 	operators := ns + "-" + inv.Machines[0].Node
 	require.NoError(t, NodeTaints{Client: c}.update(ctx, operators, func(n *corev1.Node) bool {
 		n.Spec.Taints = append(n.Spec.Taints, OutOfServiceTaint)
@@ -126,7 +126,7 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	taints := prefixed{NodeTaints{Client: c}, ns + "-"}
 	reg := prometheus.NewRegistry()
 	start := func() {
-		require.NoError(t, tb.StartHub(demo.HubOptions{Inventory: func(inv *pass.Inventory) {
+		require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) {
 			inv.Machines[2].Strategy = quorum.Fence
 			inv.Policy.OutOfServiceAfter = 2 * time.Second
 		}, Configure: func(cfg *hub.Config) {
@@ -145,23 +145,23 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 
 	tb.Hang(2)
 	fenced := time.Now()
-	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-2 fenced", func() bool { return tb.Sim().PowerState(demo.Name(2)) == "Off" }))
+	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-2 fenced", func() bool { return tb.Sim().PowerState(inproc.Name(2)) == "Off" }))
 	// The Node first, then the hub's word: the hub records the taint once the API server has answered
 	// its write, a moment after the Node carries it (the full lane read the status in between once).
-	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-2's Node tainted", func() bool { return tainted(demo.Name(2)) }))
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-2's Node tainted", func() bool { return tainted(inproc.Name(2)) }))
 	require.NoError(t, tb.WaitFor(ctx, 5*time.Second, "the hub's status saying so", func() bool { return tb.Hub().Status(ctx).Machines[2].OutOfService != "" }))
 	t.Logf("fence → taint: %v (policy.outOfServiceAfter 2s, BMC read every 0.5 s)", time.Since(fenced).Round(100*time.Millisecond))
-	n := node(demo.Name(2))
+	n := node(inproc.Name(2))
 	assert.Contains(t, n.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute,
 		TimeAdded: n.Spec.Taints[len(n.Spec.Taints)-1].TimeAdded})
 	assert.Contains(t, n.Annotations[OutOfServiceAnnotation], "its BMC read the power Off at")
 	st := tb.Hub().Status(ctx)
 	assert.Contains(t, st.Machines[2].OutOfService, "fenced by remediation")
-	e, err := tb.Hub().Explain(ctx, demo.Name(2))
+	e, err := tb.Hub().Explain(ctx, inproc.Name(2))
 	require.NoError(t, err)
 	assert.Contains(t, strings.Join(e.Brakes, "; "), "carries the out-of-service taint")
 	assert.Equal(t, 1, testutil.CollectAndCount(reg, "hale_hub_out_of_service"))
-	assert.False(t, tainted(demo.Name(1)), "no other Node")
+	assert.False(t, tainted(inproc.Name(1)), "no other Node")
 	taintedAt := time.Now()
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})) &&
@@ -177,13 +177,13 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "the new leader's view of cp-2's taint", func() bool {
 		return tb.Hub().Status(ctx).Machines[2].OutOfService != ""
 	}))
-	assert.True(t, tainted(demo.Name(2)))
+	assert.True(t, tainted(inproc.Name(2)))
 	assert.NotContains(t, strings.Join(tb.Hub().Timeline(), "\n"), "out-of-service taint taken off")
 
 	// Someone powers cp-2 on: the BMC reads On and the taint goes at once, before it is heard.
-	tb.Sim().SetPowerState(demo.Name(2), "On")
-	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "the taint off cp-2's Node", func() bool { return !tainted(demo.Name(2)) }))
-	_, ours := node(demo.Name(2)).Annotations[OutOfServiceAnnotation]
+	tb.Sim().SetPowerState(inproc.Name(2), "On")
+	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "the taint off cp-2's Node", func() bool { return !tainted(inproc.Name(2)) }))
+	_, ours := node(inproc.Name(2)).Annotations[OutOfServiceAnnotation]
 	assert.False(t, ours)
 	assert.True(t, tainted(inv.Machines[0].Node), "the operator's taint on cp-0 stays")
 }

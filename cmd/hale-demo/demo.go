@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 type demoOptions struct {
@@ -94,15 +95,15 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 		defer os.RemoveAll(dir)
 	}
 	started := time.Now()
-	tb, err := demo.Start(demo.Options{Dir: dir, Timeline: stdout, Log: log})
+	tb, err := inproc.Start(inproc.Options{Dir: dir, Timeline: stdout, Log: log})
 	if err != nil {
 		return err
 	}
 	defer tb.Close()
-	if err := tb.StartHub(demo.HubOptions{}); err != nil {
+	if err := tb.StartHub(inproc.HubOptions{}); err != nil {
 		return err
 	}
-	runErr := demo.Run(ctx, tb, scenarios)
+	runErr := demo.Run(ctx, demo.InProcess(tb), scenarios)
 	failed := 0
 	if runErr != nil {
 		failed = strings.Count(runErr.Error(), "scenario ")
@@ -121,7 +122,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 }
 
 // keepServing serves the operator API on a socket in dir (mode 0600) until ctx ends.
-func keepServing(ctx context.Context, tb *demo.Testbed, dir string, stdout io.Writer) error {
+func keepServing(ctx context.Context, tb *inproc.Cluster, dir string, stdout io.Writer) error {
 	socket := filepath.Join(dir, "hub.sock")
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", socket)

@@ -198,15 +198,15 @@ func TestDeployRBAC(t *testing.T) {
 	go op.Run(ctx)
 
 	asHub := kubeenv.Kubeconfig(t, cfg, dir, hubSA, "system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
-	// Identities enrolled through the API server (the manifests' way): the testbed's agents are
+	// Identities enrolled through the API server (the manifests' way): the in-process cluster's agents are
 	// pinned in the ConfigMap as the hub would have pinned them, and the hub reads them there. Its own
 	// request, made as the ServiceAccount but with no pod's token, is denied (its key is the
-	// testbed's, pinned as hub-*).
-	testbedKeys, err := os.ReadFile(tb.PinnedKeysFile())
+	// cluster's, pinned as hub-*).
+	clusterKeys, err := os.ReadFile(tb.PinnedKeysFile())
 	require.NoError(t, err)
 	var keys corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pinned-keys"}, &keys))
-	keys.Data = map[string]string{health.PinnedKeysKey: string(testbedKeys)}
+	keys.Data = map[string]string{health.PinnedKeysKey: string(clusterKeys)}
 	require.NoError(t, c.Update(ctx, &keys))
 	logs := runReplica(t, runOptions{inventory: invPath, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(),
 		pinnedFile: filepath.Join(dir, "pinned-keys-copy"), api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,

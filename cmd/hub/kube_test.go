@@ -22,8 +22,8 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/test/capture"
-	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // A standby names the leader's pod when the Lease holder has the default name (hub-POD-RANDOM).
@@ -266,9 +266,9 @@ func runReplica(t *testing.T, o runOptions) *capture.Buffer {
 	return logs
 }
 
-// createBedNodes describes the testbed to the API server: a control-plane Node per machine, its etcd
-// member named by annotation. It returns the testbed's inventory.
-func createBedNodes(t *testing.T, c client.Client, tb *demo.Testbed) pass.Inventory {
+// createBedNodes describes the in-process cluster to the API server: a control-plane Node per machine, its etcd
+// member named by annotation. It returns the in-process cluster's inventory.
+func createBedNodes(t *testing.T, c client.Client, tb *inproc.Cluster) pass.Inventory {
 	t.Helper()
 	bed, err := tb.Inventory()
 	require.NoError(t, err)

@@ -22,25 +22,25 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/test/capture"
-	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
-func writeInventory(t *testing.T, path string, tb *demo.Testbed, extra string) {
+func writeInventory(t *testing.T, path string, tb *inproc.Cluster, extra string) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "cluster: demo\npolicy: {cooldown: 1s, etcdUnreachableTimeout: 1s%s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n", extra)
-	for i := range demo.Machines {
+	for i := range inproc.Machines {
 		fmt.Fprintf(&b, "  - {name: %s, member: etcd-%d, class: cp, bmc: {endpoint: %q, credentials: %s}}\n",
-			demo.Name(i), i, tb.Sim().Endpoint()+"/systems/"+demo.Name(i), tb.CredentialsFile())
+			inproc.Name(i), i, tb.Sim().Endpoint()+"/systems/"+inproc.Name(i), tb.CredentialsFile())
 	}
 	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
 }
 
 // startBed starts the demo topology under dir (stopped when the test ends) and writes its inventory
 // file; it returns both.
-func startBed(t *testing.T, dir string) (*demo.Testbed, string) {
+func startBed(t *testing.T, dir string) (*inproc.Cluster, string) {
 	t.Helper()
-	tb, err := demo.Start(demo.Options{Dir: filepath.Join(dir, "bed")})
+	tb, err := inproc.Start(inproc.Options{Dir: filepath.Join(dir, "bed")})
 	require.NoError(t, err)
 	t.Cleanup(tb.Close)
 	inv := filepath.Join(dir, "inventory.yaml")

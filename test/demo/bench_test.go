@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hale-dev/hale/hub/pass"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // BenchmarkDetectionToAction hangs one machine of the demo topology at a time (its agent and etcd
@@ -31,7 +33,7 @@ func BenchmarkDetectionToAction(b *testing.B) {
 	var armed time.Time // the failure of the trial under way
 	var victim string
 	var unhealthyAt, bmcAt time.Time
-	tb, err := Start(Options{Dir: b.TempDir(),
+	tb, err := inproc.Start(inproc.Options{Dir: b.TempDir(),
 		OnRequest: func(_ string, _ *http.Request) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -49,22 +51,22 @@ func BenchmarkDetectionToAction(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(tb.Close)
 	// 20 remediations in ~60 s is a storm by design: lift the rate limit, which is not what is measured.
-	require.NoError(b, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.RateMax = 1000 }}))
+	require.NoError(b, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.RateMax = 1000 }}))
 	ctx := b.Context()
 
 	var toUnhealthy, toBMC, total []time.Duration
 	for b.Loop() {
 		for trial := range trials {
-			i := trial % Machines
+			i := trial % inproc.Machines
 			require.NoError(b, tb.Settle(ctx))
-			before := tb.snapshot()
+			before := takeSnapshot(InProcess(tb))
 			mu.Lock()
-			victim, unhealthyAt, bmcAt = Name(i), time.Time{}, time.Time{}
+			victim, unhealthyAt, bmcAt = inproc.Name(i), time.Time{}, time.Time{}
 			armed = time.Now()
 			failed := armed
 			mu.Unlock()
 			tb.Hang(i)
-			require.NoError(b, tb.WaitFor(ctx, 60*time.Second, "the remediation to succeed", tb.succeeded(before, i)))
+			require.NoError(b, tb.WaitFor(ctx, 60*time.Second, "the remediation to succeed", succeeded(InProcess(tb), before, i)))
 			mu.Lock()
 			armed = time.Time{}
 			u, c := unhealthyAt, bmcAt

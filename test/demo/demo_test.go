@@ -25,15 +25,16 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/lab/inproc"
 	"github.com/hale-dev/hale/test/seed"
 )
 
-// newBed starts a testbed and its hub; the timeline is printed when the test fails (or with -v).
-func newBed(t *testing.T, o Options) *Testbed {
+// newBed starts an in-process cluster and its hub; the timeline is printed when the test fails (or with -v).
+func newBed(t *testing.T, o inproc.Options) *inproc.Cluster {
 	t.Helper()
 	timeline := &capture.Buffer{}
 	o.Dir, o.Timeline = t.TempDir(), timeline
-	tb, err := Start(o)
+	tb, err := inproc.Start(o)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		tb.Close()
@@ -41,25 +42,25 @@ func newBed(t *testing.T, o Options) *Testbed {
 			t.Logf("timeline:\n%s", timeline)
 		}
 	})
-	require.NoError(t, tb.StartHub(HubOptions{}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
 	require.NoError(t, tb.Settle(t.Context()))
 	return tb
 }
 
-// passes fails the test unless the hub runs n more passes (see Testbed.Passes).
-func (tb *Testbed) passes(t *testing.T, n uint64) {
+// passes fails the test unless the hub runs n more passes (see inproc.Cluster.Passes).
+func passes(t *testing.T, tb *inproc.Cluster, n uint64) {
 	t.Helper()
 	require.NoError(t, tb.Passes(t.Context(), n))
 }
 
-func (tb *Testbed) wait(t *testing.T, what string, cond func() bool) {
+func wait(t *testing.T, tb *inproc.Cluster, what string, cond func() bool) {
 	t.Helper()
 	require.NoError(t, tb.WaitFor(t.Context(), 60*time.Second, what, cond))
 }
 
-func (tb *Testbed) unhealthy(i int) func() bool {
+func unhealthy(tb *inproc.Cluster, i int) func() bool {
 	return func() bool {
-		a, _ := tb.Hub().Assessment(Name(i))
+		a, _ := tb.Hub().Assessment(inproc.Name(i))
 		return a.Verdict == assess.VerdictUnhealthy
 	}
 }
@@ -78,7 +79,7 @@ func hasEvent(h *hub.Hub, substr string) func() bool {
 // The demo's scenarios, on real components; each must end as expected. The last, permanent-loss,
 // leaves a new etcd cluster (rebuilt from cp-0) behind: the raft mark starts again there.
 func TestScenarios(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	start := tb.Hub().Status(t.Context()).RaftMark
 	require.NotNil(t, start, "the raft mark from the agents' reports of real etcd members")
 	assert.Regexp(t, "^[0-9a-f]+$", start.ClusterID)
@@ -88,7 +89,7 @@ func TestScenarios(t *testing.T) {
 			before = tb.Hub().Status(t.Context()).RaftMark
 		}
 		t.Run(s.Name, func(t *testing.T) {
-			require.NoError(t, Run(t.Context(), tb, []Scenario{s}))
+			require.NoError(t, Run(t.Context(), InProcess(tb), []Scenario{s}))
 			rebuilt = rebuilt || s.Name == "permanent-loss"
 		})
 	}
@@ -104,72 +105,72 @@ func TestScenarios(t *testing.T) {
 // Suspended, detached and paused: no BMC call while they hold (the would-do is said when
 // suspended), and healing resumes when they are lifted.
 func TestBrakesMakeNoBMCCall(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	h := tb.Hub()
 	ctx := t.Context()
 
 	require.NoError(t, h.SetSuspended(ctx, true, "test", ""))
 	tb.Hang(2)
-	tb.wait(t, "the would-do", hasEvent(h, "not started: suspended: would start reboot of cp-2"))
-	tb.passes(t, 10)
+	wait(t, tb, "the would-do", hasEvent(h, "not started: suspended: would start reboot of cp-2"))
+	passes(t, tb, 10)
 	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
 	assert.True(t, h.Status(context.Background()).Suspended)
-	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2)})
+	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(2)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot is refused while suspended")
 	require.NoError(t, h.SetSuspended(ctx, false, "test", ""))
 	before := snapshot{}
-	tb.wait(t, "cp-2 healed", tb.succeeded(before, 2))
+	wait(t, tb, "cp-2 healed", succeeded(InProcess(tb), before, 2))
 	require.NoError(t, tb.Settle(ctx))
 
-	require.NoError(t, h.SetDetached(ctx, Name(1), true, "test", ""))
+	require.NoError(t, h.SetDetached(ctx, inproc.Name(1), true, "test", ""))
 	require.ErrorIs(t, h.SetDetached(ctx, "cp-9", true, "test", ""), hub.ErrNotFound)
 	tb.Hang(1)
-	tb.wait(t, "cp-1 Unhealthy", tb.unhealthy(1))
-	tb.passes(t, 10)
+	wait(t, tb, "cp-1 Unhealthy", unhealthy(tb, 1))
+	passes(t, tb, 10)
 	assert.Empty(t, tb.Resets(1), "detached: no BMC call")
 	st := h.Status(context.Background())
 	assert.True(t, st.Machines[1].Detached)
 	assert.Contains(t, st.Machines[1].Decision, "detached by test")
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot of a detached machine is refused")
-	require.NoError(t, h.SetDetached(ctx, Name(1), false, "test", ""))
-	tb.wait(t, "cp-1 healed", tb.succeeded(before, 1))
+	require.NoError(t, h.SetDetached(ctx, inproc.Name(1), false, "test", ""))
+	wait(t, tb, "cp-1 healed", succeeded(InProcess(tb), before, 1))
 	require.NoError(t, tb.Settle(ctx))
 
 	require.NoError(t, h.SetPaused(ctx, true, "test", ""))
 	assert.Equal(t, hub.Paused, h.PauseState(), "nothing in flight: acknowledged at once")
 	tb.Hang(0)
-	tb.wait(t, "cp-0 Unhealthy", tb.unhealthy(0))
-	tb.passes(t, 10)
+	wait(t, tb, "cp-0 Unhealthy", unhealthy(tb, 0))
+	passes(t, tb, 10)
 	assert.Empty(t, tb.Resets(0), "paused: no BMC call")
 	require.NoError(t, h.SetPaused(ctx, false, "test", ""))
-	tb.wait(t, "cp-0 healed", tb.succeeded(before, 0))
+	wait(t, tb, "cp-0 healed", succeeded(InProcess(tb), before, 0))
 }
 
 // The brakes hold across a restart of the hub: the operator's pause, observe-only and a detached
 // machine (who, why, since when), read back from the journal; and the cooldown and the rate-limit
 // window, which the next hub restores from the remediations it finds there.
 func TestBrakesSurviveARestart(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	ctx := t.Context()
 	policy := func(inv *pass.Inventory) {
 		inv.Policy.Cooldown, inv.Policy.RateMax, inv.Policy.RatePer = time.Minute, 1, time.Minute
 	}
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: policy}))
-	before := tb.snapshot()
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: policy}))
+	before := takeSnapshot(InProcess(tb))
 	tb.Hang(2)
-	tb.wait(t, "cp-2 healed", tb.succeeded(before, 2))
-	tb.wait(t, "every machine Healthy", tb.AllHealthy)
+	wait(t, tb, "cp-2 healed", succeeded(InProcess(tb), before, 2))
+	wait(t, tb, "every machine Healthy", tb.AllHealthy)
 
 	h := tb.Hub()
 	require.NoError(t, h.SetPaused(ctx, true, "alice", "maintenance window"))
 	require.NoError(t, h.SetSuspended(ctx, true, "bob", "watching a flaky switch"))
-	require.NoError(t, h.SetDetached(ctx, Name(0), true, "carol", "disk swap"))
+	require.NoError(t, h.SetDetached(ctx, inproc.Name(0), true, "carol", "disk swap"))
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: policy}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: policy}))
 	h = tb.Hub()
-	tb.wait(t, "the new hub running", func() bool { return h.Status(ctx).Observers.Majority })
+	wait(t, tb, "the new hub running", func() bool { return h.Status(ctx).Observers.Majority })
 	st := h.Status(ctx)
 	require.Len(t, st.PausedBy, 1)
 	assert.Equal(t, "alice", st.PausedBy[0].By)
@@ -185,17 +186,17 @@ func TestBrakesSurviveARestart(t *testing.T) {
 	require.NoError(t, h.SetSuspended(ctx, false, "bob", ""))
 	tb.Hang(2) // remediated a moment ago, by the hub before the restart: cooling down
 	tb.Hang(1) // the rate limit (1 a minute) was used by that remediation too
-	tb.wait(t, "cp-2 held, cooling down", func() bool { return strings.Contains(decision(h, 2), "cooling down until") })
-	tb.wait(t, "cp-1 held by the rate limit", func() bool {
+	wait(t, tb, "cp-2 held, cooling down", func() bool { return strings.Contains(decision(h, 2), "cooling down until") })
+	wait(t, tb, "cp-1 held by the rate limit", func() bool {
 		return strings.Contains(h.Status(ctx).Holding, "rate limit: 1 remediations started in the last 1m0s (max 1): cp-1 waits")
 	})
-	tb.passes(t, 10)
-	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 1}), "nothing more than the remediation before the restart")
+	passes(t, tb, 10)
+	require.NoError(t, expectResets(InProcess(tb), before, [machines]int{0, 0, 1}), "nothing more than the remediation before the restart")
 }
 
 func decision(h *hub.Hub, i int) string {
 	for _, m := range h.Status(context.Background()).Machines {
-		if m.Name == Name(i) {
+		if m.Name == inproc.Name(i) {
 			return m.Decision
 		}
 	}
@@ -206,28 +207,28 @@ func decision(h *hub.Hub, i int) string {
 // within flapWindow count together, the second and third are hard power cycles, and then the hub
 // gives up on it with the reason, though each reboot brought it back.
 func TestFlappingMachineIsGivenUp(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.FlapWindow = time.Minute }}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.FlapWindow = time.Minute }}))
 	h := tb.Hub()
-	before := tb.snapshot()
+	before := takeSnapshot(InProcess(tb))
 	for n := 1; n <= 3; n++ {
 		tb.Hang(2)
-		tb.wait(t, fmt.Sprintf("remediation %d of cp-2 succeeded", n), func() bool {
+		wait(t, tb, fmt.Sprintf("remediation %d of cp-2 succeeded", n), func() bool {
 			got, st := tb.Remediations(2)
 			return got == before.remediations[2]+n && st == journal.Succeeded
 		})
-		tb.wait(t, "every machine Healthy", tb.AllHealthy)
+		wait(t, tb, "every machine Healthy", tb.AllHealthy)
 		time.Sleep(1100 * time.Millisecond) // past the cooldown
 	}
 	tb.Hang(2)
-	tb.wait(t, "cp-2 given up as flapping", func() bool {
+	wait(t, tb, "cp-2 given up as flapping", func() bool {
 		return strings.Contains(decision(h, 2), "flapping: 3 remediations in the last 1m0s (it comes back, then fails again; maxAttempts 3)")
 	})
 	assert.Equal(t, pass.NeedFlapping, h.Status(t.Context()).Machines[2].NeedsOperator)
-	tb.passes(t, 10)
-	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 3}))
-	hist, err := h.History(t.Context(), Name(2))
+	passes(t, tb, 10)
+	require.NoError(t, expectResets(InProcess(tb), before, [machines]int{0, 0, 3}))
+	hist, err := h.History(t.Context(), inproc.Name(2))
 	require.NoError(t, err)
 	hist = hist[len(hist)-3:]
 	assert.Equal(t, []bool{false, true, true}, []bool{hist[0].Hard, hist[1].Hard, hist[2].Hard}, "escalated to hard cycles")
@@ -240,10 +241,10 @@ func TestFlappingMachineIsGivenUp(t *testing.T) {
 func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 	for _, acted := range []bool{true, false} {
 		t.Run("bmc acted "+strconv.FormatBool(acted), func(t *testing.T) {
-			tb := newBed(t, Options{})
+			tb := newBed(t, inproc.Options{})
 			tb.StopHub()
 			crashed := make(chan struct{})
-			require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(_ pass.Machine, p execute.Power) execute.Power {
+			require.NoError(t, tb.StartHub(inproc.HubOptions{WrapPower: func(_ pass.Machine, p execute.Power) execute.Power {
 				return &crashingPower{Power: p, tb: tb, acted: acted, crashed: crashed}
 			}}))
 			tb.Hang(2)
@@ -257,11 +258,11 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 			} else {
 				require.Empty(t, tb.Resets(2))
 			}
-			require.NoError(t, tb.StartHub(HubOptions{}))
-			tb.wait(t, "cp-2's remediation to succeed", tb.succeeded(snapshot{}, 2))
-			tb.wait(t, "every machine healthy", tb.AllHealthy)
+			require.NoError(t, tb.StartHub(inproc.HubOptions{}))
+			wait(t, tb, "cp-2's remediation to succeed", succeeded(InProcess(tb), snapshot{}, 2))
+			wait(t, tb, "every machine healthy", tb.AllHealthy)
 			assert.Len(t, tb.Resets(2), 1, "exactly one power action in all")
-			hist, err := tb.Hub().History(context.Background(), Name(2))
+			hist, err := tb.Hub().History(context.Background(), inproc.Name(2))
 			require.NoError(t, err)
 			require.Len(t, hist, 1, "the same remediation resumed, not a second one")
 			outcomes := outcomesOf(hist[0])
@@ -279,11 +280,11 @@ func TestHubCrashBetweenIntentAndOutcome(t *testing.T) {
 // it neither back nor with a reset time to read. It goes by the machine instead (its agent restarting
 // after the intent, observers seeing it go down) and does not cycle it a second time.
 func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
-	tb := newBed(t, Options{IPMI: true, BootDelay: 3 * time.Second})
+	tb := newBed(t, inproc.Options{IPMI: true, BootDelay: 3 * time.Second})
 	tb.StopHub()
 	crashed := make(chan struct{})
-	require.NoError(t, tb.StartHub(HubOptions{WrapPower: func(m pass.Machine, p execute.Power) execute.Power {
-		if m.Name != Name(IPMIMachine) {
+	require.NoError(t, tb.StartHub(inproc.HubOptions{WrapPower: func(m pass.Machine, p execute.Power) execute.Power {
+		if m.Name != inproc.Name(inproc.IPMIMachine) {
 			return p
 		}
 		return &crashingPower{Power: p, tb: tb, acted: true, crashed: crashed,
@@ -292,18 +293,18 @@ func TestHubCrashOnIPMIWithoutAResetTime(t *testing.T) {
 				return err
 			}}
 	}}))
-	tb.Hang(IPMIMachine)
+	tb.Hang(inproc.IPMIMachine)
 	select {
 	case <-crashed:
 	case <-time.After(60 * time.Second):
 		t.Fatal("no BMC step within 60 s")
 	}
-	tb.wait(t, "the dying hub's cycle to reach the BMC", func() bool { return slices.Equal(tb.Resets(IPMIMachine), []string{"power 0", "power 1"}) })
-	require.NoError(t, tb.StartHub(HubOptions{}))
-	tb.wait(t, "cp-2's remediation to succeed", tb.succeeded(snapshot{}, IPMIMachine))
-	tb.wait(t, "every machine healthy", tb.AllHealthy)
-	assert.Equal(t, []string{"power 0", "power 1"}, tb.Resets(IPMIMachine), "exactly one power cycle in all")
-	hist, err := tb.Hub().History(context.Background(), Name(IPMIMachine))
+	wait(t, tb, "the dying hub's cycle to reach the BMC", func() bool { return slices.Equal(tb.Resets(inproc.IPMIMachine), []string{"power 0", "power 1"}) })
+	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
+	wait(t, tb, "cp-2's remediation to succeed", succeeded(InProcess(tb), snapshot{}, inproc.IPMIMachine))
+	wait(t, tb, "every machine healthy", tb.AllHealthy)
+	assert.Equal(t, []string{"power 0", "power 1"}, tb.Resets(inproc.IPMIMachine), "exactly one power cycle in all")
+	hist, err := tb.Hub().History(context.Background(), inproc.Name(inproc.IPMIMachine))
 	require.NoError(t, err)
 	require.Len(t, hist, 1, "the same remediation resumed, not a second one")
 	outcomes := outcomesOf(hist[0])
@@ -325,7 +326,7 @@ func outcomesOf(rem journal.Remediation) []string {
 // crashingPower crashes the hub at its first reboot, after or before passing it to the BMC.
 type crashingPower struct {
 	execute.Power
-	tb      *Testbed
+	tb      *inproc.Cluster
 	acted   bool
 	crashed chan struct{}
 	// send, when set, is how the reset reaches the BMC before the crash (instead of a whole verified
@@ -354,22 +355,22 @@ func (c *crashingPower) Reboot(ctx context.Context) (bmc.Result, error) {
 // maxAttempts, which status and explain say; an operator's reboot then heals it.
 func TestEscalationAndGivingUp(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	tb := newBed(t, Options{Metrics: reg})
+	tb := newBed(t, inproc.Options{Metrics: reg})
 	h := tb.Hub()
 	// Every request fails with 500 (a refused login would hold the machine instead: BMC accounts
 	// lock out, so the hub waits before logging in again, which TestOneFailedLoginPerBMCAccountAcrossPasses
 	// covers).
 	tb.Sim().SetFaults(bmcsim.Faults{Fail500: 1 << 30})
 	tb.Hang(2)
-	tb.wait(t, "the hub to give up", func() bool {
+	wait(t, tb, "the hub to give up", func() bool {
 		for _, m := range h.Status(context.Background()).Machines {
-			if m.Name == Name(2) && strings.Contains(m.Decision, "gave up after 3 failed remediations") {
+			if m.Name == inproc.Name(2) && strings.Contains(m.Decision, "gave up after 3 failed remediations") {
 				return true
 			}
 		}
 		return false
 	})
-	hist, err := h.History(context.Background(), Name(2))
+	hist, err := h.History(context.Background(), inproc.Name(2))
 	require.NoError(t, err)
 	require.Len(t, hist, 3)
 	for i, r := range hist {
@@ -377,11 +378,11 @@ func TestEscalationAndGivingUp(t *testing.T) {
 		assert.Equal(t, i+1, r.Attempt)
 		assert.Equal(t, i > 0, r.Hard, "attempts after the first are hard power cycles")
 	}
-	why, err := h.Explain(context.Background(), Name(2))
+	why, err := h.Explain(context.Background(), inproc.Name(2))
 	require.NoError(t, err)
 	assert.Contains(t, why.String(), "gave up after 3 failed remediations")
 	assert.Contains(t, why.String(), "500")
-	tb.passes(t, 15)
+	passes(t, tb, 15)
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 3, n, "no fourth attempt")
 	assert.Equal(t, pass.NeedGaveUp, h.Status(t.Context()).Machines[2].NeedsOperator)
@@ -389,13 +390,13 @@ func TestEscalationAndGivingUp(t *testing.T) {
 		"what an on-call alert fires on")
 
 	tb.Sim().SetFaults(bmcsim.Faults{})
-	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "test"})
+	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: inproc.Name(2), By: "test"})
 	require.NoError(t, err)
-	tb.wait(t, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == journal.Succeeded })
-	hist, _ = h.History(context.Background(), Name(2))
+	wait(t, tb, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == journal.Succeeded })
+	hist, _ = h.History(context.Background(), inproc.Name(2))
 	assert.Equal(t, res.Remediation, hist[3].ID)
 	assert.Equal(t, "test", hist[3].RequestedBy)
-	tb.wait(t, "no machine left needing an operator", func() bool {
+	wait(t, tb, "no machine left needing an operator", func() bool {
 		return gaugeByLabel(t, reg, "hale_hub_machines_needing_operator", "reason")["GaveUp"] == 0
 	})
 }
@@ -424,47 +425,47 @@ func gaugeByLabel(t *testing.T, reg *prometheus.Registry, name, label string) ma
 // Manual reboots: a healthy member may be rebooted when the budget allows; --hard power-cycles;
 // --dry-run changes nothing; --force goes ahead over a refusal and the journal says so.
 func TestManualReboot(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	h := tb.Hub()
 	ctx := t.Context()
 
-	res, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), DryRun: true})
+	res, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(0), DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"power-cycle etcd-0", "await-healthy etcd-0"}, res.Steps)
 	assert.Empty(t, res.Remediation)
 	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: "nope"})
 	assert.ErrorIs(t, err, hub.ErrNotFound)
 
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(0)})
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(0)})
 	require.NoError(t, err)
-	tb.wait(t, "cp-0 rebooted", tb.succeeded(snapshot{}, 0))
+	wait(t, tb, "cp-0 rebooted", succeeded(InProcess(tb), snapshot{}, 0))
 	assert.Equal(t, []string{"GracefulRestart"}, tb.Resets(0))
 	require.NoError(t, tb.Settle(ctx))
 
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), Hard: true})
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(0), Hard: true})
 	require.NoError(t, err)
-	tb.wait(t, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == journal.Succeeded })
+	wait(t, tb, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == journal.Succeeded })
 	assert.NotEqual(t, "GracefulRestart", tb.Resets(0)[1])
 	require.NoError(t, tb.Settle(ctx))
 
 	// cp-2 down and detached: rebooting cp-1 costs quorum; --force overrides and is journaled.
-	require.NoError(t, h.SetDetached(ctx, Name(2), true, "test", ""))
+	require.NoError(t, h.SetDetached(ctx, inproc.Name(2), true, "test", ""))
 	tb.Hang(2)
-	tb.wait(t, "cp-2 Unhealthy", tb.unhealthy(2))
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1)})
+	wait(t, tb, "cp-2 Unhealthy", unhealthy(tb, 2))
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1)})
 	require.ErrorIs(t, err, hub.ErrRefused)
-	res, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1), Force: true})
+	res, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1), Force: true})
 	require.NoError(t, err)
 	assert.Contains(t, res.Overrides, "quorum needs 2")
-	tb.wait(t, "cp-1's forced reboot to succeed", tb.succeeded(snapshot{}, 1))
-	hist, err := h.History(context.Background(), Name(1))
+	wait(t, tb, "cp-1's forced reboot to succeed", succeeded(InProcess(tb), snapshot{}, 1))
+	hist, err := h.History(context.Background(), inproc.Name(1))
 	require.NoError(t, err)
 	assert.True(t, hist[0].Forced)
 	assert.True(t, slices.ContainsFunc(hist[0].History, func(e journal.Entry) bool {
 		return strings.Contains(e.Detail, "forced by the operator over the quorum check")
 	}), "the override is journaled: %+v", hist[0].History)
-	require.NoError(t, h.SetDetached(ctx, Name(2), false, "test", ""))
-	tb.wait(t, "every machine healthy", tb.AllHealthy)
+	require.NoError(t, h.SetDetached(ctx, inproc.Name(2), false, "test", ""))
+	wait(t, tb, "every machine healthy", tb.AllHealthy)
 }
 
 // A 20 %-loss link on one machine's gossip (HALE_LOSS_SECONDS, default 30 s): nobody is remediated.
@@ -478,7 +479,7 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 		require.NoError(t, err, "HALE_LOSS_SECONDS")
 		d = time.Duration(n) * time.Second
 	}
-	tb := newBed(t, Options{Loss: 0.20, LossyMachine: 2, Seed: seed.FromEnv(t)})
+	tb := newBed(t, inproc.Options{Loss: 0.20, LossyMachine: 2, Seed: seed.FromEnv(t)})
 	h := tb.Hub()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
@@ -488,26 +489,26 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for i := range Machines {
-		assert.Empty(t, tb.Resets(i), Name(i))
+	for i := range inproc.Machines {
+		assert.Empty(t, tb.Resets(i), inproc.Name(i))
 	}
 }
 
 // The rate limit stops a remediation storm and says so once (not every pass); nothing reaches the
 // held machine's BMC until the window has room again.
 func TestRateLimitHoldsAndSaysSo(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.RateMax, inv.Policy.RatePer = 1, 6*time.Second }}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.RateMax, inv.Policy.RatePer = 1, 6*time.Second }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
 	tb.Hang(1)
-	tb.wait(t, "cp-1 healed", tb.succeeded(snapshot{}, 1))
+	wait(t, tb, "cp-1 healed", succeeded(InProcess(tb), snapshot{}, 1))
 	require.NoError(t, tb.Settle(t.Context()))
 	held := time.Now()
 	tb.Hang(2)
-	tb.wait(t, "the rate limit to hold cp-2", hasEvent(h, "not started: rate limit: 1 remediations started in the last 6s (max 1): cp-2 waits"))
-	tb.passes(t, 10)
+	wait(t, tb, "the rate limit to hold cp-2", hasEvent(h, "not started: rate limit: 1 remediations started in the last 6s (max 1): cp-2 waits"))
+	passes(t, tb, 10)
 	assert.Empty(t, tb.Resets(2), "held: no BMC call")
 	n := 0
 	for _, e := range h.Timeline() {
@@ -517,70 +518,70 @@ func TestRateLimitHoldsAndSaysSo(t *testing.T) {
 	}
 	assert.Equal(t, 1, n, "said once, not every pass")
 	assert.Contains(t, h.Status(context.Background()).Holding, "cp-2 waits")
-	tb.wait(t, "cp-2 healed once the window has room", tb.succeeded(snapshot{}, 2))
+	wait(t, tb, "cp-2 healed once the window has room", succeeded(InProcess(tb), snapshot{}, 2))
 	t.Logf("held for %v", time.Since(held).Round(100*time.Millisecond))
 }
 
 // A machine whose class says fence is powered off at once (ForceOff, no graceful shutdown), stays off
 // and is held there (no new remediation every cooldown) until an operator's reboot powers it on.
 func TestFence(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Machines[2].Strategy = quorum.Fence }}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) { inv.Machines[2].Strategy = quorum.Fence }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
 	tb.Hang(2)
-	tb.wait(t, "cp-2 fenced", tb.succeeded(snapshot{}, 2))
+	wait(t, tb, "cp-2 fenced", succeeded(InProcess(tb), snapshot{}, 2))
 	assert.Equal(t, []string{"ForceOff"}, tb.Resets(2))
-	assert.Equal(t, "Off", tb.Sim().PowerState(Name(2)))
-	tb.wait(t, "the fence to hold cp-2", func() bool {
+	assert.Equal(t, "Off", tb.Sim().PowerState(inproc.Name(2)))
+	wait(t, tb, "the fence to hold cp-2", func() bool {
 		return strings.Contains(h.Status(context.Background()).Machines[2].Decision, "fenced by remediation")
 	})
-	tb.passes(t, 20) // past the 1 s cooldown
+	passes(t, tb, 20) // past the 1 s cooldown
 	n, _ := tb.Remediations(2)
 	assert.Equal(t, 1, n, "a fenced machine is not remediated again")
 	assert.Equal(t, pass.NeedFenced, h.Status(t.Context()).Machines[2].NeedsOperator)
 	assert.Len(t, tb.Resets(2), 1)
-	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2)})
+	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: inproc.Name(2)})
 	require.NoError(t, err)
-	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 2 && st == journal.Succeeded })
-	tb.wait(t, "every machine healthy", tb.AllHealthy)
+	wait(t, tb, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 2 && st == journal.Succeeded })
+	wait(t, tb, "every machine healthy", tb.AllHealthy)
 	assert.Equal(t, []string{"ForceOff", "On"}, tb.Resets(2))
 }
 
-// The other side of a partition, as this in-process testbed can make it: the hub with the majority
+// The other side of a partition, as this in-process cluster can make it: the hub with the majority
 // (cp-0, cp-1, both witnesses) and cp-2's agent cut off from every gossip link, while cp-2's etcd
-// member still answers every agent (the testbed cuts gossip, not etcd). 5 of 6 observers lose cp-2's
+// member still answers every agent (the in-process cluster cuts gossip, not etcd). 5 of 6 observers lose cp-2's
 // agent, but a machine whose member answers is not dead: its agent is what is gone (a crashed or
 // stopped agent looks exactly like this, and rebooting for it once cost quorum in test/chaos). So
 // nothing is power-cycled, and the hub says why. A real partition, etcd cut too, is test/chaos's job:
 // there the member is unreachable and the cut-off machine is fair game.
 func TestPartitionHubOnTheMajoritySide(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	h := tb.Hub()
-	before := tb.snapshot()
-	tb.Partition([]string{Name(2)}, []string{HubNode, Name(0), Name(1), WitnessName(0), WitnessName(1)})
+	before := takeSnapshot(InProcess(tb))
+	tb.Partition([]string{inproc.Name(2)}, []string{inproc.HubNode, inproc.Name(0), inproc.Name(1), inproc.WitnessName(0), inproc.WitnessName(1)})
 	healed := false
 	defer func() {
 		if !healed {
 			tb.Heal()
 		}
 	}()
-	tb.wait(t, "the hub to say cp-2's agent, not its machine, is down", func() bool {
+	wait(t, tb, "the hub to say cp-2's agent, not its machine, is down", func() bool {
 		st := h.Status(t.Context())
 		for _, m := range st.Machines {
-			if m.Name == Name(2) && strings.Contains(strings.Join(m.Reasons, "; "), "the agent is down, not the machine") {
+			if m.Name == inproc.Name(2) && strings.Contains(strings.Join(m.Reasons, "; "), "the agent is down, not the machine") {
 				return true
 			}
 		}
 		return false
 	})
 	time.Sleep(3 * time.Second) // several passes: still nothing
-	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 0}), "no power action for a machine whose member answers")
+	require.NoError(t, expectResets(InProcess(tb), before, [machines]int{0, 0, 0}), "no power action for a machine whose member answers")
 	tb.Heal()
 	healed = true
-	tb.wait(t, "every machine Healthy after the heal", tb.AllHealthy)
-	require.NoError(t, tb.expectResets(before, [Machines]int{0, 0, 0}))
+	wait(t, tb, "every machine Healthy after the heal", tb.AllHealthy)
+	require.NoError(t, expectResets(InProcess(tb), before, [machines]int{0, 0, 0}))
 }
 
 // A permanent loss on real etcd members: two of three machines lose their power for good (their BMCs
@@ -588,15 +589,15 @@ func TestPartitionHubOnTheMajoritySide(t *testing.T) {
 // observers through the witnesses, finds quorum lost for good, and the recovery plan picks the one
 // member that answers, at or above the raft mark the hub journaled from the real members' reports.
 func TestPermanentLossRecoveryPlan(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	h := tb.Hub()
 	ctx := t.Context()
 	mark := h.Status(ctx).RaftMark
 	require.NotNil(t, mark)
 	require.NoError(t, h.SetSuspended(ctx, true, "test", "nothing powered on"))
-	tb.Sim().SetPowerState(Name(1), "Off")
-	tb.Sim().SetPowerState(Name(2), "Off")
-	tb.wait(t, "quorum lost for good", func() bool {
+	tb.Sim().SetPowerState(inproc.Name(1), "Off")
+	tb.Sim().SetPowerState(inproc.Name(2), "Off")
+	wait(t, tb, "quorum lost for good", func() bool {
 		l := h.Status(ctx).QuorumLoss
 		return l != nil && l.ForGood
 	})
@@ -604,10 +605,10 @@ func TestPermanentLossRecoveryPlan(t *testing.T) {
 	for _, v := range st.QuorumLoss.Lost {
 		assert.Contains(t, v.Evidence, "its BMC read the power Off", v.Member)
 	}
-	tb.wait(t, "said", hasEvent(h, "quorum lost FOR GOOD"))
+	wait(t, tb, "said", hasEvent(h, "quorum lost FOR GOOD"))
 	p := h.RecoveryPlan(ctx)
 	require.NotNil(t, p.Survivor, "%s", p)
-	assert.Equal(t, Name(0), p.Survivor.Machine)
+	assert.Equal(t, inproc.Name(0), p.Survivor.Machine)
 	assert.Equal(t, mark.ClusterID, p.Survivor.ClusterID, "the survivor's cluster is the one the mark was journaled for")
 	assert.Empty(t, p.Blockers, "%s", p)
 	assert.Zero(t, p.DataAtRisk)
@@ -615,7 +616,7 @@ func TestPermanentLossRecoveryPlan(t *testing.T) {
 	for _, f := range p.Fence {
 		assert.Contains(t, f.How, "power off through its BMC")
 	}
-	why, err := h.Explain(ctx, Name(1))
+	why, err := h.Explain(ctx, inproc.Name(1))
 	require.NoError(t, err)
 	assert.Contains(t, why.String(), "quorum loss: "+st.QuorumLoss.Lost[0].Member+" is lost for good: its BMC read the power Off")
 	t.Logf("plan:\n%s", p)
@@ -628,68 +629,68 @@ func TestPermanentLossRecoveryPlan(t *testing.T) {
 // one on (its old member alone serves nothing) and refuses the second: two old members on their old
 // data are the old cluster's quorum, which would serve beside the new one.
 func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	ctx := t.Context()
 	mark := tb.Hub().Status(ctx).RaftMark
 	require.NotNil(t, mark)
 	tb.StopHub()
 	for _, i := range []int{1, 2} {
-		tb.Sim().SetPowerState(Name(i), bmcsim.Off)
+		tb.Sim().SetPowerState(inproc.Name(i), bmcsim.Off)
 	}
 	plan := pass.RecoveryPlan{Rebuild: quorum.Rebuild{Token: "by-hand-1", BumpRevision: 10_000,
-		Survivor: &quorum.Survivor{Member: "etcd-0", Machine: Name(0), ClusterID: mark.ClusterID, Index: mark.Index},
-		Fence:    []quorum.FenceStep{{Machine: Name(1), Member: "etcd-1", Fenced: true}, {Machine: Name(2), Member: "etcd-2", Fenced: true}}}}
+		Survivor: &quorum.Survivor{Member: "etcd-0", Machine: inproc.Name(0), ClusterID: mark.ClusterID, Index: mark.Index},
+		Fence:    []quorum.FenceStep{{Machine: inproc.Name(1), Member: "etcd-1", Fenced: true}, {Machine: inproc.Name(2), Member: "etcd-2", Fenced: true}}}}
 	rec, err := tb.RecoverOn(ctx, 0, plan)
 	require.NoError(t, err)
-	require.NoError(t, tb.StartHub(HubOptions{}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
 	h := tb.Hub()
-	tb.wait(t, "cp-1 and cp-2 retired", func() bool {
+	wait(t, tb, "cp-1 and cp-2 retired", func() bool {
 		st := h.Status(ctx)
 		return st.Machines[1].NeedsOperator == pass.NeedRetired && st.Machines[2].NeedsOperator == pass.NeedRetired
 	})
-	tb.wait(t, "said", hasEvent(h, "etcd cluster "+mark.ClusterID+" was rebuilt as "+rec.NewClusterID+" without `hub recover`"))
+	wait(t, tb, "said", hasEvent(h, "etcd cluster "+mark.ClusterID+" was rebuilt as "+rec.NewClusterID+" without `hub recover`"))
 	journaled := h.RecoveryPlan(ctx)
 	assert.Empty(t, journaled.Token, "journaled as done, not under way")
 	assert.Equal(t, hub.Running, h.PauseState(), "a rebuild outside Hale pauses nothing")
 
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(1), Force: true, By: "test"})
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1), Force: true, By: "test"})
 	require.NoError(t, err, "one old member alone serves nothing")
-	tb.wait(t, "cp-1 on", func() bool { return tb.Sim().PowerState(Name(1)) == bmcsim.On })
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: Name(2), Force: true, By: "test"})
+	wait(t, tb, "cp-1 on", func() bool { return tb.Sim().PowerState(inproc.Name(1)) == bmcsim.On })
+	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(2), Force: true, By: "test"})
 	require.ErrorIs(t, err, hub.ErrRefused)
 	assert.Contains(t, err.Error(), "2 of the old cluster's members would run, its quorum (2)")
-	assert.Equal(t, bmcsim.Off, tb.Sim().PowerState(Name(2)))
+	assert.Equal(t, bmcsim.Off, tb.Sim().PowerState(inproc.Name(2)))
 
 	// A hub started again finds the rebuild in its journal: still held.
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{}))
-	tb.wait(t, "cp-2 still retired", func() bool { return tb.Hub().Status(ctx).Machines[2].NeedsOperator == pass.NeedRetired })
+	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
+	wait(t, tb, "cp-2 still retired", func() bool { return tb.Hub().Status(ctx).Machines[2].NeedsOperator == pass.NeedRetired })
 }
 
 // A kubeadm upgrade under way on a machine (kubeadm's directory of new manifests in its temporary
 // directory, as its agent reports) is planned work: the machine hangs mid-upgrade and the hub holds
 // it, saying why, with no power action; an operator's reboot still goes.
 func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
-	tb := newBed(t, Options{})
+	tb := newBed(t, inproc.Options{})
 	tb.StopHub()
-	require.NoError(t, tb.StartHub(HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.PlannedWork = []string{pass.WorkKubeadmUpgrade} }}))
+	require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) { inv.Policy.PlannedWork = []string{pass.WorkKubeadmUpgrade} }}))
 	require.NoError(t, tb.Settle(t.Context()))
 	h := tb.Hub()
 	upgrading := filepath.Join(tb.KubeadmTmpDir(2), "kubeadm-upgraded-manifests1234")
 	require.NoError(t, os.MkdirAll(upgrading, 0o700))
-	tb.wait(t, "the upgrade in cp-2's status while it is Healthy", func() bool {
+	wait(t, tb, "the upgrade in cp-2's status while it is Healthy", func() bool {
 		m := h.Status(t.Context()).Machines[2]
 		return m.Verdict == assess.VerdictHealthy && strings.Contains(m.PlannedWork, "a kubeadm upgrade is replacing cp-2's static pod manifests")
 	})
 	tb.Hang(2)
-	tb.wait(t, "cp-2 held for the upgrade", func() bool {
+	wait(t, tb, "cp-2 held for the upgrade", func() bool {
 		return strings.Contains(h.Status(t.Context()).Machines[2].Decision, "a kubeadm upgrade is replacing cp-2's static pod manifests")
 	})
-	tb.passes(t, 20)
+	passes(t, tb, 20)
 	assert.Empty(t, tb.Resets(2), "no power action during the upgrade")
-	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: Name(2), By: "operator alice"})
+	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: inproc.Name(2), By: "operator alice"})
 	require.NoError(t, err, "the operator doing the upgrade may reboot it")
-	tb.wait(t, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 1 && st == journal.Succeeded })
+	wait(t, tb, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 1 && st == journal.Succeeded })
 	require.NoError(t, os.Remove(upgrading)) // kubeadm done
-	tb.wait(t, "no planned work on cp-2 once the upgrade is done", func() bool { return h.Status(t.Context()).Machines[2].PlannedWork == "" })
+	wait(t, tb, "no planned work on cp-2 once the upgrade is done", func() bool { return h.Status(t.Context()).Machines[2].PlannedWork == "" })
 }

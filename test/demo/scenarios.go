@@ -1,3 +1,7 @@
+// Package demo is the demo's scenarios and the hub's end-to-end tests. A scenario is a story with the
+// ending it must reach, narrated on the cluster's timeline, run on a Rig: test/lab's in-process cluster
+// (cmd/hale-demo, TestScenarios) or, for those that need no more than a Rig says, its namespace lab's
+// real processes (test/lab's TestScenariosOnRealProcesses).
 package demo
 
 import (
@@ -11,30 +15,33 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
-	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
+	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
 // Scenario is one story the demo tells, with the ending it must reach.
 type Scenario struct {
 	Name  string
 	Title string
-	Run   func(ctx context.Context, tb *Testbed) error
+	Run   func(ctx context.Context, r Rig) error
+	// InProcessOnly: it needs more than a Rig says (the hub's inventory, the BMC simulator's faults,
+	// the etcd members' recovery), so it runs on the in-process cluster alone.
+	InProcessOnly bool
 }
 
 // Scenarios returns the demo's scenarios, in the order they run.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{"hang", "one machine hangs → detected → power-cycled → rejoins", hangScenario},
-		{"quorum-lost", "two of three machines hang (quorum lost); the hub, cp-0 and two witnesses are 4 of 6 observers → both dead members power-cycled → quorum restored", quorumLostScenario},
-		{"quorum-lost-no-witness", "the same without witnesses: the hub and cp-0 are 2 of 4 observers, no majority → held and explained; an operator's forced reboot brings them back", quorumLostNoWitnessScenario},
-		{"partition", "the hub and cp-0 cut off from cp-1, cp-2 and both witnesses → the hub hears 2 of 6: nothing is done; the partition heals → all healthy, no BMC call", partitionScenario},
-		{"refused-reboot", "a manual reboot of a healthy member while another is down → refused with the reason", refusedRebootScenario},
-		{"pause", "pause while a remediation is in flight → Pausing until its BMC step is done, then Paused", pauseScenario},
+		{"hang", "one machine hangs → detected → power-cycled → rejoins", hangScenario, false},
+		{"quorum-lost", "two of three machines hang (quorum lost); the hub, cp-0 and two witnesses are 4 of 6 observers → both dead members power-cycled → quorum restored", quorumLostScenario, false},
+		{"quorum-lost-no-witness", "the same without witnesses: the hub and cp-0 are 2 of 4 observers, no majority → held and explained; an operator's forced reboot brings them back", quorumLostNoWitnessScenario, true},
+		{"partition", "the hub and cp-0 cut off from cp-1, cp-2 and both witnesses → the hub hears 2 of 6: nothing is done; the partition heals → all healthy, no BMC call", partitionScenario, false},
+		{"refused-reboot", "a manual reboot of a healthy member while another is down → refused with the reason", refusedRebootScenario, false},
+		{"pause", "pause while a remediation is in flight → Pausing until its BMC step is done, then Paused", pauseScenario, true},
 		{"permanent-loss", "two of three machines die for good (power and disks) → quorum lost FOR GOOD on the BMCs' word → hub recover: the plan, " +
 			"then --yes: fenced → agent recover on cp-0: a new one-member cluster, every key kept, revisions bumped → replacements powered on one at a time " +
-			"(a second refused while the first could run the old cluster) and rejoined → three healthy members", permanentLossScenario},
+			"(a second refused while the first could run the old cluster) and rejoined → three healthy members", permanentLossScenario, true},
 	}
 }
 
@@ -59,116 +66,41 @@ func Select(names []string) ([]Scenario, error) {
 	return out, nil
 }
 
-// Settle waits until every machine is healthy with nothing in flight, and past the cooldown of the
-// last remediation, so that a scenario starts from a calm cluster.
-func (tb *Testbed) Settle(ctx context.Context) error {
-	if err := tb.WaitFor(ctx, 60*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
-		return err
-	}
-	inv, err := tb.Inventory()
-	if err != nil {
-		return err
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(inv.Policy.Cooldown + 100*time.Millisecond):
-	}
-	return nil
-}
-
-// snapshot counts every machine's BMC resets and journal entries, to check what a scenario added.
-type snapshot struct {
-	resets, remediations [Machines]int
-}
-
-func (tb *Testbed) snapshot() snapshot {
-	var s snapshot
-	for i := range Machines {
-		s.resets[i] = len(tb.Resets(i))
-		s.remediations[i], _ = tb.Remediations(i)
-	}
-	return s
-}
-
-// expectResets checks that each machine got exactly want[i] more BMC resets than in before.
-func (tb *Testbed) expectResets(before snapshot, want [Machines]int) error {
-	var errs []error
-	for i := range Machines {
-		if got := len(tb.Resets(i)) - before.resets[i]; got != want[i] {
-			errs = append(errs, fmt.Errorf("%s: %d power actions, want %d (%v)", Name(i), got, want[i], tb.Resets(i)[before.resets[i]:]))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// succeeded: machine i has a new remediation since before and it succeeded.
-func (tb *Testbed) succeeded(before snapshot, i int) func() bool {
-	return func() bool {
-		n, st := tb.Remediations(i)
-		return n > before.remediations[i] && st == journal.Succeeded
-	}
-}
-
-func hangScenario(ctx context.Context, tb *Testbed) error {
-	before := tb.snapshot()
+func hangScenario(ctx context.Context, r Rig) error {
+	before := takeSnapshot(r)
 	t0 := time.Now()
-	tb.Hang(2)
-	if err := tb.WaitFor(ctx, 60*time.Second, "cp-2's remediation to succeed", tb.succeeded(before, 2)); err != nil {
+	r.Hang(2)
+	if err := r.WaitFor(ctx, 60*time.Second, r.Name(2)+"'s remediation to succeed", succeeded(r, before, 2)); err != nil {
 		return err
 	}
-	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+	if err := r.WaitFor(ctx, 30*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
 		return err
 	}
-	tb.Say("demo", "cp-2 hung → healed and healthy again in %v", time.Since(t0).Round(time.Millisecond))
-	return tb.expectResets(before, [Machines]int{0, 0, 1})
+	r.Say("demo", "%s hung → healed and healthy again in %v", r.Name(2), time.Since(t0).Round(time.Millisecond))
+	return expectResets(r, before, [machines]int{0, 0, 1})
 }
 
-// hangTogether hangs machines a and b at the same moment.
-func (tb *Testbed) hangTogether(a, b int) {
-	done := make(chan struct{})
-	go func() { tb.Hang(a); close(done) }()
-	tb.Hang(b)
-	<-done
-}
-
-func quorumLostScenario(ctx context.Context, tb *Testbed) error {
-	before := tb.snapshot()
+func quorumLostScenario(ctx context.Context, r Rig) error {
+	before := takeSnapshot(r)
 	t0 := time.Now()
-	tb.hangTogether(1, 2)
+	hangTogether(r, 1, 2)
 	for _, i := range []int{1, 2} {
-		if err := tb.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's remediation to succeed", Name(i)), tb.succeeded(before, i)); err != nil {
+		if err := r.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's remediation to succeed", r.Name(i)), succeeded(r, before, i)); err != nil {
 			return err
 		}
 	}
-	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+	if err := r.WaitFor(ctx, 30*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
 		return err
 	}
-	tb.Say("demo", "quorum lost → restored, every machine healthy in %v", time.Since(t0).Round(time.Millisecond))
-	return tb.expectResets(before, [Machines]int{0, 1, 1})
+	r.Say("demo", "quorum lost → restored, every machine healthy in %v", time.Since(t0).Round(time.Millisecond))
+	return expectResets(r, before, [machines]int{0, 1, 1})
 }
 
-// expectNothing checks, for d, that no machine gets a BMC call, and that the hub says why.
-func (tb *Testbed) expectNothing(ctx context.Context, d time.Duration, before snapshot, why string) error {
-	h := tb.Hub()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if err := tb.expectResets(before, [Machines]int{}); err != nil {
-			return fmt.Errorf("%w\n%s", err, tb.dump())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+func quorumLostNoWitnessScenario(ctx context.Context, r Rig) error {
+	tb, err := inProcessOnly(r, "quorum-lost-no-witness")
+	if err != nil {
+		return err
 	}
-	if st := h.Status(ctx); !strings.Contains(st.NotPlanning, why) {
-		return fmt.Errorf("after %v: the hub says %q, want it to say %q", d, st.NotPlanning, why)
-	}
-	return nil
-}
-
-func quorumLostNoWitnessScenario(ctx context.Context, tb *Testbed) error {
 	h := tb.Hub()
 	inv, err := tb.Inventory()
 	if err != nil {
@@ -181,24 +113,24 @@ func quorumLostNoWitnessScenario(ctx context.Context, tb *Testbed) error {
 		return err
 	}
 	defer func() { _ = h.SetInventory(full) }()
-	before := tb.snapshot()
-	tb.hangTogether(1, 2)
-	if err := tb.expectNothing(ctx, 4*time.Second, before, "the hub hears 2 of 4 expected observers"); err != nil {
+	before := takeSnapshot(r)
+	hangTogether(r, 1, 2)
+	if err := expectNothing(ctx, r, 4*time.Second, before, "the hub hears 2 of 4 expected observers"); err != nil {
 		return err
 	}
-	a, _ := h.Assessment(Name(2))
-	tb.Say("demo", "held: %s is %s: %s", Name(2), a.Verdict, strings.Join(a.Reasons, "; "))
+	a, _ := h.Assessment(inproc.Name(2))
+	tb.Say("demo", "held: %s is %s: %s", inproc.Name(2), a.Verdict, strings.Join(a.Reasons, "; "))
 	tb.Say("demo", "the hub says: not planning: %s", h.Status(ctx).NotPlanning)
 	for _, i := range []int{1, 2} {
-		tb.Say("demo", "operator: hub reboot %s --force (the evidence above is the operator's to weigh)", Name(i))
-		res, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(i), Force: true, By: "demo"})
+		tb.Say("demo", "operator: hub reboot %s --force (the evidence above is the operator's to weigh)", inproc.Name(i))
+		res, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(i), Force: true, By: "demo"})
 		if err != nil {
-			return fmt.Errorf("a forced reboot of %s: %w", Name(i), err)
+			return fmt.Errorf("a forced reboot of %s: %w", inproc.Name(i), err)
 		}
 		tb.Say("demo", "forced over: %s", res.Overrides)
 	}
 	for _, i := range []int{1, 2} {
-		if err := tb.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's forced reboot to succeed", Name(i)), tb.succeeded(before, i)); err != nil {
+		if err := tb.WaitFor(ctx, 60*time.Second, fmt.Sprintf("%s's forced reboot to succeed", inproc.Name(i)), succeeded(r, before, i)); err != nil {
 			return err
 		}
 	}
@@ -208,86 +140,92 @@ func quorumLostNoWitnessScenario(ctx context.Context, tb *Testbed) error {
 	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
 		return err
 	}
-	return tb.expectResets(before, [Machines]int{0, 1, 1})
+	return expectResets(r, before, [machines]int{0, 1, 1})
 }
 
-func partitionScenario(ctx context.Context, tb *Testbed) error {
-	h := tb.Hub()
-	before := tb.snapshot()
-	minority := []string{HubNode, Name(0)}
-	majority := []string{Name(1), Name(2), WitnessName(0), WitnessName(1)}
-	tb.Partition(minority, majority)
+func partitionScenario(ctx context.Context, r Rig) error {
+	before := takeSnapshot(r)
+	minority := []string{r.HubName(), r.Name(0)}
+	majority := []string{r.Name(1), r.Name(2), r.Witness(0), r.Witness(1)}
+	r.Partition(minority, majority)
 	healed := false
 	defer func() {
 		if !healed {
-			tb.Heal()
+			r.Heal()
 		}
 	}()
-	if err := tb.expectNothing(ctx, 6*time.Second, before, "the hub hears 2 of 6 expected observers"); err != nil {
+	if err := expectNothing(ctx, r, 6*time.Second, before, "the hub hears 2 of 6 expected observers"); err != nil {
 		return err
 	}
-	a, _ := h.Assessment(Name(2))
-	tb.Say("demo", "cp-2 is %s on the hub's side: %s", a.Verdict, strings.Join(a.Reasons, "; "))
-	tb.Say("demo", "the hub says: not planning: %s", h.Status(ctx).NotPlanning)
-	tb.Heal()
+	m := machineStatus(ctx, r, r.Name(2))
+	r.Say("demo", "%s is %s on the hub's side: %s", m.Name, m.Verdict, strings.Join(m.Reasons, "; "))
+	st, err := r.Status(ctx)
+	if err != nil {
+		return err
+	}
+	r.Say("demo", "the hub says: not planning: %s", st.NotPlanning)
+	r.Heal()
 	healed = true
 	t0 := time.Now()
-	if err := tb.WaitFor(ctx, 60*time.Second, "every machine Healthy after the heal", tb.AllHealthy); err != nil {
+	if err := r.WaitFor(ctx, 60*time.Second, "every machine Healthy after the heal", r.AllHealthy); err != nil {
 		return err
 	}
-	tb.Say("demo", "partition healed → every machine healthy again in %v, nothing rebooted", time.Since(t0).Round(time.Millisecond))
-	return tb.expectResets(before, [Machines]int{})
+	r.Say("demo", "partition healed → every machine healthy again in %v, nothing rebooted", time.Since(t0).Round(time.Millisecond))
+	return expectResets(r, before, [machines]int{})
 }
 
-func refusedRebootScenario(ctx context.Context, tb *Testbed) error {
-	h := tb.Hub()
-	before := tb.snapshot()
-	// Detach cp-2 first so that it stays down while the operator tries the reboot.
-	if err := h.SetDetached(ctx, Name(2), true, "demo", "keep cp-2 down while the operator tries a reboot"); err != nil {
+func refusedRebootScenario(ctx context.Context, r Rig) error {
+	before := takeSnapshot(r)
+	// Detach the machine first so that it stays down while the operator tries the reboot.
+	down, healthy := r.Name(2), r.Name(0)
+	if err := r.SetDetached(ctx, down, true, "demo", "keep "+down+" down while the operator tries a reboot"); err != nil {
 		return err
 	}
-	tb.Hang(2)
-	if err := tb.WaitFor(ctx, 30*time.Second, "cp-2 Unhealthy", func() bool {
-		a, _ := h.Assessment(Name(2))
-		return a.Verdict == assess.VerdictUnhealthy
+	r.Hang(2)
+	if err := r.WaitFor(ctx, 30*time.Second, down+" Unhealthy", func() bool {
+		return machineStatus(ctx, r, down).Verdict == assess.VerdictUnhealthy
 	}); err != nil {
 		return err
 	}
-	tb.Say("demo", "operator: hub reboot cp-0 (a healthy member, while cp-2 is down)")
-	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(0), By: "demo"})
+	r.Say("demo", "operator: hub reboot %s (a healthy member, while %s is down)", healthy, down)
+	_, err := r.Reboot(ctx, hub.RebootRequest{Machine: healthy, By: "demo"})
 	if !errors.Is(err, hub.ErrRefused) || !strings.Contains(err.Error(), "quorum needs 2") {
-		return fmt.Errorf("rebooting cp-0 with cp-2 down: want a refusal that names quorum, got %v", err)
+		return fmt.Errorf("rebooting %s with %s down: want a refusal that names quorum, got %v", healthy, down, err)
 	}
-	tb.Say("demo", "the hub says: %v", err)
-	tb.Say("demo", "operator: hub reboot cp-2 --dry-run (the member that is down)")
-	res, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2), DryRun: true})
+	r.Say("demo", "the hub says: %v", err)
+	r.Say("demo", "operator: hub reboot %s --dry-run (the member that is down)", down)
+	res, err := r.Reboot(ctx, hub.RebootRequest{Machine: down, DryRun: true})
 	if err != nil {
 		return fmt.Errorf("a dry-run reboot of the dead member: want a plan, got %w", err)
 	}
-	tb.Say("demo", "allowed (free: cp-2 is not a healthy voter): %s", strings.Join(res.Steps, " → "))
-	tb.Say("demo", "operator: hub attach cp-2")
-	if err := h.SetDetached(ctx, Name(2), false, "demo", ""); err != nil {
+	r.Say("demo", "allowed (free: %s is not a healthy voter): %s", down, strings.Join(res.Steps, " → "))
+	r.Say("demo", "operator: hub attach %s", down)
+	if err := r.SetDetached(ctx, down, false, "demo", ""); err != nil {
 		return err
 	}
-	if err := tb.WaitFor(ctx, 60*time.Second, "cp-2's remediation to succeed", tb.succeeded(before, 2)); err != nil {
+	if err := r.WaitFor(ctx, 60*time.Second, down+"'s remediation to succeed", succeeded(r, before, 2)); err != nil {
 		return err
 	}
-	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+	if err := r.WaitFor(ctx, 30*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
 		return err
 	}
-	return tb.expectResets(before, [Machines]int{0, 0, 1})
+	return expectResets(r, before, [machines]int{0, 0, 1})
 }
 
-func pauseScenario(ctx context.Context, tb *Testbed) error {
+func pauseScenario(ctx context.Context, r Rig) error {
+	tb, err := inProcessOnly(r, "pause")
+	if err != nil {
+		return err
+	}
 	h := tb.Hub()
-	before := tb.snapshot()
+	before := takeSnapshot(r)
 	tb.Say("demo", "the BMC gets slow (every request takes 300 ms), so the power step takes a while")
 	tb.Sim().SetFaults(bmcsim.Faults{Latency: 300 * time.Millisecond})
 	defer tb.Sim().SetFaults(bmcsim.Faults{})
 	tb.Hang(1)
 	busy := func() bool {
 		for _, m := range h.Status(context.Background()).Machines {
-			if m.Name == Name(1) && m.Remediation != nil && m.Remediation.Busy {
+			if m.Name == inproc.Name(1) && m.Remediation != nil && m.Remediation.Busy {
 				return true
 			}
 		}
@@ -314,39 +252,43 @@ func pauseScenario(ctx context.Context, tb *Testbed) error {
 	if err := h.SetPaused(ctx, false, "demo", ""); err != nil {
 		return err
 	}
-	if err := tb.WaitFor(ctx, 60*time.Second, "cp-1's remediation to succeed", tb.succeeded(before, 1)); err != nil {
+	if err := tb.WaitFor(ctx, 60*time.Second, "cp-1's remediation to succeed", succeeded(r, before, 1)); err != nil {
 		return err
 	}
 	if err := tb.WaitFor(ctx, 30*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
 		return err
 	}
-	return tb.expectResets(before, [Machines]int{0, 1, 0})
+	return expectResets(r, before, [machines]int{0, 1, 0})
 }
 
-// Run runs scenarios in order on tb (its hub started), settling before each. It returns one error
+// Run runs scenarios in order on r (its hub started), settling before each. It returns one error
 // per failed scenario; a scenario's failure does not stop the next.
-func Run(ctx context.Context, tb *Testbed, scenarios []Scenario) error {
+func Run(ctx context.Context, r Rig, scenarios []Scenario) error {
 	var errs []error
 	for n, s := range scenarios {
-		if err := tb.Settle(ctx); err != nil {
+		if err := r.Settle(ctx); err != nil {
 			return errors.Join(append(errs, fmt.Errorf("before scenario %s: %w", s.Name, err))...)
 		}
-		tb.Say("demo", "━━ scenario %d/%d %s: %s", n+1, len(scenarios), s.Name, s.Title)
-		if err := s.Run(ctx, tb); err != nil {
-			tb.Say("demo", "✗ scenario %s FAILED: %v", s.Name, err)
+		r.Say("demo", "━━ scenario %d/%d %s: %s", n+1, len(scenarios), s.Name, s.Title)
+		if err := s.Run(ctx, r); err != nil {
+			r.Say("demo", "✗ scenario %s FAILED: %v", s.Name, err)
 			errs = append(errs, fmt.Errorf("scenario %s: %w", s.Name, err))
 			continue
 		}
-		tb.Say("demo", "✓ scenario %s passed", s.Name)
+		r.Say("demo", "✓ scenario %s passed", s.Name)
 	}
 	return errors.Join(errs...)
 }
 
-func permanentLossScenario(ctx context.Context, tb *Testbed) error {
+func permanentLossScenario(ctx context.Context, r Rig) error {
+	tb, err := inProcessOnly(r, "permanent-loss")
+	if err != nil {
+		return err
+	}
 	h := tb.Hub()
-	before := tb.snapshot()
+	before := takeSnapshot(r)
 	const key = "demo/written-before-the-loss"
-	written, err := tb.put(ctx, key, "kept")
+	written, err := tb.Put(ctx, key, "kept")
 	if err != nil {
 		return err
 	}
@@ -364,7 +306,7 @@ func permanentLossScenario(ctx context.Context, tb *Testbed) error {
 	}
 	tb.Say("demo", "operator: hub recover (the plan; nothing is changed)")
 	plan := h.RecoveryPlan(ctx)
-	if plan.Survivor == nil || plan.Survivor.Machine != Name(0) || len(plan.Blockers) > 0 {
+	if plan.Survivor == nil || plan.Survivor.Machine != inproc.Name(0) || len(plan.Blockers) > 0 {
 		return fmt.Errorf("the recovery plan: want cp-0 as the survivor and no blocker, got:\n%s", plan)
 	}
 	tb.Say("hub", "survivor %s (%s) at raft index %d; data at risk: %d entries; revision bump %d", plan.Survivor.Member, plan.Survivor.Machine,
@@ -378,8 +320,8 @@ func permanentLossScenario(ctx context.Context, tb *Testbed) error {
 		return fmt.Errorf("hub recover --yes: %w", err)
 	}
 	for _, i := range []int{1, 2} {
-		if st := tb.sim.PowerState(Name(i)); st != bmcsim.Off {
-			return fmt.Errorf("%s not fenced: its BMC reads %s", Name(i), st)
+		if st := tb.Sim().PowerState(inproc.Name(i)); st != bmcsim.Off {
+			return fmt.Errorf("%s not fenced: its BMC reads %s", inproc.Name(i), st)
 		}
 	}
 	tb.Say("hub", "recovery %s journaled, the hub paused, cp-1 and cp-2 fenced (read back Off) in %v", plan.Token, time.Since(t0).Round(time.Millisecond))
@@ -388,7 +330,7 @@ func permanentLossScenario(ctx context.Context, tb *Testbed) error {
 		return fmt.Errorf("agent recover on cp-0: %w", err)
 	}
 	rebuilt := time.Since(t0)
-	value, rev, err := tb.get(ctx, 0, key)
+	value, rev, err := tb.Get(ctx, 0, key)
 	switch {
 	case err != nil:
 		return err
@@ -407,36 +349,36 @@ func permanentLossScenario(ctx context.Context, tb *Testbed) error {
 	}); err != nil {
 		return err
 	}
-	tb.Say("hub", "cp-1: %s", decisionOf(h.Status(ctx), Name(1)))
+	tb.Say("hub", "cp-1: %s", decisionOf(h.Status(ctx), inproc.Name(1)))
 
 	// Grow back, one machine at a time: a replacement started with the old cluster's flags tries to
 	// join the old cluster; two of them would be its quorum.
 	for n, i := range []int{1, 2} {
 		tb.Replace(i)
-		tb.Say("demo", "operator: hub reboot %s --force (powers it on)", Name(i))
-		if _, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(i), Force: true, By: "demo"}); err != nil {
-			return fmt.Errorf("powering %s on: %w", Name(i), err)
+		tb.Say("demo", "operator: hub reboot %s --force (powers it on)", inproc.Name(i))
+		if _, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(i), Force: true, By: "demo"}); err != nil {
+			return fmt.Errorf("powering %s on: %w", inproc.Name(i), err)
 		}
-		if err := tb.WaitFor(ctx, 30*time.Second, Name(i)+" powered on", func() bool { return tb.sim.PowerState(Name(i)) == bmcsim.On }); err != nil {
+		if err := tb.WaitFor(ctx, 30*time.Second, inproc.Name(i)+" powered on", func() bool { return tb.Sim().PowerState(inproc.Name(i)) == bmcsim.On }); err != nil {
 			return err
 		}
 		if n == 0 {
 			tb.Replace(2)
 			tb.Say("demo", "operator: hub reboot cp-2 --force (before cp-1 has rejoined)")
-			_, err := h.Reboot(ctx, hub.RebootRequest{Machine: Name(2), Force: true, By: "demo"})
+			_, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(2), Force: true, By: "demo"})
 			if !errors.Is(err, hub.ErrRefused) || !strings.Contains(err.Error(), "quorum") {
 				return fmt.Errorf("powering cp-2 on while cp-1 runs outside the new cluster: want a refusal, got %v", err)
 			}
 			tb.Say("hub", "refused: %v", err)
 		}
-		tb.Say("demo", "operator on %s: agent rejoin --plan plan.json --cluster %s", Name(i), tb.etcd.Endpoints()[0])
+		tb.Say("demo", "operator on %s: agent rejoin --plan plan.json --cluster %s", inproc.Name(i), tb.EtcdEndpoint(0))
 		if _, err := tb.RejoinOn(ctx, i, 0, plan); err != nil {
-			return fmt.Errorf("agent rejoin on %s: %w", Name(i), err)
+			return fmt.Errorf("agent rejoin on %s: %w", inproc.Name(i), err)
 		}
 		// Its agent's next reports show it in the new cluster: the hub lets it go from then on.
-		if err := tb.WaitFor(ctx, 30*time.Second, Name(i)+" a healthy voter of the new cluster", func() bool {
+		if err := tb.WaitFor(ctx, 30*time.Second, inproc.Name(i)+" a healthy voter of the new cluster", func() bool {
 			for _, m := range h.Status(ctx).Machines {
-				if m.Name == Name(i) {
+				if m.Name == inproc.Name(i) {
 					return m.Role == "voter" && m.EtcdHealth == quorum.Healthy.String() && m.NeedsOperator == ""
 				}
 			}
@@ -444,7 +386,7 @@ func permanentLossScenario(ctx context.Context, tb *Testbed) error {
 		}); err != nil {
 			return err
 		}
-		tb.Say("hub", "%s: %s", Name(i), decisionOf(h.Status(ctx), Name(i)))
+		tb.Say("hub", "%s: %s", inproc.Name(i), decisionOf(h.Status(ctx), inproc.Name(i)))
 	}
 	if err := tb.WaitFor(ctx, time.Minute, "every machine Healthy", tb.AllHealthy); err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/test/ipmisim"
+	"github.com/hale-dev/hale/test/lab/power"
 	"github.com/hale-dev/hale/test/netns"
 )
 
@@ -276,7 +277,7 @@ func (c *KubeCluster) startBMCs(shape KubeShape) {
 			n.BMC, n.Creds = fmt.Sprintf("redfish+http://%s/systems/%s", c.OOB.Addr(8000), n.Name), c.BMCCreds
 		}
 	}
-	c.Redfish = startRedfish(c.T, c.OOB, ids, 200*time.Millisecond, func(id string) powered { return c.Node(id) }, c.event)
+	c.Redfish = startRedfish(c.T, c.OOB, ids, 200*time.Millisecond, func(id string) power.Machine { return c.Node(id) }, c.event)
 	for i, n := range c.Nodes[ipmiFrom:shape.ControlPlanes] {
 		dir := filepath.Join(c.Dir, "ipmi-"+n.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/test/ipmisim"
+	"github.com/hale-dev/hale/test/lab/power"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
 	"github.com/hale-dev/hale/test/staticpod"
@@ -83,6 +84,8 @@ type Cluster struct {
 	// PinnedFile pins every member's key; IdentityFile(name) is each one's own.
 	PinnedFile string
 	Joins      []string
+	// Cooldown is the inventory's cooldown (Options.Cooldown).
+	Cooldown time.Duration
 	// HubArgs is the hub's command line (the binary first): a standalone hub with the lab's inventory,
 	// journal and socket. A test may change it before StartHub (Kubernetes mode, say).
 	HubArgs []string
@@ -112,6 +115,8 @@ type Options struct {
 	NoHub bool
 	// PowerOn is how long a Redfish BMC takes to power its machine on (default 200 ms).
 	PowerOn time.Duration
+	// Cooldown is the inventory's cooldown (default Cooldown).
+	Cooldown time.Duration
 }
 
 // Start starts a cluster of shape: its hosts, every member's identity, the machines powered on, the
@@ -160,6 +165,7 @@ etcd: {endpoints: [%s]}
 `, h.Name, h.Addr(9101), h.Addr(7946), strings.Join(c.Joins, ", "), c.KeyFile, c.IdentityFile(h.Name), c.PinnedFile, strings.Join(etcdURLs, ", ")))
 		c.witProcs = append(c.witProcs, h.Start("agent-"+h.Name, bins.Agent, "-config", cfg))
 	}
+	c.Cooldown = cmp.Or(o.Cooldown, Cooldown)
 	c.startBMCs(shape, o.Policy, cmp.Or(o.PowerOn, 200*time.Millisecond))
 	c.HubArgs = append(c.HubArgs, o.HubArgs...)
 	if !o.NoHub {
@@ -294,7 +300,7 @@ func (c *Cluster) startBMCs(shape Shape, policy string, powerOn time.Duration) {
 	for _, m := range c.Machines[:nRedfish] {
 		ids = append(ids, m.Name)
 	}
-	c.Redfish = startRedfish(c.T, c.OOB, ids, powerOn, func(id string) powered { return c.Machine(id) }, c.event)
+	c.Redfish = startRedfish(c.T, c.OOB, ids, powerOn, func(id string) power.Machine { return c.Machine(id) }, c.event)
 	for i, m := range c.Machines[nRedfish:] {
 		dir := filepath.Join(c.Dir, "ipmi-"+m.Name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -312,7 +318,7 @@ func (c *Cluster) startBMCs(shape Shape, policy string, powerOn time.Duration) {
 	if policy != "" {
 		policy = ", " + policy
 	}
-	fmt.Fprintf(&inv, "cluster: lab\npolicy: {cooldown: %s%s}\nclasses: {cp: {strategy: reboot}}\n", Cooldown, policy)
+	fmt.Fprintf(&inv, "cluster: lab\npolicy: {cooldown: %s%s}\nclasses: {cp: {strategy: reboot}}\n", c.Cooldown, policy)
 	if len(c.Witnesses) > 0 {
 		var names []string
 		for _, h := range c.Witnesses {
@@ -339,7 +345,7 @@ func (c *Cluster) startBMCs(shape Shape, policy string, powerOn time.Duration) {
 // listening there from inside this process, with one system per id whose power runs machine(id)'s
 // (powering one on takes powerOn), each reset request told to event ("bmc-request"). Nil when ids is
 // empty. It stops when t ends.
-func startRedfish(t netns.TB, oob *netns.Host, ids []string, powerOn time.Duration, machine func(id string) powered, event func(kind, target, detail string)) *bmcsim.Server {
+func startRedfish(t netns.TB, oob *netns.Host, ids []string, powerOn time.Duration, machine func(id string) power.Machine, event func(kind, target, detail string)) *bmcsim.Server {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -348,13 +354,7 @@ func startRedfish(t netns.TB, oob *netns.Host, ids []string, powerOn time.Durati
 		t.Fatalf("lab: the Redfish simulator's listener: %v", err)
 	}
 	cfg := bmcsim.Config{Listener: ln, Username: "admin", Password: "lab-secret", PlainHTTP: true,
-		OnPower: func(id string, running bool) {
-			if running {
-				machine(id).PowerOn("Redfish")
-			} else {
-				machine(id).PowerOff("Redfish")
-			}
-		},
+		OnPower: power.Redfish(machine),
 		OnRequest: func(r *http.Request) {
 			if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "Reset") {
 				event("bmc-request", strings.TrimPrefix(r.URL.Path, "/redfish/v1/Systems/"), "POST")
@@ -372,47 +372,10 @@ func startRedfish(t netns.TB, oob *netns.Host, ids []string, powerOn time.Durati
 	return sim
 }
 
-// powered is a machine whose power a BMC runs: a Machine, or a kubeadm lab's Node.
-type powered interface {
-	PowerOn(by string)
-	PowerOff(by string)
-}
-
-// followIPMI runs m's power from its ipmi_sim's chassis log: power 0 stops the machine, power 1 starts
-// it, reset 1 (a hard reset) does both, shutdown 1 stops it once its power is off.
-func followIPMI(t netns.TB, m powered, sim *ipmisim.Sim) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	t.Cleanup(func() { close(stop); <-done; sim.Stop() })
-	go func() {
-		defer close(done)
-		seen, soft := 0, false
-		for {
-			actions := sim.Actions()
-			for _, a := range actions[seen:] {
-				switch a {
-				case "power 0":
-					m.PowerOff("IPMI")
-				case "power 1":
-					m.PowerOn("IPMI")
-				case "reset 1":
-					m.PowerOff("IPMI reset")
-					m.PowerOn("IPMI reset")
-				}
-				soft = a == "shutdown 1" // the OS shuts down: the power goes off 200 ms later
-			}
-			seen = len(actions)
-			if soft && !sim.Power() {
-				m.PowerOff("IPMI soft off")
-				soft = false
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+// followIPMI runs m's power from its ipmi_sim's chassis log until t ends, then stops ipmi_sim.
+func followIPMI(t netns.TB, m power.Machine, sim *ipmisim.Sim) {
+	stop := power.FollowIPMI(m, sim)
+	t.Cleanup(func() { stop(); sim.Stop() })
 }
 
 func (c *Cluster) Machine(name string) *Machine {
@@ -635,6 +598,25 @@ func (m *Machine) PowerOff(by string) {
 	m.mu.Unlock()
 	if hook != nil {
 		hook(m)
+	}
+}
+
+// Hang freezes the machine's etcd member and agent (SIGSTOP): they stop answering, its power stays
+// on. Its power going off still stops them; going on again boots them.
+func (m *Machine) Hang() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.on {
+		return
+	}
+	etcd := m.etcd
+	if m.kubelet != nil {
+		etcd = m.kubelet.Process()
+	}
+	for _, p := range []*proc.Process{etcd, m.agent} {
+		if p != nil {
+			p.Signal(syscall.SIGSTOP)
+		}
 	}
 }
 

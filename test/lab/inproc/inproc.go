@@ -1,8 +1,10 @@
-// Package demo is the demo (cmd/hale-demo) and the hub's end-to-end tests: a 3-member embedded etcd cluster, three
-// simulated machines each with a real agent (real probes, real gossip) and a simulated Redfish BMC
-// whose power starts and stops that machine's etcd member and agent, and a real hub with a bbolt
-// journal. Scenarios run on it and narrate a timeline.
-package demo
+// Package inproc is test/lab's in-process backend: a cluster in one process, rootless and up in
+// seconds. A 3-member embedded etcd cluster, three machines each with a real agent (real probes, real
+// gossip on loopback) and a simulated BMC (the Redfish simulator, or ipmi_sim) whose power starts and
+// stops that machine's etcd member and agent (test/lab/power, as in the namespace backend), two
+// witnesses and a real hub with a bbolt journal. The demo (cmd/hale-demo, test/demo) runs its
+// scenarios on it and narrates a timeline; kube's and cmd/hub's tests use it as their cluster.
+package inproc
 
 import (
 	"context"
@@ -40,18 +42,19 @@ import (
 	"github.com/hale-dev/hale/recovery"
 	"github.com/hale-dev/hale/test/etcdcluster"
 	"github.com/hale-dev/hale/test/ipmisim"
+	"github.com/hale-dev/hale/test/lab/power"
 	"github.com/hale-dev/hale/test/lossy"
 	"github.com/hale-dev/hale/test/partition"
 )
 
-// Machines is how many machines the testbed has; Witnesses how many witness agents (on hosts that are
+// Machines is how many machines the cluster has; Witnesses how many witness agents (on hosts that are
 // not machines: they observe and vote, and read etcd from outside).
 const (
 	Machines  = 3
 	Witnesses = 2
 )
 
-// Options configure a testbed.
+// Options configure a cluster.
 type Options struct {
 	// Dir holds the etcd data and the journal. Required.
 	Dir string
@@ -83,8 +86,8 @@ type Options struct {
 // IPMIMachine is the machine whose BMC is ipmi_sim when Options.IPMI is set.
 const IPMIMachine = 2
 
-// Testbed is the demo topology.
-type Testbed struct {
+// Cluster is the in-process cluster.
+type Cluster struct {
 	opts     Options
 	password string // the simulated BMCs' (random), also in Dir/bmc-credentials
 	sayMu    sync.Mutex
@@ -97,9 +100,9 @@ type Testbed struct {
 	ids      map[string]health.Identity
 	pinned   map[string][]health.PublicKey
 	net      *partition.Network
-	ipmi     *ipmisim.Sim  // machine IPMIMachine's BMC, with Options.IPMI
-	ipmiDone chan struct{} // closed to stop following ipmi_sim's chassis log
-	// witnesses are the witness agents; they run for the testbed's whole life.
+	ipmi     *ipmisim.Sim // machine IPMIMachine's BMC, with Options.IPMI
+	ipmiStop func()       // stops following ipmi_sim's chassis log
+	// witnesses are the witness agents; they run for the cluster's whole life.
 	witnesses []*agentProc
 
 	// passes counts the hub's passes, across its restarts (Passes).
@@ -124,7 +127,7 @@ type agentProc struct {
 
 // pin gives member name an identity and pins its key on every member running and in the pinned-keys
 // file (a machine that joins: its line added). The hub's (hub-*) is kept in a file, for `hub run`.
-func (tb *Testbed) pin(name string) error {
+func (tb *Cluster) pin(name string) error {
 	id := health.NewIdentity()
 	if name == "hub-*" {
 		var err error
@@ -151,14 +154,14 @@ func (tb *Testbed) pin(name string) error {
 }
 
 // HubIdentityFile is the hub's identity key (pinned as hub-*), for `hub run --identity-file`.
-func (tb *Testbed) HubIdentityFile() string { return filepath.Join(tb.opts.Dir, "hub-identity.key") }
+func (tb *Cluster) HubIdentityFile() string { return filepath.Join(tb.opts.Dir, "hub-identity.key") }
 
 // PinnedKeysFile is every member's pinned key, for `hub run --pinned-file`.
-func (tb *Testbed) PinnedKeysFile() string { return filepath.Join(tb.opts.Dir, "pinned-keys") }
+func (tb *Cluster) PinnedKeysFile() string { return filepath.Join(tb.opts.Dir, "pinned-keys") }
 
 // startGossip starts a member with its identity (the hub's, hub-*, for a hub) and the pinned keys,
 // and keeps it among the running members until it stops.
-func (tb *Testbed) startGossip(cfg health.GossipConfig) (*health.Gossip, error) {
+func (tb *Cluster) startGossip(cfg health.GossipConfig) (*health.Gossip, error) {
 	tb.mu.Lock()
 	name := cfg.Node
 	if cfg.Role == "hub" {
@@ -186,15 +189,15 @@ func (tb *Testbed) startGossip(cfg health.GossipConfig) (*health.Gossip, error) 
 // Name returns machine i's name (also its node name and BMC system ID).
 func Name(i int) string { return fmt.Sprintf("cp-%d", i) }
 
-// name is machine i's name (Options.Names, or Name(i)).
-func (tb *Testbed) name(i int) string {
+// Name is machine i's name (Options.Names, or the package's Name(i)).
+func (tb *Cluster) Name(i int) string {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	return tb.names[i]
 }
 
 // index is the machine named name's index (-1: none).
-func (tb *Testbed) index(name string) int {
+func (tb *Cluster) index(name string) int {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	return slices.Index(tb.names, name)
@@ -203,21 +206,27 @@ func (tb *Testbed) index(name string) int {
 // WitnessName returns witness i's node name.
 func WitnessName(i int) string { return fmt.Sprintf("w-%d", i+1) }
 
-// HubNode is the hub's name on the testbed's network (Partition).
+// HubNode is the hub's name on the cluster's network (Partition).
 const HubNode = "hub"
 
+// Witness is witness i's node name (WitnessName).
+func (tb *Cluster) Witness(i int) string { return WitnessName(i) }
+
+// HubName is the hub's name on the cluster's network (HubNode).
+func (tb *Cluster) HubName() string { return HubNode }
+
 // Start brings up etcd, the BMC simulator and the agents (not the hub: StartHub).
-func Start(opts Options) (*Testbed, error) {
+func Start(opts Options) (*Cluster, error) {
 	if opts.Dir == "" {
-		return nil, errors.New("demo: Options.Dir is required")
+		return nil, errors.New("inproc: Options.Dir is required")
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.Names != nil && len(opts.Names) != Machines {
-		return nil, fmt.Errorf("demo: Options.Names has %d names for %d machines", len(opts.Names), Machines)
+		return nil, fmt.Errorf("inproc: Options.Names has %d names for %d machines", len(opts.Names), Machines)
 	}
-	tb := &Testbed{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New(),
+	tb := &Cluster{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New(),
 		ids: map[string]health.Identity{}, pinned: map[string][]health.PublicKey{}, gossips: map[*health.Gossip]bool{}}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
@@ -236,7 +245,7 @@ func Start(opts Options) (*Testbed, error) {
 	}
 	for _, name := range members {
 		if err := tb.pin(name); err != nil {
-			return nil, fmt.Errorf("demo: %s's identity: %w", name, err)
+			return nil, fmt.Errorf("inproc: %s's identity: %w", name, err)
 		}
 	}
 	_, _ = rand.Read(tb.key)
@@ -256,19 +265,10 @@ func Start(opts Options) (*Testbed, error) {
 	}
 	var systems []bmcsim.SystemConfig
 	for i := range Machines {
-		systems = append(systems, bmcsim.SystemConfig{ID: tb.name(i), ShutdownDelay: 50 * time.Millisecond, CycleOffDuration: 100 * time.Millisecond})
+		systems = append(systems, bmcsim.SystemConfig{ID: tb.Name(i), ShutdownDelay: 50 * time.Millisecond, CycleOffDuration: 100 * time.Millisecond})
 	}
 	simCfg := bmcsim.Config{Username: "admin", Password: tb.password, PlainHTTP: true, Systems: systems,
-		OnPower: func(id string, running bool) {
-			i := tb.index(id)
-			if running {
-				tb.Say("bmc", "%s powered on: its etcd member and agent start", id)
-				go tb.powerOn(i)
-			} else {
-				tb.Say("bmc", "%s powered off", id)
-				tb.stop(i)
-			}
-		}}
+		OnPower: power.Redfish(func(id string) power.Machine { return machine{tb, tb.index(id)} })}
 	if opts.OnRequest != nil {
 		simCfg.OnRequest = func(r *http.Request) {
 			_, rest, _ := strings.Cut(r.URL.Path, "/Systems/")
@@ -303,12 +303,12 @@ func Start(opts Options) (*Testbed, error) {
 	return tb, nil
 }
 
-// transport makes member name's gossip transport on the testbed's network (lossy for the lossy
+// transport makes member name's gossip transport on the cluster's network (lossy for the lossy
 // machine), listening on port (0: any).
-func (tb *Testbed) transport(name string, port int, drops bool) (memberlist.NodeAwareTransport, error) {
+func (tb *Cluster) transport(name string, port int, drops bool) (memberlist.NodeAwareTransport, error) {
 	t, err := health.NewTransport("127.0.0.1", port, nil)
 	if err != nil {
-		return nil, fmt.Errorf("demo: gossip transport of %s: %w", name, err)
+		return nil, fmt.Errorf("inproc: gossip transport of %s: %w", name, err)
 	}
 	var inner memberlist.NodeAwareTransport = t
 	if drops {
@@ -319,7 +319,7 @@ func (tb *Testbed) transport(name string, port int, drops bool) (memberlist.Node
 
 // startIPMI starts ipmi_sim as machine IPMIMachine's BMC, and follows its chassis log: power 0 stops
 // the machine, power 1 starts it.
-func (tb *Testbed) startIPMI() error {
+func (tb *Cluster) startIPMI() error {
 	dir := filepath.Join(tb.opts.Dir, "ipmi")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -328,36 +328,33 @@ func (tb *Testbed) startIPMI() error {
 	if err != nil {
 		return err
 	}
-	tb.ipmi, tb.ipmiDone = sim, make(chan struct{})
-	tb.Say("demo", "%s's BMC is ipmi_sim at %s (it keeps no reset time)", tb.name(IPMIMachine), sim.Endpoint())
-	go func() {
-		seen := 0
-		for {
-			actions := sim.Actions()
-			for _, a := range actions[seen:] {
-				switch a {
-				case "power 0":
-					tb.Say("bmc", "%s powered off (IPMI)", tb.name(IPMIMachine))
-					tb.stop(IPMIMachine)
-				case "power 1":
-					tb.Say("bmc", "%s powered on (IPMI): its etcd member and agent start", tb.name(IPMIMachine))
-					go tb.powerOn(IPMIMachine)
-				}
-			}
-			seen = len(actions)
-			select {
-			case <-tb.ipmiDone:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	tb.ipmi = sim
+	tb.Say("demo", "%s's BMC is ipmi_sim at %s (it keeps no reset time)", tb.Name(IPMIMachine), sim.Endpoint())
+	tb.ipmiStop = power.FollowIPMI(machine{tb, IPMIMachine}, sim)
 	return nil
+}
+
+// machine is machine i as its BMC powers it (power.Machine).
+type machine struct {
+	tb *Cluster
+	i  int
+}
+
+// PowerOn boots the machine: its etcd member and agent start after Options.BootDelay.
+func (m machine) PowerOn(by string) {
+	m.tb.Say("bmc", "%s powered on (%s): its etcd member and agent start", m.tb.Name(m.i), by)
+	go m.tb.powerOn(m.i)
+}
+
+// PowerOff stops the machine's etcd member and agent at once.
+func (m machine) PowerOff(by string) {
+	m.tb.Say("bmc", "%s powered off (%s)", m.tb.Name(m.i), by)
+	m.tb.stop(m.i)
 }
 
 // startWitness starts witness i: gossip and an etcd view from outside (every member's client URL), no
 // probes.
-func (tb *Testbed) startWitness(i int) error {
+func (tb *Cluster) startWitness(i int) error {
 	t, err := tb.transport(WitnessName(i), 0, false)
 	if err != nil {
 		return err
@@ -365,7 +362,7 @@ func (tb *Testbed) startWitness(i int) error {
 	g, err := tb.startGossip(health.GossipConfig{Node: WitnessName(i), Cluster: "demo", Role: "witness", BindAddr: "127.0.0.1",
 		Keys: [][]byte{tb.key}, Transport: t})
 	if err != nil {
-		return fmt.Errorf("demo: witness %s: %w", WitnessName(i), err)
+		return fmt.Errorf("inproc: witness %s: %w", WitnessName(i), err)
 	}
 	etcd, err := health.NewEtcdOutside(tb.etcd.Endpoints(), health.TLSFiles{})
 	if err != nil {
@@ -383,7 +380,7 @@ func (tb *Testbed) startWitness(i int) error {
 
 // launch joins g to any machine's agent that is alive, records the agent's process with add (under
 // tb.mu) and runs the agent until it is stopped.
-func (tb *Testbed) launch(g *health.Gossip, ag *health.Agent, etcd *health.Etcd, add func(*agentProc)) {
+func (tb *Cluster) launch(g *health.Gossip, ag *health.Agent, etcd *health.Etcd, add func(*agentProc)) {
 	tb.mu.Lock()
 	for _, other := range tb.agents {
 		if _, err := g.Join([]string{other.gossip.Addr()}); err == nil {
@@ -404,25 +401,25 @@ func (tb *Testbed) launch(g *health.Gossip, ag *health.Agent, etcd *health.Etcd,
 // Partition cuts every gossip link between the members named in a and those in b (machine names,
 // witness names, HubNode), both ways, until Heal. The etcd members are not cut: this cuts what the
 // hub and the agents see of each other.
-func (tb *Testbed) Partition(a, b []string) {
+func (tb *Cluster) Partition(a, b []string) {
 	tb.Say("demo", "network partition: {%s} cut off from {%s}", strings.Join(a, ", "), strings.Join(b, ", "))
 	tb.net.Cut(a, b)
 }
 
 // Heal ends every partition.
-func (tb *Testbed) Heal() {
+func (tb *Cluster) Heal() {
 	tb.Say("demo", "the partition heals")
 	tb.net.Heal()
 }
 
 // CredentialsFile is the simulated BMCs' credentials file (for `hub bmc power --credentials`).
-func (tb *Testbed) CredentialsFile() string { return filepath.Join(tb.opts.Dir, "bmc-credentials") }
+func (tb *Cluster) CredentialsFile() string { return filepath.Join(tb.opts.Dir, "bmc-credentials") }
 
 // GossipKeyFile is the agents' gossip key file (for `hub run --gossip-key-file`).
-func (tb *Testbed) GossipKeyFile() string { return filepath.Join(tb.opts.Dir, "gossip-key") }
+func (tb *Cluster) GossipKeyFile() string { return filepath.Join(tb.opts.Dir, "gossip-key") }
 
 // Seeds returns the gossip addresses of the agents running now (for `hub run --join`).
-func (tb *Testbed) Seeds() []string {
+func (tb *Cluster) Seeds() []string {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	var out []string
@@ -433,11 +430,11 @@ func (tb *Testbed) Seeds() []string {
 }
 
 // Say adds a line to the timeline: time since the start, who, what.
-func (tb *Testbed) Say(who, format string, args ...any) {
+func (tb *Cluster) Say(who, format string, args ...any) {
 	tb.sayAt(time.Now(), who, fmt.Sprintf(format, args...))
 }
 
-func (tb *Testbed) sayAt(at time.Time, who, msg string) {
+func (tb *Cluster) sayAt(at time.Time, who, msg string) {
 	if tb.opts.Timeline != nil {
 		// Lines come from the hub, the simulated BMCs and the scenarios at once: one at a time.
 		tb.sayMu.Lock()
@@ -446,7 +443,7 @@ func (tb *Testbed) sayAt(at time.Time, who, msg string) {
 	}
 }
 
-func (tb *Testbed) startAgent(i int) error {
+func (tb *Cluster) startAgent(i int) error {
 	var ag *health.Agent
 	var agMu sync.Mutex
 	poke := func() {
@@ -459,15 +456,15 @@ func (tb *Testbed) startAgent(i int) error {
 	tb.mu.Lock()
 	port := tb.ports[i]
 	tb.mu.Unlock()
-	t, err := tb.transport(tb.name(i), port, tb.opts.Loss > 0 && i == tb.opts.LossyMachine)
+	t, err := tb.transport(tb.Name(i), port, tb.opts.Loss > 0 && i == tb.opts.LossyMachine)
 	if err != nil {
 		return err
 	}
-	cfg := health.GossipConfig{Node: tb.name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
+	cfg := health.GossipConfig{Node: tb.Name(i), Cluster: "demo", Role: "agent", BindAddr: "127.0.0.1", BindPort: port,
 		Keys: [][]byte{tb.key}, OnPeerChange: poke, Transport: t}
 	g, err := tb.startGossip(cfg)
 	if err != nil {
-		return fmt.Errorf("demo: agent %s: %w", tb.name(i), err)
+		return fmt.Errorf("inproc: agent %s: %w", tb.Name(i), err)
 	}
 	_, portText, _ := strings.Cut(g.Addr(), "127.0.0.1:")
 	_, _ = fmt.Sscan(portText, &port)
@@ -493,7 +490,7 @@ func (tb *Testbed) startAgent(i int) error {
 // AddMachine adds a machine named name as a replacement joins: a new etcd member (member add, then
 // started with the cluster's peers, as kubeadm joins one) and its agent; it has no BMC. It returns the
 // machine's index and its member's name.
-func (tb *Testbed) AddMachine(ctx context.Context, name string) (int, string, error) {
+func (tb *Cluster) AddMachine(ctx context.Context, name string) (int, string, error) {
 	member := "etcd-" + name
 	i, err := tb.etcd.Add(ctx, member)
 	if err != nil {
@@ -506,7 +503,7 @@ func (tb *Testbed) AddMachine(ctx context.Context, name string) (int, string, er
 		return 0, "", err
 	}
 	if n := tb.index(name); n != i {
-		return 0, "", fmt.Errorf("demo: machine %s is %d, its etcd member %d", name, n, i)
+		return 0, "", fmt.Errorf("inproc: machine %s is %d, its etcd member %d", name, n, i)
 	}
 	tb.Say("demo", "%s joins: etcd member %s added and started, its agent starts", name, member)
 	return i, member, tb.startAgent(i)
@@ -514,26 +511,26 @@ func (tb *Testbed) AddMachine(ctx context.Context, name string) (int, string, er
 
 // RemoveMember removes machine i's etcd member from the cluster (member remove) and stops the
 // machine's processes, as Cluster API's KubeadmControlPlane does before deleting its Machine.
-func (tb *Testbed) RemoveMember(ctx context.Context, i int) error {
-	tb.Say("demo", "%s's etcd member %s removed from the cluster", tb.name(i), tb.etcd.Name(i))
+func (tb *Cluster) RemoveMember(ctx context.Context, i int) error {
+	tb.Say("demo", "%s's etcd member %s removed from the cluster", tb.Name(i), tb.etcd.Name(i))
 	tb.stop(i)
 	return tb.etcd.Remove(ctx, i)
 }
 
 // KubeadmTmpDir is machine i's kubeadm temporary directory (its /etc/kubernetes/tmp), which its agent
 // watches for an upgrade under way.
-func (tb *Testbed) KubeadmTmpDir(i int) string {
-	return filepath.Join(tb.opts.Dir, "kubeadm-tmp-"+tb.name(i))
+func (tb *Cluster) KubeadmTmpDir(i int) string {
+	return filepath.Join(tb.opts.Dir, "kubeadm-tmp-"+tb.Name(i))
 }
 
 // Hang makes machine i stop answering: its agent and its etcd member die, its power stays on.
-func (tb *Testbed) Hang(i int) {
-	tb.Say("demo", "%s hangs: its agent and etcd member stop answering, its power stays on", tb.name(i))
+func (tb *Cluster) Hang(i int) {
+	tb.Say("demo", "%s hangs: its agent and etcd member stop answering, its power stays on", tb.Name(i))
 	tb.stop(i)
 }
 
 // stop ends machine i's processes the way a power cut does: no goodbye in the gossip pool.
-func (tb *Testbed) stop(i int) {
+func (tb *Cluster) stop(i int) {
 	tb.mu.Lock()
 	p := tb.agents[i]
 	delete(tb.agents, i)
@@ -546,8 +543,16 @@ func (tb *Testbed) stop(i int) {
 	tb.etcd.Stop(i)
 }
 
-func (tb *Testbed) powerOn(i int) {
+// powerOn boots machine i after Options.BootDelay: its etcd member and its agent start, unless its
+// agent runs (a BMC that powers on a machine already on).
+func (tb *Cluster) powerOn(i int) {
 	time.Sleep(tb.opts.BootDelay)
+	tb.mu.Lock()
+	_, running := tb.agents[i]
+	tb.mu.Unlock()
+	if running {
+		return
+	}
 	if err := tb.etcd.Restart(i); err != nil {
 		// etcd's own words come last ("member count is unequal": a member of an old cluster that
 		// finds its peers in another).
@@ -555,16 +560,16 @@ func (tb *Testbed) powerOn(i int) {
 		if k := strings.LastIndex(msg, ": "); k >= 0 {
 			msg = msg[k+2:]
 		}
-		tb.Say("demo", "%s's etcd member does not start: %s", tb.name(i), msg)
+		tb.Say("demo", "%s's etcd member does not start: %s", tb.Name(i), msg)
 	}
 	if err := tb.startAgent(i); err != nil {
-		tb.Say("demo", "restarting the agent of %s: %v", tb.name(i), err)
+		tb.Say("demo", "restarting the agent of %s: %v", tb.Name(i), err)
 	}
 }
 
-// Inventory is the hub's inventory for the testbed: every machine a control-plane etcd member,
+// Inventory is the hub's inventory for the cluster: every machine a control-plane etcd member,
 // healed by reboot; short timeouts so that the demo moves at a human pace.
-func (tb *Testbed) Inventory() (pass.Inventory, error) {
+func (tb *Cluster) Inventory() (pass.Inventory, error) {
 	inv := pass.Inventory{Cluster: "demo", Policy: pass.Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(),
 		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3, FlapWindow: 2 * time.Second}}
 	for i := range Witnesses {
@@ -572,7 +577,7 @@ func (tb *Testbed) Inventory() (pass.Inventory, error) {
 	}
 	inv.Policy.Assess.EtcdUnreachableTimeout = time.Second
 	for i := range Machines {
-		ep, err := bmc.ParseEndpoint(fmt.Sprintf("%s/systems/%s", tb.sim.Endpoint(), tb.name(i)))
+		ep, err := bmc.ParseEndpoint(fmt.Sprintf("%s/systems/%s", tb.sim.Endpoint(), tb.Name(i)))
 		if err != nil {
 			return inv, err
 		}
@@ -583,7 +588,7 @@ func (tb *Testbed) Inventory() (pass.Inventory, error) {
 			}
 			creds = bmc.NewCredentials(tb.ipmi.Username, tb.ipmi.Password)
 		}
-		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: tb.name(i), Node: tb.name(i),
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: tb.Name(i), Node: tb.Name(i),
 			Member: tb.etcd.Name(i)}, Class: "control-plane", Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: ep,
 			Credentials: creds})
 	}
@@ -605,8 +610,8 @@ type HubOptions struct {
 	Configure func(*hub.Config)
 }
 
-// StartHub starts a hub on the testbed; StopHub (or Close) stops it.
-func (tb *Testbed) StartHub(o HubOptions) error {
+// StartHub starts a hub on the cluster; StopHub (or Close) stops it.
+func (tb *Cluster) StartHub(o HubOptions) error {
 	if o.Journal == "" {
 		o.Journal = filepath.Join(tb.opts.Dir, "journal.db")
 	}
@@ -622,7 +627,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 	}
 	if _, err := g.Join(tb.Seeds()); err != nil {
 		_ = g.Shutdown()
-		return fmt.Errorf("demo: the hub cannot join the agents: %w", err)
+		return fmt.Errorf("inproc: the hub cannot join the agents: %w", err)
 	}
 	var store journal.Store = o.Store
 	var j *hub.Journal
@@ -705,7 +710,7 @@ func (tb *Testbed) StartHub(o HubOptions) error {
 
 // StopHub stops the hub as a crash would leave it: remediations in flight stay InProgress in the
 // journal for the next hub to resume.
-func (tb *Testbed) StopHub() {
+func (tb *Cluster) StopHub() {
 	tb.mu.Lock()
 	stop := tb.hubStop
 	tb.hubStop, tb.hub, tb.journal = nil, nil, nil
@@ -718,7 +723,7 @@ func (tb *Testbed) StopHub() {
 
 // CrashHub kills the hub as a crash would, at this very instant: its journal takes no more writes
 // (whatever it was about to record is lost), then it stops.
-func (tb *Testbed) CrashHub() {
+func (tb *Cluster) CrashHub() {
 	tb.mu.Lock()
 	j := tb.journal
 	tb.mu.Unlock()
@@ -730,23 +735,26 @@ func (tb *Testbed) CrashHub() {
 }
 
 // Hub returns the running hub (nil when none runs).
-func (tb *Testbed) Hub() *hub.Hub {
+func (tb *Cluster) Hub() *hub.Hub {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	return tb.hub
 }
 
-// Log is the testbed's logger.
-func (tb *Testbed) Log() *slog.Logger { return tb.opts.Log }
+// Log is the cluster's logger.
+func (tb *Cluster) Log() *slog.Logger { return tb.opts.Log }
 
 // Sim returns the BMC simulator.
-func (tb *Testbed) Sim() *bmcsim.Server { return tb.sim }
+func (tb *Cluster) Sim() *bmcsim.Server { return tb.sim }
+
+// EtcdEndpoint is machine i's etcd member's client URL.
+func (tb *Cluster) EtcdEndpoint(i int) string { return tb.etcd.Endpoints()[i] }
 
 // EtcdRunning reports whether machine i's etcd member runs.
-func (tb *Testbed) EtcdRunning(i int) bool { return tb.etcd.Running(i) }
+func (tb *Cluster) EtcdRunning(i int) bool { return tb.etcd.Running(i) }
 
 // Close stops everything.
-func (tb *Testbed) Close() {
+func (tb *Cluster) Close() {
 	tb.StopHub()
 	tb.mu.Lock()
 	agents := slices.Collect(maps.Values(tb.agents))
@@ -760,7 +768,7 @@ func (tb *Testbed) Close() {
 	}
 	_ = tb.sim.Close()
 	if tb.ipmi != nil {
-		close(tb.ipmiDone)
+		tb.ipmiStop()
 		tb.ipmi.Stop()
 	}
 	tb.etcd.Close()
@@ -768,17 +776,17 @@ func (tb *Testbed) Close() {
 
 // Passes waits until the hub has run n more passes: "nothing happened" is asserted over passes, which
 // a loaded machine cannot skip the way it can stretch a sleep (n passes also take at least n-1 ticks).
-func (tb *Testbed) Passes(ctx context.Context, n uint64) error {
+func (tb *Cluster) Passes(ctx context.Context, n uint64) error {
 	want := tb.passCount.Load() + n
 	return tb.WaitFor(ctx, time.Minute, fmt.Sprintf("%d passes of the hub", n), func() bool { return tb.passCount.Load() >= want })
 }
 
 // WaitFor polls cond every 50 ms; on timeout it returns an error with the hub's events and journal.
-func (tb *Testbed) WaitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+func (tb *Cluster) WaitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v waiting for %s\n%s", timeout, what, tb.dump())
+			return fmt.Errorf("timed out after %v waiting for %s\n%s", timeout, what, tb.Dump())
 		}
 		select {
 		case <-ctx.Done():
@@ -789,7 +797,8 @@ func (tb *Testbed) WaitFor(ctx context.Context, timeout time.Duration, what stri
 	return nil
 }
 
-func (tb *Testbed) dump() string {
+// Dump is the hub's events and its journal, for a test's failure.
+func (tb *Cluster) Dump() string {
 	h := tb.Hub()
 	if h == nil {
 		return "(no hub running)"
@@ -801,7 +810,7 @@ func (tb *Testbed) dump() string {
 	}
 	b.WriteString("journal:\n")
 	for i := range Machines {
-		hist, _ := h.History(context.Background(), tb.name(i))
+		hist, _ := h.History(context.Background(), tb.Name(i))
 		for _, r := range hist {
 			fmt.Fprintf(&b, "  %s %s\n", r.ID, r.State)
 			for _, ev := range r.History {
@@ -813,7 +822,7 @@ func (tb *Testbed) dump() string {
 }
 
 // AllHealthy: every machine Healthy with a healthy etcd member, and no remediation in flight.
-func (tb *Testbed) AllHealthy() bool {
+func (tb *Cluster) AllHealthy() bool {
 	h := tb.Hub()
 	if h == nil {
 		return false
@@ -827,12 +836,12 @@ func (tb *Testbed) AllHealthy() bool {
 }
 
 // Remediations returns how many remediations of machine i the journal holds, and the state of the latest.
-func (tb *Testbed) Remediations(i int) (int, journal.State) {
+func (tb *Cluster) Remediations(i int) (int, journal.State) {
 	h := tb.Hub()
 	if h == nil {
 		return 0, ""
 	}
-	hist, err := h.History(context.Background(), tb.name(i))
+	hist, err := h.History(context.Background(), tb.Name(i))
 	if err != nil || len(hist) == 0 {
 		return 0, ""
 	}
@@ -841,38 +850,38 @@ func (tb *Testbed) Remediations(i int) (int, journal.State) {
 
 // Resets returns the reset requests machine i's BMC has served (for ipmi_sim: the power changes it
 // made, "power 0", "power 1").
-func (tb *Testbed) Resets(i int) []string {
+func (tb *Cluster) Resets(i int) []string {
 	if i == IPMIMachine && tb.ipmi != nil {
 		return tb.ipmi.Actions()
 	}
-	return tb.sim.Resets(tb.name(i))
+	return tb.sim.Resets(tb.Name(i))
 }
 
 // IPMI returns machine IPMIMachine's ipmi_sim (nil without Options.IPMI).
-func (tb *Testbed) IPMI() *ipmisim.Sim { return tb.ipmi }
+func (tb *Cluster) IPMI() *ipmisim.Sim { return tb.ipmi }
 
 // LoseForGood kills machine i for good: its power supply fails (its BMC reads it Off and cannot power
 // it on) and its disk dies with its etcd member's data. Its BMC must be the Redfish simulator.
-func (tb *Testbed) LoseForGood(i int) error {
+func (tb *Cluster) LoseForGood(i int) error {
 	if i == IPMIMachine && tb.ipmi != nil {
-		return fmt.Errorf("demo: %s's BMC is ipmi_sim, whose power cannot be made to fail", tb.name(i))
+		return fmt.Errorf("inproc: %s's BMC is ipmi_sim, whose power cannot be made to fail", tb.Name(i))
 	}
-	tb.Say("demo", "%s dies for good: its power supply fails (its BMC reads it Off and cannot power it on), and its disk with its etcd data", tb.name(i))
-	tb.sim.SetDead(tb.name(i), true)
-	tb.sim.SetPowerState(tb.name(i), bmcsim.Off)
+	tb.Say("demo", "%s dies for good: its power supply fails (its BMC reads it Off and cannot power it on), and its disk with its etcd data", tb.Name(i))
+	tb.sim.SetDead(tb.Name(i), true)
+	tb.sim.SetPowerState(tb.Name(i), bmcsim.Off)
 	return tb.etcd.Wipe(i)
 }
 
 // Replace puts a new machine in the place of machine i, lost for good: the same name, BMC and
 // addresses, with a working power supply and an empty disk. It stays off until powered on.
-func (tb *Testbed) Replace(i int) {
-	tb.Say("demo", "%s is replaced: a new machine in its place (same name, BMC and addresses), an empty disk, still off", tb.name(i))
-	tb.sim.SetDead(tb.name(i), false)
+func (tb *Cluster) Replace(i int) {
+	tb.Say("demo", "%s is replaced: a new machine in its place (same name, BMC and addresses), an empty disk, still off", tb.Name(i))
+	tb.sim.SetDead(tb.Name(i), false)
 }
 
 // RecoverOn is `agent recover` on machine i, the survivor, with the hub's plan as `hub recover --yes
 // -o json` writes it: etcd rebuilt there as a one-member cluster. Its steps go to the timeline.
-func (tb *Testbed) RecoverOn(ctx context.Context, i int, plan pass.RecoveryPlan) (*recovery.Record, error) {
+func (tb *Cluster) RecoverOn(ctx context.Context, i int, plan pass.RecoveryPlan) (*recovery.Record, error) {
 	p, err := nodePlan(plan)
 	if err != nil {
 		return nil, err
@@ -882,7 +891,7 @@ func (tb *Testbed) RecoverOn(ctx context.Context, i int, plan pass.RecoveryPlan)
 
 // RejoinOn is `agent rejoin` on machine i with the hub's plan: its member added back to the cluster
 // rebuilt on machine survivor, as a learner promoted once caught up.
-func (tb *Testbed) RejoinOn(ctx context.Context, i, survivor int, plan pass.RecoveryPlan) (*recovery.Joined, error) {
+func (tb *Cluster) RejoinOn(ctx context.Context, i, survivor int, plan pass.RecoveryPlan) (*recovery.Joined, error) {
 	p, err := nodePlan(plan)
 	if err != nil {
 		return nil, err
@@ -899,21 +908,21 @@ func nodePlan(plan pass.RecoveryPlan) (recovery.Plan, error) {
 		err = json.Unmarshal(b, &p)
 	}
 	if err != nil {
-		return p, fmt.Errorf("demo: the recovery plan as JSON: %w", err)
+		return p, fmt.Errorf("inproc: the recovery plan as JSON: %w", err)
 	}
 	return p, nil
 }
 
 // node is machine i as `agent recover` and `agent rejoin` find it.
-func (tb *Testbed) node(i int) recovery.Node {
+func (tb *Cluster) node(i int) recovery.Node {
 	return recovery.Node{Endpoint: tb.etcd.Endpoints()[i], Layout: tb.etcd.Layout(i), DataDir: tb.etcd.DataDir(i),
-		StateDir: filepath.Join(tb.opts.Dir, "recovery", tb.name(i)), Log: tb.opts.Log, Out: sayWriter{tb, tb.name(i)}}
+		StateDir: filepath.Join(tb.opts.Dir, "recovery", tb.Name(i)), Log: tb.opts.Log, Out: sayWriter{tb, tb.Name(i)}}
 }
 
 // sayWriter puts each line written to it on the timeline, said by who (without the time the node's
 // commands print first).
 type sayWriter struct {
-	tb  *Testbed
+	tb  *Cluster
 	who string
 }
 
@@ -928,8 +937,8 @@ func (w sayWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// put writes key through the cluster and returns the revision it was written at.
-func (tb *Testbed) put(ctx context.Context, key, value string) (int64, error) {
+// Put writes key through the cluster and returns the revision it was written at.
+func (tb *Cluster) Put(ctx context.Context, key, value string) (int64, error) {
 	cli, err := tb.etcdClient(tb.etcd.Endpoints()...)
 	if err != nil {
 		return 0, err
@@ -937,14 +946,14 @@ func (tb *Testbed) put(ctx context.Context, key, value string) (int64, error) {
 	defer cli.Close()
 	r, err := cli.Put(ctx, key, value)
 	if err != nil {
-		return 0, fmt.Errorf("demo: writing %s: %w", key, err)
+		return 0, fmt.Errorf("inproc: writing %s: %w", key, err)
 	}
 	return r.Header.Revision, nil
 }
 
-// get reads key through machine i's member (a linearizable read): its value and the revision the
+// Get reads key through machine i's member (a linearizable read): its value and the revision the
 // cluster is at.
-func (tb *Testbed) get(ctx context.Context, i int, key string) (string, int64, error) {
+func (tb *Cluster) Get(ctx context.Context, i int, key string) (string, int64, error) {
 	cli, err := tb.etcdClient(tb.etcd.Endpoints()[i])
 	if err != nil {
 		return "", 0, err
@@ -952,7 +961,7 @@ func (tb *Testbed) get(ctx context.Context, i int, key string) (string, int64, e
 	defer cli.Close()
 	r, err := cli.Get(ctx, key)
 	if err != nil {
-		return "", 0, fmt.Errorf("demo: reading %s from %s: %w", key, tb.name(i), err)
+		return "", 0, fmt.Errorf("inproc: reading %s from %s: %w", key, tb.Name(i), err)
 	}
 	if len(r.Kvs) == 0 {
 		return "", r.Header.Revision, nil
@@ -960,10 +969,28 @@ func (tb *Testbed) get(ctx context.Context, i int, key string) (string, int64, e
 	return string(r.Kvs[0].Value), r.Header.Revision, nil
 }
 
-func (tb *Testbed) etcdClient(endpoints ...string) (*clientv3.Client, error) {
+func (tb *Cluster) etcdClient(endpoints ...string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return nil, fmt.Errorf("demo: an etcd client of %v: %w", endpoints, err)
+		return nil, fmt.Errorf("inproc: an etcd client of %v: %w", endpoints, err)
 	}
 	return cli, nil
+}
+
+// Settle waits until every machine is healthy with nothing in flight, and past the cooldown of the
+// last remediation, so that a scenario starts from a calm cluster.
+func (tb *Cluster) Settle(ctx context.Context) error {
+	if err := tb.WaitFor(ctx, 60*time.Second, "every machine Healthy", tb.AllHealthy); err != nil {
+		return err
+	}
+	inv, err := tb.Inventory()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(inv.Policy.Cooldown + 100*time.Millisecond):
+	}
+	return nil
 }
