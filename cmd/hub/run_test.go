@@ -175,7 +175,18 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	out, code = cli("explain", "cp-9")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, `machine "cp-9": not in the inventory`)
-	out, code = cli("reboot", "cp-1", "--dry-run")
+	// While the hub hears no majority for a moment (a loaded machine's gossip on loopback can miss acks)
+	// it refuses a reboot, as it cannot check quorum; the operator tries again.
+	reboot := func(args ...string) (string, int) {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+			out, code := cli(append([]string{"reboot"}, args...)...)
+			if code != exitRefused || !strings.Contains(out, "cannot check quorum") || time.Now().After(deadline) {
+				return out, code
+			}
+			t.Logf("refused, tried again: %s", out)
+		}
+	}
+	out, code = reboot("cp-1", "--dry-run")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "dry run: would power-cycle etcd-1 → await-healthy etcd-1")
 	out, code = cli("reboot", "cp-1", "--force")
@@ -209,14 +220,18 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	out, code = cli("pause", "--wait", "--timeout", "10s")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "Paused")
+	// (the hub may hear no majority for a moment, as above)
+	require.Eventually(t, func() bool {
+		out, _ := cli("status")
+		return strings.Contains(out, "a strict majority, but paused: nothing new starts")
+	}, 30*time.Second, 200*time.Millisecond)
 	out, _ = cli("status")
-	assert.Contains(t, out, "a strict majority, but paused: nothing new starts", "never \"acting\" while paused")
-	assert.NotContains(t, out, ": acting")
+	assert.NotContains(t, out, ": acting", "never \"acting\" while paused")
 	_, code = cli("resume")
 	require.Equal(t, 0, code)
 
 	// A manual reboot, followed to its end through GET /v1/remediations/ID.
-	out, code = cli("reboot", "cp-0", "--wait")
+	out, code = reboot("cp-0", "--wait")
 	assert.Equal(t, 0, code, out)
 	assert.Regexp(t, `remediation cp-0/\S+: Succeeded, reboot, requested by`, out)
 	assert.Len(t, tb.Resets(0), 1)
