@@ -610,7 +610,7 @@ func (n *Node) Diagnose(ctx context.Context) string {
 }
 
 // Diagnostics is what a failed scenario needs to be understood: each control-plane node's
-// containers and its latest etcd container's log, and each worker's hub containers' last log lines
+// containers and its latest etcd and agent containers' logs, and each worker's hub containers' last log lines
 // (the hub's replicas run there; their logs are read through the node, as the API server may be down).
 // A frozen node says so and is skipped.
 func (c *KubeCluster) Diagnostics(ctx context.Context) string {
@@ -625,7 +625,8 @@ func (c *KubeCluster) Diagnostics(ctx context.Context) string {
 		if n.ControlPlane {
 			ps, _ := n.Exec(ctx, "crictl", "ps", "-a")
 			etcd, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 15 $(crictl ps -a -q --name etcd | head -1) 2>&1")
-			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n", n.Name, ps, n.Name, etcd)
+			agent, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 20 $(crictl ps -a -q --name agent | head -1) 2>&1 | cut -c1-400")
+			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n== %s's latest agent container:\n%s\n", n.Name, ps, n.Name, etcd, n.Name, agent)
 		} else {
 			fmt.Fprintf(&b, "== %s's hub containers:\n%s\n", n.Name, n.hubLogs(ctx, "tail -n 60 | cut -c1-400", ""))
 		}
