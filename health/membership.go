@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -175,14 +173,16 @@ func (g *Gossip) join(peers []string) (int, error) {
 }
 
 // outside are the peers (host:port) that are not the address of a live member of the pool (a name
-// to resolve is never one: it is joined again each time).
+// to resolve is never one: it is joined again each time). The live members are the copies made in
+// memberlist's callbacks (nodes): the nodes memberlist's Members returns are its own, which it
+// changes under its lock as members come back (a data race, seen under -race).
 func (g *Gossip) outside(peers []string) []string {
 	live := map[string]bool{}
-	for _, m := range g.ml.Members() {
-		if m.State == memberlist.StateAlive {
-			live[net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))] = true
-		}
+	g.mu.Lock()
+	for _, n := range g.nodes {
+		live[n.Address()] = true
 	}
+	g.mu.Unlock()
 	var out []string
 	for _, p := range peers {
 		if !live[p] {
