@@ -219,7 +219,8 @@ func TestDeployRBAC(t *testing.T) {
 		var list v1alpha1.RemediationList
 		require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
 		return len(list.Items) == 1 && list.Items[0].Status.Phase == v1alpha1.PhaseSucceeded
-	}, 60*time.Second, 100*time.Millisecond, "cp-2 healed through its BareMetalHost, as the ServiceAccount")
+	}, 2*time.Minute, 100*time.Millisecond, "cp-2 healed through its BareMetalHost, as the ServiceAccount") // (under load a first try
+	// can end having taken no step, when the etcd views are not fresh at its re-check: tried again 30 s later)
 	var p v1alpha1.HealthPolicy
 	require.Eventually(t, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "default"}, &p) == nil && p.Status.Pause == "Running" &&
