@@ -349,7 +349,7 @@ func permanentLossScenario(ctx context.Context, r Rig) error {
 	}); err != nil {
 		return err
 	}
-	tb.Say("hub", "cp-1: %s", decisionOf(h.Status(ctx), inproc.Name(1)))
+	tb.Say("hub", "cp-1: %s", machineStatus(ctx, r, inproc.Name(1)).Decision)
 
 	// Grow back, one machine at a time: a replacement started with the old cluster's flags tries to
 	// join the old cluster; two of them would be its quorum.
@@ -386,7 +386,7 @@ func permanentLossScenario(ctx context.Context, r Rig) error {
 		}); err != nil {
 			return err
 		}
-		tb.Say("hub", "%s: %s", inproc.Name(i), decisionOf(h.Status(ctx), inproc.Name(i)))
+		tb.Say("hub", "%s: %s", inproc.Name(i), machineStatus(ctx, r, inproc.Name(i)).Decision)
 	}
 	if err := tb.WaitFor(ctx, time.Minute, "every machine Healthy", tb.AllHealthy); err != nil {
 		return err
@@ -396,14 +396,4 @@ func permanentLossScenario(ctx context.Context, r Rig) error {
 		return fmt.Errorf("the survivor cp-0 got %d power actions", got)
 	}
 	return nil
-}
-
-// decisionOf is what the hub says of machine name (status's decision).
-func decisionOf(st hub.Status, name string) string {
-	for _, m := range st.Machines {
-		if m.Name == name {
-			return m.Decision
-		}
-	}
-	return ""
 }
