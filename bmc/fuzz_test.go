@@ -72,6 +72,12 @@ func FuzzRedfishResponses(f *testing.F) {
 	f.Add([]byte(`{"Systems":"nope"}`), []byte(fuzzCollection), []byte(fuzzSystem))
 	f.Add([]byte(fuzzRoot), []byte(fuzzCollection), []byte(`{"PowerState":null,"Actions":{"#ComputerSystem.Reset":7}}`))
 	f.Add([]byte(fuzzRoot), []byte(`{"Members":null}`), []byte(`[]`))
+	// A system whose LogServices, log service and entries are all the collection's and the system's
+	// bodies: the event log's reading gets the fuzzer's bodies too.
+	f.Add([]byte(fuzzRoot), []byte(`{"Members":[{"@odata.id":"/redfish/v1/Systems/1"}],"DateTime":"2026-12-02T03:00:00Z",`+
+		`"Entries":{"@odata.id":"/redfish/v1/Systems"},"Members@odata.nextLink":"/redfish/v1/Systems"}`),
+		[]byte(`{"@odata.id":"/redfish/v1/Systems/1","PowerState":"On","Status":{"Health":"Critical"},"LogServices":{"@odata.id":"/redfish/v1/Systems"},`+
+			`"SensorType":"OS Stop/Shutdown","Message":"Run-time critical stop","Created":"2026-12-02T03:00:00Z"}`))
 	bmc := &fuzzBMC{}
 	srv := httptest.NewServer(bmc)
 	f.Cleanup(srv.Close)
@@ -124,6 +130,8 @@ func FuzzRedfishResponses(f *testing.F) {
 				t.Fatalf("power state %q", st)
 			}
 		}
+		_, err = c.Evidence(ctx)
+		checkFuzzError(t, ep, "evidence", err)
 		_, err = c.PowerOff(ctx)
 		checkFuzzError(t, ep, "power off", err)
 	})

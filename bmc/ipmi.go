@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -141,11 +140,91 @@ func (d *ipmiDriver) classify(ctx, call context.Context, what string, err error)
 func (d *ipmiDriver) credentialsRejected(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.tool, "-I", "lanplus", "-C", d.cipher, "-H", d.ep.Host, "-p", strconv.Itoa(d.ep.Port),
-		"-U", d.creds.Username, "-E", "-v", "-N", "1", "-R", "1", "chassis", "power", "status")
-	cmd.Env = append(os.Environ(), "IPMITOOL_PASSWORD="+d.creds.Password())
-	out, _ := cmd.CombinedOutput()
-	s := string(out)
+	s, _ := d.ipmitool(ctx, "-v", "chassis", "power", "status")
 	return strings.Contains(s, "RAKP 2 HMAC is invalid") || strings.Contains(s, "unauthorized name") ||
 		strings.Contains(s, "RAKP 2 message indicates an error") || strings.Contains(s, "invalid integrity check")
+}
+
+// ipmitool runs ipmitool against the BMC with args, the password through the environment. The
+// environment is only that, as bmclib's own calls have it: ipmitool prints the SEL's times in the zone
+// of its environment, and `sel time get` must print the BMC's clock in the zone `sel list` did.
+func (d *ipmiDriver) ipmitool(ctx context.Context, args ...string) (string, error) {
+	base := []string{"-I", "lanplus", "-C", d.cipher, "-H", d.ep.Host, "-p", strconv.Itoa(d.ep.Port), "-U", d.creds.Username, "-E", "-N", "1", "-R", "1"}
+	cmd := exec.CommandContext(ctx, d.tool, append(base, args...)...)
+	cmd.Env = []string{"IPMITOOL_PASSWORD=" + d.creds.Password()}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// hangs reads the system event log (SEL) through bmclib and dates its entries against the SEL's own
+// clock (`sel time get`), read right after. IPMI has no health roll-up. An entry logged before the SEL's
+// clock was set (Pre-Init) while the clock now reads a date, or a log whose clock cannot be read, proves
+// nothing: it cannot be dated.
+func (d *ipmiDriver) hangs(ctx context.Context) (logRead, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	sel, err := d.conn.GetSystemEventLog(cctx)
+	if err != nil {
+		return logRead{err: d.classify(ctx, cctx, "sel list", err)}, nil
+	}
+	out, err := d.ipmitool(cctx, "sel", "time", "get")
+	readAt := time.Now()
+	if err != nil {
+		return logRead{err: fmt.Errorf("sel time get: %w: %s: the SEL's entries cannot be dated", err, strings.TrimSpace(out))}, nil
+	}
+	clock, err := parseSELTime(strings.TrimSpace(out))
+	if err != nil {
+		return logRead{err: fmt.Errorf("sel time get: %w: the SEL's entries cannot be dated", err)}, nil
+	}
+	var hangs []LogEntry
+	for _, e := range sel { // ID, date and time, sensor, "event : assertion" (bmclib's parse of `sel list`)
+		if len(e) < 4 {
+			continue
+		}
+		kind := hangKind(e[2], e[3])
+		if kind == "" {
+			continue
+		}
+		logged, err := parseSELTime(e[1])
+		if err != nil || logged.relative != clock.relative {
+			continue
+		}
+		hangs = append(hangs, LogEntry{ID: e[0], Kind: kind, Message: e[2] + ": " + e[3], Logged: e[1], At: readAt.Add(logged.t.Sub(clock.t))})
+	}
+	return logRead{hangs: hangs}, nil
+}
+
+// selTime is a time as ipmitool prints a SEL's: a date ("12/02/26 03:23:43 UTC", in the zone of
+// ipmitool's environment), or, before the SEL's clock was set, seconds since the BMC's start (a
+// Pre-Init entry's "Pre-Init 0000000511"; the clock's "S+ 00:08:31"), relative.
+type selTime struct {
+	t        time.Time // relative: the zero time plus the seconds
+	relative bool
+}
+
+// parseSELTime reads an SEL time as ipmitool prints it.
+func parseSELTime(s string) (selTime, error) {
+	f := strings.Fields(s)
+	switch {
+	case len(f) == 2 && f[0] == "Pre-Init":
+		n, err := strconv.ParseUint(f[1], 10, 32)
+		if err != nil {
+			return selTime{}, fmt.Errorf("SEL time %q: %w", s, err)
+		}
+		return selTime{t: time.Time{}.Add(time.Duration(n) * time.Second), relative: true}, nil
+	case len(f) == 2 && f[0] == "S+":
+		var h, m, sec int
+		if _, err := fmt.Sscanf(f[1], "%d:%d:%d", &h, &m, &sec); err != nil {
+			return selTime{}, fmt.Errorf("SEL time %q: %w", s, err)
+		}
+		return selTime{t: time.Time{}.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second), relative: true}, nil
+	case len(f) >= 2:
+		day := f[0] + " " + f[1] // the zone that may follow is ipmitool's environment's, the same for the clock and the entries
+		for _, layout := range []string{"01/02/06 15:04:05", "01/02/2006 15:04:05"} {
+			if t, err := time.Parse(layout, day); err == nil {
+				return selTime{t: t}, nil
+			}
+		}
+	}
+	return selTime{}, fmt.Errorf("SEL time %q: not a date, Pre-Init seconds or S+ hh:mm:ss", s)
 }

@@ -67,6 +67,16 @@ func TestRedfishtool(t *testing.T) {
 	eventually(t, On, func() string { return s.PowerState("1") })
 	assert.Equal(t, []string{"ForceOff", "PowerCycle"}, s.Resets("1"))
 	assert.Contains(t, run("Managers", "-1", "get"), `"ManagerType": "BMC"`)
+
+	// The event log: its LogService and an entry a test logged, as redfishtool walks them.
+	s.LogEvent("1", Event{SensorType: "OS Stop/Shutdown", Message: "Run-time critical stop"})
+	assert.Contains(t, run("Systems", "-I", "1", "Logs", "list"), `"/redfish/v1/Systems/1/LogServices/SEL"`)
+	sel := run("Systems", "-I", "1", "Logs", "-i", "SEL")
+	assert.Contains(t, sel, `"LogEntryType": "SEL"`)
+	assert.Contains(t, sel, `"@odata.id": "/redfish/v1/Systems/1/LogServices/SEL/Entries"`)
+	entries := run("raw", "GET", "/redfish/v1/Systems/1/LogServices/SEL/Entries")
+	assert.Contains(t, entries, `"Message": "Run-time critical stop"`)
+	assert.Contains(t, entries, `"SensorType": "OS Stop/Shutdown"`)
 	assert.Contains(t, run("Chassis", "-I", "1", "get", "-P", "PowerState"), `"PowerState": "On"`)
 
 	// Wrong credentials are refused.
@@ -101,6 +111,7 @@ for _ in range(100):
         break
     time.sleep(0.02)
 print("after-on", one.power_state.value)
+print("health", one.status.health.value)
 print("manager", s.get_manager_collection().get_members()[0].identity)
 print("chassis", ",".join(sorted(c.identity for c in s.get_chassis_collection().get_members())))
 `
@@ -108,6 +119,7 @@ print("chassis", ",".join(sorted(c.identity for c in s.get_chassis_collection().
 func TestSushy(t *testing.T) {
 	python := lookTool(t, "/usr/bin/python3", "python3-sushy")
 	s := startSim(t)
+	s.SetHealth("1", "Critical")
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(ca, s.CertPEM(), 0o600))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -124,7 +136,7 @@ func TestSushy(t *testing.T) {
 	for _, want := range []string{
 		"systems 1,2", "power On",
 		"allowed ForceOff,ForceRestart,GracefulRestart,GracefulShutdown,Nmi,On,PowerCycle",
-		"after-off Off", "after-on On", "manager BMC", "chassis 1,2",
+		"after-off Off", "after-on On", "health Critical", "manager BMC", "chassis 1,2",
 	} {
 		assert.Contains(t, string(out), want)
 	}

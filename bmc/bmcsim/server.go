@@ -43,6 +43,9 @@ type Config struct {
 	// OnRequest, when set, is called at the start of every request (benchmarks time the first BMC call
 	// with it). It must not block.
 	OnRequest func(r *http.Request)
+	// ClockOffset is how far the BMC's clock is ahead of the real one (negative: behind): its log's
+	// times and its DateTime are on it.
+	ClockOffset time.Duration
 }
 
 // Faults are misbehaviours injected on demand.
@@ -468,6 +471,8 @@ func (s *Server) systemResource(w http.ResponseWriter, r *http.Request, rest str
 			sy.reset(body.ResetType)
 		}
 		w.WriteHeader(http.StatusNoContent)
+	case strings.HasPrefix(action, "LogServices"):
+		s.logResource(w, r, id, sy, action)
 	default:
 		writeError(w, http.StatusMethodNotAllowed, "Base.1.8.OperationNotAllowed", r.Method+" is not allowed on "+r.URL.Path)
 	}
@@ -483,7 +488,8 @@ func (s *Server) systemJSON(id string, sy *system) map[string]any {
 		"@odata.id": "/redfish/v1/Systems/" + id, "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem",
 		"Id": id, "Name": "System " + id, "SystemType": "Physical", "Manufacturer": "Hale", "Model": "bmcsim",
 		"SerialNumber": "SIM-" + id, "UUID": fmt.Sprintf("8d7a4c1e-0000-4000-8000-%012x", len(id)*7919+int(id[0])),
-		"PowerState": st, "Status": status(),
+		"PowerState": st, "Status": map[string]string{"State": "Enabled", "Health": sy.healthNow()},
+		"LogServices": odataID("/redfish/v1/Systems/" + id + "/LogServices"),
 		"Boot": map[string]any{
 			"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None", "BootSourceOverrideMode": "UEFI",
 			"BootSourceOverrideTarget@Redfish.AllowableValues": []string{"None", "Pxe", "Hdd", "Cd", "BiosSetup"},

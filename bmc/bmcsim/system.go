@@ -51,6 +51,9 @@ type system struct {
 	closed    bool
 	// dead: its power does not come on (a failed power supply or board).
 	dead bool
+	// health is its Status.Health ("": OK); log its SEL (logs.go).
+	health string
+	log    []logEntry
 }
 
 func newSystem(cfg SystemConfig, hook func(string, bool)) *system {
@@ -67,6 +70,16 @@ func (s *system) snapshot() (state string, lastReset time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state, s.lastReset
+}
+
+// healthNow is its Status.Health.
+func (s *system) healthNow() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.health == "" {
+		return "OK"
+	}
+	return s.health
 }
 
 func (s *system) allows(resetType string) bool { return slices.Contains(s.cfg.ResetTypes, resetType) }

@@ -1,7 +1,8 @@
 // Package ipmisim starts Debian's ipmi_sim (OpenIPMI's LAN BMC simulator) on 127.0.0.1 for tests and
 // benchmarks: a generated lan.conf with one admin user, an emulator command file that makes MC 0x20
-// the BMC, and a chassis_control program that keeps the power state in a file and logs every call,
-// so a test can count the power actions a BMC received.
+// the BMC with a System Event Log (its clock set to the host's, as a BMC whose host or NTP set it), and
+// a chassis_control program that keeps the power state in a file and logs every call, so a test can
+// count the power actions a BMC received.
 package ipmisim
 
 import (
@@ -121,7 +122,7 @@ set_working_mc 0x20
   chassis_control "%s 0x20"
   user 2 true "%s" "%s" admin 10 none md2 md5 straight
 `, host, port, filepath.Join(dir, "chassis_control"), s.Username, s.Password)
-	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nmc_enable 0x20\n"
+	emu := "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nsel_enable 0x20 1000 0x0a\nmc_enable 0x20\n"
 	for name, body := range map[string]string{"lan.conf": lan, "cmd.emu": emu, "chassis_control": chassisControl, "power": "1\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o700); err != nil {
 			return nil, fmt.Errorf("ipmisim: %w", err)
@@ -143,6 +144,11 @@ set_working_mc 0x20
 	for {
 		out, err := s.Ipmitool(context.Background(), "chassis", "power", "status")
 		if err == nil && strings.Contains(out, "Chassis Power is") {
+			// ipmi_sim's SEL clock starts as seconds since its start ("S+"); a BMC's is set.
+			if out, err := s.Ipmitool(context.Background(), "sel", "time", "set", "now"); err != nil {
+				s.Stop()
+				return nil, fmt.Errorf("ipmisim: setting the SEL's clock: %v: %s", err, out)
+			}
 			return s, nil
 		}
 		if time.Now().After(deadline) {
@@ -180,6 +186,39 @@ func (s *Sim) Ipmitool(ctx context.Context, args ...string) (string, error) {
 	cmd.Env = append(os.Environ(), "IPMITOOL_PASSWORD="+s.Password)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// SEL records, as ipmitool's `sel add` takes them: seven bytes (the event message revision, the sensor
+// type, the sensor number, the event type, three bytes of event data), as a host's OS or firmware logs
+// them through the BMC.
+const (
+	SELOSCriticalStop = "0x04 0x20 0x01 0x6f 0x01 0xff 0xff" // OS Critical Stop: run-time critical stop (a kernel panic)
+	SELOSShutdown     = "0x04 0x20 0x01 0x6f 0x03 0xff 0xff" // OS Critical Stop: OS graceful shutdown
+	SELMachineCheck   = "0x04 0x07 0x02 0x6f 0x0b 0xff 0xff" // Processor: uncorrectable machine check exception
+	SELWatchdogExpiry = "0x04 0x23 0x03 0x6f 0x00 0xff 0xff" // Watchdog 2: timer expired
+	SELWatchdogReset  = "0x04 0x23 0x03 0x6f 0x01 0xff 0xff" // Watchdog 2: hard reset (the BMC restarted the host)
+	SELTemperature    = "0x04 0x01 0x30 0x01 0x09 0xff 0xff" // Temperature: upper critical going high
+)
+
+// AddSEL logs records (SEL* above) in the BMC's System Event Log, dated by its clock, as ipmitool's
+// `sel add` does.
+func (s *Sim) AddSEL(ctx context.Context, records ...string) error {
+	f, err := os.CreateTemp(s.dir, "sel-*.txt")
+	if err != nil {
+		return fmt.Errorf("ipmisim: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(strings.Join(records, "\n") + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("ipmisim: %w", err)
+	}
+	if out, err := s.Ipmitool(ctx, "sel", "add", f.Name()); err != nil {
+		return fmt.Errorf("ipmisim: sel add: %v: %s", err, out)
+	}
+	return nil
 }
 
 // Power is the simulated machine's power: true when on.
