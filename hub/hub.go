@@ -73,6 +73,12 @@ type Config struct {
 	// default: the journal, when it is a RecoveryStore, as the bbolt journal is). Without it the hub
 	// refuses to begin one.
 	Recoveries RecoveryStore
+	// Episodes, when set, keeps the last episodes of each machine across restarts (default: the
+	// journal, when it is an EpisodeStore, as the bbolt journal is).
+	Episodes EpisodeStore
+	// ProofWatch is how often the BMC of each machine dead within its stall tolerance is read for
+	// proof of a hang (default 1 s).
+	ProofWatch time.Duration
 	// Degraded, when set, says why this hub acts without the API server and with what (Kubernetes
 	// mode's degraded mode, cmd/hub): shown in status and the metric hale_hub_degraded.
 	Degraded string
@@ -129,8 +135,14 @@ type Hub struct {
 	bmcs      map[string]pass.BMCReadiness // what the last readiness checks found
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
-	// marks writes the raft mark the passes hand it (its own lock).
-	marks *markWriter
+	// marks writes the raft mark the passes hand it (its own lock); episodeLog the episodes' log.
+	marks      *latest[pass.RaftMark]
+	episodeLog *latest[EpisodeLog]
+	// episodes: the last episodes of each machine (episodes.go; replaced whole, never changed).
+	episodes EpisodeLog
+	// watching: the machines whose BMCs watchProofs reads (the latest pass's); watchWake wakes it.
+	watching  []string
+	watchWake chan struct{}
 	// taints writes the out-of-service taints the passes want (its own lock).
 	taints *taintWriter
 	// acted: how what the passes set going went (its own lock), for the next pass.
@@ -196,6 +208,12 @@ func New(cfg Config) (*Hub, error) {
 	if rs, ok := cfg.Journal.(RecoveryStore); ok && cfg.Recoveries == nil {
 		cfg.Recoveries = rs
 	}
+	if es, ok := cfg.Journal.(EpisodeStore); ok && cfg.Episodes == nil {
+		cfg.Episodes = es
+	}
+	if cfg.ProofWatch <= 0 {
+		cfg.ProofWatch = time.Second
+	}
 	if cfg.OwnerFor == nil {
 		cfg.OwnerFor = func(m pass.Machine) (execute.Owner, error) {
 			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
@@ -209,7 +227,8 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: pass.NewState(), inv: cfg.Inventory,
 		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
-		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newMarkWriter(),
+		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newLatest[pass.RaftMark](),
+		episodeLog: newLatest[EpisodeLog](), watchWake: make(chan struct{}, 1),
 		taints: newTaintWriter()}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {

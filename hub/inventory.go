@@ -101,12 +101,51 @@ type PolicyFile struct {
 	// `kubeadm upgrade` replacing its static pod manifests, as its agent reports; this one in standalone
 	// mode too). Default: all five; [] for none.
 	PlannedWork *[]string `json:"plannedWork"`
+	// StallTolerance: how long a machine dead to a majority of the observers must have shown no sign of
+	// life (a report, a gossip ack, an answer of its etcd member, to any observer) before the hub
+	// power-cycles, fences or replaces it, unless its BMC proves a hang first (its power Off unasked, a
+	// kernel panic, machine check or watchdog expiry in its event log, its health turned Critical).
+	// Machines pause and resume by themselves (VM stuns, live migrations, storage and CPU stalls): the
+	// verdict stays fast, the action waits. quorumHeld while etcd keeps quorum without it (default 30s),
+	// quorumNeeded when its member is needed for quorum (default 10s). 0s: at once (not advised).
+	StallTolerance PerQuorumFile `json:"stallTolerance"`
+	// ComponentGrace: how long a machine whose agent reports, its etcd, API server or kubelet probe
+	// failing, is left to the kubelet's (or systemd's) restart of that component before the hub acts on
+	// it: quorumHeld default 3m (kubeadm's liveness probes restart a hung etcd or API server in about
+	// 2.5 min), quorumNeeded default 30s.
+	ComponentGrace PerQuorumFile `json:"componentGrace"`
 	// OutOfServiceAfter (Kubernetes mode): a machine Hale fenced (powered off, read back Off) whose BMC
 	// has read it Off for this long has its Node tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute
 	// (Kubernetes' non-graceful node shutdown: its pods are deleted and their volumes detached, so
 	// that they start elsewhere). The taint goes as soon as the BMC reads On or cannot be read, the
 	// machine is heard again or detached. Default 1m; "0s": never.
 	OutOfServiceAfter *config.Duration `json:"outOfServiceAfter"`
+}
+
+// PerQuorumFile is a wait that depends on whether etcd keeps quorum without the machine.
+type PerQuorumFile struct {
+	// QuorumHeld: while etcd keeps quorum without the machine (or it is no etcd member).
+	QuorumHeld *config.Duration `json:"quorumHeld"`
+	// QuorumNeeded: when its member is needed for etcd's quorum.
+	QuorumNeeded *config.Duration `json:"quorumNeeded"`
+}
+
+// apply sets dst's waits that f sets (field names the policy field, for errors).
+func (f PerQuorumFile) apply(field string, dst *pass.PerQuorum) error {
+	for _, w := range []struct {
+		name string
+		v    *config.Duration
+		dst  *time.Duration
+	}{{"quorumHeld", f.QuorumHeld, &dst.Held}, {"quorumNeeded", f.QuorumNeeded, &dst.Needed}} {
+		if w.v == nil {
+			continue
+		}
+		if w.v.Duration < 0 {
+			return fmt.Errorf("policy.%s.%s: %v must not be negative (0s: at once)", field, w.name, w.v)
+		}
+		*w.dst = w.v.Duration
+	}
+	return nil
 }
 
 // The kinds of planned work (policy.plannedWork).
@@ -326,6 +365,12 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 			return p, fmt.Errorf("policy.%s: %v must not be negative", d.field, d.value)
 		}
 		*d.dst = d.value.Or(*d.dst)
+	}
+	if err := pf.StallTolerance.apply("stallTolerance", &p.StallTolerance); err != nil {
+		return p, err
+	}
+	if err := pf.ComponentGrace.apply("componentGrace", &p.ComponentGrace); err != nil {
+		return p, err
 	}
 	if pf.MaxAttempts < 0 {
 		return p, fmt.Errorf("policy.maxAttempts: %d must not be negative", pf.MaxAttempts)

@@ -18,6 +18,7 @@ const (
 	keyBrakes   = "brakes"
 	keyRaftMark = "raftMark"
 	keyRecovery = "recovery"
+	keyEpisodes = "episodes"
 )
 
 // OpenJournal opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
@@ -73,4 +74,18 @@ func (j *Journal) Recovery(context.Context) (*pass.RecoveryRecord, error) {
 // RecordRecovery journals r as the recovery (only this journal's writer: ErrStaleEpoch otherwise).
 func (j *Journal) RecordRecovery(_ context.Context, r pass.RecoveryRecord) error {
 	return j.SetMeta(keyRecovery, r)
+}
+
+// Episodes returns the journaled episodes' log (none in a new journal).
+func (j *Journal) Episodes(context.Context) (EpisodeLog, error) {
+	var l EpisodeLog
+	if _, err := j.Meta(keyEpisodes, &l); err != nil {
+		return nil, fmt.Errorf("journal %s: the episodes' log is unreadable: %w (move the file aside to start afresh)", j.Path(), err)
+	}
+	return l, nil
+}
+
+// RecordEpisodes journals the episodes' log (only this journal's writer: ErrStaleEpoch otherwise).
+func (j *Journal) RecordEpisodes(_ context.Context, l EpisodeLog) error {
+	return j.SetMeta(keyEpisodes, l)
 }

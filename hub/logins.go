@@ -239,6 +239,22 @@ func (g *guarded) saw(st bmc.PowerState, at time.Time) {
 	}
 }
 
+// Evidence reads what the BMC says of a hang (the power state, the health, the event log's hangs), or
+// only the power state when the Power reads no more.
+func (g *guarded) Evidence(ctx context.Context) (bmc.Evidence, error) {
+	end, err := g.begin(ctx)
+	if err != nil {
+		return bmc.Evidence{}, err
+	}
+	defer end()
+	ev, err := evidenceOf(ctx, g.power)
+	g.l.record(g.m, err, time.Now())
+	if err == nil {
+		g.saw(ev.Power, ev.Read)
+	}
+	return ev, err
+}
+
 func (g *guarded) Reboot(ctx context.Context) (bmc.Result, error) { return g.do(ctx, g.power.Reboot) }
 func (g *guarded) PowerCycle(ctx context.Context) (bmc.Result, error) {
 	return g.do(ctx, g.power.PowerCycle)

@@ -13,25 +13,26 @@ type MarkStore interface {
 	RecordRaftMark(ctx context.Context, m pass.RaftMark) error
 }
 
-// markWriter writes the raft mark beside the passes, the latest one handed over at a time: in
-// Kubernetes mode the mark goes to the API server, which, once etcd has lost quorum (when a pass
-// writes the mark at once), accepts the write and answers only at the client's timeout. A pass held
-// that long kept the hub from passing for seconds at the moment degraded mode is decided, and the
-// leader, its Lease lost then, found no recent pass and did not go on alone (test/quorumlost, five
-// members). How a write went comes back to the next pass as a fact (acted, pass.State.MarkWritten).
-type markWriter struct {
+// latest writes, beside the passes, the latest value handed over at a time (a value posted before
+// the writer took the one before replaces it). The raft mark goes so: in Kubernetes mode the mark goes
+// to the API server, which, once etcd has lost quorum (when a pass writes the mark at once), accepts
+// the write and answers only at the client's timeout. A pass held that long kept the hub from passing
+// for seconds at the moment degraded mode is decided, and the leader, its Lease lost then, found no
+// recent pass and did not go on alone (test/quorumlost, five members). How a mark's write went comes
+// back to the next pass as a fact (acted, pass.State.MarkWritten). The episodes' log goes so too.
+type latest[T any] struct {
 	wake chan struct{} // one pending signal
 
 	mu      sync.Mutex
-	pending *pass.RaftMark // handed over, not yet taken by the writer
+	pending *T // handed over, not yet taken by the writer
 }
 
-func newMarkWriter() *markWriter { return &markWriter{wake: make(chan struct{}, 1)} }
+func newLatest[T any]() *latest[T] { return &latest[T]{wake: make(chan struct{}, 1)} }
 
-// post hands m to the writer, in place of a mark it has not taken yet.
-func (w *markWriter) post(m pass.RaftMark) {
+// post hands v to the writer, in place of a value it has not taken yet.
+func (w *latest[T]) post(v T) {
 	w.mu.Lock()
-	w.pending = &m
+	w.pending = &v
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -39,8 +40,8 @@ func (w *markWriter) post(m pass.RaftMark) {
 	}
 }
 
-// run writes what is posted to store until ctx ends, and tells done how each write went.
-func (w *markWriter) run(ctx context.Context, store MarkStore, done func(pass.MarkResult)) {
+// run writes what is posted with write until ctx ends, and tells done (when set) how each write went.
+func (w *latest[T]) run(ctx context.Context, write func(context.Context, T) error, done func(T, error)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -48,13 +49,16 @@ func (w *markWriter) run(ctx context.Context, store MarkStore, done func(pass.Ma
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		m := w.pending
+		v := w.pending
 		w.pending = nil
 		w.mu.Unlock()
-		if m == nil {
+		if v == nil {
 			continue
 		}
-		done(pass.MarkResult{Mark: *m, Err: store.RecordRaftMark(ctx, *m)})
+		err := write(ctx, *v)
+		if done != nil {
+			done(*v, err)
+		}
 	}
 }
 
@@ -74,10 +78,10 @@ func (a *acted) began(r pass.BeginResult) {
 	a.begun = append(a.begun, r)
 }
 
-func (a *acted) markWritten(r pass.MarkResult) {
+func (a *acted) markWritten(m pass.RaftMark, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.mark = &r
+	a.mark = &pass.MarkResult{Mark: m, Err: err}
 }
 
 // take returns what came back since the last call.

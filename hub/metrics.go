@@ -18,6 +18,8 @@ type metrics struct {
 	remediations *prometheus.CounterVec
 	toAction     prometheus.Histogram
 	notices      *prometheus.CounterVec
+	episodes     *prometheus.CounterVec
+	episodeLen   *prometheus.HistogramVec
 }
 
 // newMetrics registers the hub's metrics with reg (nil: none):
@@ -36,6 +38,10 @@ type metrics struct {
 //	hale_hub_remediations_total{strategy,requested_by,result}  finished remediations (succeeded, failed)
 //	hale_hub_detection_to_action_seconds                   from Unhealthy to the first BMC call of the hub's own remediations
 //	hale_hub_notices_total{reason,type}                    what the hub said (type: Normal, Warning), as its Events
+//	hale_hub_episodes_total{kind,outcome}                  Unhealthy episodes that ended (kind: dead, failing; outcome: resumed, acted, proved)
+//	hale_hub_episode_seconds{kind,outcome}                 their lengths (from the last sign of life, or the component's failure)
+//	hale_hub_stall_tolerance_seconds{quorum}               the stall tolerance in force (quorum: held, needed)
+//	hale_hub_component_grace_seconds{quorum}               the component grace in force
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
@@ -54,8 +60,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "hale_hub_notices_total",
 			Help: "What the hub said (its log lines, timeline and Kubernetes Events) by reason and type (Normal, Warning).",
 		}, []string{"reason", "type"}),
+		episodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hale_hub_episodes_total",
+			Help: "Episodes that ended: stretches of time a machine was Unhealthy, by kind (dead: to a majority of the observers; failing: a component, its agent reporting) " +
+				"and outcome (resumed: back by itself, nothing done; acted: a remediation began, past the stall tolerance or component grace, or an operator's; " +
+				"proved: begun on its BMC's proof of a hang).",
+		}, []string{"kind", "outcome"}),
+		episodeLen: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "hale_hub_episode_seconds",
+			Help: "Length of the episodes that ended, from the machine's last sign of life (dead) or the component's failure (failing) to its end: " +
+				"how close the pauses that resumed by themselves come to the stall tolerance.",
+			Buckets: []float64{.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 25, 30, 45, 60, 90, 120, 180, 300, 600},
+		}, []string{"kind", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.remediations, m.toAction, m.notices} {
+	for _, kind := range []string{pass.EpisodeDead, pass.EpisodeFailing} { // every series from the start: an alert's rate over it needs one
+		for _, o := range pass.Outcomes() {
+			m.episodes.WithLabelValues(kind, string(o))
+			m.episodeLen.WithLabelValues(kind, string(o))
+		}
+	}
+	for _, c := range []prometheus.Collector{m.remediations, m.toAction, m.notices, m.episodes, m.episodeLen} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -83,6 +107,13 @@ func (m *metrics) remediation(rem journal.Remediation, result string) {
 	}
 }
 
+func (m *metrics) episode(e pass.Episode) {
+	if m != nil {
+		m.episodes.WithLabelValues(e.Kind, string(e.Outcome)).Inc()
+		m.episodeLen.WithLabelValues(e.Kind, string(e.Outcome)).Observe(e.Length().Seconds())
+	}
+}
+
 func (m *metrics) detectionToAction(d time.Duration) {
 	if m != nil {
 		m.toAction.Observe(d.Seconds())
@@ -97,6 +128,7 @@ type hubCollector struct {
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
 	needOperator, degraded, machineVerdict, machineStep     *prometheus.Desc
 	bmcReady, lostForGood, outOfService                     *prometheus.Desc
+	stallTolerance, componentGrace                          *prometheus.Desc
 }
 
 func newHubCollector(h *Hub) *hubCollector {
@@ -131,13 +163,18 @@ func newHubCollector(h *Hub) *hubCollector {
 			"only a recovery from a survivor brings the cluster back (hub status says which voters, and why)."),
 		outOfService: d("hale_hub_out_of_service", "For each machine whose Node carries the out-of-service taint Hale put on (a fenced machine its BMC reads Off: "+
 			"its pods are deleted and their volumes detached, to start elsewhere), 1 (hub explain says since when and why).", "machine"),
+		stallTolerance: d("hale_hub_stall_tolerance_seconds", "The stall tolerance in force: how long a machine dead to a majority of the observers "+
+			"must show no sign of life before it is power-cycled, fenced or replaced (quorum: held, while etcd keeps quorum without it; needed, when its member is needed).", "quorum"),
+		componentGrace: d("hale_hub_component_grace_seconds", "The component grace in force: how long a machine whose agent reports, a component failing, "+
+			"is left to the kubelet's or systemd's restart of it (quorum: held, needed).", "quorum"),
 		loginWaits: d("hale_hub_bmc_login_waits", "Machines whose BMC account refused the credentials: the hub makes no login to it until its backoff ends or the credentials change (hub status says until when)."),
 	}
 }
 
 func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
-		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady, c.lostForGood, c.outOfService} {
+		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady, c.lostForGood, c.outOfService,
+		c.stallTolerance, c.componentGrace} {
 		ch <- d
 	}
 }
@@ -206,6 +243,10 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	gauge(c.loginWaits, loginWaits)
 	gauge(c.degraded, boolGauge(st.Degraded != ""))
 	gauge(c.lostForGood, boolGauge(st.QuorumLoss != nil && st.QuorumLoss.ForGood))
+	gauge(c.stallTolerance, st.Policy.StallTolerance.QuorumHeld.Seconds(), "held")
+	gauge(c.stallTolerance, st.Policy.StallTolerance.QuorumNeeded.Seconds(), "needed")
+	gauge(c.componentGrace, st.Policy.ComponentGrace.QuorumHeld.Seconds(), "held")
+	gauge(c.componentGrace, st.Policy.ComponentGrace.QuorumNeeded.Seconds(), "needed")
 }
 
 func boolGauge(b bool) float64 {

@@ -24,6 +24,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
 		return err
 	}
+	if err := h.loadEpisodes(ctx); err != nil {
+		return err
+	}
 	if h.cfg.Marks != nil {
 		m, err := h.cfg.Marks.RaftMark(ctx)
 		if err != nil {
@@ -40,8 +43,12 @@ func (h *Hub) Run(ctx context.Context) error {
 		go h.watchBMCs(ctx, h.cfg.BMCCheckInterval)
 	}
 	if h.cfg.Marks != nil {
-		go h.marks.run(ctx, h.cfg.Marks, h.acted.markWritten)
+		go h.marks.run(ctx, h.cfg.Marks.RecordRaftMark, h.acted.markWritten)
 	}
+	if h.cfg.Episodes != nil {
+		go h.episodeLog.run(ctx, h.recordEpisodes, nil)
+	}
+	go h.watchProofs(ctx)
 	if h.cfg.OutOfService != nil {
 		go h.taints.run(ctx, h.cfg.OutOfService, h.machineOfNode, h.say)
 		go h.watchFenced(ctx)
@@ -85,8 +92,9 @@ func (h *Hub) pass(ctx context.Context, listen string) {
 // has the assessor judge again what it gathered while quorum was lost, retires the old members of an
 // etcd rebuild Hale did not journal, journals the rebuilt cluster seen healthy, keeps
 // the observers joined, hands the raft mark to its writer (how the write went is a fact of a later
-// pass), asks for a check of the BMCs, hands the out-of-service taints wanted to their writer, and
-// begins what it decided.
+// pass), asks for a check of the BMCs, tells the proof watch which BMCs to read, counts and journals
+// the episodes that ended, hands the out-of-service taints wanted to their writer, and begins what it
+// decided.
 func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	h.mu.Lock()
 	h.view = h.state.View
@@ -120,6 +128,10 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	if rd.CheckBMCs {
 		h.askBMCCheck()
 	}
+	if rd.Watch != nil {
+		h.watch(rd.Watch)
+	}
+	h.ended(rd.Episodes)
 	if rd.OutOfService != nil && h.cfg.OutOfService != nil {
 		h.taints.post(h.inventory(), rd.OutOfService)
 	}

@@ -75,9 +75,10 @@ func checkBMCs(ctx context.Context, machines []pass.Machine, powerFor func(pass.
 	return out
 }
 
-// checkBMC reads m's power state through the hub's login record (guardCheck): no login to an account
-// that waits, none while a call (a remediation's step) uses the account (ok false: not checked this
-// time), and no call logs in while the check does.
+// checkBMC reads m's power state, health and the hangs its event log records (evidence) through the
+// hub's login record (guardCheck): no login to an account that waits, none while a call (a
+// remediation's step) uses the account (ok false: not checked this time), and no call logs in while
+// the check does.
 func checkBMC(ctx context.Context, m pass.Machine, powerFor func(pass.Machine) (execute.Power, error), l *logins) (r pass.BMCReadiness, ok bool) {
 	r.Checked = time.Now().UTC()
 	p, err := powerFor(m)
@@ -85,15 +86,46 @@ func checkBMC(ctx context.Context, m pass.Machine, powerFor func(pass.Machine) (
 		r.Problem, r.Error = pass.ProblemConfig, err.Error()
 		return r, true
 	}
-	r.Power, _, err = l.guardCheck(m, p).Status(bmc.WithRetries(ctx, checkRetries))
+	ev, err := evidenceOf(bmc.WithRetries(ctx, checkRetries), l.guardCheck(m, p))
 	if errors.Is(err, errAccountBusy) {
 		return pass.BMCReadiness{}, false
 	}
 	r.Ready, r.Problem = err == nil, bmc.ProblemOf(err)
 	if err != nil {
-		r.Power, r.Error = "", err.Error()
+		r.Error = err.Error()
+		return r, true
+	}
+	r.Power, r.Health, r.Hangs, r.LogError = ev.Power, ev.Health, ev.Hangs, ev.LogError
+	if !ev.Read.IsZero() {
+		r.Checked = ev.Read.UTC()
 	}
 	return r, true
+}
+
+// evidencer is a Power that reads what its BMC says of a hang (bmc.Controller; guarded).
+type evidencer interface {
+	Evidence(ctx context.Context) (bmc.Evidence, error)
+}
+
+// evidenceOf reads p's evidence, or only its power state when p reads no more (a test's fake BMC).
+func evidenceOf(ctx context.Context, p execute.Power) (bmc.Evidence, error) {
+	if e, ok := p.(evidencer); ok {
+		return e.Evidence(ctx)
+	}
+	st, _, err := p.Status(ctx)
+	return bmc.Evidence{Power: st, Read: time.Now()}, err
+}
+
+// healthSince is when r's health was first read as it is now: was's when was read it so too, r's own
+// when was read another, zero when unknown (no reading before, or one that did not say).
+func healthSince(was pass.BMCReadiness, known bool, r pass.BMCReadiness) time.Time {
+	switch {
+	case r.Health == "" || !known || was.Health == "":
+		return time.Time{}
+	case was.Health == r.Health:
+		return was.HealthSince
+	}
+	return r.Checked
 }
 
 // watchBMCs checks the BMCs now and then every interval (±10 %, so that hubs and accounts do not fall
@@ -182,6 +214,7 @@ func (h *Hub) noteBMCs(inv pass.Inventory, found map[string]pass.BMCReadiness) {
 		was, known := before[m.Name]
 		switch {
 		case ok && (!known || !was.Checked.After(r.Checked)):
+			r.HealthSince = healthSince(was, known, r)
 			now[m.Name], fresh[m.Name] = r, r
 		case known && m.Endpoint.Driver != "":
 			now[m.Name] = was // not checked this time: the last finding stands

@@ -379,7 +379,9 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 func lossRig(t *testing.T, setup func(*passRig)) (*passRig, *testPool) {
 	pool := newTestPool(3)
 	pool.witnesses = []string{"w-1", "w-2"}
-	r := newPassRig(t, pool, testPolicy(), nil)
+	p := testPolicy()
+	p.StallTolerance = pass.PerQuorum{Held: time.Second, Needed: time.Second} // these tests are of what comes after (TestStall*: the tolerance)
+	r := newPassRig(t, pool, p, nil)
 	r.hub.cfg.BMCCheckInterval = time.Hour
 	r.hub.cfg.BMC.Retries = -1
 	if setup != nil {

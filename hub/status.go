@@ -215,6 +215,9 @@ type Explanation struct {
 	Brakes []string `json:"brakes,omitempty"`
 	// History is its last remediations (at most 5), oldest first, with every journaled step.
 	History []journal.Remediation `json:"history,omitempty"`
+	// Episodes are its last episodes (at most 10), oldest first: each stretch of time it was Unhealthy,
+	// and whether it came back by itself.
+	Episodes []pass.Episode `json:"episodes,omitempty"`
 }
 
 // Explain says why the hub does or does not act on a machine: its verdict and evidence, its etcd
@@ -284,7 +287,7 @@ func (h *Hub) explain(ctx context.Context, st Status, machine string) (Explanati
 	if len(hist) > 5 {
 		hist = hist[len(hist)-5:]
 	}
-	e.History = hist
+	e.History, e.Episodes = hist, h.Episodes(machine)
 	return e, nil
 }
 
@@ -338,6 +341,9 @@ func (e Explanation) String() string {
 			fmt.Fprintf(&b, "  stalled: %s\n", r.Stalled)
 		}
 	}
+	for _, ep := range e.Episodes {
+		fmt.Fprintf(&b, "episode: %s\n", ep)
+	}
 	for _, rem := range e.History {
 		fmt.Fprintf(&b, "remediation %s: %s, %s, requested by %s: %s\n", rem.ID, rem.State, rem.Strategy, rem.RequestedBy, rem.Reason)
 		for _, ev := range rem.History {
@@ -353,7 +359,18 @@ func describeBMC(r *pass.BMCReadiness) string {
 	case r == nil:
 		return "bmc: not checked yet (the hub checks every BMC when it starts leading, then every 10 min)"
 	case r.Ready:
-		return fmt.Sprintf("bmc: ready (power %s), checked at %s", r.Power, r.Checked.Local().Format(time.TimeOnly))
+		s := fmt.Sprintf("bmc: ready (power %s", r.Power)
+		if r.Health != "" {
+			s += ", health " + r.Health
+		}
+		s += fmt.Sprintf("), checked at %s", r.Checked.Local().Format(time.TimeOnly))
+		for _, h := range r.Hangs {
+			s += fmt.Sprintf("\n  event log: %s at %s (entry %s: %s)", h.Kind, h.At.Local().Format(time.TimeOnly), h.ID, h.Message)
+		}
+		if r.LogError != "" {
+			s += "\n  event log not read: " + r.LogError + " (a hang is proved by the power alone)"
+		}
+		return s
 	}
 	return fmt.Sprintf("bmc: NOT READY (%s), checked at %s: %s", r.Problem, r.Checked.Local().Format(time.TimeOnly), r.Error)
 }

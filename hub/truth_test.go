@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/pass"
 )
 
 // Status, explain and the metrics say one thing at every moment. A sampler takes one status about
@@ -25,7 +26,9 @@ import (
 // detached.
 func TestStatusExplainAndMetricsAgree(t *testing.T) {
 	pool := newTestPool(3)
-	r := newPassRig(t, pool, testPolicy(), nil)
+	p := testPolicy()
+	p.StallTolerance = pass.PerQuorum{Held: 2 * time.Second, Needed: 2 * time.Second} // a phase of its own, held MayResume, shorter than the default's
+	r := newPassRig(t, pool, p, nil)
 	c := newHubCollector(r.hub)
 	ctx := t.Context()
 	var samples atomic.Int64

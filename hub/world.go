@@ -185,10 +185,17 @@ func (w *remediationWorld) Overtaken() error {
 }
 
 // Wanted: one of the hub's own remediations is wanted while the machine has not been judged Healthy
-// again (an operator's reboot is wanted whatever the verdict).
+// again, and one begun while the machine was dead while it has shown no sign of life since it began
+// (it resumed by itself: pass/stall.go). An operator's reboot is wanted whatever the verdict.
 func (w *remediationWorld) Wanted() error {
-	if a, ok := w.h.Assessment(w.m.Name); ok && w.rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy {
+	a, ok := w.h.Assessment(w.m.Name)
+	switch {
+	case !ok:
+	case w.rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy:
 		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", w.m.Name)
+	case w.rem.WhileDead && !a.Dead && a.LifeAt.After(w.rem.Created):
+		return fmt.Errorf("%s has shown a sign of life (at %s) since its remediation began, where it was dead: it resumed by itself, and its remediation is no longer wanted",
+			w.m.Name, a.LifeAt.UTC().Format("15:04:05.000Z07:00"))
 	}
 	return nil
 }

@@ -132,7 +132,7 @@ func (j *Journal) Begin(ctx context.Context, r journal.Remediation) (journal.Rem
 		obj.Labels[v1alpha1.LabelMachine] = l
 	}
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
-		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt)}
+		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt), WhileDead: r.WhileDead}
 	obj.Spec.Members = r.Members
 	if !r.AgentStarted.IsZero() {
 		obj.Spec.AgentStarted = &metav1.Time{Time: r.AgentStarted}
@@ -326,7 +326,7 @@ func (j *Journal) hubList(ctx context.Context, machine string, active bool) ([]j
 func toHub(obj *v1alpha1.Remediation) journal.Remediation {
 	r := journal.Remediation{ID: obj.Name, Machine: obj.Spec.Machine, Strategy: obj.Spec.Strategy, RequestedBy: obj.Spec.RequestedBy,
 		Reason: obj.Spec.Reason, Hard: obj.Spec.Hard, Forced: obj.Spec.Force, Attempt: int(obj.Spec.Attempt), Members: obj.Spec.Members,
-		State: journal.State(obj.Status.Phase), Created: begunAt(obj)}
+		WhileDead: obj.Spec.WhileDead, State: journal.State(obj.Status.Phase), Created: begunAt(obj)}
 	if r.State == "" { // created, status not written yet (the hub died in between): nothing was done
 		r.State = journal.InProgress
 	}
@@ -367,7 +367,8 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 		obj.Labels[v1alpha1.LabelMachine] = l
 	}
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
-		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt), Members: r.Members}
+		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt), Members: r.Members,
+		WhileDead: r.WhileDead}
 	if !r.AgentStarted.IsZero() {
 		obj.Spec.AgentStarted = &metav1.Time{Time: r.AgentStarted}
 	}

@@ -354,5 +354,28 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 		n := int(spec.MaxAttempts)
 		o.MaxAttempts = &n
 	}
+	for _, w := range []struct {
+		field string
+		spec  *v1alpha1.QuorumWaits
+		dst   *hub.PerQuorumOverride
+	}{{"spec.stallTolerance", spec.StallTolerance, &o.StallTolerance}, {"spec.componentGrace", spec.ComponentGrace, &o.ComponentGrace}} {
+		if w.spec == nil {
+			continue
+		}
+		for _, v := range []struct {
+			name string
+			d    *metav1.Duration
+			dst  **time.Duration
+		}{{"quorumHeld", w.spec.QuorumHeld, &w.dst.Held}, {"quorumNeeded", w.spec.QuorumNeeded, &w.dst.Needed}} {
+			if v.d == nil {
+				continue
+			}
+			if v.d.Duration < 0 {
+				return o, fmt.Errorf("%s.%s: %v must not be negative (0s: at once)", w.field, v.name, v.d.Duration)
+			}
+			d := v.d.Duration
+			*v.dst = &d
+		}
+	}
 	return o, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,7 +24,14 @@ import (
 const (
 	RecoveryAnnotation = "hale.dev/etcd-recovery"
 	MarkAnnotation     = "hale.dev/raft-mark"
+	// EpisodesAnnotation keeps the episodes' log (a hub.EpisodeLog as JSON, the newest
+	// maxPolicyEpisodes): `hub explain` lists a machine's.
+	EpisodesAnnotation = "hale.dev/episodes"
 )
+
+// maxPolicyEpisodes bounds the episodes kept in the HealthPolicy's annotation (an object's annotations
+// hold 256 KiB in all; an episode is ~300 bytes).
+const maxPolicyEpisodes = 100
 
 // PolicyRecoveries keeps the last etcd recovery in the HealthPolicy (RecoveryAnnotation), where every
 // leader finds it: the old cluster's members it retired stay held until they rejoin (hub/retired.go),
@@ -72,6 +80,45 @@ func (pm PolicyMarks) RaftMark(ctx context.Context) (pass.RaftMark, error) {
 func (pm PolicyMarks) RecordRaftMark(ctx context.Context, m pass.RaftMark) error {
 	if err := writeAnnotation(ctx, pm.Client, pm.Policy, MarkAnnotation, m); err != nil {
 		return fmt.Errorf("recording the raft mark: %w", err)
+	}
+	return nil
+}
+
+// PolicyEpisodes keeps the episodes' log in the HealthPolicy (EpisodesAnnotation), where every leader
+// finds it.
+type PolicyEpisodes struct {
+	Client client.Client
+	Policy client.ObjectKey
+}
+
+// Episodes reads the log (none: no annotation, or no policy yet).
+func (pe PolicyEpisodes) Episodes(ctx context.Context) (hub.EpisodeLog, error) {
+	var l hub.EpisodeLog
+	_, err := readAnnotation(ctx, pe.Client, pe.Policy, EpisodesAnnotation, &l, "it is Hale's log of each machine's last episodes: remove it to start it afresh")
+	return l, err
+}
+
+// RecordEpisodes writes the log, its newest maxPolicyEpisodes (creating the policy when missing).
+func (pe PolicyEpisodes) RecordEpisodes(ctx context.Context, l hub.EpisodeLog) error {
+	var all []pass.Episode
+	for _, eps := range l {
+		all = append(all, eps...)
+	}
+	if len(all) > maxPolicyEpisodes {
+		slices.SortFunc(all, func(a, b pass.Episode) int { return b.Ended.Compare(a.Ended) })
+		cut := all[maxPolicyEpisodes-1].Ended
+		trimmed := hub.EpisodeLog{}
+		for m, eps := range l {
+			for _, e := range eps {
+				if !e.Ended.Before(cut) {
+					trimmed[m] = append(trimmed[m], e)
+				}
+			}
+		}
+		l = trimmed
+	}
+	if err := writeAnnotation(ctx, pe.Client, pe.Policy, EpisodesAnnotation, l); err != nil {
+		return fmt.Errorf("recording the episodes' log: %w", err)
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ type RemediationSpec struct {
 	// Members are the etcd members when it began: for a replace, the one that joins later is its
 	// replacement (the steps name it with a placeholder: the owner picks the real name).
 	Members []string `json:"members,omitempty"`
+	// WhileDead: the hub began it because the machine was dead to a majority of the observers; a sign
+	// of life before a disruptive request goes out withdraws it (the machine resumed by itself).
+	WhileDead bool `json:"whileDead,omitempty"`
 }
 
 // RemediationEvent is one line of a remediation's history: an intent written before a side effect,
@@ -142,6 +145,24 @@ type HealthPolicySpec struct {
 	// MaxAttempts before the hub gives up on a machine and says so.
 	// +kubebuilder:validation:Minimum=1
 	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+	// StallTolerance: how long a machine dead to a majority of the observers must show no sign of life
+	// before the hub power-cycles, fences or replaces it, unless its BMC proves a hang first.
+	// +optional
+	StallTolerance *QuorumWaits `json:"stallTolerance,omitempty"`
+	// ComponentGrace: how long a machine whose agent reports, a component failing, is left to the
+	// kubelet's (or systemd's) restart of it before the hub acts on it.
+	// +optional
+	ComponentGrace *QuorumWaits `json:"componentGrace,omitempty"`
+}
+
+// QuorumWaits is a wait that depends on whether etcd keeps its quorum without the machine.
+type QuorumWaits struct {
+	// QuorumHeld: while etcd keeps quorum without the machine (or it is no etcd member).
+	// +optional
+	QuorumHeld *metav1.Duration `json:"quorumHeld,omitempty"`
+	// QuorumNeeded: when its member is needed for etcd's quorum.
+	// +optional
+	QuorumNeeded *metav1.Duration `json:"quorumNeeded,omitempty"`
 }
 
 // DetachedMachine is a machine the operator keeps Hale off.

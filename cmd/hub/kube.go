@@ -334,6 +334,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 					discovered(cfg)
 				}
 				cfg.Brakes, cfg.Recoveries, cfg.Marks = brakes, recoveries, kube.PolicyMarks{Client: c, Policy: policy}
+				cfg.Episodes = kube.PolicyEpisodes{Client: c, Policy: policy}
 			}
 		}
 		// A machine Hale fenced and its BMC reads Off gets the out-of-service taint on its Node

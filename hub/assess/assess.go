@@ -109,6 +109,14 @@ type Assessment struct {
 	// Failing are the judged probes its own fresh report says fail (by name), past their timeout or
 	// not yet: what several machines failing alike share (commonCauses).
 	Failing []string
+	// Dead: a strict majority of the expected observers see it dead, its agent gone and its member
+	// silent (Unhealthy for that, not for a component failing on a machine that runs).
+	Dead bool
+	// LifeAt is the newest sign in these observations that the machine runs: a report of its own
+	// agent (when it was sent), the hub's gossip holding it alive (now), an observer's report that
+	// holds it alive or reaches its etcd member (when that report was sent). Zero: none. Any such
+	// sign restarts the count of a dead machine's stall tolerance (hub/pass: stallOf).
+	LifeAt time.Time
 }
 
 // Assessor turns reports into verdicts. It remembers when conditions without a since of their own
@@ -131,6 +139,9 @@ type Assessor struct {
 	snapVersions  bool
 	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused).
 	deadBy map[string]*deadVotes
+	// aliveAt is, per node, when the newest live observer's report that holds it alive was sent;
+	// reachedAt, per etcd member, when the newest that reaches it was (this pass's: signs of life).
+	aliveAt, reachedAt map[string]time.Time
 	// expected is the expected set of the latest pass; observers its live observers (a buffer the
 	// next pass reuses: nothing keeps them).
 	expected  Expected
@@ -209,8 +220,23 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	for _, v := range a.deadBy {
 		*v = deadVotes{}
 	}
+	if a.aliveAt == nil {
+		a.aliveAt, a.reachedAt = map[string]time.Time{}, map[string]time.Time{}
+	}
+	clear(a.aliveAt)
+	clear(a.reachedAt)
 	for _, r := range observers {
+		if r.Etcd != nil {
+			for _, em := range r.Etcd.Members {
+				if em.Reachable != nil && *em.Reachable && r.SentAt.After(a.reachedAt[em.Name]) {
+					a.reachedAt[em.Name] = r.SentAt
+				}
+			}
+		}
 		for _, p := range r.Peers {
+			if p.State == health.PeerAlive && p.Name != r.Node && r.SentAt.After(a.aliveAt[p.Name]) {
+				a.aliveAt[p.Name] = r.SentAt
+			}
 			if p.State == health.PeerDead && p.Name != r.Node {
 				v := a.deadBy[p.Name]
 				if v == nil {
@@ -279,7 +305,7 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		res.OwnAnswers = fresh && Live(own, obs, a.policy.StaleAfter) && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
-	res.Failing = ev.failing
+	res.Failing, res.Dead, res.LifeAt = ev.failing, dead, a.lifeAt(m, obs)
 	switch {
 	case len(ev.unhealthy) > 0:
 		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)
@@ -287,6 +313,21 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		res.Verdict, res.Reasons = VerdictSuspect, ev.suspect
 	}
 	return res
+}
+
+// lifeAt is the newest sign in obs that m runs (Assessment.LifeAt).
+func (a *Assessor) lifeAt(m MachineRef, obs Observations) time.Time {
+	at := a.aliveAt[m.Node]
+	if m.Member != "" && a.reachedAt[m.Member].After(at) {
+		at = a.reachedAt[m.Member]
+	}
+	if r, ok := obs.Reports[m.Node]; ok && r.SentAt.After(at) {
+		at = r.SentAt
+	}
+	if p, ok := obs.HubPeers[m.Node]; ok && p.State == health.PeerAlive || at.After(obs.Now) {
+		at = obs.Now // (a report from a clock ahead of the hub's says no more than now)
+	}
+	return at
 }
 
 // rejoinSettle: a death that began while the hub heard no majority must still stand this long after

@@ -106,6 +106,10 @@ type Remediation struct {
 	Forced bool `json:"forced,omitempty"`
 	// Attempt counts this machine's remediations since it was last healthy, this one included.
 	Attempt int `json:"attempt,omitempty"`
+	// WhileDead: the hub began it because the machine was dead to a majority of the observers (past
+	// its stall tolerance, or on its BMC's proof of a hang): a sign of life before a disruptive
+	// request goes out withdraws it (the machine resumed by itself).
+	WhileDead bool `json:"whileDead,omitempty"`
 	// AgentStarted is when the machine's agent had started, as last reported before the remediation
 	// (zero: no report): the machine counts as back only with a report from an agent started later.
 	AgentStarted time.Time `json:"agentStarted,omitzero"`

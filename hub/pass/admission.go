@@ -42,8 +42,10 @@ func RuleOf(r Reason) HoldRule {
 	// hands off; an operator doing that work may reboot it.
 	// Another health checker that judges the machine: the hub waits for its requests, which come as an
 	// operator's.
+	// The stall tolerance and the component grace (a machine that may come back by itself): an
+	// operator who reboots it has judged that it will not.
 	case ReasonCommonCause, ReasonRemediationNotBegun, ReasonCoolingDown, ReasonUnseen, ReasonFenced, ReasonGaveUp, ReasonFlapping, ReasonRateLimited,
-		ReasonPlannedWork, ReasonExternallyChecked:
+		ReasonPlannedWork, ReasonExternallyChecked, ReasonMayResume, ReasonRestartFirst:
 		return HoldRule{hub: true}
 	}
 	return HoldRule{hub: true, operator: true} // a reason not listed holds everyone, unforced
@@ -117,7 +119,11 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 		}
 	}
 	if who == byHub {
-		if h := historyHold(f, m); h.Why != "" || h.failed > 0 {
+		h := historyHold(f, m)
+		if st := stallOf(f, m, a, ad.Lost); h.Why == "" && st.hold.Why != "" {
+			h.Reason, h.Why = st.hold.Reason, st.hold.Why
+		}
+		if h.Why != "" || h.failed > 0 {
 			out = append(out, h) // the count of failures rides with it, held or not
 		}
 	}

@@ -103,7 +103,18 @@ func TestOneAdmissionRule(t *testing.T) {
 		{ReasonWaiting, "m0", func() *scene { // m2 dead; m0's member healthy, its kubelet failing: its reboot would cost quorum
 			s := newScene().dead(2)
 			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-time.Minute)}
+				Reasons: []string{"kubelet failing for 4m"}, Since: s.f.Now.Add(-4 * time.Minute)}
+			return s
+		}},
+		{ReasonMayResume, "m2", func() *scene { // dead 5 s ago: within the stall tolerance
+			s := newScene().dead(2)
+			s.f.Assessments[2].Since = s.f.Now.Add(-5 * time.Second)
+			return s
+		}},
+		{ReasonRestartFirst, "m0", func() *scene { // its agent reports, its kubelet fails: systemd's restart first
+			s := newScene()
+			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+				Failing: []string{"kubelet"}, Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-20 * time.Second)}
 			return s
 		}},
 	} {

@@ -33,12 +33,17 @@ type State struct {
 	// remediation's detection-to-action metric counts from); healthyAt: when each machine that is not
 	// Healthy now was last Healthy (its failed remediations count from then; written when it leaves
 	// Healthy, not every pass); seenAt: when each was last in view (assess.Assessment.SeenAt, the newest of any
-	// pass since the hub started).
-	unhealthyAt, healthyAt, seenAt map[string]time.Time
+	// pass since the hub started); lifeAt: when each last showed a sign of life
+	// (assess.Assessment.LifeAt, the newest of any pass).
+	unhealthyAt, healthyAt, seenAt, lifeAt map[string]time.Time
+	// episodes: each Unhealthy machine's episode under way (episode.go).
+	episodes map[string]Episode
 	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
 	beginFailed map[string]BeginFailure
-	// kept: the observers the gossip is told to keep joined.
-	kept assess.Expected
+	// kept: the observers the gossip is told to keep joined; watched: the machines whose BMCs the hub
+	// was last told to read for proof of a hang.
+	kept    assess.Expected
+	watched []string
 	// What was said last, so that each thing is said once, when it changes: whether the hub hears a
 	// majority of its observers (nil: nothing said yet), and why each machine is not started.
 	saidMajority *bool
@@ -58,7 +63,7 @@ type clusterChange struct{ from, to string }
 
 func NewState() State {
 	return State{unhealthyAt: map[string]time.Time{}, healthyAt: map[string]time.Time{}, seenAt: map[string]time.Time{},
-		beginFailed: map[string]BeginFailure{}, saidHold: map[string]Hold{}}
+		lifeAt: map[string]time.Time{}, episodes: map[string]Episode{}, beginFailed: map[string]BeginFailure{}, saidHold: map[string]Hold{}}
 }
 
 // View is what the latest pass saw and decided, as `hub status`, the executor's world and degraded
@@ -111,6 +116,11 @@ type Ready struct {
 	// CheckBMCs: check every BMC now, not at the next interval (quorum was just lost, or its lost
 	// voters changed: the evidence of a permanent loss should be fresh).
 	CheckBMCs bool
+	// Watch, when not nil, is the machines whose BMCs the hub reads for proof of a hang from now on
+	// (dead within their stall tolerance: stall.go); empty: none.
+	Watch []string
+	// Episodes are the episodes that ended in this pass (episode.go), to journal and count.
+	Episodes []Episode
 	// Begin: the remediations to begin, in the planner's order.
 	Begin []ToBegin
 	// OutOfService, when not nil, says of each machine it names whether its Node must carry the
@@ -135,6 +145,7 @@ func Compute(prev State, f Facts) (State, Ready) {
 // own returns a copy of s whose maps are its own (the rest is replaced whole, never changed in place).
 func (s State) own() State {
 	s.unhealthyAt, s.healthyAt, s.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
+	s.lifeAt, s.episodes = maps.Clone(s.lifeAt), maps.Clone(s.episodes)
 	s.beginFailed, s.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
 	return s
 }
@@ -159,6 +170,15 @@ func (s *State) update(f Facts) Ready {
 		}
 		if !a.SeenAt.Equal(old.SeenAt) && a.SeenAt.After(s.seenAt[a.Machine]) {
 			s.seenAt[a.Machine] = a.SeenAt
+		}
+		if a.LifeAt.After(s.lifeAt[a.Machine]) {
+			s.lifeAt[a.Machine] = a.LifeAt
+		}
+		if e, ended := s.trackEpisode(f, a); ended && f.Listen == "" { // a hub that stands by keeps no journal
+			rd.Episodes = append(rd.Episodes, e)
+			if e.Outcome == EpisodeResumed {
+				rd.queue(resumedNotice(e))
+			}
 		}
 	}
 	if w := f.MarkWritten; w != nil {
@@ -198,7 +218,7 @@ func (s *State) update(f Facts) Ready {
 		rd.OutOfService = OutOfService(f)
 	}
 	s.sayHearing(&rd, f.Hearing)
-	f.healthyAt, f.seenAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.beginFailed, prev.quorumLost, prev.Cluster
+	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster
 	f.rebuilt = s.rebuilt
 	d := decide(f)
 	if s.rebuilt != nil && (d.retire != nil || len(d.cluster.Members) > 0) {
@@ -244,8 +264,12 @@ func (s *State) update(f Facts) Ready {
 	v.Loss = assessLoss(d, f.Inventory, f.BMCs)
 	sayLoss(&rd, prev.Loss, v.Loss)
 	s.sayHolds(&rd, d)
+	if !slices.Equal(d.watch, s.watched) {
+		rd.Watch, s.watched = append([]string{}, d.watch...), d.watch
+	}
 	for _, b := range d.begin {
 		b.Detected = s.unhealthyAt[b.Machine.Name]
+		s.actedOn(b)
 		rd.Begin = append(rd.Begin, b)
 	}
 	return rd

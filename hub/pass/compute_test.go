@@ -73,7 +73,7 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 		}},
 		{name: "a hold said, then Healthy, then the same hold again: news again", passes: []passCase{
 			{edit: paused, says: []string{"Healthy m0", "Healthy m1", "Unhealthy m2", "Paused m2"}},
-			{edit: func(s *scene) { s.f.Paused = "operator alice" }, says: []string{"Healthy m2"}},
+			{edit: func(s *scene) { s.f.Paused = "operator alice" }, says: []string{"Healthy m2", "Resumed m2"}}, // nothing was done: back by itself
 			{edit: paused, says: []string{"Unhealthy m2", "Paused m2"}},
 		}},
 		{name: "standing by: not planning, said once; nothing begins", passes: []passCase{
@@ -90,7 +90,7 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 		{name: "quorum lost, said; back: nothing decided, said, and the next pass plans", passes: []passCase{
 			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(1).dead(2); s.f.Paused = "operator alice" },
 				says: []string{"Healthy m0", "Unhealthy m1", "Unhealthy m2", "QuorumLost ", "Paused m1", "Paused m2"}},
-			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, says: []string{"Healthy m1", "QuorumBack "}},
+			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, says: []string{"Healthy m1", "Resumed m1", "QuorumBack "}},
 			{edit: func(s *scene) { s.witnesses("w-0", "w-1").dead(2) }, begins: []string{"m2"}},
 		}},
 	} {
@@ -204,6 +204,7 @@ func TestComputeRandomized(t *testing.T) {
 func cloneState(s State) State {
 	c := s
 	c.unhealthyAt, c.healthyAt, c.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
+	c.lifeAt, c.episodes, c.watched = maps.Clone(s.lifeAt), maps.Clone(s.episodes), slices.Clone(s.watched)
 	c.beginFailed, c.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
 	if s.saidMajority != nil {
 		b := *s.saidMajority

@@ -51,6 +51,9 @@ type Facts struct {
 	lostIn     quorum.Cluster
 	// BMCs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
 	BMCs map[string]BMCReadiness
+	// lifeAt: when each machine last showed a sign of life (assess.Assessment.LifeAt, the newest of
+	// any pass since the hub started).
+	lifeAt map[string]time.Time
 	// Retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
 	Retired Retirement
 	// rebuilt: the etcd cluster's ID changed and the old members the new cluster left out are not
@@ -93,6 +96,8 @@ type decision struct {
 	// survivorSeen: this pass is the first to see the rebuilt cluster healthy on the last recovery's
 	// survivor (retirement.survivorSeenNow).
 	survivorSeen bool
+	// watch: the machines whose BMCs the hub reads for proof of a hang while it waits (stall.go).
+	watch []string
 }
 
 // OperatorNeed says why an Unhealthy machine waits for an operator: the hub will not start another
@@ -115,6 +120,9 @@ type ToBegin struct {
 	Remediation journal.Remediation
 	// Detected: when the machine last turned Unhealthy (step sets it).
 	Detected time.Time
+	// grounds: why the hub acts now (stall.go); proved: on its BMC's proof of a hang.
+	grounds string
+	proved  bool
 }
 
 // decide is the pass's pure core: membership, holds, the plan, then the hub's brakes and rate limit
@@ -148,6 +156,7 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 	}
 	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.Inventory.Machines))}
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]Hold{}
+	var watch []string
 	ad := Admission{Lost: cluster.Budget(p.Quorum).QuorumLost(), Silent: SilentVoters(f, cluster), common: commonCauses(f, cluster)}
 	for i, m := range f.Inventory.Machines {
 		a := AssessmentOf(f.Assessments, i, m.Name)
@@ -160,6 +169,9 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.Plan.Strategy, fl.StillToCome(cluster)
 		} else if hs := MachineHolds(f, m, a, ad, byHub); len(hs) > 0 {
 			h := hs[0]
+			if h.Reason == ReasonMayResume && m.Endpoint.Driver != "" {
+				watch = append(watch, m.Name)
+			}
 			if failed[m.Name] = h.failed; h.Why != "" {
 				holds[m.Name] = h
 			}
@@ -174,7 +186,7 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 	if err != nil {
 		return decision{notPlanning: err.Error()}
 	}
-	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: ad.Silent, survivorSeen: f.Retired.survivorSeenNow(f)}
+	d := decision{cluster: cluster, outcome: out, needs: needs, holds: holds, silent: ad.Silent, survivorSeen: f.Retired.survivorSeenNow(f), watch: watch}
 	for _, qd := range out.Decisions {
 		if _, held := holds[qd.Machine]; !held && !qd.Start && !qd.InFlight {
 			holds[qd.Machine] = Hold{Reason: ReasonWaiting, Why: qd.Reason}
@@ -196,7 +208,8 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 				p.RateMax-slots, p.RatePer, p.RateMax, m.Name)}
 		default:
 			slots--
-			d.begin = append(d.begin, toBeginOf(f, cluster, m, qd, failed[m.Name]))
+			i := slices.IndexFunc(f.Inventory.Machines, func(x Machine) bool { return x.Name == m.Name })
+			d.begin = append(d.begin, toBeginOf(f, cluster, m, qd, failed[m.Name], stallOf(f, m, AssessmentOf(f.Assessments, i, m.Name), ad.Lost)))
 		}
 	}
 	return d
@@ -300,14 +313,20 @@ func SilentVoters(f Facts, cluster quorum.Cluster) []string {
 }
 
 // toBeginOf is the remediation the hub begins for a planner's decision: a machine whose last
-// remediation failed is escalated to a hard power cycle.
-func toBeginOf(f Facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int) ToBegin {
+// remediation failed is escalated to a hard power cycle. Its reason says the planner's word and why
+// the hub acts now (st: past the stall tolerance or the component grace, or on its BMC's proof); one
+// begun while the machine was dead is withdrawn if it shows a sign of life before its power request.
+func toBeginOf(f Facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, failed int, st stall) ToBegin {
 	plan := qd.Plan
 	if len(plan.Steps) == 0 { // not an etcd member: the machine-level steps
 		plan = MachinePlan(qd.Strategy, m)
 	}
-	rem := journal.Remediation{Machine: m.Name, Strategy: qd.Strategy.String(), RequestedBy: "hub", Reason: qd.Reason,
-		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && qd.Strategy == quorum.Reboot}
+	reason := qd.Reason
+	if st.grounds != "" {
+		reason += "; " + st.grounds
+	}
+	rem := journal.Remediation{Machine: m.Name, Strategy: qd.Strategy.String(), RequestedBy: "hub", Reason: reason,
+		Steps: plan.Steps, Attempt: failed + 1, Hard: failed > 0 && qd.Strategy == quorum.Reboot, WhileDead: st.dead}
 	if rem.Hard {
 		rem.Reason += fmt.Sprintf("; attempt %d of %d, escalated to a hard power cycle after %d failed", failed+1, f.Inventory.Policy.MaxAttempts, failed)
 	}
@@ -317,7 +336,7 @@ func toBeginOf(f Facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 	for _, mb := range cluster.Members {
 		rem.Members = append(rem.Members, mb.Name)
 	}
-	return ToBegin{Machine: m, Plan: plan, Remediation: rem}
+	return ToBegin{Machine: m, Plan: plan, Remediation: rem, grounds: st.grounds, proved: st.proved}
 }
 
 // historyHold is the hold the hub's own history with m gives (its last remediation's cooldown, a cycle

@@ -24,8 +24,10 @@ type scene struct {
 	f Facts
 }
 
-func newScene() *scene {
-	now := assesstest.T0().Add(time.Hour)
+func newScene() *scene { return newSceneAt(assesstest.T0().Add(time.Hour)) }
+
+// newSceneAt is newScene seen at now.
+func newSceneAt(now time.Time) *scene {
 	s := &scene{w: assesstest.NewWorld(now)}
 	s.f = Facts{Now: now, Inventory: Inventory{Cluster: "test", Policy: DefaultPolicy()}, Flights: map[string]Flight{}, Detached: map[string]Brake{},
 		healthyAt: map[string]time.Time{}, beginFailed: map[string]BeginFailure{}, History: map[string][]Past{}}
@@ -47,7 +49,7 @@ func (s *scene) dead(i int) *scene {
 		}
 	}
 	s.w.Dead(m.Node, s.f.Now.Add(-time.Minute), others...)
-	s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.Now.Add(-time.Minute)}
+	s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Since: s.f.Now.Add(-time.Minute), Dead: true}
 	return s
 }
 
@@ -291,14 +293,14 @@ func TestDecide(t *testing.T) {
 		{name: "a recovery's survivor, its rebuilt cluster seen healthy: healed as any machine", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1")
 			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy,
-				Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-time.Minute)}
+				Reasons: []string{"kubelet failing for 4m"}, Since: s.f.Now.Add(-4 * time.Minute)}
 			s.f.Retired = Retirement{Token: "hale-c0-1", Cluster: "c0", survivor: Retiree{Machine: "m0", Member: "etcd-0"}, SurvivorSeen: true}
 			return s
 		}, starts: []string{"m0"}},
 		{name: "quorum held: a sick machine whose member answers is not held by it", scene: func() *scene {
 			s := newScene()
 			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-				Reasons: []string{"kubelet failing for 10s"}, Since: s.f.Now.Add(-time.Minute)}
+				Reasons: []string{"kubelet failing for 4m"}, Since: s.f.Now.Add(-4 * time.Minute)}
 			return s
 		}, starts: []string{"m0"}},
 		{name: "a probe failing alike on every voter's machine, members healthy: a common cause, none is cycled", scene: func() *scene {
@@ -318,10 +320,10 @@ func TestDecide(t *testing.T) {
 			s.f.Assessments[0].Verdict, s.f.Assessments[0].Since = assess.VerdictUnhealthy, s.f.Now.Add(-10*time.Second)
 			return s
 		}, kinds: map[string]Reason{"m0": ReasonCommonCause}},
-		{name: "a probe failing on one machine of three: its own fault, cycled", scene: func() *scene {
+		{name: "a probe failing on one machine of three: its own fault, cycled past the component grace", scene: func() *scene {
 			s := newScene()
 			s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"apiserver"},
-				Reasons: []string{"apiserver failing for 15s"}, Since: s.f.Now.Add(-15 * time.Second)}
+				Reasons: []string{"apiserver failing for 3m1s"}, Since: s.f.Now.Add(-181 * time.Second)}
 			s.f.Assessments[2] = assess.Assessment{Machine: "m2", Verdict: assess.VerdictSuspect, EtcdHealth: quorum.Healthy, EtcdAnswers: true, Failing: []string{"kubelet"}}
 			return s
 		}, starts: []string{"m1"}},

@@ -36,13 +36,50 @@ type Policy struct {
 	// reading it Off, before its Node is tainted node.kubernetes.io/out-of-service (OutOfService; 0:
 	// never).
 	OutOfServiceAfter time.Duration
+	// StallTolerance: how long a machine dead to a majority of the observers must stay so, with no
+	// sign of life, before the hub power-cycles, fences or replaces it, unless its BMC proves a hang
+	// first (stall.go). ComponentGrace: how long a machine whose agent reports, a component of it
+	// failing (its etcd, API server or kubelet), waits for the kubelet's or systemd's restart of that
+	// component before the hub acts on it.
+	StallTolerance, ComponentGrace PerQuorum
 }
+
+// PerQuorum is a wait that depends on whether etcd keeps its quorum without the machine: Held when
+// it does (or the machine has no member), Needed when its member is needed for quorum.
+type PerQuorum struct {
+	Held, Needed time.Duration
+}
+
+// For is the wait when the machine's member is needed for quorum (needed) or not.
+func (w PerQuorum) For(needed bool) time.Duration {
+	if needed {
+		return w.Needed
+	}
+	return w.Held
+}
+
+// The defaults of the stall tolerance and the component grace (docs/design.md, "Waiting for proof").
+// A dead machine is acted on after 30 s without a sign of life while etcd keeps quorum without it:
+// longer than the pauses machines really have (VM stuns and live migrations up to ~10 s, rarely 30;
+// corosync's cloud guidance 20–30 s; VMware HA 15 s); 10 s when its member is needed for quorum (the
+// cluster is down meanwhile, and etcd's own leader election has long given up on it). A component
+// failing on a machine that runs waits 3 min: kubeadm's liveness probes restart a hung etcd or API
+// server after 8 failed probes 10 s apart, each waiting up to 15 s, then the 30 s grace period to
+// kill it (~2.5 min); 30 s when its member is needed for quorum (a crashed one is restarted in ~10 s).
+const (
+	DefaultStallTolerance       = 30 * time.Second
+	DefaultStallToleranceNeeded = 10 * time.Second
+	DefaultComponentGrace       = 3 * time.Minute
+	DefaultComponentGraceNeeded = 30 * time.Second
+)
 
 // DefaultPolicy is the policy of an inventory that sets none.
 func DefaultPolicy() Policy {
 	return Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(), RateMax: 3, RatePer: 10 * time.Minute,
 		Cooldown: 5 * time.Minute, MaxAttempts: 3, FlapWindow: time.Hour, ComeBackTimeout: 10 * time.Minute,
-		OutOfServiceAfter: time.Minute}
+		OutOfServiceAfter: time.Minute,
+		StallTolerance:    PerQuorum{Held: DefaultStallTolerance, Needed: DefaultStallToleranceNeeded},
+		ComponentGrace:    PerQuorum{Held: DefaultComponentGrace, Needed: DefaultComponentGraceNeeded}}
 }
 
 // Machine is a validated inventory machine.
@@ -108,6 +145,15 @@ type BMCReadiness struct {
 	// Problem names what is wrong, in one word (bmc.Problem's, or ProblemConfig).
 	Problem bmc.Problem    `json:"problem,omitempty"`
 	Power   bmc.PowerState `json:"power,omitempty"`
+	// Health is the system's health roll-up the check read (Redfish's Status.Health; empty when the
+	// BMC does not say), and HealthSince when the hub first read it so after reading it otherwise
+	// (zero: not known to have changed): a Critical health proves a hang only when it turned so.
+	Health      string    `json:"health,omitempty"`
+	HealthSince time.Time `json:"healthSince,omitzero"`
+	// Hangs are the entries of the system's event log that record a hang (bmc.Evidence), and
+	// LogError why the log could not be read.
+	Hangs    []bmc.LogEntry `json:"hangs,omitempty"`
+	LogError string         `json:"logError,omitempty"`
 	// Error is the failed call's error, in one line that names the BMC.
 	Error string `json:"error,omitempty"`
 }

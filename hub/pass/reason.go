@@ -23,6 +23,8 @@ const (
 	// system, a bad answer): Hale could not heal it; ReasonBMCReady: it passes again.
 	ReasonBMCNotReady Reason = "BMCNotReady"
 	ReasonBMCReady    Reason = "BMCReady"
+	// ReasonResumed: an Unhealthy machine came back by itself, nothing done (an episode, episode.go).
+	ReasonResumed Reason = "Resumed"
 )
 
 // Why a remediation a machine needs is not started (a hold): each kind of hold is said under one
@@ -39,6 +41,12 @@ const (
 	// ReasonBMCLoginBackoff: its BMC account refused the credentials; no login until the backoff ends.
 	ReasonBMCLoginBackoff Reason = "BMCLoginBackoff"
 	ReasonCoolingDown     Reason = "CoolingDown"
+	// ReasonMayResume: dead to a majority of the observers within its stall tolerance, no proof of a
+	// hang from its BMC: it may resume by itself (stall.go).
+	ReasonMayResume Reason = "MayResume"
+	// ReasonRestartFirst: its agent reports, a component fails: the kubelet's (or systemd's) restart of
+	// it comes first, for the component grace (stall.go).
+	ReasonRestartFirst Reason = "RestartFirst"
 	// ReasonSilentVotersFirst: etcd lost quorum and this machine's member answers: the silent ones first.
 	ReasonSilentVotersFirst Reason = "SilentVotersFirst"
 	// ReasonMemberAnswers: etcd lost quorum, every voter's member answers, this one's among them: a

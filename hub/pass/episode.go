@@ -1,0 +1,117 @@
+package pass
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hale-dev/hale/hub/assess"
+)
+
+// Stalls become visible, not silent: each stretch of time a machine is Unhealthy is an episode, and
+// when it ends (the machine no longer Unhealthy, or its kind changed) the hub journals it briefly,
+// counts it by outcome with its length (hale_hub_episodes_total, hale_hub_episode_seconds) and, for one
+// that ended with nothing done, says so (Resumed). How close the episodes that resumed by themselves
+// come to the stall tolerance is what tells an operator whether the tolerance is long enough for the
+// pauses their machines really have (alert HaleStallsNearTolerance), before a needless reboot.
+
+// Kinds of episode.
+const (
+	EpisodeDead    = "dead"    // dead to a majority of the observers
+	EpisodeFailing = "failing" // its agent reports, a component fails
+)
+
+// EpisodeOutcome is how an episode ended.
+type EpisodeOutcome string
+
+// Outcomes.
+const (
+	EpisodeResumed EpisodeOutcome = "resumed" // back by itself: no remediation began during it
+	EpisodeActed   EpisodeOutcome = "acted"   // a remediation began (past the tolerance or grace, or an operator's)
+	EpisodeProved  EpisodeOutcome = "proved"  // the hub's remediation began on its BMC's proof of a hang
+)
+
+// Outcomes lists the outcomes, for metrics.
+func Outcomes() []EpisodeOutcome {
+	return []EpisodeOutcome{EpisodeResumed, EpisodeActed, EpisodeProved}
+}
+
+// Episode is one stretch of time a machine was Unhealthy and how it ended.
+type Episode struct {
+	Machine string `json:"machine"`
+	Kind    string `json:"kind"`
+	// Began is its last sign of life (dead), or when what fails began to (failing); Ended is when the
+	// hub saw it end.
+	Began time.Time `json:"began"`
+	Ended time.Time `json:"ended"`
+	// Outcome is how it ended; Grounds, for a remediation the hub began, why it did then.
+	Outcome EpisodeOutcome `json:"outcome"`
+	Grounds string         `json:"grounds,omitempty"`
+	// Why is what made it Unhealthy (the verdict's first reason).
+	Why string `json:"why"`
+}
+
+// Length is how long it lasted.
+func (e Episode) Length() time.Duration { return e.Ended.Sub(e.Began) }
+
+// String says it in a line, as `hub explain` lists it.
+func (e Episode) String() string {
+	s := fmt.Sprintf("%s %s for %v (%s to %s): %s", e.Kind, e.Outcome, e.Length().Round(100*time.Millisecond), clock(e.Began), clock(e.Ended), e.Why)
+	if e.Grounds != "" {
+		s += "; acted on: " + e.Grounds
+	}
+	return s
+}
+
+// trackEpisode keeps machine a's episode: one begins when it turns Unhealthy (or its kind changes),
+// and one ends when it is no longer Unhealthy (returned, ok true). A remediation in flight during an
+// episode makes it acted.
+func (s *State) trackEpisode(f Facts, a assess.Assessment) (Episode, bool) {
+	cur, open := s.episodes[a.Machine]
+	kind := ""
+	if a.Verdict == assess.VerdictUnhealthy {
+		kind = EpisodeFailing
+		if a.Dead {
+			kind = EpisodeDead
+		}
+	}
+	if open && cur.Kind == kind {
+		if _, inFlight := f.Flights[a.Machine]; inFlight && cur.Outcome == EpisodeResumed {
+			cur.Outcome = EpisodeActed
+			s.episodes[a.Machine] = cur
+		}
+		return Episode{}, false
+	}
+	delete(s.episodes, a.Machine)
+	if kind != "" {
+		began := a.Since
+		if kind == EpisodeDead {
+			began = deadFrom(Facts{lifeAt: s.lifeAt}, a)
+		}
+		s.episodes[a.Machine] = Episode{Machine: a.Machine, Kind: kind, Began: began, Outcome: EpisodeResumed, Why: firstReason(a)}
+	}
+	if !open {
+		return Episode{}, false
+	}
+	cur.Ended = f.Now
+	return cur, true
+}
+
+// actedOn marks the episode of a machine whose remediation this pass begins: acted, or proved, and why.
+func (s *State) actedOn(b ToBegin) {
+	if e, ok := s.episodes[b.Machine.Name]; ok {
+		e.Outcome, e.Grounds = EpisodeActed, b.grounds
+		if b.proved {
+			e.Outcome = EpisodeProved
+		}
+		s.episodes[b.Machine.Name] = e
+	}
+}
+
+// resumedNotice says that an episode ended with nothing done.
+func resumedNotice(e Episode) Notice {
+	what := fmt.Sprintf("no sign of life for %v (from %s to %s)", e.Length().Round(100*time.Millisecond), clock(e.Began), clock(e.Ended))
+	if e.Kind == EpisodeFailing {
+		what = fmt.Sprintf("failing for %v (from %s to %s: %s)", e.Length().Round(100*time.Millisecond), clock(e.Began), clock(e.Ended), e.Why)
+	}
+	return Notice{Machine: e.Machine, Reason: ReasonResumed, Message: fmt.Sprintf("%s came back by itself after %s; nothing was done", e.Machine, what)}
+}

@@ -1,0 +1,148 @@
+package pass
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/hub/assess"
+)
+
+// The verdict is not the action (DESIGN.md rule 14). A machine is called Unhealthy as fast as the
+// evidence allows, but the hub power-cycles, fences or replaces it only once it will not come back by
+// itself:
+//   - dead to a majority of the observers, it has shown no sign of life (a report, an ack, an answer
+//     of its etcd member, to any observer) for the stall tolerance, or its BMC proves a hang (its power
+//     read Off unasked, a hang in its event log since its last sign of life, its health turned
+//     Critical): machines pause (VM stuns and live migrations, storage and CPU stalls, a member
+//     catching up) and resume by themselves, and a power cycle of one costs a reboot nothing needed;
+//   - alive (its agent reports) with a component failing, it has failed for the component grace: the
+//     kubelet (or systemd) restarts a hung or crashed etcd, API server or kubelet first.
+// Each is a hold of the hub's own (MayResume, RestartFirst): an operator's reboot is not held.
+
+// proofMargin: an entry of a BMC's event log proves the hang of an episode when it was logged at most
+// this long before the machine's last sign of life. A panic is logged as it happens, its agent's last
+// report went out a moment before, and the BMC's clock is read to the second.
+const proofMargin = 5 * time.Second
+
+// stall is what the stall tolerance and the component grace say of one Unhealthy machine now.
+type stall struct {
+	// hold, when its Why is set, keeps the hub from acting on it now.
+	hold Hold
+	// grounds say why the hub may act now (for its remediation's reason); proved: on its BMC's proof.
+	grounds string
+	proved  bool
+	// dead: dead to a majority of the observers (not a component failing on a machine that runs).
+	dead bool
+	// from is when the count began: its last sign of life (dead), or when it began to fail.
+	from time.Time
+	// watch: the hub reads its BMC for proof of a hang while it waits.
+	watch bool
+}
+
+// stallOf is what the stall tolerance and the component grace say of m, Unhealthy as a says, when
+// etcd has lost quorum (lost) or not.
+func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
+	p := f.Inventory.Policy
+	needed := lost && m.Member != ""
+	class := "etcd keeps quorum without it"
+	switch {
+	case needed:
+		class = "its member is needed for etcd's quorum"
+	case m.Member == "":
+		class = "it is no etcd member"
+	}
+	if !a.Dead {
+		st := stall{from: a.Since}
+		wait := p.ComponentGrace.For(needed)
+		if d := f.Now.Sub(st.from); d >= wait {
+			st.grounds = fmt.Sprintf("alive but failing for %v, past its component grace of %v (%s)", d.Round(time.Second), wait, class)
+			return st
+		}
+		st.hold = Hold{Reason: ReasonRestartFirst, Why: fmt.Sprintf("%s: failing since %s; its %s begins at %s if it still fails "+
+			"(componentGrace %v: %s)", restartWhat(m, a), clock(st.from), m.Strategy, clock(st.from.Add(wait)), wait, class)}
+		return st
+	}
+	st := stall{dead: true, from: deadFrom(f, a)}
+	if proof := proofOf(f, m, st.from); proof != "" {
+		st.grounds, st.proved = "its BMC proves a hang: "+proof, true
+		return st
+	}
+	wait := p.StallTolerance.For(needed)
+	if d := f.Now.Sub(st.from); d >= wait {
+		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", d.Round(time.Second), wait, class)
+		return st
+	}
+	st.watch = m.Endpoint.Driver != ""
+	sooner := ", at once if its BMC proves a hang (power Off unasked, a kernel panic, machine check or watchdog expiry in its event log, health Critical)"
+	if !st.watch {
+		sooner = "; it has no BMC whose word could prove a hang sooner"
+	}
+	st.hold = Hold{Reason: ReasonMayResume, Why: fmt.Sprintf("%s has shown no sign of life since %s: a machine that pauses (a VM stun or live migration, "+
+		"a storage or CPU stall) resumes by itself. Its %s begins at %s if it has not answered by then (stallTolerance %v: %s)%s",
+		m.Name, clock(st.from), m.Strategy, clock(st.from.Add(wait)), wait, class, sooner)}
+	return st
+}
+
+// deadFrom is when a dead machine's stall began: its last sign of life the hub knows of, else (a hub
+// started since) when the observers declared it dead.
+func deadFrom(f Facts, a assess.Assessment) time.Time {
+	if l := f.lifeAt[a.Machine]; !l.IsZero() {
+		return l
+	}
+	return a.Since
+}
+
+// restartWhat says what a machine that runs waits for: the kubelet's restart of the components that
+// fail (systemd's of the kubelet).
+func restartWhat(m Machine, a assess.Assessment) string {
+	if len(a.Failing) == 0 {
+		return fmt.Sprintf("%s's agent reports, and what fails may recover by itself (%s)", m.Name, firstReason(a))
+	}
+	var parts []string
+	for _, c := range a.Failing {
+		if c == "kubelet" {
+			parts = append(parts, "systemd's restart of the kubelet")
+		} else {
+			parts = append(parts, "the kubelet's restart of "+c)
+		}
+	}
+	return fmt.Sprintf("%s's agent reports: waiting for %s", m.Name, strings.Join(parts, " and "))
+}
+
+func firstReason(a assess.Assessment) string {
+	if len(a.Reasons) == 0 {
+		return "Unhealthy"
+	}
+	return a.Reasons[0]
+}
+
+// proofOf says how m's BMC proves a hang of the episode that began at from ("" when it does not), as
+// the hub last read it (every second while m is watched): its power read Off after from (nobody else
+// turns a dead machine off: a machine the hub fenced is held before this is asked), its health read
+// Critical after from having read otherwise before, or a hang in its event log dated proofMargin
+// before from or later.
+func proofOf(f Facts, m Machine, from time.Time) string {
+	ev, ok := f.BMCs[m.Name]
+	if !ok || !ev.Ready {
+		return ""
+	}
+	if ev.Checked.After(from) {
+		if ev.Power == bmc.PowerOff {
+			return fmt.Sprintf("it read the power Off at %s, which the hub had not asked for", clock(ev.Checked))
+		}
+		if ev.Health == bmc.HealthCritical && ev.HealthSince.After(from) {
+			return fmt.Sprintf("it read the system's health Critical at %s, having read it otherwise before", clock(ev.HealthSince))
+		}
+	}
+	for _, h := range ev.Hangs {
+		if !h.At.Before(from.Add(-proofMargin)) {
+			return fmt.Sprintf("its event log has %s at %s (entry %s, %q)", h.Kind, clock(h.At), h.ID, h.Message)
+		}
+	}
+	return ""
+}
+
+// clock is a time as the holds say it: the time of day, to the tenth of a second, in UTC.
+func clock(t time.Time) string { return t.UTC().Format("15:04:05.0Z") }
