@@ -193,7 +193,7 @@ func (w *remediationWorld) Wanted() error {
 	case !ok:
 	case w.rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy:
 		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", w.m.Name)
-	case w.rem.WhileDead && !a.Dead && a.LifeAt.After(w.rem.Created):
+	case w.rem.WhileDead && a.LifeAt.After(w.rem.Created) && (a.Alive || !a.Dead):
 		return fmt.Errorf("%s has shown a sign of life (at %s) since its remediation began, where it was dead: it resumed by itself, and its remediation is no longer wanted",
 			w.m.Name, a.LifeAt.UTC().Format("15:04:05.000Z07:00"))
 	}

@@ -95,7 +95,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 		defer os.RemoveAll(dir)
 	}
 	started := time.Now()
-	tb, err := inproc.Start(inproc.Options{Dir: dir, Timeline: stdout, Log: log})
+	tb, err := inproc.Start(inproc.AtDemoPace(inproc.Options{Dir: dir, Timeline: stdout, Log: log}))
 	if err != nil {
 		return err
 	}

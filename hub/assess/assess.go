@@ -110,8 +110,9 @@ type Assessment struct {
 	// not yet: what several machines failing alike share (commonCauses).
 	Failing []string
 	// Dead: a strict majority of the expected observers see it dead, its agent gone and its member
-	// silent (Unhealthy for that, not for a component failing on a machine that runs).
-	Dead bool
+	// silent (Unhealthy for that, not for a component failing on a machine that runs). Alive: its own
+	// agent reports, fresh, and the hub's gossip holds it alive (a machine that runs, whatever fails on it).
+	Dead, Alive bool
 	// LifeAt is the newest sign in these observations that the machine runs: a report of its own
 	// agent (when it was sent), the hub's gossip holding it alive (now), an observer's report that
 	// holds it alive or reaches its etcd member (when that report was sent). Zero: none. Any such
@@ -306,6 +307,7 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	res.Failing, res.Dead, res.LifeAt = ev.failing, dead, a.lifeAt(m, obs)
+	res.Alive = fresh && Live(own, obs, a.policy.StaleAfter)
 	switch {
 	case len(ev.unhealthy) > 0:
 		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)

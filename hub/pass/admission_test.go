@@ -114,7 +114,7 @@ func TestOneAdmissionRule(t *testing.T) {
 		{ReasonRestartFirst, "m0", func() *scene { // its agent reports, its kubelet fails: systemd's restart first
 			s := newScene()
 			s.f.Assessments[0] = assess.Assessment{Machine: "m0", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-				Failing: []string{"kubelet"}, Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-20 * time.Second)}
+				Failing: []string{"kubelet"}, Reasons: []string{"kubelet failing for 20s"}, Since: s.f.Now.Add(-20 * time.Second), Alive: true, LifeAt: s.f.Now}
 			return s
 		}},
 	} {

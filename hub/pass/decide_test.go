@@ -33,7 +33,8 @@ func newSceneAt(now time.Time) *scene {
 		healthyAt: map[string]time.Time{}, beginFailed: map[string]BeginFailure{}, History: map[string][]Past{}}
 	for _, m := range assesstest.Machines() {
 		s.f.Inventory.Machines = append(s.f.Inventory.Machines, Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane"})
-		s.f.Assessments = append(s.f.Assessments, assess.Assessment{Machine: m.Name, Verdict: assess.VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true})
+		s.f.Assessments = append(s.f.Assessments, assess.Assessment{Machine: m.Name, Verdict: assess.VerdictHealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
+			Alive: true, LifeAt: now})
 		s.f.healthyAt[m.Name] = now.Add(-2 * time.Hour)
 	}
 	return s

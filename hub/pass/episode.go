@@ -62,26 +62,45 @@ func (e Episode) String() string {
 	return s
 }
 
-// trackEpisode keeps machine a's episode: one begins when it turns Unhealthy (or its kind changes),
-// and one ends when it is no longer Unhealthy (returned, ok true). A remediation in flight during an
-// episode makes it acted.
+// episodeKind is the kind of episode a says machine is in ("" when none): dead when it is Unhealthy
+// with no sign that it runs (dead to a majority of the observers, or its agent silent), failing when
+// it runs with a component failing.
+func episodeKind(a assess.Assessment) string {
+	switch {
+	case a.Verdict != assess.VerdictUnhealthy:
+		return ""
+	case a.Alive && !a.Dead:
+		return EpisodeFailing
+	}
+	return EpisodeDead
+}
+
+// trackEpisode keeps machine a's episode: one begins when it turns Unhealthy (or the kind of its
+// episode changes). A dead one ends only with a sign of life after it began (a verdict that turns
+// Suspect because the evidence is judged again, after a partition or quorum's return, is no sign
+// that the machine resumed), at that sign; a failing one when the machine is no longer Unhealthy so.
+// A remediation in flight during an episode makes it acted. It returns the episode that ended (ok).
 func (s *State) trackEpisode(f Facts, a assess.Assessment) (Episode, bool) {
+	kind := episodeKind(a)
 	cur, open := s.episodes[a.Machine]
-	kind := ""
-	if a.Verdict == assess.VerdictUnhealthy {
-		kind = EpisodeFailing
-		if a.Dead {
-			kind = EpisodeDead
+	if open {
+		ended := kind != cur.Kind
+		if cur.Kind == EpisodeDead {
+			ended = ended && s.lifeAt[a.Machine].After(cur.Began)
 		}
-	}
-	if open && cur.Kind == kind {
-		if _, inFlight := f.Flights[a.Machine]; inFlight && cur.Outcome == EpisodeResumed {
-			cur.Outcome = EpisodeActed
-			s.episodes[a.Machine] = cur
+		if !ended {
+			if _, inFlight := f.Flights[a.Machine]; inFlight && cur.Outcome == EpisodeResumed {
+				cur.Outcome = EpisodeActed
+				s.episodes[a.Machine] = cur
+			}
+			return Episode{}, false
 		}
-		return Episode{}, false
+		cur.Ended = f.Now
+		if cur.Kind == EpisodeDead {
+			cur.Ended = s.lifeAt[a.Machine]
+		}
+		delete(s.episodes, a.Machine)
 	}
-	delete(s.episodes, a.Machine)
 	if kind != "" {
 		began := a.Since
 		if kind == EpisodeDead {
@@ -89,11 +108,7 @@ func (s *State) trackEpisode(f Facts, a assess.Assessment) (Episode, bool) {
 		}
 		s.episodes[a.Machine] = Episode{Machine: a.Machine, Kind: kind, Began: began, Outcome: EpisodeResumed, Why: firstReason(a)}
 	}
-	if !open {
-		return Episode{}, false
-	}
-	cur.Ended = f.Now
-	return cur, true
+	return cur, open
 }
 
 // actedOn marks the episode of a machine whose remediation this pass begins: acted, or proved, and why.

@@ -33,7 +33,8 @@ type stall struct {
 	// grounds say why the hub may act now (for its remediation's reason); proved: on its BMC's proof.
 	grounds string
 	proved  bool
-	// dead: dead to a majority of the observers (not a component failing on a machine that runs).
+	// dead: no sign that it runs (dead to a majority of the observers, or its agent silent): not a
+	// component failing on a machine that runs.
 	dead bool
 	// from is when the count began: its last sign of life (dead), or when it began to fail.
 	from time.Time
@@ -53,7 +54,7 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	case m.Member == "":
 		class = "it is no etcd member"
 	}
-	if !a.Dead {
+	if a.Alive && !a.Dead {
 		st := stall{from: a.Since}
 		wait := p.ComponentGrace.For(needed)
 		if d := f.Now.Sub(st.from); d >= wait {
@@ -67,6 +68,7 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	st := stall{dead: true, from: deadFrom(f, a)}
 	if proof := proofOf(f, m, st.from); proof != "" {
 		st.grounds, st.proved = "its BMC proves a hang: "+proof, true
+		st.dead = false // the BMC's proof stands, whatever an observer's lagging view says after it
 		return st
 	}
 	wait := p.StallTolerance.For(needed)

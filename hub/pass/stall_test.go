@@ -40,7 +40,7 @@ func (s *scene) deadFor(i int, ago time.Duration) *scene {
 func (s *scene) failingFor(i int, probe string, ago time.Duration) *scene {
 	m := s.f.Inventory.Machines[i]
 	s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Healthy, EtcdAnswers: true,
-		Failing: []string{probe}, Reasons: []string{probe + " failing"}, Since: s.f.Now.Add(-ago)}
+		Failing: []string{probe}, Reasons: []string{probe + " failing"}, Since: s.f.Now.Add(-ago), Alive: true, LifeAt: s.f.Now}
 	return s
 }
 
@@ -131,7 +131,7 @@ func TestStallToleranceAndProof(t *testing.T) {
 		{name: "quorum lost, a live machine's etcd silent 31 s: its shorter grace has passed", scene: func() *scene {
 			s := newScene().witnesses("w-0", "w-1").withBMC(2).deadFor(2, 5*time.Second)
 			s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Failing: []string{"etcd"},
-				Reasons: []string{"etcd failing"}, Since: s.f.Now.Add(-31 * time.Second)}
+				Reasons: []string{"etcd failing"}, Since: s.f.Now.Add(-31 * time.Second), Alive: true, LifeAt: s.f.Now}
 			return s
 		}, starts: map[string]string{"m1": "past its component grace of 30s (its member is needed for etcd's quorum)"},
 			held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
@@ -156,12 +156,12 @@ func TestStallToleranceAndProof(t *testing.T) {
 	}
 }
 
-// assessmentDead is set by deadFor through dead: every begun machine of these scenes that was dead
-// is m1 or m2 unless failing.
+// assessmentDead: a machine of these scenes begun past its stall tolerance (not failing, not on its
+// BMC's proof) is withdrawn on a sign of life.
 func assessmentDead(d decision, m string) bool {
 	for _, b := range d.begin {
 		if b.Machine.Name == m {
-			return !strings.Contains(b.Remediation.Reason, "alive but failing")
+			return strings.Contains(b.Remediation.Reason, "past its stall tolerance")
 		}
 	}
 	return false

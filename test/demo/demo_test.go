@@ -79,7 +79,7 @@ func hasEvent(h *hub.Hub, substr string) func() bool {
 // The demo's scenarios, on real components; each must end as expected. The last, permanent-loss,
 // leaves a new etcd cluster (rebuilt from cp-0) behind: the raft mark starts again there.
 func TestScenarios(t *testing.T) {
-	tb := newBed(t, inproc.Options{})
+	tb := newBed(t, inproc.AtDemoPace(inproc.Options{}))
 	start := tb.Hub().Status(t.Context()).RaftMark
 	require.NotNil(t, start, "the raft mark from the agents' reports of real etcd members")
 	assert.Regexp(t, "^[0-9a-f]+$", start.ClusterID)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
@@ -32,8 +33,12 @@ type Rig interface {
 	Settle(ctx context.Context) error
 	// AllHealthy: every machine Healthy with a healthy etcd member, and no remediation in flight.
 	AllHealthy() bool
-	// Hang makes machine i stop answering (its etcd member and its agent); its power stays on.
+	// Hang makes machine i stop answering (its etcd member and its agent); its power stays on. Resume
+	// has it answer again by itself (no BMC call). Panic hangs it as a kernel panic does: its BMC logs
+	// an OS critical stop.
 	Hang(i int)
+	Resume(i int)
+	Panic(i int)
 	// Partition cuts the members named in a off from those in b, both ways, until Heal.
 	Partition(a, b []string)
 	Heal()
@@ -41,6 +46,8 @@ type Rig interface {
 	Resets(i int) []string
 	// Remediations is how many remediations of machine i the hub has journaled, and the latest's state.
 	Remediations(i int) (int, journal.State)
+	// Episodes are machine i's last episodes, as `hub explain` lists them.
+	Episodes(i int) []pass.Episode
 	// Dump is the hub's events and journal, for a failure.
 	Dump() string
 
@@ -76,6 +83,14 @@ func (r inProcess) Reboot(ctx context.Context, req hub.RebootRequest) (hub.Reboo
 		return hub.RebootResult{}, err
 	}
 	return h.Reboot(ctx, req)
+}
+
+func (r inProcess) Episodes(i int) []pass.Episode {
+	h, err := r.hub()
+	if err != nil {
+		return nil
+	}
+	return h.Episodes(r.Name(i))
 }
 
 func (r inProcess) SetDetached(ctx context.Context, machine string, on bool, by, reason string) error {
@@ -158,6 +173,15 @@ func expectNothing(ctx context.Context, r Rig, d time.Duration, before snapshot,
 		return fmt.Errorf("after %v: the hub says %q, want it to say %q", d, st.NotPlanning, why)
 	}
 	return nil
+}
+
+// lastEpisode is machine i's last episode (ok false: none).
+func lastEpisode(r Rig, i int) (pass.Episode, bool) {
+	eps := r.Episodes(i)
+	if len(eps) == 0 {
+		return pass.Episode{}, false
+	}
+	return eps[len(eps)-1], true
 }
 
 // machineStatus is machine name's row of the hub's status (zero when it has none).

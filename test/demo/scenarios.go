@@ -33,7 +33,9 @@ type Scenario struct {
 // Scenarios returns the demo's scenarios, in the order they run.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{"hang", "one machine hangs → detected → power-cycled → rejoins", hangScenario, false},
+		{"stall", "one machine stops answering for a second, then goes on by itself → Unhealthy, held within its stall tolerance → back: nothing is done", stallScenario, false},
+		{"hang", "one machine hangs → detected → its stall tolerance passes → power-cycled → rejoins", hangScenario, false},
+		{"panic", "one machine panics: its BMC logs an OS critical stop → the hang is proved → power-cycled at once", panicScenario, false},
 		{"quorum-lost", "two of three machines hang (quorum lost); the hub, cp-0 and two witnesses are 4 of 6 observers → both dead members power-cycled → quorum restored", quorumLostScenario, false},
 		{"quorum-lost-no-witness", "the same without witnesses: the hub and cp-0 are 2 of 4 observers, no majority → held and explained; an operator's forced reboot brings them back", quorumLostNoWitnessScenario, true},
 		{"partition", "the hub and cp-0 cut off from cp-1, cp-2 and both witnesses → the hub hears 2 of 6: nothing is done; the partition heals → all healthy, no BMC call", partitionScenario, false},
@@ -78,6 +80,50 @@ func hangScenario(ctx context.Context, r Rig) error {
 	}
 	r.Say("demo", "%s hung → healed and healthy again in %v", r.Name(2), time.Since(t0).Round(time.Millisecond))
 	return expectResets(r, before, [machines]int{0, 0, 1})
+}
+
+func stallScenario(ctx context.Context, r Rig) error {
+	before := takeSnapshot(r)
+	r.Hang(2)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
+	}
+	r.Resume(2)
+	if err := r.WaitFor(ctx, 30*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
+		return err
+	}
+	if err := r.WaitFor(ctx, 10*time.Second, r.Name(2)+"'s episode, resumed", func() bool {
+		e, ok := lastEpisode(r, 2)
+		return ok && e.Outcome == pass.EpisodeResumed && e.Ended.After(time.Now().Add(-time.Minute))
+	}); err != nil {
+		return err
+	}
+	e, _ := lastEpisode(r, 2)
+	r.Say("demo", "%s came back by itself after %v without a sign of life: nothing was done", r.Name(2), e.Length().Round(100*time.Millisecond))
+	if n, _ := r.Remediations(2); n != before.remediations[2] {
+		return fmt.Errorf("%s: %d remediations begun, want none", r.Name(2), n-before.remediations[2])
+	}
+	return expectResets(r, before, [machines]int{})
+}
+
+func panicScenario(ctx context.Context, r Rig) error {
+	before := takeSnapshot(r)
+	t0 := time.Now()
+	r.Panic(1)
+	if err := r.WaitFor(ctx, 60*time.Second, r.Name(1)+"'s remediation to succeed", succeeded(r, before, 1)); err != nil {
+		return err
+	}
+	if err := r.WaitFor(ctx, 30*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
+		return err
+	}
+	e, ok := lastEpisode(r, 1)
+	if !ok || e.Outcome != pass.EpisodeProved {
+		return fmt.Errorf("%s's last episode: %+v, want one acted on the BMC's proof", r.Name(1), e)
+	}
+	r.Say("demo", "%s panicked → proved by its BMC, healed and healthy again in %v (%s)", r.Name(1), time.Since(t0).Round(time.Millisecond), e.Grounds)
+	return expectResets(r, before, [machines]int{0, 1, 0})
 }
 
 func quorumLostScenario(ctx context.Context, r Rig) error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/netns"
 )
@@ -96,7 +97,9 @@ func (r *namespaceRig) AllHealthy() bool {
 	return err == nil && allHealthy(st)
 }
 
-func (r *namespaceRig) Hang(i int) { r.c.Machines[i].Hang() }
+func (r *namespaceRig) Hang(i int)   { r.c.Machines[i].Hang() }
+func (r *namespaceRig) Resume(i int) { r.c.Machines[i].Resume() }
+func (r *namespaceRig) Panic(i int)  { r.c.Machines[i].Panic() }
 
 // Partition cuts every packet between the hosts named in a and those in b.
 func (r *namespaceRig) Partition(a, b []string) {
@@ -129,15 +132,24 @@ func (r *namespaceRig) Resets(i int) []string { return r.c.Redfish.Resets(r.Name
 
 // Remediations reads `hub explain -o json`: its history holds the last 5.
 func (r *namespaceRig) Remediations(i int) (int, journal.State) {
-	out, err := r.c.HubOutput(r.t.Context(), "explain", r.Name(i), "-o", "json")
-	if err != nil {
-		return 0, ""
-	}
-	var e hub.Explanation
-	if json.Unmarshal([]byte(out), &e) != nil || len(e.History) == 0 {
+	e, ok := r.explain(i)
+	if !ok || len(e.History) == 0 {
 		return 0, ""
 	}
 	return len(e.History), e.History[len(e.History)-1].State
+}
+
+// Episodes reads `hub explain -o json`.
+func (r *namespaceRig) Episodes(i int) []pass.Episode {
+	e, _ := r.explain(i)
+	return e.Episodes
+}
+
+// explain is `hub explain MACHINE -o json` (ok false: it failed).
+func (r *namespaceRig) explain(i int) (hub.Explanation, bool) {
+	var e hub.Explanation
+	out, err := r.c.HubOutput(r.t.Context(), "explain", r.Name(i), "-o", "json")
+	return e, err == nil && json.Unmarshal([]byte(out), &e) == nil
 }
 
 // Dump is `hub status` and the end of the hub's log.

@@ -81,6 +81,19 @@ type Options struct {
 	// Names, when set, are the machines' names (node names, BMC system IDs) in place of cp-0, cp-1, …:
 	// a harness whose machines are named by someone else (Cluster API's Machines) names them so.
 	Names []string
+	// StallTolerance and ComponentGrace are the inventory's (default: none, the hub acts as soon as a
+	// machine is Unhealthy: the tests of what follows a verdict; the demo and its scenarios wait:
+	// AtDemoPace).
+	StallTolerance, ComponentGrace pass.PerQuorum
+}
+
+// AtDemoPace is o with the demo's stall tolerance and component grace: long enough for a machine that
+// pauses a second to come back by itself, short enough to watch a hung one healed (the shipped
+// defaults are 30 s, 10 s when its member is needed for quorum, and 3 min, 30 s).
+func AtDemoPace(o Options) Options {
+	o.StallTolerance = pass.PerQuorum{Held: 4 * time.Second, Needed: 3 * time.Second}
+	o.ComponentGrace = pass.PerQuorum{Held: 10 * time.Second, Needed: 5 * time.Second}
+	return o
 }
 
 // IPMIMachine is the machine whose BMC is ipmi_sim when Options.IPMI is set.
@@ -529,6 +542,34 @@ func (tb *Cluster) Hang(i int) {
 	tb.stop(i)
 }
 
+// Resume brings hung machine i back by itself, with no BMC call: its etcd member and its agent start
+// again on its disk (in-process they cannot be frozen and thawed; to the hub it is the same: a machine
+// that stopped answering and answers again).
+func (tb *Cluster) Resume(i int) {
+	tb.Say("demo", "%s answers again by itself", tb.Name(i))
+	tb.mu.Lock()
+	_, running := tb.agents[i]
+	tb.mu.Unlock()
+	if !running {
+		tb.boot(i, 0)
+	}
+}
+
+// Panic hangs machine i as a kernel panic does, and has its BMC log the OS critical stop in its event
+// log, as Linux's IPMI driver has the BMC log it.
+func (tb *Cluster) Panic(i int) {
+	tb.Say("demo", "%s panics: its BMC logs an OS critical stop; its agent and etcd member stop answering, its power stays on", tb.Name(i))
+	// Logged as the kernel panics, before anything notices it has stopped.
+	if i == IPMIMachine && tb.ipmi != nil {
+		if err := tb.ipmi.AddSEL(context.Background(), ipmisim.SELOSCriticalStop); err != nil {
+			tb.Say("demo", "ipmi_sim did not log the panic: %v", err)
+		}
+	} else {
+		tb.sim.LogEvent(tb.Name(i), bmcsim.Event{SensorType: "OS Stop/Shutdown", Message: "Run-time critical stop"})
+	}
+	tb.stop(i)
+}
+
 // stop ends machine i's processes the way a power cut does: no goodbye in the gossip pool.
 func (tb *Cluster) stop(i int) {
 	tb.mu.Lock()
@@ -545,8 +586,11 @@ func (tb *Cluster) stop(i int) {
 
 // powerOn boots machine i after Options.BootDelay: its etcd member and its agent start, unless its
 // agent runs (a BMC that powers on a machine already on).
-func (tb *Cluster) powerOn(i int) {
-	time.Sleep(tb.opts.BootDelay)
+func (tb *Cluster) powerOn(i int) { tb.boot(i, tb.opts.BootDelay) }
+
+// boot starts machine i's etcd member and agent after delay, unless its agent runs.
+func (tb *Cluster) boot(i int, delay time.Duration) {
+	time.Sleep(delay)
 	tb.mu.Lock()
 	_, running := tb.agents[i]
 	tb.mu.Unlock()
@@ -571,7 +615,8 @@ func (tb *Cluster) powerOn(i int) {
 // healed by reboot; short timeouts so that the demo moves at a human pace.
 func (tb *Cluster) Inventory() (pass.Inventory, error) {
 	inv := pass.Inventory{Cluster: "demo", Policy: pass.Policy{Quorum: quorum.DefaultPolicy(), Assess: assess.DefaultPolicy(),
-		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3, FlapWindow: 2 * time.Second}}
+		RateMax: 20, RatePer: time.Minute, Cooldown: time.Second, MaxAttempts: 3, FlapWindow: 2 * time.Second,
+		StallTolerance: tb.opts.StallTolerance, ComponentGrace: tb.opts.ComponentGrace}}
 	for i := range Witnesses {
 		inv.Witnesses = append(inv.Witnesses, WitnessName(i))
 	}
