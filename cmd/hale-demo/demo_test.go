@@ -13,7 +13,7 @@ func TestDemo(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := runDemo(t.Context(), demoOptions{scenarios: []string{"nope"}}, &out, &errOut)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: hang, quorum-lost, quorum-lost-no-witness, partition, refused-reboot, pause, permanent-loss`)
+	assert.Contains(t, err.Error(), `--scenario: no scenario "nope"; known: stall, hang, panic, quorum-lost, quorum-lost-no-witness, partition, refused-reboot, pause, permanent-loss`)
 	out.Reset()
 	require.NoError(t, runDemo(t.Context(), demoOptions{scenarios: []string{"hang"}}, &out, &errOut), out.String())
 	assert.Contains(t, out.String(), "✓ scenario hang passed")

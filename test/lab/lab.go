@@ -61,6 +61,7 @@ type Machine struct {
 	mu          sync.Mutex
 	on          bool
 	broken      bool // BreakForGood: powered on, nothing boots
+	frozen      bool // Freeze: stopped and cut off until Thaw or a power-off
 	etcd, agent *proc.Process
 }
 
@@ -585,6 +586,7 @@ func (m *Machine) PowerOff(by string) {
 	}
 	m.on = false
 	m.c.event("power-off", m.Name, by)
+	m.thawLocked() // (its processes are killed below: what it was doing is gone)
 	hook := m.c.OnPowerOff
 	if m.kubelet != nil {
 		m.kubelet.PowerOff()
@@ -609,30 +611,14 @@ func (m *Machine) Hang() {
 	if !m.on {
 		return
 	}
-	etcd := m.etcd
-	if m.kubelet != nil {
-		etcd = m.kubelet.Process()
-	}
-	for _, p := range []*proc.Process{etcd, m.agent} {
-		if p != nil {
-			p.Signal(syscall.SIGSTOP)
-		}
-	}
+	m.signalLocked(syscall.SIGSTOP)
 }
 
 // Resume thaws a machine Hang froze (SIGCONT): it goes on by itself, with no BMC call.
 func (m *Machine) Resume() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	etcd := m.etcd
-	if m.kubelet != nil {
-		etcd = m.kubelet.Process()
-	}
-	for _, p := range []*proc.Process{etcd, m.agent} {
-		if p != nil {
-			p.Signal(syscall.SIGCONT)
-		}
-	}
+	m.signalLocked(syscall.SIGCONT)
 }
 
 // Panic has the machine's BMC log an OS critical stop in its event log, as Linux's IPMI driver has it
@@ -661,11 +647,15 @@ func (m *Machine) KillEtcd() {
 }
 
 // SignalEtcd sends the machine's etcd member sig (SIGSTOP: it hangs, as on a stalled disk; SIGCONT:
-// it goes on). The machine must run its etcd as a static pod (Options.StaticPods).
+// it goes on), its agent left running.
 func (m *Machine) SignalEtcd(sig syscall.Signal) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.staticPod().Signal(sig)
+	if m.kubelet != nil {
+		m.kubelet.Signal(sig)
+	} else if m.etcd != nil {
+		m.etcd.Signal(sig)
+	}
 }
 
 func (m *Machine) staticPod() *staticpod.Kubelet {

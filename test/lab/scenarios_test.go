@@ -19,6 +19,7 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/demo"
+	"github.com/hale-dev/hale/test/lab/inproc"
 	"github.com/hale-dev/hale/test/netns"
 )
 
@@ -30,8 +31,9 @@ import (
 // hale-demo.
 func TestScenariosOnRealProcesses(t *testing.T) {
 	// The in-process inventory's pace: a 1-s cooldown, up to 20 remediations a minute (cp-2 is healed in
-	// three scenarios of four).
-	c := Start(t, bins, Shape{Machines: 3, Witnesses: 2}, Options{Cooldown: time.Second, Policy: "rateLimit: {max: 20, per: 1m}"})
+	// three scenarios of four), the demo's stall tolerance and component grace.
+	c := Start(t, bins, Shape{Machines: 3, Witnesses: 2}, Options{Cooldown: time.Second,
+		Policy: "rateLimit: {max: 20, per: 1m}, " + inproc.DemoPacePolicy()})
 	r := &namespaceRig{c: c, t: t, start: time.Now()}
 	var portable []demo.Scenario
 	for _, s := range demo.Scenarios() {
@@ -145,20 +147,28 @@ func (r *namespaceRig) Episodes(i int) []pass.Episode {
 	return e.Episodes
 }
 
-// explain is `hub explain MACHINE -o json` (ok false: it failed).
-func (r *namespaceRig) explain(i int) (hub.Explanation, bool) {
-	var e hub.Explanation
-	out, err := r.c.HubOutput(r.t.Context(), "explain", r.Name(i), "-o", "json")
-	return e, err == nil && json.Unmarshal([]byte(out), &e) == nil
-}
+func (r *namespaceRig) explain(i int) (hub.Explanation, bool) { return explain(r.t, r.c, r.Name(i)) }
 
 // Dump is `hub status` and the end of the hub's log.
 func (r *namespaceRig) Dump() string {
 	st, _ := r.c.HubCommand(context.Background(), "status")
-	log, _ := os.ReadFile(filepath.Join(r.c.Lab.Dir(), "hub.log"))
-	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
-	return "hub status:\n" + st + "\nthe hub's log, its last lines:\n" + strings.Join(lines[max(0, len(lines)-40):], "\n")
+	return "hub status:\n" + st + "\nthe hub's log, its last lines:\n" + hubLines(r.c, "")
 }
+
+// hubLines are the last 40 lines of the hub's log (hub.log) that hold any of words ("": every line).
+func hubLines(c *Cluster, words ...string) string {
+	log, _ := os.ReadFile(filepath.Join(c.Lab.Dir(), "hub.log"))
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) }) {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-40):], "\n")
+}
+
+// jsonInto reads the JSON document s into v.
+func jsonInto(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
 func (r *namespaceRig) Status(ctx context.Context) (hub.Status, error) { return status(ctx, r.c) }
 

@@ -274,6 +274,32 @@ func (l *Lab) oneWay(action string, from, to []*Host, p float64) {
 	}
 }
 
+// Isolate drops every packet in and out of h but its loopback's (a machine frozen whole: a VM stun, a
+// hung kernel), until Unisolate or Heal.
+func (l *Lab) Isolate(h *Host) {
+	l.t.Helper()
+	l.isolation(h, "-I")
+}
+
+// Unisolate removes the rules Isolate(h) made.
+func (l *Lab) Unisolate(h *Host) {
+	l.t.Helper()
+	l.isolation(h, "-D")
+}
+
+func (l *Lab) isolation(h *Host, action string) {
+	l.t.Helper()
+	l.iptables(h, action, "INPUT", "!", "-i", "lo", "-j", "DROP")
+	l.iptables(h, action, "OUTPUT", "!", "-o", "lo", "-j", "DROP")
+}
+
+// Hosts are the lab's hosts, in the order they were added.
+func (l *Lab) Hosts() []*Host {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.hosts)
+}
+
 // Rules lists the DROP rules in force in a host (iptables -S of its INPUT and OUTPUT chains).
 func (h *Host) Rules() ([]string, error) {
 	out, err := h.Run("iptables", "-w", "-S")

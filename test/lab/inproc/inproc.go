@@ -87,6 +87,14 @@ type Options struct {
 	StallTolerance, ComponentGrace pass.PerQuorum
 }
 
+// DemoPacePolicy is AtDemoPace's waits as an inventory's policy fields (flow style), for the same
+// scenarios on the namespace lab.
+func DemoPacePolicy() string {
+	o := AtDemoPace(Options{})
+	return fmt.Sprintf("stallTolerance: {quorumHeld: %v, quorumNeeded: %v}, componentGrace: {quorumHeld: %v, quorumNeeded: %v}",
+		o.StallTolerance.Held, o.StallTolerance.Needed, o.ComponentGrace.Held, o.ComponentGrace.Needed)
+}
+
 // AtDemoPace is o with the demo's stall tolerance and component grace: long enough for a machine that
 // pauses a second to come back by itself, short enough to watch a hung one healed (the shipped
 // defaults are 30 s, 10 s when its member is needed for quorum, and 3 min, 30 s).

@@ -1,0 +1,300 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
+)
+
+// TestStallMatrix: machines that stall and come back by themselves are never power-cycled, and machines
+// that really hang still are, on real processes (etcd and agent binaries in network namespaces, the
+// `hub run` binary with the shipped policy: stall tolerance 30 s, 10 s when the member is needed for
+// quorum; component grace 3 min). Four labs side by side, each a sequence of cases:
+//   - freezes of one machine whole (processes stopped, every packet in and out dropped: a VM stun, a
+//     storage hang) of 1, 2, 5, 10, 20 and 28 s: no power action, each an episode that resumed; then a
+//     real hang, power-cycled within the tolerance + 5 s (and not before it), and a kernel panic its BMC
+//     logs, power-cycled within 2 s of the entry;
+//   - two of three frozen at once for 2, 5 and 8 s (quorum lost meanwhile): no power action; then two
+//     of three really hung: both cycled, quorum back within the shorter tolerance + boot + 10 s;
+//   - a machine's etcd and agent starved to 5 % of a core for 60 s, then its etcd member alone hung for
+//     60 s (its agent reporting it): no power action;
+//   - 30 % of a machine's packets dropped, both ways, for 60 s: no power action.
+//
+// The minority-side partition of more than a minute is TestPartitionLongerThanAMinuteHeals.
+func TestStallMatrix(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, l *stallLab)
+	}{
+		{"freezes", freezesThenHangs},
+		{"two-at-once", twoAtOnce},
+		{"starved-then-etcd-hung", starvedThenEtcdHung},
+		{"lossy", lossy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, startStallLab(t))
+		})
+	}
+}
+
+// stallLab is a lab of three machines and two witnesses with the shipped policy (the lab's cooldown
+// aside), that keeps every BMC reset request with its time.
+type stallLab struct {
+	c        *Cluster
+	mu       sync.Mutex
+	requests []bmcRequest
+}
+
+type bmcRequest struct {
+	machine string
+	at      time.Time
+}
+
+func startStallLab(t *testing.T) *stallLab {
+	l := &stallLab{}
+	l.c = Start(t, bins, Shape{Machines: 3, Witnesses: 2}, Options{OnEvent: func(kind, target, _ string) {
+		if kind == "bmc-request" {
+			l.mu.Lock()
+			l.requests = append(l.requests, bmcRequest{machine: strings.SplitN(target, "/", 2)[0], at: time.Now()})
+			l.mu.Unlock()
+		}
+	}})
+	waitHealthy(t, l.c, 90*time.Second, "at start")
+	return l
+}
+
+// since are the BMC reset requests since at.
+func (l *stallLab) since(at time.Time) []bmcRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []bmcRequest
+	for _, r := range l.requests {
+		if !r.at.Before(at) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// noPowerAction checks that no BMC request went out since at, and says the case passed with what the
+// hub saw of it.
+func (l *stallLab) noPowerAction(t *testing.T, at time.Time, what string, machines ...*Machine) {
+	t.Helper()
+	took := waitHealthy(t, l.c, 3*time.Minute, "after "+what)
+	require.Empty(t, l.since(at), "%s: power actions\n%s", what, l.hubLog())
+	var eps []string
+	for _, m := range machines {
+		if e, ok := l.lastEpisode(t, m, at); ok {
+			eps = append(eps, fmt.Sprintf("%s %s %s for %v", m.Name, e.Kind, e.Outcome, e.Length().Round(100*time.Millisecond)))
+			require.Equal(t, pass.EpisodeResumed, e.Outcome, "%s: %s's episode", what, m.Name)
+		}
+	}
+	stallLine(t, "%s: 0 power actions; every machine Healthy %v after%s", what, took.Round(100*time.Millisecond), episodes(eps))
+}
+
+func episodes(eps []string) string {
+	if len(eps) == 0 {
+		return " (no episode: never Unhealthy)"
+	}
+	return " (episodes: " + strings.Join(eps, ", ") + ")"
+}
+
+// lastEpisode is m's last episode that began since at, from `hub explain -o json`.
+func (l *stallLab) lastEpisode(t *testing.T, m *Machine, at time.Time) (pass.Episode, bool) {
+	t.Helper()
+	e, ok := explain(t, l.c, m.Name)
+	if !ok {
+		return pass.Episode{}, false
+	}
+	for i := len(e.Episodes) - 1; i >= 0; i-- {
+		if ep := e.Episodes[i]; !ep.Began.Before(at.Add(-5 * time.Second)) {
+			return ep, true
+		}
+	}
+	return pass.Episode{}, false
+}
+
+// hubLog is the hub's lines about verdicts, holds and remediations, for a failure.
+func (l *stallLab) hubLog() string {
+	return hubLines(l.c, "Unhealthy", "Resumed", "MayResume", "RestartFirst", "emediation", "Quorum")
+}
+
+// stallLine logs a result of the matrix and prints it for test/run's output (docs/testing.md keeps
+// them).
+func stallLine(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Log(line)
+	fmt.Printf("stall matrix: %s\n", line)
+}
+
+func sleepCtx(t *testing.T, d time.Duration) {
+	select {
+	case <-t.Context().Done():
+	case <-time.After(d):
+	}
+}
+
+// freezesThenHangs: cp-2 frozen whole for 1, 2, 5, 10, 20 and 28 s; then hung for good; then cp-1
+// panics.
+func freezesThenHangs(t *testing.T, l *stallLab) {
+	m := l.c.Machines[2]
+	for _, d := range []time.Duration{1, 2, 5, 10, 20, 28} {
+		d *= time.Second
+		at := time.Now()
+		m.Freeze()
+		sleepCtx(t, d)
+		m.Thaw()
+		l.noPowerAction(t, at, fmt.Sprintf("%s frozen %v", m.Name, d), m)
+		sleepCtx(t, 2*time.Second) // its etcd member catches up
+	}
+
+	// A real hang: power-cycled once the tolerance has passed without a sign of life, not before.
+	at := time.Now()
+	m.Freeze()
+	tol := pass.DefaultStallTolerance
+	l.awaitRequest(t, m, at, tol+5*time.Second, "the real hang of "+m.Name)
+	reset := l.since(at)[0].at.Sub(at)
+	require.GreaterOrEqual(t, reset, tol-time.Second, "power-cycled before its stall tolerance of %v", tol)
+	took := waitHealthy(t, l.c, 2*time.Minute, "after "+m.Name+"'s power-cycle")
+	stallLine(t, "%s hung for good: power-cycled %v after the hang (tolerance %v), every machine Healthy %v later", m.Name, reset.Round(100*time.Millisecond),
+		tol, took.Round(100*time.Millisecond))
+	sleepCtx(t, l.c.Cooldown)
+
+	// A kernel panic its BMC logs: proof of a hang, acted on at once.
+	p := l.c.Machines[1]
+	logged := p.Panic()
+	l.awaitRequest(t, p, logged, 2*time.Second, "the panic of "+p.Name)
+	reset = l.since(logged)[0].at.Sub(logged)
+	took = waitHealthy(t, l.c, 2*time.Minute, "after "+p.Name+"'s power-cycle")
+	stallLine(t, "%s panicked, its BMC's event log an OS critical stop: power-cycled %v after the entry, every machine Healthy %v later", p.Name,
+		reset.Round(10*time.Millisecond), took.Round(100*time.Millisecond))
+}
+
+// awaitRequest waits within d of at for a BMC reset request for m; it fails the test, with the hub's
+// lines, when none came.
+func (l *stallLab) awaitRequest(t *testing.T, m *Machine, at time.Time, d time.Duration, what string) {
+	t.Helper()
+	deadline := at.Add(d)
+	for time.Now().Before(deadline) {
+		if slices.ContainsFunc(l.since(at), func(r bmcRequest) bool { return r.machine == m.Name }) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: no BMC request for %s within %v\n%s", what, m.Name, d, l.hubLog())
+}
+
+// twoAtOnce: cp-1 and cp-2 frozen together for 2, 5 and 8 s; then both hung for good.
+func twoAtOnce(t *testing.T, l *stallLab) {
+	a, b := l.c.Machines[1], l.c.Machines[2]
+	for _, d := range []time.Duration{2, 5, 8} {
+		d *= time.Second
+		at := time.Now()
+		both(a, b, (*Machine).Freeze)
+		sleepCtx(t, d)
+		both(a, b, (*Machine).Thaw)
+		l.noPowerAction(t, at, fmt.Sprintf("%s and %s frozen %v (quorum lost)", a.Name, b.Name, d), a, b)
+		sleepCtx(t, 2*time.Second)
+	}
+
+	at := time.Now()
+	both(a, b, (*Machine).Freeze)
+	tol := pass.DefaultStallToleranceNeeded
+	for _, m := range []*Machine{a, b} {
+		l.awaitRequest(t, m, at, tol+10*time.Second, "two of three hung")
+	}
+	back := l.awaitQuorum(t, at, tol+30*time.Second)
+	var cycled []string
+	for _, r := range l.since(at) {
+		cycled = append(cycled, fmt.Sprintf("%s at %v", r.machine, r.at.Sub(at).Round(100*time.Millisecond)))
+	}
+	require.LessOrEqual(t, back, tol+10*time.Second+l.boot(t), "quorum back within the tolerance + boot + 10 s")
+	took := waitHealthy(t, l.c, 2*time.Minute, "after the two power-cycles")
+	stallLine(t, "%s and %s hung for good: power-cycled (%s; tolerance %v), etcd's quorum back %v after the hang, every machine Healthy %v later",
+		a.Name, b.Name, strings.Join(cycled, ", "), tol, back.Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+}
+
+func both(a, b *Machine, f func(*Machine)) {
+	done := make(chan struct{})
+	go func() { f(a); close(done) }()
+	f(b)
+	<-done
+}
+
+// boot is how long the lab's machines take to boot: the BMC's power-on and etcd's start.
+func (l *stallLab) boot(*testing.T) time.Duration { return 5 * time.Second }
+
+// awaitQuorum waits until etcd serves a linearizable read on cp-0 (quorum back), within d of at, and
+// returns how long after at that was.
+func (l *stallLab) awaitQuorum(t *testing.T, at time.Time, d time.Duration) time.Duration {
+	t.Helper()
+	cli, err := l.c.etcdClient(l.c.Machines[0])
+	require.NoError(t, err)
+	defer cli.Close()
+	for time.Since(at) < d {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := cli.Get(ctx, "hale-stall-matrix")
+		cancel()
+		if err == nil && time.Since(at) > 2*time.Second {
+			return time.Since(at)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("etcd's quorum not back within %v\n%s", d, l.hubLog())
+	return 0
+}
+
+// starvedThenEtcdHung: cp-0's processes at 5 % of a core for 60 s; then its etcd member alone hung
+// for 60 s.
+func starvedThenEtcdHung(t *testing.T, l *stallLab) {
+	m := l.c.Machines[0]
+	at := time.Now()
+	undo := m.Starve(0.05)
+	sleepCtx(t, 60*time.Second)
+	undo()
+	l.noPowerAction(t, at, m.Name+"'s etcd and agent starved to 5 % of a core for 60s", m)
+	sleepCtx(t, 2*time.Second)
+
+	at = time.Now()
+	m.SignalEtcd(syscall.SIGSTOP)
+	sleepCtx(t, 60*time.Second)
+	held := explainDecision(t, l.c, m.Name)
+	m.SignalEtcd(syscall.SIGCONT)
+	l.noPowerAction(t, at, m.Name+"'s etcd member alone hung for 60s, its agent reporting", m)
+	require.Contains(t, held, "waiting for the kubelet's restart of etcd", "the hold the hub said while it waited")
+}
+
+// lossy: 30 % of cp-1's packets dropped, both ways, for 60 s.
+func lossy(t *testing.T, l *stallLab) {
+	m := l.c.Machines[1]
+	at := time.Now()
+	undo := m.Lossy(0.30)
+	sleepCtx(t, 60*time.Second)
+	undo()
+	l.noPowerAction(t, at, "30 % of "+m.Name+"'s packets dropped both ways for 60s", m)
+}
+
+// explain is `hub explain NAME -o json` (ok false: it failed).
+func explain(t *testing.T, c *Cluster, name string) (hub.Explanation, bool) {
+	var e hub.Explanation
+	out, err := c.HubOutput(t.Context(), "explain", name, "-o", "json")
+	return e, err == nil && jsonInto(out, &e) == nil
+}
+
+// explainDecision is what the hub says it decided about name (its hold), from `hub explain`.
+func explainDecision(t *testing.T, c *Cluster, name string) string {
+	e, _ := explain(t, c, name)
+	return e.Machine.Decision
+}
