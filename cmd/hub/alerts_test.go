@@ -29,7 +29,7 @@ func TestAlertRules(t *testing.T) {
 	dir := filepath.Join("..", "..", "deploy", "alerts")
 	out, err := promtool(t, "", "check", "rules", filepath.Join(dir, "hale.rules.yaml"))
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "SUCCESS: 15 rules found")
+	assert.Contains(t, out, "SUCCESS: 16 rules found")
 	out, err = promtool(t, "", "test", "rules", filepath.Join(dir, "hale.rules.test.yaml"))
 	require.NoError(t, err, out)
 

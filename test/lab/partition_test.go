@@ -88,6 +88,7 @@ func waitHealthy(t *testing.T, c *Cluster, timeout time.Duration, what string) t
 // dialled again through the silent drops) was once power-cycled: the test prints how long its reads
 // stalled.
 func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
+	t.Parallel() // beside the stall matrix's labs: most of its time is the partition's
 	hold := 70 * time.Second
 	if s := os.Getenv("HALE_PARTITION_SECONDS"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -30,6 +30,7 @@ import (
 // the gossip alone), a hang a SIGSTOP. The same code runs on the in-process cluster in test/demo and
 // hale-demo.
 func TestScenariosOnRealProcesses(t *testing.T) {
+	t.Parallel() // beside the stall matrix and the partition, each on a lab of its own
 	// The in-process inventory's pace: a 1-s cooldown, up to 20 remediations a minute (cp-2 is healed in
 	// three scenarios of four), the demo's stall tolerance and component grace.
 	c := Start(t, bins, Shape{Machines: 3, Witnesses: 2}, Options{Cooldown: time.Second,

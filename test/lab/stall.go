@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/hale-dev/hale/test/netns"
@@ -78,8 +79,8 @@ func (m *Machine) Lossy(share float64) (undo func()) {
 
 // Starve caps the machine's etcd member and agent at share of one core together (a group of the CPU
 // controller, cgroup v1's CFS quota), as a noisy neighbour or a throttled VM does, until the returned
-// undo moves them back.
-func (m *Machine) Starve(share float64) (undo func()) {
+// undo moves them back and says how many of the quota's periods throttled them.
+func (m *Machine) Starve(share float64) (undo func() (throttled int)) {
 	c := m.c
 	parent := filepath.Join("/sys/fs/cgroup/cpu", ownCgroup("cpu"))
 	dir := filepath.Join(parent, fmt.Sprintf("halet-%d-%s-starved", os.Getpid(), m.Name))
@@ -101,12 +102,20 @@ func (m *Machine) Starve(share float64) (undo func()) {
 			write("cgroup.procs", strconv.Itoa(p.Pid()))
 		}
 	}
-	return func() {
+	return func() int {
+		stat, _ := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+		var throttled int
+		for _, line := range strings.Split(string(stat), "\n") {
+			if n, ok := strings.CutPrefix(line, "nr_throttled "); ok {
+				throttled, _ = strconv.Atoi(n)
+			}
+		}
 		for _, pid := range pids {
 			_ = os.WriteFile(filepath.Join(parent, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644) // gone already: rebooted
 		}
 		if err := os.Remove(dir); err != nil {
 			c.T.Errorf("lab: removing %s's CPU cgroup: %v", m.Name, err)
 		}
+		return throttled
 	}
 }

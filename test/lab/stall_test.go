@@ -21,24 +21,27 @@ import (
 // `hub run` binary with the shipped policy: stall tolerance 30 s, 10 s when the member is needed for
 // quorum; component grace 3 min). Four labs side by side, each a sequence of cases:
 //   - freezes of one machine whole (processes stopped, every packet in and out dropped: a VM stun, a
-//     storage hang) of 1, 2, 5, 10, 20 and 28 s: no power action, each an episode that resumed; then a
-//     real hang, power-cycled within the tolerance + 5 s (and not before it), and a kernel panic its BMC
-//     logs, power-cycled within 2 s of the entry;
+//     storage hang) of 1, 2, 5 and 10 s, then 20 and 28 s: no power action, each an episode that
+//     resumed; then a kernel panic its BMC logs, power-cycled within 2 s of the entry, and a real hang,
+//     power-cycled within the tolerance + 5 s (and not before it);
 //   - two of three frozen at once for 2, 5 and 8 s (quorum lost meanwhile): no power action; then two
 //     of three really hung: both cycled, quorum back within the shorter tolerance + boot + 10 s;
-//   - a machine's etcd and agent starved to 5 % of a core for 60 s, then its etcd member alone hung for
-//     60 s (its agent reporting it): no power action;
-//   - 30 % of a machine's packets dropped, both ways, for 60 s: no power action.
+//   - a machine's etcd and agent starved to 5 % of a core for 60 s; its etcd member alone hung for
+//     60 s (its agent reporting it); 30 % of its packets dropped, both ways, for 60 s: no power action.
 //
-// The minority-side partition of more than a minute is TestPartitionLongerThanAMinuteHeals.
+// Six labs side by side (each case's waits are mostly the machines' own pauses), beside the package's
+// other tests: the minority-side partition of more than a minute is TestPartitionLongerThanAMinuteHeals.
 func TestStallMatrix(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T, l *stallLab)
 	}{
-		{"freezes", freezesThenHangs},
+		{"short-freezes-then-a-panic", shortFreezesThenAPanic},
+		{"long-freezes-then-a-hang", longFreezesThenAHang},
 		{"two-at-once", twoAtOnce},
-		{"starved-then-etcd-hung", starvedThenEtcdHung},
+		{"starved", starved},
+		{"etcd-hung", etcdHung},
 		{"lossy", lossy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,12 +149,9 @@ func sleepCtx(t *testing.T, d time.Duration) {
 	}
 }
 
-// freezesThenHangs: cp-2 frozen whole for 1, 2, 5, 10, 20 and 28 s; then hung for good; then cp-1
-// panics.
-func freezesThenHangs(t *testing.T, l *stallLab) {
-	m := l.c.Machines[2]
-	for _, d := range []time.Duration{1, 2, 5, 10, 20, 28} {
-		d *= time.Second
+// freezes freezes m whole for each of ds in turn, each time checking that nothing was done.
+func (l *stallLab) freezes(t *testing.T, m *Machine, ds ...time.Duration) {
+	for _, d := range ds {
 		at := time.Now()
 		m.Freeze()
 		sleepCtx(t, d)
@@ -159,8 +159,26 @@ func freezesThenHangs(t *testing.T, l *stallLab) {
 		l.noPowerAction(t, at, fmt.Sprintf("%s frozen %v", m.Name, d), m)
 		sleepCtx(t, 2*time.Second) // its etcd member catches up
 	}
+}
 
-	// A real hang: power-cycled once the tolerance has passed without a sign of life, not before.
+// shortFreezesThenAPanic: cp-2 frozen whole for 1, 2, 5 and 10 s; then cp-1 panics, its BMC logging it:
+// proof of a hang, acted on at once.
+func shortFreezesThenAPanic(t *testing.T, l *stallLab) {
+	l.freezes(t, l.c.Machines[2], time.Second, 2*time.Second, 5*time.Second, 10*time.Second)
+	p := l.c.Machines[1]
+	logged := p.Panic()
+	l.awaitRequest(t, p, logged, 2*time.Second, "the panic of "+p.Name)
+	reset := l.since(logged)[0].at.Sub(logged)
+	took := waitHealthy(t, l.c, 2*time.Minute, "after "+p.Name+"'s power-cycle")
+	stallLine(t, "%s panicked, its BMC's event log an OS critical stop: power-cycled %v after the entry, every machine Healthy %v later", p.Name,
+		reset.Round(10*time.Millisecond), took.Round(100*time.Millisecond))
+}
+
+// longFreezesThenAHang: cp-2 frozen whole for 20 and 28 s; then hung for good: power-cycled once the
+// tolerance has passed without a sign of life, not before.
+func longFreezesThenAHang(t *testing.T, l *stallLab) {
+	m := l.c.Machines[2]
+	l.freezes(t, m, 20*time.Second, 28*time.Second)
 	at := time.Now()
 	m.Freeze()
 	tol := pass.DefaultStallTolerance
@@ -170,16 +188,6 @@ func freezesThenHangs(t *testing.T, l *stallLab) {
 	took := waitHealthy(t, l.c, 2*time.Minute, "after "+m.Name+"'s power-cycle")
 	stallLine(t, "%s hung for good: power-cycled %v after the hang (tolerance %v), every machine Healthy %v later", m.Name, reset.Round(100*time.Millisecond),
 		tol, took.Round(100*time.Millisecond))
-	sleepCtx(t, l.c.Cooldown)
-
-	// A kernel panic its BMC logs: proof of a hang, acted on at once.
-	p := l.c.Machines[1]
-	logged := p.Panic()
-	l.awaitRequest(t, p, logged, 2*time.Second, "the panic of "+p.Name)
-	reset = l.since(logged)[0].at.Sub(logged)
-	took = waitHealthy(t, l.c, 2*time.Minute, "after "+p.Name+"'s power-cycle")
-	stallLine(t, "%s panicked, its BMC's event log an OS critical stop: power-cycled %v after the entry, every machine Healthy %v later", p.Name,
-		reset.Round(10*time.Millisecond), took.Round(100*time.Millisecond))
 }
 
 // awaitRequest waits within d of at for a BMC reset request for m; it fails the test, with the hub's
@@ -256,18 +264,22 @@ func (l *stallLab) awaitQuorum(t *testing.T, at time.Time, d time.Duration) time
 	return 0
 }
 
-// starvedThenEtcdHung: cp-0's processes at 5 % of a core for 60 s; then its etcd member alone hung
-// for 60 s.
-func starvedThenEtcdHung(t *testing.T, l *stallLab) {
+// starved: cp-0's etcd member and agent at 5 % of a core for 60 s.
+func starved(t *testing.T, l *stallLab) {
 	m := l.c.Machines[0]
 	at := time.Now()
 	undo := m.Starve(0.05)
 	sleepCtx(t, 60*time.Second)
-	undo()
-	l.noPowerAction(t, at, m.Name+"'s etcd and agent starved to 5 % of a core for 60s", m)
-	sleepCtx(t, 2*time.Second)
+	throttled := undo()
+	l.noPowerAction(t, at, fmt.Sprintf("%s's etcd and agent starved to 5 %% of a core for 60s (throttled in %d periods of 100 ms)", m.Name, throttled), m)
+	require.Positive(t, throttled, "the quota never throttled them")
+}
 
-	at = time.Now()
+// etcdHung: cp-0's etcd member alone hung for 60 s, its agent reporting it: the kubelet's restart of it
+// comes first.
+func etcdHung(t *testing.T, l *stallLab) {
+	m := l.c.Machines[0]
+	at := time.Now()
 	m.SignalEtcd(syscall.SIGSTOP)
 	sleepCtx(t, 60*time.Second)
 	held := explainDecision(t, l.c, m.Name)
