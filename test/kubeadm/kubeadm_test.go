@@ -550,21 +550,26 @@ func twoHangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, a, b 
 // degradedLines are the hub's log lines about its Lease, etcd's quorum and degraded mode.
 const degradedLines = `degraded|lost the lease|leading|campaigning|QuorumLost|ObserverMajority`
 
-// hangsAndReboots hangs each control-plane node in turn (each healed before the next), then has an
-// operator reboot one and try a second.
+// hangsAndReboots pauses two control-plane nodes that come back by themselves, then hangs each
+// control-plane node in turn (each healed before the next), then has an operator reboot one and try a
+// second.
 func hangsAndReboots(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	t.Helper()
+	// Paused, not hung (a VM stun, a storage stall): podman pause for 5 s, then for 20 s: no power
+	// action, every machine Healthy again by itself.
+	pauseAndResume(ctx, t, c, c.Node("cp-1"), 5*time.Second)
+	pauseAndResume(ctx, t, c, c.Node("cp-2"), 20*time.Second)
 	// A control-plane node hangs (frozen: every process stops where it is), once on each machine (two
-	// Redfish BMCs, one IPMI): Unhealthy, power-cycled through its BMC, booted from its disk, its
-	// static pods and its etcd member back, its Node Ready, every machine Healthy again.
-	var heals []time.Duration
-	for _, name := range []string{"cp-1", "cp-2", "cp-0"} {
-		heals = append(heals, hangAndHeal(ctx, t, c, c.Node(name)))
-	}
-	slices.Sort(heals)
-	defer t.Logf("a hung control-plane node, hang → healthy control plane (every machine Healthy, the Node Ready): p50 %s, max %s over %d runs "+
-		"(Cluster API's MachineHealthCheck: 5 min before it starts to replace the machine, by default)", heals[len(heals)/2].Round(time.Second),
-		heals[len(heals)-1].Round(time.Second), len(heals))
+	// Redfish BMCs, one IPMI): Unhealthy, power-cycled through its BMC, booted from its disk, its static
+	// pods and its etcd member back, its Node Ready, every machine Healthy again. cp-1 hangs with
+	// nothing in its BMC's record: power-cycled once its stall tolerance has passed without a sign of
+	// life. cp-2 and cp-0 panic, their BMCs logging the OS critical stop (Redfish's LogService, IPMI's
+	// SEL): power-cycled at once on that proof.
+	hung := hangAndHeal(ctx, t, c, c.Node("cp-1"), false)
+	panics := []time.Duration{hangAndHeal(ctx, t, c, c.Node("cp-2"), true), hangAndHeal(ctx, t, c, c.Node("cp-0"), true)}
+	defer t.Logf("a hung control-plane node, hang → healthy control plane (every machine Healthy, the Node Ready): %s when nothing proves the hang "+
+		"(the stall tolerance, 30 s, first), %s and %s on a panic its BMC logged (Cluster API's MachineHealthCheck: 5 min before it starts to replace "+
+		"the machine, by default)", hung.Round(time.Second), panics[0].Round(time.Second), panics[1].Round(time.Second))
 
 	// An operator's reboot of a healthy member, the others healthy: done. A second one while it runs
 	// would leave one of three voters healthy: refused, with the rule and the numbers.
@@ -584,15 +589,40 @@ func hangsAndReboots(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 
 }
 
-// hangAndHeal freezes n and waits until the hub has power-cycled it through its BMC and the control
-// plane is whole again; it returns the time from the hang to then.
-func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.Node) time.Duration {
+// pauseAndResume pauses n for d (podman pause: the cgroup freezer, as a VM stun) and checks that it
+// comes back by itself with no power action.
+func pauseAndResume(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.Node, d time.Duration) {
+	t.Helper()
+	before := len(c.PowerEvents())
+	n.Freeze()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	n.Thaw()
+	thawed := time.Now()
+	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s pause", allHealthy)
+	took := time.Since(thawed)
+	if events := c.PowerEvents()[before:]; len(events) > 0 {
+		t.Fatalf("%s paused %v: power changes or BMC requests %v\n%s", n.Name, d, events, c.HubLines(ctx, `Unhealthy|Remediation|Resumed|MayResume|Healthy`))
+	}
+	t.Logf("%s paused %v (podman pause): no power action, every machine Healthy %s after it went on", n.Name, d, took.Round(100*time.Millisecond))
+}
+
+// hangAndHeal freezes n (a panic its BMC logs first, when panicked) and waits until the hub has
+// power-cycled it through its BMC and the control plane is whole again; it returns the time from the
+// hang to then. A hang nothing records is power-cycled only once the stall tolerance has passed.
+func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.Node, panicked bool) time.Duration {
 	t.Helper()
 	before := len(c.PowerEvents())
 	leading, err := leader(ctx, c)
 	require.NoError(t, err)
 	hung := time.Now()
-	n.Freeze()
+	if panicked {
+		hung = n.Panic()
+	} else {
+		n.Freeze()
+	}
 	st := waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
 		m, ok := machineIn(st, n.Name)
 		return ok && (m.Verdict == assess.VerdictUnhealthy || m.Remediation != nil) || len(powerChanges(c, before)) > 0
@@ -619,15 +649,24 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	for i, kind := range []string{"power-off ", "power-on "} {
 		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" "+bmcOf(c, n)), "one power-cycle of the hung node by its BMC, nothing else: %v", powered)
 	}
-	var on time.Duration // when the BMC powered it on again
+	var off, on time.Duration // when the BMC powered it off, and on again
 	for i, e := range c.PowerEvents()[before:] {
-		if strings.HasPrefix(e, "power-on ") {
+		switch {
+		case strings.HasPrefix(e, "power-off ") && off == 0:
+			off = c.PowerEventAt(before + i).Sub(hung)
+		case strings.HasPrefix(e, "power-on "):
 			on = c.PowerEventAt(before + i).Sub(hung)
 		}
 	}
-	t.Logf("%s hung: Unhealthy (or under remediation) after %s, power-cycled by %s (on again after %s), healthy control plane after %s",
-		n.Name, detected.Round(100*time.Millisecond), bmcOf(c, n), on.Round(100*time.Millisecond), healed.Round(time.Second))
-	if healed > 30*time.Second { // slower than it should be: what the hub and the nodes say, for the record
+	how := "hung, nothing in its BMC's record"
+	if panicked {
+		how = "panicked, its BMC's event log an OS critical stop"
+	} else if tol := pass.DefaultStallTolerance; off < tol-time.Second {
+		t.Fatalf("%s power-cycled %v after its hang, before its stall tolerance (%v) had passed\n%s", n.Name, off, tol, c.HubLines(ctx, `Unhealthy|Remediation|MayResume`))
+	}
+	t.Logf("%s %s: Unhealthy (or under remediation) after %s, powered off by %s after %s (on again after %s), healthy control plane after %s",
+		n.Name, how, detected.Round(100*time.Millisecond), bmcOf(c, n), off.Round(100*time.Millisecond), on.Round(100*time.Millisecond), healed.Round(time.Second))
+	if slow := 30 * time.Second; healed > slow && panicked || healed > pass.DefaultStallTolerance+slow { // slower than it should be: for the record
 		t.Logf("%s's heal took %s:\n%s\n%s", n.Name, healed.Round(time.Second), c.Diagnostics(ctx), n.Diagnose(ctx))
 	}
 	// The leader keeps its Lease: its connection to the hung node's API server (through the kubernetes

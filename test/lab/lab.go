@@ -621,22 +621,6 @@ func (m *Machine) Resume() {
 	m.signalLocked(syscall.SIGCONT)
 }
 
-// Panic has the machine's BMC log an OS critical stop in its event log, as Linux's IPMI driver has it
-// logged as the kernel panics, then hangs it (Hang); it returns when the BMC logged it.
-func (m *Machine) Panic() time.Time {
-	c := m.c
-	at := time.Now()
-	if sim := c.IPMI[m.Name]; sim != nil {
-		if err := sim.AddSEL(context.Background(), ipmisim.SELOSCriticalStop); err != nil {
-			c.T.Fatalf("lab: %s's BMC did not log the panic: %v", m.Name, err)
-		}
-	} else {
-		at = c.Redfish.LogEvent(m.Name, bmcsim.Event{SensorType: "OS Stop/Shutdown", Message: "Run-time critical stop"})
-	}
-	m.Hang()
-	return at
-}
-
 // KillEtcd stops the machine's etcd member alone (a crashed or hung member, its agent reporting it);
 // it runs again when the machine is powered on. The machine must run its etcd as a static pod
 // (Options.StaticPods).

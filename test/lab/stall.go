@@ -1,13 +1,17 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/test/ipmisim"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/proc"
 )
@@ -57,6 +61,35 @@ func (m *Machine) signalLocked(sig syscall.Signal) {
 			p.Signal(sig)
 		}
 	}
+}
+
+// logPanic has the BMC of the machine name (redfish's system name, or ipmi) log an OS critical stop in
+// its event log, as Linux's IPMI driver has it logged as the kernel panics; it returns when.
+func logPanic(t netns.TB, redfish *bmcsim.Server, ipmi *ipmisim.Sim, name string) time.Time {
+	if ipmi != nil {
+		at := time.Now()
+		if err := ipmi.AddSEL(context.Background(), ipmisim.SELOSCriticalStop); err != nil {
+			t.Fatalf("lab: %s's BMC did not log the panic: %v", name, err)
+		}
+		return at
+	}
+	return redfish.LogEvent(name, bmcsim.Event{SensorType: "OS Stop/Shutdown", Message: "Run-time critical stop"})
+}
+
+// Panic has the machine's BMC log an OS critical stop (logPanic), then freezes it whole: a kernel
+// panic. It returns when the BMC logged it.
+func (m *Machine) Panic() time.Time {
+	at := logPanic(m.c.T, m.c.Redfish, m.c.IPMI[m.Name], m.Name)
+	m.Freeze()
+	return at
+}
+
+// Panic has the node's BMC log an OS critical stop (logPanic), then freezes it (Freeze): a kernel
+// panic. It returns when the BMC logged it.
+func (n *Node) Panic() time.Time {
+	at := logPanic(n.c.T, n.c.Redfish, n.c.IPMI[n.Name], n.Name)
+	n.Freeze()
+	return at
 }
 
 // Lossy drops share of the packets in and out of the machine's host, each at random (iptables'
