@@ -97,7 +97,7 @@ type logRead struct {
 // the power state is evidence on its own.
 func (c *Controller) Evidence(ctx context.Context) (Evidence, error) {
 	var ev Evidence
-	err := c.session(ctx, "evidence", func(cn conn) error {
+	err := c.session(ctx, "status", func(cn conn) error { // a status read, the health and the log with it
 		st, _, err := c.read(ctx, cn)
 		if err != nil {
 			return err

@@ -230,7 +230,7 @@ func newPassRig(t testing.TB, pool *testPool, p pass.Policy, powerFails map[stri
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	r := &passRig{pool: pool, sim: sim, journal: &countingStore{Store: j}, done: make(chan error, 1)}
-	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Recoveries: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
+	cfg := Config{Inventory: inv, Gossip: pool, Journal: r.journal, Marks: j, Recoveries: j, Episodes: j, Tick: 20 * time.Millisecond, Metrics: prometheus.NewRegistry(),
 		BMC:       bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second},
 		AfterPass: func(n uint64) { r.passes.Store(n) }}
 	cfg.PowerFor = func(m pass.Machine) (execute.Power, error) {

@@ -184,18 +184,25 @@ func (w *remediationWorld) Overtaken() error {
 		r.Token, r.Began.UTC().Format(time.RFC3339), w.m.Name)
 }
 
-// Wanted: one of the hub's own remediations is wanted while the machine has not been judged Healthy
-// again, and one begun while the machine was dead while it has shown no sign of life since it began
-// (it resumed by itself: pass/stall.go). An operator's reboot is wanted whatever the verdict.
+// Wanted: the remediation is still wanted, as the machine's latest assessment says (wanted).
 func (w *remediationWorld) Wanted() error {
 	a, ok := w.h.Assessment(w.m.Name)
+	if !ok {
+		return nil
+	}
+	return wanted(w.rem, a)
+}
+
+// wanted: one of the hub's own remediations is wanted while its machine has not been judged Healthy
+// again, and one begun while the machine was dead while it has shown no sign of life since it began
+// (it resumed by itself: pass/stall.go). An operator's reboot is wanted whatever the verdict.
+func wanted(rem journal.Remediation, a assess.Assessment) error {
 	switch {
-	case !ok:
-	case w.rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy:
-		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", w.m.Name)
-	case w.rem.WhileDead && a.LifeAt.After(w.rem.Created) && (a.Alive || !a.Dead):
+	case rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy:
+		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", a.Machine)
+	case rem.WhileDead && a.LifeAt.After(rem.Created) && (a.Alive || !a.Dead):
 		return fmt.Errorf("%s has shown a sign of life (at %s) since its remediation began, where it was dead: it resumed by itself, and its remediation is no longer wanted",
-			w.m.Name, a.LifeAt.UTC().Format("15:04:05.000Z07:00"))
+			a.Machine, a.LifeAt.UTC().Format("15:04:05.000Z07:00"))
 	}
 	return nil
 }

@@ -155,22 +155,24 @@ func fixedAPI(t *testing.T) http.Handler {
 		Observers: hub.ObserversStatus{Expected: 4, Heard: []string{"cp-1", "cp-3", "hub"}, Missing: []string{"cp-2"}, Majority: true},
 		Budget:    &quorum.Budget{Voters: 3, HealthyVoters: 2, Quorum: 2, FaultTolerance: 0, Available: 0},
 		Policy: hub.EffectivePolicy{MinFaultTolerance: 0, MaxInFlight: "1", MaxUnhealthy: "40%", Cooldown: config.Duration{Duration: 5 * time.Minute},
-			MaxAttempts: 3},
+			MaxAttempts: 3, StallTolerance: hub.QuorumWaits{QuorumHeld: config.Duration{Duration: 30 * time.Second}, QuorumNeeded: config.Duration{Duration: 10 * time.Second}},
+			ComponentGrace: hub.QuorumWaits{QuorumHeld: config.Duration{Duration: 3 * time.Minute}, QuorumNeeded: config.Duration{Duration: 30 * time.Second}}},
 		Machines: []hub.MachineStatus{
 			{Name: "cp-1", Node: "cp-1", Member: "etcd-1", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
-				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On"}},
-			{Name: "cp-2", Node: "cp-2", Member: "etcd-2", Role: "voter", EtcdHealth: "unreachable", Verdict: assess.VerdictUnhealthy, Since: t0.Add(-12 * time.Second),
-				Reasons: []string{"agent dead for 12s (declared by hub, cp-1, cp-3)", "etcd-2 unreachable from 2 of 2 observers for 12s"},
+				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On", Health: "OK"}},
+			{Name: "cp-2", Node: "cp-2", Member: "etcd-2", Role: "voter", EtcdHealth: "unreachable", Verdict: assess.VerdictUnhealthy, Since: t0.Add(-42 * time.Second),
+				Reasons: []string{"cp-2 dead since 08:59:18.000Z per 3 of 4 expected observers (the hub and 2 others)"},
 				Remediation: &hub.InFlight{ID: "cp-2/0007", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"),
 					Step: 1, Attempt: 1},
-				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On"}},
+				BMC: &pass.BMCReadiness{Checked: t0.Add(-11 * time.Second), Ready: true, Power: "On", Health: "OK"}},
 			{Name: "cp-3", Node: "cp-3", Member: "etcd-3", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
 				Detached: true, DetachedBy: &detached, Decision: "detached by " + detached.String(),
 				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Problem: bmc.ProblemLogin,
 					Error: "redfish https://10.0.0.13/redfish/v1/Systems/1: login refused (HTTP 401 Base.1.0.InsufficientPrivilege: the credentials were not accepted)"}},
 		},
 	}
-	rem := journal.Remediation{ID: "cp-2/0007", Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "Unhealthy for 2s: agent dead for 2s",
+	rem := journal.Remediation{ID: "cp-2/0007", Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub",
+		Reason: "free: cp-2 is not a healthy voter; no sign of life for 30s, past its stall tolerance of 30s (etcd keeps quorum without it)", WhileDead: true,
 		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"), Attempt: 1, State: journal.InProgress, Created: t0.Add(-10 * time.Second),
 		Updated: t0.Add(-6 * time.Second), History: []journal.Entry{
 			{At: t0.Add(-10 * time.Second), Step: 0, Kind: journal.EntryIntent, Detail: "power-cycle etcd-2", Epoch: 7},
@@ -180,6 +182,8 @@ func fixedAPI(t *testing.T) http.Handler {
 	var explain hub.Explanation
 	explain.Time, explain.Machine, explain.Strategy, explain.BMC = t0, st.Machines[1], "reboot", "redfish https://10.0.0.12/redfish/v1/Systems/1"
 	explain.Planner, explain.Budget, explain.History = "in flight: cp-2/0007", st.Budget, []journal.Remediation{rem}
+	explain.Episodes = []pass.Episode{{Machine: "cp-2", Kind: pass.EpisodeDead, Began: t0.Add(-2 * time.Hour), Ended: t0.Add(-2*time.Hour + 6400*time.Millisecond),
+		Outcome: pass.EpisodeResumed, Why: "cp-2 dead since 07:00:00.900Z per 3 of 4 expected observers (the hub and 2 others)"}}
 	manual := journal.Remediation{ID: "cp-1/0003", Machine: "cp-1", Strategy: "reboot", RequestedBy: "operator@laptop", Reason: "requested by operator@laptop",
 		Steps: steps("power-cycle etcd-1", "await-healthy etcd-1"), Attempt: 1, State: journal.Succeeded, Created: t0, Updated: t0.Add(94 * time.Second),
 		History: []journal.Entry{

@@ -148,7 +148,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	out, code = cli("explain", "cp-1")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "etcd member etcd-1: voter, healthy")
-	assert.Contains(t, out, "bmc: ready (power On), checked at ")
+	assert.Contains(t, out, "bmc: ready (power On, health OK), checked at ")
 	assert.Contains(t, out, "planner: nothing to do: the machine is healthy")
 	// The same explanation as data: -o json and -o yaml.
 	out, code = cli("explain", "cp-1", "-o", "json")

@@ -1,0 +1,114 @@
+package hub
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcsim"
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/pass"
+)
+
+// Through the hub, with the shipped stall tolerance: a machine that stops answering and comes back
+// within it is left alone, its BMC read for proof of a hang while it waits; its episode is said,
+// counted, journaled and explained. A machine that panics (its BMC logs an OS critical stop) is
+// power-cycled at once, its remediation's reason saying why.
+func TestStallsThroughTheHub(t *testing.T) {
+	pool := newTestPool(3)
+	r := newPassRig(t, pool, testPolicy(), nil)
+	r.run(t)
+	r.awaitPasses(t, 5)
+	ctx := t.Context()
+	setDead := func(node string, dead bool) {
+		pool.mu.Lock()
+		pool.dead[node] = dead
+		pool.mu.Unlock()
+	}
+
+	stopped := time.Now()
+	setDead("cp-2", true)
+	require.Eventually(t, func() bool {
+		m := r.machine("cp-2")
+		return strings.Contains(m.Decision, "cp-2 has shown no sign of life since") && m.BMC != nil && m.BMC.Checked.After(stopped)
+	}, 10*time.Second, 10*time.Millisecond, "held MayResume, its BMC read for proof")
+	m := r.machine("cp-2")
+	assert.Contains(t, m.Decision, "(stallTolerance 30s: etcd keeps quorum without it), at once if its BMC proves a hang")
+	assert.Equal(t, "OK", m.BMC.Health, "the evidence read: its health")
+	setDead("cp-2", false)
+	require.Eventually(t, func() bool { return r.machine("cp-2").Verdict == "Healthy" }, 10*time.Second, 10*time.Millisecond)
+	assert.Empty(t, r.sim.Resets("cp-2"), "no power action")
+	var e pass.Episode
+	require.Eventually(t, func() bool {
+		eps := r.hub.Episodes("cp-2")
+		if len(eps) == 0 {
+			return false
+		}
+		e = eps[len(eps)-1]
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, pass.EpisodeDead, e.Kind)
+	assert.Equal(t, pass.EpisodeResumed, e.Outcome)
+	assert.Less(t, e.Length(), 10*time.Second)
+	ex, err := r.hub.Explain(ctx, "cp-2")
+	require.NoError(t, err)
+	assert.Contains(t, ex.String(), "episode: dead resumed for ")
+	reg, ok := r.hub.cfg.Metrics.(*prometheus.Registry)
+	require.True(t, ok)
+	n, err := testutil.GatherAndCount(reg, "hale_hub_episodes_total")
+	require.NoError(t, err)
+	assert.Equal(t, 6, n, "every kind and outcome, from the start")
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.hub.metrics.episodes.WithLabelValues(pass.EpisodeDead, string(pass.EpisodeResumed))))
+	require.Eventually(t, func() bool {
+		l, err := r.journal.Store.(*Journal).Episodes(ctx)
+		return err == nil && len(l["cp-2"]) == 1 && l["cp-2"][0].Outcome == pass.EpisodeResumed
+	}, 5*time.Second, 10*time.Millisecond, "journaled")
+
+	// A panic: proved by its BMC's event log, cycled at once.
+	logged := r.sim.LogEvent("cp-1", bmcsim.Event{SensorType: "OS Stop/Shutdown", Message: "Run-time critical stop"})
+	setDead("cp-1", true)
+	require.Eventually(t, func() bool { return len(r.sim.Resets("cp-1")) > 0 }, 10*time.Second, 10*time.Millisecond, "cp-1 power-cycled")
+	took := time.Since(logged)
+	assert.Less(t, took, pass.DefaultStallTolerance/2, "on the proof, not after the tolerance")
+	hist, err := r.hub.History(ctx, "cp-1")
+	require.NoError(t, err)
+	require.NotEmpty(t, hist)
+	assert.Contains(t, hist[len(hist)-1].Reason, "its BMC proves a hang: its event log has "+bmc.HangOSCriticalStop)
+	assert.False(t, hist[len(hist)-1].WhileDead, "the BMC's proof stands, whatever a lagging view says after it")
+	t.Logf("cp-1's panic: power-cycled %v after its BMC logged it", took.Round(10*time.Millisecond))
+}
+
+// A remediation begun while its machine was dead is withdrawn when the machine shows a sign of life
+// since it began, before its request goes out; one begun on the BMC's proof (or an operator's) is not,
+// nor one whose machine an observer's lagging view shows alive while the majority sees it dead.
+func TestWantedWithdrawsWhenTheMachineResumes(t *testing.T) {
+	began := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	dead := assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictUnhealthy, Dead: true, LifeAt: began.Add(-30 * time.Second)}
+	resumed := assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictSuspect, Alive: true, LifeAt: began.Add(time.Second)}
+	lagging := dead
+	lagging.LifeAt = began.Add(time.Second) // a minority observer's report still holds it alive
+	for _, tc := range []struct {
+		name      string
+		whileDead bool
+		by        string
+		a         assess.Assessment
+		wanted    bool
+	}{
+		{"begun while dead, still dead", true, "hub", dead, true},
+		{"begun while dead, resumed since: withdrawn", true, "hub", resumed, false},
+		{"begun while dead, one observer's view lags: still wanted", true, "hub", lagging, true},
+		{"begun on its BMC's proof, resumed since: still wanted (the proof stands)", false, "hub", resumed, true},
+		{"an operator's, Healthy again: still wanted", false, "alice", assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictHealthy, Alive: true, LifeAt: began.Add(time.Second)}, true},
+		{"the hub's, Healthy again: withdrawn", false, "hub", assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictHealthy, Alive: true, LifeAt: began.Add(time.Second)}, false},
+	} {
+		err := wanted(journal.Remediation{Created: began, WhileDead: tc.whileDead, RequestedBy: tc.by}, tc.a)
+		assert.Equal(t, tc.wanted, err == nil, "%s: %v", tc.name, err)
+	}
+}
