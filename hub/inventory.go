@@ -82,7 +82,7 @@ type PolicyFile struct {
 	ComeBackTimeout config.Duration `json:"comeBackTimeout"`
 	// DeadTimeout: how long a machine must have been declared dead, by the hub and a majority of live
 	// observers, before it is Unhealthy (default 0: at once; the gossip's suspicion already had its
-	// say).
+	// say). The verdict is not the action: stallTolerance says when a dead machine is acted on.
 	DeadTimeout config.Duration `json:"deadTimeout"`
 	// EtcdUnreachableTimeout: how long a majority of observers must fail to reach a machine's etcd
 	// member before it is Unhealthy (default 5 s).

@@ -38,8 +38,6 @@ type stall struct {
 	dead bool
 	// from is when the count began: its last sign of life (dead), or when it began to fail.
 	from time.Time
-	// watch: the hub reads its BMC for proof of a hang while it waits.
-	watch bool
 }
 
 // stallOf is what the stall tolerance and the component grace say of m, Unhealthy as a says, when
@@ -76,9 +74,8 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", d.Round(time.Second), wait, class)
 		return st
 	}
-	st.watch = m.Endpoint.Driver != ""
 	sooner := ", at once if its BMC proves a hang (power Off unasked, a kernel panic, machine check or watchdog expiry in its event log, health Critical)"
-	if !st.watch {
+	if m.Endpoint.Driver == "" {
 		sooner = "; it has no BMC whose word could prove a hang sooner"
 	}
 	st.hold = Hold{Reason: ReasonMayResume, Why: fmt.Sprintf("%s has shown no sign of life since %s: a machine that pauses (a VM stun or live migration, "+
@@ -100,7 +97,7 @@ func deadFrom(f Facts, a assess.Assessment) time.Time {
 // fail (systemd's of the kubelet).
 func restartWhat(m Machine, a assess.Assessment) string {
 	if len(a.Failing) == 0 {
-		return fmt.Sprintf("%s's agent reports, and what fails may recover by itself (%s)", m.Name, firstReason(a))
+		return fmt.Sprintf("%s's agent reports, and what fails on it may recover by itself (`hub explain %s`)", m.Name, m.Name)
 	}
 	var parts []string
 	for _, c := range a.Failing {

@@ -492,7 +492,7 @@ probes: {kubelet: {enabled: false}, apiserver: {enabled: false}, etcdDisk: {enab
 // EtcdStatus is m's etcd member's own status (its member ID, its leader, its raft term), asked from
 // the out-of-band host.
 func (c *Cluster) EtcdStatus(ctx context.Context, m *Machine) (*clientv3.StatusResponse, error) {
-	cli, err := c.etcdClient(m)
+	cli, err := c.EtcdClient(m)
 	if err != nil {
 		return nil, err
 	}
@@ -502,8 +502,8 @@ func (c *Cluster) EtcdStatus(ctx context.Context, m *Machine) (*clientv3.StatusR
 	return cli.Status(ctx, "http://"+m.Host.Addr(2379))
 }
 
-// etcdClient is a client of m's etcd member alone, from the out-of-band host.
-func (c *Cluster) etcdClient(m *Machine) (*clientv3.Client, error) {
+// EtcdClient is a client of m's etcd member alone, from the out-of-band host.
+func (c *Cluster) EtcdClient(m *Machine) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: []string{"http://" + m.Host.Addr(2379)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return c.OOB.Dial(ctx, "tcp", addr)
@@ -531,7 +531,7 @@ func (c *Cluster) MoveLeader(ctx context.Context, m *Machine) error {
 		case leader == m:
 			return nil
 		case to != 0 && leader != nil:
-			cli, err := c.etcdClient(leader)
+			cli, err := c.EtcdClient(leader)
 			if err != nil {
 				return err
 			}

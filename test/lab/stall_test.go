@@ -248,7 +248,7 @@ func (l *stallLab) boot(*testing.T) time.Duration { return 5 * time.Second }
 // returns how long after at that was.
 func (l *stallLab) awaitQuorum(t *testing.T, at time.Time, d time.Duration) time.Duration {
 	t.Helper()
-	cli, err := l.c.etcdClient(l.c.Machines[0])
+	cli, err := l.c.EtcdClient(l.c.Machines[0])
 	require.NoError(t, err)
 	defer cli.Close()
 	for time.Since(at) < d {
