@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -27,19 +26,20 @@ type EpisodeStore interface {
 	RecordEpisodes(ctx context.Context, log EpisodeLog) error
 }
 
-// loadEpisodes reads the episodes' log the store kept (none without a store).
-func (h *Hub) loadEpisodes(ctx context.Context) error {
+// loadEpisodes reads the episodes' log the store kept (none without a store). A log that cannot be
+// read is said and started afresh: it explains, it decides nothing.
+func (h *Hub) loadEpisodes(ctx context.Context) {
 	if h.cfg.Episodes == nil {
-		return nil
+		return
 	}
 	l, err := h.cfg.Episodes.Episodes(ctx)
 	if err != nil {
-		return fmt.Errorf("reading the episodes' log: %w", err)
+		h.log.Warn("reading the episodes' log: starting it afresh", "err", err)
+		return
 	}
 	h.mu.Lock()
 	h.episodes = l
 	h.mu.Unlock()
-	return nil
 }
 
 // ended counts the episodes a pass saw end and adds them to the log, which is handed to the writer.

@@ -112,3 +112,26 @@ func TestWantedWithdrawsWhenTheMachineResumes(t *testing.T) {
 		assert.Equal(t, tc.wanted, err == nil, "%s: %v", tc.name, err)
 	}
 }
+
+// An episodes' log the journal cannot read (a hand-edited file) is said and started afresh: the hub
+// runs, and new episodes are journaled over it.
+func TestAnUnreadableEpisodesLogStartsAfresh(t *testing.T) {
+	pool := newTestPool(3)
+	r := newPassRig(t, pool, testPolicy(), nil)
+	j := r.journal.Store.(*Journal)
+	require.NoError(t, j.SetMeta(keyEpisodes, "not a log"))
+	r.run(t)
+	r.awaitPasses(t, 5)
+	assert.Empty(t, r.hub.Episodes("cp-0"))
+	pool.mu.Lock()
+	pool.dead["cp-0"] = true
+	pool.mu.Unlock()
+	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == "Unhealthy" }, 10*time.Second, 10*time.Millisecond)
+	pool.mu.Lock()
+	pool.dead["cp-0"] = false
+	pool.mu.Unlock()
+	require.Eventually(t, func() bool {
+		l, err := j.Episodes(t.Context())
+		return err == nil && len(l["cp-0"]) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the next episode journaled over the unreadable log")
+}

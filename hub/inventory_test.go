@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -86,6 +87,8 @@ func TestLoadExampleInventory(t *testing.T) {
 	assert.Equal(t, 10*time.Second, inv.Policy.Assess.ProbeTimeouts["etcd"])
 	assert.Equal(t, quorum.Percent(40), inv.Policy.Quorum.Pools.MaxUnhealthy)
 	assert.Equal(t, 3, inv.Policy.RateMax)
+	assert.Equal(t, pass.PerQuorum{Held: 30 * time.Second, Needed: 10 * time.Second}, inv.Policy.StallTolerance)
+	assert.Equal(t, pass.PerQuorum{Held: 3 * time.Minute, Needed: 30 * time.Second}, inv.Policy.ComponentGrace)
 	assert.Equal(t, 5*time.Minute, inv.Policy.Cooldown)
 	assert.Equal(t, []string{"witness-a", "witness-b"}, inv.Witnesses)
 }
@@ -132,6 +135,12 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 			`policy.plannedWork[1]: "upgrade" is no kind of planned work (cordoned, deleting, rollout, nodeMaintenance, kubeadmUpgrade)`},
 		{"negative out-of-service", "cluster: c\npolicy: {outOfServiceAfter: -1m}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
 			"policy.outOfServiceAfter: -1m0s must not be negative (0s: never)"},
+		{"negative stall tolerance", "cluster: c\npolicy: {stallTolerance: {quorumNeeded: -5s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			"policy.stallTolerance.quorumNeeded: -5s must not be negative (0s: at once)"},
+		{"a stall tolerance's typo", "cluster: c\npolicy: {stallTolerance: {quorumHold: 5s}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			"policy.stallTolerance.quorumHold: unknown field; did you mean quorumHeld?"},
+		{"negative component grace", "cluster: c\npolicy: {componentGrace: {quorumHeld: -1m}}\nclasses: {cp: {strategy: reboot}}\n" + machine(""),
+			"policy.componentGrace.quorumHeld: -1m0s must not be negative (0s: at once)"},
 		{"no machines", head, "machines: none listed"},
 	}
 	for _, tt := range tests {

@@ -24,9 +24,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
 		return err
 	}
-	if err := h.loadEpisodes(ctx); err != nil {
-		return err
-	}
+	h.loadEpisodes(ctx)
 	if h.cfg.Marks != nil {
 		m, err := h.cfg.Marks.RaftMark(ctx)
 		if err != nil {

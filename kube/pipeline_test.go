@@ -335,12 +335,18 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 		{`{"probeTimeouts": {"etcd": "7s"}}`, func(st hub.Status) bool { return st.Policy.ProbeTimeouts["etcd"].Duration == 7*time.Second }},
 		{`{"cooldown": "90s"}`, func(st hub.Status) bool { return st.Policy.Cooldown.Duration == 90*time.Second }},
 		{`{"maxAttempts": 5}`, func(st hub.Status) bool { return st.Policy.MaxAttempts == 5 }},
+		{`{"stallTolerance": {"quorumHeld": "45s"}}`, func(st hub.Status) bool {
+			return st.Policy.StallTolerance.QuorumHeld.Duration == 45*time.Second && st.Policy.StallTolerance.QuorumNeeded.Duration == 0 // the in-process inventory's
+		}},
+		{`{"componentGrace": {"quorumHeld": "4m", "quorumNeeded": "20s"}}`, func(st hub.Status) bool {
+			return st.Policy.ComponentGrace.QuorumHeld.Duration == 4*time.Minute && st.Policy.ComponentGrace.QuorumNeeded.Duration == 20*time.Second
+		}},
 	} {
 		patch(tc.spec)
 		require.Eventually(t, func() bool { return tc.in(tb.Hub().Status(ctx)) }, 10*time.Second, 20*time.Millisecond, "%s in force", tc.spec)
 	}
 	require.Eventually(t, func() bool {
-		return strings.Contains(applied().Message, "overridden: minFaultTolerance, maxInFlight, maxUnhealthy, probeTimeouts, cooldown, maxAttempts")
+		return strings.Contains(applied().Message, "overridden: minFaultTolerance, maxInFlight, maxUnhealthy, probeTimeouts, cooldown, maxAttempts, stallTolerance, componentGrace")
 	}, 10*time.Second, 20*time.Millisecond, "%+v", applied())
 	assert.Contains(t, applied().Message, "in force: minFaultTolerance 1, maxInFlight 2, maxUnhealthy 40%, cooldown 1m30s, maxAttempts 5")
 
@@ -357,6 +363,12 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 		return strings.Contains(applied().Message, `spec.probeTimeouts.kubelt: no probe named "kubelt" (known: `)
 	}, 10*time.Second, 20*time.Millisecond, "%+v", applied())
 	patch(`{"probeTimeouts": {"kubelt": null, "etcd": "7s"}}`)
+	patch(`{"stallTolerance": {"quorumNeeded": "-5s"}}`)
+	require.Eventually(t, func() bool {
+		return strings.Contains(applied().Message, `spec.stallTolerance.quorumNeeded: -5s must not be negative`)
+	}, 10*time.Second, 20*time.Millisecond, "%+v", applied())
+	assert.Equal(t, 45*time.Second, tb.Hub().Status(ctx).Policy.StallTolerance.QuorumHeld.Duration, "the policy in force stays")
+	patch(`{"stallTolerance": {"quorumNeeded": null}}`)
 
 	// Unset: the inventory's again.
 	patch(`{"maxInFlight": null, "minFaultTolerance": null}`)

@@ -104,6 +104,35 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	require.ErrorContains(t, err, "annotation hale.dev/raft-mark")
 	assert.ErrorContains(t, err, "remove it, and the hub starts it again")
 
+	// The episodes' log beside them: each machine's last episodes, the newest maxPolicyEpisodes of all.
+	episodes := PolicyEpisodes{Client: c, Policy: store.Policy}
+	l, err := episodes.Episodes(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, l)
+	log := hub.EpisodeLog{}
+	for i := range maxPolicyEpisodes + 5 {
+		m := fmt.Sprintf("cp-%d", i%3)
+		at := began.Add(time.Duration(i) * time.Minute)
+		log[m] = append(log[m], pass.Episode{Machine: m, Kind: pass.EpisodeDead, Began: at, Ended: at.Add(3 * time.Second), Outcome: pass.EpisodeResumed, Why: "dead"})
+	}
+	require.NoError(t, episodes.RecordEpisodes(ctx, log))
+	l, err = episodes.Episodes(ctx)
+	require.NoError(t, err)
+	n := 0
+	for _, eps := range l {
+		n += len(eps)
+		for _, e := range eps {
+			assert.False(t, e.Ended.Before(began.Add(5*time.Minute)), "the oldest dropped first: %v", e.Ended)
+		}
+	}
+	assert.Equal(t, maxPolicyEpisodes, n)
+	p.Annotations = nil
+	require.NoError(t, c.Get(ctx, store.Policy, &p))
+	p.Annotations[EpisodesAnnotation] = "{"
+	require.NoError(t, c.Update(ctx, &p))
+	_, err = episodes.Episodes(ctx)
+	require.ErrorContains(t, err, "annotation hale.dev/episodes")
+
 	// No policy: no mark, and a mark made with the policy.
 	other := PolicyMarks{Client: c, Policy: client.ObjectKey{Namespace: ns, Name: "other"}}
 	m, err = other.RaftMark(ctx)

@@ -25,10 +25,14 @@ import (
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
+// writeInventory writes the in-process cluster's inventory at the in-process pace: a 1-s cooldown,
+// and a second's stall tolerance and component grace (these tests are of what follows a verdict; the
+// shipped waits are test/lab's stall matrix's).
 func writeInventory(t *testing.T, path string, tb *inproc.Cluster, extra string) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "cluster: demo\npolicy: {cooldown: 1s, etcdUnreachableTimeout: 1s%s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n", extra)
+	fmt.Fprintf(&b, "cluster: demo\npolicy: {cooldown: 1s, etcdUnreachableTimeout: 1s, stallTolerance: {quorumHeld: 1s, quorumNeeded: 1s}, "+
+		"componentGrace: {quorumHeld: 1s, quorumNeeded: 1s}%s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n", extra)
 	for i := range inproc.Machines {
 		fmt.Fprintf(&b, "  - {name: %s, member: etcd-%d, class: cp, bmc: {endpoint: %q, credentials: %s}}\n",
 			inproc.Name(i), i, tb.Sim().Endpoint()+"/systems/"+inproc.Name(i), tb.CredentialsFile())
