@@ -33,11 +33,6 @@ import (
 	"github.com/hale-dev/hale/test/netns"
 )
 
-// actSoon is every run's policy beside its schedule's: the checker judges what the hub does when it
-// acts, on as many of the faults as it can, so it acts after 2 s without a sign of life and at once on
-// a component failing (the shipped waits, 30 s and 3 min, are test/lab's stall matrix's to check).
-const actSoon = "stallTolerance: {quorumHeld: 2s, quorumNeeded: 2s}, componentGrace: {quorumHeld: 0s, quorumNeeded: 0s}"
-
 // options are a campaign's settings.
 type options struct {
 	runs           int
@@ -200,7 +195,9 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 		for _, f := range s.Faults {
 			fmt.Fprintf(logf, "schedule: at %5.1fs %s for %.1fs\n", f.At.Seconds(), f, f.For.Seconds())
 		}
-		c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: strings.Join(slices.DeleteFunc([]string{actSoon, s.Policy}, func(p string) bool { return p == "" }), ", "),
+		// Every run acts soon (lab.ActSoon) beside its schedule's policy: the checker judges what the hub
+		// does when it acts, on as many of the faults as it can.
+		c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: strings.Join(slices.DeleteFunc([]string{lab.ActSoon, s.Policy}, func(p string) bool { return p == "" }), ", "),
 			OnEvent: tl.add, StaticPods: s.StaticPods, HubArgs: s.HubArgs})
 		chk := newChecker(c, tl)
 		chk.rulesChanged()

@@ -99,6 +99,11 @@ type Cluster struct {
 	onEvent    func(kind, target, detail string)
 }
 
+// ActSoon is a policy (Options.Policy) that acts on a machine 2 s after it shows no sign of life, or
+// its component fails: for tests of what follows a verdict, where the shipped waits (30 s, 3 min)
+// would only cost minutes; the stall matrix runs those.
+const ActSoon = "stallTolerance: {quorumHeld: 2s, quorumNeeded: 2s}, componentGrace: {quorumHeld: 2s, quorumNeeded: 2s}"
+
 // Options are a cluster's settings beyond its shape.
 type Options struct {
 	// Policy is added to the inventory's policy (flow style, e.g. "maxAttempts: 2").

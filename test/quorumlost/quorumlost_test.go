@@ -86,8 +86,13 @@ func startLabOf(t *testing.T, members int, powerOn time.Duration, apiOn int) *ri
 	// observers with none to spare (the hub, two agents and two witnesses: 5 of 8), and one agent
 	// flapping under load kept it out of degraded mode (a full test run, beside test/kubeadm). Three
 	// leave one to spare.
+	//
+	// Its policy acts on a machine dead or failing after 2 s: these tests are of what follows a lost
+	// quorum (degraded mode, the break-glass inventory, the recovery), where the shipped waits (10 s
+	// for a dead member needed for quorum, 30 s for a member killed under a running agent) would cost
+	// them two minutes; test/lab's stall matrix and test/kubeadm's two hung nodes run those.
 	c := lab.Start(t, bins, lab.Shape{Machines: members, Witnesses: max(2, members-2)},
-		lab.Options{StaticPods: true, NoHub: true, PowerOn: powerOn})
+		lab.Options{StaticPods: true, NoHub: true, PowerOn: powerOn, Policy: lab.ActSoon})
 	l := &rig{Cluster: c, t: t, standaloneArgs: slices.Clone(c.HubArgs)}
 	on := c.Machines
 	if apiOn >= 0 {
