@@ -26,13 +26,14 @@ import (
 )
 
 // writeInventory writes the in-process cluster's inventory at the in-process pace: a 1-s cooldown,
-// and a second's stall tolerance and component grace (these tests are of what follows a verdict; the
-// shipped waits are test/lab's stall matrix's).
+// and 5 s of stall tolerance and component grace (these tests are of what follows a verdict; the
+// shipped waits are test/lab's stall matrix's). With 1 s, a loaded run's in-process gossip once saw
+// cp-2 dead for 4 s, and the hub power-cycled it: the test's metrics counted a heal too many.
 func writeInventory(t *testing.T, path string, tb *inproc.Cluster, extra string) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "cluster: demo\npolicy: {cooldown: 1s, etcdUnreachableTimeout: 1s, stallTolerance: {quorumHeld: 1s, quorumNeeded: 1s}, "+
-		"componentGrace: {quorumHeld: 1s, quorumNeeded: 1s}%s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n", extra)
+	fmt.Fprintf(&b, "cluster: demo\npolicy: {cooldown: 1s, etcdUnreachableTimeout: 1s, stallTolerance: {quorumHeld: 5s, quorumNeeded: 5s}, "+
+		"componentGrace: {quorumHeld: 5s, quorumNeeded: 5s}%s}\nclasses: {cp: {strategy: reboot}}\nmachines:\n", extra)
 	for i := range inproc.Machines {
 		fmt.Fprintf(&b, "  - {name: %s, member: etcd-%d, class: cp, bmc: {endpoint: %q, credentials: %s}}\n",
 			inproc.Name(i), i, tb.Sim().Endpoint()+"/systems/"+inproc.Name(i), tb.CredentialsFile())

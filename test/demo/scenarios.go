@@ -91,7 +91,9 @@ func stallScenario(ctx context.Context, r Rig) error {
 	case <-time.After(time.Second):
 	}
 	r.Resume(2)
-	if err := r.WaitFor(ctx, 30*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
+	// Its etcd member catches up (seconds after a longer stall), and a loaded machine's gossip takes a
+	// while to hear every member again.
+	if err := r.WaitFor(ctx, 60*time.Second, "every machine Healthy", r.AllHealthy); err != nil {
 		return err
 	}
 	if err := r.WaitFor(ctx, 10*time.Second, r.Name(2)+"'s episode, resumed", func() bool {
