@@ -130,7 +130,8 @@ func TestBMCPowerExitCodes(t *testing.T) {
 	t.Run("accepted but never done is 3", func(t *testing.T) {
 		r.sim.SetFaults(bmcsim.Faults{IgnoreResets: true})
 		defer r.sim.SetFaults(bmcsim.Faults{})
-		out, stderr, code := hubRun(t, "bmc", "power", "cycle", ep, "--credentials", r.creds, "--ca-file", r.ca, "--timeout", "1s")
+		// 3 s: with 1 s a loaded run cut the request reading the system short (unreachable, exit 2).
+		out, stderr, code := hubRun(t, "bmc", "power", "cycle", ep, "--credentials", r.creds, "--ca-file", r.ca, "--timeout", "3s")
 		assert.Equal(t, exitUnverified, code)
 		assert.Contains(t, out, "power cycle NOT VERIFIED")
 		assert.Contains(t, stderr, "could not verify")
