@@ -5,71 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/config"
 )
 
-// PowerState is a machine's power state as its BMC reports it.
-type PowerState string
+// PowerState is a machine's power state as its BMC reports it (bmcval.PowerState).
+type PowerState = bmcval.PowerState
 
-// Power states (Redfish's names; IPMI maps onto On and Off).
+// Power states.
 const (
-	PowerOn         PowerState = "On"
-	PowerOff        PowerState = "Off"
-	PowerPoweringOn PowerState = "PoweringOn"
-	// PowerPoweringOff is a transient state on the way to Off.
-	PowerPoweringOff PowerState = "PoweringOff"
-	PowerUnknown     PowerState = "Unknown"
+	PowerOn          = bmcval.PowerOn
+	PowerOff         = bmcval.PowerOff
+	PowerPoweringOn  = bmcval.PowerPoweringOn
+	PowerPoweringOff = bmcval.PowerPoweringOff
+	PowerUnknown     = bmcval.PowerUnknown
 )
-
-// Errors, for errors.Is. Each returned error wraps one of them and says what to do.
-var (
-	// ErrAuth: the BMC rejected the credentials. Never retried: BMC accounts lock out.
-	ErrAuth = errors.New("authentication failed")
-	// ErrRefused: the BMC answered but refused or failed the request, or kept failing until the retries ran out.
-	ErrRefused = errors.New("BMC refused or failed the request")
-	// ErrUnverified: the BMC accepted the request, but the expected state was not observed before the deadline.
-	ErrUnverified = errors.New("could not verify")
-	// ErrWithdrawn: the caller's check (WithCheck) withdrew a disruptive request just before it would
-	// have been sent: nothing was sent for it.
-	ErrWithdrawn = errors.New("withdrawn before it was sent")
-	// ErrUnreachable: the BMC did not answer (no connection, or no answer within the request
-	// timeout). An error that wraps it wraps ErrRefused too.
-	ErrUnreachable = errors.New("BMC unreachable")
-	// ErrNoSystem: the BMC answered but has no system the endpoint names. It wraps ErrRefused too.
-	ErrNoSystem = errors.New("no such system")
-)
-
-// Problem is what a failed call says is wrong with a BMC, for a readiness check: the operator's
-// first question ("can Hale reach and log in to this BMC?") in one word.
-type Problem string
-
-// Problems, from the outside in.
-const (
-	ProblemNone        Problem = ""
-	ProblemUnreachable Problem = "Unreachable"  // no answer: the address, the port, the network path, the BMC itself
-	ProblemLogin       Problem = "LoginRefused" // the credentials (or the account, locked or without the privilege)
-	ProblemNoSystem    Problem = "NoSuchSystem" // the endpoint's /systems/ID
-	ProblemAnswer      Problem = "BadAnswer"    // it answered, but refused or failed the request
-)
-
-// ProblemOf says what err, from a Controller's call, says is wrong.
-func ProblemOf(err error) Problem {
-	switch {
-	case err == nil:
-		return ProblemNone
-	case errors.Is(err, ErrAuth):
-		return ProblemLogin
-	case errors.Is(err, ErrUnreachable):
-		return ProblemUnreachable
-	case errors.Is(err, ErrNoSystem):
-		return ProblemNoSystem
-	}
-	return ProblemAnswer
-}
 
 type checkKey struct{}
 
@@ -131,46 +84,6 @@ const (
 	actForceRestart    action = "ForceRestart"
 	actGracefulRestart action = "GracefulRestart"
 )
-
-// errClass says how a driver error is handled.
-type errClass int
-
-const (
-	classTransient errClass = iota // timeouts, 5xx, connection refused: retried with backoff
-	classAuth                      // never retried
-	classRefused                   // the BMC said no: not retried
-)
-
-// classified is a driver error with its class.
-type classified struct {
-	class errClass
-	err   error
-}
-
-func (c *classified) Error() string { return c.err.Error() }
-func (c *classified) Unwrap() error { return c.err }
-
-func transient(err error) error { return &classified{classTransient, err} }
-func refused(err error) error   { return &classified{classRefused, err} }
-
-// errDriverPanic marks a panic of a driver library, recovered: the daemon lives on, and the fuzz
-// targets fail on it (it is a bug to fix, in the driver or in what we hand it).
-var errDriverPanic = errors.New("the BMC driver failed on the BMC's answer")
-
-func authFailed(err error) error {
-	return &classified{classAuth, err}
-}
-
-func classOf(err error) errClass {
-	var c *classified
-	if errors.As(err, &c) {
-		return c.class
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return classRefused // the caller's deadline: stop, do not retry
-	}
-	return classTransient
-}
 
 // driver opens one conversation with a BMC; a conn is used for one operation and closed.
 type driver interface {
@@ -337,16 +250,6 @@ func (c *Controller) PowerOff(ctx context.Context) (Result, error) {
 	})
 }
 
-// already reports whether the machine is in state st before anything was sent, and says so.
-func (op *operation) already(st PowerState) bool {
-	if op.res.Before != st {
-		return false
-	}
-	op.res.Already = true
-	op.res.Evidence = fmt.Sprintf("already %s: nothing sent", st)
-	return true
-}
-
 // ForceOff powers the machine off at once, without asking its OS (a fence: the machine may be hung or
 // must not touch shared state again), and returns when the BMC reports Off.
 func (c *Controller) ForceOff(ctx context.Context) (Result, error) {
@@ -380,36 +283,6 @@ func (c *Controller) Reboot(ctx context.Context) (Result, error) {
 	})
 }
 
-// operation is one state-changing call in progress.
-type operation struct {
-	c   *Controller
-	ctx context.Context
-	cn  conn
-	res *Result
-	// lastReset is the BMC's LastResetTime when the operation started (zero when not reported).
-	lastReset time.Time
-}
-
-func (c *Controller) operate(ctx context.Context, name string, body func(*operation) error) (Result, error) {
-	res := Result{Endpoint: c.ep.String(), Operation: name, Started: time.Now()}
-	err := c.session(ctx, name, func(cn conn) error {
-		op := &operation{c: c, ctx: ctx, cn: cn, res: &res}
-		st, lr, err := c.read(ctx, cn)
-		if err != nil {
-			return err
-		}
-		res.Before, res.After, op.lastReset = st, st, lr
-		res.ObservedAt = time.Now()
-		return body(op)
-	})
-	res.Duration.Duration = time.Since(res.Started)
-	if err == nil {
-		c.log.Info("power "+name+" done", "before", res.Before, "after", res.After, "requests", res.Requests,
-			"evidence", res.Evidence, "took", res.Duration.Round(time.Millisecond))
-	}
-	return res, err
-}
-
 // session opens a conn, runs f, records metrics, and turns the error into one that names the endpoint
 // and says what to do.
 func (c *Controller) session(ctx context.Context, call string, f func(conn) error) (err error) {
@@ -431,43 +304,6 @@ func (c *Controller) session(ctx context.Context, call string, f func(conn) erro
 	return err
 }
 
-func (c *Controller) explain(call string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrUnverified), errors.Is(err, ErrWithdrawn):
-		return fmt.Errorf("%s %s: %w", c.ep, call, err)
-	case classOf(err) == classAuth:
-		return fmt.Errorf("%s %s: %w: %v; check the credentials (not retried: BMC accounts lock out)", c.ep, call, ErrAuth, err)
-	case errors.Is(err, ErrUnreachable):
-		return &marked{[]error{ErrRefused, ErrUnreachable}, fmt.Sprintf("%s %s: %s: %s; check the address, the port and the network path to the BMC",
-			c.ep, call, ErrUnreachable, cause(err))}
-	case errors.Is(err, ErrNoSystem):
-		return &marked{[]error{ErrRefused, ErrNoSystem}, fmt.Sprintf("%s %s: %s", c.ep, call, cause(err))}
-	}
-	return fmt.Errorf("%s %s: %w: %v", c.ep, call, ErrRefused, err)
-}
-
-// marked is an error that is its sentinels for errors.Is (ErrUnreachable, ErrNoSystem, ErrRefused)
-// and says only its detail: no sentinel's words said twice, none that would mislead ("refused" for a
-// BMC that never answered).
-type marked struct {
-	marks  []error
-	detail string
-}
-
-func (m *marked) Error() string   { return m.detail }
-func (m *marked) Unwrap() []error { return m.marks }
-
-// cause is err's text without the sentinel's words in front (what follows "BMC unreachable: ").
-func cause(err error) string {
-	var m *marked
-	if errors.As(err, &m) {
-		return m.detail
-	}
-	return err.Error()
-}
-
 // read reads the power state with retries.
 func (c *Controller) read(ctx context.Context, cn conn) (PowerState, time.Time, error) {
 	type reading struct {
@@ -479,138 +315,6 @@ func (c *Controller) read(ctx context.Context, cn conn) (PowerState, time.Time, 
 		return reading{st, lr}, err
 	})
 	return r.st, r.lr, err
-}
-
-// send sends a, retrying transient failures only while the BMC shows no sign of having acted on it.
-func (op *operation) send(a action) error {
-	before, beforeReset := op.res.After, op.lastReset
-	check, _ := op.ctx.Value(checkKey{}).(func(context.Context) error)
-	attempt := 0
-	for {
-		if check != nil && a.disruptive() {
-			if err := check(op.ctx); err != nil {
-				return refused(fmt.Errorf("%s %w: %w", a, ErrWithdrawn, err))
-			}
-		}
-		method, err := op.cn.do(op.ctx, a)
-		if err == nil {
-			op.res.Requests = append(op.res.Requests, method)
-			return nil
-		}
-		attempt++
-		if classOf(err) != classTransient || attempt > op.c.retries(op.ctx) {
-			return err
-		}
-		// The request may have been carried out even though the answer was lost: look before resending.
-		if st, lr, rerr := op.cn.state(op.ctx); rerr == nil && (st != before || lr.After(beforeReset)) {
-			op.c.log.Warn("request failed but the BMC shows it took effect; not resending", "request", a, "err", err, "state", st)
-			op.res.Requests = append(op.res.Requests, string(a)+" (answer lost)")
-			return nil
-		}
-		if werr := op.c.backoff(op.ctx, attempt, "send "+string(a), err); werr != nil {
-			return err
-		}
-	}
-}
-
-// sendAndWait sends a and polls until the BMC reports want, for at most timeout.
-func (op *operation) sendAndWait(a action, want PowerState, timeout time.Duration) error {
-	if err := op.send(a); err != nil {
-		return err
-	}
-	return op.waitFor(timeout, string(a), func(st PowerState, _ time.Time, _ bool) (bool, string) {
-		return st == want, fmt.Sprintf("%s observed after %s", want, a)
-	})
-}
-
-// sendAndProveReset sends a restart or cycle and polls until the BMC reports On and the reset is
-// proven: a non-On state was observed on the way, or LastResetTime moved past its starting value.
-func (op *operation) sendAndProveReset(a action, timeout time.Duration) error {
-	if err := op.send(a); err != nil {
-		return err
-	}
-	return op.waitFor(timeout, string(a), func(st PowerState, lr time.Time, sawOff bool) (bool, string) {
-		switch {
-		case st != PowerOn:
-			return false, ""
-		case sawOff:
-			return true, fmt.Sprintf("Off then On observed after %s", a)
-		case lr.After(op.lastReset):
-			return true, fmt.Sprintf("On, and LastResetTime moved to %s after %s", lr.Format(time.RFC3339Nano), a)
-		}
-		return false, ""
-	})
-}
-
-// hardCycle is PowerCycle, else ForceRestart, else ForceOff then On; On for a machine that is off.
-func (op *operation) hardCycle() error {
-	switch {
-	case op.res.After == PowerOff:
-		return op.sendAndWait(actOn, PowerOn, op.c.opts.VerifyTimeout)
-	case op.cn.supports(actPowerCycle):
-		return op.sendAndProveReset(actPowerCycle, op.c.opts.VerifyTimeout)
-	case op.cn.supports(actForceRestart):
-		return op.sendAndProveReset(actForceRestart, op.c.opts.VerifyTimeout)
-	}
-	if err := op.sendAndWait(actForceOff, PowerOff, op.c.opts.VerifyTimeout); err != nil {
-		return err
-	}
-	return op.sendAndWait(actOn, PowerOn, op.c.opts.VerifyTimeout)
-}
-
-// waitFor polls the power state until done says so or timeout passes (ErrUnverified).
-func (op *operation) waitFor(timeout time.Duration, what string, done func(PowerState, time.Time, bool) (bool, string)) error {
-	deadline := time.Now().Add(timeout)
-	sawOff := false
-	for {
-		st, lr, err := op.c.read(op.ctx, op.cn)
-		if err != nil {
-			return err
-		}
-		op.res.After, op.res.ObservedAt = st, time.Now()
-		sawOff = sawOff || st == PowerOff || st == PowerPoweringOff || st == PowerPoweringOn
-		if ok, evidence := done(st, lr, sawOff); ok {
-			op.res.Evidence = evidence
-			return nil
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%w: the BMC accepted %s but reports %s after %v", ErrUnverified, what, st, timeout.Round(time.Millisecond))
-		}
-		select {
-		case <-op.ctx.Done():
-			return fmt.Errorf("%w: %v while waiting after %s (the BMC reports %s)", ErrUnverified, op.ctx.Err(), what, st)
-		case <-time.After(min(op.c.opts.PollInterval, time.Until(deadline))):
-		}
-	}
-}
-
-// retry runs f, retrying transient failures with capped exponential backoff and jitter. It never
-// retries authentication failures or refusals.
-func retry[T any](ctx context.Context, c *Controller, what string, f func() (T, error)) (T, error) {
-	for attempt := 1; ; attempt++ {
-		v, err := f()
-		if err == nil || classOf(err) != classTransient || attempt > c.retries(ctx) {
-			return v, err
-		}
-		if werr := c.backoff(ctx, attempt, what, err); werr != nil {
-			return v, err
-		}
-	}
-}
-
-// backoff sleeps before retry number attempt: RetryBase·2^(attempt−1), capped at RetryMax, times a
-// random factor in [0.5, 1). It returns early with an error when ctx ends.
-func (c *Controller) backoff(ctx context.Context, attempt int, what string, cause error) error {
-	d := c.opts.RetryBase << min(attempt-1, 20)
-	d = min(d, c.opts.RetryMax)
-	d = time.Duration(float64(d) * (0.5 + rand.Float64()/2))
-	c.log.Warn("transient BMC failure; retrying", "what", what, "attempt", attempt, "in", d.Round(time.Millisecond), "err", cause)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
 
 // parsePowerState maps a BMC's words onto a PowerState.

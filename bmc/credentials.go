@@ -5,41 +5,22 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/internal/secretfile"
 )
 
-// Credentials are a BMC user name and password. The password is unexported and every way of printing
-// Credentials (fmt verbs, slog) redacts it.
-type Credentials struct {
-	Username string
-	password string
-}
+// Credentials are a BMC user name and password (bmcval.Credentials): every way of printing them
+// redacts the password.
+type Credentials = bmcval.Credentials
 
 // NewCredentials returns credentials for username and password.
 func NewCredentials(username, password string) Credentials {
-	return Credentials{Username: username, password: password}
+	return bmcval.NewCredentials(username, password)
 }
-
-// Password returns the password, for the drivers only.
-func (c Credentials) Password() string { return c.password }
-
-func (c Credentials) String() string { return fmt.Sprintf("user %q, password redacted", c.Username) }
-
-// GoString keeps %#v from printing the password.
-func (c Credentials) GoString() string { return c.String() }
-
-// LogValue keeps slog from printing the password.
-func (c Credentials) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("username", c.Username), slog.String("password", "redacted"))
-}
-
-// Format keeps every other fmt verb (%v, %+v, %s, %q) from printing the password.
-func (c Credentials) Format(f fmt.State, verb rune) { _, _ = f.Write([]byte(c.String())) }
 
 // Environment variables read by CredentialsFromEnv.
 const (
@@ -56,21 +37,21 @@ func LoadCredentials(path string) (Credentials, error) {
 		return Credentials{}, fmt.Errorf("BMC credentials: %w", err)
 	}
 	if info.IsDir() {
-		var c Credentials
-		for name, dst := range map[string]*string{"username": &c.Username, "password": &c.password} {
+		var user, password string
+		for name, dst := range map[string]*string{"username": &user, "password": &password} {
 			b, err := secretfile.Read(filepath.Join(path, name))
 			if err != nil {
 				return Credentials{}, fmt.Errorf("BMC credentials directory %s: %w (want files username and password)", path, err)
 			}
 			*dst = strings.TrimRight(string(b), "\r\n")
 		}
-		return c.check(path)
+		return checkCredentials(NewCredentials(user, password), path)
 	}
 	b, err := secretfile.Read(path)
 	if err != nil {
 		return Credentials{}, fmt.Errorf("BMC credentials: %w", err)
 	}
-	var c Credentials
+	var user, password string
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -82,9 +63,9 @@ func LoadCredentials(path string) (Credentials, error) {
 		case !ok:
 			return Credentials{}, fmt.Errorf("BMC credentials file %s, line %d: want key=value (username=… or password=…)", path, n)
 		case key == "username":
-			c.Username = strings.TrimSpace(value)
+			user = strings.TrimSpace(value)
 		case key == "password":
-			c.password = value
+			password = value
 		case strings.EqualFold(key, "username") || strings.EqualFold(key, "password"):
 			return Credentials{}, fmt.Errorf("BMC credentials file %s, line %d: keys are lowercase: username or password", path, n)
 		default:
@@ -95,21 +76,21 @@ func LoadCredentials(path string) (Credentials, error) {
 	if err := sc.Err(); err != nil {
 		return Credentials{}, fmt.Errorf("BMC credentials file %s: %w", path, err)
 	}
-	return c.check(path)
+	return checkCredentials(NewCredentials(user, password), path)
 }
 
 // CredentialsFromEnv reads HALE_BMC_USERNAME and HALE_BMC_PASSWORD.
 func CredentialsFromEnv() (Credentials, error) {
-	c := Credentials{Username: os.Getenv(EnvUsername), password: os.Getenv(EnvPassword)}
-	return c.check("the environment (" + EnvUsername + ", " + EnvPassword + ")")
+	return checkCredentials(NewCredentials(os.Getenv(EnvUsername), os.Getenv(EnvPassword)), "the environment ("+EnvUsername+", "+EnvPassword+")")
 }
 
-func (c Credentials) check(from string) (Credentials, error) {
+// checkCredentials returns c when it has both a user name and a password; from says where they came from.
+func checkCredentials(c Credentials, from string) (Credentials, error) {
 	var missing []string
 	if c.Username == "" {
 		missing = append(missing, "username")
 	}
-	if c.password == "" {
+	if c.Password() == "" {
 		missing = append(missing, "password")
 	}
 	if len(missing) > 0 {

@@ -2,9 +2,10 @@ package bmc
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
+
+	"github.com/hale-dev/hale/bmc/bmcval"
 )
 
 // A machine that stops answering may be hung, or only paused: a VM stunned for a snapshot or a live
@@ -14,45 +15,23 @@ import (
 // stop from a kernel panic, a machine check or IERR, a watchdog that expired and did not reset the
 // machine itself), or the system's health rolled up to Critical. Evidence is what a BMC says of that.
 
-// Evidence is what a BMC says of its machine beyond the power state: whether it proves a hang.
-type Evidence struct {
-	// Power is the power state read.
-	Power PowerState `json:"power"`
-	// Health is the system's health as the BMC rolls it up (Redfish's Status.Health: OK, Warning,
-	// Critical); empty when the BMC does not say (IPMI).
-	Health string `json:"health,omitempty"`
-	// Hangs are the entries of the system's event log that say it hung or stopped, oldest first.
-	Hangs []LogEntry `json:"hangs,omitempty"`
-	// LogError says why the event log could not be read (the power and health were): empty when it was.
-	LogError string `json:"logError,omitempty"`
-	// Read is when the BMC answered, in the reader's clock.
-	Read time.Time `json:"read"`
-}
+// Evidence is what a BMC says of its machine beyond the power state: whether it proves a hang
+// (bmcval.Evidence).
+type Evidence = bmcval.Evidence
+
+// LogEntry is one entry of a BMC's event log that proves a hang (bmcval.LogEntry).
+type LogEntry = bmcval.LogEntry
 
 // HealthCritical is the Redfish health that proves the system is in a critical state.
-const HealthCritical = "Critical"
+const HealthCritical = bmcval.HealthCritical
 
 // Kinds of hang a BMC's event log records.
 const (
-	HangOSCriticalStop = "OS critical stop" // a kernel panic or a stop during the OS's load
-	HangMachineCheck   = "machine check"    // an uncorrectable machine check exception
-	HangIERR           = "IERR"             // a processor's internal error
-	HangWatchdog       = "watchdog expired" // the watchdog timer expired and did not restart the machine
+	HangOSCriticalStop = bmcval.HangOSCriticalStop
+	HangMachineCheck   = bmcval.HangMachineCheck
+	HangIERR           = bmcval.HangIERR
+	HangWatchdog       = bmcval.HangWatchdog
 )
-
-// LogEntry is one entry of a BMC's event log that proves a hang.
-type LogEntry struct {
-	ID string `json:"id"`
-	// Kind is what it proves: one of the Hang* kinds.
-	Kind string `json:"kind"`
-	// Message is the entry as the BMC words it (sensor and event).
-	Message string `json:"message"`
-	// At is when it was logged, in the reader's clock: the BMC's own time moved by how far the BMC's
-	// clock was from the reader's when the log was read (the BMC's time as is when it gives no clock).
-	At time.Time `json:"at"`
-	// Logged is the entry's time as the BMC wrote it.
-	Logged string `json:"logged"`
-}
 
 // hangKind says which hang an event log entry records ("" when none): sensor is the sensor type or
 // name ("OS Critical Stop #0x01", Redfish's "OS Stop/Shutdown", "Processor", "Watchdog2"), event the
@@ -126,19 +105,4 @@ func clockOffset(bmcNow, readAt time.Time) time.Duration {
 		return 0
 	}
 	return readAt.Sub(bmcNow)
-}
-
-// String says what the evidence proves, in a line: "power Off", "health Critical", or the hangs.
-func (ev Evidence) String() string {
-	parts := []string{fmt.Sprintf("power %s", ev.Power)}
-	if ev.Health != "" {
-		parts = append(parts, "health "+ev.Health)
-	}
-	for _, h := range ev.Hangs {
-		parts = append(parts, fmt.Sprintf("%s logged %s (%s)", h.Kind, h.Logged, h.Message))
-	}
-	if ev.LogError != "" {
-		parts = append(parts, "event log not read: "+ev.LogError)
-	}
-	return strings.Join(parts, "; ")
 }

@@ -110,7 +110,7 @@ func (a *Agent) Run(ctx context.Context, leaveTimeout time.Duration) error {
 			case <-a.poke:
 				again = true
 			case <-look:
-				if v := a.view(ctx); v != nil && !v.sameAs(last) {
+				if v := a.view(ctx); v != nil && !sameView(v, last) {
 					last, again = a.publish(ctx, v), false
 				}
 			}

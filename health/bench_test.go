@@ -120,7 +120,7 @@ func BenchmarkReportSignature(b *testing.B) {
 	for _, p := range []string{"cp-0", "cp-2", "w-0", "w-1", "hub-a"} {
 		r.Peers = append(r.Peers, PeerView{Name: p, State: PeerAlive, Since: time.Now()})
 	}
-	inner, err := r.Encode()
+	inner, err := EncodeReport(&r)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -149,7 +149,7 @@ func TestGossipSpreadsReports(t *testing.T) {
 	}
 	require.NoError(t, p.members[1].Publish(big))
 	own := p.members[1].Reports()["node-1"]
-	enc, err := own.Encode()
+	enc, err := EncodeReport(&own)
 	require.NoError(t, err)
 	require.Greater(t, len(enc), maxBroadcast, "the test report must not fit in a UDP packet")
 	require.Eventually(t, func() bool { return len(p.members[3].Reports()["node-1"].Probes) == 200 }, 5*time.Second, 10*time.Millisecond)
@@ -492,7 +492,7 @@ func TestLeavingReportAfterTheLeave(t *testing.T) {
 	g.peers["cp-0"] = PeerView{Name: "cp-0", State: PeerDead, Since: now}
 	g.mu.Unlock()
 	r := Report{Node: "cp-0", Cluster: g.cfg.Cluster, Version: uint64(now.UnixNano()), SentAt: now, Leaving: true}
-	b, err := r.Encode()
+	b, err := EncodeReport(&r)
 	require.NoError(t, err)
 	_, fresh := g.merge(b)
 	require.True(t, fresh)
@@ -510,7 +510,7 @@ func TestReportsBoundToTheirSenders(t *testing.T) {
 	now := time.Now()
 	encode := func(r Report) []byte {
 		r.Cluster = g.cfg.Cluster
-		b, err := r.Encode()
+		b, err := EncodeReport(&r)
 		require.NoError(t, err)
 		return b
 	}

@@ -193,7 +193,7 @@ func portOf(t *testing.T, s string) uint16 {
 // signed report that was tampered with fails it.
 func TestSignedReports(t *testing.T) {
 	id := NewIdentity()
-	inner, err := (&Report{Node: "cp-1", Cluster: "c", Version: 1}).Encode()
+	inner, err := EncodeReport(&Report{Node: "cp-1", Cluster: "c", Version: 1})
 	require.NoError(t, err)
 	msg := signReport(id, inner)
 	got, err := DecodeReport(msg)

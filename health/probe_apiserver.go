@@ -9,11 +9,12 @@ import (
 	neturl "net/url"
 	"os"
 	"strings"
-	"time"
+
+	"github.com/hale-dev/hale/health/report"
 )
 
 func init() {
-	RegisterProbe(ProbeKind{Name: "apiserver", Judged: 10 * time.Second, Section: func() ProbeSection { return &APIServerSection{} },
+	RegisterProbe(ProbeKind{Name: "apiserver", Judged: report.JudgedTimeouts()["apiserver"], Section: func() ProbeSection { return &APIServerSection{} },
 		Help: "the local kube-apiserver's /livez answers ok (`url`, default " + DefaultAPIServerURL + "; `tls.ca`, default " + DefaultKubeCA + ")"})
 }
 

@@ -1,9 +1,9 @@
 package health
 
-import "time"
+import "github.com/hale-dev/hale/health/report"
 
 func init() {
-	RegisterProbe(ProbeKind{Name: "etcd", Judged: 10 * time.Second, Section: func() ProbeSection { return &EtcdSection{} },
+	RegisterProbe(ProbeKind{Name: "etcd", Judged: report.JudgedTimeouts()["etcd"], Section: func() ProbeSection { return &EtcdSection{} },
 		Help: "the local member answers Status and a linearizable read, with no alarm (NOSPACE, CORRUPT), through `etcd:` above; 30s more while it catches up"})
 }
 

@@ -1,9 +1,9 @@
 package health
 
-import "time"
+import "github.com/hale-dev/hale/health/report"
 
 func init() {
-	RegisterProbe(ProbeKind{Name: "kubelet", Judged: 10 * time.Second, Section: func() ProbeSection { return &KubeletSection{} },
+	RegisterProbe(ProbeKind{Name: "kubelet", Judged: report.JudgedTimeouts()["kubelet"], Section: func() ProbeSection { return &KubeletSection{} },
 		Help: "the kubelet's health endpoint answers ok (`url`, default " + DefaultKubeletURL + ")"})
 }
 

@@ -114,17 +114,6 @@ func ProbeNames() []string {
 	return out
 }
 
-// JudgedProbes are the hub's default probe timeouts: each judged probe's Judged.
-func JudgedProbes() map[string]time.Duration {
-	out := map[string]time.Duration{}
-	for _, k := range probeKinds {
-		if k.Judged > 0 {
-			out[k.Name] = k.Judged
-		}
-	}
-	return out
-}
-
 // Defaults fills what s leaves empty with its kind's schedule; enabled is the default of Enabled
 // (an opt-in kind's is false).
 func (k ProbeKind) Defaults(s ProbeSection, enabled bool) {

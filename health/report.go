@@ -12,51 +12,32 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"time"
+
+	"github.com/hale-dev/hale/health/report"
 )
 
-// ProbeResult is one probe's latest outcome.
-type ProbeResult struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail,omitempty"`
-	// Since is when the probe entered its current state (OK or failing), so the hub can apply timeouts.
-	Since     time.Time `json:"since"`
-	CheckedAt time.Time `json:"checkedAt"`
-}
+// The report's values live in the leaf package health/report (the hub's pure packages read them
+// from there); these are their names here.
+type (
+	ProbeResult = report.ProbeResult
+	EtcdMember  = report.EtcdMember
+	EtcdView    = report.EtcdView
+	PeerState   = report.PeerState
+	PeerView    = report.PeerView
+	Report      = report.Report
+)
 
-// EtcdMember is one member of the etcd membership as the local member reports it.
-type EtcdMember struct {
-	ID         string   `json:"id"` // hex, as etcdctl prints it
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peerURLs,omitempty"`
-	ClientURLs []string `json:"clientURLs,omitempty"`
-	Learner    bool     `json:"learner,omitempty"`
-	// Reachable says whether this agent could reach the member's client URL (nil: not checked).
-	Reachable *bool `json:"reachable,omitempty"`
-}
+// Peer states.
+const (
+	PeerAlive = report.PeerAlive
+	PeerDead  = report.PeerDead
+	PeerLeft  = report.PeerLeft
+)
 
-// EtcdView is the etcd membership and raft state as seen from this node's local member.
-type EtcdView struct {
-	// ClusterID is the etcd cluster's ID (hex) as the local member answers it: a cluster rebuilt from a
-	// snapshot has a new one, and its raft indexes start again.
-	ClusterID string       `json:"clusterID,omitempty"`
-	LocalID   string       `json:"localID,omitempty"`
-	LocalName string       `json:"localName,omitempty"`
-	Members   []EtcdMember `json:"members,omitempty"`
-	LeaderID  string       `json:"leaderID,omitempty"`
-	RaftTerm  uint64       `json:"raftTerm,omitempty"`
-	RaftIndex uint64       `json:"raftIndex,omitempty"`
-	Alarms    []string     `json:"alarms,omitempty"`
-	// Error says why the view is incomplete (the local member did not answer, …).
-	Error      string    `json:"error,omitempty"`
-	ObservedAt time.Time `json:"observedAt"`
-}
-
-// sameAs says whether v says what w says, as far as the hub judges from it: each member's
+// sameView says whether v says what w says, as far as the hub judges from it: each member's
 // reachability, the leader, the cluster and member IDs, the alarms, and whether the local member
 // answered (the raft index and the time move on every view and are no news).
-func (v *EtcdView) sameAs(w *EtcdView) bool {
+func sameView(v, w *EtcdView) bool {
 	if w == nil || v.ClusterID != w.ClusterID || v.LocalID != w.LocalID || v.LeaderID != w.LeaderID || v.RaftTerm != w.RaftTerm ||
 		(v.Error == "") != (w.Error == "") || len(v.Members) != len(w.Members) || !slices.Equal(v.Alarms, w.Alarms) {
 		return false
@@ -69,46 +50,6 @@ func (v *EtcdView) sameAs(w *EtcdView) bool {
 		}
 	}
 	return true
-}
-
-// PeerState is how this agent's memberlist sees a peer.
-type PeerState string
-
-// Peer states.
-const (
-	PeerAlive PeerState = "alive"
-	PeerDead  PeerState = "dead"
-	PeerLeft  PeerState = "left"
-)
-
-// PeerView is one peer's liveness as seen from here.
-type PeerView struct {
-	Name  string    `json:"name"`
-	State PeerState `json:"state"`
-	Since time.Time `json:"since"`
-}
-
-// Report is one agent's view at one time. Version grows with every report a node sends (even across
-// restarts: it is taken from the clock), so a receiver keeps the newest.
-type Report struct {
-	Node    string    `json:"node"`
-	Cluster string    `json:"cluster"`
-	Version uint64    `json:"version"`
-	SentAt  time.Time `json:"sentAt"`
-	// Started is when this member joined the pool (its clock): a new value means the agent restarted,
-	// which is how the hub knows a rebooted machine really came back.
-	Started time.Time `json:"started,omitzero"`
-	// Addr is the sender's gossip address (host:port), so that a member that never met it (a hub
-	// restarted during a partition) can join it again.
-	Addr   string        `json:"addr,omitempty"`
-	Probes []ProbeResult `json:"probes,omitempty"`
-	Etcd   *EtcdView     `json:"etcd,omitempty"`
-	Peers  []PeerView    `json:"peers,omitempty"`
-	// Leaving marks a member's last report before it leaves the pool on purpose.
-	Leaving bool `json:"leaving,omitempty"`
-	// KubeadmUpgrade, when set, is since when a kubeadm upgrade has been replacing this node's static
-	// pod manifests (Agent.WatchKubeadm): planned work, during which the hub starts nothing on it.
-	KubeadmUpgrade time.Time `json:"kubeadmUpgrade,omitzero"`
 }
 
 // Wire format: one format byte, then the body.
@@ -124,12 +65,12 @@ const (
 	maxDecoded = 1 << 20
 )
 
-// Encode writes r in the wire format, gzipped when large.
-func (r *Report) Encode() ([]byte, error) { return r.encode(nil) }
+// EncodeReport writes r in the wire format, gzipped when large.
+func EncodeReport(r *Report) ([]byte, error) { return encodeReport(r, nil) }
 
-// encode is Encode with a gzip writer to reuse (nil: a new one; allocating one per report costs
-// more than everything else an idle agent does).
-func (r *Report) encode(zw *gzip.Writer) ([]byte, error) {
+// encodeReport is EncodeReport with a gzip writer to reuse (nil: a new one; allocating one per report
+// costs more than everything else an idle agent does).
+func encodeReport(r *Report, zw *gzip.Writer) ([]byte, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding report of %s: %w", r.Node, err)

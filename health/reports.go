@@ -30,7 +30,7 @@ func (g *Gossip) Publish(r Report) error {
 	if g.zw == nil {
 		g.zw, _ = gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 	}
-	msg, err := r.encode(g.zw)
+	msg, err := encodeReport(&r, g.zw)
 	if err != nil {
 		g.mu.Unlock()
 		return err

@@ -18,7 +18,7 @@ var (
 	// ErrNotFound: the machine is not in the inventory.
 	ErrNotFound = errors.New("not in the inventory")
 	// ErrRefused: the request is understood and unsafe or not allowed now; the message says why.
-	ErrRefused = errors.New("refused")
+	ErrRefused = pass.ErrRefused
 )
 
 // PauseState is what `hub status` says about pausing.
@@ -189,71 +189,29 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	}
 	h.rebooting.Lock()
 	defer h.rebooting.Unlock()
-	flight, inFlight := h.flightOf(m.Name)
-	switch why := h.standby(); {
-	case why != "" && !req.DryRun:
-		return RebootResult{}, fmt.Errorf("%w: %s", ErrRefused, why)
-	case inFlight:
-		return RebootResult{}, fmt.Errorf("%w: %s already has remediation %s in flight (`hub explain %s`)", ErrRefused, m.Name, flight, m.Name)
-	}
 	strategy := quorum.Reboot
 	if req.OwnWay && m.Strategy == quorum.Replace {
 		strategy = quorum.Replace
 	}
-	// The holds, as the pass finds them (pass.MachineHolds): those no force overrides refuse at once (a dry
-	// run still shows the plan); the others join the quorum check's refusal.
-	f := h.operatorFacts(inv, m, strategy)
-	var live quorum.Cluster
-	var liveErr error = errNoMember
+	// What the one admission (pass.AdmitOperator) reads beside the pass's facts.
+	h.mu.Lock()
+	hubCtx, members := h.ctx, h.view.Cluster.Members
+	h.mu.Unlock()
+	b := pass.Beside{Standby: h.standby(), LiveErr: errNoMember}
+	if hubCtx == nil {
+		b.Standby = "the hub is not running yet"
+	}
+	b.InFlight, _ = h.flightOf(m.Name)
 	if m.Member != "" {
-		live, liveErr = h.live(ctx)
+		b.Live, b.LiveErr = h.live(ctx)
+		b.Work = h.inFlight(inv)
 	}
-	ad := pass.Admission{}
-	if liveErr == nil {
-		ad.Lost, ad.Silent = live.Budget(inv.Policy.Quorum).QuorumLost(), pass.SilentVoters(f, live)
-	}
-	holds := pass.MachineHolds(f, m, pass.AssessmentOf(f.Assessments, -1, m.Name), ad, pass.ByOperator)
-	if hd, ok := pass.Unforceable(holds); ok && !req.DryRun {
-		return RebootResult{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.Why)
-	}
-	// Never forced: the old cluster's quorum running again is two etcds.
-	retired, err := h.oldQuorumIfOn(ctx, m.Name)
+	b.OldQuorum = h.oldQuorumIfOn(ctx, m.Name)
+	admitted, err := pass.AdmitOperator(h.operatorFacts(inv, m, strategy), m, pass.OperatorRequest{Strategy: strategy, Force: req.Force, DryRun: req.DryRun}, b)
+	plan := admitted.Plan
+	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun, Overrides: admitted.Overrides}
 	if err != nil {
-		return RebootResult{}, err
-	}
-	if strategy == quorum.Replace && req.Force {
-		return RebootResult{}, fmt.Errorf("%w: %s: a replace is never forced over the quorum check", ErrRefused, m.Name)
-	}
-	plan, refusal := pass.MachinePlan(strategy, m), error(nil)
-	if m.Member != "" {
-		err := liveErr
-		if err == nil {
-			opts := m.Replace
-			opts.NewMember = m.Member + pass.NewMemberSuffix
-			plan, err = live.PlanBeside(inv.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: strategy, Replace: opts}, h.inFlight(inv))
-		} else {
-			err = fmt.Errorf("cannot check quorum: %w", err)
-		}
-		if err != nil {
-			plan, refusal = quorum.Plan{Strategy: quorum.Reboot, Member: m.Member,
-				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, err
-		}
-	}
-	for _, hd := range holds {
-		if pass.RuleOf(hd.Reason).Forceable && hd.Reason != pass.ReasonRetired { // a retired machine's refusal says it below
-			refusal = andRefused(refusal, hd.Why)
-		}
-	}
-	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun}
-	if refusal != nil {
-		switch {
-		case retired && !req.Force:
-			return res, fmt.Errorf("%w: %s of %s: %v: retired by the last etcd recovery, it is in the new cluster's membership no longer, so powering it on costs "+
-				"that cluster nothing: --force powers it on; then run `agent rejoin` on it", ErrRefused, strategy, m.Name, refusal)
-		case !req.Force:
-			return res, fmt.Errorf("%w: %s of %s: %v (--force overrides this for a reboot; you would be acting against quorum)", ErrRefused, strategy, m.Name, refusal)
-		}
-		res.Overrides = refusal.Error()
+		return res, err
 	}
 	if req.DryRun {
 		return res, nil
@@ -263,23 +221,17 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 		by = "operator"
 	}
 	rem := journal.Remediation{ID: req.Adopt, Machine: m.Name, Strategy: strategy.String(), RequestedBy: by, Reason: "manual " + strategy.String(),
-		Steps: plan.Steps, Hard: req.Hard, Forced: refusal != nil, Attempt: 1}
-	if refusal != nil {
-		rem.Reason += "; forced over: " + refusal.Error()
+		Steps: plan.Steps, Hard: req.Hard, Forced: admitted.Overrides != "", Attempt: 1}
+	if admitted.Overrides != "" {
+		rem.Reason += "; forced over: " + admitted.Overrides
 	}
 	if r, ok := h.cfg.Gossip.Reports()[m.Node]; ok {
 		rem.AgentStarted = r.Started
 	}
-	// A manual remediation outlives the request that started it: it stops with the hub, not the caller.
-	h.mu.Lock()
-	hubCtx := h.ctx
-	for _, mb := range h.view.Cluster.Members {
+	for _, mb := range members {
 		rem.Members = append(rem.Members, mb.Name)
 	}
-	h.mu.Unlock()
-	if hubCtx == nil {
-		return res, fmt.Errorf("%w: the hub is not running yet", ErrRefused)
-	}
+	// A manual remediation outlives the request that started it: it stops with the hub, not the caller.
 	rem, err = h.begin(hubCtx, m, rem, plan, time.Time{})
 	if err != nil {
 		return res, err
@@ -290,14 +242,6 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 
 // errNoMember: a machine that is no etcd member has no quorum to check.
 var errNoMember = errors.New("not an etcd member")
-
-// andRefused adds why to a reboot's refusal (nil: none yet), the newest first.
-func andRefused(refusal error, why string) error {
-	if refusal != nil {
-		why += "; and " + refusal.Error()
-	}
-	return errors.New(why)
-}
 
 // operatorFacts are the facts an operator's request for m is admitted on (pass.MachineHolds): the latest
 // pass's assessments, the brakes, the last etcd recovery, the gossip now, and m's BMC login wait (a

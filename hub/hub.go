@@ -1,3 +1,6 @@
+// Package hub is Hale's decision maker around its pure parts: the pass's loop (observe, then
+// hub/pass's Compute, then apply), the executor's world (hub/execute carries out each remediation),
+// the operator's controls and status, and the BMCs' readiness. docs/hub-internals.md walks it.
 package hub
 
 import (
@@ -145,8 +148,8 @@ type Hub struct {
 	watchWake chan struct{}
 	// taints writes the out-of-service taints the passes want (its own lock).
 	taints *taintWriter
-	// acted: how what the passes set going went (its own lock), for the next pass.
-	acted    acted
+	// advance: how what the passes set going went (its own lock), for the next pass.
+	advance  advance
 	timeline []string              // what the hub said, oldest first (bounded)
 	override PolicyOverride        // over the inventory's policy (Kubernetes mode's HealthPolicy)
 	brakes   pass.Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)

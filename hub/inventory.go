@@ -12,7 +12,6 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/config"
-	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
@@ -91,7 +90,7 @@ type PolicyFile struct {
 	// (default 20 s: four missed reports).
 	StaleAfter config.Duration `json:"staleAfter"`
 	// EtcdCatchUp: how much longer than probeTimeouts.etcd the etcd probe may fail while the member
-	// follows the current leader and its raft index rises (default 30 s).
+	// follows the leader the other members follow, at their raft term (default 30 s).
 	EtcdCatchUp config.Duration `json:"etcdCatchUp"`
 	// PlannedWork (Kubernetes mode): the planned work during which the hub starts nothing on a machine
 	// (its hold PlannedWork; an operator's `hub reboot` still may, and the machine's evidence still counts
@@ -140,8 +139,8 @@ func (f PerQuorumFile) apply(field string, dst *pass.PerQuorum) error {
 		if w.v == nil {
 			continue
 		}
-		if w.v.Duration < 0 {
-			return fmt.Errorf("policy.%s.%s: %v must not be negative (0s: at once)", field, w.name, w.v)
+		if err := CheckWait(fmt.Sprintf("policy.%s.%s", field, w.name), w.v.Duration, "at once"); err != nil {
+			return err
 		}
 		*w.dst = w.v.Duration
 	}
@@ -320,26 +319,23 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 	for _, l := range []struct {
 		field, value string
 		dst          *quorum.Limit
-	}{{"maxInFlight", pf.MaxInFlight, &p.Quorum.Pools.MaxInFlight}, {"maxUnhealthy", pf.MaxUnhealthy, &p.Quorum.Pools.MaxUnhealthy}} {
-		if l.value == "" {
-			continue
-		}
-		v, err := quorum.ParseLimit(l.value)
+	}{{"policy.maxInFlight", pf.MaxInFlight, &p.Quorum.Pools.MaxInFlight}, {"policy.maxUnhealthy", pf.MaxUnhealthy, &p.Quorum.Pools.MaxUnhealthy}} {
+		v, ok, err := CheckLimit(l.field, l.value)
 		if err != nil {
-			return p, fmt.Errorf("policy.%s: %w", l.field, err)
+			return p, err
 		}
-		*l.dst = v
+		if ok {
+			*l.dst = v
+		}
 	}
-	for _, probe := range slices.Sorted(maps.Keys(pf.ProbeTimeouts)) {
-		d := pf.ProbeTimeouts[probe]
-		if _, err := health.LookupProbe(probe); err != nil {
-			return p, fmt.Errorf("policy.probeTimeouts.%s: %w", probe, err)
-		}
-		if d.Duration <= 0 {
-			return p, fmt.Errorf("policy.probeTimeouts.%s: %v must be positive", probe, d)
-		}
-		p.Assess.ProbeTimeouts[probe] = d.Duration
+	timeouts := map[string]time.Duration{}
+	for probe, d := range pf.ProbeTimeouts {
+		timeouts[probe] = d.Duration
 	}
+	if err := CheckProbeTimeouts("policy.probeTimeouts", timeouts); err != nil {
+		return p, err
+	}
+	maps.Copy(p.Assess.ProbeTimeouts, timeouts)
 	for _, cond := range slices.Sorted(maps.Keys(pf.NodeConditionTimeouts)) {
 		d := pf.NodeConditionTimeouts[cond]
 		if d.Duration <= 0 {
@@ -361,8 +357,8 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 	}{{"deadTimeout", pf.DeadTimeout, &p.Assess.DeadTimeout}, {"etcdUnreachableTimeout", pf.EtcdUnreachableTimeout, &p.Assess.EtcdUnreachableTimeout},
 		{"staleAfter", pf.StaleAfter, &p.Assess.StaleAfter}, {"cooldown", pf.Cooldown, &p.Cooldown}, {"flapWindow", pf.FlapWindow, &p.FlapWindow},
 		{"comeBackTimeout", pf.ComeBackTimeout, &p.ComeBackTimeout}, {"etcdCatchUp", pf.EtcdCatchUp, &p.Assess.EtcdCatchUp}} {
-		if d.value.Duration < 0 {
-			return p, fmt.Errorf("policy.%s: %v must not be negative", d.field, d.value)
+		if err := CheckWait("policy."+d.field, d.value.Duration, ""); err != nil {
+			return p, err
 		}
 		*d.dst = d.value.Or(*d.dst)
 	}
@@ -379,8 +375,8 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 		p.MaxAttempts = pf.MaxAttempts
 	}
 	if d := pf.OutOfServiceAfter; d != nil {
-		if d.Duration < 0 {
-			return p, fmt.Errorf("policy.outOfServiceAfter: %v must not be negative (0s: never)", d)
+		if err := CheckWait("policy.outOfServiceAfter", d.Duration, "never"); err != nil {
+			return p, err
 		}
 		p.OutOfServiceAfter = d.Duration
 	}

@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
 // Journal is the standalone hub's journal (the bbolt file of package journal): its remediations and,
 // beside them, the operator's brakes, the raft mark and the last etcd recovery. Degraded mode in
 // Kubernetes mode keeps one too.
-type Journal struct{ *journal.File }
+type Journal struct{ *boltfile.File }
 
 // The keys of what the hub keeps beside the remediations.
 const (
@@ -24,7 +24,7 @@ const (
 // OpenJournal opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
 // finished remediations kept per machine (default 20).
 func OpenJournal(path string, keepFinished int) (*Journal, error) {
-	f, err := journal.Open(path, keepFinished)
+	f, err := boltfile.Open(path, keepFinished)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ type MarkStore interface {
 // the write and answers only at the client's timeout. A pass held that long kept the hub from passing
 // for seconds at the moment degraded mode is decided, and the leader, its Lease lost then, found no
 // recent pass and did not go on alone (test/quorumlost, five members). How a mark's write went comes
-// back to the next pass as a fact (acted, pass.State.MarkWritten). The episodes' log goes so too.
+// back to the next pass as a fact (advance, pass.State.MarkWritten). The episodes' log goes so too.
 type latest[T any] struct {
 	wake chan struct{} // one pending signal
 
@@ -60,34 +60,4 @@ func (w *latest[T]) run(ctx context.Context, write func(context.Context, T) erro
 			done(*v, err)
 		}
 	}
-}
-
-// acted is the one door by which what apply set going beside the passes comes back to them (raft's
-// Advance): how each queued begin went and how the latest write of the raft mark went, taken by the
-// next pass's observe as facts. (What the BMC checks found is the hub's published readiness, read
-// whole by each pass.)
-type acted struct {
-	mu    sync.Mutex
-	begun []pass.BeginResult
-	mark  *pass.MarkResult // the latest write's: an older one is news to nobody
-}
-
-func (a *acted) began(r pass.BeginResult) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.begun = append(a.begun, r)
-}
-
-func (a *acted) markWritten(m pass.RaftMark, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.mark = &pass.MarkResult{Mark: m, Err: err}
-}
-
-// take returns what came back since the last call.
-func (a *acted) take() (begun []pass.BeginResult, mark *pass.MarkResult) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	begun, mark, a.begun, a.mark = a.begun, a.mark, nil, nil
-	return begun, mark
 }

@@ -49,27 +49,39 @@ func newTaintWriter() *taintWriter {
 	return &taintWriter{wake: make(chan struct{}, 1), want: map[string]taint{}, applied: map[string]taint{}, failed: map[string]time.Time{}}
 }
 
-// post hands the writer what a pass said of each machine's taint.
-func (w *taintWriter) post(inv pass.Inventory, said map[string]pass.Taint) {
-	nodes := map[string]bool{}
-	for _, m := range inv.Machines {
-		if m.Node != "" {
-			nodes[m.Node] = true
-		}
-	}
+// post hands the writer what a pass said of the taints: the Nodes of the machines it keeps keep what
+// the writer last wanted of them; the others want the taint on (said.On) or off.
+func (w *taintWriter) post(inv pass.Inventory, said pass.Taints) {
 	w.mu.Lock()
-	before := maps.Clone(w.want)
-	for machine, t := range said {
-		if m, ok := inv.Machine(machine); ok && m.Node != "" {
-			why := t.Why
-			if !t.On {
-				why = "" // must go
-			}
-			w.want[m.Node] = taint{machine, why}
+	changed, nodesChanged, count := !w.posted, false, 0
+	for _, m := range inv.Machines {
+		if m.Node == "" {
+			continue
+		}
+		count++
+		if !w.nodes[m.Node] {
+			nodesChanged = true
+		}
+		if said.Keep[m.Name] {
+			continue
+		}
+		t := taint{m.Name, said.On[m.Name]}
+		if old, ok := w.want[m.Node]; !ok || old != t {
+			w.want[m.Node], changed = t, true
 		}
 	}
-	changed := !w.posted || !maps.Equal(before, w.want) || !maps.Equal(nodes, w.nodes)
-	w.posted, w.nodes = true, nodes
+	if nodesChanged || count != len(w.nodes) {
+		// the inventory's Nodes, built again only when they changed (a pass at thousands of machines
+		// posts every 200 ms)
+		w.nodes = make(map[string]bool, count)
+		for _, m := range inv.Machines {
+			if m.Node != "" {
+				w.nodes[m.Node] = true
+			}
+		}
+		changed = true
+	}
+	w.posted = true
 	w.mu.Unlock()
 	if changed {
 		select {

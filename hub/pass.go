@@ -41,7 +41,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		go h.watchBMCs(ctx, h.cfg.BMCCheckInterval)
 	}
 	if h.cfg.Marks != nil {
-		go h.marks.run(ctx, h.cfg.Marks.RecordRaftMark, h.acted.markWritten)
+		go h.marks.run(ctx, h.cfg.Marks.RecordRaftMark, h.advance.markWritten)
 	}
 	if h.cfg.Episodes != nil {
 		go h.episodeLog.run(ctx, h.recordEpisodes, nil)
@@ -131,7 +131,7 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	}
 	h.ended(rd.Episodes)
 	if rd.OutOfService != nil && h.cfg.OutOfService != nil {
-		h.taints.post(h.inventory(), rd.OutOfService)
+		h.taints.post(h.inventory(), *rd.OutOfService)
 	}
 	for _, b := range rd.Begin {
 		h.beginQueued(ctx, b)
@@ -169,7 +169,7 @@ func (h *Hub) observe(listen string) pass.Facts {
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
 	// After the flights: a begin that failed is told before its flight goes (beginQueued).
-	f.Begun, f.MarkWritten = h.acted.take()
+	f.Begun, f.MarkWritten = h.advance.take()
 	for _, m := range inv.Machines {
 		if why := h.logins.blocked(m, f.Now); why != "" && m.Strategy != quorum.Replace {
 			if f.LoginWait == nil {

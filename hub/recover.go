@@ -23,11 +23,18 @@ const (
 // RecoveryPlan says how etcd would be recovered now from its most advanced survivor; while a recovery
 // is under way, the plan it follows.
 func (h *Hub) RecoveryPlan(ctx context.Context) pass.RecoveryPlan {
-	if rec, _ := h.underway(ctx); rec != nil {
+	rec, err := h.underway(ctx)
+	if rec != nil {
 		return rec.Plan
 	}
-	st := h.Status(ctx)
-	return PlanRecovery(st, h.inventory(), h.gossipNow(), RecoverRequest{})
+	p := PlanRecovery(h.Status(ctx), h.inventory(), h.gossipNow(), RecoverRequest{})
+	if err != nil {
+		// Not a fresh plan: a recovery may be under way that the journal could not say (Recover
+		// refuses the same way).
+		p.Blockers = append(p.Blockers, fmt.Sprintf("the journal could not say whether an etcd recovery is already under way (%v): "+
+			"a second recovery would rebuild etcd again from another survivor; make the journal readable first", err))
+	}
+	return p
 }
 
 // PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory, the gossip's

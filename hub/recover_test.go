@@ -474,7 +474,8 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	// has nothing to say, so it takes --force.
 	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-1"})
 	require.ErrorIs(t, err, ErrRefused)
-	assert.Contains(t, err.Error(), "retired by the last etcd recovery, it is in the new cluster's membership no longer")
+	assert.Contains(t, err.Error(), "retired by etcd recovery "+p.Token+": its disk may still hold etcd-1 of the old cluster")
+	assert.Contains(t, err.Error(), "`hub reboot cp-1 --force`", "the hold says how it is powered on")
 	// Both asked for at once, their BMC slow to answer (a power-on under way while the machine still
 	// reads Off): one is begun, the other refused (both were accepted, and came on: a chaos run under
 	// load).
@@ -520,7 +521,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	assert.Empty(t, r.machine(onName).NeedsOperator)
 	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: offName, DryRun: true})
 	require.ErrorIs(t, err, ErrRefused, "its member is in no membership the quorum check knows")
-	assert.Contains(t, err.Error(), "--force powers it on; then run `agent rejoin` on it")
+	assert.Contains(t, err.Error(), fmt.Sprintf("`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it", offName))
 }
 
 func TestRetirementHold(t *testing.T) {
@@ -642,4 +643,37 @@ func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 	require.NotNil(t, rec)
 	assert.Equal(t, p.Token, rec.Plan.Token)
 	assert.Equal(t, Paused, r.hub.Status(ctx).Pause)
+}
+
+// failingRecoveries is a recovery journal that cannot be read once failing is set.
+type failingRecoveries struct {
+	RecoveryStore
+	failing atomic.Bool
+}
+
+func (f *failingRecoveries) Recovery(ctx context.Context) (*pass.RecoveryRecord, error) {
+	if f.failing.Load() {
+		return nil, errors.New("journal.db: input/output error")
+	}
+	return f.RecoveryStore.Recovery(ctx)
+}
+
+// A recovery journal that cannot be read is no fresh start: the plan says it is blocked on it (a
+// recovery may be under way), as Recover refuses.
+func TestRecoveryPlanBlockedOnAnUnreadableJournal(t *testing.T) {
+	var store *failingRecoveries
+	r, _ := lossRig(t, func(r *passRig) {
+		store = &failingRecoveries{RecoveryStore: r.hub.cfg.Recoveries}
+		r.hub.cfg.Recoveries = store
+	})
+	r.loseTwo(t, 50)
+	ctx := t.Context()
+	before := r.hub.RecoveryPlan(ctx).Blockers
+	store.failing.Store(true)
+	p := r.hub.RecoveryPlan(ctx)
+	require.Len(t, p.Blockers, len(before)+1, "%q", p.Blockers)
+	assert.Contains(t, p.Blockers[len(before)], "the journal could not say whether an etcd recovery is already under way (journal.db: input/output error)")
+	_, err := r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "input/output error")
 }

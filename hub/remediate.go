@@ -35,11 +35,11 @@ func (h *Hub) begin(ctx context.Context, m pass.Machine, rem journal.Remediation
 // once etcd has lost quorum, answers a write only at the client's timeout: a pass held that long per
 // begin left the leader, when its Lease ran out, with no view from after its last renewal, and it did
 // not go on alone (found on the real kubeadm cluster, two of three nodes frozen). How the begin went is
-// a fact of a later pass (acted, facts.begun), with the flight gone when it failed.
+// a fact of a later pass (advance, facts.begun), with the flight gone when it failed.
 func (h *Hub) beginQueued(ctx context.Context, b pass.ToBegin) {
 	r, rctx, ok := h.track(ctx, b.Machine.Name, b.Remediation, b.Plan, 0)
 	if !ok { // an operator's began since the pass read the flights
-		h.acted.began(pass.BeginResult{Machine: b.Machine.Name, Err: errors.New("a remediation of it began meanwhile"), At: time.Now()})
+		h.advance.began(pass.BeginResult{Machine: b.Machine.Name, Err: errors.New("a remediation of it began meanwhile"), At: time.Now()})
 		return
 	}
 	h.beginning.Add(1)
@@ -54,7 +54,7 @@ func (h *Hub) beginQueued(ctx context.Context, b pass.ToBegin) {
 		}
 		// Told before the flight goes (and observe reads the flights before it takes what came
 		// back): no pass sees a failed begin neither in flight nor failed, and begins it again.
-		h.acted.began(pass.BeginResult{Machine: b.Machine.Name, Err: err, At: time.Now()})
+		h.advance.began(pass.BeginResult{Machine: b.Machine.Name, Err: err, At: time.Now()})
 		if err != nil {
 			h.untrack(b.Machine.Name, r)
 		}

@@ -60,10 +60,11 @@ func (h *Hub) survivorSeen(ctx context.Context, token string) {
 	}
 }
 
-// oldQuorumIfOn refuses to power machine on while the old cluster's members that may run (each not
-// back in the new cluster, whose agent reports or whose BMC does not read it Off now) would, with it,
-// reach the old cluster's quorum. retired says whether machine is retired (and not back).
-func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) (retired bool, err error) {
+// oldQuorumIfOn says why powering machine on would run the old cluster's quorum (pass.ReasonOldQuorum):
+// the old cluster's members that may run (each not back in the new cluster, whose agent reports or
+// whose BMC does not read it Off now) would, with it, reach that quorum. "": it would not, or machine
+// is not retired.
+func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) string {
 	h.mu.Lock()
 	r := h.retired
 	h.mu.Unlock()
@@ -71,7 +72,7 @@ func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) (retired bool, 
 	obs := h.gossipNow()
 	stale := inv.Policy.Assess.StaleAfter
 	if _, retired := r.Hold(machine, obs, stale); !retired {
-		return false, nil
+		return ""
 	}
 	var running []string
 	for _, x := range r.Members {
@@ -86,11 +87,11 @@ func (h *Hub) oldQuorumIfOn(ctx context.Context, machine string) (retired bool, 
 		}
 	}
 	if len(running)+1 < r.Quorum {
-		return true, nil
+		return ""
 	}
-	return true, fmt.Errorf("%w: %s was retired by etcd recovery %s and would run %s of the old cluster %s; with %s, "+
+	return fmt.Sprintf("%s was retired by etcd recovery %s and would run %s of the old cluster %s; with %s, "+
 		"%d of the old cluster's members would run, its quorum (%d): the old cluster would serve its old data beside the new one. "+
-		"Run `agent rejoin` on those first, one machine at a time", ErrRefused, machine, r.Token, r.MemberOf(machine), r.Cluster,
+		"Run `agent rejoin` on those first, one machine at a time", machine, r.Token, r.MemberOf(machine), r.Cluster,
 		strings.Join(running, "; "), len(running)+1, r.Quorum)
 }
 

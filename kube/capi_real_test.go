@@ -503,6 +503,14 @@ func machineHealthCheckHandsToHale(t *testing.T, c client.Client, ns string, tb 
 	for _, name := range []string{first, second} {
 		hist, err := tb.Hub().History(ctx, name)
 		require.NoError(t, err)
+		// One that ended before it acted (its re-check refused, as on a loaded machine when too few
+		// observers' reports were fresh) is asked again: it did nothing, and is not counted.
+		hist = slices.DeleteFunc(hist, func(r journal.Remediation) bool {
+			if r.State == journal.Aborted {
+				t.Logf("%s: %s ended before it acted: %s", name, r.ID, r.History[len(r.History)-1].Detail)
+			}
+			return r.State == journal.Aborted
+		})
 		require.Len(t, hist, 1, name)
 		r := hist[0]
 		assert.Contains(t, r.RequestedBy, "MachineHealthCheck (HaleRemediation "+ns+"/"+name+")")

@@ -122,7 +122,8 @@ func (s *RequestSync) takeExternal(ctx context.Context, r *v1alpha1.HaleRemediat
 // followExternal reads the remediation r's request started and, once it ended, says how. One that ended
 // before it acted is asked again; a failed one hands the Machine to its owner (its OwnerRemediated
 // condition False), as the contract asks of an external remediator that cannot heal the machine,
-// unless Hale sees the machine Healthy (the owner would take away a member etcd counts).
+// unless Hale sees the machine Healthy (the owner would take away a member etcd counts); while Hale
+// sees it Suspect, the request stays Running and the choice waits for the verdict.
 func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemediation) error {
 	e, why := s.externalOf(r)
 	if why != "" { // its machine left the inventory meanwhile
@@ -153,9 +154,15 @@ func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemedi
 		if e.nodeHealthCheck { // Succeeded False: the NodeHealthCheck may go on to its next remediator
 			return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why)
 		}
-		if a, ok := s.Hub.Assessment(e.machine); ok && a.Verdict == assess.VerdictHealthy {
+		switch a, ok := s.Hub.Assessment(e.machine); {
+		case ok && a.Verdict == assess.VerdictHealthy:
 			// Handed over, its owner would take away a machine Hale sees healthy (a member etcd counts).
 			return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why+"; not handed to its owner: Hale sees "+e.machine+" Healthy")
+		case ok && a.Verdict == assess.VerdictSuspect:
+			// Undecided (a load spike, a report late): the owner's replacement waits for a verdict,
+			// and the request stays Running so that the next sync asks again.
+			return s.writeExternal(ctx, r, e, v1alpha1.ExternalRunning, rem.ID, why+"; Hale sees "+e.machine+
+				" Suspect: the Machine is handed to its owner only once Hale sees it Unhealthy (and not if it is Healthy again)")
 		}
 		machine := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
 		if err := HandOverToOwner(ctx, s.Client, machine, "HaleRemediation "+r.Name+": "+why); err != nil {

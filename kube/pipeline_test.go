@@ -43,8 +43,11 @@ func TestHubOnRemediationObjects(t *testing.T) {
 	ctx := t.Context()
 	leaders := make(chan *Leader, 1)
 	go func() {
-		_ = Elect(ctx, cfg, c, ns, "hale-hub", "hub-test", LeaseTiming{LeaseDuration: 2 * time.Second,
-			RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}, func(lctx context.Context, l *Leader) {
+		// The shipped lease timing (the zero LeaseTiming): this test is not about failover, and a 2 s
+		// lease lost on a loaded run (the API server slower than its 375 ms renew timeout for a few
+		// seconds) fenced the journal of the one leader the test holds, so the heal could never be
+		// journaled.
+		_ = Elect(ctx, cfg, c, ns, "hale-hub", "hub-test", LeaseTiming{}, func(lctx context.Context, l *Leader) {
 			leaders <- l
 			<-lctx.Done()
 		}, nil)
@@ -87,11 +90,15 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(ctx, cluster))
 
+	// The Cluster is found as the capi overlay's --capi-cluster=auto finds it: the one whose Machine a
+	// control-plane Node is.
+	createNode(t, c, ns+"-cp", "", true)
+	createMachine(t, c, ns, "cp", ns+"-cp", "kcp", nil)
+
 	tb := startInproc(t)
 	require.NoError(t, tb.StartHub(inproc.HubOptions{}))
 	require.NoError(t, tb.Settle(ctx))
-	clusterKey := client.ObjectKeyFromObject(cluster)
-	sync := &PolicySync{Client: c, Policy: client.ObjectKeyFromObject(policy), Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
+	sync := &PolicySync{Client: c, Policy: client.ObjectKeyFromObject(policy), FindCluster: true, MachineNamespace: ns, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
 	go sync.Run(ctx)
 	pauseState := func() string {
 		var p v1alpha1.HealthPolicy
@@ -147,6 +154,41 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	assert.Equal(t, "ClusterPaused", cond.Reason)
 	assert.Contains(t, cond.Message, "paused by Cluster API Cluster "+ns+"/prod")
 	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
+}
+
+// The Cluster of the control plane (--capi-cluster=auto): none while no Machine is a control-plane
+// Node's, the one whose Machines they are, and an error that names them and the flag when they are
+// several Clusters' (a Machine of a worker Node does not count).
+func TestClusterOfControlPlane(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	createNode(t, c, ns+"-a", "", true)
+	createNode(t, c, ns+"-b", "", true)
+	createNode(t, c, ns+"-w", "", false)
+	got, err := ClusterOfControlPlane(ctx, c, ns)
+	require.NoError(t, err)
+	assert.Nil(t, got, "no Machine yet")
+	createMachine(t, c, ns, "a", ns+"-a", "kcp", nil)
+	got, err = ClusterOfControlPlane(ctx, c, ns)
+	require.NoError(t, err)
+	assert.Equal(t, &client.ObjectKey{Namespace: ns, Name: "prod"}, got)
+	other := func(name, node string) {
+		m := &clusterv1.Machine{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, m))
+		m2 := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *m.Spec.DeepCopy()}
+		m2.Spec.ClusterName = "staging"
+		require.NoError(t, c.Create(ctx, m2))
+		before := m2.DeepCopy()
+		m2.Status.NodeRef = clusterv1.MachineNodeReference{Name: node}
+		require.NoError(t, c.Status().Patch(ctx, m2, client.MergeFrom(before)))
+	}
+	other("w", ns+"-w") // a worker's Machine of another Cluster: not the control plane's
+	got, err = ClusterOfControlPlane(ctx, c, ns)
+	require.NoError(t, err)
+	assert.Equal(t, &client.ObjectKey{Namespace: ns, Name: "prod"}, got)
+	other("b", ns+"-b")
+	_, err = ClusterOfControlPlane(ctx, c, ns)
+	require.ErrorContains(t, err, "Machines of 2 Cluster API Clusters ("+"["+ns+"/prod "+ns+"/staging]): name the one Hale heals with --capi-cluster NAMESPACE/NAME")
 }
 
 // policyBed is an in-process cluster whose hub (started with withPolicyBrakes, settled) keeps its brakes in the
@@ -375,7 +417,7 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st := tb.Hub().Status(ctx)
 		return st.Policy.MinFaultTolerance == 0 && st.Policy.MaxInFlight != "2" && st.Budget != nil && st.Budget.Available == 1
-	}, 10*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond, "the budget with every machine healthy (a loaded run may take a member for unhealthy a while)")
 }
 
 // The hub's pass reads nothing from the API server: failure counts, cooldowns, holds and brakes are
@@ -432,7 +474,13 @@ func TestPassesMakeNoAPIRequests(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tb.Passes(ctx, 1))
 	assert.Empty(t, seen()[before:], "API requests in 51 passes, a status and a scrape")
-	assert.Contains(t, st.Machines[1].Decision, "detached", "the machine is held all along")
+	// Held all along (nothing done: no reset, below); what the status says of it is read again when a
+	// loaded pass found it Suspect for a moment (no decision to state then).
+	if !strings.Contains(st.Machines[1].Decision, "detached") {
+		require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "cp-1's decision: detached", func() bool {
+			return strings.Contains(tb.Hub().Status(ctx).Machines[1].Decision, "detached")
+		}), "the machine is held: %+v", st.Machines[1])
+	}
 	assert.Empty(t, tb.Resets(1), "nothing done to the detached machine")
 }
 

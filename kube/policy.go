@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
@@ -36,7 +37,11 @@ type PolicySync struct {
 	// Cluster, when set, is the Cluster API Cluster this hub heals: its pause (spec.paused or the
 	// cluster.x-k8s.io/paused annotation) pauses Hale too, with the same acknowledgement.
 	Cluster *client.ObjectKey
-	Hub     *hub.Hub
+	// FindCluster (Cluster unset): the Cluster is the one whose Machines the control-plane Nodes are
+	// (ClusterOfControlPlane, Machines in MachineNamespace; "": all), looked for until found.
+	FindCluster      bool
+	MachineNamespace string
+	Hub              *hub.Hub
 	// Interval between syncs (default 1 s).
 	Interval time.Duration
 	Log      *slog.Logger
@@ -97,6 +102,18 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	override, policyErr := overrideOf(p.Spec)
 	if policyErr == nil {
 		s.Hub.SetPolicyOverride(override)
+	}
+	if s.Cluster == nil && s.FindCluster {
+		found, err := ClusterOfControlPlane(ctx, s.Client, s.MachineNamespace)
+		if err != nil {
+			return err
+		}
+		if found != nil {
+			s.Cluster = found
+			if s.Log != nil {
+				s.Log.Info("following the Cluster API Cluster of the control-plane Machines: its pause pauses Hale", "cluster", *found)
+			}
+		}
 	}
 	if s.Cluster != nil {
 		var c clusterv1.Cluster
@@ -318,31 +335,26 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 		field, value string
 		dst          **quorum.Limit
 	}{{"spec.maxInFlight", spec.MaxInFlight, &o.MaxInFlight}, {"spec.maxUnhealthy", spec.MaxUnhealthy, &o.MaxUnhealthy}} {
-		if l.value == "" {
-			continue
-		}
-		v, err := quorum.ParseLimit(l.value)
+		v, ok, err := hub.CheckLimit(l.field, l.value)
 		if err != nil {
-			return o, fmt.Errorf("%s: %w", l.field, err)
+			return o, err
 		}
-		*l.dst = &v
+		if ok {
+			*l.dst = &v
+		}
 	}
-	for _, probe := range slices.Sorted(maps.Keys(spec.ProbeTimeouts)) {
-		d := spec.ProbeTimeouts[probe]
-		if _, err := health.LookupProbe(probe); err != nil {
-			return o, fmt.Errorf("spec.probeTimeouts.%s: %w", probe, err)
-		}
-		if d.Duration <= 0 {
-			return o, fmt.Errorf("spec.probeTimeouts.%s: %v must be positive", probe, d.Duration)
-		}
+	for probe, d := range spec.ProbeTimeouts {
 		if o.ProbeTimeouts == nil {
 			o.ProbeTimeouts = map[string]time.Duration{}
 		}
 		o.ProbeTimeouts[probe] = d.Duration
 	}
+	if err := hub.CheckProbeTimeouts("spec.probeTimeouts", o.ProbeTimeouts); err != nil {
+		return o, err
+	}
 	if spec.Cooldown != nil {
-		if spec.Cooldown.Duration < 0 {
-			return o, fmt.Errorf("spec.cooldown: %v must not be negative", spec.Cooldown.Duration)
+		if err := hub.CheckWait("spec.cooldown", spec.Cooldown.Duration, ""); err != nil {
+			return o, err
 		}
 		d := spec.Cooldown.Duration
 		o.Cooldown = &d
@@ -370,12 +382,44 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 			if v.d == nil {
 				continue
 			}
-			if v.d.Duration < 0 {
-				return o, fmt.Errorf("%s.%s: %v must not be negative (0s: at once)", w.field, v.name, v.d.Duration)
+			if err := hub.CheckWait(w.field+"."+v.name, v.d.Duration, "at once"); err != nil {
+				return o, err
 			}
 			d := v.d.Duration
 			*v.dst = &d
 		}
 	}
 	return o, nil
+}
+
+// ClusterOfControlPlane is the Cluster API Cluster whose Machines (in namespace; "": all) are this
+// cluster's control-plane Nodes (by status.nodeRef): nil when no Machine is (not a Cluster API
+// cluster, or its Machines not linked yet), an error naming them when they belong to several.
+func ClusterOfControlPlane(ctx context.Context, c client.Client, namespace string) (*client.ObjectKey, error) {
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes, client.HasLabels{ControlPlaneLabel}); err != nil {
+		return nil, fmt.Errorf("listing control-plane nodes: %w", err)
+	}
+	controlPlane := map[string]bool{}
+	for _, n := range nodes.Items {
+		controlPlane[n.Name] = true
+	}
+	var machines clusterv1.MachineList
+	if err := c.List(ctx, &machines, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing Cluster API Machines: %w", err)
+	}
+	found := map[client.ObjectKey]bool{}
+	for _, m := range machines.Items {
+		if controlPlane[m.Status.NodeRef.Name] && m.Spec.ClusterName != "" {
+			found[client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}] = true
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(found), func(a, b client.ObjectKey) int { return strings.Compare(a.String(), b.String()) })
+	switch len(keys) {
+	case 0:
+		return nil, nil
+	case 1:
+		return &keys[0], nil
+	}
+	return nil, fmt.Errorf("the control-plane nodes are Machines of %d Cluster API Clusters (%v): name the one Hale heals with --capi-cluster NAMESPACE/NAME", len(keys), keys)
 }

@@ -57,7 +57,7 @@ order and print a timeline:
 
 It exits 0 only if every scenario ended as expected. --keep leaves everything running afterwards and
 serves the operator API, so that hub status, explain, reboot, pause … can be tried in another terminal.`,
-		Example: `  hale-demo                                     # every scenario, about 2 minutes
+		Example: `  hale-demo                                     # every scenario, about a minute and a half
   hale-demo --scenario permanent-loss           # one scenario
   hale-demo --scenario hang --keep              # then, in another terminal: hub status (the socket it prints)`,
 		Args: cobra.NoArgs,

@@ -96,7 +96,7 @@ func TestDashboardComponent(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal([]byte(out), &cm))
 	assert.Equal(t, "ConfigMap", cm.Kind)
-	assert.Equal(t, map[string]any{"grafana_dashboard": "1"}, cm.Metadata["labels"])
+	assert.Equal(t, map[string]any{"grafana_dashboard": "1", "app.kubernetes.io/part-of": "hale"}, cm.Metadata["labels"])
 	file, err := os.ReadFile(filepath.Join(abs, "hale-dashboard.json"))
 	require.NoError(t, err)
 	assert.Equal(t, string(file), cm.Data["hale-dashboard.json"])

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -45,8 +47,10 @@ func imageTag(t *testing.T) string {
 // kubectl runs the kubectl test/kube/build-assets built, beside kube-apiserver.
 func kubectl(_ *testing.T, args ...string) (string, error) { return kubeenv.Kubectl(args...) }
 
-// deploy/: every overlay renders, the same twice, and a server-side dry run of `kubectl apply -k`
-// against a real kube-apiserver accepts every object.
+// deploy/: every overlay renders, the same twice, with hale-system labelled for Pod Security's
+// privileged level (the agents use host paths and the host network), and a server-side dry run of
+// `kubectl apply -k` against a real kube-apiserver accepts every object; so does one of
+// `kubectl apply -f` of each of the release's rendered manifests (HALE_RELEASE_DIR, as test/run cuts it).
 func TestDeployOverlaysApply(t *testing.T) {
 	c, cfg := kubeenv.Start(t)
 	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
@@ -63,21 +67,116 @@ func TestDeployOverlaysApply(t *testing.T) {
 		assert.NotRegexp(t, `image: hale\s`, first, "%s: an image the images transformer missed", o)
 		assert.Contains(t, first, "image: ghcr.io/hale-dev/hale:"+imageTag(t), o)
 		objectsInTheirNamespace(t, c, o, first)
-		out, err := kubectl(t, "--kubeconfig", kc, "apply", "-k", dir, "--dry-run=server")
-		require.NoError(t, err, "%s:\n%s", o, out)
-		assert.Contains(t, out, "daemonset.apps/hale-agent created (server dry run)", o)
-		assert.Contains(t, out, "networkpolicy.networking.k8s.io/hale-hub created (server dry run)", o)
-		assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/hale-remediation-force created (server dry run)", o)
-		if strings.Contains(o, "witness") {
-			assert.Contains(t, out, "daemonset.apps/hale-witness created (server dry run)", o)
+		// A Cluster API overlay's hub follows its Cluster's pause (kube's TestPauseThroughHealthPolicyAndCluster).
+		if strings.Contains(o, "capi") || strings.Contains(o, "metal3") {
+			assert.Contains(t, first, "- --capi-cluster=auto\n", o)
+		} else {
+			assert.NotContains(t, first, "--capi-cluster", o)
+		}
+		assert.Regexp(t, `kind: Namespace\nmetadata:\n  labels:\n(    .*\n)*    pod-security.kubernetes.io/enforce: privileged\n(    .*\n)*  name: hale-system\n`, first, o)
+		applies := [][]string{{"-k", dir}}
+		if rel := os.Getenv("HALE_RELEASE_DIR"); rel != "" {
+			applies = append(applies, []string{"-f", filepath.Join(rel, "hale-"+o+".yaml")})
+		}
+		for _, a := range applies {
+			out, err := kubectl(t, append([]string{"--kubeconfig", kc, "apply", "--dry-run=server"}, a...)...)
+			require.NoError(t, err, "%s:\n%s", a, out)
+			assert.Contains(t, out, "daemonset.apps/hale-agent created (server dry run)", a)
+			assert.Contains(t, out, "networkpolicy.networking.k8s.io/hale-hub created (server dry run)", a)
+			assert.Contains(t, out, "validatingadmissionpolicy.admissionregistration.k8s.io/hale-remediation-force created (server dry run)", a)
+			if strings.Contains(o, "witness") {
+				assert.Contains(t, out, "daemonset.apps/hale-witness created (server dry run)", a)
+			}
 		}
 	}
+	ownOverlay(t, c, cfg, kc)
+}
+
+// ownOverlay builds install.md's "Your own overlay" on a copy of deploy/ tagged v0.1.0 (the tag the doc
+// names), with an inventory and a witness configuration of the user's, and applies it with a
+// server-side dry run (the ServiceMonitor and PrometheusRule against the Prometheus Operator's CRDs);
+// then upgrades it to a v0.2.0 (with one more hub replica) by upgrade.md's command: the release's
+// change arrives, the user's files stay.
+func ownOverlay(t *testing.T, c client.Client, cfg *rest.Config, kc string) {
+	require.NoError(t, kubeenv.InstallMonitoringCRDs(cfg))
+	tmp := t.TempDir()
+	repo, err := kubeenv.DeployRepo(tmp, "v0.1.0")
+	require.NoError(t, err)
+	k, err := kubeenv.OwnOverlay(repo)
+	require.NoError(t, err)
+	dir := filepath.Join(tmp, "mine")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	write := func(name, text string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
+	}
+	write("kustomization.yaml", k)
+	const inventory = "cluster: prod\nmachines:\n  - {name: cp-a, member: cp-a, class: control-plane, bmc: {endpoint: \"redfish://192.0.2.7\", credentials: /etc/hale/bmc}}\n"
+	const witness = "cluster: prod\nrole: witness\netcd:\n  endpoints: [https://192.0.2.7:2379]\n"
+	write("inventory.yaml", inventory)
+	write("witness-config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hale-witness-config, namespace: hale-system}\n"+
+		"data:\n  witness.yaml: |\n"+regexp.MustCompile(`(?m)^(.)`).ReplaceAllString(witness, "    $1"))
+
+	render := func() string {
+		t.Helper()
+		out, err := kubectl(t, "kustomize", dir)
+		require.NoError(t, err, out)
+		return out
+	}
+	data := func(rendered, configMap, key string) string {
+		t.Helper()
+		for doc := range strings.SplitSeq(rendered, "\n---\n") {
+			var cm corev1.ConfigMap
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &cm))
+			if cm.Kind == "ConfigMap" && strings.HasPrefix(cm.Name, configMap) {
+				return cm.Data[key]
+			}
+		}
+		t.Fatalf("no ConfigMap %s rendered", configMap)
+		return ""
+	}
+	first := render()
+	assert.Equal(t, inventory, data(first, "hale-hub-config", "inventory.yaml"), "the user's inventory")
+	assert.Equal(t, witness, data(first, "hale-witness-config", "witness.yaml"), "the user's witness configuration")
+	assert.NotContains(t, first, "ghcr.io", "every image from the user's registry")
+	assert.Contains(t, first, "image: registry.example.com/hale:v0.1.0")
+	assert.Contains(t, first, "  replicas: 2\n")
+	objectsInTheirNamespace(t, c, "own overlay", first)
+	out, err := kubectl(t, "--kubeconfig", kc, "apply", "--dry-run=server", "-k", dir)
+	require.NoError(t, err, out)
+	for _, o := range []string{"servicemonitor.monitoring.coreos.com/hale-hub", "prometheusrule.monitoring.coreos.com/hale",
+		"daemonset.apps/hale-witness", "deployment.apps/hale-hub"} {
+		assert.Regexp(t, regexp.QuoteMeta(o)+`\S* (created|configured|unchanged) \(server dry run\)`, out)
+	}
+
+	// The next release, and upgrade.md's command.
+	require.NoError(t, kubeenv.TagRelease(repo, "v0.2.0", func(deploy string) error {
+		path := filepath.Join(deploy, "base", "hub.yaml")
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = os.WriteFile(path, []byte(strings.Replace(string(b), "  replicas: 2\n", "  replicas: 3\n", 1)), 0o600)
+		}
+		return err
+	}))
+	upgrade := "sed -i 's/?ref=v0.1.0/?ref=v0.2.0/; s/newTag: v0.1.0/newTag: v0.2.0/' kustomization.yaml"
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "upgrade.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(doc), "`"+upgrade+"`", "upgrade.md's command")
+	sed := exec.Command("sh", "-c", upgrade)
+	sed.Dir = dir
+	b, err := sed.CombinedOutput()
+	require.NoError(t, err, string(b))
+	next := render()
+	assert.Contains(t, next, "  replicas: 3\n", "the new release's change")
+	assert.Contains(t, next, "image: registry.example.com/hale:v0.2.0")
+	assert.Equal(t, inventory, data(next, "hale-hub-config", "inventory.yaml"), "the user's inventory, kept")
+	assert.Equal(t, witness, data(next, "hale-witness-config", "witness.yaml"), "the user's witness configuration, kept")
 }
 
 // objectsInTheirNamespace checks an overlay's rendering: every namespaced object in hale-system (a
 // component's resources too, which the base's namespace does not reach), every cluster-scoped one
-// without a namespace (as the API server's discovery says of its kind), and no Secret at all: an apply
-// must never replace a Secret the user made (the gossip key, BMC logins).
+// without a namespace (as the API server's discovery says of its kind), every one labelled
+// app.kubernetes.io/part-of=hale, and no Secret at all: an apply must never replace a Secret the user
+// made (the gossip key, BMC logins).
 func objectsInTheirNamespace(t *testing.T, c client.Client, overlay, rendered string) {
 	t.Helper()
 	n := 0
@@ -91,6 +190,7 @@ func objectsInTheirNamespace(t *testing.T, c client.Client, overlay, rendered st
 		gvk := u.GroupVersionKind()
 		what := fmt.Sprintf("%s: %s %s", overlay, gvk.Kind, u.GetName())
 		assert.NotEqual(t, "Secret", gvk.Kind, "%s: an apply would replace the user's own", what)
+		assert.Equal(t, "hale", u.GetLabels()["app.kubernetes.io/part-of"], "%s: uninstall.md finds Hale's objects by this label", what)
 		namespaced, err := c.IsObjectNamespaced(&u)
 		require.NoError(t, err, what)
 		if namespaced {

@@ -226,7 +226,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
 	k, c, cfg := o.kube, kc.c, kc.cfg
 	var capi *client.ObjectKey
-	if k.capiCluster != "" {
+	if k.capiCluster != "" && k.capiCluster != "auto" {
 		ns, name, ok := strings.Cut(k.capiCluster, "/")
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--capi-cluster %q: want NAMESPACE/NAME", k.capiCluster)
@@ -368,7 +368,8 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 			}, log)
 		}
 		if k.policy != "" {
-			sync := &kube.PolicySync{Client: c, Policy: policy, Cluster: capi, Hub: h, Log: log}
+			sync := &kube.PolicySync{Client: c, Policy: policy, Cluster: capi, FindCluster: k.capiCluster == "auto",
+				MachineNamespace: k.machineNamespace, Hub: h, Log: log}
 			go sync.Run(lctx)
 		}
 		if err := h.Run(lctx); err != nil {

@@ -99,7 +99,7 @@ func TestKubernetesModeFailover(t *testing.T) {
 	}
 
 	a := start("hub-a")
-	require.Eventually(t, func() bool { out, code := status(a); return code == 0 && strings.Count(out, "Healthy") == 3 }, 30*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { out, code := status(a); return code == 0 && strings.Count(out, "Healthy") == 3 }, 60*time.Second, 100*time.Millisecond, "every machine Healthy under hub-a (a loaded run: the rig's etcd and agents start slowly)")
 	b := start("hub-b")
 	out, code := status(b)
 	assert.NotEqual(t, 0, code)
@@ -205,13 +205,14 @@ func TestRebootThroughARemediationObject(t *testing.T) {
 	}
 	// The hub re-checks quorum with reports sent after the request just before the power action; on
 	// a loaded machine an agent's etcd read may time out then, the check finds too few views and the
-	// request ends Aborted, with no power action: alice asks again (twice at most).
+	// request ends Aborted, with no power action; or the hub cannot check quorum at all when asked (too
+	// few fresh etcd views for a moment): alice asks again (twice at most).
 	var out string
 	var code, tries int
 	for tries = 1; ; tries++ {
 		out, code = reboot("alice", "cp-1", "--wait")
 		t.Logf("alice (request %d): %s", tries, out)
-		if code == 0 || tries == 3 || !strings.Contains(out, "confirming the quorum check with fresh reports") {
+		if code == 0 || tries == 3 || !strings.Contains(out, "confirming the quorum check with fresh reports") && !strings.Contains(out, "cannot check quorum") {
 			break
 		}
 	}

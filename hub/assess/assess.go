@@ -1,5 +1,7 @@
-// Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
-// quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
+// Package assess judges each machine from the agents' and witnesses' reports and the hub's own
+// gossip view: a verdict (Healthy, Suspect, Unhealthy) with its evidence, its etcd member's health for
+// the quorum planner, and which expected observers the hub hears. It is pure: no clock but the one
+// its observations carry, no lock, no I/O (docs/hub-internals.md).
 package assess
 
 import (
@@ -7,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -75,7 +77,7 @@ type Policy struct {
 // reports); a Node not Ready for 30 s (with other evidence).
 func DefaultPolicy() Policy {
 	return Policy{
-		ProbeTimeouts:          health.JudgedProbes(),
+		ProbeTimeouts:          report.JudgedTimeouts(),
 		EtcdUnreachableTimeout: 5 * time.Second,
 		StaleAfter:             20 * time.Second,
 		EtcdCatchUp:            30 * time.Second,
@@ -146,7 +148,8 @@ type Assessor struct {
 	// expected is the expected set of the latest pass; observers its live observers (a buffer the
 	// next pass reuses: nothing keeps them).
 	expected  Expected
-	observers []health.Report
+	observers []report.Report
+	sightings []sighting // this pass's, of each machine's node (a buffer, as observers)
 	// leader is the etcd leader that a strict majority of the members' agents that name one follow
 	// (this pass's; "" when none), at raft term leaderTerm (the highest its followers name), and
 	// leaderVotes how many name it.
@@ -174,9 +177,9 @@ func NewAssessor(p Policy) *Assessor {
 type Observations struct {
 	Now time.Time
 	// Reports are the agents' latest reports, by node.
-	Reports map[string]health.Report
+	Reports map[string]report.Report
 	// HubPeers is the hub's own gossip view of each node.
-	HubPeers map[string]health.PeerView
+	HubPeers map[string]report.PeerView
 }
 
 // SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
@@ -197,7 +200,8 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 		a.expected = ExpectedOf(machines, witnesses)
 	}
 	e := a.expected
-	a.observers = appendLiveObservers(a.observers[:0], e, obs, a.policy.StaleAfter)
+	a.sightings = a.sightings[:0]
+	a.observers = appendLiveObservers(a.observers[:0], &a.sightings, e, obs, a.policy.StaleAfter)
 	observers := a.observers
 	hearing := hearingOf(e, observers)
 	switch {
@@ -235,10 +239,10 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 			}
 		}
 		for _, p := range r.Peers {
-			if p.State == health.PeerAlive && p.Name != r.Node && r.SentAt.After(a.aliveAt[p.Name]) {
+			if p.State == report.PeerAlive && p.Name != r.Node && r.SentAt.After(a.aliveAt[p.Name]) {
 				a.aliveAt[p.Name] = r.SentAt
 			}
-			if p.State == health.PeerDead && p.Name != r.Node {
+			if p.State == report.PeerDead && p.Name != r.Node {
 				v := a.deadBy[p.Name]
 				if v == nil {
 					v = &deadVotes{}
@@ -253,8 +257,8 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	}
 	seen := map[string]bool{}
 	out := make([]Assessment, 0, len(machines))
-	for _, m := range machines {
-		out = append(out, a.assessOne(m, e, obs, observers, seen))
+	for i, m := range machines {
+		out = append(out, a.assessOne(m, a.sightings[i], e, obs, observers, seen))
 	}
 	for k := range a.firstSeen {
 		if !seen[k] {
@@ -281,11 +285,12 @@ func (e *evidence) doubt(format string, args ...any) {
 	e.suspect = append(e.suspect, fmt.Sprintf(format, args...))
 }
 
-func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observers []health.Report, seen map[string]bool) Assessment {
+// assessOne judges m; s is what the observations hold of its node.
+func (a *Assessor) assessOne(m MachineRef, s sighting, e Expected, obs Observations, observers []report.Report, seen map[string]bool) Assessment {
 	var ev evidence
-	dead := a.liveness(m, e, obs, observers, &ev)
-	own, fresh := obs.Reports[m.Node]
-	fresh = fresh && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
+	own, reported, heard := s.own, s.reported, s.heard()
+	dead := a.liveness(m, e, obs.Now, s.hub, s.known, observers, &ev)
+	fresh := reported && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
 		a.probes(m, own, obs.Now, &ev)
 	} else if !dead {
@@ -303,11 +308,11 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 		}
 		// Only from a member alive in the hub's gossip: a hub that just started holds the last reports of
 		// members that died before it did, fresh by age, from peers that kept them.
-		res.OwnAnswers = fresh && Live(own, obs, a.policy.StaleAfter) && ownViewOf(own, m.Member).answers
+		res.OwnAnswers = fresh && heard && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
-	res.Failing, res.Dead, res.LifeAt = ev.failing, dead, a.lifeAt(m, obs)
-	res.Alive = fresh && Live(own, obs, a.policy.StaleAfter)
+	res.Failing, res.Dead, res.LifeAt = ev.failing, dead, a.lifeAt(m, obs.Now, own, reported, heard)
+	res.Alive = fresh && heard
 	switch {
 	case len(ev.unhealthy) > 0:
 		res.Verdict, res.Since, res.Reasons = VerdictUnhealthy, ev.since, append(ev.unhealthy, ev.suspect...)
@@ -317,17 +322,18 @@ func (a *Assessor) assessOne(m MachineRef, e Expected, obs Observations, observe
 	return res
 }
 
-// lifeAt is the newest sign in obs that m runs (Assessment.LifeAt).
-func (a *Assessor) lifeAt(m MachineRef, obs Observations) time.Time {
+// lifeAt is the newest sign at now that m runs (Assessment.LifeAt): own is its latest report (if
+// reported), heard whether the hub's gossip hears it alive.
+func (a *Assessor) lifeAt(m MachineRef, now time.Time, own report.Report, reported, heard bool) time.Time {
 	at := a.aliveAt[m.Node]
 	if m.Member != "" && a.reachedAt[m.Member].After(at) {
 		at = a.reachedAt[m.Member]
 	}
-	if r, ok := obs.Reports[m.Node]; ok && r.SentAt.After(at) {
-		at = r.SentAt
+	if reported && own.SentAt.After(at) {
+		at = own.SentAt
 	}
-	if p, ok := obs.HubPeers[m.Node]; ok && p.State == health.PeerAlive || at.After(obs.Now) {
-		at = obs.Now // (a report from a clock ahead of the hub's says no more than now)
+	if heard || at.After(now) {
+		at = now // (a report from a clock ahead of the hub's says no more than now)
 	}
 	return at
 }
@@ -346,17 +352,16 @@ func (a *Assessor) HeardNothing() { a.heardSince, a.lostOnce = time.Time{}, true
 
 // liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
 // hub and enough others to make a strict majority of the expected observers see it dead.
-func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observers []health.Report, ev *evidence) bool {
-	hub, known := obs.HubPeers[m.Node]
-	if !known || hub.State == health.PeerAlive {
+func (a *Assessor) liveness(m MachineRef, e Expected, now time.Time, hub report.PeerView, known bool, observers []report.Report, ev *evidence) bool {
+	if !known || hub.State == report.PeerAlive {
 		return false
 	}
-	if hub.State == health.PeerLeft {
+	if hub.State == report.PeerLeft {
 		ev.doubt("%s left the gossip pool on purpose (agent stopped) at %s", m.Node, hub.Since.Format(time.RFC3339))
 		return false
 	}
 	others := len(observers)
-	if slices.ContainsFunc(observers, func(r health.Report) bool { return r.Node == m.Node }) {
+	if slices.ContainsFunc(observers, func(r report.Report) bool { return r.Node == m.Node }) {
 		others--
 	}
 	agree, earliest := 0, hub.Since
@@ -393,7 +398,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 	if a.lostOnce && a.heardSince.After(earliest) && wait < rejoinSettle {
 		wait = rejoinSettle
 	}
-	if d, _ := a.countedFor(m.Member, obs.Now, earliest); d < wait {
+	if d, _, _ := a.countedFor(m.Member, now, earliest); d < wait {
 		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), wait)
 		return false
 	}
@@ -409,7 +414,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, observer
 // make its healthy member's machine look dead (test/chaos seed 1, on a cold machine: cp-1's agent
 // stopped 0.2 s after quorum came back, and the observers' reports from the partition took its
 // healthy voter down).
-func (a *Assessor) newerThanHeard(r health.Report) bool {
+func (a *Assessor) newerThanHeard(r report.Report) bool {
 	return a.heardVersions == nil || r.Version > a.heardVersions[r.Node]
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 )
 
 // Evidence newer than what it judges (DESIGN.md rule 12). A member that restarts, or answers as a
@@ -36,7 +36,7 @@ type ownView struct {
 }
 
 // ownViewOf reads what r, the report of member's own agent, says of member.
-func ownViewOf(r health.Report, member string) ownView {
+func ownViewOf(r report.Report, member string) ownView {
 	v := ownView{version: r.Version, started: r.Started}
 	if e := r.Etcd; e != nil && e.LocalID != "" && (e.LocalName == "" || e.LocalName == member) {
 		v.answers, v.cluster, v.localID = true, e.ClusterID, e.LocalID
@@ -52,8 +52,11 @@ func (a *Assessor) noteRestarts(machines []MachineRef, obs Observations) {
 		a.own, a.epochs = map[string]ownView{}, map[string]epoch{}
 	}
 	for _, m := range machines {
+		if m.Member == "" {
+			continue
+		}
 		r, ok := obs.Reports[m.Node]
-		if m.Member == "" || !ok {
+		if !ok {
 			continue
 		}
 		was, known := a.own[m.Member]
@@ -102,20 +105,21 @@ func (a *Assessor) floor(member string) (time.Time, string) {
 // again before it leads to action. A member on the minority side of a partition fails its own etcd
 // probe ("no leader") for as long as the partition lasts, and is fine a second after it heals: that is
 // no reason to reboot it. Nor does time before the member's epoch count. The string says from when,
-// when it applies.
-func (a *Assessor) countedFor(member string, now, since time.Time) (time.Duration, string) {
+// when it applies; from is the moment the count began, the evidence's since for the verdict (from which
+// the component grace counts: a component failing through a partition has had no grace yet).
+func (a *Assessor) countedFor(member string, now, since time.Time) (d time.Duration, from time.Time, said string) {
 	at, why := a.floor(member)
 	if at.After(since) {
-		return now.Sub(at), fmt.Sprintf(", counted from %s when %s", at.UTC().Format("15:04:05.000Z07:00"), why)
+		return now.Sub(at), at, fmt.Sprintf(", counted from %s when %s", at.UTC().Format("15:04:05.000Z07:00"), why)
 	}
-	return now.Sub(since), ""
+	return now.Sub(since), since, ""
 }
 
 // newerFor says whether observer report r is newer than both the report its observer had sent when the
 // hub last began to hear a majority (newerThanHeard) and the one it had sent at member's epoch.
-func (a *Assessor) newerFor(member string) func(health.Report) bool {
+func (a *Assessor) newerFor(member string) func(report.Report) bool {
 	e, ok := a.epochs[member]
-	return func(r health.Report) bool {
+	return func(r report.Report) bool {
 		return a.newerThanHeard(r) && (!ok || r.Version > e.versions[r.Node])
 	}
 }

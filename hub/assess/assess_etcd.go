@@ -1,12 +1,10 @@
-// Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
-// quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
 package assess
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -23,7 +21,7 @@ import (
 // 1 s after the heal, and answered no linearizable read for 12 s ("waiting for ReadIndex response took
 // too long"), its raft index not moving (nothing was written). EtcdCatchUp bounds the extra time: a
 // member that never catches up is judged as usual.
-func (a *Assessor) catchingUp(own health.Report) string {
+func (a *Assessor) catchingUp(own report.Report) string {
 	v := own.Etcd
 	// Its own word is not enough: another member must follow that leader too, at the same term.
 	if v == nil || v.LocalID == "" || a.leader == "" || a.leaderVotes < 2 || v.LeaderID != a.leader || v.RaftTerm != a.leaderTerm {
@@ -35,7 +33,7 @@ func (a *Assessor) catchingUp(own health.Report) string {
 // majorityLeader is the etcd leader a strict majority of the observers that name one follow, the
 // highest raft term they name it at, and how many name it ("" when none: quorum lost, or views that
 // disagree).
-func majorityLeader(observers []health.Report) (string, uint64, int) {
+func majorityLeader(observers []report.Report) (string, uint64, int) {
 	counts, total := map[string]int{}, 0
 	for _, r := range observers {
 		if r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
@@ -64,7 +62,7 @@ func majorityLeader(observers []health.Report) (string, uint64, int) {
 // strict majority of the observers that check it reach it, whatever its own probe says), how many
 // observers reach it in such recent reports, and, when it answers, when the oldest report among those
 // that reach it was sent.
-func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own health.Report, fresh, dead bool, observers []health.Report,
+func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own report.Report, fresh, dead bool, observers []report.Report,
 	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, reachedSince int, answeredAt time.Time) {
 	if dead {
 		return quorum.Unhealthy, false, 0, time.Time{}
@@ -96,8 +94,8 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own healt
 		if !ok {
 			first, a.firstSeen[key] = now, now
 		}
-		if d, from := a.countedFor(m.Member, now, first); d >= a.policy.EtcdUnreachableTimeout {
-			ev.bad(first, "etcd member %s unreachable from %d of %d expected observers for %v%s", m.Member, unreach, e.Judges(), d.Round(time.Second), from)
+		if d, start, from := a.countedFor(m.Member, now, first); d >= a.policy.EtcdUnreachableTimeout {
+			ev.bad(start, "etcd member %s unreachable from %d of %d expected observers for %v%s", m.Member, unreach, e.Judges(), d.Round(time.Second), from)
 		} else {
 			ev.doubt("etcd member %s unreachable from %d of %d expected observers for %v%s (unhealthy at %v)", m.Member, unreach, e.Judges(),
 				d.Round(time.Millisecond), from, a.policy.EtcdUnreachableTimeout)
@@ -130,7 +128,7 @@ type votes struct {
 // reachability counts the observers' views of member (but except's). When newer is set, a "does not
 // answer" from a report it refuses is counted apart, as stale, and a "reaches it" from one it takes
 // counts in newReach too.
-func reachability(member string, observers []health.Report, except string, newer func(health.Report) bool) votes {
+func reachability(member string, observers []report.Report, except string, newer func(report.Report) bool) votes {
 	var v votes
 	for _, r := range observers {
 		if r.Etcd == nil || r.Node == except {

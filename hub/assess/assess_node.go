@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 )
 
 // probes weighs m's own probe results against the policy's timeouts. A failure is known to have
@@ -12,7 +12,7 @@ import (
 // while its probe fails must not let the failure grow for as long as its last report stays fresh
 // (found by test/chaos seed 3: a member with no leader during a partition, its agent killed just after
 // the heal, was power-cycled on that last report though healthy again).
-func (a *Assessor) probes(m MachineRef, own health.Report, now time.Time, ev *evidence) {
+func (a *Assessor) probes(m MachineRef, own report.Report, now time.Time, ev *evidence) {
 	upTo := minTime(now, own.SentAt)
 	for _, p := range own.Probes {
 		timeout, counts := a.policy.ProbeTimeouts[p.Name]
@@ -26,8 +26,8 @@ func (a *Assessor) probes(m MachineRef, own health.Report, now time.Time, ev *ev
 				p.Detail += fmt.Sprintf("; catching up (%s): %v more allowed", why, a.policy.EtcdCatchUp)
 			}
 		}
-		if d, from := a.countedFor(m.Member, upTo, p.Since); d >= timeout {
-			ev.bad(p.Since, "%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Second), from, timeout, p.Detail)
+		if d, start, from := a.countedFor(m.Member, upTo, p.Since); d >= timeout {
+			ev.bad(start, "%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Second), from, timeout, p.Detail)
 		} else {
 			ev.doubt("%s failing for %v%s (unhealthy at %v): %s", p.Name, upTo.Sub(p.Since).Round(time.Millisecond), from, timeout, p.Detail)
 		}
@@ -44,11 +44,11 @@ func (a *Assessor) nodeConditions(m MachineRef, now time.Time, ev *evidence) {
 		if !counts || !c.bad() {
 			continue
 		}
-		d, from := a.countedFor(m.Member, now, c.Since)
+		d, start, from := a.countedFor(m.Member, now, c.Since)
 		what := fmt.Sprintf("node %s %s=%s (%s) for %v%s", m.Node, c.Type, c.Status, c.Reason, now.Sub(c.Since).Round(time.Second), from)
 		switch {
 		case d >= timeout && corroborated:
-			ev.bad(c.Since, "%s, with the evidence above", what)
+			ev.bad(start, "%s, with the evidence above", what)
 		case d >= timeout:
 			ev.doubt("%s, but nothing else stands against it: not enough alone", what)
 		default:

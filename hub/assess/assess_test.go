@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/quorum"
@@ -49,8 +49,8 @@ func TestAssess(t *testing.T) {
 			machine: "m2", verdict: assess.VerdictSuspect, reason: "only 2 of 6 expected observers see it dead"},
 		{name: "an observer outside the expected set is no vote", world: func() *assesstest.World {
 			w := assesstest.NewWorld(now).Dead("cp-2", now.Add(-time.Second), "cp-0")
-			w.Obs.HubPeers["stranger"] = health.PeerView{Name: "stranger", State: health.PeerAlive}
-			w.Obs.Reports["stranger"] = health.Report{Node: "stranger", SentAt: now, Peers: []health.PeerView{{Name: "cp-2", State: health.PeerDead, Since: now.Add(-time.Second)}}}
+			w.Obs.HubPeers["stranger"] = report.PeerView{Name: "stranger", State: report.PeerAlive}
+			w.Obs.Reports["stranger"] = report.Report{Node: "stranger", SentAt: now, Peers: []report.PeerView{{Name: "cp-2", State: report.PeerDead, Since: now.Add(-time.Second)}}}
 			return w
 		}(), machine: "m2", verdict: assess.VerdictSuspect, reason: "only 2 of 4 expected observers"},
 		{name: "only the agent died (crashed, stopped): its etcd member still answers every other observer, so the machine is not dead (test/chaos seed 1: rebooting it cost quorum)",
@@ -85,7 +85,7 @@ func TestAssess(t *testing.T) {
 		}(), machine: "m1", verdict: assess.VerdictSuspect, reason: "no fresh report from cp-1"},
 		{name: "left on purpose", world: func() *assesstest.World {
 			w := assesstest.NewWorld(now)
-			w.Obs.HubPeers["cp-1"] = health.PeerView{Name: "cp-1", State: health.PeerLeft, Since: now}
+			w.Obs.HubPeers["cp-1"] = report.PeerView{Name: "cp-1", State: report.PeerLeft, Since: now}
 			return w
 		}(), machine: "m1", verdict: assess.VerdictSuspect, reason: "left the gossip pool on purpose"},
 		{name: "member unreachable from a majority starts a timer", world: assesstest.NewWorld(now).Unreachable("etcd-2", "cp-0", "cp-1"),
@@ -151,7 +151,8 @@ func TestHear(t *testing.T) {
 // Time without a majority of observers is no evidence: after a partition heals (or at the hub's start)
 // a probe that failed all along must fail for its whole timeout again before it counts. (Found by the
 // network-namespace partition test: cp-0, on the minority side, failed its own etcd probe, "no
-// leader", for the whole partition, and was power-cycled the moment the partition healed.)
+// leader", for the whole partition, and was power-cycled the moment the partition healed.) The
+// verdict's since is the heal too.
 func TestTimedEvidenceCountsFromWhenAMajorityIsHeard(t *testing.T) {
 	now := assesstest.T0().Add(time.Hour)
 	a := assesstest.Hearing(assess.DefaultPolicy())
@@ -171,6 +172,9 @@ func TestTimedEvidenceCountsFromWhenAMajorityIsHeard(t *testing.T) {
 	assert.Equal(t, assess.VerdictSuspect, got.Verdict)
 	got = assesstest.ByName(a.Assess(assesstest.Machines(), nil, failing(assesstest.NewWorld(now.Add(10*time.Second))).Obs))["m0"]
 	assert.Equal(t, assess.VerdictUnhealthy, got.Verdict, "failing for the whole timeout since the heal")
+	// And its since is the heal, not the probe's first failure: the component grace counts from it (a
+	// partition longer than the grace once left a member catching up after the heal no grace at all).
+	assert.Equal(t, now, got.Since, "since")
 	// Dead is not timed (deadTimeout 0): a machine dead per a majority counts at once, heal or not.
 	b := assess.NewAssessor(assess.DefaultPolicy())
 	got = assesstest.ByName(b.Assess(assesstest.Machines(), nil, assesstest.NewWorld(now).Dead("cp-2", now.Add(-time.Second), "cp-0", "cp-1").Obs))["m2"]
@@ -216,8 +220,8 @@ func TestAssessTimesUnreachableMembers(t *testing.T) {
 func TestAssessWorkerWithoutMember(t *testing.T) {
 	now := assesstest.T0().Add(time.Hour)
 	w := assesstest.NewWorld(now)
-	w.Obs.HubPeers["w-1"] = health.PeerView{Name: "w-1", State: health.PeerAlive}
-	w.Obs.Reports["w-1"] = health.Report{Node: "w-1", SentAt: now, Probes: []health.ProbeResult{{Name: "kubelet", OK: false, Since: now.Add(-time.Minute)}}}
+	w.Obs.HubPeers["w-1"] = report.PeerView{Name: "w-1", State: report.PeerAlive}
+	w.Obs.Reports["w-1"] = report.Report{Node: "w-1", SentAt: now, Probes: []report.ProbeResult{{Name: "kubelet", OK: false, Since: now.Add(-time.Minute)}}}
 	got := assesstest.ByName(assesstest.Hearing(assess.DefaultPolicy()).Assess([]assess.MachineRef{{Name: "w1", Node: "w-1"}}, nil, w.Obs))["w1"]
 	assert.Equal(t, assess.VerdictUnhealthy, got.Verdict)
 	assert.Equal(t, quorum.HealthUnknown, got.EtcdHealth)
@@ -247,7 +251,7 @@ func TestAssessNodeConditions(t *testing.T) {
 			w := assesstest.NewWorld(now)
 			if tc.kubelet {
 				r := w.Obs.Reports["cp-2"]
-				r.Probes[0] = health.ProbeResult{Name: "kubelet", OK: false, Since: now.Add(-2 * time.Second), Detail: "connection refused"}
+				r.Probes[0] = report.ProbeResult{Name: "kubelet", OK: false, Since: now.Add(-2 * time.Second), Detail: "connection refused"}
 				w.Obs.Reports["cp-2"] = r
 			}
 			ms := slices.Clone(assesstest.Machines())

@@ -1,5 +1,3 @@
-// Package hub is Hale's decision maker: it assesses machines from the agents' reports, plans with
-// quorum, acts through BMCs or owners, and records every step. This file is the assess stage.
 package assess
 
 import (
@@ -8,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 )
 
 // Expected is the fixed set of observers (DESIGN.md rule 6): the agent of every machine, the
@@ -86,12 +84,12 @@ func (h Hearing) NoMajority() string {
 // Hear says which expected observers the hub hears: alive in its view, with a report fresher than
 // staleAfter.
 func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
-	return hearingOf(e, appendLiveObservers(nil, e, obs, staleAfter))
+	return hearingOf(e, appendLiveObservers(nil, nil, e, obs, staleAfter))
 }
 
 // hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
 // order, which it relies on).
-func hearingOf(e Expected, observers []health.Report) Hearing {
+func hearingOf(e Expected, observers []report.Report) Hearing {
 	h := Hearing{Set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
 	h.Heard[0] = "the hub"
 	j := 0
@@ -108,19 +106,45 @@ func hearingOf(e Expected, observers []health.Report) Hearing {
 	return h
 }
 
-// appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
-// report is fresh, in the expected set's order. Anyone else in the gossip pool is no observer.
 // Live: the hub hears r's sender alive, and r is no older than staleAfter.
-func Live(r health.Report, obs Observations, staleAfter time.Duration) bool {
-	pv, ok := obs.HubPeers[r.Node]
-	return ok && pv.State == health.PeerAlive && obs.Now.Sub(r.SentAt) <= staleAfter
+func Live(r report.Report, obs Observations, staleAfter time.Duration) bool {
+	s := sighting{own: r, reported: true}
+	s.hub, s.known = obs.HubPeers[r.Node]
+	return s.live(obs.Now, staleAfter)
 }
 
-func appendLiveObservers(out []health.Report, e Expected, obs Observations, staleAfter time.Duration) []health.Report {
-	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
+// sighting is what the observations hold of one node: its latest report (reported) and the hub's
+// gossip view of it (known), looked up once a pass.
+type sighting struct {
+	own      report.Report
+	reported bool
+	hub      report.PeerView
+	known    bool
+}
+
+// heard says whether the hub's gossip hears the node alive.
+func (s sighting) heard() bool { return s.known && s.hub.State == report.PeerAlive }
+
+// live says whether the node is a live observer at now: heard, with a report no older than staleAfter.
+func (s sighting) live(now time.Time, staleAfter time.Duration) bool {
+	return s.reported && s.heard() && now.Sub(s.own.SentAt) <= staleAfter
+}
+
+// appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
+// report is fresh (Live), in the expected set's order. Anyone else in the gossip pool is no observer.
+// sightings, when not nil, gets each expected agent's sighting, in the expected set's order (the
+// machines' own: AssessHearing reads them per machine).
+func appendLiveObservers(out []report.Report, sightings *[]sighting, e Expected, obs Observations, staleAfter time.Duration) []report.Report {
+	for i, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, node := range nodes {
-			if r, reported := obs.Reports[node]; reported && Live(r, obs, staleAfter) {
-				out = append(out, r)
+			var s sighting
+			s.own, s.reported = obs.Reports[node]
+			s.hub, s.known = obs.HubPeers[node]
+			if s.live(obs.Now, staleAfter) {
+				out = append(out, s.own)
+			}
+			if i == 0 && sightings != nil {
+				*sightings = append(*sightings, s)
 			}
 		}
 	}

@@ -1,3 +1,6 @@
+// Package execute carries out one remediation, step by step, through the interfaces it owns (World,
+// Power, Owner): each irreversible step journaled as an intent before and an outcome after, and a
+// remediation found in progress resumed where it stood, the BMC read before anything is repeated.
 package execute
 
 import (

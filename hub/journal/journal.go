@@ -1,8 +1,9 @@
-// Package journal is what the hub keeps of its remediations: one Remediation per operation on a
-// machine, its history of entries (an intent before each side effect, its outcome after), the Store
-// the executor writes through, and File, the standalone hub's store in a bbolt file (Kubernetes mode
-// keeps them in Remediation objects: package kube). It knows nothing of how remediations are decided
-// or carried out.
+// Package journal is what the hub keeps of its remediations, as values: one Remediation per operation
+// on a machine, its history of entries (an intent before each side effect, its outcome after), and the
+// Store the executor writes through (the standalone hub's is a bbolt file, package
+// hub/journal/boltfile; Kubernetes mode keeps them in Remediation objects, package kube). It imports
+// no I/O, so that the hub's pure packages read remediations without it, and knows nothing of how
+// remediations are decided or carried out.
 package journal
 
 import (

@@ -2,11 +2,14 @@ package pass
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/quorum"
 )
 
 // Admission: whether a machine may be acted on now, and if not why, for the hub's own pass and for an
@@ -33,7 +36,15 @@ func RuleOf(r Reason) HoldRule {
 	// overrides them (they are lifted instead: attach, resume, unsuspend, the owner, the wait's end).
 	case ReasonHeldByOwner, ReasonDetached, ReasonPaused, ReasonSuspended, ReasonBMCLoginBackoff:
 		return HoldRule{hub: true, operator: true}
-	// Quorum and the data: an operator may act against them, knowingly (--force, journaled).
+	// An operator's own (AdmitOperator): a hub that acts on nothing, a remediation under way, a
+	// power-on that would run the old cluster's quorum beside the new one (two etcds serving), a
+	// forced replace (it removes a member for good).
+	case ReasonStandby, ReasonInFlight, ReasonOldQuorum, ReasonReplaceForced:
+		return HoldRule{operator: true}
+	// Quorum and the data: an operator may act against them, knowingly (--force, journaled). A
+	// retired machine (an etcd recovery left it out of the new membership) is powered on with
+	// --force: that costs the new cluster nothing, and is how it is brought back; the one harm it
+	// can do, the old cluster's quorum running again, is OldQuorum, which no force overrides.
 	case ReasonRetired, ReasonSurvivor, ReasonSilentVotersFirst, ReasonMemberAnswers, ReasonWaiting:
 		return HoldRule{hub: true, operator: true, Forceable: true}
 	// The hub's restraint with its own remediations (its history with the machine, a cause the
@@ -174,4 +185,117 @@ func kubeadmUpgrade(f Facts, m Machine) string {
 	}
 	return fmt.Sprintf("a kubeadm upgrade is replacing %s's static pod manifests (since %s, as its agent reports): planned work; "+
 		"Hale waits until it is done (policy.plannedWork: %s)%s", m.Node, r.KubeadmUpgrade.UTC().Format(time.RFC3339), WorkKubeadmUpgrade, silent)
+}
+
+// The reasons only an operator's request is refused for: the pass never meets them (it runs only
+// where the hub acts, it skips a machine in flight, and it never powers on a retired machine).
+const (
+	// ReasonStandby: this hub acts on nothing now (not leading, or not running yet); a dry run still
+	// shows the plan.
+	ReasonStandby Reason = "Standby"
+	// ReasonInFlight: a remediation of the machine is under way.
+	ReasonInFlight Reason = "InFlight"
+	// ReasonOldQuorum: a retired machine whose power-on would run a quorum of the old etcd cluster,
+	// which would serve its old data beside the new one.
+	ReasonOldQuorum Reason = "OldQuorum"
+	// ReasonReplaceForced: a replace asked with --force: a replace is never forced over the quorum
+	// check (it removes a member for good).
+	ReasonReplaceForced Reason = "ReplaceForced"
+)
+
+// ErrRefused: an operator's request was refused (the hub's ErrRefused).
+var ErrRefused = errors.New("refused")
+
+// OperatorRequest is an operator's request to act on a machine: `hub reboot`, and what comes as one
+// (a HaleRemediation, a Remediation made with kubectl, Cluster API's remediate-machine annotation).
+type OperatorRequest struct {
+	Strategy      quorum.Strategy
+	Force, DryRun bool
+}
+
+// Beside is what the hub found, beside the pass's facts, for an operator's request on a machine.
+type Beside struct {
+	// Standby says why this hub acts on nothing now ("": it acts).
+	Standby string
+	// InFlight is the remediation under way on the machine ("": none).
+	InFlight string
+	// Live is the etcd membership now, for the quorum check; LiveErr why it is not known.
+	Live    quorum.Cluster
+	LiveErr error
+	// Work is the remediations under way, which the machine's plan goes beside.
+	Work []quorum.Machine
+	// OldQuorum says why powering the machine on would run the old cluster's quorum ("": it would not).
+	OldQuorum string
+}
+
+// dryRunSeesPast says whether a dry run shows the plan past a hold no force overrides: past the brakes,
+// a standby hub and the machine's own holds (what would be done once they are lifted), not past what
+// no lifting changes (a remediation under way, the old quorum, a forced replace).
+func dryRunSeesPast(r Reason) bool {
+	return r != ReasonInFlight && r != ReasonOldQuorum && r != ReasonReplaceForced
+}
+
+// Admitted is an operator's request as admitted: its plan, and what a --force overrode ("": nothing).
+type Admitted struct {
+	Plan      quorum.Plan
+	Overrides string
+}
+
+// AdmitOperator is the one admission of an operator's request on m: the holds RuleOf lists for an
+// operator (MachineHolds, and the operator's own: standby, in flight, the old quorum, a forced
+// replace), then the quorum check (the plan beside the work under way). A hold no force overrides
+// refuses it (a dry run still shows the plan past some: dryRunSeesPast); the quorum check's
+// refusal and the forceable holds refuse it unless req.Force, which the Admitted then says it
+// overrode. Every refusal wraps ErrRefused and names the machine.
+func AdmitOperator(f Facts, m Machine, req OperatorRequest, b Beside) (Admitted, error) {
+	member := m.Member != "" && b.LiveErr == nil
+	ad := Admission{}
+	if member {
+		ad.Lost, ad.Silent = b.Live.Budget(f.Inventory.Policy.Quorum).QuorumLost(), SilentVoters(f, b.Live)
+	}
+	holds := []Hold{}
+	for _, h := range []struct {
+		Hold
+		ok bool
+	}{
+		{Hold{Reason: ReasonStandby, Why: b.Standby}, b.Standby != ""},
+		{Hold{Reason: ReasonInFlight, Why: fmt.Sprintf("%s already has remediation %s in flight (`hub explain %s`)", m.Name, b.InFlight, m.Name)}, b.InFlight != ""},
+		{Hold{Reason: ReasonReplaceForced, Why: "a replace is never forced over the quorum check"}, req.Strategy == quorum.Replace && req.Force},
+		{Hold{Reason: ReasonOldQuorum, Why: b.OldQuorum}, b.OldQuorum != ""},
+	} {
+		if h.ok {
+			holds = append(holds, h.Hold)
+		}
+	}
+	holds = append(holds, MachineHolds(f, m, AssessmentOf(f.Assessments, -1, m.Name), ad, ByOperator)...)
+	if hd, ok := Unforceable(holds); ok && (!req.DryRun || !dryRunSeesPast(hd.Reason)) {
+		return Admitted{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.Why)
+	}
+	var refusal []string
+	for _, hd := range holds {
+		if RuleOf(hd.Reason).Forceable {
+			refusal = append(refusal, hd.Why)
+		}
+	}
+	plan := MachinePlan(req.Strategy, m)
+	if m.Member != "" {
+		err := fmt.Errorf("cannot check quorum: %w", b.LiveErr)
+		if b.LiveErr == nil {
+			opts := m.Replace
+			opts.NewMember = m.Member + NewMemberSuffix
+			plan, err = b.Live.PlanBeside(f.Inventory.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: req.Strategy, Replace: opts}, b.Work)
+		}
+		if err != nil {
+			plan, refusal = quorum.Plan{Strategy: quorum.Reboot, Member: m.Member,
+				Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: m.Member}, {Op: quorum.OpAwaitHealthy, Member: m.Member}}}, append(refusal, err.Error())
+		}
+	}
+	if len(refusal) == 0 {
+		return Admitted{Plan: plan}, nil
+	}
+	why := strings.Join(refusal, "; and ")
+	if !req.Force {
+		return Admitted{Plan: plan}, fmt.Errorf("%w: %s of %s: %s (--force overrides this for a reboot, knowingly: it is journaled as forced)", ErrRefused, req.Strategy, m.Name, why)
+	}
+	return Admitted{Plan: plan, Overrides: why}, nil
 }

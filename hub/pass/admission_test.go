@@ -125,26 +125,72 @@ func TestOneAdmissionRule(t *testing.T) {
 			assert.Equal(t, tc.reason, d.holds[tc.machine].Reason, "the pass: %s", d.holds[tc.machine].Why)
 			assert.True(t, rule.hub, "every reason holds the hub's own pass")
 
-			// The operator's path, as Reboot takes it: the holds, then the quorum check.
+			// The operator's path, as Reboot takes it: the one admission, with and without --force.
 			i := slices.IndexFunc(s.f.Inventory.Machines, func(m Machine) bool { return m.Name == tc.machine })
 			m := s.f.Inventory.Machines[i]
-			ad := Admission{Lost: d.cluster.Budget(s.f.Inventory.Policy.Quorum).QuorumLost(), Silent: SilentVoters(s.f, d.cluster)}
-			holds := MachineHolds(s.f, m, s.f.Assessments[i], ad, ByOperator)
-			if tc.reason == ReasonWaiting {
-				_, err := d.cluster.PlanBeside(s.f.Inventory.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: quorum.Reboot}, nil)
-				assert.Error(t, err, "the quorum check refuses the operator too")
-				assert.True(t, rule.operator && rule.Forceable)
+			b := Beside{Live: d.cluster}
+			_, err := AdmitOperator(s.f, m, OperatorRequest{Strategy: quorum.Reboot}, b)
+			forced, ferr := AdmitOperator(s.f, m, OperatorRequest{Strategy: quorum.Reboot, Force: true}, b)
+			_, dryErr := AdmitOperator(s.f, m, OperatorRequest{Strategy: quorum.Reboot, DryRun: true}, b)
+			if !rule.operator {
+				assert.NoError(t, err, "an operator is not held by %s", tc.reason)
+				assert.NoError(t, ferr)
+				assert.Empty(t, forced.Overrides)
 				return
 			}
-			held := slices.ContainsFunc(holds, func(h Hold) bool { return h.Reason == tc.reason })
-			assert.Equal(t, rule.operator, held, "an operator held by %s: %v", tc.reason, holds)
-			if !held {
+			require.ErrorIs(t, err, ErrRefused, "an operator is held by %s", tc.reason)
+			assert.Contains(t, err.Error(), m.Name)
+			if !rule.Forceable {
+				require.ErrorIs(t, ferr, ErrRefused, "no force overrides %s", tc.reason)
+				assert.Equal(t, err.Error(), ferr.Error())
+				assert.NoError(t, dryErr, "a dry run shows the plan past %s", tc.reason)
 				return
 			}
-			first, refused := Unforceable(holds)
-			require.Equal(t, !rule.Forceable, refused, "--force past %s: %v", tc.reason, holds)
-			if refused {
-				assert.Equal(t, tc.reason, first.Reason)
+			require.NoError(t, ferr, "--force overrides %s", tc.reason)
+			assert.NotEmpty(t, forced.Overrides, "and says what it overrode")
+			assert.Contains(t, err.Error(), "--force overrides this")
+			assert.ErrorIs(t, dryErr, ErrRefused, "a dry run says the refusal a force would override")
+		})
+	}
+}
+
+// The refusals only an operator meets, through the same admission: each is in RuleOf, holds no pass,
+// and no force overrides it; a dry run sees past a standby hub only.
+func TestOperatorOnlyHolds(t *testing.T) {
+	for _, tc := range []struct {
+		reason Reason
+		req    OperatorRequest
+		beside Beside
+		dryRun bool // a dry run shows the plan
+	}{
+		{ReasonStandby, OperatorRequest{Strategy: quorum.Reboot}, Beside{Standby: "not leading: hub-b holds the Lease"}, true},
+		{ReasonInFlight, OperatorRequest{Strategy: quorum.Reboot}, Beside{InFlight: "m2-abc"}, false},
+		{ReasonOldQuorum, OperatorRequest{Strategy: quorum.Reboot}, Beside{OldQuorum: "m2 was retired by etcd recovery hale-c0-1 and would run etcd-2 of the old cluster"}, false},
+		{ReasonReplaceForced, OperatorRequest{Strategy: quorum.Replace}, Beside{}, true},
+	} {
+		t.Run(string(tc.reason), func(t *testing.T) {
+			rule := RuleOf(tc.reason)
+			assert.Equal(t, HoldRule{operator: true}, rule, "the operator's only, never forced")
+			s := newScene().dead(2)
+			d := s.decide()
+			m := s.f.Inventory.Machines[2]
+			tc.beside.Live = d.cluster
+			force := tc.req
+			force.Force = true
+			_, err := AdmitOperator(s.f, m, force, tc.beside)
+			require.ErrorIs(t, err, ErrRefused, "--force past %s", tc.reason)
+			if tc.reason != ReasonReplaceForced { // only --force makes that one
+				_, err := AdmitOperator(s.f, m, tc.req, tc.beside)
+				require.ErrorIs(t, err, ErrRefused)
+				dry := tc.req
+				dry.DryRun = true
+				got, err := AdmitOperator(s.f, m, dry, tc.beside)
+				if tc.dryRun {
+					require.NoError(t, err)
+					assert.NotEmpty(t, got.Plan.Steps, "the plan a dry run shows")
+				} else {
+					assert.ErrorIs(t, err, ErrRefused)
+				}
 			}
 		})
 	}

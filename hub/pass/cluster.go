@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -31,7 +31,7 @@ func MembershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 	}
 	e := hearing.Set // the expected set the hearing was judged against
 	votes := map[string]int{}
-	lists := map[string][]health.EtcdMember{}
+	lists := map[string][]report.EtcdMember{}
 	total := 0
 	// Those that read no etcd at all (a witness without etcd endpoints: its fresh report carries no
 	// view) can never report the membership: they are not asked to. Counted, they left three agents and
@@ -42,10 +42,10 @@ func MembershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 	for _, node := range e.JudgeNodes {
 		r, reported := obs.Reports[node]
 		fresh := reported && obs.Now.Sub(r.SentAt) <= inv.Policy.Assess.StaleAfter
-		if pv, ok := obs.HubPeers[node]; fresh && ok && pv.State == health.PeerAlive && r.Etcd == nil {
+		if pv, ok := obs.HubPeers[node]; fresh && ok && pv.State == report.PeerAlive && r.Etcd == nil {
 			judges--
 		}
-		if pv, ok := obs.HubPeers[node]; !fresh || !ok || pv.State != health.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 {
+		if pv, ok := obs.HubPeers[node]; !fresh || !ok || pv.State != report.PeerAlive || r.Etcd == nil || len(r.Etcd.Members) == 0 {
 			continue
 		}
 		k := viewKey(r.Etcd.Members)
@@ -107,7 +107,7 @@ func AssessmentOf(as []assess.Assessment, i int, machine string) assess.Assessme
 }
 
 // viewKey is an etcd membership as one comparable string: the members' names and roles, sorted.
-func viewKey(members []health.EtcdMember) string {
+func viewKey(members []report.EtcdMember) string {
 	keys := make([]string, len(members))
 	for i, m := range members {
 		keys[i] = fmt.Sprintf("%s:%v", m.Name, m.Learner)

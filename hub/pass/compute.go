@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -123,10 +123,9 @@ type Ready struct {
 	Episodes []Episode
 	// Begin: the remediations to begin, in the planner's order.
 	Begin []ToBegin
-	// OutOfService, when not nil, says of each machine it names whether its Node must carry the
-	// out-of-service taint now (OutOfService); the others' taints stay as they are. Nil: no change at
-	// all (the hub only listens, is paused or suspended).
-	OutOfService map[string]Taint
+	// OutOfService, when not nil, says which machines' Nodes must carry the out-of-service taint now
+	// (OutOfService). Nil: no change at all (a pass that only listens, or a paused or suspended hub).
+	OutOfService *Taints
 }
 
 // queue adds a notice to those apply says (Hub.say emits it).
@@ -191,7 +190,7 @@ func (s *State) update(f Facts) Ready {
 			rd.queue(n)
 		}
 	}
-	s.Track(&rd, f.Inventory, f.Observations.Reports, func(r health.Report) bool {
+	s.Track(&rd, f.Inventory, f.Observations.Reports, func(r report.Report) bool {
 		return assess.Live(r, f.Observations, f.Inventory.Policy.Assess.StaleAfter)
 	})
 	v.Mark = s.Mark
@@ -215,7 +214,8 @@ func (s *State) update(f Facts) Ready {
 		return rd
 	}
 	if f.Paused == "" && !f.Suspended {
-		rd.OutOfService = OutOfService(f)
+		t := OutOfService(f)
+		rd.OutOfService = &t
 	}
 	s.sayHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/hub/journal"
@@ -92,10 +92,10 @@ func (s *scene) witnesses(nodes ...string) *scene {
 	s.w.Witness(nodes...)
 	for _, n := range nodes {
 		r := s.w.Obs.Reports[n]
-		r.Etcd = &health.EtcdView{}
+		r.Etcd = &report.EtcdView{}
 		for _, m := range assesstest.Machines() {
 			yes := true
-			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: m.Member, Reachable: &yes})
+			r.Etcd.Members = append(r.Etcd.Members, report.EtcdMember{Name: m.Member, Reachable: &yes})
 		}
 		s.w.Obs.Reports[n] = r
 	}
@@ -149,7 +149,7 @@ func TestDecide(t *testing.T) {
 		{name: "agents disagree on the membership: waiting", scene: func() *scene {
 			s := newScene().dead(2)
 			r := s.w.Obs.Reports["cp-1"]
-			r.Etcd = &health.EtcdView{LocalName: "etcd-1", Members: append(r.Etcd.Members, health.EtcdMember{Name: "etcd-9"})}
+			r.Etcd = &report.EtcdView{LocalName: "etcd-1", Members: append(r.Etcd.Members, report.EtcdMember{Name: "etcd-9"})}
 			s.w.Obs.Reports["cp-1"] = r
 			return s
 		}, notPlanning: "agents disagree on the etcd membership (2 views, the most common held by 1)"},
@@ -170,8 +170,8 @@ func TestDecide(t *testing.T) {
 				w := assess.MachineRef{Name: fmt.Sprintf("w%d", i), Node: fmt.Sprintf("worker-%d", i)}
 				s.f.Inventory.Machines = append(s.f.Inventory.Machines, Machine{MachineRef: w, Strategy: quorum.Reboot, Pool: "workers"})
 				s.f.Assessments = append(s.f.Assessments, assess.Assessment{Machine: w.Name, Verdict: assess.VerdictHealthy})
-				s.w.Obs.HubPeers[w.Node] = health.PeerView{Name: w.Node, State: health.PeerAlive, Since: assesstest.T0()}
-				s.w.Obs.Reports[w.Node] = health.Report{Node: w.Node, SentAt: s.f.Now}
+				s.w.Obs.HubPeers[w.Node] = report.PeerView{Name: w.Node, State: report.PeerAlive, Since: assesstest.T0()}
+				s.w.Obs.Reports[w.Node] = report.Report{Node: w.Node, SentAt: s.f.Now}
 			}
 			return s.dead(2)
 		}, starts: []string{"m2"}},
@@ -492,7 +492,7 @@ func TestDecideRetiresARebuildOutsideHale(t *testing.T) {
 	for n, r := range s.w.Obs.Reports {
 		if r.Etcd != nil {
 			e := *r.Etcd
-			e.Members = slices.DeleteFunc(slices.Clone(e.Members), func(m health.EtcdMember) bool { return m.Name != "etcd-0" })
+			e.Members = slices.DeleteFunc(slices.Clone(e.Members), func(m report.EtcdMember) bool { return m.Name != "etcd-0" })
 			r.Etcd = &e
 			s.w.Obs.Reports[n] = r
 		}

@@ -3,7 +3,7 @@ package pass
 import (
 	"time"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -88,9 +88,9 @@ type Machine struct {
 	Class    string
 	Strategy quorum.Strategy
 	Pool     string
-	Endpoint bmc.Endpoint
+	Endpoint bmcval.Endpoint
 	// Credentials, CAFile, Insecure: how to log in to the BMC.
-	Credentials bmc.Credentials
+	Credentials bmcval.Credentials
 	CAFile      string
 	Insecure    bool
 	// Replace is what the machine's owner allows when Strategy is Replace (Kubernetes mode).
@@ -142,25 +142,25 @@ func (inv Inventory) MachineOfNode(node string) (Machine, bool) {
 type BMCReadiness struct {
 	Checked time.Time `json:"checked"`
 	Ready   bool      `json:"ready"`
-	// Problem names what is wrong, in one word (bmc.Problem's, or ProblemConfig).
-	Problem bmc.Problem    `json:"problem,omitempty"`
-	Power   bmc.PowerState `json:"power,omitempty"`
+	// Problem names what is wrong, in one word (bmcval.Problem's, or ProblemConfig).
+	Problem bmcval.Problem    `json:"problem,omitempty"`
+	Power   bmcval.PowerState `json:"power,omitempty"`
 	// Health is the system's health roll-up the check read (Redfish's Status.Health; empty when the
 	// BMC does not say), and HealthSince when the hub first read it so after reading it otherwise
 	// (zero: not known to have changed): a Critical health proves a hang only when it turned so.
 	Health      string    `json:"health,omitempty"`
 	HealthSince time.Time `json:"healthSince,omitzero"`
-	// Hangs are the entries of the system's event log that record a hang (bmc.Evidence), and
+	// Hangs are the entries of the system's event log that record a hang (bmcval.Evidence), and
 	// LogError why the log could not be read.
-	Hangs    []bmc.LogEntry `json:"hangs,omitempty"`
-	LogError string         `json:"logError,omitempty"`
+	Hangs    []bmcval.LogEntry `json:"hangs,omitempty"`
+	LogError string            `json:"logError,omitempty"`
 	// Error is the failed call's error, in one line that names the BMC.
 	Error string `json:"error,omitempty"`
 }
 
 // ProblemConfig: the hub cannot talk to the BMC as configured (ipmitool missing, an unreadable CA
 // bundle): nothing was sent.
-const ProblemConfig bmc.Problem = "Config"
+const ProblemConfig bmcval.Problem = "Config"
 
 // Refs are the machines as the assessor knows them, in the inventory's order.
 func (inv Inventory) Refs() []assess.MachineRef {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 )
 
 // QuorumLoss is what the hub knows of a loss of etcd's quorum: each voter that does not count, and
@@ -39,7 +39,7 @@ type LostVoter struct {
 	// Evidence says why it will not come back by itself ("": no evidence).
 	Evidence string `json:"evidence,omitempty"`
 	// BMCProblem: its BMC does not answer, or has no such system (Unreachable, NoSuchSystem).
-	BMCProblem bmc.Problem `json:"bmcProblem,omitempty"`
+	BMCProblem bmcval.Problem `json:"bmcProblem,omitempty"`
 	// PoweredOn: its BMC answers and reads the host on: it may be serving on the far side of a
 	// partition, whatever else is said of it.
 	PoweredOn bool `json:"poweredOn,omitempty"`
@@ -93,11 +93,11 @@ func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *Quorum
 			unchecked = mach.Endpoint.Driver != "" && !checked
 			if checked {
 				switch {
-				case r.Ready && r.Power == bmc.PowerOn:
+				case r.Ready && r.Power == bmcval.PowerOn:
 					v.PoweredOn = true
-				case r.Ready && r.Power == bmc.PowerOff:
+				case r.Ready && r.Power == bmcval.PowerOff:
 					evidence = append(evidence, "its BMC read the power Off at "+r.Checked.UTC().Format("15:04:05Z"))
-				case r.Problem == bmc.ProblemUnreachable || r.Problem == bmc.ProblemNoSystem:
+				case r.Problem == bmcval.ProblemUnreachable || r.Problem == bmcval.ProblemNoSystem:
 					v.BMCProblem = r.Problem
 					evidence = append(evidence, fmt.Sprintf("its BMC: %s at %s", r.Problem, r.Checked.UTC().Format("15:04:05Z")))
 				}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -17,7 +17,7 @@ func TestAssessLoss(t *testing.T) {
 	at := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
 	inv := Inventory{}
 	for _, n := range []string{"1", "2", "3"} {
-		ep, err := bmc.ParseEndpoint("redfish+http://10.0.0." + n + "/redfish/v1/Systems/1")
+		ep, err := bmcval.ParseEndpoint("redfish+http://10.0.0." + n + "/redfish/v1/Systems/1")
 		require.NoError(t, err)
 		inv.Machines = append(inv.Machines, Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
 	}
@@ -49,9 +49,9 @@ func TestAssessLoss(t *testing.T) {
 		d.silent = slices.DeleteFunc(d.silent, func(m string) bool { return slices.Contains(members, m) })
 		return d
 	}
-	unreachable := BMCReadiness{Checked: at, Problem: bmc.ProblemUnreachable, Error: "no answer"}
-	on := BMCReadiness{Checked: at, Ready: true, Power: bmc.PowerOn}
-	off := BMCReadiness{Checked: at, Ready: true, Power: bmc.PowerOff}
+	unreachable := BMCReadiness{Checked: at, Problem: bmcval.ProblemUnreachable, Error: "no answer"}
+	on := BMCReadiness{Checked: at, Ready: true, Power: bmcval.PowerOn}
+	off := BMCReadiness{Checked: at, Ready: true, Power: bmcval.PowerOff}
 	for _, tc := range []struct {
 		name    string
 		d       decision
@@ -62,12 +62,12 @@ func TestAssessLoss(t *testing.T) {
 		{name: "quorum holds: no loss", d: decided(cluster("etcd-1", "etcd-2"), nil)},
 		{name: "both BMCs silent, or off: lost for good", d: decided(cluster("etcd-1"), nil),
 			bmcs: map[string]BMCReadiness{"cp-1": on, "cp-2": unreachable, "cp-3": off}, forGood: true,
-			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC: Unreachable at 03:00:00Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true},
+			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC: Unreachable at 03:00:00Z", BMCProblem: bmcval.ProblemUnreachable, ForGood: true},
 				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC read the power Off at 03:00:00Z", ForGood: true}}},
 		{name: "the far side: given up, but the BMC reads the host on", d: decided(cluster("etcd-1"), map[string]OperatorNeed{"cp-2": NeedGaveUp, "cp-3": NeedUnseen}),
 			bmcs: map[string]BMCReadiness{"cp-2": on, "cp-3": unreachable},
 			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "maxAttempts power-cycles did not bring it back", PoweredOn: true},
-				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 03:00:00Z; power-cycled, and nobody has seen it since", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}},
+				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 03:00:00Z; power-cycled, and nobody has seen it since", BMCProblem: bmcval.ProblemUnreachable, ForGood: true}}},
 		{name: "given up, its BMC not read yet: not for good", d: decided(cluster("etcd-1"), map[string]OperatorNeed{"cp-2": NeedGaveUp, "cp-3": NeedGaveUp}),
 			bmcs: map[string]BMCReadiness{"cp-3": off},
 			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "maxAttempts power-cycles did not bring it back"},
@@ -75,7 +75,7 @@ func TestAssessLoss(t *testing.T) {
 		{name: "the survivor fails its own probe (no leader) but answers: not lost", d: answering(decided(cluster(), nil), "etcd-1"),
 			bmcs: map[string]BMCReadiness{"cp-1": on, "cp-2": off, "cp-3": unreachable}, forGood: true,
 			lost: []LostVoter{{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 03:00:00Z", ForGood: true},
-				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 03:00:00Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}},
+				{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 03:00:00Z", BMCProblem: bmcval.ProblemUnreachable, ForGood: true}}},
 		{name: "quorum lost while every member answers (no leader elected): no lost voter, not for good", d: answering(decided(cluster("etcd-1"), nil), "etcd-2", "etcd-3"),
 			bmcs: map[string]BMCReadiness{"cp-2": off, "cp-3": off}, lost: []LostVoter{}},
 		{name: "silence alone is no evidence", d: decided(cluster(), nil), bmcs: map[string]BMCReadiness{"cp-1": on},

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 )
 
 // RaftMark is the highest raft index any member of the etcd cluster has reported to the hub: after a
@@ -45,7 +45,7 @@ const MarkEvery = 10 * time.Second
 // of the old cluster back beside one of the new, before its rejoin, must not turn the mark back and
 // forth), then to the lower ID. It walks the members, not the reports: a pool of thousands of machines
 // has a handful of members.
-func ReportedMark(inv Inventory, reports map[string]health.Report, live func(health.Report) bool, prefer string) (RaftMark, bool) {
+func ReportedMark(inv Inventory, reports map[string]report.Report, live func(report.Report) bool, prefer string) (RaftMark, bool) {
 	count, alive, best := map[string]int{}, map[string]int{}, map[string]RaftMark{}
 	for _, m := range inv.Machines {
 		r, ok := reports[m.Node]
@@ -79,7 +79,7 @@ func ReportedMark(inv Inventory, reports map[string]health.Report, live func(hea
 
 // Track raises the mark to what the reports show (or starts it again for a cluster with another ID),
 // and says when the cluster ID changed.
-func (s *State) Track(rd *Ready, inv Inventory, reports map[string]health.Report, live func(health.Report) bool) {
+func (s *State) Track(rd *Ready, inv Inventory, reports map[string]report.Report, live func(report.Report) bool) {
 	m, ok := ReportedMark(inv, reports, live, s.Mark.ClusterID)
 	switch {
 	case !ok:

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
@@ -29,14 +29,17 @@ func (p Past) Fenced() bool {
 	return p.strategy == quorum.Fence.String() && p.State == journal.Succeeded
 }
 
-// Taint is what a pass says of a machine's out-of-service taint: wanted (On, with why) or to go.
-type Taint struct {
-	On  bool
-	Why string
+// Taints is what a pass says of the out-of-service taints: the machines whose Node must carry it now
+// (On: why), and those about which it cannot tell yet (Keep: their Node's taint stays as it is);
+// every other machine's Node must not carry it. The two are small (fenced machines, Suspect ones),
+// so that a pass at thousands of machines says little.
+type Taints struct {
+	On   map[string]string
+	Keep map[string]bool
 }
 
-// OutOfService says, of each machine with a Node it can tell about, whether its Node must carry the
-// out-of-service taint now (OutOfService's rule). The taint is wanted while all of these hold: the
+// OutOfService says whether each machine with a Node must carry the out-of-service taint now. The
+// taint is wanted while all of these hold: the
 // machine is Unhealthy (nobody hears it) with no remediation in flight, it is not detached, its
 // latest remediation is a fence that succeeded at least policy.outOfServiceAfter ago, and its BMC's
 // latest read, after the fence and at most outOfServiceFresh old, found the power Off. It must go as
@@ -44,40 +47,37 @@ type Taint struct {
 // outOfServiceFresh; the machine heard again, detached, or acted on (an operator's reboot powers it
 // on); its latest remediation no fence; the policy turned off. A machine about which the pass cannot
 // tell yet (Suspect; its BMC not read since the fence, as by a leader just started; fenced less than
-// policy.outOfServiceAfter ago) is not in the map: its taint stays as it is.
-func OutOfService(f Facts) map[string]Taint {
-	after, out := f.Inventory.Policy.OutOfServiceAfter, map[string]Taint{}
-	machines := make(map[string]int, len(f.Inventory.Machines)) // a pass at 5000 machines: no search per machine
+// policy.outOfServiceAfter ago) is kept: its taint stays as it is.
+func OutOfService(f Facts) Taints {
+	after, out := f.Inventory.Policy.OutOfServiceAfter, Taints{On: map[string]string{}, Keep: map[string]bool{}}
 	for i, m := range f.Inventory.Machines {
-		machines[m.Name] = i
-	}
-	for _, a := range f.Assessments {
-		i, ok := machines[a.Machine]
-		if !ok || f.Inventory.Machines[i].Node == "" {
+		a := AssessmentOf(f.Assessments, i, m.Name)
+		if m.Node == "" {
 			continue
 		}
-		m := f.Inventory.Machines[i]
+		if a.Machine == "" {
+			out.Keep[m.Name] = true // not judged yet
+			continue
+		}
 		_, detached := f.Detached[m.Name]
 		_, inFlight := f.Flights[m.Name]
-		hist := f.History[a.Machine]
 		switch {
 		case after <= 0 || detached || inFlight || a.Verdict == assess.VerdictHealthy:
-			out[m.Name] = Taint{}
+			continue // off
+		case a.Verdict != assess.VerdictUnhealthy || len(f.History[m.Name]) == 0:
+			out.Keep[m.Name] = true // Suspect, or never remediated: too soon to tell
 			continue
-		case a.Verdict != assess.VerdictUnhealthy || len(hist) == 0:
-			continue // Suspect, or not judged yet: too soon to tell
 		}
+		hist := f.History[m.Name]
 		fence, read := hist[len(hist)-1], f.BMCs[m.Name]
 		switch {
 		case !fence.Fenced():
-			out[m.Name] = Taint{}
 		case !read.Checked.After(fence.Updated) || f.Now.Sub(fence.Updated) < after:
-			// not read since the fence, or fenced too recently: nothing to say yet
-		case !read.Ready || read.Power != bmc.PowerOff || f.Now.Sub(read.Checked) > outOfServiceFresh:
-			out[m.Name] = Taint{}
+			out.Keep[m.Name] = true // not read since the fence, or fenced too recently: nothing to say yet
+		case !read.Ready || read.Power != bmcval.PowerOff || f.Now.Sub(read.Checked) > outOfServiceFresh:
 		default:
-			out[m.Name] = Taint{On: true, Why: fmt.Sprintf("fenced by remediation %s at %s and off since: its BMC read the power Off at %s (policy.outOfServiceAfter %v)",
-				fence.ID, fence.Updated.UTC().Format(time.RFC3339), read.Checked.UTC().Format(time.RFC3339), after)}
+			out.On[m.Name] = fmt.Sprintf("fenced by remediation %s at %s and off since: its BMC read the power Off at %s (policy.outOfServiceAfter %v)",
+				fence.ID, fence.Updated.UTC().Format(time.RFC3339), read.Checked.UTC().Format(time.RFC3339), after)
 		}
 	}
 	return out

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/hub/journal"
@@ -21,7 +21,7 @@ func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 	const fenced = 2
 	name := assesstest.Machines()[fenced].Name
 	off := func(s *scene, ago time.Duration) {
-		s.f.BMCs = map[string]BMCReadiness{name: {Checked: s.f.Now.Add(-ago), Ready: true, Power: bmc.PowerOff}}
+		s.f.BMCs = map[string]BMCReadiness{name: {Checked: s.f.Now.Add(-ago), Ready: true, Power: bmcval.PowerOff}}
 	}
 	yes, no := new(true), new(false)
 	base := func() *scene {
@@ -43,12 +43,12 @@ func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 		}, nil},
 		{"the BMC reads On", func() *scene {
 			s := base()
-			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Ready: true, Power: bmc.PowerOn}
+			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Ready: true, Power: bmcval.PowerOn}
 			return s
 		}, no},
 		{"the BMC cannot be read", func() *scene {
 			s := base()
-			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Problem: bmc.ProblemUnreachable, Error: "dial tcp: timeout"}
+			s.f.BMCs[name] = BMCReadiness{Checked: s.f.Now, Problem: bmcval.ProblemUnreachable, Error: "dial tcp: timeout"}
 			return s
 		}, no},
 		{"the last Off read, after the fence, is 2 min old", func() *scene {
@@ -79,17 +79,20 @@ func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 		{"no Node", func() *scene { s := base(); s.f.Inventory.Machines[fenced].Node = ""; return s }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, said := OutOfService(tc.scene().f)[name]
+			got := OutOfService(tc.scene().f)
+			why, on := got.On[name]
 			switch {
 			case tc.want == nil:
-				assert.False(t, said, "%+v", got)
+				assert.True(t, got.Keep[name] || !hasNode(tc.scene(), name), "kept: %+v", got)
+				assert.False(t, on)
 			case *tc.want:
-				assert.True(t, got.On)
-				assert.Contains(t, got.Why, "fenced by remediation "+name+"/0")
-				assert.Contains(t, got.Why, "its BMC read the power Off at")
+				assert.True(t, on)
+				assert.False(t, got.Keep[name])
+				assert.Contains(t, why, "fenced by remediation "+name+"/0")
+				assert.Contains(t, why, "its BMC read the power Off at")
 			default:
-				assert.True(t, said)
-				assert.False(t, got.On)
+				assert.False(t, on, "off")
+				assert.False(t, got.Keep[name], "off")
 			}
 		})
 	}
@@ -116,4 +119,10 @@ func TestComputeHandsOutOfServiceOnlyWhenActing(t *testing.T) {
 			assert.Equal(t, tc.want, rd.OutOfService != nil)
 		})
 	}
+}
+
+// hasNode says whether the scene's machine name has a Node.
+func hasNode(s *scene, name string) bool {
+	m, ok := s.f.Inventory.Machine(name)
+	return ok && m.Node != ""
 }

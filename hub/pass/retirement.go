@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -123,7 +123,7 @@ func (r Retirement) Where(x Retiree, obs assess.Observations, staleAfter time.Du
 			continue
 		}
 		if e.LocalName != x.Member {
-			if e.ClusterID != r.Cluster && slices.ContainsFunc(e.Members, func(m health.EtcdMember) bool {
+			if e.ClusterID != r.Cluster && slices.ContainsFunc(e.Members, func(m report.EtcdMember) bool {
 				return m.Name == x.Member && m.Reachable != nil && *m.Reachable
 			}) {
 				return true, false

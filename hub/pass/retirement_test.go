@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 )
 
@@ -20,15 +20,15 @@ func TestWhereARetiredMemberStands(t *testing.T) {
 	r := Retirement{Token: "hale-old-1", Cluster: "old", Quorum: 2, Members: []Retiree{{"cp-1", "etcd-1"}}}
 	x := r.Members[0]
 	yes, no := true, false
-	view := func(node, cluster, local string, age time.Duration, members ...health.EtcdMember) health.Report {
-		return health.Report{Node: node, SentAt: now.Add(-age), Etcd: &health.EtcdView{ClusterID: cluster, LocalName: local, Members: members}}
+	view := func(node, cluster, local string, age time.Duration, members ...report.EtcdMember) report.Report {
+		return report.Report{Node: node, SentAt: now.Add(-age), Etcd: &report.EtcdView{ClusterID: cluster, LocalName: local, Members: members}}
 	}
-	member := func(reachable *bool) health.EtcdMember {
-		return health.EtcdMember{Name: "etcd-1", Reachable: reachable}
+	member := func(reachable *bool) report.EtcdMember {
+		return report.EtcdMember{Name: "etcd-1", Reachable: reachable}
 	}
 	for _, tc := range []struct {
 		name              string
-		report            health.Report
+		report            report.Report
 		rejoined, runsOld bool
 	}{
 		{"its own agent, of the new cluster", view("cp-1", "new", "etcd-1", time.Second), true, false},
@@ -40,8 +40,8 @@ func TestWhereARetiredMemberStands(t *testing.T) {
 		{"the survivor's report is stale", view("cp-2", "new", "etcd-2", time.Minute, member(&yes)), false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			obs := assess.Observations{Now: now, Reports: map[string]health.Report{tc.report.Node: tc.report},
-				HubPeers: map[string]health.PeerView{tc.report.Node: {Name: tc.report.Node, State: health.PeerAlive}}}
+			obs := assess.Observations{Now: now, Reports: map[string]report.Report{tc.report.Node: tc.report},
+				HubPeers: map[string]report.PeerView{tc.report.Node: {Name: tc.report.Node, State: report.PeerAlive}}}
 			rejoined, runsOld := r.Where(x, obs, stale)
 			assert.Equal(t, tc.rejoined, rejoined, "rejoined")
 			assert.Equal(t, tc.runsOld, runsOld, "runs the old cluster")

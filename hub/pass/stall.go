@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
 )
 
@@ -70,8 +70,16 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 		return st
 	}
 	wait := p.StallTolerance.For(needed)
-	if d := f.Now.Sub(st.from); d >= wait {
-		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", d.Round(time.Second), wait, class)
+	// Counted from its last sign of life the hub knows of, and never from before the observers saw it
+	// dead: a sign of life reaches the hub seconds late on a loaded network (a report every 5 s), and a
+	// machine that paused for less than the tolerance must not be cycled (a loaded stall matrix once
+	// cycled one 24.8 s into a hang when the count began at a report 5 s older than the hang).
+	count := st.from
+	if a.Since.After(count) {
+		count = a.Since
+	}
+	if f.Now.Sub(count) >= wait {
+		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", f.Now.Sub(st.from).Round(time.Second), wait, class)
 		return st
 	}
 	sooner := ", at once if its BMC proves a hang (power Off unasked, a kernel panic, machine check or watchdog expiry in its event log, health Critical)"
@@ -80,7 +88,7 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	}
 	st.hold = Hold{Reason: ReasonMayResume, Why: fmt.Sprintf("%s has shown no sign of life since %s: a machine that pauses (a VM stun or live migration, "+
 		"a storage or CPU stall) resumes by itself. Its %s begins at %s if it has not answered by then (stallTolerance %v: %s)%s",
-		m.Name, clock(st.from), m.Strategy, clock(st.from.Add(wait)), wait, class, sooner)}
+		m.Name, clock(st.from), m.Strategy, clock(count.Add(wait)), wait, class, sooner)}
 	return st
 }
 
@@ -128,10 +136,10 @@ func proofOf(f Facts, m Machine, from time.Time) string {
 		return ""
 	}
 	if ev.Checked.After(from) {
-		if ev.Power == bmc.PowerOff {
+		if ev.Power == bmcval.PowerOff {
 			return fmt.Sprintf("it read the power Off at %s, which the hub had not asked for", clock(ev.Checked))
 		}
-		if ev.Health == bmc.HealthCritical && ev.HealthSince.After(from) {
+		if ev.Health == bmcval.HealthCritical && ev.HealthSince.After(from) {
 			return fmt.Sprintf("it read the system's health Critical at %s, having read it otherwise before", clock(ev.HealthSince))
 		}
 	}

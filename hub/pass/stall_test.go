@@ -10,14 +10,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/quorum"
 )
 
 // withBMC gives machine i a Redfish BMC (the scene's machines have none).
 func (s *scene) withBMC(i int) *scene {
-	ep, err := bmc.ParseEndpoint(fmt.Sprintf("redfish://bmc-%d.example", i))
+	ep, err := bmcval.ParseEndpoint(fmt.Sprintf("redfish://bmc-%d.example", i))
 	if err != nil {
 		panic(err)
 	}
@@ -57,8 +57,8 @@ func (s *scene) bmcRead(i int, ago time.Duration, r BMCReadiness) *scene {
 // The verdict is not the action: each case is one pass's decision about m2 (and m1), as the stall
 // tolerance, the component grace and the BMC's proof say.
 func TestStallToleranceAndProof(t *testing.T) {
-	hang := func(ago time.Duration) bmc.LogEntry {
-		return bmc.LogEntry{ID: "7", Kind: bmc.HangOSCriticalStop, Message: "OS Critical Stop #0x01: Run-time critical stop : Asserted", At: newScene().f.Now.Add(-ago)}
+	hang := func(ago time.Duration) bmcval.LogEntry {
+		return bmcval.LogEntry{ID: "7", Kind: bmcval.HangOSCriticalStop, Message: "OS Critical Stop #0x01: Run-time critical stop : Asserted", At: newScene().f.Now.Add(-ago)}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -73,8 +73,10 @@ func TestStallToleranceAndProof(t *testing.T) {
 			held: map[string]Reason{"m2": ReasonMayResume}, why: "stallTolerance 30s: etcd keeps quorum without it), at once if its BMC proves a hang", watched: []string{"m2"}},
 		{name: "dead 29 s: still within", scene: func() *scene { return newScene().withBMC(2).deadFor(2, 29*time.Second) },
 			held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
-		{name: "dead 30 s: past the tolerance", scene: func() *scene { return newScene().withBMC(2).deadFor(2, 30*time.Second) },
-			starts: map[string]string{"m2": "no sign of life for 30s, past its stall tolerance of 30s (etcd keeps quorum without it)"}},
+		{name: "dead 30 s, declared dead 29 s ago: still within (counted from the verdict when it is later)", scene: func() *scene { return newScene().withBMC(2).deadFor(2, 30*time.Second) },
+			held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
+		{name: "dead 31 s: past the tolerance", scene: func() *scene { return newScene().withBMC(2).deadFor(2, 31*time.Second) },
+			starts: map[string]string{"m2": "no sign of life for 31s, past its stall tolerance of 30s (etcd keeps quorum without it)"}},
 		{name: "declared dead a minute ago, but a sign of life 5 s ago: counted from the sign", scene: func() *scene {
 			s := newScene().withBMC(2).deadFor(2, time.Minute)
 			s.f.lifeAt["m2"] = s.f.Now.Add(-5 * time.Second)
@@ -85,33 +87,33 @@ func TestStallToleranceAndProof(t *testing.T) {
 		{name: "two of three dead 9 s: needed for quorum, 10 s", scene: func() *scene {
 			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 9*time.Second).deadFor(2, 9*time.Second)
 		}, held: map[string]Reason{"m1": ReasonMayResume, "m2": ReasonMayResume}, why: "stallTolerance 10s: its member is needed for etcd's quorum", watched: []string{"m1", "m2"}},
-		{name: "two of three dead 10 s: both begin", scene: func() *scene {
-			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 10*time.Second).deadFor(2, 10*time.Second)
+		{name: "two of three dead 11 s: both begin", scene: func() *scene {
+			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 11*time.Second).deadFor(2, 11*time.Second)
 		}, starts: map[string]string{"m1": "past its stall tolerance of 10s (its member is needed for etcd's quorum)", "m2": "past its stall tolerance of 10s"}},
 		{name: "dead 5 s, its BMC read the power Off since: proved", scene: func() *scene {
-			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, time.Second, BMCReadiness{Power: bmc.PowerOff})
+			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, time.Second, BMCReadiness{Power: bmcval.PowerOff})
 		}, starts: map[string]string{"m2": "its BMC proves a hang: it read the power Off at"}},
 		{name: "dead 5 s, the BMC's Off read before it stopped answering: no proof", scene: func() *scene {
-			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 10*time.Second, BMCReadiness{Power: bmc.PowerOff})
+			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 10*time.Second, BMCReadiness{Power: bmcval.PowerOff})
 		}, held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
 		{name: "dead 5 s, a kernel panic logged as it stopped: proved", scene: func() *scene {
-			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmc.PowerOn, Hangs: []bmc.LogEntry{hang(4 * time.Second)}})
+			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmcval.PowerOn, Hangs: []bmcval.LogEntry{hang(4 * time.Second)}})
 		}, starts: map[string]string{"m2": "its event log has OS critical stop at"}},
 		{name: "a panic logged 3 s before its last sign of life (within the margin): proved", scene: func() *scene {
-			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmc.PowerOn, Hangs: []bmc.LogEntry{hang(8 * time.Second)}})
+			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmcval.PowerOn, Hangs: []bmcval.LogEntry{hang(8 * time.Second)}})
 		}, starts: map[string]string{"m2": "its BMC proves a hang"}},
 		{name: "an old panic in the log (an hour ago): no proof", scene: func() *scene {
-			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmc.PowerOn, Hangs: []bmc.LogEntry{hang(time.Hour)}})
+			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmcval.PowerOn, Hangs: []bmcval.LogEntry{hang(time.Hour)}})
 		}, held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
 		{name: "health turned Critical since it stopped answering: proved", scene: func() *scene {
-			s := newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmc.PowerOn, Health: bmc.HealthCritical})
+			s := newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmcval.PowerOn, Health: bmcval.HealthCritical})
 			r := s.f.BMCs["m2"]
 			r.HealthSince = s.f.Now.Add(-2 * time.Second)
 			s.f.BMCs["m2"] = r
 			return s
 		}, starts: map[string]string{"m2": "it read the system's health Critical at"}},
 		{name: "health Critical since before it stopped answering: no proof", scene: func() *scene {
-			s := newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmc.PowerOn, Health: bmc.HealthCritical})
+			s := newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, 0, BMCReadiness{Power: bmcval.PowerOn, Health: bmcval.HealthCritical})
 			r := s.f.BMCs["m2"]
 			r.HealthSince = s.f.Now.Add(-time.Hour)
 			s.f.BMCs["m2"] = r
@@ -119,7 +121,7 @@ func TestStallToleranceAndProof(t *testing.T) {
 		}, held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
 		{name: "a BMC that failed its last reading proves nothing", scene: func() *scene {
 			s := newScene().withBMC(2).deadFor(2, 5*time.Second)
-			s.f.BMCs = map[string]BMCReadiness{"m2": {Checked: s.f.Now, Power: bmc.PowerOff, Problem: bmc.ProblemUnreachable}}
+			s.f.BMCs = map[string]BMCReadiness{"m2": {Checked: s.f.Now, Power: bmcval.PowerOff, Problem: bmcval.ProblemUnreachable}}
 			return s
 		}, held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
 		{name: "alive, its kubelet failing 20 s: systemd's restart first", scene: func() *scene { return newScene().failingFor(0, "kubelet", 20*time.Second) },
@@ -219,7 +221,7 @@ func TestStallRandomized(t *testing.T) {
 				s.dead(i)
 				s.f.Assessments[i].Since, s.f.Assessments[i].LifeAt = l.since.Add(time.Second), l.since
 				if !l.proofAt.IsZero() && !now.Before(l.proofAt) {
-					s.bmcRead(i, now.Sub(l.proofAt), BMCReadiness{Power: bmc.PowerOff})
+					s.bmcRead(i, now.Sub(l.proofAt), BMCReadiness{Power: bmcval.PowerOff})
 				}
 			}
 			for _, i := range order {
@@ -250,7 +252,8 @@ func TestStallRandomized(t *testing.T) {
 					tol = s.f.Inventory.Policy.StallTolerance.Needed
 				}
 				proved := !l.proofAt.IsZero() && now.Sub(l.proofAt) >= tick
-				if l.frozen && !l.acted && (now.Sub(l.since) >= tol+tick && !both || proved) {
+				// Declared dead a second after it froze: the tolerance counts from then.
+				if l.frozen && !l.acted && (now.Sub(l.since) >= tol+time.Second+tick && !both || proved) {
 					t.Fatalf("%s: m%d frozen for %v (tolerance %v, proved %v at %v) and not acted on: %v; BMC %+v; said %v; not planning %q", where, i, now.Sub(l.since), tol, proved, l.proofAt.Sub(t0), st.View.Holds, s.f.BMCs, said(rd), st.View.NotPlanning)
 				}
 			}
@@ -306,7 +309,7 @@ func TestEpisodes(t *testing.T) {
 	assert.Contains(t, eps[0].Grounds, "past its stall tolerance of 30s")
 	assert.NotContains(t, says[3], "Resumed m2")
 
-	proved := func(s *scene) { dead(0)(s); s.bmcRead(2, 0, BMCReadiness{Power: bmc.PowerOff}) }
+	proved := func(s *scene) { dead(0)(s); s.bmcRead(2, 0, BMCReadiness{Power: bmcval.PowerOff}) }
 	_, eps, _ = run(at(0, healthy), at(3*time.Second, proved), at(4*time.Second, inFlight), at(60*time.Second, healthy))
 	require.Len(t, eps, 1)
 	assert.Equal(t, EpisodeProved, eps[0].Outcome)

@@ -66,8 +66,10 @@ func firstDifference(got, want string) string {
 
 // Commands is the reference of root's command tree: each command that is not hidden, depth first in
 // its order of declaration, with its usage, its description and its flags as --help prints them;
-// root's section is a level-2 heading, its commands' level 3, theirs level 4.
+// root's section is a level-2 heading, its commands' level 3, theirs level 4. cobra's own `completion`
+// is in it, as --help lists it.
 func Commands(root *cobra.Command) string {
+	root.InitDefaultCompletionCmd() // cobra adds `completion` only when the command runs
 	var b strings.Builder
 	var walk func(c *cobra.Command, depth int)
 	walk = func(c *cobra.Command, depth int) {

@@ -25,18 +25,8 @@ var (
 // repository's pages from the manifests (the alerts' runbook_url, the units' Documentation), points at
 // a file that exists and, with #anchor, at a heading of it.
 func TestDocLinks(t *testing.T) {
-	var pages []string
-	for _, f := range []string{"README.md", "CHANGELOG.md"} {
-		pages = append(pages, filepath.Join(repo, f))
-	}
-	require(t, filepath.WalkDir(filepath.Join(repo, "docs"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(p, ".md") {
-			pages = append(pages, p)
-		}
-		return err
-	}))
 	checked := 0
-	for _, page := range pages {
+	for _, page := range docPages(t) {
 		b, err := os.ReadFile(page)
 		require(t, err)
 		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
@@ -72,6 +62,18 @@ func TestDocLinks(t *testing.T) {
 	if checked < 50 {
 		t.Errorf("only %d links checked: the test no longer finds them", checked)
 	}
+}
+
+// docPages are the README, the CHANGELOG and every page under docs/.
+func docPages(t *testing.T) []string {
+	pages := []string{filepath.Join(repo, "README.md"), filepath.Join(repo, "CHANGELOG.md")}
+	require(t, filepath.WalkDir(filepath.Join(repo, "docs"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, ".md") {
+			pages = append(pages, p)
+		}
+		return err
+	}))
+	return pages
 }
 
 func require(t *testing.T, err error) {

@@ -1,12 +1,12 @@
 // Command etcdrestart measures what docs/design.md ("The verdict is not the action") says of a member
 // that rejoins after a partition: etcd's leader, cut off with the hub on the minority side for 60 s
-// (silent drops both ways, as iptables makes them), then the partition healed in one step. How long
+// (packets dropped as they arrive, both ways; -silent=false drops them as they leave too), then the partition healed in one step. How long
 // until it serves a linearizable read again (etcd#14027's signature meanwhile: "waiting for ReadIndex
 // response took too long"), left alone, against its etcd restarted at the heal as a kubelet restarting
 // its container would (new peer connections)? Each run is a network-namespace lab of its own (real etcd
 // processes as static pods, no hub), the two kinds side by side. It needs root.
 //
-//	sudo go run ./test/etcdrestart -runs 3
+//	sudo env "PATH=$PATH" go run ./test/etcdrestart -runs 3
 package main
 
 import (
@@ -25,6 +25,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of each kind")
 	hold := flag.Duration("partition", 60*time.Second, "how long the partition lasts")
+	silent := flag.Bool("silent", true, "drop packets as they arrive only (a sender's writes go unanswered), not as they leave too (its writes fail at once)")
 	flag.Parse()
 	if why := netns.Available(); why != "" {
 		fmt.Fprintln(os.Stderr, "etcdrestart:", why)
@@ -47,7 +48,7 @@ func main() {
 	for i := range *runs {
 		for _, restart := range []bool{false, true} {
 			wg.Go(func() {
-				took, err := once(dir, bins, *hold, restart)
+				took, err := once(dir, bins, *hold, restart, *silent)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -67,7 +68,7 @@ func main() {
 
 // once runs one partition on a lab of its own and returns how long after the heal etcd-0 served a
 // linearizable read.
-func once(dir string, bins netns.Binaries, hold time.Duration, restart bool) (took time.Duration, err error) {
+func once(dir string, bins netns.Binaries, hold time.Duration, restart, silent bool) (took time.Duration, err error) {
 	logs, err := os.MkdirTemp(dir, "run-")
 	if err != nil {
 		return 0, err
@@ -105,7 +106,11 @@ func once(dir string, bins netns.Binaries, hold time.Duration, restart bool) (to
 			p.Fatalf("%v", err)
 		}
 		hosts := []*netns.Host{c.Machines[0].Host, c.Machines[1].Host, c.Machines[2].Host}
-		c.Lab.Cut([]*netns.Host{c.HubHost, hosts[0]}, hosts[1:])
+		cut := c.Lab.Cut
+		if silent {
+			cut = c.Lab.CutSilently
+		}
+		cut([]*netns.Host{c.HubHost, hosts[0]}, hosts[1:])
 		time.Sleep(hold)
 		c.Lab.Heal()
 		if restart {

@@ -86,7 +86,7 @@ func TestHaleOnKubeadm(t *testing.T) {
 	typeTries(ctx, t, c)
 	enrolled(ctx, t, c)
 
-	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang or =permanent-loss runs that scenario
+	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang, =permanent-loss or =standalone runs that scenario
 	// alone (to work on one, e.g. in a loop under load).
 	only := os.Getenv("HALE_KUBEADM_ONLY")
 	if only == "install" {
@@ -107,6 +107,10 @@ func TestHaleOnKubeadm(t *testing.T) {
 		// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
 		permanentLoss(ctx, t, c)
 	}
+	if only == "" || only == "standalone" {
+		// Off Kubernetes, onto the same machines from the Debian packages, and a hung node healed.
+		standalonePath(ctx, t, c)
+	}
 }
 
 // typeTries types what test/kubecluster tells its user to type, as the user would: the nodes listed,
@@ -115,7 +119,7 @@ func typeTries(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	t.Helper()
 	tries := lab.Tries()
 	require.Len(t, tries, 2, "test/kubecluster tells its user to type something this test does not")
-	c.Documented("../README.md", "`sudo go run ./test/kubecluster`")
+	c.Documented("../README.md", "`sudo env \"PATH=$PATH\" go run ./test/kubecluster`")
 	c.Documented("install.md", "`"+tries[1].Line+"`") // install.md's check after the apply
 	nodes, err := c.Shell(ctx, "", tries[0].Line)
 	require.NoError(t, err)
@@ -777,8 +781,13 @@ func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what stri
 	}
 }
 
-func allHealthy(st hub.Status) bool {
-	if len(st.Machines) != 3 || len(st.Observers.Heard) != 6 {
+// allHealthy: the three machines Healthy, the hub hearing the three agents, both witnesses and itself.
+func allHealthy(st hub.Status) bool { return healthyHearing(st, 6) }
+
+// healthyHearing: the three machines Healthy, with healthy members and nothing in flight, the hub
+// hearing observers.
+func healthyHearing(st hub.Status, observers int) bool {
+	if len(st.Machines) != 3 || len(st.Observers.Heard) != observers {
 		return false
 	}
 	for _, m := range st.Machines {

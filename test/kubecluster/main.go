@@ -2,11 +2,12 @@
 // on Kubernetes without machines of one's own: three control-plane nodes and two workers (privileged
 // podman containers running systemd, containerd and the kubelet, made by kubeadm), each powered by a
 // BMC (the Redfish simulator, ipmi_sim for cp-2), and Hale installed as docs/install.md says. It runs
-// until interrupted, then tears everything down. As root, on Linux with podman, runc, haproxy,
-// mmdebstrap and umoci (Debian's packages); the first run builds the nodes (several minutes).
+// until interrupted, then tears everything down. As root, on Linux with Debian's podman, runc, haproxy,
+// mmdebstrap, umoci, iproute2, iptables, openipmi and ipmitool; the first run builds the nodes (several
+// minutes). sudo's secure_path has no Go: keep the caller's PATH.
 //
-//	sudo go run ./test/kubecluster           # up, until Ctrl-C: down
-//	sudo go run ./test/kubecluster -clean    # remove what a killed run left behind
+//	sudo env "PATH=$PATH" go run ./test/kubecluster           # up, until Ctrl-C: down
+//	sudo env "PATH=$PATH" go run ./test/kubecluster -clean    # remove what a killed run left behind
 package main
 
 import (

@@ -52,12 +52,14 @@ type KubeCluster struct {
 	IPMI       map[string]*ipmisim.Sim
 	// BMCCreds is the Redfish simulator's credentials file (username=, password=).
 	BMCCreds string
-	id       string
-	onEvent  func(kind, target, detail string)
-	cgroup   string // the nodes' parent cgroup (weighCPU)
-	mu       sync.Mutex
-	events   []string    // every power change and BMC request: "power-off cp-0 Redfish"
-	times    []time.Time // when each of events happened
+	// Overlay is the directory of the user's own overlay (install.md), once InstallHale made it.
+	Overlay string
+	id      string
+	onEvent func(kind, target, detail string)
+	cgroup  string // the nodes' parent cgroup (weighCPU)
+	mu      sync.Mutex
+	events  []string    // every power change and BMC request: "power-off cp-0 Redfish"
+	times   []time.Time // when each of events happened
 }
 
 // Node is one machine of the cluster.

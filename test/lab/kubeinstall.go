@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/netns"
 )
 
@@ -42,57 +43,58 @@ func Tries() []Try {
 }
 
 // InstallHale installs Hale on the cluster as docs/install.md says ("On Kubernetes", the standalone-bmc
-// overlay), step by step with the commands it gives, on a copy of the repository's deploy/ (step 2
-// edits its inventory), with witnesses on the workers (install.md's components/witness, added to the
-// overlay the same way, and the label on the nodes it runs on: two of three control-plane machines gone
-// then leave a majority of the expected observers). It returns when `kubectl apply -k` returned.
+// overlay), step by step with the commands it gives, in the user's own overlay ("Your own overlay": on
+// a copy of the repository's deploy/, tagged as the doc's release, fetched by kustomize with git), with
+// the lab's inventory and witnesses on the workers (and the label on the nodes they run on: two of three
+// control-plane machines gone then leave a majority of the expected observers), without the
+// monitoring components (no Prometheus Operator here). It returns when `kubectl apply -k` returned.
 func (c *KubeCluster) InstallHale(ctx context.Context) time.Time {
 	c.T.Helper()
-	root, err := repoRoot()
-	if err != nil {
-		c.T.Fatalf("kube lab: %v", err)
+	fatal := func(err error) {
+		c.T.Helper()
+		if err != nil {
+			c.T.Fatalf("kube lab: installing Hale: %v", err)
+		}
 	}
-	deploy := filepath.Join(c.T.TempDir(), "deploy")
-	c.must("cp", "-r", filepath.Join(root, "deploy"), deploy)
+	repo, err := kubeenv.DeployRepo(c.T.TempDir(), "v0.1.0")
+	fatal(err)
+	c.Overlay = filepath.Join(c.T.TempDir(), "hale")
+	fatal(os.Mkdir(c.Overlay, 0o755))
 	documented := func(text string) { c.T.Helper(); c.Documented("install.md", text) }
 	sh := func(line string) {
 		c.T.Helper()
-		if out, err := c.Shell(ctx, filepath.Dir(deploy), line); err != nil {
+		if out, err := c.Shell(ctx, c.Overlay, line); err != nil {
 			c.T.Fatalf("kube lab: installing Hale: %v\n%s", err, out)
 		}
 	}
-	edit := func(path string, change func(string) (string, bool)) {
+	write := func(name, text string) {
 		c.T.Helper()
-		b, err := os.ReadFile(path)
-		if err != nil {
-			c.T.Fatalf("kube lab: %v", err)
-		}
-		s, ok := change(string(b))
-		if !ok {
-			c.T.Fatalf("kube lab: %s is not as install.md describes it", path)
-		}
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			c.T.Fatalf("kube lab: %v", err)
-		}
+		fatal(os.WriteFile(filepath.Join(c.Overlay, name), []byte(text), 0o644))
 	}
 	// 1. Namespace and gossip key.
 	gossip := `kubectl create namespace hale-system; kubectl -n hale-system create secret generic hale-gossip-key --from-literal=key="$(head -c 32 /dev/urandom | base64)"`
 	documented(gossip)
 	sh(gossip)
-	// 2. BMC credentials, and the machines in deploy/components/bmc/inventory.yaml.
+	// 2. BMC credentials, and the machines in the overlay's inventory.yaml, made from the example.
 	creds := `kubectl -n hale-system create secret generic hale-bmc-credentials --from-literal=username=hale --from-literal=password='…'`
 	documented(creds)
 	sh(strings.NewReplacer("username=hale", "username=admin", "'…'", "'lab-secret'").Replace(creds))
-	edit(filepath.Join(deploy, "components", "bmc", "inventory.yaml"), func(s string) (string, bool) {
-		head, _, ok := strings.Cut(s, "machines:\n")
-		var machines strings.Builder
-		for _, n := range c.ControlPlanes() {
-			fmt.Fprintf(&machines, "  - {name: %s, member: %s, class: control-plane, bmc: {endpoint: %q, credentials: /etc/hale/bmc}}\n", n.Name, n.Name, n.BMC)
-		}
-		return head + "machines:\n" + machines.String(), ok
-	})
+	documented("your machines in an `inventory.yaml` of [your own overlay](#your-own-overlay)\n   (`deploy/components/bmc/inventory.yaml` is the example)")
+	example, err := os.ReadFile(filepath.Join(repo, "deploy", "components", "bmc", "inventory.yaml"))
+	fatal(err)
+	head, _, ok := strings.Cut(string(example), "machines:\n")
+	if !ok {
+		c.T.Fatalf("kube lab: deploy/components/bmc/inventory.yaml is not as install.md describes it")
+	}
+	var machines strings.Builder
+	for _, n := range c.ControlPlanes() {
+		fmt.Fprintf(&machines, "  - {name: %s, member: %s, class: control-plane, bmc: {endpoint: %q, credentials: /etc/hale/bmc}}\n", n.Name, n.Name, n.BMC)
+	}
+	write("inventory.yaml", head+"machines:\n"+machines.String())
 	// 3. The image, built without Docker, loaded where the nodes' containerd finds it (what a push to a
 	// registry and the kubelet's pull would do), named in the overlay.
+	root, err := repoRoot()
+	fatal(err)
 	documented("`deploy/image/build-oci hale.tar TAG`")
 	archive := filepath.Join(c.T.TempDir(), "hale.tar")
 	started := time.Now()
@@ -105,14 +107,14 @@ func (c *KubeCluster) InstallHale(ctx context.Context) time.Time {
 	c.LoadImage(ctx, archive, "hale.lab/hale")
 	c.T.Logf("kube lab: the image built in %s, loaded on the %d nodes in %s", built.Sub(started).Round(100*time.Millisecond),
 		len(c.Nodes), time.Since(built).Round(100*time.Millisecond))
-	images := "images: [{name: ghcr.io/hale-dev/hale, newName: REGISTRY/hale, newTag: TAG}]"
-	documented(images)
-	documented("add `- ../../components/witness` to its `components:`")
-	edit(filepath.Join(deploy, "overlays", "standalone-bmc", "kustomization.yaml"), func(s string) (string, bool) {
-		const bmc = "  - ../../components/bmc\n"
-		return strings.Replace(s, bmc, bmc+"  - ../../components/witness\n", 1) +
-			strings.NewReplacer("REGISTRY", "hale.lab", "TAG", "lab").Replace(images) + "\n", strings.Contains(s, bmc)
-	})
+	documented("`images:` names your registry")
+	own, err := kubeenv.OwnOverlay(repo, "alerts", "servicemonitor")
+	fatal(err)
+	mine := strings.NewReplacer("newName: registry.example.com/hale", "newName: hale.lab/hale", "newTag: v0.1.0", "newTag: lab").Replace(own)
+	if mine == own {
+		c.T.Fatalf("kube lab: install.md's own overlay names no image as the lab expects")
+	}
+	write("kustomization.yaml", mine)
 	var workers []string
 	for _, n := range c.Nodes {
 		if !n.ControlPlane {
@@ -121,32 +123,32 @@ func (c *KubeCluster) InstallHale(ctx context.Context) time.Time {
 	}
 	label := "`kubectl label node NODE... hale.dev/witness=true`"
 	documented(label)
-	if len(workers) > 0 {
-		sh(strings.NewReplacer("`", "", "NODE...", strings.Join(workers, " ")).Replace(label))
-		c.witnessEtcd(ctx, deploy, documented, sh)
-	}
+	sh(strings.NewReplacer("`", "", "NODE...", strings.Join(workers, " ")).Replace(label))
+	c.witnessEtcd(repo, documented, sh, write)
 	// 4. Apply.
-	documented("`kubectl apply -k deploy/overlays/capi` (or another)")
+	documented("`kubectl apply -k .`")
 	documented("| `deploy/overlays/standalone-bmc` |")
 	applied := time.Now()
-	sh(`kubectl apply -k deploy/overlays/standalone-bmc`)
+	sh("kubectl apply -k .")
 	return applied
 }
 
-// witnessEtcd gives the witnesses etcd access as install.md says: the members' client URLs in the
-// witness component's configuration, and a Secret of kubeadm's healthcheck-client certificate, taken
-// from the first control-plane node's disk (install.md runs the command there).
-func (c *KubeCluster) witnessEtcd(ctx context.Context, deploy string, documented, sh func(string)) {
+// witnessEtcd gives the witnesses etcd access as install.md says: a Secret of kubeadm's
+// healthcheck-client certificate, taken from the first control-plane node's disk (install.md runs the
+// command there), and the members' client URLs in the overlay's witness-config.yaml: the witness
+// component's ConfigMap, copied, its etcd section uncommented.
+func (c *KubeCluster) witnessEtcd(repo string, documented, sh func(string), write func(name, text string)) {
 	c.T.Helper()
-	documented("uncomment its\n`etcd:` section")
+	documented("the `etcd:` section of\n`deploy/components/witness/witness.yaml`, set in [your own overlay](#your-own-overlay)")
 	documented("`kubectl -n hale-system create secret generic hale-witness-etcd\n--from-file=ca.crt=/etc/kubernetes/pki/etcd/ca.crt")
+	documented("  - path: witness-config.yaml")
 	pki := c.T.TempDir()
 	for _, f := range []string{"ca.crt", "healthcheck-client.crt", "healthcheck-client.key"} {
 		b, err := c.Nodes[0].ReadFile("/etc/kubernetes/pki/etcd/" + f)
-		if err != nil {
-			c.T.Fatalf("kube lab: %v", err)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(pki, f), b, 0o600)
 		}
-		if err := os.WriteFile(filepath.Join(pki, f), b, 0o600); err != nil {
+		if err != nil {
 			c.T.Fatalf("kube lab: %v", err)
 		}
 	}
@@ -156,21 +158,24 @@ func (c *KubeCluster) witnessEtcd(ctx context.Context, deploy string, documented
 	for _, n := range c.ControlPlanes() {
 		urls = append(urls, "https://"+n.Host.Addr(2379))
 	}
-	path := filepath.Join(deploy, "components", "witness", "witness.yaml")
+	path := filepath.Join(repo, "deploy", "components", "witness", "witness.yaml")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		c.T.Fatalf("kube lab: %v", err)
 	}
-	before := string(b)
+	var configMap string
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		if strings.Contains(doc, "\nkind: ConfigMap\n") {
+			configMap = doc
+		}
+	}
 	after := strings.NewReplacer("    # etcd:\n", "    etcd:\n",
 		"    #   endpoints: [https://10.0.0.11:2379, https://10.0.0.12:2379, https://10.0.0.13:2379]\n", "      endpoints: ["+strings.Join(urls, ", ")+"]\n",
-		"    #   tls: {", "      tls: {").Replace(before)
-	if strings.Count(after, "\n") != strings.Count(before, "\n") || !strings.Contains(after, "      endpoints: [https://") {
+		"    #   tls: {", "      tls: {").Replace(configMap)
+	if strings.Count(after, "\n") != strings.Count(configMap, "\n") || !strings.Contains(after, "      endpoints: [https://") {
 		c.T.Fatalf("kube lab: %s's etcd section is not as install.md describes it", path)
 	}
-	if err := os.WriteFile(path, []byte(after), 0o644); err != nil {
-		c.T.Fatalf("kube lab: %v", err)
-	}
+	write("witness-config.yaml", after+"\n")
 }
 
 // Documented fails the test when docs/doc no longer says text: what the lab types as an operator is

@@ -77,7 +77,7 @@ func waitHealthy(t *testing.T, c *Cluster, timeout time.Duration, what string) t
 }
 
 // TestPartitionLongerThanAMinuteHeals: real processes in network namespaces, the hub and cp-0 cut off
-// (iptables) from cp-1 and cp-2 for longer than a minute (HALE_PARTITION_SECONDS, 70 by default). On
+// (iptables, packets dropped as they arrive) from cp-1 and cp-2 for a minute (HALE_PARTITION_SECONDS, 60 by default). On
 // the hub's side: it hears 2 of its 4 expected observers, so it does nothing and says so (a crash of
 // cp-1 and cp-2 would look the same), and a real Prometheus beside it fires exactly the alerts of that
 // (no majority, not planning, observers missing), all cleared after the heal. After the heal: every observer sees every other again and every
@@ -86,10 +86,10 @@ func waitHealthy(t *testing.T, c *Cluster, timeout time.Duration, what string) t
 // leader for the whole partition. etcd's leader is on the minority side when the partition begins, as
 // where a member catching up after the heal (following the new leader, its reads stalled over streams
 // dialled again through the silent drops) was once power-cycled: the test prints how long its reads
-// stalled.
+// stalled, and checks that an episode after the heal counts from the heal.
 func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	t.Parallel() // beside the stall matrix's labs: most of its time is the partition's
-	hold := 70 * time.Second
+	hold := 60 * time.Second
 	if s := os.Getenv("HALE_PARTITION_SECONDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		require.NoError(t, err, "HALE_PARTITION_SECONDS")
@@ -112,13 +112,19 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	// response took too long"): it is catching up, not failing.
 	require.NoError(t, c.MoveLeader(t.Context(), c.Machines[0]))
 	cps := []*netns.Host{c.Machines[0].Host, c.Machines[1].Host, c.Machines[2].Host}
-	c.Lab.Cut([]*netns.Host{c.HubHost, cps[0]}, cps[1:])
-	t.Logf("partition: {hub, cp-0} | {cp-1, cp-2} for %v", hold)
+	c.Lab.CutSilently([]*netns.Host{c.HubHost, cps[0]}, cps[1:])
+	t.Logf("partition (silent drops): {hub, cp-0} | {cp-1, cp-2} for %v", hold)
 	prom.WaitFiring(30*time.Second, "the hub on the minority side", "HaleObserverMajorityLost", "HaleHubNotPlanning", "HaleObserversMissing")
-	saidWhy := false
+	saidWhy, failed := false, 0
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(time.Second) {
 		st, err := status(t.Context(), c)
-		require.NoError(t, err, "the hub's API, during the partition")
+		if err != nil && failed < 2 { // one slow CLI start on a loaded machine (8 labs beside) is no answer
+			failed++
+			t.Logf("the hub's API, during the partition: %v (a try of three)", err)
+			continue
+		}
+		require.NoError(t, err, "the hub's API, during the partition, three times in a row")
+		failed = 0
 		for _, m := range st.Machines {
 			require.Nil(t, m.Remediation, "%s remediated from the minority side: %+v", m.Name, st)
 		}
@@ -131,17 +137,33 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	// for the whole partition; 3 s later cp-0's links come back too. Time without a majority is no
 	// evidence: cp-0's probe has not failed for its 10 s timeout since the hub heard a majority again,
 	// so cp-0 is not rebooted.
+	majority := time.Now()
 	c.Lab.Uncut([]*netns.Host{c.HubHost}, cps[1:])
 	time.Sleep(3 * time.Second)
 	c.Lab.Heal()
 	healed := time.Now()
-	took := waitHealthy(t, c, 60*time.Second, "after the heal")
+	took := waitHealthy(t, c, 120*time.Second, "after the heal")
 	stalled := readIndexStalls(t, filepath.Join(c.Lab.Dir(), "etcd-0.log"), healed)
 	t.Logf("partition of %v healed → every machine Healthy, all 4 observers heard, in %v (etcd-0, the old leader, served no linearizable read "+
 		"for %v after the heal)", hold, took.Round(100*time.Millisecond), stalled)
 	fmt.Printf("netns partition: %v partition healed → all Healthy in %v (etcd-0, the old leader, served no linearizable read for %v of it)\n",
 		hold, took.Round(100*time.Millisecond), stalled)
 	prom.WaitFiring(30*time.Second, "healed")
+	// cp-0's etcd, stalled after the heal, may be Unhealthy for a while (it follows no leader yet); its
+	// episode then counts from the hub's return to a majority, not from the partition's start, and so
+	// does its component grace: a partition longer than the grace must not leave it none.
+	var after []string
+	for _, m := range c.Machines {
+		e, ok := explain(t, c, m.Name)
+		require.True(t, ok, "hub explain %s", m.Name)
+		for _, ep := range e.Episodes {
+			if ep.Ended.After(healed.Add(2 * time.Second)) {
+				require.False(t, ep.Began.Before(majority), "%s: an episode after the heal counted from before it: %s", m.Name, ep)
+				after = append(after, fmt.Sprintf("%s %s %s for %v", m.Name, ep.Kind, ep.Outcome, ep.Length().Round(100*time.Millisecond)))
+			}
+		}
+	}
+	t.Logf("episodes after the heal: %v", after)
 	// And nothing happens later either: longer than the probes' timeout (10 s), whose failures on the
 	// minority side (cp-0's etcd had no leader) must not count once the partition is over.
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -167,9 +168,11 @@ func shortFreezesThenAPanic(t *testing.T, l *stallLab) {
 	l.freezes(t, l.c.Machines[2], time.Second, 2*time.Second, 5*time.Second, 10*time.Second)
 	p := l.c.Machines[1]
 	logged := p.Panic()
-	l.awaitRequest(t, p, logged, 2*time.Second, "the panic of "+p.Name)
+	l.awaitProof(t, p, logged)
 	reset := l.since(logged)[0].at.Sub(logged)
 	took := waitHealthy(t, l.c, 2*time.Minute, "after "+p.Name+"'s power-cycle")
+	e, ok := l.lastEpisode(t, p, logged)
+	require.True(t, ok && e.Outcome == pass.EpisodeProved, "%s's episode: %+v, want one acted on its BMC's proof", p.Name, e)
 	stallLine(t, "%s panicked, its BMC's event log an OS critical stop: power-cycled %v after the entry, every machine Healthy %v later", p.Name,
 		reset.Round(10*time.Millisecond), took.Round(100*time.Millisecond))
 }
@@ -202,6 +205,31 @@ func (l *stallLab) awaitRequest(t *testing.T, m *Machine, at time.Time, d time.D
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s: no BMC request for %s within %v\n%s", what, m.Name, d, l.hubLog())
+}
+
+// awaitProof waits for m's power-cycle on its BMC's proof of the hang logged at logged: within 2 s of
+// the entry, or, when the hub called m Unhealthy later than that (its gossip slow on a loaded
+// machine: the proof is read once the machine is seen dead), within 2 s of that verdict.
+func (l *stallLab) awaitProof(t *testing.T, m *Machine, logged time.Time) {
+	t.Helper()
+	deadline, seen := logged.Add(2*time.Second), false
+	for !slices.ContainsFunc(l.since(logged), func(r bmcRequest) bool { return r.machine == m.Name }) {
+		if !seen {
+			if st, err := status(t.Context(), l.c); err == nil && slices.ContainsFunc(st.Machines, func(s hub.MachineStatus) bool {
+				return s.Name == m.Name && (s.Verdict == assess.VerdictUnhealthy || s.Remediation != nil)
+			}) {
+				seen = true
+				if at := time.Now().Add(2 * time.Second); at.After(deadline) {
+					t.Logf("the hub called %s Unhealthy %v after the entry: its proof is read from then", m.Name, time.Since(logged).Round(100*time.Millisecond))
+					deadline = at
+				}
+			}
+		}
+		if time.Now().After(deadline) && (seen || time.Since(logged) > 20*time.Second) {
+			t.Fatalf("the panic of %s: no BMC request within 2 s of the entry (or of its verdict)\n%s", m.Name, l.hubLog())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // twoAtOnce: cp-1 and cp-2 frozen together for 2, 5 and 8 s; then both hung for good.

@@ -234,14 +234,37 @@ func (l *Lab) Cut(a, b []*Host) {
 	l.drops("-A", a, b)
 }
 
-// drops appends (-A) or deletes (-D) the DROP rules between each host of a and each of b, both ways.
-func (l *Lab) drops(action string, a, b []*Host) {
+// CutSilently is Cut with the packets dropped as they arrive only: a sender's writes succeed and go
+// unanswered, as a switch or a peer's firewall loses them. Cut drops them as they leave too, and a
+// sender's own OUTPUT rule fails its writes at once (EPERM), which a TCP stack notices sooner.
+func (l *Lab) CutSilently(a, b []*Host) {
 	l.t.Helper()
+	l.drops("-A", a, b, "INPUT")
+}
+
+// drops appends (-A) or deletes (-D) the DROP rules between each host of a and each of b, both ways,
+// in the chains given (INPUT and OUTPUT if none).
+func (l *Lab) drops(action string, a, b []*Host, chains ...string) {
+	l.t.Helper()
+	if len(chains) == 0 {
+		chains = []string{"INPUT", "OUTPUT"}
+	}
 	for _, x := range a {
 		for _, y := range b {
 			for _, pair := range [][2]*Host{{x, y}, {y, x}} {
-				l.iptables(pair[0], action, "INPUT", "-s", pair[1].IP, "-j", "DROP")
-				l.iptables(pair[0], action, "OUTPUT", "-d", pair[1].IP, "-j", "DROP")
+				for _, chain := range chains {
+					match := "-s"
+					if chain == "OUTPUT" {
+						match = "-d"
+					}
+					rule := []string{chain, match, pair[1].IP, "-j", "DROP"}
+					if action == "-D" {
+						if _, err := pair[0].Run(append([]string{"iptables", "-w", "-C"}, rule...)...); err != nil {
+							continue // not there: CutSilently made no OUTPUT rule
+						}
+					}
+					l.iptables(pair[0], append([]string{action}, rule...)...)
+				}
 			}
 		}
 	}
@@ -315,13 +338,14 @@ func (h *Host) Rules() ([]string, error) {
 	return rules, nil
 }
 
-// Uncut removes the rules Cut(a, b) made (or Cut(b, a)): those links carry packets again.
+// Uncut removes the rules Cut(a, b) or CutSilently(a, b) made (or with b, a): those links carry packets
+// again.
 func (l *Lab) Uncut(a, b []*Host) {
 	l.t.Helper()
 	l.drops("-D", a, b)
 }
 
-// Heal removes every rule Cut and Drop made.
+// Heal removes every rule Cut, CutSilently and Drop made.
 func (l *Lab) Heal() {
 	l.t.Helper()
 	l.mu.Lock()

@@ -160,7 +160,14 @@ func TestPermanentLossRecovered(t *testing.T) {
 	require.NoError(t, first.Start())
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- first.Wait() }()
-	for deadline := time.Now().Add(3 * time.Minute); l.Redfish.PowerState("cp-0") != "Off"; time.Sleep(10 * time.Millisecond) {
+	// Killed mid-fence: once the recovery is journaled (the hub logs it; before that, cp-0 may read Off
+	// inside a power-cycle of its own remediation, which the recovery waits for), as cp-0 reads Off.
+	journaled := false
+	begun := func() bool {
+		journaled = journaled || strings.Contains(l.HubProc().Logs(), "etcd recovery begun")
+		return journaled
+	}
+	for deadline := time.Now().Add(3 * time.Minute); !begun() || l.Redfish.PowerState("cp-0") != "Off"; time.Sleep(10 * time.Millisecond) {
 		select {
 		case err := <-firstDone:
 			require.Failf(t, "`hub recover --yes` returned before cp-0 was fenced", "%v:\n%s", err, firstOut.String())
@@ -175,10 +182,11 @@ func TestPermanentLossRecovered(t *testing.T) {
 	l.StartHub()
 	st := l.waitStatus(time.Minute, "the restarted hub paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery hale-")
+	// The plan under way, as the restarted hub reads it from the journal.
 	out, err = l.hubCLI(ctx, "recover", "-o", "json")
 	var underway pass.RecoveryPlan
 	require.NoError(t, json.Unmarshal(out, &underway), "%s (%v)", out, err)
-	require.NotEmpty(t, underway.Token, "the journaled recovery, under way")
+	require.NotEmpty(t, underway.Token, "the journaled recovery, under way: %s", out)
 
 	// The restarted hub stands by until the gossip has declared the killed one dead: it says so, and
 	// the operator runs the command again.

@@ -1,8 +1,9 @@
 // Package release checks a release cut by deploy/release as a user receives it: every file in
 // SHA256SUMS and each checksum right, static binaries of the right architecture that say the release's
 // version, an SBOM that lists every Go module each binary holds, the release notes, the image tagged
-// with the version. HALE_RELEASE_DIR names the release to check (test/run cuts one); without it the
-// test cuts one itself (as root: the image needs mmdebstrap and umoci).
+// with the version and named by its digest in every rendered manifest, Debian packages of each
+// architecture. HALE_RELEASE_DIR names the release to check (test/run cuts one); without it the test
+// cuts one itself (as root: the image needs mmdebstrap and umoci; kubectl from test/kube/build-assets).
 package release
 
 import (
@@ -24,6 +25,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/test/kubeassets"
 )
 
 // version is the release CHANGELOG.md announces first (its "## … vX.Y.Z" heading).
@@ -40,7 +43,9 @@ func TestRelease(t *testing.T) {
 	dir := os.Getenv("HALE_RELEASE_DIR")
 	if dir == "" {
 		dir = filepath.Join(t.TempDir(), "dist")
-		out, err := exec.Command("../../deploy/release", v, dir).CombinedOutput()
+		cmd := exec.Command("../../deploy/release", v, dir)
+		cmd.Env = append(os.Environ(), "KUBECTL="+filepath.Join(kubeassets.Dir(), "kubectl")) // test/kube/build-assets
+		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
 
@@ -61,9 +66,20 @@ func TestRelease(t *testing.T) {
 			assert.True(t, listed[f.Name()], "%s is not in SHA256SUMS", f.Name())
 		}
 	}
-	for _, want := range []string{"hale_" + v + "_linux_amd64.tar.gz", "hale_" + v + "_linux_arm64.tar.gz",
-		"hale_" + v + "_image_linux_amd64.tar", "hale_" + v + ".spdx.json", "RELEASE_NOTES.md"} {
-		assert.True(t, listed[want], "%s missing from the release", want)
+	deb := strings.TrimPrefix(v, "v")
+	want := []string{"hale_" + v + "_linux_amd64.tar.gz", "hale_" + v + "_linux_arm64.tar.gz",
+		"hale_" + v + "_image_linux_amd64.tar", "hale_" + v + ".spdx.json", "RELEASE_NOTES.md",
+		"hale-crds.yaml", "hale-agent.service", "hale-hub.service", "inventory.example.yaml"}
+	overlays, err := os.ReadDir("../../deploy/overlays")
+	require.NoError(t, err)
+	for _, o := range overlays {
+		want = append(want, "hale-"+o.Name()+".yaml")
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		want = append(want, "hale-agent_"+deb+"_"+arch+".deb", "hale-hub_"+deb+"_"+arch+".deb")
+	}
+	for _, w := range want {
+		assert.True(t, listed[w], "%s missing from the release", w)
 	}
 
 	// The binaries: static, of their archive's architecture, built from Hale's commands; those this
@@ -152,9 +168,36 @@ func TestRelease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Regexp(t, `^## .*`+regexp.QuoteMeta(v), string(notes))
 
-	// The image: an OCI archive whose one manifest is tagged with the version.
-	tag := imageTag(t, filepath.Join(dir, "hale_"+v+"_image_linux_amd64.tar"))
+	// The image: an OCI archive whose one manifest is tagged with the version; each rendered manifest
+	// names it by that digest, and only it.
+	tag, digest := imageTag(t, filepath.Join(dir, "hale_"+v+"_image_linux_amd64.tar"))
 	assert.Equal(t, v, tag)
+	images := regexp.MustCompile(`(?m)^\s+image: (\S+)$`)
+	for _, o := range overlays {
+		b, err := os.ReadFile(filepath.Join(dir, "hale-"+o.Name()+".yaml"))
+		require.NoError(t, err)
+		found := images.FindAllStringSubmatch(string(b), -1)
+		assert.NotEmpty(t, found, "hale-%s.yaml names no image", o.Name())
+		for _, m := range found {
+			assert.Equal(t, "ghcr.io/hale-dev/hale:"+v+"@"+digest, m[1], "hale-%s.yaml", o.Name())
+		}
+		assert.Contains(t, string(b), "kind: CustomResourceDefinition", "hale-%s.yaml is a whole install", o.Name())
+	}
+
+	// The Debian packages: of their architecture and the release's version, each with its binary
+	// (the release's own) and unit.
+	for _, arch := range []string{"amd64", "arm64"} {
+		for _, program := range []string{"agent", "hub"} {
+			pkg := filepath.Join(dir, "hale-"+program+"_"+deb+"_"+arch+".deb")
+			out, err := exec.Command("dpkg-deb", "-f", pkg, "Package", "Version", "Architecture").Output()
+			require.NoError(t, err, "dpkg-deb -f %s", pkg)
+			assert.Equal(t, "Package: hale-"+program+"\nVersion: "+deb+"\nArchitecture: "+arch+"\n", string(out))
+			out, err = exec.Command("dpkg-deb", "-c", pkg).Output()
+			require.NoError(t, err)
+			assert.Regexp(t, `-rwxr-xr-x root/root .* ./usr/bin/`+program+`\n`, string(out))
+			assert.Contains(t, string(out), "./usr/lib/systemd/system/hale-"+program+".service")
+		}
+	}
 }
 
 // A version that is no version, and one the changelog does not announce: refused before anything is
@@ -214,8 +257,8 @@ func untar(t *testing.T, archive string) string {
 	}
 }
 
-// imageTag is the ref name of the one manifest in an OCI image archive's index.json.
-func imageTag(t *testing.T, archive string) string {
+// imageTag is the ref name and the digest of the one manifest in an OCI image archive's index.json.
+func imageTag(t *testing.T, archive string) (tag, digest string) {
 	f, err := os.Open(archive)
 	require.NoError(t, err)
 	defer f.Close()
@@ -227,10 +270,13 @@ func imageTag(t *testing.T, archive string) string {
 			continue
 		}
 		var index struct {
-			Manifests []struct{ Annotations map[string]string }
+			Manifests []struct {
+				Digest      string
+				Annotations map[string]string
+			}
 		}
 		require.NoError(t, json.NewDecoder(tr).Decode(&index))
 		require.Len(t, index.Manifests, 1)
-		return index.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+		return index.Manifests[0].Annotations["org.opencontainers.image.ref.name"], index.Manifests[0].Digest
 	}
 }

@@ -6,7 +6,7 @@ package assesstest
 import (
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 )
 
@@ -31,16 +31,16 @@ type World struct {
 
 // NewWorld is the world as seen at now.
 func NewWorld(now time.Time) *World {
-	w := &World{Obs: assess.Observations{Now: now, Reports: map[string]health.Report{}, HubPeers: map[string]health.PeerView{}}}
+	w := &World{Obs: assess.Observations{Now: now, Reports: map[string]report.Report{}, HubPeers: map[string]report.PeerView{}}}
 	for _, m := range Machines() {
-		w.Obs.HubPeers[m.Node] = health.PeerView{Name: m.Node, State: health.PeerAlive, Since: T0()}
-		r := health.Report{Node: m.Node, SentAt: now, Etcd: &health.EtcdView{LocalName: m.Member},
-			Probes: []health.ProbeResult{{Name: "kubelet", OK: true, Since: T0()}, {Name: "etcd", OK: true, Since: T0()}}}
+		w.Obs.HubPeers[m.Node] = report.PeerView{Name: m.Node, State: report.PeerAlive, Since: T0()}
+		r := report.Report{Node: m.Node, SentAt: now, Etcd: &report.EtcdView{LocalName: m.Member},
+			Probes: []report.ProbeResult{{Name: "kubelet", OK: true, Since: T0()}, {Name: "etcd", OK: true, Since: T0()}}}
 		for _, o := range Machines() {
 			yes := true
-			r.Etcd.Members = append(r.Etcd.Members, health.EtcdMember{Name: o.Member, Reachable: &yes})
+			r.Etcd.Members = append(r.Etcd.Members, report.EtcdMember{Name: o.Member, Reachable: &yes})
 			if o.Node != m.Node {
-				r.Peers = append(r.Peers, health.PeerView{Name: o.Node, State: health.PeerAlive, Since: T0()})
+				r.Peers = append(r.Peers, report.PeerView{Name: o.Node, State: report.PeerAlive, Since: T0()})
 			}
 		}
 		w.Obs.Reports[m.Node] = r
@@ -52,10 +52,10 @@ func NewWorld(now time.Time) *World {
 func (w *World) Witness(nodes ...string) *World {
 	for _, n := range nodes {
 		w.Witnesses = append(w.Witnesses, n)
-		w.Obs.HubPeers[n] = health.PeerView{Name: n, State: health.PeerAlive, Since: T0()}
-		r := health.Report{Node: n, SentAt: w.Obs.Now.Add(-time.Second)}
+		w.Obs.HubPeers[n] = report.PeerView{Name: n, State: report.PeerAlive, Since: T0()}
+		r := report.Report{Node: n, SentAt: w.Obs.Now.Add(-time.Second)}
 		for _, m := range Machines() {
-			r.Peers = append(r.Peers, health.PeerView{Name: m.Node, State: health.PeerAlive, Since: T0()})
+			r.Peers = append(r.Peers, report.PeerView{Name: m.Node, State: report.PeerAlive, Since: T0()})
 		}
 		w.Obs.Reports[n] = r
 	}
@@ -65,7 +65,7 @@ func (w *World) Witness(nodes ...string) *World {
 // Cut makes the hub lose nodes: dead in its view, their last reports stale.
 func (w *World) Cut(since time.Time, nodes ...string) *World {
 	for _, n := range nodes {
-		w.Obs.HubPeers[n] = health.PeerView{Name: n, State: health.PeerDead, Since: since}
+		w.Obs.HubPeers[n] = report.PeerView{Name: n, State: report.PeerDead, Since: since}
 		r := w.Obs.Reports[n]
 		r.SentAt = w.Obs.Now.Add(-time.Minute)
 		w.Obs.Reports[n] = r
@@ -87,12 +87,12 @@ func (w *World) Dead(node string, since time.Time, by ...string) *World {
 // AgentDead marks only node's agent dead (crashed, stopped): gone from gossip, while its machine's
 // etcd member still answers.
 func (w *World) AgentDead(node string, since time.Time, by ...string) *World {
-	w.Obs.HubPeers[node] = health.PeerView{Name: node, State: health.PeerDead, Since: since}
+	w.Obs.HubPeers[node] = report.PeerView{Name: node, State: report.PeerDead, Since: since}
 	for _, o := range by {
 		r := w.Obs.Reports[o]
 		for i := range r.Peers {
 			if r.Peers[i].Name == node {
-				r.Peers[i] = health.PeerView{Name: node, State: health.PeerDead, Since: since}
+				r.Peers[i] = report.PeerView{Name: node, State: report.PeerDead, Since: since}
 			}
 		}
 		w.Obs.Reports[o] = r
@@ -118,10 +118,10 @@ func (w *World) Unreachable(member string, by ...string) *World {
 // Probe sets node's probe name to ok (failing: "connection refused") since since.
 func (w *World) Probe(node, name string, ok bool, since time.Time) *World {
 	r := w.Obs.Reports[node]
-	r.Probes = append([]health.ProbeResult(nil), r.Probes...)
+	r.Probes = append([]report.ProbeResult(nil), r.Probes...)
 	for i := range r.Probes {
 		if r.Probes[i].Name == name {
-			r.Probes[i] = health.ProbeResult{Name: name, OK: ok, Since: since, Detail: "connection refused"}
+			r.Probes[i] = report.ProbeResult{Name: name, OK: ok, Since: since, Detail: "connection refused"}
 		}
 	}
 	w.Obs.Reports[node] = r

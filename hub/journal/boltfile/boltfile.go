@@ -1,4 +1,6 @@
-package journal
+// Package boltfile is the standalone hub's journal: the remediations (package journal's values)
+// in a bbolt file, with the epoch that fences a hub which is no longer the one writing.
+package boltfile
 
 import (
 	"context"
@@ -6,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hale-dev/hale/hub/journal"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,14 +95,14 @@ func (j *File) update(f func(rems *bolt.Bucket) error) error {
 func (j *File) updateTx(f func(tx *bolt.Tx) error) error {
 	return j.db.Update(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyEpoch); binary.BigEndian.Uint64(v) != j.epoch {
-			return fmt.Errorf("journal %s: %w (epoch %d, journal at %d)", j.path, ErrStaleEpoch, j.epoch, binary.BigEndian.Uint64(v))
+			return fmt.Errorf("journal %s: %w (epoch %d, journal at %d)", j.path, journal.ErrStaleEpoch, j.epoch, binary.BigEndian.Uint64(v))
 		}
 		return f(tx)
 	})
 }
 
 // Begin records a new remediation; it fails with ErrActive when the machine has one in progress.
-func (j *File) Begin(_ context.Context, r Remediation) (Remediation, error) {
+func (j *File) Begin(_ context.Context, r journal.Remediation) (journal.Remediation, error) {
 	if r.Machine == "" || strings.Contains(r.Machine, "/") {
 		return r, fmt.Errorf("journal: machine name %q must be non-empty and without /", r.Machine)
 	}
@@ -108,13 +111,13 @@ func (j *File) Begin(_ context.Context, r Remediation) (Remediation, error) {
 		return r, fmt.Errorf("journal: %s: adopting a request object is Kubernetes mode's (Remediation objects), not the bbolt journal's", r.ID)
 	}
 	r.ID = fmt.Sprintf("%s/%s", r.Machine, now.Format("20060102T150405.000000000Z"))
-	r.State, r.Created, r.Updated = InProgress, now, now
-	r.History = []Entry{{At: now, Step: -1, Kind: EntryNote, Detail: "begun: " + r.Reason, Epoch: j.epoch}}
+	r.State, r.Created, r.Updated = journal.InProgress, now, now
+	r.History = []journal.Entry{{At: now, Step: -1, Kind: journal.EntryNote, Detail: "begun: " + r.Reason, Epoch: j.epoch}}
 	err := j.update(func(b *bolt.Bucket) error {
 		if active, err := activeOf(b, r.Machine); err != nil {
 			return err
 		} else if active != nil {
-			return fmt.Errorf("%s: %w (%s)", r.Machine, ErrActive, active.ID)
+			return fmt.Errorf("%s: %w (%s)", r.Machine, journal.ErrActive, active.ID)
 		}
 		return put(b, r)
 	})
@@ -123,35 +126,35 @@ func (j *File) Begin(_ context.Context, r Remediation) (Remediation, error) {
 
 // Intent records that step is about to be taken (before the side effect).
 func (j *File) Intent(_ context.Context, id string, step int, detail string) error {
-	return j.event(id, Entry{Step: step, Kind: EntryIntent, Detail: detail}, "")
+	return j.event(id, journal.Entry{Step: step, Kind: journal.EntryIntent, Detail: detail}, "")
 }
 
 // Outcome records what step did (after the side effect).
-func (j *File) Outcome(_ context.Context, id string, step int, result Result, detail string) error {
-	return j.event(id, Entry{Step: step, Kind: EntryOutcome, Result: result, Detail: detail}, "")
+func (j *File) Outcome(_ context.Context, id string, step int, result journal.Result, detail string) error {
+	return j.event(id, journal.Entry{Step: step, Kind: journal.EntryOutcome, Result: result, Detail: detail}, "")
 }
 
 // Note records something worth knowing that is neither an intent nor an outcome (step -1).
 func (j *File) Note(_ context.Context, id string, detail string) error {
-	return j.event(id, Entry{Step: -1, Kind: EntryNote, Detail: detail}, "")
+	return j.event(id, journal.Entry{Step: -1, Kind: journal.EntryNote, Detail: detail}, "")
 }
 
 // Finish ends a remediation and prunes the machine's finished history to the bound.
-func (j *File) Finish(_ context.Context, id string, state State, detail string) error {
-	if state == InProgress {
+func (j *File) Finish(_ context.Context, id string, state journal.State, detail string) error {
+	if state == journal.InProgress {
 		return fmt.Errorf("finish %s: %s is not a final state", id, state)
 	}
-	return j.event(id, Entry{Step: -1, Kind: EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
+	return j.event(id, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: state, Detail: string(state) + ": " + detail}, state)
 }
 
-func (j *File) event(id string, e Entry, finish State) error {
+func (j *File) event(id string, e journal.Entry, finish journal.State) error {
 	return j.update(func(b *bolt.Bucket) error {
 		r, err := get(b, id)
 		if err != nil {
 			return err
 		}
-		if r.State != InProgress {
-			return fmt.Errorf("remediation %s is %s already: %w", id, r.State, ErrFinished)
+		if r.State != journal.InProgress {
+			return fmt.Errorf("remediation %s is %s already: %w", id, r.State, journal.ErrFinished)
 		}
 		e.At, e.Epoch = j.now(), j.epoch
 		r.History = append(r.History, e)
@@ -197,13 +200,13 @@ func (j *File) SetMeta(key string, v any) error {
 }
 
 // Active returns every remediation in progress, oldest first: what a restarted hub must resume.
-func (j *File) Active(_ context.Context) ([]Remediation, error) {
-	return j.list(func(r Remediation) bool { return r.State == InProgress })
+func (j *File) Active(_ context.Context) ([]journal.Remediation, error) {
+	return j.list(func(r journal.Remediation) bool { return r.State == journal.InProgress })
 }
 
 // Get returns one remediation.
-func (j *File) Get(_ context.Context, id string) (Remediation, error) {
-	var r Remediation
+func (j *File) Get(_ context.Context, id string) (journal.Remediation, error) {
+	var r journal.Remediation
 	err := j.db.View(func(tx *bolt.Tx) error {
 		var err error
 		r, err = get(tx.Bucket(bucketRems), id)
@@ -213,20 +216,20 @@ func (j *File) Get(_ context.Context, id string) (Remediation, error) {
 }
 
 // All returns every remediation the journal keeps, oldest first.
-func (j *File) All(context.Context) ([]Remediation, error) {
-	return j.list(func(Remediation) bool { return true })
+func (j *File) All(context.Context) ([]journal.Remediation, error) {
+	return j.list(func(journal.Remediation) bool { return true })
 }
 
 // History returns a machine's remediations, oldest first.
-func (j *File) History(_ context.Context, machine string) ([]Remediation, error) {
-	return j.list(func(r Remediation) bool { return r.Machine == machine })
+func (j *File) History(_ context.Context, machine string) ([]journal.Remediation, error) {
+	return j.list(func(r journal.Remediation) bool { return r.Machine == machine })
 }
 
-func (j *File) list(keep func(Remediation) bool) ([]Remediation, error) {
-	var out []Remediation
+func (j *File) list(keep func(journal.Remediation) bool) ([]journal.Remediation, error) {
+	var out []journal.Remediation
 	err := j.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketRems).ForEach(func(k, v []byte) error {
-			var r Remediation
+			var r journal.Remediation
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("journal %s: record %s is unreadable: %w", j.path, k, err)
 			}
@@ -236,23 +239,23 @@ func (j *File) list(keep func(Remediation) bool) ([]Remediation, error) {
 			return nil
 		})
 	})
-	slices.SortFunc(out, func(a, b Remediation) int { return a.Created.Compare(b.Created) })
+	slices.SortFunc(out, func(a, b journal.Remediation) int { return a.Created.Compare(b.Created) })
 	return out, err
 }
 
-func get(b *bolt.Bucket, id string) (Remediation, error) {
+func get(b *bolt.Bucket, id string) (journal.Remediation, error) {
 	v := b.Get([]byte(id))
 	if v == nil {
-		return Remediation{}, fmt.Errorf("%s: %w in the journal", id, ErrNoRemediation)
+		return journal.Remediation{}, fmt.Errorf("%s: %w in the journal", id, journal.ErrNoRemediation)
 	}
-	var r Remediation
+	var r journal.Remediation
 	if err := json.Unmarshal(v, &r); err != nil {
-		return Remediation{}, fmt.Errorf("remediation %s is unreadable: %w", id, err)
+		return journal.Remediation{}, fmt.Errorf("remediation %s is unreadable: %w", id, err)
 	}
 	return r, nil
 }
 
-func put(b *bolt.Bucket, r Remediation) error {
+func put(b *bolt.Bucket, r journal.Remediation) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -262,15 +265,15 @@ func put(b *bolt.Bucket, r Remediation) error {
 
 // activeOf returns the machine's remediation in progress, if any. IDs start with "machine/", so only
 // the machine's own records are read.
-func activeOf(b *bolt.Bucket, machine string) (*Remediation, error) {
+func activeOf(b *bolt.Bucket, machine string) (*journal.Remediation, error) {
 	prefix := []byte(machine + "/")
 	c := b.Cursor()
 	for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = c.Next() {
-		var r Remediation
+		var r journal.Remediation
 		if err := json.Unmarshal(v, &r); err != nil {
 			return nil, fmt.Errorf("remediation %s is unreadable: %w", k, err)
 		}
-		if r.State == InProgress {
+		if r.State == journal.InProgress {
 			return &r, nil
 		}
 	}
@@ -283,8 +286,8 @@ func prune(b *bolt.Bucket, machine string, keep int) error {
 	var finished [][]byte
 	c := b.Cursor()
 	for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = c.Next() {
-		var r Remediation
-		if json.Unmarshal(v, &r) == nil && r.State != InProgress {
+		var r journal.Remediation
+		if json.Unmarshal(v, &r) == nil && r.State != journal.InProgress {
 			finished = append(finished, slices.Clone(k))
 		}
 	}

@@ -1,8 +1,9 @@
-package journal
+package boltfile
 
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/hale-dev/hale/hub/journal"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,12 +30,12 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
 	assert.Equal(t, uint64(1), j.Epoch())
-	r, err := j.Begin(t.Context(), Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
+	r, err := j.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
 		Steps: []quorum.Step{{Op: quorum.OpPowerCycle, Member: "etcd-2"}, {Op: quorum.OpAwaitHealthy, Member: "etcd-2"}}})
 	require.NoError(t, err)
 	require.NoError(t, j.Intent(t.Context(), r.ID, 0, "PowerCycle via redfish://10.0.0.12"))
-	_, err = j.Begin(t.Context(), Remediation{Machine: "cp-2", Reason: "again"})
-	require.ErrorIs(t, err, ErrActive)
+	_, err = j.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Reason: "again"})
+	require.ErrorIs(t, err, journal.ErrActive)
 	require.NoError(t, j.Close()) // the crash: no outcome written
 
 	j2 := openJournal(t, path)
@@ -48,31 +49,31 @@ func TestJournalSurvivesACrashBetweenIntentAndOutcome(t *testing.T) {
 	assert.Equal(t, 0, pending.Step)
 	assert.Equal(t, uint64(1), pending.Epoch)
 
-	require.NoError(t, j2.Outcome(t.Context(), r.ID, 0, ResultNotRepeated, "power state On, LastResetTime moved: the cycle happened; not repeated"))
+	require.NoError(t, j2.Outcome(t.Context(), r.ID, 0, journal.ResultNotRepeated, "power state On, LastResetTime moved: the cycle happened; not repeated"))
 	h, err := j2.History(t.Context(), "cp-2")
 	require.NoError(t, err)
 	require.Len(t, h, 1)
 	_, ok = h[0].Pending()
 	assert.False(t, ok)
-	require.NoError(t, j2.Finish(t.Context(), r.ID, Succeeded, "member healthy again"))
+	require.NoError(t, j2.Finish(t.Context(), r.ID, journal.Succeeded, "member healthy again"))
 	active, err = j2.Active(t.Context())
 	require.NoError(t, err)
 	assert.Empty(t, active)
-	assert.ErrorIs(t, j2.Intent(t.Context(), r.ID, 1, "x"), ErrFinished, "is Succeeded already")
-	assert.ErrorIs(t, j2.Finish(t.Context(), "nope/1", Failed, ""), ErrNoRemediation)
+	assert.ErrorIs(t, j2.Intent(t.Context(), r.ID, 1, "x"), journal.ErrFinished, "is Succeeded already")
+	assert.ErrorIs(t, j2.Finish(t.Context(), "nope/1", journal.Failed, ""), journal.ErrNoRemediation)
 }
 
 func TestJournalRefusesAStaleEpoch(t *testing.T) {
 	j := openJournal(t, filepath.Join(t.TempDir(), "journal.db"))
 	defer j.Close()
-	r, err := j.Begin(t.Context(), Remediation{Machine: "cp-1", Reason: "test"})
+	r, err := j.Begin(t.Context(), journal.Remediation{Machine: "cp-1", Reason: "test"})
 	require.NoError(t, err)
 	// Another hub took over (in Kubernetes mode the epoch comes from the lease): bump the stored epoch.
 	require.NoError(t, j.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keyEpoch, binary.BigEndian.AppendUint64(nil, j.epoch+1))
 	}))
 	err = j.Intent(t.Context(), r.ID, 0, "power off")
-	require.ErrorIs(t, err, ErrStaleEpoch)
+	require.ErrorIs(t, err, journal.ErrStaleEpoch)
 	assert.Contains(t, err.Error(), "epoch 1, journal at 2")
 }
 
@@ -82,9 +83,9 @@ func TestJournalKeepsABoundedHistory(t *testing.T) {
 	clock := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	j.now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	for i := range 5 {
-		r, err := j.Begin(t.Context(), Remediation{Machine: "cp-1", Reason: fmt.Sprint("round ", i)})
+		r, err := j.Begin(t.Context(), journal.Remediation{Machine: "cp-1", Reason: fmt.Sprint("round ", i)})
 		require.NoError(t, err)
-		require.NoError(t, j.Finish(t.Context(), r.ID, Succeeded, "ok"))
+		require.NoError(t, j.Finish(t.Context(), r.ID, journal.Succeeded, "ok"))
 	}
 	h, err := j.History(t.Context(), "cp-1")
 	require.NoError(t, err)
@@ -114,7 +115,7 @@ func TestJournalBadInput(t *testing.T) {
 	_, err = Open(path, 0)
 	require.EqualError(t, err, "journal "+path+" is locked by another process (is another hub running?)")
 
-	_, err = j.Begin(t.Context(), Remediation{Machine: "a/b"})
+	_, err = j.Begin(t.Context(), journal.Remediation{Machine: "a/b"})
 	require.ErrorContains(t, err, `machine name "a/b" must be non-empty and without /`)
-	assert.ErrorContains(t, j.Finish(t.Context(), "x", InProgress, ""), "is not a final state")
+	assert.ErrorContains(t, j.Finish(t.Context(), "x", journal.InProgress, ""), "is not a final state")
 }
