@@ -253,7 +253,7 @@ func (h *Hub) operatorFacts(inv pass.Inventory, m pass.Machine, s quorum.Strateg
 	f.Assessments = h.view.Assessments
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
-	if why := h.logins.blocked(m, f.Now); why != "" && s != quorum.Replace {
+	if why := h.logins.Blocked(m, f.Now); why != "" && s != quorum.Replace {
 		f.LoginWait = map[string]string{m.Name: why}
 	}
 	return f

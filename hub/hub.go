@@ -17,6 +17,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/bmcaccess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
@@ -53,7 +54,7 @@ type Config struct {
 	// 10 min, negative: never).
 	BMCCheckInterval time.Duration
 	// LoginBackoff is how long the hub makes no login to a BMC account after its credentials failed
-	// (default 5 min; it doubles with each failure in a row, up to 12 times; see logins).
+	// (default 5 min; it doubles with each failure in a row, up to 12 times; see package bmcaccess).
 	LoginBackoff time.Duration
 	// Metrics, when set, receives the hub's metrics.
 	Metrics prometheus.Registerer
@@ -134,7 +135,7 @@ type Hub struct {
 	// beginning counts the begins queued and not yet journaled (or refused): Run waits for them.
 	beginning sync.WaitGroup
 	ledger    *ledger                      // the journal's summary the passes read (never the journal)
-	logins    *logins                      // BMC accounts that refused the credentials (its own lock)
+	logins    *bmcaccess.Logins            // BMC accounts that refused the credentials (its own lock)
 	bmcs      map[string]pass.BMCReadiness // what the last readiness checks found
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
@@ -229,7 +230,7 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: pass.NewState(), inv: cfg.Inventory,
-		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: newLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
+		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: bmcaccess.NewLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
 		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newLatest[pass.RaftMark](),
 		episodeLog: newLatest[EpisodeLog](), watchWake: make(chan struct{}, 1),
 		taints: newTaintWriter()}

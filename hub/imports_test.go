@@ -34,6 +34,9 @@ func TestPackageImports(t *testing.T) {
 		// the executor carries out one remediation through the interfaces it owns (World, Power, Owner)
 		{"execute", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub"}, k8s...)},
 		{"journal", append([]string{"log/slog", "github.com/prometheus/", mod + "bmc", mod + "hub"}, k8s...)},
+		// the inventory file and the BMC accounts are read for the hub, never from it
+		{"inventory", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "hub/journal"}, k8s...)},
+		{"bmcaccess", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "hub/journal"}, k8s...)},
 		{".", k8s},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {

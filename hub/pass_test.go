@@ -27,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
@@ -274,7 +275,7 @@ func (r *passRig) machine(name string) MachineStatus {
 }
 
 func testPolicy() pass.Policy {
-	p, err := PolicyFile{}.validate()
+	p, err := inventory.PolicyFile{}.Validate()
 	if err != nil {
 		panic(err)
 	}

@@ -142,7 +142,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 	for i, m := range h.inv.Machines {
 		a := pass.AssessmentOf(v.Assessments, i, m.Name)
 		ms := MachineStatus{Name: m.Name, Node: m.Node, Member: m.Member, Verdict: a.Verdict, Since: a.Since, Reasons: a.Reasons,
-			Decision: decisions[m.Name], NeedsOperator: v.Needs[m.Name], BMCLogin: h.logins.blocked(m, st.Time)}
+			Decision: decisions[m.Name], NeedsOperator: v.Needs[m.Name], BMCLogin: h.logins.Blocked(m, st.Time)}
 		if b, ok := h.brakes.Detached[m.Name]; ok {
 			ms.Detached, ms.DetachedBy = true, &b
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
@@ -131,7 +132,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	require.NoError(t, err)
 	base := pass.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
 		Class: "file", Strategy: quorum.Reboot, Endpoint: ep}}}
-	base.Policy.PlannedWork = hub.PlannedWorkKinds()
+	base.Policy.PlannedWork = inventory.PlannedWorkKinds()
 	makePlannedWork(t, c)
 	d := &Discovery{Client: c, Base: base}
 	inv, err := d.Build(ctx)
@@ -149,7 +150,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 		"node-f": "NodeMaintenance nm-f puts Node node-f in maintenance (PSU swap): its operator drains it; Hale waits until it is deleted (policy.plannedWork: nodeMaintenance)",
 	}, work, "each machine's planned work, the first of the policy's kinds that applies")
 	only := base
-	only.Policy.PlannedWork = []string{hub.WorkCordoned}
+	only.Policy.PlannedWork = []string{inventory.WorkCordoned}
 	invOnly, err := (&Discovery{Client: c, Base: only}).Build(ctx)
 	require.NoError(t, err)
 	for _, m := range invOnly.Machines {
@@ -577,7 +578,7 @@ func TestMachineDeploymentMachineReplacedScaleUpFirst(t *testing.T) {
 		Message: "Rolling out 1 not up-to-date replica", LastTransitionTime: metav1.Now()}}
 	require.NoError(t, c.Status().Update(ctx, md))
 	base := d.Base // (the running hub's Discovery is left as it is)
-	base.Policy.PlannedWork = hub.PlannedWorkKinds()
+	base.Policy.PlannedWork = inventory.PlannedWorkKinds()
 	inv2, err := (&Discovery{Client: c, Base: base}).Build(ctx)
 	require.NoError(t, err)
 	i := slices.IndexFunc(inv2.Machines, func(m pass.Machine) bool { return m.Name == "cp-3" })

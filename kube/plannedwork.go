@@ -13,7 +13,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
 )
 
 // NodeMaintenanceGVK is medik8s' NodeMaintenance (node-maintenance-operator): while one names a Node,
@@ -31,7 +31,7 @@ type plannedWork struct {
 
 func (d *Discovery) newPlannedWork(ctx context.Context) (*plannedWork, error) {
 	w := &plannedWork{d: d, kinds: d.Base.Policy.PlannedWork, maint: map[string]string{}, rollouts: map[string]string{}}
-	if !slices.Contains(w.kinds, hub.WorkNodeMaintenance) {
+	if !slices.Contains(w.kinds, inventory.WorkNodeMaintenance) {
 		return w, nil
 	}
 	list := &unstructured.UnstructuredList{}
@@ -57,26 +57,26 @@ func (d *Discovery) newPlannedWork(ctx context.Context) (*plannedWork, error) {
 // of says what planned work is under way on the machine of Node n (its Cluster API Machine cm, nil
 // when none; b what Build bound it to), the first in policy.plannedWork's order of kinds, or "".
 func (w *plannedWork) of(ctx context.Context, n *corev1.Node, cm *clusterv1.Machine, b binding) string {
-	for _, kind := range hub.PlannedWorkKinds() {
+	for _, kind := range inventory.PlannedWorkKinds() {
 		if !slices.Contains(w.kinds, kind) {
 			continue
 		}
 		why := ""
 		switch kind {
-		case hub.WorkCordoned:
+		case inventory.WorkCordoned:
 			if n.Spec.Unschedulable {
 				why = fmt.Sprintf("Node %s is cordoned (kubectl cordon or drain): planned work; `kubectl uncordon %s` when it is done", n.Name, n.Name)
 			}
-		case hub.WorkDeleting:
+		case inventory.WorkDeleting:
 			if cm != nil && cm.DeletionTimestamp != nil {
 				why = fmt.Sprintf("Machine %s/%s is being deleted (since %s): its owner or an operator is taking it away", cm.Namespace, cm.Name,
 					cm.DeletionTimestamp.UTC().Format("15:04:05Z07:00"))
 			}
-		case hub.WorkRollout:
+		case inventory.WorkRollout:
 			if cm != nil {
 				why = w.rollout(ctx, cm.Namespace, b)
 			}
-		case hub.WorkNodeMaintenance:
+		case inventory.WorkNodeMaintenance:
 			why = w.maint[n.Name]
 		}
 		if why != "" {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -335,7 +336,7 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 		field, value string
 		dst          **quorum.Limit
 	}{{"spec.maxInFlight", spec.MaxInFlight, &o.MaxInFlight}, {"spec.maxUnhealthy", spec.MaxUnhealthy, &o.MaxUnhealthy}} {
-		v, ok, err := hub.CheckLimit(l.field, l.value)
+		v, ok, err := inventory.CheckLimit(l.field, l.value)
 		if err != nil {
 			return o, err
 		}
@@ -349,11 +350,11 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 		}
 		o.ProbeTimeouts[probe] = d.Duration
 	}
-	if err := hub.CheckProbeTimeouts("spec.probeTimeouts", o.ProbeTimeouts); err != nil {
+	if err := inventory.CheckProbeTimeouts("spec.probeTimeouts", o.ProbeTimeouts); err != nil {
 		return o, err
 	}
 	if spec.Cooldown != nil {
-		if err := hub.CheckWait("spec.cooldown", spec.Cooldown.Duration, ""); err != nil {
+		if err := inventory.CheckWait("spec.cooldown", spec.Cooldown.Duration, ""); err != nil {
 			return o, err
 		}
 		d := spec.Cooldown.Duration
@@ -382,7 +383,7 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 			if v.d == nil {
 				continue
 			}
-			if err := hub.CheckWait(w.field+"."+v.name, v.d.Duration, "at once"); err != nil {
+			if err := inventory.CheckWait(w.field+"."+v.name, v.d.Duration, "at once"); err != nil {
 				return o, err
 			}
 			d := v.d.Duration

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/bmc"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/internal/cli"
 )
 
@@ -243,7 +243,7 @@ func powerTarget(cmd *cobra.Command, f *powerFlags, op, target string) (bmc.Endp
 	if f.credentials != "" || f.caFile != "" || f.insecure {
 		return bmc.Endpoint{}, bmc.Credentials{}, usageErr(fmt.Errorf("%s: its credentials and CA bundle come from --inventory: drop --credentials, --ca-file and --insecure", target))
 	}
-	inv, err := hub.LoadInventory(f.inventory)
+	inv, err := inventory.Load(f.inventory)
 	if err != nil {
 		return bmc.Endpoint{}, bmc.Credentials{}, usageErr(err)
 	}

@@ -14,11 +14,13 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/bmcaccess"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/internal/cli"
 )
 
 func newCheckCommand() *cobra.Command {
-	var inventory string
+	var inventoryPath string
 	var timeout, requestTimeout time.Duration
 	var now bool
 	var api apiFlags
@@ -47,7 +49,7 @@ hub could not be reached.`,
 	}
 	output := cli.OutputFlag(cmd)
 	f := cmd.Flags()
-	f.StringVar(&inventory, "inventory", "", "the inventory FILE to check (YAML, as hub run --inventory); or --now")
+	f.StringVar(&inventoryPath, "inventory", "", "the inventory FILE to check (YAML, as hub run --inventory); or --now")
 	f.BoolVar(&now, "now", false, "have the running hub check its BMCs at once, and print what it found")
 	api.registerWhere(f)
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "give up on the whole check after this long")
@@ -60,17 +62,17 @@ hub could not be reached.`,
 			return err
 		}
 		switch {
-		case inventory == "" && !now:
+		case inventoryPath == "" && !now:
 			return usageErr(fmt.Errorf("--inventory is required: the inventory file to check (or --now: the running hub checks its own)"))
-		case inventory != "" && now:
+		case inventoryPath != "" && now:
 			return usageErr(fmt.Errorf("--inventory and --now: give one (--now checks the running hub's inventory)"))
 		case timeout <= 0 || requestTimeout <= 0:
 			return usageErr(fmt.Errorf("--timeout %v, --bmc-request-timeout %v: both must be positive", timeout, requestTimeout))
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 		defer cancel()
-		var rows []hub.BMCCheck
-		title := "inventory " + inventory + ": valid"
+		var rows []bmcaccess.BMCCheck
+		title := "inventory " + inventoryPath + ": valid"
 		if now {
 			api.timeout = timeout
 			c, err := api.client()
@@ -82,12 +84,12 @@ hub could not be reached.`,
 			}
 			title = "the hub at " + c.where + ", checked now"
 		} else {
-			inv, err := hub.LoadInventory(inventory)
+			inv, err := inventory.Load(inventoryPath)
 			if err != nil {
 				return usageErr(err)
 			}
 			cfg := hub.Config{BMC: bmc.Options{RequestTimeout: requestTimeout, Retries: 1}}
-			rows = hub.BMCChecks(inv, hub.CheckBMCs(ctx, inv.Machines, cfg.BMCPower))
+			rows = bmcaccess.BMCChecks(inv, bmcaccess.CheckBMCs(ctx, inv.Machines, cfg.BMCPower))
 		}
 		if ok, err := cli.WriteData(cmd.OutOrStdout(), *output, rows); ok || err != nil {
 			if err == nil {
@@ -102,7 +104,7 @@ hub could not be reached.`,
 }
 
 // notReady is the error (exit 2) when a BMC is not ready.
-func notReady(rows []hub.BMCCheck) error {
+func notReady(rows []bmcaccess.BMCCheck) error {
 	var bad []string
 	for _, r := range rows {
 		if r.Endpoint != "" && !r.Ready {
@@ -115,7 +117,7 @@ func notReady(rows []hub.BMCCheck) error {
 	return &codedError{exitBMCFailed, fmt.Errorf("%d of %d BMCs not ready: %s", len(bad), len(rows), strings.Join(bad, ", "))}
 }
 
-func printCheck(w io.Writer, title string, rows []hub.BMCCheck, wide bool) {
+func printCheck(w io.Writer, title string, rows []bmcaccess.BMCCheck, wide bool) {
 	fmt.Fprintf(w, "%s, %d machines\n", title, len(rows))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "MACHINE\tBMC\tREADY\tPOWER\tPROBLEM"

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -27,7 +27,7 @@ func checkDegradedFlags(k *kubeOptions) (*pass.Inventory, error) {
 	if k.breakGlass == "" {
 		return nil, nil
 	}
-	inv, err := hub.LoadInventory(k.breakGlass)
+	inv, err := inventory.Load(k.breakGlass)
 	if err != nil {
 		return nil, fmt.Errorf("--break-glass-inventory: %w", err)
 	}

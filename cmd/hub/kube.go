@@ -27,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/degraded"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
@@ -222,7 +223,7 @@ const importPatience = 5 * time.Minute
 
 // runLeading campaigns for the Lease until ctx ends; while this replica leads, a hub journals to
 // Remediation objects at the lease's epoch, fenced by the lease, and follows the HealthPolicy.
-func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logger, inventory *hub.InventoryReloader,
+func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logger, inventory *inventory.Reloader,
 	newHub func(journal.Store, func(*hub.Config)) (*hub.Hub, error), current *atomic.Pointer[term]) error {
 	k, c, cfg := o.kube, kc.c, kc.cfg
 	var capi *client.ObjectKey

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/internal/cli"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/kube"
@@ -47,7 +47,7 @@ is near. Durations are Go durations (`+"`30s`, `5m`, `1h`"+`). A relative path i
 directory. SIGHUP makes a running hub read it again (a bad file is logged and the previous one kept).
 An example: [examples/inventory.yaml](../../examples/inventory.yaml).
 
-`+fields(reflect.TypeFor[hub.InventoryFile](), ""))
+`+fields(reflect.TypeFor[inventory.File](), ""))
 	})
 	t.Run("healthpolicy.md", func(t *testing.T) {
 		docgen.Check(t, "../../docs/reference/healthpolicy.md", docgen.Header+`# HealthPolicy, Remediation and HaleRemediation (Kubernetes mode)

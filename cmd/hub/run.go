@@ -24,6 +24,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/internal/buildinfo"
 )
@@ -160,7 +161,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		o.node = "hub-" + host + "-" + strings.ToLower(rand.Text()[:nodeSuffix])
 	}
 	discover := o.kube != nil && o.kube.discover
-	inventory, err := hub.NewInventoryReloader(o.inventory, !discover)
+	inventory, err := inventory.NewReloader(o.inventory, !discover)
 	if err != nil {
 		return err
 	}

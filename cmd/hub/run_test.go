@@ -21,6 +21,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/bmcaccess"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
@@ -135,7 +136,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	tb.Sim().SetFaults(bmcsim.Faults{})
 	out, code = cli("check", "--now", "-o", "json")
 	assert.Equal(t, 0, code, out)
-	var checks []hub.BMCCheck
+	var checks []bmcaccess.BMCCheck
 	require.NoError(t, json.Unmarshal([]byte(out), &checks), out)
 	require.Len(t, checks, 3)
 	for _, c := range checks {

@@ -87,6 +87,7 @@ type View struct {
 	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
 	// planned: when that pass gathered its facts.
 	quorumLost bool
+	lostSince  time.Time // when the passes that planned began to see it lost (quorumLost)
 	planned    time.Time
 	Loss       *QuorumLoss
 	// Mark: the highest raft index seen or journaled (State.Mark).
@@ -219,6 +220,10 @@ func (s *State) update(f Facts) Ready {
 	}
 	s.sayHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster
+	f.lostSince = f.Now // should this pass see quorum lost, the loss is seen from now on…
+	if prev.quorumLost {
+		f.lostSince = prev.lostSince // …or since the pass that first saw it
+	}
 	f.rebuilt = s.rebuilt
 	d := decide(f)
 	if s.rebuilt != nil && (d.retire != nil || len(d.cluster.Members) > 0) {
@@ -234,7 +239,7 @@ func (s *State) update(f Facts) Ready {
 	if d.quorumBack {
 		// Nothing is decided in this pass (the next decides on a fresh assessment): its view says so,
 		// rather than the lost quorum of the pass before.
-		v.quorumLost, rd.QuorumBack = false, f.Now
+		v.quorumLost, v.lostSince, rd.QuorumBack = false, time.Time{}, f.Now
 		v.NotPlanning = "etcd's quorum is back: the evidence gathered while it was lost is judged again"
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
 		if d.rebuilt {
@@ -256,7 +261,10 @@ func (s *State) update(f Facts) Ready {
 			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.Token, r.survivor.Machine, r.survivor.Member, r.survivor.Machine)})
 	}
 	v.NotPlanning, v.Cluster, v.Outcome, v.Needs, v.Holds, v.planned = "", d.cluster, d.outcome, d.needs, d.holds, f.Now
-	v.quorumLost = d.outcome.Budget.QuorumLost()
+	v.quorumLost, v.lostSince = d.outcome.Budget.QuorumLost(), time.Time{}
+	if v.quorumLost {
+		v.lostSince = f.lostSince
+	}
 	rd.RecordMark = s.ToRecord(f.Now, v.quorumLost && !prev.quorumLost)
 	if v.quorumLost && !prev.quorumLost {
 		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd: %s (%s)", d.outcome.Budget, f.Hearing)})

@@ -49,6 +49,9 @@ type Facts struct {
 	// quorumLost: the latest pass that planned saw etcd's quorum lost, in lostIn (its membership).
 	quorumLost bool
 	lostIn     quorum.Cluster
+	// lostSince: when the passes that planned began to see etcd's quorum lost (this pass, should it be
+	// the first). The shorter waits of a member needed for quorum count from then (stallOf).
+	lostSince time.Time
 	// BMCs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
 	BMCs map[string]BMCReadiness
 	// lifeAt: when each machine last showed a sign of life (assess.Assessment.LifeAt, the newest of

@@ -13,7 +13,7 @@ type Inventory struct {
 	Cluster  string
 	Policy   Policy
 	Machines []Machine
-	// Witnesses are the node names of the witness agents (see InventoryFile).
+	// Witnesses are the node names of the witness agents (see inventory.File).
 	Witnesses []string
 }
 
@@ -29,7 +29,7 @@ type Policy struct {
 	// ComeBackTimeout bounds an await-healthy step.
 	ComeBackTimeout time.Duration
 	// PlannedWork are the kinds of planned work (Kubernetes mode) during which the hub starts nothing
-	// on a machine: the inventory's policy.plannedWork (hub.PlannedWorkKinds; nil: none, while a file
+	// on a machine: the inventory's policy.plannedWork (inventory.PlannedWorkKinds; nil: none, while a file
 	// that sets none has them all).
 	PlannedWork []string
 	// OutOfServiceAfter (Kubernetes mode): how long a machine Hale fenced must have been off, its BMC

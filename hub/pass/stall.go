@@ -54,13 +54,14 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	}
 	if a.Alive && !a.Dead {
 		st := stall{from: a.Since}
-		wait := p.ComponentGrace.For(needed)
-		if d := f.Now.Sub(st.from); d >= wait {
+		wait, at := waitOf(f, p.ComponentGrace, needed, st.from)
+		class = lostSinceOf(f, class, needed, wait, at)
+		if d := f.Now.Sub(st.from); !f.Now.Before(at) {
 			st.grounds = fmt.Sprintf("alive but failing for %v, past its component grace of %v (%s)", d.Round(time.Second), wait, class)
 			return st
 		}
 		st.hold = Hold{Reason: ReasonRestartFirst, Why: fmt.Sprintf("%s: failing since %s; its %s begins at %s if it still fails "+
-			"(componentGrace %v: %s)", restartWhat(m, a), clock(st.from), m.Strategy, clock(st.from.Add(wait)), wait, class)}
+			"(componentGrace %v: %s)", restartWhat(m, a), clock(st.from), m.Strategy, clock(at), wait, class)}
 		return st
 	}
 	st := stall{dead: true, from: deadFrom(f, a)}
@@ -69,7 +70,6 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 		st.dead = false // the BMC's proof stands, whatever an observer's lagging view says after it
 		return st
 	}
-	wait := p.StallTolerance.For(needed)
 	// Counted from its last sign of life the hub knows of, and never from before the observers saw it
 	// dead: a sign of life reaches the hub seconds late on a loaded network (a report every 5 s), and a
 	// machine that paused for less than the tolerance must not be cycled (a loaded stall matrix once
@@ -78,7 +78,9 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	if a.Since.After(count) {
 		count = a.Since
 	}
-	if f.Now.Sub(count) >= wait {
+	wait, at := waitOf(f, p.StallTolerance, needed, count)
+	class = lostSinceOf(f, class, needed, wait, at)
+	if !f.Now.Before(at) {
 		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", f.Now.Sub(st.from).Round(time.Second), wait, class)
 		return st
 	}
@@ -88,8 +90,37 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	}
 	st.hold = Hold{Reason: ReasonMayResume, Why: fmt.Sprintf("%s has shown no sign of life since %s: a machine that pauses (a VM stun or live migration, "+
 		"a storage or CPU stall) resumes by itself. Its %s begins at %s if it has not answered by then (stallTolerance %v: %s)%s",
-		m.Name, clock(st.from), m.Strategy, clock(count.Add(wait)), wait, class, sooner)}
+		m.Name, clock(st.from), m.Strategy, clock(at), wait, class, sooner)}
 	return st
+}
+
+// lostSinceOf adds to class when quorum was lost, if the wait counts from then (waitOf).
+func lostSinceOf(f Facts, class string, needed bool, wait time.Duration, at time.Time) string {
+	if needed && at.Equal(f.lostSince.Add(wait)) {
+		return class + " since " + clock(f.lostSince)
+	}
+	return class
+}
+
+// waitOf is the wait w gives a machine whose count began at from, and when it ends. The shorter
+// wait of a member needed for quorum counts from when the passes began to see quorum lost, if that is
+// later: a loss seen for one pass (a loaded moment in which a second member's reports came late) must
+// not cut a 3 min grace to nothing for a member that has been failing a minute (a loaded stall matrix
+// power-cycled one whose etcd alone hung, 0.6 s into such a loss, 2026-12-02). The longer wait,
+// counted from from, still ends when it ends.
+func waitOf(f Facts, w PerQuorum, needed bool, from time.Time) (time.Duration, time.Time) {
+	held := from.Add(w.Held)
+	if !needed || w.Needed >= w.Held {
+		return w.For(needed), from.Add(w.For(needed))
+	}
+	start := from
+	if f.lostSince.After(start) {
+		start = f.lostSince
+	}
+	if needed := start.Add(w.Needed); needed.Before(held) {
+		return w.Needed, needed
+	}
+	return w.Held, held
 }
 
 // deadFrom is when a dead machine's stall began: its last sign of life the hub knows of, else (a hub

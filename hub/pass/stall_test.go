@@ -131,11 +131,26 @@ func TestStallToleranceAndProof(t *testing.T) {
 		{name: "alive, its API server failing 3 min: past the grace", scene: func() *scene { return newScene().failingFor(1, "apiserver", 3*time.Minute) },
 			starts: map[string]string{"m1": "alive but failing for 3m0s, past its component grace of 3m0s"}},
 		{name: "quorum lost, a live machine's etcd silent 31 s: its shorter grace has passed", scene: func() *scene {
-			s := newScene().witnesses("w-0", "w-1").withBMC(2).deadFor(2, 5*time.Second)
-			s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Failing: []string{"etcd"},
-				Reasons: []string{"etcd failing"}, Since: s.f.Now.Add(-31 * time.Second), Alive: true, LifeAt: s.f.Now}
-			return s
+			return quorumLostWith(31 * time.Second)
 		}, starts: map[string]string{"m1": "past its component grace of 30s (its member is needed for etcd's quorum)"},
+			held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
+		{name: "quorum lost 1 s ago, a live machine's etcd failing 50 s: its 30 s count from the loss", scene: func() *scene {
+			s := quorumLostWith(50 * time.Second)
+			s.f.lostSince = s.f.Now.Add(-time.Second)
+			return s
+		}, held: map[string]Reason{"m1": ReasonRestartFirst, "m2": ReasonMayResume}, watched: []string{"m2"},
+			why: "its member is needed for etcd's quorum since 03:59:59.0Z"},
+		{name: "quorum lost 31 s ago, a live machine's etcd failing 50 s: past its shorter grace", scene: func() *scene {
+			s := quorumLostWith(50 * time.Second)
+			s.f.lostSince = s.f.Now.Add(-31 * time.Second)
+			return s
+		}, starts: map[string]string{"m1": "past its component grace of 30s (its member is needed for etcd's quorum since"},
+			held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
+		{name: "quorum lost 5 min ago, a live machine's etcd failing 3 min: its longer grace ends first", scene: func() *scene {
+			s := quorumLostWith(3 * time.Minute)
+			s.f.lostSince = s.f.Now.Add(-10 * time.Second)
+			return s
+		}, starts: map[string]string{"m1": "past its component grace of 3m0s (its member is needed for etcd's quorum)"},
 			held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,6 +171,46 @@ func TestStallToleranceAndProof(t *testing.T) {
 			assert.Equal(t, tc.watched, d.watch, "the BMCs read for proof")
 		})
 	}
+}
+
+// quorumLostWith is a scene where etcd's quorum is lost: m2 dead 5 s, and m1 alive with its etcd
+// failing for failing.
+func quorumLostWith(failing time.Duration) *scene { return quorumLostAt(newScene().f.Now, failing) }
+
+// quorumLostAt is quorumLostWith seen at now.
+func quorumLostAt(now time.Time, failing time.Duration) *scene {
+	s := newSceneAt(now).witnesses("w-0", "w-1").withBMC(2).deadFor(2, 5*time.Second)
+	s.f.Assessments[1] = assess.Assessment{Machine: "m1", Verdict: assess.VerdictUnhealthy, EtcdHealth: quorum.Unhealthy, Failing: []string{"etcd"},
+		Reasons: []string{"etcd failing"}, Since: s.f.Now.Add(-failing), Alive: true, LifeAt: s.f.Now}
+	return s
+}
+
+// A loss of quorum the hub sees for a moment (a loaded pass in which a second member looked down)
+// cuts no wait short: the pass that first sees it begins nothing on the shorter waits of a member
+// needed for quorum, and the pass after, quorum back, decides nothing. Seen for the shorter wait, it
+// acts (a loaded stall matrix power-cycled a member whose etcd alone hung, on a loss seen 0.6 s).
+func TestAQuorumLossSeenForAMomentCutsNoWait(t *testing.T) {
+	s := quorumLostWith(50 * time.Second)
+	st, rd := Compute(NewState(), s.stepFacts())
+	require.Empty(t, rd.Begin, "begun on a loss seen for one pass: %v", said(rd))
+	require.True(t, st.View.quorumLost)
+	assert.Equal(t, ReasonRestartFirst, st.View.Holds["m1"].Reason, st.View.Holds["m1"].Why)
+	assert.Contains(t, st.View.Holds["m1"].Why, "needed for etcd's quorum since")
+
+	back := newSceneAt(s.f.Now.Add(600 * time.Millisecond)).witnesses("w-0", "w-1").withBMC(2)
+	next, rd := Compute(st, back.stepFacts())
+	require.Empty(t, rd.Begin)
+	assert.False(t, next.View.quorumLost)
+
+	t0 := s.f.Now
+	later := quorumLostAt(t0.Add(20*time.Second), 70*time.Second) // the loss again: counted from it
+	st, rd = Compute(next, later.stepFacts())
+	require.Empty(t, rd.Begin, "a loss seen again counts again")
+	st, rd = Compute(st, quorumLostAt(t0.Add(49*time.Second), 99*time.Second).stepFacts())
+	require.Empty(t, rd.Begin, "29 s into the loss")
+	_, rd = Compute(st, quorumLostAt(t0.Add(50*time.Second), 100*time.Second).stepFacts())
+	require.Len(t, rd.Begin, 1, "a loss that lasts the shorter wait: %v", said(rd))
+	assert.Contains(t, rd.Begin[0].Remediation.Reason, "past its component grace of 30s")
 }
 
 // assessmentDead: a machine of these scenes begun past its stall tolerance (not failing, not on its

@@ -1,4 +1,8 @@
-package hub
+// Package bmcaccess is how the hub reaches BMCs without locking their accounts or asking blind: one
+// login record per BMC account (a refused login waits, doubling, before the next), the guard every
+// call to a machine's BMC goes through, and the readiness check that asks each BMC before the day it
+// is needed.
+package bmcaccess
 
 import (
 	"context"
@@ -13,7 +17,7 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-// BMC accounts lock after a few failed logins (three to five on most firmware; some stay locked until
+// BMC accounts lock after a few failed Logins (three to five on most firmware; some stay locked until
 // someone clears them at the console). One command makes at most one failed login (package bmc);
 // across commands the hub keeps, per BMC account, when the credentials last failed, and makes no
 // login to that account again before a backoff window has passed, whatever asks: a remediation's
@@ -39,15 +43,15 @@ type loginFailure struct {
 	message string
 }
 
-// logins is the hub's record of BMC accounts that refused its credentials. Safe for concurrent use:
+// Logins is the hub's record of BMC accounts that refused its credentials. Safe for concurrent use:
 // executors record, passes and requests read.
-type logins struct {
+type Logins struct {
 	base   time.Duration
 	mu     sync.Mutex
 	failed map[loginKey]loginFailure
 	// calls counts the guarded calls under way per account; checking holds, per account, a readiness
 	// check under way (closed when it ends). A check starts only on an account no call uses, and a
-	// call waits for the account's check: two logins at once with the same wrong password would both
+	// call waits for the account's check: two Logins at once with the same wrong password would both
 	// fail before either was recorded.
 	calls    map[loginKey]int
 	checking map[loginKey]chan struct{}
@@ -55,11 +59,11 @@ type logins struct {
 
 const maxLoginBackoffFactor = 12
 
-func newLogins(base time.Duration) *logins {
+func NewLogins(base time.Duration) *Logins {
 	if base <= 0 {
 		base = 5 * time.Minute
 	}
-	return &logins{base: base, failed: map[loginKey]loginFailure{}, calls: map[loginKey]int{}, checking: map[loginKey]chan struct{}{}}
+	return &Logins{base: base, failed: map[loginKey]loginFailure{}, calls: map[loginKey]int{}, checking: map[loginKey]chan struct{}{}}
 }
 
 func keyOf(m pass.Machine) loginKey {
@@ -77,8 +81,8 @@ func secretOf(c bmc.Credentials) [sha256.Size]byte {
 	return sha256.Sum256([]byte(c.Username + "\x00" + c.Password()))
 }
 
-// blocked says why no login to m's BMC may be made at now ("" when one may).
-func (l *logins) blocked(m pass.Machine, now time.Time) string {
+// Blocked says why no login to m's BMC may be made at now ("" when one may).
+func (l *Logins) Blocked(m pass.Machine, now time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, ok := l.failed[keyOf(m)]
@@ -90,9 +94,9 @@ func (l *logins) blocked(m pass.Machine, now time.Time) string {
 		f.endpoint, m.Credentials.Username, f.at.Format(time.TimeOnly), f.inARow, f.message, f.until.Format(time.TimeOnly))
 }
 
-// record notes the result of a call to m's BMC that made a login: a failed login starts or doubles the
+// Record notes the result of a call to m's BMC that made a login: a failed login starts or doubles the
 // account's wait, any other answer ends it.
-func (l *logins) record(m pass.Machine, err error, now time.Time) {
+func (l *Logins) Record(m pass.Machine, err error, now time.Time) {
 	k := keyOf(m)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -117,9 +121,9 @@ func (l *logins) record(m pass.Machine, err error, now time.Time) {
 	l.failed[k] = f
 }
 
-// lift ends every account's wait at now, keeping how many failures in a row it had: the next login
+// Lift ends every account's wait at now, keeping how many failures in a row it had: the next login
 // is tried, and a refusal waits longer than the last.
-func (l *logins) lift(now time.Time) {
+func (l *Logins) Lift(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, f := range l.failed {
@@ -133,7 +137,7 @@ func (l *logins) lift(now time.Time) {
 // account no call uses (errAccountBusy), and calls wait for it.
 type guarded struct {
 	m     pass.Machine
-	l     *logins
+	l     *Logins
 	power execute.Power
 	check bool
 	// seen, when set, is told each power state a call read (a state-changing call's last reading, also
@@ -141,16 +145,14 @@ type guarded struct {
 	seen func(pass.Machine, pass.BMCReadiness)
 }
 
-// guard is the hub's guarded Power of m: every power state its calls read is a BMC finding, as a
-// readiness check's is (noteBMCs).
-func (h *Hub) guard(m pass.Machine, p execute.Power) execute.Power {
-	return &guarded{m: m, l: h.logins, power: p, seen: func(m pass.Machine, r pass.BMCReadiness) {
-		h.noteBMCs(h.inventory(), map[string]pass.BMCReadiness{m.Name: r})
-	}}
+// Guard is m's Power p behind l: a call is refused without reaching the BMC while its account
+// waits, every answer is recorded, and seen (when not nil) is told each power state a call read.
+func (l *Logins) Guard(m pass.Machine, p execute.Power, seen func(pass.Machine, pass.BMCReadiness)) execute.Power {
+	return &guarded{m: m, l: l, power: p, seen: seen}
 }
 
-// guardCheck is guard for a readiness check.
-func (l *logins) guardCheck(m pass.Machine, p execute.Power) execute.Power {
+// guardCheck is Guard for a readiness check.
+func (l *Logins) guardCheck(m pass.Machine, p execute.Power) execute.Power {
 	return &guarded{m: m, l: l, power: p, check: true}
 }
 
@@ -167,7 +169,7 @@ func (g *guarded) begin(ctx context.Context) (end func(), err error) {
 	if end, err = enter(ctx, keyOf(g.m)); err != nil {
 		return nil, err
 	}
-	if why := g.l.blocked(g.m, time.Now()); why != "" {
+	if why := g.l.Blocked(g.m, time.Now()); why != "" {
 		end()
 		return nil, fmt.Errorf("%w (not tried): %s", bmc.ErrAuth, why)
 	}
@@ -175,7 +177,7 @@ func (g *guarded) begin(ctx context.Context) (end func(), err error) {
 }
 
 // enterCall waits for a readiness check of account k to end, then counts a call under way.
-func (l *logins) enterCall(ctx context.Context, k loginKey) (end func(), err error) {
+func (l *Logins) enterCall(ctx context.Context, k loginKey) (end func(), err error) {
 	for {
 		l.mu.Lock()
 		wait, checking := l.checking[k]
@@ -202,7 +204,7 @@ func (l *logins) enterCall(ctx context.Context, k loginKey) (end func(), err err
 
 // enterCheck starts a readiness check of account k unless one is under way or a call uses it
 // (errAccountBusy); end ends it and lets the calls that wait for it go.
-func (l *logins) enterCheck(_ context.Context, k loginKey) (end func(), err error) {
+func (l *Logins) enterCheck(_ context.Context, k loginKey) (end func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, busy := l.checking[k]; busy || l.calls[k] > 0 {
@@ -225,7 +227,7 @@ func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error)
 	}
 	defer end()
 	st, at, err := g.power.Status(ctx)
-	g.l.record(g.m, err, time.Now())
+	g.l.Record(g.m, err, time.Now())
 	if err == nil {
 		g.saw(st, time.Now())
 	}
@@ -248,7 +250,7 @@ func (g *guarded) Evidence(ctx context.Context) (bmc.Evidence, error) {
 	}
 	defer end()
 	ev, err := evidenceOf(ctx, g.power)
-	g.l.record(g.m, err, time.Now())
+	g.l.Record(g.m, err, time.Now())
 	if err == nil {
 		g.saw(ev.Power, ev.Read)
 	}
@@ -270,7 +272,7 @@ func (g *guarded) do(ctx context.Context, f func(context.Context) (bmc.Result, e
 	}
 	defer end()
 	res, err := f(ctx)
-	g.l.record(g.m, err, time.Now())
+	g.l.Record(g.m, err, time.Now())
 	if err == nil || errors.Is(err, bmc.ErrUnverified) {
 		g.saw(res.After, res.ObservedAt)
 	}

@@ -1,4 +1,8 @@
-package hub
+// Package inventory reads the standalone hub's inventory file (its machines, their BMCs, the
+// witnesses and the policy) into the pass's values, and holds the checks a policy's fields get
+// wherever an operator writes them (the inventory's policy: section, a HealthPolicy's spec). Every
+// error names the file, or the field, and what to write instead.
+package inventory
 
 import (
 	"errors"
@@ -17,8 +21,8 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
-// InventoryFile is the standalone hub's inventory and policy, as written in YAML.
-type InventoryFile struct {
+// File is the standalone hub's inventory and policy, as written in YAML.
+type File struct {
 	// Cluster names the gossip pool the hub joins (the agents' cluster).
 	Cluster string `json:"cluster"`
 	// Policy is how much the hub may do, and when (every setting has a default).
@@ -202,14 +206,14 @@ type BMCFile struct {
 	Insecure bool `json:"insecure"`
 }
 
-// LoadInventory reads and validates an inventory file. Every error names the file and the field.
-func LoadInventory(path string) (pass.Inventory, error) { return loadInventory(path, true) }
+// Load reads and validates an inventory file. Every error names the file and the field.
+func Load(path string) (pass.Inventory, error) { return load(path, true) }
 
-// loadInventory: machinesRequired is false when the cluster is where machines are found
+// load: machinesRequired is false when the cluster is where machines are found
 // (Kubernetes mode's discovery); the file then gives the cluster name, the policy and the machines
 // whose BMC Hale calls itself.
-func loadInventory(path string, machinesRequired bool) (pass.Inventory, error) {
-	var f InventoryFile
+func load(path string, machinesRequired bool) (pass.Inventory, error) {
+	var f File
 	if err := config.Load("inventory", path, &f); err != nil {
 		return pass.Inventory{}, err
 	}
@@ -223,12 +227,12 @@ func loadInventory(path string, machinesRequired bool) (pass.Inventory, error) {
 	return inv, nil
 }
 
-func (f InventoryFile) validate(machinesRequired bool) (pass.Inventory, error) {
+func (f File) validate(machinesRequired bool) (pass.Inventory, error) {
 	inv := pass.Inventory{Cluster: f.Cluster}
 	if f.Cluster == "" {
 		return inv, errors.New("cluster: required (the agents' gossip cluster name)")
 	}
-	p, err := f.Policy.validate()
+	p, err := f.Policy.Validate()
 	if err != nil {
 		return inv, err
 	}
@@ -307,7 +311,8 @@ func (f InventoryFile) validate(machinesRequired bool) (pass.Inventory, error) {
 	return inv, nil
 }
 
-func (pf PolicyFile) validate() (pass.Policy, error) {
+// Validate is the policy pf says: the defaults, with what pf sets checked and taken.
+func (pf PolicyFile) Validate() (pass.Policy, error) {
 	p := pass.DefaultPolicy()
 	p.Quorum.MinFaultTolerance = pf.MinFaultTolerance
 	if pf.MaxLearners != nil {
@@ -395,27 +400,27 @@ func (pf PolicyFile) validate() (pass.Policy, error) {
 	return p, nil
 }
 
-// InventoryReloader keeps the last good inventory: a bad file on reload is reported and the previous
+// Reloader keeps the last good inventory: a bad file on reload is reported and the previous
 // inventory stays in force (DESIGN.md rule 7).
-type InventoryReloader struct {
+type Reloader struct {
 	path             string
 	machinesRequired bool
 	mu               sync.Mutex
 	cur              pass.Inventory
 }
 
-// NewInventoryReloader loads path; the first load must succeed. machinesRequired: see loadInventory.
-func NewInventoryReloader(path string, machinesRequired bool) (*InventoryReloader, error) {
-	inv, err := loadInventory(path, machinesRequired)
+// NewReloader loads path; the first load must succeed. machinesRequired: see load.
+func NewReloader(path string, machinesRequired bool) (*Reloader, error) {
+	inv, err := load(path, machinesRequired)
 	if err != nil {
 		return nil, err
 	}
-	return &InventoryReloader{path: path, machinesRequired: machinesRequired, cur: inv}, nil
+	return &Reloader{path: path, machinesRequired: machinesRequired, cur: inv}, nil
 }
 
 // Reload reads the file again; on error the previous inventory is kept and the error returned.
-func (r *InventoryReloader) Reload() error {
-	inv, err := loadInventory(r.path, r.machinesRequired)
+func (r *Reloader) Reload() error {
+	inv, err := load(r.path, r.machinesRequired)
 	if err != nil {
 		return fmt.Errorf("%w; keeping the previous inventory", err)
 	}
@@ -426,7 +431,7 @@ func (r *InventoryReloader) Reload() error {
 }
 
 // Current returns the inventory in force.
-func (r *InventoryReloader) Current() pass.Inventory {
+func (r *Reloader) Current() pass.Inventory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cur

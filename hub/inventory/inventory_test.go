@@ -1,4 +1,4 @@
-package hub
+package inventory
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 func exampleInventory(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	inv, err := os.ReadFile("../examples/inventory.yaml")
+	inv, err := os.ReadFile("../../examples/inventory.yaml")
 	require.NoError(t, err)
 	var make string
 	for _, line := range strings.Split(string(inv), "\n") {
@@ -56,7 +56,7 @@ func TestInventoryPathsAreRelativeToTheFile(t *testing.T) {
 	path := filepath.Join(dir, "inventory.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
 	t.Chdir(t.TempDir()) // somewhere else: nothing there
-	inv, err := LoadInventory(path)
+	inv, err := Load(path)
 	require.NoError(t, err)
 	for _, m := range inv.Machines {
 		assert.Equal(t, "admin", m.Credentials.Username, m.Name)
@@ -64,14 +64,14 @@ func TestInventoryPathsAreRelativeToTheFile(t *testing.T) {
 	assert.Equal(t, filepath.Join(dir, "ca.pem"), inv.Machines[0].CAFile)
 
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(body, "secrets/bmc,", "missing/bmc,", 1)), 0o600))
-	_, err = LoadInventory(path)
+	_, err = Load(path)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "machines[0] (m1).bmc.credentials")
 	assert.Contains(t, err.Error(), filepath.Join(dir, "missing", "bmc"), "the error names the path it tried")
 }
 
 func TestLoadExampleInventory(t *testing.T) {
-	inv, err := LoadInventory(exampleInventory(t))
+	inv, err := Load(exampleInventory(t))
 	require.NoError(t, err)
 	assert.Equal(t, "prod-eu1", inv.Cluster)
 	require.Len(t, inv.Machines, 4)
@@ -147,7 +147,7 @@ func TestInventoryErrorsNameTheField(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "inv.yaml")
 			require.NoError(t, os.WriteFile(path, []byte(tt.body), 0o600))
-			_, err := LoadInventory(path)
+			_, err := Load(path)
 			require.Error(t, err)
 			if strings.Contains(tt.want, "%s") {
 				tt.want = fmt.Sprintf(tt.want, path)
@@ -165,7 +165,7 @@ func TestInventoryReloadKeepsTheLastGood(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(filepath.Dir(example), "inv.yaml") // beside the credentials it names
 	require.NoError(t, os.WriteFile(path, good, 0o600))
-	r, err := NewInventoryReloader(path, true)
+	r, err := NewReloader(path, true)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(good), "class: workers", "class: nowhere", 1)), 0o600))
 	err = r.Reload()
@@ -190,7 +190,7 @@ func TestPlannedWorkPolicy(t *testing.T) {
 		t.Run(tc.policy, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "inv.yaml")
 			require.NoError(t, os.WriteFile(path, []byte("cluster: c\npolicy: "+tc.policy+"\n"), 0o600))
-			inv, err := loadInventory(path, false)
+			inv, err := load(path, false)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, inv.Policy.PlannedWork)
 			assert.Equal(t, tc.outOfService, inv.Policy.OutOfServiceAfter)
