@@ -197,7 +197,7 @@ func TestAQuorumLossSeenForAMomentCutsNoWait(t *testing.T) {
 	assert.Equal(t, ReasonRestartFirst, st.View.Holds["m1"].Reason, st.View.Holds["m1"].Why)
 	assert.Contains(t, st.View.Holds["m1"].Why, "needed for etcd's quorum since")
 
-	back := newSceneAt(s.f.Now.Add(600 * time.Millisecond)).witnesses("w-0", "w-1").withBMC(2)
+	back := newSceneAt(s.f.Now.Add(600*time.Millisecond)).witnesses("w-0", "w-1").withBMC(2)
 	next, rd := Compute(st, back.stepFacts())
 	require.Empty(t, rd.Begin)
 	assert.False(t, next.View.quorumLost)
