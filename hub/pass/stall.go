@@ -117,8 +117,8 @@ func waitOf(f Facts, w PerQuorum, needed bool, from time.Time) (time.Duration, t
 	if f.lostSince.After(start) {
 		start = f.lostSince
 	}
-	if needed := start.Add(w.Needed); needed.Before(held) {
-		return w.Needed, needed
+	if end := start.Add(w.Needed); end.Before(held) {
+		return w.Needed, end
 	}
 	return w.Held, held
 }
