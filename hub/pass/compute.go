@@ -87,7 +87,8 @@ type View struct {
 	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
 	// planned: when that pass gathered its facts.
 	quorumLost bool
-	lostSince  time.Time // when the passes that planned began to see it lost (quorumLost)
+	lostSince  time.Time // when the passes that planned began to see it lost (quorumLost), kept after
+	backAt     time.Time // when it was last seen back (lossRelapse)
 	planned    time.Time
 	Loss       *QuorumLoss
 	// Mark: the highest raft index seen or journaled (State.Mark).
@@ -128,6 +129,13 @@ type Ready struct {
 	// (OutOfService). Nil: no change at all (a pass that only listens, or a paused or suspended hub).
 	OutOfService *Taints
 }
+
+// lossRelapse: a loss of etcd's quorum seen again within this long after it was last seen back is the
+// same loss, counted from when it was first seen (stallOf's shorter waits). With two of three members
+// hung, the hub hears exactly a majority of its observers; one late report loses it, and the pass that
+// hears it again sees quorum back for a moment (the evidence counts again from then): counted afresh
+// after each such moment, the shorter wait never ended (a loaded stall matrix, 2026-12-02).
+const lossRelapse = 10 * time.Second
 
 // queue adds a notice to those apply says (Hub.say emits it).
 func (rd *Ready) queue(n Notice) { rd.Notices = append(rd.Notices, n) }
@@ -221,8 +229,8 @@ func (s *State) update(f Facts) Ready {
 	s.sayHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster
 	f.lostSince = f.Now // should this pass see quorum lost, the loss is seen from now on…
-	if prev.quorumLost {
-		f.lostSince = prev.lostSince // …or since the pass that first saw it
+	if prev.quorumLost || !prev.lostSince.IsZero() && f.Now.Sub(prev.backAt) < lossRelapse {
+		f.lostSince = prev.lostSince // …or since the pass that first saw it, or the loss it relapses into
 	}
 	f.rebuilt = s.rebuilt
 	d := decide(f)
@@ -239,7 +247,7 @@ func (s *State) update(f Facts) Ready {
 	if d.quorumBack {
 		// Nothing is decided in this pass (the next decides on a fresh assessment): its view says so,
 		// rather than the lost quorum of the pass before.
-		v.quorumLost, v.lostSince, rd.QuorumBack = false, time.Time{}, f.Now
+		v.quorumLost, v.backAt, rd.QuorumBack = false, f.Now, f.Now
 		v.NotPlanning = "etcd's quorum is back: the evidence gathered while it was lost is judged again"
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
 		if d.rebuilt {
@@ -261,7 +269,7 @@ func (s *State) update(f Facts) Ready {
 			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.Token, r.survivor.Machine, r.survivor.Member, r.survivor.Machine)})
 	}
 	v.NotPlanning, v.Cluster, v.Outcome, v.Needs, v.Holds, v.planned = "", d.cluster, d.outcome, d.needs, d.holds, f.Now
-	v.quorumLost, v.lostSince = d.outcome.Budget.QuorumLost(), time.Time{}
+	v.quorumLost = d.outcome.Budget.QuorumLost()
 	if v.quorumLost {
 		v.lostSince = f.lostSince
 	}
