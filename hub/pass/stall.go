@@ -54,8 +54,7 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	}
 	if a.Alive && !a.Dead {
 		st := stall{from: a.Since}
-		wait, at := waitOf(f, p.ComponentGrace, needed, st.from)
-		class = lostSinceOf(f, class, needed, wait, at)
+		wait, at, class := waitOf(f, p.ComponentGrace, needed, st.from, class)
 		if d := f.Now.Sub(st.from); !f.Now.Before(at) {
 			st.grounds = fmt.Sprintf("alive but failing for %v, past its component grace of %v (%s)", d.Round(time.Second), wait, class)
 			return st
@@ -78,8 +77,7 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	if a.Since.After(count) {
 		count = a.Since
 	}
-	wait, at := waitOf(f, p.StallTolerance, needed, count)
-	class = lostSinceOf(f, class, needed, wait, at)
+	wait, at, class := waitOf(f, p.StallTolerance, needed, count, class)
 	if !f.Now.Before(at) {
 		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", f.Now.Sub(st.from).Round(time.Second), wait, class)
 		return st
@@ -94,33 +92,25 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	return st
 }
 
-// lostSinceOf adds to class when quorum was lost, if the wait counts from then (waitOf).
-func lostSinceOf(f Facts, class string, needed bool, wait time.Duration, at time.Time) string {
-	if needed && at.Equal(f.lostSince.Add(wait)) {
-		return class + " since " + clock(f.lostSince)
-	}
-	return class
-}
-
-// waitOf is the wait w gives a machine whose count began at from, and when it ends. The shorter
-// wait of a member needed for quorum counts from when the passes began to see quorum lost, if that is
-// later: a loss seen for one pass (a loaded moment in which a second member's reports came late) must
-// not cut a 3 min grace to nothing for a member that has been failing a minute (a loaded stall matrix
-// power-cycled one whose etcd alone hung, 0.6 s into such a loss, 2026-12-02). The longer wait,
-// counted from from, still ends when it ends.
-func waitOf(f Facts, w PerQuorum, needed bool, from time.Time) (time.Duration, time.Time) {
-	held := from.Add(w.Held)
+// waitOf is the wait w gives a machine whose count began at from, when it ends, and class (why that
+// wait) with when quorum was lost if it counts from then. The shorter wait of a member needed for
+// quorum counts from when the passes began to see quorum lost, if that is later: a loss seen for one
+// pass (a loaded moment in which a second member's reports came late) must not cut a 3 min grace to
+// nothing for a member that has been failing a minute (a loaded stall matrix power-cycled one whose
+// etcd alone hung, 0.6 s into such a loss, 2026-12-02). The longer wait, counted from from, still
+// ends when it ends.
+func waitOf(f Facts, w PerQuorum, needed bool, from time.Time, class string) (time.Duration, time.Time, string) {
 	if !needed || w.Needed >= w.Held {
-		return w.For(needed), from.Add(w.For(needed))
+		return w.For(needed), from.Add(w.For(needed)), class
 	}
-	start := from
-	if f.lostSince.After(start) {
-		start = f.lostSince
+	held := from.Add(w.Held)
+	if !f.lostSince.After(from) {
+		return w.Needed, from.Add(w.Needed), class
 	}
-	if end := start.Add(w.Needed); end.Before(held) {
-		return w.Needed, end
+	if end := f.lostSince.Add(w.Needed); end.Before(held) {
+		return w.Needed, end, class + " since " + clock(f.lostSince)
 	}
-	return w.Held, held
+	return w.Held, held, class
 }
 
 // deadFrom is when a dead machine's stall began: its last sign of life the hub knows of, else (a hub
