@@ -6,7 +6,6 @@ package assess
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/hale-dev/hale/health/report"
@@ -360,18 +359,15 @@ func (a *Assessor) liveness(m MachineRef, e Expected, now time.Time, hub report.
 		ev.doubt("%s left the gossip pool on purpose (agent stopped) at %s", m.Node, hub.Since.Format(time.RFC3339))
 		return false
 	}
-	others := len(observers)
-	if slices.ContainsFunc(observers, func(r report.Report) bool { return r.Node == m.Node }) {
-		others--
-	}
 	agree, earliest := 0, hub.Since
 	if v := a.deadBy[m.Node]; v != nil && v.n > 0 {
 		agree, earliest = v.n, minTime(earliest, v.earliest)
 	}
 	votes, need := 1+agree, e.Size()/2+1 // the hub's own among them
 	if votes < need {
+		// m is no observer the hub hears (it does not hear m alive): every observer heard is another.
 		ev.doubt("the hub lost sight of %s, but only %d of %d expected observers see it dead (the hub and %d of the %d others it hears; "+
-			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, others, need)
+			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, len(observers), need)
 		return false
 	}
 	// An agent that dies (crashes, is OOM-killed, stops) takes its gossip member with it, and its

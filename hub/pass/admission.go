@@ -84,7 +84,10 @@ type Admission struct {
 // holds only a machine it would act on (Unhealthy; a retired one whatever its verdict but Healthy);
 // an operator is held whatever the verdict. For the pass, the last remediation's history is
 // consulted only when nothing else holds it, and its count of failures comes with it.
-func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Asker) []Hold {
+func MachineHolds(f *Facts, m Machine, a assess.Assessment, ad Admission, who Asker) []Hold {
+	if who == byHub && a.Verdict == assess.VerdictHealthy {
+		return nil // every hold below is of a machine the hub does not see Healthy
+	}
 	var out []Hold
 	add := func(h Hold, ok bool) bool {
 		if ok && RuleOf(h.Reason).holds(who) {
@@ -99,7 +102,7 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 	if h, ok := f.Retired.survivorHold(m.Name); add(h, ok && unhealthy) {
 		return out
 	}
-	if h, ok := answersHold(f, m, a, ad.Lost, ad.Silent); add(h, ok && unhealthy) {
+	if h, ok := answersHold(*f, m, a, ad.Lost, ad.Silent); add(h, ok && unhealthy) {
 		return out
 	}
 	if h, ok := ad.common[m.Name]; add(h, ok && unhealthy) {
@@ -110,7 +113,7 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 	}
 	detached, isDetached := f.Detached[m.Name]
 	sf := f.beginFailed[m.Name]
-	work := PlannedWorkOn(f, m)
+	work := PlannedWorkOn(*f, m)
 	for _, h := range []struct {
 		Hold
 		ok bool
@@ -130,8 +133,8 @@ func MachineHolds(f Facts, m Machine, a assess.Assessment, ad Admission, who Ask
 		}
 	}
 	if who == byHub {
-		h := historyHold(f, m)
-		if st := stallOf(f, m, a, ad.Lost); h.Why == "" && st.hold.Why != "" {
+		h := historyHold(*f, m, a)
+		if st := stallOf(*f, m, a, ad.Lost); h.Why == "" && st.hold.Why != "" {
 			h.Reason, h.Why = st.hold.Reason, st.hold.Why
 		}
 		if h.Why != "" || h.failed > 0 {
@@ -168,6 +171,34 @@ const kubeadmUpgradeSilent = 5 * time.Minute
 // (Machine.PlannedWork: Kubernetes mode's discovery), else a kubeadm upgrade its agent reports.
 func PlannedWorkOn(f Facts, m Machine) string {
 	return cmp.Or(m.PlannedWork, kubeadmUpgrade(f, m))
+}
+
+// plannedWork is PlannedWorkOn of every machine that has some (nil when none). It reads the reports
+// once, not once per machine: only the few whose agents report an upgrade are looked up.
+func plannedWork(f Facts) map[string]string {
+	var upgrading map[string]bool
+	for node, r := range f.Observations.Reports {
+		if !r.KubeadmUpgrade.IsZero() {
+			if upgrading == nil {
+				upgrading = map[string]bool{}
+			}
+			upgrading[node] = true
+		}
+	}
+	var out map[string]string
+	for _, m := range f.Inventory.Machines {
+		w := m.PlannedWork
+		if w == "" && upgrading[m.Node] {
+			w = kubeadmUpgrade(f, m)
+		}
+		if w != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[m.Name] = w
+		}
+	}
+	return out
 }
 
 // kubeadmUpgrade says what kubeadm upgrade is under way on m, as its agent's latest report says
@@ -267,7 +298,7 @@ func AdmitOperator(f Facts, m Machine, req OperatorRequest, b Beside) (Admitted,
 			holds = append(holds, h.Hold)
 		}
 	}
-	holds = append(holds, MachineHolds(f, m, AssessmentOf(f.Assessments, -1, m.Name), ad, ByOperator)...)
+	holds = append(holds, MachineHolds(&f, m, AssessmentOf(f.Assessments, -1, m.Name), ad, ByOperator)...)
 	if hd, ok := Unforceable(holds); ok && (!req.DryRun || !dryRunSeesPast(hd.Reason)) {
 		return Admitted{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.Why)
 	}

@@ -32,10 +32,16 @@ type State struct {
 	// unhealthyAt: when each machine's verdict last became Unhealthy (the detection time a hub
 	// remediation's detection-to-action metric counts from); healthyAt: when each machine that is not
 	// Healthy now was last Healthy (its failed remediations count from then; written when it leaves
-	// Healthy, not every pass); seenAt: when each was last in view (assess.Assessment.SeenAt, the newest of any
-	// pass since the hub started); lifeAt: when each last showed a sign of life
-	// (assess.Assessment.LifeAt, the newest of any pass).
-	unhealthyAt, healthyAt, seenAt, lifeAt map[string]time.Time
+	// Healthy, not every pass).
+	unhealthyAt, healthyAt map[string]time.Time
+	// seenAt: when each machine was last in view (assess.Assessment.SeenAt), lifeAt: when it last
+	// showed a sign of life (assess.Assessment.LifeAt), each the newest of any pass since the hub
+	// started: newest(map, this pass's assessment). The map holds a machine's time only once a pass's
+	// assessment fell behind an earlier one (it went out of view), so most passes write neither, and a
+	// pass copies them only when it writes one (stampsCopied): copied each pass, 5,000 machines' were a
+	// tenth of a pass.
+	seenAt, lifeAt map[string]time.Time
+	stampsCopied   bool
 	// episodes: each Unhealthy machine's episode under way (episode.go).
 	episodes map[string]Episode
 	// beginFailed: machines whose remediation the planner admitted and the hub could not begin.
@@ -150,12 +156,33 @@ func Compute(prev State, f Facts) (State, Ready) {
 	return s, rd
 }
 
-// own returns a copy of s whose maps are its own (the rest is replaced whole, never changed in place).
+// own returns a copy of s whose maps are its own (the rest is replaced whole, never changed in place;
+// seenAt and lifeAt are copied when first written, keepNewest).
 func (s State) own() State {
-	s.unhealthyAt, s.healthyAt, s.seenAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt), maps.Clone(s.seenAt)
-	s.lifeAt, s.episodes = maps.Clone(s.lifeAt), maps.Clone(s.episodes)
+	s.unhealthyAt, s.healthyAt = maps.Clone(s.unhealthyAt), maps.Clone(s.healthyAt)
+	s.episodes, s.stampsCopied = maps.Clone(s.episodes), false
 	s.beginFailed, s.saidHold = maps.Clone(s.beginFailed), maps.Clone(s.saidHold)
 	return s
+}
+
+// keepNewest keeps at as machine's time in times (s.seenAt or s.lifeAt) when it is newer than the one
+// held, copying both maps first if this pass has not (they are the state before's too).
+func (s *State) keepNewest(times *map[string]time.Time, machine string, at time.Time) {
+	if !at.After((*times)[machine]) {
+		return
+	}
+	if !s.stampsCopied {
+		s.seenAt, s.lifeAt, s.stampsCopied = maps.Clone(s.seenAt), maps.Clone(s.lifeAt), true
+	}
+	(*times)[machine] = at
+}
+
+// newest is a machine's time in times (seenAt, lifeAt), or its assessment's own (at) if newer.
+func newest(times map[string]time.Time, machine string, at time.Time) time.Time {
+	if held := times[machine]; held.After(at) {
+		return held
+	}
+	return at
 }
 
 // update is compute on a state of its own.
@@ -176,13 +203,13 @@ func (s *State) update(f Facts) Ready {
 				s.healthyAt[a.Machine] = prev.at
 			}
 		}
-		if !a.SeenAt.Equal(old.SeenAt) && a.SeenAt.After(s.seenAt[a.Machine]) {
-			s.seenAt[a.Machine] = a.SeenAt
+		if old.SeenAt.After(a.SeenAt) { // out of view: the newest is the last pass's (or older, held)
+			s.keepNewest(&s.seenAt, a.Machine, old.SeenAt)
 		}
-		if a.LifeAt.After(s.lifeAt[a.Machine]) {
-			s.lifeAt[a.Machine] = a.LifeAt
+		if old.LifeAt.After(a.LifeAt) {
+			s.keepNewest(&s.lifeAt, a.Machine, old.LifeAt)
 		}
-		if e, ended := s.trackEpisode(f, a); ended && f.Listen == "" { // a hub that stands by keeps no journal
+		if e, ended := s.trackEpisode(&f, a); ended && f.Listen == "" { // a hub that stands by keeps no journal
 			rd.Episodes = append(rd.Episodes, e)
 			if e.Outcome == EpisodeResumed {
 				rd.queue(resumedNotice(e))
@@ -203,15 +230,7 @@ func (s *State) update(f Facts) Ready {
 		return assess.Live(r, f.Observations, f.Inventory.Policy.Assess.StaleAfter)
 	})
 	v.Mark = s.Mark
-	v.PlannedWork = nil // a map of this view's own: the previous view's is published
-	for _, m := range f.Inventory.Machines {
-		if w := PlannedWorkOn(f, m); w != "" {
-			if v.PlannedWork == nil {
-				v.PlannedWork = map[string]string{}
-			}
-			v.PlannedWork[m.Name] = w
-		}
-	}
+	v.PlannedWork = plannedWork(f) // a map of this view's own: the previous view's is published
 	if e := f.Hearing.Set; !slices.Equal(e.Agents, s.kept.Agents) || !slices.Equal(e.Witnesses, s.kept.Witnesses) {
 		// Every expected observer the pool has lost is joined again for as long as it is expected, so
 		// that after a partition all observers hear each other within seconds.

@@ -35,8 +35,8 @@ type Facts struct {
 	// remediation could not begin.
 	healthyAt   map[string]time.Time
 	beginFailed map[string]BeginFailure
-	// seenAt is when each machine was last in view (its assess.Assessment's SeenAt, the newest of any pass
-	// since the hub started).
+	// seenAt is when each machine was last in view, where an earlier pass saw it later than this pass's
+	// assessment does (State.seenAt: read through newest).
 	seenAt map[string]time.Time
 	// LoginWait says, for a machine whose BMC account refused the credentials and is in its wait
 	// (logins), why no login is made now.
@@ -54,8 +54,8 @@ type Facts struct {
 	lostSince time.Time
 	// BMCs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
 	BMCs map[string]BMCReadiness
-	// lifeAt: when each machine last showed a sign of life (assess.Assessment.LifeAt, the newest of
-	// any pass since the hub started).
+	// lifeAt: when each machine last showed a sign of life, where an earlier pass saw one later than
+	// this pass's assessment does (State.lifeAt: read through newest).
 	lifeAt map[string]time.Time
 	// Retired: the old cluster the last etcd recovery replaced (its members are held until they rejoin).
 	Retired Retirement
@@ -170,19 +170,18 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 		}
 		if fl, ok := f.Flights[m.Name]; ok {
 			qm.InFlight, qm.Strategy, qm.Remaining = true, fl.Plan.Strategy, fl.StillToCome(cluster)
-		} else if hs := MachineHolds(f, m, a, ad, byHub); len(hs) > 0 {
+		} else if hs := MachineHolds(&f, m, a, ad, byHub); len(hs) > 0 {
 			h := hs[0]
 			if h.Reason == ReasonMayResume && m.Endpoint.Driver != "" {
 				watch = append(watch, m.Name)
 			}
 			if failed[m.Name] = h.failed; h.Why != "" {
-				holds[m.Name] = h
+				holds[m.Name], qm.Held = h, h.Why
 			}
 			if h.Need != "" {
 				needs[m.Name] = h.Need
 			}
 		}
-		qm.Held = holds[m.Name].Why
 		in.Machines = append(in.Machines, qm)
 	}
 	out, err := quorum.PlanPass(in)
@@ -196,11 +195,14 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 		}
 	}
 	slots := p.RateMax - f.RecentStarts
-	for _, qd := range out.Started() {
-		m, ok := f.Inventory.Machine(qd.Machine)
+	started := out.Started()
+	at := inventoryIndex(f.Inventory, started)
+	for _, qd := range started {
+		i, ok := at[qd.Machine]
 		if !ok {
 			continue
 		}
+		m := f.Inventory.Machines[i]
 		switch {
 		case f.Paused != "":
 			holds[m.Name] = Hold{Reason: ReasonPaused, Why: fmt.Sprintf("paused (%s): %s of %s waits for the pause to be lifted", f.Paused, qd.Strategy, m.Name)}
@@ -211,11 +213,29 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 				p.RateMax-slots, p.RatePer, p.RateMax, m.Name)}
 		default:
 			slots--
-			i := slices.IndexFunc(f.Inventory.Machines, func(x Machine) bool { return x.Name == m.Name })
 			d.begin = append(d.begin, toBeginOf(f, cluster, m, qd, failed[m.Name], stallOf(f, m, AssessmentOf(f.Assessments, i, m.Name), ad.Lost)))
 		}
 	}
 	return d
+}
+
+// inventoryIndex is where each machine of ds is in inv.Machines (one walk of the inventory, however
+// many machines start: a search each was quadratic at scale).
+func inventoryIndex(inv Inventory, ds []quorum.Decision) map[string]int {
+	at := make(map[string]int, len(ds))
+	if len(ds) == 0 {
+		return at
+	}
+	for _, d := range ds {
+		at[d.Machine] = -1
+	}
+	for i, m := range inv.Machines {
+		if j, ok := at[m.Name]; ok && j < 0 {
+			at[m.Name] = i
+		}
+	}
+	maps.DeleteFunc(at, func(_ string, i int) bool { return i < 0 })
+	return at
 }
 
 // answersHold is the hold on a machine whose etcd member runs while etcd has lost quorum (lost): its own
@@ -345,7 +365,7 @@ func toBeginOf(f Facts, cluster quorum.Cluster, m Machine, qd quorum.Decision, f
 // historyHold is the hold the hub's own history with m gives (its last remediation's cooldown, a cycle
 // nobody has seen the machine since, a fence, too many failures or remediations), with the count of
 // its failed remediations (held or not: an escalation counts them).
-func historyHold(f Facts, m Machine) Hold {
+func historyHold(f Facts, m Machine, a assess.Assessment) Hold {
 	p := f.Inventory.Policy
 	hist := f.History[m.Name]
 	if last := len(hist) - 1; last >= 0 && hist[last].Idle() && f.Now.Sub(hist[last].Updated) < idleRetry {
@@ -355,7 +375,7 @@ func historyHold(f Facts, m Machine) Hold {
 	if end := Ended(hist); !end.IsZero() && f.Now.Sub(end) < p.Cooldown {
 		return Hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
 	}
-	if c, ok := UnseenSinceCycle(hist, f.seenAt[m.Name]); ok {
+	if c, ok := UnseenSinceCycle(hist, newest(f.seenAt, m.Name, a.SeenAt)); ok {
 		return Hold{Reason: ReasonUnseen, Why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
 			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
 			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+

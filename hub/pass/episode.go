@@ -80,13 +80,13 @@ func episodeKind(a assess.Assessment) string {
 // Suspect because the evidence is judged again, after a partition or quorum's return, is no sign
 // that the machine resumed), at that sign; a failing one when the machine is no longer Unhealthy so.
 // A remediation in flight during an episode makes it acted. It returns the episode that ended (ok).
-func (s *State) trackEpisode(f Facts, a assess.Assessment) (Episode, bool) {
+func (s *State) trackEpisode(f *Facts, a assess.Assessment) (Episode, bool) {
 	kind := episodeKind(a)
 	cur, open := s.episodes[a.Machine]
 	if open {
 		ended := kind != cur.Kind
 		if cur.Kind == EpisodeDead {
-			ended = ended && s.lifeAt[a.Machine].After(cur.Began)
+			ended = ended && newest(s.lifeAt, a.Machine, a.LifeAt).After(cur.Began)
 		}
 		if !ended {
 			if _, inFlight := f.Flights[a.Machine]; inFlight && cur.Outcome == EpisodeResumed {
@@ -97,7 +97,7 @@ func (s *State) trackEpisode(f Facts, a assess.Assessment) (Episode, bool) {
 		}
 		cur.Ended = f.Now
 		if cur.Kind == EpisodeDead {
-			cur.Ended = s.lifeAt[a.Machine]
+			cur.Ended = newest(s.lifeAt, a.Machine, a.LifeAt)
 		}
 		delete(s.episodes, a.Machine)
 	}

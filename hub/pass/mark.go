@@ -48,8 +48,11 @@ const MarkEvery = 10 * time.Second
 func ReportedMark(inv Inventory, reports map[string]report.Report, live func(report.Report) bool, prefer string) (RaftMark, bool) {
 	count, alive, best := map[string]int{}, map[string]int{}, map[string]RaftMark{}
 	for _, m := range inv.Machines {
+		if m.Member == "" {
+			continue
+		}
 		r, ok := reports[m.Node]
-		if m.Member == "" || !ok {
+		if !ok {
 			continue
 		}
 		e := r.Etcd

@@ -116,7 +116,7 @@ func waitOf(f Facts, w PerQuorum, needed bool, from time.Time, class string) (ti
 // deadFrom is when a dead machine's stall began: its last sign of life the hub knows of, else (a hub
 // started since) when the observers declared it dead.
 func deadFrom(f Facts, a assess.Assessment) time.Time {
-	if l := f.lifeAt[a.Machine]; !l.IsZero() {
+	if l := newest(f.lifeAt, a.Machine, a.LifeAt); !l.IsZero() {
 		return l
 	}
 	return a.Since
