@@ -229,7 +229,8 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	}
 	clear(a.aliveAt)
 	clear(a.reachedAt)
-	for _, r := range observers {
+	for i := range observers { // by index: a report is 192 bytes, and there is one per machine
+		r := &observers[i]
 		if r.Etcd != nil {
 			for _, em := range r.Etcd.Members {
 				if em.Reachable != nil && *em.Reachable && r.SentAt.After(a.reachedAt[em.Name]) {
@@ -255,9 +256,9 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 		}
 	}
 	seen := map[string]bool{}
-	out := make([]Assessment, 0, len(machines))
+	out := make([]Assessment, len(machines))
 	for i, m := range machines {
-		out = append(out, a.assessOne(m, a.sightings[i], e, obs, observers, seen))
+		a.assessOne(&out[i], m, &a.sightings[i], &e, obs, observers, seen)
 	}
 	for k := range a.firstSeen {
 		if !seen[k] {
@@ -284,24 +285,31 @@ func (e *evidence) doubt(format string, args ...any) {
 	e.suspect = append(e.suspect, fmt.Sprintf(format, args...))
 }
 
-// assessOne judges m; s is what the observations hold of its node.
-func (a *Assessor) assessOne(m MachineRef, s sighting, e Expected, obs Observations, observers []report.Report, seen map[string]bool) Assessment {
+// assessOne judges m into res; s is what the observations hold of its node. (By pointer: it runs for
+// every machine, and each of these is a hundred bytes or more.)
+func (a *Assessor) assessOne(res *Assessment, m MachineRef, s *sighting, e *Expected, obs Observations, observers []report.Report, seen map[string]bool) {
 	var ev evidence
-	own, reported, heard := s.own, s.reported, s.heard()
-	dead := a.liveness(m, e, obs.Now, s.hub, s.known, observers, &ev)
+	var own report.Report // its latest report: a live observer's, or looked up again (a stale one)
+	reported, heard := s.reported, s.heard()
+	if s.observer >= 0 {
+		own = observers[s.observer]
+	} else if reported {
+		own = obs.Reports[m.Node]
+	}
+	dead := a.liveness(m, *e, obs.Now, s.hub, s.known, observers, &ev)
 	fresh := reported && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
 		a.probes(m, own, obs.Now, &ev)
 	} else if !dead {
 		ev.doubt("no fresh report from %s (stale after %v)", m.Node, a.policy.StaleAfter)
 	}
-	res := Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.HealthUnknown}
+	*res = Assessment{Machine: m.Name, Verdict: VerdictHealthy, EtcdHealth: quorum.HealthUnknown}
 	if fresh {
 		res.SeenAt = own.SentAt
 	}
 	if m.Member != "" {
 		var answeredAt time.Time
-		res.EtcdHealth, res.EtcdAnswers, res.EtcdReachedSince, answeredAt = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
+		res.EtcdHealth, res.EtcdAnswers, res.EtcdReachedSince, answeredAt = a.etcdHealth(m, *e, obs.Now, own, fresh, dead, observers, seen, &ev)
 		if answeredAt.After(res.SeenAt) {
 			res.SeenAt = answeredAt
 		}
@@ -318,7 +326,6 @@ func (a *Assessor) assessOne(m MachineRef, s sighting, e Expected, obs Observati
 	case len(ev.suspect) > 0:
 		res.Verdict, res.Reasons = VerdictSuspect, ev.suspect
 	}
-	return res
 }
 
 // lifeAt is the newest sign at now that m runs (Assessment.LifeAt): own is its latest report (if

@@ -35,8 +35,8 @@ func (a *Assessor) catchingUp(own report.Report) string {
 // disagree).
 func majorityLeader(observers []report.Report) (string, uint64, int) {
 	counts, total := map[string]int{}, 0
-	for _, r := range observers {
-		if r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
+	for i := range observers { // by index: a report is 192 bytes, and there is one per machine
+		if r := &observers[i]; r.Etcd != nil && r.Etcd.LeaderID != "" && r.Etcd.LeaderID != "0" {
 			counts[r.Etcd.LeaderID]++
 			total++
 		}
@@ -44,8 +44,8 @@ func majorityLeader(observers []report.Report) (string, uint64, int) {
 	for id, n := range counts {
 		if 2*n > total {
 			var term uint64
-			for _, r := range observers {
-				if r.Etcd != nil && r.Etcd.LeaderID == id {
+			for i := range observers {
+				if r := &observers[i]; r.Etcd != nil && r.Etcd.LeaderID == id {
 					term = max(term, r.Etcd.RaftTerm)
 				}
 			}
@@ -130,7 +130,8 @@ type votes struct {
 // counts in newReach too.
 func reachability(member string, observers []report.Report, except string, newer func(report.Report) bool) votes {
 	var v votes
-	for _, r := range observers {
+	for i := range observers { // by index: a report is 192 bytes, and there is one per machine
+		r := &observers[i]
 		if r.Etcd == nil || r.Node == except {
 			continue
 		}
@@ -142,10 +143,10 @@ func reachability(member string, observers []report.Report, except string, newer
 					v.oldest = r.SentAt
 				}
 				v.reach++
-				if newer == nil || newer(r) {
+				if newer == nil || newer(*r) {
 					v.newReach++
 				}
-			case newer != nil && !newer(r):
+			case newer != nil && !newer(*r):
 				v.stale++
 			default:
 				v.unreach++

@@ -108,18 +108,20 @@ func hearingOf(e Expected, observers []report.Report) Hearing {
 
 // Live: the hub hears r's sender alive, and r is no older than staleAfter.
 func Live(r report.Report, obs Observations, staleAfter time.Duration) bool {
-	s := sighting{own: r, reported: true}
+	s := sighting{reported: true, sentAt: r.SentAt}
 	s.hub, s.known = obs.HubPeers[r.Node]
 	return s.live(obs.Now, staleAfter)
 }
 
-// sighting is what the observations hold of one node: its latest report (reported) and the hub's
-// gossip view of it (known), looked up once a pass.
+// sighting is what the observations hold of one node: whether it sent a report (reported, sent at
+// sentAt), the hub's gossip view of it (known), and where its report is among the live observers
+// (observer; -1 when it is none), looked up once a pass.
 type sighting struct {
-	own      report.Report
 	reported bool
+	sentAt   time.Time
 	hub      report.PeerView
 	known    bool
+	observer int
 }
 
 // heard says whether the hub's gossip hears the node alive.
@@ -127,21 +129,22 @@ func (s sighting) heard() bool { return s.known && s.hub.State == report.PeerAli
 
 // live says whether the node is a live observer at now: heard, with a report no older than staleAfter.
 func (s sighting) live(now time.Time, staleAfter time.Duration) bool {
-	return s.reported && s.heard() && now.Sub(s.own.SentAt) <= staleAfter
+	return s.reported && s.heard() && now.Sub(s.sentAt) <= staleAfter
 }
 
 // appendLiveObservers appends the expected agents and witnesses the hub sees alive whose latest
 // report is fresh (Live), in the expected set's order. Anyone else in the gossip pool is no observer.
 // sightings, when not nil, gets each expected agent's sighting, in the expected set's order (the
-// machines' own: AssessHearing reads them per machine).
+// machines' own: AssessHearing reads them per machine), each pointing into the observers out holds.
 func appendLiveObservers(out []report.Report, sightings *[]sighting, e Expected, obs Observations, staleAfter time.Duration) []report.Report {
 	for i, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, node := range nodes {
-			var s sighting
-			s.own, s.reported = obs.Reports[node]
+			r, reported := obs.Reports[node]
+			s := sighting{reported: reported, sentAt: r.SentAt, observer: -1}
 			s.hub, s.known = obs.HubPeers[node]
 			if s.live(obs.Now, staleAfter) {
-				out = append(out, s.own)
+				s.observer = len(out)
+				out = append(out, r)
 			}
 			if i == 0 && sightings != nil {
 				*sightings = append(*sightings, s)

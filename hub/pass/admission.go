@@ -84,7 +84,7 @@ type Admission struct {
 // holds only a machine it would act on (Unhealthy; a retired one whatever its verdict but Healthy);
 // an operator is held whatever the verdict. For the pass, the last remediation's history is
 // consulted only when nothing else holds it, and its count of failures comes with it.
-func MachineHolds(f *Facts, m Machine, a assess.Assessment, ad Admission, who Asker) []Hold {
+func MachineHolds(f *Facts, m *Machine, a *assess.Assessment, ad Admission, who Asker) []Hold {
 	if who == byHub && a.Verdict == assess.VerdictHealthy {
 		return nil // every hold below is of a machine the hub does not see Healthy
 	}
@@ -102,7 +102,7 @@ func MachineHolds(f *Facts, m Machine, a assess.Assessment, ad Admission, who As
 	if h, ok := f.Retired.survivorHold(m.Name); add(h, ok && unhealthy) {
 		return out
 	}
-	if h, ok := answersHold(*f, m, a, ad.Lost, ad.Silent); add(h, ok && unhealthy) {
+	if h, ok := answersHold(*f, *m, *a, ad.Lost, ad.Silent); add(h, ok && unhealthy) {
 		return out
 	}
 	if h, ok := ad.common[m.Name]; add(h, ok && unhealthy) {
@@ -113,7 +113,7 @@ func MachineHolds(f *Facts, m Machine, a assess.Assessment, ad Admission, who As
 	}
 	detached, isDetached := f.Detached[m.Name]
 	sf := f.beginFailed[m.Name]
-	work := PlannedWorkOn(*f, m)
+	work := PlannedWorkOn(*f, *m)
 	for _, h := range []struct {
 		Hold
 		ok bool
@@ -133,8 +133,8 @@ func MachineHolds(f *Facts, m Machine, a assess.Assessment, ad Admission, who As
 		}
 	}
 	if who == byHub {
-		h := historyHold(*f, m, a)
-		if st := stallOf(*f, m, a, ad.Lost); h.Why == "" && st.hold.Why != "" {
+		h := historyHold(*f, *m, *a)
+		if st := stallOf(*f, *m, *a, ad.Lost); h.Why == "" && st.hold.Why != "" {
 			h.Reason, h.Why = st.hold.Reason, st.hold.Why
 		}
 		if h.Why != "" || h.failed > 0 {
@@ -298,7 +298,8 @@ func AdmitOperator(f Facts, m Machine, req OperatorRequest, b Beside) (Admitted,
 			holds = append(holds, h.Hold)
 		}
 	}
-	holds = append(holds, MachineHolds(&f, m, AssessmentOf(f.Assessments, -1, m.Name), ad, ByOperator)...)
+	a := AssessmentOf(f.Assessments, -1, m.Name)
+	holds = append(holds, MachineHolds(&f, &m, &a, ad, ByOperator)...)
 	if hd, ok := Unforceable(holds); ok && (!req.DryRun || !dryRunSeesPast(hd.Reason)) {
 		return Admitted{}, fmt.Errorf("%w: %s: %s", ErrRefused, m.Name, hd.Why)
 	}

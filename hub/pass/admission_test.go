@@ -226,7 +226,7 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 				s.w.Obs.Reports[m.Node] = r
 			}
 			s.f.Observations = s.w.Obs
-			holds := MachineHolds(&s.f, m, s.f.Assessments[2], Admission{}, tc.who)
+			holds := MachineHolds(&s.f, &m, &s.f.Assessments[2], Admission{}, tc.who)
 			planned := slices.ContainsFunc(holds, func(h Hold) bool {
 				return h.Reason == ReasonPlannedWork && strings.Contains(h.Why, "a kubeadm upgrade is replacing "+m.Node+"'s static pod manifests")
 			})

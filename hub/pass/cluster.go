@@ -95,15 +95,24 @@ func MembershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 // AssessmentOf is machine's assessment: the i-th, as the assessor returns them in the inventory's
 // order, or found by name when they are not.
 func AssessmentOf(as []assess.Assessment, i int, machine string) assess.Assessment {
-	if i >= 0 && i < len(as) && as[i].Machine == machine {
-		return as[i]
-	}
-	for _, a := range as {
-		if a.Machine == machine {
-			return a
-		}
+	if a := assessmentAt(as, i, machine); a != nil {
+		return *a
 	}
 	return assess.Assessment{}
+}
+
+// assessmentAt is AssessmentOf without the copy, nil when there is none: for the loops over every
+// machine (an assessment is 184 bytes).
+func assessmentAt(as []assess.Assessment, i int, machine string) *assess.Assessment {
+	if i >= 0 && i < len(as) && as[i].Machine == machine {
+		return &as[i]
+	}
+	for j := range as {
+		if as[j].Machine == machine {
+			return &as[j]
+		}
+	}
+	return nil
 }
 
 // viewKey is an etcd membership as one comparable string: the members' names and roles, sorted.

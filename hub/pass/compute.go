@@ -7,6 +7,7 @@
 package pass
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -192,10 +193,11 @@ func (s *State) update(f Facts) Ready {
 	v := prev
 	v.Assessments, v.Hearing, v.at = f.Assessments, f.Hearing, f.Now
 	defer func() { s.View = v }()
-	for i, a := range f.Assessments {
-		old := AssessmentOf(prev.Assessments, i, a.Machine)
+	var none assess.Assessment
+	for i := range f.Assessments { // by pointer: an assessment is 184 bytes, and there is one per machine
+		a, old := &f.Assessments[i], cmp.Or(assessmentAt(prev.Assessments, i, f.Assessments[i].Machine), &none)
 		if old.Verdict != a.Verdict {
-			rd.queue(verdictNotice(a))
+			rd.queue(verdictNotice(*a))
 			if a.Verdict == assess.VerdictUnhealthy {
 				s.unhealthyAt[a.Machine] = f.Now
 			}

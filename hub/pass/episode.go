@@ -65,7 +65,7 @@ func (e Episode) String() string {
 // episodeKind is the kind of episode a says machine is in ("" when none): dead when it is Unhealthy
 // with no sign that it runs (dead to a majority of the observers, or its agent silent), failing when
 // it runs with a component failing.
-func episodeKind(a assess.Assessment) string {
+func episodeKind(a *assess.Assessment) string {
 	switch {
 	case a.Verdict != assess.VerdictUnhealthy:
 		return ""
@@ -80,7 +80,7 @@ func episodeKind(a assess.Assessment) string {
 // Suspect because the evidence is judged again, after a partition or quorum's return, is no sign
 // that the machine resumed), at that sign; a failing one when the machine is no longer Unhealthy so.
 // A remediation in flight during an episode makes it acted. It returns the episode that ended (ok).
-func (s *State) trackEpisode(f *Facts, a assess.Assessment) (Episode, bool) {
+func (s *State) trackEpisode(f *Facts, a *assess.Assessment) (Episode, bool) {
 	kind := episodeKind(a)
 	cur, open := s.episodes[a.Machine]
 	if open {
@@ -104,9 +104,9 @@ func (s *State) trackEpisode(f *Facts, a assess.Assessment) (Episode, bool) {
 	if kind != "" {
 		began := a.Since
 		if kind == EpisodeDead {
-			began = deadFrom(Facts{lifeAt: s.lifeAt}, a)
+			began = deadFrom(Facts{lifeAt: s.lifeAt}, *a)
 		}
-		s.episodes[a.Machine] = Episode{Machine: a.Machine, Kind: kind, Began: began, Outcome: EpisodeResumed, Why: firstReason(a)}
+		s.episodes[a.Machine] = Episode{Machine: a.Machine, Kind: kind, Began: began, Outcome: EpisodeResumed, Why: firstReason(*a)}
 	}
 	return cur, open
 }

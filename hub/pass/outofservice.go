@@ -51,11 +51,11 @@ type Taints struct {
 func OutOfService(f Facts) Taints {
 	after, out := f.Inventory.Policy.OutOfServiceAfter, Taints{On: map[string]string{}, Keep: map[string]bool{}}
 	for i, m := range f.Inventory.Machines {
-		a := AssessmentOf(f.Assessments, i, m.Name)
+		a := assessmentAt(f.Assessments, i, m.Name)
 		if m.Node == "" {
 			continue
 		}
-		if a.Machine == "" {
+		if a == nil {
 			out.Keep[m.Name] = true // not judged yet
 			continue
 		}
