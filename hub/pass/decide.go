@@ -62,6 +62,8 @@ type Facts struct {
 	// rebuilt: the etcd cluster's ID changed and the old members the new cluster left out are not
 	// known yet (nil: nothing to tell).
 	rebuilt *clusterChange
+	// scratch: the state's reusable memory (nil: decide allocates).
+	scratch *scratch
 	// Listen, when set, says why the pass only listens (the hub stands by, or warms up): it decides
 	// nothing.
 	Listen string
@@ -157,7 +159,11 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 		// evidence is stale, and a member healed on it would take the rebuilt cluster down.
 		return decision{cluster: cluster, quorumBack: true, rebuilt: true}
 	}
-	in := quorum.Input{Cluster: cluster, Policy: p.Quorum, Machines: make([]quorum.Machine, 0, len(f.Inventory.Machines))}
+	in := quorum.Input{Cluster: cluster, Policy: p.Quorum}
+	if f.scratch != nil {
+		in.Machines = f.scratch.planned[:0]
+		defer func() { f.scratch.planned = in.Machines[:0] }() // the outcome keeps none of it
+	}
 	failed, needs, holds := map[string]int{}, map[string]OperatorNeed{}, map[string]Hold{}
 	var watch []string
 	ad := Admission{Lost: cluster.Budget(p.Quorum).QuorumLost(), Silent: SilentVoters(f, cluster), common: commonCauses(f, cluster)}
