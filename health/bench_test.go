@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hale-dev/hale/health/identity"
 )
 
 // BenchmarkFailureDetection hard-kills one of 5 members (no leave message) and measures how long
@@ -107,8 +109,8 @@ func peerView(g *Gossip, name string) (PeerView, bool) {
 // relayed copies of a report already kept are dropped on their bytes before any check), on a report
 // of a control-plane agent's size (five probes, a three-member etcd view, six peers).
 func BenchmarkReportSignature(b *testing.B) {
-	id := NewIdentity()
-	pinned := PinnedOf(map[string][]PublicKey{"cp-1": {id.Public()}})
+	id := identity.NewIdentity()
+	pinned := identity.PinnedOf(map[string][]identity.PublicKey{"cp-1": {id.Public()}})
 	r := Report{Node: "cp-1", Cluster: "prod", Version: 1, SentAt: time.Now(), Etcd: &EtcdView{LeaderID: "8e9e05c52164694d", RaftIndex: 123456}}
 	for _, p := range []string{"kubelet", "apiserver", "etcd", "etcdDisk", "clock"} {
 		r.Probes = append(r.Probes, ProbeResult{Name: p, OK: true, Detail: "ok: answered in 3ms", Since: time.Now(), CheckedAt: time.Now()})
@@ -134,7 +136,7 @@ func BenchmarkReportSignature(b *testing.B) {
 	b.Run("verify", func(b *testing.B) {
 		for b.Loop() {
 			in, sig, _ := splitSigned(msg)
-			if ok, _ := pinned.verify("cp-1", in, sig); !ok {
+			if ok, _ := pinned.Verify("cp-1", in, sig); !ok {
 				b.Fatal("does not verify")
 			}
 		}

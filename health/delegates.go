@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -27,7 +28,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 		ip, port, err := d.transport.FinalAdvertiseAddr(d.cfg.AdvertiseAddr, d.cfg.AdvertisePort)
 		if err == nil {
 			addr := net.JoinHostPort(ip.String(), strconv.Itoa(port))
-			sig := d.cfg.Identity.sign(aliveClaim(d.cfg.Cluster, d.cfg.Node, addr, d.cfg.Role, started))
+			sig := d.cfg.Identity.Sign(identity.AliveClaim(d.cfg.Cluster, d.cfg.Node, addr, d.cfg.Role, started))
 			meta = append(append(meta, ' '), base64.StdEncoding.EncodeToString(sig)...)
 		}
 	}
@@ -63,17 +64,17 @@ type aliveCheck Gossip
 func (c *aliveCheck) NotifyAlive(peer *memberlist.Node) error {
 	g := (*Gossip)(c)
 	role, started, sig := parseMeta(peer.Meta)
-	claim := aliveClaim(g.cfg.Cluster, peer.Name, peer.Address(), role, started)
+	claim := identity.AliveClaim(g.cfg.Cluster, peer.Name, peer.Address(), role, started)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var ok bool
-	why := RejectUnsigned
+	why := identity.RejectUnsigned
 	switch {
 	case sig == nil:
 	case peer.Name == g.cfg.Node:
-		ok, why = g.cfg.Identity.Public().verify(claim, sig), RejectBadSignature
+		ok, why = g.cfg.Identity.Public().Verify(claim, sig), identity.RejectBadSignature
 	default:
-		ok, why = g.pinned.verify(peer.Name, claim, sig)
+		ok, why = g.pinned.Verify(peer.Name, claim, sig)
 	}
 	if ok {
 		return nil

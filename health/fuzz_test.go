@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hale-dev/hale/health/identity"
+	"github.com/hale-dev/hale/internal/logdedup"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -50,12 +52,12 @@ func FuzzDecoders(f *testing.F) {
 	f.Add(binary.AppendUvarint(nil, uint64(len(small))))
 	f.Add(append(binary.AppendUvarint(nil, uint64(len(small))), small...))
 	f.Add([]byte{formatGzip, 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
-	id := NewIdentity()
+	id := identity.NewIdentity()
 	f.Add(signReport(id, small))
-	member := func(own *Identity) *Gossip {
+	member := func(own *identity.Identity) *Gossip {
 		return &Gossip{cfg: GossipConfig{Node: "self", Cluster: "c", Identity: own}, reports: map[string]*Report{}, encoded: map[string][]byte{},
 			addrs: map[string]string{}, reported: map[string]string{}, rejected: map[string]int{}, expired: map[string]uint64{},
-			dedup: newLogDedup(discardLogger()), pinned: PinnedOf(map[string][]PublicKey{"a": {id.Public()}})}
+			dedup: logdedup.New(discardLogger()), pinned: identity.PinnedOf(map[string][]identity.PublicKey{"a": {id.Public()}})}
 	}
 	g, signed := member(nil), member(&id) // the second checks signatures
 	f.Fuzz(func(t *testing.T, b []byte) {

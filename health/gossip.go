@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hale-dev/hale/health/identity"
+	"github.com/hale-dev/hale/internal/logdedup"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -91,8 +93,8 @@ type GossipConfig struct {
 	// them). With both set, a report or an alive message that is unsigned or not signed by a key pinned
 	// for the name it gives is refused and counted (Rejected). Without, the pool key alone guards the
 	// pool. One is not set without the other.
-	Identity *Identity
-	Pinned   *Pinned
+	Identity *identity.Identity
+	Pinned   *identity.Pinned
 }
 
 // Gossip is one member of the encrypted gossip pool: it spreads this member's latest report, keeps
@@ -108,7 +110,7 @@ type Gossip struct {
 	keyring   *memberlist.Keyring
 	relay     *memberlist.TransmitLimitedQueue // others' reports, passed on once
 	log       *slog.Logger
-	dedup     *logDedup
+	dedup     *logdedup.Dedup
 	rejoin    time.Duration // RejoinEvery (tests shorten it)
 
 	mu       sync.Mutex
@@ -118,7 +120,7 @@ type Gossip struct {
 	peers    map[string]PeerView
 	clock    map[string]clockSample
 	rejected map[string]int    // by reason
-	pinned   Pinned            // the keys signatures are checked against (when cfg.Identity is set)
+	pinned   identity.Pinned   // the keys signatures are checked against (when cfg.Identity is set)
 	expired  map[string]uint64 // the last version of members that left long ago
 	stopped  bool
 	// adopt, when set, makes the key file's new first key the one to encrypt with (SetKeys).
@@ -169,7 +171,7 @@ func StartGossip(cfg GossipConfig) (*Gossip, error) {
 		encoded: map[string][]byte{}, peers: map[string]PeerView{}, clock: map[string]clockSample{},
 		rejected: map[string]int{}, expired: map[string]uint64{},
 		addrs: map[string]string{}, reported: map[string]string{}, nodes: map[string]memberlist.Node{}, keep: map[string]bool{}, joining: map[string]bool{}, done: make(chan struct{})}
-	g.dedup = newLogDedup(g.log)
+	g.dedup = logdedup.New(g.log)
 	if cfg.Pinned != nil {
 		g.pinned = *cfg.Pinned
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/internal/secretfile"
 )
 
@@ -144,7 +145,7 @@ func (g *Gossip) WatchKeyFile(ctx context.Context, path string, interval time.Du
 // re-keyed; a mounted ConfigMap is updated in place), as WatchKeyFile does the gossip keys.
 func (g *Gossip) WatchPinnedFile(ctx context.Context, path string, interval time.Duration) {
 	g.watch(ctx, path, interval, "pinned keys", func() (int, error) {
-		p, err := LoadPinned(path)
+		p, err := identity.LoadPinned(path)
 		if err == nil {
 			g.SetPinned(p)
 		}
@@ -175,7 +176,7 @@ func (g *Gossip) watch(ctx context.Context, path string, interval time.Duration,
 			n, err = load()
 		}
 		if err != nil {
-			g.dedup.once(what, err.Error(), what+": the file cannot be used; what is in force stays", "file", path, "err", err)
+			g.dedup.Once(what, err.Error(), what+": the file cannot be used; what is in force stays", "file", path, "err", err)
 			continue
 		}
 		if last != nil {
@@ -187,7 +188,7 @@ func (g *Gossip) watch(ctx context.Context, path string, interval time.Duration,
 
 // SetPinned replaces the keys signatures are checked against (a changed pinned-keys file: a member
 // added or re-keyed). Reports and alive messages already taken stay.
-func (g *Gossip) SetPinned(p Pinned) {
+func (g *Gossip) SetPinned(p identity.Pinned) {
 	g.mu.Lock()
 	g.pinned = p
 	g.mu.Unlock()

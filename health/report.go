@@ -13,6 +13,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/health/report"
 )
 
@@ -95,8 +96,8 @@ func encodeReport(r *Report, zw *gzip.Writer) ([]byte, error) {
 }
 
 // signReport wraps an encoded report in the signed format.
-func signReport(id Identity, inner []byte) []byte {
-	return append(append([]byte{formatSigned}, id.sign(inner)...), inner...)
+func signReport(id identity.Identity, inner []byte) []byte {
+	return append(append([]byte{formatSigned}, id.Sign(inner)...), inner...)
 }
 
 // splitSigned unwraps a signed report: the report as signed and its signature (signed false: msg is

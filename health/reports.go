@@ -9,6 +9,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -105,8 +106,8 @@ const (
 // rejectReasons are every reason Rejected counts.
 func rejectReasons() []string {
 	return []string{RejectUndecodable, RejectUndecryptable, RejectOtherCluster, RejectFuture, RejectNotSender,
-		RejectUnsigned, RejectUnknownNode, RejectBadSignature,
-		alivePrefix + RejectUnsigned, alivePrefix + RejectUnknownNode, alivePrefix + RejectBadSignature}
+		identity.RejectUnsigned, identity.RejectUnknownNode, identity.RejectBadSignature,
+		alivePrefix + identity.RejectUnsigned, alivePrefix + identity.RejectUnknownNode, alivePrefix + identity.RejectBadSignature}
 }
 
 // MaxAhead is how far ahead of this member's clock a report's version and send time may be. The
@@ -116,7 +117,7 @@ const MaxAhead = time.Minute
 // reject counts a rejected message and says why, once per kind and node. Called with g.mu held.
 func (g *Gossip) reject(reason, node, msg string, args ...any) {
 	g.rejected[reason]++
-	g.dedup.once(reason, node, msg, args...)
+	g.dedup.Once(reason, node, msg, args...)
 }
 
 // Rejected counts the gossip messages rejected, by reason: every reason, zero or not.
@@ -128,9 +129,7 @@ func (g *Gossip) Rejected() map[string]int {
 	g.mu.Lock()
 	maps.Copy(out, g.rejected)
 	g.mu.Unlock()
-	g.dedup.mu.Lock()
-	out[RejectUndecryptable] = g.dedup.undecryptable
-	g.dedup.mu.Unlock()
+	out[RejectUndecryptable] = g.dedup.Undecryptable()
 	return out
 }
 
@@ -180,8 +179,8 @@ func (g *Gossip) admit(msg []byte) (*Report, bool) {
 		g.mu.Lock()
 		pinned := g.pinned
 		g.mu.Unlock()
-		if verified, why = pinned.verify(r.Node, inner, sig); !signed {
-			verified, why = false, RejectUnsigned
+		if verified, why = pinned.Verify(r.Node, inner, sig); !signed {
+			verified, why = false, identity.RejectUnsigned
 		}
 	}
 	now := time.Now()

@@ -19,12 +19,12 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 )
 
 // In Kubernetes mode, per-node identities need no key step by hand. An agent enrols its identity key
 // through the API server, as a kubelet bootstraps its certificate: it creates a
-// CertificateSigningRequest of signer health.IdentitySigner whose key is its identity key and whose common
+// CertificateSigningRequest of signer identity.IdentitySigner whose key is its identity key and whose common
 // name is its node. The API server records who asked: the agent's service account, and (its token
 // being bound to its pod) the node the pod runs on, in spec.extra. The leading hub pins the key for
 // that node in the PinnedKeys ConfigMap, only when the request came from an agent's service account
@@ -51,29 +51,29 @@ type PinnedKeys struct {
 }
 
 // Read returns the pinned keys (none when the ConfigMap has none yet).
-func (p PinnedKeys) Read(ctx context.Context) ([]health.PinLine, error) {
+func (p PinnedKeys) Read(ctx context.Context) ([]identity.PinLine, error) {
 	_, lines, err := p.read(ctx)
 	return lines, err
 }
 
 // read returns the ConfigMap and the pinned keys in it.
-func (p PinnedKeys) read(ctx context.Context) (corev1.ConfigMap, []health.PinLine, error) {
+func (p PinnedKeys) read(ctx context.Context) (corev1.ConfigMap, []identity.PinLine, error) {
 	var cm corev1.ConfigMap
 	if err := p.Client.Get(ctx, p.Key, &cm); err != nil {
 		return cm, nil, fmt.Errorf("reading the pinned keys (ConfigMap %s): %w", p.Key, err)
 	}
-	lines, err := health.ParsePinLines([]byte(cm.Data[health.PinnedKeysKey]), "ConfigMap "+p.Key.String())
+	lines, err := identity.ParsePinLines([]byte(cm.Data[identity.PinnedKeysKey]), "ConfigMap "+p.Key.String())
 	return cm, lines, err
 }
 
 // Pin makes key the one pinned for name (a node, or hub-POD-* for a hub replica), replacing the
 // name's earlier lines: a node enrols a new key when its disk was replaced, and the old one went with
 // it. It says whether the ConfigMap changed.
-func (p PinnedKeys) Pin(ctx context.Context, name string, key health.PublicKey) (bool, error) {
-	return p.edit(ctx, func(lines []health.PinLine) []health.PinLine {
-		pin := health.PinLine{Name: name, Key: key}
-		out := slices.DeleteFunc(slices.Clone(lines), func(l health.PinLine) bool { return l.Name == name })
-		if len(out) == len(lines)-1 && slices.ContainsFunc(lines, func(l health.PinLine) bool { return l.String() == pin.String() }) {
+func (p PinnedKeys) Pin(ctx context.Context, name string, key identity.PublicKey) (bool, error) {
+	return p.edit(ctx, func(lines []identity.PinLine) []identity.PinLine {
+		pin := identity.PinLine{Name: name, Key: key}
+		out := slices.DeleteFunc(slices.Clone(lines), func(l identity.PinLine) bool { return l.Name == name })
+		if len(out) == len(lines)-1 && slices.ContainsFunc(lines, func(l identity.PinLine) bool { return l.String() == pin.String() }) {
 			return lines // pinned already, alone
 		}
 		return append(out, pin)
@@ -82,14 +82,14 @@ func (p PinnedKeys) Pin(ctx context.Context, name string, key health.PublicKey) 
 
 // Unpin removes the lines whose names drop says to.
 func (p PinnedKeys) Unpin(ctx context.Context, drop func(name string) bool) (bool, error) {
-	return p.edit(ctx, func(lines []health.PinLine) []health.PinLine {
-		return slices.DeleteFunc(slices.Clone(lines), func(l health.PinLine) bool { return drop(l.Name) })
+	return p.edit(ctx, func(lines []identity.PinLine) []identity.PinLine {
+		return slices.DeleteFunc(slices.Clone(lines), func(l identity.PinLine) bool { return drop(l.Name) })
 	})
 }
 
 // edit rewrites the pinned keys with change (given the lines in force, it returns the new ones; the
 // same length and lines: no change), retrying on a conflicting write.
-func (p PinnedKeys) edit(ctx context.Context, change func([]health.PinLine) []health.PinLine) (bool, error) {
+func (p PinnedKeys) edit(ctx context.Context, change func([]identity.PinLine) []identity.PinLine) (bool, error) {
 	changed := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, lines, err := p.read(ctx)
@@ -97,13 +97,13 @@ func (p PinnedKeys) edit(ctx context.Context, change func([]health.PinLine) []he
 			return err
 		}
 		next := change(lines)
-		if slices.EqualFunc(lines, next, func(a, b health.PinLine) bool { return a.String() == b.String() }) {
+		if slices.EqualFunc(lines, next, func(a, b identity.PinLine) bool { return a.String() == b.String() }) {
 			return nil
 		}
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		cm.Data[health.PinnedKeysKey] = health.FormatPinLines(pinnedHeader, next)
+		cm.Data[identity.PinnedKeysKey] = identity.FormatPinLines(pinnedHeader, next)
 		if err := p.Client.Update(ctx, &cm); err != nil {
 			return err
 		}
@@ -136,13 +136,13 @@ type Enroller struct {
 // unpins the hub replicas that are gone (their pods deleted).
 func (e *Enroller) Pass(ctx context.Context) error {
 	var csrs certificatesv1.CertificateSigningRequestList
-	if err := e.Client.List(ctx, &csrs, client.MatchingFields{"spec.signerName": health.IdentitySigner}); err != nil {
-		return fmt.Errorf("listing the enrolments (CertificateSigningRequests of %s): %w", health.IdentitySigner, err)
+	if err := e.Client.List(ctx, &csrs, client.MatchingFields{"spec.signerName": identity.IdentitySigner}); err != nil {
+		return fmt.Errorf("listing the enrolments (CertificateSigningRequests of %s): %w", identity.IdentitySigner, err)
 	}
 	var errs []error
 	for i := range csrs.Items {
 		csr := &csrs.Items[i]
-		if csr.Spec.SignerName != health.IdentitySigner || answered(csr) {
+		if csr.Spec.SignerName != identity.IdentitySigner || answered(csr) {
 			continue
 		}
 		node, key, why := e.check(csr)
@@ -167,7 +167,7 @@ func (e *Enroller) Pass(ctx context.Context) error {
 
 // check returns the name and key a request enrols, or why it may not: for an agent's account, the
 // node the API server says the requester's pod runs on; for the hub's, the names of its pod.
-func (e *Enroller) check(csr *certificatesv1.CertificateSigningRequest) (string, health.PublicKey, string) {
+func (e *Enroller) check(csr *certificatesv1.CertificateSigningRequest) (string, identity.PublicKey, string) {
 	var want string
 	switch {
 	case slices.Contains(e.Agents, csr.Spec.Username):
@@ -203,7 +203,7 @@ func (e *Enroller) check(csr *certificatesv1.CertificateSigningRequest) (string,
 	if req.Subject.CommonName != want {
 		return "", nil, fmt.Sprintf("the request names %q, but its requester may enrol only %q (the node its pod runs on; for a hub, its pod's names)", req.Subject.CommonName, want)
 	}
-	return want, health.PublicKey(key), ""
+	return want, identity.PublicKey(key), ""
 }
 
 // answer approves or denies csr with reason and message.

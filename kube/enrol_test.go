@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/test/capture"
 )
 
@@ -45,7 +45,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: "Group", Name: "system:serviceaccounts:" + ns}}}))
 	// The agents may read the pinned keys (deploy/base/identities.yaml).
 	require.NoError(t, c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned-keys"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{health.PinnedConfigMap}, Verbs: []string{"get"}}}}))
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{identity.PinnedConfigMap}, Verbs: []string{"get"}}}}))
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned-keys"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "pinned-keys"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "hale-agent"}}}))
@@ -77,12 +77,12 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		require.NoError(t, err)
 		return cl
 	}
-	enrol := func(as client.Client, name string, id health.Identity, forNode string) {
+	enrol := func(as client.Client, name string, id identity.Identity, forNode string) {
 		t.Helper()
 		pemReq, err := id.EnrolmentRequest(forNode)
 		require.NoError(t, err)
 		require.NoError(t, as.Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
-			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: health.IdentitySigner, Request: pemReq,
+			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: identity.IdentitySigner, Request: pemReq,
 				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
 	}
 	answer := func(name string) (certificatesv1.RequestConditionType, string) {
@@ -92,8 +92,8 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		return csr.Status.Conditions[0].Type, csr.Status.Conditions[0].Message
 	}
 
-	pinned := PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: ns, Name: health.PinnedConfigMap}}
-	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: health.PinnedConfigMap}}))
+	pinned := PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: ns, Name: identity.PinnedConfigMap}}
+	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: identity.PinnedConfigMap}}))
 	logs := &capture.Buffer{}
 	e := &Enroller{Client: c, Pinned: pinned, Agents: []string{"system:serviceaccount:" + ns + ":hale-agent"},
 		Hubs: []string{"system:serviceaccount:" + ns + ":hale-hub"}, Log: slog.New(slog.NewTextHandler(logs, nil))}
@@ -108,7 +108,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	}
 
 	agent1 := pod("agent-cp-1", "hale-agent", node("cp-1"))
-	id1, id1b, forger := health.NewIdentity(), health.NewIdentity(), health.NewIdentity()
+	id1, id1b, forger := identity.NewIdentity(), identity.NewIdentity(), identity.NewIdentity()
 	enrol(asAgent("hale-agent", agent1), "cp-1", id1, node("cp-1"))
 	enrol(asAgent("hale-agent", agent1), "cp-2-from-cp-1", forger, node("cp-2"))
 	enrol(asAgent("someone-else", pod("other-on-cp-2", "someone-else", node("cp-2"))), "other-account", forger, node("cp-2"))
@@ -133,9 +133,9 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	enrol(asAgent("hale-agent", agent1), "cp-1-new-disk", id1b, node("cp-1"))
 	// A hub replica enrols its own key for the names of its pod; the line of one that is gone goes.
 	hubPod := pod("hale-hub-abc", "hale-hub", node("cp-2"))
-	enrol(asAgent("hale-hub", hubPod), "hub-abc", health.NewIdentity(), HubPinName(hubPod.Name))
+	enrol(asAgent("hale-hub", hubPod), "hub-abc", identity.NewIdentity(), HubPinName(hubPod.Name))
 	enrol(asAgent("hale-hub", hubPod), "hub-as-a-node", forger, node("cp-2"))
-	_, err := pinned.Pin(ctx, HubPinName("hale-hub-gone"), health.NewIdentity().Public())
+	_, err := pinned.Pin(ctx, HubPinName("hale-hub-gone"), identity.NewIdentity().Public())
 	require.NoError(t, err)
 	require.NoError(t, e.Pass(ctx))
 	kind, msg = answer(ns + "-hub-as-a-node")
@@ -152,9 +152,9 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	// What every member reads back is a pinned-keys file: the key pinned for the node verifies.
 	var cm corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, pinned.Key, &cm))
-	p, err := health.ParsePinned([]byte(cm.Data[health.PinnedKeysKey]), "test")
+	p, err := identity.ParsePinned([]byte(cm.Data[identity.PinnedKeysKey]), "test")
 	require.NoError(t, err)
-	assert.Equal(t, []health.PublicKey{id1b.Public()}, p.Keys(node("cp-1")))
+	assert.Equal(t, []identity.PublicKey{id1b.Public()}, p.Keys(node("cp-1")))
 	assert.Equal(t, 2, p.Len())
 
 	// The agent's own client, as it runs in the agent's pod on cp-2: it reads the pinned keys, asks
@@ -164,26 +164,26 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	for name, b := range files {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
 	}
-	id2 := health.NewIdentity()
-	agent := &health.Enrolment{Server: cfg.Host, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token"), Namespace: ns,
+	id2 := identity.NewIdentity()
+	agent := &identity.Enrolment{Server: cfg.Host, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token"), Namespace: ns,
 		ConfigMap: pinned.Key.Name, Node: node("cp-2"), Identity: id2, Copy: filepath.Join(dir, "pinned-keys"), Log: slog.New(slog.NewTextHandler(logs, nil))}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	got2 := make(chan health.Pinned, 100)
-	go agent.Run(runCtx, func(p health.Pinned) { got2 <- p })
+	got2 := make(chan identity.Pinned, 100)
+	go agent.Run(runCtx, func(p identity.Pinned) { got2 <- p })
 	deadline := time.After(30 * time.Second)
 	for have := false; !have; {
 		require.NoError(t, e.Pass(ctx))
 		select {
 		case p := <-got2:
-			have = slices.ContainsFunc(p.Keys(node("cp-2")), func(k health.PublicKey) bool { return k.String() == id2.Public().String() })
+			have = slices.ContainsFunc(p.Keys(node("cp-2")), func(k identity.PublicKey) bool { return k.String() == id2.Public().String() })
 		case <-time.After(200 * time.Millisecond):
 		case <-deadline:
 			t.Fatalf("the agent's key was not pinned in 30 s:\n%s", logs)
 		}
 	}
-	restarted := &health.Enrolment{Copy: agent.Copy, Log: agent.Log} // the agent started again, the API server down
-	assert.Equal(t, []health.PublicKey{id2.Public()}, restarted.Start().Keys(node("cp-2")), "the local copy, for a start while the API server is down")
+	restarted := &identity.Enrolment{Copy: agent.Copy, Log: agent.Log} // the agent started again, the API server down
+	assert.Equal(t, []identity.PublicKey{id2.Public()}, restarted.Start().Keys(node("cp-2")), "the local copy, for a start while the API server is down")
 	assert.NotContains(t, logs.String(), "the local copy cannot be read")
 	kind, _ = answer("hale-identity-" + id2.Public().Fingerprint())
 	assert.Equal(t, certificatesv1.CertificateApproved, kind)

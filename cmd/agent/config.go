@@ -16,6 +16,7 @@ import (
 
 	"github.com/hale-dev/hale/config"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 )
 
 // Duration is config.Duration.
@@ -296,7 +297,7 @@ func (c Config) validate() error {
 	}
 	if c.Gossip.IdentityFile == "" && !c.Gossip.InsecureNoIdentities {
 		return fmt.Errorf("gossip.identityFile and gossip.pinnedFile: per-node identities are on by default: this node's key signs its reports, the pinned keys check the others' "+
-			"(docs/identities.md; on Kubernetes, with enrol: kubernetes, nothing to do by hand); or set gossip.insecureNoIdentities: true: %s", health.IdentitiesOff)
+			"(docs/identities.md; on Kubernetes, with enrol: kubernetes, nothing to do by hand); or set gossip.insecureNoIdentities: true: %s", identity.IdentitiesOff)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/hale-dev/hale/internal/cli"
 )
@@ -154,7 +155,7 @@ func runWithFlags(ctx context.Context, f agentFlags, stdout, stderr io.Writer, r
 		if cfg.Gossip.IdentityFile == "" {
 			return errors.New("--print-identity: no identity file (gossip.identityFile or --identity-file)")
 		}
-		id, _, err := health.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
+		id, _, err := identity.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
 		if err != nil {
 			return err
 		}
@@ -176,13 +177,13 @@ func runAgent(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- st
 	bindHost, bindPort, _ := splitHostPort(cfg.Gossip.Bind)
 	gc := health.GossipConfig{Node: cfg.Node, Cluster: cfg.Cluster, Role: cfg.Role, BindAddr: bindHost, BindPort: bindPort,
 		Keys: keys, Logger: log, Timing: health.DefaultTiming()}
-	var enrol *health.Enrolment
+	var enrol *identity.Enrolment
 	if cfg.Gossip.Enrol == EnrolKubernetes {
 		if enrol, err = enrolment(cfg, log); err != nil {
 			return err
 		}
 		gc.Identity, gc.Pinned = &enrol.Identity, enrol.Start()
-	} else if gc.Identity, gc.Pinned, err = health.LoadIdentities(cfg.Node, cfg.Node, cfg.Gossip.IdentityFile, cfg.Gossip.PinnedFile,
+	} else if gc.Identity, gc.Pinned, err = identity.LoadIdentities(cfg.Node, cfg.Node, cfg.Gossip.IdentityFile, cfg.Gossip.PinnedFile,
 		cfg.Gossip.InsecureNoIdentities, "gossip.insecureNoIdentities: true", log); err != nil {
 		return err
 	}
@@ -322,13 +323,13 @@ func httpHandler(a *health.Agent, cfg Config, reg *prometheus.Registry) http.Han
 }
 
 // enrolment is the in-cluster enrolment of this agent's identity key (gossip.enrol: kubernetes).
-func enrolment(cfg Config, log *slog.Logger) (*health.Enrolment, error) {
-	id, created, err := health.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
+func enrolment(cfg Config, log *slog.Logger) (*identity.Enrolment, error) {
+	id, created, err := identity.LoadOrCreateIdentity(cfg.Gossip.IdentityFile)
 	if err != nil {
 		return nil, err
 	}
 	if created {
 		log.Info("created this member's identity key; enrolling it through the API server", "file", cfg.Gossip.IdentityFile, "key", id.Public().String())
 	}
-	return health.InClusterEnrolment(cfg.Node, cfg.Gossip.PinnedFile, id, log)
+	return identity.InClusterEnrolment(cfg.Node, cfg.Gossip.PinnedFile, id, log)
 }

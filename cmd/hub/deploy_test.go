@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
@@ -306,7 +306,7 @@ func TestDeployRBAC(t *testing.T) {
 	require.NoError(t, err)
 	var keys corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pinned-keys"}, &keys))
-	keys.Data = map[string]string{health.PinnedKeysKey: string(clusterKeys)}
+	keys.Data = map[string]string{identity.PinnedKeysKey: string(clusterKeys)}
 	require.NoError(t, c.Update(ctx, &keys))
 	logs := runReplica(t, runOptions{inventory: invPath, bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(), identityFile: tb.HubIdentityFile(),
 		pinnedFile: filepath.Join(dir, "pinned-keys-copy"), api: apiListen{socket: filepath.Join(dir, "hub.sock")}, logLevel: "info", keep: 20,
@@ -339,10 +339,10 @@ func TestDeployRBAC(t *testing.T) {
 	asAgentCfg.Impersonate = rest.ImpersonationConfig{UserName: agentSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
 	asAgent, err := client.New(asAgentCfg, client.Options{Scheme: c.Scheme()})
 	require.NoError(t, err)
-	req, err := health.NewIdentity().EnrolmentRequest("cp-1")
+	req, err := identity.NewIdentity().EnrolmentRequest("cp-1")
 	require.NoError(t, err)
 	require.NoError(t, asAgent.Create(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "hale-identity-rbac"},
-		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: health.IdentitySigner, Request: req, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
+		Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: identity.IdentitySigner, Request: req, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}}}))
 	require.Eventually(t, func() bool {
 		var csr certificatesv1.CertificateSigningRequest
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "hale-identity-rbac"}, &csr))

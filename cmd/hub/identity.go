@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 )
 
 // newIdentityCommand prints the hub's line for the pinned-keys file, creating its key when missing.
@@ -24,7 +24,7 @@ created (mode 0600) when the file does not exist.`,
 			if file == "" {
 				return errors.New("--identity-file is required")
 			}
-			id, _, err := health.LoadOrCreateIdentity(file)
+			id, _, err := identity.LoadOrCreateIdentity(file)
 			if err != nil {
 				return err
 			}

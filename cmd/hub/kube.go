@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/degraded"
@@ -62,8 +62,8 @@ type kubeOptions struct {
 
 // enrolment is this replica's enrolment of its identity key, and its pinned keys from the ConfigMap
 // the leader keeps (--enrol): pinned for every name of its pod (kube.HubPinName).
-func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*health.Enrolment, error) {
-	id, created, err := health.LoadOrCreateIdentity(o.identityFile)
+func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*identity.Enrolment, error) {
+	id, created, err := identity.LoadOrCreateIdentity(o.identityFile)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*health.Enrolme
 	if created {
 		log.Info("created this replica's identity key; enrolling it through the API server", "file", o.identityFile, "key", id.Public().String())
 	}
-	return &health.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: health.PinnedConfigMap, Node: kube.HubPinName(host),
+	return &identity.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: identity.PinnedConfigMap, Node: kube.HubPinName(host),
 		Identity: id, Copy: o.pinnedFile, Log: log}, nil
 }
 
@@ -97,7 +97,7 @@ func checkEnrol(o runOptions) error {
 }
 
 // runEnroller answers the members' enrolments while this replica leads (kube.Enroller), every
-// health.EnrolmentInterval.
+// identity.EnrolmentInterval.
 func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slog.Logger) {
 	accounts := func(names []string) []string {
 		var out []string
@@ -106,7 +106,7 @@ func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slo
 		}
 		return out
 	}
-	e := &kube.Enroller{Client: c, Pinned: kube.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: health.PinnedConfigMap}},
+	e := &kube.Enroller{Client: c, Pinned: kube.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: identity.PinnedConfigMap}},
 		Agents: accounts(k.agents), Hubs: accounts(k.hubs), Log: log}
 	var said string
 	for {
@@ -117,7 +117,7 @@ func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slo
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(health.EnrolmentInterval):
+		case <-time.After(identity.EnrolmentInterval):
 		}
 	}
 }

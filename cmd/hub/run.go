@@ -23,6 +23,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
@@ -86,7 +87,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.keyFile, "gossip-key-file", "", "gossip key file, the agents' (base64 keys, one a line) (required)")
 	f.StringVar(&o.identityFile, "identity-file", "", "the hub's signing key (created when missing; pinned as hub-* in the pinned-keys file; with --pinned-file)")
 	f.StringVar(&o.pinnedFile, "pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line, as the agents' (with --identity-file)")
-	f.BoolVar(&o.noIdentities, "insecure-no-identities", false, "run without per-node identities (no --identity-file, no --pinned-file): "+health.IdentitiesOff)
+	f.BoolVar(&o.noIdentities, "insecure-no-identities", false, "run without per-node identities (no --identity-file, no --pinned-file): "+identity.IdentitiesOff)
 	f.StringVar(&o.api.socket, "socket", defaultSocket, "Unix socket for the operator API (mode 0600; empty: none)")
 	f.StringVar(&o.api.address, "api-address", "", "also serve the operator API on this loopback TCP address (needs --api-token-file)")
 	f.StringVar(&o.api.tokenFile, "api-token-file", "", "file holding the bearer token for --api-address")
@@ -110,7 +111,7 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.DurationVar(&k.discoverEvery, "discover-interval", 10*time.Second, "with --discover: how often the cluster is read again")
 	f.IntVar(&k.agentPort, "agent-port", 7946, "with --discover: the agents' gossip port, joined at every control-plane and witness Node's address (no name to resolve: cluster DNS may be down with the control plane)")
 	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (docs/design.md: Quorum lost in Kubernetes mode)")
-	f.BoolVar(&k.enrol, "enrol", false, "with --kubernetes: agents and hub replicas enrol their identity keys through the API server (CertificateSigningRequests of signer hale.dev/identity, from their pods' own tokens) and the leader pins them in the ConfigMap "+health.PinnedConfigMap+"; --identity-file is then this replica's key, --pinned-file its local copy of the pinned keys")
+	f.BoolVar(&k.enrol, "enrol", false, "with --kubernetes: agents and hub replicas enrol their identity keys through the API server (CertificateSigningRequests of signer hale.dev/identity, from their pods' own tokens) and the leader pins them in the ConfigMap "+identity.PinnedConfigMap+"; --identity-file is then this replica's key, --pinned-file its local copy of the pinned keys")
 	f.StringSliceVar(&k.agents, "enrol-agents", []string{"hale-agent", "hale-witness"}, "with --enrol: the service accounts (in --namespace) whose requests pin the key of the node their pod runs on")
 	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol: the service accounts (in --namespace) whose requests pin a hub replica's key")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
@@ -148,7 +149,7 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		if err := checkEnrol(o); err != nil {
 			return err
 		}
-	} else if err := health.CheckIdentitySettings(o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities"); err != nil {
+	} else if err := identity.CheckIdentitySettings(o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities"); err != nil {
 		return err
 	}
 	pinAs := o.node
@@ -171,13 +172,13 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	}
 	gc := health.GossipConfig{Node: o.node, Cluster: inventory.Current().Cluster, Role: "hub", Keys: keys, Logger: log, Timing: health.DefaultTiming()}
 	// The hub's name is new at every start: its key is pinned for every name it may take (hub-*).
-	var enrol *health.Enrolment
+	var enrol *identity.Enrolment
 	if o.kube != nil && o.kube.enrol {
 		if enrol, err = o.kube.enrolment(o, log); err != nil {
 			return err
 		}
 		gc.Identity, gc.Pinned = &enrol.Identity, enrol.Start()
-	} else if gc.Identity, gc.Pinned, err = health.LoadIdentities(o.node, pinAs, o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
+	} else if gc.Identity, gc.Pinned, err = identity.LoadIdentities(o.node, pinAs, o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
 		return err
 	}
 	if gc.BindAddr, gc.BindPort, err = splitHostPort("--gossip-bind", o.bind); err != nil {

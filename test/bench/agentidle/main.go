@@ -32,7 +32,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/test/kubeassets"
 	"github.com/hale-dev/hale/test/proc"
 )
@@ -46,7 +46,7 @@ func pinIdentities(dir string, n int) (string, error) {
 		if i == n {
 			name = "hub-bench"
 		}
-		id, _, err := health.LoadOrCreateIdentity(filepath.Join(dir, "identity-"+name+".key"))
+		id, _, err := identity.LoadOrCreateIdentity(filepath.Join(dir, "identity-"+name+".key"))
 		if err != nil {
 			return "", err
 		}

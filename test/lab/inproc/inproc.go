@@ -33,6 +33,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
@@ -118,8 +119,8 @@ type Cluster struct {
 	start    time.Time
 	// ids are every member's identity (a machine's stays across its reboots, as its key file on disk
 	// would); pinned are their public keys, the hub's as hub-*.
-	ids      map[string]health.Identity
-	pinned   map[string][]health.PublicKey
+	ids      map[string]identity.Identity
+	pinned   map[string][]identity.PublicKey
 	net      *partition.Network
 	ipmi     *ipmisim.Sim // machine IPMIMachine's BMC, with Options.IPMI
 	ipmiStop func()       // stops following ipmi_sim's chassis log
@@ -149,17 +150,17 @@ type agentProc struct {
 // pin gives member name an identity and pins its key on every member running and in the pinned-keys
 // file (a machine that joins: its line added). The hub's (hub-*) is kept in a file, for `hub run`.
 func (tb *Cluster) pin(name string) error {
-	id := health.NewIdentity()
+	id := identity.NewIdentity()
 	if name == "hub-*" {
 		var err error
-		if id, _, err = health.LoadOrCreateIdentity(tb.HubIdentityFile()); err != nil {
+		if id, _, err = identity.LoadOrCreateIdentity(tb.HubIdentityFile()); err != nil {
 			return err
 		}
 	}
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	tb.ids[name], tb.pinned[name] = id, []health.PublicKey{id.Public()}
-	p := health.PinnedOf(tb.pinned)
+	tb.ids[name], tb.pinned[name] = id, []identity.PublicKey{id.Public()}
+	p := identity.PinnedOf(tb.pinned)
 	for g := range tb.gossips {
 		g.SetPinned(p)
 	}
@@ -188,7 +189,7 @@ func (tb *Cluster) startGossip(cfg health.GossipConfig) (*health.Gossip, error) 
 	if cfg.Role == "hub" {
 		name = "hub-*"
 	}
-	id, p := tb.ids[name], health.PinnedOf(tb.pinned)
+	id, p := tb.ids[name], identity.PinnedOf(tb.pinned)
 	tb.mu.Unlock()
 	cfg.Identity, cfg.Pinned = &id, &p
 	g, err := health.StartGossip(cfg)
@@ -248,7 +249,7 @@ func Start(opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("inproc: Options.Names has %d names for %d machines", len(opts.Names), Machines)
 	}
 	tb := &Cluster{opts: opts, key: make([]byte, 32), start: time.Now(), agents: map[int]*agentProc{}, ports: map[int]int{}, net: partition.New(),
-		ids: map[string]health.Identity{}, pinned: map[string][]health.PublicKey{}, gossips: map[*health.Gossip]bool{}}
+		ids: map[string]identity.Identity{}, pinned: map[string][]identity.PublicKey{}, gossips: map[*health.Gossip]bool{}}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}

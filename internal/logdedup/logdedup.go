@@ -1,4 +1,6 @@
-package health
+// Package logdedup passes memberlist's log lines, and the gossip's own complaints, to slog, warning
+// once per kind of problem and peer.
+package logdedup
 
 import (
 	"context"
@@ -7,10 +9,10 @@ import (
 	"sync"
 )
 
-// logDedup takes memberlist's log lines and the gossip's own complaints and passes them to slog,
+// Dedup takes memberlist's log lines and the gossip's own complaints and passes them to slog,
 // warning only once per kind of problem and peer address: a peer with the wrong key or another
 // cluster's label would otherwise fill the log several times a second.
-type logDedup struct {
+type Dedup struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	seen map[string]struct{}
@@ -22,10 +24,11 @@ type logDedup struct {
 // maxDedup bounds the memory of what was already said; past it, everything may be said once more.
 const maxDedup = 1024
 
-func newLogDedup(l *slog.Logger) *logDedup { return &logDedup{log: l, seen: map[string]struct{}{}} }
+// New returns a Dedup that logs to l.
+func New(l *slog.Logger) *Dedup { return &Dedup{log: l, seen: map[string]struct{}{}} }
 
 // Write receives one memberlist log line.
-func (d *logDedup) Write(p []byte) (int, error) {
+func (d *Dedup) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
 	level, msg := slog.LevelDebug, line
 	for tag, l := range map[string]slog.Level{"[ERR] ": slog.LevelWarn, "[WARN] ": slog.LevelWarn, "[INFO] ": slog.LevelInfo, "[DEBUG] ": slog.LevelDebug} {
@@ -54,12 +57,12 @@ func (d *logDedup) Write(p []byte) (int, error) {
 		msg += ": this peer encrypts with a key this member does not hold (another cluster's key, or a key " +
 			"rotation out of order: add the new key second everywhere before moving it first)"
 	}
-	d.once(kind, peer, msg)
+	d.Once(kind, peer, msg)
 	return len(p), nil
 }
 
-// once logs msg as a warning the first time kind and peer are seen together.
-func (d *logDedup) once(kind, peer, msg string, args ...any) {
+// Once logs msg as a warning the first time kind and peer are seen together.
+func (d *Dedup) Once(kind, peer, msg string, args ...any) {
 	d.mu.Lock()
 	key := kind + "\x00" + peer
 	_, dup := d.seen[key]
@@ -76,4 +79,11 @@ func (d *logDedup) once(kind, peer, msg string, args ...any) {
 		}
 		d.log.Warn(msg+" (said once per peer)", args...)
 	}
+}
+
+// Undecryptable counts the messages no installed key could decrypt so far.
+func (d *Dedup) Undecryptable() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.undecryptable
 }

@@ -2,8 +2,6 @@ package health
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,79 +10,23 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/health/identity"
 )
 
-func TestLoadOrCreateIdentity(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "hale", "identity.key")
-	id, created, err := LoadOrCreateIdentity(path)
-	require.NoError(t, err)
-	assert.True(t, created)
-	info, err := os.Stat(path)
-	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
-	again, created, err := LoadOrCreateIdentity(path)
-	require.NoError(t, err)
-	assert.False(t, created, "kept, not made anew")
-	assert.Equal(t, id.Public().String(), again.Public().String())
-	k, err := ParsePublicKey(id.Public().String())
-	require.NoError(t, err)
-	assert.Equal(t, id.Public(), k)
-
-	require.NoError(t, os.Chmod(path, 0o644))
-	_, _, err = LoadOrCreateIdentity(path)
-	require.ErrorContains(t, err, "other users may read it")
-	bad := filepath.Join(dir, "bad.key")
-	require.NoError(t, os.WriteFile(bad, []byte("not a key\n"), 0o600))
-	_, _, err = LoadOrCreateIdentity(bad)
-	require.ErrorContains(t, err, bad+": not a PEM PRIVATE KEY")
-}
-
-func TestLoadPinned(t *testing.T) {
-	a, b, c := NewIdentity().Public(), NewIdentity().Public(), NewIdentity().Public()
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		name, body, err string
-	}{
-		{name: "ok", body: "# the control plane\ncp-0 " + a.String() + "\ncp-1 " + b.String() + " # rotated in May\ncp-1 " + c.String() + "\nhub-* " + c.String() + "\n"},
-		{name: "one field", body: "cp-0\n", err: "line 1: want NAME ed25519:BASE64"},
-		{name: "not a key", body: "\ncp-0 ssh-ed25519 AAAA\n", err: "line 2: want NAME ed25519:BASE64"},
-		{name: "bad base64", body: "cp-0 ed25519:!!!\n", err: `line 1: "ed25519:!!!" is not ed25519: followed by the base64 of 32 bytes`},
-		{name: "three keys", body: "cp-0 " + a.String() + "\ncp-0 " + b.String() + "\ncp-0 " + c.String() + "\n", err: "line 3: cp-0 has two keys already"},
-		{name: "a star inside", body: "c*p " + a.String() + "\n", err: "* may only end a name"},
-		{name: "empty", body: "# nothing\n", err: "no key in it"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, tc.name)
-			require.NoError(t, os.WriteFile(path, []byte(tc.body), 0o644))
-			p, err := LoadPinned(path)
-			if tc.err != "" {
-				require.ErrorContains(t, err, path)
-				require.ErrorContains(t, err, tc.err)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, []PublicKey{a}, p.Keys("cp-0"))
-			assert.Equal(t, []PublicKey{b, c}, p.Keys("cp-1"))
-			assert.Equal(t, []PublicKey{c}, p.Keys("hub-ctl-1-x7k2q9"))
-			assert.Empty(t, p.Keys("cp-9"))
-		})
-	}
-}
-
 // identities gives members identities and pins them: name → identity.
-type identities map[string]Identity
+type identities map[string]identity.Identity
 
-func (ids identities) pinned() Pinned {
-	keys := map[string][]PublicKey{}
+func (ids identities) pinned() identity.Pinned {
+	keys := map[string][]identity.PublicKey{}
 	for name, id := range ids {
 		keys[name] = append(keys[name], id.Public())
 	}
-	return PinnedOf(keys)
+	return identity.PinnedOf(keys)
 }
 
 // as makes a member sign with id and check against pinned.
-func as(id Identity, pinned Pinned) memberOpt {
+func as(id identity.Identity, pinned identity.Pinned) memberOpt {
 	return func(c *GossipConfig) { c.Identity, c.Pinned = &id, &pinned }
 }
 
@@ -93,7 +35,7 @@ func as(id Identity, pinned Pinned) memberOpt {
 // that is not pinned, nor by replaying its signed claim from another address. The real member comes
 // back, and a member re-keyed with both keys pinned is heard throughout.
 func TestIdentitiesStopAForger(t *testing.T) {
-	ids := identities{"hub": NewIdentity(), "cp-0": NewIdentity(), "cp-1": NewIdentity()}
+	ids := identities{"hub": identity.NewIdentity(), "cp-0": identity.NewIdentity(), "cp-1": identity.NewIdentity()}
 	pinned := ids.pinned()
 	hub, _ := startMember(t, "hub", as(ids["hub"], pinned))
 	cp0, _ := startMember(t, "cp-0", as(ids["cp-0"], pinned))
@@ -108,7 +50,7 @@ func TestIdentitiesStopAForger(t *testing.T) {
 	realAddr := cp1.Addr()
 
 	forge := func(name string) *Gossip {
-		f, _ := startMember(t, name, as(NewIdentity(), pinned))
+		f, _ := startMember(t, name, as(identity.NewIdentity(), pinned))
 		_, _ = f.Join([]string{hub.Addr(), cp0.Addr()})
 		_ = f.Publish(Report{Probes: []ProbeResult{{Name: "etcd", OK: false, Detail: "forged"}}})
 		return f
@@ -120,7 +62,7 @@ func TestIdentitiesStopAForger(t *testing.T) {
 	// While the real cp-1 runs.
 	f := forge("cp-1")
 	require.Eventually(t, rejected("alive_bad_signature"), 5*time.Second, 10*time.Millisecond, "%v", hub.Rejected())
-	require.Eventually(t, rejected(RejectBadSignature), 5*time.Second, 10*time.Millisecond, "%v", hub.Rejected())
+	require.Eventually(t, rejected(identity.RejectBadSignature), 5*time.Second, 10*time.Millisecond, "%v", hub.Rejected())
 	require.NoError(t, f.Shutdown())
 
 	// Across a restart of the real agent: the name is free, and memberlist would give it to a new
@@ -165,8 +107,8 @@ func TestIdentitiesStopAForger(t *testing.T) {
 	require.ErrorContains(t, err, "bad_signature")
 
 	// The real cp-1 comes back, re-keyed: both keys pinned while it rotates, so it is heard at once.
-	newKey := NewIdentity()
-	rotating := PinnedOf(map[string][]PublicKey{"hub": {ids["hub"].Public()}, "cp-0": {ids["cp-0"].Public()},
+	newKey := identity.NewIdentity()
+	rotating := identity.PinnedOf(map[string][]identity.PublicKey{"hub": {ids["hub"].Public()}, "cp-0": {ids["cp-0"].Public()},
 		"cp-1": {ids["cp-1"].Public(), newKey.Public()}})
 	hub.SetPinned(rotating)
 	cp0.SetPinned(rotating)
@@ -192,7 +134,7 @@ func portOf(t *testing.T, s string) uint16 {
 // A signed report: every receiver checks the writer's signature, relayed copies included, and a
 // signed report that was tampered with fails it.
 func TestSignedReports(t *testing.T) {
-	id := NewIdentity()
+	id := identity.NewIdentity()
 	inner, err := EncodeReport(&Report{Node: "cp-1", Cluster: "c", Version: 1})
 	require.NoError(t, err)
 	msg := signReport(id, inner)
@@ -201,15 +143,15 @@ func TestSignedReports(t *testing.T) {
 	assert.Equal(t, "cp-1", got.Node)
 	in, sig, signed := splitSigned(msg)
 	require.True(t, signed)
-	p := PinnedOf(map[string][]PublicKey{"cp-1": {id.Public()}})
-	ok, _ := p.verify("cp-1", in, sig)
+	p := identity.PinnedOf(map[string][]identity.PublicKey{"cp-1": {id.Public()}})
+	ok, _ := p.Verify("cp-1", in, sig)
 	assert.True(t, ok)
 	tampered := append([]byte(nil), msg...)
 	tampered[len(tampered)-3] ^= 1
 	in, sig, _ = splitSigned(tampered)
-	ok, why := p.verify("cp-1", in, sig)
+	ok, why := p.Verify("cp-1", in, sig)
 	assert.False(t, ok)
-	assert.Equal(t, RejectBadSignature, why)
+	assert.Equal(t, identity.RejectBadSignature, why)
 	_, err = DecodeReport(append([]byte{formatSigned}, sig...))
 	assert.ErrorContains(t, err, "a signed report without a report in it")
 	assert.True(t, strings.HasPrefix(id.Public().String(), "ed25519:"))

@@ -1,4 +1,4 @@
-package health
+package identity
 
 import (
 	"bytes"

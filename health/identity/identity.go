@@ -1,4 +1,12 @@
-package health
+// Package identity is the gossip members' identities: each member's Ed25519 key of its own, the keys
+// pinned for each name, and an agent's enrolment of its key through the API server. A member signs
+// every report it publishes and the claim in its gossip metadata that binds its name to its address,
+// and every member verifies both against the keys pinned for that name (Pinned) before it takes a
+// report or lets the name be alive (package health does both). The shared gossip key keeps outsiders
+// out; the identities keep a holder of the shared key from speaking for another member: a stolen pool
+// key is no longer enough to make a healthy machine look failed, to take its name over while its
+// agent restarts, or to answer for it once it is dead.
+package identity
 
 import (
 	"bufio"
@@ -22,13 +30,6 @@ import (
 	"github.com/hale-dev/hale/internal/secretfile"
 )
 
-// A member's identity is an Ed25519 key of its own. It signs every report the member publishes and
-// the claim in its gossip metadata that binds its name to its address, and every member verifies both
-// against the keys pinned for that name (Pinned) before it takes a report or lets the name be alive.
-// The shared gossip key keeps outsiders out; the identities keep a holder of the shared key from
-// speaking for another member: a stolen pool key is no longer enough to make a healthy machine look
-// failed, to take its name over while its agent restarts, or to answer for it once it is dead.
-
 // Identity is this member's signing key.
 type Identity struct {
 	key ed25519.PrivateKey
@@ -37,7 +38,8 @@ type Identity struct {
 // Public is the identity's public key, as the pinned-keys file writes it.
 func (id Identity) Public() PublicKey { return PublicKey(id.key.Public().(ed25519.PublicKey)) }
 
-func (id Identity) sign(msg []byte) []byte { return ed25519.Sign(id.key, msg) }
+// Sign signs msg (a report, a claim) with the identity's key.
+func (id Identity) Sign(msg []byte) []byte { return ed25519.Sign(id.key, msg) }
 
 // NewIdentity returns a fresh identity (tests, and LoadOrCreateIdentity).
 func NewIdentity() Identity {
@@ -130,7 +132,8 @@ func ParsePublicKey(s string) (PublicKey, error) {
 	return PublicKey(b), nil
 }
 
-func (k PublicKey) verify(msg, sig []byte) bool {
+// Verify says whether sig is msg signed by k.
+func (k PublicKey) Verify(msg, sig []byte) bool {
 	return len(sig) == ed25519.SignatureSize && ed25519.Verify(ed25519.PublicKey(k), msg, sig)
 }
 
@@ -190,14 +193,14 @@ func (p Pinned) Keys(name string) []PublicKey {
 // Len counts the names pinned (prefixes included).
 func (p Pinned) Len() int { return len(p.exact) + len(p.prefixes) }
 
-// verify says whether sig is msg signed by a key pinned for name, and if not why (a Reject reason).
-func (p Pinned) verify(name string, msg, sig []byte) (ok bool, reason string) {
+// Verify says whether sig is msg signed by a key pinned for name, and if not why (a Reject reason).
+func (p Pinned) Verify(name string, msg, sig []byte) (ok bool, reason string) {
 	keys := p.Keys(name)
 	if len(keys) == 0 {
 		return false, RejectUnknownNode
 	}
 	for _, k := range keys {
-		if k.verify(msg, sig) {
+		if k.Verify(msg, sig) {
 			return true, ""
 		}
 	}
@@ -278,10 +281,10 @@ func FormatPinLines(header string, lines []PinLine) string {
 	return b.String()
 }
 
-// aliveClaim is what a member's gossip metadata signs: its pool, name and address, its role and when
+// AliveClaim is what a member's gossip metadata signs: its pool, name and address, its role and when
 // it started. Bound to the address, it cannot be used from another; bound to the start, a new process
 // makes a new one.
-func aliveClaim(cluster, name, addr, role string, started int64) []byte {
+func AliveClaim(cluster, name, addr, role string, started int64) []byte {
 	return fmt.Appendf(nil, "hale-alive\x00%s\x00%s\x00%s\x00%s\x00%d", cluster, name, addr, role, started)
 }
 
