@@ -25,8 +25,9 @@ import (
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/kube/capi"
 	"github.com/hale-dev/hale/quorum"
-	"github.com/hale-dev/hale/test/capi"
+	capilab "github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/lab/inproc"
@@ -130,7 +131,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 
 	kcpMachine := ownedMachines(ctx, t, c, "prod", "KubeadmControlPlane")[0]
 	start := time.Now()
-	kcp := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
+	kcp := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	require.NoError(t, kcp.HandOver(ctx, "cp dead per 5 of 6 expected observers", nil))
 	st, where := awaitOwnerAnswer(ctx, t, kcp, 3*time.Minute)
@@ -145,7 +146,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	require.NotNil(t, replacement, "KCP's replacement carries remediation-for naming %s", kcpMachine.Name)
 
 	// The replacement handed over within minHealthyPeriodSeconds: KCP's retry limit (maxRetry 0).
-	again := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(replacement), OwnerAPIVersion: kcp.OwnerAPIVersion,
+	again := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(replacement), OwnerAPIVersion: kcp.OwnerAPIVersion,
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	start = time.Now()
 	require.NoError(t, again.HandOver(ctx, "dead again", nil))
@@ -156,13 +157,13 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	require.NoError(t, again.Withdraw(ctx))
 	var m clusterv1.Machine
 	require.NoError(t, c.Get(ctx, again.Machine, &m))
-	assert.False(t, HandedOver(&m))
+	assert.False(t, capi.HandedOver(&m))
 	time.Sleep(3 * time.Second)
 	require.NoError(t, c.Get(ctx, again.Machine, &m), "the refused machine is still there")
 	assert.Nil(t, m.DeletionTimestamp)
 
 	msMachine := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
-	ms := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&msMachine), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+	ms := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&msMachine), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&msMachine).Name}
 	start = time.Now()
 	require.NoError(t, ms.HandOver(ctx, "worker dead", nil))
@@ -174,7 +175,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	// new machine's node ready (the Machine's NodeReady condition, as the Machine controller copies it
 	// from the workload cluster), then delete-machine on the old one and the count back.
 	old := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
-	surge := &DeploymentOwner{MachineOwner: MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&old), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+	surge := &capi.DeploymentOwner{MachineOwner: capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&old), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&old).Name}, Deployment: client.ObjectKey{Namespace: "prod", Name: "prod-md"}}
 	start = time.Now()
 	require.NoError(t, surge.HandOver(ctx, "worker dead", []quorum.Step{{Op: quorum.OpAddVoter, Member: "none"}}))
@@ -208,7 +209,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 		}
 	}
 	require.NotNil(t, original)
-	pausedOwner := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(original), OwnerAPIVersion: kcp.OwnerAPIVersion,
+	pausedOwner := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(original), OwnerAPIVersion: kcp.OwnerAPIVersion,
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	require.NoError(t, pausedOwner.HandOver(ctx, "dead while the cluster is paused", nil))
 	time.Sleep(10 * time.Second)
@@ -237,7 +238,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 			"checks": map[string]any{"unhealthyNodeConditions": []any{map[string]any{"type": "Ready", "status": "False", "timeoutSeconds": int64(300)}}}}}}
 	require.NoError(t, c.Create(ctx, mhc))
 	watched := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
-	deferred := &MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&watched), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+	deferred := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&watched), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&watched).Name}
 	time.Sleep(3 * time.Second) // the MachineHealthCheck has looked at the machine once
 	start = time.Now()
@@ -248,13 +249,13 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 		require.NoError(t, err)
 		sawDeferral = sawDeferral || strings.Contains(where, "MachineSet defers deleting Machine")
 		require.NoError(t, c.Get(ctx, deferred.Machine, &m))
-		if !HandedOver(&m) {
+		if !capi.HandedOver(&m) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	require.NoError(t, c.Get(ctx, deferred.Machine, &m))
-	assert.False(t, HandedOver(&m), "the MachineHealthCheck rewrote Hale's conditions")
+	assert.False(t, capi.HandedOver(&m), "the MachineHealthCheck rewrote Hale's conditions")
 	assert.True(t, sawDeferral, "the MachineSet's deferral read as its answer")
 	t.Logf("MachineSet deferred; the MachineHealthCheck rewrote Hale's conditions %v after the hand-over: %+v", time.Since(start).Round(100*time.Millisecond),
 		meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition))
@@ -267,8 +268,8 @@ func inMemoryClustersUp(t *testing.T, namespaces ...string) client.Client {
 	c, cfg := kubeenv.StartBare(t)
 	ctx := t.Context()
 	start := time.Now()
-	capi.Start(t, c, kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""), 20*time.Second)
-	t.Logf("Cluster API %s: CRDs, webhooks and 4 managers ready in %v", capi.Version, time.Since(start).Round(100*time.Millisecond))
+	capilab.Start(t, c, kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""), 20*time.Second)
+	t.Logf("Cluster API %s: CRDs, webhooks and 4 managers ready in %v", capilab.Version, time.Since(start).Round(100*time.Millisecond))
 	for _, ns := range namespaces {
 		require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(strings.ReplaceAll(inMemoryCluster, "prod", ns)), 4096)

@@ -17,6 +17,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/kube/capi"
 )
 
 // verdicts is a Rebooter whose one remediation failed and whose verdict on its machine the test sets.
@@ -75,7 +76,7 @@ func TestFailedExternalRemediationWaitsForAVerdict(t *testing.T) {
 			assert.Equal(t, tc.phase, r.Status.Phase)
 			assert.Contains(t, r.Status.Message, tc.message)
 			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(m), m))
-			assert.Equal(t, tc.handed, HandedOver(m))
+			assert.Equal(t, tc.handed, capi.HandedOver(m))
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package kube
+package capi
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package kube
+package capi
 
 import (
 	"context"
@@ -7,10 +7,15 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/bmc"
 )
+
+// BareMetalHostGVK is metal3's BareMetalHost, read as unstructured: its Go module is not a
+// dependency of Hale (only a few fields are read, and the reboot annotation is written).
+var BareMetalHostGVK = schema.GroupVersionKind{Group: "metal3.io", Version: "v1alpha1", Kind: "BareMetalHost"}
 
 // metal3's annotations, as baremetal-operator reads them.
 const (
@@ -24,8 +29,8 @@ const (
 	HostPausedAnnotation = "baremetalhost.metal3.io/paused"
 )
 
-// hostHold says why Hale must not act on a BareMetalHost, or "".
-func hostHold(h *unstructured.Unstructured) string {
+// HostHold says why Hale must not act on a BareMetalHost, or "".
+func HostHold(h *unstructured.Unstructured) string {
 	for _, a := range []string{HostDetachedAnnotation, HostPausedAnnotation} {
 		if _, ok := h.GetAnnotations()[a]; ok {
 			return fmt.Sprintf("BareMetalHost %s/%s is annotated %s: its operator does not act on it, so neither does Hale", h.GetNamespace(), h.GetName(), a)
@@ -143,7 +148,7 @@ func (h *Metal3Host) annotate(ctx context.Context, value *string) error {
 	if err != nil {
 		return err
 	}
-	if why := hostHold(u); why != "" && value != nil { // Hale's own annotation may always go
+	if why := HostHold(u); why != "" && value != nil { // Hale's own annotation may always go
 		return errors.New(why)
 	}
 	before := u.DeepCopy()
