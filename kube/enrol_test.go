@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/health/identity"
+	"github.com/hale-dev/hale/kube/enrol"
 	"github.com/hale-dev/hale/test/capture"
 )
 
@@ -77,7 +78,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		require.NoError(t, err)
 		return cl
 	}
-	enrol := func(as client.Client, name string, id identity.Identity, forNode string) {
+	enrolAs := func(as client.Client, name string, id identity.Identity, forNode string) {
 		t.Helper()
 		pemReq, err := id.EnrolmentRequest(forNode)
 		require.NoError(t, err)
@@ -92,10 +93,10 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 		return csr.Status.Conditions[0].Type, csr.Status.Conditions[0].Message
 	}
 
-	pinned := PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: ns, Name: identity.PinnedConfigMap}}
+	pinned := enrol.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: ns, Name: identity.PinnedConfigMap}}
 	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: identity.PinnedConfigMap}}))
 	logs := &capture.Buffer{}
-	e := &Enroller{Client: c, Pinned: pinned, Agents: []string{"system:serviceaccount:" + ns + ":hale-agent"},
+	e := &enrol.Enroller{Client: c, Pinned: pinned, Agents: []string{"system:serviceaccount:" + ns + ":hale-agent"},
 		Hubs: []string{"system:serviceaccount:" + ns + ":hale-hub"}, Log: slog.New(slog.NewTextHandler(logs, nil))}
 	lines := func() string {
 		ls, err := pinned.Read(ctx)
@@ -109,10 +110,10 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 
 	agent1 := pod("agent-cp-1", "hale-agent", node("cp-1"))
 	id1, id1b, forger := identity.NewIdentity(), identity.NewIdentity(), identity.NewIdentity()
-	enrol(asAgent("hale-agent", agent1), "cp-1", id1, node("cp-1"))
-	enrol(asAgent("hale-agent", agent1), "cp-2-from-cp-1", forger, node("cp-2"))
-	enrol(asAgent("someone-else", pod("other-on-cp-2", "someone-else", node("cp-2"))), "other-account", forger, node("cp-2"))
-	enrol(asAgent("hale-agent", nil), "unbound-token", forger, node("cp-2"))
+	enrolAs(asAgent("hale-agent", agent1), "cp-1", id1, node("cp-1"))
+	enrolAs(asAgent("hale-agent", agent1), "cp-2-from-cp-1", forger, node("cp-2"))
+	enrolAs(asAgent("someone-else", pod("other-on-cp-2", "someone-else", node("cp-2"))), "other-account", forger, node("cp-2"))
+	enrolAs(asAgent("hale-agent", nil), "unbound-token", forger, node("cp-2"))
 	require.NoError(t, e.Pass(ctx))
 
 	assert.Equal(t, node("cp-1")+" "+id1.Public().String(), lines())
@@ -130,12 +131,12 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	}
 
 	// The node's disk was replaced: its agent made a new key and enrols it; the old one goes.
-	enrol(asAgent("hale-agent", agent1), "cp-1-new-disk", id1b, node("cp-1"))
+	enrolAs(asAgent("hale-agent", agent1), "cp-1-new-disk", id1b, node("cp-1"))
 	// A hub replica enrols its own key for the names of its pod; the line of one that is gone goes.
 	hubPod := pod("hale-hub-abc", "hale-hub", node("cp-2"))
-	enrol(asAgent("hale-hub", hubPod), "hub-abc", identity.NewIdentity(), HubPinName(hubPod.Name))
-	enrol(asAgent("hale-hub", hubPod), "hub-as-a-node", forger, node("cp-2"))
-	_, err := pinned.Pin(ctx, HubPinName("hale-hub-gone"), identity.NewIdentity().Public())
+	enrolAs(asAgent("hale-hub", hubPod), "hub-abc", identity.NewIdentity(), enrol.HubPinName(hubPod.Name))
+	enrolAs(asAgent("hale-hub", hubPod), "hub-as-a-node", forger, node("cp-2"))
+	_, err := pinned.Pin(ctx, enrol.HubPinName("hale-hub-gone"), identity.NewIdentity().Public())
 	require.NoError(t, err)
 	require.NoError(t, e.Pass(ctx))
 	kind, msg = answer(ns + "-hub-as-a-node")

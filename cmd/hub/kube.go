@@ -31,6 +31,7 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/kube/enrol"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -54,14 +55,14 @@ type kubeOptions struct {
 	// degradedJournal, when set, turns degraded mode on (degraded.go): the local journal of a term
 	// without the API server; breakGlass is the inventory of the BMCs it may use then.
 	degradedJournal, breakGlass string
-	// enrol: members enrol their identity keys through the API server (kube.Enroller); agents and
+	// enrol: members enrol their identity keys through the API server (enrol.Enroller); agents and
 	// hubs are the service accounts (in namespace) whose requests pin a node's key, or a replica's.
 	enrol        bool
 	agents, hubs []string
 }
 
 // enrolment is this replica's enrolment of its identity key, and its pinned keys from the ConfigMap
-// the leader keeps (--enrol): pinned for every name of its pod (kube.HubPinName).
+// the leader keeps (--enrol): pinned for every name of its pod (enrol.HubPinName).
 func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*identity.Enrolment, error) {
 	id, created, err := identity.LoadOrCreateIdentity(o.identityFile)
 	if err != nil {
@@ -79,7 +80,7 @@ func (k *kubeOptions) enrolment(o runOptions, log *slog.Logger) (*identity.Enrol
 	if created {
 		log.Info("created this replica's identity key; enrolling it through the API server", "file", o.identityFile, "key", id.Public().String())
 	}
-	return &identity.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: identity.PinnedConfigMap, Node: kube.HubPinName(host),
+	return &identity.Enrolment{Server: cfg.Host, Client: httpc, Namespace: k.namespace, ConfigMap: identity.PinnedConfigMap, Node: enrol.HubPinName(host),
 		Identity: id, Copy: o.pinnedFile, Log: log}, nil
 }
 
@@ -96,7 +97,7 @@ func checkEnrol(o runOptions) error {
 	return nil
 }
 
-// runEnroller answers the members' enrolments while this replica leads (kube.Enroller), every
+// runEnroller answers the members' enrolments while this replica leads (enrol.Enroller), every
 // identity.EnrolmentInterval.
 func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slog.Logger) {
 	accounts := func(names []string) []string {
@@ -106,7 +107,7 @@ func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slo
 		}
 		return out
 	}
-	e := &kube.Enroller{Client: c, Pinned: kube.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: identity.PinnedConfigMap}},
+	e := &enrol.Enroller{Client: c, Pinned: enrol.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: identity.PinnedConfigMap}},
 		Agents: accounts(k.agents), Hubs: accounts(k.hubs), Log: log}
 	var said string
 	for {

@@ -1,4 +1,15 @@
-package kube
+// Package enrol is the hub's side of identity enrolment in Kubernetes mode: per-node identities need
+// no key step by hand. An agent enrols its identity key
+// through the API server, as a kubelet bootstraps its certificate: it creates a
+// CertificateSigningRequest of signer identity.IdentitySigner whose key is its identity key and whose common
+// name is its node. The API server records who asked: the agent's service account, and (its token
+// being bound to its pod) the node the pod runs on, in spec.extra. The leading hub pins the key for
+// that node in the PinnedKeys ConfigMap, only when the request came from an agent's service account
+// and names the node the API server says it came from, and approves the request; it denies any other
+// with the reason. Every agent and hub reads the ConfigMap: a key is pinned everywhere seconds after
+// its agent started. A stolen gossip key alone still speaks for no one, and no one can enrol a key for
+// a node without a token of a pod of Hale's agents running on that node.
+package enrol
 
 import (
 	"context"
@@ -21,17 +32,6 @@ import (
 
 	"github.com/hale-dev/hale/health/identity"
 )
-
-// In Kubernetes mode, per-node identities need no key step by hand. An agent enrols its identity key
-// through the API server, as a kubelet bootstraps its certificate: it creates a
-// CertificateSigningRequest of signer identity.IdentitySigner whose key is its identity key and whose common
-// name is its node. The API server records who asked: the agent's service account, and (its token
-// being bound to its pod) the node the pod runs on, in spec.extra. The leading hub pins the key for
-// that node in the PinnedKeys ConfigMap, only when the request came from an agent's service account
-// and names the node the API server says it came from, and approves the request; it denies any other
-// with the reason. Every agent and hub reads the ConfigMap: a key is pinned everywhere seconds after
-// its agent started. A stolen gossip key alone still speaks for no one, and no one can enrol a key for
-// a node without a token of a pod of Hale's agents running on that node.
 
 // NodeNameExtra is where the API server records the node of the pod a service account token is
 // bound to, in a request's user extra.
