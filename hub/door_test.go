@@ -19,18 +19,18 @@ import (
 func TestOneDoor(t *testing.T) {
 	doors := map[string][]string{
 		// method name → the functions allowed to call it ("Type.Method" or "func")
-		"Intent":  {"WriteEntry", "recorder.Intent"},
-		"Outcome": {"WriteEntry", "recorder.Outcome"},
-		"Note":    {"WriteEntry", "recorder.Note"},
-		"Finish":  {"WriteEntry", "recorder.Finish"},
-		"Begin":   {"Hub.journalBegin", "recorder.Begin"},
+		"Intent":  {"WriteEntry", "Recorder.Intent"},
+		"Outcome": {"WriteEntry", "Recorder.Outcome"},
+		"Note":    {"WriteEntry", "Recorder.Note"},
+		"Finish":  {"WriteEntry", "Recorder.Finish"},
+		"Begin":   {"Hub.journalBegin", "Recorder.Begin"},
 		// what a degraded term kept in its local journal, and a degraded etcd recovery's fences,
 		// imported once the API server answers (kube/degraded.go, kube/recovery.go)
 		"Import": {"ImportDegraded", "ImportRecovery"},
 		"Notify": {"Hub.say"},
 	}
 	var found int
-	for _, dir := range []string{".", "../cmd/hub", "../kube", "../recovery", "degraded", "journal", "journal/boltfile", "execute", "pass"} {
+	for _, dir := range []string{".", "../cmd/hub", "../kube", "../kube/capi", "../kube/enrol", "../recovery", "degraded", "journal", "journal/boltfile", "execute", "pass", "ledger", "inventory", "bmcaccess", "assess"} {
 		fset, files := sources(t, dir)
 		for _, f := range files {
 			path := fset.Position(f.Pos()).Filename

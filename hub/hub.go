@@ -20,6 +20,7 @@ import (
 	"github.com/hale-dev/hale/hub/bmcaccess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/ledger"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -134,7 +135,7 @@ type Hub struct {
 	running map[string]*running
 	// beginning counts the begins queued and not yet journaled (or refused): Run waits for them.
 	beginning sync.WaitGroup
-	ledger    *ledger                      // the journal's summary the passes read (never the journal)
+	ledger    *ledger.Ledger               // the journal's summary the passes read (never the journal)
 	logins    *bmcaccess.Logins            // BMC accounts that refused the credentials (its own lock)
 	bmcs      map[string]pass.BMCReadiness // what the last readiness checks found
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
@@ -223,8 +224,8 @@ func New(cfg Config) (*Hub, error) {
 			return nil, fmt.Errorf("%s: strategy replace needs an owner controller (Kubernetes mode with Cluster API)", m.Name)
 		}
 	}
-	l := newLedger(keepFinished)
-	cfg.Journal = recorder{Store: cfg.Journal, l: l}
+	l := ledger.New(keepFinished)
+	cfg.Journal = ledger.Recorder{Store: cfg.Journal, Ledger: l}
 	met, err := newMetrics(cfg.Metrics)
 	if err != nil {
 		return nil, err

@@ -214,7 +214,7 @@ func (h *Hub) watchFenced(ctx context.Context) {
 		if inv.Policy.OutOfServiceAfter > 0 {
 			var fenced []pass.Machine
 			for _, m := range inv.Machines {
-				if hist := h.ledger.of(m.Name); m.Endpoint.Driver != "" && len(hist) > 0 && hist[len(hist)-1].Fenced() {
+				if hist := h.ledger.Of(m.Name); m.Endpoint.Driver != "" && len(hist) > 0 && hist[len(hist)-1].Fenced() {
 					fenced = append(fenced, m)
 				}
 			}

@@ -21,7 +21,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	if err := h.pauseIfRecovering(ctx); err != nil {
 		return err
 	}
-	if err := h.ledger.load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
+	if err := h.ledger.Load(ctx, h.cfg.Journal, machineNames(h.inventory())); err != nil {
 		return err
 	}
 	h.loadEpisodes(ctx)
@@ -163,7 +163,7 @@ func (h *Hub) observe(listen string) pass.Facts {
 	obs := h.gossipNow()
 	assessments, hearing := h.assessor.AssessHearing(inv.Refs(), inv.Witnesses, obs)
 	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs, Assessments: assessments, Hearing: hearing, Listen: listen, History: map[string][]pass.Past{},
-		RecentStarts: h.ledger.startsWithin(obs.Now, inv.Policy.RatePer)}
+		RecentStarts: h.ledger.StartsWithin(obs.Now, inv.Policy.RatePer)}
 	h.mu.Lock()
 	f.Flights, f.BMCs = h.flightsLocked(), h.bmcs
 	h.brakeFactsLocked(&f)
@@ -180,7 +180,7 @@ func (h *Hub) observe(listen string) pass.Facts {
 	}
 	for _, a := range assessments {
 		if _, inFlight := f.Flights[a.Machine]; a.Verdict == assess.VerdictUnhealthy && !inFlight {
-			f.History[a.Machine] = h.ledger.of(a.Machine)
+			f.History[a.Machine] = h.ledger.Of(a.Machine)
 		}
 	}
 	return f

@@ -297,7 +297,7 @@ func TestAFailedStartTakesNoSlotOfTheRateLimit(t *testing.T) {
 		"cp-4 starts though cp-3's remediation could not begin: %v", r.hub.Status(context.Background()))
 	r.awaitPasses(t, 10)
 	assert.Contains(t, r.machine("cp-3").Decision+r.hub.Status(context.Background()).NotPlanning, "could not begin its remediation: ipmitool: executable file not found")
-	assert.Equal(t, 1, r.hub.ledger.startsWithin(time.Now(), p.RatePer), "only the journaled remediation took a slot")
+	assert.Equal(t, 1, r.hub.ledger.StartsWithin(time.Now(), p.RatePer), "only the journaled remediation took a slot")
 	hist, err := r.journal.History(t.Context(), "cp-3")
 	require.NoError(t, err)
 	assert.Empty(t, hist, "nothing journaled for cp-3")

@@ -1,4 +1,4 @@
-package hub
+package ledger
 
 import (
 	"path/filepath"
@@ -9,24 +9,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
 
-func openJournal(t *testing.T, path string) *Journal {
+// keepFinished is how many finished remediations per machine the ledger keeps here.
+const keepFinished = 20
+
+func openJournal(t *testing.T, path string) *boltfile.File {
 	t.Helper()
-	j, err := OpenJournal(path, 3)
+	j, err := boltfile.Open(path, 3)
 	require.NoError(t, err)
 	return j
-}
-
-// mustGet is the machine's latest remediation in j.
-func mustGet(t *testing.T, j *Journal, machine string) journal.Remediation {
-	t.Helper()
-	h, err := j.History(t.Context(), machine)
-	require.NoError(t, err)
-	require.NotEmpty(t, h)
-	return h[len(h)-1]
 }
 
 func steps(texts ...string) []quorum.Step {
@@ -47,34 +42,34 @@ func steps(texts ...string) []quorum.Step {
 func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
-	l := newLedger(keepFinished)
-	rec := recorder{Store: j, l: l}
+	l := New(keepFinished)
+	rec := Recorder{Store: j, Ledger: l}
 	r, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
 		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
-	assert.Zero(t, l.of("cp-2")[0].Cycled, "no cycle yet")
+	assert.Zero(t, l.Of("cp-2")[0].Cycled, "no cycle yet")
 	require.NoError(t, rec.Intent(t.Context(), r.ID, 0, "PowerCycle"))
 	before := time.Now()
 	require.NoError(t, rec.Outcome(t.Context(), r.ID, 0, journal.ResultDone, "On: reset"))
-	cycled := l.of("cp-2")[0].Cycled
+	cycled := l.Of("cp-2")[0].Cycled
 	assert.False(t, cycled.Before(before), "the cycle's outcome sets cycled")
-	assert.Equal(t, "On: reset", l.of("cp-2")[0].Shown)
+	assert.Equal(t, "On: reset", l.Of("cp-2")[0].Shown)
 	require.NoError(t, rec.Outcome(t.Context(), r.ID, 1, journal.ResultDone, "recovered"))
-	assert.Equal(t, cycled, l.of("cp-2")[0].Cycled, "the await step is no cycle")
+	assert.Equal(t, cycled, l.Of("cp-2")[0].Cycled, "the await step is no cycle")
 	require.NoError(t, rec.Finish(t.Context(), r.ID, journal.Failed, "not recovered"))
 
 	w, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, rec.Outcome(t.Context(), w.ID, 0, journal.ResultWithdrawn, "not sent"))
 	require.NoError(t, rec.Finish(t.Context(), w.ID, journal.Aborted, "withdrawn"))
-	assert.Zero(t, l.of("cp-2")[1].Cycled, "a withdrawn request cycled nothing")
+	assert.Zero(t, l.Of("cp-2")[1].Cycled, "a withdrawn request cycled nothing")
 	require.NoError(t, j.Close())
 
 	j2 := openJournal(t, path)
 	defer j2.Close()
-	l2 := newLedger(keepFinished)
-	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-2"}))
-	got := l2.of("cp-2")
+	l2 := New(keepFinished)
+	require.NoError(t, l2.Load(t.Context(), j2, []string{"cp-2"}))
+	got := l2.Of("cp-2")
 	require.Len(t, got, 2)
 	assert.WithinDuration(t, cycled, got[0].Cycled, time.Second, "read back from the journal")
 	assert.Equal(t, "On: reset", got[0].Shown)
@@ -92,31 +87,31 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 func TestIdleRemediationsTakeNoSlot(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
-	l := newLedger(keepFinished)
-	rec := recorder{Store: j, l: l}
+	l := New(keepFinished)
+	rec := Recorder{Store: j, Ledger: l}
 	plan := steps("power-cycle etcd-2", "await-healthy etcd-2")
 	idle, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: plan})
 	require.NoError(t, err)
-	assert.Equal(t, 1, l.startsWithin(time.Now(), time.Hour), "in progress: it may yet act")
+	assert.Equal(t, 1, l.StartsWithin(time.Now(), time.Hour), "in progress: it may yet act")
 	require.NoError(t, rec.Intent(t.Context(), idle.ID, 0, "PowerCycle"))
 	require.NoError(t, rec.Outcome(t.Context(), idle.ID, 0, journal.ResultWithdrawn, "not sent: cp-2 is Healthy again"))
 	require.NoError(t, rec.Finish(t.Context(), idle.ID, journal.Aborted, "withdrawn"))
-	assert.Zero(t, l.startsWithin(time.Now(), time.Hour), "ended idle")
-	assert.True(t, pass.Ended(l.of("cp-2")).IsZero(), "no cooldown after an idle end")
+	assert.Zero(t, l.StartsWithin(time.Now(), time.Hour), "ended idle")
+	assert.True(t, pass.Ended(l.Of("cp-2")).IsZero(), "no cooldown after an idle end")
 
 	acted, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-1", Strategy: "reboot", RequestedBy: "hub", Steps: plan})
 	require.NoError(t, err)
 	require.NoError(t, rec.Intent(t.Context(), acted.ID, 0, "PowerCycle"))
 	require.NoError(t, rec.Finish(t.Context(), acted.ID, journal.Failed, "re-check refused"))
-	assert.Equal(t, 1, l.startsWithin(time.Now(), time.Hour), "an intent written: it may have acted")
-	assert.False(t, pass.Ended(l.of("cp-1")).IsZero())
+	assert.Equal(t, 1, l.StartsWithin(time.Now(), time.Hour), "an intent written: it may have acted")
+	assert.False(t, pass.Ended(l.Of("cp-1")).IsZero())
 	require.NoError(t, j.Close())
 
 	j2 := openJournal(t, path)
 	defer j2.Close()
-	l2 := newLedger(keepFinished)
-	require.NoError(t, l2.load(t.Context(), j2, []string{"cp-1", "cp-2"}))
-	assert.Equal(t, 1, l2.startsWithin(time.Now(), time.Hour), "read back from the journal")
-	assert.True(t, l2.of("cp-2")[0].Idle())
-	assert.False(t, l2.of("cp-1")[0].Idle())
+	l2 := New(keepFinished)
+	require.NoError(t, l2.Load(t.Context(), j2, []string{"cp-1", "cp-2"}))
+	assert.Equal(t, 1, l2.StartsWithin(time.Now(), time.Hour), "read back from the journal")
+	assert.True(t, l2.Of("cp-2")[0].Idle())
+	assert.False(t, l2.Of("cp-1")[0].Idle())
 }

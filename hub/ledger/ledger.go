@@ -1,4 +1,7 @@
-package hub
+// Package ledger is what the hub's passes need of the journal, kept in memory: every machine's recent
+// remediations and the hub's own starts. The hub writes its journal through a Recorder, which keeps
+// the ledger in step with every write the journal accepted.
+package ledger
 
 import (
 	"context"
@@ -11,12 +14,12 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-// ledger is what the passes need of the journal, kept in memory: every machine's recent remediations
+// Ledger is what the passes need of the journal, kept in memory: every machine's recent remediations
 // (cooldown, failed attempts, flapping, a fence that stands) and the hub's own starts (the rate
 // limit). It is loaded once when the hub starts and updated by every Begin and Finish the hub writes
-// (through recorder), so that no pass and no scrape reads the journal: in Kubernetes mode each read
+// (through Recorder), so that no pass and no scrape reads the journal: in Kubernetes mode each read
 // is a List against the API server.
-type ledger struct {
+type Ledger struct {
 	mu     sync.Mutex
 	keep   int
 	byID   map[string]string      // remediation ID → machine, for Finish
@@ -30,12 +33,13 @@ type start struct {
 	at time.Time
 }
 
-func newLedger(keep int) *ledger {
-	return &ledger{keep: keep, byID: map[string]string{}, recent: map[string][]pass.Past{}}
+// New returns a ledger that keeps the last keep remediations of each machine.
+func New(keep int) *Ledger {
+	return &Ledger{keep: keep, byID: map[string]string{}, recent: map[string][]pass.Past{}}
 }
 
-// load reads each machine's history from the journal.
-func (l *ledger) load(ctx context.Context, s journal.Store, machines []string) error {
+// Load reads each machine's history from the journal.
+func (l *Ledger) Load(ctx context.Context, s journal.Store, machines []string) error {
 	for _, m := range machines {
 		hist, err := s.History(ctx, m)
 		if err != nil {
@@ -51,7 +55,7 @@ func (l *ledger) load(ctx context.Context, s journal.Store, machines []string) e
 	return nil
 }
 
-func (l *ledger) begun(r journal.Remediation) {
+func (l *Ledger) begun(r journal.Remediation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.byID[r.ID] = r.Machine
@@ -69,7 +73,7 @@ func (l *ledger) begun(r journal.Remediation) {
 }
 
 // find is remediation id's record (nil: not kept). Callers hold l.mu.
-func (l *ledger) find(id string) *pass.Past {
+func (l *Ledger) find(id string) *pass.Past {
 	rs := l.recent[l.byID[id]]
 	if i := slices.IndexFunc(rs, func(p pass.Past) bool { return p.ID == id }); i >= 0 {
 		return &rs[i]
@@ -77,7 +81,7 @@ func (l *ledger) find(id string) *pass.Past {
 	return nil
 }
 
-func (l *ledger) finished(id string, state journal.State, at time.Time) {
+func (l *Ledger) finished(id string, state journal.State, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.find(id); p != nil {
@@ -89,7 +93,7 @@ func (l *ledger) finished(id string, state journal.State, at time.Time) {
 }
 
 // intent notes that a remediation wrote a step's intent: it acts (or may have).
-func (l *ledger) intent(id string) {
+func (l *Ledger) intent(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.find(id); p != nil {
@@ -97,7 +101,7 @@ func (l *ledger) intent(id string) {
 	}
 }
 
-func (l *ledger) outcome(id string, step int, r journal.Result, detail string, at time.Time) {
+func (l *Ledger) outcome(id string, step int, r journal.Result, detail string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p := l.find(id); p != nil {
@@ -105,56 +109,56 @@ func (l *ledger) outcome(id string, step int, r journal.Result, detail string, a
 	}
 }
 
-// of returns a copy of a machine's recent remediations, oldest first.
-func (l *ledger) of(machine string) []pass.Past {
+// Of returns a copy of a machine's recent remediations, oldest first.
+func (l *Ledger) Of(machine string) []pass.Past {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.recent[machine])
 }
 
-// startsWithin counts the hub's own starts within per of now, forgetting older ones.
-func (l *ledger) startsWithin(now time.Time, per time.Duration) int {
+// StartsWithin counts the hub's own starts within per of now, forgetting older ones.
+func (l *Ledger) StartsWithin(now time.Time, per time.Duration) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.starts = slices.DeleteFunc(l.starts, func(s start) bool { return now.Sub(s.at) > per })
 	return len(l.starts)
 }
 
-// recorder is the Store the hub writes through: each Begin, Outcome and Finish that the journal
+// Recorder is the Store the hub writes through: each Begin, Outcome and Finish that the journal
 // accepted is also written to the ledger.
-type recorder struct {
+type Recorder struct {
 	journal.Store
-	l *ledger
+	Ledger *Ledger
 }
 
-func (r recorder) Begin(ctx context.Context, rem journal.Remediation) (journal.Remediation, error) {
+func (r Recorder) Begin(ctx context.Context, rem journal.Remediation) (journal.Remediation, error) {
 	rem, err := r.Store.Begin(ctx, rem)
 	if err == nil {
-		r.l.begun(rem)
+		r.Ledger.begun(rem)
 	}
 	return rem, err
 }
 
-func (r recorder) Intent(ctx context.Context, id string, step int, detail string) error {
+func (r Recorder) Intent(ctx context.Context, id string, step int, detail string) error {
 	err := r.Store.Intent(ctx, id, step, detail)
 	if err == nil {
-		r.l.intent(id)
+		r.Ledger.intent(id)
 	}
 	return err
 }
 
-func (r recorder) Outcome(ctx context.Context, id string, step int, result journal.Result, detail string) error {
+func (r Recorder) Outcome(ctx context.Context, id string, step int, result journal.Result, detail string) error {
 	err := r.Store.Outcome(ctx, id, step, result, detail)
 	if err == nil {
-		r.l.outcome(id, step, result, detail, time.Now())
+		r.Ledger.outcome(id, step, result, detail, time.Now())
 	}
 	return err
 }
 
-func (r recorder) Finish(ctx context.Context, id string, state journal.State, detail string) error {
+func (r Recorder) Finish(ctx context.Context, id string, state journal.State, detail string) error {
 	err := r.Store.Finish(ctx, id, state, detail)
 	if err == nil {
-		r.l.finished(id, state, time.Now())
+		r.Ledger.finished(id, state, time.Now())
 	}
 	return err
 }

@@ -1,0 +1,38 @@
+package hub
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/quorum"
+)
+
+func openJournal(t *testing.T, path string) *Journal {
+	t.Helper()
+	j, err := OpenJournal(path, 3)
+	require.NoError(t, err)
+	return j
+}
+
+// mustGet is the machine's latest remediation in j.
+func mustGet(t *testing.T, j *Journal, machine string) journal.Remediation {
+	t.Helper()
+	h, err := j.History(t.Context(), machine)
+	require.NoError(t, err)
+	require.NotEmpty(t, h)
+	return h[len(h)-1]
+}
+
+func steps(texts ...string) []quorum.Step {
+	out := make([]quorum.Step, len(texts))
+	for i, t := range texts {
+		s, err := quorum.ParseStep(t)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = s
+	}
+	return out
+}
