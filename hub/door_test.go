@@ -30,7 +30,7 @@ func TestOneDoor(t *testing.T) {
 		"Notify": {"Hub.say"},
 	}
 	var found int
-	for _, dir := range []string{".", "../cmd/hub", "../kube", "../kube/capi", "../kube/enrol", "../recovery", "degraded", "journal", "journal/boltfile", "execute", "pass", "ledger", "inventory", "bmcaccess", "assess"} {
+	for _, dir := range []string{".", "../cmd/hub", "../kube", "../kube/capi", "../kube/enrol", "../recovery", "degraded", "journal", "journal/boltfile", "execute", "pass", "ledger", "taints", "inventory", "bmcaccess", "assess"} {
 		fset, files := sources(t, dir)
 		for _, f := range files {
 			path := fset.Position(f.Pos()).Filename

@@ -22,6 +22,7 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/ledger"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/hub/taints"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -89,7 +90,7 @@ type Config struct {
 	Degraded string
 	// OutOfService, when set, puts the out-of-service taint on the Nodes of machines Hale fenced and
 	// its BMC reads Off (policy.outOfServiceAfter; Kubernetes mode: kube.NodeTaints), and takes it off.
-	OutOfService NodeTaints
+	OutOfService taints.Nodes
 	// FenceWatch is how often the BMC of each fenced machine is read while OutOfService is set
 	// (default pass.FenceWatchEvery).
 	FenceWatch time.Duration
@@ -149,7 +150,7 @@ type Hub struct {
 	watching  []string
 	watchWake chan struct{}
 	// taints writes the out-of-service taints the passes want (its own lock).
-	taints *taintWriter
+	taints *taints.Writer
 	// advance: how what the passes set going went (its own lock), for the next pass.
 	advance  advance
 	timeline []string              // what the hub said, oldest first (bounded)
@@ -234,7 +235,7 @@ func New(cfg Config) (*Hub, error) {
 		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: bmcaccess.NewLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
 		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newLatest[pass.RaftMark](),
 		episodeLog: newLatest[EpisodeLog](), watchWake: make(chan struct{}, 1),
-		taints: newTaintWriter()}
+		taints: taints.NewWriter()}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
 			return nil, err

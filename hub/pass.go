@@ -48,7 +48,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	go h.watchProofs(ctx)
 	if h.cfg.OutOfService != nil {
-		go h.taints.run(ctx, h.cfg.OutOfService, h.machineOfNode, h.say)
+		go h.taints.Run(ctx, h.cfg.OutOfService, h.machineOfNode, h.say)
 		go h.watchFenced(ctx)
 	}
 	t := time.NewTicker(h.cfg.Tick)
@@ -131,7 +131,7 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	}
 	h.ended(rd.Episodes)
 	if rd.OutOfService != nil && h.cfg.OutOfService != nil {
-		h.taints.post(h.inventory(), *rd.OutOfService)
+		h.taints.Post(h.inventory(), *rd.OutOfService)
 	}
 	for _, b := range rd.Begin {
 		h.beginQueued(ctx, b)

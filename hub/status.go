@@ -150,7 +150,7 @@ func (h *Hub) Status(ctx context.Context) Status {
 			ms.BMC = &r
 		}
 		if m.Node != "" {
-			ms.OutOfService = h.taints.of(m.Node)
+			ms.OutOfService = h.taints.Of(m.Node)
 		}
 		ms.PlannedWork = v.PlannedWork[m.Name]
 		if ms.Verdict == "" {

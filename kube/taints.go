@@ -6,13 +6,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hale-dev/hale/hub/taints"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/hale-dev/hale/hub"
 )
 
 // OutOfServiceAnnotation marks a Node whose out-of-service taint Hale put on (its value says why):
@@ -22,10 +21,10 @@ const OutOfServiceAnnotation = "hale.dev/out-of-service"
 // OutOfServiceTaint is Kubernetes' non-graceful node shutdown taint, as its documentation writes it.
 var OutOfServiceTaint = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 
-// NodeTaints is hub.NodeTaints on the API server's Nodes.
+// NodeTaints is taints.Nodes on the API server's Nodes.
 type NodeTaints struct{ Client client.Client }
 
-var _ hub.NodeTaints = NodeTaints{}
+var _ taints.Nodes = NodeTaints{}
 
 // Tainted lists the Nodes whose out-of-service taint Hale put on.
 func (t NodeTaints) Tainted(ctx context.Context) ([]string, error) {
