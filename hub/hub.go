@@ -19,6 +19,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/bmcaccess"
 	"github.com/hale-dev/hale/hub/execute"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/ledger"
 	"github.com/hale-dev/hale/hub/pass"
@@ -153,11 +154,11 @@ type Hub struct {
 	taints *taints.Writer
 	// advance: how what the passes set going went (its own lock), for the next pass.
 	advance  advance
-	timeline []string              // what the hub said, oldest first (bounded)
-	override PolicyOverride        // over the inventory's policy (Kubernetes mode's HealthPolicy)
-	brakes   pass.Brakes           // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
-	retired  pass.Retirement       // the old cluster the last etcd recovery journaled replaced, done or not
-	pauses   map[string]pass.Brake // pauses of other sources (a paused Cluster API Cluster)
+	timeline []string                 // what the hub said, oldest first (bounded)
+	override inventory.PolicyOverride // over the inventory's policy (Kubernetes mode's HealthPolicy)
+	brakes   pass.Brakes              // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
+	retired  pass.Retirement          // the old cluster the last etcd recovery journaled replaced, done or not
+	pauses   map[string]pass.Brake    // pauses of other sources (a paused Cluster API Cluster)
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
@@ -43,8 +44,8 @@ type Status struct {
 	// majority.
 	Observers ObserversStatus `json:"observers"`
 	// Policy is the policy in force.
-	Policy   EffectivePolicy `json:"policy"`
-	Machines []MachineStatus `json:"machines"`
+	Policy   inventory.EffectivePolicy `json:"policy"`
+	Machines []MachineStatus           `json:"machines"`
 }
 
 // ObserversStatus is the expected observer set as the hub hears it.

@@ -323,8 +323,8 @@ func brakesOf(p *v1alpha1.HealthPolicy) pass.Brakes {
 
 // overrideOf reads a HealthPolicy's policy fields (those set) as an override of the inventory's
 // policy; an error names the field.
-func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
-	var o hub.PolicyOverride
+func overrideOf(spec v1alpha1.HealthPolicySpec) (inventory.PolicyOverride, error) {
+	var o inventory.PolicyOverride
 	if v := spec.MinFaultTolerance; v != nil {
 		if *v < 0 {
 			return o, fmt.Errorf("spec.minFaultTolerance: %d must not be negative", *v)
@@ -370,7 +370,7 @@ func overrideOf(spec v1alpha1.HealthPolicySpec) (hub.PolicyOverride, error) {
 	for _, w := range []struct {
 		field string
 		spec  *v1alpha1.QuorumWaits
-		dst   *hub.PerQuorumOverride
+		dst   *inventory.PerQuorumOverride
 	}{{"spec.stallTolerance", spec.StallTolerance, &o.StallTolerance}, {"spec.componentGrace", spec.ComponentGrace, &o.ComponentGrace}} {
 		if w.spec == nil {
 			continue

@@ -22,6 +22,7 @@ import (
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/docgen"
@@ -154,9 +155,9 @@ func fixedAPI(t *testing.T) http.Handler {
 	st := hub.Status{Cluster: "prod-east", Time: t0, Epoch: 7, Pause: hub.Running,
 		Observers: hub.ObserversStatus{Expected: 4, Heard: []string{"cp-1", "cp-3", "hub"}, Missing: []string{"cp-2"}, Majority: true},
 		Budget:    &quorum.Budget{Voters: 3, HealthyVoters: 2, Quorum: 2, FaultTolerance: 0, Available: 0},
-		Policy: hub.EffectivePolicy{MinFaultTolerance: 0, MaxInFlight: "1", MaxUnhealthy: "40%", Cooldown: config.Duration{Duration: 5 * time.Minute},
-			MaxAttempts: 3, StallTolerance: hub.QuorumWaits{QuorumHeld: config.Duration{Duration: 30 * time.Second}, QuorumNeeded: config.Duration{Duration: 10 * time.Second}},
-			ComponentGrace: hub.QuorumWaits{QuorumHeld: config.Duration{Duration: 3 * time.Minute}, QuorumNeeded: config.Duration{Duration: 30 * time.Second}}},
+		Policy: inventory.EffectivePolicy{MinFaultTolerance: 0, MaxInFlight: "1", MaxUnhealthy: "40%", Cooldown: config.Duration{Duration: 5 * time.Minute},
+			MaxAttempts: 3, StallTolerance: inventory.QuorumWaits{QuorumHeld: config.Duration{Duration: 30 * time.Second}, QuorumNeeded: config.Duration{Duration: 10 * time.Second}},
+			ComponentGrace: inventory.QuorumWaits{QuorumHeld: config.Duration{Duration: 3 * time.Minute}, QuorumNeeded: config.Duration{Duration: 30 * time.Second}}},
 		Machines: []hub.MachineStatus{
 			{Name: "cp-1", Node: "cp-1", Member: "etcd-1", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
 				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On", Health: "OK"}},
