@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -20,21 +21,16 @@ import (
 // localhost TCP with a bearer token. `hub status`, `hub reboot` and the other operator commands are
 // its clients.
 //
-//	GET  /v1/status                       Status
-//	GET  /v1/machines/{name}/explain      text; Explanation with Accept: application/json
-//	POST /v1/machines/{name}/reboot       RebootRequest (machine from the path) → RebootResult
-//	POST /v1/machines/{name}/detach       BrakeRequest (optional) → Status
-//	POST /v1/machines/{name}/attach       BrakeRequest (optional) → Status
-//	POST /v1/pause, /v1/resume            BrakeRequest (optional) → Status (pause: poll status until Pause is Paused)
-//	POST /v1/suspend, /v1/unsuspend       BrakeRequest (optional) → Status
+//	GET  /v1/status                       operator.Status
+//	GET  /v1/machines/{name}/explain      text; operator.Explanation with Accept: application/json
+//	POST /v1/machines/{name}/reboot       operator.RebootRequest (machine from the path) → operator.RebootResult
+//	POST /v1/machines/{name}/detach       operator.BrakeRequest (optional) → operator.Status
+//	POST /v1/machines/{name}/attach       operator.BrakeRequest (optional) → operator.Status
+//	POST /v1/pause, /v1/resume            operator.BrakeRequest (optional) → operator.Status (pause: poll status until Pause is operator.Paused)
+//	POST /v1/suspend, /v1/unsuspend       operator.BrakeRequest (optional) → operator.Status
 //
 // Errors are {"error": "..."} with 400 (bad request), 401 (token), 404 (no such machine) or 409
 // (refused: unsafe or not allowed now).
-
-// APIError is the body of an error answer.
-type APIError struct {
-	Error string `json:"error"`
-}
 
 // APIHandler returns the operator API; a non-empty token is required as "Authorization: Bearer".
 func (h *Hub) APIHandler(token string) http.Handler {
@@ -45,7 +41,7 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.RecoveryPlan(r.Context())) })
 	mux.HandleFunc("POST /v1/recovery", func(w http.ResponseWriter, r *http.Request) {
-		var req RecoverRequest
+		var req operator.RecoverRequest
 		err := decodeBody(w, r, &req, false)
 		if err == nil {
 			err = checkText("by", req.By, maxBy)
@@ -54,7 +50,7 @@ func (h *Hub) APIHandler(token string) http.Handler {
 			}
 		}
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("recover request body: %v", err)})
+			writeJSON(w, http.StatusBadRequest, operator.APIError{Error: fmt.Sprintf("recover request body: %v", err)})
 			return
 		}
 		p, err := h.Recover(r.Context(), req)
@@ -86,17 +82,17 @@ func (h *Hub) APIHandler(token string) http.Handler {
 		_, _ = w.Write([]byte(e.String()))
 	})
 	mux.HandleFunc("POST /v1/machines/{name}/reboot", func(w http.ResponseWriter, r *http.Request) {
-		var req RebootRequest
+		var req operator.RebootRequest
 		err := decodeBody(w, r, &req, false)
 		if err == nil {
 			err = checkText("by", req.By, maxBy)
 		}
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("reboot request body: %v", err)})
+			writeJSON(w, http.StatusBadRequest, operator.APIError{Error: fmt.Sprintf("reboot request body: %v", err)})
 			return
 		}
 		if req.Machine != "" && req.Machine != r.PathValue("name") {
-			writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("body names machine %q, path %q", req.Machine, r.PathValue("name"))})
+			writeJSON(w, http.StatusBadRequest, operator.APIError{Error: fmt.Sprintf("body names machine %q, path %q", req.Machine, r.PathValue("name"))})
 			return
 		}
 		req.Machine = r.PathValue("name")
@@ -123,17 +119,21 @@ func (h *Hub) APIHandler(token string) http.Handler {
 			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
-	for verb, set := range map[string]func(ctx context.Context, req BrakeRequest) error{
-		"pause":  func(ctx context.Context, req BrakeRequest) error { return h.SetPaused(ctx, true, req.By, req.Reason) },
-		"resume": func(ctx context.Context, req BrakeRequest) error { return h.SetPaused(ctx, false, req.By, req.Reason) },
-		"suspend": func(ctx context.Context, req BrakeRequest) error {
+	for verb, set := range map[string]func(ctx context.Context, req operator.BrakeRequest) error{
+		"pause": func(ctx context.Context, req operator.BrakeRequest) error {
+			return h.SetPaused(ctx, true, req.By, req.Reason)
+		},
+		"resume": func(ctx context.Context, req operator.BrakeRequest) error {
+			return h.SetPaused(ctx, false, req.By, req.Reason)
+		},
+		"suspend": func(ctx context.Context, req operator.BrakeRequest) error {
 			if err := h.SetSuspended(ctx, true, req.By, req.Reason); err != nil {
 				return err
 			}
 			h.settled(ctx, "")
 			return nil
 		},
-		"unsuspend": func(ctx context.Context, req BrakeRequest) error {
+		"unsuspend": func(ctx context.Context, req operator.BrakeRequest) error {
 			return h.SetSuspended(ctx, false, req.By, req.Reason)
 		},
 	} {
@@ -155,28 +155,21 @@ func (h *Hub) APIHandler(token string) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeJSON(w, http.StatusUnauthorized, APIError{"missing or wrong token: pass the hub's API token file with --token-file"})
+			writeJSON(w, http.StatusUnauthorized, operator.APIError{Error: "missing or wrong token: pass the hub's API token file with --token-file"})
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
 }
 
-// BrakeRequest is the optional body of pause, resume, suspend, unsuspend, detach and attach: who asks
-// and why, for status and the record.
-type BrakeRequest struct {
-	By     string `json:"by,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
-
-func brakeRequest(w http.ResponseWriter, r *http.Request) (BrakeRequest, bool) {
-	var req BrakeRequest
+func brakeRequest(w http.ResponseWriter, r *http.Request) (operator.BrakeRequest, bool) {
+	var req operator.BrakeRequest
 	err := decodeBody(w, r, &req, true)
 	if err == nil {
 		err = errors.Join(checkText("by", req.By, maxBy), checkText("reason", req.Reason, maxReason))
 	}
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, APIError{fmt.Sprintf("request body: %v (want {\"by\": …, \"reason\": …} or nothing)", err)})
+		writeJSON(w, http.StatusBadRequest, operator.APIError{Error: fmt.Sprintf("request body: %v (want {\"by\": …, \"reason\": …} or nothing)", err)})
 		return req, false
 	}
 	if req.By == "" {
@@ -237,5 +230,5 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrRefused):
 		code = http.StatusConflict
 	}
-	writeJSON(w, code, APIError{strings.TrimSpace(err.Error())})
+	writeJSON(w, code, operator.APIError{Error: strings.TrimSpace(err.Error())})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -21,32 +22,22 @@ var (
 	ErrRefused = pass.ErrRefused
 )
 
-// PauseState is what `hub status` says about pausing.
-type PauseState string
-
-// Pause states: Pausing lasts until every remediation in flight has reached a safe checkpoint.
-const (
-	Running PauseState = "Running"
-	Pausing PauseState = "Pausing"
-	Paused  PauseState = "Paused"
-)
-
-// PauseState says whether the pause is acknowledged: Paused only once no remediation is inside an
+// operator.PauseState says whether the pause is acknowledged: operator.Paused only once no remediation is inside an
 // irreversible step.
-func (h *Hub) PauseState() PauseState {
+func (h *Hub) PauseState() operator.PauseState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.pauseState()
 }
 
-func (h *Hub) pauseState() PauseState {
+func (h *Hub) pauseState() operator.PauseState {
 	switch {
 	case !h.isPaused():
-		return Running
+		return operator.Running
 	case h.busy(""):
-		return Pausing
+		return operator.Pausing
 	}
-	return Paused
+	return operator.Paused
 }
 
 // busy says whether a remediation (of machine, when set) is inside an irreversible step: between a
@@ -62,7 +53,7 @@ func (h *Hub) busy(machine string) bool {
 
 // settled waits, up to settleWait, until no remediation (of machine, when set) is inside an
 // irreversible step: a suspend or a detach asked over the API answers once nothing it holds is still
-// being carried out, as a pause is acknowledged (Paused). A step past its checkpoint when the brake
+// being carried out, as a pause is acknowledged (operator.Paused). A step past its checkpoint when the brake
 // came completes (a BMC request cannot be called back; test/chaos seed 1 under load: an IPMI cycle's
 // power-off went out 0.1 s after `hub suspend` returned).
 func (h *Hub) settled(ctx context.Context, machine string) {
@@ -150,42 +141,13 @@ func (h *Hub) gate(machine string, overtaken func() error) func(ctx context.Cont
 	}
 }
 
-// RebootRequest is a manual reboot (`hub reboot MACHINE`).
-type RebootRequest struct {
-	Machine string `json:"machine"`
-	// Hard: power-cycle at once instead of a graceful restart first.
-	Hard bool `json:"hard,omitempty"`
-	// DryRun: check and plan, change nothing.
-	DryRun bool `json:"dryRun,omitempty"`
-	// Force: go ahead when the quorum check refuses (or cannot be made); the refusal is journaled.
-	Force bool `json:"force,omitempty"`
-	// By names who asked, for the journal.
-	By string `json:"by,omitempty"`
-	// Adopt, when set, is the journal ID of a request object the operator created (Kubernetes mode:
-	// a Remediation made with kubectl or `hub reboot --kubernetes`): the remediation is recorded in it.
-	Adopt string `json:"-"`
-	// OwnWay heals the machine its own way instead of a reboot: a replace by its owner when that is
-	// its strategy (Cluster API's remediate-machine annotation asks for this).
-	OwnWay bool `json:"-"`
-}
-
-// RebootResult says what a manual reboot did or would do.
-type RebootResult struct {
-	Steps []string `json:"steps"`
-	// Remediation is the journal ID of the remediation started (empty for a dry run).
-	Remediation string `json:"remediation,omitempty"`
-	// Overrides is the refusal that --force overrode, if any.
-	Overrides string `json:"overrides,omitempty"`
-	DryRun    bool   `json:"dryRun,omitempty"`
-}
-
 // Reboot reboots a machine on an operator's request, through the same quorum check and journal as the
 // hub's own remediations. Refusals wrap ErrRefused and say why and what to do.
-func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, error) {
+func (h *Hub) Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error) {
 	inv := h.inventory()
 	m, ok := inv.Machine(req.Machine)
 	if !ok {
-		return RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
+		return operator.RebootResult{}, fmt.Errorf("machine %q: %w", req.Machine, ErrNotFound)
 	}
 	h.rebooting.Lock()
 	defer h.rebooting.Unlock()
@@ -209,7 +171,7 @@ func (h *Hub) Reboot(ctx context.Context, req RebootRequest) (RebootResult, erro
 	b.OldQuorum = h.oldQuorumIfOn(ctx, m.Name)
 	admitted, err := pass.AdmitOperator(h.operatorFacts(inv, m, strategy), m, pass.OperatorRequest{Strategy: strategy, Force: req.Force, DryRun: req.DryRun}, b)
 	plan := admitted.Plan
-	res := RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun, Overrides: admitted.Overrides}
+	res := operator.RebootResult{Steps: plan.StepStrings(), DryRun: req.DryRun, Overrides: admitted.Overrides}
 	if err != nil {
 		return res, err
 	}

@@ -527,7 +527,7 @@ func (o *lateOwner) Progress(context.Context) (execute.OwnerProgress, string, er
 	return execute.OwnerReadyToRemove, "replacement ready", nil
 }
 
-// noResetTime is a BMC that keeps no reset time (IPMI, metal3): Status says On, or Off when off.
+// noResetTime is a BMC that keeps no reset time (IPMI, metal3): operator.Status says On, or Off when off.
 type noResetTime struct {
 	execute.Power
 	off bool

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -56,15 +57,15 @@ func FuzzAPIBodies(f *testing.F) {
 			t.Fatalf("%s %q: %d %s", path, body, resp.StatusCode, raw)
 		}
 		if resp.StatusCode != http.StatusOK {
-			var e APIError
+			var e operator.APIError
 			if err := json.Unmarshal(raw, &e); err != nil || e.Error == "" {
 				t.Fatalf("%s %q: %d with body %q, not an error", path, body, resp.StatusCode, raw)
 			}
 		}
 		// What the API must take: one object of known fields, or (brakes) nothing, with by and reason
 		// short and printable.
-		var brake BrakeRequest
-		var rb RebootRequest
+		var brake operator.BrakeRequest
+		var rb operator.RebootRequest
 		var target any = &brake
 		if reboot {
 			target = &rb
@@ -91,7 +92,7 @@ func FuzzAPIBodies(f *testing.F) {
 		if resp.StatusCode != http.StatusOK || path != "/v1/pause" && path != "/v1/suspend" {
 			return
 		}
-		var st Status
+		var st operator.Status
 		if err := json.Unmarshal(raw, &st); err != nil {
 			t.Fatalf("%s: status %q: %v", path, raw, err)
 		}

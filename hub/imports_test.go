@@ -37,6 +37,8 @@ func TestPackageImports(t *testing.T) {
 		// the inventory file and the BMC accounts are read for the hub, never from it
 		{"inventory", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "hub/journal"}, k8s...)},
 		{"bmcaccess", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "hub/journal"}, k8s...)},
+		// the operator API's values: no I/O, no hub
+		{"operator", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", "log/slog", "net/http", mod + "hub", mod + "bmc"}, k8s...)},
 		// the taint writer reaches the Nodes only through the interface kube implements
 		{"taints", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "bmc"}, k8s...)},
 		// the ledger is the journal's summary in memory: it reads the journal, never writes past it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/bmcaccess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -64,7 +65,7 @@ func TestOneFailedLoginPerBMCAccountAcrossPasses(t *testing.T) {
 		}
 	}
 
-	_, err = r.hub.Reboot(t.Context(), RebootRequest{Machine: "cp-0", Force: true, By: "alice"})
+	_, err = r.hub.Reboot(t.Context(), operator.RebootRequest{Machine: "cp-0", Force: true, By: "alice"})
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "cp-0: its BMC")
 	assert.Contains(t, err.Error(), "correct the credentials in the inventory")

@@ -9,10 +9,11 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-// metrics holds what must be counted as it happens; everything else is read from Status at scrape
+// metrics holds what must be counted as it happens; everything else is read from operator.Status at scrape
 // time (hubCollector), so there is no second bookkeeping. A nil *metrics records nothing.
 type metrics struct {
 	remediations *prometheus.CounterVec
@@ -31,7 +32,7 @@ type metrics struct {
 //	hale_hub_etcd_quorum_lost_for_good                     1 while quorum is lost and no lost voter will come back by itself
 //	hale_hub_planning                                      1 when the latest pass planned, 0 when it waited
 //	hale_hub_remediations_in_flight                        remediations under way
-//	hale_hub_paused{state}, hale_hub_suspended             the operator's brakes (state: Running, Pausing, Paused)
+//	hale_hub_paused{state}, hale_hub_suspended             the operator's brakes (state: operator.Running, operator.Pausing, operator.Paused)
 //	hale_hub_detached_machines                             machines detached by the operator
 //	hale_hub_bmc_ready{machine}                            1 when the last readiness check of its BMC passed, 0 when not
 //	hale_hub_out_of_service{machine}                       1 while its Node carries the out-of-service taint Hale put on
@@ -120,7 +121,7 @@ func (m *metrics) detectionToAction(d time.Duration) {
 	}
 }
 
-// hubCollector reads the hub's Status at scrape time.
+// hubCollector reads the hub's operator.Status at scrape time.
 type hubCollector struct {
 	hub                                                     *Hub
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
@@ -184,7 +185,7 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectStatus sends the gauges that st gives.
-func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
+func (c *hubCollector) collectStatus(st operator.Status, ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -233,7 +234,7 @@ func (c *hubCollector) collectStatus(st Status, ch chan<- prometheus.Metric) {
 	}
 	gauge(c.planning, boolGauge(st.NotPlanning == ""))
 	gauge(c.inFlight, inFlight)
-	for _, s := range []PauseState{Running, Pausing, Paused} {
+	for _, s := range []operator.PauseState{operator.Running, operator.Pausing, operator.Paused} {
 		gauge(c.paused, boolGauge(st.Pause == s), string(s))
 	}
 	gauge(c.suspended, boolGauge(st.Suspended))

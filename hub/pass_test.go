@@ -29,6 +29,7 @@ import (
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
@@ -265,13 +266,13 @@ func (r *passRig) awaitPasses(t *testing.T, n uint64) {
 	require.Eventually(t, func() bool { return r.passes.Load() >= target }, 30*time.Second, 5*time.Millisecond, "%d passes", n)
 }
 
-func (r *passRig) machine(name string) MachineStatus {
+func (r *passRig) machine(name string) operator.MachineStatus {
 	for _, m := range r.hub.Status(context.Background()).Machines {
 		if m.Name == name {
 			return m
 		}
 	}
-	return MachineStatus{}
+	return operator.MachineStatus{}
 }
 
 func testPolicy() pass.Policy {
@@ -611,11 +612,11 @@ func TestRebootOfARunningMemberWhileQuorumIsLost(t *testing.T) {
 	require.Eventually(t, func() bool { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q == pass.QuorumLost }, 30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return r.machine("cp-0").Verdict == assess.VerdictUnhealthy }, 30*time.Second, 10*time.Millisecond)
 	ctx := t.Context()
-	_, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})
+	_, err := r.hub.Reboot(ctx, operator.RebootRequest{Machine: "cp-0", DryRun: true})
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "etcd has lost quorum and etcd-1, etcd-2 do not answer: cp-0's member")
 	assert.Contains(t, err.Error(), "--force overrides this")
-	res, err := r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true, Force: true})
+	res, err := r.hub.Reboot(ctx, operator.RebootRequest{Machine: "cp-0", DryRun: true, Force: true})
 	require.NoError(t, err)
 	assert.Contains(t, res.Overrides, "etcd has lost quorum")
 	// The pass holds it in the same words.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -27,7 +28,7 @@ func (h *Hub) RecoveryPlan(ctx context.Context) pass.RecoveryPlan {
 	if rec != nil {
 		return rec.Plan
 	}
-	p := PlanRecovery(h.Status(ctx), h.inventory(), h.gossipNow(), RecoverRequest{})
+	p := PlanRecovery(h.Status(ctx), h.inventory(), h.gossipNow(), operator.RecoverRequest{})
 	if err != nil {
 		// Not a fresh plan: a recovery may be under way that the journal could not say (Recover
 		// refuses the same way).
@@ -39,7 +40,7 @@ func (h *Hub) RecoveryPlan(ctx context.Context) pass.RecoveryPlan {
 
 // PlanRecovery is RecoveryPlan's pure core: the plan from a status, the inventory, the gossip's
 // observations and what the operator confirmed (req).
-func PlanRecovery(st Status, inv pass.Inventory, obs assess.Observations, req RecoverRequest) pass.RecoveryPlan {
+func PlanRecovery(st operator.Status, inv pass.Inventory, obs assess.Observations, req operator.RecoverRequest) pass.RecoveryPlan {
 	p := pass.RecoveryPlan{Rebuild: quorum.Rebuild{Time: st.Time}, Loss: st.QuorumLoss}
 	block := func(format string, a ...any) { p.Blockers = append(p.Blockers, fmt.Sprintf(format, a...)) }
 	lost := map[string]bool{}
@@ -54,7 +55,7 @@ func PlanRecovery(st Status, inv pass.Inventory, obs assess.Observations, req Re
 	if p.Loss != nil {
 		for _, v := range p.Loss.Lost {
 			lost[v.Member] = true
-			confirmed := req.confirms(v.Machine, v.Member)
+			confirmed := req.Confirms(v.Machine, v.Member)
 			fs := quorum.FenceStep{Machine: v.Machine, Member: v.Member}
 			m, ok := inv.Machine(v.Machine)
 			cannot := ""
@@ -138,7 +139,7 @@ func PlanRecovery(st Status, inv pass.Inventory, obs assess.Observations, req Re
 // candidates other than the survivor, which keep running the old cluster until `agent rejoin`, must stay
 // short of its quorum. (Found on real processes: a hub restarted just before `hub recover --yes` had no
 // view yet of the two dead voters, neither lost nor answering, and planned a recovery fencing none.)
-func blockUnaccounted(st Status, lost map[string]bool, candidates []quorum.Survivor, quorum int, block func(string, ...any)) {
+func blockUnaccounted(st operator.Status, lost map[string]bool, candidates []quorum.Survivor, quorum int, block func(string, ...any)) {
 	answering := map[string]bool{}
 	for _, c := range candidates {
 		answering[c.Member] = true

@@ -20,6 +20,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -57,45 +58,45 @@ func TestPlanRecovery(t *testing.T) {
 	mark := &pass.RaftMark{ClusterID: "c1", Term: 7, Index: 90_000, Member: "etcd-2", At: now.Add(-time.Minute)}
 	answering := obs(report("cp-0", 80_000, "c1"), report("cp-4", 90_100, "c1"),
 		report("cp-1", 95_000, "c1")) // a lost member's stale report never makes it a survivor
-	confirmed := RecoverRequest{ConfirmLost: []string{"cp-1"}} // its BMC does not answer: the operator's word
+	confirmed := operator.RecoverRequest{ConfirmLost: []string{"cp-1"}} // its BMC does not answer: the operator's word
 	for _, tc := range []struct {
 		name      string
-		st        Status
+		st        operator.Status
 		obs       assess.Observations
-		req       RecoverRequest
+		req       operator.RecoverRequest
 		survivor  string
 		atRisk    uint64
 		bump      uint64
 		blockedBy []string
 	}{
-		{name: "quorum held", st: Status{}, obs: answering, survivor: "etcd-1", bump: bumpWithoutMark, blockedBy: []string{"quorum is not lost"}},
-		{name: "the hub does not plan", st: Status{NotPlanning: "hears 2 of 4 expected observers"}, obs: answering, survivor: "etcd-1", bump: bumpWithoutMark,
+		{name: "quorum held", st: operator.Status{}, obs: answering, survivor: "etcd-1", bump: bumpWithoutMark, blockedBy: []string{"quorum is not lost"}},
+		{name: "the hub does not plan", st: operator.Status{NotPlanning: "hears 2 of 4 expected observers"}, obs: answering, survivor: "etcd-1", bump: bumpWithoutMark,
 			blockedBy: []string{"the hub does not plan (hears 2 of 4 expected observers)"}},
-		{name: "lost for good: the survivor furthest ahead, not the first listed", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: answering, req: confirmed,
+		{name: "lost for good: the survivor furthest ahead, not the first listed", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: answering, req: confirmed,
 			survivor: "etcd-4", bump: 90_100 / 5},
-		{name: "a member the hub cannot fence needs the operator's word", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: answering,
+		{name: "a member the hub cannot fence needs the operator's word", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: answering,
 			survivor: "etcd-4", bump: 90_100 / 5, blockedBy: []string{"cp-1 (etcd-1): the hub cannot fence it (its BMC (redfish+http://10.0.0.1:80/systems/1) does not answer): make sure it is off", "--confirm-lost cp-1"}},
-		{name: "every survivor behind the mark", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")), req: confirmed,
+		{name: "every survivor behind the mark", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")), req: confirmed,
 			survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5, blockedBy: []string{"etcd-0 is at raft index 80000, 10000 entries behind the journaled mark 90000", "--accept-data-loss 10000"}},
-		{name: "the loss accepted by its size", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
-			req: RecoverRequest{ConfirmLost: []string{"cp-1"}, AcceptDataLoss: 10_000}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5},
-		{name: "the loss accepted by another size", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
-			req: RecoverRequest{ConfirmLost: []string{"etcd-1"}, AcceptDataLoss: 9_999}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5,
+		{name: "the loss accepted by its size", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
+			req: operator.RecoverRequest{ConfirmLost: []string{"cp-1"}, AcceptDataLoss: 10_000}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5},
+		{name: "the loss accepted by another size", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(report("cp-0", 80_000, "c1")),
+			req: operator.RecoverRequest{ConfirmLost: []string{"etcd-1"}, AcceptDataLoss: 9_999}, survivor: "etcd-0", atRisk: 10_000, bump: 10_000 + 90_000/5,
 			blockedBy: []string{"10000 entries behind"}},
-		{name: "a mark of another cluster says nothing", st: Status{QuorumLoss: loss, RaftMark: &pass.RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering, req: confirmed,
+		{name: "a mark of another cluster says nothing", st: operator.Status{QuorumLoss: loss, RaftMark: &pass.RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering, req: confirmed,
 			survivor: "etcd-4", bump: bumpWithoutMark},
-		{name: "no survivor", st: Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(), req: confirmed, bump: bumpWithoutMark, blockedBy: []string{"no member answers"}},
+		{name: "no survivor", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(), req: confirmed, bump: bumpWithoutMark, blockedBy: []string{"no member answers"}},
 		{name: "the far side: a lost member's BMC reads it on", obs: answering, survivor: "etcd-4", bump: 90_100 / 5,
-			st: Status{RaftMark: mark, QuorumLoss: farSide},
+			st: operator.Status{RaftMark: mark, QuorumLoss: farSide},
 			blockedBy: []string{"cp-1 (etcd-1): its BMC reads the host powered on; it may be serving on the far side of a partition",
 				"cp-2 (etcd-2): nothing says it will not come back (no evidence)"}},
-		{name: "the far side, confirmed by name", obs: answering, survivor: "etcd-4", bump: 90_100 / 5, req: RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}},
-			st: Status{RaftMark: mark, QuorumLoss: farSide}},
+		{name: "the far side, confirmed by name", obs: answering, survivor: "etcd-4", bump: 90_100 / 5, req: operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}},
+			st: operator.Status{RaftMark: mark, QuorumLoss: farSide}},
 		{name: "a voter neither lost nor answering (a hub that has just started)", obs: obs(report("cp-4", 90_100, "c1")), req: confirmed,
-			survivor: "etcd-4", bump: 90_100 / 5, st: Status{RaftMark: mark, QuorumLoss: loss, Machines: votingMachines(5)},
+			survivor: "etcd-4", bump: 90_100 / 5, st: operator.Status{RaftMark: mark, QuorumLoss: loss, Machines: votingMachines(5)},
 			blockedBy: []string{"cp-0 (etcd-0): neither lost nor answering in the hub's view"}},
 		{name: "members that answer, as many as the old quorum: no loss for good", obs: answering, survivor: "etcd-1", bump: 95_000 / 5,
-			st:        Status{RaftMark: mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, Quorum: 2}},
+			st:        operator.Status{RaftMark: mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, Quorum: 2}},
 			blockedBy: []string{"etcd-4, etcd-0 answer: they would go on running the old cluster beside the rebuilt one, 2 of its members, its quorum (2)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,7 +122,7 @@ func TestPlanRecovery(t *testing.T) {
 		})
 	}
 
-	p := PlanRecovery(Status{Time: now, QuorumLoss: loss, RaftMark: mark}, inv, answering, confirmed)
+	p := PlanRecovery(operator.Status{Time: now, QuorumLoss: loss, RaftMark: mark}, inv, answering, confirmed)
 	assert.Equal(t, []quorum.FenceStep{
 		{Machine: "cp-1", Member: "etcd-1", How: "its BMC (redfish+http://10.0.0.1:80/systems/1) does not answer: make sure by hand that it is off, and confirm it by name", ByHand: true},
 		{Machine: "cp-2", Member: "etcd-2", How: "power off through its BMC (redfish+http://10.0.0.2:80/systems/1) and read back Off"},
@@ -132,10 +133,10 @@ func TestPlanRecovery(t *testing.T) {
 }
 
 // votingMachines is the status of n machines cp-0… whose members etcd-0… are voters.
-func votingMachines(n int) []MachineStatus {
-	var out []MachineStatus
+func votingMachines(n int) []operator.MachineStatus {
+	var out []operator.MachineStatus
 	for i := range n {
-		out = append(out, MachineStatus{Name: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i), Role: "voter"})
+		out = append(out, operator.MachineStatus{Name: fmt.Sprintf("cp-%d", i), Member: fmt.Sprintf("etcd-%d", i), Role: "voter"})
 	}
 	return out
 }
@@ -198,7 +199,7 @@ func TestRecoveryPlanOnARunningHub(t *testing.T) {
 	assert.Equal(t, uint64(minBump), p.BumpRevision)
 
 	// The hub cannot fence them: the operator's word, by name.
-	p, err = r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "etcd-2"}, By: "alice"})
+	p, err = r.hub.Recover(ctx, operator.RecoverRequest{ConfirmLost: []string{"cp-1", "etcd-2"}, By: "alice"})
 	require.NoError(t, err)
 	assert.NotEmpty(t, p.Token)
 	for _, f := range p.Fence {
@@ -259,19 +260,19 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 		t.Helper()
 		assert.Equal(t, "On", r.sim.PowerState("cp-1"))
 		assert.Equal(t, "On", r.sim.PowerState("cp-2"))
-		assert.Equal(t, Running, r.hub.PauseState())
+		assert.Equal(t, operator.Running, r.hub.PauseState())
 		rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
 		require.NoError(t, err)
 		assert.Nil(t, rec, "nothing journaled")
 	}
 	for _, tc := range []struct {
-		req  RecoverRequest
+		req  operator.RecoverRequest
 		want []string
 	}{
-		{RecoverRequest{}, []string{"cp-1 (etcd-1): its BMC reads the host powered on", "--confirm-lost cp-2", "--accept-data-loss 50"}},
-		{RecoverRequest{ConfirmLost: []string{"cp-1"}, AcceptDataLoss: 50}, []string{"--confirm-lost cp-2"}},
-		{RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, AcceptDataLoss: 49}, []string{"--accept-data-loss 50"}},
-		{RecoverRequest{ConfirmLost: []string{"cp-1", "cp-9"}}, []string{"--confirm-lost cp-9: not a lost voter of the plan (lost: cp-1, cp-2)"}},
+		{operator.RecoverRequest{}, []string{"cp-1 (etcd-1): its BMC reads the host powered on", "--confirm-lost cp-2", "--accept-data-loss 50"}},
+		{operator.RecoverRequest{ConfirmLost: []string{"cp-1"}, AcceptDataLoss: 50}, []string{"--confirm-lost cp-2"}},
+		{operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, AcceptDataLoss: 49}, []string{"--accept-data-loss 50"}},
+		{operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-9"}}, []string{"--confirm-lost cp-9: not a lost voter of the plan (lost: cp-1, cp-2)"}},
 	} {
 		_, err := r.hub.Recover(ctx, tc.req)
 		require.ErrorIs(t, err, ErrRefused, "%+v", tc.req)
@@ -281,13 +282,13 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 		unchanged()
 	}
 	r.hub.recovering.Lock()
-	_, err := r.hub.Recover(ctx, RecoverRequest{})
+	_, err := r.hub.Recover(ctx, operator.RecoverRequest{})
 	r.hub.recovering.Unlock()
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "being carried out by another `hub recover --yes` right now")
 	unchanged()
 
-	confirmed := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, AcceptDataLoss: 50, By: "alice"}
+	confirmed := operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, AcceptDataLoss: 50, By: "alice"}
 	p, err := r.hub.Recover(ctx, confirmed)
 	require.NoError(t, err)
 	require.NotEmpty(t, p.Token)
@@ -298,7 +299,7 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 		assert.Equal(t, "Off", r.sim.PowerState(f.Machine), f.Machine)
 	}
 	assert.Equal(t, "On", r.sim.PowerState("cp-0"), "the survivor is never fenced")
-	assert.Equal(t, Paused, r.hub.PauseState())
+	assert.Equal(t, operator.Paused, r.hub.PauseState())
 	rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, rec)
@@ -308,7 +309,7 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 
 	// Again: the same recovery, resumed; nothing sent to the BMCs.
 	resets := len(r.sim.Resets("cp-1"))
-	again, err := r.hub.Recover(ctx, RecoverRequest{})
+	again, err := r.hub.Recover(ctx, operator.RecoverRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, p.Token, again.Token)
 	assert.Len(t, r.sim.Resets("cp-1"), resets)
@@ -326,7 +327,7 @@ func TestRecoverFencesThroughTheBMCs(t *testing.T) {
 	// Done: the hub, resumed, is not paused again at its next start.
 	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
 	require.NoError(t, r.hub.pauseIfRecovering(ctx))
-	assert.Equal(t, Running, r.hub.PauseState())
+	assert.Equal(t, operator.Running, r.hub.PauseState())
 }
 
 // A fence that fails (the BMC errs) leaves the recovery journaled with what was fenced: run again once
@@ -346,7 +347,7 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	r.loseTwo(t, 0)
 
 	cp2Fails.Store(true)
-	req := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}}
+	req := operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}}
 	_, err := r.hub.Recover(ctx, req)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "fencing cp-2 (etcd-2): connect: connection refused; the recovery is journaled")
@@ -359,13 +360,13 @@ func TestRecoverResumesAFailedFence(t *testing.T) {
 	assert.Contains(t, r.hub.RecoveryPlan(ctx).String(), "not every lost member is fenced yet")
 	// A hub that starts with this recovery under way is paused, its brakes lifted or not (Run).
 	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
-	require.Equal(t, Running, r.hub.PauseState())
+	require.Equal(t, operator.Running, r.hub.PauseState())
 	require.NoError(t, r.hub.pauseIfRecovering(ctx))
-	require.Eventually(t, func() bool { return r.hub.PauseState() == Paused }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return r.hub.PauseState() == operator.Paused }, 5*time.Second, 10*time.Millisecond)
 
 	cp2Fails.Store(false)
 	resets := len(r.sim.Resets("cp-1"))
-	p, err := r.hub.Recover(ctx, RecoverRequest{})
+	p, err := r.hub.Recover(ctx, operator.RecoverRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, rec.Plan.Token, p.Token, "the same recovery")
 	assert.True(t, p.Fence[1].Fenced)
@@ -434,14 +435,14 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
 	require.Eventually(t, func() bool { return r.machine("cp-1").Remediation != nil || r.machine("cp-2").Remediation != nil },
 		10*time.Second, 10*time.Millisecond)
-	p, err := r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
+	p, err := r.hub.Recover(ctx, operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
 	require.NoError(t, err)
 	// It is overtaken: it ends (Aborted), and does not power the machine on again.
 	for _, name := range []string{"cp-1", "cp-2"} {
 		require.Eventually(t, func() bool { return r.machine(name).Remediation == nil }, 10*time.Second, 10*time.Millisecond, name)
 	}
 	// The survivor, its rebuilt cluster not yet seen: an operator's reboot of it says what it risks.
-	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-0", DryRun: true})
+	_, err = r.hub.Reboot(ctx, operator.RebootRequest{Machine: "cp-0", DryRun: true})
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "cp-0 is the survivor etcd recovery "+p.Token+" rebuilt the cluster from")
 	assert.Contains(t, err.Error(), "a failed boot loses the cluster")
@@ -472,7 +473,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 
 	// cp-1 alone would run 1 of the old 3: no quorum. Not in the new membership, the quorum check
 	// has nothing to say, so it takes --force.
-	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: "cp-1"})
+	_, err = r.hub.Reboot(ctx, operator.RebootRequest{Machine: "cp-1"})
 	require.ErrorIs(t, err, ErrRefused)
 	assert.Contains(t, err.Error(), "retired by etcd recovery "+p.Token+": its disk may still hold etcd-1 of the old cluster")
 	assert.Contains(t, err.Error(), "`hub reboot cp-1 --force`", "the hold says how it is powered on")
@@ -483,7 +484,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, name := range []string{"cp-1", "cp-2"} {
-		wg.Go(func() { _, errs[i] = r.hub.Reboot(ctx, RebootRequest{Machine: name, Force: true}) })
+		wg.Go(func() { _, errs[i] = r.hub.Reboot(ctx, operator.RebootRequest{Machine: name, Force: true}) })
 	}
 	wg.Wait()
 	r.sim.SetFaults(bmcsim.Faults{})
@@ -506,7 +507,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	// The other with it: 2 of the old 3, the old quorum. Refused, --force or not.
 	r.awaitPasses(t, 3)
 	for _, force := range []bool{false, true} {
-		_, err = r.hub.Reboot(ctx, RebootRequest{Machine: offName, Force: force})
+		_, err = r.hub.Reboot(ctx, operator.RebootRequest{Machine: offName, Force: force})
 		require.ErrorIs(t, err, ErrRefused)
 		assert.Contains(t, err.Error(), fmt.Sprintf("cp-%d (etcd-%d): its agent reports", on, on))
 		assert.Contains(t, err.Error(), "2 of the old cluster's members would run, its quorum (2)")
@@ -519,7 +520,7 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	pool.mu.Unlock()
 	r.awaitPasses(t, 3)
 	assert.Empty(t, r.machine(onName).NeedsOperator)
-	_, err = r.hub.Reboot(ctx, RebootRequest{Machine: offName, DryRun: true})
+	_, err = r.hub.Reboot(ctx, operator.RebootRequest{Machine: offName, DryRun: true})
 	require.ErrorIs(t, err, ErrRefused, "its member is in no membership the quorum check knows")
 	assert.Contains(t, err.Error(), fmt.Sprintf("`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it", offName))
 }
@@ -611,7 +612,7 @@ func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 		return false
 	}
 	require.Eventually(t, busy, 10*time.Second, 10*time.Millisecond, "a power-cycle inside its BMC operation")
-	confirm := RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, By: "alice"}
+	confirm := operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}, By: "alice"}
 
 	// Given up after 300 ms: refused, nothing left behind.
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -619,7 +620,7 @@ func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, err.Error(), "is still inside power-cycle")
-	assert.Equal(t, Running, r.hub.Status(ctx).Pause, "the pause it set is lifted")
+	assert.Equal(t, operator.Running, r.hub.Status(ctx).Pause, "the pause it set is lifted")
 	rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
 	require.NoError(t, err)
 	assert.Nil(t, rec, "nothing journaled")
@@ -642,7 +643,7 @@ func TestRecoverWaitsForABMCOperationUnderWay(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, rec)
 	assert.Equal(t, p.Token, rec.Plan.Token)
-	assert.Equal(t, Paused, r.hub.Status(ctx).Pause)
+	assert.Equal(t, operator.Paused, r.hub.Status(ctx).Pause)
 }
 
 // failingRecoveries is a recovery journal that cannot be read once failing is set.
@@ -673,7 +674,7 @@ func TestRecoveryPlanBlockedOnAnUnreadableJournal(t *testing.T) {
 	p := r.hub.RecoveryPlan(ctx)
 	require.Len(t, p.Blockers, len(before)+1, "%q", p.Blockers)
 	assert.Contains(t, p.Blockers[len(before)], "the journal could not say whether an etcd recovery is already under way (journal.db: input/output error)")
-	_, err := r.hub.Recover(ctx, RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
+	_, err := r.hub.Recover(ctx, operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "input/output error")
 }

@@ -8,25 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
-
-// RecoverRequest is `hub recover --yes`: carry the recovery plan out, as far as the hub's part goes
-// (pause, journal, fence). What the operator confirms clears what the hub cannot know by itself.
-type RecoverRequest struct {
-	// ConfirmLost are machines (or members) the operator confirms by name to be lost and off: a lost
-	// voter whose BMC reads it powered on, one without evidence, one the hub cannot fence.
-	ConfirmLost []string `json:"confirmLost,omitempty"`
-	// AcceptDataLoss, when the survivor is behind the journaled raft mark, must name the gap exactly.
-	AcceptDataLoss uint64 `json:"acceptDataLoss,omitempty"`
-	By             string `json:"by,omitempty"`
-}
-
-// confirms says whether the operator confirmed the machine (or its member) lost by name.
-func (r RecoverRequest) confirms(machine, member string) bool {
-	return slices.Contains(r.ConfirmLost, machine) || slices.Contains(r.ConfirmLost, member)
-}
 
 // RecoveryStore keeps the recovery under way across hub restarts: the bbolt journal does (the
 // standalone hub's, and the degraded-mode journal of a hub in Kubernetes mode).
@@ -70,7 +55,7 @@ func (h *Hub) underway(ctx context.Context) (*pass.RecoveryRecord, error) {
 // (power off through its BMC, read back Off; by the operator's word where no BMC can). A recovery
 // under way is resumed, never begun twice; one that is being carried out right now refuses a second
 // caller. The survivor's part is `agent recover` with the returned plan.
-func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (pass.RecoveryPlan, error) {
+func (h *Hub) Recover(ctx context.Context, req operator.RecoverRequest) (pass.RecoveryPlan, error) {
 	store := h.cfg.Recoveries
 	if store == nil {
 		return pass.RecoveryPlan{}, fmt.Errorf("%w: this hub keeps no journal to record a recovery in (in Kubernetes mode, run the hub with --degraded-journal: "+
@@ -107,7 +92,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (pass.RecoveryPla
 			p.Token = left
 			h.log.Warn("etcd recovery: adopting the pause an earlier `hub recover --yes` left without beginning", "token", left)
 		}
-		// Paused (a recorded brake) before the recovery is journaled: a hub killed in between comes
+		// operator.Paused (a recorded brake) before the recovery is journaled: a hub killed in between comes
 		// back paused with no recovery, never acting with a recovery under way. A pause this call set
 		// and that leads to no recovery (the wait given up, the caller gone, the journal refusing) is
 		// lifted again: nothing is left behind for a recovery that did not begin.
@@ -150,7 +135,7 @@ func (h *Hub) Recover(ctx context.Context, req RecoverRequest) (pass.RecoveryPla
 
 // unknownConfirmations refuses a confirmation that names no lost voter of the plan (a typo must not
 // read as a confirmation given).
-func unknownConfirmations(p pass.RecoveryPlan, req RecoverRequest) error {
+func unknownConfirmations(p pass.RecoveryPlan, req operator.RecoverRequest) error {
 	var names []string
 	for _, f := range p.Fence {
 		names = append(names, f.Machine)
@@ -209,7 +194,7 @@ func (h *Hub) pauseForRecovery(ctx context.Context, by, token string) (set bool,
 	}
 	start, bound := time.Now(), h.cfg.BMC.LongestOperation()
 	next := start.Add(5 * time.Second)
-	for h.PauseState() != Paused {
+	for h.PauseState() != operator.Paused {
 		busy := h.busyWith()
 		switch now := time.Now(); {
 		case now.Sub(start) > bound:
@@ -266,8 +251,8 @@ func (h *Hub) liftRecoveryPause(by, token string, why error) {
 
 // fence powers a lost member's machine off through its BMC and reads it back Off, or takes the
 // operator's word by name where the hub cannot.
-func (h *Hub) fence(ctx context.Context, inv pass.Inventory, f *quorum.FenceStep, req RecoverRequest, by string) error {
-	confirmed := req.confirms(f.Machine, f.Member)
+func (h *Hub) fence(ctx context.Context, inv pass.Inventory, f *quorum.FenceStep, req operator.RecoverRequest, by string) error {
+	confirmed := req.Confirms(f.Machine, f.Member)
 	m, ok := inv.Machine(f.Machine)
 	if f.ByHand || !ok || m.Endpoint.Driver == "" {
 		if !confirmed {

@@ -16,10 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-// Status, explain and the metrics say one thing at every moment. A sampler takes one status about
+// operator.Status, explain and the metrics say one thing at every moment. A sampler takes one status about
 // every millisecond, derives every machine's explanation and every gauge from it, and holds them to
 // each other while the hub goes through warm-up, a steady pool, a machine dead and healed in steps,
 // pausing and paused with a remediation in flight, suspended with a would-do held, and a machine
@@ -67,12 +68,12 @@ func TestStatusExplainAndMetricsAgree(t *testing.T) {
 		pool.dead[node] = true
 		pool.mu.Unlock()
 	}
-	waitFor := func(what string, cond func(MachineStatus) bool, machine string) {
+	waitFor := func(what string, cond func(operator.MachineStatus) bool, machine string) {
 		t.Helper()
 		require.Eventually(t, func() bool { return cond(r.machine(machine)) }, 30*time.Second, 5*time.Millisecond, what)
 	}
-	inFlight := func(m MachineStatus) bool { return m.Remediation != nil }
-	idle := func(m MachineStatus) bool { return m.Remediation == nil && m.Verdict == assess.VerdictHealthy }
+	inFlight := func(m operator.MachineStatus) bool { return m.Remediation != nil }
+	idle := func(m operator.MachineStatus) bool { return m.Remediation == nil && m.Verdict == assess.VerdictHealthy }
 
 	r.run(t)
 	r.awaitPasses(t, 5)
@@ -80,7 +81,7 @@ func TestStatusExplainAndMetricsAgree(t *testing.T) {
 	kill("cp-2")
 	waitFor("cp-2 in flight", inFlight, "cp-2")
 	require.NoError(t, r.hub.SetPaused(ctx, true, "test", "one truth"))
-	require.Eventually(t, func() bool { return r.hub.PauseState() == Paused }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return r.hub.PauseState() == operator.Paused }, 30*time.Second, 5*time.Millisecond)
 	r.awaitPasses(t, 5)
 	require.NoError(t, r.hub.SetPaused(ctx, false, "test", ""))
 	pool.restart("cp-2")
@@ -117,14 +118,14 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 	g := gaugesOf(t, c, st)
 	at := st.Time.Format("15:04:05.000")
 
-	stopped := st.Pause != Running || st.Suspended || !st.Observers.Majority || st.NotPlanning != ""
+	stopped := st.Pause != operator.Running || st.Suspended || !st.Observers.Majority || st.NotPlanning != ""
 	if stopped {
 		assert.NotEqual(t, "a strict majority: acting", st.Acting(), "%s: says acting while %s, suspended %v, majority %v, not planning %q",
 			at, st.Pause, st.Suspended, st.Observers.Majority, st.NotPlanning)
 	} else {
 		assert.Equal(t, "a strict majority: acting", st.Acting(), at)
 	}
-	for _, s := range []PauseState{Running, Pausing, Paused} {
+	for _, s := range []operator.PauseState{operator.Running, operator.Pausing, operator.Paused} {
 		assert.Equal(t, boolGauge(st.Pause == s), g.value(c.paused, "state", string(s)), "%s: hale_hub_paused{state=%s}", at, s)
 	}
 	assert.Equal(t, boolGauge(st.Suspended), g.value(c.suspended), "%s: hale_hub_suspended", at)
@@ -182,7 +183,7 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 			assert.Equal(t, st.Holding, e.Holding, at)
 		}
 		brakes := strings.Join(e.Brakes, "; ")
-		if st.Pause != Running {
+		if st.Pause != operator.Running {
 			assert.Contains(t, brakes, "the hub is "+string(st.Pause), "%s: %s's brakes", at, m.Name)
 		}
 		if st.Suspended {
@@ -200,7 +201,7 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 		return "detached"
 	case st.Suspended && st.Holding != "":
 		return "suspended, holding"
-	case remediating > 0 && st.Pause == Paused:
+	case remediating > 0 && st.Pause == operator.Paused:
 		return "in a step, paused"
 	case remediating > 0:
 		return "in a step"
@@ -213,7 +214,7 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 // gauges is what collectStatus sent, by descriptor and labels.
 type gauges map[*prometheus.Desc][]*dto.Metric
 
-func gaugesOf(t *testing.T, c *hubCollector, st Status) gauges {
+func gaugesOf(t *testing.T, c *hubCollector, st operator.Status) gauges {
 	ch := make(chan prometheus.Metric, 256)
 	go func() { c.collectStatus(st, ch); close(ch) }()
 	g := gauges{}

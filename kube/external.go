@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/kube/capi"
 )
 
@@ -112,7 +112,7 @@ func (s *RequestSync) takeExternal(ctx context.Context, r *v1alpha1.HaleRemediat
 	if why != "" {
 		return s.writeExternal(ctx, r, e, v1alpha1.ExternalWaiting, "", "waiting: "+why)
 	}
-	res, err := s.Hub.Reboot(ctx, hub.RebootRequest{Machine: e.machine, OwnWay: true, Hard: r.Spec.Hard, By: e.by})
+	res, err := s.Hub.Reboot(ctx, operator.RebootRequest{Machine: e.machine, OwnWay: true, Hard: r.Spec.Hard, By: e.by})
 	if err != nil {
 		return s.writeExternal(ctx, r, e, v1alpha1.ExternalWaiting, "", "waiting: "+err.Error())
 	}

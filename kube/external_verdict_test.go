@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube/capi"
 )
@@ -23,8 +23,8 @@ import (
 // verdicts is a Rebooter whose one remediation failed and whose verdict on its machine the test sets.
 type verdicts struct{ verdict assess.Verdict }
 
-func (v *verdicts) Reboot(context.Context, hub.RebootRequest) (hub.RebootResult, error) {
-	return hub.RebootResult{}, nil
+func (v *verdicts) Reboot(context.Context, operator.RebootRequest) (operator.RebootResult, error) {
+	return operator.RebootResult{}, nil
 }
 func (v *verdicts) Assessment(m string) (assess.Assessment, bool) {
 	return assess.Assessment{Machine: m, Verdict: v.verdict}, true

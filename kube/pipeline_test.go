@@ -30,6 +30,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/lab/inproc"
@@ -153,7 +154,7 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	require.NotNil(t, cond)
 	assert.Equal(t, "ClusterPaused", cond.Reason)
 	assert.Contains(t, cond.Message, "paused by Cluster API Cluster "+ns+"/prod")
-	assert.Equal(t, hub.Paused, tb.Hub().PauseState())
+	assert.Equal(t, operator.Paused, tb.Hub().PauseState())
 }
 
 // The Cluster of the control plane (--capi-cluster=auto): none while no Machine is a control-plane
@@ -234,7 +235,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	assert.Equal(t, "cp-0", p.Spec.Detached[0].Name)
 	assert.Equal(t, "disk swap", p.Spec.Detached[0].Reason)
 	time.Sleep(500 * time.Millisecond) // ten syncs
-	require.Equal(t, hub.Paused, h.PauseState(), "the sync does not undo the socket's pause")
+	require.Equal(t, operator.Paused, h.PauseState(), "the sync does not undo the socket's pause")
 	require.Len(t, h.Status(ctx).PausedBy, 1)
 
 	// A paused Cluster is a pause of its own; lifting it leaves alice's.
@@ -249,7 +250,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	// kubectl lifts the pause: the hub follows.
 	require.NoError(t, c.Patch(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":null}}`))))
-	require.Eventually(t, func() bool { return h.PauseState() == hub.Running }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return h.PauseState() == operator.Running }, 10*time.Second, 20*time.Millisecond)
 
 	assert.NotContains(t, strings.Join(h.Timeline(), "\n"), "cp-0 attached", "the detach never flickered off")
 
@@ -260,7 +261,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	require.Eventually(t, func() bool { return tb.Hub().Status(ctx).Machines[0].DetachedBy != nil }, 10*time.Second, 20*time.Millisecond)
 	st := tb.Hub().Status(ctx)
 	assert.Equal(t, "operator carol", st.Machines[0].DetachedBy.By)
-	assert.Equal(t, hub.Running, st.Pause)
+	assert.Equal(t, operator.Running, st.Pause)
 }
 
 // While an etcd recovery pauses Hale, the Cluster API Cluster is paused too (KubeadmControlPlane and
@@ -294,7 +295,7 @@ func TestRecoveryPausesTheCluster(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.Len(t, h.Status(ctx).PausedBy, 1, "Hale's own pause of the Cluster pauses Hale no further")
 	require.NoError(t, h.SetPaused(ctx, false, "alice", "")) // hub resume
-	require.Eventually(t, func() bool { return !paused() && h.PauseState() == hub.Running }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return !paused() && h.PauseState() == operator.Running }, 10*time.Second, 20*time.Millisecond)
 	assert.NotContains(t, annotations(), ClusterPausedForAnnotation)
 
 	// A Cluster the operator paused stays paused, and keeps pausing Hale.
@@ -367,20 +368,20 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 
 	for _, tc := range []struct {
 		spec string
-		in   func(hub.Status) bool
+		in   func(operator.Status) bool
 	}{
-		{`{"minFaultTolerance": 1}`, func(st hub.Status) bool {
+		{`{"minFaultTolerance": 1}`, func(st operator.Status) bool {
 			return st.Policy.MinFaultTolerance == 1 && st.Budget != nil && st.Budget.Available == 0
 		}},
-		{`{"maxInFlight": "2"}`, func(st hub.Status) bool { return st.Policy.MaxInFlight == "2" }},
-		{`{"maxUnhealthy": "40%"}`, func(st hub.Status) bool { return st.Policy.MaxUnhealthy == "40%" }},
-		{`{"probeTimeouts": {"etcd": "7s"}}`, func(st hub.Status) bool { return st.Policy.ProbeTimeouts["etcd"].Duration == 7*time.Second }},
-		{`{"cooldown": "90s"}`, func(st hub.Status) bool { return st.Policy.Cooldown.Duration == 90*time.Second }},
-		{`{"maxAttempts": 5}`, func(st hub.Status) bool { return st.Policy.MaxAttempts == 5 }},
-		{`{"stallTolerance": {"quorumHeld": "45s"}}`, func(st hub.Status) bool {
+		{`{"maxInFlight": "2"}`, func(st operator.Status) bool { return st.Policy.MaxInFlight == "2" }},
+		{`{"maxUnhealthy": "40%"}`, func(st operator.Status) bool { return st.Policy.MaxUnhealthy == "40%" }},
+		{`{"probeTimeouts": {"etcd": "7s"}}`, func(st operator.Status) bool { return st.Policy.ProbeTimeouts["etcd"].Duration == 7*time.Second }},
+		{`{"cooldown": "90s"}`, func(st operator.Status) bool { return st.Policy.Cooldown.Duration == 90*time.Second }},
+		{`{"maxAttempts": 5}`, func(st operator.Status) bool { return st.Policy.MaxAttempts == 5 }},
+		{`{"stallTolerance": {"quorumHeld": "45s"}}`, func(st operator.Status) bool {
 			return st.Policy.StallTolerance.QuorumHeld.Duration == 45*time.Second && st.Policy.StallTolerance.QuorumNeeded.Duration == 0 // the in-process inventory's
 		}},
-		{`{"componentGrace": {"quorumHeld": "4m", "quorumNeeded": "20s"}}`, func(st hub.Status) bool {
+		{`{"componentGrace": {"quorumHeld": "4m", "quorumNeeded": "20s"}}`, func(st operator.Status) bool {
 			return st.Policy.ComponentGrace.QuorumHeld.Duration == 4*time.Minute && st.Policy.ComponentGrace.QuorumNeeded.Duration == 20*time.Second
 		}},
 	} {

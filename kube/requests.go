@@ -14,9 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube/capi"
 	"github.com/hale-dev/hale/quorum"
@@ -24,7 +24,7 @@ import (
 
 // Rebooter is what RequestSync needs of the hub.
 type Rebooter interface {
-	Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error)
+	Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error)
 	// Assessment is the hub's latest verdict on machine; History its remediations, as journaled;
 	// Inventory the machines it heals.
 	Assessment(machine string) (assess.Assessment, bool)
@@ -118,7 +118,7 @@ func (s *RequestSync) syncMachines(ctx context.Context) error {
 			continue
 		}
 		by := fmt.Sprintf("%s on Machine %s", clusterv1.RemediateMachineAnnotation, key)
-		res, err := s.Hub.Reboot(ctx, hub.RebootRequest{Machine: m.Name, OwnWay: true, By: by})
+		res, err := s.Hub.Reboot(ctx, operator.RebootRequest{Machine: m.Name, OwnWay: true, By: by})
 		if err != nil {
 			if s.refused[key.String()] != err.Error() {
 				s.refused[key.String()] = err.Error()
@@ -150,8 +150,8 @@ func (s *RequestSync) handle(ctx context.Context, r *v1alpha1.Remediation) error
 	case r.Spec.Strategy != "" && r.Spec.Strategy != quorum.Reboot.String():
 		err = fmt.Errorf("spec.strategy: %q cannot be requested; only %q (leave it empty)", r.Spec.Strategy, quorum.Reboot)
 	default:
-		var res hub.RebootResult
-		res, err = s.Hub.Reboot(ctx, hub.RebootRequest{Machine: r.Spec.Machine, Hard: r.Spec.Hard, Force: r.Spec.Force, By: by, Adopt: r.Name})
+		var res operator.RebootResult
+		res, err = s.Hub.Reboot(ctx, operator.RebootRequest{Machine: r.Spec.Machine, Hard: r.Spec.Hard, Force: r.Spec.Force, By: by, Adopt: r.Name})
 		if err == nil {
 			s.Log.Info("remediation requested", "remediation", key, "machine", r.Spec.Machine, "by", by, "steps", res.Steps)
 			return nil

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 )
 
 // apiClient talks to a running hub's operator API.
@@ -50,8 +50,8 @@ func (f *apiFlags) registerWhere(fs *pflag.FlagSet) {
 }
 
 // status asks the hub for its status.
-func (f *apiFlags) status(ctx context.Context) (hub.Status, error) {
-	var st hub.Status
+func (f *apiFlags) status(ctx context.Context) (operator.Status, error) {
+	var st operator.Status
 	c, err := f.client()
 	if err == nil {
 		err = c.do(ctx, http.MethodGet, "/v1/status", nil, &st)
@@ -104,7 +104,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body, out any) 
 		return &codedError{exitUnreachable, fmt.Errorf("reading the hub's answer: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e hub.APIError
+		var e operator.APIError
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			return c.notTheHub(fmt.Sprintf("%s (%q)", resp.Status, firstLine(string(b))))
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/kube/enrol"
@@ -384,7 +385,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 // rebootThroughKubernetes is `hub reboot --kubernetes`: a Remediation request, so that RBAC decides;
 // it waits until the leading hub has accepted or refused it (and with wait, until it has ended), and
 // returns the object as it last read it (none when it read none).
-func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req hub.RebootRequest, wait bool, out io.Writer) (v1alpha1.Remediation, error) {
+func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req operator.RebootRequest, wait bool, out io.Writer) (v1alpha1.Remediation, error) {
 	var obj v1alpha1.Remediation
 	c, _, err := k.kubeClient()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	xterm "golang.org/x/term"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/cli"
 )
@@ -62,7 +63,7 @@ func operatorCommands() []*cobra.Command {
 		if err != nil {
 			return err
 		}
-		var e hub.Explanation
+		var e operator.Explanation
 		if err := c.do(cmd.Context(), http.MethodGet, "/v1/machines/"+url.PathEscape(args[0])+"/explain", nil, &e); err != nil {
 			return err
 		}
@@ -87,12 +88,12 @@ func operatorCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			var st hub.Status
+			var st operator.Status
 			if err := c.do(cmd.Context(), http.MethodPost, "/v1/pause", brakeBody(reason), &st); err != nil {
 				return err
 			}
 			deadline := time.Now().Add(waitFor)
-			for wait && st.Pause != hub.Paused {
+			for wait && st.Pause != operator.Paused {
 				if time.Now().After(deadline) {
 					return &codedError{exitRefused, fmt.Errorf("still %s after %v: a step in flight has not reached a checkpoint (`hub status`)", st.Pause, waitFor)}
 				}
@@ -122,7 +123,7 @@ func operatorCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			var st hub.Status
+			var st operator.Status
 			if err := c.do(cmd.Context(), http.MethodPost, v.path, brakeBody(reason), &st); err != nil {
 				return err
 			}
@@ -184,12 +185,12 @@ func machineNames(f *apiFlags) cobra.CompletionFunc {
 }
 
 // brakeBody says who asks (the user running the command) and why.
-func brakeBody(reason string) hub.BrakeRequest {
+func brakeBody(reason string) operator.BrakeRequest {
 	by := pass.Operator
 	if u := os.Getenv("USER"); u != "" {
 		by = "operator " + u
 	}
-	return hub.BrakeRequest{By: by, Reason: reason}
+	return operator.BrakeRequest{By: by, Reason: reason}
 }
 
 // interactive says whether in can answer a prompt: a terminal, or (in tests) a reader that is not a

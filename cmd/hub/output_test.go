@@ -24,6 +24,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/quorum"
@@ -152,18 +153,18 @@ func fixedAPI(t *testing.T) http.Handler {
 		return out
 	}
 	detached := pass.Brake{By: "alice", Reason: "firmware update", Since: t0.Add(-time.Hour)}
-	st := hub.Status{Cluster: "prod-east", Time: t0, Epoch: 7, Pause: hub.Running,
-		Observers: hub.ObserversStatus{Expected: 4, Heard: []string{"cp-1", "cp-3", "hub"}, Missing: []string{"cp-2"}, Majority: true},
+	st := operator.Status{Cluster: "prod-east", Time: t0, Epoch: 7, Pause: operator.Running,
+		Observers: operator.ObserversStatus{Expected: 4, Heard: []string{"cp-1", "cp-3", "hub"}, Missing: []string{"cp-2"}, Majority: true},
 		Budget:    &quorum.Budget{Voters: 3, HealthyVoters: 2, Quorum: 2, FaultTolerance: 0, Available: 0},
 		Policy: inventory.EffectivePolicy{MinFaultTolerance: 0, MaxInFlight: "1", MaxUnhealthy: "40%", Cooldown: config.Duration{Duration: 5 * time.Minute},
 			MaxAttempts: 3, StallTolerance: inventory.QuorumWaits{QuorumHeld: config.Duration{Duration: 30 * time.Second}, QuorumNeeded: config.Duration{Duration: 10 * time.Second}},
 			ComponentGrace: inventory.QuorumWaits{QuorumHeld: config.Duration{Duration: 3 * time.Minute}, QuorumNeeded: config.Duration{Duration: 30 * time.Second}}},
-		Machines: []hub.MachineStatus{
+		Machines: []operator.MachineStatus{
 			{Name: "cp-1", Node: "cp-1", Member: "etcd-1", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
 				BMC: &pass.BMCReadiness{Checked: t0.Add(-4 * time.Minute), Ready: true, Power: "On", Health: "OK"}},
 			{Name: "cp-2", Node: "cp-2", Member: "etcd-2", Role: "voter", EtcdHealth: "unreachable", Verdict: assess.VerdictUnhealthy, Since: t0.Add(-42 * time.Second),
 				Reasons: []string{"cp-2 dead since 08:59:18.000Z per 3 of 4 expected observers (the hub and 2 others)"},
-				Remediation: &hub.InFlight{ID: "cp-2/0007", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"),
+				Remediation: &operator.InFlight{ID: "cp-2/0007", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2"),
 					Step: 1, Attempt: 1},
 				BMC: &pass.BMCReadiness{Checked: t0.Add(-11 * time.Second), Ready: true, Power: "On", Health: "OK"}},
 			{Name: "cp-3", Node: "cp-3", Member: "etcd-3", Role: "voter", EtcdHealth: "healthy", Verdict: assess.VerdictHealthy, Since: t0.Add(-3 * time.Hour),
@@ -180,7 +181,7 @@ func fixedAPI(t *testing.T) http.Handler {
 			{At: t0.Add(-6 * time.Second), Step: 0, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: "On: went Off and came back On (sent ForceRestart)", Epoch: 7},
 			{At: t0.Add(-6 * time.Second), Step: 1, Kind: journal.EntryIntent, Detail: "await-healthy etcd-2", Epoch: 7},
 		}}
-	var explain hub.Explanation
+	var explain operator.Explanation
 	explain.Time, explain.Machine, explain.Strategy, explain.BMC = t0, st.Machines[1], "reboot", "redfish https://10.0.0.12/redfish/v1/Systems/1"
 	explain.Planner, explain.Budget, explain.History = "in flight: cp-2/0007", st.Budget, []journal.Remediation{rem}
 	explain.Episodes = []pass.Episode{{Machine: "cp-2", Kind: pass.EpisodeDead, Began: t0.Add(-2 * time.Hour), Ended: t0.Add(-2*time.Hour + 6400*time.Millisecond),
@@ -201,17 +202,17 @@ func fixedAPI(t *testing.T) http.Handler {
 		recoverInv.Machines = append(recoverInv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: "cp-" + n, Node: "cp-" + n, Member: "etcd-" + n}, Endpoint: ep})
 	}
 	mark := pass.RaftMark{ClusterID: "8e9e05c52164694d", Term: 4, Index: 48213, Member: "etcd-3", At: t0.Add(-3 * time.Minute)}
-	lossStatus := hub.Status{Time: t0, RaftMark: &mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, ForGood: true, Lost: []pass.LostVoter{
+	lossStatus := operator.Status{Time: t0, RaftMark: &mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, ForGood: true, Lost: []pass.LostVoter{
 		{Member: "etcd-2", Machine: "cp-2", Evidence: "its BMC read the power Off at 08:59:30Z; maxAttempts power-cycles did not bring it back", ForGood: true},
 		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 08:59:30Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}}}
 	survivor := health.Report{Node: "cp-1", SentAt: t0.Add(-time.Second),
 		Etcd: &health.EtcdView{ClusterID: mark.ClusterID, LocalName: "etcd-1", RaftTerm: 4, RaftIndex: 48213, ObservedAt: t0.Add(-time.Second)}}
 	recovery := hub.PlanRecovery(lossStatus, recoverInv, assess.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
-		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, hub.RecoverRequest{})
+		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, operator.RecoverRequest{})
 	require.Len(t, recovery.Blockers, 1, "cp-3's BMC does not answer: the operator's word is needed")
 	// `hub recover --yes --confirm-lost cp-3`: journaled, cp-2 fenced through its BMC, cp-3 on the operator's word.
 	begun := hub.PlanRecovery(lossStatus, recoverInv, assess.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
-		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, hub.RecoverRequest{ConfirmLost: []string{"cp-3"}})
+		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, operator.RecoverRequest{ConfirmLost: []string{"cp-3"}})
 	require.Empty(t, begun.Blockers)
 	begun.Token = "hale-8e9e05c52164694d-1795683600"
 	begun.Fence[0].Fenced, begun.Fence[0].How = true, "powered off through its BMC (redfish://10.0.0.12:443/systems/1), read back Off: already Off: nothing sent"
@@ -230,9 +231,9 @@ func fixedAPI(t *testing.T) http.Handler {
 		}
 		v, ok := answers[r.Method+" "+r.URL.Path]
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/machines/cp-1/reboot" {
-			var req hub.RebootRequest
+			var req operator.RebootRequest
 			require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
-			res := hub.RebootResult{Steps: []string{"power-cycle etcd-1", "await-healthy etcd-1"}, DryRun: req.DryRun}
+			res := operator.RebootResult{Steps: []string{"power-cycle etcd-1", "await-healthy etcd-1"}, DryRun: req.DryRun}
 			if !req.DryRun {
 				res.Remediation = manual.ID
 			}

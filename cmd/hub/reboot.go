@@ -15,13 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/internal/cli"
 )
 
 func newRebootCommand(f *apiFlags) *cobra.Command {
-	var req hub.RebootRequest
+	var req operator.RebootRequest
 	var yes, wait, kubernetes bool
 	var k kubeOptions
 	cmd := &cobra.Command{
@@ -95,7 +95,7 @@ hub replica checks and carries it out the same way (` + "`kubectl get remediatio
 		if req.Force && !req.DryRun && !yes {
 			dry := req
 			dry.DryRun = true
-			var res hub.RebootResult
+			var res operator.RebootResult
 			if err := c.do(cmd.Context(), http.MethodPost, path, dry, &res); err != nil {
 				return err
 			}
@@ -109,7 +109,7 @@ hub replica checks and carries it out the same way (` + "`kubectl get remediatio
 				return &codedError{exitUsage, errors.New("not confirmed: nothing done")}
 			}
 		}
-		var res hub.RebootResult
+		var res operator.RebootResult
 		if err := c.do(cmd.Context(), http.MethodPost, path, req, &res); err != nil {
 			return err
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/cli"
 )
@@ -50,8 +50,8 @@ func watchRecovery(ctx context.Context, f *apiFlags, w io.Writer) (stop func()) 
 }
 
 // recoveryProgress says what a hub carrying out `hub recover --yes` is at, from its status.
-func recoveryProgress(st hub.Status) string {
-	if st.Pause != hub.Pausing {
+func recoveryProgress(st operator.Status) string {
+	if st.Pause != operator.Pausing {
 		return "the hub is " + strings.ToLower(string(st.Pause)) + "; fencing the lost members through their BMCs (each powered off and read back Off)"
 	}
 	var busy []string
@@ -66,7 +66,7 @@ func recoveryProgress(st hub.Status) string {
 // newRecoverCommand is `hub recover`: the plan after a permanent loss of quorum, and with --yes the
 // hub's part of carrying it out.
 func newRecoverCommand(f *apiFlags) *cobra.Command {
-	var req hub.RecoverRequest
+	var req operator.RecoverRequest
 	var yes bool
 	cmd := &cobra.Command{Use: "recover [--yes [--confirm-lost MACHINE,...] [--accept-data-loss N]]",
 		Short: "Plan, then begin, etcd's rebuild from its most advanced survivor after a permanent loss of quorum",

@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/bmcaccess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
@@ -159,7 +159,7 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	// The same explanation as data: -o json and -o yaml.
 	out, code = cli("explain", "cp-1", "-o", "json")
 	require.Equal(t, 0, code, out)
-	var e hub.Explanation
+	var e operator.Explanation
 	require.NoError(t, json.Unmarshal([]byte(out), &e), out)
 	assert.Equal(t, "cp-1", e.Machine.Name)
 	assert.Equal(t, assess.VerdictHealthy, e.Machine.Verdict)
@@ -353,14 +353,14 @@ func TestSecondStandaloneHubStandsBy(t *testing.T) {
 		})
 		return p
 	}
-	status := func(p *proc) hub.Status {
+	status := func(p *proc) operator.Status {
 		var out bytes.Buffer
 		root := newRootCommand(&out, &out)
 		root.SetArgs([]string{"status", "-o", "json", "--socket", p.socket})
 		if err := root.ExecuteContext(context.Background()); err != nil {
-			return hub.Status{}
+			return operator.Status{}
 		}
-		var st hub.Status
+		var st operator.Status
 		_ = json.Unmarshal(out.Bytes(), &st)
 		return st
 	}

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-func printStatus(w io.Writer, st hub.Status, wide bool) {
+func printStatus(w io.Writer, st operator.Status, wide bool) {
 	fmt.Fprintf(w, "cluster %s · journal epoch %d · %s", st.Cluster, st.Epoch, st.Pause)
 	if len(st.PausedBy) > 0 {
 		fmt.Fprintf(w, " by %s", hub.DescribeBrakes(st.PausedBy))

@@ -40,6 +40,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -220,7 +221,7 @@ func NewTerm(identity string, epoch uint64, now time.Time, why string, inv pass.
 // SnapshotBrakes are the brakes in force in st, for the degraded term: every pause (the operator's
 // and a Cluster API Cluster's) as one, the suspend, the detached machines, and the machines with a
 // remediation in flight through the API server, detached until it answers.
-func SnapshotBrakes(st hub.Status) *pass.Brakes {
+func SnapshotBrakes(st operator.Status) *pass.Brakes {
 	b := &pass.Brakes{Suspended: st.SuspendedBy, Detached: map[string]pass.Brake{}}
 	if len(st.PausedBy) > 0 {
 		b.Paused = &pass.Brake{By: st.PausedBy[0].By, Reason: hub.DescribeBrakes(st.PausedBy), Since: st.PausedBy[0].Since}

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/bmc"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -142,13 +142,13 @@ func TestInventory(t *testing.T) {
 // remediation through the API server is in flight is detached until it answers.
 func TestSnapshotBrakes(t *testing.T) {
 	since := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
-	st := hub.Status{Time: since.Add(time.Hour),
+	st := operator.Status{Time: since.Add(time.Hour),
 		PausedBy:    []pass.Brake{{By: "alice", Reason: "upgrade", Since: since}, {By: "Cluster prod/prod", Reason: "paused", Since: since}},
 		SuspendedBy: &pass.Brake{By: "bob", Since: since},
-		Machines: []hub.MachineStatus{
+		Machines: []operator.MachineStatus{
 			{Name: "cp-0"},
 			{Name: "cp-1", Detached: true, DetachedBy: &pass.Brake{By: "carol", Reason: "disk swap", Since: since}},
-			{Name: "cp-2", Remediation: &hub.InFlight{ID: "cp-2-0abc", Strategy: "replace"}},
+			{Name: "cp-2", Remediation: &operator.InFlight{ID: "cp-2-0abc", Strategy: "replace"}},
 		}}
 	b := SnapshotBrakes(st)
 	require.NotNil(t, b.Paused)
@@ -158,7 +158,7 @@ func TestSnapshotBrakes(t *testing.T) {
 	assert.Equal(t, "carol", b.Detached["cp-1"].By)
 	assert.Contains(t, b.Detached["cp-2"].Reason, "remediation cp-2-0abc (replace), begun through the API server, is in flight")
 	assert.NotContains(t, b.Detached, "cp-0")
-	assert.Nil(t, SnapshotBrakes(hub.Status{}).Paused)
+	assert.Nil(t, SnapshotBrakes(operator.Status{}).Paused)
 }
 
 // The term file: written atomically, read back whole; none is nil; an unreadable one names itself

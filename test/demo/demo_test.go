@@ -23,6 +23,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
@@ -122,7 +123,7 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	passes(t, tb, 10)
 	assert.Empty(t, tb.Resets(2), "suspended: no BMC call")
 	assert.True(t, h.Status(context.Background()).Suspended)
-	_, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(2)})
+	_, err := h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(2)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot is refused while suspended")
 	require.NoError(t, h.SetSuspended(ctx, false, "test", ""))
 	before := snapshot{}
@@ -142,14 +143,14 @@ func TestBrakesMakeNoBMCCall(t *testing.T) {
 	})
 	st := h.Status(context.Background())
 	assert.True(t, st.Machines[1].Detached)
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1)})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(1)})
 	assert.ErrorIs(t, err, hub.ErrRefused, "a manual reboot of a detached machine is refused")
 	require.NoError(t, h.SetDetached(ctx, inproc.Name(1), false, "test", ""))
 	wait(t, tb, "cp-1 healed", succeeded(InProcess(tb), before, 1))
 	require.NoError(t, tb.Settle(ctx))
 
 	require.NoError(t, h.SetPaused(ctx, true, "test", ""))
-	assert.Equal(t, hub.Paused, h.PauseState(), "nothing in flight: acknowledged at once")
+	assert.Equal(t, operator.Paused, h.PauseState(), "nothing in flight: acknowledged at once")
 	tb.Hang(0)
 	wait(t, tb, "cp-0 Unhealthy", unhealthy(tb, 0))
 	passes(t, tb, 10)
@@ -186,7 +187,7 @@ func TestBrakesSurviveARestart(t *testing.T) {
 	require.Len(t, st.PausedBy, 1)
 	assert.Equal(t, "alice", st.PausedBy[0].By)
 	assert.Equal(t, "maintenance window", st.PausedBy[0].Reason)
-	assert.Equal(t, hub.Paused, st.Pause)
+	assert.Equal(t, operator.Paused, st.Pause)
 	require.NotNil(t, st.SuspendedBy)
 	assert.Equal(t, "bob", st.SuspendedBy.By)
 	require.NotNil(t, st.Machines[0].DetachedBy)
@@ -404,7 +405,7 @@ func TestEscalationAndGivingUp(t *testing.T) {
 	})
 
 	tb.Sim().SetFaults(bmcsim.Faults{})
-	res, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: inproc.Name(2), By: "test"})
+	res, err := h.Reboot(t.Context(), operator.RebootRequest{Machine: inproc.Name(2), By: "test"})
 	require.NoError(t, err)
 	wait(t, tb, "the manual reboot to succeed", func() bool { n, st := tb.Remediations(2); return n == 4 && st == journal.Succeeded })
 	hist, _ = h.History(context.Background(), inproc.Name(2))
@@ -443,20 +444,20 @@ func TestManualReboot(t *testing.T) {
 	h := tb.Hub()
 	ctx := t.Context()
 
-	res, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(0), DryRun: true})
+	res, err := h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(0), DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"power-cycle etcd-0", "await-healthy etcd-0"}, res.Steps)
 	assert.Empty(t, res.Remediation)
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: "nope"})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: "nope"})
 	assert.ErrorIs(t, err, hub.ErrNotFound)
 
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(0)})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(0)})
 	require.NoError(t, err)
 	wait(t, tb, "cp-0 rebooted", succeeded(InProcess(tb), snapshot{}, 0))
 	assert.Equal(t, []string{"GracefulRestart"}, tb.Resets(0))
 	require.NoError(t, tb.Settle(ctx))
 
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(0), Hard: true})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(0), Hard: true})
 	require.NoError(t, err)
 	wait(t, tb, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == journal.Succeeded })
 	assert.NotEqual(t, "GracefulRestart", tb.Resets(0)[1])
@@ -466,9 +467,9 @@ func TestManualReboot(t *testing.T) {
 	require.NoError(t, h.SetDetached(ctx, inproc.Name(2), true, "test", ""))
 	tb.Hang(2)
 	wait(t, tb, "cp-2 Unhealthy", unhealthy(tb, 2))
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1)})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(1)})
 	require.ErrorIs(t, err, hub.ErrRefused)
-	res, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1), Force: true})
+	res, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(1), Force: true})
 	require.NoError(t, err)
 	assert.Contains(t, res.Overrides, "quorum needs 2")
 	wait(t, tb, "cp-1's forced reboot to succeed", succeeded(InProcess(tb), snapshot{}, 1))
@@ -564,7 +565,7 @@ func TestFence(t *testing.T) {
 	assert.Equal(t, 1, n, "a fenced machine is not remediated again")
 	wait(t, tb, "cp-2 needs an operator: fenced", func() bool { return h.Status(t.Context()).Machines[2].NeedsOperator == pass.NeedFenced })
 	assert.Len(t, tb.Resets(2), 1)
-	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: inproc.Name(2)})
+	_, err := h.Reboot(t.Context(), operator.RebootRequest{Machine: inproc.Name(2)})
 	require.NoError(t, err)
 	wait(t, tb, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 2 && st == journal.Succeeded })
 	wait(t, tb, "every machine healthy", tb.AllHealthy)
@@ -673,12 +674,12 @@ func TestRebuildOutsideHaleRetiresTheOldMembers(t *testing.T) {
 	wait(t, tb, "said", hasEvent(h, "etcd cluster "+mark.ClusterID+" was rebuilt as "+rec.NewClusterID+" without `hub recover`"))
 	journaled := h.RecoveryPlan(ctx)
 	assert.Empty(t, journaled.Token, "journaled as done, not under way")
-	assert.Equal(t, hub.Running, h.PauseState(), "a rebuild outside Hale pauses nothing")
+	assert.Equal(t, operator.Running, h.PauseState(), "a rebuild outside Hale pauses nothing")
 
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(1), Force: true, By: "test"})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(1), Force: true, By: "test"})
 	require.NoError(t, err, "one old member alone serves nothing")
 	wait(t, tb, "cp-1 on", func() bool { return tb.Sim().PowerState(inproc.Name(1)) == bmcsim.On })
-	_, err = h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(2), Force: true, By: "test"})
+	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(2), Force: true, By: "test"})
 	require.ErrorIs(t, err, hub.ErrRefused)
 	assert.Contains(t, err.Error(), "2 of the old cluster's members would run, its quorum (2)")
 	assert.Equal(t, bmcsim.Off, tb.Sim().PowerState(inproc.Name(2)))
@@ -710,7 +711,7 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 	})
 	passes(t, tb, 20)
 	assert.Empty(t, tb.Resets(2), "no power action during the upgrade")
-	_, err := h.Reboot(t.Context(), hub.RebootRequest{Machine: inproc.Name(2), By: "operator alice"})
+	_, err := h.Reboot(t.Context(), operator.RebootRequest{Machine: inproc.Name(2), By: "operator alice"})
 	require.NoError(t, err, "the operator doing the upgrade may reboot it")
 	wait(t, tb, "cp-2 back", func() bool { n, st := tb.Remediations(2); return n == 1 && st == journal.Succeeded })
 	require.NoError(t, os.Remove(upgrading)) // kubeadm done

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
@@ -52,8 +53,8 @@ type Rig interface {
 	Dump() string
 
 	// Status, Reboot and SetDetached are `hub status`, `hub reboot` and `hub detach`/`attach`.
-	Status(ctx context.Context) (hub.Status, error)
-	Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error)
+	Status(ctx context.Context) (operator.Status, error)
+	Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error)
 	SetDetached(ctx context.Context, machine string, on bool, by, reason string) error
 }
 
@@ -69,18 +70,18 @@ func (r inProcess) hub() (*hub.Hub, error) {
 	return nil, errors.New("no hub runs")
 }
 
-func (r inProcess) Status(ctx context.Context) (hub.Status, error) {
+func (r inProcess) Status(ctx context.Context) (operator.Status, error) {
 	h, err := r.hub()
 	if err != nil {
-		return hub.Status{}, err
+		return operator.Status{}, err
 	}
 	return h.Status(ctx), nil
 }
 
-func (r inProcess) Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error) {
+func (r inProcess) Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error) {
 	h, err := r.hub()
 	if err != nil {
-		return hub.RebootResult{}, err
+		return operator.RebootResult{}, err
 	}
 	return h.Reboot(ctx, req)
 }
@@ -185,12 +186,12 @@ func lastEpisode(r Rig, i int) (pass.Episode, bool) {
 }
 
 // machineStatus is machine name's row of the hub's status (zero when it has none).
-func machineStatus(ctx context.Context, r Rig, name string) hub.MachineStatus {
+func machineStatus(ctx context.Context, r Rig, name string) operator.MachineStatus {
 	st, _ := r.Status(ctx)
 	for _, m := range st.Machines {
 		if m.Name == name {
 			return m
 		}
 	}
-	return hub.MachineStatus{}
+	return operator.MachineStatus{}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/lab/inproc"
@@ -181,7 +182,7 @@ func quorumLostNoWitnessScenario(ctx context.Context, r Rig) error {
 	tb.Say("demo", "the hub says: not planning: %s", h.Status(ctx).NotPlanning)
 	for _, i := range []int{1, 2} {
 		tb.Say("demo", "operator: hub reboot %s --force (the evidence above is the operator's to weigh)", inproc.Name(i))
-		res, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(i), Force: true, By: "demo"})
+		res, err := h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(i), Force: true, By: "demo"})
 		if err != nil {
 			return fmt.Errorf("a forced reboot of %s: %w", inproc.Name(i), err)
 		}
@@ -250,7 +251,7 @@ func refusedRebootScenario(ctx context.Context, r Rig) error {
 	// moment), as an operator told so would: that refusal is not the one this scenario shows.
 	var err error
 	if werr := r.WaitFor(ctx, 30*time.Second, "a refusal on quorum's own terms", func() bool {
-		_, err = r.Reboot(ctx, hub.RebootRequest{Machine: healthy, By: "demo"})
+		_, err = r.Reboot(ctx, operator.RebootRequest{Machine: healthy, By: "demo"})
 		return err == nil || !strings.Contains(err.Error(), "cannot check quorum")
 	}); werr != nil {
 		return fmt.Errorf("rebooting %s with %s down: %w (last: %v)", healthy, down, werr, err)
@@ -260,7 +261,7 @@ func refusedRebootScenario(ctx context.Context, r Rig) error {
 	}
 	r.Say("demo", "the hub says: %v", err)
 	r.Say("demo", "operator: hub reboot %s --dry-run (the member that is down)", down)
-	res, err := r.Reboot(ctx, hub.RebootRequest{Machine: down, DryRun: true})
+	res, err := r.Reboot(ctx, operator.RebootRequest{Machine: down, DryRun: true})
 	if err != nil {
 		return fmt.Errorf("a dry-run reboot of the dead member: want a plan, got %w", err)
 	}
@@ -304,15 +305,15 @@ func pauseScenario(ctx context.Context, r Rig) error {
 	if err := h.SetPaused(ctx, true, "demo", "a maintenance window"); err != nil {
 		return err
 	}
-	if st := h.PauseState(); st != hub.Pausing {
+	if st := h.PauseState(); st != operator.Pausing {
 		return fmt.Errorf("paused during a BMC step: state %s, want Pausing", st)
 	}
-	tb.Say("demo", "pause state: %s", hub.Pausing)
+	tb.Say("demo", "pause state: %s", operator.Pausing)
 	t0 := time.Now()
-	if err := tb.WaitFor(ctx, 30*time.Second, "the pause to be acknowledged", func() bool { return h.PauseState() == hub.Paused }); err != nil {
+	if err := tb.WaitFor(ctx, 30*time.Second, "the pause to be acknowledged", func() bool { return h.PauseState() == operator.Paused }); err != nil {
 		return err
 	}
-	tb.Say("demo", "pause state: %s after %v: the BMC step finished and nothing new starts", hub.Paused, time.Since(t0).Round(time.Millisecond))
+	tb.Say("demo", "pause state: %s after %v: the BMC step finished and nothing new starts", operator.Paused, time.Since(t0).Round(time.Millisecond))
 	tb.Sim().SetFaults(bmcsim.Faults{})
 	tb.Say("demo", "operator: hub resume")
 	if err := h.SetPaused(ctx, false, "demo", ""); err != nil {
@@ -382,7 +383,7 @@ func permanentLossScenario(ctx context.Context, r Rig) error {
 	}
 	tb.Say("demo", "operator: hub recover --yes")
 	t0 := time.Now()
-	if plan, err = h.Recover(ctx, hub.RecoverRequest{By: "demo"}); err != nil {
+	if plan, err = h.Recover(ctx, operator.RecoverRequest{By: "demo"}); err != nil {
 		return fmt.Errorf("hub recover --yes: %w", err)
 	}
 	for _, i := range []int{1, 2} {
@@ -422,7 +423,7 @@ func permanentLossScenario(ctx context.Context, r Rig) error {
 	for n, i := range []int{1, 2} {
 		tb.Replace(i)
 		tb.Say("demo", "operator: hub reboot %s --force (powers it on)", inproc.Name(i))
-		if _, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(i), Force: true, By: "demo"}); err != nil {
+		if _, err := h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(i), Force: true, By: "demo"}); err != nil {
 			return fmt.Errorf("powering %s on: %w", inproc.Name(i), err)
 		}
 		if err := tb.WaitFor(ctx, 30*time.Second, inproc.Name(i)+" powered on", func() bool { return tb.Sim().PowerState(inproc.Name(i)) == bmcsim.On }); err != nil {
@@ -431,7 +432,7 @@ func permanentLossScenario(ctx context.Context, r Rig) error {
 		if n == 0 {
 			tb.Replace(2)
 			tb.Say("demo", "operator: hub reboot cp-2 --force (before cp-1 has rejoined)")
-			_, err := h.Reboot(ctx, hub.RebootRequest{Machine: inproc.Name(2), Force: true, By: "demo"})
+			_, err := h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(2), Force: true, By: "demo"})
 			if !errors.Is(err, hub.ErrRefused) || !strings.Contains(err.Error(), "quorum") {
 				return fmt.Errorf("powering cp-2 on while cp-1 runs outside the new cluster: want a refusal, got %v", err)
 			}

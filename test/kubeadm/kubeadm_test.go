@@ -19,8 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/lab"
@@ -170,13 +170,13 @@ func kubeadmUpgrade(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *la
 	}
 	seen := time.Since(started)
 	const held = "a kubeadm upgrade is replacing " // hub/pass's words
-	waitStatus(ctx, t, c, n.Name+"'s upgrade in hub status (planned work)", func(st hub.Status) bool {
+	waitStatus(ctx, t, c, n.Name+"'s upgrade in hub status (planned work)", func(st operator.Status) bool {
 		m, _ := machineIn(st, n.Name)
 		return strings.Contains(m.PlannedWork, held)
 	})
 	n.Freeze()
 	hung := time.Now()
-	st := waitStatus(ctx, t, c, n.Name+" held: a kubeadm upgrade under way", func(st hub.Status) bool {
+	st := waitStatus(ctx, t, c, n.Name+" held: a kubeadm upgrade under way", func(st operator.Status) bool {
 		m, _ := machineIn(st, n.Name)
 		return m.Verdict == assess.VerdictUnhealthy && strings.Contains(m.Decision, held)
 	})
@@ -196,7 +196,7 @@ func kubeadmUpgrade(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *la
 	manifest, err := n.ReadFile("/etc/kubernetes/manifests/kube-apiserver.yaml")
 	require.NoError(t, err)
 	require.Contains(t, string(manifest), "hale.dev/lab-upgrade", "kubeadm replaced %s's kube-apiserver manifest", n.Name)
-	waitStatus(ctx, t, c, "every machine Healthy after the upgrade, the hold gone", func(st hub.Status) bool {
+	waitStatus(ctx, t, c, "every machine Healthy after the upgrade, the hold gone", func(st operator.Status) bool {
 		m, _ := machineIn(st, n.Name)
 		return allHealthy(st) && m.PlannedWork == ""
 	})
@@ -358,7 +358,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		require.Less(t, time.Since(lost), 12*time.Minute, "hub resume: %v", out)
 		time.Sleep(2 * time.Second)
 	}
-	st := waitStatus(ctx, t, c, "cp-0 and cp-1 retired by the recovery", func(st hub.Status) bool {
+	st := waitStatus(ctx, t, c, "cp-0 and cp-1 retired by the recovery", func(st operator.Status) bool {
 		a, _ := machineIn(st, "cp-0")
 		b, _ := machineIn(st, "cp-1")
 		return a.NeedsOperator == pass.NeedRetired && b.NeedsOperator == pass.NeedRetired
@@ -373,7 +373,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	// Fenced through their BMCs and read Off since: their Nodes go out of service (policy.outOfServiceAfter,
 	// 1 min by default), and the pods there may start elsewhere; each `hub reboot` below takes it off.
 	resumed := time.Now()
-	waitStatus(ctx, t, c, "cp-0 and cp-1 out of service", func(st hub.Status) bool {
+	waitStatus(ctx, t, c, "cp-0 and cp-1 out of service", func(st operator.Status) bool {
 		a, _ := machineIn(st, "cp-0")
 		b, _ := machineIn(st, "cp-1")
 		return a.OutOfService != "" && b.OutOfService != ""
@@ -439,7 +439,7 @@ func permanentLoss(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		n.WriteFile("/root/plan.json", string(b))
 		onNode(n, agentFromImage)
 		onNode(n, rejoin)
-		waitStatus(ctx, t, c, n.Name+" a healthy voter of the rebuilt cluster", func(st hub.Status) bool {
+		waitStatus(ctx, t, c, n.Name+" a healthy voter of the rebuilt cluster", func(st operator.Status) bool {
 			m, _ := machineIn(st, n.Name)
 			return m.Role == "voter" && m.EtcdHealth == quorum.Healthy.String() && m.NeedsOperator == ""
 		})
@@ -584,7 +584,7 @@ func hangsAndReboots(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	require.Error(t, err, "a second reboot while cp-1's runs")
 	require.Contains(t, out, "leaves 1 of 3 voters healthy; quorum needs 2")
 	t.Logf("hub reboot cp-2 while cp-1 reboots: %s", strings.TrimSpace(out))
-	waitStatus(ctx, t, c, "every machine Healthy after the operator's reboot", func(st hub.Status) bool {
+	waitStatus(ctx, t, c, "every machine Healthy after the operator's reboot", func(st operator.Status) bool {
 		return allHealthy(st) && len(powerChanges(c, before)) >= 2
 	})
 	powered := powerChanges(c, before)
@@ -627,7 +627,7 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	} else {
 		n.Freeze()
 	}
-	st := waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st hub.Status) bool {
+	st := waitStatus(ctx, t, c, n.Name+" Unhealthy or under remediation", func(st operator.Status) bool {
 		m, ok := machineIn(st, n.Name)
 		return ok && (m.Verdict == assess.VerdictUnhealthy || m.Remediation != nil) || len(powerChanges(c, before)) > 0
 	})
@@ -636,7 +636,7 @@ func hangAndHeal(ctx context.Context, t *testing.T, c *lab.KubeCluster, n *lab.N
 	if m, _ := machineIn(st, n.Name); m.Verdict == assess.VerdictUnhealthy && m.Since.After(hung) {
 		detected = m.Since.Sub(hung)
 	}
-	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle", func(st hub.Status) bool {
+	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle", func(st operator.Status) bool {
 		return allHealthy(st) && len(powerChanges(c, before)) >= 2
 	})
 	c.WaitReady(ctx) // (the Node may not have gone NotReady at all: the node controller waits 50 s)
@@ -700,13 +700,13 @@ func bmcOf(c *lab.KubeCluster, n *lab.Node) string {
 	return "Redfish"
 }
 
-func machineIn(st hub.Status, name string) (hub.MachineStatus, bool) {
+func machineIn(st operator.Status, name string) (operator.MachineStatus, bool) {
 	for _, m := range st.Machines {
 		if m.Name == name {
 			return m, true
 		}
 	}
-	return hub.MachineStatus{}, false
+	return operator.MachineStatus{}, false
 }
 
 // leader is the leading hub replica's pod (the Lease's holder is its identity: hub-POD-RANDOM).
@@ -737,20 +737,20 @@ func hubCLI(ctx context.Context, c *lab.KubeCluster, args ...string) (string, er
 }
 
 // hubStatus asks the leading hub replica for its status.
-func hubStatus(ctx context.Context, c *lab.KubeCluster) (hub.Status, error) {
+func hubStatus(ctx context.Context, c *lab.KubeCluster) (operator.Status, error) {
 	out, err := hubCLI(ctx, c, "status", "-o", "json")
 	if err != nil {
-		return hub.Status{}, err
+		return operator.Status{}, err
 	}
-	var st hub.Status
+	var st operator.Status
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		return hub.Status{}, fmt.Errorf("hub status -o json: %w: %s", err, out)
+		return operator.Status{}, fmt.Errorf("hub status -o json: %w: %s", err, out)
 	}
 	return st, nil
 }
 
 // waitStatus waits until the leading hub's status satisfies ok.
-func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what string, ok func(hub.Status) bool) hub.Status {
+func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what string, ok func(operator.Status) bool) operator.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -782,11 +782,11 @@ func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what stri
 }
 
 // allHealthy: the three machines Healthy, the hub hearing the three agents, both witnesses and itself.
-func allHealthy(st hub.Status) bool { return healthyHearing(st, 6) }
+func allHealthy(st operator.Status) bool { return healthyHearing(st, 6) }
 
 // healthyHearing: the three machines Healthy, with healthy members and nothing in flight, the hub
 // hearing observers.
-func healthyHearing(st hub.Status, observers int) bool {
+func healthyHearing(st operator.Status, observers int) bool {
 	if len(st.Machines) != 3 || len(st.Observers.Heard) != observers {
 		return false
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/lab"
 )
@@ -148,7 +148,7 @@ func standalonePath(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	before := len(c.PowerEvents())
 	hung := time.Now()
 	n.Freeze()
-	standaloneStatus(ctx, t, hubHost, n.Name+" power-cycled and every machine Healthy", func(st hub.Status) bool {
+	standaloneStatus(ctx, t, hubHost, n.Name+" power-cycled and every machine Healthy", func(st operator.Status) bool {
 		return standaloneHealthy(st) && len(powerChanges(c, before)) >= 2
 	})
 	powered := powerChanges(c, before)
@@ -170,13 +170,13 @@ func standalonePath(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 
 // standaloneStatus waits until the standalone hub's status (`hub status -o json` on its host)
 // satisfies ok.
-func standaloneStatus(ctx context.Context, t *testing.T, host *lab.Node, what string, ok func(hub.Status) bool) {
+func standaloneStatus(ctx context.Context, t *testing.T, host *lab.Node, what string, ok func(operator.Status) bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	var last string
 	for {
 		out, err := host.Exec(ctx, "hub", "status", "-o", "json")
-		var st hub.Status
+		var st operator.Status
 		if err == nil && json.Unmarshal([]byte(out), &st) == nil && ok(st) {
 			return
 		}
@@ -190,4 +190,4 @@ func standaloneStatus(ctx context.Context, t *testing.T, host *lab.Node, what st
 }
 
 // standaloneHealthy: the three machines Healthy, the hub hearing itself and the three agents.
-func standaloneHealthy(st hub.Status) bool { return healthyHearing(st, 4) }
+func standaloneHealthy(st operator.Status) bool { return healthyHearing(st, 4) }

@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/test/ipmisim"
 	"github.com/hale-dev/hale/test/lab/power"
 	"github.com/hale-dev/hale/test/netns"
@@ -687,8 +687,8 @@ func (m *Machine) Procs() (etcd, agent *proc.Process, on bool) {
 }
 
 // Status is the hub's status (hub status -o json).
-func (c *Cluster) Status(ctx context.Context) (hub.Status, error) {
-	var st hub.Status
+func (c *Cluster) Status(ctx context.Context) (operator.Status, error) {
+	var st operator.Status
 	out, err := c.HubCommand(ctx, "status", "-o", "json")
 	if err != nil {
 		return st, fmt.Errorf("hub status: %w: %s", err, firstLine(out))

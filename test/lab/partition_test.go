@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/netns"
 	"github.com/hale-dev/hale/test/promtest"
@@ -43,13 +44,13 @@ func TestMain(m *testing.M) {
 }
 
 // status asks the running hub over its socket (a path: not confined to the hub's namespace).
-func status(ctx context.Context, c *Cluster) (hub.Status, error) {
+func status(ctx context.Context, c *Cluster) (operator.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return c.Status(ctx)
 }
 
-func allHealthy(st hub.Status) bool {
+func allHealthy(st operator.Status) bool {
 	if len(st.Machines) == 0 || !st.Observers.Majority {
 		return false
 	}
@@ -64,7 +65,7 @@ func allHealthy(st hub.Status) bool {
 func waitHealthy(t *testing.T, c *Cluster, timeout time.Duration, what string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	var last hub.Status
+	var last operator.Status
 	var lastErr error
 	for time.Since(start) < timeout {
 		if last, lastErr = status(t.Context(), c); lastErr == nil && allHealthy(last) {

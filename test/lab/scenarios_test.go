@@ -17,6 +17,7 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/demo"
 	"github.com/hale-dev/hale/test/lab/inproc"
@@ -148,7 +149,9 @@ func (r *namespaceRig) Episodes(i int) []pass.Episode {
 	return e.Episodes
 }
 
-func (r *namespaceRig) explain(i int) (hub.Explanation, bool) { return explain(r.t, r.c, r.Name(i)) }
+func (r *namespaceRig) explain(i int) (operator.Explanation, bool) {
+	return explain(r.t, r.c, r.Name(i))
+}
 
 // Dump is `hub status` and the end of the hub's log.
 func (r *namespaceRig) Dump() string {
@@ -171,18 +174,18 @@ func hubLines(c *Cluster, words ...string) string {
 // jsonInto reads the JSON document s into v.
 func jsonInto(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
-func (r *namespaceRig) Status(ctx context.Context) (hub.Status, error) { return status(ctx, r.c) }
+func (r *namespaceRig) Status(ctx context.Context) (operator.Status, error) { return status(ctx, r.c) }
 
 // Reboot is `hub reboot MACHINE -o json` (with --dry-run, --force --yes, --hard as asked); a refusal
 // (exit 2) is hub.ErrRefused with the hub's words.
-func (r *namespaceRig) Reboot(ctx context.Context, req hub.RebootRequest) (hub.RebootResult, error) {
+func (r *namespaceRig) Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error) {
 	args := []string{"reboot", req.Machine, "-o", "json"}
 	for flag, on := range map[string]bool{"--dry-run": req.DryRun, "--force": req.Force, "--yes": req.Force, "--hard": req.Hard} {
 		if on {
 			args = append(args, flag)
 		}
 	}
-	var res hub.RebootResult
+	var res operator.RebootResult
 	out, err := r.c.HubOutput(ctx, args...)
 	if err != nil {
 		return res, operatorError(err)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -215,7 +215,7 @@ func (l *stallLab) awaitProof(t *testing.T, m *Machine, logged time.Time) {
 	deadline, seen := logged.Add(2*time.Second), false
 	for !slices.ContainsFunc(l.since(logged), func(r bmcRequest) bool { return r.machine == m.Name }) {
 		if !seen {
-			if st, err := status(t.Context(), l.c); err == nil && slices.ContainsFunc(st.Machines, func(s hub.MachineStatus) bool {
+			if st, err := status(t.Context(), l.c); err == nil && slices.ContainsFunc(st.Machines, func(s operator.MachineStatus) bool {
 				return s.Name == m.Name && (s.Verdict == assess.VerdictUnhealthy || s.Remediation != nil)
 			}) {
 				seen = true
@@ -331,8 +331,8 @@ func lossy(t *testing.T, l *stallLab) {
 }
 
 // explain is `hub explain NAME -o json` (ok false: it failed).
-func explain(t *testing.T, c *Cluster, name string) (hub.Explanation, bool) {
-	var e hub.Explanation
+func explain(t *testing.T, c *Cluster, name string) (operator.Explanation, bool) {
+	var e operator.Explanation
 	out, err := c.HubOutput(t.Context(), "explain", name, "-o", "json")
 	return e, err == nil && jsonInto(out, &e) == nil
 }

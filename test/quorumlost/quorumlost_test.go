@@ -28,8 +28,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/netns"
@@ -147,10 +147,10 @@ func (l *rig) startStandby() *proc.Process {
 }
 
 // waitStatus polls the hub's status until ok says so.
-func (l *rig) waitStatus(within time.Duration, what string, ok func(hub.Status) bool) hub.Status {
+func (l *rig) waitStatus(within time.Duration, what string, ok func(operator.Status) bool) operator.Status {
 	l.t.Helper()
 	deadline := time.Now().Add(within)
-	var last hub.Status
+	var last operator.Status
 	var lastErr error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(l.t.Context(), 5*time.Second)
@@ -167,7 +167,7 @@ func (l *rig) waitStatus(within time.Duration, what string, ok func(hub.Status) 
 	return last
 }
 
-func allHealthy(st hub.Status) bool {
+func allHealthy(st operator.Status) bool {
 	if len(st.Machines) == 0 {
 		return false
 	}
@@ -321,7 +321,7 @@ func TestQuorumLostHubKilledWhileDegraded(t *testing.T) {
 	killed := time.Now()
 	l.Machines[1].KillEtcd()
 	l.Machines[2].KillEtcd()
-	st := l.waitStatus(60*time.Second, "degraded", func(st hub.Status) bool { return st.Degraded != "" })
+	st := l.waitStatus(60*time.Second, "degraded", func(st operator.Status) bool { return st.Degraded != "" })
 	t.Logf("degraded %v after the kill: %s", time.Since(killed).Round(time.Millisecond), st.Degraded)
 	l.killHub()
 	l.StartHub()
@@ -344,7 +344,7 @@ func TestQuorumLostWithoutBreakGlassIsHeld(t *testing.T) {
 	l.waitStatus(90*time.Second, "leading, every machine healthy", allHealthy)
 	l.Machines[1].KillEtcd()
 	l.Machines[2].KillEtcd()
-	st := l.waitStatus(60*time.Second, "degraded, both dead members held for want of a break-glass inventory", func(st hub.Status) bool {
+	st := l.waitStatus(60*time.Second, "degraded, both dead members held for want of a break-glass inventory", func(st operator.Status) bool {
 		held := 0
 		for _, m := range st.Machines {
 			if strings.Contains(m.Decision, "without a break-glass inventory") {

@@ -27,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
@@ -129,7 +130,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	}
 	// The survivor's own probe fails too, without a leader: it stops counting toward quorum but still
 	// answers, so it is no lost voter (a plan made before its probe failed would not show that).
-	l.waitStatus(2*time.Minute, "quorum lost, two voters, the survivor's own member unhealthy", func(st hub.Status) bool {
+	l.waitStatus(2*time.Minute, "quorum lost, two voters, the survivor's own member unhealthy", func(st operator.Status) bool {
 		return st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 2 && st.Machines[2].EtcdHealth == quorum.Unhealthy.String()
 	})
 
@@ -180,7 +181,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	require.Error(t, <-firstDone, "the hub died under `hub recover --yes`")
 	l.Redfish.SetFaults(bmcsim.Faults{})
 	l.StartHub()
-	st := l.waitStatus(time.Minute, "the restarted hub paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
+	st := l.waitStatus(time.Minute, "the restarted hub paused", func(st operator.Status) bool { return st.Pause == operator.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery hale-")
 	// The plan under way, as the restarted hub reads it from the journal.
 	out, err = l.hubCLI(ctx, "recover", "-o", "json")
@@ -231,7 +232,7 @@ func TestPermanentLossRecovered(t *testing.T) {
 	// (a disk that still held the old data would start the old cluster's member).
 	out, err = l.hubCLI(ctx, "resume")
 	require.NoError(t, err, "%s", out)
-	l.waitStatus(time.Minute, "cp-0 and cp-1 held, retired by the recovery", func(st hub.Status) bool {
+	l.waitStatus(time.Minute, "cp-0 and cp-1 held, retired by the recovery", func(st operator.Status) bool {
 		return st.Machines[0].NeedsOperator == pass.NeedRetired && st.Machines[1].NeedsOperator == pass.NeedRetired
 	})
 
@@ -291,7 +292,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	behind.SignalEtcd(syscall.SIGCONT)
 	// The API server is gone with etcd's quorum: the leading hub goes on alone (degraded mode, its
 	// local journal) and is the one that carries the recovery out.
-	l.waitStatus(2*time.Minute, "degraded, quorum lost, three voters, both that answer unhealthy", func(st hub.Status) bool {
+	l.waitStatus(2*time.Minute, "degraded, quorum lost, three voters, both that answer unhealthy", func(st operator.Status) bool {
 		return st.Degraded != "" && st.QuorumLoss != nil && len(st.QuorumLoss.Lost) == 3 &&
 			st.Machines[3].EtcdHealth == quorum.Unhealthy.String() && st.Machines[4].EtcdHealth == quorum.Unhealthy.String()
 	})
@@ -335,7 +336,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	// into the HealthPolicy, a fence Remediation per lost member, Events) with the pause `hub recover
 	// --yes` set; etcd-3's agent reports the old cluster's membership: the observers do not agree on
 	// one, and the hub plans nothing, saying why.
-	l.waitStatus(2*time.Minute, "leading again, not planning, cp-3 named", func(st hub.Status) bool {
+	l.waitStatus(2*time.Minute, "leading again, not planning, cp-3 named", func(st operator.Status) bool {
 		return st.Degraded == "" && strings.Contains(st.NotPlanning, "cp-3 (etcd-3) still run the old etcd cluster")
 	})
 	var policy v1alpha1.HealthPolicy
@@ -358,7 +359,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 	// The degraded term's pause is the HealthPolicy's now: the leader holds until the operator resumes.
 	require.NoError(t, l.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
 	assert.True(t, policy.Spec.Paused, "the recovery's pause carried back into the HealthPolicy")
-	st := l.waitStatus(time.Minute, "paused", func(st hub.Status) bool { return st.Pause == hub.Paused })
+	st := l.waitStatus(time.Minute, "paused", func(st operator.Status) bool { return st.Pause == operator.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery "+plan.Token)
 	for _, cmd := range [][]string{{"resume"}, {"attach", behind.Name}} {
 		out, err = l.hubCLI(ctx, cmd...)
@@ -371,7 +372,7 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 		l.rejoin(planFile, survivor, m)
 	}
 	// The observers agree again; the two still out are held until they rejoin.
-	l.waitStatus(time.Minute, "cp-1 and cp-2 held, retired by the recovery", func(st hub.Status) bool {
+	l.waitStatus(time.Minute, "cp-1 and cp-2 held, retired by the recovery", func(st operator.Status) bool {
 		return st.NotPlanning == "" && st.Machines[1].NeedsOperator == pass.NeedRetired && st.Machines[2].NeedsOperator == pass.NeedRetired
 	})
 	for _, m := range l.Machines[1:3] {
@@ -447,7 +448,7 @@ func (l *rig) rejoin(planFile string, survivor, m *lab.Machine) {
 	require.NoError(l.t, err, "agent rejoin on %s:\n%s", m.Name, out)
 	l.t.Logf("agent rejoin on %s:\n%s", m.Name, out)
 	// Its agent's next reports say so: the hub counts it in the new cluster from then on.
-	l.waitStatus(time.Minute, m.Name+" a healthy voter of the rebuilt cluster", func(st hub.Status) bool {
+	l.waitStatus(time.Minute, m.Name+" a healthy voter of the rebuilt cluster", func(st operator.Status) bool {
 		for _, ms := range st.Machines {
 			if ms.Name == m.Name {
 				return ms.Role == "voter" && ms.EtcdHealth == quorum.Healthy.String() && ms.NeedsOperator == ""
