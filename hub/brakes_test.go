@@ -14,6 +14,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -39,7 +40,7 @@ func TestGateHoldsStepsWhilePausedOrSuspended(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
+			j, err := boltfile.Open(filepath.Join(t.TempDir(), "journal.db"), 0)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = j.Close() })
 			h, err := New(Config{Inventory: pass.Inventory{Cluster: "test"}, Gossip: &testPool{}, Journal: j, Metrics: prometheus.NewRegistry()})
@@ -76,7 +77,7 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 		{"detach", "/v1/machines/cp-0/detach"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
+			j, err := boltfile.Open(filepath.Join(t.TempDir(), "journal.db"), 0)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = j.Close() })
 			inv := pass.Inventory{Cluster: "test", Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "cp-0", Node: "cp-0"}}}}
@@ -113,24 +114,5 @@ func TestSuspendAndDetachAnswerOnceNoStepIsBusy(t *testing.T) {
 				t.Fatal("no answer once the step was done")
 			}
 		})
-	}
-}
-
-// The pause an etcd recovery holds the hub with is told from the operator's own, by its reason.
-func TestRecoveryPause(t *testing.T) {
-	tests := []struct {
-		pause *pass.Brake
-		token string
-	}{
-		{nil, ""},
-		{&pass.Brake{By: "alice", Reason: "maintenance window"}, ""},
-		{&pass.Brake{By: "alice", Reason: recoveryPause("hale-c1-7")}, "hale-c1-7"},
-		{&pass.Brake{By: "alice", Reason: recoveryPause("hale-c1-7") + " under way (hub recover)"}, "hale-c1-7"},
-		{&pass.Brake{By: "alice", Reason: recoveryPause("")}, ""},
-	}
-	for _, tt := range tests {
-		token, ok := RecoveryPause(tt.pause)
-		assert.Equal(t, tt.token, token, "%+v", tt.pause)
-		assert.Equal(t, tt.token != "", ok, "%+v", tt.pause)
 	}
 }

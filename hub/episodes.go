@@ -16,14 +16,11 @@ import (
 // keepEpisodes is how many episodes per machine are kept.
 const keepEpisodes = 10
 
-// EpisodeLog is the last episodes of each machine, oldest first.
-type EpisodeLog map[string][]pass.Episode
-
 // EpisodeStore keeps the episodes' log across hub restarts: the journal does (Journal.Episodes), and
 // in Kubernetes mode the HealthPolicy.
 type EpisodeStore interface {
-	Episodes(ctx context.Context) (EpisodeLog, error)
-	RecordEpisodes(ctx context.Context, log EpisodeLog) error
+	Episodes(ctx context.Context) (pass.EpisodeLog, error)
+	RecordEpisodes(ctx context.Context, log pass.EpisodeLog) error
 }
 
 // loadEpisodes reads the episodes' log the store kept (none without a store). A log that cannot be
@@ -50,10 +47,10 @@ func (h *Hub) ended(episodes []pass.Episode) {
 	h.mu.Lock()
 	l := maps.Clone(h.episodes)
 	if l == nil {
-		l = EpisodeLog{}
+		l = pass.EpisodeLog{}
 	}
 	for _, e := range episodes {
-		h.metrics.episode(e)
+		h.metrics.Episode(e)
 		kept := append(slices.Clone(l[e.Machine]), e)
 		l[e.Machine] = kept[max(0, len(kept)-keepEpisodes):]
 	}
@@ -73,7 +70,7 @@ func (h *Hub) Episodes(machine string) []pass.Episode {
 
 // recordEpisodes writes the log to the store; a failed write is logged and the next ended episode
 // writes the whole log again.
-func (h *Hub) recordEpisodes(ctx context.Context, l EpisodeLog) error {
+func (h *Hub) recordEpisodes(ctx context.Context, l pass.EpisodeLog) error {
 	err := h.cfg.Episodes.RecordEpisodes(ctx, l)
 	if err != nil && ctx.Err() == nil {
 		h.log.Warn("journaling the episodes' log: it is kept in memory until the next episode ends", "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -65,9 +66,9 @@ func TestStallsThroughTheHub(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "hale_hub_episodes_total")
 	require.NoError(t, err)
 	assert.Equal(t, 6, n, "every kind and outcome, from the start")
-	assert.Equal(t, 1.0, testutil.ToFloat64(r.hub.metrics.episodes.WithLabelValues(pass.EpisodeDead, string(pass.EpisodeResumed))))
+	assert.Equal(t, 1.0, counterOf(t, reg, "hale_hub_episodes_total", "kind", pass.EpisodeDead, "outcome", string(pass.EpisodeResumed)))
 	require.Eventually(t, func() bool {
-		l, err := r.journal.Store.(*Journal).Episodes(ctx)
+		l, err := r.journal.Store.(*boltfile.File).Episodes(ctx)
 		return err == nil && len(l["cp-2"]) == 1 && l["cp-2"][0].Outcome == pass.EpisodeResumed
 	}, 5*time.Second, 10*time.Millisecond, "journaled")
 
@@ -118,8 +119,8 @@ func TestWantedWithdrawsWhenTheMachineResumes(t *testing.T) {
 func TestAnUnreadableEpisodesLogStartsAfresh(t *testing.T) {
 	pool := newTestPool(3)
 	r := newPassRig(t, pool, testPolicy(), nil)
-	j := r.journal.Store.(*Journal)
-	require.NoError(t, j.SetMeta(keyEpisodes, "not a log"))
+	j := r.journal.Store.(*boltfile.File)
+	require.NoError(t, j.SetMeta("episodes", "not a log")) // the key boltfile keeps the log under
 	r.run(t)
 	r.awaitPasses(t, 5)
 	assert.Empty(t, r.hub.Episodes("cp-0"))
@@ -134,4 +135,31 @@ func TestAnUnreadableEpisodesLogStartsAfresh(t *testing.T) {
 		l, err := j.Episodes(t.Context())
 		return err == nil && len(l["cp-0"]) == 1
 	}, 10*time.Second, 10*time.Millisecond, "the next episode journaled over the unreadable log")
+}
+
+// counterOf is the value of the counter name with the labels given (name, value, …) in reg.
+func counterOf(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v in the registry", name, labels)
+	return 0
 }

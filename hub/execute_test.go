@@ -18,6 +18,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -38,7 +39,7 @@ type execRig struct {
 	sim     *bmcsim.Server
 	power   *bmc.Controller
 	path    string
-	journal *Journal
+	journal *boltfile.File
 }
 
 func newExecRig(t *testing.T) *execRig {

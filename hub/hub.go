@@ -22,6 +22,7 @@ import (
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/ledger"
+	"github.com/hale-dev/hale/hub/metrics"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/hub/taints"
 	"github.com/hale-dev/hale/quorum"
@@ -116,7 +117,7 @@ func (cfg Config) BMCPower(m pass.Machine) (execute.Power, error) {
 type Hub struct {
 	cfg      Config
 	log      *slog.Logger
-	metrics  *metrics
+	metrics  *metrics.Counters
 	assessor *assess.Assessor // the pass goroutine's only
 	state    pass.State       // the pass goroutine's only: what one pass leaves the next (compute)
 	// resumedSeen: the latest resume the assessor was told of (the pass goroutine's only).
@@ -144,9 +145,9 @@ type Hub struct {
 	checkBMCs chan struct{}
 	// marks writes the raft mark the passes hand it (its own lock); episodeLog the episodes' log.
 	marks      *latest[pass.RaftMark]
-	episodeLog *latest[EpisodeLog]
+	episodeLog *latest[pass.EpisodeLog]
 	// episodes: the last episodes of each machine (episodes.go; replaced whole, never changed).
-	episodes EpisodeLog
+	episodes pass.EpisodeLog
 	// watching: the machines whose BMCs watchProofs reads (the latest pass's); watchWake wakes it.
 	watching  []string
 	watchWake chan struct{}
@@ -228,17 +229,17 @@ func New(cfg Config) (*Hub, error) {
 	}
 	l := ledger.New(keepFinished)
 	cfg.Journal = ledger.Recorder{Store: cfg.Journal, Ledger: l}
-	met, err := newMetrics(cfg.Metrics)
+	met, err := metrics.New(cfg.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, log: cfg.Log, assessor: assess.NewAssessor(cfg.Inventory.Policy.Assess), metrics: met, state: pass.NewState(), inv: cfg.Inventory,
 		view: pass.NewState().View, running: map[string]*running{}, ledger: l, logins: bmcaccess.NewLogins(cfg.LoginBackoff), pauses: map[string]pass.Brake{},
 		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newLatest[pass.RaftMark](),
-		episodeLog: newLatest[EpisodeLog](), watchWake: make(chan struct{}, 1),
+		episodeLog: newLatest[pass.EpisodeLog](), watchWake: make(chan struct{}, 1),
 		taints: taints.NewWriter()}
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(newHubCollector(h)); err != nil {
+		if err := cfg.Metrics.Register(metrics.NewCollector(h.Status)); err != nil {
 			return nil, err
 		}
 	}

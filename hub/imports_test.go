@@ -39,6 +39,10 @@ func TestPackageImports(t *testing.T) {
 		{"bmcaccess", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "hub/journal"}, k8s...)},
 		// the operator API's values: no I/O, no hub
 		{"operator", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", "log/slog", "net/http", mod + "hub", mod + "bmc"}, k8s...)},
+		// the metrics read the operator's status and count what the hub tells them
+		{"metrics", append([]string{"go.etcd.io/bbolt", mod + "hub", mod + "bmc"}, k8s...)},
+		// the recovery plan decides over values: the hub carries it out
+		{"recoveryplan", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", "log/slog", "net/http", "sync", mod + "hub", mod + "bmc"}, k8s...)},
 		// the taint writer reaches the Nodes only through the interface kube implements
 		{"taints", append([]string{"go.etcd.io/bbolt", "github.com/prometheus/", mod + "hub", mod + "bmc"}, k8s...)},
 		// the ledger is the journal's summary in memory: it reads the journal, never writes past it

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -126,7 +127,7 @@ func TestMarkIsRecordedAsPassesGo(t *testing.T) {
 func TestJournalKeepsTheRaftMark(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "journal.db")
-	j, err := OpenJournal(path, 0)
+	j, err := boltfile.Open(path, 0)
 	require.NoError(t, err)
 	m, err := j.RaftMark(ctx)
 	require.NoError(t, err)
@@ -135,7 +136,7 @@ func TestJournalKeepsTheRaftMark(t *testing.T) {
 	require.NoError(t, j.RecordRaftMark(ctx, want))
 	require.NoError(t, j.Close())
 
-	j, err = OpenJournal(path, 0)
+	j, err = boltfile.Open(path, 0)
 	require.NoError(t, err)
 	defer j.Close()
 	m, err = j.RaftMark(ctx)

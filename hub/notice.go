@@ -40,7 +40,7 @@ func (h *Hub) say(n pass.Notice) {
 		h.timeline = h.timeline[len(h.timeline)-1000:]
 	}
 	h.mu.Unlock()
-	h.metrics.notice(n)
+	h.metrics.Notice(n)
 	if h.cfg.Notify != nil {
 		h.cfg.Notify(n)
 	}

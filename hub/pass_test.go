@@ -29,6 +29,7 @@ import (
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
@@ -228,7 +229,7 @@ func newPassRig(t testing.TB, pool *testPool, p pass.Policy, powerFails map[stri
 		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: m, Strategy: quorum.Reboot, Pool: "control-plane", Endpoint: e,
 			Credentials: bmc.NewCredentials("admin", "pw")})
 	}
-	j, err := OpenJournal(filepath.Join(t.TempDir(), "journal.db"), 0)
+	j, err := boltfile.Open(filepath.Join(t.TempDir(), "journal.db"), 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	r := &passRig{pool: pool, sim: sim, journal: &countingStore{Store: j}, done: make(chan error, 1)}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/hub/recoveryplan"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -75,8 +76,8 @@ func (h *Hub) Recover(ctx context.Context, req operator.RecoverRequest) (pass.Re
 	}
 	inv := h.inventory()
 	if rec == nil {
-		p := PlanRecovery(h.Status(ctx), inv, h.gossipNow(), req)
-		if err := unknownConfirmations(p, req); err != nil {
+		p := recoveryplan.Of(h.Status(ctx), inv, h.gossipNow(), req)
+		if err := recoveryplan.CheckConfirmations(p, req); err != nil {
 			return p, err
 		}
 		if len(p.Blockers) > 0 {
@@ -84,7 +85,7 @@ func (h *Hub) Recover(ctx context.Context, req operator.RecoverRequest) (pass.Re
 		}
 		p.Token = fmt.Sprintf("hale-%s-%d", p.Survivor.ClusterID, time.Now().Unix())
 		h.mu.Lock()
-		left, adopt := RecoveryPause(h.brakes.Paused)
+		left, adopt := recoveryplan.PauseToken(h.brakes.Paused)
 		h.mu.Unlock()
 		if adopt && strings.HasPrefix(left, fmt.Sprintf("hale-%s-", p.Survivor.ClusterID)) {
 			// A pause an earlier `hub recover --yes` set and left, its recovery never journaled (the hub
@@ -111,7 +112,7 @@ func (h *Hub) Recover(ctx context.Context, req operator.RecoverRequest) (pass.Re
 		}
 		h.retire(rec)
 		h.log.Warn("etcd recovery begun", "by", by, "survivor", p.Survivor.Member, "token", p.Token, "bumpRevision", p.BumpRevision)
-	} else if err := unknownConfirmations(rec.Plan, req); err != nil {
+	} else if err := recoveryplan.CheckConfirmations(rec.Plan, req); err != nil {
 		return rec.Plan, err
 	} else if _, err := h.pauseForRecovery(ctx, by, rec.Plan.Token); err != nil {
 		return rec.Plan, err // journaled: the pause stays (pauseIfRecovering would set it again at the next start)
@@ -133,38 +134,6 @@ func (h *Hub) Recover(ctx context.Context, req operator.RecoverRequest) (pass.Re
 	return rec.Plan, nil
 }
 
-// unknownConfirmations refuses a confirmation that names no lost voter of the plan (a typo must not
-// read as a confirmation given).
-func unknownConfirmations(p pass.RecoveryPlan, req operator.RecoverRequest) error {
-	var names []string
-	for _, f := range p.Fence {
-		names = append(names, f.Machine)
-	}
-	for _, c := range req.ConfirmLost {
-		if !slices.ContainsFunc(p.Fence, func(f quorum.FenceStep) bool { return f.Machine == c || f.Member == c }) {
-			return fmt.Errorf("%w: --confirm-lost %s: not a lost voter of the plan (lost: %s)", ErrRefused, c, cmp.Or(strings.Join(names, ", "), "none"))
-		}
-	}
-	return nil
-}
-
-// recoveryPause is the reason of the pause an etcd recovery holds the hub with (RecoveryPause reads
-// it back).
-func recoveryPause(token string) string { return "etcd recovery " + token }
-
-// RecoveryPause says which etcd recovery a pause is held for (its token), if any: in Kubernetes mode,
-// Hale pauses the Cluster API Cluster for as long as that pause holds.
-func RecoveryPause(pause *pass.Brake) (token string, ok bool) {
-	if pause == nil {
-		return "", false
-	}
-	rest, ok := strings.CutPrefix(pause.Reason, recoveryPause(""))
-	if token, _, _ = strings.Cut(rest, " "); !ok || token == "" {
-		return "", false
-	}
-	return token, true
-}
-
 // pauseIfRecovering pauses a hub that starts with a recovery under way (its brakes lost, or lifted
 // meanwhile): a fence may be half done, and nothing may power a fenced member on.
 func (h *Hub) pauseIfRecovering(ctx context.Context) error {
@@ -175,7 +144,7 @@ func (h *Hub) pauseIfRecovering(ctx context.Context) error {
 	if rec == nil {
 		return nil
 	}
-	if err := h.SetPaused(ctx, true, rec.By, recoveryPause(rec.Plan.Token)+" under way (hub recover)"); err != nil {
+	if err := h.SetPaused(ctx, true, rec.By, recoveryplan.PauseReason(rec.Plan.Token)+" under way (hub recover)"); err != nil {
 		// In force all the same (not recorded: the API server is down, say); the next start pauses again.
 		h.log.Warn("paused for the etcd recovery under way", "token", rec.Plan.Token, "err", err)
 	}
@@ -189,7 +158,7 @@ func (h *Hub) pauseForRecovery(ctx context.Context, by, token string) (set bool,
 	h.mu.Lock()
 	set = h.brakes.Paused == nil
 	h.mu.Unlock()
-	if err := h.SetPaused(ctx, true, by, recoveryPause(token)); err != nil {
+	if err := h.SetPaused(ctx, true, by, recoveryplan.PauseReason(token)); err != nil {
 		return set, fmt.Errorf("pausing the hub for the recovery: %w", err)
 	}
 	start, bound := time.Now(), h.cfg.BMC.LongestOperation()
@@ -237,7 +206,7 @@ func (h *Hub) liftRecoveryPause(by, token string, why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the caller's may be gone
 	defer cancel()
 	err := h.setBrake(ctx, fmt.Sprintf("resumed by %s: etcd recovery %s did not begin", by, token), func(b *pass.Brakes) bool {
-		if b.Paused == nil || b.Paused.Reason != recoveryPause(token) {
+		if b.Paused == nil || b.Paused.Reason != recoveryplan.PauseReason(token) {
 			return false // paused since for another reason: that pause stays
 		}
 		b.Paused = nil

@@ -284,7 +284,7 @@ func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediat
 		case err != nil:
 			return false, fmt.Errorf("ending remediation %s (%s): %w", rem.ID, why, err)
 		default:
-			h.metrics.remediation(rem, "failed")
+			h.metrics.Remediation(rem, "failed")
 			h.say(pass.Notice{Machine: rem.Machine, Reason: pass.ReasonRemediationFailed, Remediation: rem.ID, Warning: true,
 				Message: fmt.Sprintf("%s: remediation %s ended Aborted, found in progress with nobody to carry it out: %s", rem.Machine, rem.ID, why)})
 		}

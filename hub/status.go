@@ -88,7 +88,7 @@ func (h *Hub) Explain(ctx context.Context, machine string) (operator.Explanation
 }
 
 // explain is Explain from a status already taken, so that a test can hold the explanation and the
-// status (and the metrics, collectStatus) to one snapshot.
+// status (and the metrics, metrics.Collector.CollectStatus) to one snapshot.
 func (h *Hub) explain(ctx context.Context, st operator.Status, machine string) (operator.Explanation, error) {
 	m, ok := h.inventory().Machine(machine)
 	if !ok {

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/metrics"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 )
@@ -30,7 +32,7 @@ func TestStatusExplainAndMetricsAgree(t *testing.T) {
 	p := testPolicy()
 	p.StallTolerance = pass.PerQuorum{Held: 2 * time.Second, Needed: 2 * time.Second} // a phase of its own, held MayResume, shorter than the default's
 	r := newPassRig(t, pool, p, nil)
-	c := newHubCollector(r.hub)
+	c := metrics.NewCollector(r.hub.Status)
 	ctx := t.Context()
 	var samples atomic.Int64
 	var mu sync.Mutex
@@ -112,7 +114,7 @@ func TestStatusExplainAndMetricsAgree(t *testing.T) {
 // oneTruth takes one status, derives each machine's explanation and every gauge from it, fails the
 // test where they disagree (with each other, or with what the status itself says), and names the
 // phase it saw.
-func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
+func oneTruth(t *testing.T, h *Hub, c *metrics.Collector) (phase string) {
 	ctx := context.Background()
 	st := h.Status(ctx)
 	g := gaugesOf(t, c, st)
@@ -126,19 +128,19 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 		assert.Equal(t, "a strict majority: acting", st.Acting(), at)
 	}
 	for _, s := range []operator.PauseState{operator.Running, operator.Pausing, operator.Paused} {
-		assert.Equal(t, boolGauge(st.Pause == s), g.value(c.paused, "state", string(s)), "%s: hale_hub_paused{state=%s}", at, s)
+		assert.Equal(t, gaugeOf(st.Pause == s), g.value("hale_hub_paused", "state", string(s)), "%s: hale_hub_paused{state=%s}", at, s)
 	}
-	assert.Equal(t, boolGauge(st.Suspended), g.value(c.suspended), "%s: hale_hub_suspended", at)
-	assert.Equal(t, boolGauge(st.NotPlanning == ""), g.value(c.planning), "%s: hale_hub_planning", at)
-	assert.Equal(t, float64(len(st.Observers.Heard)), g.value(c.observersHeard), "%s: hale_hub_observers_heard", at)
-	assert.Equal(t, boolGauge(st.QuorumLoss != nil && st.QuorumLoss.ForGood), g.value(c.lostForGood), "%s: hale_hub_etcd_quorum_lost_for_good", at)
+	assert.Equal(t, gaugeOf(st.Suspended), g.value("hale_hub_suspended"), "%s: hale_hub_suspended", at)
+	assert.Equal(t, gaugeOf(st.NotPlanning == ""), g.value("hale_hub_planning"), "%s: hale_hub_planning", at)
+	assert.Equal(t, float64(len(st.Observers.Heard)), g.value("hale_hub_observers_heard"), "%s: hale_hub_observers_heard", at)
+	assert.Equal(t, gaugeOf(st.QuorumLoss != nil && st.QuorumLoss.ForGood), g.value("hale_hub_etcd_quorum_lost_for_good"), "%s: hale_hub_etcd_quorum_lost_for_good", at)
 	if st.QuorumLoss != nil {
 		assert.NotNil(t, st.Budget, at)
 		assert.True(t, st.Budget.QuorumLost(), "%s: a quorum loss in status, with a budget of %s", at, st.Budget)
 	}
 	if b := st.Budget; b != nil {
-		assert.Equal(t, float64(b.Voters), g.value(c.voters), "%s: hale_hub_etcd_voters", at)
-		assert.Equal(t, float64(b.Available), g.value(c.available), "%s: hale_hub_budget", at)
+		assert.Equal(t, float64(b.Voters), g.value("hale_hub_etcd_voters"), "%s: hale_hub_etcd_voters", at)
+		assert.Equal(t, float64(b.Available), g.value("hale_hub_budget"), "%s: hale_hub_budget", at)
 		voters := 0
 		for _, m := range st.Machines {
 			if m.Role == "voter" {
@@ -148,7 +150,7 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 		// Every member is an inventory machine here: the budget's voters are the rows' voters.
 		assert.Equal(t, b.Voters, voters, "%s: budget %s against the rows' roles", at, b)
 	} else {
-		assert.False(t, g.has(c.voters), "%s: no budget in status, yet hale_hub_etcd_voters", at)
+		assert.False(t, g.has("hale_hub_etcd_voters"), "%s: no budget in status, yet hale_hub_etcd_voters", at)
 	}
 
 	remediating, detached := 0, 0
@@ -159,15 +161,15 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 		}
 		assert.Equal(t, m, e.Machine, "%s: explain's machine is status' row", at)
 		for _, v := range []assess.Verdict{assess.VerdictHealthy, assess.VerdictSuspect, assess.VerdictUnhealthy, "Unknown"} {
-			assert.Equal(t, boolGauge(m.Verdict == v), g.value(c.machineVerdict, "machine", m.Name, "verdict", string(v)),
+			assert.Equal(t, gaugeOf(m.Verdict == v), g.value("hale_hub_machine_verdict", "machine", m.Name, "verdict", string(v)),
 				"%s: hale_hub_machine_verdict{machine=%s,verdict=%s} while status says %s", at, m.Name, v, m.Verdict)
 		}
 		if r := m.Remediation; r != nil {
 			remediating++
-			assert.Equal(t, float64(r.Step), g.value(c.machineStep, "machine", m.Name, "strategy", r.Strategy, "steps", strconv.Itoa(len(r.Steps))),
+			assert.Equal(t, float64(r.Step), g.value("hale_hub_machine_remediation_step", "machine", m.Name, "strategy", r.Strategy, "steps", strconv.Itoa(len(r.Steps))),
 				"%s: hale_hub_machine_remediation_step for %s", at, m.Name)
 		} else {
-			assert.False(t, g.hasFor(c.machineStep, "machine", m.Name), "%s: a step gauge for %s, with nothing in flight", at, m.Name)
+			assert.False(t, g.hasFor("hale_hub_machine_remediation_step", "machine", m.Name), "%s: a step gauge for %s, with nothing in flight", at, m.Name)
 		}
 		if m.Detached {
 			detached++
@@ -193,8 +195,8 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 			assert.Empty(t, brakes, "%s: %s: brakes while the hub acts", at, m.Name)
 		}
 	}
-	assert.Equal(t, float64(remediating), g.value(c.inFlight), "%s: hale_hub_remediations_in_flight", at)
-	assert.Equal(t, float64(detached), g.value(c.detached), "%s: hale_hub_detached_machines", at)
+	assert.Equal(t, float64(remediating), g.value("hale_hub_remediations_in_flight"), "%s: hale_hub_remediations_in_flight", at)
+	assert.Equal(t, float64(detached), g.value("hale_hub_detached_machines"), "%s: hale_hub_detached_machines", at)
 
 	switch {
 	case detached > 0:
@@ -211,23 +213,25 @@ func oneTruth(t *testing.T, h *Hub, c *hubCollector) (phase string) {
 	return "steady"
 }
 
-// gauges is what collectStatus sent, by descriptor and labels.
-type gauges map[*prometheus.Desc][]*dto.Metric
+// gauges is what CollectStatus sent, by metric name and labels.
+type gauges map[string][]*dto.Metric
 
-func gaugesOf(t *testing.T, c *hubCollector, st operator.Status) gauges {
+func gaugesOf(t *testing.T, c *metrics.Collector, st operator.Status) gauges {
 	ch := make(chan prometheus.Metric, 256)
-	go func() { c.collectStatus(st, ch); close(ch) }()
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`) // the metric name a descriptor describes
+	go func() { c.CollectStatus(st, ch); close(ch) }()
 	g := gauges{}
 	for m := range ch {
 		var d dto.Metric
 		assert.NoError(t, m.Write(&d))
-		g[m.Desc()] = append(g[m.Desc()], &d)
+		name := fqName.FindStringSubmatch(m.Desc().String())[1]
+		g[name] = append(g[name], &d)
 	}
 	return g
 }
 
 // find is the gauge of d whose labels include every name=value pair given.
-func (g gauges) find(d *prometheus.Desc, labels ...string) *dto.Metric {
+func (g gauges) find(d string, labels ...string) *dto.Metric {
 	for _, m := range g[d] {
 		if slices.ContainsFunc(pairs(labels), func(p [2]string) bool {
 			return !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == p[0] && l.GetValue() == p[1] })
@@ -240,16 +244,16 @@ func (g gauges) find(d *prometheus.Desc, labels ...string) *dto.Metric {
 }
 
 // value is the gauge's value, -1 when there is none.
-func (g gauges) value(d *prometheus.Desc, labels ...string) float64 {
+func (g gauges) value(d string, labels ...string) float64 {
 	if m := g.find(d, labels...); m != nil {
 		return m.GetGauge().GetValue()
 	}
 	return -1
 }
 
-func (g gauges) has(d *prometheus.Desc) bool { return len(g[d]) > 0 }
+func (g gauges) has(d string) bool { return len(g[d]) > 0 }
 
-func (g gauges) hasFor(d *prometheus.Desc, labels ...string) bool { return g.find(d, labels...) != nil }
+func (g gauges) hasFor(d string, labels ...string) bool { return g.find(d, labels...) != nil }
 
 func pairs(kv []string) [][2]string {
 	var out [][2]string
@@ -257,4 +261,12 @@ func pairs(kv []string) [][2]string {
 		out = append(out, [2]string{kv[i], kv[i+1]})
 	}
 	return out
+}
+
+// gaugeOf is a condition as a gauge shows it.
+func gaugeOf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -60,7 +60,7 @@ func (w *remediationWorld) Recorded(en journal.Entry, err error) {
 		w.end = &en
 	case en.Kind == journal.EntryIntent:
 		if !w.acted && w.rem.RequestedBy == "hub" && !w.detected.IsZero() {
-			h.metrics.detectionToAction(time.Since(w.detected))
+			h.metrics.DetectionToAction(time.Since(w.detected))
 		}
 		w.acted = true
 		h.mu.Lock()
@@ -96,7 +96,7 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 		h.say(pass.Notice{Machine: m, Reason: pass.ReasonRemediationInterrupted, Remediation: id,
 			Message: fmt.Sprintf("%s: remediation %s interrupted by the hub stopping; the next hub resumes it", m, id)})
 	case w.end != nil && w.end.Ends == journal.Succeeded:
-		h.metrics.remediation(w.rem, "succeeded")
+		h.metrics.Remediation(w.rem, "succeeded")
 		outcome := "the machine is back"
 		if w.rem.Strategy == quorum.Fence.String() {
 			outcome = "the machine is off, and stays off until an operator acts"
@@ -108,7 +108,7 @@ func (w *remediationWorld) ended(stopping bool, err error) {
 		if w.end != nil {
 			why = errors.New(w.end.Detail)
 		}
-		h.metrics.remediation(w.rem, "failed")
+		h.metrics.Remediation(w.rem, "failed")
 		h.say(pass.Notice{Machine: m, Reason: pass.ReasonRemediationFailed, Remediation: id, Warning: true,
 			Message: fmt.Sprintf("%s: remediation %s ended: %v", m, id, why)})
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -107,7 +108,7 @@ func (d *Degraded) Resume(ctx context.Context, t degraded.Term, base pass.Invent
 // brakes, for a new term, are the brakes in force when the API server was lost (with the machines
 // whose remediation through the API server is in flight detached); a continued term has its own.
 func (d *Degraded) run(ctx context.Context, t degraded.Term, brakes *pass.Brakes, inv pass.Inventory) {
-	j, err := hub.OpenJournal(d.Journal, d.History)
+	j, err := boltfile.Open(d.Journal, d.History)
 	if err != nil {
 		d.Log.Error("degraded mode: opening the local journal", "err", err)
 		return
@@ -250,7 +251,7 @@ func ImportDegraded(ctx context.Context, path string, j *Journal, brakeStore hub
 		}
 		return nil, nil
 	}
-	local, err := hub.OpenJournal(path, 0)
+	local, err := boltfile.Open(path, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/hub/recoveryplan"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -186,7 +187,7 @@ const ClusterPausedForAnnotation = "hale.dev/paused-for"
 // rebuilt and rejoined; afterwards they replace, as usual, those that did not come back. A Cluster
 // paused by someone else is left as it is.
 func (s *PolicySync) holdCluster(ctx context.Context, c *clusterv1.Cluster, pause *pass.Brake) error {
-	token, recovering := hub.RecoveryPause(pause)
+	token, recovering := recoveryplan.PauseToken(pause)
 	_, annotated := c.Annotations[clusterv1.PausedAnnotation]
 	pausedFor, ours := c.Annotations[ClusterPausedForAnnotation]
 	var set map[string]any

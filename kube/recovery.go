@@ -24,7 +24,7 @@ import (
 const (
 	RecoveryAnnotation = "hale.dev/etcd-recovery"
 	MarkAnnotation     = "hale.dev/raft-mark"
-	// EpisodesAnnotation keeps the episodes' log (a hub.EpisodeLog as JSON, the newest
+	// EpisodesAnnotation keeps the episodes' log (a pass.EpisodeLog as JSON, the newest
 	// maxPolicyEpisodes): `hub explain` lists a machine's.
 	EpisodesAnnotation = "hale.dev/episodes"
 )
@@ -92,14 +92,14 @@ type PolicyEpisodes struct {
 }
 
 // Episodes reads the log (none: no annotation, or no policy yet).
-func (pe PolicyEpisodes) Episodes(ctx context.Context) (hub.EpisodeLog, error) {
-	var l hub.EpisodeLog
+func (pe PolicyEpisodes) Episodes(ctx context.Context) (pass.EpisodeLog, error) {
+	var l pass.EpisodeLog
 	_, err := readAnnotation(ctx, pe.Client, pe.Policy, EpisodesAnnotation, &l, "it is Hale's log of each machine's last episodes: remove it to start it afresh")
 	return l, err
 }
 
 // RecordEpisodes writes the log, its newest maxPolicyEpisodes (creating the policy when missing).
-func (pe PolicyEpisodes) RecordEpisodes(ctx context.Context, l hub.EpisodeLog) error {
+func (pe PolicyEpisodes) RecordEpisodes(ctx context.Context, l pass.EpisodeLog) error {
 	var all []pass.Episode
 	for _, eps := range l {
 		all = append(all, eps...)
@@ -107,7 +107,7 @@ func (pe PolicyEpisodes) RecordEpisodes(ctx context.Context, l hub.EpisodeLog) e
 	if len(all) > maxPolicyEpisodes {
 		slices.SortFunc(all, func(a, b pass.Episode) int { return b.Ended.Compare(a.Ended) })
 		cut := all[maxPolicyEpisodes-1].Ended
-		trimmed := hub.EpisodeLog{}
+		trimmed := pass.EpisodeLog{}
 		for m, eps := range l {
 			for _, e := range eps {
 				if !e.Ended.Before(cut) {

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -109,7 +109,7 @@ func TestRecoveryLivesInTheHealthPolicy(t *testing.T) {
 	l, err := episodes.Episodes(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, l)
-	log := hub.EpisodeLog{}
+	log := pass.EpisodeLog{}
 	for i := range maxPolicyEpisodes + 5 {
 		m := fmt.Sprintf("cp-%d", i%3)
 		at := began.Add(time.Duration(i) * time.Minute)
@@ -160,7 +160,7 @@ func TestDegradedImportCutShortSaysEverythingOnce(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "degraded.db")
-	local, err := hub.OpenJournal(path, 0)
+	local, err := boltfile.Open(path, 0)
 	require.NoError(t, err)
 	r, err := local.Begin(ctx, journal.Remediation{Machine: "cp-5", Strategy: "reboot", RequestedBy: "hub", Reason: "agent silent"})
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestDegradedImportTriedAgainWhileLeading(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "degraded.db")
-	local, err := hub.OpenJournal(path, 0)
+	local, err := boltfile.Open(path, 0)
 	require.NoError(t, err)
 	require.NoError(t, local.RecordRecovery(ctx, termRecovery("hale-c1-8", 0)))
 	require.NoError(t, local.Close())

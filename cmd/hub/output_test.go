@@ -20,12 +20,12 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/config"
 	"github.com/hale-dev/hale/health"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/hub/recoveryplan"
 	"github.com/hale-dev/hale/internal/docgen"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -207,11 +207,11 @@ func fixedAPI(t *testing.T) http.Handler {
 		{Member: "etcd-3", Machine: "cp-3", Evidence: "its BMC: Unreachable at 08:59:30Z", BMCProblem: bmc.ProblemUnreachable, ForGood: true}}}}
 	survivor := health.Report{Node: "cp-1", SentAt: t0.Add(-time.Second),
 		Etcd: &health.EtcdView{ClusterID: mark.ClusterID, LocalName: "etcd-1", RaftTerm: 4, RaftIndex: 48213, ObservedAt: t0.Add(-time.Second)}}
-	recovery := hub.PlanRecovery(lossStatus, recoverInv, assess.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
+	recovery := recoveryplan.Of(lossStatus, recoverInv, assess.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
 		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, operator.RecoverRequest{})
 	require.Len(t, recovery.Blockers, 1, "cp-3's BMC does not answer: the operator's word is needed")
 	// `hub recover --yes --confirm-lost cp-3`: journaled, cp-2 fenced through its BMC, cp-3 on the operator's word.
-	begun := hub.PlanRecovery(lossStatus, recoverInv, assess.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
+	begun := recoveryplan.Of(lossStatus, recoverInv, assess.Observations{Now: t0, Reports: map[string]health.Report{"cp-1": survivor},
 		HubPeers: map[string]health.PeerView{"cp-1": {Name: "cp-1", State: health.PeerAlive}}}, operator.RecoverRequest{ConfirmLost: []string{"cp-3"}})
 	require.Empty(t, begun.Blockers)
 	begun.Token = "hale-8e9e05c52164694d-1795683600"

@@ -27,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/internal/buildinfo"
 )
 
@@ -194,9 +195,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		return err
 	}
 	defer closeAPI(apiLns, o.api)
-	var standalone *hub.Journal
+	var standalone *boltfile.File
 	if o.kube == nil {
-		if standalone, err = hub.OpenJournal(o.journal, o.keep); err != nil {
+		if standalone, err = boltfile.Open(o.journal, o.keep); err != nil {
 			return err
 		}
 		defer standalone.Close()

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -35,7 +35,7 @@ func TestImportBrakes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store, err := hub.OpenJournal(filepath.Join(t.TempDir(), "policy.db"), 0)
+			store, err := boltfile.Open(filepath.Join(t.TempDir(), "policy.db"), 0)
 			require.NoError(t, err)
 			defer store.Close()
 			require.NoError(t, store.SaveBrakes(t.Context(), tt.policy))

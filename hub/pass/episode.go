@@ -50,6 +50,9 @@ type Episode struct {
 	Why string `json:"why"`
 }
 
+// EpisodeLog is the last episodes of each machine, oldest first.
+type EpisodeLog map[string][]Episode
+
 // Length is how long it lasted.
 func (e Episode) Length() time.Duration { return e.Ended.Sub(e.Began) }
 

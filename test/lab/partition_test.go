@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/netns"
@@ -176,7 +176,7 @@ func TestPartitionLongerThanAMinuteHeals(t *testing.T) {
 	}
 
 	c.HubProc().Stop(10 * time.Second)
-	j, err := hub.OpenJournal(filepath.Join(c.Dir, "journal.db"), 0)
+	j, err := boltfile.Open(filepath.Join(c.Dir, "journal.db"), 0)
 	require.NoError(t, err)
 	defer j.Close()
 	for i := range 3 {

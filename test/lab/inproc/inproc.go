@@ -38,6 +38,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/recovery"
@@ -135,7 +136,7 @@ type Cluster struct {
 	agents  map[int]*agentProc
 	ports   map[int]int // a rebooted machine comes back on the same gossip port
 	hub     *hub.Hub
-	journal *hub.Journal
+	journal *boltfile.File
 	hubStop func()
 	// gossips are the members running now (agents, witnesses, the hub), for a change of the pinned keys.
 	gossips map[*health.Gossip]bool
@@ -684,10 +685,10 @@ func (tb *Cluster) StartHub(o HubOptions) error {
 		return fmt.Errorf("inproc: the hub cannot join the agents: %w", err)
 	}
 	var store journal.Store = o.Store
-	var j *hub.Journal
+	var j *boltfile.File
 	where := "Remediation objects"
 	if store == nil {
-		if j, err = hub.OpenJournal(o.Journal, 0); err != nil {
+		if j, err = boltfile.Open(o.Journal, 0); err != nil {
 			_ = g.Shutdown()
 			return err
 		}

@@ -1,17 +1,15 @@
-package hub
+package boltfile
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-// Journal is the standalone hub's journal (the bbolt file of package journal): its remediations and,
-// beside them, the operator's brakes, the raft mark and the last etcd recovery. Degraded mode in
-// Kubernetes mode keeps one too.
-type Journal struct{ *boltfile.File }
+// What the standalone hub keeps beside the remediations, in the same file: the operator's brakes, the
+// raft mark, the last etcd recovery and the episodes' log. Degraded mode in Kubernetes mode keeps one
+// too.
 
 // The keys of what the hub keeps beside the remediations.
 const (
@@ -21,18 +19,8 @@ const (
 	keyEpisodes = "episodes"
 )
 
-// OpenJournal opens (or creates) the journal at path and takes the next epoch. keepFinished bounds the
-// finished remediations kept per machine (default 20).
-func OpenJournal(path string, keepFinished int) (*Journal, error) {
-	f, err := boltfile.Open(path, keepFinished)
-	if err != nil {
-		return nil, err
-	}
-	return &Journal{f}, nil
-}
-
 // LoadBrakes returns the operator's brakes as last recorded (none in a new journal).
-func (j *Journal) LoadBrakes(context.Context) (pass.Brakes, error) {
+func (j *File) LoadBrakes(context.Context) (pass.Brakes, error) {
 	var b pass.Brakes
 	if _, err := j.Meta(keyBrakes, &b); err != nil {
 		return pass.Brakes{}, fmt.Errorf("journal %s: the operator's brakes are unreadable: %w (move the file aside to start afresh)", j.Path(), err)
@@ -41,10 +29,10 @@ func (j *Journal) LoadBrakes(context.Context) (pass.Brakes, error) {
 }
 
 // SaveBrakes records the operator's brakes (refused once a newer hub took over the journal).
-func (j *Journal) SaveBrakes(_ context.Context, b pass.Brakes) error { return j.SetMeta(keyBrakes, b) }
+func (j *File) SaveBrakes(_ context.Context, b pass.Brakes) error { return j.SetMeta(keyBrakes, b) }
 
 // RaftMark returns the journaled raft mark (none: the zero mark).
-func (j *Journal) RaftMark(context.Context) (pass.RaftMark, error) {
+func (j *File) RaftMark(context.Context) (pass.RaftMark, error) {
 	var m pass.RaftMark
 	if _, err := j.Meta(keyRaftMark, &m); err != nil {
 		return pass.RaftMark{}, fmt.Errorf("journal %s: the raft mark is unreadable: %w (move the file aside to start afresh)", j.Path(), err)
@@ -53,13 +41,13 @@ func (j *Journal) RaftMark(context.Context) (pass.RaftMark, error) {
 }
 
 // RecordRaftMark journals m as the raft mark (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordRaftMark(_ context.Context, m pass.RaftMark) error {
+func (j *File) RecordRaftMark(_ context.Context, m pass.RaftMark) error {
 	return j.SetMeta(keyRaftMark, m)
 }
 
 // Recovery returns the journaled recovery (nil: none was ever begun). It stays recorded once done
 // (Done set), until the next one is begun.
-func (j *Journal) Recovery(context.Context) (*pass.RecoveryRecord, error) {
+func (j *File) Recovery(context.Context) (*pass.RecoveryRecord, error) {
 	var r pass.RecoveryRecord
 	found, err := j.Meta(keyRecovery, &r)
 	if err != nil {
@@ -72,13 +60,13 @@ func (j *Journal) Recovery(context.Context) (*pass.RecoveryRecord, error) {
 }
 
 // RecordRecovery journals r as the recovery (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordRecovery(_ context.Context, r pass.RecoveryRecord) error {
+func (j *File) RecordRecovery(_ context.Context, r pass.RecoveryRecord) error {
 	return j.SetMeta(keyRecovery, r)
 }
 
 // Episodes returns the journaled episodes' log (none in a new journal).
-func (j *Journal) Episodes(context.Context) (EpisodeLog, error) {
-	var l EpisodeLog
+func (j *File) Episodes(context.Context) (pass.EpisodeLog, error) {
+	var l pass.EpisodeLog
 	if _, err := j.Meta(keyEpisodes, &l); err != nil {
 		return nil, fmt.Errorf("journal %s: the episodes' log is unreadable: %w (move the file aside to start afresh)", j.Path(), err)
 	}
@@ -86,6 +74,6 @@ func (j *Journal) Episodes(context.Context) (EpisodeLog, error) {
 }
 
 // RecordEpisodes journals the episodes' log (only this journal's writer: ErrStaleEpoch otherwise).
-func (j *Journal) RecordEpisodes(_ context.Context, l EpisodeLog) error {
+func (j *File) RecordEpisodes(_ context.Context, l pass.EpisodeLog) error {
 	return j.SetMeta(keyEpisodes, l)
 }

@@ -1,4 +1,7 @@
-package hub
+// Package metrics is the hub's Prometheus metrics: the counters of what happens (Counters), and the
+// gauges read from the operator's status at scrape time (Collector), so that there is no second
+// bookkeeping.
+package metrics
 
 import (
 	"context"
@@ -13,9 +16,9 @@ import (
 	"github.com/hale-dev/hale/hub/pass"
 )
 
-// metrics holds what must be counted as it happens; everything else is read from operator.Status at scrape
-// time (hubCollector), so there is no second bookkeeping. A nil *metrics records nothing.
-type metrics struct {
+// Counters holds what must be counted as it happens; everything else is read from operator.Status at
+// scrape time (Collector). A nil *Counters records nothing.
+type Counters struct {
 	remediations *prometheus.CounterVec
 	toAction     prometheus.Histogram
 	notices      *prometheus.CounterVec
@@ -23,7 +26,7 @@ type metrics struct {
 	episodeLen   *prometheus.HistogramVec
 }
 
-// newMetrics registers the hub's metrics with reg (nil: none):
+// New registers the hub's metrics with reg (nil: none):
 //
 //	hale_hub_machines{verdict}                             machines by verdict
 //	hale_hub_machines_needing_operator{reason}             Unhealthy machines the hub will not heal again by itself (GaveUp, Flapping, Fenced, Unseen, Retired)
@@ -43,11 +46,11 @@ type metrics struct {
 //	hale_hub_episode_seconds{kind,outcome}                 their lengths (from the last sign of life, or the component's failure)
 //	hale_hub_stall_tolerance_seconds{quorum}               the stall tolerance in force (quorum: held, needed)
 //	hale_hub_component_grace_seconds{quorum}               the component grace in force
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func New(reg prometheus.Registerer) (*Counters, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	m := &metrics{
+	m := &Counters{
 		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hale_hub_remediations_total",
 			Help: "Finished remediations by strategy, who asked (hub or an operator) and result.",
@@ -88,7 +91,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) notice(n pass.Notice) {
+// Notice counts it.
+func (m *Counters) Notice(n pass.Notice) {
 	if m != nil {
 		typ := "Normal"
 		if n.Warning {
@@ -98,7 +102,8 @@ func (m *metrics) notice(n pass.Notice) {
 	}
 }
 
-func (m *metrics) remediation(rem journal.Remediation, result string) {
+// Remediation counts it.
+func (m *Counters) Remediation(rem journal.Remediation, result string) {
 	if m != nil {
 		requestedBy := "operator"
 		if rem.RequestedBy == "hub" {
@@ -108,22 +113,24 @@ func (m *metrics) remediation(rem journal.Remediation, result string) {
 	}
 }
 
-func (m *metrics) episode(e pass.Episode) {
+// Episode counts it.
+func (m *Counters) Episode(e pass.Episode) {
 	if m != nil {
 		m.episodes.WithLabelValues(e.Kind, string(e.Outcome)).Inc()
 		m.episodeLen.WithLabelValues(e.Kind, string(e.Outcome)).Observe(e.Length().Seconds())
 	}
 }
 
-func (m *metrics) detectionToAction(d time.Duration) {
+// DetectionToAction counts it.
+func (m *Counters) DetectionToAction(d time.Duration) {
 	if m != nil {
 		m.toAction.Observe(d.Seconds())
 	}
 }
 
-// hubCollector reads the hub's operator.Status at scrape time.
-type hubCollector struct {
-	hub                                                     *Hub
+// Collector reads the hub's operator.Status at scrape time.
+type Collector struct {
+	status                                                  func(context.Context) operator.Status
 	machines, voters, healthy, quorum, tolerance, available *prometheus.Desc
 	planning, inFlight, paused, suspended, detached         *prometheus.Desc
 	observersExpected, observersHeard, loginWaits           *prometheus.Desc
@@ -132,11 +139,12 @@ type hubCollector struct {
 	stallTolerance, componentGrace                          *prometheus.Desc
 }
 
-func newHubCollector(h *Hub) *hubCollector {
+// NewCollector returns a collector of the status that status gives.
+func NewCollector(status func(context.Context) operator.Status) *Collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
-	return &hubCollector{hub: h,
+	return &Collector{status: status,
 		machines: d("hale_hub_machines", "Machines by verdict.", "verdict"),
 		needOperator: d("hale_hub_machines_needing_operator", "Unhealthy machines the hub will not heal again by itself, by reason "+
 			"(GaveUp: maxAttempts failed; Flapping: maxAttempts within the flap window; Fenced: kept off on purpose; "+
@@ -172,7 +180,8 @@ func newHubCollector(h *Hub) *hubCollector {
 	}
 }
 
-func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe sends every descriptor.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.machines, c.needOperator, c.voters, c.healthy, c.quorum, c.tolerance, c.available, c.planning,
 		c.inFlight, c.paused, c.suspended, c.detached, c.observersExpected, c.observersHeard, c.loginWaits, c.degraded, c.machineVerdict, c.machineStep, c.bmcReady, c.lostForGood, c.outOfService,
 		c.stallTolerance, c.componentGrace} {
@@ -180,12 +189,13 @@ func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
-	c.collectStatus(c.hub.Status(context.Background()), ch)
+// Collect sends the gauges of the status now.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.CollectStatus(c.status(context.Background()), ch)
 }
 
-// collectStatus sends the gauges that st gives.
-func (c *hubCollector) collectStatus(st operator.Status, ch chan<- prometheus.Metric) {
+// CollectStatus sends the gauges that st gives.
+func (c *Collector) CollectStatus(st operator.Status, ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
