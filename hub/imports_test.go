@@ -1,8 +1,11 @@
 package hub
 
 import (
+	"bytes"
 	"go/ast"
 	"go/build"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -101,5 +104,44 @@ func TestPurePackagesReadNoClock(t *testing.T) {
 				return true
 			})
 		}
+	}
+}
+
+// TestSizes holds docs/hub-internals.md's sizes: no package of the module (tests, test rigs under
+// test/ and generated code left out) over 3,000 lines, and no such file over 450. A package that
+// grows past them is split by concern, not trimmed.
+func TestSizes(t *testing.T) {
+	const maxPackage, maxFile = 3000, 450
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	packages := map[string]int{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || rel == "test" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || strings.HasPrefix(name, "zz_generated") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := bytes.Count(src, []byte("\n"))
+		assert.LessOrEqual(t, n, maxFile, "%s: %d lines: split it by concern (docs/hub-internals.md)", rel, n)
+		packages[filepath.Dir(rel)] += n
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, len(packages), 20, "the walk found the module's packages")
+	for dir, n := range packages {
+		assert.LessOrEqual(t, n, maxPackage, "package %s: %d lines: split it by concern (docs/hub-internals.md)", dir, n)
 	}
 }

@@ -1,9 +1,12 @@
 package pass
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
+	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -87,4 +90,67 @@ func failures(hist []Past, healthy time.Time) int {
 		n++
 	}
 	return n
+}
+
+// historyHold is the hold the hub's own history with m gives (its last remediation's cooldown, a cycle
+// nobody has seen the machine since, a fence, too many failures or remediations), with the count of
+// its failed remediations (held or not: an escalation counts them).
+func historyHold(f Facts, m Machine, a assess.Assessment) Hold {
+	p := f.Inventory.Policy
+	hist := f.History[m.Name]
+	if last := len(hist) - 1; last >= 0 && hist[last].Idle() && f.Now.Sub(hist[last].Updated) < idleRetry {
+		return Hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("its last remediation %s ended having taken no step: tried again at %s",
+			hist[last].ID, hist[last].Updated.Add(idleRetry).Format(time.TimeOnly))}
+	}
+	if end := Ended(hist); !end.IsZero() && f.Now.Sub(end) < p.Cooldown {
+		return Hold{Reason: ReasonCoolingDown, Why: fmt.Sprintf("cooling down until %s after its last remediation", end.Add(p.Cooldown).Format(time.TimeOnly))}
+	}
+	if c, ok := UnseenSinceCycle(hist, newest(f.seenAt, m.Name, a.SeenAt)); ok {
+		return Hold{Reason: ReasonUnseen, Why: fmt.Sprintf("power-cycled by remediation %s at %s (its BMC showed: %s) and seen by nobody since: no report from its agent, "+
+			"and no majority of the observers reaches its etcd member. A partition, or a host that does not boot: another cycle would take down a member "+
+			"that may be serving etcd's quorum on the other side of a partition, so it is not repeated while %s stays unseen; "+
+			"needs an operator (check its console and network, then `hub reboot %s` or `hub detach %s`)",
+			c.ID, c.Cycled.UTC().Format(time.RFC3339), cmp.Or(c.Shown, "the cycle"), m.Name, m.Name, m.Name), Need: NeedUnseen}
+	}
+	if last := len(hist) - 1; last >= 0 && hist[last].Fenced() {
+		return Hold{Reason: ReasonFenced, Why: fmt.Sprintf("fenced by remediation %s: it stays off until an operator acts (`hub reboot %s` powers it on)", hist[last].ID, m.Name),
+			Need: NeedFenced}
+	}
+	n := failures(hist, f.healthyAt[m.Name])
+	if n >= p.MaxAttempts {
+		return Hold{Reason: ReasonGaveUp, Why: fmt.Sprintf("gave up after %d failed remediations since it was last healthy (maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", n, p.MaxAttempts, m.Name, m.Name, m.Name), failed: n, Need: NeedGaveUp}
+	}
+	// A machine that comes back and fails again soon after is one flapping machine, not a string of
+	// new failures: its remediations within flapWindow count together, escalate, and give up.
+	recent := 0
+	for _, r := range hist {
+		if r.ByHub && r.State != journal.InProgress && !r.Idle() && f.Now.Sub(r.created) < p.FlapWindow {
+			recent++
+		}
+	}
+	if recent >= p.MaxAttempts {
+		return Hold{Reason: ReasonFlapping, Why: fmt.Sprintf("flapping: %d remediations in the last %v (it comes back, then fails again; maxAttempts %d): "+
+			"needs an operator (`hub explain %s`, then `hub reboot %s` or `hub detach %s`)", recent, p.FlapWindow, p.MaxAttempts, m.Name, m.Name, m.Name),
+			failed: recent, Need: NeedFlapping}
+	}
+	return Hold{failed: max(n, recent)}
+}
+
+// UnseenSinceCycle finds the machine's latest power cycle when nobody has seen the machine since it
+// (DESIGN.md rule 9): from the hub's side of a partition, the healthy members of a quorate far side
+// look exactly like dead ones, and the first cycle is the price of healing real crashes; a second one
+// of a member the first did not bring back into view is not. seen is when it was last in view; a
+// remediation that succeeded saw it come back (a hub restarted since has no other record of it).
+func UnseenSinceCycle(hist []Past, seen time.Time) (Past, bool) {
+	var last Past
+	for _, p := range hist {
+		if p.State == journal.Succeeded && p.Updated.After(seen) {
+			seen = p.Updated
+		}
+		if p.Cycled.After(last.Cycled) {
+			last = p
+		}
+	}
+	return last, !last.Cycled.IsZero() && !seen.After(last.Cycled)
 }
