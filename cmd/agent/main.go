@@ -92,11 +92,10 @@ written --name (the older -name spelling is still accepted).`,
 	fl.StringVar(&f.bind, "bind", "", "gossip host:port (default 0.0.0.0:7946)")
 	fl.StringVar(&f.join, "join", "", "comma-separated host:port of peers to join")
 	fl.StringVar(&f.keyFile, "key-file", "", "gossip key file (base64 keys, one a line)")
-	fl.StringVar(&f.identityFile, "identity-file", "", "this node's signing key (created when missing; with --pinned-file)")
-	fl.StringVar(&f.pinnedFile, "pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line (with --identity-file)")
+	cli.IdentityFlags(fl, &f.identityFile, &f.pinnedFile, "this node's", "its node name")
 	fl.BoolVar(&f.printIdentity, "print-identity", false, "print this node's line for the pinned-keys file (creating its key when missing) and exit")
 	fl.StringVar(&f.listen, "listen", "", "host:port for /healthz, /readyz and /metrics (default 127.0.0.1:9101)")
-	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	cli.LogLevelFlag(fl, &f.logLevel)
 	root.AddCommand(cli.VersionCommand("agent"), newRecoverCommand(stdout, stderr), newRejoinCommand(stdout, stderr))
 	return root
 }
@@ -123,9 +122,9 @@ func compatArgs(root *cobra.Command, args []string) []string {
 
 // runWithFlags reads the config, lays the flags over it and runs the agent (or prints its identity).
 func runWithFlags(ctx context.Context, f agentFlags, stdout, stderr io.Writer, ready chan<- string) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	level, err := cli.LogLevel(f.logLevel)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 

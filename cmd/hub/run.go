@@ -29,6 +29,7 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/journal/boltfile"
 	"github.com/hale-dev/hale/internal/buildinfo"
+	"github.com/hale-dev/hale/internal/cli"
 )
 
 // defaultSocket is where `hub run` serves the operator API and the operator commands look for it.
@@ -86,14 +87,13 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&o.advertise, "gossip-advertise", "", "gossip address to advertise, when it differs from the bind address")
 	f.StringSliceVar(&o.join, "join", nil, "agents to join (host:port, comma-separated); retried until one answers")
 	f.StringVar(&o.keyFile, "gossip-key-file", "", "gossip key file, the agents' (base64 keys, one a line) (required)")
-	f.StringVar(&o.identityFile, "identity-file", "", "the hub's signing key (created when missing; pinned as hub-* in the pinned-keys file; with --pinned-file)")
-	f.StringVar(&o.pinnedFile, "pinned-file", "", "every member's public key, one NAME ed25519:BASE64 a line, as the agents' (with --identity-file)")
+	cli.IdentityFlags(f, &o.identityFile, &o.pinnedFile, "the hub's", "hub-*")
 	f.BoolVar(&o.noIdentities, "insecure-no-identities", false, "run without per-node identities (no --identity-file, no --pinned-file): "+identity.IdentitiesOff)
 	f.StringVar(&o.api.socket, "socket", defaultSocket, "Unix socket for the operator API (mode 0600; empty: none)")
 	f.StringVar(&o.api.address, "api-address", "", "also serve the operator API on this loopback TCP address (needs --api-token-file)")
 	f.StringVar(&o.api.tokenFile, "api-token-file", "", "file holding the bearer token for --api-address")
 	f.StringVar(&o.metrics, "metrics-address", ":9357", "address for /metrics, /healthz and /readyz (empty: none)")
-	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	cli.LogLevelFlag(f, &o.logLevel)
 	f.IntVar(&o.keep, "history", 20, "finished remediations kept per machine in the journal")
 	f.DurationVar(&o.bmcCheckEvery, "bmc-check-interval", 10*time.Minute, "how often every machine's BMC is checked (it answers, takes the login, has the system, reads the power; at most one login per BMC account a round); 0: never")
 	f.DurationVar(&o.bmcRequestTimeout, "bmc-request-timeout", 10*time.Second, "how long one request to a BMC (Redfish, or one ipmitool call) may take before the BMC is called unreachable (and the request retried)")
@@ -134,9 +134,9 @@ type runAddrs struct {
 // runHub runs the standalone hub until ctx ends. ready, when set, receives the addresses once they
 // serve.
 func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- runAddrs) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	level, err := cli.LogLevel(o.logLevel)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if o.inventory == "" || o.keyFile == "" {
