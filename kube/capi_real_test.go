@@ -25,7 +25,7 @@ import (
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/quorum"
 	capilab "github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/capture"
@@ -131,7 +131,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 
 	kcpMachine := ownedMachines(ctx, t, c, "prod", "KubeadmControlPlane")[0]
 	start := time.Now()
-	kcp := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
+	kcp := &clusterapi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&kcpMachine), OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2",
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	require.NoError(t, kcp.HandOver(ctx, "cp dead per 5 of 6 expected observers", nil))
 	st, where := awaitOwnerAnswer(ctx, t, kcp, 3*time.Minute)
@@ -146,7 +146,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	require.NotNil(t, replacement, "KCP's replacement carries remediation-for naming %s", kcpMachine.Name)
 
 	// The replacement handed over within minHealthyPeriodSeconds: KCP's retry limit (maxRetry 0).
-	again := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(replacement), OwnerAPIVersion: kcp.OwnerAPIVersion,
+	again := &clusterapi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(replacement), OwnerAPIVersion: kcp.OwnerAPIVersion,
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	start = time.Now()
 	require.NoError(t, again.HandOver(ctx, "dead again", nil))
@@ -157,13 +157,13 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	require.NoError(t, again.Withdraw(ctx))
 	var m clusterv1.Machine
 	require.NoError(t, c.Get(ctx, again.Machine, &m))
-	assert.False(t, capi.HandedOver(&m))
+	assert.False(t, clusterapi.HandedOver(&m))
 	time.Sleep(3 * time.Second)
 	require.NoError(t, c.Get(ctx, again.Machine, &m), "the refused machine is still there")
 	assert.Nil(t, m.DeletionTimestamp)
 
 	msMachine := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
-	ms := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&msMachine), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+	ms := &clusterapi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&msMachine), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&msMachine).Name}
 	start = time.Now()
 	require.NoError(t, ms.HandOver(ctx, "worker dead", nil))
@@ -175,7 +175,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 	// new machine's node ready (the Machine's NodeReady condition, as the Machine controller copies it
 	// from the workload cluster), then delete-machine on the old one and the count back.
 	old := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
-	surge := &capi.DeploymentOwner{MachineOwner: capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&old), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+	surge := &clusterapi.DeploymentOwner{MachineOwner: clusterapi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&old), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&old).Name}, Deployment: client.ObjectKey{Namespace: "prod", Name: "prod-md"}}
 	start = time.Now()
 	require.NoError(t, surge.HandOver(ctx, "worker dead", []quorum.Step{{Op: quorum.OpAddVoter, Member: "none"}}))
@@ -209,7 +209,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 		}
 	}
 	require.NotNil(t, original)
-	pausedOwner := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(original), OwnerAPIVersion: kcp.OwnerAPIVersion,
+	pausedOwner := &clusterapi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(original), OwnerAPIVersion: kcp.OwnerAPIVersion,
 		OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	require.NoError(t, pausedOwner.HandOver(ctx, "dead while the cluster is paused", nil))
 	time.Sleep(10 * time.Second)
@@ -238,7 +238,7 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 			"checks": map[string]any{"unhealthyNodeConditions": []any{map[string]any{"type": "Ready", "status": "False", "timeoutSeconds": int64(300)}}}}}}
 	require.NoError(t, c.Create(ctx, mhc))
 	watched := ownedMachines(ctx, t, c, "prod", "MachineSet")[0]
-	deferred := &capi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&watched), OwnerAPIVersion: clusterv1.GroupVersion.String(),
+	deferred := &clusterapi.MachineOwner{Client: c, Machine: client.ObjectKeyFromObject(&watched), OwnerAPIVersion: clusterv1.GroupVersion.String(),
 		OwnerKind: "MachineSet", OwnerName: metav1.GetControllerOf(&watched).Name}
 	time.Sleep(3 * time.Second) // the MachineHealthCheck has looked at the machine once
 	start = time.Now()
@@ -249,13 +249,13 @@ func ownersAnswerHandOvers(t *testing.T, c client.Client) {
 		require.NoError(t, err)
 		sawDeferral = sawDeferral || strings.Contains(where, "MachineSet defers deleting Machine")
 		require.NoError(t, c.Get(ctx, deferred.Machine, &m))
-		if !capi.HandedOver(&m) {
+		if !clusterapi.HandedOver(&m) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	require.NoError(t, c.Get(ctx, deferred.Machine, &m))
-	assert.False(t, capi.HandedOver(&m), "the MachineHealthCheck rewrote Hale's conditions")
+	assert.False(t, clusterapi.HandedOver(&m), "the MachineHealthCheck rewrote Hale's conditions")
 	assert.True(t, sawDeferral, "the MachineSet's deferral read as its answer")
 	t.Logf("MachineSet deferred; the MachineHealthCheck rewrote Hale's conditions %v after the hand-over: %+v", time.Since(start).Round(100*time.Millisecond),
 		meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition))

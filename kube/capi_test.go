@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/hale-dev/hale/hub/execute"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -36,10 +36,10 @@ func TestHandOverToOwner(t *testing.T) {
 	}
 
 	cp1 := machine("cp-1", nil)
-	assert.False(t, capi.HandedOver(get(cp1)))
-	require.NoError(t, capi.HandOverToOwner(ctx, c, cp1, "cp-1 dead per the hub and 2 of 2 live observers"))
+	assert.False(t, clusterapi.HandedOver(get(cp1)))
+	require.NoError(t, clusterapi.HandOverToOwner(ctx, c, cp1, "cp-1 dead per the hub and 2 of 2 live observers"))
 	m := get(cp1)
-	assert.True(t, capi.HandedOver(m))
+	assert.True(t, clusterapi.HandedOver(m))
 	hc := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
 	require.NotNil(t, hc)
 	assert.Equal(t, clusterv1.MachineHealthCheckUnhealthyMachineReason, hc.Reason)
@@ -50,26 +50,26 @@ func TestHandOverToOwner(t *testing.T) {
 	assert.True(t, meta.IsStatusConditionTrue(m.Status.Conditions, "Ready"), "other conditions kept")
 	assert.Equal(t, "cp-1", m.Status.NodeRef.Name, "other status fields kept")
 	// Idempotent.
-	require.NoError(t, capi.HandOverToOwner(ctx, c, cp1, "again"))
+	require.NoError(t, clusterapi.HandOverToOwner(ctx, c, cp1, "again"))
 	assert.Equal(t, "Hale: cp-1 dead per the hub and 2 of 2 live observers",
 		meta.FindStatusCondition(get(cp1).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition).Message)
 
 	skipped := machine("cp-2", map[string]string{clusterv1.MachineSkipRemediationAnnotation: ""})
-	err := capi.HandOverToOwner(ctx, c, skipped, "dead")
-	require.ErrorIs(t, err, capi.ErrSkipRemediation)
+	err := clusterapi.HandOverToOwner(ctx, c, skipped, "dead")
+	require.ErrorIs(t, err, clusterapi.ErrSkipRemediation)
 	assert.Contains(t, err.Error(), ns+"/cp-2")
-	assert.False(t, capi.HandedOver(get(skipped)))
+	assert.False(t, clusterapi.HandedOver(get(skipped)))
 
 	manual := machine("cp-3", map[string]string{clusterv1.RemediateMachineAnnotation: ""})
-	assert.True(t, capi.ManualRemediationRequested(get(manual)))
-	require.NoError(t, capi.HandOverToOwner(ctx, c, manual, "requested by an operator"))
+	assert.True(t, clusterapi.ManualRemediationRequested(get(manual)))
+	require.NoError(t, clusterapi.HandOverToOwner(ctx, c, manual, "requested by an operator"))
 	assert.Equal(t, clusterv1.MachineHealthCheckHasRemediateAnnotationReason,
 		meta.FindStatusCondition(get(manual).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition).Reason)
 
-	assert.ErrorContains(t, capi.HandOverToOwner(ctx, c, client.ObjectKey{Namespace: ns, Name: "nope"}, "x"), "reading machine "+ns+"/nope")
+	assert.ErrorContains(t, clusterapi.HandOverToOwner(ctx, c, client.ObjectKey{Namespace: ns, Name: "nope"}, "x"), "reading machine "+ns+"/nope")
 
 	// The owner's answer, as KubeadmControlPlane writes it on OwnerRemediated.
-	owner := &capi.MachineOwner{Client: c, Machine: cp1, OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2", OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
+	owner := &clusterapi.MachineOwner{Client: c, Machine: cp1, OwnerAPIVersion: "controlplane.cluster.x-k8s.io/v1beta2", OwnerKind: "KubeadmControlPlane", OwnerName: "prod"}
 	answer := func(key client.ObjectKey, reason, message string) {
 		m := get(key)
 		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition,
@@ -88,7 +88,7 @@ func TestHandOverToOwner(t *testing.T) {
 	assert.Equal(t, "KubeadmControlPlane "+ns+"/prod: KubeadmControlPlane can't remediate this machine because the operation already failed 3 times (MaxRetry)", where)
 	require.NoError(t, owner.Withdraw(ctx))
 	m = get(cp1)
-	assert.False(t, capi.HandedOver(m), "withdrawn: the owner will not act on it later")
+	assert.False(t, clusterapi.HandedOver(m), "withdrawn: the owner will not act on it later")
 	assert.Nil(t, meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition))
 	assert.True(t, meta.IsStatusConditionTrue(m.Status.Conditions, "Ready"), "other conditions kept")
 	require.NoError(t, owner.Withdraw(ctx), "idempotent")
@@ -101,7 +101,7 @@ func TestHandOverToOwner(t *testing.T) {
 	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineOwnerRemediatedCondition,
 		Status: metav1.ConditionFalse, Reason: clusterv1.MachineOwnerRemediatedWaitingForRemediationReason})
 	require.NoError(t, c.Status().Update(ctx, m))
-	require.NoError(t, capi.WithdrawHandOver(ctx, c, byMHC))
-	assert.True(t, capi.HandedOver(get(byMHC)))
-	require.NoError(t, capi.WithdrawHandOver(ctx, c, client.ObjectKey{Namespace: ns, Name: "gone"}))
+	require.NoError(t, clusterapi.WithdrawHandOver(ctx, c, byMHC))
+	assert.True(t, clusterapi.HandedOver(get(byMHC)))
+	require.NoError(t, clusterapi.WithdrawHandOver(ctx, c, client.ObjectKey{Namespace: ns, Name: "gone"}))
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
@@ -70,7 +70,7 @@ func ptr[T any](v T) *T { return &v }
 func createHost(t *testing.T, c client.Client, ns, name, address, consumer string, annotations map[string]string) {
 	t.Helper()
 	h := &unstructured.Unstructured{}
-	h.SetGroupVersionKind(capi.BareMetalHostGVK)
+	h.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 	h.SetNamespace(ns)
 	h.SetName(name)
 	h.SetAnnotations(annotations)
@@ -128,7 +128,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	nodeA.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", LastTransitionTime: since, LastHeartbeatTime: since}}
 	require.NoError(t, c.Status().Patch(ctx, nodeA, client.MergeFrom(before)))
 	createHost(t, c, "capi", "host-a", "redfish://10.0.0.1/redfish/v1/Systems/1", "m-a-infra", nil)
-	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{capi.HostDetachedAnnotation: ""})
+	createHost(t, c, "capi", "node-d", "redfish://10.0.0.4/redfish/v1/Systems/1", "", map[string]string{clusterapi.HostDetachedAnnotation: ""})
 	ep, err := bmc.ParseEndpoint("redfish+http://127.0.0.1:1/redfish/v1/Systems/1")
 	require.NoError(t, err)
 	base := pass.Inventory{Cluster: "prod", Witnesses: []string{"rack-2-witness"}, Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "e", Node: "node-e", Member: "node-e"},
@@ -183,7 +183,7 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	power := d.PowerFor(func(m pass.Machine) (execute.Power, error) { return nil, fmt.Errorf("BMC of %s", m.Name) })
 	p, err := power(inv.Machines[0])
 	require.NoError(t, err)
-	assert.Equal(t, client.ObjectKey{Namespace: "capi", Name: "host-a"}, p.(*capi.Metal3Host).Key)
+	assert.Equal(t, client.ObjectKey{Namespace: "capi", Name: "host-a"}, p.(*clusterapi.Metal3Host).Key)
 	_, err = power(inv.Machines[4])
 	assert.EqualError(t, err, "BMC of node-e", "the inventory file's machine, with its BMC")
 	for _, m := range inv.Machines {
@@ -378,9 +378,9 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 	}
 	assert.Contains(t, outcome, `annotate reboot.metal3.io/hale={}, remove reboot.metal3.io/hale`)
 	host := &unstructured.Unstructured{}
-	host.SetGroupVersionKind(capi.BareMetalHostGVK)
+	host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "metal3", Name: "cp-2"}, host))
-	assert.NotContains(t, host.GetAnnotations(), capi.RebootAnnotation, "the annotation is removed: the host is on again")
+	assert.NotContains(t, host.GetAnnotations(), clusterapi.RebootAnnotation, "the annotation is removed: the host is on again")
 	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered it off and on")
 	// In this order, with anything between (a verdict may change during the step: Suspect while
 	// quorum is judged afresh).
@@ -390,7 +390,7 @@ func TestMetal3HostRebootedThroughTheAnnotation(t *testing.T) {
 
 	// A detached host: no action, and the reason is given.
 	before := host.DeepCopy()
-	host.SetAnnotations(map[string]string{capi.HostDetachedAnnotation: ""})
+	host.SetAnnotations(map[string]string{clusterapi.HostDetachedAnnotation: ""})
 	require.NoError(t, c.Patch(ctx, host, client.MergeFrom(before)))
 	require.NoError(t, tb.WaitFor(ctx, 10*time.Second, "cooldown over and rediscovered", func() bool {
 		for _, ms := range tb.Hub().Status(ctx).Machines {
@@ -437,7 +437,7 @@ func TestKCPMachineHandedOverOnlyWhenThePlanAllows(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "capi", Name: name}, &m); err != nil {
 			return false
 		}
-		return capi.HandedOver(&m)
+		return clusterapi.HandedOver(&m)
 	}
 
 	// Both fail at once: the hub is paused while they hang (Hang takes a moment each), then resumed.
@@ -611,8 +611,8 @@ func TestRemediateMachineAnnotation(t *testing.T) {
 	}
 
 	annotate("cp-1") // healthy: replacing it costs one healthy voter, which the policy allows
-	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "cp-1 handed over to KCP", func() bool { return capi.HandedOver(machine("cp-1")) }))
-	require.Eventually(t, func() bool { return !capi.ManualRemediationRequested(machine("cp-1")) }, 10*time.Second, 50*time.Millisecond, "the request is consumed")
+	require.NoError(t, tb.WaitFor(ctx, 20*time.Second, "cp-1 handed over to KCP", func() bool { return clusterapi.HandedOver(machine("cp-1")) }))
+	require.Eventually(t, func() bool { return !clusterapi.ManualRemediationRequested(machine("cp-1")) }, 10*time.Second, 50*time.Millisecond, "the request is consumed")
 	hist, err := tb.Hub().History(ctx, "cp-1")
 	require.NoError(t, err)
 	require.Len(t, hist, 1)
@@ -621,7 +621,7 @@ func TestRemediateMachineAnnotation(t *testing.T) {
 
 	annotate("cp-0") // while cp-1's membership change is in flight, the plan refuses
 	require.NoError(t, tb.Passes(ctx, 20))
-	assert.True(t, capi.ManualRemediationRequested(machine("cp-0")), "a refused request stays")
-	assert.False(t, capi.HandedOver(machine("cp-0")))
+	assert.True(t, clusterapi.ManualRemediationRequested(machine("cp-0")), "a refused request stays")
+	assert.False(t, clusterapi.HandedOver(machine("cp-0")))
 	assert.Empty(t, tb.Resets(0))
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 )
 
 // External remediation: a health checker hands its unhealthy machines to Hale by making a
@@ -166,7 +166,7 @@ func (s *RequestSync) followExternal(ctx context.Context, r *v1alpha1.HaleRemedi
 				" Suspect: the Machine is handed to its owner only once Hale sees it Unhealthy (and not if it is Healthy again)")
 		}
 		machine := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
-		if err := capi.HandOverToOwner(ctx, s.Client, machine, "HaleRemediation "+r.Name+": "+why); err != nil {
+		if err := clusterapi.HandOverToOwner(ctx, s.Client, machine, "HaleRemediation "+r.Name+": "+why); err != nil {
 			return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why+"; handing the Machine to its owner failed: "+err.Error())
 		}
 		return s.writeExternal(ctx, r, e, v1alpha1.ExternalFailed, rem.ID, why+"; the Machine is handed to its owner (OwnerRemediated False)")

@@ -16,7 +16,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
@@ -139,7 +139,7 @@ func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	assert.Contains(t, st.Message, "not handed to its owner: Hale sees "+inproc.Name(0)+" Healthy")
 	var m clusterv1.Machine
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: inproc.Name(0)}, &m))
-	assert.False(t, capi.HandedOver(&m))
+	assert.False(t, clusterapi.HandedOver(&m))
 	require.NoError(t, c.Delete(ctx, &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: inproc.Name(0)}}))
 
 	tb.Hang(0)
@@ -151,7 +151,7 @@ func TestHaleRemediationsFromHealthCheckers(t *testing.T) {
 	assert.Contains(t, st.Message, "the Machine is handed to its owner")
 	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: inproc.Name(0)}, &m))
-	assert.True(t, capi.HandedOver(&m), "%+v", m.Status.Conditions)
+	assert.True(t, clusterapi.HandedOver(&m), "%+v", m.Status.Conditions)
 	// A NodeHealthCheck's that fails: Succeeded False (it may go on to its next remediator), no owner.
 	st = waitPhase(fromNHC("nhc-"+inproc.Name(0), inproc.Name(0), true), v1alpha1.ExternalFailed, 90*time.Second)
 	assert.True(t, meta.IsStatusConditionFalse(st.Conditions, ConditionSucceeded))

@@ -17,7 +17,7 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 )
 
 // verdicts is a Rebooter whose one remediation failed and whose verdict on its machine the test sets.
@@ -76,7 +76,7 @@ func TestFailedExternalRemediationWaitsForAVerdict(t *testing.T) {
 			assert.Equal(t, tc.phase, r.Status.Phase)
 			assert.Contains(t, r.Status.Message, tc.message)
 			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(m), m))
-			assert.Equal(t, tc.handed, capi.HandedOver(m))
+			assert.Equal(t, tc.handed, clusterapi.HandedOver(m))
 		})
 	}
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -46,11 +46,11 @@ const (
 // healed with follows from what exists:
 //
 //  1. a BareMetalHost: its baremetal-operator owns the BMC, so Hale reboots and fences through the
-//     host's reboot annotation (capi.Metal3Host); a detached or paused host is held, with the reason;
+//     host's reboot annotation (clusterapi.Metal3Host); a detached or paused host is held, with the reason;
 //  2. a machine of Base's inventory with the same node: its BMC, called directly (standalone BMC mode);
 //  3. a Cluster API owner (KubeadmControlPlane, MachineSet): replaced by the owner, handed over with
 //     the MachineHealthCheck contract once the quorum plan allows the owner's steps (delete first:
-//     see capi.MachineOwner);
+//     see clusterapi.MachineOwner);
 //  4. nothing: watched and explained, held ("no way to heal it").
 //
 // A Machine annotated cluster.x-k8s.io/skip-remediation is held whatever its way.
@@ -117,7 +117,7 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 		return pass.Inventory{}, err
 	}
 	hosts := &unstructured.UnstructuredList{}
-	hosts.SetGroupVersionKind(capi.BareMetalHostGVK.GroupVersion().WithKind(capi.BareMetalHostGVK.Kind + "List"))
+	hosts.SetGroupVersionKind(clusterapi.BareMetalHostGVK.GroupVersion().WithKind(clusterapi.BareMetalHostGVK.Kind + "List"))
 	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
 		return pass.Inventory{}, err
 	}
@@ -169,7 +169,7 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 		switch {
 		case host != nil:
 			b.host = &client.ObjectKey{Namespace: host.GetNamespace(), Name: host.GetName()}
-			m.Hold = capi.HostHold(host)
+			m.Hold = clusterapi.HostHold(host)
 		case inBase:
 			m.Strategy, m.Class, m.Pool = base.Strategy, base.Class, cmp.Or(base.Pool, ControlPlanePool)
 			// Its BMC, as the file gives it: the hub checks it, reads the power back after a fence and
@@ -294,7 +294,7 @@ func (d *Discovery) PowerFor(defaultPower func(pass.Machine) (execute.Power, err
 		b, _ := d.binding(m.Name)
 		switch {
 		case b.host != nil:
-			return &capi.Metal3Host{Client: d.Client, Key: *b.host, Poll: d.MetalPoll, Timeout: d.MetalTimeout}, nil
+			return &clusterapi.Metal3Host{Client: d.Client, Key: *b.host, Poll: d.MetalPoll, Timeout: d.MetalTimeout}, nil
 		case m.Endpoint.Driver != "":
 			return defaultPower(m)
 		}
@@ -308,9 +308,9 @@ func (d *Discovery) OwnerFor(m pass.Machine) (execute.Owner, error) {
 	if b.machine == nil || b.owner == nil {
 		return nil, fmt.Errorf("%s: not a Cluster API Machine with an owner: nothing can replace it", m.Name)
 	}
-	owner := capi.MachineOwner{Client: d.Client, Machine: *b.machine, OwnerAPIVersion: b.owner.apiVersion, OwnerKind: b.owner.kind, OwnerName: b.owner.name}
+	owner := clusterapi.MachineOwner{Client: d.Client, Machine: *b.machine, OwnerAPIVersion: b.owner.apiVersion, OwnerKind: b.owner.kind, OwnerName: b.owner.name}
 	if b.deployment != nil {
-		return &capi.DeploymentOwner{MachineOwner: owner, Deployment: *b.deployment, EtcdMember: m.Member != "", Healthy: d.Healthy}, nil
+		return &clusterapi.DeploymentOwner{MachineOwner: owner, Deployment: *b.deployment, EtcdMember: m.Member != "", Healthy: d.Healthy}, nil
 	}
 	return &owner, nil
 }

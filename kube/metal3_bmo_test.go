@@ -13,12 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/bmc"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/bmo"
 	"github.com/hale-dev/hale/test/kubeenv"
 )
 
-// capi.Metal3Host against metal3's real baremetal-operator (test mode: its own state machine, annotation
+// clusterapi.Metal3Host against metal3's real baremetal-operator (test mode: its own state machine, annotation
 // handling and status; its fixture provisioner in place of Ironic and a BMC), with the operator's own
 // CRDs. An externally provisioned host comes up powered on; Hale's reboot (its suffixed reboot
 // annotation: off, kept off while it stays, on once Hale removes it) is seen through status.poweredOn as
@@ -33,7 +33,7 @@ func TestMetal3HostWithTheRealOperator(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-1-bmc"},
 		StringData: map[string]string{"username": "admin", "password": "pw"}}))
 	host := &unstructured.Unstructured{}
-	host.SetGroupVersionKind(capi.BareMetalHostGVK)
+	host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 	host.SetNamespace(ns)
 	host.SetName("host-1")
 	host.Object["spec"] = map[string]any{"online": true, "externallyProvisioned": true, "bootMACAddress": "52:54:00:00:00:01",
@@ -41,10 +41,10 @@ func TestMetal3HostWithTheRealOperator(t *testing.T) {
 	require.NoError(t, c.Create(ctx, host))
 	op := bmo.Start(t, kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""), ns)
 
-	h := &capi.Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host-1"}, Poll: 50 * time.Millisecond, Timeout: 30 * time.Second}
+	h := &clusterapi.Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host-1"}, Poll: 50 * time.Millisecond, Timeout: 30 * time.Second}
 	get := func() *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(capi.BareMetalHostGVK)
+		u.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 		require.NoError(t, c.Get(ctx, h.Key, u))
 		return u
 	}
@@ -59,12 +59,12 @@ func TestMetal3HostWithTheRealOperator(t *testing.T) {
 	require.NoError(t, err, op.Logs())
 	assert.Equal(t, bmc.PowerOn, res.After)
 	t.Logf("reboot through the operator: %v (%v)", time.Since(start).Round(time.Millisecond), res.Requests)
-	assert.NotContains(t, get().GetAnnotations(), capi.RebootAnnotation, "removed by Hale once off was seen")
+	assert.NotContains(t, get().GetAnnotations(), clusterapi.RebootAnnotation, "removed by Hale once off was seen")
 
 	res, err = h.ForceOff(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, bmc.PowerOff, res.After)
-	v, ok := get().GetAnnotations()[capi.RebootAnnotation]
+	v, ok := get().GetAnnotations()[clusterapi.RebootAnnotation]
 	require.True(t, ok, "a fenced host keeps the annotation")
 	assert.JSONEq(t, `{"mode":"hard"}`, v)
 	time.Sleep(2 * time.Second) // the operator reconciles; the host must stay off
@@ -88,7 +88,7 @@ func TestMetal3HostWithTheRealOperator(t *testing.T) {
 	assert.Equal(t, 2, reasons["PowerOff"], "the reboot and the fence: %v", reasons)
 	assert.Equal(t, 3, reasons["PowerOn"], "at registration, after the reboot, after the fence: %v", reasons)
 
-	for _, a := range []string{capi.HostDetachedAnnotation, capi.HostPausedAnnotation} {
+	for _, a := range []string{clusterapi.HostDetachedAnnotation, clusterapi.HostPausedAnnotation} {
 		u := get()
 		before := u.DeepCopy()
 		u.SetAnnotations(map[string]string{a: ""})
@@ -112,13 +112,13 @@ func TestMetal3HostStatesWithTheRealOperator(t *testing.T) {
 	c, cfg := kubeenv.StartWithMetal3(t, bmo.CRDs(t))
 	ctx := t.Context()
 	kc := kubeenv.Kubeconfig(t, cfg, t.TempDir(), "")
-	hosts := map[string]*capi.Metal3Host{}
+	hosts := map[string]*clusterapi.Metal3Host{}
 	for ns, image := range map[string]bool{"available": false, "provisioned": true} {
 		require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 		require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "host-bmc"},
 			StringData: map[string]string{"username": "admin", "password": "pw"}}))
 		host := &unstructured.Unstructured{}
-		host.SetGroupVersionKind(capi.BareMetalHostGVK)
+		host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 		host.SetNamespace(ns)
 		host.SetName("host")
 		spec := map[string]any{"online": true, "bootMACAddress": "52:54:00:00:00:02",
@@ -129,7 +129,7 @@ func TestMetal3HostStatesWithTheRealOperator(t *testing.T) {
 		host.Object["spec"] = spec
 		require.NoError(t, c.Create(ctx, host))
 		bmo.Start(t, kc, ns)
-		hosts[ns] = &capi.Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host"}, Poll: 50 * time.Millisecond, Timeout: 30 * time.Second}
+		hosts[ns] = &clusterapi.Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host"}, Poll: 50 * time.Millisecond, Timeout: 30 * time.Second}
 	}
 	for state, h := range hosts {
 		require.Eventually(t, func() bool {
@@ -149,12 +149,12 @@ func TestMetal3HostStatesWithTheRealOperator(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not after the timeout")
 	u, err := getHost(ctx, c, hosts["available"].Key)
 	require.NoError(t, err)
-	assert.NotContains(t, u.GetAnnotations(), capi.RebootAnnotation, "nothing left behind")
+	assert.NotContains(t, u.GetAnnotations(), clusterapi.RebootAnnotation, "nothing left behind")
 }
 
 // getHost reads a BareMetalHost as unstructured.
 func getHost(ctx context.Context, c client.Client, key client.ObjectKey) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(capi.BareMetalHostGVK)
+	u.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 	return u, c.Get(ctx, key, u)
 }

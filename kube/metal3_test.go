@@ -12,11 +12,11 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/bmc/bmcsim"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/metal3sim"
 )
 
-// capi.Metal3Host's power operations through the reboot annotation, against the operator stand-in and a
+// clusterapi.Metal3Host's power operations through the reboot annotation, against the operator stand-in and a
 // simulated BMC: a fence powers the host off hard and keeps it off (the annotation stays) until a
 // reboot removes it; a hard cycle asks for mode hard; a paused host is refused with the reason.
 func TestMetal3HostPower(t *testing.T) {
@@ -34,13 +34,13 @@ func TestMetal3HostPower(t *testing.T) {
 			return bmc.New(ep, bmc.NewCredentials("admin", "pw"), bmc.Options{PollInterval: 10 * time.Millisecond, VerifyTimeout: 5 * time.Second, GracefulTimeout: time.Second})
 		}}
 	go op.Run(ctx)
-	h := &capi.Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host-1"}, Poll: 20 * time.Millisecond, Timeout: 10 * time.Second}
+	h := &clusterapi.Metal3Host{Client: c, Key: client.ObjectKey{Namespace: ns, Name: "host-1"}, Poll: 20 * time.Millisecond, Timeout: 10 * time.Second}
 	require.Eventually(t, func() bool { st, _, err := h.Status(ctx); return err == nil && st == bmc.PowerOn }, 5*time.Second, 20*time.Millisecond)
 	annotation := func() (string, bool) {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(capi.BareMetalHostGVK)
+		u.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 		require.NoError(t, c.Get(ctx, h.Key, u))
-		v, ok := u.GetAnnotations()[capi.RebootAnnotation]
+		v, ok := u.GetAnnotations()[clusterapi.RebootAnnotation]
 		return v, ok
 	}
 
@@ -68,10 +68,10 @@ func TestMetal3HostPower(t *testing.T) {
 	assert.Contains(t, sim.Resets("1")[resets:], "ForceOff", "mode hard: forced off, no graceful shutdown")
 
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(capi.BareMetalHostGVK)
+	u.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 	require.NoError(t, c.Get(ctx, h.Key, u))
 	before := u.DeepCopy()
-	u.SetAnnotations(map[string]string{capi.HostPausedAnnotation: ""})
+	u.SetAnnotations(map[string]string{clusterapi.HostPausedAnnotation: ""})
 	require.NoError(t, c.Patch(ctx, u, client.MergeFrom(before)))
 	_, err = h.Reboot(ctx)
 	require.EqualError(t, err, "BareMetalHost "+ns+"/host-1 is annotated baremetalhost.metal3.io/paused: its operator does not act on it, so neither does Hale")

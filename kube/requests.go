@@ -18,7 +18,7 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -113,7 +113,7 @@ func (s *RequestSync) syncMachines(ctx context.Context) error {
 	for i := range list.Items {
 		m := &list.Items[i]
 		key := client.ObjectKeyFromObject(m)
-		if !capi.ManualRemediationRequested(m) || m.DeletionTimestamp != nil {
+		if !clusterapi.ManualRemediationRequested(m) || m.DeletionTimestamp != nil {
 			delete(s.refused, key.String())
 			continue
 		}

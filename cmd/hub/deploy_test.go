@@ -27,7 +27,7 @@ import (
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/kube"
-	"github.com/hale-dev/hale/kube/capi"
+	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
 )
@@ -290,7 +290,7 @@ func TestDeployRBAC(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metal3"}}))
 	for _, m := range bed.Machines {
 		h := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"online": true, "bmc": map[string]any{"address": m.Endpoint.String()}}}}
-		h.SetGroupVersionKind(capi.BareMetalHostGVK)
+		h.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
 		h.SetNamespace("metal3")
 		h.SetName(m.Node)
 		require.NoError(t, c.Create(ctx, h))
@@ -588,7 +588,7 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 	}
 	// Hale's own hand-over to the Machine's owner (its status conditions), and the out-of-service
 	// taint on and off a Node (the taints it had stay), as the hub account.
-	require.NoError(t, capi.HandOverToOwner(ctx, hubClient, client.ObjectKeyFromObject(machine), "cp-0 is dead"))
+	require.NoError(t, clusterapi.HandOverToOwner(ctx, hubClient, client.ObjectKeyFromObject(machine), "cp-0 is dead"))
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
 	before := node.Spec.Taints
 	taints := kube.NodeTaints{Client: hubClient}

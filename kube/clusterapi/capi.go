@@ -1,9 +1,9 @@
-// Package capi is how Hale hands a machine to Cluster API and metal3, in the cluster that holds their
+// Package clusterapi is how Hale hands a machine to Cluster API and metal3, in the cluster that holds their
 // objects: the Machine's owner (a KubeadmControlPlane or a MachineSet: MachineOwner; a
 // MachineDeployment scaled up first: DeploymentOwner) through the MachineHealthCheck contract, and a
 // machine's power through its metal3 BareMetalHost (Metal3Host). Package kube finds which applies to
 // each machine.
-package capi
+package clusterapi
 
 import (
 	"context"
