@@ -163,3 +163,46 @@ func counterOf(t *testing.T, reg prometheus.Gatherer, name string, labels ...str
 	t.Fatalf("no %s%v in the registry", name, labels)
 	return 0
 }
+
+// A machine whose agent is gone while quorum's return has the hub judge it again (the views of its
+// member must settle, 5 s) is still cycled at once on its BMC's proof of a hang: its BMC is read while
+// it is Suspect and gone, and the hang logged settles that the machine is down, not only its agent. A
+// machine that panics as etcd's leader makes the others lose their leader for a moment, and its reboot
+// waited for the observers' next reports (a loaded stall matrix, on real processes).
+func TestAProofEndsTheWaitAfterQuorumsReturn(t *testing.T) {
+	pool := newTestPool(3)
+	r := newPassRig(t, pool, testPolicy(), nil)
+	r.run(t)
+	r.awaitPasses(t, 5)
+	set := func(f func()) {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		f()
+	}
+	quorum := func() pass.EtcdQuorum { q, _ := r.hub.EtcdQuorum(time.Now().Add(-maxPassGap)); return q }
+
+	set(func() { pool.dead["cp-1"] = true })
+	require.Eventually(t, func() bool { return r.machine("cp-1").Verdict == assess.VerdictUnhealthy }, 10*time.Second, 10*time.Millisecond)
+	set(func() { pool.noLeader = true }) // the others lose their leader: quorum lost
+	require.Eventually(t, func() bool { return quorum() == pass.QuorumLost }, 10*time.Second, 10*time.Millisecond)
+	set(func() { pool.noLeader = false })
+	require.Eventually(t, func() bool {
+		m := r.machine("cp-1")
+		return quorum() != pass.QuorumLost && m.Verdict == assess.VerdictSuspect && strings.Contains(strings.Join(m.Reasons, "\n"), "(unhealthy at 5s)")
+	}, 10*time.Second, 10*time.Millisecond, "judged again after quorum's return: %+v", r.machine("cp-1"))
+
+	logged := r.sim.LogEvent("cp-1", bmcsim.Event{SensorType: "OS Stop/Shutdown", Message: "Run-time critical stop"})
+	var said string
+	require.Eventually(t, func() bool {
+		if m := r.machine("cp-1"); m.Verdict == assess.VerdictUnhealthy {
+			said = strings.Join(m.Reasons, "\n")
+		}
+		return len(r.sim.Resets("cp-1")) > 0
+	}, 10*time.Second, 5*time.Millisecond, "cp-1 power-cycled")
+	took := time.Since(logged)
+	assert.Less(t, took, 3*time.Second, "on the proof (read every second), not once the views settled (5 s after the return)")
+	assert.Contains(t, said, "since its last sign of life: the machine is down, not only its agent")
+	assert.Empty(t, r.sim.Resets("cp-0"))
+	assert.Empty(t, r.sim.Resets("cp-2"))
+	t.Logf("cp-1 power-cycled %v after its BMC logged the panic, within the settling after quorum's return", took.Round(10*time.Millisecond))
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/bmcaccess"
@@ -141,6 +142,7 @@ type Hub struct {
 	ledger    *ledger.Ledger               // the journal's summary the passes read (never the journal)
 	logins    *bmcaccess.Logins            // BMC accounts that refused the credentials (its own lock)
 	bmcs      map[string]pass.BMCReadiness // what the last readiness checks found
+	hangs     map[string][]bmcval.LogEntry // the hangs their event logs record (assess.Observations.Hangs)
 	// checkBMCs asks watchBMCs for a check now (a pass found quorum lost).
 	checkBMCs chan struct{}
 	// marks writes the raft mark the passes hand it (its own lock); episodeLog the episodes' log.

@@ -161,6 +161,9 @@ func (h *Hub) observe(listen string) pass.Facts {
 		h.assessor.HeardNothing()
 	}
 	obs := h.gossipNow()
+	h.mu.Lock()
+	obs.Hangs = h.hangs
+	h.mu.Unlock()
 	assessments, hearing := h.assessor.AssessHearing(inv.Refs(), inv.Witnesses, obs)
 	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs, Assessments: assessments, Hearing: hearing, Listen: listen, History: map[string][]pass.Past{},
 		RecentStarts: h.ledger.StartsWithin(obs.Now, inv.Policy.RatePer)}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/bmcaccess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/pass"
@@ -80,6 +81,7 @@ func (h *Hub) checkBMCsOf(ctx context.Context, inv pass.Inventory, machines []pa
 func (h *Hub) noteBMCs(inv pass.Inventory, found map[string]pass.BMCReadiness) {
 	h.mu.Lock()
 	before, now, fresh := h.bmcs, map[string]pass.BMCReadiness{}, map[string]pass.BMCReadiness{}
+	var hangs map[string][]bmcval.LogEntry
 	for _, m := range inv.Machines {
 		r, ok := found[m.Name]
 		was, known := before[m.Name]
@@ -90,8 +92,14 @@ func (h *Hub) noteBMCs(inv pass.Inventory, found map[string]pass.BMCReadiness) {
 		case known && m.Endpoint.Driver != "":
 			now[m.Name] = was // not checked this time: the last finding stands
 		}
+		if r := now[m.Name]; r.Ready && len(r.Hangs) > 0 {
+			if hangs == nil {
+				hangs = map[string][]bmcval.LogEntry{}
+			}
+			hangs[m.Name] = r.Hangs
+		}
 	}
-	h.bmcs = now // replaced whole, never changed once published: a pass's facts hold it as it is
+	h.bmcs, h.hangs = now, hangs // replaced whole, never changed once published: a pass's facts hold them as they are
 	h.mu.Unlock()
 	for _, m := range inv.Machines {
 		r, ok := fresh[m.Name]

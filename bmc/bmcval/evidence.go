@@ -60,3 +60,20 @@ func (ev Evidence) String() string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// ProofMargin: an entry of a BMC's event log proves the hang of an episode when it was logged at most
+// this long before the machine's last sign of life. A panic is logged as it happens, its agent's last
+// report went out a moment before, and the BMC's clock is read to the second.
+const ProofMargin = 5 * time.Second
+
+// HangSince is the first of hangs logged since from, at most ProofMargin before it (ok false: none):
+// the entry that proves the hang of a machine whose last sign of life was at from. An entry older
+// than that is of an earlier episode, one the machine came back from.
+func HangSince(hangs []LogEntry, from time.Time) (LogEntry, bool) {
+	for _, h := range hangs {
+		if !h.At.Before(from.Add(-ProofMargin)) {
+			return h, true
+		}
+	}
+	return LogEntry{}, false
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/quorum"
 )
@@ -114,6 +115,11 @@ type Assessment struct {
 	// silent (Unhealthy for that, not for a component failing on a machine that runs). Alive: its own
 	// agent reports, fresh, and the hub's gossip holds it alive (a machine that runs, whatever fails on it).
 	Dead, Alive bool
+	// Gone: a strict majority of the expected observers see its agent gone, and nothing says its member
+	// answers: Dead, or Suspect while the hub waits for views of its member newer than a return of its
+	// hearing or of etcd's quorum. Its BMC is read meanwhile (hub/pass: watch): a hang its event log
+	// records since its last sign of life ends the wait (Observations.Hangs).
+	Gone bool
 	// LifeAt is the newest sign in these observations that the machine runs: a report of its own
 	// agent (when it was sent), the hub's gossip holding it alive (now), an observer's report that
 	// holds it alive or reaches its etcd member (when that report was sent). Zero: none. Any such
@@ -179,6 +185,11 @@ type Observations struct {
 	Reports map[string]report.Report
 	// HubPeers is the hub's own gossip view of each node.
 	HubPeers map[string]report.PeerView
+	// Hangs are, by machine, the entries of its BMC's event log that record a hang, as the hub last
+	// read them (machines with none are absent). A hang logged since a machine's last sign of life
+	// proves that the machine is down, not only its agent: the views of its member from before a
+	// return of the hub's hearing (or of etcd's quorum) need not be waited for (liveness).
+	Hangs map[string][]bmcval.LogEntry
 }
 
 // SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
@@ -272,6 +283,7 @@ type evidence struct {
 	unhealthy, suspect []string
 	since              time.Time
 	failing            []string // the machine's own judged probes failing (by name)
+	gone               bool     // Assessment.Gone
 }
 
 func (e *evidence) bad(since time.Time, format string, args ...any) {
@@ -296,7 +308,8 @@ func (a *Assessor) assessOne(res *Assessment, m MachineRef, s *sighting, e *Expe
 	} else if reported {
 		own = obs.Reports[m.Node]
 	}
-	dead := a.liveness(m, *e, obs.Now, s.hub, s.known, observers, &ev)
+	life := a.lifeAt(m, obs.Now, own, reported, heard)
+	dead := a.liveness(m, *e, obs, s.hub, s.known, observers, life, &ev)
 	fresh := reported && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
 		a.probes(m, own, obs.Now, &ev)
@@ -318,7 +331,7 @@ func (a *Assessor) assessOne(res *Assessment, m MachineRef, s *sighting, e *Expe
 		res.OwnAnswers = fresh && heard && ownViewOf(own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
-	res.Failing, res.Dead, res.LifeAt = ev.failing, dead, a.lifeAt(m, obs.Now, own, reported, heard)
+	res.Failing, res.Dead, res.Gone, res.LifeAt = ev.failing, dead, ev.gone, life
 	res.Alive = fresh && heard
 	switch {
 	case len(ev.unhealthy) > 0:
@@ -328,87 +341,11 @@ func (a *Assessor) assessOne(res *Assessment, m MachineRef, s *sighting, e *Expe
 	}
 }
 
-// lifeAt is the newest sign at now that m runs (Assessment.LifeAt): own is its latest report (if
-// reported), heard whether the hub's gossip hears it alive.
-func (a *Assessor) lifeAt(m MachineRef, now time.Time, own report.Report, reported, heard bool) time.Time {
-	at := a.aliveAt[m.Node]
-	if m.Member != "" && a.reachedAt[m.Member].After(at) {
-		at = a.reachedAt[m.Member]
-	}
-	if reported && own.SentAt.After(at) {
-		at = own.SentAt
-	}
-	if heard || at.After(now) {
-		at = now // (a report from a clock ahead of the hub's says no more than now)
-	}
-	return at
-}
-
-// rejoinSettle: a death that began while the hub heard no majority must still stand this long after
-// the hub hears one again. The observers' views from a partition take a report or two to catch up when
-// it heals (test/chaos seed 3: a machine cut off with the hub, seen dead by the others, its agent
-// killed a second after the heal, was power-cycled on those views though its member was healthy).
-const rejoinSettle = 5 * time.Second
-
 // HeardNothing tells the assessor that the hub heard nothing for a while (it was not running: stopped,
 // frozen, starved of CPU): what it holds is as old as that gap. As after a partition, timed evidence
 // counts again from the next pass that hears a majority, and a death from before must stand
 // rejoinSettle more.
 func (a *Assessor) HeardNothing() { a.heardSince, a.lostOnce = time.Time{}, true }
-
-// liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
-// hub and enough others to make a strict majority of the expected observers see it dead.
-func (a *Assessor) liveness(m MachineRef, e Expected, now time.Time, hub report.PeerView, known bool, observers []report.Report, ev *evidence) bool {
-	if !known || hub.State == report.PeerAlive {
-		return false
-	}
-	if hub.State == report.PeerLeft {
-		ev.doubt("%s left the gossip pool on purpose (agent stopped) at %s", m.Node, hub.Since.Format(time.RFC3339))
-		return false
-	}
-	agree, earliest := 0, hub.Since
-	if v := a.deadBy[m.Node]; v != nil && v.n > 0 {
-		agree, earliest = v.n, minTime(earliest, v.earliest)
-	}
-	votes, need := 1+agree, e.Size()/2+1 // the hub's own among them
-	if votes < need {
-		// m is no observer the hub hears (it does not hear m alive): every observer heard is another.
-		ev.doubt("the hub lost sight of %s, but only %d of %d expected observers see it dead (the hub and %d of the %d others it hears; "+
-			"a strict majority is %d): not corroborated", m.Node, votes, e.Size(), agree, len(observers), need)
-		return false
-	}
-	// An agent that dies (crashes, is OOM-killed, stops) takes its gossip member with it, and its
-	// machine looks dead; but a dead machine's etcd member does not answer. When most of the observers
-	// that check it reach m's member, the agent is what is down, not the machine: rebooting it would
-	// take down a healthy voter (found by test/chaos: an agent stopped beside a dead member, and the
-	// reboot cost quorum).
-	if m.Member != "" {
-		v := reachability(m.Member, observers, m.Node, a.newerFor(m.Member))
-		reach, unreach, stale := v.reach, v.unreach, v.stale
-		if 2*reach > reach+unreach {
-			ev.doubt("%s's agent is gone per %d of %d expected observers, but its etcd member %s answers %d of the %d observers that check it: "+
-				"the agent is down, not the machine", m.Node, votes, e.Size(), m.Member, reach, reach+unreach)
-			return false
-		}
-		if reach+unreach == 0 && stale > 0 {
-			_, why := a.floor(m.Member)
-			ev.doubt("%s's agent is gone per %d of %d expected observers; whether its etcd member %s answers, only reports from before %s say "+
-				"(%d: it does not): waiting for newer ones", m.Node, votes, e.Size(), m.Member, why, stale)
-			return false
-		}
-	}
-	wait := a.policy.DeadTimeout
-	if a.lostOnce && a.heardSince.After(earliest) && wait < rejoinSettle {
-		wait = rejoinSettle
-	}
-	if d, _, _ := a.countedFor(m.Member, now, earliest); d < wait {
-		ev.doubt("%s dead for %v per %d of %d expected observers (unhealthy at %v)", m.Node, d.Round(time.Millisecond), votes, e.Size(), wait)
-		return false
-	}
-	ev.bad(earliest, "%s dead since %s per %d of %d expected observers (the hub and %d others)", m.Node,
-		earliest.UTC().Format("15:04:05.000Z07:00"), votes, e.Size(), agree)
-	return true
-}
 
 // newerThanHeard says whether r is newer than the report its observer had sent when the hub last
 // began to hear a majority (or quorum came back). In the check that tells a dead machine from a dead

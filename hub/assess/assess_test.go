@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/health/report"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/assess/assesstest"
@@ -296,6 +297,68 @@ func TestAHubThatWasNotRunningCountsEvidenceAgain(t *testing.T) {
 	assert.Equal(t, assess.VerdictSuspect, got.Verdict, "%v", got.Reasons)
 	assert.Contains(t, joinLines(got.Reasons), "counted from")
 	assert.Equal(t, assess.VerdictUnhealthy, assesstest.ByName(a.Assess(assesstest.Machines(), nil, failing(now.Add(time.Minute))))["m2"].Verdict, "still failing a minute later")
+}
+
+// A hang the machine's BMC logged since its last sign of life tells a dead machine from a dead agent
+// when the views of its member are too old to: a machine that panics as etcd's leader makes the others
+// lose their leader for a moment, and the return of quorum must not keep its reboot waiting for newer
+// reports (a loaded stall matrix). It never outweighs views that say its member answers, and an entry
+// from an earlier episode proves nothing; the settling after a regained majority ends with it too.
+func TestABMCProvedHangEndsTheWaitForNewerViews(t *testing.T) {
+	now := assesstest.T0().Add(time.Hour)
+	panicked := func(at time.Time) map[string][]bmcval.LogEntry {
+		return map[string][]bmcval.LogEntry{"m2": {{ID: "9", Kind: bmcval.HangOSCriticalStop, Message: "OS Stop/Shutdown: Run-time critical stop", At: at}}}
+	}
+	afterACut := func() *assess.Assessor {
+		a := assesstest.Hearing(assess.DefaultPolicy())
+		a.Assess(assesstest.Machines(), nil, assesstest.NewWorld(now.Add(-30*time.Second)).Versioned(1).Cut(now.Add(-time.Minute), "cp-1", "cp-2").Obs)
+		return a
+	}
+	for _, tc := range []struct {
+		name    string
+		world   func() assess.Observations
+		verdict assess.Verdict
+		reason  string
+		gone    bool
+	}{
+		{name: "views from before the return, no proof: it waits for newer ones", world: func() assess.Observations {
+			return assesstest.NewWorld(now).Versioned(2).Dead("cp-2", now, "cp-0", "cp-1").Obs
+		}, verdict: assess.VerdictSuspect, reason: "waiting for newer ones", gone: true},
+		{name: "views from before the return, a panic logged as it died: dead now", world: func() assess.Observations {
+			w := assesstest.NewWorld(now).Versioned(2).Dead("cp-2", now, "cp-0", "cp-1")
+			w.Obs.Hangs = panicked(now.Add(-time.Second))
+			return w.Obs
+		}, verdict: assess.VerdictUnhealthy, reason: "its BMC's event log has OS critical stop at", gone: true},
+		{name: "views from before the return, a panic of an hour ago: it waits", world: func() assess.Observations {
+			w := assesstest.NewWorld(now).Versioned(2).Dead("cp-2", now, "cp-0", "cp-1")
+			w.Obs.Hangs = panicked(now.Add(-time.Hour))
+			return w.Obs
+		}, verdict: assess.VerdictSuspect, reason: "waiting for newer ones", gone: true},
+		{name: "newer views say its member answers: the agent is down, whatever the log says", world: func() assess.Observations {
+			w := assesstest.NewWorld(now.Add(time.Second)).Versioned(2).AgentDead("cp-2", now, "cp-0", "cp-1")
+			w.Obs.Hangs = panicked(now)
+			return w.Obs
+		}, verdict: assess.VerdictSuspect, reason: "the agent is down, not the machine"},
+		{name: "newer views, dead, within the settling after the regained majority: it waits", world: func() assess.Observations {
+			return assesstest.NewWorld(now.Add(time.Second)).Versioned(3).Dead("cp-2", now.Add(-40*time.Second), "cp-0", "cp-1").Obs
+		}, verdict: assess.VerdictSuspect, reason: "(unhealthy at 5s)", gone: true},
+		{name: "newer views, dead, within the settling, its panic logged: dead now", world: func() assess.Observations {
+			w := assesstest.NewWorld(now.Add(time.Second)).Versioned(3).Dead("cp-2", now.Add(-40*time.Second), "cp-0", "cp-1")
+			w.Obs.Hangs = panicked(now) // its own last report (the world's) went out a second later
+			return w.Obs
+		}, verdict: assess.VerdictUnhealthy, reason: "the machine is down, not only its agent", gone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := afterACut()
+			// The first pass that hears a majority again, its reports holding the views from the cut.
+			a.Assess(assesstest.Machines(), nil, assesstest.NewWorld(now).Versioned(2).Dead("cp-2", now.Add(-40*time.Second), "cp-0", "cp-1").Obs)
+			got := assesstest.ByName(a.Assess(assesstest.Machines(), nil, tc.world()))["m2"]
+			assert.Equal(t, tc.verdict, got.Verdict, "%q", got.Reasons)
+			assert.Contains(t, joinLines(got.Reasons), tc.reason)
+			assert.Equal(t, tc.gone, got.Gone, "gone")
+			assert.Equal(t, tc.verdict == assess.VerdictUnhealthy, got.Dead, "dead")
+		})
+	}
 }
 
 // When etcd's quorum comes back, what was gathered while it was lost is no evidence: a survivor's

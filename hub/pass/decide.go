@@ -101,7 +101,8 @@ type decision struct {
 	// survivorSeen: this pass is the first to see the rebuilt cluster healthy on the last recovery's
 	// survivor (retirement.survivorSeenNow).
 	survivorSeen bool
-	// watch: the machines whose BMCs the hub reads for proof of a hang while it waits (stall.go).
+	// watch: the machines whose BMCs the hub reads for proof of a hang while it waits (stall.go), or
+	// while the assessor does (Suspect and Gone: assess.Observations.Hangs).
 	watch []string
 }
 
@@ -188,6 +189,8 @@ func decideIn(f Facts, cluster quorum.Cluster) decision {
 			if h.Need != "" {
 				needs[m.Name] = h.Need
 			}
+		} else if a.Verdict == assess.VerdictSuspect && a.Gone && m.Endpoint.Driver != "" {
+			watch = append(watch, m.Name) // a hang its BMC proves ends the assessor's wait for newer views
 		}
 		in.Machines = append(in.Machines, qm)
 	}

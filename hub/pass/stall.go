@@ -21,11 +21,6 @@ import (
 //     kubelet (or systemd) restarts a hung or crashed etcd, API server or kubelet first.
 // Each is a hold of the hub's own (MayResume, RestartFirst): an operator's reboot is not held.
 
-// proofMargin: an entry of a BMC's event log proves the hang of an episode when it was logged at most
-// this long before the machine's last sign of life. A panic is logged as it happens, its agent's last
-// report went out a moment before, and the BMC's clock is read to the second.
-const proofMargin = 5 * time.Second
-
 // stall is what the stall tolerance and the component grace say of one Unhealthy machine now.
 type stall struct {
 	// hold, when its Why is set, keeps the hub from acting on it now.
@@ -149,8 +144,8 @@ func firstReason(a assess.Assessment) string {
 // proofOf says how m's BMC proves a hang of the episode that began at from ("" when it does not), as
 // the hub last read it (every second while m is watched): its power read Off after from (nobody else
 // turns a dead machine off: a machine the hub fenced is held before this is asked), its health read
-// Critical after from having read otherwise before, or a hang in its event log dated proofMargin
-// before from or later.
+// Critical after from having read otherwise before, or a hang in its event log dated bmcval.ProofMargin
+// before from or later (bmcval.HangSince).
 func proofOf(f Facts, m Machine, from time.Time) string {
 	ev, ok := f.BMCs[m.Name]
 	if !ok || !ev.Ready {
@@ -164,10 +159,8 @@ func proofOf(f Facts, m Machine, from time.Time) string {
 			return fmt.Sprintf("it read the system's health Critical at %s, having read it otherwise before", clock(ev.HealthSince))
 		}
 	}
-	for _, h := range ev.Hangs {
-		if !h.At.Before(from.Add(-proofMargin)) {
-			return fmt.Sprintf("its event log has %s at %s (entry %s, %q)", h.Kind, clock(h.At), h.ID, h.Message)
-		}
+	if h, ok := bmcval.HangSince(ev.Hangs, from); ok {
+		return fmt.Sprintf("its event log has %s at %s (entry %s, %q)", h.Kind, clock(h.At), h.ID, h.Message)
 	}
 	return ""
 }

@@ -36,6 +36,15 @@ func (s *scene) deadFor(i int, ago time.Duration) *scene {
 	return s
 }
 
+// gone makes machine i Suspect with its agent gone per a majority (assess.Assessment.Gone): the
+// assessor waits for newer views of its member.
+func (s *scene) gone(i int) *scene {
+	m := s.f.Inventory.Machines[i]
+	s.f.Assessments[i] = assess.Assessment{Machine: m.Name, Verdict: assess.VerdictSuspect, EtcdHealth: quorum.HealthUnknown, Gone: true,
+		Reasons: []string{"its agent is gone; waiting for newer views of its member"}, Since: s.f.Now.Add(-time.Second)}
+	return s
+}
+
 // failingFor makes machine i's agent report its probe failing for ago (its member healthy).
 func (s *scene) failingFor(i int, probe string, ago time.Duration) *scene {
 	m := s.f.Inventory.Machines[i]
@@ -124,6 +133,15 @@ func TestStallToleranceAndProof(t *testing.T) {
 			s.f.BMCs = map[string]BMCReadiness{"m2": {Checked: s.f.Now, Power: bmcval.PowerOff, Problem: bmcval.ProblemUnreachable}}
 			return s
 		}, held: map[string]Reason{"m2": ReasonMayResume}, watched: []string{"m2"}},
+		{name: "Suspect, its agent gone per a majority while the views of its member are older than quorum's return: its BMC is watched", scene: func() *scene {
+			return newScene().withBMC(2).gone(2)
+		}, watched: []string{"m2"}},
+		{name: "Suspect and gone without a BMC: nothing to read", scene: func() *scene { return newScene().gone(2) }},
+		{name: "Suspect, not gone (one observer alone lost it): not watched", scene: func() *scene {
+			s := newScene().withBMC(2).gone(2)
+			s.f.Assessments[2].Gone = false
+			return s
+		}},
 		{name: "alive, its kubelet failing 20 s: systemd's restart first", scene: func() *scene { return newScene().failingFor(0, "kubelet", 20*time.Second) },
 			held: map[string]Reason{"m0": ReasonRestartFirst}, why: "m0's agent reports: waiting for systemd's restart of the kubelet"},
 		{name: "alive, its etcd failing 2 min: the kubelet's restart first", scene: func() *scene { return newScene().failingFor(1, "etcd", 2*time.Minute) },
