@@ -7,7 +7,6 @@ import (
 
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/journal/boltfile"
-	"github.com/hale-dev/hale/quorum"
 )
 
 func openJournal(t *testing.T, path string) *boltfile.File {
@@ -24,16 +23,4 @@ func mustGet(t *testing.T, j *boltfile.File, machine string) journal.Remediation
 	require.NoError(t, err)
 	require.NotEmpty(t, h)
 	return h[len(h)-1]
-}
-
-func steps(texts ...string) []quorum.Step {
-	out := make([]quorum.Step, len(texts))
-	for i, t := range texts {
-		s, err := quorum.ParseStep(t)
-		if err != nil {
-			panic(err)
-		}
-		out[i] = s
-	}
-	return out
 }

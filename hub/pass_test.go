@@ -404,7 +404,7 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 	pool := newTestPool(5, "cp-2", "cp-3")
 	r := newPassRig(t, pool, testPolicy(), nil)
 	rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
-		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
+		Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, r.journal.Intent(t.Context(), rem.ID, 0, "reboot etcd-2 (graceful, then hard)"))
 	r.sim.SetFaults(bmcsim.Faults{Fail500: 1 << 30})
@@ -439,7 +439,7 @@ func TestResumeWaitsForItsBMCWithoutHoldingUpThePasses(t *testing.T) {
 func TestResumeEndsARemediationOfAMachineNoLongerThere(t *testing.T) {
 	r := newPassRig(t, newTestPool(3), testPolicy(), nil)
 	rem, err := r.journal.Begin(t.Context(), journal.Remediation{Machine: "cp-9", Strategy: "reboot", RequestedBy: "hub", Reason: "before the restart",
-		Steps: steps("power-cycle etcd-9", "await-healthy etcd-9")})
+		Steps: quorum.MustParseSteps("power-cycle etcd-9", "await-healthy etcd-9")})
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var said []string

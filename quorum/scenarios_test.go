@@ -270,7 +270,9 @@ func TestParseStep(t *testing.T) {
 	for _, bad := range []string{"", "reboot etcd-1", "power-cycle", "power-cycle a b"} {
 		_, err := ParseStep(bad)
 		require.ErrorContains(t, err, "want an operation and a member", "%q", bad)
+		require.Panics(t, func() { MustParseSteps("power-cycle etcd-0", bad) }, "%q", bad)
 	}
+	require.Equal(t, []Step{{OpPowerCycle, "etcd-2"}, {OpAwaitHealthy, "etcd-2"}}, MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2"))
 }
 
 func TestPlanBeside(t *testing.T) {

@@ -72,6 +72,20 @@ type Step struct {
 
 func (s Step) String() string { return s.Op.String() + " " + s.Member }
 
+// MustParseSteps reads steps as ParseStep does, and panics on one it cannot read: for plans written
+// out in code (tests, examples), as regexp.MustCompile is for patterns.
+func MustParseSteps(texts ...string) []Step {
+	out := make([]Step, len(texts))
+	for i, t := range texts {
+		s, err := ParseStep(t)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = s
+	}
+	return out
+}
+
 // ParseStep reads a step as String writes it: "power-cycle etcd-2".
 func ParseStep(text string) (Step, error) {
 	name, member, _ := strings.Cut(strings.TrimSpace(text), " ")

@@ -24,18 +24,6 @@ func openJournal(t *testing.T, path string) *boltfile.File {
 	return j
 }
 
-func steps(texts ...string) []quorum.Step {
-	out := make([]quorum.Step, len(texts))
-	for i, t := range texts {
-		s, err := quorum.ParseStep(t)
-		if err != nil {
-			panic(err)
-		}
-		out[i] = s
-	}
-	return out
-}
-
 // The ledger knows when each remediation's power cycle was done, from the outcomes the hub writes and
 // from the journal when a restarted hub loads it: a cycle that did not bring an unseen machine back
 // is not repeated (holdOf), and a restart must not forget it.
@@ -45,7 +33,7 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	l := New(keepFinished)
 	rec := Recorder{Store: j, Ledger: l}
 	r, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Reason: "cp-2 dead",
-		Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
+		Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	assert.Zero(t, l.Of("cp-2")[0].Cycled, "no cycle yet")
 	require.NoError(t, rec.Intent(t.Context(), r.ID, 0, "PowerCycle"))
@@ -58,7 +46,7 @@ func TestLedgerKnowsWhenAPowerCycleWasDone(t *testing.T) {
 	assert.Equal(t, cycled, l.Of("cp-2")[0].Cycled, "the await step is no cycle")
 	require.NoError(t, rec.Finish(t.Context(), r.ID, journal.Failed, "not recovered"))
 
-	w, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")})
+	w, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")})
 	require.NoError(t, err)
 	require.NoError(t, rec.Outcome(t.Context(), w.ID, 0, journal.ResultWithdrawn, "not sent"))
 	require.NoError(t, rec.Finish(t.Context(), w.ID, journal.Aborted, "withdrawn"))
@@ -89,7 +77,7 @@ func TestIdleRemediationsTakeNoSlot(t *testing.T) {
 	j := openJournal(t, path)
 	l := New(keepFinished)
 	rec := Recorder{Store: j, Ledger: l}
-	plan := steps("power-cycle etcd-2", "await-healthy etcd-2")
+	plan := quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")
 	idle, err := rec.Begin(t.Context(), journal.Remediation{Machine: "cp-2", Strategy: "reboot", RequestedBy: "hub", Steps: plan})
 	require.NoError(t, err)
 	assert.Equal(t, 1, l.StartsWithin(time.Now(), time.Hour), "in progress: it may yet act")

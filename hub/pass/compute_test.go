@@ -45,7 +45,7 @@ func TestComputeSaysWhatChangedOnce(t *testing.T) {
 	inFlight := func(machine string) func(*scene) {
 		return func(s *scene) {
 			s.dead(2)
-			s.f.Flights[machine] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}}
+			s.f.Flights[machine] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}}
 		}
 	}
 	paused := func(s *scene) { s.dead(2); s.f.Paused = "operator alice" }
@@ -156,7 +156,7 @@ func TestComputeRandomized(t *testing.T) {
 				case 0:
 					s.f.Detached[m] = Brake{By: "alice"}
 				case 1:
-					s.f.Flights[m] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps(fmt.Sprintf("power-cycle etcd-%d", i), fmt.Sprintf("await-healthy etcd-%d", i))}}
+					s.f.Flights[m] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps(fmt.Sprintf("power-cycle etcd-%d", i), fmt.Sprintf("await-healthy etcd-%d", i))}}
 				case 2:
 					if dead[i] {
 						s.remediated(i, "reboot", journal.Failed, 10*time.Minute, 1+rng.IntN(3))

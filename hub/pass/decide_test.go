@@ -350,7 +350,7 @@ func TestDecide(t *testing.T) {
 		}, held: "rate limit: 3 remediations started", kinds: map[string]Reason{"m2": ReasonRateLimited}},
 		{name: "a machine in flight is not started again", scene: func() *scene {
 			s := newScene().dead(2)
-			s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}, Next: 1}
+			s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}, Next: 1}
 			return s
 		}},
 	} {
@@ -454,7 +454,7 @@ func TestDecideEscalatesAfterAFailure(t *testing.T) {
 	assert.Contains(t, rem.Reason, "attempt 2 of 3, escalated to a hard power cycle after 1 failed")
 	assert.Equal(t, assesstest.T0(), rem.AgentStarted)
 	assert.Equal(t, []string{"etcd-0", "etcd-1", "etcd-2"}, rem.Members)
-	assert.Equal(t, steps("power-cycle etcd-2", "await-healthy etcd-2"), rem.Steps)
+	assert.Equal(t, quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2"), rem.Steps)
 }
 
 // A replace in Kubernetes mode names its new member with a placeholder (the owner picks the real
@@ -565,19 +565,6 @@ func TestTheRebuiltClusterSeenHealthy(t *testing.T) {
 			assert.Equal(t, tc.seen, s.decide().survivorSeen)
 		})
 	}
-}
-
-// steps parses a plan's steps ("power-cycle etcd-2").
-func steps(texts ...string) []quorum.Step {
-	out := make([]quorum.Step, len(texts))
-	for i, t := range texts {
-		s, err := quorum.ParseStep(t)
-		if err != nil {
-			panic(err)
-		}
-		out[i] = s
-	}
-	return out
 }
 
 // A machine under planned work that really dies still costs etcd its vote: it is held, and the

@@ -379,7 +379,7 @@ func TestEpisodes(t *testing.T) {
 
 	inFlight := func(s *scene) {
 		dead(0)(s)
-		s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: steps("power-cycle etcd-2", "await-healthy etcd-2")}}
+		s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}}
 	}
 	_, eps, says = run(at(0, healthy), at(40*time.Second, dead(0)), at(41*time.Second, inFlight), at(60*time.Second, healthy))
 	require.Len(t, eps, 1)
