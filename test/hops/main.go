@@ -7,7 +7,11 @@
 //	go run ./test/hops '(*github.com/hale-dev/hale/hub.Hub).pass'
 //
 // -v lists the walk. Calls through interfaces and function values are not followed (the static call
-// graph): where the reader goes from there depends on what is plugged in.
+// graph): where the reader goes from there depends on what is plugged in. -opaque names packages
+// (module-relative, comma-separated) whose functions are entered but not followed further: a reader
+// of the pass reads the planner's PlanPass as its documentation says, not its internals.
+//
+//	go run ./test/hops -opaque quorum,hub/assess '(*github.com/hale-dev/hale/hub.Hub).pass'
 package main
 
 import (
@@ -30,6 +34,7 @@ import (
 func main() {
 	verbose := flag.Bool("v", false, "list the walk: each function read, with its file")
 	module := flag.String("module", "github.com/hale-dev/hale", "only functions of packages under this path are followed")
+	opaque := flag.String("opaque", "", "packages under the module (comma-separated: quorum,hub/assess) entered but not followed further")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: hops [-v] [-module PATH] FUNCTION   (as go/ssa names it, e.g. '(*github.com/hale-dev/hale/hub.Hub).pass')")
 		flag.PrintDefaults()
@@ -39,7 +44,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	w, err := walk(flag.Arg(0), *module)
+	var stop []string
+	for _, p := range strings.Split(*opaque, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			stop = append(stop, *module+"/"+p)
+		}
+	}
+	w, err := walk(flag.Arg(0), *module, stop)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hops:", err)
 		os.Exit(1)
@@ -68,7 +79,7 @@ type walked struct {
 	pkgHops, pkgBack int
 }
 
-func walk(root, module string) (walked, error) {
+func walk(root, module string, opaque []string) (walked, error) {
 	cfg := &packages.Config{Mode: packages.LoadAllSyntax}
 	pkgs, err := packages.Load(cfg, module+"/...")
 	if err != nil {
@@ -120,6 +131,9 @@ func walk(root, module string) (walked, error) {
 			w.files[file], current = true, file
 			w.pkgs[filepath.Dir(file)] = true
 		}
+		if depth > 0 && slices.Contains(opaque, pkgOf(n.Func)) {
+			return // read as documented
+		}
 		out := slices.Clone(n.Out)
 		slices.SortStableFunc(out, func(a, b *callgraph.Edge) int { return int(sitePos(a) - sitePos(b)) })
 		for _, e := range out {
@@ -141,6 +155,20 @@ func sitePos(e *callgraph.Edge) token.Pos {
 		return token.NoPos
 	}
 	return e.Site.Pos()
+}
+
+// pkgOf is the path of the package f is written in ("" for a synthetic function).
+func pkgOf(f *ssa.Function) string {
+	if o := f.Origin(); o != nil {
+		f = o
+	}
+	for f.Parent() != nil {
+		f = f.Parent()
+	}
+	if f.Pkg == nil {
+		return ""
+	}
+	return f.Pkg.Pkg.Path()
 }
 
 func inModule(f *ssa.Function, module string) bool {
