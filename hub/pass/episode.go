@@ -82,20 +82,23 @@ func episodeKind(a *assess.Assessment) string {
 // episode changes). A dead one ends only with a sign of life after it began (a verdict that turns
 // Suspect because the evidence is judged again, after a partition or quorum's return, is no sign
 // that the machine resumed), at that sign; a failing one when the machine is no longer Unhealthy so.
-// A remediation in flight during an episode makes it acted. It returns the episode that ended (ok).
+// A remediation in flight during an episode makes it acted: one that begins or ends while a
+// remediation runs (a machine power-cycled comes and goes from view as it reboots) did not come back
+// by itself. It returns the episode that ended (ok).
 func (s *State) trackEpisode(f *Facts, a *assess.Assessment) (Episode, bool) {
 	kind := episodeKind(a)
+	_, inFlight := f.Flights[a.Machine]
 	cur, open := s.episodes[a.Machine]
 	if open {
 		ended := kind != cur.Kind
 		if cur.Kind == EpisodeDead {
 			ended = ended && newest(s.lifeAt, a.Machine, a.LifeAt).After(cur.Began)
 		}
+		if inFlight && cur.Outcome == EpisodeResumed {
+			cur.Outcome = EpisodeActed
+			s.episodes[a.Machine] = cur
+		}
 		if !ended {
-			if _, inFlight := f.Flights[a.Machine]; inFlight && cur.Outcome == EpisodeResumed {
-				cur.Outcome = EpisodeActed
-				s.episodes[a.Machine] = cur
-			}
 			return Episode{}, false
 		}
 		cur.Ended = f.Now
@@ -109,7 +112,11 @@ func (s *State) trackEpisode(f *Facts, a *assess.Assessment) (Episode, bool) {
 		if kind == EpisodeDead {
 			began = deadFrom(Facts{lifeAt: s.lifeAt}, *a)
 		}
-		s.episodes[a.Machine] = Episode{Machine: a.Machine, Kind: kind, Began: began, Outcome: EpisodeResumed, Why: firstReason(*a)}
+		e := Episode{Machine: a.Machine, Kind: kind, Began: began, Outcome: EpisodeResumed, Why: firstReason(*a)}
+		if inFlight {
+			e.Outcome = EpisodeActed
+		}
+		s.episodes[a.Machine] = e
 	}
 	return cur, open
 }

@@ -393,6 +393,26 @@ func TestEpisodes(t *testing.T) {
 	assert.Equal(t, EpisodeProved, eps[0].Outcome)
 	assert.Contains(t, eps[0].Grounds, "its BMC proves a hang: it read the power Off")
 
+	// Power-cycled on the proof, it comes into view and goes again as it reboots: that episode, begun
+	// and ended while the remediation runs, came back by nothing but the remediation.
+	rebooting := func(since time.Duration) func(*scene) {
+		return func(s *scene) { dead(since)(s); inFlight(s); s.f.Assessments[2].LifeAt = t0.Add(since) }
+	}
+	back := func(s *scene) {
+		s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}, Next: 1}
+	}
+	seen := func(s *scene) { // its agent back for a moment: a sign of life
+		inFlight(s)
+		s.f.Assessments[2] = assess.Assessment{Machine: "m2", Verdict: assess.VerdictSuspect, LifeAt: t0.Add(5 * time.Second)}
+	}
+	_, eps, says = run(at(0, healthy), at(3*time.Second, proved), at(4*time.Second, inFlight), at(5*time.Second, seen),
+		at(6*time.Second, rebooting(5*time.Second)), at(7*time.Second, back))
+	require.Len(t, eps, 2)
+	assert.Equal(t, []EpisodeOutcome{EpisodeProved, EpisodeActed}, []EpisodeOutcome{eps[0].Outcome, eps[1].Outcome})
+	for _, s := range says {
+		assert.NotContains(t, s, "Resumed m2", "nothing came back by itself")
+	}
+
 	failing := func(s *scene) { s.failingFor(2, "etcd", 3*time.Second) }
 	_, eps, _ = run(at(0, healthy), at(2*time.Second, dead(0)), at(6*time.Second, failing), at(20*time.Second, healthy))
 	require.Len(t, eps, 2)
