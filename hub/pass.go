@@ -146,6 +146,7 @@ func (h *Hub) observe(listen string) pass.Facts {
 	h.assessor.SetPolicy(inv.Policy.Assess)
 	h.mu.Lock()
 	last, resumed := h.lastPass, h.resumedAt
+	bmcs, hangs := h.bmcs, h.hangs // one finding for the assessor and the pass
 	h.mu.Unlock()
 	if resumed.After(h.resumedSeen) {
 		// Evidence gathered while the hub was paused or suspended counts from the resume at the
@@ -161,14 +162,12 @@ func (h *Hub) observe(listen string) pass.Facts {
 		h.assessor.HeardNothing()
 	}
 	obs := h.gossipNow()
-	h.mu.Lock()
-	obs.Hangs = h.hangs
-	h.mu.Unlock()
+	obs.Hangs = hangs
 	assessments, hearing := h.assessor.AssessHearing(inv.Refs(), inv.Witnesses, obs)
 	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs, Assessments: assessments, Hearing: hearing, Listen: listen, History: map[string][]pass.Past{},
 		RecentStarts: h.ledger.StartsWithin(obs.Now, inv.Policy.RatePer)}
 	h.mu.Lock()
-	f.Flights, f.BMCs = h.flightsLocked(), h.bmcs
+	f.Flights, f.BMCs = h.flightsLocked(), bmcs
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
 	// After the flights: a begin that failed is told before its flight goes (beginQueued).
