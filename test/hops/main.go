@@ -157,34 +157,29 @@ func sitePos(e *callgraph.Edge) token.Pos {
 	return e.Site.Pos()
 }
 
-// pkgOf is the path of the package f is written in ("" for a synthetic function).
-func pkgOf(f *ssa.Function) string {
-	if o := f.Origin(); o != nil {
-		f = o
-	}
-	for f.Parent() != nil {
-		f = f.Parent()
-	}
-	if f.Pkg == nil {
-		return ""
-	}
-	return f.Pkg.Pkg.Path()
-}
-
-func inModule(f *ssa.Function, module string) bool {
+// written is the function whose source f is: a generic function for its instance, the enclosing
+// function for a closure.
+func written(f *ssa.Function) *ssa.Function {
 	if o := f.Origin(); o != nil { // an instance of a generic function: where it is written
 		f = o
 	}
 	for f.Parent() != nil {
 		f = f.Parent()
 	}
-	if f.Pkg == nil {
-		if f.Synthetic != "" && len(f.Params) > 0 { // a method wrapper: its receiver's package
-			if t := f.Params[0].Type().String(); strings.Contains(t, module) {
-				return true
-			}
-		}
-		return false
+	return f
+}
+
+// pkgOf is the path of the package f is written in ("" for a synthetic function).
+func pkgOf(f *ssa.Function) string {
+	if f = written(f); f.Pkg == nil {
+		return ""
+	}
+	return f.Pkg.Pkg.Path()
+}
+
+func inModule(f *ssa.Function, module string) bool {
+	if f = written(f); f.Pkg == nil { // a method wrapper: its receiver's package
+		return f.Synthetic != "" && len(f.Params) > 0 && strings.Contains(f.Params[0].Type().String(), module)
 	}
 	p := f.Pkg.Pkg.Path()
 	return p == module || strings.HasPrefix(p, module+"/")
