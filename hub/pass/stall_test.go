@@ -377,9 +377,10 @@ func TestEpisodes(t *testing.T) {
 	assert.Equal(t, []string{"Healthy m2", "Resumed m2"}, says[3])
 	assert.Contains(t, e.String(), "dead resumed for 5s (04:00:00.0Z to 04:00:05.0Z)")
 
+	reboot := quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}
 	inFlight := func(s *scene) {
 		dead(0)(s)
-		s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}}
+		s.f.Flights["m2"] = Flight{Plan: reboot}
 	}
 	_, eps, says = run(at(0, healthy), at(40*time.Second, dead(0)), at(41*time.Second, inFlight), at(60*time.Second, healthy))
 	require.Len(t, eps, 1)
@@ -399,7 +400,7 @@ func TestEpisodes(t *testing.T) {
 		return func(s *scene) { dead(since)(s); inFlight(s); s.f.Assessments[2].LifeAt = t0.Add(since) }
 	}
 	back := func(s *scene) {
-		s.f.Flights["m2"] = Flight{Plan: quorum.Plan{Strategy: quorum.Reboot, Steps: quorum.MustParseSteps("power-cycle etcd-2", "await-healthy etcd-2")}, Next: 1}
+		s.f.Flights["m2"] = Flight{Plan: reboot, Next: 1}
 	}
 	seen := func(s *scene) { // its agent back for a moment: a sign of life
 		inFlight(s)
