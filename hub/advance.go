@@ -7,7 +7,7 @@ import (
 )
 
 // advance is the one door by which what apply set going beside the passes comes back to them (raft's
-// Advance): how each queued begin went and how the latest write of the raft mark went, taken by the
+// Advance): how each queued begin went and how the latest write of the raft mark went, collected by the
 // next pass's observe as facts. (What the BMC checks found is the hub's published readiness, read
 // whole by each pass.)
 type advance struct {
@@ -28,8 +28,8 @@ func (a *advance) markWritten(m pass.RaftMark, err error) {
 	a.mark = &pass.MarkResult{Mark: m, Err: err}
 }
 
-// take returns what came back since the last call.
-func (a *advance) take() (begun []pass.BeginResult, mark *pass.MarkResult) {
+// collect returns what came back since the last call.
+func (a *advance) collect() (begun []pass.BeginResult, mark *pass.MarkResult) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	begun, mark, a.begun, a.mark = a.begun, a.mark, nil, nil

@@ -86,7 +86,7 @@ func TestMarkIsRecordedAsPassesGo(t *testing.T) {
 	var rd pass.Ready
 	passAt := func(at time.Duration, urgent bool, rs ...health.Report) *pass.RaftMark {
 		rd = pass.Ready{}
-		s.Track(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...), func(health.Report) bool { return true })
+		s.RaiseMark(&rd, membersOf(reportsOf(rs...)), reportsOf(rs...), func(health.Report) bool { return true })
 		return s.ToRecord(t0.Add(at), urgent)
 	}
 	m := passAt(0, false, etcdReport("a", "c1", 2, 100))

@@ -171,7 +171,7 @@ func (h *Hub) observe(listen string) pass.Facts {
 	h.brakeFactsLocked(&f)
 	h.mu.Unlock()
 	// After the flights: a begin that failed is told before its flight goes (beginQueued).
-	f.Begun, f.MarkWritten = h.advance.take()
+	f.Begun, f.MarkWritten = h.advance.collect()
 	for _, m := range inv.Machines {
 		if why := h.logins.Blocked(m, f.Now); why != "" && m.Strategy != quorum.Replace {
 			if f.LoginWait == nil {

@@ -17,13 +17,13 @@ import (
 // for an operator's request: it returns once the journal has it (or refused it). detected is when the
 // hub found the machine Unhealthy (zero for an operator's remediation).
 func (h *Hub) begin(ctx context.Context, m pass.Machine, rem journal.Remediation, plan quorum.Plan, detected time.Time) (journal.Remediation, error) {
-	r, rctx, ok := h.track(ctx, m.Name, rem, plan, 0)
+	r, rctx, ok := h.startFlight(ctx, m.Name, rem, plan, 0)
 	if !ok {
 		return rem, fmt.Errorf("%w: %s already has a remediation in flight (`hub explain %s`)", ErrRefused, m.Name, m.Name)
 	}
 	rem, act, err := h.journalBegin(rctx, m, rem, plan)
 	if err != nil {
-		h.untrack(m.Name, r)
+		h.endFlight(m.Name, r)
 		return rem, err
 	}
 	h.execute(ctx, rctx, r, m, rem, plan, act, false, detected)
@@ -37,7 +37,7 @@ func (h *Hub) begin(ctx context.Context, m pass.Machine, rem journal.Remediation
 // not go on alone (found on the real kubeadm cluster, two of three nodes frozen). How the begin went is
 // a fact of a later pass (advance, facts.begun), with the flight gone when it failed.
 func (h *Hub) beginQueued(ctx context.Context, b pass.ToBegin) {
-	r, rctx, ok := h.track(ctx, b.Machine.Name, b.Remediation, b.Plan, 0)
+	r, rctx, ok := h.startFlight(ctx, b.Machine.Name, b.Remediation, b.Plan, 0)
 	if !ok { // an operator's began since the pass read the flights
 		h.advance.began(pass.BeginResult{Machine: b.Machine.Name, Err: errors.New("a remediation of it began meanwhile"), At: time.Now()})
 		return
@@ -56,7 +56,7 @@ func (h *Hub) beginQueued(ctx context.Context, b pass.ToBegin) {
 		// back): no pass sees a failed begin neither in flight nor failed, and begins it again.
 		h.advance.began(pass.BeginResult{Machine: b.Machine.Name, Err: err, At: time.Now()})
 		if err != nil {
-			h.untrack(b.Machine.Name, r)
+			h.endFlight(b.Machine.Name, r)
 		}
 	}()
 }
@@ -74,12 +74,12 @@ func (h *Hub) journalBegin(ctx context.Context, m pass.Machine, rem journal.Reme
 	return rem, act, nil
 }
 
-// track makes a remediation in flight (the planner counts it at once, status shows it once it is
+// startFlight makes a remediation in flight (the planner counts it at once, status shows it once it is
 // journaled) from step next, with the context that ends it; not when the machine has one in flight
 // already (ok false: an operator's reboot checks, then begins, and a pass's begin may come between).
 // One flight per machine: a flight put in another's place left that one running unseen, and a
 // remediation found in progress with no flight of its machine is picked up (adopt).
-func (h *Hub) track(ctx context.Context, machine string, rem journal.Remediation, plan quorum.Plan, next int) (*running, context.Context, bool) {
+func (h *Hub) startFlight(ctx context.Context, machine string, rem journal.Remediation, plan quorum.Plan, next int) (*running, context.Context, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, busy := h.running[machine]; busy {
@@ -103,15 +103,15 @@ func (h *Hub) flightOf(machine string) (string, bool) {
 	return cmp.Or(r.rem.ID, "(being begun)"), true
 }
 
-// untrack ends r's flight (and its context), unless another has taken its place.
-func (h *Hub) untrack(machine string, r *running) {
+// endFlight ends r's flight (and its context), unless another has taken its place.
+func (h *Hub) endFlight(machine string, r *running) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.untrackLocked(machine, r)
+	h.endFlightLocked(machine, r)
 }
 
-// untrackLocked is untrack with h.mu held.
-func (h *Hub) untrackLocked(machine string, r *running) {
+// endFlightLocked is endFlight with h.mu held.
+func (h *Hub) endFlightLocked(machine string, r *running) {
 	r.cancel()
 	if h.running[machine] == r {
 		delete(h.running, machine)
@@ -170,7 +170,7 @@ func (h *Hub) execute(ctx, rctx context.Context, r *running, m pass.Machine, rem
 			err = exec.Run(rctx, rem, plan, from, act.power)
 		}
 		h.mu.Lock()
-		h.untrackLocked(m.Name, r)
+		h.endFlightLocked(m.Name, r)
 		stopping := ctx.Err() != nil
 		h.mu.Unlock()
 		w.ended(stopping, err)
@@ -226,7 +226,7 @@ func (h *Hub) resume(ctx context.Context) error {
 		return err
 	}
 	for _, rem := range active {
-		r, rctx, ok := h.track(ctx, rem.Machine, rem, quorum.Plan{}, 0)
+		r, rctx, ok := h.startFlight(ctx, rem.Machine, rem, quorum.Plan{}, 0)
 		if !ok {
 			continue // the journal keeps one in progress per machine
 		}
@@ -267,7 +267,7 @@ func (h *Hub) adopt(ctx, rctx context.Context, r *running, machine string, refus
 
 // pickUp carries on rem, found in progress in the journal, with r (tracked for its machine): resumed
 // where it stopped (the BMC and the machine read first), or ended Aborted when there is nothing to
-// resume it with (carried false; r untracked).
+// resume it with (carried false; its flight ended).
 func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediation) (carried bool, err error) {
 	m, ok := h.inventory().Machine(rem.Machine)
 	why := "the machine is no longer in the inventory"
@@ -276,7 +276,7 @@ func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediat
 		why = err.Error()
 	}
 	if !ok || err != nil {
-		h.untrack(rem.Machine, r)
+		h.endFlight(rem.Machine, r)
 		// Nothing to resume it with: ended Aborted, and said as the end of any remediation is.
 		err := execute.WriteEntry(ctx, h.cfg.Journal, rem.ID, journal.Entry{Step: -1, Kind: journal.EntryNote, Ends: journal.Aborted, Detail: why}, nil)
 		switch {
@@ -292,7 +292,7 @@ func (h *Hub) pickUp(ctx, rctx context.Context, r *running, rem journal.Remediat
 	}
 	act, err := h.actuator(m, plan.Strategy)
 	if err != nil {
-		h.untrack(m.Name, r)
+		h.endFlight(m.Name, r)
 		return false, fmt.Errorf("resuming %s: %w", rem.ID, err)
 	}
 	from := execute.NextStep(rem)

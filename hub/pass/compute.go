@@ -236,7 +236,7 @@ func (s *State) update(f Facts) Ready {
 			rd.queue(n)
 		}
 	}
-	s.Track(&rd, f.Inventory, f.Observations.Reports, func(r report.Report) bool {
+	s.RaiseMark(&rd, f.Inventory, f.Observations.Reports, func(r report.Report) bool {
 		return assess.Live(r, f.Observations, f.Inventory.Policy.Assess.StaleAfter)
 	})
 	v.Mark = s.Mark
@@ -255,7 +255,7 @@ func (s *State) update(f Facts) Ready {
 		t := OutOfService(f)
 		rd.OutOfService = &t
 	}
-	s.sayHearing(&rd, f.Hearing)
+	s.queueHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster
 	f.lostSince = f.Now // should this pass see quorum lost, the loss is seen from now on…
 	if prev.quorumLost || !prev.lostSince.IsZero() && f.Now.Sub(prev.backAt) < lossRelapse {
@@ -307,8 +307,8 @@ func (s *State) update(f Facts) Ready {
 		rd.queue(Notice{Reason: ReasonQuorumLost, Warning: true, Message: fmt.Sprintf("etcd: %s (%s)", d.outcome.Budget, f.Hearing)})
 	}
 	v.Loss = assessLoss(d, f.Inventory, f.BMCs)
-	sayLoss(&rd, prev.Loss, v.Loss)
-	s.sayHolds(&rd, d)
+	queueLoss(&rd, prev.Loss, v.Loss)
+	s.queueHolds(&rd, d)
 	if !slices.Equal(d.watch, s.watched) {
 		rd.Watch, s.watched = append([]string{}, d.watch...), d.watch
 	}
@@ -336,9 +336,9 @@ func notPlanning(rd *Ready, before, why string) string {
 	return why
 }
 
-// sayHearing says the hub lost the majority of its expected observers, and that it hears one again
-// after it had lost it (each once, when it changes).
-func (s *State) sayHearing(rd *Ready, hearing assess.Hearing) {
+// queueHearing queues the notices that the hub lost the majority of its expected observers, and that
+// it hears one again after it had lost it (each once, when it changes).
+func (s *State) queueHearing(rd *Ready, hearing assess.Hearing) {
 	now, before := hearing.Majority(), s.saidMajority
 	s.saidMajority = &now
 	switch {
@@ -349,10 +349,10 @@ func (s *State) sayHearing(rd *Ready, hearing assess.Hearing) {
 	}
 }
 
-// sayHolds says, for each machine the planner considered and the hub does not start, why, under its
+// queueHolds queues, for each machine the planner considered and the hub does not start, why, under its
 // hold's one reason: when the hold changes, not every pass. A machine that starts, is in flight or
 // is no longer considered (Healthy again) is forgotten, so that its next hold is news.
-func (s *State) sayHolds(rd *Ready, d decision) {
+func (s *State) queueHolds(rd *Ready, d decision) {
 	considered := map[string]bool{}
 	for _, qd := range d.outcome.Decisions {
 		h, held := d.holds[qd.Machine]

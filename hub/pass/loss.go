@@ -119,9 +119,9 @@ func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *Quorum
 	return l
 }
 
-// sayLoss says when quorum is lost for good and when it no longer is, and asks for fresh BMC
-// evidence when quorum is lost or its lost voters change.
-func sayLoss(rd *Ready, before, now *QuorumLoss) {
+// queueLoss queues the notices of when quorum is lost for good and when it no longer is, and asks for
+// fresh BMC evidence when quorum is lost or its lost voters change.
+func queueLoss(rd *Ready, before, now *QuorumLoss) {
 	if now != nil && (before == nil || !sameEvidence(before.Lost, now.Lost)) {
 		rd.CheckBMCs = true
 	}

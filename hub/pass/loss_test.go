@@ -125,7 +125,7 @@ func TestSayLoss(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var rd Ready
-			sayLoss(&rd, tc.before, tc.now)
+			queueLoss(&rd, tc.before, tc.now)
 			assert.Equal(t, tc.check, rd.CheckBMCs)
 			if tc.say == "" {
 				assert.Empty(t, rd.Notices)

@@ -80,9 +80,9 @@ func ReportedMark(inv Inventory, reports map[string]report.Report, live func(rep
 	return out, out.Index > 0
 }
 
-// Track raises the mark to what the reports show (or starts it again for a cluster with another ID),
+// RaiseMark raises the mark to what the reports show (or starts it again for a cluster with another ID),
 // and says when the cluster ID changed.
-func (s *State) Track(rd *Ready, inv Inventory, reports map[string]report.Report, live func(report.Report) bool) {
+func (s *State) RaiseMark(rd *Ready, inv Inventory, reports map[string]report.Report, live func(report.Report) bool) {
 	m, ok := ReportedMark(inv, reports, live, s.Mark.ClusterID)
 	switch {
 	case !ok:
