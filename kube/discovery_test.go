@@ -16,6 +16,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -52,11 +53,17 @@ func createNode(t *testing.T, c client.Client, name, member string, controlPlane
 // createMachine creates a Cluster API Machine owned by KubeadmControlPlane kcp, on node.
 func createMachine(t *testing.T, c client.Client, ns, name, node, kcp string, annotations map[string]string) {
 	t.Helper()
+	createClusterMachine(t, c, ns, name, node, kcp, "prod", annotations)
+}
+
+// createClusterMachine is createMachine of Cluster API Cluster cluster.
+func createClusterMachine(t *testing.T, c client.Client, ns, name, node, kcp, cluster string, annotations map[string]string) {
+	t.Helper()
 	ctx := t.Context()
 	yes := true
 	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: kcpAPIVersion, Kind: "KubeadmControlPlane", Name: kcp, UID: "0e3c6b4a-0000-4000-8000-000000000001", Controller: &yes}}},
-		Spec: clusterv1.MachineSpec{ClusterName: "prod", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
+		Spec: clusterv1.MachineSpec{ClusterName: cluster, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name + "-infra"}}}
 	require.NoError(t, c.Create(ctx, m))
 	before := m.DeepCopy()
@@ -222,6 +229,56 @@ func TestDiscoveryMapsNodesMachinesAndHosts(t *testing.T) {
 	assert.Contains(t, o.Describe(), "KubeadmControlPlane capi/cp")
 	_, ok = d.Regarding("never-there")
 	assert.False(t, ok)
+
+	discoverFromAManagementCluster(t, c)
+}
+
+// discoverFromAManagementCluster: Discovery in a management cluster's cell. The Nodes are the
+// workload cluster's (TestDiscoveryMapsNodesMachinesAndHosts's server, its Nodes as that test left
+// them); Cluster API's and metal3's objects are in the management cluster (the shared server), where
+// two Clusters' Machines name the same Node: only Cluster a's are a's, and a host is found through a
+// Machine's infrastructure only, never by a Node's name.
+func discoverFromAManagementCluster(t *testing.T, workload client.Client) {
+	mc, mcfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	createClusterMachine(t, mc, ns, "a-0", "node-a", "a-cp", "a", nil)
+	createClusterMachine(t, mc, ns, "a-1", "node-c", "a-cp", "a", nil)
+	createClusterMachine(t, mc, ns, "b-0", "node-a", "b-cp", "b", nil)
+	createClusterMachine(t, mc, ns, "b-1", "node-e", "b-cp", "b", nil)
+	createHost(t, mc, ns, "host-a0", "redfish://10.0.1.1/redfish/v1/Systems/1", "a-0-infra", nil)
+	createHost(t, mc, ns, "node-d", "redfish://10.0.1.4/redfish/v1/Systems/1", "", nil) // another cluster's, named like a's Node
+	d := &Discovery{Client: mc, Workload: workload, ClusterName: "a", Namespace: ns, Base: pass.Inventory{Cluster: "a"}}
+	inv, err := d.Build(ctx)
+	require.NoError(t, err)
+	type row struct{ name, node, member, strategy, hold string }
+	var got []row
+	for _, m := range inv.Machines {
+		got = append(got, row{m.Name, m.Node, m.Member, m.Strategy.String(), m.Hold})
+	}
+	none := "no way to heal it: no BareMetalHost, no BMC in the inventory file, no Cluster API owner"
+	assert.Equal(t, []row{
+		{"a-0", "node-a", "node-a", "reboot", ""},
+		{"a-1", "node-c", "etcd-c", "replace", ""},
+		{"node-d", "node-d", "node-d", "reboot", none},
+		{"node-e", "node-e", "node-e", "reboot", none},
+		{"node-f", "node-f", "node-f", "reboot", none},
+		{"node-g", "node-g", "node-g", "reboot", none},
+		{"node-h", "node-h", "node-h", "reboot", none},
+	}, got, "the workload's Nodes, Cluster a's Machines (its member from the workload's Node annotation)")
+	p, err := d.PowerFor(nil)(inv.Machines[0])
+	require.NoError(t, err)
+	assert.Equal(t, client.ObjectKey{Namespace: ns, Name: "host-a0"}, p.(*clusterapi.Metal3Host).Key, "the host in the management cluster")
+	o, err := d.OwnerFor(inv.Machines[1])
+	require.NoError(t, err)
+	assert.Equal(t, "KubeadmControlPlane "+ns+"/a-cp (deletes the machine, then creates its replacement)", o.Describe())
+
+	gone := rest.CopyConfig(mcfg)
+	gone.Host = "https://127.0.0.1:1" // nothing listens
+	wc, err := client.New(gone, client.Options{Scheme: mc.Scheme()})
+	require.NoError(t, err)
+	d.Workload = wc
+	_, err = d.Build(ctx)
+	assert.ErrorContains(t, err, "listing control-plane nodes in the workload cluster of Cluster API Cluster "+ns+"/a: ")
 }
 
 // makePlannedWork makes planned work for TestDiscoveryMapsNodesMachinesAndHosts: node-e cordoned, a

@@ -55,7 +55,16 @@ const (
 //
 // A Machine annotated cluster.x-k8s.io/skip-remediation is held whatever its way.
 type Discovery struct {
+	// Client reads and writes Cluster API's and metal3's objects (and, without Workload, the Nodes).
 	Client client.Client
+	// Workload, when set, is the workload cluster's API, for a hub in a management cluster: the Nodes
+	// and NodeMaintenances are read there, Cluster API's and metal3's objects through Client.
+	Workload client.Client
+	// ClusterName, when set, is the Cluster API Cluster whose machines these are: Machines and
+	// MachineHealthChecks of other Clusters are left out (a management cluster holds many clusters'
+	// machines, and their node names may be the same), and a BareMetalHost is found only through a
+	// Machine's infrastructure, never by a node's name.
+	ClusterName string
 	// Base gives the gossip cluster name, the policy, and the machines whose BMC Hale calls itself.
 	Base pass.Inventory
 	// Namespace, when set, is where Cluster API Machines and BareMetalHosts are looked for (default:
@@ -105,17 +114,19 @@ type ownerRef struct {
 // when it fails.
 func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 	var nodes corev1.NodeList
-	if err := d.Client.List(ctx, &nodes, client.HasLabels{ControlPlaneLabel}); err != nil {
-		return pass.Inventory{}, fmt.Errorf("listing control-plane nodes: %w", err)
+	if err := d.nodes().List(ctx, &nodes, client.HasLabels{ControlPlaneLabel}); err != nil {
+		return pass.Inventory{}, fmt.Errorf("listing control-plane nodes%s: %w", d.inWorkload(), err)
 	}
 	var machines clusterv1.MachineList
 	if err := d.optional(d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)), "Cluster API Machines", "deploy/components/capi"); err != nil {
 		return pass.Inventory{}, err
 	}
+	machines.Items = slices.DeleteFunc(machines.Items, func(m clusterv1.Machine) bool { return !d.ours(m.Spec.ClusterName) })
 	var checks clusterv1.MachineHealthCheckList
 	if err := d.optional(d.Client.List(ctx, &checks, client.InNamespace(d.Namespace)), "Cluster API MachineHealthChecks", "deploy/components/capi"); err != nil {
 		return pass.Inventory{}, err
 	}
+	checks.Items = slices.DeleteFunc(checks.Items, func(c clusterv1.MachineHealthCheck) bool { return !d.ours(c.Spec.ClusterName) })
 	hosts := &unstructured.UnstructuredList{}
 	hosts.SetGroupVersionKind(clusterapi.BareMetalHostGVK.GroupVersion().WithKind(clusterapi.BareMetalHostGVK.Kind + "List"))
 	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
@@ -132,8 +143,8 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 		}
 	}
 	var witnessNodes corev1.NodeList
-	if err := d.Client.List(ctx, &witnessNodes, client.HasLabels{WitnessLabel}); err != nil {
-		return pass.Inventory{}, fmt.Errorf("listing witness nodes (label %s): %w", WitnessLabel, err)
+	if err := d.nodes().List(ctx, &witnessNodes, client.HasLabels{WitnessLabel}); err != nil {
+		return pass.Inventory{}, fmt.Errorf("listing witness nodes (label %s)%s: %w", WitnessLabel, d.inWorkload(), err)
 	}
 	inv := pass.Inventory{Cluster: d.Base.Cluster, Policy: d.Base.Policy, Witnesses: slices.Clone(d.Base.Witnesses)}
 	for _, n := range witnessNodes.Items {
@@ -164,7 +175,7 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 				}
 			}
 		}
-		host := findHost(hosts.Items, cm, n.Name)
+		host := findHost(hosts.Items, cm, n.Name, d.ClusterName == "")
 		base, inBase := baseMachine(d.Base, n.Name)
 		switch {
 		case host != nil:
@@ -342,8 +353,9 @@ func (d *Discovery) binding(name string) (binding, bool) {
 }
 
 // findHost is the BareMetalHost behind a machine: the one whose consumerRef is the Machine's
-// infrastructure (a Metal3Machine), or, without Cluster API, the one named after the node.
-func findHost(hosts []unstructured.Unstructured, m *clusterv1.Machine, node string) *unstructured.Unstructured {
+// infrastructure (a Metal3Machine), or, without Cluster API, the one named after the node (when
+// byName: never in a management cluster, where hosts of other clusters may have that name).
+func findHost(hosts []unstructured.Unstructured, m *clusterv1.Machine, node string, byName bool) *unstructured.Unstructured {
 	for i, h := range hosts {
 		if m != nil && h.GetNamespace() == m.Namespace {
 			kind, _, _ := unstructured.NestedString(h.Object, "spec", "consumerRef", "kind")
@@ -354,12 +366,31 @@ func findHost(hosts []unstructured.Unstructured, m *clusterv1.Machine, node stri
 		}
 	}
 	for i, h := range hosts {
-		if h.GetName() == node {
+		if byName && h.GetName() == node {
 			return &hosts[i]
 		}
 	}
 	return nil
 }
+
+// nodes is the client of the cluster the Nodes are in: the workload cluster's, or Client's.
+func (d *Discovery) nodes() client.Client {
+	if d.Workload != nil {
+		return d.Workload
+	}
+	return d.Client
+}
+
+// inWorkload names the workload cluster in an error about its Nodes, in a management cluster.
+func (d *Discovery) inWorkload() string {
+	if d.Workload == nil {
+		return ""
+	}
+	return fmt.Sprintf(" in the workload cluster of Cluster API Cluster %s", client.ObjectKey{Namespace: d.Namespace, Name: d.ClusterName})
+}
+
+// ours: an object of Cluster API Cluster name is of the machines discovered (every one without ClusterName).
+func (d *Discovery) ours(name string) bool { return d.ClusterName == "" || name == d.ClusterName }
 
 func baseMachine(inv pass.Inventory, node string) (pass.Machine, bool) {
 	for _, m := range inv.Machines {

@@ -36,7 +36,7 @@ func (d *Discovery) newPlannedWork(ctx context.Context) (*plannedWork, error) {
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(NodeMaintenanceGVK.GroupVersion().WithKind(NodeMaintenanceGVK.Kind + "List"))
-	if err := d.optional(d.Client.List(ctx, list), "medik8s NodeMaintenances", "deploy/base (the hub's ClusterRole)"); err != nil {
+	if err := d.optional(d.nodes().List(ctx, list), "medik8s NodeMaintenances", "deploy/base (the hub's ClusterRole)"); err != nil {
 		return nil, err
 	}
 	for _, nm := range list.Items {

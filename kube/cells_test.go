@@ -1,0 +1,255 @@
+package kube
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/kubeenv"
+)
+
+// cellRuns records what the cells' runs did: which ran, how many at once per Cluster, and when each
+// first read its workload cluster.
+type cellRuns struct {
+	mu      sync.Mutex
+	now     map[string]int // runs going on, per Cluster
+	most    map[string]int // the most at once
+	started map[string]int
+	reached map[string]time.Time
+}
+
+func (r *cellRuns) enter(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now[name]++
+	r.started[name]++
+	r.most[name] = max(r.most[name], r.now[name])
+}
+
+func (r *cellRuns) leave(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now[name]--
+}
+
+func (r *cellRuns) get(name string) (running, started, most int, reached time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now[name], r.started[name], r.most[name], r.reached[name]
+}
+
+// A hub in a management cluster heals each Cluster labelled hale.dev/heal=true, through the
+// kubeconfig Secret Cluster API keeps for it: a cell per Cluster, started, restarted and stopped as
+// Clusters opt in, out, are deleted or get a new kubeconfig, each on its own (a workload API server
+// that hangs, a cell that panics, holds up no other). The shared API server is the management
+// cluster, and also cluster "self"'s workload cluster (a self-hosted Cluster's Secret points at
+// itself, as after clusterctl move).
+func TestManagementCells(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	hung, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers (a hung API server)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hung.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			conn, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	hungCfg := rest.CopyConfig(cfg)
+	hungCfg.Host = "https://" + hung.Addr().String()
+
+	cluster := func(name string, optIn bool) {
+		cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+		if optIn {
+			cl.Labels = map[string]string{cells.OptInLabel: "true"}
+		}
+		require.NoError(t, c.Create(ctx, cl))
+	}
+	secret := func(name string, value []byte) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-kubeconfig",
+			Labels: map[string]string{clusterv1.ClusterNameLabel: name}}, Type: "cluster.x-k8s.io/secret",
+			Data: map[string][]byte{"value": value}}
+		require.NoError(t, client.IgnoreAlreadyExists(c.Create(ctx, s)))
+		s.Data = map[string][]byte{"value": value}
+		require.NoError(t, c.Update(ctx, s))
+	}
+	kubeconfig := func(cfg *rest.Config, user string) []byte {
+		b, err := os.ReadFile(kubeenv.Kubeconfig(t, cfg, dir, user))
+		require.NoError(t, err)
+		return b
+	}
+	require.NoError(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}}))
+
+	cluster("self", true)
+	secret("self", kubeconfig(cfg, ""))
+	cluster("frozen", true)
+	secret("frozen", kubeconfig(hungCfg, ""))
+	cluster("young", true) // no Secret yet: its control plane is not initialized
+	cluster("garbled", true)
+	secret("garbled", []byte("token: s3cr3t-token\n{{{ not yaml"))
+	cluster("panics", true)
+	secret("panics", kubeconfig(cfg, "panicky"))
+	cluster("other", false) // not opted in
+	secret("other", kubeconfig(cfg, ""))
+
+	runs := &cellRuns{now: map[string]int{}, most: map[string]int{}, started: map[string]int{}, reached: map[string]time.Time{}}
+	logs := &capture.Buffer{}
+	set := &cells.Set{Client: c, Namespace: ns, Retry: 300 * time.Millisecond, Log: slog.New(slog.NewTextHandler(logs, nil)),
+		Run: func(ctx context.Context, cell cells.Cell) error {
+			name := cell.Cluster.Name
+			runs.enter(name)
+			defer func() {
+				time.Sleep(100 * time.Millisecond) // a hub takes a while to stop (its steps in flight)
+				runs.leave(name)
+			}()
+			if name == "panics" {
+				panic("a cell's bug")
+			}
+			wc, err := kubernetes.NewForConfig(cell.Workload) // no discovery: each call ends with ctx
+			if err != nil {
+				return err
+			}
+			for ctx.Err() == nil {
+				if _, err := wc.CoreV1().ConfigMaps(ns).Get(ctx, "probe", metav1.GetOptions{}); err == nil {
+					runs.mu.Lock()
+					if runs.reached[name].IsZero() {
+						runs.reached[name] = time.Now()
+					}
+					runs.mu.Unlock()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			return nil
+		}}
+	status := func() map[string]cells.Status {
+		out := map[string]cells.Status{}
+		for _, s := range set.Status() {
+			out[s.Cluster.Name] = s
+		}
+		return out
+	}
+
+	began := time.Now()
+	require.NoError(t, set.Sync(ctx))
+	assert.Less(t, time.Since(began), 2*time.Second, "a Sync reads only the management cluster")
+	require.Eventually(t, func() bool { _, _, _, at := runs.get("self"); return !at.IsZero() }, 5*time.Second, 20*time.Millisecond)
+	_, _, _, at := runs.get("self")
+	t.Logf("the cell of Cluster self read its workload cluster %v after the Sync, beside a cell whose API server hangs", at.Sub(began))
+	assert.Less(t, at.Sub(began), 2*time.Second)
+	running, _, _, _ := runs.get("frozen")
+	assert.Equal(t, 1, running, "the frozen Cluster's cell runs (and waits on its API server)")
+
+	st := status()
+	assert.NotContains(t, st, "other")
+	assert.True(t, st["self"].Running)
+	assert.Contains(t, st["young"].Problem, "no Secret "+ns+"/young-kubeconfig: Cluster API writes it once the control plane is initialized")
+	assert.False(t, st["young"].Running)
+	assert.Contains(t, st["garbled"].Problem, `Secret `+ns+`/garbled-kubeconfig: key "value" does not parse as a kubeconfig`)
+	for _, s := range st {
+		assert.NotContains(t, s.Problem, "s3cr3t", "a Secret's content is never repeated")
+	}
+	assert.Contains(t, logs.String(), "garbled-kubeconfig")
+	assert.NotContains(t, logs.String(), "s3cr3t")
+	require.Eventually(t, func() bool {
+		return strings.Contains(status()["panics"].Problem, "its cell ended: panic: a cell's bug")
+	},
+		5*time.Second, 20*time.Millisecond)
+
+	// A cell that panicked is started again after Retry, and only then; the others go on meanwhile.
+	_, before, _, _ := runs.get("panics")
+	require.NoError(t, set.Sync(ctx))
+	_, again, _, _ := runs.get("panics")
+	assert.Equal(t, before, again, "not at once again")
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, set.Sync(ctx))
+	require.Eventually(t, func() bool { _, n, _, _ := runs.get("panics"); return n == before+1 }, 5*time.Second, 20*time.Millisecond)
+	running, started, _, _ := runs.get("self")
+	assert.Equal(t, []int{1, 1}, []int{running, started}, "the panics of another cell left self's alone")
+
+	// The young Cluster's Secret appears: its cell starts at the next Sync.
+	secret("young", kubeconfig(cfg, ""))
+	require.NoError(t, set.Sync(ctx))
+	require.Eventually(t, func() bool { _, _, _, at := runs.get("young"); return !at.IsZero() }, 5*time.Second, 20*time.Millisecond)
+	assert.Empty(t, status()["young"].Problem)
+
+	// A new kubeconfig: the old run stops before the new one starts, never two at once.
+	secret("self", kubeconfig(cfg, "system:admin"))
+	require.NoError(t, set.Sync(ctx))
+	require.Eventually(t, func() bool {
+		require.NoError(t, set.Sync(ctx))
+		running, started, _, _ := runs.get("self")
+		return running == 1 && started == 2
+	}, 5*time.Second, 50*time.Millisecond)
+	_, _, most, _ := runs.get("self")
+	assert.Equal(t, 1, most, "one run of a cell at a time")
+
+	// An unreadable Secret leaves a running cell alone (it goes on with what it has), and says so.
+	secret("young", []byte("nonsense"))
+	require.NoError(t, set.Sync(ctx))
+	running, _, _, _ = runs.get("young")
+	assert.Equal(t, 1, running)
+	assert.True(t, status()["young"].Running)
+	assert.Contains(t, status()["young"].Problem, "does not parse")
+
+	// Opting out and deleting stop the cells (the frozen one mid-request), and they leave the status.
+	var self clusterv1.Cluster
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "self"}, &self))
+	delete(self.Labels, cells.OptInLabel)
+	require.NoError(t, c.Update(ctx, &self))
+	require.NoError(t, c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "frozen"}}))
+	require.NoError(t, set.Sync(ctx))
+	require.Eventually(t, func() bool {
+		a, _, _, _ := runs.get("self")
+		b, _, _, _ := runs.get("frozen")
+		return a == 0 && b == 0
+	}, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, set.Sync(ctx))
+	st = status()
+	assert.NotContains(t, st, "self")
+	assert.NotContains(t, st, "frozen")
+	assert.True(t, st["young"].Running)
+
+	// The loop's end stops every cell.
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { set.Loop(lctx, time.Hour); close(done) }()
+	stop()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Loop did not return")
+	}
+	for _, s := range set.Status() {
+		assert.False(t, s.Running, s.Cluster.String())
+	}
+}
