@@ -19,6 +19,11 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/journal"
+	"github.com/hale-dev/hale/hub/operator"
+	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube/cells"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
@@ -252,4 +257,98 @@ func TestManagementCells(t *testing.T) {
 	for _, s := range set.Status() {
 		assert.False(t, s.Running, s.Cluster.String())
 	}
+}
+
+// asked is a Rebooter that records what it is asked, for machines of inv.
+type asked struct {
+	mu  sync.Mutex
+	by  []string
+	inv pass.Inventory
+}
+
+func (a *asked) Reboot(_ context.Context, req operator.RebootRequest) (operator.RebootResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.by = append(a.by, req.Machine+" by "+req.By)
+	return operator.RebootResult{Remediation: "r-" + req.Machine}, nil
+}
+func (a *asked) Assessment(string) (assess.Assessment, bool) { return assess.Assessment{}, false }
+func (a *asked) Inventory() pass.Inventory                   { return a.inv }
+func (a *asked) History(context.Context, string) ([]journal.Remediation, error) {
+	return nil, nil
+}
+
+// Two Clusters' cells in one namespace of the management cluster (as Cluster API users often keep
+// them), each with a machine cp-0: each cell's journal holds its own remediations only (labelled
+// with its Cluster), and each cell takes only its own requests: Remediations labelled with its
+// Cluster (or unlabelled, naming one of its machines), its MachineHealthChecks' HaleRemediations
+// and its Machines' remediate-machine annotations; another cell's are left untouched.
+func TestTwoClustersInOneNamespace(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	ja, jb := NewJournal(c, ns, 1, 5).ForCluster("a"), NewJournal(c, ns, 1, 5).ForCluster("b")
+	ra, err := ja.Begin(ctx, journal.Remediation{Machine: "cp-0", Strategy: "reboot", Reason: "a's cp-0 hung"})
+	require.NoError(t, err)
+	rb, err := jb.Begin(ctx, journal.Remediation{Machine: "cp-0", Strategy: "reboot", Reason: "b's cp-0 hung"})
+	require.NoError(t, err, "b's cp-0 is not a's: no remediation of it is in progress")
+	for _, tc := range []struct {
+		j    *Journal
+		want string
+	}{{ja, ra.ID}, {jb, rb.ID}} {
+		active, err := tc.j.Active(ctx)
+		require.NoError(t, err)
+		require.Len(t, active, 1)
+		assert.Equal(t, tc.want, active[0].ID)
+		history, err := tc.j.History(ctx, "cp-0")
+		require.NoError(t, err)
+		require.Len(t, history, 1)
+		assert.Equal(t, tc.want, history[0].ID)
+	}
+	var obj v1alpha1.Remediation
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ra.ID}, &obj))
+	assert.Equal(t, "a", obj.Labels[clusterv1.ClusterNameLabel])
+
+	request := func(name, machine, cluster string) {
+		r := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.RemediationSpec{Machine: machine, Strategy: "reboot", RequestedBy: "alice"}}
+		if cluster != "" {
+			r.Labels = map[string]string{clusterv1.ClusterNameLabel: cluster}
+		}
+		require.NoError(t, c.Create(ctx, r))
+	}
+	request("for-a", "cp-0", "a")
+	request("for-b", "cp-0", "b")
+	request("unlabelled-a", "a-1", "")
+	request("unlabelled-b", "b-9", "")
+	_, err = ja.Begin(ctx, journal.Remediation{ID: "for-b", Machine: "a-1", Strategy: "reboot"})
+	assert.ErrorContains(t, err, "remediation "+ns+"/for-b is labelled cluster.x-k8s.io/cluster-name=b: not this hub's cluster (\"a\")")
+	for _, m := range []struct{ name, cluster string }{{"a-2", "a"}, {"b-2", "b"}} {
+		require.NoError(t, c.Create(ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m.name,
+			Annotations: map[string]string{clusterv1.RemediateMachineAnnotation: ""}},
+			Spec: clusterv1.MachineSpec{ClusterName: m.cluster, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: m.name}}}))
+	}
+	var machineB clusterv1.Machine
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-2"}, &machineB))
+	require.NoError(t, c.Create(ctx, &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b-2",
+		Labels:          map[string]string{clusterv1.ClusterNameLabel: "b"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: "b-2", UID: machineB.UID}}}}))
+
+	hub := &asked{inv: pass.Inventory{Machines: []pass.Machine{{MachineRef: assess.MachineRef{Name: "cp-0"}}, {MachineRef: assess.MachineRef{Name: "a-1"}}, {MachineRef: assess.MachineRef{Name: "a-2"}}}}}
+	s := &RequestSync{Client: c, Namespace: ns, Hub: hub, Epoch: 1, Machines: true, MachineNamespace: ns, Cluster: "a", Log: slog.New(slog.DiscardHandler)}
+	require.NoError(t, s.Sync(ctx))
+	assert.ElementsMatch(t, []string{
+		"cp-0 by alice (kubernetes: Remediation " + ns + "/for-a)",
+		"a-1 by alice (kubernetes: Remediation " + ns + "/unlabelled-a)",
+		"a-2 by cluster.x-k8s.io/remediate-machine on Machine " + ns + "/a-2",
+	}, hub.by, "a's requests only")
+	for _, name := range []string{"for-b", "unlabelled-b"} {
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &obj))
+		assert.Empty(t, obj.Status.Phase, "%s: another cell's, not refused by this one", name)
+	}
+	var hr v1alpha1.HaleRemediation
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-2"}, &hr))
+	assert.Empty(t, hr.Status.Phase, "b's MachineHealthCheck's request: untouched by a's cell")
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-2"}, &machineB))
+	assert.Contains(t, machineB.Annotations, clusterv1.RemediateMachineAnnotation)
 }

@@ -93,8 +93,8 @@ func (s *RequestSync) syncExternal(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		r := &list.Items[i]
-		if r.DeletionTimestamp != nil {
-			continue
+		if r.DeletionTimestamp != nil || (s.Cluster != "" && r.Labels[clusterv1.ClusterNameLabel] != s.Cluster) {
+			continue // another cell's (a MachineHealthCheck labels its requests with their Cluster)
 		}
 		switch r.Status.Phase {
 		case "", v1alpha1.ExternalWaiting:

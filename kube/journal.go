@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/util/retry"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
@@ -31,7 +32,10 @@ import (
 type Journal struct {
 	c     client.Client
 	ns    string
-	epoch uint64
+	// cluster, when set, is the Cluster API Cluster whose remediations these are (a management
+	// cluster's cell): written with its cluster.x-k8s.io/cluster-name label, and only those read.
+	cluster string
+	epoch   uint64
 	keep  int
 	now   func() time.Time
 	fence func(context.Context) error
@@ -41,6 +45,13 @@ type Journal struct {
 // even on objects its successor has not touched yet.
 func (j *Journal) WithFence(fence func(context.Context) error) *Journal {
 	j.fence = fence
+	return j
+}
+
+// ForCluster makes the journal the remediations of Cluster API Cluster name only: a management
+// cluster's namespace may hold several clusters' machines, and their names may be the same.
+func (j *Journal) ForCluster(name string) *Journal {
+	j.cluster = name
 	return j
 }
 
@@ -123,14 +134,11 @@ func (j *Journal) Begin(ctx context.Context, r journal.Remediation) (journal.Rem
 		if _, begun := obj.Labels[v1alpha1.LabelPhase]; begun || obj.Status.Phase != "" {
 			return r, fmt.Errorf("remediation %s/%s was begun already", j.ns, r.ID)
 		}
+		if c, ok := obj.Labels[clusterv1.ClusterNameLabel]; ok && j.cluster != "" && c != j.cluster {
+			return r, fmt.Errorf("remediation %s/%s is labelled %s=%s: not this hub's cluster (%q)", j.ns, r.ID, clusterv1.ClusterNameLabel, c, j.cluster)
+		}
 	}
-	if obj.Labels == nil {
-		obj.Labels = map[string]string{}
-	}
-	obj.Labels[v1alpha1.LabelPhase] = string(v1alpha1.PhaseInProgress)
-	if l := machineLabel(r.Machine); l != "" {
-		obj.Labels[v1alpha1.LabelMachine] = l
-	}
+	j.label(obj, v1alpha1.PhaseInProgress, r.Machine)
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
 		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt), WhileDead: r.WhileDead}
 	obj.Spec.Members = r.Members
@@ -151,6 +159,20 @@ func (j *Journal) Begin(ctx context.Context, r journal.Remediation) (journal.Rem
 		return r, fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, obj.Name, err)
 	}
 	return toHub(obj), nil
+}
+
+// label sets the labels a remediation is listed by: its phase, its machine, and this journal's cluster.
+func (j *Journal) label(obj *v1alpha1.Remediation, phase v1alpha1.RemediationPhase, machine string) {
+	if obj.Labels == nil {
+		obj.Labels = map[string]string{}
+	}
+	obj.Labels[v1alpha1.LabelPhase] = string(phase)
+	if l := machineLabel(machine); l != "" {
+		obj.Labels[v1alpha1.LabelMachine] = l
+	}
+	if j.cluster != "" {
+		obj.Labels[clusterv1.ClusterNameLabel] = j.cluster
+	}
 }
 
 // Intent records that step is about to be taken (before the side effect).
@@ -265,6 +287,9 @@ func (j *Journal) list(ctx context.Context, machine string, active bool) ([]v1al
 	if active {
 		labels[v1alpha1.LabelPhase] = string(v1alpha1.PhaseInProgress)
 	}
+	if j.cluster != "" {
+		labels[clusterv1.ClusterNameLabel] = j.cluster
+	}
 	var list v1alpha1.RemediationList
 	if err := j.c.List(ctx, &list, client.InNamespace(j.ns), labels); err != nil {
 		return nil, fmt.Errorf("listing remediations in %s: %w", j.ns, err)
@@ -361,11 +386,8 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 		return err
 	}
 	name := nameFor(r.Machine, r.Created)
-	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.ns,
-		Labels: map[string]string{v1alpha1.LabelPhase: string(r.State)}}}
-	if l := machineLabel(r.Machine); l != "" {
-		obj.Labels[v1alpha1.LabelMachine] = l
-	}
+	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.ns}}
+	j.label(obj, v1alpha1.RemediationPhase(r.State), r.Machine)
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
 		Hard: r.Hard, Force: r.Forced, Steps: quorum.Plan{Steps: r.Steps}.StepStrings(), Attempt: int32(r.Attempt), Members: r.Members,
 		WhileDead: r.WhileDead}

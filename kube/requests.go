@@ -52,7 +52,12 @@ type RequestSync struct {
 	// MachineNamespace is also where the HaleRemediations are carried out (all when empty: a
 	// NodeHealthCheck makes them in its template's namespace): syncExternal.
 	MachineNamespace string
-	Interval         time.Duration
+	// Cluster, when set, is the Cluster API Cluster this hub heals (a management cluster's cell): only
+	// the requests labelled cluster.x-k8s.io/cluster-name with it are its own (a MachineHealthCheck's
+	// HaleRemediations are; a Remediation without the label is taken when it names a machine of this
+	// Cluster), and only its Machines' annotations.
+	Cluster  string
+	Interval time.Duration
 	Log              *slog.Logger
 
 	refused map[string]string // the last refusal logged per annotated Machine
@@ -85,7 +90,7 @@ func (s *RequestSync) Sync(ctx context.Context) error {
 	var errs []error
 	for i := range list.Items {
 		r := &list.Items[i]
-		if _, begun := r.Labels[v1alpha1.LabelPhase]; begun || r.Status.Phase != "" || r.DeletionTimestamp != nil {
+		if _, begun := r.Labels[v1alpha1.LabelPhase]; begun || r.Status.Phase != "" || r.DeletionTimestamp != nil || !s.asksThis(r) {
 			continue
 		}
 		if err := s.handle(ctx, r); err != nil {
@@ -113,6 +118,9 @@ func (s *RequestSync) syncMachines(ctx context.Context) error {
 	for i := range list.Items {
 		m := &list.Items[i]
 		key := client.ObjectKeyFromObject(m)
+		if s.Cluster != "" && m.Spec.ClusterName != s.Cluster {
+			continue // another cell's
+		}
 		if !clusterapi.ManualRemediationRequested(m) || m.DeletionTimestamp != nil {
 			delete(s.refused, key.String())
 			continue
@@ -135,6 +143,19 @@ func (s *RequestSync) syncMachines(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// asksThis says whether request r is this hub's: every one without Cluster; with it, one labelled
+// with it, or unlabelled and naming one of its machines (the others are other cells').
+func (s *RequestSync) asksThis(r *v1alpha1.Remediation) bool {
+	if s.Cluster == "" {
+		return true
+	}
+	if c, ok := r.Labels[clusterv1.ClusterNameLabel]; ok {
+		return c == s.Cluster
+	}
+	_, ok := s.Hub.Inventory().Machine(r.Spec.Machine)
+	return ok
 }
 
 func (s *RequestSync) handle(ctx context.Context, r *v1alpha1.Remediation) error {
