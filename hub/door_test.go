@@ -30,7 +30,7 @@ func TestOneDoor(t *testing.T) {
 		"Notify": {"Hub.say"},
 	}
 	var found int
-	for _, dir := range []string{".", "../cmd/hub", "../kube", "../kube/clusterapi", "../kube/enrol", "../recovery", "degraded", "journal", "journal/boltfile", "execute", "pass", "ledger", "taints", "inventory", "bmcaccess", "assess", "operator", "metrics", "recoveryplan"} {
+	for _, dir := range []string{".", "../cmd/hub", "../kube", "../kube/cells", "../kube/clusterapi", "../kube/enrol", "../recovery", "degraded", "journal", "journal/boltfile", "execute", "pass", "ledger", "taints", "inventory", "bmcaccess", "assess", "operator", "metrics", "recoveryplan"} {
 		fset, files := sources(t, dir)
 		for _, f := range files {
 			path := fset.Position(f.Pos()).Filename
