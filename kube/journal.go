@@ -30,15 +30,15 @@ import (
 // concurrency): a deposed hub's write is refused with hub.ErrStaleEpoch, a racing one retried on the
 // fresh object.
 type Journal struct {
-	c     client.Client
-	ns    string
+	c  client.Client
+	ns string
 	// cluster, when set, is the Cluster API Cluster whose remediations these are (a management
 	// cluster's cell): written with its cluster.x-k8s.io/cluster-name label, and only those read.
 	cluster string
 	epoch   uint64
-	keep  int
-	now   func() time.Time
-	fence func(context.Context) error
+	keep    int
+	now     func() time.Time
+	fence   func(context.Context) error
 }
 
 // WithFence makes every write first call fence (Leader.Check): a deposed leader's writes are refused

@@ -58,7 +58,7 @@ type RequestSync struct {
 	// Cluster), and only its Machines' annotations.
 	Cluster  string
 	Interval time.Duration
-	Log              *slog.Logger
+	Log      *slog.Logger
 
 	refused map[string]string // the last refusal logged per annotated Machine
 }
