@@ -25,6 +25,12 @@ func LoadGossipKeys(path string) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossip key file: %w", err)
 	}
+	return ParseGossipKeys(raw, "gossip key file "+path)
+}
+
+// ParseGossipKeys reads keys as a key file holds them (one base64 key a line, the first encrypts);
+// where names their source in an error (never a key).
+func ParseGossipKeys(raw []byte, where string) ([][]byte, error) {
 	var keys [][]byte
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for n := 1; sc.Scan(); n++ {
@@ -34,15 +40,15 @@ func LoadGossipKeys(path string) ([][]byte, error) {
 		}
 		k, err := base64.StdEncoding.DecodeString(line)
 		if err != nil {
-			return nil, fmt.Errorf("gossip key file %s, line %d: not base64 (make a key with: head -c 32 /dev/urandom | base64)", path, n)
+			return nil, fmt.Errorf("%s, line %d: not base64 (make a key with: head -c 32 /dev/urandom | base64)", where, n)
 		}
 		if l := len(k); l != 16 && l != 24 && l != 32 {
-			return nil, fmt.Errorf("gossip key file %s, line %d: the key is %d bytes; want 32 (or 16 or 24)", path, n, l)
+			return nil, fmt.Errorf("%s, line %d: the key is %d bytes; want 32 (or 16 or 24)", where, n, l)
 		}
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("gossip key file %s: no key in it; encryption is mandatory (make one with: head -c 32 /dev/urandom | base64)", path)
+		return nil, fmt.Errorf("%s: no key in it; encryption is mandatory (make one with: head -c 32 /dev/urandom | base64)", where)
 	}
 	return keys, nil
 }

@@ -184,7 +184,7 @@ func TestManagementCells(t *testing.T) {
 	assert.True(t, st["self"].Running)
 	assert.Contains(t, st["young"].Problem, "no Secret "+ns+"/young-kubeconfig: Cluster API writes it once the control plane is initialized")
 	assert.False(t, st["young"].Running)
-	assert.Contains(t, st["garbled"].Problem, `Secret `+ns+`/garbled-kubeconfig: key "value" does not parse as a kubeconfig`)
+	assert.Contains(t, st["garbled"].Problem, `kubeconfig Secret `+ns+`/garbled-kubeconfig: key "value" does not parse as a kubeconfig`)
 	for _, s := range st {
 		assert.NotContains(t, s.Problem, "s3cr3t", "a Secret's content is never repeated")
 	}

@@ -58,6 +58,8 @@ type kubeOptions struct {
 	// hubs are the service accounts (in namespace) whose requests pin a node's key, or a replica's.
 	enrol        bool
 	agents, hubs []string
+	// management: management mode (management.go).
+	management bool
 }
 
 // kubeClient is a client with Hale's, Cluster API's and the built-in types.
@@ -297,10 +299,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 			Machines: k.discover, MachineNamespace: k.machineNamespace}
 		go requests.Run(lctx)
 		if d != nil {
-			d.Healthy = func(machine string) bool {
-				a, ok := h.Assessment(machine)
-				return ok && a.Verdict == assess.VerdictHealthy && a.EtcdHealth == quorum.Healthy
-			}
+			d.Healthy = healthyIn(h)
 			go d.Run(lctx, k.discoverEvery, func(inv pass.Inventory) error {
 				d.Base = inventory.Current()
 				return h.SetInventory(inv)
@@ -316,6 +315,15 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 		}
 		log.Info("no longer leading", "epoch", leader.Epoch())
 	}, lost)
+}
+
+// healthyIn says whether hub h sees a machine Healthy, its etcd member included (a MachineDeployment's
+// surge waits for the new machine so).
+func healthyIn(h *hub.Hub) func(machine string) bool {
+	return func(machine string) bool {
+		a, ok := h.Assessment(machine)
+		return ok && a.Verdict == assess.VerdictHealthy && a.EtcdHealth == quorum.Healthy
+	}
 }
 
 // rebootThroughKubernetes is `hub reboot --kubernetes`: a Remediation request, so that RBAC decides;

@@ -116,6 +116,9 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringSliceVar(&k.agents, "enrol-agents", []string{"hale-agent", "hale-witness"}, "with --enrol: the service accounts (in --namespace) whose requests pin the key of the node their pod runs on")
 	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol: the service accounts (in --namespace) whose requests pin a hub replica's key")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
+	// Being built (docs/design.md, Management mode): hidden until it can be installed.
+	f.BoolVar(&k.management, "management", false, "with --kubernetes: heal the control planes of the Cluster API Clusters labelled hale.dev/heal=true, from their management cluster")
+	_ = f.MarkHidden("management")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if kubernetes {
 			o.kube = &k
@@ -123,6 +126,18 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 		return nil
 	}
 	return cmd
+}
+
+// hubName is the hub's name in the gossip pool: --node, or a new name at every start
+// (hub-HOSTNAME-RANDOM): a hub that comes back under its old name from another address conflicts with
+// its own ghost in the agents' member lists, and while it does their failure detection slows to
+// memberlist's longest suspicion timeout (15-22 s measured, instead of < 1 s).
+func hubName(o *runOptions) string {
+	if o.node != "" {
+		return o.node
+	}
+	host, _ := os.Hostname()
+	return "hub-" + host + "-" + strings.ToLower(rand.Text()[:nodeSuffix])
 }
 
 // runAddrs are where a running hub serves: its API listeners (socket path, TCP address) and metrics.
@@ -139,12 +154,15 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if o.inventory == "" || o.keyFile == "" {
-		return errors.New("--inventory and --gossip-key-file are required")
-	}
 	if o.bmcCheckEvery < 0 || o.bmcRequestTimeout < 0 || o.bmcVerifyTimeout < 0 {
 		return fmt.Errorf("--bmc-check-interval %v, --bmc-request-timeout %v, --bmc-verify-timeout %v: none may be negative",
 			o.bmcCheckEvery, o.bmcRequestTimeout, o.bmcVerifyTimeout)
+	}
+	if o.kube != nil && o.kube.management {
+		return runManagement(ctx, o, log, ready)
+	}
+	if o.inventory == "" || o.keyFile == "" {
+		return errors.New("--inventory and --gossip-key-file are required")
 	}
 	if o.kube != nil && o.kube.enrol {
 		if err := checkEnrol(o); err != nil {
@@ -156,12 +174,8 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	pinAs := o.node
 	if o.node == "" {
 		pinAs = "hub-*"
-		// A new name at every start: a hub that comes back under its old name from another address
-		// conflicts with its own ghost in the agents' member lists, and while it does their failure
-		// detection slows to memberlist's longest suspicion timeout (15-22 s measured, instead of < 1 s).
-		host, _ := os.Hostname()
-		o.node = "hub-" + host + "-" + strings.ToLower(rand.Text()[:nodeSuffix])
 	}
+	o.node = hubName(&o)
 	discover := o.kube != nil && o.kube.discover
 	inventory, err := inventory.NewReloader(o.inventory, !discover)
 	if err != nil {

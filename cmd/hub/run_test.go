@@ -409,6 +409,12 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			o.noIdentities = true
 		}, "--enrol and --insecure-no-identities: enrolment is for identities"},
 		{"enrolment without files", func(o *runOptions) { o.kube = &kubeOptions{enrol: true} }, "--enrol needs --identity-file"},
+		{"management, discovering", func(o *runOptions) { o.kube = &kubeOptions{management: true, discover: true} },
+			"--management finds each Cluster's machines itself: without --discover, --enrol, --degraded-journal or --capi-cluster"},
+		{"management, with an inventory", func(o *runOptions) { o.kube = &kubeOptions{management: true} },
+			"--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file"},
+		{"management, no identities", func(o *runOptions) { o.inventory, o.keyFile, o.kube = "", "", &kubeOptions{management: true} },
+			"per-node identities are on by default"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/health"
 )
 
 const (
@@ -278,12 +280,12 @@ func (s *Set) workload(ctx context.Context, key client.ObjectKey) (*rest.Config,
 	}
 	data := secret.Data[kubeconfigKey]
 	if len(data) == 0 {
-		return nil, fmt.Errorf("Secret %s has no key %q: not a Cluster API kubeconfig Secret", sk, kubeconfigKey)
+		return nil, fmt.Errorf("kubeconfig Secret %s has no key %q: not a Cluster API kubeconfig Secret", sk, kubeconfigKey)
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
 		// The parser's message may quote the Secret's content (credentials): not repeated.
-		return nil, fmt.Errorf("Secret %s: key %q does not parse as a kubeconfig", sk, kubeconfigKey)
+		return nil, fmt.Errorf("kubeconfig Secret %s: key %q does not parse as a kubeconfig", sk, kubeconfigKey)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = requestTimeout
@@ -295,4 +297,30 @@ func (s *Set) workload(ctx context.Context, key client.ObjectKey) (*rest.Config,
 func kubeconfigOf(cfg *rest.Config) []byte {
 	return fmt.Appendf(nil, "%s\x00%s\x00%x\x00%x\x00%x\x00%s\x00%s\x00%s\x00%v", cfg.Host, cfg.ServerName, cfg.CAData, cfg.CertData,
 		cfg.KeyData, cfg.BearerToken, cfg.Username, cfg.Password, cfg.Impersonate)
+}
+
+// GossipNameAnnotation on an opted-in Cluster names its agents' gossip pool (their --cluster), when it
+// is not NAMESPACE/NAME: the cell's pool on the hub's shared gossip port has that name.
+const GossipNameAnnotation = "hale.dev/gossip-cluster"
+
+// GossipName is the name of Cluster cl's gossip pool.
+func GossipName(cl *clusterv1.Cluster) string {
+	return cmp.Or(cl.Annotations[GossipNameAnnotation], client.ObjectKeyFromObject(cl).String())
+}
+
+// GossipKeySecret is the Secret holding Cluster c's gossip keys (key "key", as the agents' key file:
+// one base64 key a line), which its agents in the workload cluster are given too.
+func GossipKeySecret(c client.ObjectKey) client.ObjectKey {
+	return client.ObjectKey{Namespace: c.Namespace, Name: c.Name + "-hale-gossip"}
+}
+
+// GossipKeys reads Cluster c's gossip keys; an error names the Secret, never a key.
+func GossipKeys(ctx context.Context, cl client.Client, c client.ObjectKey) ([][]byte, error) {
+	sk := GossipKeySecret(c)
+	var secret corev1.Secret
+	if err := cl.Get(ctx, sk, &secret); err != nil {
+		return nil, fmt.Errorf("the gossip keys of Cluster API Cluster %s: Secret %s: %w (create it with the key its agents have: "+
+			"kubectl -n %s create secret generic %s --from-file=key=KEYFILE)", c, sk, err, sk.Namespace, sk.Name)
+	}
+	return health.ParseGossipKeys(secret.Data["key"], fmt.Sprintf("Secret %s, key %q", sk, "key"))
 }

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/gossipmux"
+	"github.com/hale-dev/hale/health/identity"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/inventory"
+	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/internal/buildinfo"
+	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/kube/cells"
+)
+
+// management is `hub run --kubernetes --management` (being built: docs/design.md, Management mode):
+// the hub in a Cluster API management cluster. The replicas elect one leader, which runs one cell per
+// Cluster labelled hale.dev/heal=true (kube/cells): each a hub of its own, its gossip pool on the one
+// shared gossip port (health/gossipmux), its machines found across the management cluster (Cluster
+// API's and metal3's objects) and its workload cluster (Nodes), its journal, requests and HealthPolicy
+// (named after the Cluster) in the Cluster's namespace.
+type management struct {
+	o        runOptions
+	c        client.Client
+	mux      *gossipmux.Mux
+	identity *identity.Identity
+	pinned   *identity.Pinned
+	policy   pass.Policy // the cells' policy before their HealthPolicy's override
+	bmc      bmc.Options
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	regs map[client.ObjectKey]*prometheus.Registry // each running cell's metrics
+}
+
+// runManagement runs management mode until ctx ends; ready, when set, receives the addresses once
+// they serve (API: none yet).
+func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready chan<- runAddrs) error {
+	k := o.kube
+	switch {
+	case k.discover || k.enrol || k.degradedJournal != "" || k.capiCluster != "":
+		return errors.New("--management finds each Cluster's machines itself: without --discover, --enrol, --degraded-journal or --capi-cluster")
+	case o.inventory != "" || o.keyFile != "":
+		return errors.New("--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file")
+	}
+	m := &management{o: o, log: log, regs: map[client.ObjectKey]*prometheus.Registry{}}
+	var err error
+	if m.policy, err = (inventory.PolicyFile{}).Validate(); err != nil {
+		return err
+	}
+	node := hubName(&o)
+	if m.identity, m.pinned, err = identity.LoadIdentities(node, cmp.Or(o.node, "hub-*"), o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
+		return err
+	}
+	bindAddr, bindPort, err := splitHostPort("--gossip-bind", o.bind)
+	if err != nil {
+		return err
+	}
+	base, err := health.NewTransport(bindAddr, bindPort, log)
+	if err != nil {
+		return err
+	}
+	m.mux = gossipmux.New(base, log)
+	defer func() { _ = m.mux.Shutdown() }()
+	c, cfg, err := k.kubeClient()
+	if err != nil {
+		return err
+	}
+	m.c = c
+	promBase := prometheus.NewRegistry()
+	promBase.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if m.bmc.Metrics, err = bmc.NewMetrics(promBase); err != nil {
+		return err
+	}
+	m.bmc.Logger, m.bmc.RequestTimeout, m.bmc.VerifyTimeout = log, o.bmcRequestTimeout, o.bmcVerifyTimeout
+	addrs := runAddrs{}
+	if o.metrics != "" {
+		ln, err := net.Listen("tcp", o.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-address %s: %w", o.metrics, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			promhttp.HandlerFor(append(prometheus.Gatherers{promBase}, m.gatherers()...), promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		})
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		defer s.Close()
+		go func() { _ = s.Serve(ln) }()
+		addrs.Metrics = ln.Addr().String()
+	}
+	log.Info("hub started (management mode)", "version", buildinfo.Get().String(), "node", node, "gossip", net.JoinHostPort(bindAddr, fmt.Sprint(base.Port())),
+		"metrics", addrs.Metrics)
+	if ready != nil {
+		ready <- addrs
+	}
+	m.o.node = node
+	d := k.leaseDuration
+	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
+	return kube.Elect(ctx, cfg, m.c, k.namespace, k.lease, node, timing, func(lctx context.Context, leader *kube.Leader) {
+		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
+		set := &cells.Set{Client: m.c, Log: log, Run: func(ctx context.Context, cell cells.Cell) error { return m.runCell(ctx, leader, cell) }}
+		set.Loop(lctx, k.discoverEvery)
+		log.Info("no longer leading", "epoch", leader.Epoch())
+	}, nil)
+}
+
+// gatherers are the running cells' registries.
+func (m *management) gatherers() []prometheus.Gatherer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []prometheus.Gatherer
+	for _, key := range slices.SortedFunc(maps.Keys(m.regs), func(a, b client.ObjectKey) int { return cmp.Compare(a.String(), b.String()) }) {
+		out = append(out, m.regs[key])
+	}
+	return out
+}
+
+// runCell runs the hub of one cell until ctx ends.
+func (m *management) runCell(ctx context.Context, leader *kube.Leader, cell cells.Cell) error {
+	key := cell.Cluster
+	log := m.log.With("cluster", key.String())
+	wc, err := client.New(cell.Workload, client.Options{Scheme: m.c.Scheme()})
+	if err != nil {
+		return fmt.Errorf("the workload cluster's client: %w", err)
+	}
+	var cl clusterv1.Cluster
+	if err := m.c.Get(ctx, key, &cl); err != nil {
+		return fmt.Errorf("reading Cluster API Cluster %s: %w", key, err)
+	}
+	keys, err := cells.GossipKeys(ctx, m.c, key)
+	if err != nil {
+		return err
+	}
+	name := cells.GossipName(&cl)
+	pool, err := m.mux.Pool(name)
+	if err != nil {
+		return fmt.Errorf("the gossip pool of Cluster API Cluster %s: %w (annotation %s)", key, err, cells.GossipNameAnnotation)
+	}
+	g, err := health.StartGossip(health.GossipConfig{Node: m.o.node, Cluster: name, Role: "hub", Keys: keys, Transport: pool,
+		Identity: m.identity, Pinned: m.pinned, Logger: log, Timing: health.DefaultTiming()})
+	if err != nil {
+		_ = pool.Shutdown()
+		return err
+	}
+	defer func() {
+		if err := g.Leave(2 * time.Second); err != nil {
+			log.Warn("leaving the gossip pool", "err", err)
+		}
+		_ = g.Shutdown()
+	}()
+	go g.JoinLoop(ctx, func() []string {
+		peers, err := kube.NodePeers(ctx, wc, m.o.kube.agentPort)
+		if err != nil {
+			log.Warn("finding the agents at the workload cluster's Nodes", "err", err)
+		}
+		return peers
+	})
+	d := &kube.Discovery{Client: m.c, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
+		Base: pass.Inventory{Cluster: name, Policy: m.policy}}
+	inv, err := d.Build(ctx)
+	if err != nil {
+		return err
+	}
+	policy := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
+	sink := kube.NewEventSink(m.c, d, m.o.node, log)
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: policy.Namespace, Name: policy.Name}
+	go sink.Run(ctx)
+	reg := prometheus.NewRegistry()
+	cfg := hub.Config{Inventory: inv, Gossip: g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
+		Journal: kube.NewJournal(m.c, key.Namespace, leader.Epoch(), m.o.keep).ForCluster(key.Name).WithFence(leader.Check),
+		BMC:     m.bmc, BMCCheckInterval: m.o.bmcCheckEvery, OwnerFor: d.OwnerFor, Notify: sink.Notify,
+		Brakes: kube.PolicyBrakes{Client: m.c, Policy: policy}, Recoveries: kube.PolicyRecoveries{Client: m.c, Policy: policy},
+		Marks: kube.PolicyMarks{Client: m.c, Policy: policy}, Episodes: kube.PolicyEpisodes{Client: m.c, Policy: policy},
+		OutOfService: kube.NodeTaints{Client: wc}}
+	if m.o.bmcCheckEvery == 0 {
+		cfg.BMCCheckInterval = -1
+	}
+	cfg.PowerFor = d.PowerFor(cfg.BMCPower)
+	h, err := hub.New(cfg)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.regs[key] = reg
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.regs, key)
+		m.mu.Unlock()
+	}()
+	requests := &kube.RequestSync{Client: m.c, Namespace: key.Namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
+		Machines: true, MachineNamespace: key.Namespace, Cluster: key.Name}
+	go requests.Run(ctx)
+	d.Healthy = healthyIn(h)
+	go d.Run(ctx, m.o.kube.discoverEvery, h.SetInventory, log)
+	sync := &kube.PolicySync{Client: m.c, Policy: policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
+	go sync.Run(ctx)
+	log.Info("healing", "machines", len(inv.Machines), "gossip", name, "epoch", leader.Epoch())
+	return h.Run(ctx)
+}

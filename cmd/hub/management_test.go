@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/kube/clusterapi"
+	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/metal3sim"
+)
+
+// `hub run --kubernetes --management` in a management cluster (a real API server with Cluster API's
+// and metal3's CRDs) heals the control plane of a workload cluster (another real API server, its
+// Nodes; the in-process cluster's real etcd members and agents behind them): the Cluster opts in with
+// its label, the hub reaches the workload through the kubeconfig Secret Cluster API keeps, serves the
+// Cluster's gossip pool on its one gossip port (the agents' name for it in an annotation, their key in
+// a Secret), finds the machines across both clusters, follows the HealthPolicy named after the
+// Cluster, and power-cycles a hung machine through its BareMetalHost (metal3's operator stood in for
+// on the management cluster), journaled in the Cluster's namespace with its label; its metrics carry
+// the Cluster's name.
+func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
+	mc, mcfg := kubeenv.Start(t)
+	wc, wcfg := kubeenv.StartBare(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	tb, _ := startBed(t, dir)
+	bed := createBedNodes(t, wc, tb)
+	seed, err := net.ResolveTCPAddr("tcp", tb.Seeds()[0])
+	require.NoError(t, err)
+	for _, m := range bed.Machines { // the agents at their Nodes' address (one port: the first agent's, the rest found through it)
+		var n corev1.Node
+		require.NoError(t, wc.Get(ctx, client.ObjectKey{Name: m.Node}, &n))
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
+		require.NoError(t, wc.Status().Update(ctx, &n))
+	}
+
+	const ns = "fleet"
+	for _, name := range []string{ns, "hale-system"} {
+		require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	}
+	kubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, wcfg, dir, ""))
+	require.NoError(t, err)
+	key, err := os.ReadFile(tb.GossipKeyFile())
+	require.NoError(t, err)
+	// optIn labels Cluster name for Hale, its agents' pool named demo, with the Secrets Cluster API and
+	// the operator make: its kubeconfig (the workload cluster's) and its gossip key (the agents').
+	optIn := func(name string) {
+		require.NoError(t, mc.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Labels: map[string]string{cells.OptInLabel: "true"}, Annotations: map[string]string{cells.GossipNameAnnotation: "demo"}},
+			Spec: clusterv1.ClusterSpec{Paused: new(false)}}))
+		for suffix, data := range map[string]map[string][]byte{"-kubeconfig": {"value": kubeconfig}, "-hale-gossip": {"key": key}} {
+			require.NoError(t, mc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + suffix}, Data: data}))
+		}
+	}
+	optIn("w1")
+	short := &metav1.Duration{Duration: 5 * time.Second}
+	require.NoError(t, mc.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
+		Spec: v1alpha1.HealthPolicySpec{Cooldown: &metav1.Duration{Duration: time.Second},
+			StallTolerance: &v1alpha1.QuorumWaits{QuorumHeld: short, QuorumNeeded: short}, ComponentGrace: &v1alpha1.QuorumWaits{QuorumHeld: short, QuorumNeeded: short}}}))
+	yes := true
+	for _, m := range bed.Machines {
+		name := "w1-" + m.Node
+		machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "controlplane.cluster.x-k8s.io/v1beta2", Kind: "KubeadmControlPlane", Name: "w1-cp", UID: "0e3c6b4a-0000-4000-8000-000000000001", Controller: &yes}}},
+			Spec: clusterv1.MachineSpec{ClusterName: "w1", Bootstrap: clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name}}}
+		require.NoError(t, mc.Create(ctx, machine))
+		machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: m.Node}
+		require.NoError(t, mc.Status().Update(ctx, machine))
+		host := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"online": true,
+			"bmc":         map[string]any{"address": m.Endpoint.String(), "credentialsName": m.Node + "-bmc"},
+			"consumerRef": map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": ns}}}}
+		host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
+		host.SetNamespace(ns)
+		host.SetName(m.Node) // the stand-in finds a host's BMC by its name
+		require.NoError(t, mc.Create(ctx, host))
+	}
+	op := &metal3sim.Operator{Client: mc, Namespace: ns, Interval: 50 * time.Millisecond, Log: tb.Log(), Power: metal3sim.InventoryPower(bed)}
+	go op.Run(ctx)
+
+	logs := &capture.Buffer{}
+	hctx, stop := context.WithCancel(context.Background())
+	done, ready := make(chan error, 1), make(chan runAddrs, 1)
+	go func() {
+		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
+			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
+			kube: &kubeOptions{config: mcfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
+				agentPort: seed.Port, management: true}}, logs, ready)
+	}()
+	var addrs runAddrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	t.Cleanup(func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("hub logs:\n%s", logs)
+		}
+	})
+	policy := func() v1alpha1.HealthPolicy {
+		var p v1alpha1.HealthPolicy
+		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w1"}, &p))
+		return p
+	}
+	require.Eventually(t, func() bool {
+		p := policy()
+		healthy := 0
+		for _, m := range p.Status.Machines {
+			if m.Verdict == "Healthy" {
+				healthy++
+			}
+		}
+		return healthy == 3
+	}, 60*time.Second, 100*time.Millisecond, "the cell's verdicts in the Cluster's HealthPolicy")
+
+	// A second Cluster whose agents' pool has the same name cannot be served beside it: its cell says
+	// why (and is tried again), the first heals on.
+	optIn("w2")
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), `the gossip pool of Cluster API Cluster fleet/w2: gossip pool \"demo\" is served on this port already: each cluster's pool needs a name of its own (annotation hale.dev/gossip-cluster)`)
+	}, 20*time.Second, 100*time.Millisecond)
+
+	victim := "w1-" + tb.Name(2)
+	tb.Hang(2)
+	remediation := func() *v1alpha1.Remediation {
+		var list v1alpha1.RemediationList
+		require.NoError(t, mc.List(ctx, &list, client.InNamespace(ns)))
+		if len(list.Items) == 0 {
+			return nil
+		}
+		require.Len(t, list.Items, 1, "one remediation, never a second")
+		return &list.Items[0]
+	}
+	require.Eventually(t, func() bool {
+		r := remediation()
+		return r != nil && r.Status.Phase == v1alpha1.PhaseSucceeded
+	}, 60*time.Second, 100*time.Millisecond, "%s healed through its BareMetalHost", victim)
+	r := remediation()
+	assert.Equal(t, victim, r.Spec.Machine)
+	assert.Equal(t, "w1", r.Labels[clusterv1.ClusterNameLabel])
+	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered its BMC off and on")
+
+	resp, err := http.Get("http://" + addrs.Metrics + "/metrics")
+	require.NoError(t, err)
+	page, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	assert.Regexp(t, `hale_hub_remediations_total\{cluster="fleet/w1",[^}]*result="succeeded"[^}]*\} 1`, string(page))
+}
