@@ -149,8 +149,14 @@ func (h *Hub) APIHandler(token string) http.Handler {
 			writeJSON(w, http.StatusOK, h.Status(r.Context()))
 		})
 	}
+	return RequireToken(token, mux)
+}
+
+// RequireToken serves next only to requests with "Authorization: Bearer token" (all, when token is
+// empty: the socket, whose file mode is the access control).
+func RequireToken(token string, next http.Handler) http.Handler {
 	if token == "" {
-		return mux
+		return next
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -158,8 +164,13 @@ func (h *Hub) APIHandler(token string) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, operator.APIError{Error: "missing or wrong token: pass the hub's API token file with --token-file"})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 	})
+}
+
+// WriteAPIError answers an operator API request with status and the error message.
+func WriteAPIError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, operator.APIError{Error: msg})
 }
 
 func brakeRequest(w http.ResponseWriter, r *http.Request) (operator.BrakeRequest, bool) {

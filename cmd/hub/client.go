@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -30,7 +31,9 @@ type apiClient struct {
 // apiFlags are the operator commands' flags to find the hub.
 type apiFlags struct {
 	socket, address, tokenFile string
-	timeout                    time.Duration
+	// cluster, in a management cluster, is the Cluster (NAMESPACE/NAME) whose cell is asked.
+	cluster string
+	timeout time.Duration
 }
 
 func (f *apiFlags) register(cmd *cobra.Command) {
@@ -47,6 +50,9 @@ func (f *apiFlags) registerWhere(fs *pflag.FlagSet) {
 	fs.StringVar(&f.socket, "socket", socket, "the hub's operator API socket ($HALE_HUB_SOCKET)")
 	fs.StringVar(&f.address, "api-address", "", "the hub's loopback API address instead of the socket (needs --token-file)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "the API token file, with --api-address")
+	// Being built with management mode (docs/design.md): hidden with it.
+	fs.StringVar(&f.cluster, "cluster", "", "a hub in a management cluster: the Cluster API Cluster (NAMESPACE/NAME) to ask about")
+	_ = fs.MarkHidden("cluster")
 }
 
 // status asks the hub for its status.
@@ -60,18 +66,26 @@ func (f *apiFlags) status(ctx context.Context) (operator.Status, error) {
 }
 
 func (f *apiFlags) client() (*apiClient, error) {
+	cell := ""
+	if f.cluster != "" {
+		ns, name, ok := strings.Cut(f.cluster, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, &codedError{exitUsage, fmt.Errorf("--cluster %q: want NAMESPACE/NAME (a Cluster API Cluster)", f.cluster)}
+		}
+		cell = "/clusters/" + url.PathEscape(ns) + "/" + url.PathEscape(name)
+	}
 	if f.address != "" {
 		token, err := readToken("token-file", f.tokenFile)
 		if err != nil {
 			return nil, err
 		}
-		return &apiClient{http: &http.Client{Timeout: f.timeout}, base: "http://" + f.address, token: token, where: f.address}, nil
+		return &apiClient{http: &http.Client{Timeout: f.timeout}, base: "http://" + f.address + cell, token: token, where: f.address}, nil
 	}
 	socket := f.socket
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}
-	return &apiClient{http: &http.Client{Timeout: f.timeout, Transport: tr}, base: "http://hub", where: socket}, nil
+	return &apiClient{http: &http.Client{Timeout: f.timeout, Transport: tr}, base: "http://hub" + cell, where: socket}, nil
 }
 
 // do sends a request; out is a *string for text answers or a value to decode JSON into.

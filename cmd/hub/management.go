@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +53,8 @@ type management struct {
 
 	mu   sync.Mutex
 	regs map[client.ObjectKey]*prometheus.Registry // each running cell's metrics
+	hubs map[client.ObjectKey]*hub.Hub             // each running cell's hub, for the operator API
+	set  *cells.Set                                // while this replica leads
 }
 
 // runManagement runs management mode until ctx ends; ready, when set, receives the addresses once
@@ -64,7 +67,7 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	case o.inventory != "" || o.keyFile != "":
 		return errors.New("--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file")
 	}
-	m := &management{o: o, log: log, regs: map[client.ObjectKey]*prometheus.Registry{}}
+	m := &management{o: o, log: log, regs: map[client.ObjectKey]*prometheus.Registry{}, hubs: map[client.ObjectKey]*hub.Hub{}}
 	var err error
 	if m.policy, err = (inventory.PolicyFile{}).Validate(); err != nil {
 		return err
@@ -95,6 +98,18 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	}
 	m.bmc.Logger, m.bmc.RequestTimeout, m.bmc.VerifyTimeout = log, o.bmcRequestTimeout, o.bmcVerifyTimeout
 	addrs := runAddrs{}
+	apiLns, err := listenAPI(o.api)
+	if err != nil {
+		return err
+	}
+	defer closeAPI(apiLns, o.api)
+	leads := func(ctx context.Context) string { return standbyAnswer(ctx, m.c, k.namespace, k.lease) }
+	for _, l := range apiLns {
+		s := &http.Server{Handler: hub.RequireToken(l.token, m.api(leads)), ReadHeaderTimeout: 5 * time.Second}
+		defer s.Close()
+		go func() { _ = s.Serve(l.ln) }()
+		addrs.API = append(addrs.API, l.ln.Addr().String())
+	}
 	if o.metrics != "" {
 		ln, err := net.Listen("tcp", o.metrics)
 		if err != nil {
@@ -121,9 +136,72 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	return kube.Elect(ctx, cfg, m.c, k.namespace, k.lease, node, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		set := &cells.Set{Client: m.c, Log: log, Run: func(ctx context.Context, cell cells.Cell) error { return m.runCell(ctx, leader, cell) }}
+		m.mu.Lock()
+		m.set = set
+		m.mu.Unlock()
 		set.Loop(lctx, k.discoverEvery)
+		m.mu.Lock()
+		m.set = nil
+		m.mu.Unlock()
 		log.Info("no longer leading", "epoch", leader.Epoch())
 	}, nil)
+}
+
+// api is the operator API of management mode: each running cell's hub under
+// /clusters/NAMESPACE/NAME/ (the operator commands' --cluster); anything else is answered with the
+// Clusters to choose from (or, on a replica that does not lead, with the one that does).
+func (m *management) api(leads func(context.Context) string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/clusters/{namespace}/{name}/", func(w http.ResponseWriter, r *http.Request) {
+		key := client.ObjectKey{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+		m.mu.Lock()
+		h, leading := m.hubs[key], m.set != nil
+		m.mu.Unlock()
+		switch {
+		case !leading:
+			hub.WriteAPIError(w, http.StatusServiceUnavailable, leads(r.Context()))
+		case h == nil:
+			hub.WriteAPIError(w, http.StatusNotFound, fmt.Sprintf("no cell of Cluster API Cluster %s runs here: %s", key, m.cellList()))
+		default:
+			http.StripPrefix("/clusters/"+key.Namespace+"/"+key.Name, h.APIHandler("")).ServeHTTP(w, r)
+		}
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		leading := m.set != nil
+		m.mu.Unlock()
+		if !leading {
+			hub.WriteAPIError(w, http.StatusServiceUnavailable, leads(r.Context()))
+			return
+		}
+		hub.WriteAPIError(w, http.StatusBadRequest, "this hub heals the control planes of several clusters (management mode): "+
+			"name one with --cluster NAMESPACE/NAME; "+m.cellList())
+	})
+	return mux
+}
+
+// cellList says which Clusters have a cell, and why the others' do not run.
+func (m *management) cellList() string {
+	m.mu.Lock()
+	set := m.set
+	m.mu.Unlock()
+	var list []string
+	if set != nil {
+		for _, st := range set.Status() {
+			switch {
+			case st.Running && st.Problem == "":
+				list = append(list, st.Cluster.String()+" (running)")
+			case st.Running:
+				list = append(list, fmt.Sprintf("%s (running; %s)", st.Cluster, st.Problem))
+			default:
+				list = append(list, fmt.Sprintf("%s (not running: %s)", st.Cluster, st.Problem))
+			}
+		}
+	}
+	if len(list) == 0 {
+		return "no Cluster API Cluster is labelled " + cells.OptInLabel + "=true (or none was found yet)"
+	}
+	return "the Clusters labelled " + cells.OptInLabel + "=true are " + strings.Join(list, ", ")
 }
 
 // gatherers are the running cells' registries.
@@ -203,11 +281,12 @@ func (m *management) runCell(ctx context.Context, leader *kube.Leader, cell cell
 		return err
 	}
 	m.mu.Lock()
-	m.regs[key] = reg
+	m.regs[key], m.hubs[key] = reg, h
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		delete(m.regs, key)
+		delete(m.hubs, key)
 		m.mu.Unlock()
 	}()
 	requests := &kube.RequestSync{Client: m.c, Namespace: key.Namespace, Hub: h, Epoch: leader.Epoch(), Log: log,

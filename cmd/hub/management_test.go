@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -96,10 +99,11 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	go op.Run(ctx)
 
 	logs := &capture.Buffer{}
+	socket := filepath.Join(dir, "hub.sock")
 	hctx, stop := context.WithCancel(context.Background())
 	done, ready := make(chan error, 1), make(chan runAddrs, 1)
 	go func() {
-		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
+		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
 			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
 			kube: &kubeOptions{config: mcfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
 				agentPort: seed.Port, management: true}}, logs, ready)
@@ -132,6 +136,29 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		}
 		return healthy == 3
 	}, 60*time.Second, 100*time.Millisecond, "the cell's verdicts in the Cluster's HealthPolicy")
+	hubCmd := func(args ...string) (string, int) {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(append(args, "--socket", socket))
+		err := root.ExecuteContext(context.Background())
+		if err != nil {
+			out.WriteString(err.Error())
+		}
+		return out.String(), exitCode(err)
+	}
+	out, code := hubCmd("status", "--cluster", "fleet/w1")
+	assert.Equal(t, 0, code, out)
+	assert.Regexp(t, `(?m)^cluster demo `, out)
+	assert.Regexp(t, `(?m)^w1-cp-0\s+Healthy`, out)
+	out, code = hubCmd("status")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, out, "this hub heals the control planes of several clusters (management mode): name one with --cluster NAMESPACE/NAME; "+
+		"the Clusters labelled hale.dev/heal=true are fleet/w1 (running)")
+	out, code = hubCmd("status", "--cluster", "w1")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, out, `--cluster "w1": want NAMESPACE/NAME (a Cluster API Cluster)`)
+	out, _ = hubCmd("status", "--cluster", "fleet/nope")
+	assert.Contains(t, out, "no cell of Cluster API Cluster fleet/nope runs here: the Clusters labelled hale.dev/heal=true are fleet/w1 (running)")
 
 	// A second Cluster whose agents' pool has the same name cannot be served beside it: its cell says
 	// why (and is tried again), the first heals on.
@@ -139,6 +166,8 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), `the gossip pool of Cluster API Cluster fleet/w2: gossip pool \"demo\" is served on this port already: each cluster's pool needs a name of its own (annotation hale.dev/gossip-cluster)`)
 	}, 20*time.Second, 100*time.Millisecond)
+	out, _ = hubCmd("status")
+	assert.Contains(t, out, `fleet/w2 (not running: its cell ended: the gossip pool of Cluster API Cluster fleet/w2: gossip pool "demo" is served on this port already`)
 
 	victim := "w1-" + tb.Name(2)
 	tb.Hang(2)
@@ -160,10 +189,13 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	assert.Equal(t, "w1", r.Labels[clusterv1.ClusterNameLabel])
 	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered its BMC off and on")
 
-	resp, err := http.Get("http://" + addrs.Metrics + "/metrics")
-	require.NoError(t, err)
-	page, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	require.NoError(t, err)
-	assert.Regexp(t, `hale_hub_remediations_total\{cluster="fleet/w1",[^}]*result="succeeded"[^}]*\} 1`, string(page))
+	// Counted as the remediation ends, a moment after its journal says so.
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addrs.Metrics + "/metrics")
+		require.NoError(t, err)
+		page, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		return regexp.MustCompile(`hale_hub_remediations_total\{cluster="fleet/w1",[^}]*result="succeeded"[^}]*\} 1`).Match(page)
+	}, 5*time.Second, 50*time.Millisecond, "the cell's metrics, labelled with its Cluster")
 }
