@@ -14,24 +14,19 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
-	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube/cells"
-	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
-	"github.com/hale-dev/hale/test/lab/inproc"
-	"github.com/hale-dev/hale/test/metal3sim"
 )
 
 // cellRuns records what the cells' runs did: which ran, how many at once per Cluster, and when each
@@ -356,68 +351,4 @@ func TestTwoClustersInOneNamespace(t *testing.T) {
 	assert.Empty(t, hr.Status.Phase, "b's MachineHealthCheck's request: untouched by a's cell")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-2"}, &machineB))
 	assert.Contains(t, machineB.Annotations, clusterv1.RemediateMachineAnnotation)
-}
-
-// One cell of a management cluster heals a hung machine of its workload cluster through the
-// management cluster, on real components: the workload cluster's Nodes on one API server (the
-// in-process cluster's real etcd members and agents behind them), Cluster API's Machines and metal3's
-// BareMetalHosts on another (the shared one, the management cluster), the hosts' BMCs the in-process
-// cluster's Redfish simulators, driven by the metal3 operator's stand-in on the management cluster.
-// Cluster b's Machines name the same Nodes and its hosts sit in the same namespace: nothing of b's is
-// touched, and the remediation is journaled as a's.
-func TestACellHealsThroughTheManagementCluster(t *testing.T) {
-	workload, tb, inv := kubeInproc(t, "unused")
-	mc, _, ns := shared.Namespace(t)
-	ctx := t.Context()
-	for _, m := range inv.Machines {
-		for _, cluster := range []string{"a", "b"} {
-			name := cluster + "-" + m.Node
-			createClusterMachine(t, mc, ns, name, m.Node, cluster+"-cp", cluster, nil)
-			host, annotations := m.Node, map[string]string(nil) // the stand-in finds a host's BMC by its name
-			if cluster == "b" {
-				host, annotations = "b-host-"+m.Node, map[string]string{clusterapi.HostDetachedAnnotation: ""} // no BMC of its own here
-			}
-			createHost(t, mc, ns, host, m.Endpoint.String(), name+"-infra", annotations)
-		}
-	}
-	op := &metal3sim.Operator{Client: mc, Namespace: ns, Interval: 50 * time.Millisecond, Log: tb.Log(), Power: metal3sim.InventoryPower(inv)}
-	go op.Run(ctx)
-
-	d := &Discovery{Client: mc, Workload: workload, ClusterName: "a", Namespace: ns, MetalPoll: 50 * time.Millisecond, MetalTimeout: 20 * time.Second,
-		Base: pass.Inventory{Cluster: inv.Cluster, Policy: inv.Policy, Witnesses: inv.Witnesses}}
-	found, err := d.Build(ctx)
-	require.NoError(t, err)
-	tb.StopHub()
-	require.NoError(t, tb.StartHub(inproc.HubOptions{Store: NewJournal(mc, ns, 1, 5).ForCluster("a"), Configure: func(cfg *hub.Config) {
-		cfg.Inventory = found
-		cfg.PowerFor = d.PowerFor(nil)
-		cfg.OwnerFor = d.OwnerFor
-		cfg.OutOfService = NodeTaints{Client: workload}
-	}}))
-	requests := &RequestSync{Client: mc, Namespace: ns, Hub: tb.Hub(), Epoch: 1, Machines: true, MachineNamespace: ns, Cluster: "a",
-		Interval: 200 * time.Millisecond, Log: tb.Log()}
-	go requests.Run(ctx)
-	require.NoError(t, tb.Settle(ctx))
-
-	victim := "a-" + tb.Name(2)
-	tb.Hang(2)
-	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, victim+" healed through its BareMetalHost in the management cluster", func() bool {
-		hist, err := tb.Hub().History(ctx, victim)
-		return err == nil && len(hist) == 1 && hist[0].State == journal.Succeeded
-	}))
-	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered its BMC off and on")
-	var list v1alpha1.RemediationList
-	require.NoError(t, mc.List(ctx, &list, client.InNamespace(ns)))
-	require.Len(t, list.Items, 1)
-	assert.Equal(t, map[string]string{clusterv1.ClusterNameLabel: "a", v1alpha1.LabelMachine: victim, v1alpha1.LabelPhase: "Succeeded"}, list.Items[0].Labels)
-	for _, m := range inv.Machines {
-		host := &unstructured.Unstructured{}
-		host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
-		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-host-" + m.Node}, host))
-		assert.Equal(t, map[string]string{clusterapi.HostDetachedAnnotation: ""}, host.GetAnnotations(), "b's hosts: untouched")
-		var machine clusterv1.Machine
-		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-" + m.Node}, &machine))
-		assert.Empty(t, machine.Annotations, "b's Machines: untouched")
-		assert.Empty(t, machine.Status.Conditions, "b's Machines: untouched")
-	}
 }

@@ -37,7 +37,7 @@ import (
 // a Secret), finds the machines across both clusters, follows the HealthPolicy named after the
 // Cluster, and power-cycles a hung machine through its BareMetalHost (metal3's operator stood in for
 // on the management cluster), journaled in the Cluster's namespace with its label; its metrics carry
-// the Cluster's name.
+// the Cluster's name. Another Cluster's Machines naming the same Nodes, and its hosts, are untouched.
 func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	mc, mcfg := kubeenv.Start(t)
 	wc, wcfg := kubeenv.StartBare(t)
@@ -77,23 +77,33 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	require.NoError(t, mc.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
 		Spec: v1alpha1.HealthPolicySpec{Cooldown: &metav1.Duration{Duration: time.Second},
 			StallTolerance: &v1alpha1.QuorumWaits{QuorumHeld: short, QuorumNeeded: short}, ComponentGrace: &v1alpha1.QuorumWaits{QuorumHeld: short, QuorumNeeded: short}}}))
+	// Both Clusters' Machines name the same Nodes (w2's pool clashes with w1's below, so its cell never
+	// runs: what w1's cell does to w2's objects is all there is to see); w2's hosts are detached (the
+	// stand-in leaves them alone), w1's named after the Nodes (the stand-in finds a host's BMC so).
 	yes := true
 	for _, m := range bed.Machines {
-		name := "w1-" + m.Node
-		machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "controlplane.cluster.x-k8s.io/v1beta2", Kind: "KubeadmControlPlane", Name: "w1-cp", UID: "0e3c6b4a-0000-4000-8000-000000000001", Controller: &yes}}},
-			Spec: clusterv1.MachineSpec{ClusterName: "w1", Bootstrap: clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
-				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name}}}
-		require.NoError(t, mc.Create(ctx, machine))
-		machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: m.Node}
-		require.NoError(t, mc.Status().Update(ctx, machine))
-		host := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"online": true,
-			"bmc":         map[string]any{"address": m.Endpoint.String(), "credentialsName": m.Node + "-bmc"},
-			"consumerRef": map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": ns}}}}
-		host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
-		host.SetNamespace(ns)
-		host.SetName(m.Node) // the stand-in finds a host's BMC by its name
-		require.NoError(t, mc.Create(ctx, host))
+		for _, cluster := range []string{"w1", "w2"} {
+			name := cluster + "-" + m.Node
+			machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "controlplane.cluster.x-k8s.io/v1beta2", Kind: "KubeadmControlPlane", Name: cluster + "-cp",
+					UID: "0e3c6b4a-0000-4000-8000-000000000001", Controller: &yes}}},
+				Spec: clusterv1.MachineSpec{ClusterName: cluster, Bootstrap: clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name}}}
+			require.NoError(t, mc.Create(ctx, machine))
+			machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: m.Node}
+			require.NoError(t, mc.Status().Update(ctx, machine))
+			host := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"online": true,
+				"bmc":         map[string]any{"address": m.Endpoint.String(), "credentialsName": m.Node + "-bmc"},
+				"consumerRef": map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": ns}}}}
+			host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
+			host.SetNamespace(ns)
+			host.SetName(m.Node)
+			if cluster == "w2" {
+				host.SetName("w2-host-" + m.Node)
+				host.SetAnnotations(map[string]string{clusterapi.HostDetachedAnnotation: ""})
+			}
+			require.NoError(t, mc.Create(ctx, host))
+		}
 	}
 	op := &metal3sim.Operator{Client: mc, Namespace: ns, Interval: 50 * time.Millisecond, Log: tb.Log(), Power: metal3sim.InventoryPower(bed)}
 	go op.Run(ctx)
@@ -188,6 +198,16 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	assert.Equal(t, victim, r.Spec.Machine)
 	assert.Equal(t, "w1", r.Labels[clusterv1.ClusterNameLabel])
 	assert.NotEmpty(t, tb.Resets(2), "the operator stand-in powered its BMC off and on")
+	for _, m := range bed.Machines {
+		host := &unstructured.Unstructured{}
+		host.SetGroupVersionKind(clusterapi.BareMetalHostGVK)
+		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w2-host-" + m.Node}, host))
+		assert.Equal(t, map[string]string{clusterapi.HostDetachedAnnotation: ""}, host.GetAnnotations(), "w2's hosts: untouched")
+		var machine clusterv1.Machine
+		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w2-" + m.Node}, &machine))
+		assert.Empty(t, machine.Annotations, "w2's Machines: untouched")
+		assert.Empty(t, machine.Status.Conditions, "w2's Machines: untouched")
+	}
 
 	// Counted as the remediation ends, a moment after its journal says so.
 	require.Eventually(t, func() bool {
