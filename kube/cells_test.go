@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -186,9 +186,8 @@ func TestManagementCells(t *testing.T) {
 	assert.Contains(t, logs.String(), "garbled-kubeconfig")
 	assert.NotContains(t, logs.String(), "s3cr3t")
 	require.Eventually(t, func() bool {
-		return strings.Contains(status()["panics"].Problem, "its cell ended: panic: a cell's bug")
-	},
-		5*time.Second, 20*time.Millisecond)
+		return regexp.MustCompile(`^its cell ended at \d\d:\d\d:\d\dZ: panic: a cell's bug$`).MatchString(status()["panics"].Problem)
+	}, 5*time.Second, 20*time.Millisecond)
 
 	// A cell that panicked is started again after Retry, and only then; the others go on meanwhile.
 	_, before, _, _ := runs.get("panics")
@@ -198,6 +197,7 @@ func TestManagementCells(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	require.NoError(t, set.Sync(ctx))
 	require.Eventually(t, func() bool { _, n, _, _ := runs.get("panics"); return n == before+1 }, 5*time.Second, 20*time.Millisecond)
+	assert.Contains(t, status()["panics"].Problem, "panic: a cell's bug", "a cell that keeps failing says so while it is tried again")
 	running, started, _, _ := runs.get("self")
 	assert.Equal(t, []int{1, 1}, []int{running, started}, "the panics of another cell left self's alone")
 

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,17 +63,40 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	require.NoError(t, err)
 	key, err := os.ReadFile(tb.GossipKeyFile())
 	require.NoError(t, err)
-	// optIn labels Cluster name for Hale, its agents' pool named demo, with the Secrets Cluster API and
-	// the operator make: its kubeconfig (the workload cluster's) and its gossip key (the agents').
-	optIn := func(name string) {
+	// optIn labels Cluster name for Hale, its agents' pool named pool, with the Secrets Cluster API and
+	// the operator make: its kubeconfig (of the workload cluster at kubeconfig) and its gossip key (the
+	// agents').
+	optIn := func(name, pool string, kubeconfig []byte) {
 		require.NoError(t, mc.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-			Labels: map[string]string{cells.OptInLabel: "true"}, Annotations: map[string]string{cells.GossipNameAnnotation: "demo"}},
+			Labels: map[string]string{cells.OptInLabel: "true"}, Annotations: map[string]string{cells.GossipNameAnnotation: pool}},
 			Spec: clusterv1.ClusterSpec{Paused: new(false)}}))
 		for suffix, data := range map[string]map[string][]byte{"-kubeconfig": {"value": kubeconfig}, "-hale-gossip": {"key": key}} {
 			require.NoError(t, mc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + suffix}, Data: data}))
 		}
 	}
-	optIn("w1")
+	optIn("w1", "demo", kubeconfig)
+	// w3's workload API server hangs (it accepts and never answers): its cell waits on it, w1's does not.
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hung.Close() })
+	go func() {
+		var held []net.Conn
+		for {
+			conn, err := hung.Accept()
+			if err != nil {
+				for _, c := range held {
+					_ = c.Close()
+				}
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	hungCfg := rest.CopyConfig(wcfg)
+	hungCfg.Host = "https://" + hung.Addr().String()
+	hungKubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, hungCfg, t.TempDir(), ""))
+	require.NoError(t, err)
+	optIn("w3", "w3-agents", hungKubeconfig)
 	short := &metav1.Duration{Duration: 5 * time.Second}
 	require.NoError(t, mc.Create(ctx, &v1alpha1.HealthPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"},
 		Spec: v1alpha1.HealthPolicySpec{Cooldown: &metav1.Duration{Duration: time.Second},
@@ -163,21 +187,21 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	out, code = hubCmd("status")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, "this hub heals the control planes of several clusters (management mode): name one with --cluster NAMESPACE/NAME; "+
-		"the Clusters labelled hale.dev/heal=true are fleet/w1 (running)")
+		"the Clusters labelled hale.dev/heal=true are fleet/w1 (running), fleet/w3 (")
 	out, code = hubCmd("status", "--cluster", "w1")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, out, `--cluster "w1": want NAMESPACE/NAME (a Cluster API Cluster)`)
 	out, _ = hubCmd("status", "--cluster", "fleet/nope")
-	assert.Contains(t, out, "no cell of Cluster API Cluster fleet/nope runs here: the Clusters labelled hale.dev/heal=true are fleet/w1 (running)")
+	assert.Contains(t, out, "no cell of Cluster API Cluster fleet/nope runs here: the Clusters labelled hale.dev/heal=true are fleet/w1 (running), fleet/w3 (")
 
 	// A second Cluster whose agents' pool has the same name cannot be served beside it: its cell says
 	// why (and is tried again), the first heals on.
-	optIn("w2")
+	optIn("w2", "demo", kubeconfig)
 	require.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), `the gossip pool of Cluster API Cluster fleet/w2: gossip pool \"demo\" is served on this port already: each cluster's pool needs a name of its own (annotation hale.dev/gossip-cluster)`)
 	}, 20*time.Second, 100*time.Millisecond)
 	out, _ = hubCmd("status")
-	assert.Contains(t, out, `fleet/w2 (not running: its cell ended: the gossip pool of Cluster API Cluster fleet/w2: gossip pool "demo" is served on this port already`)
+	assert.Regexp(t, `fleet/w2 \((not running: |running; )its cell ended at [0-9:]+Z: the gossip pool of Cluster API Cluster fleet/w2: gossip pool "demo" is served on this port already`, out)
 
 	victim := "w1-" + tb.Name(2)
 	tb.Hang(2)
@@ -208,6 +232,11 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		assert.Empty(t, machine.Annotations, "w2's Machines: untouched")
 		assert.Empty(t, machine.Status.Conditions, "w2's Machines: untouched")
 	}
+
+	require.Eventually(t, func() bool {
+		out, _ = hubCmd("status")
+		return regexp.MustCompile(`fleet/w3 \((not running: |running; )its cell ended at [0-9:]+Z: listing control-plane nodes in the workload cluster of Cluster API Cluster fleet/w3: `).MatchString(out)
+	}, 30*time.Second, 200*time.Millisecond, "the cell whose workload API server hangs waits on it (10 s a request), then says why it stopped, and is tried again: %s", out)
 
 	// Counted as the remediation ends, a moment after its journal says so.
 	require.Eventually(t, func() bool {

@@ -54,7 +54,8 @@ func KubeconfigSecret(c client.ObjectKey) client.ObjectKey {
 // Status is what Set.Status says of one opted-in Cluster.
 type Status struct {
 	Cluster client.ObjectKey
-	// Running: its cell runs now. Problem, when not empty, is why it does not (or why it last ended).
+	// Running: its cell runs now. Problem, when not empty, is why it does not, or why its kubeconfig
+	// cannot be read now and how its last run ended by itself (it is tried again meanwhile).
 	Running bool
 	Problem string
 }
@@ -76,11 +77,23 @@ type Set struct {
 
 // cell is one Cluster's: its latest run, and what it was started from.
 type cell struct {
-	hash    [sha256.Size]byte // of the kubeconfig it runs with
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when its run returned; nil: not started
-	ended   time.Time
-	problem string
+	hash   [sha256.Size]byte // of the kubeconfig it runs with
+	cancel context.CancelFunc
+	done   chan struct{} // closed when its run returned; nil: not started
+	ended  time.Time
+	// secret: why its kubeconfig cannot be read now; failed: how its last run that ended by itself
+	// ended (kept while it is tried again, so that a cell that keeps failing says so).
+	secret, failed string
+}
+
+func (c *cell) problem() string {
+	switch {
+	case c.secret == "":
+		return c.failed
+	case c.failed == "":
+		return c.secret
+	}
+	return c.secret + "; " + c.failed
 }
 
 func (c *cell) running() bool {
@@ -157,10 +170,10 @@ func (s *Set) Sync(ctx context.Context) error {
 			c = &cell{}
 			s.cells[key] = c
 		}
-		if c.problem != p {
+		if c.secret != p {
 			s.log().Warn("Cluster API Cluster "+key.String()+": its kubeconfig cannot be read", "problem", p, "cellRunning", c.running())
 		}
-		c.problem = p
+		c.secret = p
 	}
 	for key, want := range want {
 		s.start(ctx, key, want)
@@ -185,7 +198,7 @@ func (s *Set) start(ctx context.Context, key client.ObjectKey, want Cell) {
 		c = &cell{}
 		s.cells[key] = c
 	case c.running() && c.hash == hash:
-		c.problem = "" // its Secret is readable again, unchanged
+		c.secret = "" // its Secret is readable again, unchanged
 		return
 	case c.running():
 		c.cancel() // a new kubeconfig: the old run stops first
@@ -194,7 +207,7 @@ func (s *Set) start(ctx context.Context, key client.ObjectKey, want Cell) {
 		return // ended by itself a moment ago: not at once again
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	c.hash, c.cancel, c.done, c.problem = hash, cancel, make(chan struct{}), ""
+	c.hash, c.cancel, c.done, c.secret = hash, cancel, make(chan struct{}), ""
 	s.log().Info("healing Cluster API Cluster "+key.String(), "workload", want.Workload.Host)
 	go s.run(cctx, key, want, c)
 }
@@ -209,7 +222,7 @@ func (s *Set) run(ctx context.Context, key client.ObjectKey, want Cell, c *cell)
 		s.mu.Lock()
 		c.ended = time.Now()
 		if err != nil && ctx.Err() == nil {
-			c.problem = "its cell ended: " + err.Error()
+			c.failed = fmt.Sprintf("its cell ended at %s: %v", c.ended.UTC().Format(time.TimeOnly+"Z"), err)
 		}
 		close(c.done)
 		s.mu.Unlock()
@@ -262,7 +275,7 @@ func (s *Set) Status() []Status {
 	var out []Status
 	for _, key := range slices.SortedFunc(maps.Keys(s.cells), func(a, b client.ObjectKey) int { return cmp.Compare(a.String(), b.String()) }) {
 		c := s.cells[key]
-		out = append(out, Status{Cluster: key, Running: c.running(), Problem: c.problem})
+		out = append(out, Status{Cluster: key, Running: c.running(), Problem: c.problem()})
 	}
 	return out
 }
