@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcsim"
 	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/silent"
 )
 
 // secret is the simulator's password in these tests; secretScanner asserts it never shows up.
@@ -390,9 +390,7 @@ func TestRedfishCheckWithdrawsDisruptiveRequests(t *testing.T) {
 // password, the system; a BMC's error body is reduced to its status, message ID and message.
 func TestRedfishProblems(t *testing.T) {
 	r := newRig(t, bmcsim.Config{})
-	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = silent.Close() })
+	silent := silent.Listen(t)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedAddr := closed.Addr().String()
@@ -406,7 +404,7 @@ func TestRedfishProblems(t *testing.T) {
 	}{
 		{"ready", r.sim.Endpoint(), secret, ProblemNone, ""},
 		{"wrong password", r.sim.Endpoint(), "wrong-" + secret, ProblemLogin, "HTTP 401 Unauthorized"},
-		{"silent port", "redfish://" + silent.Addr().String(), secret, ProblemUnreachable, "BMC unreachable: connect: no answer within 300ms; check the address"},
+		{"silent port", "redfish://" + silent.Addr(), secret, ProblemUnreachable, "BMC unreachable: connect: no answer within 300ms; check the address"},
 		{"closed port", "redfish://" + closedAddr, secret, ProblemUnreachable, "BMC unreachable: connect: cannot connect: "},
 		{"no such system", r.sim.Endpoint() + "/systems/zz", secret, ProblemNoSystem, `no system "zz"; the BMC has one system (1)`},
 	}
@@ -435,30 +433,11 @@ func TestRedfishProblems(t *testing.T) {
 // so it is not asked again with basic auth (each attempt asked twice: `hub check` of a silent BMC took
 // four request timeouts, not the two its one retry allows).
 func TestRedfishSilentBMCOneConnectionPerAttempt(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
-	require.NoError(t, err)
-	var accepted atomic.Int32
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				_ = c.Close()
-			}
-		}()
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			held = append(held, c)
-		}
-	}()
-	t.Cleanup(func() { _ = silent.Close() })
+	silent := silent.Listen(t)
 	r := newRig(t, bmcsim.Config{})
 	opts := r.opts()
 	opts.Retries, opts.RequestTimeout, opts.RetryBase = 1, 200*time.Millisecond, 10*time.Millisecond
-	_, err = r.controller("redfish+http://"+silent.Addr().String(), opts, secret).PowerState(context.Background())
+	_, err := r.controller("redfish+http://"+silent.Addr(), opts, secret).PowerState(context.Background())
 	assert.Equal(t, ProblemUnreachable, ProblemOf(err), "%v", err)
-	assert.Equal(t, int32(2), accepted.Load(), "connections: one per attempt (one retry)")
+	assert.Equal(t, 2, silent.Accepted(), "connections: one per attempt (one retry)")
 }

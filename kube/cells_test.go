@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"regexp"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/kube/cells"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
+	"github.com/hale-dev/hale/test/silent"
 )
 
 // cellRuns records what the cells' runs did: which ran, how many at once per Cluster, and when each
@@ -69,26 +69,9 @@ func TestManagementCells(t *testing.T) {
 	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	hung, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers (a hung API server)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = hung.Close() })
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				_ = c.Close()
-			}
-		}()
-		for {
-			conn, err := hung.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, conn)
-		}
-	}()
+	hung := silent.Listen(t) // a hung API server
 	hungCfg := rest.CopyConfig(cfg)
-	hungCfg.Host = "https://" + hung.Addr().String()
+	hungCfg.Host = "https://" + hung.Addr()
 
 	cluster := func(name string, optIn bool) {
 		cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}

@@ -108,15 +108,7 @@ func TestKubernetesModeFailover(t *testing.T) {
 	// A slow BMC, so that hub-a dies inside the BMC step.
 	tb.Sim().SetFaults(bmcsim.Faults{Latency: 400 * time.Millisecond})
 	tb.Hang(2)
-	remediation := func() *v1alpha1.Remediation {
-		var list v1alpha1.RemediationList
-		require.NoError(t, c.List(ctx, &list, client.InNamespace("hale-system")))
-		if len(list.Items) == 0 {
-			return nil
-		}
-		require.Len(t, list.Items, 1, "one remediation, never a second")
-		return &list.Items[0]
-	}
+	remediation := func() *v1alpha1.Remediation { return onlyRemediation(t, c, "hale-system") }
 	require.Eventually(t, func() bool {
 		r := remediation()
 		return r != nil && slices.ContainsFunc(r.Status.History, func(e v1alpha1.RemediationEvent) bool { return e.Kind == "intent" })
@@ -278,4 +270,16 @@ func createBedNodes(t *testing.T, c client.Client, tb *inproc.Cluster) pass.Inve
 			Labels: map[string]string{kube.ControlPlaneLabel: ""}, Annotations: map[string]string{kube.EtcdMemberAnnotation: m.Member}}}))
 	}
 	return bed
+}
+
+// onlyRemediation is the one Remediation object in ns (nil: none yet); a second fails the test.
+func onlyRemediation(t *testing.T, c client.Client, ns string) *v1alpha1.Remediation {
+	t.Helper()
+	var list v1alpha1.RemediationList
+	require.NoError(t, c.List(t.Context(), &list, client.InNamespace(ns)))
+	if len(list.Items) == 0 {
+		return nil
+	}
+	require.Len(t, list.Items, 1, "one remediation, never a second")
+	return &list.Items[0]
 }

@@ -58,7 +58,7 @@ type management struct {
 }
 
 // runManagement runs management mode until ctx ends; ready, when set, receives the addresses once
-// they serve (API: none yet).
+// they serve.
 func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready chan<- runAddrs) error {
 	k := o.kube
 	switch {
@@ -72,7 +72,8 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	if m.policy, err = (inventory.PolicyFile{}).Validate(); err != nil {
 		return err
 	}
-	node := hubName(&o)
+	m.o.node = hubName(&o)
+	node := m.o.node
 	if m.identity, m.pinned, err = identity.LoadIdentities(node, cmp.Or(o.node, "hub-*"), o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
 		return err
 	}
@@ -105,32 +106,30 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	defer closeAPI(apiLns, o.api)
 	leads := func(ctx context.Context) string { return standbyAnswer(ctx, m.c, k.namespace, k.lease) }
 	for _, l := range apiLns {
-		s := &http.Server{Handler: hub.RequireToken(l.token, m.api(leads)), ReadHeaderTimeout: 5 * time.Second}
+		s := serveHTTP(l.ln, hub.RequireToken(l.token, m.api(leads)))
 		defer s.Close()
-		go func() { _ = s.Serve(l.ln) }()
 		addrs.API = append(addrs.API, l.ln.Addr().String())
 	}
 	if o.metrics != "" {
-		ln, err := net.Listen("tcp", o.metrics)
-		if err != nil {
-			return fmt.Errorf("--metrics-address %s: %w", o.metrics, err)
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			promhttp.HandlerFor(append(prometheus.Gatherers{promBase}, m.gatherers()...), promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		// /healthz says the process serves: a stalled cell is its own (its status says so), and a
+		// restart of the pod would stop every cell.
+		s, addr, err := listenMetrics(o.metrics, func(mux *http.ServeMux) {
+			mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+				promhttp.HandlerFor(append(prometheus.Gatherers{promBase}, m.gatherers()...), promhttp.HandlerOpts{}).ServeHTTP(w, r)
+			})
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 		})
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		if err != nil {
+			return err
+		}
 		defer s.Close()
-		go func() { _ = s.Serve(ln) }()
-		addrs.Metrics = ln.Addr().String()
+		addrs.Metrics = addr
 	}
 	log.Info("hub started (management mode)", "version", buildinfo.Get().String(), "node", node, "gossip", net.JoinHostPort(bindAddr, fmt.Sprint(base.Port())),
 		"metrics", addrs.Metrics)
 	if ready != nil {
 		ready <- addrs
 	}
-	m.o.node = node
 	d := k.leaseDuration
 	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
 	return kube.Elect(ctx, cfg, m.c, k.namespace, k.lease, node, timing, func(lctx context.Context, leader *kube.Leader) {

@@ -28,6 +28,7 @@ import (
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
+	"github.com/hale-dev/hale/test/silent"
 )
 
 // `hub run --kubernetes --management` in a management cluster (a real API server with Cluster API's
@@ -76,24 +77,9 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	}
 	optIn("w1", "demo", kubeconfig)
 	// w3's workload API server hangs (it accepts and never answers): its cell waits on it, w1's does not.
-	hung, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = hung.Close() })
-	go func() {
-		var held []net.Conn
-		for {
-			conn, err := hung.Accept()
-			if err != nil {
-				for _, c := range held {
-					_ = c.Close()
-				}
-				return
-			}
-			held = append(held, conn)
-		}
-	}()
+	hung := silent.Listen(t)
 	hungCfg := rest.CopyConfig(wcfg)
-	hungCfg.Host = "https://" + hung.Addr().String()
+	hungCfg.Host = "https://" + hung.Addr()
 	hungKubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, hungCfg, t.TempDir(), ""))
 	require.NoError(t, err)
 	optIn("w3", "w3-agents", hungKubeconfig)
@@ -205,15 +191,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 
 	victim := "w1-" + tb.Name(2)
 	tb.Hang(2)
-	remediation := func() *v1alpha1.Remediation {
-		var list v1alpha1.RemediationList
-		require.NoError(t, mc.List(ctx, &list, client.InNamespace(ns)))
-		if len(list.Items) == 0 {
-			return nil
-		}
-		require.Len(t, list.Items, 1, "one remediation, never a second")
-		return &list.Items[0]
-	}
+	remediation := func() *v1alpha1.Remediation { return onlyRemediation(t, mc, ns) }
 	require.Eventually(t, func() bool {
 		r := remediation()
 		return r != nil && r.Status.Phase == v1alpha1.PhaseSucceeded

@@ -290,50 +290,16 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	}
 	var addrs runAddrs
 	for _, l := range apiLns {
-		s := &http.Server{Handler: termHandler(&current, leads, l.token), ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, s)
-		go func() { _ = s.Serve(l.ln) }()
+		servers = append(servers, serveHTTP(l.ln, termHandler(&current, leads, l.token)))
 		addrs.API = append(addrs.API, l.ln.Addr().String())
 	}
 	if o.metrics != "" {
-		ln, err := net.Listen("tcp", o.metrics)
+		s, addr, err := listenMetrics(o.metrics, func(mux *http.ServeMux) { routeMetrics(mux, base, &current) })
 		if err != nil {
-			return fmt.Errorf("--metrics-address %s: %w", o.metrics, err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			gatherers := prometheus.Gatherers{base}
-			if t := current.Load(); t != nil {
-				gatherers = append(gatherers, t.reg)
-			}
-			promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-		})
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			// A standby replica is healthy; the hub in charge is when its pipeline runs.
-			if t := current.Load(); t != nil {
-				if why := t.hub.Stalled(time.Now(), 2*time.Minute, 30*time.Second); why != "" {
-					http.Error(w, why, http.StatusServiceUnavailable)
-					return
-				}
-			}
-			_, _ = io.WriteString(w, "ok\n")
-		})
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-			t := current.Load()
-			if t == nil {
-				http.Error(w, "standing by: another replica leads", http.StatusServiceUnavailable)
-				return
-			}
-			if why := t.hub.Status(r.Context()).NotPlanning; why != "" {
-				http.Error(w, "not planning: "+why, http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = io.WriteString(w, "ok\n")
-		})
-		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, s)
-		go func() { _ = s.Serve(ln) }()
-		addrs.Metrics = ln.Addr().String()
+		addrs.Metrics = addr
 	}
 
 	hup := make(chan os.Signal, 1)
@@ -373,4 +339,55 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	}
 	log.Info("hub stopped")
 	return err
+}
+
+// routeMetrics routes /metrics (base's and the hub in charge's), /healthz and /readyz.
+func routeMetrics(mux *http.ServeMux, base *prometheus.Registry, current *atomic.Pointer[term]) {
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		gatherers := prometheus.Gatherers{base}
+		if t := current.Load(); t != nil {
+			gatherers = append(gatherers, t.reg)
+		}
+		promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// A standby replica is healthy; the hub in charge is when its pipeline runs.
+		if t := current.Load(); t != nil {
+			if why := t.hub.Stalled(time.Now(), 2*time.Minute, 30*time.Second); why != "" {
+				http.Error(w, why, http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		t := current.Load()
+		if t == nil {
+			http.Error(w, "standing by: another replica leads", http.StatusServiceUnavailable)
+			return
+		}
+		if why := t.hub.Status(r.Context()).NotPlanning; why != "" {
+			http.Error(w, "not planning: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+}
+
+// listenMetrics listens on --metrics-address and serves the routes routes sets.
+func listenMetrics(addr string, routes func(*http.ServeMux)) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--metrics-address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	routes(mux)
+	return serveHTTP(ln, mux), ln.Addr().String(), nil
+}
+
+// serveHTTP serves h on ln until the server it returns is closed.
+func serveHTTP(ln net.Listener, h http.Handler) *http.Server {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.Serve(ln) }()
+	return s
 }
