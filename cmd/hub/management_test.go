@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,6 +119,22 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	op := &metal3sim.Operator{Client: mc, Namespace: ns, Interval: 50 * time.Millisecond, Log: tb.Log(), Power: metal3sim.InventoryPower(bed)}
 	go op.Run(ctx)
 
+	// The hub's requests to the management API server, counted.
+	var reads, writes, lease atomic.Int64
+	counted := rest.CopyConfig(mcfg)
+	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			switch {
+			case strings.Contains(r.URL.Path, "/leases/"):
+				lease.Add(1)
+			case r.Method == http.MethodGet:
+				reads.Add(1)
+			default:
+				writes.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
 	logs := &capture.Buffer{}
 	socket := filepath.Join(dir, "hub.sock")
 	hctx, stop := context.WithCancel(context.Background())
@@ -125,7 +142,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	go func() {
 		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
 			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
-			kube: &kubeOptions{config: mcfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
+			kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
 				agentPort: seed.Port, management: true}}, logs, ready)
 	}()
 	var addrs runAddrs
@@ -156,6 +173,15 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		}
 		return healthy == 3
 	}, 60*time.Second, 100*time.Millisecond, "the cell's verdicts in the Cluster's HealthPolicy")
+	// Steady (w1's cell heals nothing, w3's waits on its workload API server), the management cluster
+	// is written only on change: not at all.
+	time.Sleep(time.Second)
+	r0, w0, l0, t0 := reads.Load(), writes.Load(), lease.Load(), time.Now()
+	time.Sleep(3 * time.Second)
+	elapsed := time.Since(t0).Seconds()
+	t.Logf("the management API server, steady, two cells (rediscovering every second): %.1f reads/s, %.1f writes/s (and the Lease: %.1f requests/s)",
+		float64(reads.Load()-r0)/elapsed, float64(writes.Load()-w0)/elapsed, float64(lease.Load()-l0)/elapsed)
+	assert.Zero(t, writes.Load()-w0, "writes to the management cluster in a steady state")
 	hubCmd := func(args ...string) (string, int) {
 		var out bytes.Buffer
 		root := newRootCommand(&out, &out)
@@ -226,3 +252,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		return regexp.MustCompile(`hale_hub_remediations_total\{cluster="fleet/w1",[^}]*result="succeeded"[^}]*\} 1`).Match(page)
 	}, 5*time.Second, 50*time.Millisecond, "the cell's metrics, labelled with its Cluster")
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
