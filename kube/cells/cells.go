@@ -135,17 +135,17 @@ func (s *Set) Sync(ctx context.Context) error {
 	if err := s.Client.List(ctx, &clusters, client.InNamespace(s.Namespace), client.MatchingLabels{OptInLabel: "true"}); err != nil {
 		return fmt.Errorf("listing Cluster API Clusters labelled %s=true: %w", OptInLabel, err)
 	}
-	want := map[client.ObjectKey]Cell{}
+	want := map[client.ObjectKey]wanted{}
 	problems := map[client.ObjectKey]string{}
 	for _, c := range clusters.Items {
 		key := client.ObjectKeyFromObject(&c)
 		if c.DeletionTimestamp != nil {
 			continue // being deleted: its machines go with it
 		}
-		if cfg, err := s.workload(ctx, key); err != nil {
+		if cfg, hash, err := s.workload(ctx, key); err != nil {
 			problems[key] = err.Error()
 		} else {
-			want[key] = Cell{Cluster: key, Workload: cfg}
+			want[key] = wanted{Cell{Cluster: key, Workload: cfg}, hash}
 		}
 	}
 	s.mu.Lock()
@@ -188,10 +188,16 @@ func (s *Set) log() *slog.Logger {
 	return s.Log
 }
 
-// start runs cell key with want unless its run with the same kubeconfig goes on; a run with another
-// one is stopped first (and want started by a later Sync). Called with s.mu held.
-func (s *Set) start(ctx context.Context, key client.ObjectKey, want Cell) {
-	hash := sha256.Sum256(kubeconfigOf(want.Workload))
+// wanted is a cell to run, and the hash of the kubeconfig it is reached with.
+type wanted struct {
+	cell Cell
+	hash [sha256.Size]byte
+}
+
+// start runs cell key as w says unless its run with the same kubeconfig goes on; a run with another
+// one is stopped first (and w started by a later Sync). Called with s.mu held.
+func (s *Set) start(ctx context.Context, key client.ObjectKey, w wanted) {
+	want, hash := w.cell, w.hash
 	c := s.cells[key]
 	switch {
 	case c == nil:
@@ -280,36 +286,30 @@ func (s *Set) Status() []Status {
 	return out
 }
 
-// workload reads Cluster key's kubeconfig Secret; an error names the Secret and what to do, never
-// what the Secret holds.
-func (s *Set) workload(ctx context.Context, key client.ObjectKey) (*rest.Config, error) {
+// workload reads Cluster key's kubeconfig Secret, and hashes it (a change of any byte is a new
+// kubeconfig); an error names the Secret and what to do, never what the Secret holds.
+func (s *Set) workload(ctx context.Context, key client.ObjectKey) (*rest.Config, [sha256.Size]byte, error) {
 	sk := KubeconfigSecret(key)
 	var secret corev1.Secret
 	if err := s.Client.Get(ctx, sk, &secret); apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("no Secret %s: Cluster API writes it once the control plane is initialized (or give this hub's "+
+		return nil, [sha256.Size]byte{}, fmt.Errorf("no Secret %s: Cluster API writes it once the control plane is initialized (or give this hub's "+
 			"ServiceAccount get on Secrets in %s)", sk, sk.Namespace)
 	} else if err != nil {
-		return nil, fmt.Errorf("reading Secret %s: %w", sk, err)
+		return nil, [sha256.Size]byte{}, fmt.Errorf("reading Secret %s: %w", sk, err)
 	}
 	data := secret.Data[kubeconfigKey]
 	if len(data) == 0 {
-		return nil, fmt.Errorf("kubeconfig Secret %s has no key %q: not a Cluster API kubeconfig Secret", sk, kubeconfigKey)
+		return nil, [sha256.Size]byte{}, fmt.Errorf("kubeconfig Secret %s has no key %q: not a Cluster API kubeconfig Secret", sk, kubeconfigKey)
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
 		// The parser's message may quote the Secret's content (credentials): not repeated.
-		return nil, fmt.Errorf("kubeconfig Secret %s: key %q does not parse as a kubeconfig", sk, kubeconfigKey)
+		return nil, [sha256.Size]byte{}, fmt.Errorf("kubeconfig Secret %s: key %q does not parse as a kubeconfig", sk, kubeconfigKey)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = requestTimeout
 	}
-	return cfg, nil
-}
-
-// kubeconfigOf is what a cell's run depends on in cfg, to tell a changed kubeconfig.
-func kubeconfigOf(cfg *rest.Config) []byte {
-	return fmt.Appendf(nil, "%s\x00%s\x00%x\x00%x\x00%x\x00%s\x00%s\x00%s\x00%v", cfg.Host, cfg.ServerName, cfg.CAData, cfg.CertData,
-		cfg.KeyData, cfg.BearerToken, cfg.Username, cfg.Password, cfg.Impersonate)
+	return cfg, sha256.Sum256(data), nil
 }
 
 // GossipNameAnnotation on an opted-in Cluster names its agents' gossip pool (their --cluster), when it
