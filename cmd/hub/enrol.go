@@ -51,9 +51,9 @@ func checkEnrol(o runOptions) error {
 	return nil
 }
 
-// runEnroller answers the members' enrolments while this replica leads (enrol.Enroller), every
-// identity.EnrolmentInterval.
-func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slog.Logger) {
+// enroller answers the enrolments of the members in --namespace of the cluster c reaches (enrol.Enroller):
+// the accounts of --enrol-agents pin their nodes' keys, those of --enrol-hubs their pods'.
+func (k *kubeOptions) enroller(c client.Client, log *slog.Logger) *enrol.Enroller {
 	accounts := func(names []string) []string {
 		var out []string
 		for _, n := range names {
@@ -61,13 +61,21 @@ func (k *kubeOptions) runEnroller(ctx context.Context, c client.Client, log *slo
 		}
 		return out
 	}
-	e := &enrol.Enroller{Client: c, Pinned: enrol.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: identity.PinnedConfigMap}},
+	return &enrol.Enroller{Client: c, Pinned: enrol.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: identity.PinnedConfigMap}},
 		Agents: accounts(k.agents), Hubs: accounts(k.hubs), Log: log}
+}
+
+// runEnroller answers the members' enrolments (e.Pass) every identity.EnrolmentInterval until ctx
+// ends, then, after each pass, calls then when set.
+func runEnroller(ctx context.Context, e *enrol.Enroller, then func(context.Context)) {
 	var said string
 	for {
 		if err := e.Pass(ctx); err != nil && ctx.Err() == nil && err.Error() != said {
-			log.Warn("enrolment: the pinned keys cannot be kept now", "err", err)
+			e.Log.Warn("enrolment: the pinned keys cannot be kept now", "err", err)
 			said = err.Error()
+		}
+		if then != nil {
+			then(ctx)
 		}
 		select {
 		case <-ctx.Done():

@@ -211,7 +211,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		defer current.Store(nil)
 		if k.enrol {
-			go k.runEnroller(lctx, c, log)
+			go runEnroller(lctx, k.enroller(c, log), nil)
 		}
 		var brakes hub.BrakeStore
 		var recoveries hub.RecoveryStore

@@ -33,6 +33,7 @@ import (
 	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/kube/enrol"
 )
 
 // management is `hub run --kubernetes --management` (being built: docs/design.md, Management mode):
@@ -45,9 +46,9 @@ type management struct {
 	o        runOptions
 	c        client.Client
 	mux      *gossipmux.Mux
-	identity *identity.Identity
-	pinned   *identity.Pinned
-	policy   pass.Policy // the cells' policy before their HealthPolicy's override
+	identity *identity.Identity // none with --insecure-no-identities
+	pinAs    string             // the name each cell pins identity's key for in its workload cluster
+	policy   pass.Policy        // the cells' policy before their HealthPolicy's override
 	bmc      bmc.Options
 	log      *slog.Logger
 
@@ -66,16 +67,28 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 		return errors.New("--management finds each Cluster's machines itself: without --discover, --enrol, --degraded-journal or --capi-cluster")
 	case o.inventory != "" || o.keyFile != "":
 		return errors.New("--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file")
+	case o.pinnedFile != "":
+		return fmt.Errorf("--management reads each workload cluster's pinned keys (ConfigMap %s in its namespace %s) and pins its own key there: without --pinned-file",
+			identity.PinnedConfigMap, k.namespace)
 	}
 	m := &management{o: o, log: log, regs: map[client.ObjectKey]*prometheus.Registry{}, hubs: map[client.ObjectKey]*hub.Hub{}}
 	var err error
 	if m.policy, err = (inventory.PolicyFile{}).Validate(); err != nil {
 		return err
 	}
-	m.o.node = hubName(&o)
+	// Only the leader runs cells, and each pins its key in its workload cluster as the one management
+	// hub's (replacing the last leader's): not as hub-POD-*, which that cluster's own enrolment would
+	// unpin, finding no such pod there.
+	m.o.node, m.pinAs = cmp.Or(o.node, "management-"+hubName(&o)), cmp.Or(o.node, "management-hub-*")
 	node := m.o.node
-	if m.identity, m.pinned, err = identity.LoadIdentities(node, cmp.Or(o.node, "hub-*"), o.identityFile, o.pinnedFile, o.noIdentities, "--insecure-no-identities", log); err != nil {
-		return err
+	if !o.noIdentities {
+		id := identity.NewIdentity() // pinned anew by each cell it runs
+		if o.identityFile != "" {
+			if id, _, err = identity.LoadOrCreateIdentity(o.identityFile); err != nil {
+				return err
+			}
+		}
+		m.identity = &id
 	}
 	bindAddr, bindPort, err := splitHostPort("--gossip-bind", o.bind)
 	if err != nil {
@@ -226,19 +239,32 @@ func (m *management) runCell(ctx context.Context, leader *kube.Leader, cell cell
 	if err := m.c.Get(ctx, key, &cl); err != nil {
 		return fmt.Errorf("reading Cluster API Cluster %s: %w", key, err)
 	}
+	name := cells.GossipName(&cl)
+	d := &kube.Discovery{Client: m.c, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
+		Base: pass.Inventory{Cluster: name, Policy: m.policy}}
+	inv, err := d.Build(ctx)
+	if err != nil {
+		return err
+	}
 	keys, err := cells.GossipKeys(ctx, m.c, key)
 	if err != nil {
 		return err
 	}
-	name := cells.GossipName(&cl)
-	pool, err := m.mux.Pool(name)
-	if err != nil {
+	gc := health.GossipConfig{Node: m.o.node, Cluster: name, Role: "hub", Keys: keys, Identity: m.identity, Logger: log, Timing: health.DefaultTiming()}
+	var pinned *cellPinned
+	if m.identity != nil {
+		pk := enrol.PinnedKeys{Client: wc, Key: client.ObjectKey{Namespace: m.o.kube.namespace, Name: identity.PinnedConfigMap}}
+		if pinned, err = m.pinCell(ctx, pk, key); err != nil {
+			return err
+		}
+		gc.Pinned = &pinned.keys
+	}
+	if gc.Transport, err = m.mux.Pool(name); err != nil {
 		return fmt.Errorf("the gossip pool of Cluster API Cluster %s: %w (annotation %s)", key, err, cells.GossipNameAnnotation)
 	}
-	g, err := health.StartGossip(health.GossipConfig{Node: m.o.node, Cluster: name, Role: "hub", Keys: keys, Transport: pool,
-		Identity: m.identity, Pinned: m.pinned, Logger: log, Timing: health.DefaultTiming()})
+	g, err := health.StartGossip(gc)
 	if err != nil {
-		_ = pool.Shutdown()
+		_ = gc.Transport.Shutdown()
 		return err
 	}
 	defer func() {
@@ -254,11 +280,10 @@ func (m *management) runCell(ctx context.Context, leader *kube.Leader, cell cell
 		}
 		return peers
 	})
-	d := &kube.Discovery{Client: m.c, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
-		Base: pass.Inventory{Cluster: name, Policy: m.policy}}
-	inv, err := d.Build(ctx)
-	if err != nil {
-		return err
+	if pinned != nil {
+		// The workload cluster's agents enrol there, and the cell pins their keys, as a
+		// self-hosted hub does in its own cluster.
+		go runEnroller(ctx, m.o.kube.enroller(wc, log), func(ctx context.Context) { pinned.refresh(ctx, g, m, log) })
 	}
 	policy := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
 	sink := kube.NewEventSink(m.c, d, m.o.node, log)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/kube/cells"
 	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/capture"
@@ -55,6 +57,13 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		require.NoError(t, wc.Get(ctx, client.ObjectKey{Name: m.Node}, &n))
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
 		require.NoError(t, wc.Status().Update(ctx, &n))
+	}
+	// The agents enrol their keys in the workload cluster, as Hale's agents installed there do: the
+	// cell pins them there (and its own), and verifies their reports by what is pinned there.
+	require.NoError(t, wc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
+	var csrs []string
+	for _, m := range bed.Machines {
+		csrs = append(csrs, kubeenv.EnrolAgent(t, wc, wcfg, "hale-system", m.Node, tb.Identity(m.Node)))
 	}
 
 	const ns = "fleet"
@@ -140,10 +149,10 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	hctx, stop := context.WithCancel(context.Background())
 	done, ready := make(chan error, 1), make(chan runAddrs, 1)
 	go func() {
-		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(),
+		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
 			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
 			kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
-				agentPort: seed.Port, management: true}}, logs, ready)
+				agentPort: seed.Port, management: true, agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}}, logs, ready)
 	}()
 	var addrs runAddrs
 	select {
@@ -173,6 +182,20 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		}
 		return healthy == 3
 	}, 60*time.Second, 100*time.Millisecond, "the cell's verdicts in the Cluster's HealthPolicy")
+	for _, name := range csrs {
+		var csr certificatesv1.CertificateSigningRequest
+		require.NoError(t, wc.Get(ctx, client.ObjectKey{Name: name}, &csr))
+		require.Len(t, csr.Status.Conditions, 1, name)
+		assert.Equal(t, certificatesv1.CertificateApproved, csr.Status.Conditions[0].Type, name)
+	}
+	var pinnedCM corev1.ConfigMap
+	require.NoError(t, wc.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: identity.PinnedConfigMap}, &pinnedCM))
+	hubKey, _, err := identity.LoadOrCreateIdentity(tb.HubIdentityFile())
+	require.NoError(t, err)
+	assert.Contains(t, pinnedCM.Data[identity.PinnedKeysKey], "\nhub-m "+hubKey.Public().String()+"\n", "the cell's own key, pinned in its workload cluster")
+	for _, m := range bed.Machines {
+		assert.Contains(t, pinnedCM.Data[identity.PinnedKeysKey], "\n"+m.Node+" "+tb.Identity(m.Node).Public().String(), "pinned in the workload cluster")
+	}
 	// Steady (w1's cell heals nothing, w3's waits on its workload API server), the management cluster
 	// is written only on change: not at all.
 	time.Sleep(time.Second)

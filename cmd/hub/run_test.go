@@ -413,8 +413,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			"--management finds each Cluster's machines itself: without --discover, --enrol, --degraded-journal or --capi-cluster"},
 		{"management, with an inventory", func(o *runOptions) { o.kube = &kubeOptions{management: true} },
 			"--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file"},
-		{"management, no identities", func(o *runOptions) { o.inventory, o.keyFile, o.kube = "", "", &kubeOptions{management: true} },
-			"per-node identities are on by default"},
+		{"management, a pinned-keys file", func(o *runOptions) {
+			o.inventory, o.keyFile, o.pinnedFile, o.kube = "", "", "pinned-keys", &kubeOptions{management: true, namespace: "hale-system"}
+		}, "--management reads each workload cluster's pinned keys (ConfigMap hale-pinned-keys in its namespace hale-system) and pins its own key there: without --pinned-file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

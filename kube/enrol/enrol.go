@@ -56,6 +56,17 @@ func (p PinnedKeys) Read(ctx context.Context) ([]identity.PinLine, error) {
 	return lines, err
 }
 
+// Pinned returns the pinned keys as a member verifies by them, and their text (a change is told by it).
+func (p PinnedKeys) Pinned(ctx context.Context) (identity.Pinned, string, error) {
+	cm, _, err := p.read(ctx)
+	if err != nil {
+		return identity.Pinned{}, "", err
+	}
+	text := cm.Data[identity.PinnedKeysKey]
+	pinned, err := identity.ParsePinned([]byte(text), "ConfigMap "+p.Key.String())
+	return pinned, text, err
+}
+
 // read returns the ConfigMap and the pinned keys in it.
 func (p PinnedKeys) read(ctx context.Context) (corev1.ConfigMap, []identity.PinLine, error) {
 	var cm corev1.ConfigMap

@@ -176,6 +176,13 @@ func (tb *Cluster) pin(name string) error {
 	return os.Rename(tmp, tb.PinnedKeysFile())
 }
 
+// Identity is the identity member name signs with (an agent's node, a witness, hub-* for the hub).
+func (tb *Cluster) Identity(name string) identity.Identity {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.ids[name]
+}
+
 // HubIdentityFile is the hub's identity key (pinned as hub-*), for `hub run --identity-file`.
 func (tb *Cluster) HubIdentityFile() string { return filepath.Join(tb.opts.Dir, "hub-identity.key") }
 
