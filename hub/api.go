@@ -36,6 +36,10 @@ import (
 func (h *Hub) APIHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, h.Status(r.Context())) })
+	// An operator command's --cluster names a management-mode hub's cell (cmd/hub): this is not one.
+	mux.HandleFunc("/clusters/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusBadRequest, operator.APIError{Error: "this hub heals one cluster (it does not run in a management cluster): drop --cluster"})
+	})
 	mux.HandleFunc("POST /v1/bmc-check", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, h.CheckBMCsNow(r.Context()))
 	})

@@ -394,6 +394,13 @@ func TestRemediationEndpoint(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 	assert.Contains(t, string(body), "cp-9/20260101T000000Z: no such remediation")
+
+	resp, err = http.Get(api.URL + "/clusters/fleet/w1/v1/status") // an operator command's --cluster
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "this hub heals one cluster (it does not run in a management cluster): drop --cluster")
 }
 
 // A remediation found in progress after a restart whose BMC cannot be read yet (here it fails every

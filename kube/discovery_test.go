@@ -271,6 +271,19 @@ func discoverFromAManagementCluster(t *testing.T, workload client.Client) {
 	o, err := d.OwnerFor(inv.Machines[1])
 	require.NoError(t, err)
 	assert.Equal(t, "KubeadmControlPlane "+ns+"/a-cp (deletes the machine, then creates its replacement)", o.Describe())
+	ref, ok := d.Regarding("a-0")
+	assert.True(t, ok)
+	assert.Equal(t, "Machine", ref.Kind)
+	ref, ok = d.Regarding("node-d")
+	assert.True(t, ok)
+	assert.Empty(t, ref, "a workload Node is not in the management cluster: Events about it go to the cell's HealthPolicy")
+	sink := NewEventSink(mc, d, "hub-test", slog.New(slog.DiscardHandler))
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: ns, Name: "a"}
+	require.NoError(t, sink.write(ctx, pass.Notice{Machine: "node-d", Reason: pass.ReasonSuspect, Message: "node-d is Suspect"}))
+	var events eventsv1.EventList
+	require.NoError(t, mc.List(ctx, &events, client.InNamespace(ns)))
+	require.Len(t, events.Items, 1)
+	assert.Equal(t, sink.Hub, events.Items[0].Regarding, "in the Cluster's namespace, regarding its HealthPolicy")
 
 	gone := rest.CopyConfig(mcfg)
 	gone.Host = "https://127.0.0.1:1" // nothing listens

@@ -132,6 +132,11 @@ func (s *EventSink) write(ctx context.Context, n pass.Notice) error {
 		if ref, ok = s.Discovery.Regarding(n.Machine); !ok {
 			return fmt.Errorf("%w: machine %s is not in the discovered inventory", errNotAttached, n.Machine)
 		}
+		if ref.Name == "" { // a workload cluster's machine without a Machine: its HealthPolicy's
+			if ref = s.Hub; ref.Name == "" {
+				return fmt.Errorf("%w: machine %s has no Cluster API Machine, and no HealthPolicy (EventSink.Hub unset)", errNotAttached, n.Machine)
+			}
+		}
 	}
 	typ := corev1.EventTypeNormal
 	if n.Warning {
@@ -154,7 +159,8 @@ func (s *EventSink) write(ctx context.Context, n pass.Notice) error {
 }
 
 // Regarding is the object Events about a machine are attached to: its Cluster API Machine, else its
-// Node.
+// Node; in a management cluster's cell, where the Node is another API server's, none (ok, an empty
+// reference: the EventSink attaches them to the cell's HealthPolicy).
 func (d *Discovery) Regarding(machine string) (corev1.ObjectReference, bool) {
 	b, ok := d.binding(machine)
 	switch {
@@ -162,6 +168,8 @@ func (d *Discovery) Regarding(machine string) (corev1.ObjectReference, bool) {
 		return corev1.ObjectReference{}, false
 	case b.machine != nil:
 		return corev1.ObjectReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Namespace: b.machine.Namespace, Name: b.machine.Name}, true
+	case d.Workload != nil:
+		return corev1.ObjectReference{}, true
 	}
 	return corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: b.node}, true
 }
