@@ -44,7 +44,7 @@ func TestEnrolmentPinsTheNodeTheAPIServerVouchesFor(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{{Kind: "Group", Name: "system:serviceaccounts:" + ns}}}))
-	// The agents may read the pinned keys (deploy/base/identities.yaml).
+	// The agents may read the pinned keys (deploy/agents/identities.yaml).
 	require.NoError(t, c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned-keys"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{identity.PinnedConfigMap}, Verbs: []string{"get"}}}}))
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned-keys"},

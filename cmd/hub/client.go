@@ -50,9 +50,7 @@ func (f *apiFlags) registerWhere(fs *pflag.FlagSet) {
 	fs.StringVar(&f.socket, "socket", socket, "the hub's operator API socket ($HALE_HUB_SOCKET)")
 	fs.StringVar(&f.address, "api-address", "", "the hub's loopback API address instead of the socket (needs --token-file)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "the API token file, with --api-address")
-	// Being built with management mode (docs/design.md): hidden with it.
 	fs.StringVar(&f.cluster, "cluster", "", "a hub in a management cluster: the Cluster API Cluster (NAMESPACE/NAME) to ask about")
-	_ = fs.MarkHidden("cluster")
 }
 
 // status asks the hub for its status.

@@ -58,8 +58,10 @@ type kubeOptions struct {
 	// hubs are the service accounts (in namespace) whose requests pin a node's key, or a replica's.
 	enrol        bool
 	agents, hubs []string
-	// management: management mode (management.go).
-	management bool
+	// management: management mode (management.go); gossipService, the Service whose one endpoint the
+	// leading replica makes itself (kube.LeaderEndpoint).
+	management    bool
+	gossipService string
 }
 
 // kubeClient is a client with Hale's, Cluster API's and the built-in types.

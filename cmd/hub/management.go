@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -36,7 +37,7 @@ import (
 	"github.com/hale-dev/hale/kube/enrol"
 )
 
-// management is `hub run --kubernetes --management` (being built: docs/design.md, Management mode):
+// management is `hub run --kubernetes --management` (docs/design.md, Management mode; docs/install.md, In a management cluster):
 // the hub in a Cluster API management cluster. The replicas elect one leader, which runs one cell per
 // Cluster labelled hale.dev/heal=true (kube/cells): each a hub of its own, its gossip pool on the one
 // shared gossip port (health/gossipmux), its machines found across the management cluster (Cluster
@@ -48,9 +49,15 @@ type management struct {
 	mux      *gossipmux.Mux
 	identity *identity.Identity // none with --insecure-no-identities
 	pinAs    string             // the name each cell pins identity's key for in its workload cluster
-	policy   pass.Policy        // the cells' policy before their HealthPolicy's override
-	bmc      bmc.Options
-	log      *slog.Logger
+	// advertise is where the workload clusters' agents reach the gossip port (--gossip-advertise:
+	// e.g. a LoadBalancer Service's address), when not the bind address.
+	advertise struct {
+		addr string
+		port int
+	}
+	policy pass.Policy // the cells' policy before their HealthPolicy's override
+	bmc    bmc.Options
+	log    *slog.Logger
 
 	mu   sync.Mutex
 	regs map[client.ObjectKey]*prometheus.Registry // each running cell's metrics
@@ -67,6 +74,9 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 		return errors.New("--management finds each Cluster's machines itself: without --discover, --enrol, --degraded-journal or --capi-cluster")
 	case o.inventory != "" || o.keyFile != "":
 		return errors.New("--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file")
+	case k.gossipService != "" && net.ParseIP(os.Getenv("POD_IP")) == nil:
+		return fmt.Errorf("--gossip-service %s: this replica's pod address must be in the environment variable POD_IP (the downward API's status.podIP, as deploy/management sets it), not %q",
+			k.gossipService, os.Getenv("POD_IP"))
 	case o.pinnedFile != "":
 		return fmt.Errorf("--management reads each workload cluster's pinned keys (ConfigMap %s in its namespace %s) and pins its own key there: without --pinned-file",
 			identity.PinnedConfigMap, k.namespace)
@@ -93,6 +103,11 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	bindAddr, bindPort, err := splitHostPort("--gossip-bind", o.bind)
 	if err != nil {
 		return err
+	}
+	if o.advertise != "" {
+		if m.advertise.addr, m.advertise.port, err = splitHostPort("--gossip-advertise", o.advertise); err != nil {
+			return err
+		}
 	}
 	base, err := health.NewTransport(bindAddr, bindPort, log)
 	if err != nil {
@@ -147,6 +162,9 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
 	return kube.Elect(ctx, cfg, m.c, k.namespace, k.lease, node, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
+		if k.gossipService != "" {
+			go m.claimGossipService(lctx, base.Port())
+		}
 		set := &cells.Set{Client: m.c, Log: log, Run: func(ctx context.Context, cell cells.Cell) error { return m.runCell(ctx, leader, cell) }}
 		m.mu.Lock()
 		m.set = set
@@ -157,6 +175,29 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 		m.mu.Unlock()
 		log.Info("no longer leading", "epoch", leader.Epoch())
 	}, nil)
+}
+
+// claimGossipService makes this replica, while it leads (until ctx ends), the one endpoint of the
+// gossip Service (--gossip-service), checked every 10 s: the agents' gossip must reach the replica
+// that runs their cells.
+func (m *management) claimGossipService(ctx context.Context, port int) {
+	e := &kube.LeaderEndpoint{Client: m.c, Service: client.ObjectKey{Namespace: m.o.kube.namespace, Name: m.o.kube.gossipService},
+		Address: os.Getenv("POD_IP"), NodeName: os.Getenv("NODE_NAME"), Port: int32(port), TCP: "gossip-tcp", UDP: "gossip-udp"}
+	var said string
+	for {
+		if err := e.Claim(ctx); err != nil && ctx.Err() == nil && err.Error() != said {
+			m.log.Error("the workload clusters' agents may not reach this replica", "err", err)
+			said = err.Error()
+		} else if err == nil && said != "" {
+			m.log.Info("the gossip Service points at this replica", "service", e.Service.String(), "address", e.Address)
+			said = ""
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+	}
 }
 
 // api is the operator API of management mode: each running cell's hub under
@@ -250,7 +291,8 @@ func (m *management) runCell(ctx context.Context, leader *kube.Leader, cell cell
 	if err != nil {
 		return err
 	}
-	gc := health.GossipConfig{Node: m.o.node, Cluster: name, Role: "hub", Keys: keys, Identity: m.identity, Logger: log, Timing: health.DefaultTiming()}
+	gc := health.GossipConfig{Node: m.o.node, Cluster: name, Role: "hub", Keys: keys, Identity: m.identity, Logger: log, Timing: health.DefaultTiming(),
+		AdvertiseAddr: m.advertise.addr, AdvertisePort: m.advertise.port}
 	var pinned *cellPinned
 	if m.identity != nil {
 		pk := enrol.PinnedKeys{Client: wc, Key: client.ObjectKey{Namespace: m.o.kube.namespace, Name: identity.PinnedConfigMap}}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -29,6 +31,7 @@ import (
 	"github.com/hale-dev/hale/kube/cells"
 	"github.com/hale-dev/hale/kube/clusterapi"
 	"github.com/hale-dev/hale/test/capture"
+	"github.com/hale-dev/hale/test/kubeassets"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
 	"github.com/hale-dev/hale/test/silent"
@@ -58,22 +61,31 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}
 		require.NoError(t, wc.Status().Update(ctx, &n))
 	}
-	// The agents enrol their keys in the workload cluster, as Hale's agents installed there do: the
-	// cell pins them there (and its own), and verifies their reports by what is pinned there.
-	require.NoError(t, wc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hale-system"}}))
-	var csrs []string
-	for _, m := range bed.Machines {
-		csrs = append(csrs, kubeenv.EnrolAgent(t, wc, wcfg, "hale-system", m.Node, tb.Identity(m.Node)))
-	}
 
+	// docs/install.md's commands, in its order: the management cluster's install, then a workload
+	// Cluster's (w1, its agents' pool named as the in-process cluster's, with their key).
 	const ns = "fleet"
-	for _, name := range []string{ns, "hale-system"} {
-		require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
-	}
+	require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	blocks := docShellBlocks(t, "install.md", "## In a management cluster")
+	require.Len(t, blocks, 2, "docs/install.md's management install: the management cluster's commands, then each workload Cluster's")
+	typeBlock(t, blocks[0], kubeenv.Kubeconfig(t, mcfg, dir, ""), nil)
 	kubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, wcfg, dir, ""))
 	require.NoError(t, err)
 	key, err := os.ReadFile(tb.GossipKeyFile())
 	require.NoError(t, err)
+	require.NoError(t, mc.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}))
+	require.NoError(t, mc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1-kubeconfig"}, Data: map[string][]byte{"value": kubeconfig}}))
+	typeBlock(t, blocks[1], kubeenv.Kubeconfig(t, mcfg, dir, ""), map[string]string{"ns=": "ns=fleet cluster=w1 pool=demo", "key=": "key=$(cat " + tb.GossipKeyFile() + ")"})
+	var cm corev1.ConfigMap
+	require.NoError(t, wc.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pool"}, &cm))
+	assert.Equal(t, "demo", cm.Data["cluster"], "the agents' pool name, for deploy/workload's DaemonSet")
+	// The agents enrol their keys in the workload cluster, as those deploy/workload runs there do (its
+	// account and permissions): the cell pins them there (and its own), and verifies their reports by
+	// what is pinned there.
+	var csrs []string
+	for _, m := range bed.Machines {
+		csrs = append(csrs, kubeenv.EnrolAgent(t, wc, wcfg, "hale-system", m.Node, tb.Identity(m.Node)))
+	}
 	// optIn labels Cluster name for Hale, its agents' pool named pool, with the Secrets Cluster API and
 	// the operator make: its kubeconfig (of the workload cluster at kubeconfig) and its gossip key (the
 	// agents').
@@ -85,7 +97,6 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 			require.NoError(t, mc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + suffix}, Data: data}))
 		}
 	}
-	optIn("w1", "demo", kubeconfig)
 	// w3's workload API server hangs (it accepts and never answers): its cell waits on it, w1's does not.
 	hung := silent.Listen(t)
 	hungCfg := rest.CopyConfig(wcfg)
@@ -131,6 +142,8 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	// The hub's requests to the management API server, counted.
 	var reads, writes, lease atomic.Int64
 	counted := rest.CopyConfig(mcfg)
+	// As the ServiceAccount deploy/management makes, with its permissions (nothing forbidden, below).
+	counted.Impersonate = rest.ImpersonationConfig{UserName: hubSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
 	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			switch {
@@ -145,6 +158,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		})
 	})
 	logs := &capture.Buffer{}
+	t.Setenv("POD_IP", "10.244.0.7") // the pod's address, as the downward API gives it (the Service's endpoint: never loopback)
 	socket := filepath.Join(dir, "hub.sock")
 	hctx, stop := context.WithCancel(context.Background())
 	done, ready := make(chan error, 1), make(chan runAddrs, 1)
@@ -152,7 +166,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
 			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
 			kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
-				agentPort: seed.Port, management: true, agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}}, logs, ready)
+				agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}}, logs, ready)
 	}()
 	var addrs runAddrs
 	select {
@@ -274,6 +288,55 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		require.NoError(t, err)
 		return regexp.MustCompile(`hale_hub_remediations_total\{cluster="fleet/w1",[^}]*result="succeeded"[^}]*\} 1`).Match(page)
 	}, 5*time.Second, 50*time.Millisecond, "the cell's metrics, labelled with its Cluster")
+
+	// The leader is the gossip Service's one endpoint; nothing it did was forbidden.
+	var slice discoveryv1.EndpointSlice
+	require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-hub-gossip"}, &slice))
+	require.Len(t, slice.Endpoints, 1)
+	assert.Equal(t, []string{"10.244.0.7"}, slice.Endpoints[0].Addresses)
+	assert.Equal(t, "hale-hub-gossip", slice.Labels[discoveryv1.LabelServiceName])
+	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "the hub's account lacks a permission it uses")
+}
+
+// docShellBlocks returns the shell blocks (```sh) of docs/DOC's section under heading, in order.
+func docShellBlocks(t *testing.T, doc, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", doc))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	require.True(t, ok, "docs/%s has no section %q", doc, heading)
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks
+}
+
+// typeBlock runs a documented shell block as an operator would, with kubectl (the one
+// test/kube/build-assets built) using kubeconfig, in a directory of their own with the repository's
+// deploy/; a line starting with a key of set is replaced by its value (the operator's own names).
+func typeBlock(t *testing.T, block, kubeconfig string, set map[string]string) {
+	t.Helper()
+	lines := strings.Split(block, "\n")
+	for i, l := range lines {
+		for prefix, v := range set {
+			if strings.HasPrefix(l, prefix) {
+				lines[i] = v
+			}
+		}
+	}
+	dir := t.TempDir()
+	deploy, err := filepath.Abs(filepath.Join("..", "..", "deploy"))
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(deploy, filepath.Join(dir, "deploy")))
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(lines, "\n"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+kubeassets.Dir()+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s\n%s", strings.Join(lines, "\n"), out)
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

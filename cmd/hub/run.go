@@ -111,14 +111,13 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&k.machineNamespace, "machine-namespace", "", "with --discover: namespace of the Cluster API Machines and BareMetalHosts (default: all)")
 	f.DurationVar(&k.discoverEvery, "discover-interval", 10*time.Second, "with --discover: how often the cluster is read again")
 	f.IntVar(&k.agentPort, "agent-port", 7946, "with --discover: the agents' gossip port, joined at every control-plane and witness Node's address (no name to resolve: cluster DNS may be down with the control plane)")
+	f.StringVar(&k.gossipService, "gossip-service", "", "with --management: while this replica leads, it is the one endpoint of this Service in --namespace (a Service without a selector, for the workload clusters' agents: a standby would drop their gossip), at its pod's address (environment POD_IP)")
 	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (docs/design.md: Quorum lost in Kubernetes mode)")
 	f.BoolVar(&k.enrol, "enrol", false, "with --kubernetes: agents and hub replicas enrol their identity keys through the API server (CertificateSigningRequests of signer hale.dev/identity, from their pods' own tokens) and the leader pins them in the ConfigMap "+identity.PinnedConfigMap+"; --identity-file is then this replica's key, --pinned-file its local copy of the pinned keys")
 	f.StringSliceVar(&k.agents, "enrol-agents", []string{"hale-agent", "hale-witness"}, "with --enrol: the service accounts (in --namespace) whose requests pin the key of the node their pod runs on")
 	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol: the service accounts (in --namespace) whose requests pin a hub replica's key")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
-	// Being built (docs/design.md, Management mode): hidden until it can be installed.
 	f.BoolVar(&k.management, "management", false, "with --kubernetes: heal the control planes of the Cluster API Clusters labelled hale.dev/heal=true, from their management cluster")
-	_ = f.MarkHidden("management")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if kubernetes {
 			o.kube = &k
@@ -160,6 +159,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 	}
 	if o.kube != nil && o.kube.management {
 		return runManagement(ctx, o, log, ready)
+	}
+	if o.kube != nil && o.kube.gossipService != "" {
+		return errors.New("--gossip-service is for --management (the Service of the workload clusters' agents); a hub that heals its own cluster is reached at its pod")
 	}
 	if o.inventory == "" || o.keyFile == "" {
 		return errors.New("--inventory and --gossip-key-file are required")

@@ -413,6 +413,11 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			"--management finds each Cluster's machines itself: without --discover, --enrol, --degraded-journal or --capi-cluster"},
 		{"management, with an inventory", func(o *runOptions) { o.kube = &kubeOptions{management: true} },
 			"--management takes each Cluster's policy from its HealthPolicy and its gossip keys from its Secret: without --inventory or --gossip-key-file"},
+		{"a gossip Service, not in management mode", func(o *runOptions) { o.kube = &kubeOptions{gossipService: "hale-hub-gossip"} },
+			"--gossip-service is for --management"},
+		{"management, a gossip Service without a pod address", func(o *runOptions) {
+			o.inventory, o.keyFile, o.kube = "", "", &kubeOptions{management: true, gossipService: "hale-hub-gossip"}
+		}, `--gossip-service hale-hub-gossip: this replica's pod address must be in the environment variable POD_IP (the downward API's status.podIP, as deploy/management sets it), not ""`},
 		{"management, a pinned-keys file", func(o *runOptions) {
 			o.inventory, o.keyFile, o.pinnedFile, o.kube = "", "", "pinned-keys", &kubeOptions{management: true, namespace: "hale-system"}
 		}, "--management reads each workload cluster's pinned keys (ConfigMap hale-pinned-keys in its namespace hale-system) and pins its own key there: without --pinned-file"},

@@ -8,8 +8,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -18,24 +16,13 @@ import (
 	"github.com/hale-dev/hale/health/identity"
 )
 
-// EnrolAgent enrols id as the agent on node does in a cluster Hale's agents are installed in: its
-// pod (of service account hale-agent in namespace ns, on node) asks, with its own bound token, for
-// its key to be pinned (a CertificateSigningRequest of identity.IdentitySigner). It makes the
-// account, the pod and the agents' permission to ask when missing, and returns the request's name.
+// EnrolAgent enrols id as the agent on node does in a cluster Hale's agents are installed in
+// (deploy/agents: their account hale-agent in namespace ns, its permission to ask): its pod, on
+// node, asks with its own bound token for its key to be pinned (a CertificateSigningRequest of
+// identity.IdentitySigner). It returns the request's name.
 func EnrolAgent(t testing.TB, c client.Client, cfg *rest.Config, ns, node string, id identity.Identity) string {
 	t.Helper()
 	ctx := context.Background()
-	exists := func(err error) {
-		if !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err)
-		}
-	}
-	exists(c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hale-agent"}}))
-	exists(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-agent-enrol"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create"}}}}))
-	exists(c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-agent-enrol"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: ns + "-agent-enrol"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "hale-agent"}}}))
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hale-agent-" + node}, Spec: corev1.PodSpec{ServiceAccountName: "hale-agent",
 		NodeName: node, Containers: []corev1.Container{{Name: "agent", Image: "hale"}}}}
 	require.NoError(t, c.Create(ctx, pod))

@@ -70,10 +70,15 @@ func TestRelease(t *testing.T) {
 	want := []string{"hale_" + v + "_linux_amd64.tar.gz", "hale_" + v + "_linux_arm64.tar.gz",
 		"hale_" + v + "_image_linux_amd64.tar", "hale_" + v + ".spdx.json", "RELEASE_NOTES.md",
 		"hale-crds.yaml", "hale-agent.service", "hale-hub.service", "inventory.example.yaml"}
-	overlays, err := os.ReadDir("../../deploy/overlays")
+	entries, err := os.ReadDir("../../deploy/overlays")
 	require.NoError(t, err)
-	for _, o := range overlays {
-		want = append(want, "hale-"+o.Name()+".yaml")
+	// Every overlay, and a management cluster's install with a workload cluster's agents.
+	manifests := []string{"management", "workload"}
+	for _, o := range entries {
+		manifests = append(manifests, o.Name())
+	}
+	for _, m := range manifests {
+		want = append(want, "hale-"+m+".yaml")
 	}
 	for _, arch := range []string{"amd64", "arm64"} {
 		want = append(want, "hale-agent_"+deb+"_"+arch+".deb", "hale-hub_"+deb+"_"+arch+".deb")
@@ -173,15 +178,17 @@ func TestRelease(t *testing.T) {
 	tag, digest := imageTag(t, filepath.Join(dir, "hale_"+v+"_image_linux_amd64.tar"))
 	assert.Equal(t, v, tag)
 	images := regexp.MustCompile(`(?m)^\s+image: (\S+)$`)
-	for _, o := range overlays {
-		b, err := os.ReadFile(filepath.Join(dir, "hale-"+o.Name()+".yaml"))
+	for _, o := range manifests {
+		b, err := os.ReadFile(filepath.Join(dir, "hale-"+o+".yaml"))
 		require.NoError(t, err)
 		found := images.FindAllStringSubmatch(string(b), -1)
-		assert.NotEmpty(t, found, "hale-%s.yaml names no image", o.Name())
+		assert.NotEmpty(t, found, "hale-%s.yaml names no image", o)
 		for _, m := range found {
-			assert.Equal(t, "ghcr.io/hale-dev/hale:"+v+"@"+digest, m[1], "hale-%s.yaml", o.Name())
+			assert.Equal(t, "ghcr.io/hale-dev/hale:"+v+"@"+digest, m[1], "hale-%s.yaml", o)
 		}
-		assert.Contains(t, string(b), "kind: CustomResourceDefinition", "hale-%s.yaml is a whole install", o.Name())
+		if o != "workload" { // the agents alone: the hub in the management cluster has the CRDs
+			assert.Contains(t, string(b), "kind: CustomResourceDefinition", "hale-%s.yaml is a whole install", o)
+		}
 	}
 
 	// The Debian packages: of their architecture and the release's version, each with its binary
