@@ -51,8 +51,9 @@ func checkEnrol(o runOptions) error {
 	return nil
 }
 
-// enroller answers the enrolments of the members in --namespace of the cluster c reaches (enrol.Enroller):
-// the accounts of --enrol-agents pin their nodes' keys, those of --enrol-hubs their pods'.
+// enroller answers the enrolments of the members in --namespace of the cluster c reaches
+// (enrol.Enroller): the accounts of --enrol-agents pin their nodes' keys, those of --enrol-hubs their
+// pods'.
 func (k *kubeOptions) enroller(c client.Client, log *slog.Logger) *enrol.Enroller {
 	accounts := func(names []string) []string {
 		var out []string

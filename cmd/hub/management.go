@@ -37,12 +37,13 @@ import (
 	"github.com/hale-dev/hale/kube/enrol"
 )
 
-// management is `hub run --kubernetes --management` (docs/design.md, Management mode; docs/install.md, In a management cluster):
-// the hub in a Cluster API management cluster. The replicas elect one leader, which runs one cell per
-// Cluster labelled hale.dev/heal=true (kube/cells): each a hub of its own, its gossip pool on the one
-// shared gossip port (health/gossipmux), its machines found across the management cluster (Cluster
-// API's and metal3's objects) and its workload cluster (Nodes), its journal, requests and HealthPolicy
-// (named after the Cluster) in the Cluster's namespace.
+// management is `hub run --kubernetes --management` (docs/design.md, Management mode; docs/install.md,
+// In a management cluster): the hub in a Cluster API management cluster. The replicas elect one
+// leader, which runs one cell per Cluster labelled hale.dev/heal=true (kube/cells): each a hub of its
+// own, its gossip pool on the one shared gossip port (health/gossipmux), its machines found across
+// the management cluster (Cluster API's and metal3's objects) and its workload cluster (Nodes), its
+// journal, requests and HealthPolicy (named after the Cluster) in the Cluster's namespace, its
+// identities enrolled in its workload cluster.
 type management struct {
 	o        runOptions
 	c        client.Client

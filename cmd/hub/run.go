@@ -114,10 +114,10 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringVar(&k.gossipService, "gossip-service", "", "with --management: while this replica leads, it is the one endpoint of this Service in --namespace (a Service without a selector, for the workload clusters' agents: a standby would drop their gossip), at its pod's address (environment POD_IP)")
 	f.StringVar(&k.degradedJournal, "degraded-journal", "", "with --kubernetes: turns degraded mode on: the local journal (bbolt, on a volume that outlives the container) of a leader that goes on alone when etcd has lost quorum and the API server does not answer (docs/design.md: Quorum lost in Kubernetes mode)")
 	f.BoolVar(&k.enrol, "enrol", false, "with --kubernetes: agents and hub replicas enrol their identity keys through the API server (CertificateSigningRequests of signer hale.dev/identity, from their pods' own tokens) and the leader pins them in the ConfigMap "+identity.PinnedConfigMap+"; --identity-file is then this replica's key, --pinned-file its local copy of the pinned keys")
-	f.StringSliceVar(&k.agents, "enrol-agents", []string{"hale-agent", "hale-witness"}, "with --enrol: the service accounts (in --namespace) whose requests pin the key of the node their pod runs on")
-	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol: the service accounts (in --namespace) whose requests pin a hub replica's key")
+	f.StringSliceVar(&k.agents, "enrol-agents", []string{"hale-agent", "hale-witness"}, "with --enrol, and --management (in each workload cluster): the service accounts (in --namespace) whose requests pin the key of the node their pod runs on")
+	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol, and --management (in each workload cluster): the service accounts (in --namespace) whose requests pin a hub replica's key")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
-	f.BoolVar(&k.management, "management", false, "with --kubernetes: heal the control planes of the Cluster API Clusters labelled hale.dev/heal=true, from their management cluster")
+	f.BoolVar(&k.management, "management", false, "with --kubernetes: heal the control planes of the Cluster API Clusters labelled hale.dev/heal=true, from their management cluster (docs/install.md: In a management cluster); each cell enrols its workload cluster's members in --namespace there, and its key is pinned there (in memory, or --identity-file)")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if kubernetes {
 			o.kube = &k
