@@ -21,6 +21,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/pass"
@@ -421,4 +422,13 @@ func (d *Discovery) optional(err error, what, component string) error {
 		return nil
 	}
 	return fmt.Errorf("listing %s: %w", what, err)
+}
+
+// HealthyIn says whether hub h sees a machine Healthy, its etcd member included (a MachineDeployment's
+// surge waits for the new machine so: Discovery.Healthy).
+func HealthyIn(h *hub.Hub) func(machine string) bool {
+	return func(machine string) bool {
+		a, ok := h.Assessment(machine)
+		return ok && a.Verdict == assess.VerdictHealthy && a.EtcdHealth == quorum.Healthy
+	}
 }

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,37 +49,9 @@ func checkEnrol(o runOptions) error {
 	return nil
 }
 
-// enroller answers the enrolments of the members in --namespace of the cluster c reaches
-// (enrol.Enroller): the accounts of --enrol-agents pin their nodes' keys, those of --enrol-hubs their
-// pods'.
+// enroller answers the enrolments of the members in --namespace (enrol.Enroller): the accounts of
+// --enrol-agents pin their nodes' keys, those of --enrol-hubs their pods'.
 func (k *kubeOptions) enroller(c client.Client, log *slog.Logger) *enrol.Enroller {
-	accounts := func(names []string) []string {
-		var out []string
-		for _, n := range names {
-			out = append(out, "system:serviceaccount:"+k.namespace+":"+n)
-		}
-		return out
-	}
 	return &enrol.Enroller{Client: c, Pinned: enrol.PinnedKeys{Client: c, Key: client.ObjectKey{Namespace: k.namespace, Name: identity.PinnedConfigMap}},
-		Agents: accounts(k.agents), Hubs: accounts(k.hubs), Log: log}
-}
-
-// runEnroller answers the members' enrolments (e.Pass) every identity.EnrolmentInterval until ctx
-// ends, then, after each pass, calls then when set.
-func runEnroller(ctx context.Context, e *enrol.Enroller, then func(context.Context)) {
-	var said string
-	for {
-		if err := e.Pass(ctx); err != nil && ctx.Err() == nil && err.Error() != said {
-			e.Log.Warn("enrolment: the pinned keys cannot be kept now", "err", err)
-			said = err.Error()
-		}
-		if then != nil {
-			then(ctx)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(identity.EnrolmentInterval):
-		}
-	}
+		Agents: enrol.Accounts(k.namespace, k.agents), Hubs: enrol.Accounts(k.namespace, k.hubs), Log: log}
 }

@@ -24,14 +24,12 @@ import (
 
 	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/hub"
-	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/degraded"
 	"github.com/hale-dev/hale/hub/inventory"
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
-	"github.com/hale-dev/hale/quorum"
 )
 
 // kubeOptions are `hub run`'s Kubernetes mode: the journal in Remediation objects, one leader among
@@ -59,7 +57,7 @@ type kubeOptions struct {
 	enrol        bool
 	agents, hubs []string
 	// management: management mode (management.go); gossipService, the Service whose one endpoint the
-	// leading replica makes itself (kube.LeaderEndpoint).
+	// leading replica makes itself (cells.LeaderEndpoint).
 	management    bool
 	gossipService string
 }
@@ -213,7 +211,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		defer current.Store(nil)
 		if k.enrol {
-			go runEnroller(lctx, k.enroller(c, log), nil)
+			go k.enroller(c, log).Run(lctx, nil)
 		}
 		var brakes hub.BrakeStore
 		var recoveries hub.RecoveryStore
@@ -301,7 +299,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 			Machines: k.discover, MachineNamespace: k.machineNamespace}
 		go requests.Run(lctx)
 		if d != nil {
-			d.Healthy = healthyIn(h)
+			d.Healthy = kube.HealthyIn(h)
 			go d.Run(lctx, k.discoverEvery, func(inv pass.Inventory) error {
 				d.Base = inventory.Current()
 				return h.SetInventory(inv)
@@ -317,15 +315,6 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 		}
 		log.Info("no longer leading", "epoch", leader.Epoch())
 	}, lost)
-}
-
-// healthyIn says whether hub h sees a machine Healthy, its etcd member included (a MachineDeployment's
-// surge waits for the new machine so).
-func healthyIn(h *hub.Hub) func(machine string) bool {
-	return func(machine string) bool {
-		a, ok := h.Assessment(machine)
-		return ok && a.Verdict == assess.VerdictHealthy && a.EtcdHealth == quorum.Healthy
-	}
 }
 
 // rebootThroughKubernetes is `hub reboot --kubernetes`: a Remediation request, so that RBAC decides;

@@ -19,22 +19,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hale-dev/hale/api/v1alpha1"
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/health"
 	"github.com/hale-dev/hale/health/gossipmux"
 	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/inventory"
-	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/kube/cellhub"
 	"github.com/hale-dev/hale/kube/cells"
-	"github.com/hale-dev/hale/kube/enrol"
 )
 
 // management is `hub run --kubernetes --management` (docs/design.md, Management mode; docs/install.md,
@@ -45,19 +41,9 @@ import (
 // journal, requests and HealthPolicy (named after the Cluster) in the Cluster's namespace, its
 // identities enrolled in its workload cluster.
 type management struct {
-	o        runOptions
-	c        client.Client
-	mux      *gossipmux.Mux
-	identity *identity.Identity // none with --insecure-no-identities
-	pinAs    string             // the name each cell pins identity's key for in its workload cluster
-	// advertise is where the workload clusters' agents reach the gossip port (--gossip-advertise:
-	// e.g. a LoadBalancer Service's address), when not the bind address.
-	advertise struct {
-		addr string
-		port int
-	}
-	policy pass.Policy // the cells' policy before their HealthPolicy's override
-	bmc    bmc.Options
+	o      runOptions
+	c      client.Client
+	runner cellhub.Runner // each cell's run
 	log    *slog.Logger
 
 	mu   sync.Mutex
@@ -83,15 +69,16 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 			identity.PinnedConfigMap, k.namespace)
 	}
 	m := &management{o: o, log: log, regs: map[client.ObjectKey]*prometheus.Registry{}, hubs: map[client.ObjectKey]*hub.Hub{}}
+	r := &m.runner
 	var err error
-	if m.policy, err = (inventory.PolicyFile{}).Validate(); err != nil {
+	if r.Policy, err = (inventory.PolicyFile{}).Validate(); err != nil {
 		return err
 	}
 	// Only the leader runs cells, and each pins its key in its workload cluster as the one management
 	// hub's (replacing the last leader's): not as hub-POD-*, which that cluster's own enrolment would
 	// unpin, finding no such pod there.
-	m.o.node, m.pinAs = cmp.Or(o.node, "management-"+hubName(&o)), cmp.Or(o.node, "management-hub-*")
-	node := m.o.node
+	r.Node, r.PinAs = cmp.Or(o.node, "management-"+hubName(&o)), cmp.Or(o.node, "management-hub-*")
+	node := r.Node
 	if !o.noIdentities {
 		id := identity.NewIdentity() // pinned anew by each cell it runs
 		if o.identityFile != "" {
@@ -99,14 +86,14 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 				return err
 			}
 		}
-		m.identity = &id
+		r.Identity = &id
 	}
 	bindAddr, bindPort, err := splitHostPort("--gossip-bind", o.bind)
 	if err != nil {
 		return err
 	}
 	if o.advertise != "" {
-		if m.advertise.addr, m.advertise.port, err = splitHostPort("--gossip-advertise", o.advertise); err != nil {
+		if r.AdvertiseAddr, r.AdvertisePort, err = splitHostPort("--gossip-advertise", o.advertise); err != nil {
 			return err
 		}
 	}
@@ -114,19 +101,21 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	if err != nil {
 		return err
 	}
-	m.mux = gossipmux.New(base, log)
-	defer func() { _ = m.mux.Shutdown() }()
+	r.Mux = gossipmux.New(base, log)
+	defer func() { _ = r.Mux.Shutdown() }()
 	c, cfg, err := k.kubeClient()
 	if err != nil {
 		return err
 	}
-	m.c = c
+	m.c, r.Client = c, c
 	promBase := prometheus.NewRegistry()
 	promBase.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if m.bmc.Metrics, err = bmc.NewMetrics(promBase); err != nil {
+	if r.BMC.Metrics, err = bmc.NewMetrics(promBase); err != nil {
 		return err
 	}
-	m.bmc.Logger, m.bmc.RequestTimeout, m.bmc.VerifyTimeout = log, o.bmcRequestTimeout, o.bmcVerifyTimeout
+	r.BMC.Logger, r.BMC.RequestTimeout, r.BMC.VerifyTimeout = log, o.bmcRequestTimeout, o.bmcVerifyTimeout
+	r.BMCCheckEvery, r.Keep, r.Namespace, r.Agents, r.Hubs = o.bmcCheckEvery, o.keep, k.namespace, k.agents, k.hubs
+	r.AgentPort, r.DiscoverEvery, r.Log, r.Running = k.agentPort, k.discoverEvery, log, m.running
 	addrs := runAddrs{}
 	apiLns, err := listenAPI(o.api)
 	if err != nil {
@@ -166,7 +155,7 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 		if k.gossipService != "" {
 			go m.claimGossipService(lctx, base.Port())
 		}
-		set := &cells.Set{Client: m.c, Log: log, Run: func(ctx context.Context, cell cells.Cell) error { return m.runCell(ctx, leader, cell) }}
+		set := &cells.Set{Client: m.c, Log: log, Run: func(ctx context.Context, cell cells.Cell) error { return r.Run(ctx, leader, cell) }}
 		m.mu.Lock()
 		m.set = set
 		m.mu.Unlock()
@@ -182,7 +171,7 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 // gossip Service (--gossip-service), checked every 10 s: the agents' gossip must reach the replica
 // that runs their cells.
 func (m *management) claimGossipService(ctx context.Context, port int) {
-	e := &kube.LeaderEndpoint{Client: m.c, Service: client.ObjectKey{Namespace: m.o.kube.namespace, Name: m.o.kube.gossipService},
+	e := &cells.LeaderEndpoint{Client: m.c, Service: client.ObjectKey{Namespace: m.o.kube.namespace, Name: m.o.kube.gossipService},
 		Address: os.Getenv("POD_IP"), NodeName: os.Getenv("NODE_NAME"), Port: int32(port), TCP: "gossip-tcp", UDP: "gossip-udp"}
 	var said string
 	for {
@@ -269,100 +258,15 @@ func (m *management) gatherers() []prometheus.Gatherer {
 	return out
 }
 
-// runCell runs the hub of one cell until ctx ends.
-func (m *management) runCell(ctx context.Context, leader *kube.Leader, cell cells.Cell) error {
-	key := cell.Cluster
-	log := m.log.With("cluster", key.String())
-	wc, err := client.New(cell.Workload, client.Options{Scheme: m.c.Scheme()})
-	if err != nil {
-		return fmt.Errorf("the workload cluster's client: %w", err)
-	}
-	var cl clusterv1.Cluster
-	if err := m.c.Get(ctx, key, &cl); err != nil {
-		return fmt.Errorf("reading Cluster API Cluster %s: %w", key, err)
-	}
-	name := cells.GossipName(&cl)
-	d := &kube.Discovery{Client: m.c, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
-		Base: pass.Inventory{Cluster: name, Policy: m.policy}}
-	inv, err := d.Build(ctx)
-	if err != nil {
-		return err
-	}
-	keys, err := cells.GossipKeys(ctx, m.c, key)
-	if err != nil {
-		return err
-	}
-	gc := health.GossipConfig{Node: m.o.node, Cluster: name, Role: "hub", Keys: keys, Identity: m.identity, Logger: log, Timing: health.DefaultTiming(),
-		AdvertiseAddr: m.advertise.addr, AdvertisePort: m.advertise.port}
-	var pinned *cellPinned
-	if m.identity != nil {
-		pk := enrol.PinnedKeys{Client: wc, Key: client.ObjectKey{Namespace: m.o.kube.namespace, Name: identity.PinnedConfigMap}}
-		if pinned, err = m.pinCell(ctx, pk, key); err != nil {
-			return err
-		}
-		gc.Pinned = &pinned.keys
-	}
-	if gc.Transport, err = m.mux.Pool(name); err != nil {
-		return fmt.Errorf("the gossip pool of Cluster API Cluster %s: %w (annotation %s)", key, err, cells.GossipNameAnnotation)
-	}
-	g, err := health.StartGossip(gc)
-	if err != nil {
-		_ = gc.Transport.Shutdown()
-		return err
-	}
-	defer func() {
-		if err := g.Leave(2 * time.Second); err != nil {
-			log.Warn("leaving the gossip pool", "err", err)
-		}
-		_ = g.Shutdown()
-	}()
-	go g.JoinLoop(ctx, func() []string {
-		peers, err := kube.NodePeers(ctx, wc, m.o.kube.agentPort)
-		if err != nil {
-			log.Warn("finding the agents at the workload cluster's Nodes", "err", err)
-		}
-		return peers
-	})
-	if pinned != nil {
-		// The workload cluster's agents enrol there, and the cell pins their keys, as a
-		// self-hosted hub does in its own cluster.
-		go runEnroller(ctx, m.o.kube.enroller(wc, log), func(ctx context.Context) { pinned.refresh(ctx, g, m, log) })
-	}
-	policy := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
-	sink := kube.NewEventSink(m.c, d, m.o.node, log)
-	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: policy.Namespace, Name: policy.Name}
-	go sink.Run(ctx)
-	reg := prometheus.NewRegistry()
-	cfg := hub.Config{Inventory: inv, Gossip: g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
-		Journal: kube.NewJournal(m.c, key.Namespace, leader.Epoch(), m.o.keep).ForCluster(key.Name).WithFence(leader.Check),
-		BMC:     m.bmc, BMCCheckInterval: m.o.bmcCheckEvery, OwnerFor: d.OwnerFor, Notify: sink.Notify,
-		Brakes: kube.PolicyBrakes{Client: m.c, Policy: policy}, Recoveries: kube.PolicyRecoveries{Client: m.c, Policy: policy},
-		Marks: kube.PolicyMarks{Client: m.c, Policy: policy}, Episodes: kube.PolicyEpisodes{Client: m.c, Policy: policy},
-		OutOfService: kube.NodeTaints{Client: wc}}
-	if m.o.bmcCheckEvery == 0 {
-		cfg.BMCCheckInterval = -1
-	}
-	cfg.PowerFor = d.PowerFor(cfg.BMCPower)
-	h, err := hub.New(cfg)
-	if err != nil {
-		return err
-	}
+// running keeps a running cell's hub and metrics for the operator API and /metrics, until it stops.
+func (m *management) running(key client.ObjectKey, h *hub.Hub, reg *prometheus.Registry) func() {
 	m.mu.Lock()
 	m.regs[key], m.hubs[key] = reg, h
 	m.mu.Unlock()
-	defer func() {
+	return func() {
 		m.mu.Lock()
 		delete(m.regs, key)
 		delete(m.hubs, key)
 		m.mu.Unlock()
-	}()
-	requests := &kube.RequestSync{Client: m.c, Namespace: key.Namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
-		Machines: true, MachineNamespace: key.Namespace, Cluster: key.Name}
-	go requests.Run(ctx)
-	d.Healthy = healthyIn(h)
-	go d.Run(ctx, m.o.kube.discoverEvery, h.SetInventory, log)
-	sync := &kube.PolicySync{Client: m.c, Policy: policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
-	go sync.Run(ctx)
-	log.Info("healing", "machines", len(inv.Machines), "gossip", name, "epoch", leader.Epoch())
-	return h.Run(ctx)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -141,6 +142,35 @@ type Enroller struct {
 	Agents []string
 	Hubs   []string
 	Log    *slog.Logger
+}
+
+// Accounts are the user names of the service accounts names in namespace ns (Enroller's Agents, Hubs).
+func Accounts(ns string, names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, "system:serviceaccount:"+ns+":"+n)
+	}
+	return out
+}
+
+// Run answers the members' enrolments (Pass) every identity.EnrolmentInterval until ctx ends, and
+// after each pass calls then, when set.
+func (e *Enroller) Run(ctx context.Context, then func(context.Context)) {
+	var said string
+	for {
+		if err := e.Pass(ctx); err != nil && ctx.Err() == nil && err.Error() != said {
+			e.Log.Warn("enrolment: the pinned keys cannot be kept now", "err", err)
+			said = err.Error()
+		}
+		if then != nil {
+			then(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(identity.EnrolmentInterval):
+		}
+	}
 }
 
 // Pass answers every pending enrolment: pinned and approved, or denied with the reason. Then it

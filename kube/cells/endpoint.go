@@ -1,13 +1,13 @@
-package kube
+package cells
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,8 +59,7 @@ func (e *LeaderEndpoint) Claim(ctx context.Context) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		err = e.Client.Create(ctx, &want)
-	case err == nil && equality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(have.Ports, want.Ports) &&
-		have.Labels[discoveryv1.LabelManagedBy] == EndpointManagedBy:
+	case err == nil && endpointsOf(&have) == endpointsOf(&want) && have.Labels[discoveryv1.LabelManagedBy] == EndpointManagedBy:
 		return nil // written only on change
 	case err == nil:
 		have.Labels, have.AddressType, have.Endpoints, have.Ports = want.Labels, want.AddressType, want.Endpoints, want.Ports
@@ -70,4 +69,25 @@ func (e *LeaderEndpoint) Claim(ctx context.Context) error {
 		return fmt.Errorf("pointing the gossip Service %s at this replica (EndpointSlice %s): %w", e.Service, e.Service, err)
 	}
 	return nil
+}
+
+// endpointsOf says what a slice points at (its addresses, nodes and ports), whatever the API server
+// defaulted in it.
+func endpointsOf(s *discoveryv1.EndpointSlice) string {
+	var b strings.Builder
+	for _, e := range s.Endpoints {
+		fmt.Fprintf(&b, "%v@%s ", e.Addresses, valueOr(e.NodeName, ""))
+	}
+	for _, p := range s.Ports {
+		fmt.Fprintf(&b, "%s/%s/%d ", valueOr(p.Name, ""), valueOr(p.Protocol, ""), valueOr(p.Port, 0))
+	}
+	return b.String()
+}
+
+// valueOr is *p, or or when p is nil.
+func valueOr[T any](p *T, or T) T {
+	if p == nil {
+		return or
+	}
+	return *p
 }

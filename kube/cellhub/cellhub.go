@@ -1,0 +1,204 @@
+// Package cellhub runs one cell of a management-mode hub (kube/cells finds them): the hub of one
+// workload Cluster, built from the management cluster's objects and the workload cluster's.
+package cellhub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hale-dev/hale/api/v1alpha1"
+	"github.com/hale-dev/hale/bmc"
+	"github.com/hale-dev/hale/health"
+	"github.com/hale-dev/hale/health/gossipmux"
+	"github.com/hale-dev/hale/health/identity"
+	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/kube/enrol"
+)
+
+// Runner runs cells (cells.Set.Run): each a hub of its own for one workload Cluster, with what every cell
+// shares (the management cluster, the one gossip port, the hub's identity, the defaults). A cell's
+// gossip pool is on Mux (named by cells.GossipName, keyed by cells.GossipKeys); its machines are found across the
+// management cluster (Cluster API's and metal3's objects) and its workload cluster (Nodes); its
+// journal, requests, Events and HealthPolicy (named after the Cluster) are in the Cluster's
+// namespace; its members enrol in its workload cluster, where the hub's key is pinned too.
+type Runner struct {
+	Client client.Client // the management cluster's
+	Mux    *gossipmux.Mux
+	// Node is the hub's gossip name in every pool; Identity its key (nil: identities off), pinned in
+	// each workload cluster as PinAs (a name or a prefix* that Node matches).
+	Node          string
+	Identity      *identity.Identity
+	PinAs         string
+	AdvertiseAddr string // where the agents reach Mux's port, when not its bind address
+	AdvertisePort int
+	Policy        pass.Policy // before each HealthPolicy's overrides
+	BMC           bmc.Options
+	BMCCheckEvery time.Duration // 0: no periodic BMC check
+	Keep          int           // finished remediations kept in each journal
+	Namespace     string        // Hale's namespace in each workload cluster: its agents', its pinned keys
+	Agents, Hubs  []string      // the accounts (in Namespace) whose enrolments pin a node's key, a hub replica's
+	AgentPort     int           // the agents' gossip port at the workload's Nodes
+	DiscoverEvery time.Duration
+	Log           *slog.Logger
+	// Running, when set, is told of a cell's hub and metrics once it runs, and returns what to call
+	// when it stops.
+	Running func(cluster client.ObjectKey, h *hub.Hub, metrics *prometheus.Registry) (stopped func())
+}
+
+// Run runs the hub of one cell until ctx ends, its journal's writes fenced by leader.
+func (r *Runner) Run(ctx context.Context, leader *kube.Leader, cell cells.Cell) error {
+	key := cell.Cluster
+	log := r.Log.With("cluster", key.String())
+	wc, err := client.New(cell.Workload, client.Options{Scheme: r.Client.Scheme()})
+	if err != nil {
+		return fmt.Errorf("the workload cluster's client: %w", err)
+	}
+	var cl clusterv1.Cluster
+	if err := r.Client.Get(ctx, key, &cl); err != nil {
+		return fmt.Errorf("reading Cluster API Cluster %s: %w", key, err)
+	}
+	name := cells.GossipName(&cl)
+	d := &kube.Discovery{Client: r.Client, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
+		Base: pass.Inventory{Cluster: name, Policy: r.Policy}}
+	inv, err := d.Build(ctx)
+	if err != nil {
+		return err
+	}
+	keys, err := cells.GossipKeys(ctx, r.Client, key)
+	if err != nil {
+		return err
+	}
+	gc := health.GossipConfig{Node: r.Node, Cluster: name, Role: "hub", Keys: keys, Identity: r.Identity, Logger: log, Timing: health.DefaultTiming(),
+		AdvertiseAddr: r.AdvertiseAddr, AdvertisePort: r.AdvertisePort}
+	var pinned *cellPinned
+	if r.Identity != nil {
+		pk := enrol.PinnedKeys{Client: wc, Key: client.ObjectKey{Namespace: r.Namespace, Name: identity.PinnedConfigMap}}
+		if pinned, err = r.pin(ctx, pk, key); err != nil {
+			return err
+		}
+		gc.Pinned = &pinned.keys
+	}
+	if gc.Transport, err = r.Mux.Pool(name); err != nil {
+		return fmt.Errorf("the gossip pool of Cluster API Cluster %s: %w (annotation %s)", key, err, cells.GossipNameAnnotation)
+	}
+	g, err := health.StartGossip(gc)
+	if err != nil {
+		_ = gc.Transport.Shutdown()
+		return err
+	}
+	defer func() {
+		if err := g.Leave(2 * time.Second); err != nil {
+			log.Warn("leaving the gossip pool", "err", err)
+		}
+		_ = g.Shutdown()
+	}()
+	go g.JoinLoop(ctx, func() []string {
+		peers, err := kube.NodePeers(ctx, wc, r.AgentPort)
+		if err != nil {
+			log.Warn("finding the agents at the workload cluster's Nodes", "err", err)
+		}
+		return peers
+	})
+	if pinned != nil {
+		// The workload cluster's agents enrol there, and the cell pins their keys, as a self-hosted
+		// hub does in its own cluster.
+		e := &enrol.Enroller{Client: wc, Pinned: pinned.pk, Agents: enrol.Accounts(r.Namespace, r.Agents), Hubs: enrol.Accounts(r.Namespace, r.Hubs), Log: log}
+		go e.Run(ctx, func(ctx context.Context) { pinned.refresh(ctx, g, r, log) })
+	}
+	policy := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
+	sink := kube.NewEventSink(r.Client, d, r.Node, log)
+	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: policy.Namespace, Name: policy.Name}
+	go sink.Run(ctx)
+	reg := prometheus.NewRegistry()
+	cfg := hub.Config{Inventory: inv, Gossip: g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
+		Journal: kube.NewJournal(r.Client, key.Namespace, leader.Epoch(), r.Keep).ForCluster(key.Name).WithFence(leader.Check),
+		BMC:     r.BMC, BMCCheckInterval: r.BMCCheckEvery, OwnerFor: d.OwnerFor, Notify: sink.Notify,
+		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: policy}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: policy},
+		Marks: kube.PolicyMarks{Client: r.Client, Policy: policy}, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: policy},
+		OutOfService: kube.NodeTaints{Client: wc}}
+	if r.BMCCheckEvery == 0 {
+		cfg.BMCCheckInterval = -1
+	}
+	cfg.PowerFor = d.PowerFor(cfg.BMCPower)
+	h, err := hub.New(cfg)
+	if err != nil {
+		return err
+	}
+	if r.Running != nil {
+		defer r.Running(key, h, reg)()
+	}
+	requests := &kube.RequestSync{Client: r.Client, Namespace: key.Namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
+		Machines: true, MachineNamespace: key.Namespace, Cluster: key.Name}
+	go requests.Run(ctx)
+	d.Healthy = kube.HealthyIn(h)
+	go d.Run(ctx, r.DiscoverEvery, h.SetInventory, log)
+	sync := &kube.PolicySync{Client: r.Client, Policy: policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
+	go sync.Run(ctx)
+	log.Info("healing", "machines", len(inv.Machines), "gossip", name, "epoch", leader.Epoch())
+	return h.Run(ctx)
+}
+
+// cellPinned are a cell's pinned keys: its workload cluster's (the ConfigMap the agents there read
+// and enrol into), the management hub's own key among them.
+type cellPinned struct {
+	pk   enrol.PinnedKeys
+	keys identity.Pinned
+	text string // the ConfigMap's text keys were read from
+	said string // the last error said
+}
+
+// pin pins the hub's key in the workload cluster's pinned keys, by which the agents there verify the
+// cell's reports, and returns them. It makes the ConfigMap when the agents' install has not.
+func (r *Runner) pin(ctx context.Context, pk enrol.PinnedKeys, cluster client.ObjectKey) (*cellPinned, error) {
+	err := pk.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pk.Key.Namespace, Name: pk.Key.Name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("the pinned keys in the workload cluster of Cluster API Cluster %s (ConfigMap %s: are Hale's agents installed there?): %w", cluster, pk.Key, err)
+	}
+	p := &cellPinned{pk: pk}
+	if err := p.pinSelf(ctx, r); err != nil {
+		return nil, fmt.Errorf("the workload cluster of Cluster API Cluster %s: %w", cluster, err)
+	}
+	return p, nil
+}
+
+// pinSelf pins the hub's key (as r.PinAs) unless it is pinned already, and reads the pinned keys.
+func (p *cellPinned) pinSelf(ctx context.Context, r *Runner) error {
+	keys, text, err := p.pk.Pinned(ctx)
+	if err == nil && !slices.ContainsFunc(keys.Keys(r.Node), func(k identity.PublicKey) bool { return k.String() == r.Identity.Public().String() }) {
+		if _, err = p.pk.Pin(ctx, r.PinAs, r.Identity.Public()); err == nil {
+			keys, text, err = p.pk.Pinned(ctx)
+		}
+	}
+	if err == nil {
+		p.keys, p.text = keys, text
+	}
+	return err
+}
+
+// refresh hands g the workload cluster's pinned keys when they changed (pinning the hub's key again
+// if it was taken out by hand); when they cannot be read, the last ones stay.
+func (p *cellPinned) refresh(ctx context.Context, g *health.Gossip, r *Runner, log *slog.Logger) {
+	last := p.text
+	switch err := p.pinSelf(ctx, r); {
+	case err != nil && ctx.Err() == nil && err.Error() != p.said:
+		log.Warn("pinned keys: cannot read them from the workload cluster; the last ones stay", "err", err)
+		p.said = err.Error()
+	case err == nil && p.text != last:
+		g.SetPinned(p.keys)
+		p.said = ""
+		log.Info("pinned keys: read from the workload cluster", "configMap", p.pk.Key.String(), "entries", p.keys.Len())
+	}
+}
