@@ -71,7 +71,8 @@ func (l *Leader) Check(ctx context.Context) error {
 // its last renewal and a channel closed once lead has returned (its pipeline has stopped: lost decides
 // at once, while the lease is still its own by its clock, and starts anything only after that), and
 // Elect campaigns again once it returns, as the same identity: a Lease nobody took meanwhile is renewed
-// at the same epoch (degraded mode, cmd/hub).
+// at the same epoch (degraded mode, cmd/hub). Without lost, Elect campaigns again once lead has
+// returned: two terms of one replica never run at once.
 //
 // A Lease held by another replica is taken over only once the API server has answered with it
 // unchanged for a lease duration (patientLock): client-go counts from the last time it saw the record
@@ -135,6 +136,8 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 		case leader != nil && ctx.Err() == nil && lost != nil:
 			lost(ctx, leader, lock.renewed(), leadDone)
 			<-leadDone
+		case leader != nil:
+			<-leadDone // its pipeline has stopped before another term can start one
 		}
 	}
 	return nil

@@ -2,11 +2,15 @@ package kube
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
 
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
@@ -112,4 +116,59 @@ func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
 	case <-time.After(3 * timing.LeaseDuration):
 		t.Fatal("hub-b never led: hub-a kept the Lease with nothing running")
 	}
+}
+
+// outage is a switch in a client's transport: while it is on, every request fails as an API server
+// that does not answer.
+type outage struct{ on atomic.Bool }
+
+func (o *outage) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if o.on.Load() {
+			return nil, errors.New("test outage: no answer")
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// A leader whose renewals fail loses its term; when the API server answers again, the same identity
+// may take its own Lease back at once, but its next term starts only once the last one's pipeline has
+// stopped (here it takes 2 s to reach a checkpoint): two terms of one replica never run at once, even
+// without a lost callback (management mode's election has none).
+func TestNextTermWaitsForTheLastOnesPipeline(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	timing := LeaseTiming{LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
+	var down outage
+	ecfg := rest.CopyConfig(cfg)
+	ecfg.WrapTransport = down.wrap
+	var running, overlaps atomic.Int32
+	terms := make(chan time.Time, 4)
+	go func() {
+		_ = Elect(ctx, ecfg, c, ns, "hale-hub", "hub-a", timing, func(lctx context.Context, _ *Leader) {
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			terms <- time.Now()
+			<-lctx.Done()
+			time.Sleep(2 * time.Second) // a step that runs to its checkpoint
+			running.Add(-1)
+		}, nil)
+	}()
+	select {
+	case <-terms:
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub-a never led")
+	}
+	down.on.Store(true)
+	time.Sleep(timing.RenewDeadline + timing.RetryPeriod) // the term is lost
+	down.on.Store(false)
+	back := time.Now()
+	select {
+	case second := <-terms:
+		t.Logf("the second term began %v after the API server answered again", second.Sub(back).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("hub-a never led again")
+	}
+	assert.Zero(t, overlaps.Load(), "a term began while the last one's pipeline still ran")
 }
