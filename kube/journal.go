@@ -382,10 +382,22 @@ func toHub(obj *v1alpha1.Remediation) journal.Remediation {
 // the record (machine and start time), so a second import of the same record writes nothing: an
 // import cut short by a crash is simply done again.
 func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string) error {
+	return j.write(ctx, nameFor(r.Machine, r.Created), r, note, false)
+}
+
+// Put writes r as the Remediation named r.ID with its whole history, creating it or replacing what
+// it held: another journal's copy of a remediation (kube/claim: a workload cluster's copy of a
+// management cell's work, and back). One written at a higher epoch than this journal's is refused
+// (journal.ErrStaleEpoch): a newer writer has it.
+func (j *Journal) Put(ctx context.Context, r journal.Remediation) error {
+	return j.write(ctx, r.ID, r, "", true)
+}
+
+// write is Import (replace false: an object whose status is written is left as it is) and Put.
+func (j *Journal) write(ctx context.Context, name string, r journal.Remediation, note string, replace bool) error {
 	if err := j.checkFence(ctx); err != nil {
 		return err
 	}
-	name := nameFor(r.Machine, r.Created)
 	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.ns}}
 	j.label(obj, v1alpha1.RemediationPhase(r.State), r.Machine)
 	obj.Spec = v1alpha1.RemediationSpec{Machine: r.Machine, Strategy: r.Strategy, RequestedBy: r.RequestedBy, Reason: r.Reason,
@@ -399,10 +411,18 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 		if err := j.c.Get(ctx, client.ObjectKey{Namespace: j.ns, Name: name}, &got); err != nil {
 			return fmt.Errorf("reading remediation %s/%s: %w", j.ns, name, err)
 		}
-		if got.Status.Phase != "" {
+		switch {
+		case !replace && got.Status.Phase != "":
 			return nil // imported before
+		case replace && uint64(got.Status.Epoch) > j.epoch:
+			return fmt.Errorf("remediation %s/%s: %w (this hub's epoch %d, the remediation's %d)", j.ns, name, journal.ErrStaleEpoch, j.epoch, got.Status.Epoch)
+		case replace:
+			got.Labels, got.Spec = obj.Labels, obj.Spec
+			if err := j.c.Update(ctx, &got); err != nil {
+				return fmt.Errorf("writing remediation %s/%s: %w", j.ns, name, err)
+			}
 		}
-		obj = &got // created, its status not written yet: the import was cut short
+		obj = &got // (Import: created, its status not written yet: the import was cut short)
 	} else if err != nil {
 		return fmt.Errorf("creating remediation %s/%s: %w", j.ns, name, err)
 	}
@@ -410,8 +430,10 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 	for _, e := range r.History {
 		obj.Status.History = append(obj.Status.History, eventOf(e))
 	}
-	obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: -1,
-		Kind: string(journal.EntryNote), Detail: note, Epoch: int64(j.epoch)})
+	if note != "" {
+		obj.Status.History = append(obj.Status.History, v1alpha1.RemediationEvent{Time: metav1.NewMicroTime(j.now()), Step: -1,
+			Kind: string(journal.EntryNote), Detail: note, Epoch: int64(j.epoch)})
+	}
 	if r.State != journal.InProgress {
 		status := metav1.ConditionFalse
 		if r.State == journal.Succeeded {
@@ -426,6 +448,9 @@ func (j *Journal) Import(ctx context.Context, r journal.Remediation, note string
 	}
 	if err := j.c.Status().Update(ctx, obj); err != nil {
 		return fmt.Errorf("writing the status of remediation %s/%s: %w", j.ns, name, err)
+	}
+	if replace && r.State != journal.InProgress {
+		return j.prune(ctx, r.Machine)
 	}
 	return nil
 }

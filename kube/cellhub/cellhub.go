@@ -3,15 +3,19 @@
 package cellhub
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,9 +26,11 @@ import (
 	"github.com/hale-dev/hale/health/gossipmux"
 	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/hub"
+	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/kube/claim"
 	"github.com/hale-dev/hale/kube/enrol"
 )
 
@@ -52,7 +58,11 @@ type Runner struct {
 	Agents, Hubs  []string      // the accounts (in Namespace) whose enrolments pin a node's key, a hub replica's
 	AgentPort     int           // the agents' gossip port at the workload's Nodes
 	DiscoverEvery time.Duration
-	Log           *slog.Logger
+	// Claim is the timing of each workload cluster's claim (kube/claim), the Lease ClaimLease in
+	// Namespace (default DefaultClaimLease); a cell acts only while it holds it.
+	Claim      kube.LeaseTiming
+	ClaimLease string
+	Log        *slog.Logger
 	// Running, when set, is told of a cell's hub and metrics once it runs, and returns what to call
 	// when it stops.
 	Running func(cluster client.ObjectKey, h *hub.Hub, metrics *prometheus.Registry) (stopped func())
@@ -73,8 +83,9 @@ func (r *Runner) Run(ctx context.Context, leader *kube.Leader, cell cells.Cell) 
 	name := cells.GossipName(&cl)
 	d := &kube.Discovery{Client: r.Client, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
 		Base: pass.Inventory{Cluster: name, Policy: r.Policy}}
-	inv, err := d.Build(ctx)
-	if err != nil {
+	// Found once before the claim is campaigned for, so that a workload cluster that cannot be read
+	// says so in the cell's status (and again at each claim: the inventory is found afresh).
+	if _, err := d.Build(ctx); err != nil {
 		return err
 	}
 	keys, err := cells.GossipKeys(ctx, r.Client, key)
@@ -112,43 +123,159 @@ func (r *Runner) Run(ctx context.Context, leader *kube.Leader, cell cells.Cell) 
 		}
 		return peers
 	})
-	if pinned != nil {
-		// The workload cluster's agents enrol there, and the cell pins their keys, as a self-hosted
-		// hub does in its own cluster.
-		e := &enrol.Enroller{Client: wc, Pinned: pinned.pk, Agents: enrol.Accounts(r.Namespace, r.Agents), Hubs: enrol.Accounts(r.Namespace, r.Hubs), Log: log}
-		go e.Run(ctx, func(ctx context.Context) { pinned.refresh(ctx, g, r, log) })
-	}
 	policy := client.ObjectKey{Namespace: key.Namespace, Name: key.Name}
 	sink := kube.NewEventSink(r.Client, d, r.Node, log)
 	sink.Hub = corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "HealthPolicy", Namespace: policy.Namespace, Name: policy.Name}
 	go sink.Run(ctx)
+	// The cell acts only while it holds the workload cluster's claim (kube/claim): the Lease that
+	// cluster's own hub, run as a fallback, holds while the cell cannot.
+	lease := client.ObjectKey{Namespace: r.Namespace, Name: cmp.Or(r.ClaimLease, DefaultClaimLease)}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var holding atomic.Bool
+	go r.want(cctx, wc, lease, &holding, log)
+	var failed error
+	err = kube.Elect(cctx, cell.Workload, wc, lease.Namespace, lease.Name, r.Node, r.Claim, func(lctx context.Context, claimed *kube.Leader) {
+		holding.Store(true)
+		defer holding.Store(false)
+		c := claimedCell{cell: key, wc: wc, d: d, policy: policy, sink: sink, pinned: pinned, g: g, leader: leader, claim: claimed, log: log}
+		if err := r.heal(lctx, c); err != nil && lctx.Err() == nil {
+			failed = err
+			cancel()
+		}
+	}, nil)
+	if failed != nil {
+		return failed
+	}
+	return err
+}
+
+// DefaultClaimLease is the claim's Lease in each workload cluster (Runner.ClaimLease): the workload
+// cluster's own hub's (`hub run --lease`'s default), so that its hub, run there as a fallback, is
+// one more candidate for the same right to act.
+const DefaultClaimLease = "hale-hub"
+
+// claimedCell is what a cell's run has made once it holds the claim.
+type claimedCell struct {
+	cell          client.ObjectKey
+	wc            client.Client
+	d             *kube.Discovery
+	policy        client.ObjectKey
+	sink          *kube.EventSink
+	pinned        *cellPinned
+	g             *health.Gossip
+	leader, claim *kube.Leader // the management hub's leadership, and the workload cluster's claim
+	log           *slog.Logger
+}
+
+// heal runs the cell's hub while it holds the claim (until ctx ends): the management cluster's
+// journal, fenced by both the management hub's leadership and the claim, each record copied into the
+// workload cluster's journal where it has one (a fallback can resume it there).
+func (r *Runner) heal(ctx context.Context, c claimedCell) error {
+	key, log := c.cell, c.log
+	primary := kube.NewJournal(r.Client, key.Namespace, c.leader.Epoch(), r.Keep).ForCluster(key.Name).WithFence(func(ctx context.Context) error {
+		if err := c.leader.Check(ctx); err != nil {
+			return err
+		}
+		return c.claim.Check(ctx)
+	})
+	inv, err := c.d.Build(ctx)
+	if err != nil {
+		return err
+	}
+	var h *hub.Hub // (set below, before any journal write)
+	var store journal.Store = primary
+	workload := kube.NewJournal(c.wc, r.Namespace, c.claim.Epoch(), r.Keep).WithFence(c.claim.Check)
+	switch err := c.wc.List(ctx, &v1alpha1.RemediationList{}, client.InNamespace(r.Namespace), client.Limit(1)); {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		log.Info("claim: no Remediation kind in the workload cluster (no fallback hub installed there): its work is not copied there")
+	case err != nil:
+		return fmt.Errorf("reading the workload cluster's journal (Remediations in %s): %w", r.Namespace, err)
+	default:
+		n, err := claim.Pull(ctx, primary, workload, func(node string) string { return machineOfNode(inv, node) })
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("claim: brought the work its fallback began or carried on", "remediations", n)
+		}
+		store = &claim.Mirror{Store: primary, Workload: workload, Node: func(machine string) string { return nodeOfMachine(h.Inventory(), machine) }}
+	}
+	if c.pinned != nil {
+		// The workload cluster's agents enrol there, and the cell pins their keys, as a self-hosted
+		// hub does in its own cluster.
+		e := &enrol.Enroller{Client: c.wc, Pinned: c.pinned.pk, Agents: enrol.Accounts(r.Namespace, r.Agents), Hubs: enrol.Accounts(r.Namespace, r.Hubs), Log: log}
+		go e.Run(ctx, func(ctx context.Context) { c.pinned.refresh(ctx, c.g, r, log) })
+	}
 	reg := prometheus.NewRegistry()
-	cfg := hub.Config{Inventory: inv, Gossip: g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
-		Journal: kube.NewJournal(r.Client, key.Namespace, leader.Epoch(), r.Keep).ForCluster(key.Name).WithFence(leader.Check),
-		BMC:     r.BMC, BMCCheckInterval: r.BMCCheckEvery, OwnerFor: d.OwnerFor, Notify: sink.Notify,
-		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: policy}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: policy},
-		Marks: kube.PolicyMarks{Client: r.Client, Policy: policy}, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: policy},
-		OutOfService: kube.NodeTaints{Client: wc}}
+	cfg := hub.Config{Inventory: inv, Gossip: c.g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
+		Journal: store, BMC: r.BMC, BMCCheckInterval: r.BMCCheckEvery, OwnerFor: c.d.OwnerFor, Notify: c.sink.Notify,
+		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: c.policy}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: c.policy},
+		Marks: kube.PolicyMarks{Client: r.Client, Policy: c.policy}, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: c.policy},
+		OutOfService: kube.NodeTaints{Client: c.wc}}
 	if r.BMCCheckEvery == 0 {
 		cfg.BMCCheckInterval = -1
 	}
-	cfg.PowerFor = d.PowerFor(cfg.BMCPower)
-	h, err := hub.New(cfg)
-	if err != nil {
+	cfg.PowerFor = c.d.PowerFor(cfg.BMCPower)
+	if h, err = hub.New(cfg); err != nil {
 		return err
 	}
 	if r.Running != nil {
 		defer r.Running(key, h, reg)()
 	}
-	requests := &kube.RequestSync{Client: r.Client, Namespace: key.Namespace, Hub: h, Epoch: leader.Epoch(), Log: log,
+	requests := &kube.RequestSync{Client: r.Client, Namespace: key.Namespace, Hub: h, Epoch: c.leader.Epoch(), Log: log,
 		Machines: true, MachineNamespace: key.Namespace, Cluster: key.Name}
 	go requests.Run(ctx)
-	d.Healthy = kube.HealthyIn(h)
-	go d.Run(ctx, r.DiscoverEvery, h.SetInventory, log)
-	sync := &kube.PolicySync{Client: r.Client, Policy: policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
+	c.d.Healthy = kube.HealthyIn(h)
+	go c.d.Run(ctx, r.DiscoverEvery, h.SetInventory, log)
+	sync := &kube.PolicySync{Client: r.Client, Policy: c.policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
 	go sync.Run(ctx)
-	log.Info("healing", "machines", len(inv.Machines), "gossip", name, "epoch", leader.Epoch())
+	log.Info("healing", "machines", len(inv.Machines), "gossip", inv.Cluster, "epoch", c.leader.Epoch(), "claim", c.claim.Epoch())
 	return h.Run(ctx)
+}
+
+// want marks the claim wanted while the cell does not hold it (every third of its lease duration),
+// and says who holds it when that changes.
+func (r *Runner) want(ctx context.Context, wc client.Client, lease client.ObjectKey, holding *atomic.Bool, log *slog.Logger) {
+	every := cmp.Or(r.Claim.LeaseDuration, 15*time.Second) / 3
+	said := ""
+	for {
+		if !holding.Load() {
+			var l coordinationv1.Lease
+			if err := wc.Get(ctx, lease, &l); err == nil {
+				if h := claim.Holder(&l); h != "" && h != r.Node && h != said {
+					log.Info("claim: held by the workload cluster's own hub; wanted back (a hub run with --fallback hands it back at its next safe checkpoint, one without never does)",
+						"lease", lease.String(), "holder", h)
+					said = h
+				}
+			}
+			if err := claim.Want(ctx, wc, lease, r.Node); err != nil && ctx.Err() == nil {
+				log.Warn("claim: cannot mark it wanted", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// nodeOfMachine is the Node of inventory machine name (the fallback's name for it), and the reverse.
+func nodeOfMachine(inv pass.Inventory, name string) string {
+	if m, ok := inv.Machine(name); ok && m.Node != "" {
+		return m.Node
+	}
+	return name
+}
+
+func machineOfNode(inv pass.Inventory, node string) string {
+	for _, m := range inv.Machines {
+		if m.Node == node {
+			return m.Name
+		}
+	}
+	return node
 }
 
 // cellPinned are a cell's pinned keys: its workload cluster's (the ConfigMap the agents there read
