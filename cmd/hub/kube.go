@@ -30,6 +30,7 @@ import (
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/kube/claim"
 )
 
 // kubeOptions are `hub run`'s Kubernetes mode: the journal in Remediation objects, one leader among
@@ -60,6 +61,9 @@ type kubeOptions struct {
 	// leading replica makes itself (cells.LeaderEndpoint).
 	management    bool
 	gossipService string
+	// fallback: this hub is its workload cluster's fallback (kube/claim): while it leads, it hands the
+	// Lease back at its next safe checkpoint to the management cluster's cell that wants it.
+	fallback bool
 }
 
 // kubeClient is a client with Hale's, Cluster API's and the built-in types.
@@ -310,7 +314,20 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 				MachineNamespace: k.machineNamespace, Hub: h, Log: log}
 			go sync.Run(lctx)
 		}
-		if err := h.Run(lctx); err != nil {
+		hctx := lctx
+		if k.fallback {
+			var handBack context.CancelFunc
+			hctx, handBack = context.WithCancel(lctx)
+			defer handBack()
+			b := &claim.HandBack{Client: c, Lease: client.ObjectKey{Namespace: k.namespace, Name: k.lease}, Hub: h,
+				Every: timing.RetryPeriod, Fresh: timing.LeaseDuration, Log: log}
+			go func() {
+				if b.Run(hctx) {
+					handBack() // the term ends: the Lease is given up, and the cell takes it
+				}
+			}()
+		}
+		if err := h.Run(hctx); err != nil {
 			log.Error("hub", "err", err)
 		}
 		log.Info("no longer leading", "epoch", leader.Epoch())

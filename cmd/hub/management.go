@@ -116,6 +116,11 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	r.BMC.Logger, r.BMC.RequestTimeout, r.BMC.VerifyTimeout = log, o.bmcRequestTimeout, o.bmcVerifyTimeout
 	r.BMCCheckEvery, r.Keep, r.Namespace, r.Agents, r.Hubs = o.bmcCheckEvery, o.keep, k.namespace, k.agents, k.hubs
 	r.AgentPort, r.DiscoverEvery, r.Log, r.Running = k.agentPort, k.discoverEvery, log, m.running
+	// Each workload cluster's claim has the management Lease's timing: a cell gone with the management
+	// cluster is taken over by that cluster's fallback hub one lease duration after its last renewal.
+	d := k.leaseDuration
+	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
+	r.Claim = timing
 	addrs := runAddrs{}
 	apiLns, err := listenAPI(o.api)
 	if err != nil {
@@ -148,8 +153,6 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	if ready != nil {
 		ready <- addrs
 	}
-	d := k.leaseDuration
-	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
 	return kube.Elect(ctx, cfg, m.c, k.namespace, k.lease, node, timing, func(lctx context.Context, leader *kube.Leader) {
 		log.Info("leading", "lease", k.namespace+"/"+k.lease, "epoch", leader.Epoch())
 		if k.gossipService != "" {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +54,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	wc, wcfg := kubeenv.StartBare(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	tb, _ := startBed(t, dir)
+	tb, inv := startBed(t, dir)
 	bed := createBedNodes(t, wc, tb)
 	seed, err := net.ResolveTCPAddr("tcp", tb.Seeds()[0])
 	require.NoError(t, err)
@@ -163,30 +164,45 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 			return rt.RoundTrip(r)
 		})
 	})
-	logs := &capture.Buffer{}
 	t.Setenv("POD_IP", "10.244.0.7") // the pod's address, as the downward API gives it (the Service's endpoint: never loopback)
 	socket := filepath.Join(dir, "hub.sock")
-	hctx, stop := context.WithCancel(context.Background())
-	done, ready := make(chan error, 1), make(chan runAddrs, 1)
-	go func() {
-		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
-			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
-			kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
-				agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}}, logs, ready)
-	}()
-	var addrs runAddrs
-	select {
-	case addrs = <-ready:
-	case err := <-done:
-		t.Fatalf("%v\n%s", err, logs)
-	}
-	t.Cleanup(func() {
-		stop()
-		<-done
-		if t.Failed() {
-			t.Logf("hub logs:\n%s", logs)
+	// The workload cluster has Hale's kinds (its fallback hub's install brings them, below): the cell
+	// copies its remediations there.
+	out, err := kubeenv.Kubectl("--kubeconfig", kubeenv.Kubeconfig(t, wcfg, dir, ""), "apply", "-k", filepath.Join("..", "..", "deploy", "crds"))
+	require.NoError(t, err, out)
+	// start runs the management hub as node until the test ends or stop is called.
+	start := func(node string, opts *kubeOptions) (addrs runAddrs, logs *capture.Buffer, stop func()) {
+		logs = &capture.Buffer{}
+		hctx, cancel := context.WithCancel(context.Background())
+		done, ready := make(chan error, 1), make(chan runAddrs, 1)
+		go func() {
+			done <- runHub(hctx, runOptions{node: node, bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
+				metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
+				kube: opts}, logs, ready)
+		}()
+		select {
+		case addrs = <-ready:
+		case err := <-done:
+			t.Fatalf("%v\n%s", err, logs)
 		}
-	})
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				cancel()
+				<-done
+				if t.Failed() {
+					t.Logf("%s logs:\n%s", node, logs)
+				}
+			})
+		}
+		t.Cleanup(stop)
+		return addrs, logs, stop
+	}
+	management := func() *kubeOptions {
+		return &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
+			agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}
+	}
+	addrs, logs, stopManagement := start("hub-m", management())
 	policy := func() v1alpha1.HealthPolicy {
 		var p v1alpha1.HealthPolicy
 		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w1"}, &p))
@@ -313,6 +329,112 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	assert.Equal(t, []string{"10.244.0.7"}, slice.Endpoints[0].Addresses)
 	assert.Equal(t, "hale-hub-gossip", slice.Labels[discoveryv1.LabelServiceName])
 	assert.NotContains(t, strings.ToLower(logs.String()), "forbidden", "the hub's account lacks a permission it uses")
+
+	// The cell holds its workload cluster's claim (the Lease hale-system/hale-hub there), and copied its
+	// remediation into that cluster's journal, named by its Node: a fallback taking the claim finds it.
+	claimHolder := func() string {
+		var l coordinationv1.Lease
+		if err := wc.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-hub"}, &l); err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	assert.Equal(t, "hub-m", claimHolder())
+	inWorkload := func(node string) *v1alpha1.Remediation {
+		var list v1alpha1.RemediationList
+		require.NoError(t, wc.List(ctx, &list, client.InNamespace("hale-system")))
+		for i := range list.Items {
+			if list.Items[i].Spec.Machine == node {
+				return &list.Items[i]
+			}
+		}
+		return nil
+	}
+	if copied := inWorkload(tb.Name(2)); assert.NotNil(t, copied, "the cell's remediation, copied to the workload cluster") {
+		assert.Equal(t, v1alpha1.PhaseSucceeded, copied.Status.Phase)
+		assert.Equal(t, r.Name, copied.Name)
+	}
+
+	// The workload cluster's own hub, run with --fallback (its inventory names the BMCs), stands by
+	// while the cell holds the claim.
+	fsocket := filepath.Join(dir, "fallback.sock")
+	flogs := &capture.Buffer{}
+	fctx, fstop := context.WithCancel(context.Background())
+	fdone, fready := make(chan error, 1), make(chan runAddrs, 1)
+	go func() {
+		fdone <- runHub(fctx, runOptions{inventory: inv, node: "hub-f", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+			identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(), api: apiListen{socket: fsocket}, logLevel: "info", keep: 20,
+			kube: &kubeOptions{config: wcfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, fallback: true}}, flogs, fready)
+	}()
+	select {
+	case <-fready:
+	case err := <-fdone:
+		t.Fatalf("the fallback hub: %v\n%s", err, flogs)
+	}
+	t.Cleanup(func() {
+		fstop()
+		<-fdone
+		if t.Failed() {
+			t.Logf("fallback hub logs:\n%s", flogs)
+		}
+	})
+	fallbackCmd := func(args ...string) string {
+		var out bytes.Buffer
+		root := newRootCommand(&out, &out)
+		root.SetArgs(append(args, "--socket", fsocket))
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			out.WriteString(err.Error())
+		}
+		return out.String()
+	}
+	time.Sleep(3 * time.Second) // longer than the claim's lease duration: the cell renews it
+	assert.Equal(t, "hub-m", claimHolder())
+	assert.Contains(t, fallbackCmd("status"), "stands by: hub-m holds the Lease hale-system/hale-hub")
+
+	// The management cluster's hub is gone: the fallback takes the claim once nobody has renewed it for
+	// its duration, and heals a hung machine through its BMC, journaled in the workload cluster.
+	gone := time.Now()
+	stopManagement()
+	require.Eventually(t, func() bool { return claimHolder() == "hub-f" }, 20*time.Second, 100*time.Millisecond, "the fallback takes the claim")
+	t.Logf("the fallback took the claim %v after the management hub stopped (lease duration 2 s)", time.Since(gone).Round(time.Millisecond))
+	// Hale's power actions on a machine: what its BMC was asked but the power-ons of the stand-in for
+	// metal3's operator (which, as the real one, powers on a host that should be online).
+	actions := func(i int) int {
+		n := 0
+		for _, r := range tb.Resets(i) {
+			if r != "On" {
+				n++
+			}
+		}
+		return n
+	}
+	resetsBefore := actions(1)
+	tb.Hang(1)
+	require.Eventually(t, func() bool {
+		r := inWorkload(tb.Name(1))
+		return r != nil && r.Status.Phase == v1alpha1.PhaseSucceeded
+	}, 60*time.Second, 100*time.Millisecond, "the fallback heals %s", tb.Name(1))
+	assert.Equal(t, resetsBefore+1, actions(1), "one power action, the fallback's")
+
+	// The management cluster's hub is back: its cell wants the claim, and the fallback, with nothing in
+	// flight, hands it back at once; the cell heals on. Nothing was acted on twice.
+	// (w2 opts out first: it shares w1's workload cluster, and its cell would take the claim as w1's.)
+	var w2 clusterv1.Cluster
+	require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w2"}, &w2))
+	delete(w2.Labels, cells.OptInLabel)
+	require.NoError(t, mc.Update(ctx, &w2))
+	_, logs, _ = start("hub-m2", management())
+	back := time.Now()
+	require.Eventually(t, func() bool { return claimHolder() == "hub-m2" }, 30*time.Second, 100*time.Millisecond, "the fallback hands the claim back")
+	t.Logf("the claim handed back %v after the management hub came back", time.Since(back).Round(time.Millisecond))
+	assert.Contains(t, flogs.String(), "handing it back")
+	require.Eventually(t, func() bool {
+		return strings.Contains(fallbackCmd("status"), "stands by: hub-m2 holds the Lease hale-system/hale-hub")
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"msg":"healing"`) }, 30*time.Second, 100*time.Millisecond,
+		"the cell heals again")
+	assert.Equal(t, r.Name, remediation().Name, "the management cluster's journal: the one remediation of the cell's")
+	assert.Equal(t, resetsBefore+1, actions(1), "nothing acted on twice")
 }
 
 // docShellBlocks returns the shell blocks (```sh) of docs/DOC's section under heading, in order.

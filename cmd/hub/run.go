@@ -118,7 +118,11 @@ SIGINT/SIGTERM stop it; remediations in flight stay in the journal and the next 
 	f.StringSliceVar(&k.hubs, "enrol-hubs", []string{"hale-hub"}, "with --enrol, and --management (in each workload cluster): the service accounts (in --namespace) whose requests pin a hub replica's key")
 	f.StringVar(&k.breakGlass, "break-glass-inventory", "", "with --degraded-journal: inventory of the control-plane machines' BMCs (with credentials files, from a mounted Secret) used only in degraded mode; without it, degraded mode holds every machine")
 	f.BoolVar(&k.management, "management", false, "with --kubernetes: heal the control planes of the Cluster API Clusters labelled hale.dev/heal=true, from their management cluster (docs/install.md: In a management cluster); each cell enrols its workload cluster's members in --namespace there, and its key is pinned there (in memory, or --identity-file)")
+	f.BoolVar(&k.fallback, "fallback", false, "with --kubernetes, in a workload cluster a management cluster's hub heals: this hub acts only while that hub's cell of the cluster cannot (it takes the Lease once the cell stops renewing it) and hands the Lease back at its next safe checkpoint once the cell wants it (docs/install.md: A fallback in each workload cluster)")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if k.fallback && !kubernetes {
+			return errors.New("--fallback needs --kubernetes: the claim it shares with the management cluster's hub is a Lease in this cluster")
+		}
 		if kubernetes {
 			o.kube = &k
 		}
@@ -158,6 +162,9 @@ func runHub(ctx context.Context, o runOptions, stderr io.Writer, ready chan<- ru
 			o.bmcCheckEvery, o.bmcRequestTimeout, o.bmcVerifyTimeout)
 	}
 	if o.kube != nil && o.kube.management {
+		if o.kube.fallback {
+			return errors.New("--fallback is for a workload cluster's own hub; the management cluster's hub (--management) is the one it falls back from")
+		}
 		return runManagement(ctx, o, log, ready)
 	}
 	if o.kube != nil && o.kube.gossipService != "" {
