@@ -70,7 +70,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	const ns = "fleet"
 	require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	blocks := docShellBlocks(t, "install.md", "## In a management cluster")
-	require.Len(t, blocks, 2, "docs/install.md's management install: the management cluster's commands, then each workload Cluster's")
+	require.Len(t, blocks, 3, "docs/install.md's management install: the management cluster's commands, each workload Cluster's, its fallback's")
 	typeBlock(t, blocks[0], kubeenv.Kubeconfig(t, mcfg, dir, ""), nil)
 	kubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, wcfg, dir, ""))
 	require.NoError(t, err)
@@ -79,6 +79,11 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	require.NoError(t, mc.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1"}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}))
 	require.NoError(t, mc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w1-kubeconfig"}, Data: map[string][]byte{"value": kubeconfig}}))
 	typeBlock(t, blocks[1], kubeenv.Kubeconfig(t, mcfg, dir, ""), map[string]string{"ns=": "ns=fleet cluster=w1 pool=demo", "key=": "key=$(cat " + tb.GossipKeyFile() + ")"})
+	// Its fallback hub's install (run in this process below, as the manifests run it): its inventory is
+	// the in-process cluster's BMCs.
+	typeBlock(t, blocks[2], kubeenv.Kubeconfig(t, mcfg, dir, ""), map[string]string{"ns=": "ns=fleet cluster=w1 pool=demo",
+		`cp deploy/components/bmc/inventory.yaml`: `cp ` + inv + ` "$cluster-fallback/inventory.yaml"`,
+		`kubectl --kubeconfig "$cluster.kubeconfig" -n hale-system create secret generic hale-bmc-credentials`: `kubectl --kubeconfig "$cluster.kubeconfig" -n hale-system create secret generic hale-bmc-credentials --from-file=credentials=` + tb.CredentialsFile()})
 	var cm corev1.ConfigMap
 	require.NoError(t, wc.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pool"}, &cm))
 	assert.Equal(t, "demo", cm.Data["cluster"], "the agents' pool name, for deploy/workload's DaemonSet")
@@ -166,10 +171,6 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	})
 	t.Setenv("POD_IP", "10.244.0.7") // the pod's address, as the downward API gives it (the Service's endpoint: never loopback)
 	socket := filepath.Join(dir, "hub.sock")
-	// The workload cluster has Hale's kinds (its fallback hub's install brings them, below): the cell
-	// copies its remediations there.
-	out, err := kubeenv.Kubectl("--kubeconfig", kubeenv.Kubeconfig(t, wcfg, dir, ""), "apply", "-k", filepath.Join("..", "..", "deploy", "crds"))
-	require.NoError(t, err, out)
 	// start runs the management hub as node until the test ends or stop is called.
 	start := func(node string, opts *kubeOptions) (addrs runAddrs, logs *capture.Buffer, stop func()) {
 		logs = &capture.Buffer{}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -241,16 +240,14 @@ func (r *Runner) want(ctx context.Context, wc client.Client, lease client.Object
 	said := ""
 	for {
 		if !holding.Load() {
-			var l coordinationv1.Lease
-			if err := wc.Get(ctx, lease, &l); err == nil {
-				if h := claim.Holder(&l); h != "" && h != r.Node && h != said {
-					log.Info("claim: held by the workload cluster's own hub; wanted back (a hub run with --fallback hands it back at its next safe checkpoint, one without never does)",
-						"lease", lease.String(), "holder", h)
-					said = h
-				}
-			}
-			if err := claim.Want(ctx, wc, lease, r.Node); err != nil && ctx.Err() == nil {
+			h, err := claim.Want(ctx, wc, lease, r.Node)
+			if err != nil && ctx.Err() == nil {
 				log.Warn("claim: cannot mark it wanted", "err", err)
+			}
+			if h != "" && h != r.Node && h != said {
+				log.Info("claim: held by the workload cluster's own hub; wanted back (a hub run with --fallback hands it back at its next safe checkpoint, one without never does)",
+					"lease", lease.String(), "holder", h)
+				said = h
 			}
 		}
 		select {

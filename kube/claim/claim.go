@@ -35,16 +35,18 @@ import (
 const WantedAnnotation = "hale.dev/claim-wanted-by"
 
 // Want marks the Lease key wanted by identity, unless identity holds it or it does not exist yet
-// (kube.Elect makes it). It patches the annotation alone, never the holder's record.
-func Want(ctx context.Context, c client.Client, key client.ObjectKey, identity string) error {
+// (kube.Elect makes it), and returns its holder ("" for none). It patches the annotation alone,
+// never the holder's record.
+func Want(ctx context.Context, c client.Client, key client.ObjectKey, identity string) (string, error) {
 	var lease coordinationv1.Lease
 	if err := c.Get(ctx, key, &lease); apierrors.IsNotFound(err) {
-		return nil
+		return "", nil
 	} else if err != nil {
-		return fmt.Errorf("reading the claim (Lease %s): %w", key, err)
+		return "", fmt.Errorf("reading the claim (Lease %s): %w", key, err)
 	}
-	if Holder(&lease) == identity {
-		return nil
+	holder := Holder(&lease)
+	if holder == identity {
+		return holder, nil
 	}
 	before := lease.DeepCopy()
 	if lease.Annotations == nil {
@@ -52,9 +54,9 @@ func Want(ctx context.Context, c client.Client, key client.ObjectKey, identity s
 	}
 	lease.Annotations[WantedAnnotation] = identity + " " + time.Now().UTC().Format(time.RFC3339Nano)
 	if err := c.Patch(ctx, &lease, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("marking the claim (Lease %s) wanted: %w", key, err)
+		return holder, fmt.Errorf("marking the claim (Lease %s) wanted: %w", key, err)
 	}
-	return nil
+	return holder, nil
 }
 
 // Holder is the Lease's holder, "" for none.
