@@ -82,7 +82,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	// Its fallback hub's install (run in this process below, as the manifests run it): its inventory is
 	// the in-process cluster's BMCs.
 	typeBlock(t, blocks[2], kubeenv.Kubeconfig(t, mcfg, dir, ""), map[string]string{"ns=": "ns=fleet cluster=w1 pool=demo",
-		`cp deploy/components/bmc/inventory.yaml`: `cp ` + inv + ` "$cluster-fallback/inventory.yaml"`,
+		`cp deploy/components/bmc/inventory.yaml`:                                                              `cp ` + inv + ` "$cluster-fallback/inventory.yaml"`,
 		`kubectl --kubeconfig "$cluster.kubeconfig" -n hale-system create secret generic hale-bmc-credentials`: `kubectl --kubeconfig "$cluster.kubeconfig" -n hale-system create secret generic hale-bmc-credentials --from-file=credentials=` + tb.CredentialsFile()})
 	var cm corev1.ConfigMap
 	require.NoError(t, wc.Get(ctx, client.ObjectKey{Namespace: "hale-system", Name: "hale-pool"}, &cm))

@@ -418,6 +418,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"management, a gossip Service without a pod address", func(o *runOptions) {
 			o.inventory, o.keyFile, o.kube = "", "", &kubeOptions{management: true, gossipService: "hale-hub-gossip"}
 		}, `--gossip-service hale-hub-gossip: this replica's pod address must be in the environment variable POD_IP (the downward API's status.podIP, as deploy/management sets it), not ""`},
+		{"management, as a fallback", func(o *runOptions) { o.kube = &kubeOptions{management: true, fallback: true} },
+			"--fallback is for a workload cluster's own hub; the management cluster's hub (--management) is the one it falls back from"},
 		{"management, a pinned-keys file", func(o *runOptions) {
 			o.inventory, o.keyFile, o.pinnedFile, o.kube = "", "", "pinned-keys", &kubeOptions{management: true, namespace: "hale-system"}
 		}, "--management reads each workload cluster's pinned keys (ConfigMap hale-pinned-keys in its namespace hale-system) and pins its own key there: without --pinned-file"},
@@ -431,6 +433,13 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+	t.Run("a fallback outside Kubernetes mode", func(t *testing.T) {
+		root := newRootCommand(io.Discard, io.Discard)
+		root.SetArgs([]string{"run", "--fallback", "--inventory", "inventory.yaml"})
+		err := root.ExecuteContext(t.Context())
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "--fallback needs --kubernetes: the claim it shares with the management cluster's hub is a Lease in this cluster")
+	})
 }
 
 // metricFamily returns the lines of a /metrics page for the metric that want names (its name up to a
