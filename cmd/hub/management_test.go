@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,7 +152,13 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	var reads, lease atomic.Int64
 	var writesMu sync.Mutex
 	var writes []string // each write's method and path
+	// The hub reaches the management API server through a proxy that can freeze (the server hangs, or
+	// a partition drops everything between them).
 	counted := rest.CopyConfig(mcfg)
+	u, err := url.Parse(mcfg.Host)
+	require.NoError(t, err)
+	reach := silent.Forward(t, u.Host)
+	counted.Host = "https://" + reach.Addr()
 	// As the ServiceAccount deploy/management makes, with its permissions (nothing forbidden, below).
 	counted.Impersonate = rest.ImpersonationConfig{UserName: hubSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated"}}
 	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
@@ -171,39 +178,28 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	})
 	t.Setenv("POD_IP", "10.244.0.7") // the pod's address, as the downward API gives it (the Service's endpoint: never loopback)
 	socket := filepath.Join(dir, "hub.sock")
-	// start runs the management hub as node until the test ends or stop is called.
-	start := func(node string, opts *kubeOptions) (addrs runAddrs, logs *capture.Buffer, stop func()) {
-		logs = &capture.Buffer{}
-		hctx, cancel := context.WithCancel(context.Background())
-		done, ready := make(chan error, 1), make(chan runAddrs, 1)
-		go func() {
-			done <- runHub(hctx, runOptions{node: node, bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
-				metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
-				kube: opts}, logs, ready)
-		}()
-		select {
-		case addrs = <-ready:
-		case err := <-done:
-			t.Fatalf("%v\n%s", err, logs)
-		}
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				<-done
-				if t.Failed() {
-					t.Logf("%s logs:\n%s", node, logs)
-				}
-			})
-		}
-		t.Cleanup(stop)
-		return addrs, logs, stop
+	logs := &capture.Buffer{}
+	hctx, stop := context.WithCancel(context.Background())
+	done, ready := make(chan error, 1), make(chan runAddrs, 1)
+	go func() {
+		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
+			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
+			kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
+				agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}}, logs, ready)
+	}()
+	var addrs runAddrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatalf("%v\n%s", err, logs)
 	}
-	management := func() *kubeOptions {
-		return &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
-			agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}
-	}
-	addrs, logs, stopManagement := start("hub-m", management())
+	t.Cleanup(func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("hub logs:\n%s", logs)
+		}
+	})
 	policy := func() v1alpha1.HealthPolicy {
 		var p v1alpha1.HealthPolicy
 		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w1"}, &p))
@@ -392,12 +388,14 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	assert.Equal(t, "hub-m", claimHolder())
 	assert.Contains(t, fallbackCmd("status"), "stands by: hub-m holds the Lease hale-system/hale-hub")
 
-	// The management cluster's hub is gone: the fallback takes the claim once nobody has renewed it for
-	// its duration, and heals a hung machine through its BMC, journaled in the workload cluster.
-	gone := time.Now()
-	stopManagement()
+	// The management cluster's API server stops answering the hub: its Lease lapses and its cells stop;
+	// the fallback takes the claim once nobody has renewed it for its duration, and heals a hung
+	// machine through its BMC, journaled in the workload cluster.
+	frozen := time.Now()
+	reach.Freeze()
 	require.Eventually(t, func() bool { return claimHolder() == "hub-f" }, 20*time.Second, 100*time.Millisecond, "the fallback takes the claim")
-	t.Logf("the fallback took the claim %v after the management hub stopped (lease duration 2 s)", time.Since(gone).Round(time.Millisecond))
+	assert.Contains(t, logs.String(), `"msg":"no longer leading"`, "the hub's term ended with its Lease")
+	t.Logf("the fallback took the claim %v after the management API server stopped answering (lease duration 2 s)", time.Since(frozen).Round(time.Millisecond))
 	// Hale's power actions on a machine: what its BMC was asked but the power-ons of the stand-in for
 	// metal3's operator (which, as the real one, powers on a host that should be online).
 	actions := func(i int) int {
@@ -417,22 +415,24 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "the fallback heals %s", tb.Name(1))
 	assert.Equal(t, resetsBefore+1, actions(1), "one power action, the fallback's")
 
-	// The management cluster's hub is back: its cell wants the claim, and the fallback, with nothing in
-	// flight, hands it back at once; the cell heals on. Nothing was acted on twice.
-	// (w2 opts out first: it shares w1's workload cluster, and its cell would take the claim as w1's.)
+	// The management API server answers again: the hub leads again, its cell wants the claim, and the
+	// fallback, with nothing in flight, hands it back at once; the cell heals on. Nothing was acted on
+	// twice. (w2 opts out first: it shares w1's workload cluster, and its cell would take the claim as
+	// w1's.)
 	var w2 clusterv1.Cluster
 	require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w2"}, &w2))
 	delete(w2.Labels, cells.OptInLabel)
 	require.NoError(t, mc.Update(ctx, &w2))
-	_, logs, _ = start("hub-m2", management())
+	healing := strings.Count(logs.String(), `"msg":"healing"`)
+	reach.Thaw()
 	back := time.Now()
-	require.Eventually(t, func() bool { return claimHolder() == "hub-m2" }, 30*time.Second, 100*time.Millisecond, "the fallback hands the claim back")
-	t.Logf("the claim handed back %v after the management hub came back", time.Since(back).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return claimHolder() == "hub-m" }, 30*time.Second, 100*time.Millisecond, "the fallback hands the claim back")
+	t.Logf("the claim handed back %v after the management API server answered again", time.Since(back).Round(time.Millisecond))
 	assert.Contains(t, flogs.String(), "handing it back")
 	require.Eventually(t, func() bool {
-		return strings.Contains(fallbackCmd("status"), "stands by: hub-m2 holds the Lease hale-system/hale-hub")
+		return strings.Contains(fallbackCmd("status"), "stands by: hub-m holds the Lease hale-system/hale-hub")
 	}, 10*time.Second, 100*time.Millisecond)
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"msg":"healing"`) }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), `"msg":"healing"`) > healing }, 30*time.Second, 100*time.Millisecond,
 		"the cell heals again")
 	assert.Equal(t, r.Name, remediation().Name, "the management cluster's journal: the one remediation of the cell's")
 	assert.Equal(t, resetsBefore+1, actions(1), "nothing acted on twice")

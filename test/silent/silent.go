@@ -1,5 +1,6 @@
 // Package silent is a TCP server that accepts connections and never answers: a hung API server or
-// BMC (its machine froze with its network stack still up), for tests.
+// BMC (its machine froze with its network stack still up), for tests; and a proxy (Forward) that
+// goes silent on demand, between a client and a server that go on.
 package silent
 
 import (
