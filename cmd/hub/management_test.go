@@ -336,7 +336,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		}
 		return *l.Spec.HolderIdentity
 	}
-	assert.Equal(t, "hub-m", claimHolder())
+	assert.Equal(t, "hub-m@fleet/w1", claimHolder())
 	inWorkload := func(node string) *v1alpha1.Remediation {
 		var list v1alpha1.RemediationList
 		require.NoError(t, wc.List(ctx, &list, client.InNamespace("hale-system")))
@@ -385,8 +385,8 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		return out.String()
 	}
 	time.Sleep(3 * time.Second) // longer than the claim's lease duration: the cell renews it
-	assert.Equal(t, "hub-m", claimHolder())
-	assert.Contains(t, fallbackCmd("status"), "stands by: hub-m holds the Lease hale-system/hale-hub")
+	assert.Equal(t, "hub-m@fleet/w1", claimHolder())
+	assert.Contains(t, fallbackCmd("status"), "stands by: hub-m@fleet/w1 holds the Lease hale-system/hale-hub")
 
 	// The management cluster's API server stops answering the hub: its Lease lapses and its cells stop;
 	// the fallback takes the claim once nobody has renewed it for its duration, and heals a hung
@@ -417,8 +417,8 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 
 	// The management API server answers again: the hub leads again, its cell wants the claim, and the
 	// fallback, with nothing in flight, hands it back at once; the cell heals on. Nothing was acted on
-	// twice. (w2 opts out first: it shares w1's workload cluster, and its cell would take the claim as
-	// w1's.)
+	// twice. (w2 opts out first: it shares w1's workload cluster, and its cell, started first, would
+	// take w1's gossip pool and, as a candidate of its own, could take the claim.)
 	var w2 clusterv1.Cluster
 	require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w2"}, &w2))
 	delete(w2.Labels, cells.OptInLabel)
@@ -426,11 +426,11 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	healing := strings.Count(logs.String(), `"msg":"healing"`)
 	reach.Thaw()
 	back := time.Now()
-	require.Eventually(t, func() bool { return claimHolder() == "hub-m" }, 30*time.Second, 100*time.Millisecond, "the fallback hands the claim back")
+	require.Eventually(t, func() bool { return claimHolder() == "hub-m@fleet/w1" }, 30*time.Second, 100*time.Millisecond, "the fallback hands the claim back")
 	t.Logf("the claim handed back %v after the management API server answered again", time.Since(back).Round(time.Millisecond))
 	assert.Contains(t, flogs.String(), "handing it back")
 	require.Eventually(t, func() bool {
-		return strings.Contains(fallbackCmd("status"), "stands by: hub-m holds the Lease hale-system/hale-hub")
+		return strings.Contains(fallbackCmd("status"), "stands by: hub-m@fleet/w1 holds the Lease hale-system/hale-hub")
 	}, 10*time.Second, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), `"msg":"healing"`) > healing }, 30*time.Second, 100*time.Millisecond,
 		"the cell heals again")

@@ -128,13 +128,16 @@ func (r *Runner) Run(ctx context.Context, leader *kube.Leader, cell cells.Cell) 
 	go sink.Run(ctx)
 	// The cell acts only while it holds the workload cluster's claim (kube/claim): the Lease that
 	// cluster's own hub, run as a fallback, holds while the cell cannot.
+	// Its identity names the Cluster too: two Clusters that name one workload cluster (a mistake, or a
+	// move between management clusters) are two candidates for its claim, never one holder twice.
 	lease := client.ObjectKey{Namespace: r.Namespace, Name: cmp.Or(r.ClaimLease, DefaultClaimLease)}
+	claimant := r.Node + "@" + key.String()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var holding atomic.Bool
-	go r.want(cctx, wc, lease, &holding, log)
+	go r.want(cctx, wc, lease, claimant, &holding, log)
 	var failed error
-	err = kube.Elect(cctx, cell.Workload, wc, lease.Namespace, lease.Name, r.Node, r.Claim, func(lctx context.Context, claimed *kube.Leader) {
+	err = kube.Elect(cctx, cell.Workload, wc, lease.Namespace, lease.Name, claimant, r.Claim, func(lctx context.Context, claimed *kube.Leader) {
 		holding.Store(true)
 		defer holding.Store(false)
 		c := claimedCell{cell: key, wc: wc, d: d, policy: policy, sink: sink, pinned: pinned, g: g, leader: leader, claim: claimed, log: log}
@@ -235,16 +238,16 @@ func (r *Runner) heal(ctx context.Context, c claimedCell) error {
 
 // want marks the claim wanted while the cell does not hold it (every third of its lease duration),
 // and says who holds it when that changes.
-func (r *Runner) want(ctx context.Context, wc client.Client, lease client.ObjectKey, holding *atomic.Bool, log *slog.Logger) {
+func (r *Runner) want(ctx context.Context, wc client.Client, lease client.ObjectKey, claimant string, holding *atomic.Bool, log *slog.Logger) {
 	every := cmp.Or(r.Claim.LeaseDuration, 15*time.Second) / 3
 	said := ""
 	for {
 		if !holding.Load() {
-			h, err := claim.Want(ctx, wc, lease, r.Node)
+			h, err := claim.Want(ctx, wc, lease, claimant)
 			if err != nil && ctx.Err() == nil {
 				log.Warn("claim: cannot mark it wanted", "err", err)
 			}
-			if h != "" && h != r.Node && h != said {
+			if h != "" && h != claimant && h != said {
 				log.Info("claim: held by the workload cluster's own hub; wanted back (a hub run with --fallback hands it back at its next safe checkpoint, one without never does)",
 					"lease", lease.String(), "holder", h)
 				said = h
