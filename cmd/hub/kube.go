@@ -144,6 +144,10 @@ func standbyAnswer(ctx context.Context, c client.Client, ns, name string) string
 	if holder == "" {
 		return fmt.Sprintf("this hub replica stands by: no replica leads right now (the Lease %s/%s has no holder): ask again in a few seconds", ns, name)
 	}
+	if node, cluster, ok := strings.Cut(holder, "@"); ok { // a management cell's claim (kube/cellhub)
+		return fmt.Sprintf("this hub stands by: the management cluster's hub %s heals this cluster (as Cluster API Cluster %s) and holds the claim, the Lease %s/%s; "+
+			"this hub acts only once that hub stops renewing it, and with --fallback hands it back when that hub returns: ask it (hub status --cluster %s)", node, cluster, ns, name, cluster)
+	}
 	answer := fmt.Sprintf("this hub replica stands by: %s holds the Lease %s/%s", holder, ns, name)
 	if pod := holderPod(holder); pod != "" {
 		answer += fmt.Sprintf("; ask its pod: kubectl -n %s exec %s -- hub …", ns, pod)

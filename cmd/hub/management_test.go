@@ -386,7 +386,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second) // longer than the claim's lease duration: the cell renews it
 	assert.Equal(t, "hub-m@fleet/w1", claimHolder())
-	assert.Contains(t, fallbackCmd("status"), "stands by: hub-m@fleet/w1 holds the Lease hale-system/hale-hub")
+	assert.Contains(t, fallbackCmd("status"), "stands by: the management cluster's hub hub-m heals this cluster (as Cluster API Cluster fleet/w1) and holds the claim, the Lease hale-system/hale-hub")
 
 	// The management cluster's API server stops answering the hub: its Lease lapses and its cells stop;
 	// the fallback takes the claim once nobody has renewed it for its duration, and heals a hung
@@ -430,7 +430,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	t.Logf("the claim handed back %v after the management API server answered again", time.Since(back).Round(time.Millisecond))
 	assert.Contains(t, flogs.String(), "handing it back")
 	require.Eventually(t, func() bool {
-		return strings.Contains(fallbackCmd("status"), "stands by: hub-m@fleet/w1 holds the Lease hale-system/hale-hub")
+		return strings.Contains(fallbackCmd("status"), "stands by: the management cluster's hub hub-m heals this cluster (as Cluster API Cluster fleet/w1) and holds the claim, the Lease hale-system/hale-hub")
 	}, 10*time.Second, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), `"msg":"healing"`) > healing }, 30*time.Second, 100*time.Millisecond,
 		"the cell heals again")
