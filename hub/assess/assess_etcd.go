@@ -86,7 +86,9 @@ func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own repor
 		if 2*unreach <= e.Judges() {
 			ev.doubt("etcd member %s unreachable from %d of the %d observers that report on it, but that is no strict majority of the %d expected agents and witnesses",
 				m.Member, unreach, voters, e.Judges())
-			return quorum.Unhealthy, answers, v.newReach, answeredAt
+			// Unknown, not Unhealthy: it is not counted healthy, and nobody has shown it down either
+			// (an operator's reboot of it is checked as a healthy member's: pass.AdmitOperator).
+			return quorum.HealthUnknown, answers, v.newReach, answeredAt
 		}
 		key := "unreachable/" + m.Member
 		seen[key] = true

@@ -237,3 +237,38 @@ func TestKubeadmUpgradeIsPlannedWork(t *testing.T) {
 		})
 	}
 }
+
+// An operator's reboot of a member nobody can say is healthy or not (its observers gone quiet on a
+// loaded machine: HealthUnknown) is checked as a healthy member's: with another member down it is
+// refused on quorum, also when every other member looks down too (quorum seemingly lost already,
+// where acting on a member that is not healthy costs nothing). A member shown down is still free.
+func TestOperatorRebootOfAnUnknownMemberCountsItHealthy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		others quorum.Health // m1's health; m2 is dead
+	}{
+		{"another member down", quorum.Healthy},
+		{"every other member down", quorum.Unhealthy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScene().dead(2)
+			d := s.decide()
+			live := d.cluster.Clone()
+			require.Len(t, live.Members, 3)
+			live.Members[live.Index("etcd-0")].Health = quorum.HealthUnknown
+			live.Members[live.Index("etcd-1")].Health = tc.others
+			for i := range s.f.Assessments { // as the assessor said it then: the few observers left do not reach it
+				if s.f.Assessments[i].Machine == "m0" {
+					s.f.Assessments[i].EtcdHealth, s.f.Assessments[i].EtcdAnswers = quorum.HealthUnknown, false
+				}
+			}
+			b := Beside{Live: live}
+			_, err := AdmitOperator(s.f, s.f.Inventory.Machines[0], OperatorRequest{Strategy: quorum.Reboot}, b)
+			require.ErrorIs(t, err, ErrRefused)
+			assert.Contains(t, err.Error(), "quorum needs 2")
+			_, err = AdmitOperator(s.f, s.f.Inventory.Machines[2], OperatorRequest{Strategy: quorum.Reboot}, b)
+			assert.NoError(t, err, "the member shown down: free")
+			assert.Equal(t, quorum.HealthUnknown, live.Members[live.Index("etcd-0")].Health, "the caller's cluster is not changed")
+		})
+	}
+}
