@@ -143,7 +143,7 @@ func TestNextTermWaitsForTheLastOnesPipeline(t *testing.T) {
 	ecfg := rest.CopyConfig(cfg)
 	ecfg.WrapTransport = down.wrap
 	var running, overlaps atomic.Int32
-	terms := make(chan time.Time, 4)
+	terms, lost := make(chan time.Time, 4), make(chan struct{}, 4)
 	go func() {
 		_ = Elect(ctx, ecfg, c, ns, "hale-hub", "hub-a", timing, func(lctx context.Context, _ *Leader) {
 			if running.Add(1) > 1 {
@@ -151,23 +151,28 @@ func TestNextTermWaitsForTheLastOnesPipeline(t *testing.T) {
 			}
 			terms <- time.Now()
 			<-lctx.Done()
+			lost <- struct{}{}
 			time.Sleep(2 * time.Second) // a step that runs to its checkpoint
 			running.Add(-1)
 		}, nil)
 	}()
 	select {
 	case <-terms:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("hub-a never led")
 	}
 	down.on.Store(true)
-	time.Sleep(timing.RenewDeadline + timing.RetryPeriod) // the term is lost
+	select {
+	case <-lost: // its renewals failed for the renew deadline
+	case <-time.After(30 * time.Second):
+		t.Fatal("hub-a's term never ended with the API server unanswering")
+	}
 	down.on.Store(false)
 	back := time.Now()
 	select {
 	case second := <-terms:
 		t.Logf("the second term began %v after the API server answered again", second.Sub(back).Round(time.Millisecond))
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("hub-a never led again")
 	}
 	assert.Zero(t, overlaps.Load(), "a term began while the last one's pipeline still ran")
