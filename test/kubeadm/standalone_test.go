@@ -27,8 +27,8 @@ func standalonePath(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	// Off Kubernetes: the overlay deleted (its namespace with it), nothing labelled Hale's left, the
 	// identity enrolments deleted.
 	removed := time.Now()
-	c.Documented("uninstall.md", "kubectl delete -k .                        # or, in your own overlay's directory, the overlay")
-	if out, err := c.Shell(ctx, c.Overlay, "kubectl delete -k . --wait=true"); err != nil {
+	c.Documented("uninstall.md", "kubectl delete --ignore-not-found -k .                # or, in your own overlay's directory, the overlay")
+	if out, err := c.Shell(ctx, c.Overlay, "kubectl delete --ignore-not-found -k . --wait=true"); err != nil {
 		t.Fatalf("uninstall: %v\n%s", err, out)
 	}
 	check := "kubectl get all,cm,secret,sa,role,rolebinding,clusterrole,clusterrolebinding -A -l app.kubernetes.io/part-of=hale"
