@@ -165,6 +165,12 @@ func holderPod(holder string) string {
 	return rest[:i]
 }
 
+// leaseTiming is the leader election's timing for --lease-duration d: renewals given up after three
+// quarters of it, tried every tenth.
+func leaseTiming(d time.Duration) kube.LeaseTiming {
+	return kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
+}
+
 // importPatience is how long a new leader tries to import its pod's degraded journal before it gives
 // the Lease up (kube.ImportDegradedWhileLeading).
 const importPatience = 5 * time.Minute
@@ -202,9 +208,8 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 	} else {
 		log.Info("degraded mode is off (no --degraded-journal): with etcd's quorum lost this hub stops with the API server")
 	}
-	d := k.leaseDuration
-	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
-	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", identity, "leaseDuration", d)
+	timing := leaseTiming(k.leaseDuration)
+	log.Info("campaigning", "lease", k.namespace+"/"+k.lease, "identity", identity, "leaseDuration", k.leaseDuration)
 	var last atomic.Pointer[hub.Hub] // the hub of the latest term, for degraded mode's decision
 	// What an import said that no hub has said yet: a term that imported and then stopped before its
 	// hub ran (a discovery failure gives the Lease up) leaves them to this process's next term (the

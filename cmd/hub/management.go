@@ -118,8 +118,7 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 	r.AgentPort, r.DiscoverEvery, r.Log, r.Running = k.agentPort, k.discoverEvery, log, m.running
 	// Each workload cluster's claim has the management Lease's timing: a cell gone with the management
 	// cluster is taken over by that cluster's fallback hub one lease duration after its last renewal.
-	d := k.leaseDuration
-	timing := kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
+	timing := leaseTiming(k.leaseDuration)
 	r.Claim = timing
 	addrs := runAddrs{}
 	apiLns, err := listenAPI(o.api)
