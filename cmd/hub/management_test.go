@@ -178,28 +178,10 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	})
 	t.Setenv("POD_IP", "10.244.0.7") // the pod's address, as the downward API gives it (the Service's endpoint: never loopback)
 	socket := filepath.Join(dir, "hub.sock")
-	logs := &capture.Buffer{}
-	hctx, stop := context.WithCancel(context.Background())
-	done, ready := make(chan error, 1), make(chan runAddrs, 1)
-	go func() {
-		done <- runHub(hctx, runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
-			metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
-			kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
-				agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}}, logs, ready)
-	}()
-	var addrs runAddrs
-	select {
-	case addrs = <-ready:
-	case err := <-done:
-		t.Fatalf("%v\n%s", err, logs)
-	}
-	t.Cleanup(func() {
-		stop()
-		<-done
-		if t.Failed() {
-			t.Logf("hub logs:\n%s", logs)
-		}
-	})
+	addrs, logs := runInBackground(t, "hub", runOptions{node: "hub-m", bind: "127.0.0.1:0", api: apiListen{socket: socket}, identityFile: tb.HubIdentityFile(),
+		metrics: "127.0.0.1:0", logLevel: "info", keep: 20, bmcCheckEvery: time.Minute, bmcRequestTimeout: 5 * time.Second, bmcVerifyTimeout: 20 * time.Second,
+		kube: &kubeOptions{config: counted, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, discoverEvery: time.Second,
+			agentPort: seed.Port, management: true, gossipService: "hale-hub-gossip", agents: []string{"hale-agent"}, hubs: []string{"hale-hub"}}})
 	policy := func() v1alpha1.HealthPolicy {
 		var p v1alpha1.HealthPolicy
 		require.NoError(t, mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w1"}, &p))
@@ -249,16 +231,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		assert.Regexp(t, `^(PATCH /apis/hale.dev/v1alpha1/namespaces/fleet/healthpolicies/w1(/status)?|POST /apis/events.k8s.io/v1/namespaces/fleet/events)$`, w,
 			"a write to the management cluster in a steady state")
 	}
-	hubCmd := func(args ...string) (string, int) {
-		var out bytes.Buffer
-		root := newRootCommand(&out, &out)
-		root.SetArgs(append(args, "--socket", socket))
-		err := root.ExecuteContext(context.Background())
-		if err != nil {
-			out.WriteString(err.Error())
-		}
-		return out.String(), exitCode(err)
-	}
+	hubCmd := func(args ...string) (string, int) { return hubAt(socket, args...) }
 	out, code := hubCmd("status", "--cluster", "fleet/w1")
 	assert.Equal(t, 0, code, out)
 	assert.Regexp(t, `(?m)^cluster demo `, out)
@@ -355,34 +328,12 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	// The workload cluster's own hub, run with --fallback (its inventory names the BMCs), stands by
 	// while the cell holds the claim.
 	fsocket := filepath.Join(dir, "fallback.sock")
-	flogs := &capture.Buffer{}
-	fctx, fstop := context.WithCancel(context.Background())
-	fdone, fready := make(chan error, 1), make(chan runAddrs, 1)
-	go func() {
-		fdone <- runHub(fctx, runOptions{inventory: inv, node: "hub-f", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
-			identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(), api: apiListen{socket: fsocket}, logLevel: "info", keep: 20,
-			kube: &kubeOptions{config: wcfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, fallback: true}}, flogs, fready)
-	}()
-	select {
-	case <-fready:
-	case err := <-fdone:
-		t.Fatalf("the fallback hub: %v\n%s", err, flogs)
-	}
-	t.Cleanup(func() {
-		fstop()
-		<-fdone
-		if t.Failed() {
-			t.Logf("fallback hub logs:\n%s", flogs)
-		}
-	})
+	_, flogs := runInBackground(t, "fallback hub", runOptions{inventory: inv, node: "hub-f", bind: "127.0.0.1:0", join: tb.Seeds(), keyFile: tb.GossipKeyFile(),
+		identityFile: tb.HubIdentityFile(), pinnedFile: tb.PinnedKeysFile(), api: apiListen{socket: fsocket}, logLevel: "info", keep: 20,
+		kube: &kubeOptions{config: wcfg, namespace: "hale-system", lease: "hale-hub", leaseDuration: 2 * time.Second, fallback: true}})
 	fallbackCmd := func(args ...string) string {
-		var out bytes.Buffer
-		root := newRootCommand(&out, &out)
-		root.SetArgs(append(args, "--socket", fsocket))
-		if err := root.ExecuteContext(context.Background()); err != nil {
-			out.WriteString(err.Error())
-		}
-		return out.String()
+		out, _ := hubAt(fsocket, args...)
+		return out
 	}
 	time.Sleep(3 * time.Second) // longer than the claim's lease duration: the cell renews it
 	assert.Equal(t, "hub-m@fleet/w1", claimHolder())
@@ -436,6 +387,44 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		"the cell heals again")
 	assert.Equal(t, r.Name, remediation().Name, "the management cluster's journal: the one remediation of the cell's")
 	assert.Equal(t, resetsBefore+1, actions(1), "nothing acted on twice")
+}
+
+// runInBackground runs `hub run` with o until the test ends (its logs shown, as name's, when the test
+// failed) and returns once it serves: what it serves, and its logs.
+func runInBackground(t *testing.T, name string, o runOptions) (runAddrs, *capture.Buffer) {
+	t.Helper()
+	logs := &capture.Buffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	done, ready := make(chan error, 1), make(chan runAddrs, 1)
+	go func() { done <- runHub(ctx, o, logs, ready) }()
+	var addrs runAddrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		stop()
+		t.Fatalf("%s: %v\n%s", name, err, logs)
+	}
+	t.Cleanup(func() {
+		stop()
+		<-done
+		if t.Failed() {
+			t.Logf("%s logs:\n%s", name, logs)
+		}
+	})
+	return addrs, logs
+}
+
+// hubAt runs the hub command args against the hub at socket, as an operator would, and returns what it
+// printed (its error included) and its exit code.
+func hubAt(socket string, args ...string) (string, int) {
+	var out bytes.Buffer
+	root := newRootCommand(&out, &out)
+	root.SetArgs(append(args, "--socket", socket))
+	err := root.ExecuteContext(context.Background())
+	if err != nil {
+		out.WriteString(err.Error())
+	}
+	return out.String(), exitCode(err)
 }
 
 // docShellBlocks returns the shell blocks (```sh) of docs/DOC's section under heading, in order.
