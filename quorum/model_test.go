@@ -172,6 +172,32 @@ func refShapes(strategy Strategy, target, fresh string, orders []Order, join Joi
 	return out
 }
 
+// refWorlds are the clusters a plan on target must be safe in: ms, and when target is a voter of
+// unknown health that nothing is disrupting, first ms with it healthy (the world where acting on it
+// costs a healthy voter).
+func refWorlds(ms refCluster, target string) []refCluster {
+	i := refFind(ms, target)
+	if i < 0 || ms.m[i].learner || ms.m[i].health != HealthUnknown || ms.m[i].disruption != NotDisrupted {
+		return []refCluster{ms}
+	}
+	up := ms
+	up.m[i].health = Healthy
+	return []refCluster{up, ms}
+}
+
+// refWalkWorlds returns whether steps are safe in every world of target, and the highest cost.
+func refWalkWorlds(ms refCluster, target string, steps []Step, p Policy) (bool, int) {
+	cost := 0
+	for _, w := range refWorlds(ms, target) {
+		ok, c := refWalk(w, steps, p)
+		if !ok {
+			return false, 0
+		}
+		cost = max(cost, c)
+	}
+	return true, cost
+}
+
 // refWalk returns whether every step of steps is safe from ms, and the reference cost.
 func refWalk(ms refCluster, steps []Step, p Policy) (bool, int) {
 	start := refFaultTolerance(ms)
@@ -225,7 +251,7 @@ func checkCase(c *modelCase, p Policy, n *modelCounts) string {
 	firstSafe, safeCost := -1, 0
 	if precondition == 0 {
 		for i, steps := range shapes {
-			if ok, cost := refWalk(c.ms, steps, p); ok {
+			if ok, cost := refWalkWorlds(c.ms, c.target, steps, p); ok {
 				firstSafe, safeCost = i, cost
 				break
 			}
@@ -272,7 +298,8 @@ func checkCase(c *modelCase, p Policy, n *modelCounts) string {
 	return ""
 }
 
-// checkRefusal asserts that r names a real violation at a real step of steps, with the right numbers.
+// checkRefusal asserts that r names a real violation at a real step of steps, with the right numbers,
+// in one of the target's worlds.
 func checkRefusal(r *Refusal, c *modelCase, p Policy, steps []Step, precondition Violation) string {
 	if precondition != 0 {
 		if r.Violation != precondition || r.Step.Member != c.target {
@@ -280,7 +307,16 @@ func checkRefusal(r *Refusal, c *modelCase, p Policy, steps []Step, precondition
 		}
 		return ""
 	}
-	ms := c.ms
+	var msg string
+	for _, w := range refWorlds(c.ms, c.target) {
+		if msg = checkRefusalIn(w, r, p, steps); msg == "" {
+			return ""
+		}
+	}
+	return msg
+}
+
+func checkRefusalIn(ms refCluster, r *Refusal, p Policy, steps []Step) string {
 	for _, s := range steps {
 		if s == r.Step {
 			if !refHolds(r.Violation, ms, s, p) {

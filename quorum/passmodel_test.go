@@ -151,12 +151,13 @@ func pmSame(a, b pmState) bool {
 	return true
 }
 
-// pmStart is the input cluster as the reference's state: a reboot or fence in flight may have its
-// member down at any moment (the input's contract), the doing of its own track.
-func pmStart(in Input, tracks []pmTrack) pmState {
+// pmStart is the input cluster as the reference's state in one world (up: the members of unknown
+// health taken to be healthy in it): a reboot or fence in flight may have its member down at any moment
+// (the input's contract), the doing of its own track.
+func pmStart(in Input, tracks []pmTrack, up map[string]bool) pmState {
 	var st pmState
 	for _, m := range in.Cluster.Members {
-		st.ms = append(st.ms, pmMember{name: m.Name, learner: m.Learner, healthy: m.Health == Healthy,
+		st.ms = append(st.ms, pmMember{name: m.Name, learner: m.Learner, healthy: m.Health == Healthy || up[m.Name],
 			observed: m.Disruption == InFlight, off: m.Disruption == Fenced, owner: -1, hold: -1})
 	}
 	for ti, t := range tracks {
@@ -278,10 +279,33 @@ func pmJudge(start, st pmState, p Policy, tracks []pmTrack, order []int, ti int,
 		}())
 }
 
-// pmExplore walks every order of the tracks' steps; it returns the first broken invariant and how
-// many states it saw.
-func pmExplore(in Input, tracks []pmTrack) (string, int) {
-	start := pmStart(in, tracks)
+// pmWorlds are the worlds the started work must be safe in: nobody can say whether a voter of unknown
+// health is up, so each one that a started remediation takes down may be either (every subset of them
+// up), while the others, which nothing started acts on, stay not counted.
+func pmWorlds(in Input, tracks []pmTrack) []map[string]bool {
+	var unknown []string
+	for _, t := range tracks {
+		for _, m := range in.Cluster.Members {
+			if t.fresh && m.Name == t.own && !m.Learner && m.Health == HealthUnknown && m.Disruption == NotDisrupted {
+				unknown = append(unknown, m.Name)
+			}
+		}
+	}
+	var worlds []map[string]bool
+	for bits := range 1 << len(unknown) {
+		up := map[string]bool{}
+		for i, name := range unknown {
+			up[name] = bits&(1<<i) != 0
+		}
+		worlds = append(worlds, up)
+	}
+	return worlds
+}
+
+// pmExplore walks every order of the tracks' steps in one world; it returns the first broken invariant
+// and how many states it saw.
+func pmExplore(in Input, tracks []pmTrack, up map[string]bool) (string, int) {
+	start := pmStart(in, tracks, up)
 	seen := map[int]pmState{}
 	var msg string
 	var walk func(st pmState, prog []int, order []int)
@@ -335,13 +359,23 @@ func pmOrder(tracks []pmTrack, order []int) string {
 	return strings.Join(parts, " → ")
 }
 
-// pmReplay checks an OrderRefusal against the reference: its order can happen, and its breaking
-// step breaks the invariant there.
+// pmReplay checks an OrderRefusal against the reference: in one of the worlds, its order can happen
+// and its breaking step breaks the invariant there.
 func pmReplay(in Input, out Outcome, at int, r *OrderRefusal) string {
 	tracks := pmTracks(in, out, at)
 	d := out.Decisions[at]
 	tracks = append(tracks, pmTrack{machine: d.Machine, own: d.Member, steps: r.Plan.Steps, fresh: true})
-	start := pmStart(in, tracks)
+	var msg string
+	for _, up := range pmWorlds(in, tracks) {
+		if msg = pmReplayIn(in, tracks, r, up); msg == "" {
+			return ""
+		}
+	}
+	return msg
+}
+
+func pmReplayIn(in Input, tracks []pmTrack, r *OrderRefusal, up map[string]bool) string {
+	start := pmStart(in, tracks, up)
 	st := start
 	prog := make([]int, len(tracks))
 	var order []int
@@ -406,9 +440,15 @@ func checkPassOrders(in Input, out Outcome, n *passCounts) string {
 			return fmt.Sprintf("started %s of %s with steps %v, not one of %v", d.Strategy, d.Machine, d.Plan.Steps, want)
 		}
 	}
-	msg, states := pmExplore(in, pmTracks(in, out, len(out.Decisions)))
-	n.states += int64(states)
-	return msg
+	tracks := pmTracks(in, out, len(out.Decisions))
+	for _, up := range pmWorlds(in, tracks) {
+		msg, states := pmExplore(in, tracks, up)
+		n.states += int64(states)
+		if msg != "" {
+			return msg
+		}
+	}
+	return ""
 }
 
 type passCounts struct{ passes, started, orderRefusals, states int64 }

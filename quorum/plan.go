@@ -158,19 +158,29 @@ func StepList(steps []Step) string {
 
 // Simulate checks every step of steps in order from c under policy p and returns the cost: how far the
 // fault tolerance drops below its starting value at the worst point. The first refused step is returned
-// as a *Refusal.
+// as a *Refusal. A voter of unknown health that the steps take down counts as up until they do (as
+// checkStep judges that step), so that taking it down costs one.
 func (c Cluster) Simulate(p Policy, steps []Step) (int, error) {
-	start := c.Budget(p).FaultTolerance
-	lowest := start
 	var buf [16]Member // typical clusters fit: no allocation
 	scratch := append(buf[:0], c.Members...)
+	up := 0 // 1 while such a voter is counted up
 	for _, s := range steps {
+		if unknownVoter(scratch, s) >= 0 {
+			up = 1
+		}
+	}
+	start := c.Budget(p).FaultTolerance + up
+	lowest := start
+	for _, s := range steps {
+		if unknownVoter(scratch, s) >= 0 {
+			up = 0
+		}
 		var after Budget
 		var err error
 		if scratch, after, err = checkStep(scratch, p, s); err != nil {
 			return 0, err
 		}
-		lowest = min(lowest, after.FaultTolerance)
+		lowest = min(lowest, after.FaultTolerance+up)
 	}
 	return start - lowest, nil
 }

@@ -242,6 +242,10 @@ func admitMember(d *Decision, work *Cluster, base Cluster, tracks []track, membe
 	}
 	d.Start, d.Plan = true, plan
 	switch {
+	case plan.Cost > 0 && unknownVoter(work.Members, Step{OpRemove, m.Member}) >= 0:
+		up := work.Clone()
+		up.Members[j].Health = Healthy
+		d.Reason = fmt.Sprintf("costs %d if %s is up (its health is unknown), of a budget of %d counting it", plan.Cost, m.Member, up.Budget(p).Available)
 	case plan.Cost > 0:
 		d.Reason = fmt.Sprintf("costs %d of a budget of %d", plan.Cost, work.Budget(p).Available)
 	case !work.Members[j].CountsHealthy():

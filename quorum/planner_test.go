@@ -63,6 +63,24 @@ func TestPlanPass(t *testing.T) {
 				"cp-2": "rebooting etcd-2 leaves 1 of 3 voters healthy; quorum needs 2"},
 		},
 		{
+			// Nobody can say whether etcd-3 is up (its observers went quiet): rebooting it is judged as
+			// if it were, so it waits while etcd-2 is down; the dead member's reboot is free.
+			name:    "a member of unknown health is rebooted as if it were up",
+			cluster: "HDU",
+			machines: []Machine{etcdMachine(1, false, 0, Reboot), etcdMachine(2, true, 20, Reboot),
+				etcdMachine(3, true, 10, Reboot)},
+			wantStarts: []string{"cp-2"},
+			wantReason: map[string]string{"cp-3": "rebooting etcd-3 leaves 1 of 3 voters healthy; quorum needs 2 " +
+				"(etcd-3's health is unknown: nothing shows it down, so the step is judged as if it were up)"},
+		},
+		{
+			name:       "and costs one of a budget that counts it",
+			cluster:    "HHHU",
+			machines:   []Machine{etcdMachine(4, true, 10, Reboot)},
+			wantStarts: []string{"cp-4"},
+			wantReason: map[string]string{"cp-4": "costs 1 if etcd-4 is up (its health is unknown), of a budget of 1 counting it"},
+		},
+		{
 			name:    "5 healthy members tolerate two reboots at once",
 			cluster: "HHHHH",
 			machines: []Machine{etcdMachine(1, true, 5, Reboot), etcdMachine(2, true, 5, Reboot),

@@ -67,6 +67,9 @@ type Refusal struct {
 	// Before for violations that are not about counts).
 	Before, After Budget
 	Policy        Policy
+	// CountedUp names the member of unknown health the step takes down or removes, when Before counts
+	// it healthy: a step on it is judged as if it were up, since nothing shows that it is not.
+	CountedUp string
 }
 
 // refusal is a refusal for a rule that is not about the counts after the step: Before and After are
@@ -79,12 +82,16 @@ func (c Cluster) refusal(p Policy, v Violation, s Step) *Refusal {
 func (r *Refusal) Error() string {
 	what := r.Step.describe()
 	b, a := r.Before, r.After
+	counted := ""
+	if r.CountedUp != "" {
+		counted = fmt.Sprintf(" (%s's health is unknown: nothing shows it down, so the step is judged as if it were up)", r.CountedUp)
+	}
 	switch r.Violation {
 	case BelowQuorum:
-		return fmt.Sprintf("%s leaves %d of %d voters healthy; quorum needs %d", what, a.HealthyVoters, a.Voters, a.Quorum)
+		return fmt.Sprintf("%s leaves %d of %d voters healthy; quorum needs %d%s", what, a.HealthyVoters, a.Voters, a.Quorum, counted)
 	case BelowFaultTolerance:
-		return fmt.Sprintf("%s leaves %d of %d voters healthy, tolerating %d failure(s); policy minFaultTolerance needs %d",
-			what, a.HealthyVoters, a.Voters, a.FaultTolerance, r.Policy.MinFaultTolerance)
+		return fmt.Sprintf("%s leaves %d of %d voters healthy, tolerating %d failure(s); policy minFaultTolerance needs %d%s",
+			what, a.HealthyVoters, a.Voters, a.FaultTolerance, r.Policy.MinFaultTolerance, counted)
 	case QuorumLost:
 		return fmt.Sprintf("%s changes membership, but etcd has lost quorum (%d of %d voters healthy, quorum needs %d) "+
 			"and cannot commit it; power-cycling the dead members is the only way out", what, b.HealthyVoters, b.Voters, b.Quorum)

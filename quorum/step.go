@@ -197,12 +197,21 @@ func checkStep(ms []Member, p Policy, s Step) ([]Member, Budget, error) {
 	if v := precondition(ms, p, s, before); v != 0 {
 		return ms, before, &Refusal{Violation: v, Step: s, Before: before, After: before, Policy: p}
 	}
+	// A step that takes down or removes a voter of unknown health is judged from the budget in which
+	// that voter is up: nothing shows it down, and if it is up the step costs a healthy voter. (Counted
+	// as not healthy, as everywhere else, the step would look free even with quorum held by one vote.)
+	judged, counted := before, ""
+	if i := unknownVoter(ms, s); i >= 0 {
+		ms[i].Health = Healthy
+		judged, counted = Cluster{ms}.Budget(p), s.Member
+		ms[i].Health = HealthUnknown
+	}
 	ms, err := applyStep(ms, s)
 	if err != nil {
 		return ms, before, err
 	}
 	after := Cluster{ms}.Budget(p)
-	if after.FaultTolerance < before.FaultTolerance {
+	if after.FaultTolerance < judged.FaultTolerance {
 		v := Violation(0)
 		switch {
 		case after.FaultTolerance < 0:
@@ -211,10 +220,23 @@ func checkStep(ms []Member, p Policy, s Step) ([]Member, Budget, error) {
 			v = BelowFaultTolerance
 		}
 		if v != 0 {
-			return ms, before, &Refusal{Violation: v, Step: s, Before: before, After: after, Policy: p}
+			return ms, before, &Refusal{Violation: v, Step: s, Before: judged, After: after, Policy: p, CountedUp: counted}
 		}
 	}
 	return ms, after, nil
+}
+
+// unknownVoter is the index in ms of the voter of unknown health that step s takes down or removes
+// (one Hale is not disrupting yet), or -1.
+func unknownVoter(ms []Member, s Step) int {
+	if s.Op != OpPowerCycle && s.Op != OpPowerOff && s.Op != OpRemove {
+		return -1
+	}
+	i := Cluster{ms}.Index(s.Member)
+	if i < 0 || ms[i].Learner || ms[i].Health != HealthUnknown || ms[i].Disruption != NotDisrupted {
+		return -1
+	}
+	return i
 }
 
 // precondition returns the rule, other than the counts after it, that forbids step s from ms.

@@ -315,7 +315,7 @@ func AdmitOperator(f Facts, m Machine, req OperatorRequest, b Beside) (Admitted,
 		if b.LiveErr == nil {
 			opts := m.Replace
 			opts.NewMember = m.Member + NewMemberSuffix
-			plan, err = asIfHealthy(b.Live, m.Member).PlanBeside(f.Inventory.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: req.Strategy, Replace: opts}, b.Work)
+			plan, err = b.Live.PlanBeside(f.Inventory.Policy.Quorum, quorum.Machine{Name: m.Name, Member: m.Member, Strategy: req.Strategy, Replace: opts}, b.Work)
 		}
 		if err != nil {
 			plan, refusal = quorum.Plan{Strategy: quorum.Reboot, Member: m.Member,
@@ -330,20 +330,4 @@ func AdmitOperator(f Facts, m Machine, req OperatorRequest, b Beside) (Admitted,
 		return Admitted{Plan: plan}, fmt.Errorf("%w: %s of %s: %s (--force overrides this for a reboot, knowingly: it is journaled as forced)", ErrRefused, req.Strategy, m.Name, why)
 	}
 	return Admitted{Plan: plan, Overrides: why}, nil
-}
-
-// asIfHealthy is c with member counted healthy when nobody can say whether it is (HealthUnknown): a
-// request to act on it is checked as if it were healthy, since nothing shows that it is down. The
-// planner counts an unknown member as not healthy, so acting on it would look free; on a loaded
-// machine whose observers had gone quiet, an operator's reboot of a healthy member was admitted so
-// while another was down, and etcd lost quorum. The other members stay as they are: for them, unknown
-// is not healthy.
-func asIfHealthy(c quorum.Cluster, member string) quorum.Cluster {
-	i := c.Index(member)
-	if i < 0 || c.Members[i].Health != quorum.HealthUnknown {
-		return c
-	}
-	c = c.Clone()
-	c.Members[i].Health = quorum.Healthy
-	return c
 }
