@@ -60,10 +60,11 @@ func TestLeaderTakeoverAndStaleWrites(t *testing.T) {
 	took := time.Since(killed)
 	t.Logf("hub-b took over %v after hub-a died (lease duration %v), epoch %d → %d", took.Round(time.Millisecond), timing.LeaseDuration, a.Epoch(), b.Epoch())
 	// A standby takes over once the record it last saw change is a lease duration old: that change came
-	// up to a retry period after hub-a's last renewal, and its own try up to one more after. 2.4 s idle
-	// here; the bound leaves the API server's latency on a loaded machine room (a full run missed the
-	// old bound of 2.8 s), and still fails a takeover that waited for a second lease duration.
-	assert.Less(t, took, 3*timing.LeaseDuration/2, "within the lease duration (plus two retry periods and the API server's latency)")
+	// up to a retry period after hub-a's last renewal, and its own try up to one more after: 1.8-2.4 s
+	// here. A takeover that waited for a second lease duration takes 4 s at the least; below that, the
+	// bound leaves the API server's latency on a loaded machine room (full runs beside the real cluster
+	// missed bounds of 2.8 and 3 s).
+	assert.Less(t, took, 2*timing.LeaseDuration, "within the lease duration (plus two retry periods and the API server's latency)")
 	require.Greater(t, b.Epoch(), a.Epoch())
 
 	jB := NewJournal(c, ns, b.Epoch(), 5).WithFence(b.Check)

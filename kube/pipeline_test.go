@@ -124,8 +124,11 @@ func TestPauseThroughHealthPolicyAndCluster(t *testing.T) {
 	// gossip may have called cp-1 dead for a moment as the hub started: a remediation begun then, and
 	// withdrawn unacted once cp-1 was Healthy again, is in its history too, and holds the next one for
 	// up to 30 s (an idle end's retry).
+	// Each BMC answer takes 1 s, so that the step is still in flight when the policy sync, a patch
+	// and a poll later, sees the pause (with 300 ms, a full run beside the real cluster saw the step
+	// done first: Paused at once, never Pausing).
 	before, _ := tb.Remediations(1)
-	tb.Sim().SetFaults(bmcsim.Faults{Latency: 300 * time.Millisecond})
+	tb.Sim().SetFaults(bmcsim.Faults{Latency: time.Second})
 	tb.Hang(1)
 	require.NoError(t, tb.WaitFor(ctx, 60*time.Second, "cp-1's BMC step", func() bool {
 		for _, m := range tb.Hub().Status(ctx).Machines {
@@ -362,9 +365,12 @@ func TestHealthPolicySpecIsThePolicy(t *testing.T) {
 		cond := applied()
 		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "all from the inventory")
 	}, 30*time.Second, 20*time.Millisecond)
-	st := tb.Hub().Status(ctx)
-	require.NotNil(t, st.Budget)
-	require.Equal(t, 1, st.Budget.Available, "3 healthy voters, minFaultTolerance 0: one may be disrupted")
+	// 3 healthy voters, minFaultTolerance 0: one may be disrupted (once the assessor hears every
+	// observer again: a loaded machine's late report makes a member's health unknown for a pass).
+	require.Eventually(t, func() bool {
+		st := tb.Hub().Status(ctx)
+		return st.Budget != nil && st.Budget.Available == 1
+	}, 30*time.Second, 20*time.Millisecond, "%+v", tb.Hub().Status(ctx).Budget)
 
 	for _, tc := range []struct {
 		spec string

@@ -35,9 +35,14 @@ type EtcdView struct {
 	LocalID   string       `json:"localID,omitempty"`
 	LocalName string       `json:"localName,omitempty"`
 	Members   []EtcdMember `json:"members,omitempty"`
-	LeaderID  string       `json:"leaderID,omitempty"`
-	RaftTerm  uint64       `json:"raftTerm,omitempty"`
-	RaftIndex uint64       `json:"raftIndex,omitempty"`
+	// LeaderID is the leader the local member follows now (raft's own state: set by the leader's
+	// messages at the current term).
+	LeaderID string `json:"leaderID,omitempty"`
+	// RaftTerm is the term of the last entry the local member applied (etcd's Status reports that, not
+	// raft's current term): a member that follows a new leader but has not applied its entries yet
+	// reports the old term. RaftIndex is its commit index.
+	RaftTerm  uint64 `json:"raftTerm,omitempty"`
+	RaftIndex uint64 `json:"raftIndex,omitempty"`
 	Alarms    []string     `json:"alarms,omitempty"`
 	// Error says why the view is incomplete (the local member did not answer, …).
 	Error      string    `json:"error,omitempty"`

@@ -21,9 +21,11 @@ func (a *Assessor) probes(m MachineRef, own report.Report, now time.Time, ev *ev
 		}
 		ev.failing = append(ev.failing, p.Name)
 		if p.Name == "etcd" {
-			if why := a.catchingUp(own); why != "" {
+			if why, whyNot := a.catchingUp(own); why != "" {
 				timeout += a.policy.EtcdCatchUp
 				p.Detail += fmt.Sprintf("; catching up (%s): %v more allowed", why, a.policy.EtcdCatchUp)
+			} else {
+				p.Detail += "; " + whyNot
 			}
 		}
 		if d, start, from := a.countedFor(m.Member, upTo, p.Since); d >= timeout {

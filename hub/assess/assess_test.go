@@ -390,11 +390,11 @@ func TestQuorumBackJudgesAfresh(t *testing.T) {
 }
 
 // A member whose etcd probe fails while its own status says it follows the leader the other members
-// follow, at their raft term, is catching up: EtcdCatchUp more before it is Unhealthy, whether or not
-// its raft index moves (a member whose streams to the leader are still being dialled again after a
-// partition of silent drops applies nothing new and serves no linearizable read). Not when it follows
-// another leader (or none, or the same at an older term), when its status did not answer, nor past the
-// bound.
+// follow is catching up: EtcdCatchUp more before it is Unhealthy, whether or not its raft index moves
+// (a member whose streams to the leader are still being dialled again after a partition of silent
+// drops applies nothing new and serves no linearizable read), and whether or not it has applied the
+// new term's first entry (its status's term is its last applied entry's). Not when it follows another
+// leader (or none), when its status did not answer, nor past the bound; the verdict says which.
 func TestEtcdCatchUp(t *testing.T) {
 	p := assess.DefaultPolicy()
 	withRaft := func(w *assesstest.World, node, leader string, term, index uint64) {
@@ -416,8 +416,11 @@ func TestEtcdCatchUp(t *testing.T) {
 		reasonSubstring string
 	}{
 		{name: "following the leader at its term: catching up", leader: "a1", term: 3, failing: 15 * time.Second, want: assess.VerdictSuspect,
-			reasonSubstring: "catching up (it follows leader a1 at raft term 3, as 2 other members do (its raft index 180)): 30s more allowed"},
-		{name: "an older term: failing", leader: "a1", term: 2, failing: 15 * time.Second, want: assess.VerdictUnhealthy},
+			reasonSubstring: "catching up (it follows leader a1, as 2 other members do (its last entry applied of raft term 3, theirs of 3; its commit index 180)): 30s more allowed"},
+		{name: "following the leader, its entries not applied yet: catching up", leader: "a1", term: 2, failing: 15 * time.Second, want: assess.VerdictSuspect,
+			reasonSubstring: "catching up (it follows leader a1, as 2 other members do (its last entry applied of raft term 2, theirs of 3"},
+		{name: "another leader: said why", leader: "b2", term: 3, failing: 15 * time.Second, want: assess.VerdictUnhealthy,
+			reasonSubstring: `not catching up: it follows leader "b2", the others a1`},
 		{name: "another leader: failing", leader: "b2", term: 3, failing: 15 * time.Second, want: assess.VerdictUnhealthy},
 		{name: "no leader: failing", leader: "0", term: 3, failing: 15 * time.Second, want: assess.VerdictUnhealthy},
 		{name: "its status does not answer: failing", leader: "-", term: 3, failing: 15 * time.Second, want: assess.VerdictUnhealthy},
