@@ -41,9 +41,9 @@ type EtcdView struct {
 	// RaftTerm is the term of the last entry the local member applied (etcd's Status reports that, not
 	// raft's current term): a member that follows a new leader but has not applied its entries yet
 	// reports the old term. RaftIndex is its commit index.
-	RaftTerm  uint64 `json:"raftTerm,omitempty"`
-	RaftIndex uint64 `json:"raftIndex,omitempty"`
-	Alarms    []string     `json:"alarms,omitempty"`
+	RaftTerm  uint64   `json:"raftTerm,omitempty"`
+	RaftIndex uint64   `json:"raftIndex,omitempty"`
+	Alarms    []string `json:"alarms,omitempty"`
 	// Error says why the view is incomplete (the local member did not answer, …).
 	Error      string    `json:"error,omitempty"`
 	ObservedAt time.Time `json:"observedAt"`
