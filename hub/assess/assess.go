@@ -63,7 +63,7 @@ type Policy struct {
 	// StaleAfter: a report older than this is no evidence of anything (the agent may be stuck).
 	StaleAfter time.Duration
 	// EtcdCatchUp: how much longer the etcd probe may fail while the member follows the leader that
-	// the other members follow, at their raft term: it is catching up (see catchingUp).
+	// the other members follow: it is catching up (see catchingUp).
 	EtcdCatchUp time.Duration
 	// NodeConditionTimeouts: how long a Node condition must be bad (Ready not True; another, True)
 	// before it counts; conditions not listed are ignored. A Node condition is never enough alone: it

@@ -94,7 +94,7 @@ type PolicyFile struct {
 	// (default 20 s: four missed reports).
 	StaleAfter config.Duration `json:"staleAfter"`
 	// EtcdCatchUp: how much longer than probeTimeouts.etcd the etcd probe may fail while the member
-	// follows the leader the other members follow, at their raft term (default 30 s).
+	// follows the leader the other members follow (default 30 s).
 	EtcdCatchUp config.Duration `json:"etcdCatchUp"`
 	// PlannedWork (Kubernetes mode): the planned work during which the hub starts nothing on a machine
 	// (its hold PlannedWork; an operator's `hub reboot` still may, and the machine's evidence still counts
