@@ -35,8 +35,10 @@ func (a *Assessor) catchingUp(own report.Report) (why, whyNot string) {
 		return "", "not catching up: its own status did not answer in its last report"
 	case a.leader == "" || a.leaderVotes < 2:
 		return "", "not catching up: no leader that a majority of the members that name one follow"
+	case v.LeaderID == "" || v.LeaderID == "0":
+		return "", "not catching up: it follows no leader, the others " + a.leader
 	case v.LeaderID != a.leader:
-		return "", fmt.Sprintf("not catching up: it follows leader %q, the others %s", v.LeaderID, a.leader)
+		return "", fmt.Sprintf("not catching up: it follows leader %s, the others %s", v.LeaderID, a.leader)
 	}
 	return fmt.Sprintf("it follows leader %s, as %d other members do (its last entry applied of raft term %d, theirs of %d; its commit index %d)",
 		v.LeaderID, a.leaderVotes-1, v.RaftTerm, a.leaderTerm, v.RaftIndex), ""
