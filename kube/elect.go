@@ -46,10 +46,7 @@ func (l *Leader) Check(ctx context.Context) error {
 	if err := l.c.Get(ctx, client.ObjectKey{Namespace: l.ns, Name: l.name}, &lease); err != nil {
 		return fmt.Errorf("reading lease %s/%s: %w", l.ns, l.name, err)
 	}
-	holder, transitions := "", int32(0)
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
-	}
+	holder, transitions := LeaseHolder(&lease), int32(0)
 	if lease.Spec.LeaseTransitions != nil {
 		transitions = *lease.Spec.LeaseTransitions
 	}
@@ -58,6 +55,14 @@ func (l *Leader) Check(ctx context.Context) error {
 			holder, transitions+1, l.identity, l.epoch)
 	}
 	return nil
+}
+
+// LeaseHolder is lease's holder, "" for none.
+func LeaseHolder(lease *coordinationv1.Lease) string {
+	if lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
 }
 
 // Elect campaigns for the Lease ns/name as identity (unique per process) until ctx ends; each time it

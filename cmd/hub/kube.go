@@ -137,10 +137,7 @@ func standbyAnswer(ctx context.Context, c client.Client, ns, name string) string
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lease); err != nil {
 		return fmt.Sprintf("this hub replica stands by: the Lease %s/%s names the one that leads, and cannot be read now (%v): ask the other replica", ns, name, err)
 	}
-	var holder string
-	if lease.Spec.HolderIdentity != nil {
-		holder = *lease.Spec.HolderIdentity
-	}
+	holder := kube.LeaseHolder(&lease)
 	if holder == "" {
 		return fmt.Sprintf("this hub replica stands by: no replica leads right now (the Lease %s/%s has no holder): ask again in a few seconds", ns, name)
 	}

@@ -44,7 +44,7 @@ func Want(ctx context.Context, c client.Client, key client.ObjectKey, identity s
 	} else if err != nil {
 		return "", fmt.Errorf("reading the claim (Lease %s): %w", key, err)
 	}
-	holder := Holder(&lease)
+	holder := kube.LeaseHolder(&lease)
 	if holder == identity {
 		return holder, nil
 	}
@@ -57,14 +57,6 @@ func Want(ctx context.Context, c client.Client, key client.ObjectKey, identity s
 		return holder, fmt.Errorf("marking the claim (Lease %s) wanted: %w", key, err)
 	}
 	return holder, nil
-}
-
-// Holder is the Lease's holder, "" for none.
-func Holder(lease *coordinationv1.Lease) string {
-	if lease.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *lease.Spec.HolderIdentity
 }
 
 // Pauser is the hub as HandBack needs it: a pause of its own, and whether every step in flight has

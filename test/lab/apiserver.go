@@ -3,11 +3,9 @@ package lab
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 
 	"k8s.io/client-go/rest"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/netns"
+	"github.com/hale-dev/hale/test/silent"
 )
 
 // APIServer is a real kube-apiserver (test/kubeenv's, with Hale's CRDs) whose storage is the lab's
@@ -46,7 +45,7 @@ func (c *Cluster) StartAPIServer(t testing.TB, host *netns.Host, machines ...*Ma
 			t.Fatalf("lab: a forwarder to %s's etcd: %v", m.Name, err)
 		}
 		member := m.Host.Addr(2379)
-		forward(t, ln, func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", member) })
+		silent.Join(t, ln, func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", member) }, nil)
 		a.etcd[m] = "http://" + ln.Addr().String()
 	}
 	a.Client, a.Config, a.env = kubeenv.StartOnEtcd(t, a.endpoints(machines))
@@ -59,10 +58,10 @@ func (c *Cluster) StartAPIServer(t testing.TB, host *netns.Host, machines ...*Ma
 		t.Fatalf("lab: the API server's address: %v", err)
 	}
 	local := u.Host
-	forward(t, ln, func(ctx context.Context) (net.Conn, error) {
+	silent.Join(t, ln, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", local)
-	})
+	}, nil)
 	inLab := rest.CopyConfig(a.Config)
 	inLab.Host = "https://" + host.Addr(6443)
 	inLab.ServerName = "localhost" // its serving certificate's name (test/kubeenv's)
@@ -91,44 +90,4 @@ func (a *APIServer) RestartOn(machines ...*Machine) error {
 		return fmt.Errorf("starting the API server again: %w", err)
 	}
 	return nil
-}
-
-// forward accepts connections on ln until t ends, and joins each to one that dial makes.
-func forward(t testing.TB, ln net.Listener, dial func(context.Context) (net.Conn, error)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancel()
-		_ = ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer in.Close()
-				out, err := dial(ctx)
-				if err != nil {
-					return
-				}
-				// Either side's end (or the test's) ends both: a peer that closes is gone.
-				stop := context.AfterFunc(ctx, func() { in.Close(); out.Close() })
-				defer stop()
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					_, _ = io.Copy(out, in)
-					in.Close()
-					out.Close()
-				}()
-				_, _ = io.Copy(in, out)
-				in.Close()
-				out.Close()
-				<-done
-			})
-		}
-	})
 }

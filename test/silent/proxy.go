@@ -2,6 +2,7 @@ package silent
 
 import (
 	"context"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -25,6 +26,23 @@ func Forward(t testing.TB, target string) *Proxy {
 	require.NoError(t, err)
 	p := &Proxy{ln: ln, thawed: make(chan struct{})}
 	close(p.thawed)
+	Join(t, ln, func(ctx context.Context) (net.Conn, error) {
+		if !p.pass(ctx) {
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", target)
+	}, p.copy)
+	return p
+}
+
+// Join accepts connections on ln until t ends, and joins each to one that dial makes, copying each
+// way with copy (io.Copy when nil). Either side's end (or the test's) ends both: a peer that closes
+// is gone.
+func Join(t testing.TB, ln net.Listener, dial func(context.Context) (net.Conn, error), copy func(ctx context.Context, dst, src net.Conn)) {
+	if copy == nil {
+		copy = func(_ context.Context, dst, src net.Conn) { _, _ = io.Copy(dst, src) }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -40,11 +58,7 @@ func Forward(t testing.TB, target string) *Proxy {
 			}
 			wg.Go(func() {
 				defer in.Close()
-				if !p.pass(ctx) {
-					return
-				}
-				var d net.Dialer
-				out, err := d.DialContext(ctx, "tcp", target)
+				out, err := dial(ctx)
 				if err != nil {
 					return
 				}
@@ -54,18 +68,17 @@ func Forward(t testing.TB, target string) *Proxy {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					p.copy(ctx, out, in)
+					copy(ctx, out, in)
 					in.Close()
 					out.Close()
 				}()
-				p.copy(ctx, in, out)
+				copy(ctx, in, out)
 				in.Close()
 				out.Close()
 				<-done
 			})
 		}
 	})
-	return p
 }
 
 // Addr is host:port.

@@ -1,6 +1,7 @@
 // Package silent is a TCP server that accepts connections and never answers: a hung API server or
-// BMC (its machine froze with its network stack still up), for tests; and a proxy (Forward) that
-// goes silent on demand, between a client and a server that go on.
+// BMC (its machine froze with its network stack still up), for tests; a proxy (Forward) that goes
+// silent on demand, between a client and a server that go on; and the joining of accepted
+// connections to dialled ones that the proxy is made of (Join).
 package silent
 
 import (
