@@ -16,6 +16,8 @@
 //   - A step may lower the fault tolerance (healthy voters − quorum) only while it stays ≥ 0 and ≥ the
 //     policy's MinFaultTolerance. A step that does not lower it (power-cycling a dead member) is always
 //     allowed, even when quorum is already lost: that is the only way out of a lost quorum.
+//   - A step that takes down or removes a voter of unknown health is judged as if that voter were up:
+//     nothing shows it down, and if it is up the step costs a healthy voter.
 //   - Membership changes (add, promote, remove) need a committed raft entry, so they are refused while
 //     quorum is lost.
 package quorum
