@@ -29,7 +29,7 @@ import (
 // the allowance did not apply).
 func (a *Assessor) catchingUp(own report.Report) (why, whyNot string) {
 	v := own.Etcd
-	// Its own word is not enough: another member must follow that leader too, at the same term.
+	// Its own word is not enough: another member must follow that leader too.
 	switch {
 	case v == nil || v.LocalID == "":
 		return "", "not catching up: its own status did not answer in its last report"
