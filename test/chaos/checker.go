@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +21,7 @@ import (
 
 // The checker trusts nothing the hub says about itself. It samples every etcd member directly (from
 // the out-of-band host, over etcd's JSON gateway), reads every process's state from /proc, reads the
-// namespaces' iptables rules whenever a fault changes them, and takes the power actions from the BMC
+// namespaces' iptables rules as the lab changes them, one by one, and takes the power actions from the BMC
 // simulators (the power changes they made to the machines, the requests they got). Only property 5
 // reads the hub's status, to see that a machine it holds is held with a reason.
 
@@ -91,51 +93,96 @@ type checker struct {
 	samples []sample
 	voters  int
 	blocked map[[2]string]bool // host IP pairs (from, to) whose packets are all dropped
+	rules   map[ruleKey]int    // the DROP rules standing, and how many times each
+	// cutFromHub names the hosts whose link to the hub's drops everything, one way or both.
+	cutFromHub []string
 	// forGood is the hub's latest word on a permanent loss, and when it was read (runHub).
 	forGood   bool
 	forGoodAt time.Time
 }
 
 func newChecker(c *lab.Cluster, tl *timeline) *checker {
-	chk := &checker{c: c, tl: tl, voters: len(c.Machines), blocked: map[[2]string]bool{}}
+	chk := &checker{c: c, tl: tl, voters: len(c.Machines), blocked: map[[2]string]bool{}, rules: map[ruleKey]int{}}
+	c.Lab.OnRule(chk.rule)
 	chk.client = &http.Client{Timeout: 400 * time.Millisecond, Transport: &http.Transport{DialContext: c.OOB.Dial, DisableKeepAlives: true}}
 	return chk
 }
 
-// rulesChanged reads every host's rules again: which links drop everything (loss rules, with a
-// probability, do not count).
-func (chk *checker) rulesChanged() {
-	blocked := map[[2]string]bool{}
-	hosts := []*netns.Host{chk.c.HubHost, chk.c.OOB}
-	for _, m := range chk.c.Machines {
-		hosts = append(hosts, m.Host)
+// rule follows one iptables command the lab ran in h, as it ran: the links whose packets are all
+// dropped (loss rules, with a probability, and a host's isolation do not count). A partition's rules go
+// in one at a time, seconds apart on a loaded machine; reading them once a cut was whole saw a second
+// cut's first rules at the same moment as the first cut's last, and judged a hub that had acted on the
+// first cut with a majority (the far side's trade-off) as one that had heard no majority (seed 1
+// beside load, 3 runs in 4, 2026-12-04). The same rule may stand twice (two overlapping cuts): each
+// -A or -I counts, each -D takes one away, -F empties the chain.
+func (chk *checker) rule(h *netns.Host, args []string) {
+	if len(args) < 2 {
+		return
 	}
-	hosts = append(hosts, chk.c.Witnesses...)
-	for _, h := range hosts {
-		rules, err := h.Rules()
-		if err != nil {
-			chk.c.T.Logf("checker: reading %s's rules: %v", h.Name, err)
-			continue
-		}
-		for _, r := range rules {
-			if strings.Contains(r, "statistic") || !strings.HasSuffix(r, "-j DROP") {
-				continue
-			}
-			f := strings.Fields(r)
-			for i := 0; i+1 < len(f); i++ {
-				ip := strings.TrimSuffix(f[i+1], "/32")
-				switch {
-				case f[1] == "OUTPUT" && f[i] == "-d":
-					blocked[[2]string{h.IP, ip}] = true
-				case f[1] == "INPUT" && f[i] == "-s":
-					blocked[[2]string{ip, h.IP}] = true
-				}
-			}
-		}
-	}
+	action, chain := args[0], args[1]
 	chk.mu.Lock()
-	chk.blocked = blocked
-	chk.mu.Unlock()
+	defer chk.mu.Unlock()
+	if action == "-F" {
+		for k := range chk.rules {
+			if k.host == h.IP && k.chain == chain {
+				delete(chk.rules, k)
+			}
+		}
+	} else if peer := droppedPeer(args); peer != "" {
+		k := ruleKey{host: h.IP, chain: chain, peer: peer}
+		switch action {
+		case "-A", "-I":
+			chk.rules[k]++
+		case "-D":
+			if chk.rules[k]--; chk.rules[k] <= 0 {
+				delete(chk.rules, k)
+			}
+		}
+	}
+	chk.blocked = map[[2]string]bool{}
+	for k := range chk.rules {
+		if k.chain == "OUTPUT" {
+			chk.blocked[[2]string{k.host, k.peer}] = true
+		} else {
+			chk.blocked[[2]string{k.peer, k.host}] = true
+		}
+	}
+	// The timeline says when the hub's links change (run.log: what a failed run's reader needs first).
+	var cut []string
+	for _, o := range append(machineHosts(chk.c), chk.c.Witnesses...) {
+		if chk.blocked[[2]string{o.IP, chk.c.HubHost.IP}] || chk.blocked[[2]string{chk.c.HubHost.IP, o.IP}] {
+			cut = append(cut, o.Name)
+		}
+	}
+	if !slices.Equal(cut, chk.cutFromHub) {
+		chk.cutFromHub = cut
+		chk.tl.add("net", "hub", "cut from: "+cmp.Or(strings.Join(cut, ", "), "none"))
+	}
+}
+
+func machineHosts(c *lab.Cluster) []*netns.Host {
+	var out []*netns.Host
+	for _, m := range c.Machines {
+		out = append(out, m.Host)
+	}
+	return out
+}
+
+// ruleKey is one DROP rule: in host's chain (INPUT or OUTPUT), for the packets from (INPUT) or to
+// (OUTPUT) peer.
+type ruleKey struct{ host, chain, peer string }
+
+// droppedPeer is the address a rule drops everything from (-s) or to (-d), "" for any other rule.
+func droppedPeer(args []string) string {
+	if slices.Contains(args, "statistic") || len(args) < 2 || args[len(args)-1] != "DROP" || args[len(args)-2] != "-j" {
+		return ""
+	}
+	for i := 2; i+1 < len(args); i++ {
+		if (args[1] == "INPUT" && args[i] == "-s") || (args[1] == "OUTPUT" && args[i] == "-d") {
+			return strings.TrimSuffix(args[i+1], "/32")
+		}
+	}
+	return ""
 }
 
 // runHub reads the hub's status every second until ctx ends: whether it says etcd's quorum is lost

@@ -540,18 +540,14 @@ func (in *injector) restartAgent(name string, end func()) {
 // cut cuts a from b until end returns.
 func (in *injector) cut(a, b []*netns.Host, end func()) {
 	in.c.Lab.Cut(a, b)
-	in.chk.rulesChanged()
 	end()
 	in.c.Lab.Uncut(a, b)
-	in.chk.rulesChanged()
 }
 
 func (in *injector) drop(a, b []*netns.Host, p float64, end func()) {
 	in.c.Lab.Drop(a, b, p)
-	in.chk.rulesChanged()
 	end()
 	in.c.Lab.Undrop(a, b, p)
-	in.chk.rulesChanged()
 }
 
 // setBMC adds (+1) or removes (-1) a Redfish fault; overlapping ones combine.
@@ -652,7 +648,6 @@ func (in *injector) poweredOff(m *lab.Machine) {
 // hub, BMC faults. Killed etcd members stay down: healing them is the hub's job.
 func (in *injector) quiet() {
 	in.c.Lab.Heal()
-	in.chk.rulesChanged()
 	in.mu.Lock()
 	for p := range in.stopped {
 		p.Signal(syscall.SIGCONT)

@@ -200,7 +200,6 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 		c := lab.Start(r, o.binaries, o.shape, lab.Options{Policy: strings.Join(slices.DeleteFunc([]string{lab.ActSoon, s.Policy}, func(p string) bool { return p == "" }), ", "),
 			OnEvent: tl.add, StaticPods: s.StaticPods, HubArgs: s.HubArgs})
 		chk := newChecker(c, tl)
-		chk.rulesChanged()
 		sctx, stopSampling := context.WithCancel(ctx)
 		defer stopSampling()
 		go chk.run(sctx)

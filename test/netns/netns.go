@@ -52,6 +52,16 @@ type Lab struct {
 	mu     sync.Mutex
 	hosts  []*Host
 	closed bool
+	onRule func(h *Host, args []string)
+}
+
+// OnRule has f called after each iptables command the lab runs in a host (its arguments after -w), as
+// it runs: a partition's rules go in one at a time, seconds apart on a loaded machine, and whoever
+// judges what the network carried must see them in that order.
+func (l *Lab) OnRule(f func(h *Host, args []string)) {
+	l.mu.Lock()
+	l.onRule = f
+	l.mu.Unlock()
 }
 
 // Host is one namespace with one address.
@@ -323,21 +333,6 @@ func (l *Lab) Hosts() []*Host {
 	return slices.Clone(l.hosts)
 }
 
-// Rules lists the DROP rules in force in a host (iptables -S of its INPUT and OUTPUT chains).
-func (h *Host) Rules() ([]string, error) {
-	out, err := h.Run("iptables", "-w", "-S")
-	if err != nil {
-		return nil, err
-	}
-	var rules []string
-	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "-A ") {
-			rules = append(rules, line)
-		}
-	}
-	return rules, nil
-}
-
 // Uncut removes the rules Cut(a, b) or CutSilently(a, b) made (or with b, a): those links carry packets
 // again.
 func (l *Lab) Uncut(a, b []*Host) {
@@ -361,6 +356,12 @@ func (l *Lab) iptables(h *Host, args ...string) {
 	l.t.Helper()
 	if out, err := h.Run(append([]string{"iptables", "-w"}, args...)...); err != nil {
 		l.t.Fatalf("netns lab: %v\n%s", err, out)
+	}
+	l.mu.Lock()
+	f := l.onRule
+	l.mu.Unlock()
+	if f != nil {
+		f(h, args)
 	}
 }
 
