@@ -76,8 +76,10 @@ type Config struct {
 	// a BrakeStore, as the bbolt journal is).
 	Brakes BrakeStore
 	// Marks, when set, keeps the raft mark (RaftMark) across restarts (default: the journal, when it is
-	// a MarkStore, as the bbolt journal is).
-	Marks MarkStore
+	// a MarkStore, as the bbolt journal is). MarkEvery is how often a rising mark is written there at
+	// most (default pass.MarkEvery; a management cluster's cells: pass.CellMarkEvery).
+	Marks     MarkStore
+	MarkEvery time.Duration
 	// Recoveries, when set, journals a recovery after a permanent loss of quorum (`hub recover --yes`;
 	// default: the journal, when it is a RecoveryStore, as the bbolt journal is). Without it the hub
 	// refuses to begin one.
@@ -240,6 +242,7 @@ func New(cfg Config) (*Hub, error) {
 		resumed: make(chan struct{}), checkBMCs: make(chan struct{}, 1), marks: newLatest[pass.RaftMark](),
 		episodeLog: newLatest[pass.EpisodeLog](), watchWake: make(chan struct{}, 1),
 		taints: taints.NewWriter()}
+	h.state.MarkEvery = cfg.MarkEvery
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(metrics.NewCollector(h.Status)); err != nil {
 			return nil, err

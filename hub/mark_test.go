@@ -123,6 +123,41 @@ func TestMarkIsRecordedAsPassesGo(t *testing.T) {
 	assert.Contains(t, rd.Notices[0].Message, "from c1 to c2")
 }
 
+// A management cluster's cell writes a rising mark once a minute (CellMarkEvery), and a quorum loss
+// at once as ever.
+func TestCellMarkEvery(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration // State.MarkEvery
+		want  time.Duration // how long a rising mark waits for its write
+	}{
+		{"a hub of its own cluster", 0, pass.MarkEvery},
+		{"a management cluster's cell", pass.CellMarkEvery, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := pass.NewState()
+			s.MarkEvery = tc.every
+			t0 := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+			at := func(d time.Duration, urgent bool, index uint64) *pass.RaftMark {
+				rs := reportsOf(etcdReport("a", "c1", 2, index))
+				s.RaiseMark(&pass.Ready{}, membersOf(rs), rs, func(health.Report) bool { return true })
+				return s.ToRecord(t0.Add(d), urgent)
+			}
+			m := at(0, false, 100)
+			require.NotNil(t, m, "the first mark is written at once")
+			_, _ = s.MarkWritten(*m, nil)
+			assert.Nil(t, at(tc.want-time.Second, false, 200), "a second before the interval: kept in memory")
+			m = at(tc.want, false, 300)
+			require.NotNil(t, m, "at the interval: written")
+			assert.Equal(t, uint64(300), m.Index)
+			_, _ = s.MarkWritten(*m, nil)
+			m = at(tc.want+time.Second, true, 400)
+			require.NotNil(t, m, "quorum lost: written at once, whatever the interval")
+			assert.Equal(t, uint64(400), m.Index)
+		})
+	}
+}
+
 // The bbolt journal keeps the mark across a reopen.
 func TestJournalKeepsTheRaftMark(t *testing.T) {
 	ctx := context.Background()

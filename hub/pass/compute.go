@@ -59,6 +59,8 @@ type State struct {
 	// the journal, written at recordedAt; markErr why the last write failed.
 	Mark, Recorded RaftMark
 	recordedAt     time.Time
+	// MarkEvery is how often a rising mark is written at most (zero: the package's MarkEvery).
+	MarkEvery time.Duration
 	markErr        string
 	// rebuilt: the etcd cluster's ID changed (from → to) and no pass has yet told which members the
 	// new cluster left out (decide: rebuiltOutside).

@@ -37,6 +37,16 @@ func (m RaftMark) String() string {
 // hears too few observers to plan may be seeing the start of the loss).
 const MarkEvery = 10 * time.Second
 
+// CellMarkEvery is MarkEvery for a cell of a hub in a management cluster: the mark goes to the
+// management cluster's API server (the HealthPolicy), and on a busy etcd it rises at every pass, so at
+// 10 s a hub of 1,000 cells would write it up to 100 times a second. The write that matters is the urgent one (quorum
+// lost, planning stopped), made at once whatever this says; between them the journal's mark may lag the
+// highest index seen by a minute's writes, and `hub recover` checks a survivor against that.
+const CellMarkEvery = time.Minute
+
+// markEvery is the interval in force.
+func (s *State) markEvery() time.Duration { return cmp.Or(s.MarkEvery, MarkEvery) }
+
 // ReportedMark is the highest raft index in the reports of the inventory's etcd members, for the
 // cluster most of them report (a report without a cluster ID, from an agent older than the field,
 // counts for none); ok is false when no report has one. The cluster is the one most live reports give
@@ -100,7 +110,7 @@ func (s *State) RaiseMark(rd *Ready, inv Inventory, reports map[string]report.Re
 // markEvery has passed since the last write or the pass is urgent (quorum lost, or planning stopped,
 // in this pass).
 func (s *State) ToRecord(now time.Time, urgent bool) *RaftMark {
-	if s.Mark.Index == 0 || s.Mark == s.Recorded || !urgent && now.Sub(s.recordedAt) < MarkEvery {
+	if s.Mark.Index == 0 || s.Mark == s.Recorded || !urgent && now.Sub(s.recordedAt) < s.markEvery() {
 		return nil
 	}
 	s.recordedAt = now
@@ -117,7 +127,7 @@ func (s *State) MarkWritten(m RaftMark, err error) (Notice, bool) {
 	}
 	s.markErr = err.Error()
 	return Notice{Reason: ReasonRaftMarkNotRecorded, Warning: true, Message: fmt.Sprintf("cannot journal the raft mark (%s): %v (trying again in %v)",
-		m, err, MarkEvery)}, prev != s.markErr
+		m, err, s.markEvery())}, prev != s.markErr
 }
 
 type MarkResult struct {

@@ -213,7 +213,7 @@ func (r *Runner) heal(ctx context.Context, c claimedCell) error {
 	cfg := hub.Config{Inventory: inv, Gossip: c.g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
 		Journal: store, BMC: r.BMC, BMCCheckInterval: r.BMCCheckEvery, OwnerFor: c.d.OwnerFor, Notify: c.sink.Notify,
 		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: c.policy}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: c.policy},
-		Marks: kube.PolicyMarks{Client: r.Client, Policy: c.policy}, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: c.policy},
+		Marks: kube.PolicyMarks{Client: r.Client, Policy: c.policy}, MarkEvery: pass.CellMarkEvery, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: c.policy},
 		OutOfService: kube.NodeTaints{Client: c.wc}}
 	if r.BMCCheckEvery == 0 {
 		cfg.BMCCheckInterval = -1
