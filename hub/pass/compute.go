@@ -61,7 +61,7 @@ type State struct {
 	recordedAt     time.Time
 	// MarkEvery is how often a rising mark is written at most (zero: the package's MarkEvery).
 	MarkEvery time.Duration
-	markErr        string
+	markErr   string
 	// rebuilt: the etcd cluster's ID changed (from → to) and no pass has yet told which members the
 	// new cluster left out (decide: rebuiltOutside).
 	rebuilt *clusterChange
