@@ -78,6 +78,15 @@ func (k *kubeOptions) kubeClient() (client.Client, *rest.Config, error) {
 			return nil, nil, err
 		}
 	}
+	c, err := client.New(k.clientConfig(cfg), client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return c, cfg, nil
+}
+
+// clientConfig is the hub's client's configuration of cfg.
+func (k *kubeOptions) clientConfig(cfg *rest.Config) *rest.Config {
 	// Each request ends after a fifth of the lease (3 s by default, 2 s at least; 10 s without one): the API server
 	// of a cluster whose etcd just lost quorum accepts a write and never answers, and a pass held that
 	// long by its journal write keeps the hub's view from before the loss, which is what decides, when
@@ -88,11 +97,16 @@ func (k *kubeOptions) kubeClient() (client.Client, *rest.Config, error) {
 	if k.leaseDuration > 0 {
 		cc.Timeout = max(k.leaseDuration/5, 2*time.Second)
 	}
-	c, err := client.New(cc, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	if k.management {
+		// One client serves every cell, and client-go gives each kind of object a limiter of its own,
+		// 5 requests a second (burst 10), when the configuration sets none. Each cell reads its
+		// HealthPolicy, its Cluster, its Machines, Remediations and HaleRemediations every second: past
+		// five cells every cell's requests of a kind queued behind the others', its journal writes
+		// included (at 200 cells, some 40 s behind). The management cluster's API server limits the
+		// hub instead, by its priority and fairness.
+		cc.QPS = -1
 	}
-	return c, cfg, nil
+	return cc
 }
 
 func (k *kubeOptions) restConfig() (*rest.Config, error) {

@@ -15,6 +15,8 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/api/v1alpha1"
@@ -282,4 +284,34 @@ func onlyRemediation(t *testing.T, c client.Client, ns string) *v1alpha1.Remedia
 	}
 	require.Len(t, list.Items, 1, "one remediation, never a second")
 	return &list.Items[0]
+}
+
+// The management cluster's hub sets no client-side limit: one client serves every cell, and client-go's
+// default (5 requests a second for each kind of object) queued every cell's reads and journal writes
+// of a kind behind the others' past five cells. A hub of its own cluster keeps client-go's default.
+// Checked on client-go's own REST client, made from the configuration the hub's client is made from.
+func TestManagementClientHasNoClientSideLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		management bool
+		wantQPS    float32 // 0: no limiter at all
+	}{
+		{"a hub of its own cluster: client-go's default", false, rest.DefaultQPS},
+		{"a management cluster's hub: none (the API server's priority and fairness limits it)", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := kubeOptions{management: tc.management, leaseDuration: 15 * time.Second}
+			cc := k.clientConfig(&rest.Config{Host: "https://127.0.0.1:6443"})
+			assert.Equal(t, 3*time.Second, cc.Timeout, "a fifth of the lease")
+			cc.GroupVersion, cc.APIPath, cc.NegotiatedSerializer = &corev1.SchemeGroupVersion, "/api", clientgoscheme.Codecs.WithoutConversion()
+			rc, err := rest.RESTClientFor(cc)
+			require.NoError(t, err)
+			if tc.wantQPS == 0 {
+				assert.Nil(t, rc.GetRateLimiter())
+				return
+			}
+			require.NotNil(t, rc.GetRateLimiter())
+			assert.Equal(t, tc.wantQPS, rc.GetRateLimiter().QPS())
+		})
+	}
 }
