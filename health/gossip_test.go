@@ -460,12 +460,19 @@ func TestKeyRotationThroughKeyFilesInThreeSteps(t *testing.T) {
 // fail).
 func TestKeyRotationOutOfOrder(t *testing.T) {
 	t.Parallel() // a long wait (TestGossipLossyLink says why)
-	t.Run("held before used: nobody dies", func(t *testing.T) {
+	t.Run("held before used: every packet decrypts", func(t *testing.T) {
 		rp := startRotationPool(t, 8*time.Second)
 		rp.roll(t, 500*time.Millisecond, keyB, keyA) // every file within 3 s, well inside the delay
 		rp.watch(8 * time.Second)                    // past the delay: all encrypt with the new key
-		assert.Empty(t, rp.dead.String())
+		// What a rotation in the wrong order costs is packets a peer cannot decrypt (the next case),
+		// and so peers declared dead. The count is the check; a death alone can be the machine's load
+		// (six members probing each 100 ms under -race beside the other packages: a full run once saw
+		// node-2 declare node-1 dead here).
+		if d := rp.dead.String(); d != "" {
+			t.Logf("declared dead meanwhile (with no packet undecryptable, the load's doing): %s", d)
+		}
 		for i, g := range rp.members {
+			assert.Zero(t, g.Rejected()[RejectUndecryptable], "%s could not decrypt a packet", g.cfg.Node)
 			assert.Equal(t, keyB, g.keyring.GetPrimaryKey(), g.cfg.Node)
 			assert.Equal(t, 1, g.KeyOrderErrors(), g.cfg.Node)
 			assert.Contains(t, rp.logs[i].String(), "Rotate in three steps")
