@@ -452,6 +452,20 @@ func gaugeByLabel(t *testing.T, reg *prometheus.Registry, name, label string) ma
 
 // Manual reboots: a healthy member may be rebooted when the budget allows; --hard power-cycles;
 // --dry-run changes nothing; --force goes ahead over a refusal and the journal says so.
+// rebootOnceQuorumIsKnown asks for req until it is admitted, while the hub refuses it only because
+// it cannot check quorum yet (a refusal, which is safe: in a full run the testbed, starved, had one of
+// its five observers report the membership just after Settle). Any other refusal fails at once.
+func rebootOnceQuorumIsKnown(t *testing.T, h *hub.Hub, req operator.RebootRequest) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err := h.Reboot(t.Context(), req)
+		if err == nil || !strings.Contains(err.Error(), "cannot check quorum") || time.Now().After(deadline) {
+			require.NoError(t, err)
+			return
+		}
+	}
+}
+
 func TestManualReboot(t *testing.T) {
 	tb := newBed(t, inproc.Options{})
 	h := tb.Hub()
@@ -464,14 +478,12 @@ func TestManualReboot(t *testing.T) {
 	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: "nope"})
 	assert.ErrorIs(t, err, hub.ErrNotFound)
 
-	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(0)})
-	require.NoError(t, err)
+	rebootOnceQuorumIsKnown(t, h, operator.RebootRequest{Machine: inproc.Name(0)})
 	wait(t, tb, "cp-0 rebooted", succeeded(InProcess(tb), snapshot{}, 0))
 	assert.Equal(t, []string{"GracefulRestart"}, tb.Resets(0))
 	require.NoError(t, tb.Settle(ctx))
 
-	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(0), Hard: true})
-	require.NoError(t, err)
+	rebootOnceQuorumIsKnown(t, h, operator.RebootRequest{Machine: inproc.Name(0), Hard: true})
 	wait(t, tb, "cp-0 hard-rebooted", func() bool { n, st := tb.Remediations(0); return n == 2 && st == journal.Succeeded })
 	assert.NotEqual(t, "GracefulRestart", tb.Resets(0)[1])
 	require.NoError(t, tb.Settle(ctx))
