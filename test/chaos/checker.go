@@ -150,7 +150,7 @@ func (chk *checker) rule(h *netns.Host, args []string) {
 	// The timeline says when the hub's links change (run.log: what a failed run's reader needs first).
 	var cut []string
 	for _, o := range append(machineHosts(chk.c), chk.c.Witnesses...) {
-		if chk.blocked[[2]string{o.IP, chk.c.HubHost.IP}] || chk.blocked[[2]string{chk.c.HubHost.IP, o.IP}] {
+		if chk.cutFromHubLocked(o) {
 			cut = append(cut, o.Name)
 		}
 	}
@@ -158,6 +158,13 @@ func (chk *checker) rule(h *netns.Host, args []string) {
 		chk.cutFromHub = cut
 		chk.tl.add("net", "hub", "cut from: "+cmp.Or(strings.Join(cut, ", "), "none"))
 	}
+}
+
+// cutFromHubLocked: the rules drop everything between h and the hub's host, one way or both (chk.mu
+// held).
+func (chk *checker) cutFromHubLocked(h *netns.Host) bool {
+	hub := chk.c.HubHost.IP
+	return chk.blocked[[2]string{h.IP, hub}] || chk.blocked[[2]string{hub, h.IP}]
 }
 
 func machineHosts(c *lab.Cluster) []*netns.Host {
@@ -257,9 +264,7 @@ func (chk *checker) sample(ctx context.Context, members bool) sample {
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	s.Voters = chk.voters
-	hears := func(h *netns.Host) bool {
-		return !chk.blocked[[2]string{h.IP, c.HubHost.IP}] && !chk.blocked[[2]string{c.HubHost.IP, h.IP}]
-	}
+	hears := func(h *netns.Host) bool { return !chk.cutFromHubLocked(h) }
 	s.CutFromHub = make([]bool, len(c.Machines))
 	for i, m := range c.Machines {
 		s.CutFromHub[i] = !hears(m.Host)
