@@ -89,9 +89,9 @@ func (d *redfishDriver) open(ctx context.Context) (conn, error) {
 	if err != nil {
 		return nil, wrapRedfish(ctx, "connect", err, d.timeout)
 	}
-	c := &redfishConn{client: client, timeout: d.timeout, ctx: ctx}
+	c := &redfishConn{client: client, cfg: cfg, timeout: d.timeout, ctx: ctx}
 	if err := c.pickSystem(d.ep.SystemID); err != nil {
-		client.Logout()
+		c.close()
 		return nil, err
 	}
 	return c, nil
@@ -103,12 +103,51 @@ type redfishConn struct {
 	timeout time.Duration
 	// ctx is the one the session was opened with, which gofish's requests go under.
 	ctx context.Context
+	// cfg logs in again when the BMC ends the session (inSession).
+	cfg gofish.ClientConfig
+}
+
+// inSession runs f, a request made in the conn's session, and once more in a new session when the
+// BMC answered it 401: the session ended (it timed out, the BMC's manager reset, or a login past the
+// BMC's session limit evicted it), which says nothing of the credentials: they logged in. Counted
+// as a refused login, it would hold every machine behind the account for minutes. The new login is
+// one like any (refused, it is ErrAuth); a request the BMC answers 401 again right after it is
+// refused, not retried: the account logs in but may not do this. A request answered 401 was not
+// carried out, so a reset asked again is made once.
+func (c *redfishConn) inSession(what string, f func() error) error {
+	err := f()
+	if err != nil && !c.cfg.BasicAuth && unauthorized(err) {
+		client, lerr := gofish.ConnectContext(c.ctx, c.cfg)
+		if lerr != nil {
+			return wrapRedfish(c.ctx, what+": the BMC ended the session; logging in again", lerr, c.timeout)
+		}
+		c.client.Logout() // (the session has ended: this frees the connection)
+		c.client = client
+		if c.system != nil {
+			c.system.SetClient(client)
+		}
+		if err = f(); err != nil && unauthorized(err) {
+			return refused(fmt.Errorf("%s: %w (in a session opened just before: the account logs in, but the BMC refuses it this request)", what, answerOf(err)))
+		}
+	}
+	return c.wrap(what, err)
+}
+
+// wrap is wrapRedfish for a request of the conn ("" when err is nil).
+func (c *redfishConn) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrapRedfish(c.ctx, what, err, c.timeout)
 }
 
 func (c *redfishConn) pickSystem(id string) error {
-	systems, err := c.systems()
-	if err != nil {
-		return wrapRedfish(c.ctx, "list systems", err, c.timeout)
+	var systems []*redfish.ComputerSystem
+	if err := c.inSession("list systems", func() (err error) {
+		systems, err = c.systems()
+		return err
+	}); err != nil {
+		return err
 	}
 	ids := make([]string, len(systems))
 	for i, s := range systems {
@@ -220,9 +259,12 @@ func describeIDs(ids []string) string {
 }
 
 func (c *redfishConn) state(context.Context) (PowerState, time.Time, error) {
-	sys, err := getObject[redfish.ComputerSystem](c.client, c.system.ODataID)
-	if err != nil {
-		return PowerUnknown, time.Time{}, wrapRedfish(c.ctx, "read system", err, c.timeout)
+	var sys *redfish.ComputerSystem
+	if err := c.inSession("read system", func() (err error) {
+		sys, err = getObject[redfish.ComputerSystem](c.client, c.system.ODataID)
+		return err
+	}); err != nil {
+		return PowerUnknown, time.Time{}, err
 	}
 	var lastReset time.Time
 	if sys.LastResetTime != "" {
@@ -241,8 +283,8 @@ func (c *redfishConn) supports(a action) bool {
 }
 
 func (c *redfishConn) do(_ context.Context, a action) (string, error) {
-	if err := c.system.Reset(redfish.ResetType(a)); err != nil {
-		return "", wrapRedfish(c.ctx, "reset "+string(a), err, c.timeout)
+	if err := c.inSession("reset "+string(a), func() error { return c.system.Reset(redfish.ResetType(a)) }); err != nil {
+		return "", err
 	}
 	return string(a), nil
 }

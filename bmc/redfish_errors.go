@@ -26,10 +26,7 @@ func wrapRedfish(ctx context.Context, what string, err error, timeout time.Durat
 	if why := unreachable(err, timeout); why != "" {
 		return transient(&marked{[]error{ErrUnreachable}, what + ": " + why})
 	}
-	var ge *common.Error
-	if errors.As(err, &ge) {
-		err = answer{ge}
-	}
+	err = answerOf(err)
 	switch {
 	case isTLSVerification(err):
 		err = fmt.Errorf("%w; give the BMC's CA bundle (the inventory's caFile for the machine; `hub bmc power` takes --ca-file), or skip verification explicitly (insecure: true; --insecure)", err)
@@ -44,6 +41,20 @@ func wrapRedfish(ctx context.Context, what string, err error, timeout time.Durat
 		return refused(err)
 	}
 	return transient(err)
+}
+
+// unauthorized says whether err is a BMC's 401 answer.
+func unauthorized(err error) bool {
+	var ge *common.Error
+	return errors.As(err, &ge) && ge.HTTPReturnedStatusCode == http.StatusUnauthorized
+}
+
+// answerOf is err with a BMC's error answer in one line (answer), as wrapRedfish writes it.
+func answerOf(err error) error {
+	if ge := (*common.Error)(nil); errors.As(err, &ge) {
+		return answer{ge}
+	}
+	return err
 }
 
 func classifyRedfish(err error) errClass {

@@ -17,18 +17,21 @@ func (c *redfishConn) hangs(context.Context) (logRead, error) {
 		Status      common.Status
 		LogServices common.Link
 	}
-	if _, err := getJSON(c.client, c.system.ODataID, &sys); err != nil {
-		return logRead{}, wrapRedfish(c.ctx, "read system", err, c.timeout)
+	if err := c.inSession("read system", func() error {
+		_, err := getJSON(c.client, c.system.ODataID, &sys)
+		return err
+	}); err != nil {
+		return logRead{}, err
 	}
 	lr := logRead{health: string(sys.Status.Health)}
 	if sys.LogServices == "" {
 		lr.err = errors.New("the system has no LogServices")
 		return lr, nil
 	}
-	var err error
-	if lr.hangs, err = c.logHangs(sys.LogServices.String()); err != nil {
-		lr.err = wrapRedfish(c.ctx, "read the event log", err, c.timeout)
-	}
+	lr.err = c.inSession("read the event log", func() (err error) {
+		lr.hangs, err = c.logHangs(sys.LogServices.String())
+		return err
+	})
 	return lr, nil
 }
 

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,6 +150,33 @@ func TestRedfishFaults(t *testing.T) {
 		r.sim.SetFaults(bmcsim.Faults{RejectAuth: true})
 		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
 		require.ErrorIs(t, err, ErrAuth)
+	})
+	t.Run("a session the BMC ends is logged in again, no refused login", func(t *testing.T) {
+		// The BMC ends the session at the reset itself (as one past its session limit, or whose
+		// manager resets, does): the reset is asked again in a new session and made once.
+		var sim atomic.Pointer[bmcsim.Server]
+		r := newRig(t, bmcsim.Config{OnRequest: func(req *http.Request) {
+			if s := sim.Load(); s != nil && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "ComputerSystem.Reset") {
+				s.SetFaults(bmcsim.Faults{EndSessions: 1})
+				sim.Store(nil) // once
+			}
+		}})
+		sim.Store(r.sim)
+		res, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerCycle(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, PowerOn, res.After)
+		assert.Len(t, r.sim.Resets("1"), 1, "the reset answered 401 was not made; made once in the new session")
+		assert.Zero(t, r.sim.FailedLogins())
+		assert.Zero(t, r.sim.Sessions(), "every session is logged out")
+	})
+	t.Run("a request refused again in a new session: refused, not the credentials", func(t *testing.T) {
+		r := newRig(t, bmcsim.Config{})
+		r.sim.SetFaults(bmcsim.Faults{EndSessions: 2})
+		_, err := r.controller(r.sim.Endpoint(), r.opts(), secret).PowerState(context.Background())
+		require.ErrorIs(t, err, ErrRefused)
+		assert.NotErrorIs(t, err, ErrAuth, "a login record would hold every machine of the account")
+		assert.Contains(t, err.Error(), "list systems: HTTP 401 Unauthorized: Base.1.8.NoValidSession: authentication required (in a session opened just before: the account logs in")
+		assert.Zero(t, r.sim.FailedLogins())
 	})
 	t.Run("500s are retried", func(t *testing.T) {
 		r := newRig(t, bmcsim.Config{})

@@ -77,6 +77,10 @@ func (a *Agent) Poke() {
 // reachable again or no longer, another leader or cluster, the local member answering or not) is
 // published at once, so that the hub's evidence about a member that came back is at most this old (a
 // view costs a Status per member over kept connections and a serializable member list: no raft write).
+// While the agent sees a peer dead or a member unreachable it reports this often too: the hub knows a
+// machine's silence only as far as a majority of its observers have reported it (a stall tolerance
+// ends once their reports pass it), so a dead machine waits at most this long for their word, not a
+// report interval.
 const viewEvery = time.Second
 
 // Run probes and publishes until ctx ends, then leaves the gossip pool within leaveTimeout, so that
@@ -91,14 +95,15 @@ func (a *Agent) Run(ctx context.Context, leaveTimeout time.Duration) error {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
 	var look <-chan time.Time
-	if a.etcd != nil && viewEvery < a.interval {
+	if viewEvery < a.interval {
 		lt := time.NewTicker(viewEvery)
 		defer lt.Stop()
 		look = lt.C
 	}
 	var last *EtcdView
+	var trouble bool
 	for {
-		last = a.publish(ctx, a.view(ctx))
+		last, trouble = a.publish(ctx, a.view(ctx))
 		for again := false; !again; {
 			select {
 			case <-ctx.Done():
@@ -110,12 +115,20 @@ func (a *Agent) Run(ctx context.Context, leaveTimeout time.Duration) error {
 			case <-a.poke:
 				again = true
 			case <-look:
-				if v := a.view(ctx); v != nil && !sameView(v, last) {
-					last, again = a.publish(ctx, v), false
+				if v := a.view(ctx); trouble || v != nil && !sameView(v, last) {
+					last, trouble = a.publish(ctx, v)
 				}
 			}
 		}
 	}
+}
+
+// troubled says whether r tells of a peer dead or an etcd member unreachable.
+func troubled(r Report) bool {
+	if slices.ContainsFunc(r.Peers, func(p PeerView) bool { return p.State == PeerDead }) {
+		return true
+	}
+	return r.Etcd != nil && slices.ContainsFunc(r.Etcd.Members, func(m EtcdMember) bool { return m.Reachable != nil && !*m.Reachable })
 }
 
 // view is the etcd view of this node (nil on a node without etcd), taken within a report interval.
@@ -129,18 +142,20 @@ func (a *Agent) view(ctx context.Context) *EtcdView {
 	return &v
 }
 
-// publish sends a report with the probes' results, the peers and the etcd view v, and returns v.
-func (a *Agent) publish(ctx context.Context, v *EtcdView) *EtcdView {
+// publish sends a report with the probes' results, the peers and the etcd view v, and returns v and
+// whether the report tells of trouble (troubled).
+func (a *Agent) publish(ctx context.Context, v *EtcdView) (*EtcdView, bool) {
 	r := Report{Probes: a.runner.Results(), Peers: a.gossip.Peers(), Etcd: v}
 	if a.kubeadm != "" {
 		r.KubeadmUpgrade = KubeadmUpgradeSince(a.kubeadm).UTC()
 	}
+	trouble := troubled(r)
 	if ctx.Err() != nil {
-		return v
+		return v, trouble
 	}
 	if err := a.gossip.Publish(r); err != nil {
 		a.log.Warn("publishing the report", "err", err)
-		return v
+		return v, trouble
 	}
 	a.mu.Lock()
 	a.published++
@@ -149,7 +164,7 @@ func (a *Agent) publish(ctx context.Context, v *EtcdView) *EtcdView {
 		a.lastView = v
 	}
 	a.mu.Unlock()
-	return v
+	return v, trouble
 }
 
 // MemberPeers are the gossip addresses of the agents beside etcd's members, as this node last saw

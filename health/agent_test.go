@@ -173,7 +173,17 @@ func TestAViewThatChangesIsPublishedAtOnce(t *testing.T) {
 	for i, ag := range agents {
 		require.Eventually(t, func() bool { return reaches(ag, false, stopped) }, 5*time.Second, 20*time.Millisecond, "observer %d", i)
 	}
+	// While a member is unreachable each observer reports every second (viewEvery), not every minute:
+	// the hub knows its silence only as far as their reports tell it.
+	before := make([]int, len(agents))
+	for i, ag := range agents {
+		before[i], _ = ag.Status()
+	}
 	time.Sleep(10 * time.Second)
+	for i, ag := range agents {
+		n, _ := ag.Status()
+		assert.GreaterOrEqual(t, n-before[i], 5, "observer %d's reports in 10 s of a member unreachable", i)
+	}
 	require.NoError(t, c.Restart(2))
 	back := time.Now()
 	for i, ag := range agents {

@@ -240,3 +240,12 @@ func DescribeBrakes(bs []pass.Brake) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// brakeFactsLocked fills in what the brakes and the last etcd recovery say: who paused the hub, whether
+// it is suspended, the detached machines, the retired members. Called with h.mu held.
+func (h *Hub) brakeFactsLocked(f *pass.Facts) {
+	if h.isPaused() {
+		f.Paused = DescribeBrakes(h.pausedBy())
+	}
+	f.Suspended, f.Detached, f.Retired = h.brakes.Suspended != nil, h.brakes.Detached, h.retired
+}

@@ -39,6 +39,15 @@ func (h *Hub) loadEpisodes(ctx context.Context) {
 	h.mu.Unlock()
 }
 
+// followEpisodes sets the machines whose BMCs the proof watch reads (watch; nil: unchanged) and
+// counts and logs the episodes a pass saw end.
+func (h *Hub) followEpisodes(watch []string, ended []pass.Episode) {
+	if watch != nil {
+		h.watch(watch)
+	}
+	h.ended(ended)
+}
+
 // ended counts the episodes a pass saw end and adds them to the log, which is handed to the writer.
 func (h *Hub) ended(episodes []pass.Episode) {
 	if len(episodes) == 0 {
@@ -95,7 +104,7 @@ func (h *Hub) watchProofs(ctx context.Context) {
 					ms = append(ms, m)
 				}
 			}
-			h.checkBMCsOf(ctx, inv, ms)
+			h.checkBMCsOf(ctx, inv, ms, false)
 		}
 		select {
 		case <-ctx.Done():

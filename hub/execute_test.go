@@ -111,7 +111,8 @@ func (w *testWorld) Recorded(rec journal.Entry, err error) {
 
 func (r *execRig) executor(live quorum.Cluster) *execute.Executor {
 	return &execute.Executor{Journal: r.journal, Policy: quorum.DefaultPolicy(), PollInterval: 10 * time.Millisecond, ComeBackTimeout: 5 * time.Second,
-		World: &testWorld{live: func(context.Context) (quorum.Cluster, error) { return live, nil }, cameBack: r.cameBack}}
+		LiveWait: 300 * time.Millisecond, // a refusal that stands ends the remediation this much later
+		World:    &testWorld{live: func(context.Context) (quorum.Cluster, error) { return live, nil }, cameBack: r.cameBack}}
 }
 
 func worldOf(e *execute.Executor) *testWorld { return e.World.(*testWorld) }
@@ -155,6 +156,72 @@ func TestExecutorRechecksQuorumBeforeActing(t *testing.T) {
 	require.ErrorContains(t, err, "re-check before power-cycle etcd-2 refused: rebooting etcd-2 leaves 1 of 3 voters healthy; quorum needs 2")
 	assert.Empty(t, r.sim.Resets("1"), "no BMC call")
 	assert.Equal(t, journal.Aborted, mustGet(t, r.journal, "cp-2").State)
+}
+
+// A membership that cannot be known now (too few observers report it) is asked for again for
+// LiveWait before the re-check gives up: the step goes on once it is known and the check passes;
+// it never goes on unknown, and a remediation no longer wanted meanwhile ends.
+func TestExecutorWaitsForAMembershipItCannotKnowYet(t *testing.T) {
+	unknown := errors.New("only 1 of the 5 expected agents and witnesses that read etcd report the etcd membership (3 needed)")
+	for _, tc := range []struct {
+		name     string
+		known    func(ask int) bool // whether the membership is known at the ask-th Live call
+		refused  func(ask int) bool // whether it is then one that refuses the step (nil: never)
+		wanted   error              // from the second wait on
+		resets   int
+		state    journal.State
+		wantsErr string
+	}{
+		{name: "known at the third ask: the step goes on", known: func(ask int) bool { return ask >= 3 }, resets: 1, state: journal.Succeeded},
+		{name: "never known: aborted after LiveWait", known: func(int) bool { return false }, resets: 0, state: journal.Aborted, wantsErr: unknown.Error()},
+		{name: "the machine came back meanwhile: aborted", known: func(int) bool { return false }, wanted: errors.New("cp-2 is Healthy again"), resets: 0,
+			state: journal.Aborted, wantsErr: "Healthy again"},
+		// Asked again just before the request goes out (the second ask), too.
+		{name: "known at the re-check, not as the request goes out, again at the fourth ask: sent", known: func(ask int) bool { return ask == 1 || ask >= 4 },
+			resets: 1, state: journal.Succeeded},
+		{name: "known at the re-check, never again: withdrawn after LiveWait", known: func(ask int) bool { return ask == 1 }, resets: 0,
+			state: journal.Aborted, wantsErr: "the quorum check cannot be made again"},
+		// A moment's view that refuses the step (etcd-0 down, etcd-2 up: rebooting etcd-2 would lose
+		// quorum), as on a loaded machine whose members answer no status in time for a moment.
+		{name: "refused at the re-check by a moment's view, then as planned: the step goes on", known: func(int) bool { return true },
+			refused: func(ask int) bool { return ask < 3 }, resets: 1, state: journal.Succeeded},
+		{name: "refused as the request goes out by a moment's view, then as planned: sent", known: func(int) bool { return true },
+			refused: func(ask int) bool { return ask == 2 || ask == 3 }, resets: 1, state: journal.Succeeded},
+		{name: "refused for good: aborted after LiveWait", known: func(int) bool { return true }, refused: func(int) bool { return true },
+			resets: 0, state: journal.Aborted, wantsErr: "re-check before power-cycle etcd-2 refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newExecRig(t)
+			plan, err := members("HHD").PlanReboot(quorum.DefaultPolicy(), "etcd-2")
+			require.NoError(t, err)
+			rem := r.begin(t, plan)
+			e := r.executor(members("HHD"))
+			e.LiveWait = 300 * time.Millisecond
+			asked := 0
+			w := worldOf(e)
+			w.live = func(context.Context) (quorum.Cluster, error) {
+				if asked++; asked > 2 && tc.wanted != nil {
+					w.wanted = tc.wanted
+				}
+				if tc.known(asked) {
+					if tc.refused != nil && tc.refused(asked) {
+						return members("DHH"), nil
+					}
+					return members("HHD"), nil
+				}
+				return quorum.Cluster{}, unknown
+			}
+			err = e.Run(t.Context(), rem, plan, 0, r.power)
+			assert.Len(t, r.sim.Resets("1"), tc.resets)
+			assert.Equal(t, tc.state, mustGet(t, r.journal, "cp-2").State)
+			if tc.wantsErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantsErr)
+			assert.Greater(t, asked, 2, "asked again before giving up")
+		})
+	}
 }
 
 // What made a power step wanted and safe is asked again just before its BMC request goes out (seed

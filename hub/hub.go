@@ -123,8 +123,6 @@ type Hub struct {
 	metrics  *metrics.Counters
 	assessor *assess.Assessor // the pass goroutine's only
 	state    pass.State       // the pass goroutine's only: what one pass leaves the next (compute)
-	// resumedSeen: the latest resume the assessor was told of (the pass goroutine's only).
-	resumedSeen time.Time
 
 	// recovering is held while `hub recover --yes` is carried out: a second caller is refused.
 	recovering sync.Mutex
@@ -164,6 +162,9 @@ type Hub struct {
 	brakes   pass.Brakes              // the operator's: pause, suspend, detached machines (a BrakeStore keeps them)
 	retired  pass.Retirement          // the old cluster the last etcd recovery journaled replaced, done or not
 	pauses   map[string]pass.Brake    // pauses of other sources (a paused Cluster API Cluster)
+	// quorumBack: when etcd's quorum came back, as the last pass found, for the next round to tell the
+	// assessor (the pass goroutine's only).
+	quorumBack time.Time
 	// started is when Run began; lastPass when the latest pass ended (Stalled).
 	started, lastPass time.Time
 	// brakeSeq counts the hub's own brake changes: odd while one is being recorded (ApplyBrakes).
@@ -343,28 +344,6 @@ func (h *Hub) History(ctx context.Context, machine string) ([]journal.Remediatio
 	return h.cfg.Journal.History(ctx, machine)
 }
 
-// inventory is the inventory in force, its policy overridden where an override says (SetPolicyOverride).
-func (h *Hub) inventory() pass.Inventory {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.inventoryLocked()
-}
-
-func (h *Hub) inventoryLocked() pass.Inventory {
-	inv := h.inv
-	inv.Policy = h.override.Apply(inv.Policy)
-	return inv
-}
-
-// gossipNow is what the gossip pool shows now.
-func (h *Hub) gossipNow() assess.Observations {
-	obs := assess.Observations{Now: time.Now(), Reports: h.cfg.Gossip.Reports(), HubPeers: map[string]health.PeerView{}}
-	for _, p := range h.cfg.Gossip.Peers() {
-		obs.HubPeers[p.Name] = p
-	}
-	return obs
-}
-
 // FirstHubLeads is Config.Standby for a standalone hub on g: among the hubs live in the gossip pool,
 // the one that started first (then by name) leads, and any other stands by and says which leads. Two
 // standalone hubs with journals of their own must never both act; a restarted hub waits until the pool
@@ -383,23 +362,6 @@ func FirstHubLeads(g *health.Gossip, self string) func() string {
 		}
 		return ""
 	}
-}
-
-// standby says why this hub must not act now, or "".
-func (h *Hub) standby() string {
-	if h.cfg.Standby == nil {
-		return ""
-	}
-	return h.cfg.Standby()
-}
-
-// flightsLocked snapshots the remediations under way (h.mu held).
-func (h *Hub) flightsLocked() map[string]pass.Flight {
-	out := make(map[string]pass.Flight, len(h.running))
-	for name, r := range h.running {
-		out[name] = pass.Flight{Plan: r.plan, Next: r.next, Members: r.rem.Members}
-	}
-	return out
 }
 
 func machineNames(inv pass.Inventory) []string {

@@ -22,7 +22,7 @@ func (h *Hub) watchFenced(ctx context.Context) {
 				}
 			}
 			if len(fenced) > 0 {
-				h.checkBMCsOf(ctx, inv, fenced)
+				h.checkBMCsOf(ctx, inv, fenced, false)
 			}
 		}
 		select {

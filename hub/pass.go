@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/pass"
-	"github.com/hale-dev/hale/quorum"
 )
 
 // Run resumes what the journal says was in progress, then runs passes until ctx ends.
@@ -78,11 +76,9 @@ func (h *Hub) Run(ctx context.Context) error {
 // pass is one observe → compute → apply round. A pass with listen set only listens: it assesses, says
 // what changed and why it does not plan (listen), and begins nothing.
 func (h *Hub) pass(ctx context.Context, listen string) {
-	if listen == "" {
-		listen = h.standby() // remediations it began before go on; nothing new begins
-	}
+	f := h.observe(listen)
 	var rd pass.Ready
-	h.state, rd = pass.Compute(h.state, h.observe(listen))
+	h.state, rd = pass.Compute(h.state, f)
 	h.apply(ctx, rd)
 }
 
@@ -102,21 +98,11 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	}
 	if !rd.QuorumBack.IsZero() {
 		// What was gathered while quorum was lost is judged again, from then, before anything is
-		// decided on it (a survivor's "no leader" is stale the moment quorum is back).
-		h.assessor.QuorumBack(rd.QuorumBack)
+		// decided on it (a survivor's "no leader" is stale the moment quorum is back): the next
+		// round tells the assessor.
+		h.quorumBack = rd.QuorumBack
 	}
-	if rec := rd.Retire; rec != nil {
-		// Held from this pass on whatever the journal says; journaled so that the next hub holds them too.
-		h.retire(rec)
-		if store := h.cfg.Recoveries; store == nil {
-			h.log.Warn("no journal to record an etcd rebuild in: its old members are held until this hub stops", "token", rec.Plan.Token)
-		} else if err := store.RecordRecovery(ctx, *rec); err != nil {
-			h.log.Warn("journaling an etcd rebuild: its old members are held until this hub stops", "token", rec.Plan.Token, "err", err)
-		}
-	}
-	if rd.SurvivorSeen != "" {
-		h.survivorSeen(ctx, rd.SurvivorSeen)
-	}
+	h.followRebuild(ctx, rd.Retire, rd.SurvivorSeen)
 	if rd.KeepJoined != nil {
 		h.cfg.Gossip.KeepJoined(rd.KeepJoined)
 	}
@@ -126,75 +112,13 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 	if rd.CheckBMCs {
 		h.askBMCCheck()
 	}
-	if rd.Watch != nil {
-		h.watch(rd.Watch)
-	}
-	h.ended(rd.Episodes)
+	h.followEpisodes(rd.Watch, rd.Episodes)
 	if rd.OutOfService != nil && h.cfg.OutOfService != nil {
 		h.taints.Post(h.inventory(), *rd.OutOfService)
 	}
 	for _, b := range rd.Begin {
 		h.beginQueued(ctx, b)
 	}
-}
-
-// observe gathers a pass's facts: the gossip's reports and peers, the assessor's verdicts, and a
-// snapshot of the hub's own state (the remediations in flight, the brakes, the ledger, the BMC logins
-// in their wait).
-func (h *Hub) observe(listen string) pass.Facts {
-	inv := h.inventory()
-	h.assessor.SetPolicy(inv.Policy.Assess)
-	h.mu.Lock()
-	last, resumed := h.lastPass, h.resumedAt
-	bmcs, hangs := h.bmcs, h.hangs // one finding for the assessor and the pass
-	h.mu.Unlock()
-	if resumed.After(h.resumedSeen) {
-		// Evidence gathered while the hub was paused or suspended counts from the resume at the
-		// earliest (DESIGN.md rule 12): an operator resumes as soon as the work it paused for is done
-		// (an etcd recovery: the rebuilt member answers), before its observers have caught up.
-		h.assessor.Resumed(resumed)
-		h.resumedSeen = resumed
-	}
-	if !last.IsZero() && time.Since(last) > maxPassGap {
-		// Passes this far apart: the hub was not running (test/chaos seeds 96 and 100: a hub stopped
-		// for 7 s power-cycled a member on its pre-stop view 0.1 s after it resumed; the member had
-		// recovered meanwhile).
-		h.assessor.HeardNothing()
-	}
-	obs := h.gossipNow()
-	obs.Hangs = hangs
-	assessments, hearing := h.assessor.AssessHearing(inv.Refs(), inv.Witnesses, obs)
-	f := pass.Facts{Now: obs.Now, Inventory: inv, Observations: obs, Assessments: assessments, Hearing: hearing, Listen: listen, History: map[string][]pass.Past{},
-		RecentStarts: h.ledger.StartsWithin(obs.Now, inv.Policy.RatePer)}
-	h.mu.Lock()
-	f.Flights, f.BMCs = h.flightsLocked(), bmcs
-	h.brakeFactsLocked(&f)
-	h.mu.Unlock()
-	// After the flights: a begin that failed is told before its flight goes (beginQueued).
-	f.Begun, f.MarkWritten = h.advance.collect()
-	for _, m := range inv.Machines {
-		if why := h.logins.Blocked(m, f.Now); why != "" && m.Strategy != quorum.Replace {
-			if f.LoginWait == nil {
-				f.LoginWait = map[string]string{}
-			}
-			f.LoginWait[m.Name] = why
-		}
-	}
-	for _, a := range assessments {
-		if _, inFlight := f.Flights[a.Machine]; a.Verdict == assess.VerdictUnhealthy && !inFlight {
-			f.History[a.Machine] = h.ledger.Of(a.Machine)
-		}
-	}
-	return f
-}
-
-// brakeFactsLocked fills in what the brakes and the last etcd recovery say: who paused the hub, whether
-// it is suspended, the detached machines, the retired members. Called with h.mu held.
-func (h *Hub) brakeFactsLocked(f *pass.Facts) {
-	if h.isPaused() {
-		f.Paused = DescribeBrakes(h.pausedBy())
-	}
-	f.Suspended, f.Detached, f.Retired = h.brakes.Suspended != nil, h.brakes.Detached, h.retired
 }
 
 // warmUp listens, without planning or acting, until the agents' reports give a membership to plan

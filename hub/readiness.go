@@ -37,12 +37,12 @@ func (h *Hub) watchBMCs(ctx context.Context, interval time.Duration) {
 // CheckBMCsNow checks every machine's BMC at once, as the periodic check does, for an operator who has
 // just fixed one (`hub check --now`), and returns what the hub now knows of each. The login wait of an
 // account that refused the credentials is lifted for this check: one login to it, which the operator
-// asked for (a refusal again makes the wait longer, as any other would). A machine whose BMC is in use
-// by a remediation, or detached, keeps its last finding.
+// asked for (a refusal again makes the wait longer, as any other would). An account another check is
+// reading is checked again once it ends; a machine whose BMC is in use by a remediation, or
+// detached, keeps its last finding.
 func (h *Hub) CheckBMCsNow(ctx context.Context) []bmcaccess.BMCCheck {
-	h.logins.Lift(time.Now())
-	h.checkBMCsOnce(ctx)
 	inv := h.inventory()
+	h.checkBMCsOf(ctx, inv, inv.Machines, true)
 	h.mu.Lock()
 	found := h.bmcs
 	h.mu.Unlock()
@@ -54,11 +54,11 @@ func (h *Hub) CheckBMCsNow(ctx context.Context) []bmcaccess.BMCCheck {
 // found and says what changed.
 func (h *Hub) checkBMCsOnce(ctx context.Context) {
 	inv := h.inventory()
-	h.checkBMCsOf(ctx, inv, inv.Machines)
+	h.checkBMCsOf(ctx, inv, inv.Machines, false)
 }
 
-// checkBMCsOf is checkBMCsOnce for the machines of inv given.
-func (h *Hub) checkBMCsOf(ctx context.Context, inv pass.Inventory, machines []pass.Machine) {
+// checkBMCsOf is checkBMCsOnce for the machines of inv given; now: an operator's (CheckNow).
+func (h *Hub) checkBMCsOf(ctx context.Context, inv pass.Inventory, machines []pass.Machine, now bool) {
 	h.mu.Lock()
 	var todo []pass.Machine
 	for _, m := range machines {
@@ -68,7 +68,11 @@ func (h *Hub) checkBMCsOf(ctx context.Context, inv pass.Inventory, machines []pa
 		}
 	}
 	h.mu.Unlock()
-	found := h.logins.Check(ctx, todo, h.cfg.PowerFor)
+	check := h.logins.Check
+	if now {
+		check = h.logins.CheckNow
+	}
+	found := check(ctx, todo, h.cfg.PowerFor)
 	if ctx.Err() != nil {
 		return // the hub stops: what a cancelled call says is no finding
 	}

@@ -20,6 +20,24 @@ import (
 // holds its machine, never powering it on or cycling it by itself, and `hub reboot` powers one on only
 // while the old members that may run stay short of the old quorum.
 
+// followRebuild holds the old members of an etcd rebuild Hale did not journal, from this pass on
+// whatever the journal says, and journals it so that the next hub holds them too (rec; nil: none);
+// and journals the rebuilt cluster seen healthy on its survivor (survivor: its recovery's token; "":
+// not seen this pass).
+func (h *Hub) followRebuild(ctx context.Context, rec *pass.RecoveryRecord, survivor string) {
+	if rec != nil {
+		h.retire(rec)
+		if store := h.cfg.Recoveries; store == nil {
+			h.log.Warn("no journal to record an etcd rebuild in: its old members are held until this hub stops", "token", rec.Plan.Token)
+		} else if err := store.RecordRecovery(ctx, *rec); err != nil {
+			h.log.Warn("journaling an etcd rebuild: its old members are held until this hub stops", "token", rec.Plan.Token, "err", err)
+		}
+	}
+	if survivor != "" {
+		h.survivorSeen(ctx, survivor)
+	}
+}
+
 // retire records the old cluster the journaled recovery rec replaces (nil: none).
 func (h *Hub) retire(rec *pass.RecoveryRecord) {
 	r := pass.RetirementOf(rec)

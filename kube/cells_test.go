@@ -2,9 +2,11 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ import (
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/kube/lists"
 	"github.com/hale-dev/hale/test/capture"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/silent"
@@ -334,4 +337,158 @@ func TestTwoClustersInOneNamespace(t *testing.T) {
 	assert.Empty(t, hr.Status.Phase, "b's MachineHealthCheck's request: untouched by a's cell")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b-2"}, &machineB))
 	assert.Contains(t, machineB.Annotations, clusterv1.RemediateMachineAnnotation)
+}
+
+// adopting is asked that also adopts a Remediation request into its journal, as the hub does.
+type adopting struct {
+	*asked
+	j *Journal
+}
+
+func (a adopting) Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error) {
+	if req.Adopt != "" {
+		if _, err := a.j.Begin(ctx, journal.Remediation{ID: req.Adopt, Machine: req.Machine, Strategy: "reboot", RequestedBy: req.By}); err != nil {
+			return operator.RebootResult{}, err
+		}
+	}
+	return a.asked.Reboot(ctx, req)
+}
+
+// staleLists lists what the API server held at its first list of each kind, for ever: a shared
+// cache that has not seen a single write since.
+type staleLists struct {
+	c     client.Client
+	first map[string]client.ObjectList
+}
+
+func (s *staleLists) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	key := fmt.Sprintf("%T", list)
+	if s.first[key] == nil {
+		if err := s.c.List(ctx, list, opts...); err != nil {
+			return err
+		}
+		s.first[key] = list.DeepCopyObject().(client.ObjectList)
+	}
+	return s.c.Scheme().Convert(s.first[key].DeepCopyObject(), list, nil)
+}
+
+// A management-mode hub's cells poll their requests from one shared cache of the management cluster
+// (lists.Shared), which may not have seen the write that took a request yet: each candidate is read
+// again live before it is acted on, so a Remediation, a remediate-machine annotation and a
+// HaleRemediation are each taken once however stale the list.
+func TestRequestsFromAStaleCacheAreTakenOnce(t *testing.T) {
+	c, _, ns := shared.Namespace(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "req"},
+		Spec: v1alpha1.RemediationSpec{Machine: "cp-0", Strategy: "reboot", RequestedBy: "alice"}}))
+	machine := func(name string, annotated bool) *clusterv1.Machine {
+		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: clusterv1.MachineSpec{ClusterName: "a", Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr("bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name}}}
+		if annotated {
+			m.Annotations = map[string]string{clusterv1.RemediateMachineAnnotation: ""}
+		}
+		require.NoError(t, c.Create(ctx, m))
+		return m
+	}
+	machine("cp-1", true)
+	m2 := machine("cp-2", false)
+	require.NoError(t, c.Create(ctx, &v1alpha1.HaleRemediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cp-2",
+		Labels:          map[string]string{clusterv1.ClusterNameLabel: "a"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: "cp-2", UID: m2.UID}}}}))
+	inv := pass.Inventory{}
+	for _, name := range []string{"cp-0", "cp-1", "cp-2"} {
+		inv.Machines = append(inv.Machines, pass.Machine{MachineRef: assess.MachineRef{Name: name}})
+	}
+	hub := adopting{asked: &asked{inv: inv}, j: NewJournal(c, ns, 1, 5)}
+	s := &RequestSync{Client: c, Lists: &staleLists{c: c, first: map[string]client.ObjectList{}}, Namespace: ns, Hub: hub, Epoch: 1,
+		Machines: true, MachineNamespace: ns, Cluster: "a", Log: slog.New(slog.DiscardHandler)}
+	for range 3 {
+		require.NoError(t, s.Sync(ctx))
+	}
+	assert.ElementsMatch(t, []string{
+		"cp-0 by alice (kubernetes: Remediation " + ns + "/req)",
+		"cp-1 by cluster.x-k8s.io/remediate-machine on Machine " + ns + "/cp-1",
+		"cp-2 by MachineHealthCheck (HaleRemediation " + ns + "/cp-2)",
+	}, hub.by, "each request taken once, in three polls of a list that still shows them all untaken")
+}
+
+// lists.Shared serves lists from its informer cache once the kind's informer has synced; a kind whose
+// informer does not sync in time is listed live from then on, said once.
+func TestSharedLists(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	require.NoError(t, c.Create(ctx, &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "req"},
+		Spec: v1alpha1.RemediationSpec{Machine: "cp-0", Strategy: "reboot"}}))
+	names := func(s Lister) []string {
+		var list v1alpha1.RemediationList
+		require.NoError(t, s.List(ctx, &list, client.InNamespace(ns)))
+		var out []string
+		for _, r := range list.Items {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	var logs strings.Builder
+	cached, err := lists.New(ctx, cfg, c.Scheme(), c, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"req"}, names(cached), "the informer synced: what the API server holds")
+	require.NoError(t, c.Create(ctx, &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "later"},
+		Spec: v1alpha1.RemediationSpec{Machine: "cp-1", Strategy: "reboot"}}))
+	assert.Eventually(t, func() bool { return len(names(cached)) == 2 }, 10*time.Second, 50*time.Millisecond, "a write reaches the cache by its watch")
+	assert.Empty(t, logs.String())
+
+	unsynced, err := lists.New(ctx, cfg, c.Scheme(), c, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	unsynced.SyncWait = time.Nanosecond
+	assert.ElementsMatch(t, []string{"req", "later"}, names(unsynced), "listed live")
+	assert.ElementsMatch(t, []string{"req", "later"}, names(unsynced), "listed live again")
+	assert.Equal(t, 1, strings.Count(logs.String(), "the shared cache cannot list this kind"), "said once: %s", logs.String())
+	assert.Contains(t, logs.String(), "kind=Remediation")
+}
+
+// Of two Clusters that name one gossip pool, the older is healed and the newer is told why, however
+// their cells were started: a newer one running on it when the older opts in is stopped.
+func TestTwoClustersNamingOnePool(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	ctx := t.Context()
+	kubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, cfg, t.TempDir(), ""))
+	require.NoError(t, err)
+	cluster := func(name string, optIn bool) *clusterv1.Cluster {
+		cl := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{cells.GossipNameAnnotation: "shared"}},
+			Spec: clusterv1.ClusterSpec{Paused: new(false)}}
+		if optIn {
+			cl.Labels = map[string]string{cells.OptInLabel: "true"}
+		}
+		require.NoError(t, c.Create(ctx, cl))
+		require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-kubeconfig"},
+			Type: "cluster.x-k8s.io/secret", Data: map[string][]byte{"value": kubeconfig}}))
+		return cl
+	}
+	older := cluster("zeta", false)     // older, and last by name: age decides
+	time.Sleep(1100 * time.Millisecond) // creation times are whole seconds
+	cluster("alpha", true)
+	runs := &cellRuns{now: map[string]int{}, most: map[string]int{}, started: map[string]int{}, reached: map[string]time.Time{}}
+	set := &cells.Set{Client: c, Namespace: ns, Retry: time.Hour, Log: slog.New(slog.DiscardHandler),
+		Run: func(ctx context.Context, cell cells.Cell) error {
+			runs.enter(cell.Cluster.Name)
+			defer runs.leave(cell.Cluster.Name)
+			<-ctx.Done()
+			return nil
+		}}
+	running := func(name string) bool { n, _, _, _ := runs.get(name); return n > 0 }
+	require.NoError(t, set.Sync(ctx))
+	require.Eventually(t, func() bool { return running("alpha") }, 5*time.Second, 20*time.Millisecond, "alone on its pool")
+
+	older.Labels = map[string]string{cells.OptInLabel: "true"}
+	require.NoError(t, c.Update(ctx, older))
+	require.NoError(t, set.Sync(ctx))
+	require.Eventually(t, func() bool { return !running("alpha") && running("zeta") }, 5*time.Second, 20*time.Millisecond, "the older Cluster's pool")
+	for _, st := range set.Status() {
+		if st.Cluster.Name == "alpha" {
+			assert.Equal(t, `its gossip pool "shared" is older Cluster API Cluster `+ns+`/zeta's: each cluster's pool needs a name of its own (annotation hale.dev/gossip-cluster)`, st.Problem)
+		}
+	}
+	require.NoError(t, set.Sync(ctx))
+	assert.False(t, running("alpha"), "not started again")
 }

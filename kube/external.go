@@ -84,7 +84,7 @@ func delegatesToHale(mhc *clusterv1.MachineHealthCheck) bool {
 // followed to its end; one that failed hands its Machine to its owner.
 func (s *RequestSync) syncExternal(ctx context.Context) error {
 	var list v1alpha1.HaleRemediationList
-	err := s.Client.List(ctx, &list, client.InNamespace(s.MachineNamespace))
+	err := s.lists().List(ctx, &list, client.InNamespace(s.MachineNamespace))
 	if meta.IsNoMatchError(err) || apierrors.IsForbidden(err) {
 		return nil // no HaleRemediation CRD here, or not Hale's to read
 	} else if err != nil {
@@ -95,6 +95,13 @@ func (s *RequestSync) syncExternal(ctx context.Context) error {
 		r := &list.Items[i]
 		if r.DeletionTimestamp != nil || (s.Cluster != "" && r.Labels[clusterv1.ClusterNameLabel] != s.Cluster) {
 			continue // another cell's (a MachineHealthCheck labels its requests with their Cluster)
+		}
+		switch r.Status.Phase {
+		case "", v1alpha1.ExternalWaiting, v1alpha1.ExternalRunning:
+			if ok, err := s.fresh(ctx, r); err != nil || !ok || r.DeletionTimestamp != nil {
+				errs = append(errs, err) // deleted since the list was made (nil)
+				continue
+			}
 		}
 		switch r.Status.Phase {
 		case "", v1alpha1.ExternalWaiting:

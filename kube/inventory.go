@@ -56,8 +56,10 @@ const (
 //
 // A Machine annotated cluster.x-k8s.io/skip-remediation is held whatever its way.
 type Discovery struct {
-	// Client reads and writes Cluster API's and metal3's objects (and, without Workload, the Nodes).
+	// Client reads and writes Cluster API's and metal3's objects (and, without Workload, the Nodes);
+	// Lists, when set, serves Build's lists of them (a management-mode hub's shared cache).
 	Client client.Client
+	Lists  Lister
 	// Workload, when set, is the workload cluster's API, for a hub in a management cluster: the Nodes
 	// and NodeMaintenances are read there, Cluster API's and metal3's objects through Client.
 	Workload client.Client
@@ -118,19 +120,20 @@ func (d *Discovery) Build(ctx context.Context) (pass.Inventory, error) {
 	if err := d.nodes().List(ctx, &nodes, client.HasLabels{ControlPlaneLabel}); err != nil {
 		return pass.Inventory{}, fmt.Errorf("listing control-plane nodes%s: %w", d.inWorkload(), err)
 	}
+	lists := listerOr(d.Lists, d.Client)
 	var machines clusterv1.MachineList
-	if err := d.optional(d.Client.List(ctx, &machines, client.InNamespace(d.Namespace)), "Cluster API Machines", "deploy/components/capi"); err != nil {
+	if err := d.optional(lists.List(ctx, &machines, client.InNamespace(d.Namespace)), "Cluster API Machines", "deploy/components/capi"); err != nil {
 		return pass.Inventory{}, err
 	}
 	machines.Items = slices.DeleteFunc(machines.Items, func(m clusterv1.Machine) bool { return !d.ours(m.Spec.ClusterName) })
 	var checks clusterv1.MachineHealthCheckList
-	if err := d.optional(d.Client.List(ctx, &checks, client.InNamespace(d.Namespace)), "Cluster API MachineHealthChecks", "deploy/components/capi"); err != nil {
+	if err := d.optional(lists.List(ctx, &checks, client.InNamespace(d.Namespace)), "Cluster API MachineHealthChecks", "deploy/components/capi"); err != nil {
 		return pass.Inventory{}, err
 	}
 	checks.Items = slices.DeleteFunc(checks.Items, func(c clusterv1.MachineHealthCheck) bool { return !d.ours(c.Spec.ClusterName) })
 	hosts := &unstructured.UnstructuredList{}
 	hosts.SetGroupVersionKind(clusterapi.BareMetalHostGVK.GroupVersion().WithKind(clusterapi.BareMetalHostGVK.Kind + "List"))
-	if err := d.optional(d.Client.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
+	if err := d.optional(lists.List(ctx, hosts, client.InNamespace(d.Namespace)), "metal3 BareMetalHosts", "deploy/components/metal3"); err != nil {
 		return pass.Inventory{}, err
 	}
 	work, err := d.newPlannedWork(ctx)

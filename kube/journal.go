@@ -80,11 +80,11 @@ func (j *Journal) Epoch() uint64 { return j.epoch }
 // time in nanoseconds, base 36, fixed width.
 func nameFor(machine string, at time.Time) string {
 	ts := strconv.FormatInt(at.UnixNano(), 36)
-	return fmt.Sprintf("%s-%013s", dnsSafe(machine), ts)
+	return fmt.Sprintf("%s-%013s", DNSSafe(machine), ts)
 }
 
-// dnsSafe is machine made a DNS-1123 label prefix: lower case, other characters as '-', at most 40.
-func dnsSafe(machine string) string {
+// DNSSafe is machine made a DNS-1123 label prefix: lower case, other characters as '-', at most 40.
+func DNSSafe(machine string) string {
 	safe := strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':

@@ -22,6 +22,12 @@ import (
 	"github.com/hale-dev/hale/quorum"
 )
 
+// Lister is where a poll lists what it looks for: the API server (a client.Client), or one informer
+// cache that many pollers share (kube/lists).
+type Lister interface {
+	List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error
+}
+
 // Rebooter is what RequestSync needs of the hub.
 type Rebooter interface {
 	Reboot(ctx context.Context, req operator.RebootRequest) (operator.RebootResult, error)
@@ -56,7 +62,10 @@ type RequestSync struct {
 	// the requests labelled cluster.x-k8s.io/cluster-name with it are its own (a MachineHealthCheck's
 	// HaleRemediations are; a Remediation without the label is taken when it names a machine of this
 	// Cluster), and only its Machines' annotations.
-	Cluster  string
+	Cluster string
+	// Lists is where its polls list the requests and the Machines (a management-mode hub's lists.Shared;
+	// nil: Client). A candidate found there is read again through Client before it is acted on.
+	Lists    Lister
 	Interval time.Duration
 	Log      *slog.Logger
 
@@ -84,13 +93,21 @@ func (s *RequestSync) Run(ctx context.Context) {
 // Sync handles every pending request once, oldest first.
 func (s *RequestSync) Sync(ctx context.Context) error {
 	var list v1alpha1.RemediationList
-	if err := s.Client.List(ctx, &list, client.InNamespace(s.Namespace)); err != nil {
+	if err := s.lists().List(ctx, &list, client.InNamespace(s.Namespace)); err != nil {
 		return fmt.Errorf("listing remediations in %s: %w", s.Namespace, err)
 	}
 	var errs []error
+	pending := func(r *v1alpha1.Remediation) bool {
+		_, begun := r.Labels[v1alpha1.LabelPhase]
+		return !begun && r.Status.Phase == "" && r.DeletionTimestamp == nil && s.asksThis(r)
+	}
 	for i := range list.Items {
 		r := &list.Items[i]
-		if _, begun := r.Labels[v1alpha1.LabelPhase]; begun || r.Status.Phase != "" || r.DeletionTimestamp != nil || !s.asksThis(r) {
+		if !pending(r) {
+			continue
+		}
+		if ok, err := s.fresh(ctx, r); err != nil || !ok || !pending(r) {
+			errs = append(errs, err) // taken, refused or deleted since the list was made (nil)
 			continue
 		}
 		if err := s.handle(ctx, r); err != nil {
@@ -106,7 +123,7 @@ func (s *RequestSync) Sync(ctx context.Context) error {
 
 func (s *RequestSync) syncMachines(ctx context.Context) error {
 	var list clusterv1.MachineList
-	err := s.Client.List(ctx, &list, client.InNamespace(s.MachineNamespace))
+	err := s.lists().List(ctx, &list, client.InNamespace(s.MachineNamespace))
 	if meta.IsNoMatchError(err) || apierrors.IsForbidden(err) {
 		return nil // no Cluster API here, or not Hale's to read (discovery says so once)
 	} else if err != nil {
@@ -121,9 +138,15 @@ func (s *RequestSync) syncMachines(ctx context.Context) error {
 		if s.Cluster != "" && m.Spec.ClusterName != s.Cluster {
 			continue // another cell's
 		}
-		if !clusterapi.ManualRemediationRequested(m) || m.DeletionTimestamp != nil {
+		requested := func() bool { return clusterapi.ManualRemediationRequested(m) && m.DeletionTimestamp == nil }
+		if !requested() {
 			delete(s.refused, key.String())
 			continue
+		}
+		if ok, err := s.fresh(ctx, m); err != nil {
+			return err
+		} else if !ok || !requested() {
+			continue // taken, or deleted, since the list was made
 		}
 		by := fmt.Sprintf("%s on Machine %s", clusterv1.RemediateMachineAnnotation, key)
 		res, err := s.Hub.Reboot(ctx, operator.RebootRequest{Machine: m.Name, OwnWay: true, By: by})
@@ -143,6 +166,32 @@ func (s *RequestSync) syncMachines(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func (s *RequestSync) lists() Lister { return listerOr(s.Lists, s.Client) }
+
+func listerOr(l Lister, c client.Client) Lister {
+	if l != nil {
+		return l
+	}
+	return c
+}
+
+// fresh reads obj, a candidate a poll found in Lists, again through Client: a cache that has not seen
+// the write that took it would have it taken twice. false: it is gone. Listed through Client, it is
+// fresh already.
+func (s *RequestSync) fresh(ctx context.Context, obj client.Object) (bool, error) {
+	if s.Lists == nil {
+		return true, nil
+	}
+	key := client.ObjectKeyFromObject(obj)
+	switch err := s.Client.Get(ctx, key, obj); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading %T %s again before acting on it: %w", obj, key, err)
+	}
+	return true, nil
 }
 
 // asksThis says whether request r is this hub's: every one without Cluster; with it, one labelled
@@ -207,35 +256,4 @@ func (s *RequestSync) refuse(ctx context.Context, key client.ObjectKey, why erro
 		return fmt.Errorf("writing the refusal of remediation request %s: %w", key, err)
 	}
 	return nil
-}
-
-// RequestReboot creates a reboot request for machine in ns (what `hub reboot --kubernetes` does);
-// the leading hub's RequestSync carries it out. Kubernetes RBAC decides whether the caller may.
-func RequestReboot(ctx context.Context, c client.Client, ns, machine string, hard, force bool, by string) (client.ObjectKey, error) {
-	obj := &v1alpha1.Remediation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "reboot-" + dnsSafe(machine) + "-"},
-		Spec: v1alpha1.RemediationSpec{Machine: machine, Strategy: quorum.Reboot.String(), RequestedBy: by, Reason: "manual reboot", Hard: hard, Force: force}}
-	if err := c.Create(ctx, obj); err != nil {
-		return client.ObjectKey{}, fmt.Errorf("creating a reboot request in %s: %w", ns, err)
-	}
-	return client.ObjectKeyFromObject(obj), nil
-}
-
-// WaitRequest waits until the hub has taken the request (accepted: InProgress; refused: Aborted)
-// or, with done, until it has ended; it returns the object as last read.
-func WaitRequest(ctx context.Context, c client.Client, key client.ObjectKey, done bool) (v1alpha1.Remediation, error) {
-	for {
-		var obj v1alpha1.Remediation
-		if err := c.Get(ctx, key, &obj); err != nil {
-			return obj, fmt.Errorf("reading remediation %s: %w", key, err)
-		}
-		switch p := obj.Status.Phase; {
-		case p != "" && p != v1alpha1.PhaseInProgress, p == v1alpha1.PhaseInProgress && !done:
-			return obj, nil
-		}
-		select {
-		case <-ctx.Done():
-			return obj, fmt.Errorf("waiting for the hub to take remediation %s (is a hub leading in %s?): %w", key, key.Namespace, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }

@@ -58,6 +58,10 @@ type Faults struct {
 	IgnoreResets bool
 	// NoSessionService answers 404 for the session service, so clients must fall back to basic auth.
 	NoSessionService bool
+	// EndSessions ends every open session at each of the next N requests made in one, which is
+	// answered 401 NoValidSession: what a BMC does when a session times out, its manager resets, or a
+	// new login evicts the oldest session past the BMC's limit. The credentials still work.
+	EndSessions int
 }
 
 // Server is a running simulated BMC.

@@ -71,8 +71,12 @@ func (s *Server) authorized(r *http.Request, f Faults) bool {
 	}
 	if token := r.Header.Get("X-Auth-Token"); token != "" {
 		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.faults.EndSessions > 0 {
+			s.faults.EndSessions--
+			clear(s.sessions)
+		}
 		_, ok := s.sessions[token]
-		s.mu.Unlock()
 		return ok
 	}
 	user, pass, ok := r.BasicAuth()

@@ -36,7 +36,8 @@ type Config struct {
 	Gossip GossipConfig `json:"gossip"`
 	// ReportInterval is the longest time between two reports (default 5 s; a probe or peer that
 	// changes state is reported at once, and so is a change in the etcd view, looked at every second;
-	// liveness itself comes from the gossip's probes).
+	// while a peer is dead or a member unreachable the agent reports every second; liveness itself
+	// comes from the gossip's probes).
 	ReportInterval Duration `json:"reportInterval"`
 	// Listen serves /healthz, /readyz and /metrics (default 127.0.0.1:9101).
 	Listen string `json:"listen"`

@@ -30,6 +30,7 @@ import (
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
 	"github.com/hale-dev/hale/kube"
+	"github.com/hale-dev/hale/kube/ask"
 	"github.com/hale-dev/hale/kube/claim"
 )
 
@@ -363,7 +364,7 @@ func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req operator.R
 	if err != nil {
 		return obj, &codedError{exitUsage, err}
 	}
-	key, err := kube.RequestReboot(ctx, c, k.namespace, req.Machine, req.Hard, req.Force, req.By)
+	key, err := ask.Reboot(ctx, c, k.namespace, req.Machine, req.Hard, req.Force, req.By)
 	if apierrors.IsForbidden(err) {
 		return obj, &codedError{exitRefused, fmt.Errorf("%w (Kubernetes RBAC: you may not create Remediations in %s)", err, k.namespace)}
 	} else if err != nil {
@@ -371,7 +372,7 @@ func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req operator.R
 	}
 	fmt.Fprintf(out, "requested: remediation %s\n", key)
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	obj, err = kube.WaitRequest(tctx, c, key, false)
+	obj, err = ask.Wait(tctx, c, key, false)
 	cancel()
 	if err != nil {
 		return obj, &codedError{exitUnreachable, err}
@@ -383,7 +384,7 @@ func rebootThroughKubernetes(ctx context.Context, k *kubeOptions, req operator.R
 	if !wait {
 		return obj, nil
 	}
-	if obj, err = kube.WaitRequest(ctx, c, key, true); err != nil {
+	if obj, err = ask.Wait(ctx, c, key, true); err != nil {
 		return obj, &codedError{exitUnreachable, err}
 	}
 	fmt.Fprintln(out, lastDetail(obj)) // "Succeeded: every step done"

@@ -13,16 +13,21 @@ import (
 
 	"github.com/hale-dev/hale/internal/cli"
 
+	"github.com/go-logr/logr"
 	"github.com/hale-dev/hale/internal/buildinfo"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 func main() {
 	// client-go (leader election, the API client) logs through klog: as JSON lines like the hub's own
 	// log, not bare stderr text. klog's logger is process-wide, so it is set here, once, before any
 	// client exists (setting it later races with clients already logging).
-	klog.SetSlogLogger(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	// controller-runtime's (the management hub's shared informer cache) likewise.
+	logs := slog.NewJSONHandler(os.Stderr, nil)
+	klog.SetSlogLogger(slog.New(logs))
+	crlog.SetLogger(logr.FromSlogHandler(logs))
 	if err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "hub:", err)
 		os.Exit(exitCode(err))

@@ -31,6 +31,7 @@ import (
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/kube/cellhub"
 	"github.com/hale-dev/hale/kube/cells"
+	"github.com/hale-dev/hale/kube/lists"
 )
 
 // management is `hub run --kubernetes --management` (docs/design.md, Management mode; docs/install.md,
@@ -108,6 +109,11 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 		return err
 	}
 	m.c, r.Client = c, c
+	// Every cell polls its requests each second: from one informer cache of the management cluster,
+	// not a list per cell (lists.Shared; what a cell acts on it reads again live).
+	if r.Lists, err = lists.New(ctx, k.clientConfig(cfg), c.Scheme(), c, log); err != nil {
+		return err
+	}
 	promBase := prometheus.NewRegistry()
 	promBase.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.BMC.Metrics, err = bmc.NewMetrics(promBase); err != nil {

@@ -132,6 +132,8 @@ type Assessment struct {
 type Assessor struct {
 	policy    Policy
 	firstSeen map[string]time.Time
+	// resumedSeen: the latest resume of the hub's brakes already told (Judge).
+	resumedSeen time.Time
 	// heardSince is when the hub's view last changed: it began to hear a strict majority of its
 	// expected observers (zero while it does not), or etcd's quorum came back (QuorumBack). Timed
 	// evidence counts from there at the earliest (see countedFor); heardWhy says which.
@@ -145,8 +147,11 @@ type Assessor struct {
 	// which say nothing of now (see newerThanHeard).
 	heardVersions map[string]uint64
 	snapVersions  bool
-	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused).
-	deadBy map[string]*deadVotes
+	// deadBy counts, per node, the live observers that see it dead (this pass's; kept to be reused):
+	// deadAt indexes deadBy by node (values in one slice: a node's votes are read once per peer in
+	// every report, and pointers scattered over the heap cost a cache miss each).
+	deadAt map[string]int32
+	deadBy []deadVotes
 	// aliveAt is, per node, when the newest live observer's report that holds it alive was sent;
 	// reachedAt, per etcd member, when the newest that reaches it was (this pass's: signs of life).
 	aliveAt, reachedAt map[string]time.Time
@@ -173,6 +178,20 @@ type deadVotes struct {
 	earliest time.Time
 }
 
+// deadVotesOf is node's votes in this pass (nil: none, unless add).
+func (a *Assessor) deadVotesOf(node string, add bool) *deadVotes {
+	i, ok := a.deadAt[node]
+	if !ok {
+		if !add {
+			return nil
+		}
+		i = int32(len(a.deadBy))
+		a.deadAt[node] = i
+		a.deadBy = append(a.deadBy, deadVotes{})
+	}
+	return &a.deadBy[i]
+}
+
 // NewAssessor returns an assessor with policy p.
 func NewAssessor(p Policy) *Assessor {
 	return &Assessor{policy: p, firstSeen: map[string]time.Time{}}
@@ -192,8 +211,43 @@ type Observations struct {
 	Hangs map[string][]bmcval.LogEntry
 }
 
-// SetPolicy replaces the timeouts (an inventory reload); what was first seen is kept.
-func (a *Assessor) SetPolicy(p Policy) { a.policy = p }
+// Round is everything the hub tells the assessor in one pass: the policy in force (an inventory
+// reload replaces the timeouts; what was first seen is kept), when its brakes were last lifted, whether
+// it heard nothing for a while, and the machines, witnesses and observations to judge.
+type Round struct {
+	Policy    Policy
+	Machines  []MachineRef
+	Witnesses []string
+	Obs       Observations
+	// ResumedAt is when the hub's brakes were last lifted (a resume, an unsuspend); zero: never. A
+	// resume later than the last one told counts as Resumed.
+	ResumedAt time.Time
+	// HeardNothing: the hub's passes were too far apart for it to have been running (HeardNothing).
+	HeardNothing bool
+	// QuorumBack is when etcd's quorum, lost in an earlier pass, came back (QuorumBack); zero: it did
+	// not since the last round.
+	QuorumBack time.Time
+}
+
+// Judge is a pass's assessment: it takes in what the round says happened to the hub, then judges
+// every machine (AssessHearing).
+func (a *Assessor) Judge(r Round) ([]Assessment, Hearing) {
+	a.policy = r.Policy
+	if !r.QuorumBack.IsZero() {
+		a.QuorumBack(r.QuorumBack)
+	}
+	if r.ResumedAt.After(a.resumedSeen) {
+		// Evidence gathered while the hub was paused or suspended counts from the resume at the
+		// earliest (DESIGN.md rule 12): an operator resumes as soon as the work it paused for is done
+		// (an etcd recovery: the rebuilt member answers), before its observers have caught up.
+		a.Resumed(r.ResumedAt)
+		a.resumedSeen = r.ResumedAt
+	}
+	if r.HeardNothing {
+		a.HeardNothing()
+	}
+	return a.AssessHearing(r.Machines, r.Witnesses, r.Obs)
+}
 
 // Assess judges every machine. Rule 6 of DESIGN.md: the hub losing sight of a machine is never enough;
 // dead needs a strict majority of the expected observers (the hub and the agents and witnesses that
@@ -229,12 +283,10 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	a.leader, a.leaderTerm, a.leaderVotes = majorityLeader(observers)
 	a.noteRestarts(machines, obs)
 	// Who sees whom dead, counted once a pass (per machine it would be quadratic).
-	if a.deadBy == nil {
-		a.deadBy = map[string]*deadVotes{}
+	if a.deadAt == nil {
+		a.deadAt = map[string]int32{}
 	}
-	for _, v := range a.deadBy {
-		*v = deadVotes{}
-	}
+	clear(a.deadBy)
 	if a.aliveAt == nil {
 		a.aliveAt, a.reachedAt = map[string]time.Time{}, map[string]time.Time{}
 	}
@@ -254,11 +306,7 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 				a.aliveAt[p.Name] = r.SentAt
 			}
 			if p.State == report.PeerDead && p.Name != r.Node {
-				v := a.deadBy[p.Name]
-				if v == nil {
-					v = &deadVotes{}
-					a.deadBy[p.Name] = v
-				}
+				v := a.deadVotesOf(p.Name, true)
 				if v.n == 0 || p.Since.Before(v.earliest) {
 					v.earliest = p.Since
 				}

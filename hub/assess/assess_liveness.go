@@ -44,7 +44,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, hub repo
 		return false
 	}
 	agree, earliest := 0, hub.Since
-	if v := a.deadBy[m.Node]; v != nil && v.n > 0 {
+	if v := a.deadVotesOf(m.Node, false); v != nil && v.n > 0 {
 		agree, earliest = v.n, minTime(earliest, v.earliest)
 	}
 	votes, need := 1+agree, e.Size()/2+1 // the hub's own among them

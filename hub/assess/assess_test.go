@@ -282,21 +282,33 @@ func TestDeathFromBeforeARegainedMajoritySettles(t *testing.T) {
 	assert.Equal(t, assess.VerdictUnhealthy, got.Verdict, "still dead 5 s later, in newer reports: %q", got.Reasons)
 }
 
-// A hub that was not running (stopped, frozen) holds a view as old as its pause: evidence counts again
-// from the first pass after it, as after a partition (test/chaos seeds 96 and 100).
-func TestAHubThatWasNotRunningCountsEvidenceAgain(t *testing.T) {
-	a := assesstest.Hearing(assess.DefaultPolicy())
+// Judge takes in what a round says happened to the hub before it judges. A hub that was not running
+// (stopped, frozen) holds a view as old as its pause (test/chaos seeds 96 and 100); evidence gathered
+// while it was paused counts from its resume; what was gathered while etcd's quorum was lost is stale
+// once it is back. Each makes timed evidence count again from the round, as after a partition.
+func TestJudgeTakesInTheRound(t *testing.T) {
 	now := assesstest.T0().Add(time.Hour)
-	failing := func(at time.Time) assess.Observations {
-		w := assesstest.NewWorld(at).Probe("cp-2", "etcd", false, now.Add(-time.Minute))
-		return w.Obs
+	for name, round := range map[string]assess.Round{
+		"the hub was not running": {HeardNothing: true},
+		"the hub was resumed":     {ResumedAt: now},
+		"etcd's quorum came back": {QuorumBack: now},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := assesstest.Hearing(assess.DefaultPolicy())
+			judge := func(at time.Time, r assess.Round) assess.Assessment {
+				r.Policy, r.Machines = assess.DefaultPolicy(), assesstest.Machines()
+				r.Obs = assesstest.NewWorld(at).Probe("cp-2", "etcd", false, now.Add(-time.Minute)).Obs
+				out, _ := a.Judge(r)
+				return assesstest.ByName(out)["m2"]
+			}
+			require.Equal(t, assess.VerdictUnhealthy, judge(now, assess.Round{}).Verdict, "failing for a minute")
+			got := judge(now.Add(time.Second), round)
+			assert.Equal(t, assess.VerdictSuspect, got.Verdict, "%v", got.Reasons)
+			assert.Contains(t, joinLines(got.Reasons), "counted from")
+			got = judge(now.Add(time.Minute), assess.Round{})
+			assert.Equal(t, assess.VerdictUnhealthy, got.Verdict, "still failing a minute later: %v", got.Reasons)
+		})
 	}
-	require.Equal(t, assess.VerdictUnhealthy, assesstest.ByName(a.Assess(assesstest.Machines(), nil, failing(now)))["m2"].Verdict, "failing for a minute")
-	a.HeardNothing()
-	got := assesstest.ByName(a.Assess(assesstest.Machines(), nil, failing(now.Add(time.Second))))["m2"]
-	assert.Equal(t, assess.VerdictSuspect, got.Verdict, "%v", got.Reasons)
-	assert.Contains(t, joinLines(got.Reasons), "counted from")
-	assert.Equal(t, assess.VerdictUnhealthy, assesstest.ByName(a.Assess(assesstest.Machines(), nil, failing(now.Add(time.Minute))))["m2"].Verdict, "still failing a minute later")
 }
 
 // A hang the machine's BMC logged since its last sign of life tells a dead machine from a dead agent

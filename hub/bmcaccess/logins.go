@@ -55,6 +55,9 @@ type Logins struct {
 	// fail before either was recorded.
 	calls    map[loginKey]int
 	checking map[loginKey]chan struct{}
+	// worked is when the last call to each account that succeeded began: a refusal of a call begun
+	// before it is not the credentials' (they logged in since).
+	worked map[loginKey]time.Time
 }
 
 const maxLoginBackoffFactor = 12
@@ -63,7 +66,8 @@ func NewLogins(base time.Duration) *Logins {
 	if base <= 0 {
 		base = 5 * time.Minute
 	}
-	return &Logins{base: base, failed: map[loginKey]loginFailure{}, calls: map[loginKey]int{}, checking: map[loginKey]chan struct{}{}}
+	return &Logins{base: base, failed: map[loginKey]loginFailure{}, calls: map[loginKey]int{}, checking: map[loginKey]chan struct{}{},
+		worked: map[loginKey]time.Time{}}
 }
 
 func keyOf(m pass.Machine) loginKey {
@@ -94,16 +98,22 @@ func (l *Logins) Blocked(m pass.Machine, now time.Time) string {
 		f.endpoint, m.Credentials.Username, f.at.Format(time.TimeOnly), f.inARow, f.message, f.until.Format(time.TimeOnly))
 }
 
-// Record notes the result of a call to m's BMC that made a login: a failed login starts or doubles the
-// account's wait, any other answer ends it.
-func (l *Logins) Record(m pass.Machine, err error, now time.Time) {
+// Record notes the result, at now, of a call to m's BMC begun at started: a failed login starts or
+// doubles the account's wait, a success ends it, and other answers keep it. A failed login of a call
+// begun before the account's last successful one is not recorded: the credentials logged in since (a
+// check made after the operator fixed them, while an older call was still under way).
+func (l *Logins) Record(m pass.Machine, err error, started, now time.Time) {
 	k := keyOf(m)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !errors.Is(err, bmc.ErrAuth) {
 		if err == nil {
 			delete(l.failed, k)
+			l.worked[k] = later(l.worked[k], started)
 		}
+		return
+	}
+	if started.Before(l.worked[k]) {
 		return
 	}
 	f := l.failed[k]
@@ -121,12 +131,19 @@ func (l *Logins) Record(m pass.Machine, err error, now time.Time) {
 	l.failed[k] = f
 }
 
-// Lift ends every account's wait at now, keeping how many failures in a row it had: the next login
-// is tried, and a refusal waits longer than the last.
-func (l *Logins) Lift(now time.Time) {
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// lift ends k's wait at now, keeping how many failures in a row it had: the next login is tried, and
+// a refusal waits longer than the last.
+func (l *Logins) lift(k loginKey, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for k, f := range l.failed {
+	if f, ok := l.failed[k]; ok {
 		f.until = now
 		l.failed[k] = f
 	}
@@ -139,7 +156,8 @@ type guarded struct {
 	m     pass.Machine
 	l     *Logins
 	power execute.Power
-	check bool
+	// enter enters the account: enterCall, or enterCheck for a check.
+	enter func(context.Context, loginKey) (end func(), err error)
 	// seen, when set, is told each power state a call read (a state-changing call's last reading, also
 	// when it could not verify the state it asked for).
 	seen func(pass.Machine, pass.BMCReadiness)
@@ -148,12 +166,20 @@ type guarded struct {
 // Guard is m's Power p behind l: a call is refused without reaching the BMC while its account
 // waits, every answer is recorded, and seen (when not nil) is told each power state a call read.
 func (l *Logins) Guard(m pass.Machine, p execute.Power, seen func(pass.Machine, pass.BMCReadiness)) execute.Power {
-	return &guarded{m: m, l: l, power: p, seen: seen}
+	return &guarded{m: m, l: l, power: p, seen: seen, enter: l.enterCall}
 }
 
-// guardCheck is Guard for a readiness check.
-func (l *Logins) guardCheck(m pass.Machine, p execute.Power) execute.Power {
-	return &guarded{m: m, l: l, power: p, check: true}
+// guardCheck is Guard for a readiness check; now: an operator's, which waits for a check of the
+// account under way to end instead of leaving the account unchecked, and then logs in even if the
+// account waits (lift): the operator asked for that login.
+func (l *Logins) guardCheck(m pass.Machine, p execute.Power, now bool) execute.Power {
+	return &guarded{m: m, l: l, power: p, enter: func(ctx context.Context, k loginKey) (func(), error) {
+		end, err := l.enterCheck(ctx, k, now)
+		if err == nil && now {
+			l.lift(k, time.Now())
+		}
+		return end, err
+	}}
 }
 
 // errAccountBusy: a readiness check was not made, a call (a remediation's step) uses the account.
@@ -162,11 +188,7 @@ var errAccountBusy = errors.New("the BMC account is in use")
 // begin enters m's account (a call waits for a check under way; a check does not start beside a
 // call) and says whether it may log in; end (when not nil) leaves it.
 func (g *guarded) begin(ctx context.Context) (end func(), err error) {
-	enter := g.l.enterCall
-	if g.check {
-		enter = g.l.enterCheck
-	}
-	if end, err = enter(ctx, keyOf(g.m)); err != nil {
+	if end, err = g.enter(ctx, keyOf(g.m)); err != nil {
 		return nil, err
 	}
 	if why := g.l.Blocked(g.m, time.Now()); why != "" {
@@ -202,14 +224,30 @@ func (l *Logins) enterCall(ctx context.Context, k loginKey) (end func(), err err
 	}, nil
 }
 
-// enterCheck starts a readiness check of account k unless one is under way or a call uses it
-// (errAccountBusy); end ends it and lets the calls that wait for it go.
-func (l *Logins) enterCheck(_ context.Context, k loginKey) (end func(), err error) {
+// enterCheck starts a readiness check of account k unless a call uses it or, unless wait, a check is
+// under way (errAccountBusy); with wait it starts once that check ended: an operator's check after
+// fixing the credentials is what logins made after it say, not what one begun before found. end
+// ends it and lets the calls that wait for it go.
+func (l *Logins) enterCheck(ctx context.Context, k loginKey, wait bool) (end func(), err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, busy := l.checking[k]; busy || l.calls[k] > 0 {
-		return nil, errAccountBusy
+	for {
+		under, checking := l.checking[k]
+		if l.calls[k] > 0 || checking && !wait {
+			l.mu.Unlock()
+			return nil, errAccountBusy
+		}
+		if !checking {
+			break
+		}
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-under:
+		}
+		l.mu.Lock()
 	}
+	defer l.mu.Unlock()
 	done := make(chan struct{})
 	l.checking[k] = done
 	return func() {
@@ -226,8 +264,9 @@ func (g *guarded) Status(ctx context.Context) (bmc.PowerState, time.Time, error)
 		return "", time.Time{}, err
 	}
 	defer end()
+	started := time.Now()
 	st, at, err := g.power.Status(ctx)
-	g.l.Record(g.m, err, time.Now())
+	g.l.Record(g.m, err, started, time.Now())
 	if err == nil {
 		g.saw(st, time.Now())
 	}
@@ -249,8 +288,9 @@ func (g *guarded) Evidence(ctx context.Context) (bmc.Evidence, error) {
 		return bmc.Evidence{}, err
 	}
 	defer end()
+	started := time.Now()
 	ev, err := evidenceOf(ctx, g.power)
-	g.l.Record(g.m, err, time.Now())
+	g.l.Record(g.m, err, started, time.Now())
 	if err == nil {
 		g.saw(ev.Power, ev.Read)
 	}
@@ -271,8 +311,9 @@ func (g *guarded) do(ctx context.Context, f func(context.Context) (bmc.Result, e
 		return bmc.Result{}, err
 	}
 	defer end()
+	started := time.Now()
 	res, err := f(ctx)
-	g.l.Record(g.m, err, time.Now())
+	g.l.Record(g.m, err, started, time.Now())
 	if err == nil || errors.Is(err, bmc.ErrUnverified) {
 		g.saw(res.After, res.ObservedAt)
 	}

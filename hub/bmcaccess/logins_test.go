@@ -1,6 +1,7 @@
 package bmcaccess
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/execute"
 	"github.com/hale-dev/hale/hub/pass"
 )
 
@@ -34,7 +36,7 @@ func TestLoginWaits(t *testing.T) {
 
 	l := NewLogins(time.Minute)
 	assert.Empty(t, l.Blocked(a, t0), "nothing failed yet")
-	l.Record(a, authErr, t0)
+	l.Record(a, authErr, t0, t0)
 	why := l.Blocked(sameBMC, t0.Add(59*time.Second))
 	assert.Contains(t, why, `its BMC redfish://bmc:443 refused the credentials of user "admin" at 12:00:00 (1 in a row`)
 	assert.Contains(t, why, "no login to that account before 12:01:00, so that it does not lock")
@@ -48,30 +50,86 @@ func TestLoginWaits(t *testing.T) {
 	at := t0
 	for i, want := range []time.Duration{2, 4, 8, 12, 12} {
 		at = at.Add(time.Hour)
-		l.Record(a, authErr, at)
+		l.Record(a, authErr, at, at)
 		assert.NotEmpty(t, l.Blocked(a, at.Add(want*time.Minute-time.Second)), "failure %d", i+2)
 		assert.Empty(t, l.Blocked(a, at.Add(want*time.Minute)), "failure %d", i+2)
 	}
 	for range 100 { // days of failures: the wait stays at its longest
 		at = at.Add(time.Hour)
-		l.Record(a, authErr, at)
+		l.Record(a, authErr, at, at)
 	}
 	assert.NotEmpty(t, l.Blocked(a, at.Add(12*time.Minute-time.Second)), "after 106 failures in a row")
-	l.Record(a, fmt.Errorf("%w: 500", bmc.ErrRefused), at)
+	l.Record(a, fmt.Errorf("%w: 500", bmc.ErrRefused), at, at)
 	assert.NotEmpty(t, l.Blocked(a, at), "an answer that proves no login keeps the wait")
-	l.Record(a, nil, at)
+	l.Record(a, nil, at, at)
 	assert.Empty(t, l.Blocked(a, at), "a login that worked ends it")
-	l.Record(a, authErr, at)
+	l.Record(a, authErr, at, at)
 	assert.Contains(t, l.Blocked(a, at), "(1 in a row", "counted again from one")
 
 	// A wait recorded for old credentials is not the new ones', and their failure starts afresh.
-	l.Record(fixed, authErr, at)
+	l.Record(fixed, authErr, at, at)
 	assert.Contains(t, l.Blocked(fixed, at), "(1 in a row")
 
 	// An operator's check now (`hub check --now`) lifts the wait for one login; refused again, the
 	// wait is the next one in the row.
-	l.Lift(at)
+	l.lift(keyOf(fixed), at)
 	assert.Empty(t, l.Blocked(fixed, at), "lifted")
-	l.Record(fixed, authErr, at)
+	l.Record(fixed, authErr, at, at)
 	assert.Contains(t, l.Blocked(fixed, at.Add(2*time.Minute-time.Second)), "(2 in a row")
+
+	// A refusal of a call begun before a login that worked (the operator's check, once the password
+	// was put right, while an older call was still under way) is not the credentials'.
+	l.lift(keyOf(fixed), at)
+	l.Record(fixed, nil, at, at.Add(time.Second))
+	l.Record(fixed, authErr, at.Add(-time.Second), at.Add(2*time.Second))
+	assert.Empty(t, l.Blocked(fixed, at.Add(2*time.Second)), "a call begun before the login that worked")
+	l.Record(fixed, authErr, at.Add(time.Millisecond), at.Add(2*time.Second))
+	assert.Contains(t, l.Blocked(fixed, at.Add(2*time.Second)), "(1 in a row", "one begun after it")
+}
+
+// statusPower is a Power whose Status answers the next error sent on answers (a test's BMC);
+// started is told each Status begun.
+type statusPower struct {
+	execute.Power
+	started chan struct{}
+	answers chan error
+}
+
+func (p *statusPower) Status(ctx context.Context) (bmc.PowerState, time.Time, error) {
+	p.started <- struct{}{}
+	select {
+	case err := <-p.answers:
+		return bmc.PowerOn, time.Now(), err
+	case <-ctx.Done():
+		return "", time.Time{}, ctx.Err()
+	}
+}
+
+// An operator's check now, while a periodic check of the account is under way (begun before the
+// operator fixed the password, it is refused): it waits for that check and logs in itself, and its
+// finding stands; the periodic check's refusal, older than its success, holds nothing. A periodic
+// check at that moment leaves the account unchecked.
+func TestCheckNowWaitsForACheckUnderWay(t *testing.T) {
+	m := loginMachine(t, "cp-0", "redfish://bmc/systems/1", "admin", "secret")
+	p := &statusPower{started: make(chan struct{}), answers: make(chan error)}
+	powerFor := func(pass.Machine) (execute.Power, error) { return p, nil }
+	l := NewLogins(time.Minute)
+	periodic := make(chan map[string]pass.BMCReadiness)
+	go func() { periodic <- l.Check(t.Context(), []pass.Machine{m}, powerFor) }()
+	<-p.started // the periodic check logs in
+
+	assert.Empty(t, l.Check(t.Context(), []pass.Machine{m}, powerFor), "another periodic check: not checked")
+	now := make(chan map[string]pass.BMCReadiness)
+	go func() { now <- l.CheckNow(t.Context(), []pass.Machine{m}, powerFor) }()
+	select {
+	case <-now:
+		t.Fatal("the check now did not wait for the check under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	p.answers <- fmt.Errorf("%w: 401", bmc.ErrAuth)
+	assert.Equal(t, bmc.ProblemLogin, (<-periodic)["cp-0"].Problem)
+	<-p.started // the check now logs in, after it
+	p.answers <- nil
+	assert.True(t, (<-now)["cp-0"].Ready)
+	assert.Empty(t, l.Blocked(m, time.Now()))
 }

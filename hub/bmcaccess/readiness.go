@@ -35,8 +35,18 @@ func CheckBMCs(ctx context.Context, machines []pass.Machine, powerFor func(pass.
 }
 
 // Check is CheckBMCs through l: no login to an account that waits, and a machine whose BMC a call
-// uses is not checked (it has no finding in the result).
+// uses, or another check, is not checked (it has no finding in the result).
 func (l *Logins) Check(ctx context.Context, machines []pass.Machine, powerFor func(pass.Machine) (execute.Power, error)) map[string]pass.BMCReadiness {
+	return l.check(ctx, machines, powerFor, false)
+}
+
+// CheckNow is Check for an operator who has just fixed a BMC: an account another check is reading
+// is checked once that check ends (what it finds may predate the fix).
+func (l *Logins) CheckNow(ctx context.Context, machines []pass.Machine, powerFor func(pass.Machine) (execute.Power, error)) map[string]pass.BMCReadiness {
+	return l.check(ctx, machines, powerFor, true)
+}
+
+func (l *Logins) check(ctx context.Context, machines []pass.Machine, powerFor func(pass.Machine) (execute.Power, error), now bool) map[string]pass.BMCReadiness {
 	accounts := map[loginKey][]pass.Machine{}
 	for _, m := range machines {
 		if m.Endpoint.Driver != "" {
@@ -56,7 +66,7 @@ func (l *Logins) Check(ctx context.Context, machines []pass.Machine, powerFor fu
 				var r pass.BMCReadiness
 				if refusedFor == "" {
 					var checked bool
-					if r, checked = checkBMC(ctx, m, powerFor, l); !checked {
+					if r, checked = checkBMC(ctx, m, powerFor, l, now); !checked {
 						continue // its BMC is in use: the last finding stands
 					}
 				} else {
@@ -80,14 +90,14 @@ func (l *Logins) Check(ctx context.Context, machines []pass.Machine, powerFor fu
 // hub's login record (guardCheck): no login to an account that waits, none while a call (a
 // remediation's step) uses the account (ok false: not checked this time), and no call logs in while
 // the check does.
-func checkBMC(ctx context.Context, m pass.Machine, powerFor func(pass.Machine) (execute.Power, error), l *Logins) (r pass.BMCReadiness, ok bool) {
+func checkBMC(ctx context.Context, m pass.Machine, powerFor func(pass.Machine) (execute.Power, error), l *Logins, now bool) (r pass.BMCReadiness, ok bool) {
 	r.Checked = time.Now().UTC()
 	p, err := powerFor(m)
 	if err != nil {
 		r.Problem, r.Error = pass.ProblemConfig, err.Error()
 		return r, true
 	}
-	ev, err := evidenceOf(bmc.WithRetries(ctx, checkRetries), l.guardCheck(m, p))
+	ev, err := evidenceOf(bmc.WithRetries(ctx, checkRetries), l.guardCheck(m, p, now))
 	if errors.Is(err, errAccountBusy) {
 		return pass.BMCReadiness{}, false
 	}

@@ -85,6 +85,11 @@ type Executor struct {
 	// ResetEvidence) before it takes the step again: as long as a reset may take to show (a graceful
 	// restart, then the hard one).
 	ResetWindow time.Duration
+	// LiveWait bounds how long the quorum re-check, and the check just before each disruptive BMC
+	// request, wait for a membership they cannot know now (too few observers report it: an etcd
+	// election, a hub just restarted, a loaded machine), or one on which the step is refused, before
+	// the remediation ends Aborted (default 10 s).
+	LiveWait time.Duration
 }
 
 // record writes one entry to the journal, retried until it is in (Persist), and tells the world.
@@ -237,7 +242,17 @@ func (e *Executor) stillSafe(step quorum.Step, cost int) func(context.Context) e
 		if e.NotAMember || e.Force {
 			return nil
 		}
-		live, err := e.World.Live(ctx)
+		// Not known now, or refused by a moment's view, is no end here either (a loaded run's hub withdrew
+		// a reboot 1.3 s after its re-check, its agents' etcd views late for a moment, and the machine
+		// waited 30 s more). A member that answers again is no moment's view: withdrawn at once.
+		// No pause gate here: this runs inside the BMC operation, past the step's checkpoint (a step
+		// past it completes, and the pause is acknowledged after; taking the hub's lock from inside a
+		// BMC operation is also an order of locks the hub never takes elsewhere).
+		judge := func(live quorum.Cluster) error { _, _, err := e.check(live, []quorum.Step{step}); return err }
+		live, err, stop := e.liveWithin(ctx, nil, judge, func(err error) error { return err })
+		if stop != nil {
+			return stop
+		}
 		if err != nil {
 			return fmt.Errorf("the quorum check cannot be made again: %w", err)
 		}
@@ -280,7 +295,11 @@ func (e *Executor) recheck(ctx context.Context, rem journal.Remediation, steps .
 		return 0, nil
 	}
 	first := steps[0]
-	live, err := e.World.Live(ctx)
+	judge := func(live quorum.Cluster) error { _, _, err := e.check(live, steps); return err }
+	live, err, stop := e.liveWithin(ctx, e.World.Gate, judge, func(err error) error { return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error())) })
+	if stop != nil {
+		return 0, stop
+	}
 	if err != nil && e.Force {
 		return 0, e.note(ctx, rem.ID, fmt.Sprintf("forced by the operator without a quorum check: %v", err))
 	} else if err != nil {
@@ -341,13 +360,49 @@ func (e *Executor) await(ctx context.Context, rem journal.Remediation, i int, st
 	return e.outcome(ctx, rem.ID, i, journal.ResultDone, "back: agent in the pool, member healthy")
 }
 
+// liveWithin is the live membership (err: why it cannot be known), asked again for up to LiveWait,
+// unless forced, while it cannot be known or judge refuses the step on it: not known now, or refused by
+// a moment's view, is no end, and nothing is done until the check passes (a resumed remediation ended
+// when its hub, just restarted, heard a membership one moment and too few observers report it the
+// next; on a loaded machine every member's etcd answered no status in time for a moment, and a
+// remediation refused at its re-check waited 30 s to be tried again: loaded test runs). Each time it
+// passes gate, when set (a pause meanwhile holds the step here, at its checkpoint); stop is gate's or
+// the context's error, or unwanted's of why the remediation is no longer wanted (its machine came
+// back meanwhile) or was overtaken. The caller checks live again.
+func (e *Executor) liveWithin(ctx context.Context, gate func(context.Context) error, judge func(quorum.Cluster) error, unwanted func(error) error) (live quorum.Cluster, err, stop error) {
+	live, err = e.World.Live(ctx)
+	passes := func() bool { return err == nil && judge(live) == nil }
+	for deadline := time.Now().Add(cmp.Or(e.LiveWait, 10*time.Second)); !passes() && !e.Force && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return live, err, ctx.Err()
+		case <-time.After(e.pollInterval()):
+		}
+		if gate != nil {
+			if stop := gate(ctx); stop != nil {
+				return live, err, stop
+			}
+		}
+		if stop := errors.Join(e.World.Overtaken(), e.World.Wanted()); stop != nil {
+			return live, err, unwanted(stop)
+		}
+		live, err = e.World.Live(ctx)
+	}
+	return live, err, nil
+}
+
+// pollInterval is how often a wait asks again (PollInterval; 250 ms when unset).
+func (e *Executor) pollInterval() time.Duration {
+	if e.PollInterval <= 0 {
+		return 250 * time.Millisecond
+	}
+	return e.PollInterval
+}
+
 // poll waits until done says so, for at most timeout; at the deadline the remediation fails with what
 // done last said.
 func (e *Executor) poll(ctx context.Context, rem journal.Remediation, timeout time.Duration, done func(context.Context) (bool, string)) error {
-	interval := e.PollInterval
-	if interval <= 0 {
-		interval = 250 * time.Millisecond
-	}
+	interval := e.pollInterval()
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, where := done(ctx)

@@ -74,7 +74,7 @@ func (e *Executor) Resume(ctx context.Context, rem journal.Remediation, plan quo
 // ResetWindow has passed since the intent without any of these (the machine stayed up with the same
 // agent all along). Sending it again on a guess would reset a machine twice.
 func (e *Executor) awaitReset(ctx context.Context, intent time.Time, power Power) (bool, string) {
-	interval := cmp.Or(e.PollInterval, 250*time.Millisecond)
+	interval := e.pollInterval()
 	deadline := intent.Add(cmp.Or(e.ResetWindow, 2*time.Minute+30*time.Second))
 	for {
 		if st, _, err := power.Status(ctx); err == nil && st == bmc.PowerOff {

@@ -116,10 +116,26 @@ func (l *Ledger) Of(machine string) []pass.Past {
 	return slices.Clone(l.recent[machine])
 }
 
+// Read is what a pass reads of the ledger: the hub's own starts within per of now (StartsWithin), and
+// a copy of each named machine's recent remediations (Of).
+func (l *Ledger) Read(now time.Time, per time.Duration, machines []string) (starts int, history map[string][]pass.Past) {
+	history = make(map[string][]pass.Past, len(machines))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range machines {
+		history[m] = slices.Clone(l.recent[m])
+	}
+	return l.startsWithinLocked(now, per), history
+}
+
 // StartsWithin counts the hub's own starts within per of now, forgetting older ones.
 func (l *Ledger) StartsWithin(now time.Time, per time.Duration) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.startsWithinLocked(now, per)
+}
+
+func (l *Ledger) startsWithinLocked(now time.Time, per time.Duration) int {
 	l.starts = slices.DeleteFunc(l.starts, func(s start) bool { return now.Sub(s.at) > per })
 	return len(l.starts)
 }

@@ -2,6 +2,7 @@ package pass
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,18 +74,57 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 		count = a.Since
 	}
 	wait, at, class := waitOf(f, p.StallTolerance, needed, count, class)
+	// The silence is known only as far as a majority of the observers have reported: a hub or
+	// observers starved of CPU, or reports not due yet, hear nothing of anyone, and a machine that
+	// resumed in that time is no more silent than they (a loaded run power-cycled one whose stall
+	// tolerance ran out while the hub's freshest word from two of the three others was 5 s old).
+	// Never later than now, so only asked once the tolerance has run out (each pass holds every
+	// machine that waits: no sort of the observers' reports for each of them).
+	through := f.Now
 	if !f.Now.Before(at) {
-		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", f.Now.Sub(st.from).Round(time.Second), wait, class)
+		through = heardThrough(f)
+	}
+	if !through.Before(at) {
+		st.grounds = fmt.Sprintf("no sign of life for %v, past its stall tolerance of %v (%s)", through.Sub(st.from).Round(time.Second), wait, class)
 		return st
 	}
 	sooner := ", at once if its BMC proves a hang (power Off unasked, a kernel panic, machine check or watchdog expiry in its event log, health Critical)"
 	if m.Endpoint.Driver == "" {
 		sooner = "; it has no BMC whose word could prove a hang sooner"
 	}
+	begins := fmt.Sprintf("begins at %s if it has not answered by then", clock(at))
+	if !f.Now.Before(at) {
+		begins = fmt.Sprintf("was due at %s, but a majority of the observers have reported only through %s: it begins once their reports pass %s "+
+			"and it has not answered", clock(at), clockOr(through, "none of them"), clock(at))
+	}
 	st.hold = Hold{Reason: ReasonMayResume, Why: fmt.Sprintf("%s has shown no sign of life since %s: a machine that pauses (a VM stun or live migration, "+
-		"a storage or CPU stall) resumes by itself. Its %s begins at %s if it has not answered by then (stallTolerance %v: %s)%s",
-		m.Name, clock(st.from), m.Strategy, clock(at), wait, class, sooner)}
+		"a storage or CPU stall) resumes by itself. Its %s %s (stallTolerance %v: %s)%s",
+		m.Name, clock(st.from), m.Strategy, begins, wait, class, sooner)}
 	return st
+}
+
+// heardThrough is the time through which the hub has heard a strict majority of its expected
+// observers: itself (now) and the freshest reports of as many of the others as that majority needs
+// (zero when it hears too few). What they say of a machine is said through then, and no further.
+func heardThrough(f Facts) time.Time {
+	others := f.Hearing.Expected / 2 // a strict majority is the hub and these
+	if others == 0 {
+		return f.Now
+	}
+	sent := make([]time.Time, 0, len(f.Hearing.Heard))
+	for _, n := range f.Hearing.Heard {
+		if r, ok := f.Observations.Reports[n]; ok {
+			sent = append(sent, r.SentAt)
+		}
+	}
+	if len(sent) < others {
+		return time.Time{}
+	}
+	slices.SortFunc(sent, func(a, b time.Time) int { return b.Compare(a) })
+	if t := sent[others-1]; t.Before(f.Now) {
+		return t
+	}
+	return f.Now // (a report from a clock ahead of the hub's says no more than now)
 }
 
 // waitOf is the wait w gives a machine whose count began at from, when it ends, and class (why that
@@ -167,3 +207,11 @@ func proofOf(f Facts, m Machine, from time.Time) string {
 
 // clock is a time as the holds say it: the time of day, to the tenth of a second, in UTC.
 func clock(t time.Time) string { return t.UTC().Format("15:04:05.0Z") }
+
+// clockOr is clock(t), or none when t is zero.
+func clockOr(t time.Time, none string) string {
+	if t.IsZero() {
+		return none
+	}
+	return clock(t)
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hale-dev/hale/bmc/bmcval"
 	"github.com/hale-dev/hale/hub/assess"
+	"github.com/hale-dev/hale/hub/assess/assesstest"
 	"github.com/hale-dev/hale/quorum"
 )
 
@@ -33,6 +34,17 @@ func (s *scene) deadFor(i int, ago time.Duration) *scene {
 		s.f.lifeAt = map[string]time.Time{}
 	}
 	s.f.lifeAt[s.f.Inventory.Machines[i].Name] = s.f.Now.Add(-ago)
+	return s
+}
+
+// reportedAgo makes the latest reports of machines is ago old.
+func (s *scene) reportedAgo(ago time.Duration, is ...int) *scene {
+	for _, i := range is {
+		node := assesstest.Machines()[i].Node
+		r := s.w.Obs.Reports[node]
+		r.SentAt = s.f.Now.Add(-ago)
+		s.w.Obs.Reports[node] = r
+	}
 	return s
 }
 
@@ -96,9 +108,22 @@ func TestStallToleranceAndProof(t *testing.T) {
 		{name: "two of three dead 9 s: needed for quorum, 10 s", scene: func() *scene {
 			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 9*time.Second).deadFor(2, 9*time.Second)
 		}, held: map[string]Reason{"m1": ReasonMayResume, "m2": ReasonMayResume}, why: "stallTolerance 10s: its member is needed for etcd's quorum", watched: []string{"m1", "m2"}},
-		{name: "two of three dead 11 s: both begin", scene: func() *scene {
-			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 11*time.Second).deadFor(2, 11*time.Second)
+		{name: "two of three dead 12 s, the witnesses' reports a second old: both begin", scene: func() *scene {
+			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 12*time.Second).deadFor(2, 12*time.Second)
 		}, starts: map[string]string{"m1": "past its stall tolerance of 10s (its member is needed for etcd's quorum)", "m2": "past its stall tolerance of 10s"}},
+		{name: "two of three dead 11 s, the witnesses' reports a second old: not yet past the tolerance by their word", scene: func() *scene {
+			return newScene().witnesses("w-0", "w-1").withBMC(1).withBMC(2).deadFor(1, 11*time.Second).deadFor(2, 11*time.Second)
+		}, held: map[string]Reason{"m1": ReasonMayResume, "m2": ReasonMayResume}, why: "reported only through", watched: []string{"m1", "m2"}},
+		{name: "dead 40 s (due 9 s ago), the others' latest reports 10 s old: the hub knows its silence only through them", scene: func() *scene {
+			return newScene().deadFor(2, 40*time.Second).reportedAgo(10*time.Second, 0, 1)
+		}, held: map[string]Reason{"m2": ReasonMayResume},
+			why: "Its reboot was due at 03:59:51.0Z, but a majority of the observers have reported only through 03:59:50.0Z"},
+		{name: "dead 40 s (due 9 s ago), the others' latest reports 8 s old: begins", scene: func() *scene {
+			return newScene().deadFor(2, 40*time.Second).reportedAgo(8*time.Second, 0, 1)
+		}, starts: map[string]string{"m2": "past its stall tolerance of 30s"}},
+		{name: "dead 40 s, one of the others' reports 10 s old, the other's now: a majority needs both", scene: func() *scene {
+			return newScene().deadFor(2, 40*time.Second).reportedAgo(10*time.Second, 0)
+		}, held: map[string]Reason{"m2": ReasonMayResume}, why: "reported only through 03:59:50.0Z"},
 		{name: "dead 5 s, its BMC read the power Off since: proved", scene: func() *scene {
 			return newScene().withBMC(2).deadFor(2, 5*time.Second).bmcRead(2, time.Second, BMCReadiness{Power: bmcval.PowerOff})
 		}, starts: map[string]string{"m2": "its BMC proves a hang: it read the power Off at"}},
@@ -248,40 +273,68 @@ func assessmentDead(d decision, m string) bool {
 }
 
 // Two machines that freeze and resume at random, some of their hangs proved by their BMCs, through
-// one state pass after pass (every 500 ms): a remediation begins only once the machine has shown no
-// sign of life for its stall tolerance (10 s while the other is dead too and quorum is lost, 30 s
-// otherwise) or its BMC proved a hang since its last sign of life; and every hang that outlasts them
-// is acted on within a pass.
+// one state pass after pass (every 500 ms), and now and then a starved stretch of up to 13 s in which
+// no report reaches the hub (every process starved alike: what the observers tell it stays what it was
+// when the stretch began): a remediation begins only on a machine the hub sees dead whose freeze, the
+// one it sees, lasted its stall tolerance (10 s while the other is dead too and quorum is lost, 30 s
+// otherwise) before it resumed, if it did, or on its BMC's proof of a hang since its last sign of
+// life; and every hang that outlasts them, outside a stretch, is acted on within a pass of the
+// observers' word. (Counted to the hub's now rather than to the observers' word, a stretch that hides
+// a resume lets the tolerance run out on a machine that runs: seed 8 fails so.)
 func TestStallRandomized(t *testing.T) {
 	seeds := 200
 	if testing.Short() {
 		seeds = 30
 	}
 	const tick = 500 * time.Millisecond
+	type freeze struct{ from, to time.Time } // to: zero while it lasts
+	type life struct {
+		frozen, acted bool
+		since         time.Time // when it froze or resumed
+		until         time.Time // when that ends by itself
+		proofAt       time.Time // when its BMC proves this freeze a hang (zero: never)
+		freezes       []freeze
+	}
+	// freezeAt is l's freeze under way at k, if any.
+	freezeAt := func(l *life, k time.Time) (freeze, bool) {
+		for j := len(l.freezes) - 1; j >= 0; j-- {
+			if f := l.freezes[j]; !k.Before(f.from) && (f.to.IsZero() || k.Before(f.to)) {
+				return f, true
+			}
+		}
+		return freeze{}, false
+	}
+	stretches := 0
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 58))
-		type life struct {
-			frozen, acted bool
-			since         time.Time // when it froze or resumed
-			until         time.Time // when that ends by itself
-			proofAt       time.Time // when its BMC proves this freeze a hang (zero: never)
-		}
 		machines := []*life{1: {}, 2: {}} // m1 and m2
 		order := []int{1, 2}
 		st := NewState()
 		t0 := newScene().f.Now
+		var starvedFrom, starvedTo time.Time // the latest stretch
 		for n := range 400 {
 			now := t0.Add(time.Duration(n) * tick)
+			if !now.Before(starvedTo) && rng.IntN(40) == 0 {
+				starvedFrom, starvedTo = now, now.Add(time.Duration(1000+rng.IntN(12000))*time.Millisecond)
+				stretches++
+			}
+			starved := now.Before(starvedTo)
+			known := now // what the observers' reports tell of: now, or when the stretch began
+			if starved {
+				known = starvedFrom
+			}
 			for _, i := range order {
 				l := machines[i]
 				if !now.Before(l.until) { // the freeze or the run ends by itself
 					l.frozen, l.acted, l.since, l.proofAt = !l.frozen, false, now, time.Time{}
 					if l.frozen {
+						l.freezes = append(l.freezes, freeze{from: now})
 						l.until = now.Add(time.Duration(500+rng.IntN(45000)) * time.Millisecond)
 						if rng.IntN(4) == 0 { // read after its last sign of life (the gossip holds it alive a second)
 							l.proofAt = now.Add(time.Second + time.Duration(rng.IntN(int(l.until.Sub(now)/time.Millisecond)))*time.Millisecond)
 						}
 					} else {
+						l.freezes[len(l.freezes)-1].to = now
 						l.until = now.Add(time.Duration(1000+rng.IntN(20000)) * time.Millisecond)
 					}
 				}
@@ -289,54 +342,71 @@ func TestStallRandomized(t *testing.T) {
 			s := newSceneAt(now).witnesses("w-0", "w-1").withBMC(1).withBMC(2)
 			s.f.Inventory.Policy.RateMax, s.f.Inventory.Policy.Cooldown = 1000, 0
 			both := true
+			seen := map[int]freeze{} // the freeze the hub sees of each machine it sees dead
 			for _, i := range order {
 				l := machines[i]
 				// Dead to the observers a second after it froze, as the gossip's detection takes.
-				if !l.frozen || l.acted || now.Sub(l.since) < time.Second {
+				f, frozen := freezeAt(l, known)
+				if !frozen || l.acted || known.Sub(f.from) < time.Second {
 					both = false
+					s.f.Assessments[i].LifeAt = known
 					continue
 				}
+				seen[i] = f
 				s.dead(i)
-				s.f.Assessments[i].Since, s.f.Assessments[i].LifeAt = l.since.Add(time.Second), l.since
-				if !l.proofAt.IsZero() && !now.Before(l.proofAt) {
+				s.f.Assessments[i].Since, s.f.Assessments[i].LifeAt = f.from.Add(time.Second), f.from
+				if l.frozen && !l.proofAt.IsZero() && !now.Before(l.proofAt) {
 					s.bmcRead(i, now.Sub(l.proofAt), BMCReadiness{Power: bmcval.PowerOff})
 				}
 			}
-			for _, i := range order {
-				if l := machines[i]; !l.frozen || l.acted || now.Sub(l.since) < time.Second {
-					s.f.Assessments[i].LifeAt = now
-				}
+			for node, r := range s.w.Obs.Reports { // sent when what they tell was so (a witness's a second later)
+				r.SentAt = r.SentAt.Add(known.Sub(now))
+				s.w.Obs.Reports[node] = r
 			}
 			var rd Ready
 			st, rd = Compute(st, s.stepFacts())
 			where := fmt.Sprintf("seed %d at %v", seed, now.Sub(t0))
 			for _, b := range rd.Begin {
 				i := map[string]int{"m1": 1, "m2": 2}[b.Machine.Name]
-				l := machines[i]
-				require.True(t, l.frozen && !l.acted, "%s: %s begun while it runs: %s", where, b.Machine.Name, b.Remediation.Reason)
+				l, f := machines[i], seen[i]
+				require.False(t, f.from.IsZero(), "%s: %s begun, not seen dead: %s", where, b.Machine.Name, b.Remediation.Reason)
 				tol := s.f.Inventory.Policy.StallTolerance.For(both)
-				proved := !l.proofAt.IsZero() && !now.Before(l.proofAt)
-				require.True(t, now.Sub(l.since) >= tol || proved, "%s: %s begun %v into a freeze (tolerance %v, no proof): %s",
-					where, b.Machine.Name, now.Sub(l.since), tol, b.Remediation.Reason)
-				l.acted, l.until = true, now.Add(5*time.Second) // power-cycled: back in 5 s
+				proved := l.frozen && !l.proofAt.IsZero() && !now.Before(l.proofAt)
+				lasted := now.Sub(f.from)
+				if !f.to.IsZero() {
+					lasted = f.to.Sub(f.from)
+				}
+				require.True(t, lasted >= tol || proved, "%s: %s begun on a freeze of %v (resumed: %v; tolerance %v, no proof): %s",
+					where, b.Machine.Name, lasted, !f.to.IsZero(), tol, b.Remediation.Reason)
+				l.acted = true // power-cycled: back in 5 s
+				if !l.frozen {
+					l.frozen, l.since = true, now
+					l.freezes = append(l.freezes, freeze{from: now})
+				}
+				l.until = now.Add(5 * time.Second)
 			}
 			for _, i := range order {
 				l := machines[i]
-				if st.View.NotPlanning != "" || !rd.QuorumBack.IsZero() {
-					break // decided nothing (quorum's return): the next pass decides
+				if st.View.NotPlanning != "" || !rd.QuorumBack.IsZero() || starved {
+					break // decided nothing (quorum's return), or the observers' word is late: the next pass decides
+				}
+				if !l.since.After(starvedTo) {
+					continue // the freeze began before the latest stretch ended: the hub saw it late
 				}
 				tol := s.f.Inventory.Policy.StallTolerance.Held
 				if both {
 					tol = s.f.Inventory.Policy.StallTolerance.Needed
 				}
 				proved := !l.proofAt.IsZero() && now.Sub(l.proofAt) >= tick
-				// Declared dead a second after it froze: the tolerance counts from then.
-				if l.frozen && !l.acted && (now.Sub(l.since) >= tol+time.Second+tick && !both || proved) {
+				// Declared dead a second after it froze: the tolerance counts from then, and it ends once
+				// the observers' reports (the witnesses', a second old) pass it.
+				if l.frozen && !l.acted && (now.Sub(l.since) >= tol+2*time.Second+tick && !both || proved) {
 					t.Fatalf("%s: m%d frozen for %v (tolerance %v, proved %v at %v) and not acted on: %v; BMC %+v; said %v; not planning %q", where, i, now.Sub(l.since), tol, proved, l.proofAt.Sub(t0), st.View.Holds, s.f.BMCs, said(rd), st.View.NotPlanning)
 				}
 			}
 		}
 	}
+	t.Logf("%d seeds, %d starved stretches", seeds, stretches)
 }
 
 // Each Unhealthy stretch is an episode: one that ends with nothing done is said (Resumed) and comes

@@ -41,7 +41,11 @@ import (
 // namespace; its members enrol in its workload cluster, where the hub's key is pinned too.
 type Runner struct {
 	Client client.Client // the management cluster's
-	Mux    *gossipmux.Mux
+	// Lists is where each cell's requests poll lists its Remediations, Machines and HaleRemediations,
+	// and its discovery its Machines, MachineHealthChecks and BareMetalHosts (the management
+	// cluster's lists.Shared: one watch a kind for every cell; nil: Client).
+	Lists kube.Lister
+	Mux   *gossipmux.Mux
 	// Node is the hub's gossip name in every pool; Identity its key (nil: identities off), pinned in
 	// each workload cluster as PinAs (a name or a prefix* that Node matches).
 	Node          string
@@ -80,7 +84,7 @@ func (r *Runner) Run(ctx context.Context, leader *kube.Leader, cell cells.Cell) 
 		return fmt.Errorf("reading Cluster API Cluster %s: %w", key, err)
 	}
 	name := cells.GossipName(&cl)
-	d := &kube.Discovery{Client: r.Client, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
+	d := &kube.Discovery{Client: r.Client, Lists: r.Lists, Workload: wc, ClusterName: key.Name, Namespace: key.Namespace, Log: log,
 		Base: pass.Inventory{Cluster: name, Policy: r.Policy}}
 	// Found once before the claim is campaigned for, so that a workload cluster that cannot be read
 	// says so in the cell's status (and again at each claim: the inventory is found afresh).
@@ -225,7 +229,7 @@ func (r *Runner) heal(ctx context.Context, c claimedCell) error {
 	if r.Running != nil {
 		defer r.Running(key, h, reg)()
 	}
-	requests := &kube.RequestSync{Client: r.Client, Namespace: key.Namespace, Hub: h, Epoch: c.leader.Epoch(), Log: log,
+	requests := &kube.RequestSync{Client: r.Client, Lists: r.Lists, Namespace: key.Namespace, Hub: h, Epoch: c.leader.Epoch(), Log: log,
 		Machines: true, MachineNamespace: key.Namespace, Cluster: key.Name}
 	go requests.Run(ctx)
 	c.d.Healthy = kube.HealthyIn(h)

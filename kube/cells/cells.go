@@ -81,7 +81,7 @@ type cell struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when its run returned; nil: not started
 	ended  time.Time
-	// secret: why its kubeconfig cannot be read now; failed: how its last run that ended by itself
+	// secret: why it cannot run now (its kubeconfig cannot be read, its pool is another's); failed: how its last run that ended by itself
 	// ended (kept while it is tried again, so that a cell that keeps failing says so).
 	secret, failed string
 }
@@ -137,11 +137,26 @@ func (s *Set) Sync(ctx context.Context) error {
 	}
 	want := map[client.ObjectKey]wanted{}
 	problems := map[client.ObjectKey]string{}
+	// Two Clusters that name one gossip pool cannot both be served on the hub's port: the older keeps
+	// it, the same one after every restart or failover of the hub (started in turn, whichever cell
+	// reached the port first won it, and a failover under load once gave a healthy Cluster's pool to
+	// the newer one that named it by mistake).
+	slices.SortFunc(clusters.Items, func(a, b clusterv1.Cluster) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(client.ObjectKeyFromObject(&a).String(), client.ObjectKeyFromObject(&b).String()))
+	})
+	pools, pooled := map[string]client.ObjectKey{}, map[client.ObjectKey]bool{} // pooled: another's pool
 	for _, c := range clusters.Items {
 		key := client.ObjectKeyFromObject(&c)
 		if c.DeletionTimestamp != nil {
 			continue // being deleted: its machines go with it
 		}
+		pool := GossipName(&c)
+		if older, taken := pools[pool]; taken {
+			problems[key], pooled[key] = fmt.Sprintf("its gossip pool %q is older Cluster API Cluster %s's: each cluster's pool needs a name of its own (annotation %s)",
+				pool, older, GossipNameAnnotation), true
+			continue
+		}
+		pools[pool] = key
 		if cfg, hash, err := s.workload(ctx, key); err != nil {
 			problems[key] = err.Error()
 		} else {
@@ -157,6 +172,8 @@ func (s *Set) Sync(ctx context.Context) error {
 		_, wanted := want[key]
 		_, troubled := problems[key]
 		switch {
+		case pooled[key] && c.running():
+			c.cancel() // it holds the older Cluster's pool (taken before the older one's cell started)
 		case wanted || troubled:
 		case c.running():
 			c.cancel() // opted out or being deleted
@@ -171,7 +188,7 @@ func (s *Set) Sync(ctx context.Context) error {
 			s.cells[key] = c
 		}
 		if c.secret != p {
-			s.log().Warn("Cluster API Cluster "+key.String()+": its kubeconfig cannot be read", "problem", p, "cellRunning", c.running())
+			s.log().Warn("Cluster API Cluster "+key.String()+": its cell cannot run", "problem", p, "cellRunning", c.running())
 		}
 		c.secret = p
 	}

@@ -56,7 +56,7 @@ func TestChaos(t *testing.T) {
 		return results
 	}
 
-	// The runs go side by side (test/run gives -test.parallel 4; go test's default is GOMAXPROCS): each
+	// The runs go side by side (test/run gives -test.parallel 2; go test's default is GOMAXPROCS): each
 	// lab keeps well under a core busy, and safety does not depend on a quiet machine (test/run prints
 	// the stage's cores busy).
 	t.Run("checker-selftest", func(t *testing.T) {

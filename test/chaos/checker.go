@@ -108,9 +108,10 @@ func newChecker(c *lab.Cluster, tl *timeline) *checker {
 	return chk
 }
 
-// rule follows one iptables command the lab ran in h, as it ran: the links whose packets are all
-// dropped (loss rules, with a probability, and a host's isolation do not count). A partition's rules go
-// in one at a time, seconds apart on a loaded machine; reading them once a cut was whole saw a second
+// rule follows one iptables rule the lab applied in h, as it applied it: the links whose packets are all
+// dropped (loss rules, with a probability, and a host's isolation do not count). A partition's rules
+// once went in one at a time, seconds apart on a loaded machine (now each host's at once, side by
+// side, still a moment apart on a loaded one); reading them once a cut was whole saw a second
 // cut's first rules at the same moment as the first cut's last, and judged a hub that had acted on the
 // first cut with a majority (the far side's trade-off) as one that had heard no majority (seed 1
 // beside load, 3 runs in 4, 2026-12-04). The same rule may stand twice (two overlapping cuts): each

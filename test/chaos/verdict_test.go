@@ -187,21 +187,24 @@ func TestEvaluateFarSide(t *testing.T) {
 	evaluate(&res, &timeline{start: t0, log: io.Discard, events: events}, build(2), []string{"cp-0", "cp-1", "cp-2"}, nil)
 	assert.Len(t, res.Violations[0], 1, "quorum")
 	assert.Len(t, res.Violations[1], 2, "a healthy voter, and no majority heard")
-	// The hub's majority lost 0.4 s before it acted (another partition): still the first one's
-	// trade-off, its view lagging; lost 3 s before, longer than the Lag: the violations.
+	// The hub's majority lost 0.4 s or 3 s before it acted (another partition): still the first one's
+	// trade-off, its view of its observers lagging; lost longer than the Grace before: the
+	// violations; and so when cp-0 was back in the hub's view in between.
 	for _, lost := range []struct {
 		before time.Duration
+		inView bool
 		ok     bool
-	}{{400 * time.Millisecond, true}, {3 * time.Second, false}} {
+	}{{400 * time.Millisecond, false, true}, {3 * time.Second, false, true}, {Grace + time.Second, false, false}, {3 * time.Second, true, false}} {
 		samples := build(4)
 		for i := range samples {
 			if !samples[i].At.Before(t0.Add(20*time.Second - lost.before)) {
 				samples[i].Heard = 2
+				samples[i].CutFromHub = []bool{!lost.inView, true, false}
 			}
 		}
 		res = result{}
 		evaluate(&res, &timeline{start: t0, log: io.Discard, events: events}, samples, []string{"cp-0", "cp-1", "cp-2"}, nil)
-		assert.Equal(t, lost.ok, res.passed(), "majority lost %v before: %q", lost.before, res.Violations)
+		assert.Equal(t, lost.ok, res.passed(), "majority lost %v before (cp-0 in view: %v): %q", lost.before, lost.inView, res.Violations)
 	}
 
 	// Twice while it stays on the far side: the second is property 2 (DESIGN rule 9).

@@ -4,7 +4,14 @@ package standalone
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,6 +111,29 @@ func (m *machine) copyIn(src, path string) {
 	run(m.t, "podman", "cp", src, m.name+":"+path)
 }
 
+// etcdClientPKI puts a CA and a client certificate signed by it where kubeadm puts etcd's
+// (/etc/kubernetes/pki/etcd: ca.crt, healthcheck-client.crt and .key).
+func (m *machine) etcdClientPKI() {
+	m.t.Helper()
+	dir := m.t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(m.t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-ca"}, NotBefore: time.Now().Add(-time.Minute),
+		NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(m.t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(m.t, err)
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	m.sh("mkdir -p /etc/kubernetes/pki/etcd")
+	for name, data := range map[string][]byte{"ca.crt": cert, "healthcheck-client.crt": cert,
+		"healthcheck-client.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})} {
+		require.NoError(m.t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
+		m.copyIn(filepath.Join(dir, name), "/etc/kubernetes/pki/etcd/"+name)
+	}
+}
+
 // stat is a path's owner, group and mode ("root root 700"), "" when it does not exist.
 func (m *machine) stat(path string) string {
 	out, err := m.exec("stat", "-c", "%U %G %a", path)
@@ -158,6 +188,10 @@ func TestDebianPackages(t *testing.T) {
 	documented(t, "`"+hubIdentity+"`")
 	hubLine := m.sh(hubIdentity)
 	m.sh(fmt.Sprintf("printf '%%s\\n%%s\\n' %q %q > /etc/hale/pinned-keys", strings.TrimSpace(agentLine), strings.TrimSpace(hubLine)))
+	// A control-plane node has kubeadm's etcd client certificate, which the agent reads etcd with (no
+	// etcd answers here: its probe fails, and the agent runs on). Without it the agent exits at start
+	// and systemd restarts it every 2 s: "active" only by luck of the moment.
+	m.etcdClientPKI()
 	m.sh(`cat > /etc/hale/agent.yaml <<'EOF'
 cluster: prod-eu1
 node: host

@@ -859,13 +859,18 @@ func (tb *Cluster) WaitFor(ctx context.Context, timeout time.Duration, what stri
 	return nil
 }
 
-// Dump is the hub's events and its journal, for a test's failure.
+// Dump is what the hub says of each machine now, its events and its journal, for a test's failure.
 func (tb *Cluster) Dump() string {
 	h := tb.Hub()
 	if h == nil {
 		return "(no hub running)"
 	}
 	var b strings.Builder
+	st := h.Status(context.Background())
+	fmt.Fprintf(&b, "observers: %d expected, heard %v (majority %v)\nmachines now:\n", st.Observers.Expected, st.Observers.Heard, st.Observers.Majority)
+	for _, m := range st.Machines {
+		fmt.Fprintf(&b, "  %s %s etcd %q in flight %v: %s %s\n", m.Name, m.Verdict, m.EtcdHealth, m.Remediation != nil, strings.Join(m.Reasons, "; "), m.Decision)
+	}
 	b.WriteString("hub events:\n")
 	for _, e := range h.Timeline() {
 		b.WriteString("  " + e + "\n")
