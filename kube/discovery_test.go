@@ -341,7 +341,7 @@ func startInproc(t *testing.T) *inproc.Cluster {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		tb.Close()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("HALE_TIMELINE") != "" {
 			t.Logf("timeline:\n%s", timeline)
 		}
 	})
