@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -32,8 +33,10 @@ import (
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/kube/lists"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/lab/inproc"
+	"github.com/hale-dev/hale/test/silent"
 )
 
 // The same pipeline in Kubernetes mode's journal: the demo topology (real etcd, agents, simulated
@@ -200,13 +203,13 @@ func TestClusterOfControlPlane(t *testing.T) {
 
 // policyBed is an in-process cluster whose hub (started with withPolicyBrakes, settled) keeps its brakes in the
 // HealthPolicy "default" of ns, beside a Cluster API Cluster "prod", not paused.
-func policyBed(t *testing.T, c client.Client, ns string) (tb *inproc.Cluster, policyKey client.ObjectKey, cluster *clusterv1.Cluster, withPolicyBrakes inproc.HubOptions) {
+func policyBed(t *testing.T, c client.Client, ns string, cache Cache) (tb *inproc.Cluster, policyKey client.ObjectKey, cluster *clusterv1.Cluster, withPolicyBrakes inproc.HubOptions) {
 	t.Helper()
 	policyKey = client.ObjectKey{Namespace: ns, Name: "default"}
 	cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: ns}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}
 	require.NoError(t, c.Create(t.Context(), cluster))
 	tb = startInproc(t)
-	withPolicyBrakes = inproc.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey} }}
+	withPolicyBrakes = inproc.HubOptions{Configure: func(cfg *hub.Config) { cfg.Brakes = PolicyBrakes{Client: c, Policy: policyKey, Cache: cache} }}
 	require.NoError(t, tb.StartHub(withPolicyBrakes))
 	require.NoError(t, tb.Settle(t.Context()))
 	return tb, policyKey, cluster, withPolicyBrakes
@@ -215,14 +218,24 @@ func policyBed(t *testing.T, c client.Client, ns string) (tb *inproc.Cluster, po
 // The operator's brakes live in the HealthPolicy: a pause, observe-only or a detach asked over a
 // replica's socket is written there (who and why included) and the sync does not undo it; kubectl's
 // change to the same fields reaches the hub; a paused Cluster API Cluster is a pause of its own, and
-// any pause holds; a new leader finds the brakes where the last one left them.
+// any pause holds; a new leader finds the brakes where the last one left them. The sync reads as a
+// management-mode hub's cells do, from the hub's shared cache: the brakes the hub writes are read
+// back no older than written, also while the cache's watch is stuck.
 func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
-	c, _, ns := shared.Namespace(t)
+	c, cfg, ns := shared.Namespace(t)
 	ctx := t.Context()
-	tb, policyKey, cluster, withPolicyBrakes := policyBed(t, c, ns)
+	u, err := url.Parse(cfg.Host)
+	require.NoError(t, err)
+	watch := silent.Forward(t, u.Host) // the cache's link to the API server
+	cacheCfg := rest.CopyConfig(cfg)
+	cacheCfg.Host = "https://" + watch.Addr()
+	var logs strings.Builder
+	cache, err := lists.New(ctx, cacheCfg, c.Scheme(), c, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	tb, policyKey, cluster, withPolicyBrakes := policyBed(t, c, ns, cache)
 	clusterKey := client.ObjectKeyFromObject(cluster)
 	syncCtx, stopSync := context.WithCancel(ctx)
-	sync := &PolicySync{Client: c, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
+	sync := &PolicySync{Client: c, Cache: cache, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
 	go sync.Run(syncCtx)
 	policy := func() v1alpha1.HealthPolicy {
 		var p v1alpha1.HealthPolicy
@@ -230,8 +243,13 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 		return p
 	}
 	h := tb.Hub()
+	require.Eventually(t, func() bool {
+		var p v1alpha1.HealthPolicy
+		return c.Get(ctx, policyKey, &p) == nil && p.Status.Pause == string(operator.Running)
+	}, 10*time.Second, 20*time.Millisecond, "the sync has made the policy and read it (and the Cluster) from the cache")
 
-	// As `hub pause --reason …` over the socket does.
+	// As `hub pause --reason …` over the socket does, while the cache sees no write.
+	watch.Freeze()
 	require.NoError(t, h.SetPaused(ctx, true, "operator alice", "maintenance window"))
 	require.NoError(t, h.SetDetached(ctx, "cp-0", true, "operator carol", "disk swap"))
 	p := policy()
@@ -241,8 +259,9 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	assert.Equal(t, "cp-0", p.Spec.Detached[0].Name)
 	assert.Equal(t, "disk swap", p.Spec.Detached[0].Reason)
 	time.Sleep(500 * time.Millisecond) // ten syncs
-	require.Equal(t, operator.Paused, h.PauseState(), "the sync does not undo the socket's pause")
+	require.Equal(t, operator.Paused, h.PauseState(), "the sync does not undo the socket's pause (nor reads it from a cache that has not seen it)")
 	require.Len(t, h.Status(ctx).PausedBy, 1)
+	watch.Thaw()
 
 	// A paused Cluster is a pause of its own; lifting it leaves alice's.
 	cluster.Annotations = map[string]string{clusterv1.PausedAnnotation: ""}
@@ -259,6 +278,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 	require.Eventually(t, func() bool { return h.PauseState() == operator.Running }, 10*time.Second, 20*time.Millisecond)
 
 	assert.NotContains(t, strings.Join(h.Timeline(), "\n"), "cp-0 attached", "the detach never flickered off")
+	assert.Empty(t, logs.String(), "the cache served every kind")
 
 	// A new leader: the detach is where the last one left it, before any sync.
 	stopSync()
@@ -277,7 +297,7 @@ func TestBrakesLiveInTheHealthPolicy(t *testing.T) {
 func TestRecoveryPausesTheCluster(t *testing.T) {
 	c, _, ns := shared.Namespace(t)
 	ctx := t.Context()
-	tb, policyKey, cluster, _ := policyBed(t, c, ns)
+	tb, policyKey, cluster, _ := policyBed(t, c, ns, nil)
 	clusterKey := client.ObjectKeyFromObject(cluster)
 	sync := &PolicySync{Client: c, Policy: policyKey, Cluster: &clusterKey, Hub: tb.Hub(), Interval: 50 * time.Millisecond}
 	go sync.Run(ctx)

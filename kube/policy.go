@@ -44,9 +44,28 @@ type PolicySync struct {
 	FindCluster      bool
 	MachineNamespace string
 	Hub              *hub.Hub
+	// Cache, when set, is where each sync reads the policy and the Cluster (a management-mode hub's
+	// lists.Shared: one watch of each kind for every cell, not two reads a cell each second); what
+	// the hub wrote itself is read no older than that write. nil: Client.
+	Cache Cache
 	// Interval between syncs (default 1 s).
 	Interval time.Duration
 	Log      *slog.Logger
+}
+
+// Cache is an informer cache of the API server whose reads are no older than this process's own
+// writes, each recorded with Wrote (kube/lists).
+type Cache interface {
+	Lister
+	Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error
+	Wrote(obj client.Object)
+}
+
+// wrote records obj, just written, with cache (when there is one).
+func wrote(cache Cache, obj client.Object) {
+	if cache != nil {
+		cache.Wrote(obj)
+	}
 }
 
 // Run syncs every Interval until ctx ends; a failed sync is logged and retried.
@@ -84,7 +103,11 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	var p v1alpha1.HealthPolicy
 	// Taken before the read: a brake the hub changes meanwhile (over its socket) wins over this read.
 	seq := s.Hub.BrakeSeq()
-	err := s.Client.Get(ctx, s.Policy, &p)
+	read := s.Client.Get
+	if s.Cache != nil {
+		read = s.Cache.Get
+	}
+	err := read(ctx, s.Policy, &p)
 	if apierrors.IsNotFound(err) {
 		// Made here rather than shipped in deploy/: a HealthPolicy applied with its CRD in one
 		// `kubectl apply -k` fails (the kind is not known yet).
@@ -119,7 +142,7 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	}
 	if s.Cluster != nil {
 		var c clusterv1.Cluster
-		if err := s.Client.Get(ctx, *s.Cluster, &c); err != nil {
+		if err := read(ctx, *s.Cluster, &c); err != nil {
 			return fmt.Errorf("reading Cluster %s: %w", *s.Cluster, err)
 		}
 		if err := s.holdCluster(ctx, &c, brakesOf(&p).Paused); err != nil {
@@ -174,6 +197,7 @@ func (s *PolicySync) Sync(ctx context.Context) error {
 	if err := s.Client.Status().Patch(ctx, &p, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("writing the status of HealthPolicy %s: %w", s.Policy, err)
 	}
+	wrote(s.Cache, &p)
 	return nil
 }
 
@@ -206,6 +230,7 @@ func (s *PolicySync) holdCluster(ctx context.Context, c *clusterv1.Cluster, paus
 	if err := s.Client.Patch(ctx, c, client.RawPatch(types.MergePatchType, body)); err != nil {
 		return fmt.Errorf("pausing or resuming Cluster %s for etcd recovery %s: %w", *s.Cluster, token, err)
 	}
+	wrote(s.Cache, c)
 	if s.Log != nil {
 		msg := "Cluster API Cluster paused: an etcd recovery pauses Hale"
 		if !recovering {
@@ -230,6 +255,9 @@ const (
 type PolicyBrakes struct {
 	Client client.Client
 	Policy client.ObjectKey
+	// Cache, when set, is told of each write (PolicySync reads the brakes back from it: a read that
+	// has not seen this write would take the brake back).
+	Cache Cache
 }
 
 // LoadBrakes reads the brakes (none when there is no policy yet).
@@ -288,6 +316,9 @@ func (pb PolicyBrakes) SaveBrakes(ctx context.Context, b pass.Brakes) error {
 		}
 		if apierrors.IsAlreadyExists(err) { // made meanwhile (the sync makes it too): read it and go again
 			return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("healthpolicies").GroupResource(), pb.Policy.Name, err)
+		}
+		if err == nil {
+			wrote(pb.Cache, &p)
 		}
 		return err
 	})

@@ -109,8 +109,9 @@ func runManagement(ctx context.Context, o runOptions, log *slog.Logger, ready ch
 		return err
 	}
 	m.c, r.Client = c, c
-	// Every cell polls its requests each second: from one informer cache of the management cluster,
-	// not a list per cell (lists.Shared; what a cell acts on it reads again live).
+	// Every cell polls its requests and reads its HealthPolicy and Cluster each second: from one
+	// informer cache of the management cluster, not a request per cell (lists.Shared; a request it
+	// acts on it reads again live, and its own writes it reads back no older than written).
 	if r.Lists, err = lists.New(ctx, k.clientConfig(cfg), c.Scheme(), c, log); err != nil {
 		return err
 	}

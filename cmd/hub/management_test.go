@@ -150,8 +150,10 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	go op.Run(ctx)
 
 	// The hub's requests to the management API server, counted.
-	// polls: lists (not watches) of what each cell polls for requests and rediscovers.
-	var reads, lease, polls atomic.Int64
+	// polls: lists (not watches) of what each cell polls for requests and rediscovers; policyReads:
+	// reads of one HealthPolicy or Cluster (each cell's policy sync, every second).
+	var reads, lease, polls, policyReads atomic.Int64
+	policyRead := regexp.MustCompile(`/(healthpolicies|clusters)/[^/]+$`)
 	pollsOf := []string{"remediations", "haleremediations", "machines", "machinehealthchecks", "baremetalhosts"}
 	var writesMu sync.Mutex
 	var writes []string // each write's method and path
@@ -173,6 +175,9 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 				reads.Add(1)
 				if k := path.Base(r.URL.Path); slices.Contains(pollsOf, k) && r.URL.Query().Get("watch") != "true" {
 					polls.Add(1)
+				}
+				if policyRead.MatchString(r.URL.Path) {
+					policyReads.Add(1)
 				}
 			default:
 				writesMu.Lock()
@@ -229,7 +234,7 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 		return slices.Clone(writes[from:])
 	}
 	time.Sleep(time.Second)
-	r0, w0, l0, p0, t0 := reads.Load(), len(writtenSince(0)), lease.Load(), polls.Load(), time.Now()
+	r0, w0, l0, p0, pr0, t0 := reads.Load(), len(writtenSince(0)), lease.Load(), polls.Load(), policyReads.Load(), time.Now()
 	time.Sleep(3 * time.Second)
 	elapsed := time.Since(t0).Seconds()
 	steady := writtenSince(w0)
@@ -240,6 +245,10 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	// (lists.Shared, its watches allowed by deploy/management's RBAC): none is listed from the API
 	// server.
 	assert.Zero(t, polls.Load()-p0, "lists of %v in a steady state (the cells read the shared cache)", pollsOf)
+	// Their policy syncs read their HealthPolicies and Clusters there too (12 reads in these 3 s when
+	// read live): from the API server only just after a cell's own write that the cache has not seen
+	// yet (a status that changed).
+	assert.LessOrEqual(t, policyReads.Load()-pr0, int64(2), "reads of a HealthPolicy or a Cluster in a steady state")
 	for _, w := range steady {
 		assert.Regexp(t, `^(PATCH /apis/hale.dev/v1alpha1/namespaces/fleet/healthpolicies/w1(/status)?|POST /apis/events.k8s.io/v1/namespaces/fleet/events)$`, w,
 			"a write to the management cluster in a steady state")

@@ -42,9 +42,10 @@ import (
 type Runner struct {
 	Client client.Client // the management cluster's
 	// Lists is where each cell's requests poll lists its Remediations, Machines and HaleRemediations,
-	// and its discovery its Machines, MachineHealthChecks and BareMetalHosts (the management
-	// cluster's lists.Shared: one watch a kind for every cell; nil: Client).
-	Lists kube.Lister
+	// its discovery its Machines, MachineHealthChecks and BareMetalHosts, and its policy sync reads
+	// its HealthPolicy and Cluster (the management cluster's lists.Shared: one watch a kind for every
+	// cell; nil: Client).
+	Lists kube.Cache
 	Mux   *gossipmux.Mux
 	// Node is the hub's gossip name in every pool; Identity its key (nil: identities off), pinned in
 	// each workload cluster as PinAs (a name or a prefix* that Node matches).
@@ -216,7 +217,7 @@ func (r *Runner) heal(ctx context.Context, c claimedCell) error {
 	reg := prometheus.NewRegistry()
 	cfg := hub.Config{Inventory: inv, Gossip: c.g, Log: log, Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": key.String()}, reg),
 		Journal: store, BMC: r.BMC, BMCCheckInterval: r.BMCCheckEvery, OwnerFor: c.d.OwnerFor, Notify: c.sink.Notify,
-		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: c.policy}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: c.policy},
+		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: c.policy, Cache: r.Lists}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: c.policy},
 		Marks: kube.PolicyMarks{Client: r.Client, Policy: c.policy}, MarkEvery: pass.CellMarkEvery, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: c.policy},
 		OutOfService: kube.NodeTaints{Client: c.wc}}
 	if r.BMCCheckEvery == 0 {
@@ -234,7 +235,7 @@ func (r *Runner) heal(ctx context.Context, c claimedCell) error {
 	go requests.Run(ctx)
 	c.d.Healthy = kube.HealthyIn(h)
 	go c.d.Run(ctx, r.DiscoverEvery, h.SetInventory, log)
-	sync := &kube.PolicySync{Client: r.Client, Policy: c.policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
+	sync := &kube.PolicySync{Client: r.Client, Cache: r.Lists, Policy: c.policy, Cluster: &key, MachineNamespace: key.Namespace, Hub: h, Log: log}
 	go sync.Run(ctx)
 	log.Info("healing", "machines", len(inv.Machines), "gossip", inv.Cluster, "epoch", c.leader.Epoch(), "claim", c.claim.Epoch())
 	return h.Run(ctx)

@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,13 +109,14 @@ func run(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var endpoints []string
+	var members []*exec.Cmd // the reference: etcd's members, idle in the same window
 	if o.withEtcd {
-		stopEtcd, eps, err := startEtcd(ctx, dir)
+		stopEtcd, eps, etcds, err := startEtcd(ctx, dir)
 		if err != nil {
 			return err
 		}
 		defer stopEtcd()
-		endpoints = eps
+		endpoints, members = eps, etcds
 	}
 	var procs []*exec.Cmd
 	var listens []string
@@ -204,9 +206,10 @@ func run(o options) error {
 			return fmt.Errorf("cp-%d is not ready after 10 s (its output is above): %w", i, err)
 		}
 	}
-	ticks := float64(100) // USER_HZ on Linux
-	before := make([]float64, len(procs))
-	for i, p := range procs {
+	watched := append(slices.Clone(procs), members...) // agents, the hub, etcd's members
+	ticks := float64(100)                              // USER_HZ on Linux
+	before := make([]float64, len(watched))
+	for i, p := range watched {
 		if before[i], err = cpuSeconds(p.Process.Pid, ticks); err != nil {
 			return err
 		}
@@ -223,9 +226,9 @@ func run(o options) error {
 		return err
 	}
 	start := time.Now()
-	maxRSS := make([]int64, len(procs))
+	maxRSS := make([]int64, len(watched))
 	for time.Since(start) < o.window {
-		for i, p := range procs {
+		for i, p := range watched {
 			if rss, err := rssKiB(p.Process.Pid); err == nil {
 				maxRSS[i] = max(maxRSS[i], rss)
 			}
@@ -234,18 +237,31 @@ func run(o options) error {
 	}
 	elapsed := time.Since(start).Seconds()
 	worstCPU, worstRSS := 0.0, int64(0)
-	for i, p := range procs {
+	var etcdCPU []float64
+	for i, p := range watched {
 		after, err := cpuSeconds(p.Process.Pid, ticks)
 		if err != nil {
 			return err
 		}
 		cpu := 100 * (after - before[i]) / elapsed
-		if i == o.n { // the hub
+		switch {
+		case i >= len(procs):
+			fmt.Printf("etcd-%d: cpu %.2f%% of a core, max rss %.1f MiB\n", i-len(procs), cpu, float64(maxRSS[i])/1024)
+			etcdCPU = append(etcdCPU, cpu)
+		case i == o.n: // the hub
 			fmt.Printf("hub: cpu %.2f%% of a core, max rss %.1f MiB (watching %d machines)\n", cpu, float64(maxRSS[i])/1024, o.n)
-			continue
+		default:
+			fmt.Printf("cp-%d: cpu %.2f%% of a core, max rss %.1f MiB\n", i, cpu, float64(maxRSS[i])/1024)
+			worstCPU, worstRSS = max(worstCPU, cpu), max(worstRSS, maxRSS[i])
 		}
-		fmt.Printf("cp-%d: cpu %.2f%% of a core, max rss %.1f MiB\n", i, cpu, float64(maxRSS[i])/1024)
-		worstCPU, worstRSS = max(worstCPU, cpu), max(worstRSS, maxRSS[i])
+	}
+	if len(etcdCPU) > 0 {
+		// The reference, idle beside them on the same machine and in the same window: the median etcd
+		// member (a follower; the leader also sends the heartbeats). Both are mostly timers and context
+		// switches, so a slower machine or a busier hypervisor moves both.
+		slices.Sort(etcdCPU)
+		ref := etcdCPU[len(etcdCPU)/2]
+		fmt.Printf("ratio: worst agent cpu vs the median etcd member's %.2f%%: %.2f\n", ref, worstCPU/ref)
 	}
 	fmt.Printf("worst: cpu %.2f%% (target <= 1%%), rss %.1f MiB (target <= 30 MiB)\n", worstCPU, float64(worstRSS)/1024)
 	if o.hog > 0 && o.withHub {
@@ -324,11 +340,12 @@ func freeAddr() string {
 	return l.Addr().String()
 }
 
-// startEtcd starts a 3-member etcd cluster on 127.0.0.1 and returns a stop and the client URLs.
-func startEtcd(ctx context.Context, dir string) (func(), []string, error) {
+// startEtcd starts a 3-member etcd cluster on 127.0.0.1 and returns a stop, the client URLs and the
+// members' processes.
+func startEtcd(ctx context.Context, dir string) (func(), []string, []*exec.Cmd, error) {
 	bin := filepath.Join(kubeassets.Dir(), "etcd")
 	if _, err := os.Stat(bin); err != nil {
-		return nil, nil, fmt.Errorf("the etcd binary: %w (test/kube/build-assets builds it; or -etcd=false)", err)
+		return nil, nil, nil, fmt.Errorf("the etcd binary: %w (test/kube/build-assets builds it; or -etcd=false)", err)
 	}
 	var peers, clients, initial []string
 	for i := range 3 {
@@ -348,7 +365,7 @@ func startEtcd(ctx context.Context, dir string) (func(), []string, error) {
 			"--initial-advertise-peer-urls", peers[i], "--initial-cluster", strings.Join(initial, ","), "--log-level", "error")
 		if err := cmd.Start(); err != nil {
 			stop()
-			return nil, nil, fmt.Errorf("starting etcd: %w", err)
+			return nil, nil, nil, fmt.Errorf("starting etcd: %w", err)
 		}
 		procs = append(procs, cmd)
 	}
@@ -357,12 +374,12 @@ func startEtcd(ctx context.Context, dir string) (func(), []string, error) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return stop, clients, nil
+				return stop, clients, procs, nil
 			}
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, nil, fmt.Errorf("etcd not healthy within 30 s at %s", clients[0])
+			return nil, nil, nil, fmt.Errorf("etcd not healthy within 30 s at %s", clients[0])
 		}
 	}
 }
