@@ -720,18 +720,23 @@ func TestPersistGivesUpOnAStaleEpoch(t *testing.T) {
 }
 
 // A step that disrupts a healthy voter is checked once more after fresh reports (the barrier); one
-// that costs nothing (a dead member) does not wait for them.
+// that costs nothing (a dead member) does not wait for them. A moment after the barrier in which the
+// fresh reports cannot tell the membership is waited out (LiveWait), as before it.
 func TestExecutorConfirmsACostlyStepWithFreshReports(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		live       string // before the barrier
 		after      string // after it
+		unknown    int    // membership reads after the barrier that cannot tell it
 		barrierErr error
 		wantErr    string
 		barriers   int
 	}{
 		{name: "a dead member: free, no barrier", live: "HHD", after: "HHD", barriers: 0},
 		{name: "a healthy one, confirmed", live: "HHH", after: "HHH", barriers: 1},
+		{name: "a healthy one, the fresh reports tell the membership a moment later: confirmed", live: "HHH", after: "HHH", unknown: 3, barriers: 1},
+		{name: "a healthy one, the fresh reports never tell it: refused", live: "HHH", after: "HHH", unknown: 1 << 30, barriers: 1,
+			wantErr: "re-check before power-cycle etcd-2 refused: confirming the quorum check with fresh reports: only 1 of 5 observers report the membership"},
 		{name: "a healthy one, no fresh reports: refused", live: "HHH", after: "HHH", barrierErr: errors.New("only 1 of the 3 reported"), barriers: 1,
 			wantErr: "re-check before power-cycle etcd-2 refused: confirming the quorum check with fresh reports: only 1 of the 3 reported"},
 		{name: "a healthy one, the fresh reports show another dead: refused", live: "HHH", after: "DHH", barriers: 1,
@@ -746,7 +751,13 @@ func TestExecutorConfirmsACostlyStepWithFreshReports(t *testing.T) {
 			barriers := 0
 			worldOf(e).barrier = func(context.Context) error {
 				barriers++
-				worldOf(e).live = func(context.Context) (quorum.Cluster, error) { return members(tc.after), nil }
+				reads := 0
+				worldOf(e).live = func(context.Context) (quorum.Cluster, error) {
+					if reads++; reads <= tc.unknown {
+						return quorum.Cluster{}, errors.New("only 1 of 5 observers report the membership")
+					}
+					return members(tc.after), nil
+				}
 				return tc.barrierErr
 			}
 			worldOf(e).cameBack = func(context.Context) bool { return true }

@@ -64,7 +64,8 @@ func (e *Executor) recheck(ctx context.Context, rem journal.Remediation, steps .
 	}
 	first := steps[0]
 	judge := func(live quorum.Cluster) error { _, _, err := e.check(live, steps); return err }
-	live, err, stop := e.liveWithin(ctx, e.World.Gate, judge, func(err error) error { return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error())) })
+	unwanted := func(err error) error { return errors.Join(err, e.finish(ctx, rem.ID, journal.Aborted, err.Error())) }
+	live, err, stop := e.liveWithin(ctx, e.World.Gate, judge, unwanted)
 	if stop != nil {
 		return 0, stop
 	}
@@ -78,9 +79,16 @@ func (e *Executor) recheck(ctx context.Context, rem journal.Remediation, steps .
 	if err == nil && cost > 0 {
 		// It disrupts a healthy voter, safe only if the others are healthy as the reports say: wait
 		// for reports sent since, and check again with them (seed 37 of test/chaos: a partition 2 s
-		// old, the reports from before it still fresh, an operator's reboot took quorum).
+		// old, the reports from before it still fresh, an operator's reboot took quorum). Every
+		// membership read after the barrier is of reports at least that fresh, so a moment in which
+		// they cannot tell it, or refuse the step, is waited out as before the barrier (a full run's
+		// starved testbed: one of five observers had reported the membership just then, and an
+		// operator's reboot was aborted where a second later it would have passed).
 		if err = e.World.Barrier(ctx); err == nil {
-			if live, err = e.World.Live(ctx); err == nil {
+			if live, err, stop = e.liveWithin(ctx, e.World.Gate, judge, unwanted); stop != nil {
+				return 0, stop
+			}
+			if err == nil {
 				_, at, err = e.check(live, steps)
 			}
 		}
