@@ -94,7 +94,7 @@ type Config struct {
 	// mode's degraded mode, cmd/hub): shown in status and the metric hale_hub_degraded.
 	Degraded string
 	// OutOfService, when set, puts the out-of-service taint on the Nodes of machines Hale fenced and
-	// its BMC reads Off (policy.outOfServiceAfter; Kubernetes mode: kube.NodeTaints), and takes it off.
+	// its BMC reads Off (policy.outOfServiceAfter; Kubernetes mode: outofservice.Taints), and takes it off.
 	OutOfService taints.Nodes
 	// FenceWatch is how often the BMC of each fenced machine is read while OutOfService is set
 	// (default pass.FenceWatchEvery).

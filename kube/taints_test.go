@@ -19,20 +19,21 @@ import (
 
 	"github.com/hale-dev/hale/hub"
 	"github.com/hale-dev/hale/hub/pass"
+	"github.com/hale-dev/hale/kube/outofservice"
 	"github.com/hale-dev/hale/quorum"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/lab/inproc"
 )
 
-// prefixed is NodeTaints on Nodes named prefix+node: the package's API server is shared, and Nodes
+// prefixed is outofservice.Taints on Nodes named prefix+node: the package's API server is shared, and Nodes
 // are cluster-scoped.
 type prefixed struct {
-	NodeTaints
+	outofservice.Taints
 	prefix string
 }
 
 func (p prefixed) Tainted(ctx context.Context) ([]string, error) {
-	all, err := p.NodeTaints.Tainted(ctx)
+	all, err := p.Taints.Tainted(ctx)
 	var out []string
 	for _, n := range all {
 		if name, ok := strings.CutPrefix(n, p.prefix); ok {
@@ -43,11 +44,11 @@ func (p prefixed) Tainted(ctx context.Context) ([]string, error) {
 }
 
 func (p prefixed) Taint(ctx context.Context, node, why string) error {
-	return p.NodeTaints.Taint(ctx, p.prefix+node, why)
+	return p.Taints.Taint(ctx, p.prefix+node, why)
 }
 
 func (p prefixed) Untaint(ctx context.Context, node string) error {
-	return p.NodeTaints.Untaint(ctx, p.prefix+node)
+	return p.Taints.Untaint(ctx, p.prefix+node)
 }
 
 // podWithVolume puts on Node node, made NotReady, a pod with a CSI volume attached (the
@@ -119,11 +120,11 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	kubeenv.ControllerManager(t, cfg, "podgc", "attachdetach")
 	pod, attachment := podWithVolume(t, c, ns, ns+"-"+inproc.Name(2))
 	operators := ns + "-" + inv.Machines[0].Node
-	require.NoError(t, NodeTaints{Client: c}.update(ctx, operators, func(n *corev1.Node) bool {
-		n.Spec.Taints = append(n.Spec.Taints, OutOfServiceTaint)
-		return true
-	}))
-	taints := prefixed{NodeTaints{Client: c}, ns + "-"}
+	var op corev1.Node // the operator's own taint, with no annotation of Hale's
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: operators}, &op))
+	op.Spec.Taints = append(op.Spec.Taints, outofservice.Taint)
+	require.NoError(t, c.Update(ctx, &op))
+	taints := prefixed{outofservice.Taints{Client: c}, ns + "-"}
 	reg := prometheus.NewRegistry()
 	start := func() {
 		require.NoError(t, tb.StartHub(inproc.HubOptions{Inventory: func(inv *pass.Inventory) {
@@ -138,7 +139,7 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: ns + "-" + name}, &n))
 		return n
 	}
-	tainted := func(name string) bool { return hasOutOfService(new(node(name))) }
+	tainted := func(name string) bool { return outofservice.Has(new(node(name))) }
 	tb.StopHub()
 	start()
 	require.NoError(t, tb.Settle(ctx))
@@ -154,7 +155,7 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	n := node(inproc.Name(2))
 	assert.Contains(t, n.Spec.Taints, corev1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute,
 		TimeAdded: n.Spec.Taints[len(n.Spec.Taints)-1].TimeAdded})
-	assert.Contains(t, n.Annotations[OutOfServiceAnnotation], "its BMC read the power Off at")
+	assert.Contains(t, n.Annotations[outofservice.Annotation], "its BMC read the power Off at")
 	st := tb.Hub().Status(ctx)
 	assert.Contains(t, st.Machines[2].OutOfService, "fenced by remediation")
 	e, err := tb.Hub().Explain(ctx, inproc.Name(2))
@@ -183,7 +184,7 @@ func TestOutOfServiceTaintOnAFencedNode(t *testing.T) {
 	// Someone powers cp-2 on: the BMC reads On and the taint goes at once, before it is heard.
 	tb.Sim().SetPowerState(inproc.Name(2), "On")
 	require.NoError(t, tb.WaitFor(ctx, 30*time.Second, "the taint off cp-2's Node", func() bool { return !tainted(inproc.Name(2)) }))
-	_, ours := node(inproc.Name(2)).Annotations[OutOfServiceAnnotation]
+	_, ours := node(inproc.Name(2)).Annotations[outofservice.Annotation]
 	assert.False(t, ours)
 	assert.True(t, tainted(inv.Machines[0].Node), "the operator's taint on cp-0 stays")
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/hale-dev/hale/health/identity"
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/kube/clusterapi"
+	"github.com/hale-dev/hale/kube/outofservice"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/metal3sim"
 )
@@ -571,7 +572,7 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 			require.NoError(t, patch(c, tt.obj.DeepCopyObject().(client.Object), tt.status, tt.patch), "an administrator is not limited")
 		})
 	}
-	// Nodes: RBAC gives update (kube.NodeTaints reads and writes the whole Node), not patch.
+	// Nodes: RBAC gives update (outofservice.Taints reads and writes the whole Node), not patch.
 	for _, tt := range []struct {
 		name   string
 		change func(*corev1.Node)
@@ -609,7 +610,7 @@ func TestHubWritesLimitedToWhatHaleChanges(t *testing.T) {
 	require.NoError(t, clusterapi.HandOverToOwner(ctx, hubClient, client.ObjectKeyFromObject(machine), "cp-0 is dead"))
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(node), node))
 	before := node.Spec.Taints
-	taints := kube.NodeTaints{Client: hubClient}
+	taints := outofservice.Taints{Client: hubClient}
 	require.NoError(t, taints.Taint(ctx, "cp-0", "fenced"))
 	tainted, err := taints.Tainted(ctx)
 	require.NoError(t, err)

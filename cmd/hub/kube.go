@@ -32,6 +32,7 @@ import (
 	"github.com/hale-dev/hale/kube"
 	"github.com/hale-dev/hale/kube/ask"
 	"github.com/hale-dev/hale/kube/claim"
+	"github.com/hale-dev/hale/kube/outofservice"
 )
 
 // kubeOptions are `hub run`'s Kubernetes mode: the journal in Remediation objects, one leader among
@@ -310,7 +311,7 @@ func runLeading(ctx context.Context, o runOptions, kc kubeClient, log *slog.Logg
 			if before != nil {
 				before(cfg)
 			}
-			cfg.OutOfService = kube.NodeTaints{Client: c}
+			cfg.OutOfService = outofservice.Taints{Client: c}
 		}
 		h, err := newHub(journal, adjust)
 		if err != nil {

@@ -52,6 +52,8 @@ type Facts struct {
 	// lostSince: when the passes that planned began to see etcd's quorum lost (this pass, should it be
 	// the first). The shorter waits of a member needed for quorum count from then (stallOf).
 	lostSince time.Time
+	// heard: heardThrough, worked out once a pass (decide), shared by the copies of these facts.
+	heard *heardMemo
 	// BMCs: what the last readiness check of each machine's BMC found (evidence of a permanent loss).
 	BMCs map[string]BMCReadiness
 	// lifeAt: when each machine last showed a sign of life, where an earlier pass saw one later than
@@ -134,6 +136,7 @@ type ToBegin struct {
 // decide is the pass's pure core: membership, holds, the plan, then the hub's brakes and rate limit
 // over what the planner admitted.
 func decide(f Facts) decision {
+	f.heard = &heardMemo{}
 	cluster, why := MembershipOf(f.Inventory, f.Observations, f.Assessments, f.Hearing, f.Flights)
 	if why != "" {
 		return decision{notPlanning: why + f.Retired.RunningOld(f.Observations, f.Inventory.Policy.Assess.StaleAfter)}

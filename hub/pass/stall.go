@@ -103,10 +103,28 @@ func stallOf(f Facts, m Machine, a assess.Assessment, lost bool) stall {
 	return st
 }
 
+// heardMemo keeps heardThrough for a pass: every machine whose tolerance has run out asks it, and
+// it sorts the observers' reports (at 5,000 machines, most of them dead, the pass took 6 ms instead
+// of 3.8).
+type heardMemo struct {
+	done bool
+	at   time.Time
+}
+
 // heardThrough is the time through which the hub has heard a strict majority of its expected
 // observers: itself (now) and the freshest reports of as many of the others as that majority needs
 // (zero when it hears too few). What they say of a machine is said through then, and no further.
 func heardThrough(f Facts) time.Time {
+	if f.heard == nil {
+		return hearingThrough(f)
+	}
+	if !f.heard.done {
+		f.heard.done, f.heard.at = true, hearingThrough(f)
+	}
+	return f.heard.at
+}
+
+func hearingThrough(f Facts) time.Time {
 	others := f.Hearing.Expected / 2 // a strict majority is the hub and these
 	if others == 0 {
 		return f.Now

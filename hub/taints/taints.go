@@ -15,7 +15,7 @@ import (
 )
 
 // Nodes puts the out-of-service taint (node.kubernetes.io/out-of-service=nodeshutdown:NoExecute)
-// on Nodes and takes off the ones it put on (Kubernetes mode: kube.NodeTaints).
+// on Nodes and takes off the ones it put on (Kubernetes mode: outofservice.Taints).
 type Nodes interface {
 	// Tainted lists the Nodes that carry the taint Hale put on.
 	Tainted(ctx context.Context) ([]string, error)

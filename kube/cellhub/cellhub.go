@@ -31,6 +31,7 @@ import (
 	"github.com/hale-dev/hale/kube/cells"
 	"github.com/hale-dev/hale/kube/claim"
 	"github.com/hale-dev/hale/kube/enrol"
+	"github.com/hale-dev/hale/kube/outofservice"
 )
 
 // Runner runs cells (cells.Set.Run): each a hub of its own for one workload Cluster, with what every cell
@@ -219,7 +220,7 @@ func (r *Runner) heal(ctx context.Context, c claimedCell) error {
 		Journal: store, BMC: r.BMC, BMCCheckInterval: r.BMCCheckEvery, OwnerFor: c.d.OwnerFor, Notify: c.sink.Notify,
 		Brakes: kube.PolicyBrakes{Client: r.Client, Policy: c.policy, Cache: r.Lists}, Recoveries: kube.PolicyRecoveries{Client: r.Client, Policy: c.policy},
 		Marks: kube.PolicyMarks{Client: r.Client, Policy: c.policy}, MarkEvery: pass.CellMarkEvery, Episodes: kube.PolicyEpisodes{Client: r.Client, Policy: c.policy},
-		OutOfService: kube.NodeTaints{Client: c.wc}}
+		OutOfService: outofservice.Taints{Client: c.wc}}
 	if r.BMCCheckEvery == 0 {
 		cfg.BMCCheckInterval = -1
 	}

@@ -40,7 +40,7 @@ type Shared struct {
 	SyncWait time.Duration
 
 	mu     sync.Mutex
-	listed map[schema.GroupVersionKind]bool // kinds listed live
+	listed map[schema.GroupVersionKind]bool // kinds (of objects, not lists) served live
 	floors map[floorKey]string              // the resourceVersion of this process's last write of an object
 }
 
@@ -75,6 +75,7 @@ func (s *Shared) List(ctx context.Context, list client.ObjectList, opts ...clien
 	if err != nil {
 		return s.live.List(ctx, list, opts...)
 	}
+	gvk.Kind = strings.TrimSuffix(gvk.Kind, "List") // the kind's, as Get knows it
 	if s.isLive(gvk) {
 		return s.live.List(ctx, list, opts...)
 	}
@@ -87,7 +88,7 @@ func (s *Shared) List(ctx context.Context, list client.ObjectList, opts ...clien
 	case meta.IsNoMatchError(err):
 		return err // no such kind on the API server: as a live list says
 	}
-	s.goLive(ctx, gvk, strings.TrimSuffix(gvk.Kind, "List"), err)
+	s.goLive(ctx, gvk, err)
 	return s.live.List(ctx, list, opts...)
 }
 
@@ -119,7 +120,7 @@ func (s *Shared) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 		return nil
 	case err == nil, apierrors.IsNotFound(err), ctx.Err() != nil, meta.IsNoMatchError(err):
 	default:
-		s.goLive(ctx, gvk, gvk.Kind, err)
+		s.goLive(ctx, gvk, err)
 	}
 	return s.live.Get(ctx, key, obj, opts...)
 }
@@ -157,13 +158,13 @@ func (s *Shared) isLive(gvk schema.GroupVersionKind) bool {
 }
 
 // goLive serves kind from the API server from now on: its informer did not sync (err).
-func (s *Shared) goLive(ctx context.Context, gvk schema.GroupVersionKind, kind string, err error) {
+func (s *Shared) goLive(ctx context.Context, gvk schema.GroupVersionKind, err error) {
 	s.mu.Lock()
 	s.listed[gvk] = true
 	s.mu.Unlock()
 	s.log.Warn("the shared cache cannot serve this kind: read from the API server each time from now on (does the hub's ClusterRole grant list and watch on it?)",
-		"kind", kind, "group", gvk.Group, "err", err)
-	if obj, err := s.scheme.New(gvk.GroupVersion().WithKind(kind)); err == nil {
+		"kind", gvk.Kind, "group", gvk.Group, "err", err)
+	if obj, err := s.scheme.New(gvk); err == nil {
 		if o, ok := obj.(client.Object); ok {
 			_ = s.cache.RemoveInformer(ctx, o) // its watch would be retried forever
 		}

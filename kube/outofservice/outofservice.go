@@ -1,4 +1,6 @@
-package kube
+// Package outofservice puts Kubernetes' out-of-service taint on the Nodes of fenced machines, and
+// takes off the ones it put on (hub/taints' Nodes, on the API server).
+package outofservice
 
 import (
 	"context"
@@ -14,27 +16,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// OutOfServiceAnnotation marks a Node whose out-of-service taint Hale put on (its value says why):
+// Annotation marks a Node whose out-of-service taint Hale put on (its value says why):
 // Hale takes off only a taint it put on, never one an operator did.
-const OutOfServiceAnnotation = "hale.dev/out-of-service"
+const Annotation = "hale.dev/out-of-service"
 
-// OutOfServiceTaint is Kubernetes' non-graceful node shutdown taint, as its documentation writes it.
-var OutOfServiceTaint = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+// Taint is Kubernetes' non-graceful node shutdown taint, as its documentation writes it.
+var Taint = corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 
-// NodeTaints is taints.Nodes on the API server's Nodes.
-type NodeTaints struct{ Client client.Client }
+// Taints is taints.Nodes on the API server's Nodes.
+type Taints struct{ Client client.Client }
 
-var _ taints.Nodes = NodeTaints{}
+var _ taints.Nodes = Taints{}
 
 // Tainted lists the Nodes whose out-of-service taint Hale put on.
-func (t NodeTaints) Tainted(ctx context.Context) ([]string, error) {
+func (t Taints) Tainted(ctx context.Context) ([]string, error) {
 	var nodes corev1.NodeList
 	if err := t.Client.List(ctx, &nodes); err != nil {
 		return nil, fmt.Errorf("listing Nodes: %w", err)
 	}
 	var out []string
 	for _, n := range nodes.Items {
-		if _, ours := n.Annotations[OutOfServiceAnnotation]; ours && hasOutOfService(&n) {
+		if _, ours := n.Annotations[Annotation]; ours && Has(&n) {
 			out = append(out, n.Name)
 		}
 	}
@@ -43,29 +45,29 @@ func (t NodeTaints) Tainted(ctx context.Context) ([]string, error) {
 
 // Taint puts the out-of-service taint on node with the annotation that says Hale did and why; a Node
 // that has the taint already (an operator's) is left as it is.
-func (t NodeTaints) Taint(ctx context.Context, node, why string) error {
+func (t Taints) Taint(ctx context.Context, node, why string) error {
 	return t.update(ctx, node, func(n *corev1.Node) bool {
-		if hasOutOfService(n) {
+		if Has(n) {
 			return false
 		}
-		taint := OutOfServiceTaint
+		taint := Taint
 		taint.TimeAdded = &metav1.Time{Time: time.Now()}
 		n.Spec.Taints = append(n.Spec.Taints, taint)
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
-		n.Annotations[OutOfServiceAnnotation] = why
+		n.Annotations[Annotation] = why
 		return true
 	})
 }
 
 // Untaint takes the out-of-service taint off node if Hale put it on; a Node gone is nothing to do.
-func (t NodeTaints) Untaint(ctx context.Context, node string) error {
+func (t Taints) Untaint(ctx context.Context, node string) error {
 	err := t.update(ctx, node, func(n *corev1.Node) bool {
-		if _, ours := n.Annotations[OutOfServiceAnnotation]; !ours {
+		if _, ours := n.Annotations[Annotation]; !ours {
 			return false
 		}
-		delete(n.Annotations, OutOfServiceAnnotation)
+		delete(n.Annotations, Annotation)
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeOutOfService })
 		return true
 	})
@@ -76,7 +78,7 @@ func (t NodeTaints) Untaint(ctx context.Context, node string) error {
 }
 
 // update reads node, lets change it (false: nothing to write) and writes it, again on a conflict.
-func (t NodeTaints) update(ctx context.Context, node string, change func(*corev1.Node) bool) error {
+func (t Taints) update(ctx context.Context, node string, change func(*corev1.Node) bool) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var n corev1.Node
 		if err := t.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
@@ -93,6 +95,7 @@ func (t NodeTaints) update(ctx context.Context, node string, change func(*corev1
 	return nil
 }
 
-func hasOutOfService(n *corev1.Node) bool {
+// Has says whether n has the out-of-service taint (anyone's).
+func Has(n *corev1.Node) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeOutOfService })
 }
