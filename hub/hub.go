@@ -126,6 +126,10 @@ type Hub struct {
 
 	// recovering is held while `hub recover --yes` is carried out: a second caller is refused.
 	recovering sync.Mutex
+	// recordMu is held while the recovery record is read, changed and written back by underway (done)
+	// and survivorSeen (the survivor seen healthy), one in the caller's goroutine and one in the pass's:
+	// each wrote back what it had read, and one took the other's change away (a run lost Done).
+	recordMu sync.Mutex
 	// rebooting is held while an operator's reboot is admitted and begun: two retired machines
 	// asked for at once each found the other still off, and both came on (the old cluster's quorum).
 	rebooting sync.Mutex

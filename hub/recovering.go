@@ -28,6 +28,8 @@ func (h *Hub) underway(ctx context.Context) (*pass.RecoveryRecord, error) {
 	if store == nil {
 		return nil, nil
 	}
+	h.recordMu.Lock()
+	defer h.recordMu.Unlock()
 	rec, err := store.Recovery(ctx)
 	if err != nil {
 		return nil, err

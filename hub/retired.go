@@ -67,6 +67,8 @@ func (h *Hub) survivorSeen(ctx context.Context, token string) {
 	if store == nil {
 		return
 	}
+	h.recordMu.Lock()
+	defer h.recordMu.Unlock()
 	rec, err := store.Recovery(ctx)
 	if err == nil && rec != nil && rec.Plan.Token == token && rec.SurvivorSeen == nil {
 		now := time.Now().UTC()
