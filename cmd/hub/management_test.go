@@ -71,8 +71,10 @@ func TestManagementModeHealsAWorkloadCluster(t *testing.T) {
 	// Cluster's (w1, its agents' pool named as the in-process cluster's, with their key).
 	const ns = "fleet"
 	require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	blocks := docShellBlocks(t, "install.md", "## In a management cluster")
-	require.Len(t, blocks, 3, "docs/install.md's management install: the management cluster's commands, each workload Cluster's, its fallback's")
+	blocks, err := kubeenv.DocShellBlocks("install.md", "## In a management cluster")
+	require.NoError(t, err)
+	// (the last two make an existing self-hosted install the fallback: test/kubeadm types them)
+	require.Len(t, blocks, 5, "docs/install.md's management install: the management cluster's commands, each workload Cluster's, its fallback's, an existing install's two")
 	typeBlock(t, blocks[0], kubeenv.Kubeconfig(t, mcfg, dir, ""), nil)
 	kubeconfig, err := os.ReadFile(kubeenv.Kubeconfig(t, wcfg, dir, ""))
 	require.NoError(t, err)
@@ -455,23 +457,6 @@ func hubAt(socket string, args ...string) (string, int) {
 		out.WriteString(err.Error())
 	}
 	return out.String(), exitCode(err)
-}
-
-// docShellBlocks returns the shell blocks (```sh) of docs/DOC's section under heading, in order.
-func docShellBlocks(t *testing.T, doc, heading string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", doc))
-	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
-	require.True(t, ok, "docs/%s has no section %q", doc, heading)
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
-	}
-	var blocks []string
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
-		blocks = append(blocks, m[1])
-	}
-	return blocks
 }
 
 // typeBlock runs a documented shell block as an operator would, with kubectl (the one

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hale-dev/hale/hub/assess"
 	"github.com/hale-dev/hale/hub/operator"
@@ -38,6 +40,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "test/kubeadm: %v\n", err)
 		os.Exit(1)
 	}
+	ctrllog.SetLogger(logr.Discard()) // the management cluster's client (managementCell)
 	os.Exit(m.Run())
 }
 
@@ -86,7 +89,7 @@ func TestHaleOnKubeadm(t *testing.T) {
 	typeTries(ctx, t, c)
 	enrolled(ctx, t, c)
 
-	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang, =permanent-loss or =standalone runs that scenario
+	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang, =permanent-loss, =management or =standalone runs that scenario
 	// alone (to work on one, e.g. in a loop under load).
 	only := os.Getenv("HALE_KUBEADM_ONLY")
 	if only == "install" {
@@ -106,6 +109,11 @@ func TestHaleOnKubeadm(t *testing.T) {
 	if only == "" || only == "permanent-loss" {
 		// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
 		permanentLoss(ctx, t, c)
+	}
+	if only == "" || only == "management" {
+		// Under a Cluster API management cluster's hub, the install its fallback; a hung node healed by
+		// the management cluster's cell.
+		managementCell(ctx, t, c)
 	}
 	if only == "" || only == "standalone" {
 		// Off Kubernetes, onto the same machines from the Debian packages, and a hung node healed.
@@ -752,11 +760,17 @@ func hubStatus(ctx context.Context, c *lab.KubeCluster) (operator.Status, error)
 // waitStatus waits until the leading hub's status satisfies ok.
 func waitStatus(ctx context.Context, t *testing.T, c *lab.KubeCluster, what string, ok func(operator.Status) bool) operator.Status {
 	t.Helper()
+	return waitFor(ctx, t, c, what, func(ctx context.Context) (operator.Status, error) { return hubStatus(ctx, c) }, ok)
+}
+
+// waitFor waits until the status a hub of c's machines gives satisfies ok.
+func waitFor(ctx context.Context, t *testing.T, c *lab.KubeCluster, what string, status func(context.Context) (operator.Status, error), ok func(operator.Status) bool) operator.Status {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	var last, failed string // the machines as last seen, and the last error since
 	for {
-		st, err := hubStatus(ctx, c)
+		st, err := status(ctx)
 		if err == nil && ok(st) {
 			return st
 		}

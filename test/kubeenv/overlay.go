@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"k8s.io/client-go/rest"
@@ -125,3 +126,30 @@ func InstallMonitoringCRDs(cfg *rest.Config) error {
 		filepath.Join(crds, "monitoring.coreos.com_servicemonitors.yaml"), filepath.Join(crds, "monitoring.coreos.com_prometheusrules.yaml")}})
 	return err
 }
+
+// DocShellBlocks are the sh blocks of docs/doc's section under heading (a whole line, such as
+// "## In a management cluster"), up to the next section of level 2, in order: what a test types.
+func DocShellBlocks(doc, heading string) ([]string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "docs", doc))
+	if err != nil {
+		return nil, err
+	}
+	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		return nil, fmt.Errorf("docs/%s has no section %q", doc, heading)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	var blocks []string
+	for _, m := range shellBlock.FindAllStringSubmatch(section, -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks, nil
+}
+
+var shellBlock = regexp.MustCompile("(?s)```sh\n(.*?)```")

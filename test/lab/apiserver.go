@@ -40,20 +40,37 @@ func (c *Cluster) StartAPIServer(t testing.TB, host *netns.Host, machines ...*Ma
 	t.Helper()
 	a := &APIServer{Host: host, etcd: map[*Machine]string{}}
 	for _, m := range c.Machines {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("lab: a forwarder to %s's etcd: %v", m.Name, err)
-		}
-		member := m.Host.Addr(2379)
-		silent.Join(t, ln, func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", member) }, nil)
-		a.etcd[m] = "http://" + ln.Addr().String()
+		a.etcd[m] = "http://" + Reach(t, host, m.Host.Addr(2379))
 	}
 	a.Client, a.Config, a.env = kubeenv.StartOnEtcd(t, a.endpoints(machines))
+	a.Kubeconfig = Expose(t, host, a.Config, c.Dir, "")
+	return a
+}
+
+// Reach is an address on this process's loopback (a forwarder listening there) at which its own
+// clients reach addr, a TCP address on the lab's network, as from host: its connections leave from
+// there.
+func Reach(t testing.TB, host *netns.Host, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("lab: a forwarder to %s from %s: %v", addr, host.Name, err)
+	}
+	silent.Join(t, ln, func(ctx context.Context) (net.Conn, error) { return host.Dial(ctx, "tcp", addr) }, nil)
+	return ln.Addr().String()
+}
+
+// Expose puts the API server cfg reaches (one of this process's, such as test/kubeenv's) on the lab's
+// network at host's address, port 6443 (a forwarder listening there), and writes a kubeconfig for the
+// lab's processes into dir: the server at that address, acting as user (impersonated, with groups)
+// when user is not empty.
+func Expose(t testing.TB, host *netns.Host, cfg *rest.Config, dir, user string, groups ...string) string {
+	t.Helper()
 	ln, err := host.Listen("tcp", host.Addr(6443))
 	if err != nil {
 		t.Fatalf("lab: the API server's listener on %s: %v", host.Name, err)
 	}
-	u, err := url.Parse(a.Config.Host)
+	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		t.Fatalf("lab: the API server's address: %v", err)
 	}
@@ -62,11 +79,17 @@ func (c *Cluster) StartAPIServer(t testing.TB, host *netns.Host, machines ...*Ma
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", local)
 	}, nil)
-	inLab := rest.CopyConfig(a.Config)
+	return Kubeconfig(t, host, cfg, dir, user, groups...)
+}
+
+// Kubeconfig writes a kubeconfig into dir for the lab's processes to reach the API server Expose put
+// on host, acting as user (impersonated, with groups) when user is not empty.
+func Kubeconfig(t testing.TB, host *netns.Host, cfg *rest.Config, dir, user string, groups ...string) string {
+	t.Helper()
+	inLab := rest.CopyConfig(cfg)
 	inLab.Host = "https://" + host.Addr(6443)
 	inLab.ServerName = "localhost" // its serving certificate's name (test/kubeenv's)
-	a.Kubeconfig = kubeenv.Kubeconfig(t, inLab, c.Dir, "")
-	return a
+	return kubeenv.Kubeconfig(t, inLab, dir, user, groups...)
 }
 
 // endpoints are the etcd servers of machines, as the API server reaches them.

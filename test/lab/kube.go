@@ -804,7 +804,14 @@ func (c *KubeCluster) Kubectl(ctx context.Context, args ...string) (string, erro
 
 // Shell types a command line into AdminShell, started in dir, as an operator does.
 func (c *KubeCluster) Shell(ctx context.Context, dir, line string) (string, error) {
-	cmd := exec.CommandContext(ctx, "sh", "-c", c.AdminShell())
+	return c.ShellOn(ctx, c.Admin, c.Kubeconfig, dir, line)
+}
+
+// ShellOn types a command line into an operator's shell on host, as AdminShell's but with KUBECONFIG
+// set to kubeconfig (another cluster's, such as a management cluster's), started in dir.
+func (c *KubeCluster) ShellOn(ctx context.Context, host *netns.Host, kubeconfig, dir, line string) (string, error) {
+	sh := fmt.Sprintf("ip netns exec %s env KUBECONFIG=%s PATH=%s:$PATH bash", host.NS, kubeconfig, c.adminPath())
+	cmd := exec.CommandContext(ctx, "sh", "-c", sh)
 	cmd.Dir, cmd.Stdin = dir, strings.NewReader(line+"\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
