@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -28,6 +30,7 @@ import (
 	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/metal3sim"
 	"github.com/hale-dev/hale/test/proc"
+	"github.com/hale-dev/hale/test/silent"
 )
 
 // managementCell moves the cluster, running Hale as installed (self-hosted, standalone-bmc), under a
@@ -40,16 +43,26 @@ import (
 // The hub runs on that host as deploy/management runs it, as its ServiceAccount. The cell takes the
 // claim from the fallback, sees every machine Healthy, and power-cycles a hung control-plane node
 // through its BareMetalHost, after the stall tolerance: one power-cycle, the control plane healthy.
-// The management hub stops at the end: the fallback takes the claim back once it lapses.
+// Then the management API server stops answering the hub: the fallback takes the claim and heals another hung node
+// through its own inventory's BMC; the API server answers again and the cell takes the claim back,
+// acting on nothing twice. The management hub stops at the end: the fallback takes the claim back
+// once it lapses.
 func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	t.Helper()
 	start := time.Now()
 	host := c.Lab.Host("mgmt")
 	mc, mcfg := kubeenv.Start(t)
 	dir := t.TempDir()
-	admin := lab.Expose(t, host, mcfg, dir, "")
+	// The lab reaches it through a proxy that can freeze (the server hangs, or a partition drops
+	// everything between it and the hub).
+	u, err := url.Parse(mcfg.Host)
+	require.NoError(t, err)
+	reach := silent.Forward(t, u.Host)
+	proxied := rest.CopyConfig(mcfg)
+	proxied.Host = "https://" + reach.Addr()
+	admin := lab.Expose(t, host, proxied, dir, "")
 	// The hub's own, as the ServiceAccount deploy/management makes (its permissions, nothing more).
-	asHub := lab.Kubeconfig(t, host, mcfg, dir, "system:serviceaccount:hale-system:hale-hub",
+	asHub := lab.Kubeconfig(t, host, proxied, dir, "system:serviceaccount:hale-system:hale-hub",
 		"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
 	repo, err := kubeenv.DeployRepo(t.TempDir(), "v0.1.0")
 	require.NoError(t, err)
@@ -172,11 +185,8 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		}
 		return st, nil
 	}
-	cellHealthy := func(st operator.Status) bool {
-		return healthyHearing(st, len(st.Observers.Heard)) && len(st.Observers.Heard) >= 4
-	}
 	st := waitFor(ctx, t, c, "the management cluster's cell: every machine Healthy", cellStatus, func(st operator.Status) bool {
-		return strings.HasSuffix(claim(), "@"+ns+"/"+name) && cellHealthy(st)
+		return strings.HasSuffix(claim(), "@"+ns+"/"+name) && settled(st)
 	})
 	fallback, err := c.Kubectl(ctx, "-n", "hale-system", "exec", "deploy/hale-hub", "--", "hub", "status")
 	require.Contains(t, fallback, "stands by: the management cluster's hub", "the workload cluster's own hub, now the fallback: %v", err)
@@ -190,7 +200,7 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	hung := time.Now()
 	n.Freeze()
 	waitFor(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle by the cell", cellStatus, func(st operator.Status) bool {
-		return cellHealthy(st) && len(powerChanges(c, before)) >= 2
+		return settled(st) && len(powerChanges(c, before)) >= 2
 	})
 	c.WaitReady(ctx)
 	powered := powerChanges(c, before)
@@ -205,6 +215,50 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	require.Equal(t, v1alpha1.PhaseSucceeded, list.Items[0].Status.Phase)
 	t.Logf("management: %s hung, power-cycled through its BareMetalHost by the management cluster's cell %s after, the control plane healthy %s after",
 		n.Name, c.PowerEventAt(before).Sub(hung).Round(100*time.Millisecond), time.Since(hung).Round(time.Second))
+
+	// The management API server stops answering the hub: the hub's term ends with its Lease, its cell
+	// stops renewing the claim, and the fallback takes it once nobody has for its duration, then heals
+	// a hung node through its own inventory's BMC.
+	reach.Freeze()
+	gone := time.Now()
+	waitStatus(ctx, t, c, "the fallback holding the claim", func(operator.Status) bool {
+		h := claim()
+		return h != "" && !strings.Contains(h, "@")
+	})
+	t.Logf("management: the management API server stopped answering the hub, the fallback took the claim %s after", time.Since(gone).Round(time.Second))
+	n = c.Node("cp-0")
+	before = len(c.PowerEvents())
+	hung = time.Now()
+	n.Freeze()
+	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle by the fallback", func(st operator.Status) bool {
+		return settled(st) && len(powerChanges(c, before)) >= 2
+	})
+	c.WaitReady(ctx)
+	powered = powerChanges(c, before)
+	require.Len(t, powered, 2, "one power-cycle of the hung node, nothing else: %v", powered)
+	for i, kind := range []string{"power-off ", "power-on "} {
+		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" Redfish"), "one power-cycle of the hung node by its BMC: %v", powered)
+	}
+	t.Logf("management: %s hung while the management cluster was gone, power-cycled by the fallback %s after, the control plane healthy %s after",
+		n.Name, c.PowerEventAt(before).Sub(hung).Round(100*time.Millisecond), time.Since(hung).Round(time.Second))
+
+	// It answers again: the hub leads again, its cell wants the claim and the fallback hands it over;
+	// the cell finds the fallback's remediation done in the workload cluster's journal and acts on
+	// nothing.
+	reach.Thaw()
+	back := time.Now()
+	waitFor(ctx, t, c, "the cell holding the claim again, every machine Healthy", cellStatus, func(st operator.Status) bool {
+		return strings.HasSuffix(claim(), "@"+ns+"/"+name) && settled(st)
+	})
+	require.Len(t, powerChanges(c, before), 2, "nothing acted on twice")
+	t.Logf("management: the management API server answering again, the cell holds the claim and sees every machine Healthy %s after", time.Since(back).Round(time.Second))
+}
+
+// settled: the three machines Healthy, with healthy members and nothing in flight, the hub hearing
+// at least the three agents and itself (who else it hears depends on the hub: witnesses, the other
+// hub's replicas).
+func settled(st operator.Status) bool {
+	return healthyHearing(st, len(st.Observers.Heard)) && len(st.Observers.Heard) >= 4
 }
 
 // managementArgs are the arguments deploy/management's Deployment runs the hub with (rendered from

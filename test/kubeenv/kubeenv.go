@@ -112,16 +112,6 @@ func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Conf
 	return c, cfg
 }
 
-// StartStoppable is Start that also returns the environment: a test stops the API server and starts
-// it again (ControlPlane.APIServer's Stop and Start), as a management cluster that goes away and
-// comes back.
-func StartStoppable(t testing.TB) (client.Client, *rest.Config, *envtest.Environment) {
-	t.Helper()
-	dirs, err := crdDirs("")
-	require.NoError(t, err)
-	return startOn(t, nil, dirs...)
-}
-
 // StartBare is Start with Hale's CRDs only: for tests that install Cluster API's own way (test/capi
 // renders each provider's config with its webhooks).
 func StartBare(t testing.TB) (client.Client, *rest.Config) {
