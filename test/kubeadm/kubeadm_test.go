@@ -746,7 +746,11 @@ func hubCLI(ctx context.Context, c *lab.KubeCluster, args ...string) (string, er
 
 // hubStatus asks the leading hub replica for its status.
 func hubStatus(ctx context.Context, c *lab.KubeCluster) (operator.Status, error) {
-	out, err := hubCLI(ctx, c, "status", "-o", "json")
+	return parseStatus(hubCLI(ctx, c, "status", "-o", "json"))
+}
+
+// parseStatus reads what `hub status -o json` printed (out), unless it failed (err).
+func parseStatus(out string, err error) (operator.Status, error) {
 	if err != nil {
 		return operator.Status{}, err
 	}

@@ -2,7 +2,6 @@ package kubeadm
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -174,16 +173,8 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		out, _ := c.Kubectl(ctx, "-n", "hale-system", "get", "lease", "hale-hub", "-o", "jsonpath={.spec.holderIdentity}")
 		return out
 	}
-	cellStatus := func(ctx context.Context) (operator.Status, error) {
-		out, err := host.Run(bin, "status", "--socket", socket, "--cluster", ns+"/"+name, "-o", "json")
-		if err != nil {
-			return operator.Status{}, err
-		}
-		var st operator.Status
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			return operator.Status{}, fmt.Errorf("hub status -o json: %w: %s", err, out)
-		}
-		return st, nil
+	cellStatus := func(context.Context) (operator.Status, error) {
+		return parseStatus(host.Run(bin, "status", "--socket", socket, "--cluster", ns+"/"+name, "-o", "json"))
 	}
 	st := waitFor(ctx, t, c, "the management cluster's cell: every machine Healthy", cellStatus, func(st operator.Status) bool {
 		return strings.HasSuffix(claim(), "@"+ns+"/"+name) && settled(st)
