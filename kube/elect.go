@@ -106,9 +106,17 @@ func Elect(ctx context.Context, cfg *rest.Config, c client.Client, ns, name, ide
 			LeaseDuration: t.LeaseDuration, RenewDeadline: t.RenewDeadline, RetryPeriod: t.RetryPeriod,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
+					// The epoch is the Lease's transitions, read again until the API server answers or the
+					// term ends: a replica that gave up at one failed read held the Lease, renewing it, and
+					// never led (a full run: the API server restarted on an etcd survivor just after the
+					// Lease was taken; for two minutes no replica healed anything).
 					var lease coordinationv1.Lease
-					if err := c.Get(lctx, client.ObjectKey{Namespace: ns, Name: name}, &lease); err != nil {
-						return // the elector renews or loses it; lead is not called without an epoch
+					for c.Get(lctx, client.ObjectKey{Namespace: ns, Name: name}, &lease) != nil {
+						select {
+						case <-lctx.Done():
+							return // the term ended: lead is not called without an epoch
+						case <-time.After(t.RetryPeriod):
+						}
 					}
 					transitions := int32(0)
 					if lease.Spec.LeaseTransitions != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hale-dev/hale/hub/journal"
 	"github.com/hale-dev/hale/quorum"
@@ -116,6 +117,41 @@ func TestLeaderWhosePipelineStopsGivesUpTheLease(t *testing.T) {
 		assert.Greater(t, b.Epoch(), a.Epoch())
 	case <-time.After(3 * timing.LeaseDuration):
 		t.Fatal("hub-b never led: hub-a kept the Lease with nothing running")
+	}
+}
+
+// failingGets is a client whose first reads fail, as an API server restarting just then.
+type failingGets struct {
+	client.Client
+	left atomic.Int32
+}
+
+func (f *failingGets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if f.left.Add(-1) >= 0 {
+		return errors.New("test: the API server restarts")
+	}
+	return f.Client.Get(ctx, key, obj, opts...)
+}
+
+// A replica that takes the Lease while the API server does not answer its read of the epoch reads it
+// again and leads: it does not hold the Lease while nothing runs.
+func TestLeaderReadsItsEpochAgain(t *testing.T) {
+	c, cfg, ns := shared.Namespace(t)
+	timing := LeaseTiming{LeaseDuration: 5 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	restarting := &failingGets{Client: c}
+	restarting.left.Store(3)
+	leads := make(chan *Leader, 1)
+	go func() {
+		_ = Elect(t.Context(), cfg, restarting, ns, "hale-hub", "hub-a", timing, func(lctx context.Context, l *Leader) {
+			leads <- l
+			<-lctx.Done()
+		}, nil)
+	}()
+	select {
+	case l := <-leads:
+		assert.Equal(t, uint64(1), l.Epoch())
+	case <-time.After(3 * timing.LeaseDuration):
+		t.Fatal("hub-a holds the Lease and never leads")
 	}
 }
 
