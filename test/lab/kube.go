@@ -810,8 +810,7 @@ func (c *KubeCluster) Shell(ctx context.Context, dir, line string) (string, erro
 // ShellOn types a command line into an operator's shell on host, as AdminShell's but with KUBECONFIG
 // set to kubeconfig (another cluster's, such as a management cluster's), started in dir.
 func (c *KubeCluster) ShellOn(ctx context.Context, host *netns.Host, kubeconfig, dir, line string) (string, error) {
-	sh := fmt.Sprintf("ip netns exec %s env KUBECONFIG=%s PATH=%s:$PATH bash", host.NS, kubeconfig, c.adminPath())
-	cmd := exec.CommandContext(ctx, "sh", "-c", sh)
+	cmd := exec.CommandContext(ctx, "sh", "-c", c.shellOn(host, kubeconfig))
 	cmd.Dir, cmd.Stdin = dir, strings.NewReader(line+"\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -822,8 +821,11 @@ func (c *KubeCluster) ShellOn(ctx context.Context, host *netns.Host, kubeconfig,
 
 // AdminShell is the command line (as root, on this machine) that opens an operator's shell on the
 // Admin host: kubectl (the node image's) on PATH, KUBECONFIG set to kubeadm's admin.conf.
-func (c *KubeCluster) AdminShell() string {
-	return fmt.Sprintf("ip netns exec %s env KUBECONFIG=%s PATH=%s:$PATH bash", c.Admin.NS, c.Kubeconfig, c.adminPath())
+func (c *KubeCluster) AdminShell() string { return c.shellOn(c.Admin, c.Kubeconfig) }
+
+// shellOn is the command line that opens an operator's shell on host, KUBECONFIG set to kubeconfig.
+func (c *KubeCluster) shellOn(host *netns.Host, kubeconfig string) string {
+	return fmt.Sprintf("ip netns exec %s env KUBECONFIG=%s PATH=%s:$PATH bash", host.NS, kubeconfig, c.adminPath())
 }
 
 func (c *KubeCluster) adminPath() string {
