@@ -102,7 +102,7 @@ func (h *Hub) apply(ctx context.Context, rd pass.Ready) {
 		// round tells the assessor.
 		h.quorumBack = rd.QuorumBack
 	}
-	h.followRebuild(ctx, rd.Retire, rd.SurvivorSeen)
+	h.followRebuild(ctx, rd.Retire, rd.Seen)
 	if rd.KeepJoined != nil {
 		h.cfg.Gossip.KeepJoined(rd.KeepJoined)
 	}

@@ -411,6 +411,31 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	_, err = r.hub.Reboot(ctx, operator.RebootRequest{Machine: offName, DryRun: true})
 	require.ErrorIs(t, err, ErrRefused, "its member is in no membership the quorum check knows")
 	assert.Contains(t, err.Error(), fmt.Sprintf("`hub reboot %s --force`: it is in no membership the quorum check knows), then run `agent rejoin` on it", offName))
+
+	// Seen back, it is journaled so. When it hangs later (its reports gone, its member unreachable:
+	// nothing live says it rejoined), it is healed, not held as retired again (a full run on the real
+	// cluster: a machine rejoined after a recovery hung minutes later, and was held for good).
+	require.Eventually(t, func() bool {
+		rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+		if err != nil || rec == nil {
+			return false
+		}
+		_, back := rec.Rejoined[fmt.Sprintf("etcd-%d", on)]
+		return back
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Contains(t, strings.Join(r.hub.Timeline(), "\n"), fmt.Sprintf("%s is back in the new etcd cluster as etcd-%d: retired by etcd recovery %s no more", onName, on, p.Token))
+	require.Eventually(t, func() bool { return r.machine(onName).Remediation == nil }, 10*time.Second, 10*time.Millisecond, "the operator's power-on done")
+	pool.mu.Lock()
+	pool.dead[onName] = true
+	pool.mu.Unlock()
+	require.Eventually(t, func() bool { return r.machine(onName).Verdict == assess.VerdictUnhealthy }, 20*time.Second, 10*time.Millisecond)
+	r.awaitPasses(t, 3)
+	m := r.machine(onName)
+	assert.Empty(t, m.NeedsOperator)
+	assert.Contains(t, m.Decision, "cooling down", "held only by the cooldown after the operator's power-on")
+	_, err = r.hub.Reboot(ctx, operator.RebootRequest{Machine: onName, DryRun: true})
+	assert.NoError(t, err, "an operator's reboot of it is admitted")
+	assert.Equal(t, pass.NeedRetired, r.machine(offName).NeedsOperator, "the other is still retired")
 }
 
 func TestRetirementHold(t *testing.T) {
@@ -423,6 +448,10 @@ func TestRetirementHold(t *testing.T) {
 	assert.Equal(t, 3, r.Quorum)
 	assert.Equal(t, []pass.Retiree{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-1", Member: "etcd-1"}, {Machine: "cp-3", Member: "etcd-3"}}, r.Members,
 		"the survivor is not retired, nor a lost member without a machine")
+	back := *rec
+	back.Rejoined = map[string]time.Time{"etcd-1": now}
+	assert.Equal(t, []pass.Retiree{{Machine: "cp-0", Member: "etcd-0"}, {Machine: "cp-3", Member: "etcd-3"}}, pass.RetirementOf(&back).Members,
+		"one journaled back in the new cluster is retired no more")
 	report := func(node, member, cluster string, age time.Duration) health.Report {
 		return health.Report{Node: node, SentAt: now.Add(-age), Etcd: &health.EtcdView{LocalName: member, ClusterID: cluster}}
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,9 +23,9 @@ import (
 
 // followRebuild holds the old members of an etcd rebuild Hale did not journal, from this pass on
 // whatever the journal says, and journals it so that the next hub holds them too (rec; nil: none);
-// and journals the rebuilt cluster seen healthy on its survivor (survivor: its recovery's token; "":
-// not seen this pass).
-func (h *Hub) followRebuild(ctx context.Context, rec *pass.RecoveryRecord, survivor string) {
+// and journals what the pass saw of the last recovery's rebuilt cluster (seen: its survivor healthy,
+// old members back in it).
+func (h *Hub) followRebuild(ctx context.Context, rec *pass.RecoveryRecord, seen pass.Seen) {
 	if rec != nil {
 		h.retire(rec)
 		if store := h.cfg.Recoveries; store == nil {
@@ -33,8 +34,8 @@ func (h *Hub) followRebuild(ctx context.Context, rec *pass.RecoveryRecord, survi
 			h.log.Warn("journaling an etcd rebuild: its old members are held until this hub stops", "token", rec.Plan.Token, "err", err)
 		}
 	}
-	if survivor != "" {
-		h.survivorSeen(ctx, survivor)
+	if seen.Token != "" {
+		h.saw(ctx, seen)
 	}
 }
 
@@ -48,19 +49,22 @@ func (h *Hub) retire(rec *pass.RecoveryRecord) {
 		close(h.resumed)
 		h.resumed = make(chan struct{})
 	}
-	if r.Token == h.retired.Token && h.retired.SurvivorSeen {
-		r.SurvivorSeen = true // seen by this hub, even if the journal did not take it
+	if r.Token == h.retired.Token {
+		// Seen by this hub, even if the journal did not take it: the survivor healthy, members rejoined.
+		r.SurvivorSeen = r.SurvivorSeen || h.retired.SurvivorSeen
+		r.Members = slices.DeleteFunc(r.Members, func(x pass.Retiree) bool { return !slices.Contains(h.retired.Members, x) })
 	}
 	h.retired = r
 }
 
-// survivorSeen journals that the rebuilt cluster of recovery token was seen healthy on its survivor,
-// and holds the survivor no longer. Not journaled (no journal, or it fails), it holds no longer in this
-// hub all the same; the next hub sees it again.
-func (h *Hub) survivorSeen(ctx context.Context, token string) {
+// saw journals what a pass saw of a recovery's rebuilt cluster for the first time: its survivor
+// healthy, old members back in it. Either is held no longer in this hub at once; not journaled (no
+// journal, or it fails), the next hub holds it until it sees it again.
+func (h *Hub) saw(ctx context.Context, s pass.Seen) {
 	h.mu.Lock()
-	if h.retired.Token == token {
-		h.retired.SurvivorSeen = true
+	if h.retired.Token == s.Token {
+		h.retired = h.retired.Without(s.Rejoined)
+		h.retired.SurvivorSeen = h.retired.SurvivorSeen || s.Survivor
 	}
 	h.mu.Unlock()
 	store := h.cfg.Recoveries
@@ -70,13 +74,12 @@ func (h *Hub) survivorSeen(ctx context.Context, token string) {
 	h.recordMu.Lock()
 	defer h.recordMu.Unlock()
 	rec, err := store.Recovery(ctx)
-	if err == nil && rec != nil && rec.Plan.Token == token && rec.SurvivorSeen == nil {
-		now := time.Now().UTC()
-		rec.SurvivorSeen = &now
+	if err == nil && rec != nil && rec.Plan.Token == s.Token && rec.Saw(s, time.Now().UTC()) {
 		err = store.RecordRecovery(ctx, *rec)
 	}
 	if err != nil {
-		h.log.Warn("journaling the rebuilt cluster seen healthy: the next hub holds the survivor until it sees it again", "token", token, "err", err)
+		h.log.Warn("journaling the rebuilt etcd cluster seen healthy on its survivor or old members back in it: the next hub holds them until it sees them again",
+			"token", s.Token, "err", err)
 	}
 }
 

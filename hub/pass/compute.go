@@ -125,9 +125,9 @@ type Ready struct {
 	// Retire, when set, is a rebuild of etcd no recovery of Hale's journaled: its old members are
 	// retired from now on, and it is journaled as the last recovery.
 	Retire *RecoveryRecord
-	// SurvivorSeen, when set, is the token of the last recovery, whose rebuilt cluster this pass saw
-	// healthy on its survivor for the first time: journaled, the survivor is held no longer.
-	SurvivorSeen string
+	// Seen is what this pass saw of the last recovery's rebuilt cluster for the first time (zero:
+	// nothing): its survivor healthy, old members back in it; journaled, they are held no longer.
+	Seen Seen
 	// KeepJoined, when not nil, is the set of observers the gossip keeps joined from now on.
 	KeepJoined []string
 	// RecordMark, when set, is the raft mark to journal.
@@ -295,9 +295,16 @@ func (s *State) update(f Facts) Ready {
 	}
 	if d.survivorSeen {
 		r := f.Retired
-		rd.SurvivorSeen = r.Token
+		rd.Seen = Seen{Token: r.Token, Survivor: true}
 		rd.queue(Notice{Machine: r.survivor.Machine, Reason: ReasonSurvivor, Message: fmt.Sprintf("the cluster etcd recovery %s rebuilt from %s is healthy: "+
 			"a strict majority of the observers reach %s since the rebuild; %s is held as its survivor no longer", r.Token, r.survivor.Machine, r.survivor.Member, r.survivor.Machine)})
+	}
+	if back := f.Retired.RejoinedNow(f.Observations, f.Inventory.Policy.Assess.StaleAfter); len(back) > 0 {
+		rd.Seen.Token, rd.Seen.Rejoined = f.Retired.Token, back
+		for _, x := range back {
+			rd.queue(Notice{Machine: x.Machine, Reason: ReasonRejoined, Message: fmt.Sprintf("%s is back in the new etcd cluster as %s: retired by etcd recovery %s no more, "+
+				"it is healed as any other machine from now on", x.Machine, x.Member, f.Retired.Token)})
+		}
 	}
 	v.NotPlanning, v.Cluster, v.Outcome, v.Needs, v.Holds, v.planned = "", d.cluster, d.outcome, d.needs, d.holds, f.Now
 	v.quorumLost = d.outcome.Budget.QuorumLost()

@@ -54,6 +54,9 @@ const (
 	ReasonMemberAnswers Reason = "MemberAnswers"
 	// ReasonSurvivor: the survivor of an etcd recovery, until the rebuilt cluster is seen healthy.
 	ReasonSurvivor Reason = "Survivor"
+	// ReasonRejoined: a member of the old cluster an etcd recovery replaced, seen back in the new one:
+	// retired no more.
+	ReasonRejoined Reason = "Rejoined"
 	// ReasonCommonCause: a probe fails alike on a strict majority of the voters' machines while their
 	// members are healthy (commonCauses).
 	ReasonCommonCause Reason = "CommonCause"

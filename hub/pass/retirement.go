@@ -25,6 +25,36 @@ type RecoveryRecord struct {
 	// member of the rebuilt cluster, in reports sent since the rebuild. Until then the hub never
 	// power-cycles, resets or fences the survivor by itself (DESIGN.md rule 13).
 	SurvivorSeen *time.Time `json:"survivorSeen,omitempty"`
+	// Rejoined is when each old member (by name) was first seen back in the new cluster (Where): from
+	// then it is retired no more, and a later death of its machine is healed as any other's. Seen
+	// only live, a rejoined machine that hung later was held again as retired (its reports gone, its
+	// member unreachable) and never healed.
+	Rejoined map[string]time.Time `json:"rejoined,omitempty"`
+}
+
+// Seen is what a pass saw of recovery Token's rebuilt cluster: its survivor healthy, old members back
+// in it (Rejoined).
+type Seen struct {
+	Token    string
+	Survivor bool
+	Rejoined []Retiree
+}
+
+// Saw records in rec what s saw (rec of s.Token), the first time at now; false: nothing new.
+func (rec *RecoveryRecord) Saw(s Seen, now time.Time) bool {
+	changed := false
+	if s.Survivor && rec.SurvivorSeen == nil {
+		rec.SurvivorSeen, changed = &now, true
+	}
+	for _, x := range s.Rejoined {
+		if _, ok := rec.Rejoined[x.Member]; !ok {
+			if rec.Rejoined == nil {
+				rec.Rejoined = map[string]time.Time{}
+			}
+			rec.Rejoined[x.Member], changed = now, true
+		}
+	}
+	return changed
 }
 
 // Retiree is a member of the old cluster a recovery replaced (one it fenced, or one that answered and
@@ -54,12 +84,12 @@ func RetirementOf(rec *RecoveryRecord) Retirement {
 		r.Quorum = p.Loss.Quorum
 	}
 	for _, f := range p.Fence {
-		if f.Machine != "" {
+		if _, back := rec.Rejoined[f.Member]; f.Machine != "" && !back {
 			r.Members = append(r.Members, Retiree{f.Machine, f.Member})
 		}
 	}
 	for _, c := range p.Candidates {
-		if c.Member != p.Survivor.Member && c.Machine != "" {
+		if _, back := rec.Rejoined[c.Member]; c.Member != p.Survivor.Member && c.Machine != "" && !back {
 			r.Members = append(r.Members, Retiree{c.Machine, c.Member})
 		}
 	}
@@ -209,6 +239,24 @@ func (r Retirement) RunningOld(obs assess.Observations, staleAfter time.Duration
 	}
 	return fmt.Sprintf("; %s still run the old etcd cluster %s that recovery %s replaced, and report its membership: run `agent rejoin` on them",
 		strings.Join(old, ", "), r.Cluster, r.Token)
+}
+
+// RejoinedNow is the retired members this pass sees back in the new cluster (Where); the hub journals
+// them, and they are retired no more.
+func (r Retirement) RejoinedNow(obs assess.Observations, staleAfter time.Duration) []Retiree {
+	var back []Retiree
+	for _, x := range r.Members {
+		if rejoined, _ := r.Where(x, obs, staleAfter); rejoined {
+			back = append(back, x)
+		}
+	}
+	return back
+}
+
+// Without is r without the members in gone (the same token's, seen rejoined).
+func (r Retirement) Without(gone []Retiree) Retirement {
+	r.Members = slices.DeleteFunc(slices.Clone(r.Members), func(x Retiree) bool { return slices.Contains(gone, x) })
+	return r
 }
 
 func (r Retirement) MemberOf(machine string) string {
