@@ -456,11 +456,10 @@ func TestManualReboot(t *testing.T) {
 	h := tb.Hub()
 	ctx := t.Context()
 
-	res, err := h.Reboot(ctx, operator.RebootRequest{Machine: inproc.Name(0), DryRun: true})
-	require.NoError(t, err)
+	res := rebootOnceQuorumAllows(t, tb, operator.RebootRequest{Machine: inproc.Name(0), DryRun: true})
 	assert.Equal(t, []string{"power-cycle etcd-0", "await-healthy etcd-0"}, res.Steps)
 	assert.Empty(t, res.Remediation)
-	_, err = h.Reboot(ctx, operator.RebootRequest{Machine: "nope"})
+	_, err := h.Reboot(ctx, operator.RebootRequest{Machine: "nope"})
 	assert.ErrorIs(t, err, hub.ErrNotFound)
 
 	rebootUntilDone(t, tb, operator.RebootRequest{Machine: inproc.Name(0)})
