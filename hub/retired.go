@@ -63,7 +63,8 @@ func (h *Hub) retire(rec *pass.RecoveryRecord) {
 func (h *Hub) saw(ctx context.Context, s pass.Seen) {
 	h.mu.Lock()
 	if h.retired.Token == s.Token {
-		h.retired = h.retired.Without(s.Rejoined)
+		// A copy: the pass's facts share the slice.
+		h.retired.Members = slices.DeleteFunc(slices.Clone(h.retired.Members), func(x pass.Retiree) bool { return slices.Contains(s.Rejoined, x) })
 		h.retired.SurvivorSeen = h.retired.SurvivorSeen || s.Survivor
 	}
 	h.mu.Unlock()
@@ -74,13 +75,30 @@ func (h *Hub) saw(ctx context.Context, s pass.Seen) {
 	h.recordMu.Lock()
 	defer h.recordMu.Unlock()
 	rec, err := store.Recovery(ctx)
-	if err == nil && rec != nil && rec.Plan.Token == s.Token && rec.Saw(s, time.Now().UTC()) {
+	if err == nil && rec != nil && rec.Plan.Token == s.Token && record(rec, s, time.Now().UTC()) {
 		err = store.RecordRecovery(ctx, *rec)
 	}
 	if err != nil {
 		h.log.Warn("journaling the rebuilt etcd cluster seen healthy on its survivor or old members back in it: the next hub holds them until it sees them again",
 			"token", s.Token, "err", err)
 	}
+}
+
+// record records in rec what s saw, the first time at now; false: nothing new.
+func record(rec *pass.RecoveryRecord, s pass.Seen, now time.Time) bool {
+	changed := false
+	if s.Survivor && rec.SurvivorSeen == nil {
+		rec.SurvivorSeen, changed = &now, true
+	}
+	for _, x := range s.Rejoined {
+		if _, ok := rec.Rejoined[x.Member]; !ok {
+			if rec.Rejoined == nil {
+				rec.Rejoined = map[string]time.Time{}
+			}
+			rec.Rejoined[x.Member], changed = now, true
+		}
+	}
+	return changed
 }
 
 // oldQuorumIfOn says why powering machine on would run the old cluster's quorum (pass.ReasonOldQuorum):

@@ -40,23 +40,6 @@ type Seen struct {
 	Rejoined []Retiree
 }
 
-// Saw records in rec what s saw (rec of s.Token), the first time at now; false: nothing new.
-func (rec *RecoveryRecord) Saw(s Seen, now time.Time) bool {
-	changed := false
-	if s.Survivor && rec.SurvivorSeen == nil {
-		rec.SurvivorSeen, changed = &now, true
-	}
-	for _, x := range s.Rejoined {
-		if _, ok := rec.Rejoined[x.Member]; !ok {
-			if rec.Rejoined == nil {
-				rec.Rejoined = map[string]time.Time{}
-			}
-			rec.Rejoined[x.Member], changed = now, true
-		}
-	}
-	return changed
-}
-
 // Retiree is a member of the old cluster a recovery replaced (one it fenced, or one that answered and
 // was behind the survivor), on its machine.
 type Retiree struct{ Machine, Member string }
@@ -251,12 +234,6 @@ func (r Retirement) RejoinedNow(obs assess.Observations, staleAfter time.Duratio
 		}
 	}
 	return back
-}
-
-// Without is r without the members in gone (the same token's, seen rejoined).
-func (r Retirement) Without(gone []Retiree) Retirement {
-	r.Members = slices.DeleteFunc(slices.Clone(r.Members), func(x Retiree) bool { return slices.Contains(gone, x) })
-	return r
 }
 
 func (r Retirement) MemberOf(machine string) string {
