@@ -224,7 +224,11 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	before = len(c.PowerEvents())
 	hung = time.Now()
 	n.Freeze()
+	var waited []string // what the fallback said of it while it held it (the first and the last)
 	waitStatus(ctx, t, c, "every machine Healthy after "+n.Name+"'s power-cycle by the fallback", func(st operator.Status) bool {
+		if m, ok := machineIn(st, n.Name); ok && m.Decision != "" && len(powerChanges(c, before)) == 0 {
+			waited = append(waited[:min(len(waited), 1)], m.Decision)
+		}
 		return settled(st) && len(powerChanges(c, before)) >= 2
 	})
 	c.WaitReady(ctx)
@@ -233,8 +237,8 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	for i, kind := range []string{"power-off ", "power-on "} {
 		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" "+bmcOf(c, n)), "one power-cycle of the hung node by its BMC: %v", powered)
 	}
-	t.Logf("management: %s hung while the management cluster was gone, power-cycled by the fallback %s after, the control plane healthy %s after",
-		n.Name, c.PowerEventAt(before).Sub(hung).Round(100*time.Millisecond), time.Since(hung).Round(time.Second))
+	t.Logf("management: %s hung while the management cluster was gone, power-cycled by the fallback %s after, the control plane healthy %s after (meanwhile the fallback said: %q)",
+		n.Name, c.PowerEventAt(before).Sub(hung).Round(100*time.Millisecond), time.Since(hung).Round(time.Second), waited)
 
 	// It answers again: the hub leads again, its cell wants the claim and the fallback hands it over;
 	// the cell finds the fallback's remediation done in the workload cluster's journal and acts on
