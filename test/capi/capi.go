@@ -3,7 +3,8 @@
 // providers, and the Docker provider's manager (CAPD) whose in-memory backend simulates machines, their
 // nodes and their etcd members without Docker. Each provider's CRDs and webhook configurations are
 // rendered from its own config/default, with every webhook pointed at the manager on 127.0.0.1 through
-// one self-signed CA (no cert-manager).
+// one self-signed CA (no cert-manager). The managers run in this process's network, or on a host of a
+// netns lab (StartWith), where they reach what that host reaches (a workload cluster's API server).
 package capi
 
 import (
@@ -16,13 +17,13 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,13 +76,46 @@ func providers() []provider {
 // Controllers are the running managers, by name (core, bootstrap-kubeadm, controlplane-kubeadm, capd).
 type Controllers map[string]*proc.Process
 
+// Options say which managers StartWith runs and where.
+type Options struct {
+	// Providers are the managers to run, in providers' order: all of them when empty.
+	Providers []string
+	// Start starts a manager from its command line (env(1)'s: its environment first): a process of
+	// a netns lab's host, say. A process in this one's network when nil.
+	Start func(name string, args ...string) *proc.Process
+	// Reach is an address on this process's loopback at which addr, as the managers' own network
+	// reaches it (127.0.0.1:PORT, a manager's webhooks or health endpoint), is reached: by the API
+	// server (the webhooks) and the test (readiness). addr itself when nil.
+	Reach func(addr string) string
+}
+
 // Start installs every provider's CRDs and webhooks into the API server c talks to (kubeconfig is the
 // same server, for the managers), starts the managers with syncPeriod as their resync and waits until
 // each is ready. They stop when the test ends; their logs are shown when it failed.
 func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Duration) Controllers {
 	t.Helper()
-	dir := Dir()
+	return StartWith(t, c, kubeconfig, syncPeriod, Options{})
+}
+
+// StartWith is Start with the managers o names, run where o says.
+func StartWith(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Duration, o Options) Controllers {
+	t.Helper()
+	if o.Start == nil {
+		o.Start = func(name string, args ...string) *proc.Process {
+			return proc.Start(t, name, exec.Command(args[0], args[1:]...))
+		}
+	}
+	if o.Reach == nil {
+		o.Reach = func(addr string) string { return addr }
+	}
+	var run []provider
 	for _, p := range providers() {
+		if len(o.Providers) == 0 || slices.Contains(o.Providers, p.name) {
+			run = append(run, p)
+		}
+	}
+	dir := Dir()
+	for _, p := range run {
 		if _, err := os.Stat(filepath.Join(dir, p.name)); err != nil {
 			t.Fatalf("no %s manager in %s: run test/kube/build-capi (test/run does)", p.name, dir)
 		}
@@ -90,31 +124,29 @@ func Start(t testing.TB, c client.Client, kubeconfig string, syncPeriod time.Dur
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ports := map[string]int{}
-	for _, p := range providers() {
+	for _, p := range run {
 		ports[p.name] = proc.FreePort(t)
-		install(ctx, t, c, p.name, ports[p.name], caPEM)
+		install(ctx, t, c, p.name, "https://"+o.Reach("127.0.0.1:"+strconv.Itoa(ports[p.name])), caPEM)
 	}
 	ctrls := Controllers{}
-	for _, p := range providers() {
-		health := proc.FreePort(t)
-		args := append([]string{"--leader-elect=false", "--diagnostics-address=0", "--insecure-diagnostics",
-			"--webhook-port=" + strconv.Itoa(ports[p.name]), "--webhook-cert-dir=" + certDir,
-			"--health-addr=127.0.0.1:" + strconv.Itoa(health), "--sync-period=" + syncPeriod.String()}, p.args...)
-		cmd := exec.Command(filepath.Join(dir, p.name), args...)
-		cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=capi-"+p.name), p.env...)
-		ctrls[p.name] = proc.Start(t, "Cluster API "+p.name+" manager", cmd)
-		ctrls[p.name].WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", health), time.Minute)
+	for _, p := range run {
+		health := "127.0.0.1:" + strconv.Itoa(proc.FreePort(t))
+		args := append([]string{"env", "KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=capi-" + p.name}, p.env...)
+		args = append(append(args, filepath.Join(dir, p.name), "--leader-elect=false", "--diagnostics-address=0", "--insecure-diagnostics",
+			"--webhook-port="+strconv.Itoa(ports[p.name]), "--webhook-cert-dir="+certDir,
+			"--health-addr="+health, "--sync-period="+syncPeriod.String()), p.args...)
+		ctrls[p.name] = o.Start("Cluster API "+p.name+" manager", args...)
+		ctrls[p.name].WaitReady(t, "http://"+o.Reach(health)+"/readyz", time.Minute)
 	}
 	return ctrls
 }
 
-// install renders config/<name>/default and creates its CRDs (conversion webhooks at the manager) and
-// webhook configurations (every webhook at the manager), and waits until the CRDs are established.
-func install(ctx context.Context, t testing.TB, c client.Client, name string, port int, caPEM []byte) {
+// install renders config/<name>/default and creates its CRDs (conversion webhooks at the manager, at
+// base) and webhook configurations (every webhook at the manager), and waits until the CRDs are established.
+func install(ctx context.Context, t testing.TB, c client.Client, name, base string, caPEM []byte) {
 	t.Helper()
 	out, err := kubeenv.Kubectl("kustomize", filepath.Join(Dir(), "config", name, "default"))
 	require.NoError(t, err, "rendering %s's config/default: %s", name, out)
-	base := "https://127.0.0.1:" + strconv.Itoa(port)
 	ca := base64.StdEncoding.EncodeToString(caPEM) // caBundle, as unstructured objects hold []byte
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
 	var crds []string

@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +27,7 @@ import (
 	"github.com/hale-dev/hale/bmc"
 	"github.com/hale-dev/hale/hub/operator"
 	"github.com/hale-dev/hale/kube/clusterapi"
+	"github.com/hale-dev/hale/test/capi"
 	"github.com/hale-dev/hale/test/kubeenv"
 	"github.com/hale-dev/hale/test/lab"
 	"github.com/hale-dev/hale/test/metal3sim"
@@ -35,11 +38,15 @@ import (
 // managementCell moves the cluster, running Hale as installed (self-hosted, standalone-bmc), under a
 // Cluster API management cluster's hub as install.md says for a workload cluster that already runs
 // Hale: its install becomes the fallback and the management cluster's cell heals it. The management
-// cluster is a real API server (test/kubeenv's, with Cluster API's and metal3's CRDs) on the lab's
-// network, at a host of its own, holding the Cluster, its kubeconfig Secret (kubeadm's admin.conf,
-// as Cluster API keeps it), the control-plane Machines and the BareMetalHosts of the Redfish BMCs;
-// metal3's operator is stood in for (test/metal3sim, through a forwarder to the BMCs from that host).
-// The hub runs on that host as deploy/management runs it, as its ServiceAccount. The cell takes the
+// cluster is a real API server on the lab's network, at a host of its own, with Cluster API's real
+// core manager on that host (test/capi: its CRDs, webhooks and controllers) reaching the workload
+// cluster through the kubeconfig Secret (kubeadm's admin.conf, as Cluster API keeps it). It holds the
+// Cluster, the control-plane Machines (their nodes found by Cluster API's Machine controller, by
+// providerID), a MachineHealthCheck of them as coexistence.md has it beside Hale, and the
+// BareMetalHosts of the Redfish BMCs. metal3's controllers are stood in for: the Metal3Cluster and
+// Metal3Machines (ready; the machines' spec.providerID, and the providerID set on each Node, as
+// Cluster API Provider Metal3 sets them) and the operator (test/metal3sim, through a forwarder to
+// the BMCs from that host). The hub runs on that host as deploy/management runs it, as its ServiceAccount. The cell takes the
 // claim from the fallback, sees every machine Healthy, and power-cycles a hung control-plane node
 // through its BareMetalHost, after the stall tolerance: one power-cycle, the control plane healthy.
 // Then the management API server stops answering the hub: the fallback takes the claim and heals another hung node
@@ -50,7 +57,7 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	t.Helper()
 	start := time.Now()
 	host := c.Lab.Host("mgmt")
-	mc, mcfg := kubeenv.Start(t)
+	mc, mcfg := kubeenv.StartForCAPI(t)
 	dir := t.TempDir()
 	// The lab reaches it through a proxy that can freeze (the server hangs, or a partition drops
 	// everything between it and the hub).
@@ -60,6 +67,10 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	proxied := rest.CopyConfig(mcfg)
 	proxied.Host = "https://" + reach.Addr()
 	admin := lab.Expose(t, host, proxied, dir, "")
+	// Cluster API's core manager on that host, through the same proxy: when the management cluster is
+	// gone, so are its controllers.
+	capi.StartWith(t, mc, admin, time.Minute, capi.Options{Providers: []string{"core"}, Start: host.Start,
+		Reach: func(addr string) string { return lab.Reach(t, host, addr) }})
 	// The hub's own, as the ServiceAccount deploy/management makes (its permissions, nothing more).
 	asHub := lab.Kubeconfig(t, host, proxied, dir, "system:serviceaccount:hale-system:hale-hub",
 		"system:serviceaccounts", "system:serviceaccounts:hale-system", "system:authenticated")
@@ -81,7 +92,20 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	// What Cluster API and metal3 keep in the management cluster for this workload cluster.
 	const ns, name = "fleet", "w1"
 	require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	require.NoError(t, mc.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: clusterv1.ClusterSpec{Paused: new(false)}}))
+	// metal3's infrastructure objects, as Cluster API Provider Metal3 keeps them: ready.
+	infra := func(kind, name string, spec map[string]any) {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1beta1", Kind: kind})
+		u.SetNamespace(ns)
+		u.SetName(name)
+		require.NoError(t, mc.Create(ctx, u))
+		require.NoError(t, unstructured.SetNestedField(u.Object, true, "status", "ready"))
+		require.NoError(t, mc.Status().Update(ctx, u))
+	}
+	infra("Metal3Cluster", name, map[string]any{})
+	require.NoError(t, mc.Create(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: clusterv1.ClusterSpec{Paused: new(false),
+		InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Cluster", Name: name}}}))
 	kubeconfig, err := os.ReadFile(c.Kubeconfig)
 	require.NoError(t, err)
 	require.NoError(t, mc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-kubeconfig",
@@ -90,6 +114,12 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	redfish := map[string]string{} // the Redfish BMCs' endpoints, by node, as this process reaches them
 	simulator := lab.Reach(t, host, c.OOB.Addr(8000))
 	for _, n := range c.ControlPlanes() {
+		// Its Metal3Machine, and the Node's providerID, as Cluster API Provider Metal3 sets them; Cluster
+		// API's Machine controller finds the Node by it.
+		providerID := "metal3://" + ns + "/" + n.Name + "/" + name + "-" + n.Name
+		infra("Metal3Machine", name+"-"+n.Name, map[string]any{"providerID": providerID})
+		out, err := c.Kubectl(ctx, "patch", "node", n.Name, "-p", `{"spec":{"providerID":"`+providerID+`"}}`)
+		require.NoError(t, err, out)
 		machine := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-" + n.Name,
 			Labels: map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineControlPlaneLabel: ""},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "controlplane.cluster.x-k8s.io/v1beta2", Kind: "KubeadmControlPlane", Name: name + "-cp",
@@ -97,8 +127,6 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 			Spec: clusterv1.MachineSpec{ClusterName: name, Bootstrap: clusterv1.Bootstrap{DataSecretName: new("bootstrap")},
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "Metal3Machine", Name: name + "-" + n.Name}}}
 		require.NoError(t, mc.Create(ctx, machine))
-		machine.Status.NodeRef = clusterv1.MachineNodeReference{Name: n.Name}
-		require.NoError(t, mc.Status().Update(ctx, machine))
 		// cp-2's BMC is IPMI (UDP), which the stand-in, outside the lab's network, cannot reach through a
 		// TCP forwarder: it has no host here (the cell then has no BMC for it; it is not the one hung).
 		if c.IPMI[n.Name] != nil {
@@ -114,6 +142,33 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		bmh.SetName(n.Name)
 		require.NoError(t, mc.Create(ctx, bmh))
 	}
+	// coexistence.md's MachineHealthCheck of the control plane beside Hale: it remediates itself (its
+	// owner's way), on timeouts well above Hale's heal through a BareMetalHost.
+	require.NoError(t, mc.Create(ctx, &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-cp"},
+		Spec: clusterv1.MachineHealthCheckSpec{ClusterName: name,
+			Selector: metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineControlPlaneLabel: ""}},
+			Checks: clusterv1.MachineHealthCheckChecks{UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: new(int32(300))},
+				{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: new(int32(300))}}}}}))
+	// Cluster API's Machine controller finds each Machine's Node in the workload cluster, and its
+	// MachineHealthCheck controller watches them there: all healthy to it, none handed to its owner.
+	capiHealthy := func() bool {
+		var ms clusterv1.MachineList
+		var mhc clusterv1.MachineHealthCheck
+		if mc.List(ctx, &ms, client.InNamespace(ns)) != nil || len(ms.Items) != len(c.ControlPlanes()) ||
+			mc.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-cp"}, &mhc) != nil {
+			return false
+		}
+		for _, m := range ms.Items {
+			if m.Status.NodeRef.Name != strings.TrimPrefix(m.Name, name+"-") ||
+				meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineOwnerRemediatedCondition) != nil {
+				return false
+			}
+		}
+		return mhc.Status.CurrentHealthy != nil && int(*mhc.Status.CurrentHealthy) == len(ms.Items)
+	}
+	require.Eventually(t, capiHealthy, 3*time.Minute, time.Second, "Cluster API's controllers: every Machine's Node found by its providerID, every Machine healthy to the MachineHealthCheck")
+	t.Logf("management: Cluster API's controllers found every Machine's Node and see them healthy %s after the management cluster started", time.Since(start).Round(time.Second))
 	creds, err := bmc.LoadCredentials(c.BMCCreds)
 	require.NoError(t, err)
 	op := &metal3sim.Operator{Client: mc, Namespace: ns, Interval: 200 * time.Millisecond, Log: slog.New(slog.NewTextHandler(t.Output(), nil)),
@@ -199,6 +254,7 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	for i, kind := range []string{"power-off ", "power-on "} {
 		require.True(t, strings.HasPrefix(powered[i], kind+n.Name+" Redfish"), "one power-cycle of the hung node by its BMC: %v", powered)
 	}
+	require.Eventually(t, capiHealthy, time.Minute, time.Second, "Cluster API's MachineHealthCheck: every Machine healthy again, none handed to its owner (Hale healed it first)")
 	var list v1alpha1.RemediationList
 	require.NoError(t, mc.List(ctx, &list, client.InNamespace(ns)))
 	require.Len(t, list.Items, 1, "the cell's journal in the Cluster's namespace")
@@ -249,6 +305,7 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		return strings.HasSuffix(claim(), "@"+ns+"/"+name) && settled(st)
 	})
 	require.Len(t, powerChanges(c, before), 2, "nothing acted on twice")
+	require.Eventually(t, capiHealthy, time.Minute, time.Second, "Cluster API's MachineHealthCheck, back with the management cluster: every Machine healthy, none handed to its owner")
 	t.Logf("management: the management API server answering again, the cell holds the claim and sees every machine Healthy %s after", time.Since(back).Round(time.Second))
 }
 

@@ -1,7 +1,8 @@
 // Package kubeenv starts a real kube-apiserver (and its etcd) for tests through envtest, with Hale's
-// CRDs, Cluster API's (core and KubeadmControlPlane), medik8s' NodeMaintenance and a stand-in for
-// metal3's BareMetalHost CRD, from KUBEBUILDER_ASSETS or the cache test/kube/build-assets fills
-// (test/run builds them when missing). Missing binaries fail the test: they are never silently skipped.
+// CRDs, Cluster API's (core and KubeadmControlPlane), medik8s' NodeMaintenance and stand-ins for
+// metal3's BareMetalHost, Metal3Cluster and Metal3Machine CRDs, from KUBEBUILDER_ASSETS or the cache
+// test/kube/build-assets fills (test/run builds them when missing). Missing binaries fail the test:
+// they are never silently skipped.
 package kubeenv
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,7 +76,8 @@ func moduleDir(modVersion, sum string) (string, error) {
 const nodeMaintenance, nodeMaintenanceSum = "github.com/medik8s/node-maintenance-operator@v0.17.0", "h1:2zHpibBhwj3e+9k0J+4dy7rXDB3P1QQ/zZKQ0lVvW9E="
 
 // crdDirs are the CRDs Start installs besides Hale's: Cluster API's core and KubeadmControlPlane,
-// medik8s' NodeMaintenance, and the stand-in BareMetalHost (or metal3's own, when metal3CRDs is set).
+// medik8s' NodeMaintenance, and the stand-ins for metal3's (or metal3's own BareMetalHost, when
+// metal3CRDs is set).
 func crdDirs(metal3CRDs string) ([]string, error) {
 	capi, err := moduleDir("sigs.k8s.io/cluster-api@v1.14.2", "")
 	if err != nil {
@@ -117,6 +120,18 @@ func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Conf
 func StartBare(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
 	c, cfg, _ := startOn(t, nil)
+	return c, cfg
+}
+
+// StartForCAPI is StartBare with KubeadmControlPlane's CRD and the stand-ins for metal3's
+// (BareMetalHost, and Metal3Cluster and Metal3Machine, Cluster API's infrastructure on them): a
+// management cluster whose Cluster API core manager test/capi installs and runs (its own CRDs and
+// webhooks), without KubeadmControlPlane's.
+func StartForCAPI(t testing.TB) (client.Client, *rest.Config) {
+	t.Helper()
+	dirs, err := crdDirs("")
+	require.NoError(t, err)
+	c, cfg, _ := startOn(t, nil, slices.DeleteFunc(dirs, func(d string) bool { return strings.HasSuffix(d, "/core/config/crd/bases") })...)
 	return c, cfg
 }
 
