@@ -46,13 +46,14 @@ import (
 // BareMetalHosts of the Redfish BMCs. metal3's controllers are stood in for: the Metal3Cluster and
 // Metal3Machines (ready; the machines' spec.providerID, and the providerID set on each Node, as
 // Cluster API Provider Metal3 sets them) and the operator (test/metal3sim, through a forwarder to
-// the BMCs from that host). The hub runs on that host as deploy/management runs it, as its ServiceAccount. The cell takes the
-// claim from the fallback, sees every machine Healthy, and power-cycles a hung control-plane node
-// through its BareMetalHost, after the stall tolerance: one power-cycle, the control plane healthy.
-// Then the management API server stops answering the hub: the fallback takes the claim and heals another hung node
-// through its own inventory's BMC; the API server answers again and the cell takes the claim back,
-// acting on nothing twice. The management hub stops at the end: the fallback takes the claim back
-// once it lapses.
+// the BMCs from that host). The hub runs on that host as deploy/management runs it, as its
+// ServiceAccount. The cell takes the claim from the fallback, sees every machine Healthy, and
+// power-cycles a hung control-plane node through its BareMetalHost, after the stall tolerance: one
+// power-cycle, the control plane healthy, and Cluster API's MachineHealthCheck leaves it to Hale.
+// Then the management API server (and with it Cluster API's controllers) stops answering: the
+// fallback takes the claim and heals another hung node through its own inventory's BMC; the API
+// server answers again and the cell takes the claim back, acting on nothing twice. The management
+// hub stops at the end: the fallback takes the claim back once it lapses.
 func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	t.Helper()
 	start := time.Now()
@@ -93,12 +94,12 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	const ns, name = "fleet", "w1"
 	require.NoError(t, mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	// metal3's infrastructure objects, as Cluster API Provider Metal3 keeps them: ready.
-	infra := func(kind, name string, spec map[string]any) {
+	infra := func(kind, obj string, spec map[string]any) {
 		t.Helper()
 		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "infrastructure.cluster.x-k8s.io", Version: "v1beta1", Kind: kind})
 		u.SetNamespace(ns)
-		u.SetName(name)
+		u.SetName(obj)
 		require.NoError(t, mc.Create(ctx, u))
 		require.NoError(t, unstructured.SetNestedField(u.Object, true, "status", "ready"))
 		require.NoError(t, mc.Status().Update(ctx, u))
