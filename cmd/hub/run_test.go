@@ -146,17 +146,22 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(out, " ready "), out)
 	_, code = cli("check", "--now", "--inventory", inv)
 	assert.Equal(t, exitUsage, code)
-	// settled runs a command until its output says want, for up to 30 s, and returns its last output:
-	// a loaded machine's in-process rig can leave the hub without a fresh etcd view for seconds ("not
-	// planning: no fresh etcd view from any agent", 2026-12-05), when it plans nothing and cannot
-	// tell whether quorum is lost.
-	settled := func(want string, args ...string) (string, int) {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	// askUntil runs a command every second until done takes its answer, for at most within, and
+	// returns its last answer: a loaded machine's in-process rig can leave the hub without a fresh etcd
+	// view for seconds ("not planning: no fresh etcd view from any agent", 2026-12-05), when it plans
+	// nothing, cannot tell whether quorum is lost, and refuses a reboot; the operator asks again.
+	askUntil := func(within time.Duration, done func(out string, code int) bool, args ...string) (string, int) {
+		for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
 			out, code := cli(args...)
-			if strings.Contains(out, want) || time.Now().After(deadline) {
+			if done(out, code) || time.Now().After(deadline) {
 				return out, code
 			}
+			t.Logf("%s: asked again: %s", strings.Join(args, " "), out)
 		}
+	}
+	// settled asks until the answer says want, as the hub answers of a settled cluster.
+	settled := func(want string, args ...string) (string, int) {
+		return askUntil(30*time.Second, func(out string, _ int) bool { return strings.Contains(out, want) }, args...)
 	}
 	// A recovery plan while etcd holds quorum: not ready, and says why (exit 2).
 	out, code = settled("etcd's quorum is not lost", "recover")
@@ -196,13 +201,9 @@ func TestRunAndOperatorCommands(t *testing.T) {
 	// While the hub hears no majority for a moment (a loaded machine's gossip on loopback can miss acks)
 	// it refuses a reboot, as it cannot check quorum; the operator tries again.
 	reboot := func(args ...string) (string, int) {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-			out, code := cli(append([]string{"reboot"}, args...)...)
-			if code != exitRefused || !strings.Contains(out, "cannot check quorum") || time.Now().After(deadline) {
-				return out, code
-			}
-			t.Logf("refused, tried again: %s", out)
-		}
+		return askUntil(time.Minute, func(out string, code int) bool {
+			return code != exitRefused || !strings.Contains(out, "cannot check quorum")
+		}, append([]string{"reboot"}, args...)...)
 	}
 	out, code = reboot("cp-1", "--dry-run")
 	assert.Equal(t, 0, code, out)

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,10 +74,10 @@ func moduleDir(modVersion, sum string) (string, error) {
 // it (the module proxy serves it), so its hash is pinned.
 const nodeMaintenance, nodeMaintenanceSum = "github.com/medik8s/node-maintenance-operator@v0.17.0", "h1:2zHpibBhwj3e+9k0J+4dy7rXDB3P1QQ/zZKQ0lVvW9E="
 
-// crdDirs are the CRDs Start installs besides Hale's: Cluster API's core and KubeadmControlPlane,
-// medik8s' NodeMaintenance, and the stand-ins for metal3's (or metal3's own BareMetalHost, when
-// metal3CRDs is set).
-func crdDirs(metal3CRDs string) ([]string, error) {
+// crdDirs are the CRDs Start installs besides Hale's: Cluster API's core (when capiCore) and
+// KubeadmControlPlane, medik8s' NodeMaintenance, and the stand-ins for metal3's (or metal3's own
+// BareMetalHost, when metal3CRDs is set).
+func crdDirs(metal3CRDs string, capiCore bool) ([]string, error) {
 	capi, err := moduleDir("sigs.k8s.io/cluster-api@v1.14.2", "")
 	if err != nil {
 		return nil, err
@@ -94,7 +93,11 @@ func crdDirs(metal3CRDs string) ([]string, error) {
 		}
 		metal3CRDs = filepath.Join(root, "test", "kubeenv", "crds")
 	}
-	return []string{capi + "/core/config/crd/bases", capi + "/controlplane/kubeadm/config/crd/bases", nmo + "/config/crd/bases", metal3CRDs}, nil
+	dirs := []string{capi + "/controlplane/kubeadm/config/crd/bases", nmo + "/config/crd/bases", metal3CRDs}
+	if capiCore {
+		dirs = append(dirs, capi+"/core/config/crd/bases")
+	}
+	return dirs, nil
 }
 
 // Start starts the API server for the test and returns a client (with Hale's, Cluster API's and the
@@ -109,7 +112,7 @@ func Start(t testing.TB) (client.Client, *rest.Config) {
 // config/base/crds/bases, test/kube/build-bmo) in place of the stand-in BareMetalHost CRD.
 func StartWithMetal3(t testing.TB, metal3CRDs string) (client.Client, *rest.Config) {
 	t.Helper()
-	dirs, err := crdDirs(metal3CRDs)
+	dirs, err := crdDirs(metal3CRDs, true)
 	require.NoError(t, err)
 	c, cfg, _ := startOn(t, nil, dirs...)
 	return c, cfg
@@ -129,9 +132,9 @@ func StartBare(t testing.TB) (client.Client, *rest.Config) {
 // webhooks), without KubeadmControlPlane's.
 func StartForCAPI(t testing.TB) (client.Client, *rest.Config) {
 	t.Helper()
-	dirs, err := crdDirs("")
+	dirs, err := crdDirs("", false)
 	require.NoError(t, err)
-	c, cfg, _ := startOn(t, nil, slices.DeleteFunc(dirs, func(d string) bool { return strings.HasSuffix(d, "/core/config/crd/bases") })...)
+	c, cfg, _ := startOn(t, nil, dirs...)
 	return c, cfg
 }
 
@@ -243,7 +246,7 @@ func (s *Shared) Namespace(t testing.TB) (client.Client, *rest.Config, string) {
 	t.Helper()
 	s.once.Do(func() {
 		var dirs []string
-		if dirs, s.err = crdDirs(""); s.err == nil {
+		if dirs, s.err = crdDirs("", true); s.err == nil {
 			s.env, s.c, s.cfg, s.err = launch("", nil, dirs...)
 		}
 	})
