@@ -160,6 +160,9 @@ type countingStore struct {
 	// hold, when set before the hub runs, holds every Begin until it is closed, then refuses it: the
 	// API server of a cluster whose etcd has lost quorum.
 	hold chan struct{}
+	// late, when set before the hub runs, holds every Begin until it is closed, then writes it: a
+	// begin journaled late.
+	late chan struct{}
 	// wentThrough: that many Begins write the remediation and then fail, as a write the client gave up
 	// on while the API server went on with it.
 	wentThrough atomic.Int32
@@ -171,6 +174,13 @@ func (s *countingStore) Begin(ctx context.Context, r journal.Remediation) (journ
 		select {
 		case <-s.hold:
 			return r, errors.New("the server was unable to return a response in the time allotted")
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
+	if s.late != nil {
+		select {
+		case <-s.late:
 		case <-ctx.Done():
 			return r, ctx.Err()
 		}

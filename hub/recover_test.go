@@ -438,6 +438,54 @@ func TestRetiredMembersAfterARecovery(t *testing.T) {
 	assert.Equal(t, pass.NeedRetired, r.machine(offName).NeedsOperator, "the other is still retired")
 }
 
+// A remediation the hub decided before a recovery's pause, journaled only after the recovery began
+// (the pass's begins are journaled beside the passes), is overtaken by the recovery all the same: it
+// ends while the hub is still paused, and its machine, retired, is not powered on when the operator
+// resumes (a loaded run: such a remediation waited at its checkpoint for the resume, then would have
+// gone on to power on a member whose disk holds the old cluster).
+func TestARemediationJournaledAfterTheRecoveryBeganIsOvertaken(t *testing.T) {
+	late := make(chan struct{})
+	r, pool := lossRig(t, func(r *passRig) { r.journal.late = late })
+	ctx := t.Context()
+	r.loseTwo(t, 0)
+	r.reporting()
+	require.NoError(t, r.hub.SetSuspended(ctx, false, "alice", ""))
+	var begun []string
+	require.Eventually(t, func() bool {
+		begun = begun[:0]
+		for _, name := range []string{"cp-1", "cp-2"} {
+			if _, ok := r.hub.flightOf(name); ok {
+				begun = append(begun, name)
+			}
+		}
+		return len(begun) > 0
+	}, 10*time.Second, 10*time.Millisecond, "a remediation decided, its journal write held")
+	_, err := r.hub.Recover(ctx, operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}})
+	require.NoError(t, err)
+	rec, err := r.hub.cfg.Recoveries.Recovery(ctx)
+	require.NoError(t, err)
+	close(late) // journaled now, after the recovery began
+	for _, name := range begun {
+		require.Eventually(t, func() bool { _, ok := r.hub.flightOf(name); return !ok }, 10*time.Second, 10*time.Millisecond,
+			"%s: its remediation ends, the hub still paused", name)
+		h, err := r.journal.History(ctx, name)
+		require.NoError(t, err)
+		require.NotEmpty(t, h, name)
+		last := h[len(h)-1]
+		assert.Equal(t, journal.Aborted, last.State, name)
+		assert.True(t, last.Created.After(rec.Began), "%s: journaled after the recovery began", name)
+	}
+	pool.mu.Lock()
+	pool.clusterID, pool.members, pool.clusters = "5eed", []string{"etcd-0"}, map[string]string{}
+	pool.mu.Unlock()
+	require.NoError(t, r.hub.SetPaused(ctx, false, "alice", ""))
+	r.awaitPasses(t, 10)
+	for _, name := range []string{"cp-1", "cp-2"} {
+		assert.Equal(t, "Off", r.sim.PowerState(name), "%s: fenced by the recovery, not powered on after it", name)
+		assert.Equal(t, pass.NeedRetired, r.machine(name).NeedsOperator, name)
+	}
+}
+
 func TestRetirementHold(t *testing.T) {
 	now := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
 	rec := &pass.RecoveryRecord{Plan: pass.RecoveryPlan{Loss: &pass.QuorumLoss{Voters: 5, Quorum: 3},

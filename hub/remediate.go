@@ -86,7 +86,7 @@ func (h *Hub) startFlight(ctx context.Context, machine string, rem journal.Remed
 		return nil, nil, false
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &running{rem: rem, plan: plan, next: next, cancel: cancel}
+	r := &running{rem: rem, plan: plan, next: next, cancel: cancel, since: time.Now()}
 	h.running[machine] = r
 	return r, rctx, true
 }

@@ -169,12 +169,13 @@ func (h *Hub) freshBarrier(ctx context.Context) error {
 	}
 }
 
-// Overtaken: an etcd recovery begun after the remediation retired its machine (until it rejoins).
+// Overtaken: an etcd recovery begun after the remediation's flight (not its journal entry: a pass's begin
+// decided before the recovery's pause may be journaled after it began) retired its machine (until it rejoins).
 func (w *remediationWorld) Overtaken() error {
 	w.h.mu.Lock()
 	r := w.h.retired
 	w.h.mu.Unlock()
-	if !w.rem.Created.Before(r.Began) {
+	if !w.r.since.Before(r.Began) && !w.rem.Created.Before(r.Began) {
 		return nil
 	}
 	if _, retired := r.Hold(w.m.Name, w.h.gossipNow(), w.h.inventory().Policy.Assess.StaleAfter); !retired {
