@@ -88,28 +88,36 @@ func TestStallsThroughTheHub(t *testing.T) {
 
 // A remediation begun while its machine was dead is withdrawn when the machine shows a sign of life
 // since it began, before its request goes out; one begun on the BMC's proof (or an operator's) is not,
-// nor one whose machine an observer's lagging view shows alive while the majority sees it dead.
+// nor one whose machine an observer's lagging view shows alive while the majority sees it dead. It began
+// when its flight did, if that is earlier than its journal entry (a pass's begin is journaled beside
+// the passes, through an API server in Kubernetes mode: a sign of life meanwhile counts).
 func TestWantedWithdrawsWhenTheMachineResumes(t *testing.T) {
 	began := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	dead := assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictUnhealthy, Dead: true, LifeAt: began.Add(-30 * time.Second)}
 	resumed := assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictSuspect, Alive: true, LifeAt: began.Add(time.Second)}
 	lagging := dead
 	lagging.LifeAt = began.Add(time.Second) // a minority observer's report still holds it alive
+	meanwhile := resumed
+	meanwhile.LifeAt = began.Add(-time.Second) // after the flight began, before the journal had it
 	for _, tc := range []struct {
 		name      string
 		whileDead bool
 		by        string
 		a         assess.Assessment
 		wanted    bool
+		since     time.Time // the flight's beginning
 	}{
-		{"begun while dead, still dead", true, "hub", dead, true},
-		{"begun while dead, resumed since: withdrawn", true, "hub", resumed, false},
-		{"begun while dead, one observer's view lags: still wanted", true, "hub", lagging, true},
-		{"begun on its BMC's proof, resumed since: still wanted (the proof stands)", false, "hub", resumed, true},
-		{"an operator's, Healthy again: still wanted", false, "alice", assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictHealthy, Alive: true, LifeAt: began.Add(time.Second)}, true},
-		{"the hub's, Healthy again: withdrawn", false, "hub", assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictHealthy, Alive: true, LifeAt: began.Add(time.Second)}, false},
+		{"begun while dead, resumed between its flight's beginning and its journal entry: withdrawn", true, "hub", meanwhile, false, began.Add(-3 * time.Second)},
+		{"begun while dead, resumed before its flight began: still wanted", true, "hub", meanwhile, true, began.Add(-500 * time.Millisecond)},
+		{"resumed by a restarted hub (its flight newer than its entry), resumed since the entry: withdrawn", true, "hub", resumed, false, began.Add(time.Hour)},
+		{"begun while dead, still dead", true, "hub", dead, true, began},
+		{"begun while dead, resumed since: withdrawn", true, "hub", resumed, false, began},
+		{"begun while dead, one observer's view lags: still wanted", true, "hub", lagging, true, began},
+		{"begun on its BMC's proof, resumed since: still wanted (the proof stands)", false, "hub", resumed, true, began},
+		{"an operator's, Healthy again: still wanted", false, "alice", assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictHealthy, Alive: true, LifeAt: began.Add(time.Second)}, true, began},
+		{"the hub's, Healthy again: withdrawn", false, "hub", assess.Assessment{Machine: "cp-0", Verdict: assess.VerdictHealthy, Alive: true, LifeAt: began.Add(time.Second)}, false, began},
 	} {
-		err := wanted(journal.Remediation{Created: began, WhileDead: tc.whileDead, RequestedBy: tc.by}, tc.a)
+		err := wanted(journal.Remediation{Created: began, WhileDead: tc.whileDead, RequestedBy: tc.by}, tc.since, tc.a)
 		assert.Equal(t, tc.wanted, err == nil, "%s: %v", tc.name, err)
 	}
 }

@@ -191,17 +191,18 @@ func (w *remediationWorld) Wanted() error {
 	if !ok {
 		return nil
 	}
-	return wanted(w.rem, a)
+	return wanted(w.rem, w.r.since, a)
 }
 
 // wanted: one of the hub's own remediations is wanted while its machine has not been judged Healthy
 // again, and one begun while the machine was dead while it has shown no sign of life since it began
-// (it resumed by itself: pass/stall.go). An operator's reboot is wanted whatever the verdict.
-func wanted(rem journal.Remediation, a assess.Assessment) error {
+// (it resumed by itself: pass/stall.go), counted from the earlier of its flight's beginning (since) and its
+// journal entry (as Overtaken). An operator's reboot is wanted whatever the verdict.
+func wanted(rem journal.Remediation, since time.Time, a assess.Assessment) error {
 	switch {
 	case rem.RequestedBy == "hub" && a.Verdict == assess.VerdictHealthy:
 		return fmt.Errorf("%s is Healthy again since it was found Unhealthy: its remediation is no longer wanted", a.Machine)
-	case rem.WhileDead && a.LifeAt.After(rem.Created) && (a.Alive || !a.Dead):
+	case rem.WhileDead && (a.LifeAt.After(rem.Created) || a.LifeAt.After(since)) && (a.Alive || !a.Dead):
 		return fmt.Errorf("%s has shown a sign of life (at %s) since its remediation began, where it was dead: it resumed by itself, and its remediation is no longer wanted",
 			a.Machine, a.LifeAt.UTC().Format("15:04:05.000Z07:00"))
 	}
