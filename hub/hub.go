@@ -183,7 +183,7 @@ type running struct {
 	plan   quorum.Plan
 	next   int // the step under way: the planner counts it and those after it as still to come
 	cancel context.CancelFunc
-	since  time.Time // when the flight began, before its journal entry (set once: remediationWorld.Overtaken)
+	since  time.Time // when the flight began, before its journal entry (set once; Overtaken and Wanted count from it)
 	// busy: between a checkpoint and the end of an irreversible step (a BMC call in progress).
 	busy bool
 	// stalled: why the remediation cannot go on right now (the journal refuses a write, retried until
