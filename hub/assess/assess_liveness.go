@@ -44,7 +44,7 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, hub repo
 		return false
 	}
 	agree, earliest := 0, hub.Since
-	if v := a.deadVotesOf(m.Node, false); v != nil && v.n > 0 {
+	if v := a.deadVotesOf(m.Node); v != nil && v.n > 0 {
 		agree, earliest = v.n, minTime(earliest, v.earliest)
 	}
 	votes, need := 1+agree, e.Size()/2+1 // the hub's own among them
@@ -104,4 +104,42 @@ func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, hub repo
 	ev.bad(earliest, "%s dead since %s per %d of %d expected observers (the hub and %d others)%s", m.Node,
 		earliest.UTC().Format("15:04:05.000Z07:00"), votes, e.Size(), agree, by)
 	return true
+}
+
+// deadVotes are the observers that see one node dead: how many, and since when at the earliest.
+type deadVotes struct {
+	n        int
+	earliest time.Time
+}
+
+// deadSlot is a node and the index of its votes in deadBy.
+type deadSlot struct {
+	node string
+	i    int32
+}
+
+// deadVotesOf is node's votes in this pass (nil: none).
+func (a *Assessor) deadVotesOf(node string) *deadVotes {
+	if i, ok := a.deadAt[node]; ok {
+		return &a.deadBy[i]
+	}
+	return nil
+}
+
+// deadVoteAt is the votes of node, seen dead at position j of a report's peers (added if new).
+func (a *Assessor) deadVoteAt(j int, node string) *deadVotes {
+	if j < len(a.deadMemo) && a.deadMemo[j].node == node {
+		return &a.deadBy[a.deadMemo[j].i]
+	}
+	i, ok := a.deadAt[node]
+	if !ok {
+		i = int32(len(a.deadBy))
+		a.deadAt[node] = i
+		a.deadBy = append(a.deadBy, deadVotes{})
+	}
+	for len(a.deadMemo) <= j { // every slot holds a true pair
+		a.deadMemo = append(a.deadMemo, deadSlot{node, i})
+	}
+	a.deadMemo[j] = deadSlot{node, i}
+	return &a.deadBy[i]
 }

@@ -15,8 +15,11 @@ import (
 func (a *Assessor) probes(m MachineRef, own report.Report, now time.Time, ev *evidence) {
 	upTo := minTime(now, own.SentAt)
 	for _, p := range own.Probes {
+		if p.OK {
+			continue
+		}
 		timeout, counts := a.policy.ProbeTimeouts[p.Name]
-		if p.OK || !counts {
+		if !counts {
 			continue
 		}
 		ev.failing = append(ev.failing, p.Name)

@@ -65,6 +65,27 @@ type Hearing struct {
 	Expected int
 	// Heard lists the observers heard, the hub first; Missing the others.
 	Heard, Missing []string
+	// sent is when the reports of the observers heard were sent (Heard's order, the hub left out).
+	sent []time.Time
+}
+
+// Through is the time through which the hub hears a strict majority of its expected observers:
+// itself (now) and the freshest reports of as many of the others as that majority needs (zero when
+// it hears too few). What they say of a machine is said through then, and no further.
+func (h Hearing) Through(now time.Time) time.Time {
+	others := h.Expected / 2 // a strict majority is the hub and these
+	if others == 0 {
+		return now
+	}
+	if len(h.sent) < others {
+		return time.Time{}
+	}
+	sent := slices.Clone(h.sent)
+	slices.SortFunc(sent, func(a, b time.Time) int { return b.Compare(a) })
+	if t := sent[others-1]; t.Before(now) {
+		return t
+	}
+	return now // (a report from a clock ahead of the hub's says no more than now)
 }
 
 // Majority reports whether the hub hears a strict majority of the expected observers.
@@ -90,13 +111,13 @@ func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
 // hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
 // order, which it relies on).
 func hearingOf(e Expected, observers []report.Report) Hearing {
-	h := Hearing{Set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
+	h := Hearing{Set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1), sent: make([]time.Time, 0, len(observers))}
 	h.Heard[0] = "the hub"
 	j := 0
 	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, n := range nodes {
 			if j < len(observers) && observers[j].Node == n {
-				h.Heard = append(h.Heard, n)
+				h.Heard, h.sent = append(h.Heard, n), append(h.sent, observers[j].SentAt)
 				j++
 			} else {
 				h.Missing = append(h.Missing, n)

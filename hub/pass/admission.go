@@ -173,22 +173,13 @@ func PlannedWorkOn(f Facts, m Machine) string {
 	return cmp.Or(m.PlannedWork, kubeadmUpgrade(f, m))
 }
 
-// plannedWork is PlannedWorkOn of every machine that has some (nil when none). It reads the reports
-// once, not once per machine: only the few whose agents report an upgrade are looked up.
+// plannedWork is PlannedWorkOn of every machine that has some (nil when none). Only the few whose
+// agents report an upgrade (Assessment.UpgradeAt) have their reports looked up.
 func plannedWork(f Facts) map[string]string {
-	var upgrading map[string]bool
-	for node, r := range f.Observations.Reports {
-		if !r.KubeadmUpgrade.IsZero() {
-			if upgrading == nil {
-				upgrading = map[string]bool{}
-			}
-			upgrading[node] = true
-		}
-	}
 	var out map[string]string
-	for _, m := range f.Inventory.Machines {
+	for i, m := range f.Inventory.Machines {
 		w := m.PlannedWork
-		if w == "" && upgrading[m.Node] {
+		if a := assessmentAt(f.Assessments, i, m.Name); w == "" && a != nil && !a.UpgradeAt.IsZero() {
 			w = kubeadmUpgrade(f, m)
 		}
 		if w != "" {

@@ -2,7 +2,6 @@ package pass
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -111,38 +110,15 @@ type heardMemo struct {
 	at   time.Time
 }
 
-// heardThrough is the time through which the hub has heard a strict majority of its expected
-// observers: itself (now) and the freshest reports of as many of the others as that majority needs
-// (zero when it hears too few). What they say of a machine is said through then, and no further.
+// heardThrough is the hearing's Through, once a pass.
 func heardThrough(f Facts) time.Time {
 	if f.heard == nil {
-		return hearingThrough(f)
+		return f.Hearing.Through(f.Now)
 	}
 	if !f.heard.done {
-		f.heard.done, f.heard.at = true, hearingThrough(f)
+		f.heard.done, f.heard.at = true, f.Hearing.Through(f.Now)
 	}
 	return f.heard.at
-}
-
-func hearingThrough(f Facts) time.Time {
-	others := f.Hearing.Expected / 2 // a strict majority is the hub and these
-	if others == 0 {
-		return f.Now
-	}
-	sent := make([]time.Time, 0, len(f.Hearing.Heard))
-	for _, n := range f.Hearing.Heard {
-		if r, ok := f.Observations.Reports[n]; ok {
-			sent = append(sent, r.SentAt)
-		}
-	}
-	if len(sent) < others {
-		return time.Time{}
-	}
-	slices.SortFunc(sent, func(a, b time.Time) int { return b.Compare(a) })
-	if t := sent[others-1]; t.Before(f.Now) {
-		return t
-	}
-	return f.Now // (a report from a clock ahead of the hub's says no more than now)
 }
 
 // waitOf is the wait w gives a machine whose count began at from, when it ends, and class (why that
