@@ -31,9 +31,12 @@ const (
 	// starvedBy: late enough in all, within starvedSpan, that a probe and its suspicion both time out
 	// (probes time out in 50 ms, suspicions in 200 ms): one timer 150 ms late, or several that add up
 	// (a CI run at its busiest saw a peer on a clean link dead 2.5 s in, with no single timer that late).
-	starvedBy     = 150 * time.Millisecond
-	starvedSpan   = 400 * time.Millisecond // a probe, its timeout and a suspicion
-	starvedWithin = 2 * time.Second        // how long after a stall a death is put down to it
+	starvedBy   = 150 * time.Millisecond
+	starvedSpan = 400 * time.Millisecond // a probe, its timeout and a suspicion
+	// starvedTick: a timer late by half a probe's timeout counts towards starvedBy; a busy machine's
+	// few milliseconds each time, however many, do not.
+	starvedTick   = 25 * time.Millisecond
+	starvedWithin = 2 * time.Second // how long after a stall a death is put down to it
 )
 
 // watchStarvation watches until the test ends.
@@ -56,7 +59,7 @@ func watchStarvation(t testing.TB) *starvation {
 			case <-time.After(tick):
 			}
 			now := time.Now()
-			if late := now.Sub(last) - tick; late >= tick/2 {
+			if late := now.Sub(last) - tick; late >= starvedTick {
 				recent = append(recent, sample{now, late})
 			}
 			last = now
