@@ -42,6 +42,13 @@ func newBed(t *testing.T, o inproc.Options) *inproc.Cluster {
 		// a brake's assertion then saw the remediation). A hang lasts; a starved second does not.
 		o.StallTolerance = pass.PerQuorum{Held: 2 * time.Second, Needed: 2 * time.Second}
 	}
+	if o.ComponentGrace == (pass.PerQuorum{}) {
+		// The same starved second leaves a machine that runs with its etcd member unreachable to a
+		// majority for a moment; with no grace the hub would power-cycle it (a cold CI run did: cp-1,
+		// its member slow for 1.2 s beside cp-2's reboot, cycled in TestFlappingMachineIsGivenUp).
+		// No test here fails a component alone; each hangs, panics or partitions whole machines.
+		o.ComponentGrace = inproc.AtDemoPace(inproc.Options{}).ComponentGrace
+	}
 	tb, err := inproc.Start(o)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -545,9 +552,12 @@ func rebootOnceQuorumAllows(t *testing.T, tb *inproc.Cluster, req operator.Reboo
 }
 
 // A 20 %-loss link on one machine's gossip (HALE_LOSS_SECONDS, default 30 s), with the shipped stall
-// tolerance and component grace: the lossy machine is never Unhealthy, and nobody is remediated. (With
-// none, a loaded test run once saw another machine dead to 4 of 6 observers for a moment, its members
-// all slow at once, and power-cycled it: the blip the stall tolerance is for.)
+// tolerance and component grace: nobody is remediated, and the lossy machine is never Unhealthy but
+// for at most two blips of 5 s at most. (With no tolerance, a loaded test run once saw another machine
+// dead to 4 of 6 observers for a moment, its members all slow at once, and power-cycled it: the blip
+// the stall tolerance is for. A cold CI run, building a cluster beside, starved the whole testbed
+// until the hub saw quorum lost with every member running, and then the lossy machine dead to 4 of 6
+// for a moment: such a blip is what the verdict may do, and acting on it is what must not happen.)
 func TestLossyLinkNoRemediation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 30 s run; not in -short")
@@ -562,12 +572,22 @@ func TestLossyLinkNoRemediation(t *testing.T) {
 	tb := newBed(t, inproc.Options{Loss: 0.20, LossyMachine: 2, Seed: seed.FromEnv(t), StallTolerance: shipped.StallTolerance, ComponentGrace: shipped.ComponentGrace})
 	h := tb.Hub()
 	deadline := time.Now().Add(d)
+	var blip time.Time // when the lossy machine's current Unhealthy spell began
+	blips := 0
 	for time.Now().Before(deadline) {
 		for _, m := range h.Status(context.Background()).Machines {
-			if m.Name == inproc.Name(2) {
-				require.NotEqual(t, assess.VerdictUnhealthy, m.Verdict, "%s: %v", m.Name, m.Reasons)
-			}
 			require.Nil(t, m.Remediation, m.Name)
+			switch {
+			case m.Name != inproc.Name(2):
+			case m.Verdict != assess.VerdictUnhealthy:
+				blip = time.Time{}
+			case blip.IsZero():
+				blip, blips = time.Now(), blips+1
+				t.Logf("blip %d: %s Unhealthy: %v", blips, m.Name, m.Reasons)
+				require.LessOrEqual(t, blips, 2, "%s Unhealthy again: %v", m.Name, m.Reasons)
+			default:
+				require.Less(t, time.Since(blip), 5*time.Second, "%s Unhealthy for good: %v", m.Name, m.Reasons)
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
