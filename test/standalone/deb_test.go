@@ -111,9 +111,10 @@ func (m *machine) copyIn(src, path string) {
 	run(m.t, "podman", "cp", src, m.name+":"+path)
 }
 
-// etcdClientPKI puts a CA and a client certificate signed by it where kubeadm puts etcd's
-// (/etc/kubernetes/pki/etcd: ca.crt, healthcheck-client.crt and .key).
-func (m *machine) etcdClientPKI() {
+// kubeadmPKI puts a CA and a client certificate signed by it where kubeadm puts etcd's
+// (/etc/kubernetes/pki/etcd: ca.crt, healthcheck-client.crt and .key), and the same CA where kubeadm
+// puts the cluster's (/etc/kubernetes/pki/ca.crt, which the agent's API server probe checks with).
+func (m *machine) kubeadmPKI() {
 	m.t.Helper()
 	dir := m.t.TempDir()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -132,6 +133,7 @@ func (m *machine) etcdClientPKI() {
 		require.NoError(m.t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
 		m.copyIn(filepath.Join(dir, name), "/etc/kubernetes/pki/etcd/"+name)
 	}
+	m.copyIn(filepath.Join(dir, "ca.crt"), "/etc/kubernetes/pki/ca.crt")
 }
 
 // stat is a path's owner, group and mode ("root root 700"), "" when it does not exist.
@@ -188,10 +190,13 @@ func TestDebianPackages(t *testing.T) {
 	documented(t, "`"+hubIdentity+"`")
 	hubLine := m.sh(hubIdentity)
 	m.sh(fmt.Sprintf("printf '%%s\\n%%s\\n' %q %q > /etc/hale/pinned-keys", strings.TrimSpace(agentLine), strings.TrimSpace(hubLine)))
-	// A control-plane node has kubeadm's etcd client certificate, which the agent reads etcd with (no
-	// etcd answers here: its probe fails, and the agent runs on). Without it the agent exits at start
-	// and systemd restarts it every 2 s: "active" only by luck of the moment.
-	m.etcdClientPKI()
+	// A control-plane node has kubeadm's etcd client certificate, which the agent reads etcd with, and
+	// the cluster's CA, which it checks the API server with (nothing answers here: those probes fail,
+	// and the agent runs on). Without either the agent exits at start and systemd restarts it every
+	// 2 s: "active" only by luck of the moment (the API server's CA was missing, and the test passed
+	// on that luck until a run's upgrade check polled 30 s of restarts). Each unit's restarts are
+	// counted below.
+	m.kubeadmPKI()
 	m.sh(`cat > /etc/hale/agent.yaml <<'EOF'
 cluster: prod-eu1
 node: host
@@ -232,6 +237,10 @@ sed -i 's/^HALE_JOIN=.*/HALE_JOIN=127.0.0.1:7946/' /etc/hale/hub.env`)
 		out, err := m.exec("sh", "-c", "systemctl is-active hale-agent && systemctl is-active hale-hub")
 		return err == nil, out
 	})
+	time.Sleep(3 * time.Second) // longer than systemd's 2 s between restarts
+	for _, unit := range []string{"hale-agent", "hale-hub"} {
+		assert.Equal(t, "NRestarts=0", strings.TrimSpace(m.sh("systemctl show -p NRestarts "+unit)), "%s runs on, not restarted by systemd", unit)
+	}
 	journal := m.stat("/var/lib/hale-hub/journal.db")
 	require.Equal(t, "hale hale 600", journal, "the hub's journal")
 
