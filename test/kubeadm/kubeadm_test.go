@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,12 +45,84 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestHaleOnKubeadm makes the cluster, checks that kubeadm made what it says (a static etcd,
-// kube-apiserver, kube-controller-manager and kube-scheduler per control-plane node, run by its
-// kubelet), installs Hale as docs/install.md says, and runs the scenarios on it.
+// TestHaleOnKubeadm makes two such clusters side by side, each Hale installed as docs/install.md says,
+// and runs the scenarios on them: on the first, kubeadm's upgrade, pauses, hangs and panics, an
+// operator's reboot, two of three hung and the permanent loss; on the second, under a Cluster API
+// management cluster's hub, then off Kubernetes onto the Debian packages. Each cluster mostly waits (a
+// tenth of a core once booted): side by side they take the longer one's time, not both. The second
+// boots once the first is installed, so that the two boots (most of a cluster's CPU) never overlap.
 func TestHaleOnKubeadm(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
+	// HALE_KUBEADM_ONLY=install stops the first cluster after the install; =upgrade, =two-hang,
+	// =permanent-loss runs that scenario alone on it, =management or =standalone on the second (to work
+	// on one, e.g. in a loop under load), the other cluster not made.
+	only := os.Getenv("HALE_KUBEADM_ONLY")
+	first := only == "" || only == "install" || only == "upgrade" || only == "two-hang" || only == "permanent-loss"
+	second := only == "" || only == "management" || only == "standalone"
+	require.True(t, first || second, "HALE_KUBEADM_ONLY=%s: not a scenario (install, upgrade, two-hang, permanent-loss, management, standalone)", only)
+	firstInstalled := make(chan struct{})
+	installed := sync.OnceFunc(func() { close(firstInstalled) })
+	t.Run("self-hosted", func(t *testing.T) {
+		defer installed() // also when it fails before: the second cluster does not wait on it
+		if !first {
+			t.Skipf("HALE_KUBEADM_ONLY=%s runs on the second cluster", only)
+		}
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+		defer cancel()
+		c := upAndInstalled(ctx, t)
+		installed()
+		typeTries(ctx, t, c)
+		enrolled(ctx, t, c)
+		if only == "install" {
+			return
+		}
+		if only == "" || only == "upgrade" {
+			kubeadmUpgrade(ctx, t, c, c.Node("cp-1"))
+		}
+		if only == "" {
+			hangsAndReboots(ctx, t, c)
+		}
+		if only == "" || only == "two-hang" {
+			// Two of three hang at once: etcd loses quorum and the API server with it; the leading hub,
+			// its Lease lost, goes on alone in degraded mode with the inventory's BMCs and power-cycles both.
+			twoHangAndHeal(ctx, t, c, c.Node("cp-1"), c.Node("cp-2"))
+		}
+		if only == "" || only == "permanent-loss" {
+			// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
+			permanentLoss(ctx, t, c)
+		}
+	})
+	t.Run("management-then-standalone", func(t *testing.T) {
+		if !second {
+			t.Skipf("HALE_KUBEADM_ONLY=%s runs on the first cluster", only)
+		}
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+		defer cancel()
+		select {
+		case <-firstInstalled:
+		case <-ctx.Done():
+			t.Fatal("the first cluster never got installed")
+		}
+		c := upAndInstalled(ctx, t)
+		if only == "" || only == "management" {
+			// Under a Cluster API management cluster's hub, the install its fallback; a hung node healed by
+			// the management cluster's cell, another by the fallback while the management cluster is gone.
+			managementCell(ctx, t, c)
+		}
+		if only == "" || only == "standalone" {
+			// Off Kubernetes, onto the same machines from the Debian packages, and a hung node healed.
+			standalonePath(ctx, t, c)
+		}
+	})
+}
+
+// upAndInstalled makes the cluster, checks that kubeadm made what it says (a static etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler per control-plane node, run by its
+// kubelet), and installs Hale as docs/install.md says: every agent reports, a hub leads, and it sees
+// every machine Healthy, having touched no machine's power on the way.
+func upAndInstalled(ctx context.Context, t *testing.T) *lab.KubeCluster {
+	t.Helper()
 	// The cluster test/kubecluster gives a user, made by the same function, Hale installed as
 	// docs/install.md says.
 	c, applied := lab.UpWithHale(ctx, t, assets, lab.KubeOptions{})
@@ -71,9 +144,6 @@ func TestHaleOnKubeadm(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, strings.TrimSpace(ps), "no etcd container runs on %s", n.Name)
 	}
-
-	// Installed: every agent reports, a hub leads, and it sees every machine Healthy, having touched
-	// no machine's power on the way.
 	st := waitStatus(ctx, t, c, "every machine Healthy", allHealthy)
 	t.Logf("installed: %d machines Healthy %s after kubectl apply", len(st.Machines), time.Since(applied).Round(time.Second))
 	var powered []string
@@ -86,41 +156,7 @@ func TestHaleOnKubeadm(t *testing.T) {
 		t.Fatalf("a power action while Hale was installed: %v\n%s%s", powered,
 			c.HubLines(ctx, `Unhealthy|Remediation|Suspect|Healthy|Quorum|Observer`), c.Diagnostics(ctx))
 	}
-	typeTries(ctx, t, c)
-	enrolled(ctx, t, c)
-
-	// HALE_KUBEADM_ONLY=install stops here; =upgrade, =two-hang, =permanent-loss, =management or =standalone runs that scenario
-	// alone (to work on one, e.g. in a loop under load).
-	only := os.Getenv("HALE_KUBEADM_ONLY")
-	if only == "install" {
-		return
-	}
-	if only == "" || only == "upgrade" {
-		kubeadmUpgrade(ctx, t, c, c.Node("cp-1"))
-	}
-	if only == "" {
-		hangsAndReboots(ctx, t, c)
-	}
-	if only == "" || only == "two-hang" {
-		// Two of three hang at once: etcd loses quorum and the API server with it; the leading hub,
-		// its Lease lost, goes on alone in degraded mode with the inventory's BMCs and power-cycles both.
-		twoHangAndHeal(ctx, t, c, c.Node("cp-1"), c.Node("cp-2"))
-	}
-	if only == "" || only == "permanent-loss" {
-		// Two of three destroyed with their disks: recovered from the survivor as docs/operating.md says.
-		permanentLoss(ctx, t, c)
-	}
-	if only == "management" {
-		// Under a Cluster API management cluster's hub, the install its fallback; a hung node healed by
-		// the management cluster's cell. Only when asked for: after the other scenarios it passes, but
-		// adds 7 min to the run (the fallback's heal waits 3 min for the rate limit, 3 starts in 10 min,
-		// that the earlier scenarios used up), which the run's budget does not have yet.
-		managementCell(ctx, t, c)
-	}
-	if only == "" || only == "standalone" {
-		// Off Kubernetes, onto the same machines from the Debian packages, and a hung node healed.
-		standalonePath(ctx, t, c)
-	}
+	return c
 }
 
 // typeTries types what test/kubecluster tells its user to type, as the user would: the nodes listed,

@@ -274,9 +274,7 @@ func managementCell(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 		return h != "" && !strings.Contains(h, "@")
 	})
 	t.Logf("management: the management API server stopped answering the hub, the fallback took the claim %s after", time.Since(gone).Round(time.Second))
-	// cp-2: its BMC (IPMI) is one the cell could not reach, and the fallback's journal holds the
-	// earlier scenarios' remediations of the others (in a full run the permanent loss had powered cp-0
-	// on 3 min before, so its cooldown held it).
+	// cp-2: its BMC (IPMI) is one the cell could not reach.
 	n = c.Node("cp-2")
 	before = len(c.PowerEvents())
 	hung = time.Now()

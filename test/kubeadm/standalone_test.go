@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +141,17 @@ func standalonePath(ctx context.Context, t *testing.T, c *lab.KubeCluster) {
 	doc("`systemctl start hale-hub`")
 	sh(hubHost, "systemctl start hale-hub")
 	standaloneStatus(ctx, t, hubHost, "every machine Healthy, from the packages", standaloneHealthy)
+	// Running on, not restarted by systemd: a unit that exits at start is active for moments between
+	// its restarts, and a status read in one of them looks whole.
+	for _, n := range append(slices.Clone(cps), hubHost) {
+		unit := "hale-agent"
+		if n == hubHost {
+			unit = "hale-hub"
+		}
+		out, err := n.Exec(ctx, "systemctl", "show", "-p", "NRestarts", unit)
+		require.NoError(t, err, out)
+		require.Equal(t, "NRestarts=0", strings.TrimSpace(out), "%s on %s runs on, not restarted by systemd", unit, n.Name)
+	}
 	t.Logf("standalone: installed from the Debian packages on 3 control-plane nodes and a hub host, every machine Healthy %s after the first apt-get install, %d lines typed",
 		time.Since(start).Round(time.Second), typed)
 
