@@ -138,6 +138,7 @@ type KubeOptions struct {
 func StartKube(t netns.TB, assets string, shape KubeShape, o KubeOptions) *KubeCluster {
 	t.Helper()
 	RemoveKubeLeftovers(t)
+	raiseInotifyLimits(t)
 	lab := netns.New(t)
 	c := &KubeCluster{T: t, Lab: lab, Assets: assets, Dir: t.TempDir(), IPMI: map[string]*ipmisim.Sim{}, onEvent: o.OnEvent,
 		id: fmt.Sprintf("%s%d-%d", KubeContainerPrefix, os.Getpid(), time.Now().UnixNano()%1e6)}
@@ -175,6 +176,32 @@ func StartKube(t netns.TB, assets string, shape KubeShape, o KubeOptions) *KubeC
 	defer cancel()
 	c.bootstrap(ctx)
 	return c
+}
+
+// raiseInotifyLimits raises the machine's inotify limits to what a cluster's nodes need (it never
+// lowers them). Every node is a systemd machine with containerd and a kubelet, their processes root on
+// this machine, and the limits are per user: two clusters side by side outgrow the default 128
+// instances, and a node's systemd that gets none freezes at boot without a word (its kubeadm never
+// runs). kind asks its users to raise the same.
+func raiseInotifyLimits(t netns.TB) {
+	t.Helper()
+	for path, least := range map[string]int{"/proc/sys/fs/inotify/max_user_instances": 1024, "/proc/sys/fs/inotify/max_user_watches": 524288} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("kube lab: %v", err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("kube lab: %s: %v", path, err)
+		}
+		if n >= least {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(strconv.Itoa(least)), 0o644); err != nil {
+			t.Fatalf("kube lab: raising %s from %d to %d (the nodes' systemd, containerd and kubelets need them): %v", path, n, least, err)
+		}
+		t.Logf("kube lab: %s raised from %d to %d (the nodes' systemd, containerd and kubelets need them)", path, n, least)
+	}
 }
 
 func (c *KubeCluster) must(args ...string) string {
