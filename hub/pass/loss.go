@@ -26,9 +26,9 @@ type QuorumLoss struct {
 	// voter whose member still answers is no lost voter: with quorum gone it fails its own probe (no
 	// leader) and stops counting, but it is what a recovery starts from (a survivor).
 	Lost []LostVoter `json:"lost"`
-	// ForGood: there are lost voters, and every one has evidence that it will not come back. Quorum cannot come back by
-	// itself then: only a recovery from a survivor brings the cluster back. The hub never acts on it
-	// alone.
+	// ForGood: there are lost voters, every one has evidence that it will not come back, and the
+	// voters not lost are fewer than a quorum. Quorum cannot come back by itself then: only a recovery
+	// from a survivor brings the cluster back. The hub never acts on it alone.
 	ForGood bool `json:"forGood"`
 }
 
@@ -115,7 +115,10 @@ func assessLoss(d decision, inv Inventory, bmcs map[string]BMCReadiness) *Quorum
 		v.ForGood = v.Evidence != "" && !v.PoweredOn && !unchecked
 		l.Lost = append(l.Lost, v)
 	}
-	l.ForGood = len(l.Lost) > 0 && !slices.ContainsFunc(l.Lost, func(v LostVoter) bool { return !v.ForGood })
+	// Every lost voter for good is not enough while the voters not lost could still make a quorum: one
+	// that stopped counting but is not silent yet (a machine powered off a moment ago, heard by some
+	// observers still) may answer again, and quorum with it, without any lost voter.
+	l.ForGood = len(l.Lost) > 0 && l.Voters-len(l.Lost) < l.Quorum && !slices.ContainsFunc(l.Lost, func(v LostVoter) bool { return !v.ForGood })
 	return l
 }
 
