@@ -1,48 +1,6 @@
 package quorum
 
-import (
-	"fmt"
-	"testing"
-	"time"
-)
-
-// benchInput builds a fleet of n machines: 7 etcd voters (one dead, one sick node with a healthy
-// member) and n−7 machines that are not etcd members, in 10 pools, 3 % unhealthy and 1 % in flight.
-func benchInput(n int) Input {
-	c := cluster("HHHHHHD")
-	ms := make([]Machine, 0, n)
-	for i, m := range c.Members {
-		ms = append(ms, Machine{Name: fmt.Sprintf("cp-%d", i), Member: m.Name, Unhealthy: i >= 5, Since: t0, Strategy: Reboot})
-	}
-	for i := 7; i < n; i++ {
-		ms = append(ms, Machine{Name: fmt.Sprintf("w-%05d", i), Pool: fmt.Sprintf("pool-%d", i%10),
-			Unhealthy: i%33 == 0, InFlight: i%100 == 0, Since: t0.Add(time.Duration(i%17) * time.Second), Strategy: Reboot})
-	}
-	return Input{Cluster: c, Machines: ms, Policy: DefaultPolicy()}
-}
-
-// BenchmarkPlanPass is one planning pass over a fleet. Target: ≤ 50 ms per pass at 5,000 machines.
-// The sizes show how it grows (linear in machines, n log n only in the few candidates it sorts).
-func BenchmarkPlanPass(b *testing.B) {
-	for _, n := range []int{500, 5000, 50000} {
-		b.Run(fmt.Sprintf("machines=%d", n), func(b *testing.B) {
-			in := benchInput(n)
-			b.ReportAllocs()
-			started := 0
-			for b.Loop() {
-				out, err := PlanPass(in)
-				if err != nil {
-					b.Fatal(err)
-				}
-				started = len(out.Started())
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/machine")
-			if started == 0 {
-				b.Fatal("nothing started: the fleet is not what the benchmark means to measure")
-			}
-		})
-	}
-}
+import "testing"
 
 // BenchmarkPlanReplace plans one learner-first replace in a 7-member cluster.
 func BenchmarkPlanReplace(b *testing.B) {

@@ -167,6 +167,7 @@ type Assessor struct {
 	expected  Expected
 	observers []report.Report
 	sightings []sighting // this pass's, of each machine's node (a buffer, as observers)
+	sent      []int64    // when the observers' reports were sent (a buffer, for their Hearing)
 	// leader is the etcd leader that a strict majority of the members' agents that name one follow
 	// (this pass's; "" when none), at raft term leaderTerm (the highest its followers name), and
 	// leaderVotes how many name it.
@@ -254,7 +255,7 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 	a.sightings = a.sightings[:0]
 	a.observers = appendLiveObservers(a.observers[:0], &a.sightings, e, obs, a.policy.StaleAfter)
 	observers := a.observers
-	hearing := hearingOf(e, observers)
+	hearing := hearingOf(e, observers, &a.sent)
 	switch {
 	case !hearing.Majority():
 		a.heardSince, a.lostOnce = time.Time{}, true

@@ -149,6 +149,40 @@ func TestHear(t *testing.T) {
 	}
 }
 
+// Through is as far as the reports of a strict majority of the expected observers reach: the hub's
+// now, and the freshest reports the majority needs beside it, never past now.
+func TestHearingThrough(t *testing.T) {
+	now := assesstest.T0().Add(time.Hour)
+	sent := func(w *assesstest.World, node string, at time.Time) *assesstest.World {
+		r := w.Obs.Reports[node]
+		r.SentAt = at
+		w.Obs.Reports[node] = r
+		return w
+	}
+	for _, tc := range []struct {
+		name    string
+		world   *assesstest.World
+		through time.Time
+	}{
+		{"every report sent now: through now", assesstest.NewWorld(now), now},
+		{"6 expected, the hub and the third freshest of five", sent(assesstest.NewWorld(now).Witness("w-1", "w-2"), "cp-2", now.Add(-3*time.Second)), now.Add(-time.Second)},
+		{"6 expected, three others heard: the oldest of them", assesstest.NewWorld(now).Witness("w-1", "w-2").Cut(now, "cp-1", "cp-2"), now.Add(-time.Second)},
+		{"6 expected, two others heard: no majority, through nothing", assesstest.NewWorld(now).Witness("w-1", "w-2").Cut(now, "cp-1", "cp-2", "w-2"), time.Time{}},
+		{"clocks ahead of the hub's say no more than now", sent(sent(assesstest.NewWorld(now), "cp-0", now.Add(5*time.Second)), "cp-1", now.Add(5*time.Second)), now},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			machines := assesstest.Machines()
+			h := assess.Hear(assess.ExpectedOf(machines, tc.world.Witnesses), tc.world.Obs, assess.DefaultPolicy().StaleAfter)
+			assert.Equal(t, tc.through, h.Through(now))
+			a := assesstest.Hearing(assess.DefaultPolicy())
+			for range 2 { // the assessor's own, its buffer used again
+				_, h = a.AssessHearing(machines, tc.world.Witnesses, tc.world.Obs)
+				assert.Equal(t, tc.through, h.Through(now))
+			}
+		})
+	}
+}
+
 // Time without a majority of observers is no evidence: after a partition heals (or at the hub's start)
 // a probe that failed all along must fail for its whole timeout again before it counts. (Found by the
 // network-namespace partition test: cp-0, on the minority side, failed its own etcd probe, "no

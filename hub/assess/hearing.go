@@ -65,8 +65,9 @@ type Hearing struct {
 	Expected int
 	// Heard lists the observers heard, the hub first; Missing the others.
 	Heard, Missing []string
-	// sent is when the reports of the observers heard were sent (Heard's order, the hub left out).
-	sent []time.Time
+	// freshest is when the report of the observer heard was sent that a strict majority needs beside
+	// the hub, counted from the freshest (zero when it hears too few, or needs none).
+	freshest time.Time
 }
 
 // Through is the time through which the hub hears a strict majority of its expected observers:
@@ -77,13 +78,11 @@ func (h Hearing) Through(now time.Time) time.Time {
 	if others == 0 {
 		return now
 	}
-	if len(h.sent) < others {
+	if h.freshest.IsZero() {
 		return time.Time{}
 	}
-	sent := slices.Clone(h.sent)
-	slices.SortFunc(sent, func(a, b time.Time) int { return b.Compare(a) })
-	if t := sent[others-1]; t.Before(now) {
-		return t
+	if h.freshest.Before(now) {
+		return h.freshest
 	}
 	return now // (a report from a clock ahead of the hub's says no more than now)
 }
@@ -105,26 +104,52 @@ func (h Hearing) NoMajority() string {
 // Hear says which expected observers the hub hears: alive in its view, with a report fresher than
 // staleAfter.
 func Hear(e Expected, obs Observations, staleAfter time.Duration) Hearing {
-	return hearingOf(e, appendLiveObservers(nil, nil, e, obs, staleAfter))
+	return hearingOf(e, appendLiveObservers(nil, nil, e, obs, staleAfter), nil)
 }
 
 // hearingOf is the Hearing of the live observers appendLiveObservers found (in the expected set's
-// order, which it relies on).
-func hearingOf(e Expected, observers []report.Report) Hearing {
-	h := Hearing{Set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1), sent: make([]time.Time, 0, len(observers))}
+// order, which it relies on). sent, when not nil, is a buffer to reuse.
+func hearingOf(e Expected, observers []report.Report, sent *[]int64) Hearing {
+	h := Hearing{Set: e, Expected: e.Size(), Heard: make([]string, 1, len(observers)+1)}
 	h.Heard[0] = "the hub"
 	j := 0
 	for _, nodes := range [][]string{e.Agents, e.Witnesses} {
 		for _, n := range nodes {
 			if j < len(observers) && observers[j].Node == n {
-				h.Heard, h.sent = append(h.Heard, n), append(h.sent, observers[j].SentAt)
+				h.Heard = append(h.Heard, n)
 				j++
 			} else {
 				h.Missing = append(h.Missing, n)
 			}
 		}
 	}
+	h.freshest = freshest(observers, h.Expected/2, sent)
 	return h
+}
+
+// freshest is the sending time of the k-th freshest of the reports (zero when k is 0 or there are
+// fewer): sorted as Unix nanoseconds (a live report's time is near now), and the report's own time
+// returned, location and all. sent, when not nil, is a buffer to reuse.
+func freshest(reports []report.Report, k int, sent *[]int64) time.Time {
+	if k == 0 || len(reports) < k {
+		return time.Time{}
+	}
+	var ns []int64
+	if sent != nil {
+		ns = (*sent)[:0]
+		defer func() { *sent = ns }()
+	}
+	for i := range reports {
+		ns = append(ns, reports[i].SentAt.UnixNano())
+	}
+	slices.Sort(ns)
+	at := ns[len(ns)-k]
+	for i := range reports {
+		if reports[i].SentAt.UnixNano() == at {
+			return reports[i].SentAt
+		}
+	}
+	return time.Time{} // unreachable: at is one of theirs
 }
 
 // Live: the hub hears r's sender alive, and r is no older than staleAfter.
