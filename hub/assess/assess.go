@@ -289,11 +289,12 @@ func (a *Assessor) AssessHearing(machines []MachineRef, witnesses []string, obs 
 				}
 			}
 		}
-		for j, p := range r.Peers {
-			if p.State == report.PeerAlive && p.Name != r.Node && r.SentAt.After(a.aliveAt[p.Name]) {
+		for j := range r.Peers { // by pointer, as the reports
+			p := &r.Peers[j]
+			switch {
+			case p.State == report.PeerAlive && p.Name != r.Node && r.SentAt.After(a.aliveAt[p.Name]):
 				a.aliveAt[p.Name] = r.SentAt
-			}
-			if p.State == report.PeerDead && p.Name != r.Node {
+			case p.State == report.PeerDead && p.Name != r.Node:
 				v := a.deadVoteAt(j, p.Name)
 				if v.n == 0 || p.Since.Before(v.earliest) {
 					v.earliest = p.Since
@@ -337,15 +338,17 @@ func (e *evidence) doubt(format string, args ...any) {
 // every machine, and each of these is a hundred bytes or more.)
 func (a *Assessor) assessOne(res *Assessment, m MachineRef, s *sighting, e *Expected, obs Observations, observers []report.Report, seen map[string]bool) {
 	var ev evidence
-	var own report.Report // its latest report: a live observer's, or looked up again (a stale one)
+	// own is its latest report: a live observer's, or looked up again (a stale one), or none (zero).
+	var stale report.Report
+	own := &stale
 	reported, heard := s.reported, s.heard()
 	if s.observer >= 0 {
-		own = observers[s.observer]
+		own = &observers[s.observer]
 	} else if reported {
-		own = obs.Reports[m.Node]
+		stale = obs.Reports[m.Node]
 	}
 	life := a.lifeAt(m, obs.Now, own, reported, heard)
-	dead := a.liveness(m, *e, obs, s.hub, s.known, observers, life, &ev)
+	dead := a.liveness(m, e, &obs, &s.hub, s.known, observers, life, &ev)
 	fresh := reported && obs.Now.Sub(own.SentAt) <= a.policy.StaleAfter && !dead
 	if fresh {
 		a.probes(m, own, obs.Now, &ev)
@@ -358,13 +361,13 @@ func (a *Assessor) assessOne(res *Assessment, m MachineRef, s *sighting, e *Expe
 	}
 	if m.Member != "" {
 		var answeredAt time.Time
-		res.EtcdHealth, res.EtcdAnswers, res.EtcdReachedSince, answeredAt = a.etcdHealth(m, *e, obs.Now, own, fresh, dead, observers, seen, &ev)
+		res.EtcdHealth, res.EtcdAnswers, res.EtcdReachedSince, answeredAt = a.etcdHealth(m, e, obs.Now, own, fresh, dead, observers, seen, &ev)
 		if answeredAt.After(res.SeenAt) {
 			res.SeenAt = answeredAt
 		}
 		// Only from a member alive in the hub's gossip: a hub that just started holds the last reports of
 		// members that died before it did, fresh by age, from peers that kept them.
-		res.OwnAnswers = fresh && heard && ownViewOf(own, m.Member).answers
+		res.OwnAnswers = fresh && heard && ownViewOf(*own, m.Member).answers
 	}
 	a.nodeConditions(m, obs.Now, &ev)
 	res.Failing, res.Dead, res.Gone, res.LifeAt, res.UpgradeAt = ev.failing, dead, ev.gone, life, own.KubeadmUpgrade

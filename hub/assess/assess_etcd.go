@@ -27,7 +27,7 @@ import (
 // member that never catches up is judged as usual.
 // When it is not, whyNot says what is missing (so that an Unhealthy verdict on the etcd probe shows why
 // the allowance did not apply).
-func (a *Assessor) catchingUp(own report.Report) (why, whyNot string) {
+func (a *Assessor) catchingUp(own *report.Report) (why, whyNot string) {
 	v := own.Etcd
 	// Its own word is not enough: another member must follow that leader too.
 	switch {
@@ -76,7 +76,7 @@ func majorityLeader(observers []report.Report) (string, uint64, int) {
 // strict majority of the observers that check it reach it, whatever its own probe says), how many
 // observers reach it in such recent reports, and, when it answers, when the oldest report among those
 // that reach it was sent.
-func (a *Assessor) etcdHealth(m MachineRef, e Expected, now time.Time, own report.Report, fresh, dead bool, observers []report.Report,
+func (a *Assessor) etcdHealth(m MachineRef, e *Expected, now time.Time, own *report.Report, fresh, dead bool, observers []report.Report,
 	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, reachedSince int, answeredAt time.Time) {
 	if dead {
 		return quorum.Unhealthy, false, 0, time.Time{}

@@ -13,7 +13,7 @@ import (
 
 // lifeAt is the newest sign at now that m runs (Assessment.LifeAt): own is its latest report (if
 // reported), heard whether the hub's gossip hears it alive.
-func (a *Assessor) lifeAt(m MachineRef, now time.Time, own report.Report, reported, heard bool) time.Time {
+func (a *Assessor) lifeAt(m MachineRef, now time.Time, own *report.Report, reported, heard bool) time.Time {
 	at := a.aliveAt[m.Node]
 	if m.Member != "" && a.reachedAt[m.Member].After(at) {
 		at = a.reachedAt[m.Member]
@@ -35,7 +35,7 @@ const rejoinSettle = 5 * time.Second
 
 // liveness weighs the hub's and the observers' views of m; it reports whether m counts as dead: the
 // hub and enough others to make a strict majority of the expected observers see it dead.
-func (a *Assessor) liveness(m MachineRef, e Expected, obs Observations, hub report.PeerView, known bool, observers []report.Report, life time.Time, ev *evidence) bool {
+func (a *Assessor) liveness(m MachineRef, e *Expected, obs *Observations, hub *report.PeerView, known bool, observers []report.Report, life time.Time, ev *evidence) bool {
 	if !known || hub.State == report.PeerAlive {
 		return false
 	}

@@ -12,7 +12,7 @@ import (
 // while its probe fails must not let the failure grow for as long as its last report stays fresh
 // (found by test/chaos seed 3: a member with no leader during a partition, its agent killed just after
 // the heal, was power-cycled on that last report though healthy again).
-func (a *Assessor) probes(m MachineRef, own report.Report, now time.Time, ev *evidence) {
+func (a *Assessor) probes(m MachineRef, own *report.Report, now time.Time, ev *evidence) {
 	upTo := minTime(now, own.SentAt)
 	for _, p := range own.Probes {
 		if p.OK {
