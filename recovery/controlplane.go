@@ -60,9 +60,53 @@ func restartControlPlane(ctx context.Context, n Node, r *Record) error {
 				return err
 			}
 		}
+		if err := markRestarted(p.Parked, r.NewClusterID); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
 		if err := p.Start(ctx); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// RestartedAnnotation, on a static pod's manifest, names the etcd cluster it was last restarted
+// onto (restartControlPlane).
+const RestartedAnnotation = "hale.dev/restarted-onto-etcd-cluster"
+
+// markRestarted writes the new cluster's ID into a parked manifest's annotations, so that the pod put
+// back is a new pod to the kubelet. A static pod's UID is a hash of its manifest: put back unchanged
+// it is the same pod, and the exited containers of its crash loop while etcd had no quorum keep their
+// back-off (up to 5 min): on a real kubeadm node the API server answered 3 min after etcd was
+// rebuilt. Written the same again by a rerun, it changes nothing.
+func markRestarted(path, clusterID string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("static pod manifest: %w", err)
+	}
+	var pod map[string]any
+	if err := yaml.Unmarshal(b, &pod); err != nil || pod == nil {
+		return fmt.Errorf("static pod manifest %s: not a pod (%v)", path, err)
+	}
+	meta, _ := pod["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		pod["metadata"] = meta
+	}
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+		meta["annotations"] = annotations
+	}
+	if annotations[RestartedAnnotation] == clusterID {
+		return nil
+	}
+	annotations[RestartedAnnotation] = clusterID
+	if b, err = yaml.Marshal(pod); err != nil {
+		return fmt.Errorf("static pod manifest %s: %w", path, err)
+	}
+	if err := writeFileSync(path, b); err != nil {
+		return fmt.Errorf("static pod manifest %s: %w", path, err)
 	}
 	return nil
 }

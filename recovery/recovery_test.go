@@ -208,6 +208,9 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 		"the API server holding on through its grace period is killed after KillAfter, not waited out")
 	assert.NotEqual(t, p.Survivor.ClusterID, r.NewClusterID)
 	assert.GreaterOrEqual(t, r.Revision, rev+int64(p.BumpRevision), "revisions move forward by the bump")
+	manifest, err := os.ReadFile(apiserver)
+	require.NoError(t, err)
+	assert.Contains(t, string(manifest), RestartedAnnotation+": "+r.NewClusterID, "put back as a new pod to the kubelet")
 
 	c3 := c.client(m3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -664,4 +667,37 @@ func TestManifestPutBackUnderItsOwnName(t *testing.T) {
 	for _, name := range names {
 		assert.True(t, name == "etcd.yaml" || strings.HasPrefix(name, "."), "the kubelet would read %q as a static pod (events: %v)", name, names)
 	}
+}
+
+// A restarted static pod's manifest names the cluster it was restarted onto: a new pod to the kubelet,
+// without the back-off of the old one's crash loop; the rest of the pod as it was.
+func TestMarkRestarted(t *testing.T) {
+	for _, tc := range []struct {
+		name, manifest, want string
+	}{
+		{"kubeadm's: annotations kept", "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 10.0.0.1:6443\n  creationTimestamp: null\n  name: kube-apiserver\nspec:\n  containers:\n  - command: [kube-apiserver, --secure-port=6443]\n    name: kube-apiserver\n",
+			"apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    hale.dev/restarted-onto-etcd-cluster: c0ffee\n    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 10.0.0.1:6443\n  creationTimestamp: null\n  name: kube-apiserver\nspec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --secure-port=6443\n    name: kube-apiserver\n"},
+		{"no annotations", "metadata: {name: p}\n", "metadata:\n  annotations:\n    hale.dev/restarted-onto-etcd-cluster: c0ffee\n  name: p\n"},
+		{"no metadata", "kind: Pod\n", "kind: Pod\nmetadata:\n  annotations:\n    hale.dev/restarted-onto-etcd-cluster: c0ffee\n"},
+		{"an earlier cluster's replaced", "metadata:\n  annotations: {hale.dev/restarted-onto-etcd-cluster: beef}\n", "metadata:\n  annotations:\n    hale.dev/restarted-onto-etcd-cluster: c0ffee\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "kube-apiserver.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tc.manifest), 0o600))
+			require.NoError(t, markRestarted(path, "c0ffee"))
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, string(got))
+			require.NoError(t, markRestarted(path, "c0ffee"), "a rerun")
+			again, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, got, again, "a rerun changes nothing")
+		})
+	}
+	path := filepath.Join(t.TempDir(), "kube-apiserver.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("- not a pod\n"), 0o600))
+	err := markRestarted(path, "c0ffee")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path)
+	assert.ErrorContains(t, markRestarted(filepath.Join(t.TempDir(), "gone.yaml"), "c0ffee"), "gone.yaml")
 }

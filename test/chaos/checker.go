@@ -96,9 +96,10 @@ type checker struct {
 	rules   map[ruleKey]int    // the DROP rules standing, and how many times each
 	// cutFromHub names the hosts whose link to the hub's drops everything, one way or both.
 	cutFromHub []string
-	// forGood is the hub's latest word on a permanent loss, and when it was read (runHub).
-	forGood   bool
-	forGoodAt time.Time
+	// forGood is the hub's latest word on a permanent loss, and when it was read (runHub); planning,
+	// whether its latest pass planned (it heard a majority of its observers, among other things).
+	forGood, planning bool
+	forGoodAt         time.Time
 }
 
 func newChecker(c *lab.Cluster, tl *timeline) *checker {
@@ -203,6 +204,7 @@ func (chk *checker) runHub(ctx context.Context) {
 		if err == nil {
 			chk.mu.Lock()
 			chk.forGood, chk.forGoodAt = st.QuorumLoss != nil && st.QuorumLoss.ForGood, time.Now()
+			chk.planning = st.NotPlanning == ""
 			chk.mu.Unlock()
 		}
 		select {

@@ -440,6 +440,7 @@ func (in *injector) apply(ctx context.Context, f fault) {
 		}
 		in.operator(ctx, "reboot", f.A[0], args)
 	case opRecover:
+		in.chk.awaitPlanning(ctx, 6*time.Second)
 		in.operator(ctx, opRecover, "", []string{"recover", "--yes"})
 	case lose:
 		var wg sync.WaitGroup

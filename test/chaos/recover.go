@@ -99,6 +99,22 @@ func (in *injector) until(ctx context.Context, deadline time.Time, cmd command) 
 	}
 }
 
+// awaitPlanning waits, for at most d, until the hub's latest status says it plans: an operator reads
+// `hub status` before `hub recover`. On a loaded machine a hub may miss a majority of its observers
+// for a moment (far-side, beside the real clusters: 3 of 6 heard when it was asked, so its refusal
+// said "does not plan", not the one the schedule exists to show); a hub that never hears one
+// (minority-hub) is asked all the same once d has passed.
+func (chk *checker) awaitPlanning(ctx context.Context, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		chk.mu.Lock()
+		planning := chk.planning
+		chk.mu.Unlock()
+		if planning || !sleepUntil(ctx, time.Now().Add(500*time.Millisecond)) {
+			return
+		}
+	}
+}
+
 // saysForGood: the hub's latest status said etcd's quorum is lost for good.
 func (chk *checker) saysForGood() bool {
 	chk.mu.Lock()
