@@ -177,10 +177,11 @@ func PlannedWorkOn(f Facts, m Machine) string {
 // agents report an upgrade (Assessment.UpgradeAt) have their reports looked up.
 func plannedWork(f Facts) map[string]string {
 	var out map[string]string
-	for i, m := range f.Inventory.Machines {
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
 		w := m.PlannedWork
 		if a := assessmentAt(f.Assessments, i, m.Name); w == "" && a != nil && !a.UpgradeAt.IsZero() {
-			w = kubeadmUpgrade(f, m)
+			w = kubeadmUpgrade(f, *m)
 		}
 		if w != "" {
 			if out == nil {

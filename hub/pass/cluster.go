@@ -73,7 +73,8 @@ func MembershipOf(inv Inventory, obs assess.Observations, assessments []assess.A
 		health quorum.Health
 	}
 	member := map[string]machineOf{} // etcd member → its machine
-	for i, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		if m.Member != "" {
 			member[m.Member] = machineOf{m.Name, AssessmentOf(assessments, i, m.Name).EtcdHealth}
 		}

@@ -242,7 +242,8 @@ func inventoryIndex(inv Inventory, ds []quorum.Decision) map[string]int {
 	for _, d := range ds {
 		at[d.Machine] = -1
 	}
-	for i, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		if j, ok := at[m.Name]; ok && j < 0 {
 			at[m.Name] = i
 		}
@@ -293,7 +294,8 @@ func answersHold(f Facts, m Machine, a assess.Assessment, lost bool, silent []st
 func commonCauses(f Facts, cluster quorum.Cluster) map[string]Hold {
 	var voters int
 	alike := map[string][]string{} // probe → the voters' machines failing it with a healthy member
-	for i, m := range f.Inventory.Machines {
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
 		j := cluster.Index(m.Member)
 		if m.Member == "" || j < 0 || cluster.Members[j].Learner {
 			continue
@@ -339,7 +341,8 @@ func SilentVoters(f Facts, cluster quorum.Cluster) []string {
 		return nil
 	}
 	var out []string
-	for i, m := range f.Inventory.Machines {
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
 		a := AssessmentOf(f.Assessments, i, m.Name)
 		if j := cluster.Index(m.Member); m.Member != "" && j >= 0 && !cluster.Members[j].Learner && !a.EtcdAnswers && !a.OwnAnswers {
 			out = append(out, m.Member)

@@ -110,9 +110,10 @@ type Machine struct {
 
 // Machine is the inventory's machine of that name.
 func (inv Inventory) Machine(name string) (Machine, bool) {
-	for _, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		if m.Name == name {
-			return m, true
+			return *m, true
 		}
 	}
 	return Machine{}, false
@@ -120,9 +121,10 @@ func (inv Inventory) Machine(name string) (Machine, bool) {
 
 // MachineOfMember is the inventory's machine whose etcd member is member.
 func (inv Inventory) MachineOfMember(member string) (Machine, bool) {
-	for _, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		if m.Member != "" && m.Member == member {
-			return m, true
+			return *m, true
 		}
 	}
 	return Machine{}, false
@@ -130,9 +132,10 @@ func (inv Inventory) MachineOfMember(member string) (Machine, bool) {
 
 // MachineOfNode is the inventory's machine whose Node is node.
 func (inv Inventory) MachineOfNode(node string) (Machine, bool) {
-	for _, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		if m.Node != "" && m.Node == node {
-			return m, true
+			return *m, true
 		}
 	}
 	return Machine{}, false
@@ -165,7 +168,8 @@ const ProblemConfig bmcval.Problem = "Config"
 // Refs are the machines as the assessor knows them, in the inventory's order.
 func (inv Inventory) Refs() []assess.MachineRef {
 	out := make([]assess.MachineRef, len(inv.Machines))
-	for i, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		out[i] = m.MachineRef
 	}
 	return out

@@ -57,7 +57,8 @@ func (s *State) markEvery() time.Duration { return cmp.Or(s.MarkEvery, MarkEvery
 // has a handful of members.
 func ReportedMark(inv Inventory, reports map[string]report.Report, live func(report.Report) bool, prefer string) (RaftMark, bool) {
 	count, alive, best := map[string]int{}, map[string]int{}, map[string]RaftMark{}
-	for _, m := range inv.Machines {
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
 		if m.Member == "" {
 			continue
 		}

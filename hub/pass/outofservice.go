@@ -50,7 +50,8 @@ type Taints struct {
 // policy.outOfServiceAfter ago) is kept: its taint stays as it is.
 func OutOfService(f Facts) Taints {
 	after, out := f.Inventory.Policy.OutOfServiceAfter, Taints{On: map[string]string{}, Keep: map[string]bool{}}
-	for i, m := range f.Inventory.Machines {
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
 		a := assessmentAt(f.Assessments, i, m.Name)
 		if m.Node == "" {
 			continue

@@ -88,7 +88,8 @@ func RetirementOf(rec *RecoveryRecord) Retirement {
 func rebuiltOutside(f Facts, cluster quorum.Cluster, c clusterChange) *RecoveryRecord {
 	var left []quorum.FenceStep
 	members := 0
-	for _, m := range f.Inventory.Machines {
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
 		if m.Member == "" {
 			continue
 		}
