@@ -167,8 +167,8 @@ func NewCollector(status func(context.Context) operator.Status) *Collector {
 		degraded:          d("hale_hub_degraded", "1 while this hub acts without the API server (Kubernetes mode's degraded mode: etcd quorum lost; see hub status)."),
 		bmcReady: d("hale_hub_bmc_ready", "For each machine whose BMC was checked, 1 when its last readiness check passed (it answered, took the login, "+
 			"has the system, read the power), 0 when not (hub status and explain say why; `hub check` checks again).", "machine"),
-		lostForGood: d("hale_hub_etcd_quorum_lost_for_good", "1 while etcd's quorum is lost and every lost voter has evidence that it will not come back "+
-			"(its BMC unreachable or without the system, its power Off, maxAttempts power-cycles that did not bring it back), 0 otherwise: "+
+		lostForGood: d("hale_hub_etcd_quorum_lost_for_good", "1 while etcd's quorum is lost, the voters not lost are too few for a quorum, and every lost voter has evidence that it will not "+
+			"come back (its BMC unreachable or without the system, its power Off, maxAttempts power-cycles that did not bring it back), 0 otherwise: "+
 			"only a recovery from a survivor brings the cluster back (hub status says which voters, and why)."),
 		outOfService: d("hale_hub_out_of_service", "For each machine whose Node carries the out-of-service taint Hale put on (a fenced machine its BMC reads Off: "+
 			"its pods are deleted and their volumes detached, to start elsewhere), 1 (hub explain says since when and why).", "machine"),

@@ -89,8 +89,7 @@ const (
 	// raft mark starts again. ReasonRaftMarkNotRecorded: the journal refused the raft mark.
 	ReasonEtcdClusterChanged  Reason = "EtcdClusterChanged"
 	ReasonRaftMarkNotRecorded Reason = "RaftMarkNotRecorded"
-	// ReasonQuorumLostForGood: etcd's quorum is lost and every lost voter has evidence that it will not
-	// come back (QuorumLoss), or no longer.
+	// ReasonQuorumLostForGood: etcd's quorum is lost for good (QuorumLoss.ForGood), or no longer.
 	ReasonQuorumLostForGood Reason = "QuorumLostForGood"
 	// ReasonDegradedMode: what a hub did while the API server did not answer (Kubernetes mode's degraded
 	// mode), said once it answers again.
