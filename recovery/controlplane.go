@@ -80,6 +80,28 @@ const RestartedAnnotation = "hale.dev/restarted-onto-etcd-cluster"
 // back-off (up to 5 min): on a real kubeadm node the API server answered 3 min after etcd was
 // rebuilt. Written the same again by a rerun, it changes nothing.
 func markRestarted(path, clusterID string) error {
+	return editManifest(path, func(pod map[string]any) (bool, error) {
+		meta, _ := pod["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			pod["metadata"] = meta
+		}
+		annotations, _ := meta["annotations"].(map[string]any)
+		if annotations == nil {
+			annotations = map[string]any{}
+			meta["annotations"] = annotations
+		}
+		if annotations[RestartedAnnotation] == clusterID {
+			return false, nil
+		}
+		annotations[RestartedAnnotation] = clusterID
+		return true, nil
+	})
+}
+
+// editManifest reads a static pod manifest, lets edit change the pod, and writes it back (synced)
+// when edit says it changed it. It keeps what it does not know of the pod.
+func editManifest(path string, edit func(pod map[string]any) (changed bool, err error)) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("static pod manifest: %w", err)
@@ -88,20 +110,10 @@ func markRestarted(path, clusterID string) error {
 	if err := yaml.Unmarshal(b, &pod); err != nil || pod == nil {
 		return fmt.Errorf("static pod manifest %s: not a pod (%v)", path, err)
 	}
-	meta, _ := pod["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		pod["metadata"] = meta
+	changed, err := edit(pod)
+	if err != nil || !changed {
+		return err
 	}
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-		meta["annotations"] = annotations
-	}
-	if annotations[RestartedAnnotation] == clusterID {
-		return nil
-	}
-	annotations[RestartedAnnotation] = clusterID
 	if b, err = yaml.Marshal(pod); err != nil {
 		return fmt.Errorf("static pod manifest %s: %w", path, err)
 	}

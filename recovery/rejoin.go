@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"sigs.k8s.io/yaml"
 )
 
 // Joiner is a layout that can start its member as a new member of an existing cluster.
@@ -185,37 +184,30 @@ func moveAside(n Node, r *Record) (string, error) {
 // written in the kubelet's directory, which would run a half-written file) for a member joining an
 // existing cluster.
 func (s StaticPod) Join(initialCluster string) error {
-	path := s.Parked
-	b, err := os.ReadFile(path)
-	if err != nil {
+	err := editManifest(s.Parked, func(pod map[string]any) (bool, error) {
+		spec, _ := pod["spec"].(map[string]any)
+		containers, _ := spec["containers"].([]any)
+		for _, c := range containers {
+			c, _ := c.(map[string]any)
+			if c == nil || c["name"] != "etcd" {
+				continue
+			}
+			cmd, _ := c["command"].([]any)
+			args, _ := c["args"].([]any)
+			for _, f := range [][2]string{{"initial-cluster", initialCluster}, {"initial-cluster-state", "existing"}} {
+				if !setFlag(cmd, f[0], f[1]) && !setFlag(args, f[0], f[1]) {
+					cmd = append(cmd, "--"+f[0]+"="+f[1])
+				}
+			}
+			c["command"] = cmd
+			return true, nil
+		}
+		return false, fmt.Errorf("etcd manifest %s: no container named etcd", s.Parked)
+	})
+	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("the parked etcd manifest (the member must be stopped first): %w", err)
 	}
-	var pod map[string]any
-	if err := yaml.Unmarshal(b, &pod); err != nil {
-		return fmt.Errorf("etcd manifest %s: %w", path, err)
-	}
-	spec, _ := pod["spec"].(map[string]any)
-	containers, _ := spec["containers"].([]any)
-	for _, c := range containers {
-		c, _ := c.(map[string]any)
-		if c == nil || c["name"] != "etcd" {
-			continue
-		}
-		cmd, _ := c["command"].([]any)
-		args, _ := c["args"].([]any)
-		for _, f := range [][2]string{{"initial-cluster", initialCluster}, {"initial-cluster-state", "existing"}} {
-			if !setFlag(cmd, f[0], f[1]) && !setFlag(args, f[0], f[1]) {
-				cmd = append(cmd, "--"+f[0]+"="+f[1])
-			}
-		}
-		c["command"] = cmd
-		out, err := yaml.Marshal(pod)
-		if err != nil {
-			return err
-		}
-		return writeFileSync(path, out)
-	}
-	return fmt.Errorf("etcd manifest %s: no container named etcd", path)
+	return err
 }
 
 // setFlag sets --name's value in a command line (--name=value or --name value), in place; false when
