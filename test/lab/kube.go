@@ -655,7 +655,11 @@ func (c *KubeCluster) Diagnostics(ctx context.Context) string {
 			ps, _ := n.Exec(ctx, "crictl", "ps", "-a")
 			etcd, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 15 $(crictl ps -a -q --name etcd | head -1) 2>&1")
 			agent, _ := n.Exec(ctx, "sh", "-c", "crictl logs --tail 20 $(crictl ps -a -q --name agent | head -1) 2>&1 | cut -c1-400")
-			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n== %s's latest agent container:\n%s\n", n.Name, ps, n.Name, etcd, n.Name, agent)
+			// The kubelet's errors and warnings (klog's E and W lines): why a pod is not (re)started,
+			// why the Node's status is not posted.
+			kubelet, _ := n.Exec(ctx, "sh", "-c", "journalctl --no-pager -n 3000 -u kubelet | grep -E ' [EW][0-9]{4} ' | tail -n 25 | cut -c1-400")
+			fmt.Fprintf(&b, "== %s's containers:\n%s\n== %s's latest etcd container:\n%s\n== %s's latest agent container:\n%s\n== %s's kubelet, errors and warnings:\n%s\n",
+				n.Name, ps, n.Name, etcd, n.Name, agent, n.Name, kubelet)
 		} else {
 			fmt.Fprintf(&b, "== %s's hub containers:\n%s\n", n.Name, n.hubLogs(ctx, "tail -n 60 | cut -c1-400", ""))
 		}
