@@ -119,11 +119,15 @@ func Of(st operator.Status, inv pass.Inventory, obs assess.Observations, req ope
 	return p
 }
 
-// blockUnaccounted blocks a recovery that would leave old members running unseen or enough of them to
-// bring the old cluster back: every voter must be lost (and fenced) or answer (a candidate), and the
-// candidates other than the survivor, which keep running the old cluster until `agent rejoin`, must stay
-// short of its quorum. (Found on real processes: a hub restarted just before `hub recover --yes` had no
-// view yet of the two dead voters, neither lost nor answering, and planned a recovery fencing none.)
+// blockUnaccounted blocks a recovery that would leave old members running unseen, or while the
+// members that answer could bring the old cluster back by themselves: every voter must be lost (and
+// fenced) or answer (a candidate), and the candidates, survivor included, must be short of the old
+// quorum. Were they a quorum, they could elect a leader again with no recovery at all (a voter that has
+// stopped counting but still answers, seen on real processes a second before it went silent), and
+// those other than the survivor, which keep running the old cluster until `agent rejoin`, could go
+// on as a second cluster once the survivor has left it. (Also found on real processes: a hub restarted
+// just before `hub recover --yes` had no view yet of the two dead voters, neither lost nor answering,
+// and planned a recovery fencing none.)
 func blockUnaccounted(st operator.Status, lost map[string]bool, candidates []quorum.Survivor, quorum int, block func(string, ...any)) {
 	answering := map[string]bool{}
 	for _, c := range candidates {
@@ -139,13 +143,14 @@ func blockUnaccounted(st operator.Status, lost map[string]bool, candidates []quo
 		block("%s: neither lost nor answering in the hub's view (a hub that has just started hears its observers first): wait, then run it again",
 			strings.Join(unseen, ", "))
 	}
-	if others := len(candidates) - 1; quorum > 0 && others >= quorum {
+	if quorum > 0 && len(candidates) >= quorum {
 		var names []string
-		for _, c := range candidates[1:] {
+		for _, c := range candidates {
 			names = append(names, c.Member)
 		}
-		block("%s answer: they would go on running the old cluster beside the rebuilt one, %d of its members, its quorum (%d); quorum is not lost for good "+
-			"while they answer: find out why they have no leader (the network between them?)", strings.Join(names, ", "), others, quorum)
+		block("%s answer: %d of the old cluster's members, its quorum (%d): quorum is not lost for good while they answer (they may elect a leader again by themselves, "+
+			"and those left running beside the rebuilt one would be a second cluster): find out why they have no leader (the network between them?), "+
+			"or wait for the hub to see which of them are lost", strings.Join(names, ", "), len(candidates), quorum)
 	}
 }
 

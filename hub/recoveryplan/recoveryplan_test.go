@@ -56,6 +56,7 @@ func TestOf(t *testing.T) {
 	farSide := &pass.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, Lost: []pass.LostVoter{
 		{Member: "etcd-1", Machine: "cp-1", Evidence: "maxAttempts power-cycles did not bring it back", PoweredOn: true},
 		{Member: "etcd-2", Machine: "cp-2"}}}
+	farSideAnswers := obs(report("cp-4", 90_100, "c1"), report("cp-1", 95_000, "c1")) // etcd-4, etcd-1 and etcd-2 its voters
 	mark := &pass.RaftMark{ClusterID: "c1", Term: 7, Index: 90_000, Member: "etcd-2", At: now.Add(-time.Minute)}
 	answering := obs(report("cp-0", 80_000, "c1"), report("cp-4", 90_100, "c1"),
 		report("cp-1", 95_000, "c1")) // a lost member's stale report never makes it a survivor
@@ -87,18 +88,22 @@ func TestOf(t *testing.T) {
 		{name: "a mark of another cluster says nothing", st: operator.Status{QuorumLoss: loss, RaftMark: &pass.RaftMark{ClusterID: "old", Index: 1 << 40}}, obs: answering, req: confirmed,
 			survivor: "etcd-4", bump: bumpWithoutMark},
 		{name: "no survivor", st: operator.Status{QuorumLoss: loss, RaftMark: mark}, obs: obs(), req: confirmed, bump: bumpWithoutMark, blockedBy: []string{"no member answers"}},
-		{name: "the far side: a lost member's BMC reads it on", obs: answering, survivor: "etcd-4", bump: 90_100 / 5,
+		{name: "the far side: a lost member's BMC reads it on", obs: farSideAnswers, survivor: "etcd-4", bump: 90_100 / 5,
 			st: operator.Status{RaftMark: mark, QuorumLoss: farSide},
 			blockedBy: []string{"cp-1 (etcd-1): its BMC reads the host powered on; it may be serving on the far side of a partition",
 				"cp-2 (etcd-2): nothing says it will not come back (no evidence)"}},
-		{name: "the far side, confirmed by name", obs: answering, survivor: "etcd-4", bump: 90_100 / 5, req: operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}},
+		{name: "the far side, confirmed by name", obs: farSideAnswers, survivor: "etcd-4", bump: 90_100 / 5, req: operator.RecoverRequest{ConfirmLost: []string{"cp-1", "cp-2"}},
 			st: operator.Status{RaftMark: mark, QuorumLoss: farSide}},
 		{name: "a voter neither lost nor answering (a hub that has just started)", obs: obs(report("cp-4", 90_100, "c1")), req: confirmed,
 			survivor: "etcd-4", bump: 90_100 / 5, st: operator.Status{RaftMark: mark, QuorumLoss: loss, Machines: votingMachines(5)},
 			blockedBy: []string{"cp-0 (etcd-0): neither lost nor answering in the hub's view"}},
 		{name: "members that answer, as many as the old quorum: no loss for good", obs: answering, survivor: "etcd-1", bump: 95_000 / 5,
 			st:        operator.Status{RaftMark: mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, Quorum: 2}},
-			blockedBy: []string{"etcd-4, etcd-0 answer: they would go on running the old cluster beside the rebuilt one, 2 of its members, its quorum (2)"}},
+			blockedBy: []string{"etcd-1, etcd-4, etcd-0 answer: 3 of the old cluster's members, its quorum (2): quorum is not lost for good"}},
+		{name: "one voter lost, the two others answer: they are its quorum", obs: obs(report("cp-0", 80_000, "c1"), report("cp-4", 90_100, "c1")), req: confirmed,
+			survivor: "etcd-4", bump: 90_100 / 5, st: operator.Status{RaftMark: mark, QuorumLoss: &pass.QuorumLoss{Voters: 3, HealthyVoters: 1, Quorum: 2, Lost: []pass.LostVoter{
+				{Member: "etcd-1", Machine: "cp-1", Evidence: "its BMC read the power Off at 02:59:00Z", ForGood: true}}}},
+			blockedBy: []string{"etcd-4, etcd-0 answer: 2 of the old cluster's members, its quorum (2): quorum is not lost for good while they answer"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.st.Time = now
