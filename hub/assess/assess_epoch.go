@@ -89,6 +89,14 @@ func (a *Assessor) noteRestarts(machines []MachineRef, obs Observations) {
 	}
 }
 
+// ownNewer says whether own, the report of member's own agent, is as new as the floor: newer than the
+// one it had sent when the hub last began to hear a majority (or quorum came back), and no older than
+// the one that began member's epoch (that report is the epoch's own evidence: it answers again).
+func (a *Assessor) ownNewer(member string, own *report.Report) bool {
+	e, ok := a.epochs[member]
+	return a.newerThanHeard(*own) && (!ok || own.Version >= e.versions[own.Node])
+}
+
 // floor is from when evidence about member counts, and why: the later of the hub's last return to a
 // majority of its observers (or of etcd's quorum, or of its resume) and the member's own epoch.
 func (a *Assessor) floor(member string) (time.Time, string) {

@@ -127,8 +127,14 @@ func (a *Assessor) etcdHealth(m MachineRef, e *Expected, now time.Time, own *rep
 		return quorum.Unhealthy, answers, v.newReach, answeredAt
 	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
 		return quorum.Healthy, answers, v.newReach, answeredAt
-	case voters == 0 && ownKnown && ownOK:
-		return quorum.Healthy, answers, v.newReach, answeredAt // no other observer (a one-member cluster): its own word is all there is
+	// No other observer says anything of it (a one-member cluster), or they do only in reports from before
+	// the floor: its own word is all there is, and only a word as new as the floor counts. Its own last
+	// report from before the floor may have been sent before it hung: counted healthy on that, a stopped
+	// member let an operator's reboot of another voter through right after quorum came back, and quorum
+	// was lost (test/lab under load: cp-2 stopped, cp-0 power-cycled 0.6 s after the return). Unknown
+	// counts as not healthy for every disruption of another member.
+	case voters == 0 && ownKnown && ownOK && (v.stale == 0 || a.ownNewer(m.Member, own)):
+		return quorum.Healthy, answers, v.newReach, answeredAt
 	}
 	return quorum.HealthUnknown, answers, v.newReach, answeredAt
 }

@@ -435,6 +435,56 @@ func TestQuorumBackJudgesAfresh(t *testing.T) {
 	assert.Equal(t, assess.VerdictUnhealthy, got.Verdict, "%q", got.Reasons)
 }
 
+// Right after etcd's quorum comes back, a member whose machine hung has only its own last report, sent
+// before it hung and still fresh by age, and its observers' views from before the return, which say it
+// does not answer and are set aside: it is not counted healthy until something newer says so (test/lab
+// under load: counted healthy on its old word, it let an operator's reboot of cp-0 through, and quorum
+// was lost). Its own word newer than the return counts, and so do newer views, for it or against it.
+func TestAMemberSilentSinceQuorumCameBackIsNotCountedHealthy(t *testing.T) {
+	back := assesstest.T0().Add(time.Hour)
+	stopped := back.Add(-4 * time.Second)
+	world := func(at time.Time, version uint64) *assesstest.World {
+		w := assesstest.NewWorld(at).Versioned(version).Dead("cp-2", stopped.Add(time.Second), "cp-0", "cp-1")
+		own := w.Obs.Reports["cp-2"] // its last, from before it stopped: its etcd probe passed
+		own.SentAt, own.Version = stopped.Add(-500*time.Millisecond), 1
+		w.Obs.Reports["cp-2"] = own
+		return w
+	}
+	for _, tc := range []struct {
+		name string
+		then func() *assesstest.World // a pass after the one that follows the return
+		want quorum.Health
+	}{
+		{"nothing newer: only its own old word and views from before the return", func() *assesstest.World {
+			return world(back.Add(1500*time.Millisecond), 2)
+		}, quorum.HealthUnknown},
+		{"newer views that do not reach it", func() *assesstest.World { return world(back.Add(1500*time.Millisecond), 3) }, quorum.Unhealthy},
+		{"newer views that reach it", func() *assesstest.World {
+			return assesstest.NewWorld(back.Add(1500 * time.Millisecond)).Versioned(3).Version("cp-2", 1)
+		}, quorum.Healthy},
+		{"its own word newer than the return, its agent heard again", func() *assesstest.World {
+			w := world(back.Add(1500*time.Millisecond), 2).Version("cp-2", 3)
+			w.Obs.HubPeers["cp-2"] = report.PeerView{Name: "cp-2", State: report.PeerAlive, Since: back.Add(time.Second)}
+			r := w.Obs.Reports["cp-2"]
+			r.SentAt = back.Add(time.Second)
+			w.Obs.Reports["cp-2"] = r
+			return w
+		}, quorum.Healthy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := assesstest.Hearing(assess.DefaultPolicy())
+			got := assesstest.ByName(a.Assess(assesstest.Machines(), nil, world(back.Add(-time.Second), 1).Obs))["m2"]
+			require.Equal(t, quorum.Unhealthy, got.EtcdHealth, "before the return: %q", got.Reasons)
+			a.QuorumBack(back)
+			got = assesstest.ByName(a.Assess(assesstest.Machines(), nil, world(back.Add(500*time.Millisecond), 2).Obs))["m2"]
+			assert.Equal(t, quorum.HealthUnknown, got.EtcdHealth, "the pass after the return: %q", got.Reasons)
+			assert.Contains(t, joinLines(got.Reasons), "waiting for newer ones")
+			got = assesstest.ByName(a.Assess(assesstest.Machines(), nil, tc.then().Obs))["m2"]
+			assert.Equal(t, tc.want, got.EtcdHealth, "%q", got.Reasons)
+		})
+	}
+}
+
 // A member whose etcd probe fails while its own status says it follows the leader the other members
 // follow is catching up: EtcdCatchUp more before it is Unhealthy, whether or not its raft index moves
 // (a member whose streams to the leader are still being dialled again after a partition of silent
