@@ -92,8 +92,10 @@ type Assessment struct {
 	// Since is when the evidence behind the verdict began (for Unhealthy: the earliest qualifying).
 	Since   time.Time
 	Reasons []string
-	// EtcdHealth is the member's health as quorum counts it: Healthy only when a majority of live
-	// observers reach it and its own etcd probe (when reported) passes.
+	// EtcdHealth is the member's health as quorum counts it: Healthy only when a strict majority of the
+	// live observers' views reach it (views older than the evidence floor count against it here), or
+	// its own word is as new as the floor and no newer view contradicts it; and its own etcd probe
+	// (when reported) passes.
 	EtcdHealth quorum.Health
 	// EtcdAnswers: the machine is not dead and its member answers a strict majority of the observers
 	// that check it (it may still fail its own probe: "no leader" when quorum is lost).

@@ -72,7 +72,7 @@ func majorityLeader(observers []report.Report) (string, uint64, int) {
 // etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
 // observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
 // strict majority of the expected agents and witnesses, in reports sent since the member's epoch and
-// since the hub last began to hear a majority (newerFor). It also says whether the member answers (a
+// since the hub last began to hear a majority (newerFor); Healthy needs more (see below). It also says whether the member answers (a
 // strict majority of the observers that check it reach it, whatever its own probe says), how many
 // observers reach it in such recent reports, and, when it answers, when the oldest report among those
 // that reach it was sent.
@@ -122,18 +122,20 @@ func (a *Assessor) etcdHealth(m MachineRef, e *Expected, now time.Time, own *rep
 		ev.doubt("etcd member %s: %d observers' reports from before %s say it does not answer; they say nothing of it now: waiting for newer ones",
 			m.Member, v.stale, why)
 	}
+	// Healthy is what quorum counts on for a disruption of another member, so it needs positive evidence
+	// that nothing newer contradicts: the views set aside as older than the floor still count against
+	// it here. Right after quorum came back, a hung member's observers' views were all from before the
+	// return and its own last report, sent before it hung, still fresh by age: counted healthy on that,
+	// it let an operator's reboot of another voter through, and quorum was lost (test/lab under load:
+	// cp-2 stopped, cp-0 power-cycled 0.6 s after the return).
 	switch {
 	case ownKnown && !ownOK:
 		return quorum.Unhealthy, answers, v.newReach, answeredAt
-	case voters > 0 && 2*reach > voters && (!ownKnown || ownOK):
+	case 2*reach > voters+v.stale: // a strict majority of every view, the older ones included
 		return quorum.Healthy, answers, v.newReach, answeredAt
-	// No other observer says anything of it (a one-member cluster), or they do only in reports from before
-	// the floor: its own word is all there is, and only a word as new as the floor counts. Its own last
-	// report from before the floor may have been sent before it hung: counted healthy on that, a stopped
-	// member let an operator's reboot of another voter through right after quorum came back, and quorum
-	// was lost (test/lab under load: cp-2 stopped, cp-0 power-cycled 0.6 s after the return). Unknown
-	// counts as not healthy for every disruption of another member.
-	case voters == 0 && ownKnown && ownOK && (v.stale == 0 || a.ownNewer(m.Member, own)):
+	// Its own word, and no newer view against it: when no observer says anything of it (a one-member
+	// cluster), or when that word is as new as the floor (a member that answers again after a restart).
+	case ownKnown && ownOK && unreach == 0 && (voters+v.stale == 0 || a.ownNewer(m.Member, own)):
 		return quorum.Healthy, answers, v.newReach, answeredAt
 	}
 	return quorum.HealthUnknown, answers, v.newReach, answeredAt

@@ -460,8 +460,15 @@ func TestAMemberSilentSinceQuorumCameBackIsNotCountedHealthy(t *testing.T) {
 		}, quorum.HealthUnknown},
 		{"newer views that do not reach it", func() *assesstest.World { return world(back.Add(1500*time.Millisecond), 3) }, quorum.Unhealthy},
 		{"newer views that reach it", func() *assesstest.World {
-			return assesstest.NewWorld(back.Add(1500 * time.Millisecond)).Versioned(3).Version("cp-2", 1)
+			return assesstest.NewWorld(back.Add(1500*time.Millisecond)).Versioned(3).Version("cp-2", 1)
 		}, quorum.Healthy},
+		{"a newer view that reaches it, an older one that does not: no majority", func() *assesstest.World {
+			w := world(back.Add(1500*time.Millisecond), 2)
+			reaches := assesstest.NewWorld(back.Add(time.Second)).Obs.Reports["cp-0"]
+			reaches.Version = 3
+			w.Obs.Reports["cp-0"] = reaches
+			return w
+		}, quorum.HealthUnknown},
 		{"its own word newer than the return, its agent heard again", func() *assesstest.World {
 			w := world(back.Add(1500*time.Millisecond), 2).Version("cp-2", 3)
 			w.Obs.HubPeers["cp-2"] = report.PeerView{Name: "cp-2", State: report.PeerAlive, Since: back.Add(time.Second)}
