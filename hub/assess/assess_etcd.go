@@ -72,10 +72,10 @@ func majorityLeader(observers []report.Report) (string, uint64, int) {
 // etcdHealth says how quorum should count m's member: from its own etcd probe and from whether the
 // observers that judge etcd (its own agent among them) reach it. Unreachable is evidence only from a
 // strict majority of the expected agents and witnesses, in reports sent since the member's epoch and
-// since the hub last began to hear a majority (newerFor); Healthy needs more (see below). It also says whether the member answers (a
-// strict majority of the observers that check it reach it, whatever its own probe says), how many
-// observers reach it in such recent reports, and, when it answers, when the oldest report among those
-// that reach it was sent.
+// since the hub last began to hear a majority (newerFor); Healthy asks more (see below). It also says
+// whether the member answers (a strict majority of the observers that check it reach it, whatever its
+// own probe says), how many observers reach it in such recent reports, and, when it answers, when the
+// oldest report among those that reach it was sent.
 func (a *Assessor) etcdHealth(m MachineRef, e *Expected, now time.Time, own *report.Report, fresh, dead bool, observers []report.Report,
 	seen map[string]bool, ev *evidence) (h quorum.Health, answers bool, reachedSince int, answeredAt time.Time) {
 	if dead {
