@@ -24,7 +24,7 @@ import (
 // the member concerned last froze or resumed). The hub counting a frozen member
 // healthy on its own last report, right after quorum came back, fails this at once (seed 0).
 func TestNoDisruptionCostsQuorumThroughFlapsRandomized(t *testing.T) {
-	seeds, passes := 200, 300
+	seeds, passes := 100, 300
 	if testing.Short() {
 		seeds = 30
 	}
