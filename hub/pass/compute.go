@@ -104,8 +104,7 @@ type View struct {
 	// quorumLost: the latest pass that planned saw etcd's quorum lost; loss what the hub knows of it;
 	// planned: when that pass gathered its facts.
 	quorumLost bool
-	lostSince  time.Time // when the passes that planned began to see it lost (quorumLost), kept after
-	backAt     time.Time // when it was last seen back (lossRelapse)
+	lostSince  time.Time // when the passes that planned began to see it lost (quorumLost), without a break
 	planned    time.Time
 	Loss       *QuorumLoss
 	// Mark: the highest raft index seen or journaled (State.Mark).
@@ -147,12 +146,14 @@ type Ready struct {
 	OutOfService *Taints
 }
 
-// lossRelapse: a loss of etcd's quorum seen again within this long after it was last seen back is the
-// same loss, counted from when it was first seen (stallOf's shorter waits). With two of three members
-// hung, the hub hears exactly a majority of its observers; one late report loses it, and the pass that
-// hears it again sees quorum back for a moment (the evidence counts again from then): counted afresh
-// after each such moment, the shorter wait never ended (a loaded stall matrix, 2026-12-02).
-const lossRelapse = 10 * time.Second
+// A loss of etcd's quorum counts (stallOf's shorter waits) from the pass that first saw it, and a pass
+// that sees it back ends it: one seen again later counts afresh. (Until 2026-12-06 a loss seen again
+// within 10 s of its return was the same loss: with two of three members hung, a late report made the
+// hub see quorum back for a moment, because a hung member whose observers' views were set aside counted
+// healthy on its own last report. Healthy now needs evidence nothing newer contradicts, so such a moment
+// no longer comes; and the rule made blips a few seconds apart one long loss: a member frozen 11 s, while
+// probes of the others timed out now and then on a loaded machine, was power-cycled on the 10 s wait of
+// a member needed for quorum (TestNoDisruptionCostsQuorumThroughFlapsRandomized, seed 0).)
 
 // queue adds a notice to those apply says (Hub.say emits it).
 func (rd *Ready) queue(n Notice) { rd.Notices = append(rd.Notices, n) }
@@ -260,8 +261,8 @@ func (s *State) update(f Facts) Ready {
 	s.queueHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster
 	f.lostSince = f.Now // should this pass see quorum lost, the loss is seen from now on…
-	if prev.quorumLost || !prev.lostSince.IsZero() && f.Now.Sub(prev.backAt) < lossRelapse {
-		f.lostSince = prev.lostSince // …or since the pass that first saw it, or the loss it relapses into
+	if prev.quorumLost {
+		f.lostSince = prev.lostSince // …or since the pass that first saw it, with no pass seeing it back since
 	}
 	f.rebuilt, f.scratch = s.rebuilt, s.scratch
 	d := decide(f)
@@ -278,7 +279,7 @@ func (s *State) update(f Facts) Ready {
 	if d.quorumBack {
 		// Nothing is decided in this pass (the next decides on a fresh assessment): its view says so,
 		// rather than the lost quorum of the pass before.
-		v.quorumLost, v.backAt, rd.QuorumBack = false, f.Now, f.Now
+		v.quorumLost, rd.QuorumBack = false, f.Now
 		v.NotPlanning = "etcd's quorum is back: the evidence gathered while it was lost is judged again"
 		msg := "etcd's quorum is back: the evidence gathered while it was lost counts again from now"
 		if d.rebuilt {
