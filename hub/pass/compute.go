@@ -146,15 +146,6 @@ type Ready struct {
 	OutOfService *Taints
 }
 
-// A loss of etcd's quorum counts (stallOf's shorter waits) from the pass that first saw it, and a pass
-// that sees it back ends it: one seen again later counts afresh. (Until 2026-12-06 a loss seen again
-// within 10 s of its return was the same loss: with two of three members hung, a late report made the
-// hub see quorum back for a moment, because a hung member whose observers' views were set aside counted
-// healthy on its own last report. Healthy now needs evidence nothing newer contradicts, so such a moment
-// no longer comes; and the rule made blips a few seconds apart one long loss: a member frozen 11 s, while
-// probes of the others timed out now and then on a loaded machine, was power-cycled on the 10 s wait of
-// a member needed for quorum (TestNoDisruptionCostsQuorumThroughFlapsRandomized, seed 0).)
-
 // queue adds a notice to those apply says (Hub.say emits it).
 func (rd *Ready) queue(n Notice) { rd.Notices = append(rd.Notices, n) }
 
@@ -260,9 +251,17 @@ func (s *State) update(f Facts) Ready {
 	}
 	s.queueHearing(&rd, f.Hearing)
 	f.healthyAt, f.seenAt, f.lifeAt, f.beginFailed, f.quorumLost, f.lostIn = s.healthyAt, s.seenAt, s.lifeAt, s.beginFailed, prev.quorumLost, prev.Cluster
-	f.lostSince = f.Now // should this pass see quorum lost, the loss is seen from now on…
+	// A loss of etcd's quorum counts (stallOf's shorter waits) from the pass that first saw it, and a pass
+	// that sees it back ends it: one seen again later counts afresh. (Until 2026-12-06 a loss seen again
+	// within 10 s of its return was the same loss: with two of three members hung, a late report made
+	// the hub see quorum back for a moment, because a hung member whose observers' views were set aside
+	// counted healthy on its own last report. Healthy now needs evidence nothing newer contradicts, so
+	// that moment no longer comes; and the rule made blips a few seconds apart one long loss: a member
+	// frozen 11 s, while probes of the others timed out now and then on a loaded machine, was
+	// power-cycled on the 10 s wait of a member needed for quorum: TestNoDisruptionCostsQuorumThroughFlapsRandomized.)
+	f.lostSince = f.Now
 	if prev.quorumLost {
-		f.lostSince = prev.lostSince // …or since the pass that first saw it, with no pass seeing it back since
+		f.lostSince = prev.lostSince
 	}
 	f.rebuilt, f.scratch = s.rebuilt, s.scratch
 	d := decide(f)
