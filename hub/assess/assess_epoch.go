@@ -114,8 +114,13 @@ func (a *Assessor) floor(member string) (time.Time, string) {
 // probe ("no leader") for as long as the partition lasts, and is fine a second after it heals: that is
 // no reason to reboot it. Nor does time before the member's epoch count. The string says from when,
 // when it applies; from is the moment the count began, the evidence's since for the verdict (from which
-// the component grace counts: a component failing through a partition has had no grace yet).
+// the component grace counts: a component failing through a partition has had no grace yet). While
+// the hub hears no majority (heardSince zero) nothing counts at all: with no floor, a pass that missed
+// a majority for a moment after a heal would count from before the partition.
 func (a *Assessor) countedFor(member string, now, since time.Time) (d time.Duration, from time.Time, said string) {
+	if a.heardSince.IsZero() {
+		return 0, now, ", not counted while the hub hears no majority of its observers"
+	}
 	at, why := a.floor(member)
 	if at.After(since) {
 		return now.Sub(at), at, fmt.Sprintf(", counted from %s when %s", at.UTC().Format("15:04:05.000Z07:00"), why)
