@@ -61,6 +61,15 @@ func TestHaleOnKubeadm(t *testing.T) {
 	require.True(t, first || second, "HALE_KUBEADM_ONLY=%s: not a scenario (%s)", only, strings.Join(append(onFirst, onSecond...), ", "))
 	firstInstalled := make(chan struct{})
 	installed := sync.OnceFunc(func() { close(firstInstalled) })
+	// test/run starts test/lab beside the clusters' scenarios once both boots (most of their CPU) are
+	// over: HALE_KUBEADM_BOOTED names the file written then, or when the second cluster ends before.
+	bootsOver := sync.OnceFunc(func() {
+		if path := os.Getenv("HALE_KUBEADM_BOOTED"); path != "" {
+			if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Errorf("HALE_KUBEADM_BOOTED: %v", err)
+			}
+		}
+	})
 	t.Run("self-hosted", func(t *testing.T) {
 		defer installed() // also when it fails before: the second cluster does not wait on it
 		if !first {
@@ -93,6 +102,7 @@ func TestHaleOnKubeadm(t *testing.T) {
 		}
 	})
 	t.Run("management-then-standalone", func(t *testing.T) {
+		defer bootsOver()
 		if !second {
 			t.Skipf("HALE_KUBEADM_ONLY=%s runs on the first cluster", only)
 		}
@@ -105,6 +115,7 @@ func TestHaleOnKubeadm(t *testing.T) {
 			t.Fatal("the first cluster never got installed")
 		}
 		c := upAndInstalled(ctx, t)
+		bootsOver()
 		if only == "" || only == "management" {
 			// Under a Cluster API management cluster's hub, the install its fallback; a hung node healed by
 			// the management cluster's cell, another by the fallback while the management cluster is gone.
