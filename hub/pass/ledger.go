@@ -27,6 +27,17 @@ type Past struct {
 	// Acts counts the steps whose intent was written (every side effect has one first) but those
 	// withdrawn (their request not sent).
 	Acts int
+	// outcomeAt is its latest step outcome's time: when it last did something, which a note written
+	// after (an import from a degraded term's journal, at the import) does not move as it moves Updated.
+	outcomeAt time.Time
+}
+
+// doneAt is when it last did something: its latest step outcome, else its last update.
+func (p Past) doneAt() time.Time {
+	if p.outcomeAt.IsZero() {
+		return p.Updated
+	}
+	return p.outcomeAt
 }
 
 // Idle: it ended having taken no step, having done nothing (refused at the check before its first
@@ -58,6 +69,9 @@ func PastOf(r journal.Remediation) Past {
 func (p *Past) StepResult(step int, r journal.Result, detail string, at time.Time) {
 	if r == journal.ResultWithdrawn {
 		p.Acts--
+	}
+	if at.After(p.outcomeAt) {
+		p.outcomeAt = at
 	}
 	if (r == journal.ResultDone || r == journal.ResultNotRepeated) && slices.Contains(p.cycles, step) && at.After(p.Cycled) {
 		p.Cycled, p.Shown = at, detail

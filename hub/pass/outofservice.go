@@ -73,12 +73,12 @@ func OutOfService(f Facts) Taints {
 		fence, read := hist[len(hist)-1], f.BMCs[m.Name]
 		switch {
 		case !fence.Fenced():
-		case !read.Checked.After(fence.Updated) || f.Now.Sub(fence.Updated) < after:
+		case !read.Checked.After(fence.doneAt()) || f.Now.Sub(fence.doneAt()) < after:
 			out.Keep[m.Name] = true // not read since the fence, or fenced too recently: nothing to say yet
 		case !read.Ready || read.Power != bmcval.PowerOff || f.Now.Sub(read.Checked) > outOfServiceFresh:
 		default:
 			out.On[m.Name] = fmt.Sprintf("fenced by remediation %s at %s and off since: its BMC read the power Off at %s (policy.outOfServiceAfter %v)",
-				fence.ID, fence.Updated.UTC().Format(time.RFC3339), read.Checked.UTC().Format(time.RFC3339), after)
+				fence.ID, fence.doneAt().UTC().Format(time.RFC3339), read.Checked.UTC().Format(time.RFC3339), after)
 		}
 	}
 	return out

@@ -35,6 +35,16 @@ func TestOutOfServiceOnlyWhileTheBMCReadsOff(t *testing.T) {
 		want  *bool // nil: nothing said
 	}{
 		{"fenced, off for longer than outOfServiceAfter, read Off 10 s ago", base, yes},
+		{"fenced 2 min ago by a degraded term's recovery, imported (a note) 5 s ago: counted from the fence", func() *scene {
+			s := newScene().dead(fenced)
+			at, imported := s.f.Now.Add(-2*time.Minute), s.f.Now.Add(-5*time.Second)
+			s.f.History[name] = []Past{PastOf(journal.Remediation{ID: name + "/0", Machine: name, Strategy: quorum.Fence.String(), RequestedBy: "operator",
+				State: journal.Succeeded, Created: at, Updated: imported, Steps: []quorum.Step{{Op: quorum.OpPowerOff, Member: "etcd-2"}},
+				History: []journal.Entry{{At: at, Kind: journal.EntryOutcome, Result: journal.ResultDone, Detail: "powered off through its BMC"},
+					{At: imported, Step: -1, Kind: journal.EntryNote, Detail: "imported from the degraded term's journal"}}})}
+			off(s, 3*time.Second)
+			return s
+		}, yes},
 		{"the policy turns it off", func() *scene { s := base(); s.f.Inventory.Policy.OutOfServiceAfter = 0; return s }, no},
 		{"fenced 30 s ago: not off long enough", func() *scene {
 			s := newScene().dead(fenced).remediated(fenced, quorum.Fence.String(), journal.Succeeded, 30*time.Second, 1)
