@@ -318,6 +318,16 @@ func roomFor(dir string, size int64) error {
 // one-member cluster with a new cluster ID.
 func start(ctx context.Context, n Node, r *Record) error {
 	say(n, r, "starting %s as a one-member cluster (%s)", r.Member, n.Layout)
+	// Put back unchanged, the manifest would be the pod the kubelet stopped, and it starts that one
+	// again only once it has finished with it (on a loaded kubeadm node, not within 2 min): marked with
+	// the recovery's token it is a new pod. (Not parked any more: a rerun after the start.)
+	if sp, ok := n.Layout.(StaticPod); ok {
+		if _, err := os.Stat(sp.Parked); err == nil {
+			if err := annotate(sp.Parked, RecoveredAnnotation, r.Token); err != nil {
+				return fmt.Errorf("%s: %w", sp, err)
+			}
+		}
+	}
 	if err := n.Layout.Start(ctx); err != nil {
 		return err
 	}
@@ -358,6 +368,12 @@ func start(ctx context.Context, n Node, r *Record) error {
 		if err := sleep(ctx, 500*time.Millisecond); err != nil {
 			return err
 		}
+	}
+	if last == nil {
+		// The port never accepted a connection: the member did not start (a kubelet that has not
+		// started its static pod yet, a container that exits at once).
+		return fmt.Errorf("%s accepted no connection within %s after the start: the member did not start (%s); see its log "+
+			"(kubeadm: `crictl ps -a --name etcd`, `crictl logs`, the kubelet's journal), then run the same command again", n.Endpoint, n.StartTimeout, n.Layout)
 	}
 	return fmt.Errorf("%s did not answer a read within %s after the start (last: %w): see the member's log", n.Endpoint, n.StartTimeout, last)
 }

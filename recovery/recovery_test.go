@@ -211,6 +211,9 @@ func TestRecoverFromTheSurvivor(t *testing.T) {
 	manifest, err := os.ReadFile(apiserver)
 	require.NoError(t, err)
 	assert.Contains(t, string(manifest), RestartedAnnotation+": "+r.NewClusterID, "put back as a new pod to the kubelet")
+	manifest, err = os.ReadFile(m3.manifest)
+	require.NoError(t, err)
+	assert.Contains(t, string(manifest), RecoveredAnnotation+": "+p.Token, "etcd's put back as a new pod to the kubelet too")
 
 	c3 := c.client(m3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -506,7 +509,21 @@ func TestRecoverRefuses(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "another recovery is running on this node (pid")
 	intact(m3)
+
+	// A member that does not start again on the restored data (a kubelet that has not started its
+	// static pod): the error says so, not "did not answer a read".
+	out.Reset()
+	n = m3.node(t, &out)
+	n.Layout, n.StartTimeout = neverStarts{n.Layout.(StaticPod)}, 2*time.Second
+	_, err = Recover(context.Background(), n, p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), m3.client+" accepted no connection within 2s after the start: the member did not start (static pod "+m3.manifest+")")
 }
+
+// neverStarts is a static pod whose kubelet does not start it again.
+type neverStarts struct{ StaticPod }
+
+func (neverStarts) Start(context.Context) error { return nil }
 
 func TestPlanReady(t *testing.T) {
 	ok := Plan{Survivor: &quorum.Survivor{Member: "etcd-1", ClusterID: "c1"}, Token: "t", BumpRevision: 10,
