@@ -358,7 +358,12 @@ func TestPermanentLossFiveMembers(t *testing.T) {
 
 	// The degraded term's pause is the HealthPolicy's now: the leader holds until the operator resumes.
 	require.NoError(t, l.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &policy))
-	assert.True(t, policy.Spec.Paused, "the recovery's pause carried back into the HealthPolicy")
+	if !assert.True(t, policy.Spec.Paused, "the recovery's pause carried back into the HealthPolicy") {
+		// Seen once in a full run (the hub said it carried the pause back, and read none 20 ms later):
+		// who wrote which field of the policy, and when.
+		fields, _ := json.MarshalIndent(policy.ManagedFields, "", "  ")
+		t.Logf("HealthPolicy %s/default at resourceVersion %s, annotations %v, managed fields:\n%s", ns, policy.ResourceVersion, policy.Annotations, fields)
+	}
 	st := l.waitStatus(time.Minute, "paused", func(st operator.Status) bool { return st.Pause == operator.Paused })
 	assert.Contains(t, hub.DescribeBrakes(st.PausedBy), "etcd recovery "+plan.Token)
 	for _, cmd := range [][]string{{"resume"}, {"attach", behind.Name}} {
