@@ -52,7 +52,7 @@ type Node struct {
 // withDefaults fills in what was left unset: the timeouts, no log, no output.
 func (n Node) withDefaults() Node {
 	n.StopTimeout = cmp.Or(n.StopTimeout, 90*time.Second)
-	n.StartTimeout = cmp.Or(n.StartTimeout, 2*time.Minute)
+	n.StartTimeout = cmp.Or(n.StartTimeout, 5*time.Minute)
 	if n.Log == nil {
 		n.Log = slog.New(slog.DiscardHandler)
 	}

@@ -94,7 +94,7 @@ func (f *recoverFlags) register(fl *pflag.FlagSet, layouts bool) {
 	fl.StringVar(&f.dataDir, "data-dir", "", "the member's data directory (default: the manifest's; with --layout systemd: required)")
 	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/hale/recovery", "the recovery's journal and lock, on this node")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", 90*time.Second, "how long the member may take to stop")
-	fl.DurationVar(&f.startTimeout, "start-timeout", 2*time.Minute, "how long the member may take to answer after its start")
+	fl.DurationVar(&f.startTimeout, "start-timeout", 5*time.Minute, "how long the member may take to answer after its start (a busy kubelet may take minutes to start a static pod)")
 	fl.DurationVar(&f.killAfter, "kill-after", 5*time.Second, "how long a --restart pod's process may take to stop once its manifest is moved out before it is killed "+
 		"(SIGKILL: kubeadm's API server outlasts the kubelet's 30-s grace period, holding the recovery up; 0: never kill, the kubelet's grace period is waited out)")
 	fl.StringSliceVar(&f.restart, "restart", []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"},
