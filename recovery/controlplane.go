@@ -71,12 +71,8 @@ func restartControlPlane(ctx context.Context, n Node, r *Record) error {
 }
 
 // RestartedAnnotation, on a static pod's manifest, names the etcd cluster it was last restarted
-// onto (restartControlPlane); RecoveredAnnotation, on etcd's, the recovery that restored its member
-// (start).
-const (
-	RestartedAnnotation = "hale.dev/restarted-onto-etcd-cluster"
-	RecoveredAnnotation = "hale.dev/restored-by-etcd-recovery"
-)
+// onto (restartControlPlane).
+const RestartedAnnotation = "hale.dev/restarted-onto-etcd-cluster"
 
 // markRestarted writes the new cluster's ID into a parked manifest's annotations, so that the pod put
 // back is a new pod to the kubelet. A static pod's UID is a hash of its manifest: put back unchanged
@@ -84,11 +80,6 @@ const (
 // back-off (up to 5 min): on a real kubeadm node the API server answered 3 min after etcd was
 // rebuilt. Written the same again by a rerun, it changes nothing.
 func markRestarted(path, clusterID string) error {
-	return annotate(path, RestartedAnnotation, clusterID)
-}
-
-// annotate sets annotation key to value in a static pod manifest (nothing written when it has it).
-func annotate(path, key, value string) error {
 	return editManifest(path, func(pod map[string]any) (bool, error) {
 		meta, _ := pod["metadata"].(map[string]any)
 		if meta == nil {
@@ -100,10 +91,10 @@ func annotate(path, key, value string) error {
 			annotations = map[string]any{}
 			meta["annotations"] = annotations
 		}
-		if annotations[key] == value {
+		if annotations[RestartedAnnotation] == clusterID {
 			return false, nil
 		}
-		annotations[key] = value
+		annotations[RestartedAnnotation] = clusterID
 		return true, nil
 	})
 }

@@ -318,16 +318,10 @@ func roomFor(dir string, size int64) error {
 // one-member cluster with a new cluster ID.
 func start(ctx context.Context, n Node, r *Record) error {
 	say(n, r, "starting %s as a one-member cluster (%s)", r.Member, n.Layout)
-	// Put back unchanged, the manifest would be the pod the kubelet stopped, and it starts that one
-	// again only once it has finished with it (on a loaded kubeadm node, not within 2 min): marked with
-	// the recovery's token it is a new pod. (Not parked any more: a rerun after the start.)
-	if sp, ok := n.Layout.(StaticPod); ok {
-		if _, err := os.Stat(sp.Parked); err == nil {
-			if err := annotate(sp.Parked, RecoveredAnnotation, r.Token); err != nil {
-				return fmt.Errorf("%s: %w", sp, err)
-			}
-		}
-	}
+	// Put back unchanged: to the kubelet it is the pod it stopped (a static pod's UID is a hash of its
+	// manifest), which it starts again once its housekeeping has finished with it (2 to 4 s in most
+	// runs on the kubeadm lab). A changed manifest is a new pod, which the kubelet starts only once the
+	// old one of the same name has terminated completely: 71 s in the one run that tried it.
 	if err := n.Layout.Start(ctx); err != nil {
 		return err
 	}
