@@ -62,7 +62,7 @@ func (d *Degraded) apiAnswers(ctx context.Context, timeout time.Duration) error 
 // otherwise it returns at once and the replica campaigns again. It decides at once, on the latest view
 // of the lost term's hub (last) from after the last renewal (a renewal is a write: etcd had quorum
 // then), not once that hub has stopped: the lease is lost a retry period and a half before this
-// leader's authority ends (0.85 and 0.95 of the lease duration), and a hub that took longer to stop (a
+// leader's authority ends (about 0.77 and 0.95 of the lease duration with the hub's timing), and a hub that took longer to stop (a
 // pass held by a write to the API server, on a busy node) found its authority lapsed and campaigned
 // again, which cannot succeed without quorum: nobody acted (found on the real kubeadm cluster, two of
 // three nodes frozen).
@@ -73,8 +73,8 @@ func (d *Degraded) AfterLoss(ctx context.Context, leader *Leader, renewed time.T
 	loss := degraded.Loss{Renewed: renewed}
 	if loss.Quorum, loss.QuorumWhy = last.EtcdQuorum(renewed); loss.Quorum == pass.QuorumLost {
 		// client-go gives the lease up after the renew deadline plus a retry period without a renewal
-		// (0.85 of the lease duration); half a retry period more for this probe leaves the decision
-		// within the authority.
+		// (0.77 of the lease duration with the hub's timing); half a retry period more for this probe
+		// leaves the decision within the authority.
 		loss.APIAnswers = d.apiAnswers(ctx, d.lease().Retry()/2) == nil
 	}
 	loss.Now = time.Now() // decided after the probe: by now no standby may have taken the Lease yet

@@ -178,10 +178,15 @@ func holderPod(holder string) string {
 	return rest[:i]
 }
 
-// leaseTiming is the leader election's timing for --lease-duration d: renewals given up after three
-// quarters of it, tried every tenth.
+// leaseTiming is the leader election's timing for --lease-duration d: renewals given up after two
+// thirds of it (client-go's default ratio, 10 s of 15), tried every tenth. A leader that loses its
+// Lease to a lost quorum decides whether to act alone (kube.Degraded.AfterLoss) between losing it
+// (client-go: the renew deadline plus a retry period after the last renewal, 0.77 of d) and the end
+// of its authority (0.95 of d): 2.75 s at 15 s. With three quarters (0.85) that was 1.5 s, which a
+// loaded node missed: the decision came 1.8 s after the loss, 14.55 s after the renewal, and two of
+// three hung control-plane nodes were left unhealed (a full test run, the real kubeadm cluster).
 func leaseTiming(d time.Duration) kube.LeaseTiming {
-	return kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 3 / 4, RetryPeriod: d / 10}
+	return kube.LeaseTiming{LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 10}
 }
 
 // importPatience is how long a new leader tries to import its pod's degraded journal before it gives

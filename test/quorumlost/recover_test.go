@@ -265,12 +265,12 @@ func TestPermanentLossRecovered(t *testing.T) {
 // and refuses a second.
 func TestPermanentLossFiveMembers(t *testing.T) {
 	l := startLabOf(t, 5, 200*time.Millisecond, 4)
-	// The leader enters degraded mode only if, when it loses the Lease (0.85 of a lease duration after
+	// The leader enters degraded mode only if, when it loses the Lease (0.77 of a lease duration after
 	// its last renewal), a pass has seen quorum lost; that needs a majority of the judges to report the
 	// membership, etcd-3's agent among them, which cannot until its etcd goes on 3 s after the loss.
 	// The lab's 6 s left it about 2 s for that, which a loaded machine missed (and with no leader, no
 	// `hub recover`); 12 s left it about 7, which a cold full test run missed too (etcd-3, going on
-	// with 512 appends in its socket, took longer to answer its agent); 20 s leave it about 14.
+	// with 512 appends in its socket, took longer to answer its agent); 20 s leave it about 12.
 	l.setHubArg("--lease-duration", "20s")
 	l.StartHub()
 	l.waitStatus(2*time.Minute, "every machine healthy", allHealthy)
