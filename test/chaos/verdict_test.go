@@ -225,3 +225,22 @@ func TestEvaluateFarSide(t *testing.T) {
 	assert.True(t, res.passed(), "%q", res.Violations)
 	assert.Len(t, res.TradeOffs, 2)
 }
+
+// The quiet period ends early on a rate-limit hold only when its window is read from the hub's words
+// (a decision copied from a full run's status); any other decision, or words it cannot read, waits.
+func TestRateLimitWindow(t *testing.T) {
+	for _, tc := range []struct {
+		decision, window string
+	}{
+		{"rate limit: 3 remediations started in the last 10m0s (max 3): cp-0 waits, to stop a remediation storm", "10m0s"},
+		{"rate limit: 1 remediations started in the last 1h0m0s (max 1): cp-2 waits, to stop a remediation storm", "1h0m0s"},
+		{"cooling down: cp-0 was remediated 20s ago (cooldown 5m0s)", ""},
+		{"", ""},
+	} {
+		got := ""
+		if m := rateLimitWindow.FindStringSubmatch(tc.decision); m != nil {
+			got = m[1]
+		}
+		assert.Equal(t, tc.window, got, tc.decision)
+	}
+}
