@@ -273,7 +273,8 @@ func waitHealed(ctx context.Context, c *lab.Cluster, chk *checker, start time.Ti
 var rateLimitWindow = regexp.MustCompile(`^rate limit: \d+ remediations started in the last (\S+) \(max `)
 
 // rateLimitedPast says whether every machine sample s does not see healthy is held by the hub's rate
-// limit until after end (start plus its window).
+// limit until after end (start plus its window), and there is one (the run may be unhealed for
+// another reason: a voter missing, the hub down).
 func rateLimitedPast(ctx context.Context, c *lab.Cluster, s sample, start, end time.Time) bool {
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -283,10 +284,12 @@ func rateLimitedPast(ctx context.Context, c *lab.Cluster, s sample, start, end t
 	for _, m := range st.Machines {
 		decisions[m.Name] = m.Decision
 	}
+	notHealthy := 0
 	for i, ok := range s.healthy() {
 		if ok && s.Members[i].AgentUp {
 			continue
 		}
+		notHealthy++
 		w := rateLimitWindow.FindStringSubmatch(decisions[c.Machines[i].Name])
 		if w == nil {
 			return false
@@ -295,7 +298,7 @@ func rateLimitedPast(ctx context.Context, c *lab.Cluster, s sample, start, end t
 			return false
 		}
 	}
-	return true
+	return notHealthy > 0
 }
 
 // hubSeesAll waits until the hub hears every expected observer and calls every machine Healthy: the
