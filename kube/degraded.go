@@ -61,11 +61,11 @@ func (d *Degraded) apiAnswers(ctx context.Context, timeout time.Duration) error 
 // term until the API server answers, once the lost term's pipeline has stopped (stopped closed);
 // otherwise it returns at once and the replica campaigns again. It decides at once, on the latest view
 // of the lost term's hub (last) from after the last renewal (a renewal is a write: etcd had quorum
-// then), not once that hub has stopped: the lease is lost a retry period and a half before this
-// leader's authority ends (about 0.77 and 0.95 of the lease duration with the hub's timing), and a hub that took longer to stop (a
-// pass held by a write to the API server, on a busy node) found its authority lapsed and campaigned
-// again, which cannot succeed without quorum: nobody acted (found on the real kubeadm cluster, two of
-// three nodes frozen).
+// then), not once that hub has stopped: with the hub's timing the lease is lost less than two retry
+// periods before this leader's authority ends (about 0.77 and 0.95 of the lease duration), and a hub
+// that took longer to stop (a pass held by a write to the API server, on a busy node) found its
+// authority lapsed and campaigned again, which cannot succeed without quorum: nobody acted (found on
+// the real kubeadm cluster, two of three nodes frozen).
 func (d *Degraded) AfterLoss(ctx context.Context, leader *Leader, renewed time.Time, last *hub.Hub, stopped <-chan struct{}) {
 	if d.Journal == "" || last == nil {
 		return
