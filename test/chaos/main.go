@@ -204,7 +204,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 		sctx, stopSampling := context.WithCancel(ctx)
 		defer stopSampling()
 		go chk.run(sctx)
-		if !waitHealthy(ctx, chk, 90*time.Second) || !hubSeesAll(ctx, c, 60*time.Second) {
+		if !waitHealthy(ctx, chk, 90*time.Second, nil) || !hubSeesAll(ctx, c, 60*time.Second) {
 			r.Fatalf("the cluster was not healthy within 90 s of its start (see %s)", dir)
 		}
 		tl.add("start", "", s.Name)
@@ -213,7 +213,7 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 		tl.add("quiet", "", "every fault undone; the machines must heal within "+o.heal.String())
 		in.quiet()
 		quietAt := time.Now()
-		if waitHealed(ctx, c, chk, tl.start, o.heal) {
+		if waitHealthy(ctx, chk, o.heal, rateLimitedPastBound(ctx, c, tl.start, quietAt.Add(o.heal))) {
 			res.HealedIn = time.Since(quietAt)
 			res.HubSees = hubSeesAll(ctx, c, 30*time.Second)
 		}
@@ -233,39 +233,37 @@ func runSchedule(ctx context.Context, o options, s schedule) (res result, dir st
 	return res, dir
 }
 
-func waitHealthy(ctx context.Context, chk *checker, within time.Duration) bool {
+// waitHealthy waits, for at most within, until every machine is healthy (true); stuck, when given, is
+// asked about each sample that is not, and ends the wait unhealed (false) when it says waiting longer
+// changes nothing.
+func waitHealthy(ctx context.Context, chk *checker, within time.Duration, stuck func(sample) bool) bool {
 	for end := time.Now().Add(within); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
-		if s, ok := chk.latest(); ok && s.allHealthy() {
+		s, ok := chk.latest()
+		if ok && s.allHealthy() {
 			return true
+		}
+		if ok && stuck != nil && stuck(s) {
+			return false
 		}
 	}
 	return false
 }
 
-// waitHealed is waitHealthy for the quiet period, which also ends, unhealed, once each machine that is
-// not healthy is held by the hub's rate limit, whose window cannot pass within the bound: every
-// remediation it counts began in this run (since start), so it holds until start plus the window at
-// the earliest, and waiting out the bound changes nothing (seed 1, on a loaded machine: cp-0 powered
-// off as a far-side voter, then held by the rate limit for the whole 120 s). held judges the result.
-func waitHealed(ctx context.Context, c *lab.Cluster, chk *checker, start time.Time, within time.Duration) bool {
-	end := time.Now().Add(within)
+// rateLimitedPastBound is the quiet period's stuck (waitHealthy): every 2 s it asks the hub whether each
+// machine that is not healthy is held by its rate limit, whose window cannot pass within the bound
+// (end): every remediation it counts began in this run (since start), so it holds until start plus
+// the window at the earliest, and waiting out the bound changes nothing (seed 1, on a loaded machine:
+// cp-0 powered off as a far-side voter, then held by the rate limit for the whole 120 s). held judges
+// the result.
+func rateLimitedPastBound(ctx context.Context, c *lab.Cluster, start, end time.Time) func(sample) bool {
 	var asked time.Time
-	for ; time.Now().Before(end) && ctx.Err() == nil; time.Sleep(200 * time.Millisecond) {
-		s, ok := chk.latest()
-		if !ok {
-			continue
+	return func(s sample) bool {
+		if time.Since(asked) < 2*time.Second {
+			return false
 		}
-		if s.allHealthy() {
-			return true
-		}
-		if time.Since(asked) >= 2*time.Second {
-			asked = time.Now()
-			if rateLimitedPast(ctx, c, s, start, end) {
-				return false
-			}
-		}
+		asked = time.Now()
+		return rateLimitedPast(ctx, c, s, start, end)
 	}
-	return false
 }
 
 // rateLimitWindow reads the window out of a rate-limit hold's decision (hub/pass: "rate limit: 3
